@@ -56,9 +56,16 @@ void tp_diags_sort(tp_diags *d);
 
 typedef enum tp_diag_format { TP_FMT_TEXT, TP_FMT_JSON, TP_FMT_SARIF } tp_diag_format;
 
-/* Render all diagnostics. color: use ANSI colours (text only). */
+/* Render all diagnostics. color: use ANSI colours (text only). Returns 0,
+ * or -1 when writing to out fails. */
 int tp_diags_render(const tp_diags *d, const tp_sources *src, tp_diag_format fmt,
                     int color, FILE *out);
+
+/* The same renderings as malloc'ed strings (tp_diags_render writes these).
+ * Never NULL. */
+char *tp_diags_render_text(const tp_diags *d, const tp_sources *src, int color);
+char *tp_diags_render_json(const tp_diags *d, const tp_sources *src);
+char *tp_diags_render_sarif(const tp_diags *d, const tp_sources *src);
 
 /* Apply every fix-it of every diagnostic to the files they edit, writing
  * each file atomically (temp file + rename). Overlapping edits in the same
@@ -66,5 +73,11 @@ int tp_diags_render(const tp_diags *d, const tp_sources *src, tp_diag_format fmt
  * number of edits applied, or -1 on an I/O error (message in err). */
 int tp_diags_apply_fixits(const tp_diags *d, const tp_sources *src,
                           char *err, size_t errlen);
+
+/* tp_diags_apply_fixits, also storing in *skipped (when not NULL) how many
+ * edits were skipped because they overlap an earlier one. An edit proposed
+ * twice is applied once and not counted as skipped. */
+int tp_diags_apply_fixits_counted(const tp_diags *d, const tp_sources *src,
+                                  int *skipped, char *err, size_t errlen);
 
 #endif /* TPCC_DIAG_H */

@@ -1,0 +1,615 @@
+/* interp.c: the symbolic forward pass (see check.h).
+ *
+ * Walks the root module's forward body statement by statement. A module
+ * call runs the style's input hook, the module's own forward (or the leaf
+ * op), then the output hook, exactly in PyTorch's order, so labels and
+ * redistributions happen where they happen at run time. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include "astutil.h"
+#include "check_impl.h"
+#include "xalloc.h"
+
+/* ---- values ------------------------------------------------------------ */
+
+tp_val *val_new(interp *I, int rank, const int64_t *shape, const char *const *names)
+{
+    tp_val *v = tp_xcalloc(1, sizeof *v);
+    v->id = I->next_id++;
+    v->rank = rank;
+    for (int i = 0; i < rank; i++) {
+        v->shape[i] = shape[i];
+        v->dimname[i] = names ? names[i] : "";
+    }
+    v->pl = tp_replicate();
+    v->redist_src = -1;
+    v->gather_comm = -1;
+    v->span = TP_NO_SPAN;
+    if (I->nvals == I->capvals) {
+        I->capvals = I->capvals ? 2 * I->capvals : 1024;
+        I->vals = tp_xrealloc(I->vals, (size_t)I->capvals * sizeof *I->vals);
+    }
+    I->vals[I->nvals++] = v;
+    return v;
+}
+
+const char *intern(interp *I, const char *s)
+{
+    for (int i = 0; i < I->nstrings; i++)
+        if (!strcmp(I->strings[i], s))
+            return I->strings[i];
+    I->strings = tp_xrealloc(I->strings, (size_t)(I->nstrings + 1) * sizeof *I->strings);
+    return I->strings[I->nstrings++] = tp_xstrdup(s);
+}
+
+tp_val *val_copy(interp *I, const tp_val *v)
+{
+    tp_val *c = val_new(I, v->rank, v->shape, v->dimname);
+    int id = c->id;
+    *c = *v;
+    c->id = id;
+    c->redist_src = -1;
+    return c;
+}
+
+const char *pl_str(tp_placement p, int rank, char *buf)
+{
+    return tp_placement_str(tp_placement_norm(p, rank), buf, 24);
+}
+
+char *val_describe(const tp_val *v)
+{
+    char pl[24], shape[160] = "";
+    size_t n = 0;
+    for (int i = 0; i < v->rank && n < sizeof shape - 24; i++)
+        n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%lld", i ? ", " : "", (long long)v->shape[i]);
+    return tp_xasprintf("%s %s [%s]", pl_str(v->pl, v->rank, pl), v->dtensor ? "DTensor" : "plain", shape);
+}
+
+int64_t local_size(const interp *I, const tp_val *v, int d)
+{
+    tp_placement p = tp_placement_norm(v->pl, v->rank);
+    if (p.kind == TP_SHARD && p.dim == d)
+        return (v->shape[d] + I->tp - 1) / I->tp;
+    return v->shape[d];
+}
+
+/* ---- diagnostics --------------------------------------------------------- */
+
+tp_span entry_span(const tp_style *s) { return s->entry->kids[0]->span; }
+
+tp_diag *report(interp *I, tp_diag_level lvl, tp_span span, const char *check,
+                const tp_val *a, const tp_val *b, const char *fmt, ...)
+{
+    if ((a && a->poisoned) || (b && b->poisoned))
+        return NULL;
+    for (int i = 0; i < I->nseen; i++) {
+        seen_diag *s = &I->seen[i];
+        if (!strcmp(s->check, check) && s->file == span.file && s->offset == span.offset) {
+            s->repeats++;
+            free(s->last_fqn);
+            s->last_fqn = tp_xstrdup(I->fqn ? I->fqn : "");
+            return NULL;
+        }
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = tp_xvasprintf(fmt, ap);
+    va_end(ap);
+    tp_diag *g = tp_diag_add(I->d, lvl, span, check, "%s", msg);
+    free(msg);
+    if (I->nseen == I->capseen) {
+        I->capseen = I->capseen ? 2 * I->capseen : 32;
+        I->seen = tp_xrealloc(I->seen, (size_t)I->capseen * sizeof *I->seen);
+    }
+    I->seen[I->nseen++] = (seen_diag){check, span.file, span.offset, I->d->count - 1, 0,
+                                      tp_xstrdup(I->fqn ? I->fqn : ""), NULL};
+    return g;
+}
+
+void report_finish(interp *I)
+{
+    for (int i = 0; i < I->nseen; i++) {
+        seen_diag *s = &I->seen[i];
+        if (s->repeats)
+            tp_diag_note_at(&I->d->items[s->index], TP_NO_SPAN,
+                            "the same happens in %d more module%s (%s ... %s)", s->repeats,
+                            s->repeats == 1 ? "" : "s", s->first_fqn, s->last_fqn);
+        free(s->first_fqn);
+        free(s->last_fqn);
+    }
+    free(I->seen);
+    I->seen = NULL;
+    I->nseen = 0;
+}
+
+/* ---- layout changes -------------------------------------------------------- */
+
+int record_comm(interp *I, tp_comm c)
+{
+    tp_analysis *a = I->a;
+    if (a->ncomms == a->capcomms) {
+        a->capcomms = a->capcomms ? 2 * a->capcomms : 256;
+        a->comms = tp_xrealloc(a->comms, (size_t)a->capcomms * sizeof *a->comms);
+    }
+    a->comms[a->ncomms] = c;
+    return a->ncomms++;
+}
+
+static int64_t elems(const tp_val *v)
+{
+    int64_t n = 1;
+    for (int i = 0; i < v->rank; i++)
+        n *= v->shape[i];
+    return n;
+}
+
+void check_shard_divisible(interp *I, tp_val *v, const tp_style *cause, tp_span span)
+{
+    tp_placement p = tp_placement_norm(v->pl, v->rank);
+    if (p.kind != TP_SHARD || p.dim >= v->rank || v->shape[p.dim] % I->tp == 0)
+        return;
+    int64_t n = v->shape[p.dim], padded = (n + I->tp - 1) / I->tp * I->tp;
+    tp_diag *g = report(I, TP_ERROR, cause ? entry_span(cause) : span, "divisibility", v, NULL,
+                        "dimension %d (%s = %lld) does not split evenly over %lld ranks",
+                        p.dim, v->dimname[p.dim], (long long)n, (long long)I->tp);
+    if (!g)
+        return;
+    if (span.file >= 0)
+        tp_diag_note_at(g, span, "the tensor is sharded here");
+    if (v->dimname[p.dim][0] && tp_config_has(I->c, v->dimname[p.dim]))
+        tp_diag_help(g, "pad %s to %lld (-D %s=%lld), or use a tp that divides %lld",
+                     v->dimname[p.dim], (long long)padded, v->dimname[p.dim], (long long)padded, (long long)n);
+    else
+        tp_diag_help(g, "pad this dimension to %lld, or use a tp that divides %lld", (long long)padded, (long long)n);
+    v->poisoned = true;
+}
+
+static void smell_undone(interp *I, const tp_val *v, tp_placement to, const tp_style *cause, tp_span span)
+{
+    if (v->redist_src < 0 || !tp_placement_eq(v->redist_from, to, v->rank))
+        return;
+    char a[24], b[24];
+    tp_diag *g = report(I, TP_WARNING, cause ? entry_span(cause) : span, "redundant-redistribute", v, NULL,
+                        "this redistribution %s -> %s undoes the one just before it",
+                        pl_str(v->pl, v->rank, a), pl_str(to, v->rank, b));
+    if (g && v->redist_cause)
+        tp_diag_note_at(g, entry_span(v->redist_cause), "which redistributed %s -> %s",
+                        pl_str(to, v->rank, a), pl_str(v->pl, v->rank, b));
+    if (g)
+        tp_diag_help(g, "keep the tensor %s: drop both redistributions", pl_str(to, v->rank, a));
+}
+
+static void smell_repeated_gather(interp *I, const tp_val *v, tp_comm *c, int self)
+{
+    for (int i = 0; i < self; i++) {
+        tp_comm *o = &I->a->comms[i];
+        if (o->value != v->id || o->kind != c->kind || !tp_placement_eq(o->to, c->to, c->rank))
+            continue;
+        tp_diag *g = report(I, TP_WARNING, c->cause ? entry_span(c->cause) : c->span, "repeated-gather", v, NULL,
+                            "the same tensor is %s again (%s already did)",
+                            c->kind == TP_REDIST_ALL_GATHER ? "all-gathered" : "redistributed",
+                            o->module ? o->module->fqn : "an earlier op");
+        if (g && o->cause)
+            tp_diag_note_at(g, entry_span(o->cause), "first %s here", tp_redist_name(o->kind));
+        if (g)
+            tp_diag_help(g, "gather once: put PrepareModuleInput(...) on the parent module with the Shard -> Replicate "
+                            "redistribution and keep these entries at their defaults");
+        return;
+    }
+}
+
+static void smell_gather_then_slice(interp *I, const tp_val *v, int dim, const tp_style *cause, tp_span span)
+{
+    if (v->gather_comm < 0 || v->gather_dim != dim)
+        return;
+    tp_comm *g0 = &I->a->comms[v->gather_comm];
+    tp_diag *g = report(I, TP_WARNING, cause ? entry_span(cause) : span, "gather-then-slice", v, NULL,
+                        "this slices dimension %d that %s all-gathered; everything in between works per %s",
+                        dim, g0->module ? g0->module->fqn : "an earlier op", v->dimname[dim]);
+    if (g && g0->cause)
+        tp_diag_note_at(g, entry_span(g0->cause), "gathered here");
+    if (g)
+        tp_diag_help(g, "keep the tensor sharded: use the defaults (ColwiseParallel() output Shard(-1), "
+                        "RowwiseParallel() input Shard(-1)); this saves the all-gather and replicated compute");
+}
+
+tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *cause, tp_span span, bool implicit)
+{
+    to = tp_placement_norm(to, v->rank);
+    tp_redist_kind k = tp_redist_classify(v->pl, to, v->rank);
+    if (k == TP_REDIST_NONE)
+        return v;
+    char a[24], b[24];
+    if (k == TP_REDIST_INVALID) {
+        tp_diag *g = report(I, TP_ERROR, cause ? entry_span(cause) : span, "layout-mismatch", v, NULL,
+                            "redistribute from %s to %s is not supported (PyTorch raises at the first forward)",
+                            pl_str(v->pl, v->rank, a), pl_str(to, v->rank, b));
+        if (g)
+            tp_diag_help(g, "a Shard can become Replicate or another Shard, never Partial");
+        tp_val *r = val_copy(I, v);
+        r->pl = to;
+        r->poisoned = true;
+        return r;
+    }
+    smell_undone(I, v, to, cause, span);
+    tp_placement from = tp_placement_norm(v->pl, v->rank);
+    int dim = to.kind == TP_SHARD ? to.dim : from.kind == TP_SHARD ? from.dim : -1;
+    if (k == TP_REDIST_LOCAL_SLICE)
+        smell_gather_then_slice(I, v, to.dim, cause, span);
+    tp_comm c = {k, dim, elems(v), cause, NULL, span, v->id, from, to, v->rank, implicit};
+    for (const char *f = I->fqn; f; f = NULL)
+        c.module = tp_model_find(I->m, f);
+    int idx = record_comm(I, c);
+    if (tp_redist_communicates(k))
+        smell_repeated_gather(I, v, &I->a->comms[idx], idx);
+    if (implicit && tp_redist_communicates(k)) {
+        tp_diag *g = report(I, TP_WARNING, span, "implicit-redistribute", v, NULL,
+                            "DTensor sharding propagation inserts an %s here (%s -> %s)",
+                            tp_redist_name(k), pl_str(from, v->rank, a), pl_str(to, v->rank, b));
+        if (g)
+            tp_diag_help(g, "redistribute explicitly in the plan so the cost is visible");
+    }
+    tp_val *r = val_copy(I, v);
+    r->pl = to;
+    r->redist_src = v->id;
+    r->redist_from = from;
+    r->redist_cause = cause;
+    if (to.kind == TP_SHARD)
+        r->shard_cause = cause;
+    r->gather_comm = k == TP_REDIST_ALL_GATHER ? idx : -1;
+    r->gather_dim = dim;
+    if (to.kind == TP_SHARD)
+        check_shard_divisible(I, r, cause, span);
+    return r;
+}
+
+void record_boundary(interp *I, tp_module *mod, const char *inputs, const char *outputs)
+{
+    tp_analysis *a = I->a;
+    if (a->nrows == a->caprows) {
+        a->caprows = a->caprows ? 2 * a->caprows : 256;
+        a->rows = tp_xrealloc(a->rows, (size_t)a->caprows * sizeof *a->rows);
+    }
+    a->rows[a->nrows++] = (tp_boundary){tp_xstrdup(mod->fqn[0] ? mod->fqn : "(root)"), tp_xstrdup(mod->type),
+                                        mod->style, tp_xstrdup(inputs), tp_xstrdup(outputs)};
+}
+
+/* ---- evaluation of forward bodies --------------------------------------- */
+
+typedef struct frame {
+    tp_module *mod;
+    char **names;
+    iv *vals;
+    int n, cap;
+} frame;
+
+static void frame_set(frame *f, const char *name, iv v)
+{
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->names[i], name)) {
+            f->vals[i] = v;
+            return;
+        }
+    if (f->n == f->cap) {
+        f->cap = f->cap ? 2 * f->cap : 16;
+        f->names = tp_xrealloc(f->names, (size_t)f->cap * sizeof *f->names);
+        f->vals = tp_xrealloc(f->vals, (size_t)f->cap * sizeof *f->vals);
+    }
+    f->names[f->n] = tp_xstrdup(name);
+    f->vals[f->n++] = v;
+}
+
+static bool frame_get(const frame *f, const char *name, iv *out)
+{
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->names[i], name)) {
+            *out = f->vals[i];
+            return true;
+        }
+    return false;
+}
+
+static void frame_free(frame *f)
+{
+    for (int i = 0; i < f->n; i++)
+        free(f->names[i]);
+    free(f->names);
+    free(f->vals);
+}
+
+static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwnames, iv *kwargs, int nkw,
+                      const tp_node *site);
+static iv eval(interp *I, frame *f, const tp_node *e);
+
+static const iv none_iv = {IV_NONE, NULL, NULL, 0};
+
+static iv fail(interp *I, const tp_node *e, const char *msg)
+{
+    tp_diag_add(I->d, TP_ERROR, e->span, "model", "%s", msg);
+    I->stop = true;
+    return none_iv;
+}
+
+static tp_module *member(const tp_module *mod, const char *name)
+{
+    for (int i = 0; i < mod->nkids; i++)
+        if (!strcmp(mod->kids[i]->name, name))
+            return mod->kids[i];
+    return NULL;
+}
+
+static iv eval_call(interp *I, frame *f, const tp_node *e)
+{
+    int nargs = 0, nkw = 0;
+    iv args[TP_MAX_IO * 2], kwargs[TP_MAX_IO * 2];
+    char *kwnames[TP_MAX_IO * 2];
+    if (e->nkids - 1 > TP_MAX_IO * 2)
+        return fail(I, e, "too many arguments");
+    for (int k = 1; k < e->nkids && !I->stop; k++) {
+        iv v = eval(I, f, e->kids[k]->kids[0]);
+        if (e->kids[k]->name) {
+            kwnames[nkw] = e->kids[k]->name;
+            kwargs[nkw++] = v;
+        } else {
+            args[nargs++] = v;
+        }
+    }
+    if (I->stop)
+        return none_iv;
+    const tp_node *callee = e->kids[0];
+    if (callee->kind == N_NAME) {
+        iv local;
+        tp_module *sub = member(f->mod, callee->name);
+        if (frame_get(f, callee->name, &local) && local.kind == IV_MODULE)
+            sub = local.mod;
+        if (sub)
+            return call_module(I, sub, args, nargs, kwnames, kwargs, nkw, e);
+        if (op_is_primitive(callee->name))
+            return op_apply(I, e, callee->name, args, nargs, kwnames, kwargs, nkw);
+    }
+    char *t = tp_expr_text(callee);
+    tp_diag_add(I->d, TP_ERROR, callee->span, "model",
+                "'%s' is neither a member module of %s nor a primitive op", t, f->mod->type);
+    free(t);
+    I->stop = true;
+    return none_iv;
+}
+
+static iv eval(interp *I, frame *f, const tp_node *e)
+{
+    if (I->stop)
+        return none_iv;
+    switch (e->kind) {
+    case N_NAME: {
+        iv v;
+        if (frame_get(f, e->name, &v))
+            return v;
+        tp_module *sub = member(f->mod, e->name);
+        if (sub)
+            return (iv){IV_MODULE, NULL, sub, 0};
+        if (tp_config_has(I->c, e->name)) {
+            int64_t x;
+            if (!tp_config_get(I->c, e->name, e->span, &x)) { I->stop = true; return none_iv; }
+            return (iv){IV_INT, NULL, NULL, x};
+        }
+        tp_diag_add(I->d, TP_ERROR, e->span, "model", "unknown name '%s'", e->name);
+        I->stop = true;
+        return none_iv;
+    }
+    case N_INT: case N_TRUE: case N_FALSE: case N_BINOP: case N_NEG:
+        if (e->kind == N_BINOP) {
+            iv a = eval(I, f, e->kids[0]);
+            if (a.kind == IV_TENSOR) {
+                iv b = eval(I, f, e->kids[1]);
+                if (b.kind != IV_TENSOR)
+                    return fail(I, e, "both operands of a tensor operator must be tensors");
+                return op_binary(I, e, e->op, a.t, b.t);
+            }
+        }
+        {
+            int64_t x;
+            if (!tp_eval_int(I->c, e, &x)) { I->stop = true; return none_iv; }
+            return (iv){IV_INT, NULL, NULL, x};
+        }
+    case N_NONE: return none_iv;
+    case N_CALL: return eval_call(I, f, e);
+    default: return fail(I, e, "unsupported expression in a forward body");
+    }
+}
+
+/* Bind call arguments to forward(...) parameters, by position then keyword. */
+static bool bind_params(interp *I, frame *f, const tp_node *def, iv *args, int nargs, char **kwnames,
+                        iv *kwargs, int nkw, const tp_node *site)
+{
+    int nparams = def->nkids - 1;
+    if (nargs > nparams) {
+        tp_diag_add(I->d, TP_ERROR, site->span, "model", "%s.forward takes %d argument%s, %d given",
+                    f->mod->type, nparams, nparams == 1 ? "" : "s", nargs);
+        return false;
+    }
+    for (int i = 0; i < nparams; i++) {
+        const tp_node *prm = def->kids[i];
+        if (i < nargs) { frame_set(f, prm->name, args[i]); continue; }
+        int k = 0;
+        while (k < nkw && strcmp(kwnames[k], prm->name))
+            k++;
+        frame_set(f, prm->name, k < nkw ? kwargs[k] : none_iv);
+    }
+    for (int k = 0; k < nkw; k++) {
+        bool known = false;
+        for (int i = 0; i < nparams; i++)
+            known |= !strcmp(def->kids[i]->name, kwnames[k]);
+        if (!known) {
+            tp_diag_add(I->d, TP_ERROR, site->span, "model", "%s.forward has no parameter '%s'",
+                        f->mod->type, kwnames[k]);
+            return false;
+        }
+    }
+    return true;
+}
+
+static iv run_body(interp *I, frame *f, const tp_node *block)
+{
+    for (int i = 0; i < block->nkids && !I->stop; i++) {
+        const tp_node *s = block->kids[i];
+        switch (s->kind) {
+        case N_ASSIGN: frame_set(f, s->name, eval(I, f, s->kids[0])); break;
+        case N_RETURN: return eval(I, f, s->kids[0]);
+        case N_EXPR_STMT: eval(I, f, s->kids[0]); break;
+        default: break;
+        }
+    }
+    return none_iv;
+}
+
+static char *describe_ivs(iv *v, int n, char **kwnames, iv *kw, int nkw)
+{
+    tp_buf b;
+    tp_buf_init(&b);
+    for (int i = 0; i < n + nkw; i++) {
+        iv x = i < n ? v[i] : kw[i - n];
+        if (i)
+            tp_buf_append(&b, ", ");
+        if (i >= n)
+            tp_buf_appendf(&b, "%s=", kwnames[i - n]);
+        if (x.kind == IV_TENSOR) {
+            char *d = val_describe(x.t);
+            tp_buf_append(&b, d);
+            free(d);
+        } else {
+            tp_buf_append(&b, x.kind == IV_INT ? "int" : "None");
+        }
+    }
+    return tp_buf_take(&b);
+}
+
+static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwnames, iv *kwargs, int nkw,
+                      const tp_node *site)
+{
+    const char *outer = I->fqn;
+    I->fqn = mod->fqn;
+    if (++I->depth > 200) {
+        I->fqn = outer;
+        return fail(I, site, "module calls nest more than 200 deep (recursive forward?)");
+    }
+    iv out = none_iv;
+    if (mod->kind == TP_MOD_LIST) {
+        /* a ModuleList applied to x runs its modules in order */
+        if (nargs != 1 || nkw) {
+            I->depth--;
+            I->fqn = outer;
+            return fail(I, site, "a repeat() list is applied to exactly one argument");
+        }
+        out = args[0];
+        for (int i = 0; i < mod->nkids && !I->stop; i++)
+            out = call_module(I, mod->kids[i], &out, 1, NULL, NULL, 0, site);
+    } else {
+        I->fqn = mod->fqn;
+        hook_inputs(I, mod, args, nargs, kwnames, kwargs, nkw, site->span);
+        char *in_desc = describe_ivs(args, nargs, kwnames, kwargs, nkw);
+        if (tp_module_is_leaf(mod)) {
+            out = leaf_forward(I, mod, args, nargs, site->span);
+        } else {
+            const tp_node *def = tp_module_forward(mod);
+            frame f = {mod, NULL, NULL, 0, 0};
+            if (!def) {
+                tp_diag_add(I->d, TP_ERROR, mod->def->span, "model", "module %s has no forward()", mod->type);
+                I->stop = true;
+            } else if (bind_params(I, &f, def, args, nargs, kwnames, kwargs, nkw, site)) {
+                out = run_body(I, &f, def->kids[def->nkids - 1]);
+            } else {
+                I->stop = true;
+            }
+            frame_free(&f);
+        }
+        I->fqn = mod->fqn;
+        if (!I->stop) {
+            out = hook_output(I, mod, out, site->span);
+            /* the innermost module that returned the value is its producer:
+             * that is where a fix-it can change what it returns */
+            if (out.kind == IV_TENSOR && !out.t->producer)
+                out.t->producer = mod;
+            char *out_desc = describe_ivs(&out, 1, NULL, NULL, 0);
+            record_boundary(I, mod, in_desc, out_desc);
+            free(out_desc);
+        }
+        free(in_desc);
+    }
+    I->depth--;
+    I->fqn = outer;
+    return out;
+}
+
+/* The root forward's parameters are the model inputs: plain, replicated
+ * tensors of token ids with the annotated shape. */
+static bool make_inputs(interp *I, const tp_node *def, iv *args, int *nargs)
+{
+    *nargs = 0;
+    for (int i = 0; i < def->nkids - 1; i++) {
+        const tp_node *prm = def->kids[i];
+        if (prm->nkids < 1 || prm->kids[0]->kind != N_LIST || prm->kids[0]->nkids > TP_MAX_RANK) {
+            tp_diag_add(I->d, TP_ERROR, prm->span, "model",
+                        "annotate the model input with its shape: %s: [batch, seq]", prm->name);
+            return false;
+        }
+        const tp_node *l = prm->kids[0];
+        int64_t shape[TP_MAX_RANK];
+        const char *names[TP_MAX_RANK];
+        for (int d = 0; d < l->nkids; d++) {
+            if (!tp_eval_int(I->c, l->kids[d], &shape[d]))
+                return false;
+            names[d] = l->kids[d]->kind == N_NAME ? l->kids[d]->name : "";
+        }
+        tp_val *v = val_new(I, l->nkids, shape, names);
+        v->is_index = true;
+        v->span = prm->span;
+        args[(*nargs)++] = (iv){IV_TENSOR, v, NULL, 0};
+    }
+    return true;
+}
+
+void tp_check(tp_model *m, tp_plan *p, tp_config *c, tp_analysis *out)
+{
+    interp I = {0};
+    I.m = m;
+    I.p = p;
+    I.c = c;
+    I.d = c->diags;
+    I.a = out;
+    I.tp = tp_plan_tp_size(p);
+    memset(out, 0, sizeof *out);
+    check_params(&I);
+    const tp_node *def = tp_module_forward(m->root);
+    iv args[TP_MAX_IO];
+    int nargs;
+    if (!def) {
+        tp_diag_add(I.d, TP_ERROR, m->root->def->span, "model", "the root module %s has no forward()", m->root->type);
+    } else if (def->nkids - 1 > TP_MAX_IO) {
+        tp_diag_add(I.d, TP_ERROR, def->span, "model", "too many model inputs");
+    } else if (make_inputs(&I, def, args, &nargs)) {
+        tp_node site = {.kind = N_CALL, .span = def->span};
+        call_module(&I, m->root, args, nargs, NULL, NULL, 0, &site);
+    }
+    report_finish(&I);
+    for (int i = 0; i < I.nvals; i++)
+        free(I.vals[i]);
+    free(I.vals);
+    for (int i = 0; i < I.nstrings; i++)
+        free(I.strings[i]);
+    free(I.strings);
+}
+
+void tp_analysis_free(tp_analysis *a)
+{
+    for (int i = 0; i < a->nrows; i++) {
+        free(a->rows[i].fqn);
+        free(a->rows[i].type);
+        free(a->rows[i].inputs);
+        free(a->rows[i].outputs);
+    }
+    free(a->rows);
+    free(a->comms);
+    memset(a, 0, sizeof *a);
+}

@@ -1,0 +1,48 @@
+/* xalloc.h: allocation that cannot fail, and a growable string buffer.
+ *
+ * tpcc has no useful way to continue when memory runs out: every caller
+ * would have to unwind and report, and the report itself needs memory. So
+ * these wrappers print "tpcc: out of memory" and abort() instead. This is
+ * the one place in tpcc that terminates the process; everything else
+ * reports errors to its caller. */
+#ifndef TPCC_XALLOC_H
+#define TPCC_XALLOC_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+void *tp_xmalloc(size_t size);
+void *tp_xcalloc(size_t count, size_t size);
+void *tp_xrealloc(void *p, size_t size);
+/* realloc for arrays: checks count * size for overflow. */
+void *tp_xreallocarray(void *p, size_t count, size_t size);
+char *tp_xstrdup(const char *s);
+/* A NUL-terminated copy of at most the first n bytes of s (stops early
+ * at a NUL in s). */
+char *tp_xstrndup(const char *s, size_t n);
+char *tp_xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *tp_xvasprintf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+
+/* For libraries that report allocation failure themselves (jansson):
+ * tp_xcheck returns p, or reports out-of-memory and aborts when p is NULL;
+ * tp_out_of_memory reports and aborts unconditionally. */
+void *tp_xcheck(void *p);
+void tp_out_of_memory(void) __attribute__((noreturn));
+
+/* A NUL-terminated string that grows as text is appended. A zeroed
+ * tp_buf is valid and empty; data stays NULL until the first append. */
+typedef struct tp_buf {
+    char *data;
+    size_t len, cap;
+} tp_buf;
+
+void tp_buf_init(tp_buf *b);
+void tp_buf_append(tp_buf *b, const char *s);
+void tp_buf_append_n(tp_buf *b, const char *s, size_t n);
+void tp_buf_append_char(tp_buf *b, char c, size_t count);  /* c repeated count times */
+void tp_buf_appendf(tp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tp_buf_free(tp_buf *b);
+/* Hands the string to the caller (never NULL, "" when empty) and resets b. */
+char *tp_buf_take(tp_buf *b);
+
+#endif /* TPCC_XALLOC_H */
