@@ -18,6 +18,7 @@ typedef struct tp_val {
     tp_span span;                 /* model expression that produced it */
     tp_module *producer;          /* module whose output it is (NULL: an op) */
     const tp_style *shard_cause;  /* plan entry whose sharding it inherits */
+    const tp_style *partial_cause;/* plan entry that made it a partial sum */
     /* set when the value is the result of a redistribution */
     int redist_src;               /* id of the source value, or -1 */
     tp_placement redist_from;
@@ -107,6 +108,6 @@ void fix_rename_style(tp_diag *g, const tp_style *s, const char *new_name);
 
 /* records */
 int record_comm(interp *I, tp_comm c);
-void record_boundary(interp *I, tp_module *mod, const char *inputs, const char *outputs);
+int record_boundary(interp *I, tp_module *mod, char *inputs);   /* takes inputs */
 
 #endif /* TPCC_CHECK_IMPL_H */

@@ -3,6 +3,7 @@
 #include "diag.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,7 +69,10 @@ void tp_diag_note_at(tp_diag *g, tp_span span, const char *fmt, ...)
 {
     g->notes = tp_xreallocarray(g->notes, (size_t)g->nnotes + 1, sizeof *g->notes);
     tp_diag_note *n = &g->notes[g->nnotes++];
-    n->span = span;
+    /* a note at the diagnostic's own location would print the same source
+     * line twice: keep its message, drop the location */
+    bool same = span.file == g->span.file && span.offset == g->span.offset && span.length == g->span.length;
+    n->span = same ? TP_NO_SPAN : span;
     va_list ap;
     va_start(ap, fmt);
     n->message = tp_xvasprintf(fmt, ap);

@@ -15,11 +15,11 @@ void tp_explain_print(const tp_analysis *a, const tp_plan *p, FILE *out)
         int n = (int)strlen(a->rows[i].fqn);
         if (n > w) w = n;
     }
-    fprintf(out, "%-*s  %-24s  %s\n", w, "module", "style", "inputs -> output");
+    fprintf(out, "%-*s  %-24s  %s\n", w, "module", "style", "inputs as they arrive -> output as it leaves");
     for (int i = 0; i < a->nrows; i++) {
         const tp_boundary *r = &a->rows[i];
         fprintf(out, "%-*s  %-24s  %s -> %s\n", w, r->fqn, r->style ? r->style->name : "-",
-                r->inputs, r->outputs);
+                r->inputs, r->outputs ? r->outputs : "(not reached)");
     }
     fprintf(out, "\ncollectives and local reshards (forward):\n");
     for (int i = 0; i < a->ncomms; i++) {

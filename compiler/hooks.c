@@ -165,6 +165,19 @@ static void prepare_sequence(interp *I, tp_module *mod, iv *args, int nargs, tp_
     free(what);
 }
 
+/* After an error in a module's input hook, what the module computes is
+ * nonsense: mark its inputs so that nothing downstream reports again. */
+static void poison_all(interp *I, iv *args, int nargs, iv *kwargs, int nkw)
+{
+    for (int i = 0; i < nargs + nkw; i++) {
+        iv *v = i < nargs ? &args[i] : &kwargs[i - nargs];
+        if (v->kind == IV_TENSOR) {
+            v->t = val_copy(I, v->t);
+            v->t->poisoned = true;
+        }
+    }
+}
+
 static void prepare_module_input(interp *I, tp_module *mod, iv *args, int nargs, char **kwnames, iv *kwargs,
                                  int nkw, tp_span site)
 {
@@ -178,6 +191,7 @@ static void prepare_module_input(interp *I, tp_module *mod, iv *args, int nargs,
                             nkw ? " and by keyword" : "", in->n);
         if (g && site.file >= 0)
             tp_diag_note_at(g, site, "called here");
+        poison_all(I, args, nargs, kwargs, nkw);
         if (g && nkw && nargs == 0)
             tp_diag_help(g, "'%s' takes '%s' by keyword: use input_kwarg_layouts={\"%s\": ...} and "
                             "desired_input_kwarg_layouts={\"%s\": ...}", mod->fqn, kwnames[0], kwnames[0], kwnames[0]);

@@ -87,7 +87,8 @@ tp_diag *report(interp *I, tp_diag_level lvl, tp_span span, const char *check,
     for (int i = 0; i < I->nseen; i++) {
         seen_diag *s = &I->seen[i];
         if (!strcmp(s->check, check) && s->file == span.file && s->offset == span.offset) {
-            s->repeats++;
+            if (!s->repeats++)
+                s->first_fqn = tp_xstrdup(I->fqn ? I->fqn : "");
             free(s->last_fqn);
             s->last_fqn = tp_xstrdup(I->fqn ? I->fqn : "");
             return NULL;
@@ -103,8 +104,7 @@ tp_diag *report(interp *I, tp_diag_level lvl, tp_span span, const char *check,
         I->capseen = I->capseen ? 2 * I->capseen : 32;
         I->seen = tp_xrealloc(I->seen, (size_t)I->capseen * sizeof *I->seen);
     }
-    I->seen[I->nseen++] = (seen_diag){check, span.file, span.offset, I->d->count - 1, 0,
-                                      tp_xstrdup(I->fqn ? I->fqn : ""), NULL};
+    I->seen[I->nseen++] = (seen_diag){check, span.file, span.offset, I->d->count - 1, 0, NULL, NULL};
     return g;
 }
 
@@ -114,8 +114,9 @@ void report_finish(interp *I)
         seen_diag *s = &I->seen[i];
         if (s->repeats)
             tp_diag_note_at(&I->d->items[s->index], TP_NO_SPAN,
-                            "the same happens in %d more module%s (%s ... %s)", s->repeats,
-                            s->repeats == 1 ? "" : "s", s->first_fqn, s->last_fqn);
+                            s->repeats == 1 ? "the same happens in %d more module (%s)"
+                                            : "the same happens in %d more modules (%s ... %s)",
+                            s->repeats, s->first_fqn, s->last_fqn);
         free(s->first_fqn);
         free(s->last_fqn);
     }
@@ -166,19 +167,22 @@ void check_shard_divisible(interp *I, tp_val *v, const tp_style *cause, tp_span 
     v->poisoned = true;
 }
 
-static void smell_undone(interp *I, const tp_val *v, tp_placement to, const tp_style *cause, tp_span span)
+/* Returns true when it fired: the more general gather-then-slice smell is
+ * then the same finding. */
+static bool smell_undone(interp *I, const tp_val *v, tp_placement to, const tp_style *cause, tp_span span)
 {
     if (v->redist_src < 0 || !tp_placement_eq(v->redist_from, to, v->rank))
-        return;
+        return false;
     char a[24], b[24];
     tp_diag *g = report(I, TP_WARNING, cause ? entry_span(cause) : span, "redundant-redistribute", v, NULL,
                         "this redistribution %s -> %s undoes the one just before it",
                         pl_str(v->pl, v->rank, a), pl_str(to, v->rank, b));
-    if (g && v->redist_cause)
+    if (g && v->redist_cause && v->redist_cause != cause)
         tp_diag_note_at(g, entry_span(v->redist_cause), "which redistributed %s -> %s",
                         pl_str(to, v->rank, a), pl_str(v->pl, v->rank, b));
     if (g)
         tp_diag_help(g, "keep the tensor %s: drop both redistributions", pl_str(to, v->rank, a));
+    return true;
 }
 
 static void smell_repeated_gather(interp *I, const tp_val *v, tp_comm *c, int self)
@@ -206,9 +210,10 @@ static void smell_gather_then_slice(interp *I, const tp_val *v, int dim, const t
         return;
     tp_comm *g0 = &I->a->comms[v->gather_comm];
     tp_diag *g = report(I, TP_WARNING, cause ? entry_span(cause) : span, "gather-then-slice", v, NULL,
-                        "this slices dimension %d that %s all-gathered; everything in between works per %s",
-                        dim, g0->module ? g0->module->fqn : "an earlier op", v->dimname[dim]);
-    if (g && g0->cause)
+                        "'%s' slices dimension %d again after '%s' all-gathered it: the ops in between act on "
+                        "each slice independently, so the gather and the replicated compute are wasted",
+                        I->fqn, dim, g0->module ? g0->module->fqn : "an earlier op");
+    if (g && g0->cause && g0->cause != cause)
         tp_diag_note_at(g, entry_span(g0->cause), "gathered here");
     if (g)
         tp_diag_help(g, "keep the tensor sharded: use the defaults (ColwiseParallel() output Shard(-1), "
@@ -233,10 +238,10 @@ tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *caus
         r->poisoned = true;
         return r;
     }
-    smell_undone(I, v, to, cause, span);
+    bool undone = smell_undone(I, v, to, cause, span);
     tp_placement from = tp_placement_norm(v->pl, v->rank);
     int dim = to.kind == TP_SHARD ? to.dim : from.kind == TP_SHARD ? from.dim : -1;
-    if (k == TP_REDIST_LOCAL_SLICE)
+    if (k == TP_REDIST_LOCAL_SLICE && !undone)
         smell_gather_then_slice(I, v, to.dim, cause, span);
     tp_comm c = {k, dim, elems(v), cause, NULL, span, v->id, from, to, v->rank, implicit};
     for (const char *f = I->fqn; f; f = NULL)
@@ -258,6 +263,8 @@ tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *caus
     r->redist_cause = cause;
     if (to.kind == TP_SHARD)
         r->shard_cause = cause;
+    if (tp_placement_is_partial(to))
+        r->partial_cause = cause;
     r->gather_comm = k == TP_REDIST_ALL_GATHER ? idx : -1;
     r->gather_dim = dim;
     if (to.kind == TP_SHARD)
@@ -265,15 +272,18 @@ tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *caus
     return r;
 }
 
-void record_boundary(interp *I, tp_module *mod, const char *inputs, const char *outputs)
+/* Rows are reserved when a module is entered, so the table reads in call
+ * order (a parent before its children), and completed when it returns. */
+int record_boundary(interp *I, tp_module *mod, char *inputs)
 {
     tp_analysis *a = I->a;
     if (a->nrows == a->caprows) {
         a->caprows = a->caprows ? 2 * a->caprows : 256;
         a->rows = tp_xrealloc(a->rows, (size_t)a->caprows * sizeof *a->rows);
     }
-    a->rows[a->nrows++] = (tp_boundary){tp_xstrdup(mod->fqn[0] ? mod->fqn : "(root)"), tp_xstrdup(mod->type),
-                                        mod->style, tp_xstrdup(inputs), tp_xstrdup(outputs)};
+    a->rows[a->nrows] = (tp_boundary){tp_xstrdup(mod->fqn[0] ? mod->fqn : "(root)"), tp_xstrdup(mod->type),
+                                      mod->style, inputs, NULL};
+    return a->nrows++;
 }
 
 /* ---- evaluation of forward bodies --------------------------------------- */
@@ -496,6 +506,7 @@ static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwn
     }
     iv out = none_iv;
     if (mod->kind == TP_MOD_LIST) {
+        /* a list has no hooks of its own: its modules' rows say it all */
         /* a ModuleList applied to x runs its modules in order */
         if (nargs != 1 || nkw) {
             I->depth--;
@@ -506,9 +517,8 @@ static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwn
         for (int i = 0; i < mod->nkids && !I->stop; i++)
             out = call_module(I, mod->kids[i], &out, 1, NULL, NULL, 0, site);
     } else {
-        I->fqn = mod->fqn;
+        int row = record_boundary(I, mod, describe_ivs(args, nargs, kwnames, kwargs, nkw));
         hook_inputs(I, mod, args, nargs, kwnames, kwargs, nkw, site->span);
-        char *in_desc = describe_ivs(args, nargs, kwnames, kwargs, nkw);
         if (tp_module_is_leaf(mod)) {
             out = leaf_forward(I, mod, args, nargs, site->span);
         } else {
@@ -531,11 +541,8 @@ static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwn
              * that is where a fix-it can change what it returns */
             if (out.kind == IV_TENSOR && !out.t->producer)
                 out.t->producer = mod;
-            char *out_desc = describe_ivs(&out, 1, NULL, NULL, 0);
-            record_boundary(I, mod, in_desc, out_desc);
-            free(out_desc);
+            I->a->rows[row].outputs = describe_ivs(&out, 1, NULL, NULL, 0);
         }
-        free(in_desc);
     }
     I->depth--;
     I->fqn = outer;

@@ -67,13 +67,17 @@ static tp_val *result_like(interp *I, const tp_val *x, int rank, const int64_t *
     r->dtensor = x->dtensor;
     r->poisoned = x->poisoned;
     r->shard_cause = x->shard_cause;
+    r->partial_cause = x->partial_cause;
     r->span = span;
     return r;
 }
 
+/* The plan entry behind a value's layout, else the model location. */
 static tp_span style_or(const tp_val *x, tp_span span)
 {
-    return x->shard_cause ? entry_span(x->shard_cause) : span;
+    if (x->shard_cause)
+        return entry_span(x->shard_cause);
+    return x->partial_cause ? entry_span(x->partial_cause) : span;
 }
 
 /* A Partial value reaching a non-linear op: DTensor all-reduces it
@@ -84,11 +88,11 @@ static tp_val *resolve_partial(interp *I, tp_val *x, const char *op, tp_span spa
         return x;
     if (x->dtensor)
         return redistribute(I, x, tp_replicate(), NULL, span, true);
-    tp_diag *g = report(I, TP_ERROR, span, "partial-nonlinear", x, NULL,
-                        "%s is applied to a plain tensor holding partial sums: every rank transforms its summand, "
-                        "and the results no longer add up", op);
-    if (g && x->redist_cause)
-        tp_diag_note_at(g, entry_span(x->redist_cause), "the partial sums come from here");
+    tp_diag *g = report(I, TP_ERROR, x->partial_cause ? entry_span(x->partial_cause) : span, "partial-nonlinear", x,
+                        NULL, "%s is applied to a plain tensor holding partial sums: every rank transforms its "
+                        "summand, and the results no longer add up", op);
+    if (g && span.file >= 0)
+        tp_diag_note_at(g, span, "%s is applied here", op);
     if (g)
         tp_diag_help(g, "reduce first: output_layouts=Replicate() (all-reduce) or Shard(d) (reduce-scatter)");
     x = val_copy(I, x);
@@ -460,7 +464,7 @@ static tp_val *linear_forward(interp *I, tp_module *mod, tp_val *x, tp_span span
         x = expect_input(I, x, tp_shard(last), span);
         tp_val *r = result_like(I, x, x->rank, shape, names, span);
         r->pl = tp_partial();          /* bias: R -> P is a local divide, no communication */
-        r->redist_cause = s;
+        r->partial_cause = s;
         return r;
     }
     if (plain_module_gets_dtensor(I, mod, x, span)) {
@@ -480,8 +484,8 @@ static tp_val *linear_forward(interp *I, tp_module *mod, tp_val *x, tp_span span
             tp_diag_help(g, "shard '%s' with RowwiseParallel() to match its sharded input", mod->fqn);
         r->poisoned = true;
     } else if (tp_placement_is_partial(x->pl) && tp_module_param(mod, "bias")) {
-        tp_diag *g = report(I, TP_ERROR, style_or(x, span), "partial-nonlinear", x, NULL,
-                            "'%s' adds its bias to a plain tensor of partial sums: the bias is counted %lld times",
+        tp_diag *g = report(I, TP_ERROR, x->partial_cause ? entry_span(x->partial_cause) : span,
+                            "partial-nonlinear", x, NULL, "'%s' adds its bias to a plain tensor of partial sums: the bias is counted %lld times",
                             mod->fqn, (long long)I->tp);
         if (g)
             tp_diag_help(g, "reduce the input first (output_layouts=Replicate() upstream)");
@@ -513,7 +517,7 @@ static tp_val *embedding_forward(interp *I, tp_module *mod, tp_val *ids, tp_span
         r->pl = s->kind == TP_STYLE_COLWISE ? tp_shard(ids->rank) : tp_mask_partial();
         r->is_index = false;
         r->shard_cause = s;
-        r->redist_cause = s;
+        r->partial_cause = s;
         return r;
     }
     bool mixed = plain_module_gets_dtensor(I, mod, ids, span);
@@ -543,9 +547,9 @@ static tp_val *norm_forward(interp *I, tp_module *mod, tp_val *x, tp_span span)
             tp_diag_note_at(g, span, "'%s' is called here", mod->fqn);
         if (g)
             tp_diag_help(g, "gather the features first, or shard the sequence instead (SequenceParallel)");
+        x->poisoned = true;
     }
-    tp_val *r = result_like(I, x, x->rank, x->shape, x->dimname, span);
-    return r;
+    return result_like(I, x, x->rank, x->shape, x->dimname, span);
 }
 
 iv leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span span)

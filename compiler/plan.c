@@ -450,10 +450,36 @@ static void suggest_module(tp_plan *p, tp_model *m, tp_style *s, tp_diag *g)
     (void)p;
 }
 
+static int wildcards(const char *pattern)
+{
+    int n = 0;
+    for (; *pattern; pattern++)
+        n += *pattern == '*' || *pattern == '?' || *pattern == '[';
+    return n;
+}
+
+/* Two entries for one module: PyTorch would distribute it twice. Report
+ * once per pair of entries; the more specific entry (fewer wildcards; the
+ * later one on a tie) is kept so the rest of the check stays meaningful. */
+static void report_duplicate(tp_diags *d, tp_style *s, tp_module *mod, int *reported)
+{
+    tp_style *old = mod->style;
+    if (!(*reported)++) {
+        tp_diag *g = tp_diag_add(d, TP_ERROR, s->entry->kids[0]->span, "duplicate-entry",
+                                 "module '%s' is already parallelized by another entry", mod->fqn);
+        tp_diag_note_at(g, old->entry->kids[0]->span, "first matched here by '%s'", old->pattern);
+        tp_diag_help(g, "keep one entry per module; PyTorch would apply both and distribute its parameters twice");
+    }
+    if (wildcards(s->pattern) <= wildcards(old->pattern))
+        mod->style = s;
+}
+
 static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
 {
     for (int si = 0; si < p->nstyles; si++) {
         tp_style *s = p->styles[si];
+        int duplicates = 0;
+        bool unsupported = false;
         for (int i = 0; i < m->count; i++) {
             tp_module *mod = m->all[i];
             if (!tp_pattern_match(s->pattern, mod->fqn))
@@ -461,28 +487,26 @@ static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
             s->nmatched++;
             if (!s->first_match)
                 s->first_match = mod;
-            if (mod->style) {
-                tp_diag *g = tp_diag_add(d, TP_ERROR, s->entry->kids[0]->span, "duplicate-entry",
-                                         "module '%s' is already parallelized by another entry", mod->fqn);
-                tp_diag_note_at(g, mod->style->entry->kids[0]->span, "first matched here by '%s'",
-                                mod->style->pattern);
-                tp_diag_help(g, "keep one entry per module; PyTorch would apply both and distribute its parameters twice");
-                break;
-            }
             if (!supports(s, mod)) {
-                tp_diag *g = tp_diag_add(d, TP_ERROR, s->call->span, "unsupported-module",
-                                         "%s does not support '%s', a %s", s->name, mod->fqn, mod->type);
-                if (s->kind == TP_STYLE_SEQUENCE)
-                    tp_diag_help(g, "SequenceParallel is for norms (LayerNorm, RMSNorm); shard a Linear with ColwiseParallel or RowwiseParallel");
-                else if (mod->kind == TP_MOD_RMSNORM || mod->kind == TP_MOD_LAYERNORM)
-                    tp_diag_help(g, "use SequenceParallel() for a norm, or leave it replicated");
-                else
-                    tp_diag_help(g, "%s only supports Linear and Embedding; put PrepareModuleInput/PrepareModuleOutput on a container module", s->name);
-                if (mod->decl)
-                    tp_diag_note_at(g, mod->decl->span, "'%s' is declared here", mod->fqn);
-                break;
+                if (!unsupported) {
+                    tp_diag *g = tp_diag_add(d, TP_ERROR, s->call->span, "unsupported-module",
+                                             "%s does not support '%s', a %s", s->name, mod->fqn, mod->type);
+                    if (s->kind == TP_STYLE_SEQUENCE)
+                        tp_diag_help(g, "SequenceParallel is for norms (LayerNorm, RMSNorm); shard a Linear with ColwiseParallel or RowwiseParallel");
+                    else if (mod->kind == TP_MOD_RMSNORM || mod->kind == TP_MOD_LAYERNORM)
+                        tp_diag_help(g, "use SequenceParallel() for a norm, or leave it replicated");
+                    else
+                        tp_diag_help(g, "%s only supports Linear and Embedding; put PrepareModuleInput/PrepareModuleOutput on a container module", s->name);
+                    if (mod->decl)
+                        tp_diag_note_at(g, mod->decl->span, "'%s' is declared here", mod->fqn);
+                }
+                unsupported = true;
+                continue;
             }
-            mod->style = s;
+            if (mod->style)
+                report_duplicate(d, s, mod, &duplicates);
+            else
+                mod->style = s;
         }
         if (s->nmatched == 0) {
             tp_diag *g = tp_diag_add(d, TP_ERROR, s->entry->kids[0]->span, "unmatched-entry",
@@ -492,45 +516,61 @@ static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
     }
 }
 
-/* Linear and Embedding parameters that no entry shards: replicated on every
- * rank, usually an oversight. One warning per module name pattern. */
+/* layers.7.mlp -> layers.*.mlp: one name for a module of every layer. */
+static char *generic_name(const char *fqn)
+{
+    char *pat = tp_xstrdup(fqn);
+    for (char *q = pat; *q; q++)
+        if ((q == pat || q[-1] == '.') && *q >= '0' && *q <= '9') {
+            char *e = q;
+            while (*e >= '0' && *e <= '9') e++;
+            if (*e == '.' || !*e) { *q = '*'; memmove(q + 1, e, strlen(e) + 1); }
+        }
+    return pat;
+}
+
+/* Linear and Embedding parameters that no entry shards are replicated on
+ * every rank, usually an oversight: one warning listing them all. */
 static void warn_uncovered(tp_plan *p, tp_model *m, tp_diags *d)
 {
     if (tp_plan_tp_size(p) <= 1 || !p->nstyles)
         return;
+    tp_buf names;
+    tp_buf_init(&names);
+    tp_module *first = NULL;
     char **seen = NULL;
     int nseen = 0;
     for (int i = 0; i < m->count; i++) {
         tp_module *mod = m->all[i];
         if ((mod->kind != TP_MOD_LINEAR && mod->kind != TP_MOD_EMBEDDING) || mod->style)
             continue;
-        /* a tied parameter is covered by the entry of its twin */
         tp_param *w = tp_module_param(mod, "weight");
         if (w && w->tied_to && w->tied_to->owner->style)
-            continue;
-        char *pat = tp_xstrdup(mod->fqn);
-        for (char *q = pat; *q; q++)        /* layers.7.mlp -> layers.*.mlp */
-            if ((q == pat || q[-1] == '.') && *q >= '0' && *q <= '9') {
-                char *e = q;
-                while (*e >= '0' && *e <= '9') e++;
-                if (*e == '.' || !*e) { *q = '*'; memmove(q + 1, e, strlen(e) + 1); }
-            }
+            continue;              /* covered by the entry of its tied twin */
+        char *pat = generic_name(mod->fqn);
         bool dup = false;
         for (int k = 0; k < nseen && !dup; k++)
             dup = !strcmp(seen[k], pat);
         if (dup) { free(pat); continue; }
         seen = tp_xrealloc(seen, (size_t)(nseen + 1) * sizeof *seen);
         seen[nseen++] = pat;
+        tp_buf_appendf(&names, "%s'%s'", nseen > 1 ? ", " : "", pat);
+        if (!first)
+            first = mod;
+    }
+    if (nseen) {
         tp_diag *g = tp_diag_add(d, TP_WARNING, p->styles[0]->item->span, "uncovered-parameter",
-                                 "the parameters of '%s' (%s) are replicated on every rank: no plan entry shards them",
-                                 pat, mod->type);
-        if (mod->decl)
-            tp_diag_note_at(g, mod->decl->span, "declared here");
-        tp_diag_help(g, "add \"%s\": ColwiseParallel() or RowwiseParallel(...), or PrepareModuleOutput(...) to keep it replicated on purpose", pat);
+                                 "no entry shards %s: %s replicated on every rank", names.data,
+                                 nseen == 1 ? "its parameters are" : "their parameters are");
+        if (first->decl)
+            tp_diag_note_at(g, first->decl->span, "'%s' is declared here", first->fqn);
+        tp_diag_help(g, "shard them with ColwiseParallel()/RowwiseParallel(), or give them a "
+                        "PrepareModuleOutput(...) entry to keep them replicated on purpose");
     }
     for (int k = 0; k < nseen; k++)
         free(seen[k]);
     free(seen);
+    tp_buf_free(&names);
 }
 
 bool tp_plan_build(tp_plan *p, const tp_node *file, int file_id, tp_model *m, tp_config *c)
