@@ -105,6 +105,7 @@ void check_params(interp *I);
 void fix_set_kwarg(tp_diag *g, const tp_node *call, const char *kw, const char *text);
 void fix_add_root_entry(tp_diag *g, const tp_plan *p, const char *fqn, const char *style_text);
 void fix_rename_style(tp_diag *g, const tp_style *s, const char *new_name);
+void fix_append_item(tp_diag *g, const tp_plan *p, const char *text);   /* a new top-level line */
 
 /* records */
 int record_comm(interp *I, tp_comm c);

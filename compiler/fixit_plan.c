@@ -35,7 +35,6 @@ void fix_set_kwarg(tp_diag *g, const tp_node *call, const char *kw, const char *
         at = at_offset(at, call->span.offset + call->span.length - 1);
         ins = tp_xasprintf("%s=%s", kw, text);
     }
-    at.col = at.col;    /* column recomputed by the renderer from the offset */
     tp_diag_fixit(g, at, ins);
     free(ins);
 }
@@ -58,12 +57,20 @@ void fix_add_root_entry(tp_diag *g, const tp_plan *p, const char *fqn, const cha
         free(ins);
         return;
     }
+    char *item = tp_xasprintf("parallelize \"\" {\n    \"%s\": %s,\n}", fqn, style_text);
+    fix_append_item(g, p, item);
+    free(item);
+}
+
+/* Insert after the last item of the plan (its comments stay where they are). */
+void fix_append_item(tp_diag *g, const tp_plan *p, const char *text)
+{
     const tp_node *last = p->file->nkids ? p->file->kids[p->file->nkids - 1] : NULL;
     tp_span at = last ? last->span : (tp_span){p->file_id, 1, 1, 0, 0};
     at.offset += at.length;
     at.col += at.length;
     at.length = 0;
-    char *ins = tp_xasprintf("\n\nparallelize \"\" {\n    \"%s\": %s,\n}", fqn, style_text);
+    char *ins = tp_xasprintf("\n\n%s", text);
     tp_diag_fixit(g, at, ins);
     free(ins);
 }

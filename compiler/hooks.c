@@ -6,6 +6,7 @@
  * placement, so a label that lies is reported (the relabel check). */
 #include <stdlib.h>
 #include <string.h>
+#include "astutil.h"
 #include "check_impl.h"
 #include "xalloc.h"
 
@@ -165,6 +166,38 @@ static void prepare_sequence(interp *I, tp_module *mod, iv *args, int nargs, tp_
     free(what);
 }
 
+/* input_layouts=(A,), desired_input_layouts=(B,) for a module called by
+ * keyword becomes input_kwarg_layouts={"name": A}, desired_...={"name": B},
+ * the i-th positional layout going to the i-th keyword of the call. */
+static void rewrite_as_kwargs(tp_diag *g, const tp_style *s, const char *arg, const char *kwarg,
+                              const tp_io_layout *layouts, int n, char **kwnames)
+{
+    const tp_node *a = tp_call_kw_arg(s->call, arg);
+    if (!a)
+        return;
+    tp_buf b;
+    tp_buf_init(&b);
+    tp_buf_appendf(&b, "%s={", kwarg);
+    for (int i = 0, k = 0; i < n; i++) {
+        char pl[24];
+        if (layouts[i].none)
+            continue;
+        tp_buf_appendf(&b, "%s\"%s\": %s", k++ ? ", " : "", kwnames[i],
+                       tp_placement_str(layouts[i].pl, pl, sizeof pl));
+    }
+    tp_buf_append(&b, "}");
+    tp_diag_fixit(g, a->span, b.data);
+    tp_buf_free(&b);
+}
+
+static void fix_positional_to_keyword(tp_diag *g, const tp_style *s, char **kwnames)
+{
+    tp_diag_help(g, "the module takes '%s' by keyword: use input_kwarg_layouts={\"%s\": ...} and "
+                    "desired_input_kwarg_layouts={\"%s\": ...}", kwnames[0], kwnames[0], kwnames[0]);
+    rewrite_as_kwargs(g, s, "input_layouts", "input_kwarg_layouts", s->in.layout, s->in.n, kwnames);
+    rewrite_as_kwargs(g, s, "desired_input_layouts", "desired_input_kwarg_layouts", s->in.desired, s->in.n, kwnames);
+}
+
 /* After an error in a module's input hook, what the module computes is
  * nonsense: mark its inputs so that nothing downstream reports again. */
 static void poison_all(interp *I, iv *args, int nargs, iv *kwargs, int nkw)
@@ -192,9 +225,8 @@ static void prepare_module_input(interp *I, tp_module *mod, iv *args, int nargs,
         if (g && site.file >= 0)
             tp_diag_note_at(g, site, "called here");
         poison_all(I, args, nargs, kwargs, nkw);
-        if (g && nkw && nargs == 0)
-            tp_diag_help(g, "'%s' takes '%s' by keyword: use input_kwarg_layouts={\"%s\": ...} and "
-                            "desired_input_kwarg_layouts={\"%s\": ...}", mod->fqn, kwnames[0], kwnames[0], kwnames[0]);
+        if (g && nkw && nargs == 0 && in->n <= nkw)
+            fix_positional_to_keyword(g, s, kwnames);
         else if (g)
             tp_diag_help(g, "give one layout per positional input, with None for the ones to leave alone");
     } else {

@@ -7,6 +7,7 @@
  * changes (head split and merge) are small functions. */
 #include <stdlib.h>
 #include <string.h>
+#include "astutil.h"
 #include "check_impl.h"
 #include "xalloc.h"
 
@@ -257,6 +258,8 @@ static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span 
             tp_diag_note_at(g, span, "the loss is computed here");
         if (g)
             tp_diag_help(g, "add loss_parallel() to the plan, or return plain logits (use_local_output=True)");
+        if (g && shard_dim(logits) == last)
+            fix_append_item(g, p, "loss_parallel()");
         return out;
     }
     check_whole(I, find_rule("cross_entropy"), logits, span);
@@ -357,6 +360,12 @@ iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
         if (g)
             tp_diag_help(g, "make both operands the same kind: use_local_output=True on the DTensor's producer, "
                             "or use_local_output=False on the other");
+        /* an explicit use_local_output=False on the DTensor's producer is the
+         * edit that makes both plain */
+        const tp_style *ps = dt->producer ? dt->producer->style : NULL;
+        if (g && ps && tp_call_kw(ps->call, "use_local_output") &&
+            tp_call_kw(ps->call, "use_local_output")->kind == N_FALSE)
+            fix_set_kwarg(g, ps->call, "use_local_output", "True");
         out->poisoned = true;
         return tensor_iv(out);
     }

@@ -441,8 +441,12 @@ static void suggest_module(tp_plan *p, tp_model *m, tp_style *s, tp_diag *g)
         n++;
     }
     const char *best = tp_suggest(key, names, n);
-    if (best)
+    if (best) {
         tp_diag_help(g, "did you mean '%s'?", best);
+        char *quoted = tp_xasprintf("\"%s\"", best);
+        tp_diag_fixit(g, s->entry->kids[0]->span, quoted);
+        free(quoted);
+    }
     for (int i = 0; i < n; i++)
         free(owned[i]);
     free(owned);

@@ -3,6 +3,7 @@
 // inside it; every fix-it, applied, leaves a plan without those errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -63,8 +64,9 @@ TEST_P(ShippedPlan, ChecksCleanAtEveryDividingTp)
             // an indivisible size must be reported, and nothing else may be
             EXPECT_GT(u.diags.errors, 0) << "tp=" << tp;
             for (int i = 0; i < u.diags.count; i++) {
-                if (u.diags.items[i].level == TP_ERROR)
+                if (u.diags.items[i].level == TP_ERROR) {
                     EXPECT_STREQ(u.diags.items[i].check, "divisibility") << rendered(&u);
+                }
             }
         }
         tp_unit_free(&u);
@@ -113,8 +115,8 @@ TEST_P(BadPlan, ReportsExactlyTheExpectedDiagnostics)
     tp_unit_free(&u);
 }
 
-// Apply every fix-it; the errors that had one must be gone, and no other
-// error may appear.
+// Apply every fix-it; the errors that had one must be gone and no new error
+// may appear (errors without a fix-it may go too: they can be consequences).
 TEST_P(BadPlan, FixItsLeaveOnlyUnfixableErrors)
 {
     std::string copy = scratch_copy(GetParam());
@@ -146,7 +148,8 @@ TEST_P(BadPlan, FixItsLeaveOnlyUnfixableErrors)
             after.insert(v.diags.items[i].check);
     std::ifstream in(copy);
     std::string fixed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    EXPECT_EQ(after, unfixable) << "fixed plan:\n" << fixed << "\ndiagnostics:\n" << rendered(&v);
+    EXPECT_TRUE(std::includes(unfixable.begin(), unfixable.end(), after.begin(), after.end()))
+        << "fixed plan:\n" << fixed << "\ndiagnostics:\n" << rendered(&v);
     tp_unit_free(&v);
     fs::remove_all(fs::path(copy).parent_path().parent_path().parent_path());
 }
