@@ -56,11 +56,13 @@ typedef struct interp {
     int next_id;
     tp_val **vals; int nvals, capvals;
     seen_diag *seen; int nseen, capseen;
-    const char *fqn;              /* module being executed (for dedupe notes) */
+    tp_module *cur;               /* module being executed, or NULL */
     char **strings; int nstrings;  /* interned dimension names */
     int depth;
     bool stop;                    /* stop the walk: continuing would be nonsense */
 } interp;
+
+static inline const char *cur_fqn(const interp *I) { return I->cur ? I->cur->fqn : ""; }
 
 /* values */
 const char *intern(interp *I, const char *s);   /* lives until the walk ends */

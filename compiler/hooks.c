@@ -69,7 +69,7 @@ static void report_relabel(interp *I, const tp_val *x, tp_io_layout label, const
         tp_diag_note_at(g, x->span, "the tensor is produced here%s%s%s", x->producer ? " by '" : "",
                         x->producer ? x->producer->fqn : "", x->producer ? "'" : "");
     if (site.file >= 0)
-        tp_diag_note_at(g, site, "and labelled here, when '%s' is called", I->fqn);
+        tp_diag_note_at(g, site, "and labelled here, when '%s' is called", cur_fqn(I));
     if (label.node && !tp_placement_is_partial(T)) {
         tp_diag_help(g, "declare what the tensor really is: %s", truth);
         tp_diag_fixit(g, label.node->span, truth);

@@ -88,9 +88,9 @@ tp_diag *report(interp *I, tp_diag_level lvl, tp_span span, const char *check,
         seen_diag *s = &I->seen[i];
         if (!strcmp(s->check, check) && s->file == span.file && s->offset == span.offset) {
             if (!s->repeats++)
-                s->first_fqn = tp_xstrdup(I->fqn ? I->fqn : "");
+                s->first_fqn = tp_xstrdup(cur_fqn(I));
             free(s->last_fqn);
-            s->last_fqn = tp_xstrdup(I->fqn ? I->fqn : "");
+            s->last_fqn = tp_xstrdup(cur_fqn(I));
             return NULL;
         }
     }
@@ -212,7 +212,7 @@ static void smell_gather_then_slice(interp *I, const tp_val *v, int dim, const t
     tp_diag *g = report(I, TP_WARNING, cause ? entry_span(cause) : span, "gather-then-slice", v, NULL,
                         "'%s' slices dimension %d again after '%s' all-gathered it: the ops in between act on "
                         "each slice independently, so the gather and the replicated compute are wasted",
-                        I->fqn, dim, g0->module ? g0->module->fqn : "an earlier op");
+                        cur_fqn(I), dim, g0->module ? g0->module->fqn : "an earlier op");
     if (g && g0->cause && g0->cause != cause)
         tp_diag_note_at(g, entry_span(g0->cause), "gathered here");
     if (g)
@@ -244,8 +244,7 @@ tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *caus
     if (k == TP_REDIST_LOCAL_SLICE && !undone)
         smell_gather_then_slice(I, v, to.dim, cause, span);
     tp_comm c = {k, dim, elems(v), cause, NULL, span, v->id, from, to, v->rank, implicit};
-    for (const char *f = I->fqn; f; f = NULL)
-        c.module = tp_model_find(I->m, f);
+    c.module = I->cur;
     int idx = record_comm(I, c);
     if (tp_redist_communicates(k))
         smell_repeated_gather(I, v, &I->a->comms[idx], idx);
@@ -498,10 +497,10 @@ static char *describe_ivs(iv *v, int n, char **kwnames, iv *kw, int nkw)
 static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwnames, iv *kwargs, int nkw,
                       const tp_node *site)
 {
-    const char *outer = I->fqn;
-    I->fqn = mod->fqn;
+    tp_module *outer = I->cur;
+    I->cur = mod;
     if (++I->depth > 200) {
-        I->fqn = outer;
+        I->cur = outer;
         return fail(I, site, "module calls nest more than 200 deep (recursive forward?)");
     }
     iv out = none_iv;
@@ -510,7 +509,7 @@ static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwn
         /* a ModuleList applied to x runs its modules in order */
         if (nargs != 1 || nkw) {
             I->depth--;
-            I->fqn = outer;
+            I->cur = outer;
             return fail(I, site, "a repeat() list is applied to exactly one argument");
         }
         out = args[0];
@@ -534,7 +533,7 @@ static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwn
             }
             frame_free(&f);
         }
-        I->fqn = mod->fqn;
+        I->cur = mod;
         if (!I->stop) {
             out = hook_output(I, mod, out, site->span);
             /* the innermost module that returned the value is its producer:
@@ -545,7 +544,7 @@ static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwn
         }
     }
     I->depth--;
-    I->fqn = outer;
+    I->cur = outer;
     return out;
 }
 

@@ -347,13 +347,13 @@ iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
     char pa[24], pb[24];
     if (a->dtensor != b->dtensor) {
         tp_val *plain = a->dtensor ? b : a, *dt = a->dtensor ? a : b;
-        tp_diag *g = report(I, TP_ERROR, span, "mixed-tensor", a, b,
-                            "%s of a DTensor (%s) and a plain tensor (%s): PyTorch raises "
-                            "'got mixed torch.Tensor and DTensor'", opname,
-                            pl_str(dt->pl, dt->rank, pa), pl_str(plain->pl, plain->rank, pb));
-        if (g && dt->producer)
-            tp_diag_note_at(g, dt->producer->style ? entry_span(dt->producer->style) : dt->span,
-                            "the DTensor comes from '%s'", dt->producer->fqn);
+        const tp_style *ps = dt->producer ? dt->producer->style : NULL;
+        tp_diag *g = report(I, TP_ERROR, ps ? entry_span(ps) : span, "mixed-tensor", a, b,
+                            "%s of a DTensor (%s, from '%s') and a plain tensor (%s): PyTorch raises "
+                            "'got mixed torch.Tensor and DTensor'", opname, pl_str(dt->pl, dt->rank, pa),
+                            dt->producer ? dt->producer->fqn : "an op", pl_str(plain->pl, plain->rank, pb));
+        if (g && span.file >= 0)
+            tp_diag_note_at(g, span, "the %s is here", opname);
         if (g && plain->producer)
             tp_diag_note_at(g, plain->producer->style ? entry_span(plain->producer->style) : plain->span,
                             "the plain tensor comes from '%s'", plain->producer->fqn);
@@ -362,7 +362,6 @@ iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
                             "or use_local_output=False on the other");
         /* an explicit use_local_output=False on the DTensor's producer is the
          * edit that makes both plain */
-        const tp_style *ps = dt->producer ? dt->producer->style : NULL;
         if (g && ps && tp_call_kw(ps->call, "use_local_output") &&
             tp_call_kw(ps->call, "use_local_output")->kind == N_FALSE)
             fix_set_kwarg(g, ps->call, "use_local_output", "True");

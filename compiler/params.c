@@ -104,7 +104,7 @@ void check_params(interp *I)
 {
     for (int i = 0; i < I->m->count; i++) {
         tp_module *mod = I->m->all[i];
-        I->fqn = mod->fqn;
+        I->cur = mod;
         for (int k = 0; k < mod->nparams; k++) {
             tp_param *prm = &mod->params[k];
             if (prm->tied_to)
@@ -113,5 +113,5 @@ void check_params(interp *I)
                 check_param_divisible(I, prm);
         }
     }
-    I->fqn = NULL;
+    I->cur = NULL;
 }
