@@ -24,15 +24,11 @@ void fix_set_kwarg(tp_diag *g, const tp_node *call, const char *kw, const char *
     tp_span at;
     if (call->nkids > 1) {
         const tp_node *last = call->kids[call->nkids - 1];
-        at = last->span;
-        at.col += last->span.length;
-        at = at_offset(at, last->span.offset + last->span.length);
+        at = at_offset(last->span, last->span.offset + last->span.length);
         ins = tp_xasprintf(", %s=%s", kw, text);
     } else {
         /* the call's span ends with its ')' */
-        at = call->span;
-        at.col += call->span.length - 1;
-        at = at_offset(at, call->span.offset + call->span.length - 1);
+        at = at_offset(call->span, call->span.offset + call->span.length - 1);
         ins = tp_xasprintf("%s=%s", kw, text);
     }
     tp_diag_fixit(g, at, ins);

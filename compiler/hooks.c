@@ -65,9 +65,10 @@ static void report_relabel(interp *I, const tp_val *x, tp_io_layout label, const
     }
     if (!g)
         return;
-    if (x->span.file >= 0)
-        tp_diag_note_at(g, x->span, "the tensor is produced here%s%s%s", x->producer ? " by '" : "",
-                        x->producer ? x->producer->fqn : "", x->producer ? "'" : "");
+    if (x->span.file >= 0 && x->producer)
+        tp_diag_note_at(g, x->span, "the tensor is produced here by '%s'", x->producer->fqn);
+    else if (x->span.file >= 0)
+        tp_diag_note_at(g, x->span, "%s here", x->is_index ? "the token ids enter the model" : "the tensor is produced");
     if (site.file >= 0)
         tp_diag_note_at(g, site, "and labelled here, when '%s' is called", cur_fqn(I));
     if (label.node && !tp_placement_is_partial(T)) {
@@ -75,7 +76,9 @@ static void report_relabel(interp *I, const tp_val *x, tp_io_layout label, const
         tp_diag_fixit(g, label.node->span, truth);
     } else if (!label.node && (s->kind == TP_STYLE_COLWISE || s->kind == TP_STYLE_ROWWISE) &&
                !tp_placement_is_partial(T)) {
-        tp_diag_help(g, "%s defaults to input_layouts=%s; pass input_layouts=%s", s->name, lab, truth);
+        char dflt[24];
+        tp_diag_help(g, "%s defaults to input_layouts=%s; pass input_layouts=%s", s->name,
+                     tp_placement_str(label.pl, dflt, sizeof dflt), truth);
         fix_set_kwarg(g, s->call, "input_layouts", truth);
     } else {
         fix_upstream(I, g, x, L);

@@ -563,7 +563,12 @@ static void warn_uncovered(tp_plan *p, tp_model *m, tp_diags *d)
             first = mod;
     }
     if (nseen) {
-        tp_diag *g = tp_diag_add(d, TP_WARNING, p->styles[0]->item->span, "uncovered-parameter",
+        /* point at `parallelize "path"`, not the whole multi-line item */
+        tp_span at = p->styles[0]->item->span;
+        int head = p->styles[0]->dict->span.offset - at.offset;
+        if (head > 1 && head < at.length)
+            at.length = head - 1;
+        tp_diag *g = tp_diag_add(d, TP_WARNING, at, "uncovered-parameter",
                                  "no entry shards %s: %s replicated on every rank", names.data,
                                  nseen == 1 ? "its parameters are" : "their parameters are");
         if (first->decl)
