@@ -243,7 +243,12 @@ static bool eval_binop(tp_config *c, const tp_node *e, int64_t *out)
             return err_at(c, e, "division by zero");
         if (a == INT64_MIN && b == -1)
             return err_at(c, e, "integer overflow");
-        if (e->op == '%') { *out = a % b; return true; }
+        if (e->op == '%') {          /* Python: the remainder takes the divisor's sign */
+            *out = a % b;
+            if (*out && ((*out < 0) != (b < 0)))
+                *out += b;
+            return true;
+        }
         if (e->op == '/' && a % b) {
             tp_diag_add(c->diags, TP_ERROR, e->span, "config",
                         "%lld / %lld is not an integer; write // to round down",

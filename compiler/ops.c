@@ -332,6 +332,41 @@ static tp_placement broadcast_pl(const tp_val *from, const tp_val *to)
 
 static int nshards(const tp_val *v) { return v->pl.kind == TP_SHARD; }
 
+/* Placement p of a `big`-rank result, seen from an operand of rank r. */
+static tp_placement for_operand(tp_placement p, int r, const tp_val *big)
+{
+    if (p.kind == TP_SHARD)
+        p.dim -= big->rank - r;
+    return p;
+}
+
+/* DTensor's pointwise propagation for + and * (torch/distributed/tensor/
+ * _ops/_pointwise_ops.py): a sum of partials stays partial; a partial plus
+ * a replicated value keeps the partial (the replicated side is divided
+ * locally); a partial times a replicated value is partial; otherwise the
+ * operand with the most shards leads (the first on a tie) and the other is
+ * redistributed to match, a Partial going to the leader's Shard by a
+ * reduce-scatter. Returns the result's placement. */
+static tp_placement dtensor_pointwise(interp *I, int op, tp_val *a, tp_val *b, const tp_val *big, tp_span span)
+{
+    tp_placement A = broadcast_pl(a, big), B = broadcast_pl(b, big), target;
+    bool pa = tp_placement_is_partial(A), pb = tp_placement_is_partial(B);
+    if (pa && pb) {
+        if (op == '*')          /* (sum a_i)(sum b_i): one side must be reduced */
+            redistribute(I, b, tp_replicate(), NULL, span, true);
+        return tp_partial();
+    }
+    if ((pa && B.kind == TP_REPLICATE) || (pb && A.kind == TP_REPLICATE)) {
+        if (op == '+')
+            redistribute(I, pa ? b : a, tp_partial(), NULL, span, true);   /* local divide */
+        return tp_partial();
+    }
+    target = nshards(b) > nshards(a) ? B : A;
+    redistribute(I, a, for_operand(target, a->rank, big), NULL, span, true);
+    redistribute(I, b, for_operand(target, b->rank, big), NULL, span, true);
+    return target;
+}
+
 iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
 {
     tp_span span = e->span;
@@ -370,18 +405,7 @@ iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
     }
     tp_placement A = broadcast_pl(a, big), B = broadcast_pl(b, big);
     if (a->dtensor) {
-        /* DTensor pointwise rule: follow the operand with the most shards
-         * (the first on a tie); move the other to it */
-        tp_val *lead = nshards(b) > nshards(a) ? b : a;
-        tp_placement target = broadcast_pl(lead, big);
-        if (tp_placement_is_partial(target) && (op != '+' || !tp_placement_is_partial(lead == a ? B : A)))
-            target = tp_replicate();
-        tp_val *ra = redistribute(I, a, target.kind == TP_SHARD && a->rank < big->rank ?
-                                  tp_shard(target.dim - (big->rank - a->rank)) : target, NULL, span, true);
-        tp_val *rb = redistribute(I, b, target.kind == TP_SHARD && b->rank < big->rank ?
-                                  tp_shard(target.dim - (big->rank - b->rank)) : target, NULL, span, true);
-        (void)ra; (void)rb;
-        out->pl = target;
+        out->pl = dtensor_pointwise(I, op, a, b, big, span);
         return tensor_iv(out);
     }
     /* Plain tensors: each rank combines its local pieces, so the truths

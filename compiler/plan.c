@@ -37,18 +37,21 @@ const char *tp_style_kind_name(tp_style_kind k) { return style_names[k]; }
 
 int64_t tp_plan_tp_size(const tp_plan *p) { return p->mesh_size[p->tp_dim]; }
 
+/* PyTorch splits the key on '.' and matches each part against the child
+ * names one level down; the root itself is only named by the empty key. */
 bool tp_pattern_match(const char *pattern, const char *fqn)
 {
+    if (!*fqn || !*pattern)
+        return !*fqn && !*pattern;
     for (;;) {
         const char *pd = strchr(pattern, '.'), *fd = strchr(fqn, '.');
         size_t pl = pd ? (size_t)(pd - pattern) : strlen(pattern);
         size_t fl = fd ? (size_t)(fd - fqn) : strlen(fqn);
-        char pc[256], fc[256];
-        if (pl >= sizeof pc || fl >= sizeof fc)
-            return false;
-        memcpy(pc, pattern, pl); pc[pl] = '\0';
-        memcpy(fc, fqn, fl); fc[fl] = '\0';
-        if (fnmatch(pc, fc, 0) != 0)
+        char *pc = tp_xstrndup(pattern, pl), *fc = tp_xstrndup(fqn, fl);
+        bool same = fnmatch(pc, fc, 0) == 0;
+        free(pc);
+        free(fc);
+        if (!same)
             return false;
         if (!pd || !fd)
             return !pd && !fd;
