@@ -1,54 +1,9 @@
 /* compile.c: the front-end pipeline (see compile.h). */
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include "compile.h"
 #include "parse.h"
 #include "xalloc.h"
-
-/* Drop "dir/.." pairs and "." components in place, lexically, so messages
- * say "models/llama.model" rather than "plans/../models/llama.model". */
-static void tidy_path(char *p)
-{
-    char *out = p, *in = p;
-    bool abs = *p == '/';
-    int kept = 0;                      /* components that a ".." may remove */
-    if (abs)
-        *out++ = *in++;
-    while (*in) {
-        char *end = strchr(in, '/');
-        size_t n = end ? (size_t)(end - in) : strlen(in);
-        if (n == 0 || (n == 1 && in[0] == '.')) {
-            /* skip */
-        } else if (n == 2 && in[0] == '.' && in[1] == '.' && kept > 0) {
-            out--;                                     /* the '/' after the last kept component */
-            while (out > p + abs && out[-1] != '/')
-                out--;
-            kept--;
-        } else {
-            memmove(out, in, n);
-            out += n;
-            *out++ = '/';
-            kept += !(n == 2 && in[0] == '.' && in[1] == '.');
-        }
-        in += n + (end != NULL);
-    }
-    if (out > p + abs)
-        out--;                                         /* trailing '/' */
-    *out = '\0';
-    if (!*p)
-        strcpy(p, ".");
-}
-
-/* The model path of a plan is relative to the plan's directory. */
-static char *relative_to(const char *base, const char *path)
-{
-    const char *slash = strrchr(base, '/');
-    char *r = path[0] == '/' || !slash ? tp_xstrdup(path)
-                                       : tp_xasprintf("%.*s/%s", (int)(slash - base), base, path);
-    tidy_path(r);
-    return r;
-}
 
 static const tp_node *find_item(const tp_node *file, tp_node_kind kind, int *count)
 {
@@ -101,7 +56,7 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     }
     if (nrefs > 1)
         tp_diag_add(&u->diags, TP_ERROR, ref->span, "plan", "a plan applies to one model; it names %d", nrefs);
-    char *model_path = relative_to(plan_path, ref->str);
+    char *model_path = tp_path_relative_to(plan_path, ref->str);
     u->model_file = load(u, model_path, ref->span);
     free(model_path);
     if (u->model_file < 0)

@@ -23,11 +23,16 @@ static const leaf_type leaf_types[] = {
     {"LayerNorm", TP_MOD_LAYERNORM, 1, norm_kw},
 };
 
+/* Far beyond any real model (Llama-405B has about 1,150): a bound that
+ * keeps repeat(repeat(...)) from exhausting memory. */
+#define TP_MAX_MODULES (1 << 20)
+
 typedef struct builder {
     tp_model *m;
     tp_config *c;
     tp_diags *d;
     int depth;
+    bool recursion_reported, too_many_reported;
 } builder;
 
 static tp_module *instantiate(builder *b, const tp_node *ctor, const char *name,
@@ -270,6 +275,22 @@ static tp_module *instantiate(builder *b, const tp_node *ctor, const char *name,
     if (!strcmp(type, "repeat"))
         return build_list(b, ctor, name, fqn, parent, decl);
     const tp_node *def = tp_model_def(b->m, type);
+    for (const tp_module *up = parent; def && up; up = up->parent)
+        if (up->def == def) {
+            /* Each recursive member would otherwise expand again, and a
+             * module with two of them doubles at every level: stop here. */
+            if (!b->recursion_reported)
+                tp_diag_add(b->d, TP_ERROR, ctor->span, "model",
+                            "module '%s' contains itself: '%s' is recursive", type, fqn);
+            b->recursion_reported = true;
+            return NULL;
+        }
+    if (b->m->count >= TP_MAX_MODULES) {
+        if (!b->too_many_reported)
+            tp_diag_add(b->d, TP_ERROR, ctor->span, "model", "the model has more than %d modules", TP_MAX_MODULES);
+        b->too_many_reported = true;
+        return NULL;
+    }
     if (!def) {
         tp_diag_add(b->d, TP_ERROR, ctor->kids[0]->span, "model",
                     "unknown module type '%s'; define it with `module %s { ... }` or use Linear, Embedding, RMSNorm, LayerNorm, repeat",
@@ -364,7 +385,7 @@ bool tp_model_build(tp_model *m, const tp_node *const *files, int nfiles, tp_con
         }
     if (!root_def)
         return false;
-    builder b = {m, c, c->diags, 0};
+    builder b = {m, c, c->diags, 0, false, false};
     m->root = build_user(&b, root_def, "", "", NULL, NULL);
     return true;
 }

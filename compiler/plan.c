@@ -233,7 +233,10 @@ static bool check_keywords(reader *r, const tp_node *call, tp_style_kind k)
         if (!known) {
             tp_diag *g = tp_diag_add(r->d, TP_ERROR, a->span, "plan", "%s has no argument '%s'",
                                      style_names[k], a->name);
-            const char *best = tp_suggest(a->name, (const char *const *)style_kw[k], 8);
+            int nkw = 0;
+            while (style_kw[k][nkw])
+                nkw++;
+            const char *best = tp_suggest(a->name, style_kw[k], nkw);
             if (best)
                 tp_diag_help(g, "did you mean '%s'?", best);
             ok = false;

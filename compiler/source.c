@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,4 +241,53 @@ tp_span tp_span_join(tp_span a, tp_span b)
     int end = end_a > end_b ? end_a : end_b;
     first.length = end - first.offset;
     return first;
+}
+
+/* Drop "dir/.." pairs and "." components, lexically, so messages say
+ * "models/llama.model" rather than "plans/../models/llama.model".
+ * Returns a new string. */
+char *tp_path_tidy(const char *path)
+{
+    size_t len = strlen(path);
+    char *out = tp_xmalloc(len + 2);
+    size_t o = 0;
+    int kept = 0;                      /* components a ".." may still remove */
+    if (path[0] == '/')
+        out[o++] = '/';
+    size_t root = o;
+    for (const char *in = path; *in;) {
+        const char *end = strchr(in, '/');
+        size_t n = end ? (size_t)(end - in) : strlen(in);
+        bool dotdot = n == 2 && in[0] == '.' && in[1] == '.';
+        if (n == 0 || (n == 1 && in[0] == '.') || (dotdot && root && !kept)) {
+            /* nothing to keep ("/.." is "/") */
+        } else if (dotdot && kept > 0) {
+            while (o > root && out[o - 1] != '/')
+                o--;                   /* drop the last component ... */
+            if (o > root)
+                o--;                   /* ... and the '/' before it */
+            kept--;
+        } else {
+            if (o > root)
+                out[o++] = '/';
+            memcpy(out + o, in, n);
+            o += n;
+            kept += !dotdot;
+        }
+        in += n + (end != NULL);
+    }
+    if (o == 0)
+        out[o++] = '.';
+    out[o] = '\0';
+    return out;
+}
+
+char *tp_path_relative_to(const char *base, const char *path)
+{
+    const char *slash = strrchr(base, '/');
+    char *joined = path[0] == '/' || !slash ? tp_xstrdup(path)
+                                            : tp_xasprintf("%.*s/%s", (int)(slash - base), base, path);
+    char *r = tp_path_tidy(joined);
+    free(joined);
+    return r;
 }

@@ -48,4 +48,12 @@ int tp_source_line(const tp_sources *s, int file, int line, const char **start, 
 /* A span covering a..b (both in the same file). */
 tp_span tp_span_join(tp_span a, tp_span b);
 
+/* Lexically drop "." components and "dir/.." pairs: "plans/../models/x"
+ * becomes "models/x". Returns a new string. */
+char *tp_path_tidy(const char *path);
+
+/* `path` as seen from the directory of the file `base` (a plan naming its
+ * model), tidied. Absolute paths stay as they are. Returns a new string. */
+char *tp_path_relative_to(const char *base, const char *path);
+
 #endif /* TPCC_SOURCE_H */
