@@ -180,3 +180,39 @@ TEST(SourceSpan, JoinWithNoSpan)
 }
 
 }  // namespace
+
+// tp_path_tidy / tp_path_relative_to: how a plan's model path is shown.
+TEST(SourcePath, TidyDropsDotsAndParentPairs)
+{
+    const char *cases[][2] = {
+        {"plans/../models/llama.model", "models/llama.model"},
+        {"a/b/../../x.model", "x.model"},
+        {"./a/./b", "a/b"},
+        {"../../m", "../../m"},           // nothing to cancel: kept
+        {"a/../../m", "../m"},
+        {"/abs/p/../m", "/abs/m"},
+        {"/..", "/"},
+        {"x/..", "."},
+        {"a//b/", "a/b"},
+        {".", "."},
+        {"", "."},
+    };
+    for (auto &c : cases) {
+        char *t = tp_path_tidy(c[0]);
+        EXPECT_STREQ(t, c[1]) << c[0];
+        free(t);
+    }
+}
+
+TEST(SourcePath, RelativeToThePlansDirectory)
+{
+    char *r = tp_path_relative_to("tests/bad/x.plan", "../../models/llama.model");
+    EXPECT_STREQ(r, "models/llama.model");
+    free(r);
+    r = tp_path_relative_to("x.plan", "models/a.model");
+    EXPECT_STREQ(r, "models/a.model");
+    free(r);
+    r = tp_path_relative_to("plans/x.plan", "/opt/m.model");
+    EXPECT_STREQ(r, "/opt/m.model");
+    free(r);
+}
