@@ -685,7 +685,8 @@ static int yyreport_syntax_error(const yypcontext_t *yyctx, yyscan_t scanner,
         return n;   /* LAC ran out of stack: bison reports it via yyerror */
     n = worth_listing(expected, n);
     const tp_open_bracket *open = ctx->depth ? &ctx->open[ctx->depth - 1] : NULL;
-    int closes = open && expects(expected, n, YYTRANSLATE((unsigned char)open->close));
+    int close_char = open ? (unsigned char)open->close : 0;
+    int closes = open && expects(expected, n, YYTRANSLATE(close_char));
 
     int expression = expects(expected, n, YYSYMBOL_INT);
     if (n > MAX_LISTED && !expression)
