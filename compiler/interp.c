@@ -15,6 +15,14 @@
 
 tp_val *val_new(interp *I, int rank, const int64_t *shape, const char *const *names)
 {
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        if (__builtin_mul_overflow(n, shape[i], &n) && !I->stop) {
+            /* sizes come from the configuration: a tensor this large is a typo */
+            tp_diag_add(I->d, TP_ERROR, TP_NO_SPAN, "config",
+                        "a tensor in '%s' would have more than 2^63 elements; check the sizes", cur_fqn(I));
+            I->stop = true;
+        }
     tp_val *v = tp_xcalloc(1, sizeof *v);
     v->id = I->next_id++;
     v->rank = rank;
@@ -226,6 +234,12 @@ tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *caus
     tp_redist_kind k = tp_redist_classify(v->pl, to, v->rank);
     if (k == TP_REDIST_NONE)
         return v;
+    if (I->tp == 1 && k != TP_REDIST_INVALID) {
+        /* one device: every placement holds the whole tensor, nothing moves */
+        tp_val *r = val_copy(I, v);
+        r->pl = to;
+        return r;
+    }
     char a[24], b[24];
     if (k == TP_REDIST_INVALID) {
         tp_diag *g = report(I, TP_ERROR, cause ? entry_span(cause) : span, "layout-mismatch", v, NULL,
@@ -566,6 +580,13 @@ static bool make_inputs(interp *I, const tp_node *def, iv *args, int *nargs)
         for (int d = 0; d < l->nkids; d++) {
             if (!tp_eval_int(I->c, l->kids[d], &shape[d]))
                 return false;
+            if (shape[d] <= 0) {
+                char *t = tp_expr_text(l->kids[d]);
+                tp_diag_add(I->d, TP_ERROR, l->kids[d]->span, "config", "size '%s' is %lld; it must be positive",
+                            t, (long long)shape[d]);
+                free(t);
+                return false;
+            }
             names[d] = l->kids[d]->kind == N_NAME ? l->kids[d]->name : "";
         }
         tp_val *v = val_new(I, l->nkids, shape, names);

@@ -87,6 +87,15 @@ static tp_param *add_param(tp_module *mod, const char *name, int rank)
     return p;
 }
 
+/* n rounded up to a multiple of pad (pad >= 1), or -1 when that overflows */
+static int64_t padded_size(int64_t n, int64_t pad)
+{
+    int64_t r;
+    if (__builtin_add_overflow(n, pad - 1, &r))
+        return -1;
+    return r / pad * pad;
+}
+
 static void set_dim(tp_param *p, int i, int64_t n, int64_t padded, const tp_node *expr)
 {
     p->logical[i] = n;
@@ -156,11 +165,17 @@ static tp_module *build_leaf(builder *b, const leaf_type *lt, const tp_node *cto
     const tp_node *pad_e = tp_call_kw(ctor, "pad_to");
     if (pad_e && !eval_positive(b, pad_e, &pad))
         return NULL;
+    int64_t vocab = lt->kind == TP_MOD_LINEAR ? size[1] : size[0], vocab_padded = padded_size(vocab, pad);
+    int64_t elems;
+    if (vocab_padded < 0 || __builtin_mul_overflow(vocab_padded, lt->npos == 2 ? size[lt->npos - 1] : 1, &elems)) {
+        tp_diag_add(b->d, TP_ERROR, ctor->span, "config", "'%s' would have more than 2^63 elements; check the sizes", fqn);
+        return NULL;
+    }
     tp_module *mod = new_module(lt->kind, name, fqn, lt->name, parent, decl);
     tp_param *w;
     switch (lt->kind) {
     case TP_MOD_LINEAR: {
-        int64_t out_padded = (size[1] + pad - 1) / pad * pad;
+        int64_t out_padded = vocab_padded;
         w = add_param(mod, "weight", 2);
         set_dim(w, 0, size[1], out_padded, tp_call_pos(ctor, 1));
         set_dim(w, 1, size[0], size[0], tp_call_pos(ctor, 0));
@@ -172,7 +187,7 @@ static tp_module *build_leaf(builder *b, const leaf_type *lt, const tp_node *cto
     }
     case TP_MOD_EMBEDDING:
         w = add_param(mod, "weight", 2);
-        set_dim(w, 0, size[0], (size[0] + pad - 1) / pad * pad, tp_call_pos(ctor, 0));
+        set_dim(w, 0, size[0], vocab_padded, tp_call_pos(ctor, 0));
         set_dim(w, 1, size[1], size[1], tp_call_pos(ctor, 1));
         break;
     default:
