@@ -91,7 +91,7 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     if (u->diags.errors)
         return;
     tp_plan_build(&u->plan, u->plan_ast, u->plan_file, &u->model, &u->config);
-    tp_check(&u->model, &u->plan, &u->config, &u->analysis);
+    tp_check(&u->model, &u->plan, &u->config, opts->optimize, &u->analysis);
     u->built = true;
 }
 

@@ -13,6 +13,7 @@
 typedef struct tp_compile_opts {
     const char *const *defines; int ndefines;   /* "name=value" from -D */
     const char *hf_config;                      /* --hf-config FILE or NULL */
+    bool optimize;                              /* -O1 (merge and drop redistributions) */
 } tp_compile_opts;
 
 typedef struct tp_unit {

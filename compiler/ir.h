@@ -60,14 +60,15 @@ typedef struct tp_ir_buf {
 
 typedef struct tp_ir_op {
     tp_op_kind kind;
-    int in[3], nin;            /* buffer indices */
+    int in[4], nin;            /* buffer indices; add/mul: in[1] may broadcast over leading dims */
     int out;                   /* buffer index, -1 for none */
     int weight, bias;          /* parameter indices (tp_ir.params), -1 for none */
     int dim, dim2;             /* slice / gather / scatter / all-to-all dims */
     int parts;                 /* TP_OP_SLICE: number of chunks (index = rank) */
     int reduce_max;            /* TP_OP_ALL_REDUCE: max instead of sum */
     int64_t m, n, k;           /* matmul sizes; attention: b, s, h (k = head dim) */
-    int64_t groups;            /* attention: kv heads */
+    int64_t heads, groups;     /* attention: local query heads, local kv heads */
+    int64_t heads_global;      /* attention: query heads of the model (for the report) */
     int64_t vocab_local;       /* embedding / CE: rows held; start = rank * vocab_local */
     int64_t vocab_logical;     /* cross-entropy: columns that are real (padding dropped) */
     int64_t pos_chunk;         /* rope / positions: offset = rank * pos_chunk */
@@ -94,6 +95,10 @@ typedef struct tp_ir {
     int loss_buf, logits_buf;  /* -1 when absent */
     tp_placement logits_pl;    /* how the logits are laid out across ranks */
     int64_t arena_bytes;       /* peak of the activation arena */
+    int64_t layer_input_elems; /* elements of a transformer layer's input (b*s*h), 0 if none */
+    int layer_input_rank;
+    int64_t layer_input_shape[TP_MAX_RANK];
+    int nlayers;               /* modules applied by the largest repeat() list */
 } tp_ir;
 
 void tp_ir_free(tp_ir *ir);

@@ -32,6 +32,7 @@ typedef struct tp_param {
     struct tp_param *tied_to;   /* the parameter this one shares storage with */
     tp_span tie_span;           /* the tie() that tied it */
     struct tp_module *owner;
+    int ir_index;               /* position in the lowered weight table, -1 before lowering */
 } tp_param;
 
 typedef struct tp_module {

@@ -19,23 +19,25 @@ typedef struct op_rule {
     int whole[3];          /* dims counted from the end (-1 = last) that must not be sharded */
     const char *check;     /* check name when a whole dim is sharded */
     const char *why;       /* ... and why */
+    tp_op_kind lowers_to;  /* the schedule op; TP_OP_COUNT: a view of its input */
 } op_rule;
 
 static const op_rule rules[] = {
-    {"silu", 1, false, true, {0}, NULL, NULL},
-    {"gelu", 1, false, true, {0}, NULL, NULL},
-    {"relu", 1, false, true, {0}, NULL, NULL},
-    {"dropout", 1, true, true, {0}, NULL, NULL},
-    {"view_heads", 1, true, true, {0}, NULL, NULL},
-    {"merge_heads", 1, true, true, {-1}, "layout-mismatch", "heads can only be merged with whole head_dim"},
+    {"silu", 1, false, true, {0}, NULL, NULL, TP_OP_SILU},
+    {"gelu", 1, false, true, {0}, NULL, NULL, TP_OP_GELU},
+    {"relu", 1, false, true, {0}, NULL, NULL, TP_OP_RELU},
+    {"dropout", 1, true, true, {0}, NULL, NULL, TP_OP_COUNT},      /* inference: identity */
+    {"view_heads", 1, true, true, {0}, NULL, NULL, TP_OP_COUNT},
+    {"merge_heads", 1, true, true, {-1}, "layout-mismatch", "heads can only be merged with whole head_dim", TP_OP_COUNT},
     {"rope", 1, true, false, {-3, -1}, "layout-mismatch",
-     "RoPE needs per-rank positions for a sequence shard (its cos/sin cover the global positions) and whole head_dim pairs"},
+     "RoPE needs per-rank positions for a sequence shard (its cos/sin cover the global positions) and whole head_dim pairs",
+     TP_OP_ROPE},
     {"attention", 3, false, true, {-3, -1}, "layout-mismatch",
-     "attention over a sequence shard only sees its own keys"},
+     "attention over a sequence shard only sees its own keys", TP_OP_ATTENTION},
     {"positions", 1, false, false, {-1}, "layout-mismatch",
-     "positions of a sequence shard would restart at 0 on every rank"},
+     "positions of a sequence shard would restart at 0 on every rank", TP_OP_POSITIONS},
     {"cross_entropy", 2, false, false, {-1}, "loss-parallel",
-     "cross-entropy normalises over the whole vocabulary"},
+     "cross-entropy normalises over the whole vocabulary", TP_OP_CROSS_ENTROPY},
 };
 #define NRULES ((int)(sizeof rules / sizeof *rules))
 
@@ -69,6 +71,7 @@ static tp_val *result_like(interp *I, const tp_val *x, int rank, const int64_t *
     r->poisoned = x->poisoned;
     r->shard_cause = x->shard_cause;
     r->partial_cause = x->partial_cause;
+    r->logical_last = x->logical_last;
     r->span = span;
     return r;
 }
@@ -223,7 +226,62 @@ static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, tp_span spa
     out->poisoned |= !same || k->poisoned || v->poisoned;
     out->gather_comm = q->gather_comm;
     out->gather_dim = q->gather_dim;
+    tp_ir_op *op = lower_op(I, TP_OP_ATTENTION, out, "attention", q, in[1], in[2]);
+    op->m = local_size(I, q, 0);
+    op->n = local_size(I, q, 1);
+    op->heads = local_size(I, q, 2);
+    op->k = local_size(I, q, 3);
+    op->groups = local_size(I, in[1], 2);
+    op->heads_global = q->shape[2];
     return out;
+}
+
+/* A [batch, seq] float intermediate of the vocab-parallel loss. */
+static tp_val *per_token(interp *I, const tp_val *labels, tp_span span)
+{
+    tp_val *v = val_new(I, labels->rank, labels->shape, labels->dimname);
+    v->span = span;
+    return v;
+}
+
+/* loss_parallel's forward: three all-reduces (max, sum of exp, target
+ * logit) over the vocab shards, as torch/distributed/tensor/parallel/loss.py */
+static void lower_vocab_parallel_ce(interp *I, tp_val *logits, tp_val *labels, tp_val *loss, tp_span span)
+{
+    int64_t vl = local_size(I, logits, logits->rank - 1);
+    tp_val *mx = per_token(I, labels, span), *se = per_token(I, labels, span), *tg = per_token(I, labels, span);
+    tp_ir_op *op = lower_op(I, TP_OP_CE_MAX, mx, "ce_max", logits, NULL, NULL);
+    op->vocab_local = vl;
+    op->vocab_logical = logits->logical_last;
+    op = lower_op(I, TP_OP_ALL_REDUCE, mx, "ce_max", mx, NULL, NULL);
+    op->reduce_max = 1;
+    op->elems = tp_ir_buf_elems(&I->a->ir.bufs[mx->buf]);
+    op = lower_op(I, TP_OP_CE_SUMEXP, se, "ce_sumexp", logits, mx, NULL);
+    op->vocab_local = vl;
+    op->vocab_logical = logits->logical_last;
+    op = lower_op(I, TP_OP_ALL_REDUCE, se, "ce_sumexp", se, NULL, NULL);
+    op->elems = tp_ir_buf_elems(&I->a->ir.bufs[se->buf]);
+    op = lower_op(I, TP_OP_CE_TARGET, tg, "ce_target", logits, labels, NULL);
+    op->vocab_local = vl;
+    op = lower_op(I, TP_OP_ALL_REDUCE, tg, "ce_target", tg, NULL, NULL);
+    op->elems = tp_ir_buf_elems(&I->a->ir.bufs[tg->buf]);
+    op = lower_op(I, TP_OP_CE_LOSS, loss, "loss", se, mx, tg);
+    op->in[op->nin++] = lower_buf(I, labels, "labels");
+}
+
+static void lower_cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_val *loss, tp_span span)
+{
+    tp_ir *ir = &I->a->ir;
+    if (I->p->loss_parallel) {
+        lower_vocab_parallel_ce(I, logits, labels, loss, span);
+    } else {
+        tp_ir_op *op = lower_op(I, TP_OP_CROSS_ENTROPY, loss, "loss", logits, labels, NULL);
+        op->vocab_logical = logits->logical_last;
+        op->vocab_local = local_size(I, logits, logits->rank - 1);
+    }
+    ir->logits_buf = logits->buf;
+    ir->logits_pl = tp_placement_norm(logits->pl, logits->rank);
+    ir->bufs[logits->buf].output = true;
 }
 
 static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span span)
@@ -247,6 +305,7 @@ static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span 
         }
         if (labels->dtensor || labels->pl.kind != TP_REPLICATE)
             report(I, TP_ERROR, span, "loss-parallel", labels, NULL, "loss_parallel() needs replicated labels");
+        lower_cross_entropy(I, logits, labels, out, span);
         return out;
     }
     logits = resolve_partial(I, logits, "cross_entropy", span);
@@ -263,6 +322,7 @@ static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span 
         return out;
     }
     check_whole(I, find_rule("cross_entropy"), logits, span);
+    lower_cross_entropy(I, logits, labels, out, span);
     return out;
 }
 
@@ -300,24 +360,42 @@ iv op_apply(interp *I, const tp_node *call, const char *name, iv *args, int narg
         x = resolve_partial(I, x, name, span);
     mixed_ok(I, r, x, span);
     check_whole(I, r, x, span);
+    tp_val *out;
     if (!strcmp(name, "view_heads")) {
         if (nargs < 2 || args[1].kind != IV_INT) {
             tp_diag_add(I->d, TP_ERROR, span, "model", "view_heads(x, head_dim) needs the head size");
             I->stop = true;
             return none_iv;
         }
-        return tensor_iv(view_heads(I, x, args[1].i, span));
+        out = view_heads(I, x, args[1].i, span);
+    } else if (!strcmp(name, "merge_heads")) {
+        out = merge_heads(I, x, span);
+    } else {
+        out = result_like(I, x, x->rank, x->shape, x->dimname, span);
+        if (!strcmp(name, "positions")) {
+            out->is_index = true;
+            out->dtensor = false;
+        }
+        /* elementwise and RoPE act independently along heads: keep tracking a gather */
+        out->gather_comm = x->gather_comm;
+        out->gather_dim = x->gather_dim;
     }
-    if (!strcmp(name, "merge_heads"))
-        return tensor_iv(merge_heads(I, x, span));
-    tp_val *out = result_like(I, x, x->rank, x->shape, x->dimname, span);
-    if (!strcmp(name, "positions")) {
-        out->is_index = true;
-        out->dtensor = false;
+    if (r->lowers_to == TP_OP_COUNT) {
+        lower_view(I, out, x);
+        return tensor_iv(out);
     }
-    /* elementwise and RoPE act independently along heads: keep tracking a gather */
-    out->gather_comm = x->gather_comm;
-    out->gather_dim = x->gather_dim;
+    tp_ir_op *op = lower_op(I, r->lowers_to, out, name, x, NULL, NULL);
+    int seq = r->lowers_to == TP_OP_ROPE ? x->rank - 3 : x->rank - 1;
+    /* a sequence shard would start at rank * its length (rejected above
+     * for RoPE; recorded so the schedule says what it assumed) */
+    op->pos_chunk = shard_dim(x) == seq ? local_size(I, x, seq) : 0;
+    if (r->lowers_to == TP_OP_ROPE) {
+        int64_t theta = 10000;
+        if (tp_config_has(I->c, "rope_theta"))
+            tp_config_get(I->c, "rope_theta", TP_NO_SPAN, &theta);
+        op->theta = (double)theta;
+        op->k = local_size(I, x, x->rank - 1);
+    }
     return tensor_iv(out);
 }
 
@@ -347,23 +425,24 @@ static tp_placement for_operand(tp_placement p, int r, const tp_val *big)
  * operand with the most shards leads (the first on a tie) and the other is
  * redistributed to match, a Partial going to the leader's Shard by a
  * reduce-scatter. Returns the result's placement. */
-static tp_placement dtensor_pointwise(interp *I, int op, tp_val *a, tp_val *b, const tp_val *big, tp_span span)
+static tp_placement dtensor_pointwise(interp *I, int op, tp_val **a, tp_val **b, const tp_val *big, tp_span span)
 {
-    tp_placement A = broadcast_pl(a, big), B = broadcast_pl(b, big), target;
+    tp_placement A = broadcast_pl(*a, big), B = broadcast_pl(*b, big), target;
     bool pa = tp_placement_is_partial(A), pb = tp_placement_is_partial(B);
     if (pa && pb) {
         if (op == '*')          /* (sum a_i)(sum b_i): one side must be reduced */
-            redistribute(I, b, tp_replicate(), NULL, span, true);
+            *b = redistribute(I, *b, tp_replicate(), NULL, span, true);
         return tp_partial();
     }
     if ((pa && B.kind == TP_REPLICATE) || (pb && A.kind == TP_REPLICATE)) {
+        tp_val **r = pa ? b : a;
         if (op == '+')
-            redistribute(I, pa ? b : a, tp_partial(), NULL, span, true);   /* local divide */
+            *r = redistribute(I, *r, tp_partial(), NULL, span, true);   /* local divide */
         return tp_partial();
     }
-    target = nshards(b) > nshards(a) ? B : A;
-    redistribute(I, a, for_operand(target, a->rank, big), NULL, span, true);
-    redistribute(I, b, for_operand(target, b->rank, big), NULL, span, true);
+    target = nshards(*b) > nshards(*a) ? B : A;
+    *a = redistribute(I, *a, for_operand(target, (*a)->rank, big), NULL, span, true);
+    *b = redistribute(I, *b, for_operand(target, (*b)->rank, big), NULL, span, true);
     return target;
 }
 
@@ -405,7 +484,8 @@ iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
     }
     tp_placement A = broadcast_pl(a, big), B = broadcast_pl(b, big);
     if (a->dtensor) {
-        out->pl = dtensor_pointwise(I, op, a, b, big, span);
+        out->pl = dtensor_pointwise(I, op, &a, &b, big, span);
+        lower_op(I, op == '+' ? TP_OP_ADD : TP_OP_MUL, out, opname, a, b, NULL);
         return tensor_iv(out);
     }
     /* Plain tensors: each rank combines its local pieces, so the truths
@@ -417,7 +497,7 @@ iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
     if (!ok && op == '*' && (tp_placement_is_partial(A) != tp_placement_is_partial(B)) &&
         (A.kind == TP_REPLICATE || B.kind == TP_REPLICATE)) {
         out->pl = tp_partial();
-        return tensor_iv(out);
+        ok = true;
     }
     if (!ok) {
         tp_val *odd = small->pl.kind != TP_REPLICATE ? small : big;
@@ -438,6 +518,7 @@ iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
             tp_diag_help(g, "give both operands the same layout, e.g. the same output_layouts on both producers");
         out->poisoned = true;
     }
+    lower_op(I, op == '+' ? TP_OP_ADD : TP_OP_MUL, out, opname, a, b, NULL);
     return tensor_iv(out);
 }
 
@@ -469,8 +550,14 @@ static tp_val *expect_input(interp *I, tp_val *x, tp_placement want, tp_span spa
     return redistribute(I, x, want, NULL, span, true);
 }
 
-static tp_val *linear_forward(interp *I, tp_module *mod, tp_val *x, tp_span span)
+static tp_val *linear_layout(interp *I, tp_module *mod, tp_val **xp, const int64_t *shape, const char *const *names,
+                             tp_span span);
+
+/* The leaf functions return the result and leave in *xp the input as the
+ * computation reads it (after any implicit redistribution). */
+static tp_val *linear_forward(interp *I, tp_module *mod, tp_val **xp, tp_span span)
 {
+    tp_val *x = *xp;
     tp_param *w = tp_module_param(mod, "weight");
     int last = x->rank - 1;
     int64_t shape[TP_MAX_RANK];
@@ -484,16 +571,27 @@ static tp_val *linear_forward(interp *I, tp_module *mod, tp_val *x, tp_span span
     }
     shape[last] = w->shape[0];
     names[last] = w->dimname[0];
+    tp_val *r = linear_layout(I, mod, xp, shape, names, span);
+    /* padded vocabulary rows produce logits the loss and the output drop */
+    r->logical_last = w->logical[0];
+    return r;
+}
+
+static tp_val *linear_layout(interp *I, tp_module *mod, tp_val **xp, const int64_t *shape, const char *const *names,
+                             tp_span span)
+{
+    tp_val *x = *xp;
+    int last = x->rank - 1;
     const tp_style *s = mod->style;
     if (s && s->kind == TP_STYLE_COLWISE) {
-        x = expect_input(I, x, tp_replicate(), span);
+        x = *xp = expect_input(I, x, tp_replicate(), span);
         tp_val *r = result_like(I, x, x->rank, shape, names, span);
         r->pl = tp_shard(last);
         r->shard_cause = s;
         return r;
     }
     if (s && s->kind == TP_STYLE_ROWWISE) {
-        x = expect_input(I, x, tp_shard(last), span);
+        x = *xp = expect_input(I, x, tp_shard(last), span);
         tp_val *r = result_like(I, x, x->rank, shape, names, span);
         r->pl = tp_partial();          /* bias: R -> P is a local divide, no communication */
         r->partial_cause = s;
@@ -526,8 +624,9 @@ static tp_val *linear_forward(interp *I, tp_module *mod, tp_val *x, tp_span span
     return r;
 }
 
-static tp_val *embedding_forward(interp *I, tp_module *mod, tp_val *ids, tp_span span)
+static tp_val *embedding_forward(interp *I, tp_module *mod, tp_val **idsp, tp_span span)
 {
+    tp_val *ids = *idsp;
     tp_param *w = tp_module_param(mod, "weight");
     int64_t shape[TP_MAX_RANK];
     const char *names[TP_MAX_RANK];
@@ -542,7 +641,7 @@ static tp_val *embedding_forward(interp *I, tp_module *mod, tp_val *ids, tp_span
     names[ids->rank] = w->dimname[1];
     const tp_style *s = mod->style;
     if (s && (s->kind == TP_STYLE_COLWISE || s->kind == TP_STYLE_ROWWISE)) {
-        ids = expect_input(I, ids, tp_replicate(), span);
+        ids = *idsp = expect_input(I, ids, tp_replicate(), span);
         tp_val *r = result_like(I, ids, ids->rank + 1, shape, names, span);
         /* Colwise splits the embedding dim; Rowwise splits the vocab and
          * yields rows that still need masking and summing (_MaskPartial) */
@@ -559,8 +658,9 @@ static tp_val *embedding_forward(interp *I, tp_module *mod, tp_val *ids, tp_span
     return r;
 }
 
-static tp_val *norm_forward(interp *I, tp_module *mod, tp_val *x, tp_span span)
+static tp_val *norm_forward(interp *I, tp_module *mod, tp_val **xp, tp_span span)
 {
+    tp_val *x = *xp;
     int last = x->rank - 1;
     const tp_style *s = mod->style;
     if (!s || s->kind != TP_STYLE_SEQUENCE) {
@@ -569,7 +669,7 @@ static tp_val *norm_forward(interp *I, tp_module *mod, tp_val *x, tp_span span)
             r->poisoned = true;
             return r;
         }
-        x = resolve_partial(I, x, mod->type, span);
+        x = *xp = resolve_partial(I, x, mod->type, span);
     }
     if (shard_dim(x) == last) {
         tp_diag *g = report(I, TP_ERROR, style_or(x, span), "layout-mismatch", x, NULL,
@@ -584,6 +684,55 @@ static tp_val *norm_forward(interp *I, tp_module *mod, tp_val *x, tp_span span)
     return result_like(I, x, x->rank, x->shape, x->dimname, span);
 }
 
+/* [..., k] rows as a matrix: the product of the local leading dims. */
+static int64_t rows_of(const interp *I, const tp_val *x)
+{
+    int64_t m = 1;
+    for (int d = 0; d < x->rank - 1; d++)
+        m *= local_size(I, x, d);
+    return m;
+}
+
+static void lower_linear(interp *I, tp_module *mod, tp_val *x, tp_val *r)
+{
+    tp_param *w = tp_module_param(mod, "weight"), *b = tp_module_param(mod, "bias");
+    tp_ir_op *op = lower_op(I, TP_OP_MATMUL, r, "out", x, NULL, NULL);
+    op->weight = lower_param(I, w);
+    op->m = rows_of(I, x);
+    op->k = local_size(I, x, x->rank - 1);
+    op->n = local_size(I, r, r->rank - 1);
+    if (!b)
+        return;
+    op = lower_op(I, TP_OP_BIAS_ADD, r, "out", r, NULL, NULL);
+    op->bias = lower_param(I, b);
+    op->m = rows_of(I, r);
+    op->n = local_size(I, r, r->rank - 1);
+    /* a replicated bias added to a Partial sum is divided by tp (DTensor's
+     * addmm rule), so the reduction counts it once */
+    op->scale = tp_placement_is_partial(r->pl) ? 1.0 / (double)I->tp : 1.0;
+}
+
+static void lower_embedding(interp *I, tp_module *mod, tp_val *ids, tp_val *r)
+{
+    tp_ir_op *op = lower_op(I, TP_OP_EMBEDDING, r, "out", ids, NULL, NULL);
+    op->weight = lower_param(I, tp_module_param(mod, "weight"));
+    op->vocab_local = I->a->ir.params[op->weight].local[0];
+    op->masked = r->pl.kind == TP_MASK_PARTIAL;
+    op->n = I->a->ir.params[op->weight].local[1];
+}
+
+static void lower_norm(interp *I, tp_module *mod, tp_val *x, tp_val *r)
+{
+    tp_param *b = tp_module_param(mod, "bias");
+    tp_ir_op *op = lower_op(I, mod->kind == TP_MOD_RMSNORM ? TP_OP_RMSNORM : TP_OP_LAYERNORM, r, "out", x, NULL, NULL);
+    op->weight = lower_param(I, tp_module_param(mod, "weight"));
+    op->bias = b ? lower_param(I, b) : -1;
+    op->m = rows_of(I, x);
+    op->n = local_size(I, x, x->rank - 1);
+    /* PyTorch's defaults: nn.LayerNorm eps 1e-5; HF's RMSNorm 1e-6 */
+    op->eps = mod->kind == TP_MOD_RMSNORM ? 1e-6 : 1e-5;
+}
+
 iv leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span span)
 {
     if (nargs < 1 || args[0].kind != IV_TENSOR) {
@@ -591,10 +740,21 @@ iv leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span span)
         I->stop = true;
         return none_iv;
     }
-    tp_val *x = args[0].t;
+    tp_val *x = args[0].t, *r;
     switch (mod->kind) {
-    case TP_MOD_LINEAR: return tensor_iv(linear_forward(I, mod, x, span));
-    case TP_MOD_EMBEDDING: return tensor_iv(embedding_forward(I, mod, x, span));
-    default: return tensor_iv(norm_forward(I, mod, x, span));
+    case TP_MOD_LINEAR:
+        r = linear_forward(I, mod, &x, span);
+        lower_linear(I, mod, x, r);
+        break;
+    case TP_MOD_EMBEDDING:
+        r = embedding_forward(I, mod, &x, span);
+        if (r != x)
+            lower_embedding(I, mod, x, r);
+        break;
+    default:
+        r = norm_forward(I, mod, &x, span);
+        lower_norm(I, mod, x, r);
+        break;
     }
+    return tensor_iv(r);
 }
