@@ -34,6 +34,13 @@ int64_t tp_ir_buf_elems(const tp_ir_buf *b)
     return n;
 }
 
+void tp_ir_set_dtype(tp_ir *ir, tp_dtype dtype)
+{
+    for (int i = 0; i < ir->nbufs; i++)
+        if (ir->bufs[i].dtype != TP_I32)
+            ir->bufs[i].dtype = dtype;
+}
+
 int tp_ir_add_buf(tp_ir *ir, const tp_ir_buf *b)
 {
     if (ir->nbufs == ir->capbufs) {

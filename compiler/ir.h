@@ -105,6 +105,9 @@ void tp_ir_free(tp_ir *ir);
 int tp_ir_add_buf(tp_ir *ir, const tp_ir_buf *b);
 int tp_ir_add_op(tp_ir *ir, const tp_ir_op *op);
 int64_t tp_ir_buf_elems(const tp_ir_buf *b);
+/* Give every floating-point buffer the schedule's element type (lowering
+ * records float32; token ids stay int32). Call before tp_memplan. */
+void tp_ir_set_dtype(tp_ir *ir, tp_dtype dtype);
 size_t tp_dtype_size(tp_dtype t);
 const char *tp_dtype_name(tp_dtype t);
 

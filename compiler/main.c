@@ -217,6 +217,7 @@ static uint64_t input_hash(tp_unit *u, const cli *o)
 
 static int compile_to_file(const cli *o, tp_unit *u, const char *path)
 {
+    tp_ir_set_dtype(&u->analysis.ir, o->dtype);
     tp_memplan(&u->analysis.ir);
     char producer[64], err[512];
     snprintf(producer, sizeof producer, "tpcc %s", TPCC_VERSION);
@@ -233,6 +234,8 @@ static int report(const cli *o, tp_unit *u, const char *path)
     tp_compile_opts opts = compile_opts(o, false);
     tp_unit unopt;
     tp_compile(&unopt, path, &opts);
+    tp_ir_set_dtype(&u->analysis.ir, o->dtype);
+    tp_ir_set_dtype(&unopt.analysis.ir, o->dtype);
     tp_memplan(&u->analysis.ir);
     tp_memplan(&unopt.analysis.ir);
     int rc = tp_report(&u->analysis.ir, &unopt.analysis.ir, &u->plan, path, o->dtype, o->report_format, stdout) < 0 ? 2 : 0;

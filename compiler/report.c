@@ -99,7 +99,7 @@ static int root_of(const tp_ir *ir, int b)
  * same time for this sequence of ops (written before an op, read at or
  * after it; model inputs and outputs for the whole step). An arena can be
  * larger only through fragmentation. */
-static int64_t live_peak(const tp_ir *ir, size_t dsize)
+static int64_t live_peak(const tp_ir *ir)
 {
     int n = ir->nbufs;
     int *first = tp_xmalloc((size_t)(n ? n : 1) * sizeof *first), *last = tp_xmalloc((size_t)(n ? n : 1) * sizeof *last);
@@ -125,7 +125,7 @@ static int64_t live_peak(const tp_ir *ir, size_t dsize)
     for (int b = 0; b < n; b++) {
         if (ir->bufs[b].alias_of >= 0 || last[b] < first[b])
             continue;
-        int64_t bytes = tp_ir_buf_elems(&ir->bufs[b]) * (int64_t)(ir->bufs[b].dtype == TP_I32 ? 4 : dsize);
+        int64_t bytes = tp_ir_buf_elems(&ir->bufs[b]) * (int64_t)tp_dtype_size(ir->bufs[b].dtype);
         delta[first[b]] += bytes;
         delta[last[b] + 1] -= bytes;
     }
@@ -234,7 +234,7 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     comm_totals t, t0;
     totals_of(opt, ds, &t);
     totals_of(unopt, ds, &t0);
-    int64_t minimum = live_peak(opt, ds);
+    int64_t minimum = live_peak(opt);
     fprintf(out, "tpcc report: %s (tp=%lld, %s)\n\n", plan_path, (long long)opt->world, tp_dtype_name(dtype));
     fprintf(out, "per rank\n");
     fprintf(out, "  parameters        %s\n", human((double)param_bytes(opt, ds), a, sizeof a));
@@ -320,7 +320,7 @@ static void print_json(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     json_object_set_new(root, "dtype", json_string(tp_dtype_name(dtype)));
     json_object_set_new(root, "param_bytes", json_integer(param_bytes(opt, ds)));
     json_object_set_new(root, "arena_bytes", json_integer(opt->arena_bytes));
-    json_object_set_new(root, "arena_min_bytes", json_integer(live_peak(opt, ds)));
+    json_object_set_new(root, "arena_min_bytes", json_integer(live_peak(opt)));
     json_object_set_new(root, "arena_bytes_O0", json_integer(unopt->arena_bytes));
     json_object_set_new(root, "forward_flops", json_real(forward_flops(opt)));
     json_object_set_new(root, "paper_activation_bytes_per_layer", json_real(paper_activation_bytes(opt, p)));

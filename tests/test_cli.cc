@@ -20,101 +20,24 @@
 #include <jansson.h>
 
 #include "plan_harness.h"
-
-extern char **environ;
+#include "process.h"
 
 namespace fs = std::filesystem;
 using tpcc_test::source_path;
+using tpcc_test::contains;
+using tpcc_test::Proc;
+using tpcc_test::slurp;
+using tpcc_test::TempDir;
 
 namespace {
 
 const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
 
-std::string slurp(const std::string &path)
-{
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
-class TempDir {
-public:
-    TempDir()
-    {
-        char tmpl[] = "/tmp/tpcc-cli-XXXXXX";
-        const char *d = mkdtemp(tmpl);
-        if (!d)
-            throw std::runtime_error("mkdtemp failed");
-        path = d;
-    }
-    ~TempDir()
-    {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string write(const std::string &name, const std::string &bytes) const
-    {
-        std::string p = path + "/" + name;
-        std::ofstream(p, std::ios::binary) << bytes;
-        return p;
-    }
-    std::string path;
-};
-
-struct Proc {
-    int status = -1;          // raw wait status
-    std::string out, err;
-    bool signaled() const { return WIFSIGNALED(status); }
-    int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
-    std::string describe() const
-    {
-        std::string how = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
-                                              : "exit " + std::to_string(code());
-        return how + "\n--- stdout:\n" + out.substr(0, 4000) + "\n--- stderr:\n" + err.substr(0, 4000);
-    }
-};
-
-// Proc tpcc with `args`, stdout and stderr captured, stdin from /dev/null.
+// tpcc with `args`, stdout and stderr captured, stdin from /dev/null.
 Proc run(const std::vector<std::string> &args, const std::vector<std::string> &env_extra = {})
 {
-    TempDir dir;
-    std::string out = dir.path + "/out", err = dir.path + "/err";
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    std::vector<std::string> argv_s = {kTpcc};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char *> argv;
-    for (auto &s : argv_s)
-        argv.push_back(s.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env_s;
-    for (char **e = environ; *e; e++)
-        if (strncmp(*e, "NO_COLOR=", 9))
-            env_s.push_back(*e);
-    env_s.insert(env_s.end(), env_extra.begin(), env_extra.end());
-    std::vector<char *> envp;
-    for (auto &s : env_s)
-        envp.push_back(s.data());
-    envp.push_back(nullptr);
-    Proc r;
-    pid_t pid;
-    int rc = posix_spawn(&pid, kTpcc.c_str(), &fa, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) {
-        ADD_FAILURE() << "cannot run " << kTpcc << ": " << strerror(rc);
-        return r;
-    }
-    waitpid(pid, &r.status, 0);
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
+    return tpcc_test::run_program(kTpcc, args, env_extra);
 }
-
-bool contains(const std::string &s, const std::string &part) { return s.find(part) != std::string::npos; }
 
 const std::string kClean = source_path("plans/llama-megatron.plan");
 const std::string kBad = source_path("tests/bad/relabel-rowwise-embedding.plan");

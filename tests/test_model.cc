@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "plan_harness.h"
+#include "process.h"
 
 extern "C" {
 #include "compile.h"
@@ -26,29 +27,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // A scratch directory removed at the end of the test.
-class TempDir {
-public:
-    TempDir()
-    {
-        char tmpl[] = "/tmp/tpcc-model-XXXXXX";
-        const char *d = mkdtemp(tmpl);
-        if (!d)
-            throw std::runtime_error("mkdtemp failed");
-        path = d;
-    }
-    ~TempDir()
-    {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    std::string write(const std::string &name, const std::string &text) const
-    {
-        std::string p = path + "/" + name;
-        std::ofstream(p, std::ios::binary) << text;
-        return p;
-    }
-    std::string path;
-};
+using tpcc_test::TempDir;
 
 std::string model_path(const std::string &name) { return tpcc_test::source_path("models/" + name); }
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "plan_harness.h"
+#include "process.h"
 
 extern "C" {
 #include "check.h"
@@ -26,43 +27,25 @@ extern "C" {
 }
 
 namespace fs = std::filesystem;
+using tpcc_test::slurp;
 using tpcc_test::source_path;
+using tpcc_test::TempDir;
 
 namespace {
-
-std::string slurp(const std::string &path)
-{
-    std::ifstream in(path, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
 
 // A scratch tree shaped like the source tree: plans/ for the plans a test
 // writes, models/ and tests/models/ linked to the source tree, so that
 // `model "../models/llama.model"` resolves as in a shipped plan.
 class Tree {
 public:
-    Tree()
+    Tree() : root(dir.path)
     {
-        char tmpl[] = "/tmp/tpcc-prop-XXXXXX";
-        const char *d = mkdtemp(tmpl);
-        if (!d)
-            throw std::runtime_error("mkdtemp failed");
-        root = d;
         fs::create_directories(root + "/plans");
         fs::create_directory_symlink(source_path("models"), root + "/models");
     }
-    ~Tree()
-    {
-        std::error_code ec;
-        fs::remove_all(root, ec);
-    }
     std::string write(const std::string &name, const std::string &text) const
     {
-        std::string p = root + "/plans/" + name;
-        std::ofstream(p, std::ios::binary) << text;
-        return p;
+        return dir.write("plans/" + name, text);
     }
     // A shipped plan with textual edits; every `from` must occur.
     std::string variant(const std::string &shipped, const std::vector<std::pair<std::string, std::string>> &edits) const
@@ -76,6 +59,7 @@ public:
         }
         return write(fs::path(shipped).filename().string(), text);
     }
+    TempDir dir;
     std::string root;
 };
 

@@ -1,0 +1,45 @@
+// process.h: what the tests share for files and processes: a scratch
+// directory removed at scope exit, and running a program with its output
+// captured (and a time limit, so a hang fails the test instead of CI).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <sys/wait.h>
+
+namespace tpcc_test {
+
+class TempDir {
+public:
+    TempDir();
+    ~TempDir();
+    TempDir(const TempDir &) = delete;
+    TempDir &operator=(const TempDir &) = delete;
+    // Write `bytes` to path/name; returns the full path.
+    std::string write(const std::string &name, const std::string &bytes) const;
+    std::string path;
+};
+
+std::string slurp(const std::string &path);
+
+struct Proc {
+    int status = -1;          // raw wait status
+    bool timed_out = false;
+    std::string out, err;
+    bool signaled() const { return WIFSIGNALED(status); }
+    int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+    std::string describe() const;
+};
+
+// Run `program` with `args` (argv[0] is the program), stdin from /dev/null,
+// stdout and stderr captured, NO_COLOR removed from and `env_extra`
+// ("NAME=value") added to the environment. A run longer than
+// `timeout_s` seconds is killed (with its process group) and marked
+// timed_out.
+Proc run_program(const std::string &program, const std::vector<std::string> &args,
+                 const std::vector<std::string> &env_extra = {}, int timeout_s = 120);
+
+bool contains(const std::string &s, const std::string &part);
+
+}  // namespace tpcc_test
