@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Install tpcc's build dependencies from Debian's packages and build it into
-# build/. Idempotent: re-running only rebuilds what changed.
+# Install the build dependencies of tpcc and tprun from Debian's packages
+# (python3-numpy for the reference tests) and build both into build/. Idempotent: re-running only rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake pkg-config flex bison libjansson-dev libgtest-dev)
+packages=(build-essential cmake pkg-config flex bison libjansson-dev libgtest-dev
+          libopenblas-dev libmpich-dev mpich python3-numpy)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,50 @@
+/* exec.h: the executor: walks a rank's ops, calling the backend's kernels
+ * and the communicator's collectives. One executor for every backend: it
+ * knows nothing of CPUs or GPUs. */
+#ifndef TPRUN_EXEC_H
+#define TPRUN_EXEC_H
+
+#include <stdio.h>
+#include "backend.h"
+#include "comm.h"
+#include "schedule_load.h"
+
+typedef struct tr_trace_event {
+    int op;                      /* index in the rank's ops */
+    double start_us, dur_us;
+} tr_trace_event;
+
+typedef struct tr_profile {
+    double seconds[TP_OP_COUNT];  /* time per op kind */
+    int count[TP_OP_COUNT];
+    double comm_bytes;            /* bytes of the full tensors this rank's collectives moved */
+    double total_seconds;
+} tr_profile;
+
+typedef struct tr_exec {
+    const tr_schedule *s;
+    const tp_backend *be;
+    tp_comm *comm;
+    char *arena;                 /* backend memory: activations */
+    float *weights;              /* backend memory: this rank's weight slices */
+    float *scratch[2];           /* backend memory: reshard staging, never reallocated */
+    size_t scratch_bytes;
+    tr_profile profile;
+    tr_trace_event *trace;       /* one per op of the last run, when tracing */
+    bool tracing;
+} tr_exec;
+
+/* Allocate the arena, the weight region and the staging buffers once.
+ * Returns 0 or -1 with a message. */
+int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm *comm, char *err, size_t errlen);
+void tr_exec_free(tr_exec *x);
+
+/* Copy host data into the arena buffer b / out of it. */
+void tr_exec_write_buf(tr_exec *x, int b, const void *src);
+void tr_exec_read_buf(tr_exec *x, int b, void *dst);
+
+/* Run every op once. On failure the message names the rank, the op, its
+ * module and plan entry. */
+int tr_exec_run(tr_exec *x, char *err, size_t errlen);
+
+#endif /* TPRUN_EXEC_H */

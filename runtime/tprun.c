@@ -1,0 +1,187 @@
+/* tprun.c: run a tpcc schedule. The only place in the runtime that exits.
+ *
+ *   tprun llama.sched                      one rank, no launcher
+ *   mpiexec -n 2 tprun llama.sched         ranks launched by MPI
+ *   tprun -n 2 llama.sched                 tprun launches mpiexec itself
+ *
+ * A failure on one rank prints that rank's message and aborts the whole
+ * job through the communicator, so no rank is left waiting in a
+ * collective. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "exec.h"
+#include "npy.h"
+#include "run.h"
+#include "weights.h"
+#include "xalloc.h"
+
+static const char usage[] =
+    "usage: tprun [options] SCHEDULE\n"
+    "\n"
+    "Run a schedule compiled by `tpcc PLAN -o SCHEDULE`: one forward step of the model on\n"
+    "every rank, CPU backend (OpenBLAS, ranks over MPI).\n"
+    "\n"
+    "  -n N                 launch N ranks with mpiexec (the schedule's world size)\n"
+    "  --weights PATH       a .safetensors file or a Hugging Face checkpoint directory\n"
+    "                       (sharded with model.safetensors.index.json); default: seeded weights\n"
+    "  --seed S             seed of the default initialisation (default 0), identical for any tp\n"
+    "  --tokens IDS         token ids: a comma list or a .npy file (batch x seq from the schedule);\n"
+    "                       default: a seeded sequence\n"
+    "  --labels IDS         labels for the loss (Hugging Face convention: shifted inside,\n"
+    "                       -100 ignored); 'tokens' uses the input ids\n"
+    "  --out FILE.npy       write the full logits [batch, seq, vocab] (gathered on rank 0)\n"
+    "  --compare FILE.npy   compare the logits with a reference and report the largest difference\n"
+    "  --tolerance T        the largest difference --compare accepts (default 1e-4)\n"
+    "  --profile            time per op kind and per collective, per rank\n"
+    "  --profile-json FILE  the same plus weight bytes read and collective bytes, as JSON\n"
+    "  --trace FILE         Chrome trace-event JSON, one track per rank (Perfetto)\n"
+    "  --threads T          BLAS threads per rank (default 1)\n"
+    "  --backend cpu        the backend (cpu)\n"
+    "  -q, --quiet          print nothing but errors\n"
+    "  -h, --help, --version\n";
+
+enum { OPT_WEIGHTS = 256, OPT_SEED, OPT_TOKENS, OPT_LABELS, OPT_OUT, OPT_COMPARE, OPT_TOL, OPT_PROFILE,
+       OPT_PROFILE_JSON, OPT_TRACE, OPT_THREADS, OPT_BACKEND, OPT_VERSION };
+
+static int parse_args(tr_options *o, int argc, char **argv)
+{
+    static const struct option longs[] = {
+        {"weights", required_argument, 0, OPT_WEIGHTS}, {"seed", required_argument, 0, OPT_SEED},
+        {"tokens", required_argument, 0, OPT_TOKENS}, {"labels", required_argument, 0, OPT_LABELS},
+        {"out", required_argument, 0, OPT_OUT}, {"compare", required_argument, 0, OPT_COMPARE},
+        {"tolerance", required_argument, 0, OPT_TOL}, {"profile", no_argument, 0, OPT_PROFILE},
+        {"profile-json", required_argument, 0, OPT_PROFILE_JSON}, {"trace", required_argument, 0, OPT_TRACE},
+        {"threads", required_argument, 0, OPT_THREADS}, {"backend", required_argument, 0, OPT_BACKEND},
+        {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, OPT_VERSION},
+        {0, 0, 0, 0},
+    };
+    int c;
+    char *end;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "n:qh", longs, NULL)) != -1) {
+        switch (c) {
+        case 'n':
+            o->launch = (int)strtol(optarg, &end, 10);
+            if (*end || o->launch < 1 || o->launch > 4096) {
+                fprintf(stderr, "tprun: -n takes a number of ranks, not '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case OPT_WEIGHTS: o->weights = optarg; break;
+        case OPT_SEED:
+            errno = 0;
+            o->seed = strtoull(optarg, &end, 10);
+            if (errno || *end) {
+                fprintf(stderr, "tprun: --seed takes a non-negative integer, not '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case OPT_TOKENS: o->tokens = optarg; break;
+        case OPT_LABELS: o->labels = optarg; break;
+        case OPT_OUT: o->out = optarg; break;
+        case OPT_COMPARE: o->compare = optarg; break;
+        case OPT_TOL:
+            o->tolerance = strtod(optarg, &end);
+            if (*end || !(o->tolerance >= 0)) {
+                fprintf(stderr, "tprun: --tolerance takes a non-negative number, not '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case OPT_PROFILE: o->profile = true; break;
+        case OPT_PROFILE_JSON: o->profile_json = optarg; break;
+        case OPT_TRACE: o->trace = optarg; break;
+        case OPT_THREADS:
+            o->threads = (int)strtol(optarg, &end, 10);
+            if (*end || o->threads < 1 || o->threads > 256) {
+                fprintf(stderr, "tprun: --threads takes a positive number, not '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case OPT_BACKEND:
+            if (strcmp(optarg, "cpu")) {
+                fprintf(stderr, "tprun: backend '%s' is not available in this build; use --backend cpu\n", optarg);
+                return -1;
+            }
+            break;
+        case 'q': o->quiet = true; break;
+        case 'h': fputs(usage, stdout); return 1;
+        case OPT_VERSION: printf("tprun %s\n", TPCC_VERSION); return 1;
+        default:
+            fprintf(stderr, "tprun: unknown option '%s'\nTry 'tprun --help'.\n", argv[optind - 1]);
+            return -1;
+        }
+    }
+    if (argc - optind != 1) {
+        fprintf(stderr, "tprun: give one schedule (compile one with tpcc PLAN -o FILE.sched)\nTry 'tprun --help'.\n");
+        return -1;
+    }
+    o->schedule = argv[optind];
+    return 0;
+}
+
+/* -n N: run the same command line under mpiexec, without -n. */
+static int launch(const tr_options *o, int argc, char **argv)
+{
+    char **args = tp_xcalloc((size_t)argc + 4, sizeof *args);
+    char n[16];
+    int k = 0;
+    snprintf(n, sizeof n, "%d", o->launch);
+    args[k++] = "mpiexec";
+    args[k++] = "-n";
+    args[k++] = n;
+    args[k++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-n")) {
+            i++;                        /* and its value */
+            continue;
+        }
+        if (!strncmp(argv[i], "-n", 2))
+            continue;                   /* -n4 */
+        args[k++] = argv[i];
+    }
+    args[k] = NULL;
+    fflush(NULL);
+    execvp("mpiexec", args);
+    fprintf(stderr, "tprun: cannot start mpiexec: %s; install MPICH (Debian: mpich) or launch the ranks yourself\n",
+            strerror(errno));
+    free(args);
+    return 2;
+}
+
+static bool under_mpi(void)
+{
+    return getenv("PMI_RANK") || getenv("PMI_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK");
+}
+
+int main(int argc, char **argv)
+{
+    tr_options o = {0};
+    o.threads = 1;
+    o.tolerance = 1e-4;
+    int r = parse_args(&o, argc, argv);
+    if (r)
+        return r < 0 ? 2 : 0;
+    if (o.launch && !under_mpi())
+        return launch(&o, argc, argv);
+
+    tp_comm comm;
+    char err[1024];
+    if (under_mpi() ? tp_comm_mpi(&comm, &argc, &argv, err, sizeof err) : tp_comm_single(&comm)) {
+        fprintf(stderr, "tprun: %s\n", err);
+        return 2;
+    }
+    int rc = tr_run(&o, &comm, err, sizeof err);
+    if (rc) {
+        fprintf(stderr, "tprun: %s\n", err);
+        fflush(stderr);
+        if (comm.world > 1 && comm.ops->abort)
+            comm.ops->abort(&comm, rc);     /* the other ranks may be waiting in a collective */
+    }
+    comm.ops->finalize(&comm);
+    return rc;
+}

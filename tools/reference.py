@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""Independent NumPy forward pass of models/llama.model and models/gpt2.model.
+
+Hugging Face semantics, float64 throughout, nothing shared with the C runtime:
+the logits and loss it prints are what tprun's output is compared against.
+
+  Llama: embed_tokens; per layer RMSNorm (eps 1e-6) -> q/k/v -> rotate_half
+         RoPE (inv_freq = theta^(-2i/d)) -> causal GQA attention -> o_proj,
+         residual; RMSNorm -> down(silu(gate(x)) * up(x)), residual; norm;
+         lm_head (tied to embed_tokens when lm_head.weight is absent).
+         Biases on any projection are used when present (Qwen2's q/k/v).
+  GPT-2: wte(ids) + wpe(positions); per layer LayerNorm (eps 1e-5, bias) ->
+         separate q/k/v Linear with biases (nn.Linear [out, in], not Conv1D)
+         -> causal attention -> c_proj, residual; LayerNorm -> c_proj(gelu_tanh
+         (c_fc(x))), residual; ln_f; lm_head tied to wte, no bias.
+
+Example:
+  tools/reference.py --family llama --weights tiny.safetensors \\
+      --config vocab=256 hidden=64 layers=2 heads=4 kv_heads=2 ffn=128 \\
+      --tokens 1,2,3,4 --labels 1,2,3,4 --out logits.npy
+Tokens and labels are a .npy file or a comma list, reshaped to [batch, -1].
+The logits are saved as float32 [batch, seq, vocab] (the logical vocabulary);
+with labels, the shifted causal-LM loss (-100 ignored) is printed as
+"loss <value>".
+"""
+import argparse
+import glob
+import json
+import os
+import struct
+import sys
+
+try:
+    import numpy as np
+except ImportError:
+    sys.exit("reference.py: numpy is required (apt-get install python3-numpy)")
+
+# The .model files' defaults (hf(key, default)); --config overrides them.
+# tp and vocab_multiple are accepted so that tpcc's -D set can be passed
+# unchanged; they do not change the result.
+DEFAULTS = {
+    "llama": dict(vocab=32000, hidden=4096, layers=32, heads=32, kv_heads=8, ffn=11008, seq=2048, batch=1,
+                  tie_embeddings=False, rope_theta=10000.0, head_dim=None, tp=1, vocab_multiple=1),
+    "gpt2": dict(vocab=50257, hidden=768, layers=12, heads=12, ffn=None, positions=1024, seq=1024, batch=1,
+                 tie_embeddings=True, tp=1, vocab_multiple=1),
+}
+RMS_EPS, LN_EPS, IGNORE = 1e-6, 1e-5, -100
+
+
+# --- safetensors --------------------------------------------------------------
+
+def load_weights(path):
+    """A .safetensors file, a directory of them, or a sharded checkpoint's
+    model.safetensors.index.json (its weight_map names the files)."""
+    if os.path.isdir(path):
+        files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    elif path.endswith(".json"):
+        with open(path) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        files = [os.path.join(os.path.dirname(path), s) for s in shards]
+    else:
+        files = [path]
+    if not files:
+        sys.exit(f"{path}: no .safetensors files")
+    W = {}
+    for f in files:
+        W.update(load_safetensors(f))
+    return W
+
+
+def load_safetensors(path):
+    """8-byte little-endian header length, a JSON header {name: {dtype, shape,
+    data_offsets}} (offsets relative to the end of the header), then data."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (hlen,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + hlen])
+    base = 8 + hlen
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        raw = blob[base + start:base + end]
+        dtype = info["dtype"]
+        if dtype == "F32":
+            a = np.frombuffer(raw, "<f4")
+        elif dtype == "F16":
+            a = np.frombuffer(raw, "<f2")
+        elif dtype == "BF16":  # the top half of a float32
+            a = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+        elif dtype == "F64":
+            a = np.frombuffer(raw, "<f8")
+        else:
+            sys.exit(f"{path}: tensor {name}: unsupported dtype {dtype}")
+        tensors[name] = a.astype(np.float64).reshape(info["shape"])
+    return tensors
+
+
+# --- building blocks ----------------------------------------------------------
+
+def linear(W, x, name, bias):
+    """nn.Linear: x @ weight.T (+ bias). bias: True required, False none,
+    None when present in the file."""
+    y = x @ W[name + ".weight"].T
+    if bias or (bias is None and name + ".bias" in W):
+        y = y + W[name + ".bias"]
+    return y
+
+
+def rmsnorm(x, w):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + RMS_EPS) * w
+
+
+def layernorm(x, w, b):
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + LN_EPS) * w + b
+
+
+def rope(x, theta):
+    """HF apply_rotary_pos_emb on x [b, s, h, d]: cos/sin = cat(freqs, freqs),
+    x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1)."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / theta ** (np.arange(0, d, 2) / d)
+    freqs = np.outer(np.arange(x.shape[1]), inv_freq)
+    emb = np.concatenate([freqs, freqs], axis=-1)[None, :, None, :]
+    x1, x2 = x[..., :d // 2], x[..., d // 2:]
+    return x * np.cos(emb) + np.concatenate([-x2, x1], axis=-1) * np.sin(emb)
+
+
+def attention(q, k, v):
+    """Causal softmax(q k^T / sqrt(d)) v; q [b, s, h, d], k/v [b, s, g, d];
+    query head i reads kv head i // (h / g) (HF repeat_kv)."""
+    rep = q.shape[2] // k.shape[2]
+    k, v = np.repeat(k, rep, axis=2), np.repeat(v, rep, axis=2)
+    s = q.shape[1]
+    scores = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
+    scores = np.where(np.tril(np.ones((s, s), dtype=bool)), scores, -np.inf)
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    probs = scores / scores.sum(axis=-1, keepdims=True)
+    return np.einsum("bhqk,bkhd->bqhd", probs, v)
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+def heads(x, n):
+    """[b, s, n*d] -> [b, s, n, d]"""
+    return x.reshape(x.shape[0], x.shape[1], n, -1)
+
+
+def merge(x):
+    return x.reshape(x.shape[0], x.shape[1], -1)
+
+
+# --- the two families ---------------------------------------------------------
+
+def lm_head(W, cfg, embedding):
+    """Tied heads are often absent from the file: no lm_head.weight means tied."""
+    tied = cfg["tie_embeddings"] or "lm_head.weight" not in W
+    return W[embedding] if tied else W["lm_head.weight"]
+
+
+def llama(W, ids, cfg):
+    h = W["model.embed_tokens.weight"][ids]
+    for n in range(cfg["layers"]):
+        p = f"model.layers.{n}."
+        x = rmsnorm(h, W[p + "input_layernorm.weight"])
+        q = rope(heads(linear(W, x, p + "self_attn.q_proj", None), cfg["heads"]), cfg["rope_theta"])
+        k = rope(heads(linear(W, x, p + "self_attn.k_proj", None), cfg["kv_heads"]), cfg["rope_theta"])
+        v = heads(linear(W, x, p + "self_attn.v_proj", None), cfg["kv_heads"])
+        h = h + linear(W, merge(attention(q, k, v)), p + "self_attn.o_proj", None)
+        x = rmsnorm(h, W[p + "post_attention_layernorm.weight"])
+        gate, up = linear(W, x, p + "mlp.gate_proj", False), linear(W, x, p + "mlp.up_proj", False)
+        h = h + linear(W, silu(gate) * up, p + "mlp.down_proj", False)
+    h = rmsnorm(h, W["model.norm.weight"])
+    return h @ lm_head(W, cfg, "model.embed_tokens.weight")[:cfg["vocab"]].T
+
+
+def gpt2(W, ids, cfg):
+    s = ids.shape[1]
+    if s > cfg["positions"]:
+        sys.exit(f"seq {s} exceeds positions {cfg['positions']}")
+    h = W["transformer.wte.weight"][ids] + W["transformer.wpe.weight"][np.arange(s)][None]
+    for n in range(cfg["layers"]):
+        p = f"transformer.h.{n}."
+        x = layernorm(h, W[p + "ln_1.weight"], W[p + "ln_1.bias"])
+        q, k, v = (heads(linear(W, x, p + f"attn.{m}_proj", True), cfg["heads"]) for m in "qkv")
+        h = h + linear(W, merge(attention(q, k, v)), p + "attn.c_proj", True)
+        x = layernorm(h, W[p + "ln_2.weight"], W[p + "ln_2.bias"])
+        h = h + linear(W, gelu_tanh(linear(W, x, p + "mlp.c_fc", True)), p + "mlp.c_proj", True)
+    h = layernorm(h, W["transformer.ln_f.weight"], W["transformer.ln_f.bias"])
+    return h @ lm_head(W, cfg, "transformer.wte.weight")[:cfg["vocab"]].T
+
+
+def causal_lm_loss(logits, labels):
+    """HF ForCausalLMLoss: logits[:, :-1] predict labels[:, 1:]; -100 ignored;
+    the mean over the rest (NaN when nothing is left, as in torch)."""
+    lg, y = logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)
+    keep = y != IGNORE
+    lg, y = lg[keep], y[keep]
+    if len(y) == 0:
+        return float("nan")
+    mx = lg.max(axis=-1)
+    lse = mx + np.log(np.exp(lg - mx[:, None]).sum(axis=-1))
+    return float(np.mean(lse - lg[np.arange(len(y)), y]))
+
+
+# --- command line -------------------------------------------------------------
+
+def parse_config(family, items):
+    cfg = dict(DEFAULTS[family])
+    given = set()
+    for item in items:
+        key, sep, val = item.partition("=")
+        if not sep or key not in cfg:
+            sys.exit(f"--config: expected key=value with key in {', '.join(sorted(cfg))}, got '{item}'")
+        if val in ("True", "true", "False", "false"):
+            cfg[key] = val in ("True", "true")
+        else:
+            cfg[key] = float(val) if key == "rope_theta" else int(val)
+        given.add(key)
+    if family == "gpt2" and cfg["ffn"] is None:
+        cfg["ffn"] = 4 * cfg["hidden"]
+    if family == "llama" and cfg["head_dim"] is None:
+        cfg["head_dim"] = cfg["hidden"] // cfg["heads"]
+    return cfg, given
+
+
+def read_ids(arg, batch, what):
+    a = np.load(arg) if arg.endswith(".npy") else np.array([int(t) for t in arg.split(",") if t.strip()])
+    if a.size % batch:
+        sys.exit(f"{what}: {a.size} values do not split into batch {batch}")
+    return a.astype(np.int64).reshape(batch, -1)
+
+
+def check_shapes(W, cfg, family):
+    """Catch a config that does not describe the checkpoint before numpy
+    broadcasts something meaningless."""
+    hd = cfg.get("head_dim") or cfg["hidden"] // cfg["heads"]
+    if family == "llama":
+        emb, p = "model.embed_tokens.weight", "model.layers.0."
+        want = {p + "self_attn.q_proj.weight": (cfg["heads"] * hd, cfg["hidden"]),
+                p + "self_attn.k_proj.weight": (cfg["kv_heads"] * hd, cfg["hidden"]),
+                p + "self_attn.o_proj.weight": (cfg["hidden"], cfg["heads"] * hd),
+                p + "mlp.gate_proj.weight": (cfg["ffn"], cfg["hidden"])}
+    else:
+        emb, p = "transformer.wte.weight", "transformer.h.0."
+        want = {p + "attn.q_proj.weight": (cfg["hidden"], cfg["hidden"]),
+                p + "mlp.c_fc.weight": (cfg["ffn"], cfg["hidden"]),
+                "transformer.wpe.weight": (cfg["positions"], cfg["hidden"])}
+    if emb not in W or W[emb].shape[0] < cfg["vocab"] or W[emb].shape[1] != cfg["hidden"]:
+        sys.exit(f"{emb}: {W[emb].shape if emb in W else 'missing'}, config says [{cfg['vocab']}, {cfg['hidden']}]")
+    for name, shape in want.items():
+        if cfg["layers"] > 0 and W.get(name, np.empty(0)).shape != shape:
+            sys.exit(f"{name}: {W[name].shape if name in W else 'missing'}, config says {list(shape)}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", required=True, choices=sorted(DEFAULTS))
+    ap.add_argument("--weights", required=True, help="a .safetensors file with Hugging Face tensor names "
+                    "(or a directory of them, or a model.safetensors.index.json)")
+    ap.add_argument("--config", nargs="+", action="extend", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--tokens", required=True, help="FILE.npy or a comma list")
+    ap.add_argument("--labels", help="FILE.npy or a comma list (-100 ignored)")
+    ap.add_argument("--out", help="write the logits here (.npy, float32 [batch, seq, vocab])")
+    # argparse would take a comma list starting with -100 for an option
+    argv = sys.argv[1:]
+    for flag in ("--tokens", "--labels"):
+        if flag in argv[:-1]:
+            i = argv.index(flag)
+            argv[i:i + 2] = [f"{flag}={argv[i + 1]}"]
+    args = ap.parse_args(argv)
+
+    cfg, given = parse_config(args.family, args.config)
+    W = load_weights(args.weights)
+    check_shapes(W, cfg, args.family)
+    ids = read_ids(args.tokens, cfg["batch"], "--tokens")
+    if "seq" in given and ids.shape[1] != cfg["seq"]:
+        sys.exit(f"--tokens: {ids.shape[1]} tokens per sequence, config says seq={cfg['seq']}")
+    if ids.min() < 0 or ids.max() >= cfg["vocab"]:
+        sys.exit(f"--tokens: ids must lie in [0, {cfg['vocab']})")
+
+    logits = (llama if args.family == "llama" else gpt2)(W, ids, cfg)
+    if args.out:
+        np.save(args.out, logits.astype(np.float32))
+    if args.labels:
+        labels = read_ids(args.labels, cfg["batch"], "--labels")
+        if labels.shape != ids.shape:
+            sys.exit(f"--labels: shape {labels.shape}, tokens are {ids.shape}")
+        bad = (labels != IGNORE) & ((labels < 0) | (labels >= cfg["vocab"]))
+        if bad.any():
+            sys.exit(f"--labels: labels must lie in [0, {cfg['vocab']}) or be {IGNORE}")
+        print(f"loss {causal_lm_loss(logits, labels):.9g}")
+
+
+if __name__ == "__main__":
+    main()
