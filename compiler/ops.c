@@ -246,6 +246,17 @@ static tp_val *per_token(interp *I, const tp_val *labels, tp_span span)
 
 /* loss_parallel's forward: three all-reduces (max, sum of exp, target
  * logit) over the vocab shards, as torch/distributed/tensor/parallel/loss.py */
+/* All-reduce a per-token piece of the vocab-parallel loss (nothing to do
+ * on one rank). */
+static void reduce_piece(interp *I, tp_val *v, const char *what, bool max)
+{
+    if (I->tp == 1)
+        return;
+    tp_ir_op *op = lower_op(I, TP_OP_ALL_REDUCE, v, what, v, NULL, NULL);
+    op->reduce_max = max;
+    op->elems = tp_ir_buf_elems(&I->a->ir.bufs[v->buf]);
+}
+
 static void lower_vocab_parallel_ce(interp *I, tp_val *logits, tp_val *labels, tp_val *loss, tp_span span)
 {
     int64_t vl = local_size(I, logits, logits->rank - 1);
@@ -253,18 +264,14 @@ static void lower_vocab_parallel_ce(interp *I, tp_val *logits, tp_val *labels, t
     tp_ir_op *op = lower_op(I, TP_OP_CE_MAX, mx, "ce_max", logits, NULL, NULL);
     op->vocab_local = vl;
     op->vocab_logical = logits->logical_last;
-    op = lower_op(I, TP_OP_ALL_REDUCE, mx, "ce_max", mx, NULL, NULL);
-    op->reduce_max = 1;
-    op->elems = tp_ir_buf_elems(&I->a->ir.bufs[mx->buf]);
+    reduce_piece(I, mx, "ce_max", true);
     op = lower_op(I, TP_OP_CE_SUMEXP, se, "ce_sumexp", logits, mx, NULL);
     op->vocab_local = vl;
     op->vocab_logical = logits->logical_last;
-    op = lower_op(I, TP_OP_ALL_REDUCE, se, "ce_sumexp", se, NULL, NULL);
-    op->elems = tp_ir_buf_elems(&I->a->ir.bufs[se->buf]);
+    reduce_piece(I, se, "ce_sumexp", false);
     op = lower_op(I, TP_OP_CE_TARGET, tg, "ce_target", logits, labels, NULL);
     op->vocab_local = vl;
-    op = lower_op(I, TP_OP_ALL_REDUCE, tg, "ce_target", tg, NULL, NULL);
-    op->elems = tp_ir_buf_elems(&I->a->ir.bufs[tg->buf]);
+    reduce_piece(I, tg, "ce_target", false);
     op = lower_op(I, TP_OP_CE_LOSS, loss, "loss", se, mx, tg);
     op->in[op->nin++] = lower_buf(I, labels, "labels");
 }
