@@ -178,9 +178,14 @@ int main(int argc, char **argv)
     int rc = tr_run(&o, &comm, err, sizeof err);
     if (rc) {
         fprintf(stderr, "tprun: %s\n", err);
-        fflush(stderr);
-        if (comm.world > 1 && comm.ops->abort)
-            comm.ops->abort(&comm, rc);     /* the other ranks may be waiting in a collective */
+        fflush(NULL);
+        if (comm.world > 1 && comm.ops->abort) {
+            /* mpiexec forwards output asynchronously and an abort discards
+             * what it has not forwarded yet: give it a moment, then end the
+             * ranks that may be waiting in a collective */
+            usleep(300 * 1000);
+            comm.ops->abort(&comm, rc);
+        }
     }
     comm.ops->finalize(&comm);
     return rc;
