@@ -426,8 +426,10 @@ std::string compile_in_child(const std::string &plan, unsigned seconds)
     fflush(nullptr);
     pid_t pid = fork();
     if (pid == 0) {
+#ifndef __SANITIZE_ADDRESS__   /* AddressSanitizer reserves terabytes of address space for its shadow */
         struct rlimit mem = {1u << 30, 1u << 30};
         setrlimit(RLIMIT_AS, &mem);
+#endif
         alarm(seconds);
         tp_unit u;
         tpcc_test::compile(&u, plan);
