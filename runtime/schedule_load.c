@@ -139,9 +139,11 @@ static int load_buffers(loader *L, tr_schedule *s, json_t *arr)
         char *dtype = NULL;
         int64_t alias;
         t->alias_of = -1;
+        bool unused = json_is_null(json_object_get(b, "offset"));   /* no live op touches it */
         if (!json_is_object(b) || get_str(L, b, "name", &t->name) || get_shape(L, b, "shape", TP_MAX_RANK, t->shape, &t->rank) ||
             get_str(L, b, "dtype", &dtype) || parse_dtype(L, dtype, &t->dtype) ||
-            get_int(L, b, "offset", 0, s->arena_bytes, &t->offset) || get_int(L, b, "bytes", 0, s->arena_bytes, &t->bytes) ||
+            (!unused && get_int(L, b, "offset", 0, s->arena_bytes, &t->offset)) ||
+            get_int(L, b, "bytes", 0, (int64_t)1 << 50, &t->bytes) ||
             opt_int(L, b, "alias_of", 0, i - 1, -1, &alias)) {
             free(dtype);
             return json_is_object(b) ? -1 : fail(L, "must be an object");
@@ -152,6 +154,10 @@ static int load_buffers(loader *L, tr_schedule *s, json_t *arr)
         if (t->bytes != elems * (int64_t)tp_dtype_size(t->dtype))
             return fail(L, "'bytes' = %lld does not match its shape and dtype (%lld)", (long long)t->bytes,
                         (long long)(elems * (int64_t)tp_dtype_size(t->dtype)));
+        if (unused) {
+            t->offset = -1;
+            continue;
+        }
         if (t->offset + t->bytes > s->arena_bytes)
             return fail(L, "[%lld, %lld) lies outside the %lld-byte arena", (long long)t->offset,
                         (long long)(t->offset + t->bytes), (long long)s->arena_bytes);
@@ -316,6 +322,11 @@ static int load_op(loader *L, tr_schedule *s, json_t *o, tr_op *op)
         opt_real(L, o, "scale", 1.0, &op->scale) || opt_real(L, o, "eps", 1e-6, &op->eps) ||
         opt_real(L, o, "theta", 10000.0, &op->theta))
         return -1;
+    for (int i = 0; i < op->nin; i++)
+        if (s->bufs[op->in[i]].offset < 0)
+            return fail(L, "reads buffer %d, which has no place in the arena", op->in[i]);
+    if (v[0] >= 0 && s->bufs[v[0]].offset < 0)
+        return fail(L, "writes buffer %lld, which has no place in the arena", (long long)v[0]);
     op->out = (int)v[0];
     op->weight = (int)v[1];
     op->bias = (int)v[2];

@@ -113,6 +113,8 @@ std::vector<std::string> shipped_plans()
     for (const auto &p : files_in("plans", ".plan"))
         if (!contains(p, "405b"))          // the benchmark's plan: same shape as llama-sp
             v.push_back(p);
+    // valid, with a redistribution -O1 removes because the next one undoes it
+    v.push_back(source_path("tests/bad/redundant-redistribute.plan"));
     return v;
 }
 
