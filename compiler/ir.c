@@ -37,7 +37,7 @@ int64_t tp_ir_buf_elems(const tp_ir_buf *b)
 void tp_ir_set_dtype(tp_ir *ir, tp_dtype dtype)
 {
     for (int i = 0; i < ir->nbufs; i++)
-        if (ir->bufs[i].dtype != TP_I32)
+        if (ir->bufs[i].dtype != TP_I32 && !ir->bufs[i].f32_only)
             ir->bufs[i].dtype = dtype;
 }
 

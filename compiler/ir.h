@@ -55,6 +55,7 @@ typedef struct tp_ir_buf {
     int first, last;           /* op indices of the first write and the last read */
     int64_t offset;            /* in the activation arena, bytes */
     bool input, output;        /* a model input, or the logits/loss */
+    bool f32_only;             /* the loss and its per-token pieces: float32 whatever the dtype */
     int alias_of;              /* >= 0: a view of that buffer (same storage) */
 } tp_ir_buf;
 

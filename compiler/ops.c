@@ -274,6 +274,9 @@ static void lower_vocab_parallel_ce(interp *I, tp_val *logits, tp_val *labels, t
     reduce_piece(I, tg, "ce_target", false);
     op = lower_op(I, TP_OP_CE_LOSS, loss, "loss", se, mx, tg);
     op->in[op->nin++] = lower_buf(I, labels, "labels");
+    tp_val *f32[] = {mx, se, tg, loss};
+    for (int i = 0; i < 4; i++)
+        I->a->ir.bufs[f32[i]->buf].f32_only = true;
 }
 
 static void lower_cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_val *loss, tp_span span)
@@ -285,6 +288,7 @@ static void lower_cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_va
         tp_ir_op *op = lower_op(I, TP_OP_CROSS_ENTROPY, loss, "loss", logits, labels, NULL);
         op->vocab_logical = logits->logical_last;
         op->vocab_local = local_size(I, logits, logits->rank - 1);
+        ir->bufs[loss->buf].f32_only = true;
     }
     ir->logits_buf = logits->buf;
     ir->logits_pl = tp_placement_norm(logits->pl, logits->rank);
