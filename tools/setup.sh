@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the build dependencies of tpcc and tprun from Debian's packages
-# (python3-numpy for the reference tests) and build both into build/. Idempotent: re-running only rebuilds what changed.
+# (python3-numpy for the reference tests) and build both into build/.
+# Idempotent: re-running only rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
