@@ -1,10 +1,14 @@
 /* schedule_write.c: the lowered program as a versioned JSON schedule.
  *
- * The document is built as a jansson tree, then laid out with one buffer,
- * one weight and one op per line (keys in insertion order, each real as
- * the shortest decimal that reads back exactly, strings escaped by
- * jansson), so identical inputs give byte-identical files and a diff of
- * two schedules reads op by op. The format is in docs/schedule.md.
+ * The text is emitted directly into one growing buffer, with one buffer,
+ * one weight and one op per line (keys in a fixed order, each real as the
+ * shortest decimal that reads back exactly, strings checked to be UTF-8
+ * as jansson checks them and escaped as jansson escapes them), so
+ * identical inputs give byte-identical files and a diff of two schedules
+ * reads op by op. The format is in docs/schedule.md. No JSON tree is
+ * built: a program of a few thousand ops on 8 ranks would be hundreds of
+ * thousands of jansson nodes, and allocating and freeing them dominated
+ * the compile.
  *
  * The file is written atomically, as diag_fixit.c writes plans: the text
  * goes to a temporary file in the destination's directory, is synced, and
@@ -15,7 +19,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,13 +33,47 @@
 #include "schedule.h"
 #include "xalloc.h"
 
+/* The text being built: like tp_buf, but with the room check inline and
+ * no NUL kept after every append. */
+typedef struct outbuf {
+    char *data;
+    size_t len, cap;
+} outbuf;
+
+/* A few recently formatted reals (eps and theta repeat on every layer and
+ * rank), keyed by their bits. */
+typedef struct real_memo {
+    uint64_t bits;
+    size_t len;             /* 0: empty slot */
+    char text[48];
+} real_memo;
+
+#define REAL_MEMO 4
+
 typedef struct writer {
     const tp_ir *ir;
     const tp_schedule_meta *meta;
     char *err;
     size_t errlen;
     bool failed;            /* the first error is kept in err */
+    outbuf out;
+    real_memo reals[REAL_MEMO];
+    int next_real;
+    struct span *rec;       /* the item being recorded (rank 0), or NULL */
+    bool replay_ok;         /* every recorded item has at most one rank-dependent field */
 } writer;
+
+/* Where rank 0's text of one weight or op lies in the output, and its one
+ * rank-dependent integer (rank * mul), if any, at [hole, hole + hole_len)
+ * within it. Every other byte of the item is the same on every rank, so
+ * ranks 1.. are written by copying rank 0's text around a new integer. */
+typedef struct span {
+    size_t at, len;
+    size_t hole, hole_len;  /* hole == NO_HOLE: no rank-dependent field */
+    int64_t mul;
+} span;
+
+#define NO_HOLE SIZE_MAX
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -65,49 +102,244 @@ static void fail(writer *w, const char *fmt, ...)
     va_end(ap);
 }
 
-/* ---- jansson with allocation failure handled (xalloc.h) ---- */
+/* ---- the output buffer ---- */
 
-static json_t *jobj(void) { return tp_xcheck(json_object()); }
-static json_t *jarr(void) { return tp_xcheck(json_array()); }
-static json_t *jint(int64_t v) { return tp_xcheck(json_integer((json_int_t)v)); }
-
-static json_t *jstr(writer *w, const char *s)
+static void out_grow(outbuf *o, size_t extra)
 {
-    json_t *v = json_string(s ? s : "");
-    if (!v) {
-        fail(w, "cannot record '%s' in the schedule: it is not valid UTF-8", s);
-        return json_null();
-    }
-    return v;
+    if (extra > SIZE_MAX - o->len)
+        tp_out_of_memory();
+    size_t need = o->len + extra;
+    size_t cap = o->cap ? o->cap : 1 << 16;
+    while (cap < need)
+        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    o->data = tp_xrealloc(o->data, cap);
+    o->cap = cap;
 }
 
-static json_t *jreal(writer *w, double x, const char *what, int op)
+/* Room for n more bytes; returns where they go. */
+static inline char *out_room(outbuf *o, size_t n)
+{
+    if (o->cap - o->len < n)
+        out_grow(o, n);
+    return o->data + o->len;
+}
+
+static inline void put_n(writer *w, const char *s, size_t n)
+{
+    memcpy(out_room(&w->out, n), s, n);
+    w->out.len += n;
+}
+
+/* A string literal in the source: its length is known at compile time. */
+#define PUT(w, lit) put_n((w), "" lit, sizeof(lit) - 1)
+
+static inline void put_char(writer *w, char c, size_t count)
+{
+    memset(out_room(&w->out, count), c, count);
+    w->out.len += count;
+}
+
+/* As "%lld" (jansson's JSON_INTEGER_FORMAT). */
+static void put_int(writer *w, int64_t v)
+{
+    char tmp[24];
+    char *end = tmp + sizeof tmp, *p = end;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--p = '-';
+    put_n(w, p, (size_t)(end - p));
+}
+
+static void put_ints(writer *w, const int64_t *v, int n)
+{
+    PUT(w, "[");
+    for (int d = 0; d < n; d++) {
+        if (d)
+            PUT(w, ", ");
+        put_int(w, v[d]);
+    }
+    PUT(w, "]");
+}
+
+static void put_bool(writer *w, bool v)
+{
+    if (v)
+        PUT(w, "true");
+    else
+        PUT(w, "false");
+}
+
+/* The one field of a weight or op that differs between ranks: rank * mul.
+ * While rank 0 is recorded, notes where it is. */
+static void put_ranked(writer *w, int64_t rank, int64_t mul)
+{
+    span *s = w->rec;
+    size_t before = w->out.len;
+    put_int(w, rank * mul);
+    if (!s)
+        return;
+    if (s->hole != NO_HOLE)
+        w->replay_ok = false;   /* a second one: write every rank in full */
+    s->hole = before - s->at;
+    s->hole_len = w->out.len - before;
+    s->mul = mul;
+}
+
+/* ---- strings ---- */
+
+/* jansson's UTF-8 check (utf.c, utf8_check_string), which json_string
+ * applies to every value and json_object_set to every key: no stray
+ * continuation bytes, no overlong forms, no surrogates, nothing above
+ * U+10FFFF, no truncated sequence. */
+static bool utf8_valid(const unsigned char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char u = s[i];
+        size_t count;
+        int32_t value;
+        if (u < 0x80)
+            continue;
+        if (u >= 0xC2 && u <= 0xDF) {
+            count = 2;
+            value = u & 0x1F;
+        } else if (u >= 0xE0 && u <= 0xEF) {
+            count = 3;
+            value = u & 0xF;
+        } else if (u >= 0xF0 && u <= 0xF4) {
+            count = 4;
+            value = u & 0x7;
+        } else {
+            return false;   /* a continuation byte, 0xC0, 0xC1 or >= 0xF5 */
+        }
+        if (count > len - i)
+            return false;
+        for (size_t k = 1; k < count; k++) {
+            u = s[i + k];
+            if (u < 0x80 || u > 0xBF)
+                return false;
+            value = (value << 6) + (u & 0x3F);
+        }
+        if (value > 0x10FFFF || (value >= 0xD800 && value <= 0xDFFF))
+            return false;
+        if ((count == 2 && value < 0x80) || (count == 3 && value < 0x800) || (count == 4 && value < 0x10000))
+            return false;
+        i += count - 1;
+    }
+    return true;
+}
+
+/* A JSON string literal of s, which is valid UTF-8: only quotes,
+ * backslashes and control characters need escaping; this is jansson's
+ * own escaping. */
+static void put_escaped(writer *w, const char *s, size_t len)
+{
+    PUT(w, "\"");
+    const char *run = s, *end = s + len;
+    for (; s < end; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        put_n(w, run, (size_t)(s - run));
+        run = s + 1;
+        switch (c) {
+        case '"': PUT(w, "\\\""); break;
+        case '\\': PUT(w, "\\\\"); break;
+        case '\b': PUT(w, "\\b"); break;
+        case '\f': PUT(w, "\\f"); break;
+        case '\n': PUT(w, "\\n"); break;
+        case '\r': PUT(w, "\\r"); break;
+        case '\t': PUT(w, "\\t"); break;
+        default: {
+            static const char hex[] = "0123456789ABCDEF";
+            char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            put_n(w, u, sizeof u);
+            break;
+        }
+        }
+    }
+    put_n(w, run, (size_t)(s - run));
+    PUT(w, "\"");
+}
+
+/* A string value (NULL stands for ""). One that is not valid UTF-8 is an
+ * error, reported with the string, and written as null. */
+static void put_str(writer *w, const char *s)
+{
+    if (!s)
+        s = "";
+    /* Plain printable ASCII, the usual case: valid, nothing to escape. */
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
+        p++;
+    size_t len = (size_t)(p - (const unsigned char *)s);
+    if (!*p) {
+        char *d = out_room(&w->out, len + 2);
+        d[0] = '"';
+        memcpy(d + 1, s, len);
+        d[len + 1] = '"';
+        w->out.len += len + 2;
+        return;
+    }
+    len += strlen((const char *)p);
+    if (!utf8_valid((const unsigned char *)s, len)) {
+        fail(w, "cannot record '%s' in the schedule: it is not valid UTF-8", s);
+        PUT(w, "null");
+        return;
+    }
+    put_escaped(w, s, len);
+}
+
+/* ---- reals ---- */
+
+/* The shortest decimal that reads back as exactly x (1e-06, not
+ * 9.9999999999999995e-07), always with a '.' or an exponent so it stays a
+ * JSON real. Returns the length of the text written to text[48]. */
+static size_t format_real(double x, char *text)
+{
+    if (x == floor(x) && fabs(x) < 1e15) {   /* 500000.0, not 5e+05 */
+        snprintf(text, 40, "%.1f", x);
+        for (char *c = text; *c; c++)
+            if (*c == ',')
+                *c = '.';
+        return strlen(text);
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(text, 40, "%.*g", prec, x);
+        for (char *c = text; *c; c++)
+            if (*c == ',')
+                *c = '.';   /* a locale with a decimal comma */
+        if (strtod(text, NULL) == x)
+            break;
+    }
+    if (!strpbrk(text, ".e"))
+        strcat(text, ".0");
+    return strlen(text);
+}
+
+/* A real field of op `op`; a non-finite value is an error (written as null). */
+static void put_real(writer *w, double x, const char *what, int op)
 {
     if (!isfinite(x)) {
         fail(w, "op %d: %s is %g; the schedule records finite numbers only", op, what, x);
-        return json_null();
+        PUT(w, "null");
+        return;
     }
-    return tp_xcheck(json_real(x));
-}
-
-static void set(json_t *obj, const char *key, json_t *v)
-{
-    if (json_object_set_new(obj, key, v) != 0)
-        tp_out_of_memory();
-}
-
-static void push(json_t *arr, json_t *v)
-{
-    if (json_array_append_new(arr, v) != 0)
-        tp_out_of_memory();
-}
-
-static json_t *jshape(const int64_t *shape, int rank)
-{
-    json_t *a = jarr();
-    for (int d = 0; d < rank; d++)
-        push(a, jint(shape[d]));
-    return a;
+    uint64_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    for (int i = 0; i < REAL_MEMO; i++)
+        if (w->reals[i].len && w->reals[i].bits == bits) {
+            put_n(w, w->reals[i].text, w->reals[i].len);
+            return;
+        }
+    real_memo *m = &w->reals[w->next_real];
+    w->next_real = (w->next_real + 1) % REAL_MEMO;
+    m->bits = bits;
+    m->len = format_real(x, m->text);
+    put_n(w, m->text, m->len);
 }
 
 static const char *pl_str(tp_placement p, int rank, char *buf, size_t len)
@@ -180,26 +412,6 @@ static void check_ir(writer *w)
     }
 }
 
-/* ---- the document ---- */
-
-static json_t *config_json(writer *w)
-{
-    json_t *o = jobj();
-    const tp_config *c = w->meta->config;
-    for (int i = 0; c && i < c->count; i++) {
-        const tp_cfg_entry *e = &c->items[i];
-        json_t *v;
-        if (e->state != 2)
-            v = json_null();   /* never evaluated (unused) or failed */
-        else if (e->is_bool)
-            v = json_boolean(e->value);
-        else
-            v = jint(e->value);
-        set(o, e->name, v);
-    }
-    return o;
-}
-
 /* Columns of the logits that are real vocabulary: from the op that
  * consumes them, else the rows of the checkpoint weight that produced
  * them. 0 when neither is known. */
@@ -220,88 +432,6 @@ static int64_t logits_vocab(const tp_ir *ir)
     return 0;
 }
 
-static json_t *io_json(writer *w)
-{
-    const tp_ir *ir = w->ir;
-    int inputs[2] = {-1, -1}, n = 0;
-    for (int b = 0; b < ir->nbufs && n < 2; b++)
-        if (ir->bufs[b].input)
-            inputs[n++] = b;
-    json_t *in = jobj();
-    set(in, "input_ids", inputs[0] >= 0 ? jint(inputs[0]) : json_null());
-    set(in, "labels", inputs[1] >= 0 ? jint(inputs[1]) : json_null());
-    return in;
-}
-
-static json_t *outputs_json(writer *w)
-{
-    const tp_ir *ir = w->ir;
-    json_t *out = jobj();
-    set(out, "loss", ir->loss_buf >= 0 ? jint(ir->loss_buf) : json_null());
-    if (ir->logits_buf < 0) {
-        set(out, "logits", json_null());
-        return out;
-    }
-    json_t *l = jobj();
-    char buf[24];
-    set(l, "buffer", jint(ir->logits_buf));
-    set(l, "placement", jstr(w, pl_str(ir->logits_pl, ir->bufs[ir->logits_buf].rank, buf, sizeof buf)));
-    int64_t vocab = logits_vocab(ir);
-    set(l, "vocab", vocab > 0 ? jint(vocab) : json_null());
-    set(out, "logits", l);
-    return out;
-}
-
-static json_t *buffers_json(writer *w)
-{
-    const tp_ir *ir = w->ir;
-    json_t *a = jarr();
-    for (int b = 0; b < ir->nbufs; b++) {
-        const tp_ir_buf *buf = &ir->bufs[b];
-        json_t *o = jobj();
-        char *fallback = buf->name ? NULL : tp_xasprintf("b%d", b);
-        set(o, "name", jstr(w, buf->name ? buf->name : fallback));
-        free(fallback);
-        set(o, "shape", jshape(buf->shape, buf->rank));
-        set(o, "dtype", jstr(w, tp_dtype_name(buf->dtype)));
-        set(o, "offset", buf->offset >= 0 ? jint(buf->offset) : json_null());
-        set(o, "bytes", jint(tp_ir_buf_elems(buf) * (int64_t)tp_dtype_size(buf->dtype)));
-        if (buf->alias_of >= 0)
-            set(o, "alias_of", jint(buf->alias_of));
-        push(a, o);
-    }
-    return a;
-}
-
-static json_t *weights_json(writer *w, int64_t rank)
-{
-    const tp_ir *ir = w->ir;
-    json_t *a = jarr();
-    for (int p = 0; p < ir->nparams; p++) {
-        const tp_ir_param *ip = &ir->params[p];
-        const tp_param *param = ip->param;
-        tp_placement pl = tp_placement_norm(ip->pl, param->rank);
-        char buf[24];
-        json_t *o = jobj();
-        set(o, "name", jstr(w, param->fqn));
-        set(o, "shape", jshape(param->shape, param->rank));
-        set(o, "logical_shape", jshape(param->logical, param->rank));
-        set(o, "dtype", jstr(w, tp_dtype_name(w->meta->dtype)));
-        set(o, "placement", jstr(w, tp_placement_str(pl, buf, sizeof buf)));
-        if (pl.kind == TP_SHARD) {
-            json_t *s = jobj();
-            set(s, "dim", jint(pl.dim));
-            set(s, "offset", jint(rank * ip->local[pl.dim]));
-            set(s, "length", jint(ip->local[pl.dim]));
-            set(o, "slice", s);
-        } else {
-            set(o, "slice", json_null());
-        }
-        push(a, o);
-    }
-    return a;
-}
-
 static int64_t collective_bytes(const tp_ir *ir, const tp_ir_op *op)
 {
     int b = op->nin > 0 ? op->in[0] : op->out;
@@ -309,10 +439,176 @@ static int64_t collective_bytes(const tp_ir *ir, const tp_ir_op *op)
     return op->elems * (int64_t)size;
 }
 
+/* The last dimension of the first input (head_dim of a [b, s, h, d] x). */
+static int64_t last_dim(const tp_ir *ir, const tp_ir_op *op)
+{
+    const tp_ir_buf *x = op->nin > 0 ? &ir->bufs[op->in[0]] : NULL;
+    return x && x->rank > 0 ? x->shape[x->rank - 1] : 0;
+}
+
+/* ---- the document ----
+ *
+ * The layout: the root object has one key per line, indented by two
+ * spaces; "buffers" and "ranks" (arrays of objects) have one element per
+ * line, indented by four; a rank holding a non-empty "weights" or "ops"
+ * array has one key per line (indent six) and one weight or op per line
+ * (indent eight). Everything else is one line with ", " and ": "
+ * separators. Empty arrays are "[]" and empty objects "{}". */
+
+static void put_config(writer *w)
+{
+    const tp_config *c = w->meta->config;
+    PUT(w, "{");
+    int n = 0;
+    for (int i = 0; c && i < c->count; i++) {
+        const tp_cfg_entry *e = &c->items[i];
+        /* jansson refused such a key, which was reported as out of memory */
+        if (!e->name || !utf8_valid((const unsigned char *)e->name, strlen(e->name)))
+            tp_out_of_memory();
+        /* A name bound twice keeps its first place and its last value, as
+         * json_object_set did. */
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++)
+            seen = strcmp(c->items[j].name, e->name) == 0;
+        if (seen)
+            continue;
+        const tp_cfg_entry *v = e;
+        for (int j = i + 1; j < c->count; j++)
+            if (c->items[j].name && strcmp(c->items[j].name, e->name) == 0)
+                v = &c->items[j];
+        if (n++)
+            PUT(w, ", ");
+        put_escaped(w, e->name, strlen(e->name));
+        PUT(w, ": ");
+        if (v->state != 2)
+            PUT(w, "null");   /* never evaluated (unused) or failed */
+        else if (v->is_bool)
+            put_bool(w, v->value);
+        else
+            put_int(w, v->value);
+    }
+    PUT(w, "}");
+}
+
+static void put_io(writer *w)
+{
+    const tp_ir *ir = w->ir;
+    int inputs[2] = {-1, -1}, n = 0;
+    for (int b = 0; b < ir->nbufs && n < 2; b++)
+        if (ir->bufs[b].input)
+            inputs[n++] = b;
+    PUT(w, "{\"input_ids\": ");
+    if (inputs[0] >= 0)
+        put_int(w, inputs[0]);
+    else
+        PUT(w, "null");
+    PUT(w, ", \"labels\": ");
+    if (inputs[1] >= 0)
+        put_int(w, inputs[1]);
+    else
+        PUT(w, "null");
+    PUT(w, "}");
+}
+
+static void put_outputs(writer *w)
+{
+    const tp_ir *ir = w->ir;
+    PUT(w, "{\"loss\": ");
+    if (ir->loss_buf >= 0)
+        put_int(w, ir->loss_buf);
+    else
+        PUT(w, "null");
+    if (ir->logits_buf < 0) {
+        PUT(w, ", \"logits\": null}");
+        return;
+    }
+    char buf[24];
+    PUT(w, ", \"logits\": {\"buffer\": ");
+    put_int(w, ir->logits_buf);
+    PUT(w, ", \"placement\": ");
+    put_str(w, pl_str(ir->logits_pl, ir->bufs[ir->logits_buf].rank, buf, sizeof buf));
+    PUT(w, ", \"vocab\": ");
+    int64_t vocab = logits_vocab(ir);
+    if (vocab > 0)
+        put_int(w, vocab);
+    else
+        PUT(w, "null");
+    PUT(w, "}}");
+}
+
+static void put_buffers(writer *w)
+{
+    const tp_ir *ir = w->ir;
+    if (ir->nbufs <= 0) {
+        PUT(w, "[]");
+        return;
+    }
+    PUT(w, "[\n");
+    for (int b = 0; b < ir->nbufs; b++) {
+        const tp_ir_buf *buf = &ir->bufs[b];
+        char fallback[24];
+        if (!buf->name)
+            snprintf(fallback, sizeof fallback, "b%d", b);
+        PUT(w, "    {\"name\": ");
+        put_str(w, buf->name ? buf->name : fallback);
+        PUT(w, ", \"shape\": ");
+        put_ints(w, buf->shape, buf->rank);
+        PUT(w, ", \"dtype\": ");
+        put_str(w, tp_dtype_name(buf->dtype));
+        PUT(w, ", \"offset\": ");
+        if (buf->offset >= 0)
+            put_int(w, buf->offset);
+        else
+            PUT(w, "null");
+        PUT(w, ", \"bytes\": ");
+        put_int(w, tp_ir_buf_elems(buf) * (int64_t)tp_dtype_size(buf->dtype));
+        if (buf->alias_of >= 0) {
+            PUT(w, ", \"alias_of\": ");
+            put_int(w, buf->alias_of);
+        }
+        if (b + 1 < ir->nbufs)
+            PUT(w, "},\n");
+        else
+            PUT(w, "}\n");
+    }
+    PUT(w, "  ]");
+}
+
+static void put_weight(writer *w, const tp_ir_param *ip, int64_t rank)
+{
+    const tp_param *param = ip->param;
+    tp_placement pl = tp_placement_norm(ip->pl, param->rank);
+    char buf[24];
+    PUT(w, "{\"name\": ");
+    put_str(w, param->fqn);
+    PUT(w, ", \"shape\": ");
+    put_ints(w, param->shape, param->rank);
+    PUT(w, ", \"logical_shape\": ");
+    put_ints(w, param->logical, param->rank);
+    PUT(w, ", \"dtype\": ");
+    put_str(w, tp_dtype_name(w->meta->dtype));
+    PUT(w, ", \"placement\": ");
+    put_str(w, tp_placement_str(pl, buf, sizeof buf));
+    if (pl.kind == TP_SHARD) {
+        PUT(w, ", \"slice\": {\"dim\": ");
+        put_int(w, pl.dim);
+        PUT(w, ", \"offset\": ");
+        put_ranked(w, rank, ip->local[pl.dim]);
+        PUT(w, ", \"length\": ");
+        put_int(w, ip->local[pl.dim]);
+        PUT(w, "}}");
+    } else {
+        PUT(w, ", \"slice\": null}");
+    }
+}
+
+/* ", "key": value" for an integer field of an op. */
+#define PUT_INT_FIELD(w, key, v) do { PUT((w), ", \"" key "\": "); put_int((w), (v)); } while (0)
+
 /* Attention sizes: local batch, sequence, query heads, head size and kv
  * heads, from the op; the query's shape [batch, seq, heads, head_dim]
  * stands in for sizes the lowering left at 0. */
-static void attention_json(writer *w, json_t *o, const tp_ir_op *op, int index)
+static void put_attention(writer *w, const tp_ir_op *op, int index)
 {
     const tp_ir *ir = w->ir;
     const tp_ir_buf *q = op->nin > 0 ? &ir->bufs[op->in[0]] : NULL;
@@ -330,325 +626,310 @@ static void attention_json(writer *w, json_t *o, const tp_ir_op *op, int index)
     int64_t kv = op->groups;
     if (kv <= 0)
         kv = op->nin > 1 && ir->bufs[op->in[1]].rank == 4 ? ir->bufs[op->in[1]].shape[2] : size[2];
-    set(o, "batch", jint(size[0]));
-    set(o, "seq", jint(size[1]));
-    set(o, "heads", jint(size[2]));
-    set(o, "head_dim", jint(size[3]));
-    set(o, "kv_heads", jint(kv));
-}
-
-/* The last dimension of the first input (head_dim of a [b, s, h, d] x). */
-static int64_t last_dim(const tp_ir *ir, const tp_ir_op *op)
-{
-    const tp_ir_buf *x = op->nin > 0 ? &ir->bufs[op->in[0]] : NULL;
-    return x && x->rank > 0 ? x->shape[x->rank - 1] : 0;
+    PUT_INT_FIELD(w, "batch", size[0]);
+    PUT_INT_FIELD(w, "seq", size[1]);
+    PUT_INT_FIELD(w, "heads", size[2]);
+    PUT_INT_FIELD(w, "head_dim", size[3]);
+    PUT_INT_FIELD(w, "kv_heads", kv);
 }
 
 /* The rank's columns of a vocab-sharded tensor. */
-static void vocab_slice(json_t *o, const tp_ir_op *op, int64_t rank)
+static void put_vocab_slice(writer *w, const tp_ir_op *op, int64_t rank)
 {
-    set(o, "vocab_start", jint(rank * op->vocab_local));
-    set(o, "vocab_local", jint(op->vocab_local));
+    PUT(w, ", \"vocab_start\": ");
+    put_ranked(w, rank, op->vocab_local);
+    PUT_INT_FIELD(w, "vocab_local", op->vocab_local);
 }
 
-static json_t *op_json(writer *w, const tp_ir_op *op, int index, int64_t rank)
+static void put_op(writer *w, const tp_ir_op *op, int index, int64_t rank)
 {
     const tp_ir *ir = w->ir;
-    json_t *o = jobj();
-    set(o, "op", jstr(w, tp_op_names[op->kind]));
-    json_t *in = jarr();
-    for (int k = 0; k < op->nin; k++)
-        push(in, jint(op->in[k]));
-    set(o, "in", in);
+    PUT(w, "{\"op\": ");
+    put_str(w, tp_op_names[op->kind]);
+    PUT(w, ", \"in\": [");
+    for (int k = 0; k < op->nin; k++) {
+        if (k)
+            PUT(w, ", ");
+        put_int(w, op->in[k]);
+    }
+    PUT(w, "]");
     if (op->out >= 0)
-        set(o, "out", jint(op->out));
+        PUT_INT_FIELD(w, "out", op->out);
     if (op->weight >= 0)
-        set(o, "weight", jint(op->weight));
+        PUT_INT_FIELD(w, "weight", op->weight);
     if (op->bias >= 0)
-        set(o, "bias", jint(op->bias));
+        PUT_INT_FIELD(w, "bias", op->bias);
 
     switch (op->kind) {
     case TP_OP_EMBEDDING:
-        set(o, "masked", json_boolean(op->masked));
-        set(o, "vocab_start", jint(op->masked ? rank * op->vocab_local : 0));
-        set(o, "vocab_local", jint(op->vocab_local));
+        PUT(w, ", \"masked\": ");
+        put_bool(w, op->masked);
+        PUT(w, ", \"vocab_start\": ");
+        put_ranked(w, rank, op->masked ? op->vocab_local : 0);   /* 0 when not masked */
+        PUT_INT_FIELD(w, "vocab_local", op->vocab_local);
         break;
     case TP_OP_MATMUL:
-        set(o, "m", jint(op->m));
-        set(o, "n", jint(op->n));
-        set(o, "k", jint(op->k));
+        PUT_INT_FIELD(w, "m", op->m);
+        PUT_INT_FIELD(w, "n", op->n);
+        PUT_INT_FIELD(w, "k", op->k);
         break;
     case TP_OP_BIAS_ADD:
-        set(o, "m", jint(op->m));
-        set(o, "n", jint(op->n));
-        set(o, "scale", jreal(w, op->scale, "scale", index));
+        PUT_INT_FIELD(w, "m", op->m);
+        PUT_INT_FIELD(w, "n", op->n);
+        PUT(w, ", \"scale\": ");
+        put_real(w, op->scale, "scale", index);
         break;
     case TP_OP_RMSNORM:
     case TP_OP_LAYERNORM:
-        set(o, "m", jint(op->m));
-        set(o, "n", jint(op->n));
-        set(o, "eps", jreal(w, op->eps, "eps", index));
+        PUT_INT_FIELD(w, "m", op->m);
+        PUT_INT_FIELD(w, "n", op->n);
+        PUT(w, ", \"eps\": ");
+        put_real(w, op->eps, "eps", index);
         break;
     case TP_OP_ROPE:
-        set(o, "theta", jreal(w, op->theta, "theta", index));
-        set(o, "pos_offset", jint(rank * op->pos_chunk));
-        set(o, "head_dim", jint(op->k > 0 ? op->k : last_dim(ir, op)));
+        PUT(w, ", \"theta\": ");
+        put_real(w, op->theta, "theta", index);
+        PUT(w, ", \"pos_offset\": ");
+        put_ranked(w, rank, op->pos_chunk);
+        PUT_INT_FIELD(w, "head_dim", op->k > 0 ? op->k : last_dim(ir, op));
         break;
     case TP_OP_ATTENTION:
-        attention_json(w, o, op, index);
+        put_attention(w, op, index);
         break;
     case TP_OP_SILU: case TP_OP_GELU: case TP_OP_RELU: case TP_OP_ADD: case TP_OP_MUL:
     case TP_OP_CE_LOSS:
         break;
     case TP_OP_SCALE:
-        set(o, "scale", jreal(w, op->scale, "scale", index));
+        PUT(w, ", \"scale\": ");
+        put_real(w, op->scale, "scale", index);
         break;
     case TP_OP_SLICE:
-        set(o, "dim", jint(op->dim));
-        set(o, "index", jint(rank));
-        set(o, "parts", jint(op->parts > 0 ? op->parts : ir->world));
+        PUT_INT_FIELD(w, "dim", op->dim);
+        PUT(w, ", \"index\": ");
+        put_ranked(w, rank, 1);
+        PUT_INT_FIELD(w, "parts", op->parts > 0 ? op->parts : ir->world);
         break;
     case TP_OP_POSITIONS:
-        set(o, "pos_offset", jint(rank * op->pos_chunk));
+        PUT(w, ", \"pos_offset\": ");
+        put_ranked(w, rank, op->pos_chunk);
         break;
     case TP_OP_CROSS_ENTROPY:
-        set(o, "vocab_local", jint(op->vocab_local));
-        set(o, "vocab_logical", jint(op->vocab_logical));
+        PUT_INT_FIELD(w, "vocab_local", op->vocab_local);
+        PUT_INT_FIELD(w, "vocab_logical", op->vocab_logical);
         break;
     case TP_OP_CE_MAX: case TP_OP_CE_SUMEXP:
-        vocab_slice(o, op, rank);
-        set(o, "vocab_logical", jint(op->vocab_logical));
+        put_vocab_slice(w, op, rank);
+        PUT_INT_FIELD(w, "vocab_logical", op->vocab_logical);
         break;
     case TP_OP_CE_TARGET:
-        vocab_slice(o, op, rank);
+        put_vocab_slice(w, op, rank);
         break;
     case TP_OP_ALL_GATHER: case TP_OP_REDUCE_SCATTER:
-        set(o, "dim", jint(op->dim));
-        set(o, "elems", jint(op->elems));
-        set(o, "bytes", jint(collective_bytes(ir, op)));
+        PUT_INT_FIELD(w, "dim", op->dim);
+        PUT_INT_FIELD(w, "elems", op->elems);
+        PUT_INT_FIELD(w, "bytes", collective_bytes(ir, op));
         break;
     case TP_OP_ALL_REDUCE:
-        set(o, "reduce", jstr(w, op->reduce_max ? "max" : "sum"));
-        set(o, "elems", jint(op->elems));
-        set(o, "bytes", jint(collective_bytes(ir, op)));
+        PUT(w, ", \"reduce\": ");
+        put_str(w, op->reduce_max ? "max" : "sum");
+        PUT_INT_FIELD(w, "elems", op->elems);
+        PUT_INT_FIELD(w, "bytes", collective_bytes(ir, op));
         break;
     case TP_OP_ALL_TO_ALL:
-        set(o, "dim", jint(op->dim));
-        set(o, "dim2", jint(op->dim2));
-        set(o, "elems", jint(op->elems));
-        set(o, "bytes", jint(collective_bytes(ir, op)));
+        PUT_INT_FIELD(w, "dim", op->dim);
+        PUT_INT_FIELD(w, "dim2", op->dim2);
+        PUT_INT_FIELD(w, "elems", op->elems);
+        PUT_INT_FIELD(w, "bytes", collective_bytes(ir, op));
         break;
     case TP_OP_COUNT:
         break;
     }
 
-    if (op->module)
-        set(o, "module", jstr(w, op->module->fqn));
-    if (op->entry && op->entry->pattern)
-        set(o, "entry", jstr(w, op->entry->pattern));
+    if (op->module) {
+        PUT(w, ", \"module\": ");
+        put_str(w, op->module->fqn);
+    }
+    if (op->entry && op->entry->pattern) {
+        PUT(w, ", \"entry\": ");
+        put_str(w, op->entry->pattern);
+    }
     if (op->implicit)
-        set(o, "implicit", json_true());
-    return o;
+        PUT(w, ", \"implicit\": true");
+    PUT(w, "}");
 }
 
-static json_t *ranks_json(writer *w)
+/* Rank 0's item at span s (recorded), or NULL: write it plainly. */
+static void begin_item(writer *w, span *s)
+{
+    if (s) {
+        s->at = w->out.len;
+        s->hole = NO_HOLE;
+    }
+    w->rec = s;
+}
+
+static void end_item(writer *w)
+{
+    if (w->rec)
+        w->rec->len = w->out.len - w->rec->at;
+    w->rec = NULL;
+}
+
+/* Another rank's copy of a recorded item: the same bytes, with its
+ * rank-dependent integer, if any, for this rank. */
+static void replay_item(writer *w, const span *s, int64_t rank)
+{
+    /* Room first, so the copies below read from a buffer that stays put
+     * (an integer is at most 20 characters). */
+    out_room(&w->out, s->len + 24);
+    if (s->hole == NO_HOLE) {
+        memcpy(w->out.data + w->out.len, w->out.data + s->at, s->len);
+        w->out.len += s->len;
+        return;
+    }
+    memcpy(w->out.data + w->out.len, w->out.data + s->at, s->hole);
+    w->out.len += s->hole;
+    put_int(w, rank * s->mul);
+    size_t rest = s->hole + s->hole_len;
+    memcpy(w->out.data + w->out.len, w->out.data + s->at + rest, s->len - rest);
+    w->out.len += s->len - rest;
+}
+
+/* One rank: {"rank": r, "weights": [...], "ops": [...]}, spread over
+ * lines unless both arrays are empty. wspan and ospan (weights, then live
+ * ops) are recorded when rec, or replayed when replay; else the rank is
+ * written in full. */
+static void put_rank(writer *w, int64_t r, int live_ops, span *wspan, span *ospan, bool rec, bool replay)
 {
     const tp_ir *ir = w->ir;
-    json_t *a = jarr();
-    for (int64_t r = 0; r < ir->world && !w->failed; r++) {
-        json_t *o = jobj();
-        set(o, "rank", jint(r));
-        set(o, "weights", weights_json(w, r));
-        json_t *ops = jarr();
-        for (int i = 0; i < ir->nops; i++)
-            if (!ir->ops[i].dead)
-                push(ops, op_json(w, &ir->ops[i], i, r));
-        set(o, "ops", ops);
-        push(a, o);
+    if (ir->nparams <= 0 && live_ops == 0) {
+        PUT(w, "{\"rank\": ");
+        put_int(w, r);
+        PUT(w, ", \"weights\": [], \"ops\": []}");
+        return;
     }
-    return a;
+    PUT(w, "{\n      \"rank\": ");
+    put_int(w, r);
+    PUT(w, ",\n      \"weights\": ");
+    if (ir->nparams <= 0) {
+        PUT(w, "[]");
+    } else {
+        PUT(w, "[\n");
+        for (int p = 0; p < ir->nparams; p++) {
+            PUT(w, "        ");
+            if (replay) {
+                replay_item(w, &wspan[p], r);
+            } else {
+                begin_item(w, rec ? &wspan[p] : NULL);
+                put_weight(w, &ir->params[p], r);
+                end_item(w);
+            }
+            if (p + 1 < ir->nparams)
+                PUT(w, ",\n");
+            else
+                PUT(w, "\n");
+        }
+        PUT(w, "      ]");
+    }
+    PUT(w, ",\n      \"ops\": ");
+    if (live_ops == 0) {
+        PUT(w, "[]");
+    } else {
+        PUT(w, "[\n");
+        int written = 0;
+        for (int i = 0; i < ir->nops; i++) {
+            if (ir->ops[i].dead)
+                continue;
+            PUT(w, "        ");
+            if (replay) {
+                replay_item(w, &ospan[written], r);
+            } else {
+                begin_item(w, rec ? &ospan[written] : NULL);
+                put_op(w, &ir->ops[i], i, r);
+                end_item(w);
+            }
+            if (++written < live_ops)
+                PUT(w, ",\n");
+            else
+                PUT(w, "\n");
+        }
+        PUT(w, "      ]");
+    }
+    PUT(w, "\n    }");
 }
 
-static json_t *document(writer *w)
+/* Every rank. Ranks differ only in one integer field of some weights and
+ * ops (docs/schedule.md, "Ranks"), so rank 0 is written in full and
+ * recorded, and ranks 1.. copy its text around their own value of that
+ * field. Nothing else in put_weight or put_op depends on the rank, and
+ * neither can fail on one rank but not on another. */
+static void put_ranks(writer *w)
+{
+    const tp_ir *ir = w->ir;
+    int live_ops = 0;
+    for (int i = 0; i < ir->nops; i++)
+        live_ops += !ir->ops[i].dead;
+    /* Like the other arrays: "[]" when no rank is written (the document
+     * is discarded then anyway: world < 1 or an earlier error). */
+    if (ir->world < 1 || w->failed) {
+        PUT(w, "[]");
+        return;
+    }
+    span *wspan = NULL, *ospan = NULL;
+    bool rec = ir->world > 1;
+    if (rec) {
+        wspan = tp_xreallocarray(NULL, (size_t)ir->nparams + 1, sizeof *wspan);
+        ospan = tp_xreallocarray(NULL, (size_t)live_ops + 1, sizeof *ospan);
+        w->replay_ok = true;
+    }
+    PUT(w, "[\n");
+    for (int64_t r = 0; r < ir->world && !w->failed; r++) {
+        if (r)
+            PUT(w, ",\n");
+        PUT(w, "    ");
+        put_rank(w, r, live_ops, wspan, ospan, rec && r == 0, rec && r > 0 && w->replay_ok);
+    }
+    PUT(w, "\n  ]");
+    free(wspan);
+    free(ospan);
+}
+
+static void put_document(writer *w)
 {
     const tp_ir *ir = w->ir;
     const tp_schedule_meta *m = w->meta;
     char hash[17];
     snprintf(hash, sizeof hash, "%016" PRIx64, m->input_hash);
-    json_t *d = jobj();
-    set(d, "magic", jstr(w, TP_SCHEDULE_MAGIC));
-    set(d, "format_version", jint(TP_SCHEDULE_VERSION));
-    set(d, "producer", jstr(w, m->producer ? m->producer : "tpcc"));
-    set(d, "input_hash", jstr(w, hash));
-    set(d, "plan", m->plan_path ? jstr(w, m->plan_path) : json_null());
-    set(d, "world_size", jint(ir->world));
-    set(d, "dtype", jstr(w, tp_dtype_name(m->dtype)));
-    set(d, "config", config_json(w));
-    set(d, "arena_bytes", jint(ir->arena_bytes));
-    set(d, "inputs", io_json(w));
-    set(d, "outputs", outputs_json(w));
-    set(d, "buffers", buffers_json(w));
-    set(d, "ranks", ranks_json(w));
-    return d;
-}
-
-/* ---- layout: one buffer, weight and op per line ---- */
-
-/* The shortest decimal that reads back as exactly x (1e-06, not
- * 9.9999999999999995e-07), always with a '.' or an exponent so it stays a
- * JSON real. */
-static void append_real(tp_buf *out, double x)
-{
-    char text[40];
-    if (x == floor(x) && fabs(x) < 1e15) {   /* 500000.0, not 5e+05 */
-        snprintf(text, sizeof text, "%.1f", x);
-        for (char *c = text; *c; c++)
-            if (*c == ',')
-                *c = '.';
-        tp_buf_append(out, text);
-        return;
-    }
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(text, sizeof text, "%.*g", prec, x);
-        for (char *c = text; *c; c++)
-            if (*c == ',')
-                *c = '.';   /* a locale with a decimal comma */
-        if (strtod(text, NULL) == x)
-            break;
-    }
-    tp_buf_append(out, text);
-    if (!strpbrk(text, ".e"))
-        tp_buf_append(out, ".0");
-}
-
-/* A JSON string literal. s is valid UTF-8 (jansson checked it when the
- * tree was built), so only quotes, backslashes and control characters
- * need escaping; this is jansson's own escaping, without a malloc per
- * string. */
-static void append_string(tp_buf *out, const char *s)
-{
-    tp_buf_append_char(out, '"', 1);
-    const char *run = s;
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c >= 0x20 && c != '"' && c != '\\')
-            continue;
-        tp_buf_append_n(out, run, (size_t)(s - run));
-        run = s + 1;
-        switch (c) {
-        case '"': tp_buf_append(out, "\\\""); break;
-        case '\\': tp_buf_append(out, "\\\\"); break;
-        case '\b': tp_buf_append(out, "\\b"); break;
-        case '\f': tp_buf_append(out, "\\f"); break;
-        case '\n': tp_buf_append(out, "\\n"); break;
-        case '\r': tp_buf_append(out, "\\r"); break;
-        case '\t': tp_buf_append(out, "\\t"); break;
-        default: tp_buf_appendf(out, "\\u%04X", c); break;
-        }
-    }
-    tp_buf_append_n(out, run, (size_t)(s - run));
-    tp_buf_append_char(out, '"', 1);
-}
-
-/* One line of JSON: ", " and ": " separators, keys in insertion order. */
-static void append_compact(tp_buf *out, const json_t *v)
-{
-    size_t i, n;
-    const char *key;
-    const json_t *e;
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        tp_buf_append(out, "{");
-        i = 0;
-        json_object_foreach((json_t *)v, key, e) {
-            if (i++)
-                tp_buf_append(out, ", ");
-            append_string(out, key);
-            tp_buf_append(out, ": ");
-            append_compact(out, e);
-        }
-        tp_buf_append(out, "}");
-        break;
-    case JSON_ARRAY:
-        tp_buf_append(out, "[");
-        n = json_array_size(v);
-        for (i = 0; i < n; i++) {
-            if (i)
-                tp_buf_append(out, ", ");
-            append_compact(out, json_array_get(v, i));
-        }
-        tp_buf_append(out, "]");
-        break;
-    case JSON_INTEGER:
-        tp_buf_appendf(out, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        break;
-    case JSON_REAL:
-        append_real(out, json_real_value(v));
-        break;
-    case JSON_TRUE: tp_buf_append(out, "true"); break;
-    case JSON_FALSE: tp_buf_append(out, "false"); break;
-    case JSON_NULL: tp_buf_append(out, "null"); break;
-    case JSON_STRING:
-        append_string(out, json_string_value(v));
-        break;
-    }
-}
-
-/* Arrays of objects are spread one element per line; so is the root and
- * any object holding such an array (a rank). Everything else is one line. */
-static bool spreads(const json_t *v, int depth)
-{
-    if (json_is_array(v)) {
-        if (json_array_size(v) == 0)
-            return false;
-        size_t i;
-        const json_t *e;
-        json_array_foreach(v, i, e)
-            if (!json_is_object(e))
-                return false;
-        return true;
-    }
-    if (!json_is_object(v))
-        return false;
-    if (depth == 0)
-        return true;
-    const char *key;
-    const json_t *e;
-    json_object_foreach((json_t *)v, key, e)
-        if (json_is_array(e) && spreads(e, depth + 1))
-            return true;
-    return false;
-}
-
-static void layout(tp_buf *out, const json_t *v, int depth)
-{
-    if (!spreads(v, depth)) {
-        append_compact(out, v);
-        return;
-    }
-    bool obj = json_is_object(v);
-    tp_buf_append(out, obj ? "{\n" : "[\n");
-    size_t n = obj ? json_object_size(v) : json_array_size(v), i = 0;
-    if (obj) {
-        const char *key;
-        const json_t *e;
-        json_object_foreach((json_t *)v, key, e) {
-            tp_buf_append_char(out, ' ', 2 * (size_t)(depth + 1));
-            append_string(out, key);
-            tp_buf_append(out, ": ");
-            layout(out, e, depth + 1);
-            tp_buf_append(out, ++i < n ? ",\n" : "\n");
-        }
-    } else {
-        const json_t *e;
-        json_array_foreach(v, i, e) {
-            tp_buf_append_char(out, ' ', 2 * (size_t)(depth + 1));
-            layout(out, e, depth + 1);
-            tp_buf_append(out, i + 1 < n ? ",\n" : "\n");
-        }
-    }
-    tp_buf_append_char(out, ' ', 2 * (size_t)depth);
-    tp_buf_append(out, obj ? "}" : "]");
+    PUT(w, "{\n  \"magic\": ");
+    put_str(w, TP_SCHEDULE_MAGIC);
+    PUT(w, ",\n  \"format_version\": ");
+    put_int(w, TP_SCHEDULE_VERSION);
+    PUT(w, ",\n  \"producer\": ");
+    put_str(w, m->producer ? m->producer : "tpcc");
+    PUT(w, ",\n  \"input_hash\": ");
+    put_str(w, hash);
+    PUT(w, ",\n  \"plan\": ");
+    if (m->plan_path)
+        put_str(w, m->plan_path);
+    else
+        PUT(w, "null");
+    PUT(w, ",\n  \"world_size\": ");
+    put_int(w, ir->world);
+    PUT(w, ",\n  \"dtype\": ");
+    put_str(w, tp_dtype_name(m->dtype));
+    PUT(w, ",\n  \"config\": ");
+    put_config(w);
+    PUT(w, ",\n  \"arena_bytes\": ");
+    put_int(w, ir->arena_bytes);
+    PUT(w, ",\n  \"inputs\": ");
+    put_io(w);
+    PUT(w, ",\n  \"outputs\": ");
+    put_outputs(w);
+    PUT(w, ",\n  \"buffers\": ");
+    put_buffers(w);
+    PUT(w, ",\n  \"ranks\": ");
+    put_ranks(w);
+    PUT(w, "\n}\n");
 }
 
 /* ---- writing ---- */
@@ -729,21 +1010,12 @@ int tp_schedule_write(const tp_ir *ir, const tp_schedule_meta *meta, const char 
         set_err(err, errlen, "cannot write a schedule: %s", !path || !path[0] ? "no output path" : "no program");
         return -1;
     }
-    writer w = {ir, meta, err, errlen, false};
+    writer w = {.ir = ir, .meta = meta, .err = err, .errlen = errlen};
     check_ir(&w);
     if (w.failed)
         return -1;
-    json_t *doc = document(&w);
-    if (w.failed) {
-        json_decref(doc);
-        return -1;
-    }
-    tp_buf text;
-    tp_buf_init(&text);
-    layout(&text, doc, 0);
-    tp_buf_append(&text, "\n");
-    json_decref(doc);
-    int rc = write_atomic(path, text.data, text.len, err, errlen);
-    tp_buf_free(&text);
+    put_document(&w);
+    int rc = w.failed ? -1 : write_atomic(path, w.out.data, w.out.len, err, errlen);
+    free(w.out.data);
     return rc;
 }

@@ -609,6 +609,46 @@ TEST(ScheduleWrite, StringsAreEscapedAndMustBeUtf8)
     EXPECT_FALSE(fs::exists(dir.file("t")));
 }
 
+// The writer checks UTF-8 and escapes strings itself, without jansson; both
+// must agree with jansson exactly: a string is refused iff json_string
+// refuses it, and is written as json_dumps writes it.
+TEST(ScheduleWrite, StringsAgreeWithJansson)
+{
+    TempDir dir;
+    Fixture f;
+    std::string controls;
+    for (int c = 1; c < 0x20; c++)
+        controls += (char)c;
+    const std::vector<std::string> names = {
+        controls + "\"\\/\x7f",
+        "caf\xc3\xa9 \xe2\x86\x92 \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf",   // 2-, 3- and 4-byte forms, U+10FFFF
+        "\xc0\x80", "\xc1\xbf", "\xe0\x9f\xbf", "\xf0\x8f\xbf\xbf",       // overlong
+        "\xed\xa0\x80", "\xed\xbf\xbf",                                   // surrogates
+        "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xff",                   // above U+10FFFF, never a lead byte
+        "\x80", "a\xbf", "\xe2\x82", "\xf0\x9f\x98", "\xc3",              // stray continuation, truncated
+        "\xc3(", "\xe2\x28\xa1",                                          // bad continuation
+    };
+    for (const std::string &name : names) {
+        SCOPED_TRACE(::testing::PrintToString(name));
+        free(f.ir.bufs[5].name);
+        f.ir.bufs[5].name = dup(name.c_str());
+        json_t *s = json_string(name.c_str());
+        std::string msg;
+        int rc = f.write(dir.file("s"), &msg);
+        if (!s) {
+            EXPECT_EQ(rc, -1);
+            EXPECT_NE(msg.find("not valid UTF-8"), std::string::npos) << msg;
+            continue;
+        }
+        ASSERT_EQ(rc, 0) << msg;
+        char *want = json_dumps(s, JSON_ENCODE_ANY);
+        json_decref(s);
+        EXPECT_NE(slurp(dir.file("s")).find(std::string("{\"name\": ") + want + ", \"shape\""), std::string::npos)
+            << want;
+        free(want);
+    }
+}
+
 // ---- failing atomically ----
 
 TEST(ScheduleWrite, MissingDirectoryFailsAndLeavesNothing)
