@@ -4,19 +4,35 @@
  * executor walks the schedule and calls these with pointers into the
  * activation arena and the weight region; every shape comes from the
  * schedule. Tensors are row-major and contiguous. Semantics follow the op
- * kinds of compiler/ir.h and docs/schedule.md. */
+ * kinds of compiler/ir.h and docs/schedule.md.
+ *
+ * Element types. A backend stores the floating-point tensors of a schedule
+ * in one dtype, `dtype`: TP_F32 (the CPU backend; the zero value, so a
+ * table that leaves it out is fp32), or TP_BF16 (the CUDA backend of a bf16
+ * schedule, accumulating in fp32). The `float *` parameters below point to
+ * tensors in that storage dtype: a bf16 backend passes them on to its
+ * kernels and never dereferences them as float. Three kinds of operand
+ * keep their own type whatever `dtype` is: token ids, labels and positions
+ * (int32), and the loss with its per-token pieces — the outputs of
+ * cross_entropy and ce_*, and every input of ce_loss — which are float32
+ * (the compiler marks those buffers f32 in a bf16 schedule). The executor
+ * converts between float32 host data and the storage dtype
+ * (tr_exec_write_buf, tr_exec_read_buf, tr_exec_write_weights), so to_device
+ * and to_host move bytes unchanged. */
 #ifndef TPRUN_BACKEND_H
 #define TPRUN_BACKEND_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "ir.h"     /* tp_dtype */
 
 typedef enum tp_unary { TP_UNARY_SILU, TP_UNARY_GELU, TP_UNARY_RELU } tp_unary;
 typedef enum tp_binary { TP_BINARY_ADD, TP_BINARY_MUL } tp_binary;
 
 typedef struct tp_backend {
     const char *name;
+    tp_dtype dtype;    /* storage of float tensors: TP_F32 (zero) or TP_BF16 */
 
     /* memory: the arena and weights live where the kernels read them */
     void *(*alloc)(size_t bytes);                     /* zeroed; NULL on failure */
@@ -26,6 +42,14 @@ typedef struct tp_backend {
     void (*copy)(void *dst, const void *src, size_t bytes);   /* within backend memory */
     /* threads a kernel may use (BLAS); (optional) */
     void (*set_threads)(int threads);
+    /* (optional) a backend that queues work asynchronously (CUDA): wait
+     * until everything queued is done. The executor calls it at the end of
+     * a run, so its time is the forward's, and after every op when it
+     * times ops (profile, trace). */
+    void (*synchronize)(void);
+    /* (optional) the op about to run, so a fatal error inside the backend
+     * can name it (schedule index, op kind, module, plan entry or NULL) */
+    void (*begin_op)(int index, const char *kind, const char *module, const char *entry);
 
     /* out[t, :] = w[ids[t] - vocab_start, :] for t < ntok; rows outside
      * [vocab_start, vocab_start + rows) give zeros when masked; unmasked

@@ -1,16 +1,21 @@
 /* comm.h: the table of collectives a communicator provides.
  *
  * MPI on the CPU; NCCL on GPUs. Every call is collective over the whole
- * world and blocks until this rank's part is done. Buffers are contiguous
- * float32 (or, for the loss pieces, small float vectors); the executor
- * rearranges data so that the gathered or scattered dimension is the
- * outermost one. On failure a call returns -1 with a message; the executor
- * then aborts the whole job (tp_comm.abort) so no rank is left waiting. */
+ * world. Buffers are contiguous, in the backend's memory, of element type
+ * `t` (TP_F32, or TP_BF16 for the activations of a bf16 schedule, whose
+ * loss pieces stay TP_F32); counts are elements. The executor rearranges
+ * data so that the gathered or scattered dimension is the outermost one.
+ * A host communicator (MPI, single) has finished its part when a call
+ * returns; a device communicator (NCCL) has queued it in order with the
+ * backend's compute (the backend's to_host waits for it). On failure a call
+ * returns -1 with a message; the executor then aborts the whole job
+ * (tp_comm.abort) so no rank is left waiting. */
 #ifndef TPRUN_COMM_H
 #define TPRUN_COMM_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include "ir.h"     /* tp_dtype */
 
 typedef struct tp_comm_ops tp_comm_ops;
 
@@ -23,14 +28,15 @@ typedef struct tp_comm {
 struct tp_comm_ops {
     const char *name;
     /* out (world * n) = concatenation of every rank's in (n), rank-major */
-    int (*all_gather)(tp_comm *c, float *out, const float *in, int64_t n, char *err, size_t errlen);
+    int (*all_gather)(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen);
     /* out (n) = sum over ranks of block `rank` of in (world * n) */
-    int (*reduce_scatter)(tp_comm *c, float *out, const float *in, int64_t n, char *err, size_t errlen);
+    int (*reduce_scatter)(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen);
     /* buf (n) = sum (or max) over ranks, in place */
-    int (*all_reduce)(tp_comm *c, float *buf, int64_t n, int max, char *err, size_t errlen);
+    int (*all_reduce)(tp_comm *c, tp_dtype t, void *buf, int64_t n, int max, char *err, size_t errlen);
     /* out block r (n each) = block `rank` of rank r's in (world * n) */
-    int (*all_to_all)(tp_comm *c, float *out, const float *in, int64_t n, char *err, size_t errlen);
-    /* rank 0 receives `bytes` from every rank (gathered output) */
+    int (*all_to_all)(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen);
+    /* rank 0 receives `bytes` of host memory from every rank (gathered
+     * output); blocks until done */
     int (*gather_bytes)(tp_comm *c, void *out, const void *in, size_t bytes, char *err, size_t errlen);
     /* end every rank now, with status; prints nothing. (optional: NULL
      * for a single process, whose main simply returns) */

@@ -4,6 +4,7 @@
  * communicator so the executor can say which op and rank failed before it
  * aborts the job. */
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include "comm.h"
@@ -31,42 +32,63 @@ static int count_of(int64_t n, int *out, char *err, size_t errlen)
     return 0;
 }
 
-static int all_gather(tp_comm *c, float *out, const float *in, int64_t n, char *err, size_t errlen)
+/* Element types: fp32 is MPI_FLOAT; bf16 (a bf16 schedule, which only the
+ * CUDA backend runs) can be moved as 16-bit words but MPI has no bf16
+ * arithmetic, so reductions refuse it. */
+static int type_of(tp_dtype t, bool reduce, MPI_Datatype *out, char *err, size_t errlen)
 {
-    (void)c;
-    int cnt;
-    if (count_of(n, &cnt, err, errlen))
-        return -1;
-    return check(MPI_Allgather(in, cnt, MPI_FLOAT, out, cnt, MPI_FLOAT, MPI_COMM_WORLD), "MPI_Allgather", err, errlen);
+    if (t == TP_F32) {
+        *out = MPI_FLOAT;
+        return 0;
+    }
+    if (t == TP_BF16 && !reduce) {
+        *out = MPI_UINT16_T;
+        return 0;
+    }
+    snprintf(err, errlen, "the MPI communicator cannot %s %s tensors", reduce ? "reduce" : "move", tp_dtype_name(t));
+    return -1;
 }
 
-static int reduce_scatter(tp_comm *c, float *out, const float *in, int64_t n, char *err, size_t errlen)
+static int all_gather(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
 {
     (void)c;
     int cnt;
-    if (count_of(n, &cnt, err, errlen))
+    MPI_Datatype ty;
+    if (count_of(n, &cnt, err, errlen) || type_of(t, false, &ty, err, errlen))
         return -1;
-    return check(MPI_Reduce_scatter_block(in, out, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+    return check(MPI_Allgather(in, cnt, ty, out, cnt, ty, MPI_COMM_WORLD), "MPI_Allgather", err, errlen);
+}
+
+static int reduce_scatter(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
+{
+    (void)c;
+    int cnt;
+    MPI_Datatype ty;
+    if (count_of(n, &cnt, err, errlen) || type_of(t, true, &ty, err, errlen))
+        return -1;
+    return check(MPI_Reduce_scatter_block(in, out, cnt, ty, MPI_SUM, MPI_COMM_WORLD),
                  "MPI_Reduce_scatter_block", err, errlen);
 }
 
-static int all_reduce(tp_comm *c, float *buf, int64_t n, int max, char *err, size_t errlen)
+static int all_reduce(tp_comm *c, tp_dtype t, void *buf, int64_t n, int max, char *err, size_t errlen)
 {
     (void)c;
     int cnt;
-    if (count_of(n, &cnt, err, errlen))
+    MPI_Datatype ty;
+    if (count_of(n, &cnt, err, errlen) || type_of(t, true, &ty, err, errlen))
         return -1;
-    return check(MPI_Allreduce(MPI_IN_PLACE, buf, cnt, MPI_FLOAT, max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD),
+    return check(MPI_Allreduce(MPI_IN_PLACE, buf, cnt, ty, max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD),
                  "MPI_Allreduce", err, errlen);
 }
 
-static int all_to_all(tp_comm *c, float *out, const float *in, int64_t n, char *err, size_t errlen)
+static int all_to_all(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
 {
     (void)c;
     int cnt;
-    if (count_of(n, &cnt, err, errlen))
+    MPI_Datatype ty;
+    if (count_of(n, &cnt, err, errlen) || type_of(t, false, &ty, err, errlen))
         return -1;
-    return check(MPI_Alltoall(in, cnt, MPI_FLOAT, out, cnt, MPI_FLOAT, MPI_COMM_WORLD), "MPI_Alltoall", err, errlen);
+    return check(MPI_Alltoall(in, cnt, ty, out, cnt, ty, MPI_COMM_WORLD), "MPI_Alltoall", err, errlen);
 }
 
 static int gather_bytes(tp_comm *c, void *out, const void *in, size_t bytes, char *err, size_t errlen)

@@ -3,17 +3,17 @@
 #include <string.h>
 #include "comm.h"
 
-static int copy(tp_comm *c, float *out, const float *in, int64_t n, char *err, size_t errlen)
+static int copy(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
 {
     (void)c; (void)err; (void)errlen;
     if (out != in)
-        memmove(out, in, (size_t)n * sizeof *out);
+        memmove(out, in, (size_t)n * tp_dtype_size(t));
     return 0;
 }
 
-static int reduce_in_place(tp_comm *c, float *buf, int64_t n, int max, char *err, size_t errlen)
+static int reduce_in_place(tp_comm *c, tp_dtype t, void *buf, int64_t n, int max, char *err, size_t errlen)
 {
-    (void)c; (void)buf; (void)n; (void)max; (void)err; (void)errlen;
+    (void)c; (void)t; (void)buf; (void)n; (void)max; (void)err; (void)errlen;
     return 0;
 }
 

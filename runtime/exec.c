@@ -16,7 +16,13 @@ static double now_seconds(void)
 
 static void *buf_ptr(const tr_exec *x, int b) { return x->arena + x->s->bufs[b].offset; }
 static float *fbuf(const tr_exec *x, int b) { return (float *)buf_ptr(x, b); }
-static float *weight(const tr_exec *x, int w) { return w < 0 ? NULL : x->weights + x->s->weights[w].region_offset; }
+/* Weights are stored in the backend's dtype: region offsets count elements.
+ * In a bf16 backend the float * is only a handle passed to its kernels. */
+static float *weight(const tr_exec *x, int w)
+{
+    return w < 0 ? NULL
+                 : (float *)(void *)(x->weights + x->s->weights[w].region_offset * (int64_t)tp_dtype_size(x->be->dtype));
+}
 
 /* The staging a rank needs for its largest collective: two buffers of the
  * largest tensor any collective touches. */
@@ -40,20 +46,22 @@ int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm
     x->s = s;
     x->be = be;
     x->comm = comm;
-    if (s->dtype != TP_F32) {
-        snprintf(err, errlen, "the %s backend computes in fp32, the schedule is %s: compile it with tpcc --dtype fp32",
-                 be->name, tp_dtype_name(s->dtype));
+    if (s->dtype != be->dtype) {
+        snprintf(err, errlen, "the %s backend computes in %s, the schedule is %s: compile it with tpcc --dtype %s%s",
+                 be->name, be->dtype == TP_F32 ? "fp32" : tp_dtype_name(be->dtype), tp_dtype_name(s->dtype),
+                 be->dtype == TP_F32 ? "fp32" : tp_dtype_name(be->dtype),
+                 s->dtype == TP_BF16 ? " (or run it with --backend cuda)" : "");
         return -1;
     }
     x->scratch_bytes = staging_bytes(s);
     x->arena = be->alloc((size_t)s->arena_bytes + 1);
-    x->weights = be->alloc((size_t)s->weight_elems * sizeof(float) + 1);
+    x->weights = be->alloc((size_t)s->weight_elems * tp_dtype_size(be->dtype) + 1);
     x->scratch[0] = be->alloc(x->scratch_bytes + 1);
     x->scratch[1] = be->alloc(x->scratch_bytes + 1);
     x->trace = tp_xcalloc((size_t)s->nops + 1, sizeof *x->trace);
     if (!x->arena || !x->weights || !x->scratch[0] || !x->scratch[1]) {
         snprintf(err, errlen, "cannot allocate %lld bytes of activations and %lld of weights on the %s backend",
-                 (long long)s->arena_bytes, (long long)(s->weight_elems * (int64_t)sizeof(float)), be->name);
+                 (long long)s->arena_bytes, (long long)(s->weight_elems * (int64_t)tp_dtype_size(be->dtype)), be->name);
         tr_exec_free(x);
         return -1;
     }
@@ -72,14 +80,63 @@ void tr_exec_free(tr_exec *x)
     memset(x, 0, sizeof *x);
 }
 
+/* bfloat16 is the upper half of a float32: rounding to nearest even on
+ * the way in (a NaN stays a quiet NaN), exact on the way out. */
+static uint16_t bf16_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float f32_of(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Host float32 -> backend memory in dtype t (n elements). */
+static void upload(tr_exec *x, void *dst, const void *src, int64_t n, tp_dtype t)
+{
+    if (t != TP_BF16) {
+        x->be->to_device(dst, src, (size_t)n * tp_dtype_size(t));
+        return;
+    }
+    uint16_t *h = tp_xmalloc((size_t)n * sizeof *h + 1);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = bf16_of(((const float *)src)[i]);
+    x->be->to_device(dst, h, (size_t)n * sizeof *h);
+    free(h);
+}
+
 void tr_exec_write_buf(tr_exec *x, int b, const void *src)
 {
-    x->be->to_device(buf_ptr(x, b), src, (size_t)x->s->bufs[b].bytes);
+    const tr_buf *buf = &x->s->bufs[b];
+    upload(x, buf_ptr(x, b), src, tr_buf_elems(buf), buf->dtype);
 }
 
 void tr_exec_read_buf(tr_exec *x, int b, void *dst)
 {
-    x->be->to_host(dst, buf_ptr(x, b), (size_t)x->s->bufs[b].bytes);
+    const tr_buf *buf = &x->s->bufs[b];
+    if (buf->dtype != TP_BF16) {
+        x->be->to_host(dst, buf_ptr(x, b), (size_t)buf->bytes);
+        return;
+    }
+    int64_t n = tr_buf_elems(buf);
+    uint16_t *h = tp_xmalloc((size_t)n * sizeof *h + 1);
+    x->be->to_host(h, buf_ptr(x, b), (size_t)n * sizeof *h);
+    for (int64_t i = 0; i < n; i++)
+        ((float *)dst)[i] = f32_of(h[i]);
+    free(h);
+}
+
+void tr_exec_write_weights(tr_exec *x, const float *host)
+{
+    upload(x, x->weights, host, x->s->weight_elems, x->be->dtype);
 }
 
 /* ---- collectives: the communicator moves whole blocks; the gathered or
@@ -87,9 +144,8 @@ void tr_exec_read_buf(tr_exec *x, int b, void *dst)
 
 static int gather(tr_exec *x, const tr_op *op, char *err, size_t errlen)
 {
-    const tr_buf *out = &x->s->bufs[op->out];
-    int64_t n = tr_buf_elems(&x->s->bufs[op->in[0]]);
-    if (x->comm->ops->all_gather(x->comm, x->scratch[0], fbuf(x, op->in[0]), n, err, errlen))
+    const tr_buf *out = &x->s->bufs[op->out], *in = &x->s->bufs[op->in[0]];
+    if (x->comm->ops->all_gather(x->comm, in->dtype, x->scratch[0], fbuf(x, op->in[0]), tr_buf_elems(in), err, errlen))
         return -1;
     x->be->join_blocks(fbuf(x, op->out), x->scratch[0], out->shape, out->rank, op->dim, x->s->world);
     return 0;
@@ -99,8 +155,8 @@ static int scatter(tr_exec *x, const tr_op *op, char *err, size_t errlen)
 {
     const tr_buf *in = &x->s->bufs[op->in[0]];
     x->be->split_blocks(x->scratch[0], fbuf(x, op->in[0]), in->shape, in->rank, op->dim, x->s->world);
-    return x->comm->ops->reduce_scatter(x->comm, fbuf(x, op->out), x->scratch[0], tr_buf_elems(&x->s->bufs[op->out]),
-                                        err, errlen);
+    return x->comm->ops->reduce_scatter(x->comm, in->dtype, fbuf(x, op->out), x->scratch[0],
+                                        tr_buf_elems(&x->s->bufs[op->out]), err, errlen);
 }
 
 /* Shard(dim) -> Shard(dim2): send chunk r along dim2 to rank r, join what
@@ -110,7 +166,7 @@ static int all_to_all(tr_exec *x, const tr_op *op, char *err, size_t errlen)
     const tr_buf *in = &x->s->bufs[op->in[0]], *out = &x->s->bufs[op->out];
     int w = x->s->world;
     x->be->split_blocks(x->scratch[0], fbuf(x, op->in[0]), in->shape, in->rank, op->dim2, w);
-    if (x->comm->ops->all_to_all(x->comm, x->scratch[1], x->scratch[0], tr_buf_elems(in) / w, err, errlen))
+    if (x->comm->ops->all_to_all(x->comm, in->dtype, x->scratch[1], x->scratch[0], tr_buf_elems(in) / w, err, errlen))
         return -1;
     x->be->join_blocks(fbuf(x, op->out), x->scratch[1], out->shape, out->rank, op->dim, w);
     return 0;
@@ -121,7 +177,7 @@ static int all_reduce(tr_exec *x, const tr_op *op, char *err, size_t errlen)
     const tr_buf *b = &x->s->bufs[op->out];
     if (op->out != op->in[0])
         x->be->copy(buf_ptr(x, op->out), buf_ptr(x, op->in[0]), (size_t)b->bytes);
-    return x->comm->ops->all_reduce(x->comm, fbuf(x, op->out), tr_buf_elems(b), op->reduce_max, err, errlen);
+    return x->comm->ops->all_reduce(x->comm, b->dtype, fbuf(x, op->out), tr_buf_elems(b), op->reduce_max, err, errlen);
 }
 
 /* ---- compute ----------------------------------------------------------- */
@@ -205,24 +261,33 @@ static int compute(tr_exec *x, const tr_op *op, char *err, size_t errlen)
 int tr_exec_run(tr_exec *x, char *err, size_t errlen)
 {
     const tr_schedule *s = x->s;
+    const tp_backend *be = x->be;
     double t0 = now_seconds();
     for (int i = 0; i < s->nops; i++) {
         const tr_op *op = &s->ops[i];
         char why[400];
         double start = now_seconds();
+        if (be->begin_op)
+            be->begin_op(i, tp_op_names[op->kind], op->module, op->entry);
         if (compute(x, op, why, sizeof why)) {
             snprintf(err, errlen, "rank %d, op %d (%s in '%s'%s%s): %s", s->rank, i, tp_op_names[op->kind],
                      op->module[0] ? op->module : "(root)", op->entry ? ", plan entry " : "", op->entry ? op->entry : "",
                      why);
             return -1;
         }
+        if (x->tracing && be->synchronize)   /* op times of an asynchronous backend */
+            be->synchronize();
         double end = now_seconds();
         x->profile.seconds[op->kind] += end - start;
         x->profile.count[op->kind]++;
         if (tp_op_is_collective(op->kind))
-            x->profile.comm_bytes += (double)op->elems * sizeof(float);
+            x->profile.comm_bytes += (double)op->elems * (double)tp_dtype_size(s->bufs[op->in[0]].dtype);
         x->trace[i] = (tr_trace_event){i, (start - t0) * 1e6, (end - start) * 1e6};
     }
+    if (be->synchronize)
+        be->synchronize();
+    if (be->begin_op)
+        be->begin_op(-1, NULL, NULL, NULL);
     x->profile.total_seconds += now_seconds() - t0;
     return 0;
 }

@@ -26,12 +26,13 @@ typedef struct tr_exec {
     const tp_backend *be;
     tp_comm *comm;
     char *arena;                 /* backend memory: activations */
-    float *weights;              /* backend memory: this rank's weight slices */
+    char *weights;               /* backend memory: this rank's weight slices, in be->dtype */
     float *scratch[2];           /* backend memory: reshard staging, never reallocated */
     size_t scratch_bytes;
     tr_profile profile;
-    tr_trace_event *trace;       /* one per op of the last run, when tracing */
-    bool tracing;
+    tr_trace_event *trace;       /* one per op of the last run */
+    bool tracing;                /* op times wanted (profile, trace): an asynchronous
+                                    backend is synchronised after every op */
 } tr_exec;
 
 /* Allocate the arena, the weight region and the staging buffers once.
@@ -39,9 +40,14 @@ typedef struct tr_exec {
 int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm *comm, char *err, size_t errlen);
 void tr_exec_free(tr_exec *x);
 
-/* Copy host data into the arena buffer b / out of it. */
+/* Copy host data into the arena buffer b / out of it: int32 for id
+ * buffers, float32 for floating-point ones whatever the backend stores
+ * (bf16 is converted, rounding to nearest even). */
 void tr_exec_write_buf(tr_exec *x, int b, const void *src);
 void tr_exec_read_buf(tr_exec *x, int b, void *dst);
+/* Fill the weight region from host float32 (s->weight_elems values, laid
+ * out by region_offset), converted to the backend's dtype. */
+void tr_exec_write_weights(tr_exec *x, const float *host);
 
 /* Run every op once. On failure the message names the rank, the op, its
  * module and plan entry. */

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "exec.h"
+#include "gpu.h"
 #include "npy.h"
 #include "run.h"
 #include "weights.h"
@@ -86,7 +87,7 @@ static int load_weights(job *j)
         }
         progress(j, i + 1, s->nweights);
     }
-    j->x.be->to_device(j->x.weights, host, (size_t)s->weight_elems * sizeof *host);
+    tr_exec_write_weights(&j->x, host);
     free(host);
     j->weight_bytes_read = j->ckpt ? tp_checkpoint_bytes_read_rank(j->ckpt, j->comm->rank) : 0;
     return 0;
@@ -440,11 +441,14 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
         rc = fail(&j, "%s is a schedule for %d ranks: run it with tprun -n %d %s", o->schedule, j.s.world, j.s.world,
                   o->schedule);
     const tp_backend *be = tp_backend_cpu();
+    if (!rc && o->backend && !strcmp(o->backend, "cuda") && !(be = tp_backend_cuda(j.s.dtype)))
+        rc = fail(&j, "the cuda backend computes in fp32 or bf16, the schedule is %s", tp_dtype_name(j.s.dtype));
     if (!rc && be->set_threads)
         be->set_threads(o->threads);
     if (!rc && tr_exec_init(&j.x, &j.s, be, comm, why, sizeof why))
         rc = fail(&j, "%s", why);
     if (!rc) {
+        j.x.tracing = o->profile || o->profile_json || o->trace;
         j.vocab = vocab_of(&j.s);
         rc = load_weights(&j);
     }

@@ -19,9 +19,11 @@ typedef struct tr_options {
     bool profile, quiet;
     const char *profile_json, *trace;
     int threads;
+    const char *backend;        /* "cpu" or "cuda" (tprun resolves the default) */
 } tr_options;
 
-/* Returns 0, or an exit status with a message (naming this rank) in err. */
+/* Returns 0, or an exit status with a message (naming this rank) in err.
+ * With o->backend "cuda", tp_gpu_init has run and comm is tp_comm_nccl's. */
 int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen);
 
 #endif /* TPRUN_RUN_H */

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "exec.h"
+#include "gpu.h"
 #include "npy.h"
 #include "run.h"
 #include "weights.h"
@@ -24,7 +25,8 @@ static const char usage[] =
     "usage: tprun [options] SCHEDULE\n"
     "\n"
     "Run a schedule compiled by `tpcc PLAN -o SCHEDULE`: one forward step of the model on\n"
-    "every rank, CPU backend (OpenBLAS, ranks over MPI).\n"
+    "every rank: on the GPUs (CUDA backend, ranks over NCCL) when this machine has one, else on\n"
+    "the CPU (OpenBLAS, ranks over MPI).\n"
     "\n"
     "  -n N                 launch N ranks with mpiexec (the schedule's world size)\n"
     "  --weights PATH       a .safetensors file or a Hugging Face checkpoint directory\n"
@@ -41,7 +43,8 @@ static const char usage[] =
     "  --profile-json FILE  the same plus weight bytes read and collective bytes, as JSON\n"
     "  --trace FILE         Chrome trace-event JSON, one track per rank (Perfetto)\n"
     "  --threads T          BLAS threads per rank (default 1)\n"
-    "  --backend cpu        the backend (cpu)\n"
+    "  --backend B          cuda (bf16 or fp32 schedules; one GPU per rank) or cpu (fp32);\n"
+    "                       default: cuda when a GPU is usable, else cpu\n"
     "  -q, --quiet          print nothing but errors\n"
     "  -h, --help, --version\n";
 
@@ -103,10 +106,11 @@ static int parse_args(tr_options *o, int argc, char **argv)
             }
             break;
         case OPT_BACKEND:
-            if (strcmp(optarg, "cpu")) {
-                fprintf(stderr, "tprun: backend '%s' is not available in this build; use --backend cpu\n", optarg);
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+                fprintf(stderr, "tprun: --backend takes cuda or cpu, not '%s'\n", optarg);
                 return -1;
             }
+            o->backend = optarg;
             break;
         case 'q': o->quiet = true; break;
         case 'h': fputs(usage, stdout); return 1;
@@ -166,6 +170,16 @@ int main(int argc, char **argv)
     int r = parse_args(&o, argc, argv);
     if (r)
         return r < 0 ? 2 : 0;
+    /* the backend: asked for, or cuda where a GPU is usable (--backend cpu
+     * never touches the CUDA runtime) */
+    char why[512] = "";
+    int gpus = o.backend && !strcmp(o.backend, "cpu") ? 0 : tp_gpu_count(why, sizeof why);
+    if (!o.backend)
+        o.backend = gpus > 0 ? "cuda" : "cpu";
+    else if (!strcmp(o.backend, "cuda") && gpus <= 0) {
+        fprintf(stderr, "tprun: no CUDA device: %s (driver not found / no GPU); use --backend cpu\n", why);
+        return 2;
+    }
     if (o.launch && !under_mpi())
         return launch(&o, argc, argv);
 
@@ -174,6 +188,23 @@ int main(int argc, char **argv)
     if (under_mpi() ? tp_comm_mpi(&comm, &argc, &argv, err, sizeof err) : tp_comm_single(&comm)) {
         fprintf(stderr, "tprun: %s\n", err);
         return 2;
+    }
+    if (!strcmp(o.backend, "cuda")) {
+        /* one device per rank; the NCCL communicator takes over the host one */
+        tp_comm host = comm;
+        if (tp_gpu_init(&host, err, sizeof err) || tp_comm_nccl(&comm, &host, err, sizeof err)) {
+            if (host.world > 1)
+                fprintf(stderr, "tprun: rank %d: %s\n", host.rank, err);
+            else
+                fprintf(stderr, "tprun: %s\n", err);
+            fflush(NULL);
+            if (host.world > 1 && host.ops->abort) {
+                usleep(300 * 1000);
+                host.ops->abort(&host, 1);
+            }
+            host.ops->finalize(&host);
+            return 1;
+        }
     }
     int rc = tr_run(&o, &comm, err, sizeof err);
     if (rc) {

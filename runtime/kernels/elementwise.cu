@@ -1,0 +1,149 @@
+// elementwise.cu: activations, broadcast add/mul, scale, bias add.
+// defines: tp_k_unary, tp_k_binary, tp_k_scale, tp_k_bias_add
+#include "common.cuh"
+
+// op numbers of tp_k_unary / tp_k_binary (= tp_unary / tp_binary of backend.h)
+enum { UNARY_SILU = 0, UNARY_GELU = 1, UNARY_RELU = 2 };
+enum { BINARY_ADD = 0, BINARY_MUL = 1 };
+
+#define ELEMENTWISE_THREADS 256
+
+// ---- CUDA kernels
+
+// Grid-stride loops with 64-bit indices; every element is read and written
+// by one thread, so out may equal an input.
+#define GRID_STRIDE(i, n)                                                                                \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ float silu(float x)
+{
+    // x / (1 + e^-x): for x << 0, e^-x is inf and the result -0, the right
+    // limit, where x * sigmoid(x) would give inf * 0 = NaN
+    return x / (1.0f + expf(-x));
+}
+
+__device__ __forceinline__ float gelu_tanh(float x)
+{
+    // GPT-2's gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    const float kc = 0.7978845608028654f; // sqrt(2 / pi)
+    return 0.5f * x * (1.0f + tanhf(kc * (x + 0.044715f * x * x * x)));
+}
+
+template <typename T> __global__ void unary_kernel(int op, T *out, const T *x, int64_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float v = tp_to_float(x[i]);
+        float y;
+        if (op == UNARY_SILU)
+            y = silu(v);
+        else if (op == UNARY_GELU)
+            y = gelu_tanh(v);
+        else
+            y = v < 0.0f ? 0.0f : v; // NaN propagates, as torch.relu
+        out[i] = tp_from_float<T>(y);
+    }
+}
+
+// out[i] = a[i] op b[i % nb]
+template <typename T> __global__ void binary_kernel(int op, T *out, const T *a, int64_t n, const T *b, int64_t nb)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float x = tp_to_float(a[i]), y = tp_to_float(b[i % nb]);
+        out[i] = tp_from_float<T>(op == BINARY_ADD ? x + y : x * y);
+    }
+}
+
+template <typename T> __global__ void scale_kernel(T *out, const T *x, int64_t n, float s)
+{
+    GRID_STRIDE(i, n) out[i] = tp_from_float<T>(tp_to_float(x[i]) * s);
+}
+
+// out[i, j] = x[i, j] + scale * b[j]; scale is 1/tp for a bias added on
+// every rank of a Partial tensor
+template <typename T>
+__global__ void bias_add_kernel(T *out, const T *x, const T *b, int64_t total, int64_t n, float scale)
+{
+    GRID_STRIDE(i, total) out[i] = tp_from_float<T>(tp_to_float(x[i]) + scale * tp_to_float(b[i % n]));
+}
+
+// ---- kernel launchers
+
+template <typename T> static void launch_unary(tp_stream s, int op, T *out, const T *x, int64_t n)
+{
+    TP_LAUNCH(unary_kernel<T>, tp_elementwise_blocks(n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, s, op, out, x,
+              n);
+}
+
+template <typename T>
+static void launch_binary(tp_stream s, int op, T *out, const T *a, int64_t n, const T *b, int64_t nb)
+{
+    TP_LAUNCH(binary_kernel<T>, tp_elementwise_blocks(n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, s, op, out, a,
+              n, b, nb);
+}
+
+template <typename T> static void launch_scale(tp_stream st, T *out, const T *x, int64_t n, float s)
+{
+    TP_LAUNCH(scale_kernel<T>, tp_elementwise_blocks(n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, st, out, x, n,
+              s);
+}
+
+template <typename T>
+static void launch_bias_add(tp_stream s, T *out, const T *x, const T *b, int64_t m, int64_t n, float scale)
+{
+    TP_LAUNCH(bias_add_kernel<T>, tp_elementwise_blocks(m * n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, s, out,
+              x, b, m * n, n, scale);
+}
+
+extern "C" void tp_k_unary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *x, int64_t n)
+{
+    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
+    TP_KCHECK(op == UNARY_SILU || op == UNARY_GELU || op == UNARY_RELU, "unknown unary op");
+    TP_KCHECK(n >= 0, "negative size");
+    if (n == 0)
+        return;
+    if (t == TP_KERNEL_F32)
+        launch_unary(s, op, (float *)out, (const float *)x, n);
+    else
+        launch_unary(s, op, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, n);
+}
+
+extern "C" void tp_k_binary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *a, int64_t n, const void *b,
+                            int64_t nb)
+{
+    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
+    TP_KCHECK(op == BINARY_ADD || op == BINARY_MUL, "unknown binary op");
+    TP_KCHECK(nb > 0 && n >= 0 && n % nb == 0, "b repeats a whole number of times over a");
+    if (n == 0)
+        return;
+    if (t == TP_KERNEL_F32)
+        launch_binary(s, op, (float *)out, (const float *)a, n, (const float *)b, nb);
+    else
+        launch_binary(s, op, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)a, n, (const __nv_bfloat16 *)b, nb);
+}
+
+extern "C" void tp_k_scale(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t n, float scale)
+{
+    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
+    TP_KCHECK(n >= 0, "negative size");
+    if (n == 0)
+        return;
+    if (t == TP_KERNEL_F32)
+        launch_scale(s, (float *)out, (const float *)x, n, scale);
+    else
+        launch_scale(s, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, n, scale);
+}
+
+extern "C" void tp_k_bias_add(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *b, int64_t m,
+                              int64_t n, float scale)
+{
+    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
+    TP_KCHECK(m >= 0 && n >= 0, "negative size");
+    if (m == 0 || n == 0)
+        return;
+    if (t == TP_KERNEL_F32)
+        launch_bias_add(s, (float *)out, (const float *)x, (const float *)b, m, n, scale);
+    else
+        launch_bias_add(s, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)b, m, n, scale);
+}

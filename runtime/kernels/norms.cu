@@ -1,0 +1,94 @@
+// norms.cu: RMSNorm and LayerNorm over the last dimension.
+// defines: tp_k_rmsnorm, tp_k_layernorm
+#include "common.cuh"
+
+// ---- CUDA kernels
+
+// One block per row. Each thread reads only the elements it later writes
+// (j = threadIdx.x + k * blockDim.x), and the statistics are complete
+// before any write, so out may equal x.
+
+// out = x / sqrt(mean(x^2) + eps) * w
+template <typename T>
+__global__ void rmsnorm_kernel(T *out, const T *x, const T *w, int64_t n, float eps)
+{
+    const T *xr = x + (int64_t)blockIdx.x * n;
+    T *o = out + (int64_t)blockIdx.x * n;
+    float ss = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const float v = tp_to_float(xr[j]);
+        ss += v * v;
+    }
+    ss = tp_block_sum(ss);
+    const float inv = rsqrtf(ss / (float)n + eps);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        o[j] = tp_from_float<T>(tp_to_float(xr[j]) * inv * tp_to_float(w[j]));
+}
+
+// out = (x - mean) / sqrt(var + eps) * w + b, b optional. Two passes (the
+// mean, then the mean squared deviation, biased as in nn.LayerNorm) rather
+// than E[x^2] - E[x]^2, which cancels when |mean| >> std.
+template <typename T>
+__global__ void layernorm_kernel(T *out, const T *x, const T *w, const T *b, int64_t n, float eps)
+{
+    const T *xr = x + (int64_t)blockIdx.x * n;
+    T *o = out + (int64_t)blockIdx.x * n;
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+        sum += tp_to_float(xr[j]);
+    const float mean = tp_block_sum(sum) / (float)n;
+    float sq = 0.0f;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const float d = tp_to_float(xr[j]) - mean;
+        sq += d * d;
+    }
+    const float inv = rsqrtf(tp_block_sum(sq) / (float)n + eps);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+        const float y = (tp_to_float(xr[j]) - mean) * inv * tp_to_float(w[j]);
+        o[j] = tp_from_float<T>(b ? y + tp_to_float(b[j]) : y);
+    }
+}
+
+// ---- kernel launchers
+
+template <typename T>
+static void launch_rmsnorm(tp_stream s, T *out, const T *x, const T *w, int64_t m, int64_t n, float eps)
+{
+    TP_LAUNCH(rmsnorm_kernel<T>, (unsigned)m, tp_rows_threads(n), 0, s, out, x, w, n, eps);
+}
+
+template <typename T>
+static void launch_layernorm(tp_stream s, T *out, const T *x, const T *w, const T *b, int64_t m, int64_t n, float eps)
+{
+    TP_LAUNCH(layernorm_kernel<T>, (unsigned)m, tp_rows_threads(n), 0, s, out, x, w, b, n, eps);
+}
+
+extern "C" void tp_k_rmsnorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, int64_t m,
+                             int64_t n, float eps)
+{
+    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
+    TP_KCHECK(n > 0 && m >= 0, "rows of at least one element");
+    TP_KCHECK(m <= INT32_MAX, "one block per row: at most 2^31-1 rows");
+    if (m == 0)
+        return;
+    if (t == TP_KERNEL_F32)
+        launch_rmsnorm(s, (float *)out, (const float *)x, (const float *)w, m, n, eps);
+    else
+        launch_rmsnorm(s, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w, m, n, eps);
+}
+
+extern "C" void tp_k_layernorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, const void *b,
+                               int64_t m, int64_t n, float eps)
+{
+    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
+    TP_KCHECK(n > 0 && m >= 0, "rows of at least one element");
+    TP_KCHECK(w != NULL, "layernorm needs a weight (the bias is optional)");
+    TP_KCHECK(m <= INT32_MAX, "one block per row: at most 2^31-1 rows");
+    if (m == 0)
+        return;
+    if (t == TP_KERNEL_F32)
+        launch_layernorm(s, (float *)out, (const float *)x, (const float *)w, (const float *)b, m, n, eps);
+    else
+        launch_layernorm(s, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w,
+                         (const __nv_bfloat16 *)b, m, n, eps);
+}

@@ -1,0 +1,63 @@
+// rope.cu: rotary position embedding, Hugging Face Llama convention.
+// defines: tp_k_rope
+#include "common.cuh"
+
+// ---- CUDA kernels
+
+// One block per token of x[b, s, h, d]; thread i owns the pair
+// (i, i + d/2) of every head (rotate_half: cos/sin = cat(freqs, freqs)):
+//   out[i]       = x[i] cos(p f_i) - x[i + d/2] sin(p f_i)
+//   out[i + d/2] = x[i + d/2] cos(p f_i) + x[i] sin(p f_i)
+// with p = pos_offset + (token's index in the sequence), f_i =
+// theta^(-2i/d). The angle and its sin/cos are double, as on the CPU: in
+// float, p f_i at p ~ 8k is off by ~5e-4 rad. One sin/cos per (position,
+// frequency) serves all heads. Each pair is read before it is written by
+// the same thread, so out may equal x.
+template <typename T>
+__global__ void rope_kernel(T *out, const T *x, int64_t s, int64_t h, int64_t d, int64_t pos_offset, float theta)
+{
+    const int64_t tok = blockIdx.x;
+    const double pos = (double)(pos_offset + tok % s);
+    const int64_t half = d / 2;
+    for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+        // sincospi(ang / pi): its argument reduction is exact and needs no
+        // local memory, where sin/cos carry a slow path for huge angles
+        const double turns = pos * pow((double)theta, -2.0 * (double)i / (double)d) / 3.141592653589793;
+        double sd, cd;
+        sincospi(turns, &sd, &cd);
+        const float c = (float)cd, sn = (float)sd;
+        for (int64_t hi = 0; hi < h; hi++) {
+            const T *xr = x + (tok * h + hi) * d;
+            T *o = out + (tok * h + hi) * d;
+            const float x1 = tp_to_float(xr[i]), x2 = tp_to_float(xr[i + half]);
+            o[i] = tp_from_float<T>(x1 * c - x2 * sn);
+            o[i + half] = tp_from_float<T>(x2 * c + x1 * sn);
+        }
+    }
+}
+
+// ---- kernel launchers
+
+template <typename T>
+static void launch_rope(tp_stream st, T *out, const T *x, int64_t b, int64_t s, int64_t h, int64_t d,
+                        int64_t pos_offset, float theta)
+{
+    const int64_t half = d / 2;
+    const int threads = half >= 128 ? 128 : (int)TP_CEIL_DIV(half, 32) * 32;
+    TP_LAUNCH(rope_kernel<T>, (unsigned)(b * s), threads, 0, st, out, x, s, h, d, pos_offset, theta);
+}
+
+extern "C" void tp_k_rope(tp_stream st, tp_kernel_dtype t, void *out, const void *x, int64_t b, int64_t s, int64_t h,
+                          int64_t d, int64_t pos_offset, float theta)
+{
+    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
+    TP_KCHECK(d % 2 == 0 && theta > 0, "an even head dimension and a positive theta");
+    TP_KCHECK(b >= 0 && s >= 0 && h >= 0 && d >= 0 && pos_offset >= 0, "negative size");
+    TP_KCHECK(b * s <= INT32_MAX, "one block per token: at most 2^31-1 tokens");
+    if (b * s == 0 || h == 0 || d == 0)
+        return;
+    if (t == TP_KERNEL_F32)
+        launch_rope(st, (float *)out, (const float *)x, b, s, h, d, pos_offset, theta);
+    else
+        launch_rope(st, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, b, s, h, d, pos_offset, theta);
+}

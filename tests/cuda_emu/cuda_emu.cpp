@@ -1,0 +1,807 @@
+// cuda_emu.cpp: the block scheduler behind cuda_emu.h.
+//
+// Each CUDA thread of the running block is a fiber: its own stack, and a
+// saved stack pointer. The scheduler (the launching host thread's own
+// stack) repeatedly draws a runnable fiber at random and switches to it;
+// the fiber runs until it reaches a scheduling point (__syncthreads, a warp
+// collective, an atomic) or returns, then switches back. A barrier or a
+// collective releases its waiters only when every participant has arrived,
+// so "between barriers" any interleaving of whole thread segments can
+// happen, and which one is drawn from a seeded generator.
+//
+// Each phase (from the block's start or a barrier to the next barrier)
+// draws one of two policies. Uniform picks keep all threads at about the
+// same pace, which exposes a read of data another thread has not written
+// yet. Priority picks (a random priority per warp, and per lane within it;
+// the highest runnable thread runs) let one warp run ahead to the next
+// barrier before another starts, which exposes the opposite hazard: a fast
+// warp overwriting shared data a slow one has not read yet (a missing
+// trailing __syncthreads). A thread that becomes runnable again is given a
+// new random priority one time in 16, so warps also get split (as in PCT,
+// probabilistic concurrency testing).
+//
+// The context switch is a dozen instructions of x86-64 assembly (glibc's
+// swapcontext makes a signal-mask system call per switch, ~250 ns here,
+// and a test run switches tens of millions of times); other architectures,
+// or -DTP_EMU_UCONTEXT, use makecontext/swapcontext. Under AddressSanitizer
+// every switch is announced with __sanitizer_start/finish_switch_fiber.
+#include "cuda_emu.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <string>
+#include <vector>
+
+#if !defined(__x86_64__) && !defined(TP_EMU_UCONTEXT)
+#define TP_EMU_UCONTEXT 1
+#endif
+#ifdef TP_EMU_UCONTEXT
+#include <ucontext.h>
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TP_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TP_EMU_ASAN 1
+#endif
+#endif
+#ifdef TP_EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+namespace tp_emu {
+
+// ---- fibers -----------------------------------------------------------------
+
+#ifndef TP_EMU_UCONTEXT
+// void tp_emu_swap(void **save_sp, void *load_sp): pushes the callee-saved
+// registers, MXCSR and the x87 control word on the current stack, stores
+// the stack pointer in *save_sp, loads load_sp and pops the same from there.
+extern "C" void tp_emu_swap(void **save_sp, void *load_sp);
+asm(R"(
+    .text
+    .p2align 4
+    .type tp_emu_swap, @function
+tp_emu_swap:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size tp_emu_swap, .-tp_emu_swap
+)");
+#endif
+
+enum State { RUNNABLE, AT_BARRIER, AT_WARP, EXITED };
+
+struct Grid {
+    dim3 grid, block, block_idx;
+};
+
+struct Fiber {
+    char *stack = nullptr; // lowest usable byte (a guard page lies below)
+    size_t stack_size = 0;
+#ifdef TP_EMU_UCONTEXT
+    ucontext_t ctx;
+#else
+    void *sp = nullptr;
+#endif
+    dim3 tid;
+    int linear = 0, warp = 0, lane = 0;
+    State state = RUNNABLE;
+    // the pending warp collective: this lane's operands and its result
+    CollectiveOp op = SYNCWARP;
+    const char *op_name = "";
+    unsigned mask = 0;
+    uint64_t value = 0, result = 0;
+    int param = 0, width = 32;
+};
+
+struct Collective {
+    CollectiveOp op;
+    const char *name;
+    unsigned mask, arrived;
+};
+
+struct Warp {
+    unsigned exists = 0, exited = 0;
+    std::vector<Collective> open;
+};
+
+constexpr size_t kStackSize = 256 * 1024;
+constexpr size_t kSharedLimit = 48 * 1024; // static + dynamic, without opt-in
+constexpr size_t kArenaSize = 64 * 1024;
+
+struct Scheduler {
+    std::vector<Fiber> fibers;
+    std::vector<Warp> warps;
+    std::vector<int> runnable;
+    // the policy of the current phase (block start or barrier to barrier):
+    // uniform random picks, or the runnable thread of highest priority
+    bool by_priority = false;
+    std::vector<uint64_t> priority;
+    int nthreads = 0, exited = 0, at_barrier = 0;
+#ifdef TP_EMU_UCONTEXT
+    ucontext_t main_ctx;
+#else
+    void *main_sp = nullptr;
+#endif
+    const std::function<void()> *body = nullptr;
+    Grid grid;
+    const char *kernel = "";
+    bool failed = false;
+    std::string failure;
+    // shared memory of the running block
+    alignas(128) unsigned char arena[kArenaSize];
+    size_t dynamic_bytes = 0, used = 0;
+    std::vector<std::pair<const void *, size_t>> statics;
+#ifdef TP_EMU_ASAN
+    const void *main_stack_bottom = nullptr;
+    size_t main_stack_size = 0;
+    void *fake_stack = nullptr;
+#endif
+};
+
+static thread_local Fiber *cur_fiber = nullptr;
+static thread_local const Grid *cur_grid = nullptr;
+static thread_local Scheduler *sched = nullptr;
+static thread_local uint64_t rng_state = 0;
+static thread_local bool rng_seeded = false;
+static thread_local cudaError_t last_error = cudaSuccess;
+static thread_local std::string last_failure;
+static thread_local uint64_t switches = 0;
+
+const dim3 &thread_idx()
+{
+    if (!cur_fiber) {
+        fprintf(stderr, "tp_emu: threadIdx used outside a kernel\n");
+        abort();
+    }
+    return cur_fiber->tid;
+}
+
+static const Grid &grid_of_kernel()
+{
+    if (!cur_fiber) {
+        fprintf(stderr, "tp_emu: blockIdx, blockDim or gridDim used outside a kernel\n");
+        abort();
+    }
+    return *cur_grid;
+}
+
+const dim3 &block_idx() { return grid_of_kernel().block_idx; }
+const dim3 &block_dim() { return grid_of_kernel().block; }
+const dim3 &grid_dim() { return grid_of_kernel().grid; }
+
+static uint64_t next_random()
+{
+    if (!rng_seeded) {
+        const char *env = getenv("TP_EMU_SEED");
+        rng_state = env && *env ? strtoull(env, nullptr, 0) : 0x5eedu;
+        rng_seeded = true;
+    }
+    // splitmix64
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static size_t random_below(size_t n) { return (size_t)(next_random() % n); }
+
+struct ByPriority {
+    const std::vector<uint64_t> *p;
+    bool operator()(int a, int b) const { return (*p)[(size_t)a] < (*p)[(size_t)b]; }
+};
+
+// fiber `id` may be picked again
+static void make_runnable(Scheduler &s, int id)
+{
+    s.runnable.push_back(id);
+    if (s.by_priority) {
+        if (random_below(16) == 0)
+            s.priority[(size_t)id] = next_random();
+        std::push_heap(s.runnable.begin(), s.runnable.end(), ByPriority{&s.priority});
+    }
+}
+
+// a new phase: draw its policy (every runnable thread is in s.runnable)
+static void new_phase(Scheduler &s)
+{
+    s.by_priority = next_random() & 1;
+    if (!s.by_priority)
+        return;
+    for (int w = 0; w * 32 < s.nthreads; w++) {
+        const uint64_t warp_priority = next_random() << 32;
+        for (int i = w * 32; i < s.nthreads && i < w * 32 + 32; i++)
+            s.priority[(size_t)i] = warp_priority | (next_random() >> 32);
+    }
+    std::make_heap(s.runnable.begin(), s.runnable.end(), ByPriority{&s.priority});
+}
+
+// the next fiber to run (s.runnable is not empty)
+static int pick(Scheduler &s)
+{
+    if (s.by_priority) {
+        std::pop_heap(s.runnable.begin(), s.runnable.end(), ByPriority{&s.priority});
+        const int id = s.runnable.back();
+        s.runnable.pop_back();
+        return id;
+    }
+    const size_t k = random_below(s.runnable.size());
+    const int id = s.runnable[k];
+    s.runnable[k] = s.runnable.back();
+    s.runnable.pop_back();
+    return id;
+}
+
+static char *new_stack(size_t size)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    void *p = mmap(nullptr, size + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        perror("tp_emu: mmap of a fiber stack");
+        abort();
+    }
+    mprotect(p, page, PROT_NONE); // overflowing a fiber's stack faults instead of corrupting another
+    return (char *)p + page;
+}
+
+// ---- switching ----------------------------------------------------------------
+
+// from the scheduler into fiber f
+static void switch_to(Scheduler &s, Fiber &f)
+{
+    cur_fiber = &f;
+    switches++;
+#ifdef TP_EMU_ASAN
+    __sanitizer_start_switch_fiber(&s.fake_stack, f.stack, f.stack_size);
+#endif
+#ifdef TP_EMU_UCONTEXT
+    swapcontext(&s.main_ctx, &f.ctx);
+#else
+    tp_emu_swap(&s.main_sp, f.sp);
+#endif
+#ifdef TP_EMU_ASAN
+    __sanitizer_finish_switch_fiber(s.fake_stack, nullptr, nullptr);
+#endif
+    cur_fiber = nullptr;
+}
+
+// from the running fiber back to the scheduler; returns when rescheduled
+// (never, when the fiber has exited or failed)
+static void switch_out(bool dying)
+{
+    Scheduler &s = *sched;
+    Fiber &f = *cur_fiber;
+#ifdef TP_EMU_ASAN
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(dying ? nullptr : &fake, s.main_stack_bottom, s.main_stack_size);
+#else
+    (void)dying;
+#endif
+#ifdef TP_EMU_UCONTEXT
+    swapcontext(&f.ctx, &s.main_ctx);
+#else
+    tp_emu_swap(&f.sp, s.main_sp);
+#endif
+#ifdef TP_EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+
+static void fiber_main()
+{
+#ifdef TP_EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &sched->main_stack_bottom, &sched->main_stack_size);
+#endif
+    (*sched->body)();
+    Scheduler &s = *sched;
+    Fiber &f = *cur_fiber;
+    f.state = EXITED;
+    s.exited++;
+    s.warps[f.warp].exited |= 1u << f.lane;
+    switch_out(true);
+    __builtin_unreachable();
+}
+
+static void init_fiber(Fiber &f)
+{
+    if (!f.stack) {
+        f.stack_size = kStackSize;
+        f.stack = new_stack(f.stack_size);
+    }
+#ifdef TP_EMU_ASAN
+    // a fiber abandoned by a failed launch leaves its frames' redzones
+    __asan_unpoison_memory_region(f.stack, f.stack_size);
+#endif
+#ifdef TP_EMU_UCONTEXT
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = f.stack_size;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, fiber_main, 0);
+#else
+    // the frame tp_emu_swap pops: FP control, r15..r12, rbx, rbp, then it
+    // returns into fiber_main as if called (rsp = 8 mod 16 at its entry)
+    uintptr_t top = ((uintptr_t)(f.stack + f.stack_size)) & ~(uintptr_t)15;
+    uint64_t *sp = (uint64_t *)top;
+    *--sp = 0;                          // fiber_main's return address: none
+    *--sp = (uint64_t)(uintptr_t)fiber_main;
+    for (int i = 0; i < 6; i++)
+        *--sp = 0; // rbp, rbx, r12..r15
+    uint32_t mxcsr;
+    uint16_t fpucw;
+    asm volatile("stmxcsr %0" : "=m"(mxcsr));
+    asm volatile("fnstcw %0" : "=m"(fpucw));
+    *--sp = (uint64_t)mxcsr | ((uint64_t)fpucw << 32);
+    f.sp = sp;
+#endif
+}
+
+// ---- failures -------------------------------------------------------------------
+
+static std::string describe(const dim3 &d)
+{
+    return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+}
+
+static void record_failure(Scheduler &s, const std::string &what)
+{
+    if (s.failed)
+        return;
+    s.failed = true;
+    s.failure = std::string("tp_emu: kernel ") + s.kernel + ", block " + describe(s.grid.block_idx) + ": " + what;
+}
+
+// Called on a fiber, which is then abandoned: nothing on its stack may own
+// heap memory when it switches out (no destructor would run).
+void fail_in_kernel(const char *fmt, ...)
+{
+    char buf[640];
+    int len = 0;
+    if (cur_fiber)
+        len = snprintf(buf, sizeof buf, "thread (%u,%u,%u): ", cur_fiber->tid.x, cur_fiber->tid.y, cur_fiber->tid.z);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + len, sizeof buf - (size_t)len, fmt, ap);
+    va_end(ap);
+    record_failure(*sched, buf);
+    if (cur_fiber)
+        switch_out(true); // the scheduler abandons the block
+    fprintf(stderr, "%s\n", buf);
+    abort();
+}
+
+// ---- barriers and collectives --------------------------------------------------
+
+static Scheduler &in_kernel(const char *what)
+{
+    if (!sched || !cur_fiber) {
+        fprintf(stderr, "tp_emu: %s called outside a kernel\n", what);
+        abort();
+    }
+    return *sched;
+}
+
+void yield_point()
+{
+    if (!sched || !cur_fiber)
+        return; // host code (a test) may use the atomics directly
+    Scheduler &s = *sched;
+    make_runnable(s, cur_fiber->linear);
+    switch_out(false);
+}
+
+static void wait_at_barrier()
+{
+    Scheduler &s = in_kernel("__syncthreads");
+    Fiber &f = *cur_fiber;
+    f.state = AT_BARRIER;
+    if (++s.at_barrier == s.nthreads) { // everyone is here: release the block
+        s.runnable.clear(); // empty: every thread was waiting here
+        for (int i = 0; i < s.nthreads; i++) { // the pool may hold more fibers than the block
+            s.fibers[(size_t)i].state = RUNNABLE;
+            s.runnable.push_back(i);
+        }
+        s.at_barrier = 0;
+        new_phase(s);
+    }
+    switch_out(false);
+}
+
+// The lane whose value lane `l` reads, or -1 for its own value (the source
+// lies beyond its width-segment). PTX shfl: segments of `width` lanes;
+// idx wraps within the segment, up/down clamp to it, xor may read earlier
+// segments but not later ones.
+static int source_lane(CollectiveOp op, int l, int param, int width)
+{
+    const int seg = l & ~(width - 1);
+    switch (op) {
+    case SHFL_IDX: return seg + (param & (width - 1));
+    case SHFL_UP: return (l - param) < seg ? -1 : l - param;
+    case SHFL_DOWN: return (l + param) >= seg + width ? -1 : l + param;
+    case SHFL_XOR: {
+        int src = l ^ param;
+        return src >= seg + width ? -1 : src;
+    }
+    default: return -1;
+    }
+}
+
+// every lane of c.mask has arrived: compute each one's result, wake them
+static void complete(Scheduler &s, int warp, const Collective &c)
+{
+    Fiber *lanes = &s.fibers[(size_t)warp * 32];
+    uint64_t ballot = 0;
+    for (int l = 0; l < 32; l++)
+        if (c.mask >> l & 1)
+            ballot |= (uint64_t)(lanes[l].value != 0) << l;
+    for (int l = 0; l < 32; l++) {
+        if (!(c.mask >> l & 1))
+            continue;
+        Fiber &f = lanes[l];
+        switch (c.op) {
+        case SHFL_IDX:
+        case SHFL_UP:
+        case SHFL_DOWN:
+        case SHFL_XOR: {
+            int src = source_lane(c.op, l, f.param, f.width);
+            if (src < 0)
+                f.result = f.value;
+            else if (src < 32 && (c.mask >> src & 1))
+                f.result = lanes[src].value;
+            else
+                f.result = ~0ull; // a lane outside mask: undefined, so poison
+            break;
+        }
+        case BALLOT: f.result = ballot; break;
+        case ALL: f.result = (ballot & c.mask) == c.mask; break;
+        case ANY: f.result = ballot != 0; break;
+        case SYNCWARP: f.result = 0; break;
+        }
+        f.state = RUNNABLE;
+        make_runnable(s, f.linear);
+    }
+}
+
+uint64_t collective(CollectiveOp op, const char *name, unsigned mask, uint64_t value, int param, int width)
+{
+    Scheduler &s = in_kernel(name);
+    Fiber &f = *cur_fiber;
+    Warp &w = s.warps[f.warp];
+    if (!(mask >> f.lane & 1))
+        fail_in_kernel("%s with mask 0x%08x, which does not include the calling lane %d", name, mask, f.lane);
+    if (width < 1 || width > 32 || (width & (width - 1)))
+        fail_in_kernel("%s with width %d (a power of two up to 32)", name, width);
+    if (unsigned missing = mask & ~w.exists)
+        fail_in_kernel("%s with mask 0x%08x: lane %d does not exist (the block's last warp is partial)", name,
+                       mask, __builtin_ctz(missing));
+    if (unsigned gone = mask & w.exited)
+        fail_in_kernel("%s with mask 0x%08x: lane %d has exited", name, mask, __builtin_ctz(gone));
+    f.op = op;
+    f.op_name = name;
+    f.mask = mask;
+    f.value = value;
+    f.param = param;
+    f.width = width;
+    f.state = AT_WARP;
+    // join the open collective over the same lanes, or open one
+    Collective *c = nullptr;
+    for (Collective &o : w.open) {
+        if (o.mask == mask && !(o.arrived >> f.lane & 1)) {
+            c = &o;
+            break;
+        }
+        if (o.mask & mask)
+            fail_in_kernel("%s with mask 0x%08x while lanes 0x%08x of the warp wait in %s with mask 0x%08x", name,
+                           mask, o.arrived, o.name, o.mask);
+    }
+    if (!c) {
+        w.open.push_back({op, name, mask, 0});
+        c = &w.open.back();
+    }
+    if (c->op != op)
+        fail_in_kernel("lane %d calls %s while lanes 0x%08x of its warp wait in %s (mask 0x%08x)", f.lane, name,
+                       c->arrived, c->name, mask);
+    c->arrived |= 1u << f.lane;
+    if (c->arrived == mask) {
+        Collective done = *c;
+        w.open.erase(w.open.begin() + (c - w.open.data()));
+        complete(s, f.warp, done);
+    }
+    switch_out(false);
+    return f.result;
+}
+
+void *shared_static(const void *site, size_t bytes, size_t align)
+{
+    Scheduler &s = in_kernel("a __shared__ declaration");
+    for (auto &e : s.statics)
+        if (e.first == site)
+            return s.arena + e.second;
+    size_t off = (s.used + align - 1) & ~(align - 1);
+    if (off + bytes > kSharedLimit)
+        fail_in_kernel("shared memory: %zu bytes (dynamic %zu) exceed the 48 KiB a block gets without opt-in",
+                       off + bytes, s.dynamic_bytes);
+    s.statics.push_back({site, off});
+    s.used = off + bytes;
+    return s.arena + off;
+}
+
+void *shared_dynamic()
+{
+    Scheduler &s = in_kernel("extern __shared__");
+    return s.arena; // dynamic memory first, the static declarations after it
+}
+
+static void diagnose_deadlock(Scheduler &s)
+{
+    int waiting_warp = 0;
+    const Fiber *first_exit = nullptr, *first_warp = nullptr;
+    for (int i = 0; i < s.nthreads; i++) {
+        const Fiber &f = s.fibers[(size_t)i];
+        if (f.state == EXITED && !first_exit)
+            first_exit = &f;
+        if (f.state == AT_WARP) {
+            waiting_warp++;
+            if (!first_warp)
+                first_warp = &f;
+        }
+    }
+    char buf[512];
+    if (s.at_barrier > 0 && s.exited > 0)
+        snprintf(buf, sizeof buf,
+                 "__syncthreads not reached by all threads: %d wait at __syncthreads, %d have exited (first: "
+                 "thread %s)",
+                 s.at_barrier, s.exited, describe(first_exit->tid).c_str());
+    else if (first_warp)
+        snprintf(buf, sizeof buf,
+                 "deadlock: thread %s waits in %s (mask 0x%08x) for lanes that never arrive (%d threads at "
+                 "__syncthreads, %d exited)",
+                 describe(first_warp->tid).c_str(), first_warp->op_name, first_warp->mask, s.at_barrier,
+                 s.exited);
+    else
+        snprintf(buf, sizeof buf, "deadlock: %d threads at __syncthreads, %d in warp collectives", s.at_barrier,
+                 waiting_warp);
+    record_failure(s, buf);
+}
+
+// ---- launching ------------------------------------------------------------------
+
+static void run_block(Scheduler &s)
+{
+    std::memset(s.arena, 0xff, sizeof s.arena); // poison: NaN as float and bf16
+    s.used = s.dynamic_bytes;
+    s.statics.clear();
+    s.exited = s.at_barrier = 0;
+    s.runnable.clear();
+    for (Warp &w : s.warps) {
+        w.exited = 0;
+        w.open.clear();
+    }
+    const dim3 b = s.grid.block;
+    for (int i = 0; i < s.nthreads; i++) {
+        Fiber &f = s.fibers[(size_t)i];
+        f.tid = dim3((unsigned)i % b.x, (unsigned)i / b.x % b.y, (unsigned)i / (b.x * b.y));
+        f.linear = i;
+        f.warp = i / 32;
+        f.lane = i % 32;
+        f.state = RUNNABLE;
+        init_fiber(f);
+        s.runnable.push_back(i);
+    }
+    new_phase(s);
+    while (!s.runnable.empty() && !s.failed)
+        switch_to(s, s.fibers[(size_t)pick(s)]);
+    if (!s.failed && s.exited != s.nthreads)
+        diagnose_deadlock(s);
+}
+
+static cudaError_t fail_launch(cudaError_t err, const std::string &why)
+{
+    last_failure = why;
+    fprintf(stderr, "%s\n", why.c_str());
+    last_error = err;
+    return err;
+}
+
+} // namespace tp_emu
+
+using namespace tp_emu;
+
+cudaError_t tp_emu_launch(const char *name, dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body)
+{
+    if (sched) {
+        fprintf(stderr, "tp_emu: %s launched from inside a kernel\n", name);
+        abort();
+    }
+    const uint64_t nthreads = (uint64_t)block.x * block.y * block.z;
+    const uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    std::string bad;
+    if (nblocks == 0 || nthreads == 0)
+        bad = "an empty grid or block";
+    else if (block.x > 1024 || block.y > 1024 || block.z > 64 || nthreads > 1024)
+        bad = "more than 1024 threads per block";
+    else if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
+        bad = "grid.x > 2^31-1 or grid.y/z > 65535";
+    else if (shmem > kSharedLimit)
+        bad = "more than 48 KiB of dynamic shared memory";
+    if (!bad.empty())
+        return fail_launch(cudaErrorInvalidConfiguration, std::string("tp_emu: kernel ") + name + ": invalid launch: " +
+                                                               describe(grid) + " x " + describe(block) + ", " +
+                                                               std::to_string(shmem) + " bytes shared: " + bad);
+
+    static thread_local Scheduler *pool = nullptr; // fibers and stacks are reused across launches
+    if (!pool)
+        pool = new Scheduler();
+    Scheduler &s = *pool;
+    s.nthreads = (int)nthreads;
+    if (s.fibers.size() < nthreads) {
+        s.fibers.resize(nthreads);
+        s.priority.resize(nthreads);
+    }
+    s.warps.assign((nthreads + 31) / 32, Warp());
+    for (uint64_t i = 0; i < nthreads; i++)
+        s.warps[i / 32].exists |= 1u << (i % 32);
+    s.body = &body;
+    s.kernel = name;
+    s.failed = false;
+    s.failure.clear();
+    s.dynamic_bytes = (shmem + 127) & ~(size_t)127;
+    s.grid.grid = grid;
+    s.grid.block = block;
+
+    // blocks in a random order: no block may rely on another having run
+    std::vector<uint64_t> order(nblocks);
+    for (uint64_t i = 0; i < nblocks; i++)
+        order[i] = i;
+    for (uint64_t i = nblocks; i > 1; i--)
+        std::swap(order[i - 1], order[random_below(i)]);
+
+    sched = &s;
+    cur_grid = &s.grid;
+    for (uint64_t id : order) {
+        s.grid.block_idx = dim3((unsigned)(id % grid.x), (unsigned)(id / grid.x % grid.y),
+                                (unsigned)(id / ((uint64_t)grid.x * grid.y)));
+        run_block(s);
+        if (s.failed)
+            break;
+    }
+    sched = nullptr;
+    cur_grid = nullptr;
+    if (s.failed)
+        return fail_launch(cudaErrorLaunchFailure, s.failure);
+    return cudaSuccess;
+}
+
+void __syncthreads(void) { wait_at_barrier(); }
+
+unsigned __activemask(void)
+{
+    Scheduler &s = in_kernel("__activemask");
+    const Warp &w = s.warps[cur_fiber->warp];
+    return w.exists & ~w.exited;
+}
+
+const char *tp_emu_last_failure(void) { return last_failure.c_str(); }
+
+void tp_emu_set_seed(uint64_t seed)
+{
+    rng_state = seed;
+    rng_seeded = true;
+}
+
+uint64_t tp_emu_switches(void) { return switches; }
+
+cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+
+const char *cudaGetErrorString(cudaError_t err)
+{
+    switch (err) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    }
+    return "unknown error";
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t)
+{
+    if (bytes)
+        std::memset(dst, value, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind, cudaStream_t)
+{
+    if (bytes)
+        std::memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+
+// ---- "device" memory ------------------------------------------------------------
+
+namespace {
+constexpr size_t kGuard = 64;
+constexpr unsigned char kGuardByte = 0xA5;
+struct AllocHeader {
+    size_t bytes;
+    uint64_t magic;
+    unsigned char pad[kGuard - 16];
+};
+static_assert(sizeof(AllocHeader) == kGuard, "header is one guard span");
+constexpr uint64_t kMagic = 0x7470656d75616c6cull;
+} // namespace
+
+void *tp_emu_alloc(size_t bytes)
+{
+    // header (size + magic) | guard | payload | guard, payload 128-aligned
+    const size_t front = 128;
+    unsigned char *raw = (unsigned char *)aligned_alloc(128, front + ((bytes + kGuard + 127) & ~(size_t)127));
+    if (!raw) {
+        fprintf(stderr, "tp_emu: out of memory allocating %zu bytes\n", bytes);
+        abort();
+    }
+    AllocHeader *h = (AllocHeader *)raw;
+    h->bytes = bytes;
+    h->magic = kMagic;
+    std::memset(raw + sizeof *h, kGuardByte, front - sizeof *h);
+    std::memset(raw + front, 0xff, bytes);
+    std::memset(raw + front + bytes, kGuardByte, kGuard);
+    return raw + front;
+}
+
+bool tp_emu_free(void *p)
+{
+    if (!p)
+        return true;
+    unsigned char *raw = (unsigned char *)p - 128;
+    AllocHeader *h = (AllocHeader *)raw;
+    if (h->magic != kMagic) {
+        fprintf(stderr, "tp_emu: tp_emu_free(%p): not from tp_emu_alloc, or its header was overwritten\n", p);
+        return false;
+    }
+    bool ok = true;
+    for (size_t i = sizeof *h; i < 128; i++)
+        ok &= raw[i] == kGuardByte;
+    for (size_t i = 0; i < kGuard; i++)
+        ok &= raw[128 + h->bytes + i] == kGuardByte;
+    if (!ok)
+        fprintf(stderr, "tp_emu: buffer %p of %zu bytes: a kernel wrote outside it (guard bytes changed)\n", p,
+                h->bytes);
+    free(raw);
+    return ok;
+}

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# GPU benchmark (not a test; needs NVIDIA GPUs): tprun's forward step with
+# the CUDA backend, as tokens/s and model FLOP utilisation (MFU).
+#
+#   tools/bench_gpu.sh [RUNS]            # RUNS defaults to 5
+#
+# Environment (all optional):
+#   PLAN         plan file (default plans/llama-megatron.plan)
+#   SIZES        -D overrides; default a Llama-3-8B: vocab 128256, hidden 4096,
+#                32 layers, 32 heads, 8 kv heads, ffn 14336, seq 2048, batch 1
+#   TPS          tensor-parallel degrees (default: 1, then 2, 4, 8 up to the GPUs)
+#   DTYPES       schedule dtypes (default "bf16 fp32")
+#   PEAK_TFLOPS  dense peak of one GPU for the dtype, e.g. "bf16=989,fp32=67";
+#                default from the GPU's name (table below); MFU is n/a otherwise
+#   TPRUN        the tprun to time (default the one built here); pointing it at
+#                build/tprun_emulated checks this script on a machine without
+#                GPUs (the numbers then mean nothing)
+#
+# For each (dtype, tp): the schedule from `tpcc -o`, then RUNS processes of
+# `tprun -n tp SCHED --backend cuda --profile-json` on seeded weights. A
+# run's forward time is the largest of its ranks' forward_seconds (the
+# executor synchronises the device before it stops the clock); the table
+# shows the median over runs.
+#
+#   tokens/s  = batch * seq / forward seconds
+#   MFU       = model FLOPs / forward seconds / (tp * peak FLOP/s of one GPU)
+#
+# Model FLOPs are `tpcc --report`'s forward FLOPs of the tp = 1 schedule:
+# 2mnk per matmul and 4 b h s^2 d per attention (no causal discount, as in
+# PaLM's MFU), so work a plan replicates across ranks does not count twice.
+# Peaks are NVIDIA's dense figures (no sparsity); fp32 schedules run cuBLAS
+# without TF32 (CUBLAS_DEFAULT_MATH), so their peak is the non-tensor fp32
+# one.
+#
+# Each tprun process runs one forward step: CUDA_MODULE_LOADING=EAGER loads
+# every kernel (ours and cuBLAS's) when the context is created, outside the
+# timed forward; what remains of first-call cost (cuBLAS heuristics) is
+# small against a forward of this size. It fails only when something cannot
+# be built or a run fails; it asserts no target, since timings are the
+# machine's.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+runs="${1:-5}"
+if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
+    echo "usage: $0 [RUNS]   (RUNS a positive integer, default 5)" >&2
+    exit 2
+fi
+command -v mpiexec >/dev/null || { echo "bench_gpu: mpiexec not found (Debian: mpich; tools/setup.sh installs it)" >&2; exit 1; }
+command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]] ||
+    { echo "bench_gpu: nvcc not found: the CUDA backend cannot be built" >&2; exit 1; }
+export PATH="$PATH:/usr/local/cuda/bin"
+
+plan="${PLAN:-plans/llama-megatron.plan}"
+sizes="${SIZES:--D vocab=128256 -D hidden=4096 -D layers=32 -D heads=32 -D kv_heads=8 -D ffn=14336 -D seq=2048 -D batch=1}"
+dtypes="${DTYPES:-bf16 fp32}"
+
+build_dir=build-bench-gpu
+mkdir -p "$build_dir"
+log="$build_dir/bench-gpu-build.log"
+if ! cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DTPCC_TESTS=OFF -DTPCC_CUDA=ON >"$log" 2>&1 ||
+   ! cmake --build "$build_dir" -j"$(nproc)" --target tpcc tprun >>"$log" 2>&1; then
+    cat "$log" >&2
+    echo "bench_gpu: build failed (log: $log)" >&2
+    exit 1
+fi
+tpcc="$build_dir/tpcc"
+tprun="${TPRUN:-$build_dir/tprun}"
+work="$build_dir/bench-gpu"
+mkdir -p "$work"
+
+# Is a GPU usable? tprun says why not.
+"$tpcc" "$plan" -o "$work/probe.sched" -D vocab=256 -D hidden=64 -D layers=1 -D heads=8 -D kv_heads=4 -D ffn=128 \
+    -D seq=16 -D batch=1 -D tp=1 >/dev/null
+if ! probe=$("$tprun" "$work/probe.sched" --backend cuda -q 2>&1); then
+    echo "bench_gpu: $probe" >&2
+    exit 1
+fi
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
+gpus=${gpus:-1}
+[[ "$gpus" -ge 1 ]] || gpus=1
+if [[ -n "${TPS:-}" ]]; then
+    tps="$TPS"
+else
+    tps=1
+    for t in 2 4 8; do [[ "$t" -le "$gpus" ]] && tps="$tps $t"; done
+fi
+
+# dense peak TFLOP/s of one GPU: NVIDIA's data sheets (SXM where both exist)
+peak_of() {   # dtype
+    local dt="$1" spec="${PEAK_TFLOPS:-}"
+    if [[ -n "$spec" ]]; then
+        echo "$spec" | tr ',' '\n' | sed -n "s/^$dt=//p" | head -1
+        return
+    fi
+    case "$name:$dt" in
+        *H100*PCIe*:bf16) echo 756 ;;  *H100*PCIe*:fp32) echo 51 ;;
+        *H100*:bf16|*H200*:bf16|*H800*:bf16) echo 989 ;;
+        *H100*:fp32|*H200*:fp32|*H800*:fp32) echo 67 ;;
+        *A100*:bf16|*A800*:bf16) echo 312 ;;  *A100*:fp32|*A800*:fp32) echo 19.5 ;;
+        *L40S*:bf16) echo 362 ;;  *L40S*:fp32) echo 91.6 ;;
+        *A10*:bf16) echo 125 ;;   *A10*:fp32) echo 31.2 ;;
+        *L4*:bf16) echo 121 ;;    *L4*:fp32) echo 30.3 ;;
+        *) echo "" ;;
+    esac
+}
+
+model_flops() {   # dtype
+    # shellcheck disable=SC2086
+    "$tpcc" --report --report-format=json "$plan" $sizes -D tp=1 --dtype "$1" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["forward_flops"])'
+}
+
+forward_seconds() {   # profile.json -> the slowest rank's forward
+    python3 -c 'import json, sys; print(max(r["forward_seconds"] for r in json.load(open(sys.argv[1]))["ranks"]))' "$1"
+}
+
+median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+
+echo "GPU: ${name:-unknown} x $gpus; plan $plan; $sizes; $runs runs each"
+echo
+echo "| dtype | tp | median forward ms | min ms | tokens/s | model TFLOP/s | MFU |"
+echo "|---|---|---|---|---|---|---|"
+for dt in $dtypes; do
+    flops=$(model_flops "$dt")
+    peak=$(peak_of "$dt")
+    for tp in $tps; do
+        sched="$work/$(basename "$plan" .plan)-$dt-tp$tp.sched"
+        # shellcheck disable=SC2086
+        "$tpcc" "$plan" -o "$sched" $sizes -D tp="$tp" --dtype "$dt"
+        # batch x seq: the elements of the input ids
+        tokens=$(python3 -c 'import json, math, sys
+print(math.prod(next(b for b in json.load(open(sys.argv[1]))["buffers"] if b["name"] == "input_ids")["shape"]))' "$sched")
+        times=()
+        for ((r = 0; r < runs; r++)); do
+            prof="$work/profile-$dt-tp$tp-$r.json"
+            args=("$sched" --backend cuda --profile-json "$prof" -q)
+            [[ "$tp" -gt 1 ]] && args=(-n "$tp" "${args[@]}")
+            if ! CUDA_MODULE_LOADING=EAGER "$tprun" "${args[@]}"; then
+                echo "bench_gpu: tprun failed (dtype $dt, tp $tp)" >&2
+                exit 1
+            fi
+            times+=("$(forward_seconds "$prof")")
+        done
+        med=$(printf '%s\n' "${times[@]}" | median)
+        min=$(printf '%s\n' "${times[@]}" | sort -g | head -1)
+        python3 - "$dt" "$tp" "$med" "$min" "$tokens" "$flops" "${peak:-}" <<'EOF'
+import sys
+dt, tp, med, mn, tokens, flops, peak = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), \
+    float(sys.argv[5]), float(sys.argv[6]), sys.argv[7]
+tflops = flops / med / 1e12
+mfu = f"{100 * tflops / (tp * float(peak)):.1f}%" if peak else "n/a (set PEAK_TFLOPS)"
+print(f"| {dt} | {tp} | {med * 1e3:.2f} | {mn * 1e3:.2f} | {tokens / med:,.0f} | {tflops:.1f} | {mfu} |")
+EOF
+    done
+done
