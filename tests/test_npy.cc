@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 extern "C" {
+#include "process.h"
 #include "../runtime/npy.h"
 }
 
@@ -25,28 +26,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A scratch directory (tests/process.h) addressed with `dir / "name"`.
 class NpyDir {
   public:
-    NpyDir()
-    {
-        const char *t = getenv("TMPDIR");
-        std::string templ = std::string(t && *t ? t : "/tmp") + "/tpcc-npy-XXXXXX";
-        std::vector<char> buf(templ.begin(), templ.end());
-        buf.push_back('\0');
-        if (!mkdtemp(buf.data()))
-            abort();
-        path_ = buf.data();
-    }
-    ~NpyDir()
-    {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    std::string operator/(const std::string &s) const { return (path_ / s).string(); }
-    const fs::path &path() const { return path_; }
+    std::string operator/(const std::string &s) const { return (fs::path(dir_.path) / s).string(); }
+    fs::path path() const { return dir_.path; }
 
   private:
-    fs::path path_;
+    tpcc_test::TempDir dir_;
 };
 
 std::string slurp(const std::string &p)

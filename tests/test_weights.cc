@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 extern "C" {
+#include "process.h"
 #include "../runtime/weights.h"
 }
 
@@ -124,28 +125,14 @@ uint16_t f32_to_bf16_exact(float f)
     return uint16_t(u >> 16);
 }
 
+// A scratch directory (tests/process.h) addressed with `dir / "name"`.
 class TempDir {
   public:
-    TempDir()
-    {
-        const char *t = getenv("TMPDIR");
-        std::string templ = std::string(t && *t ? t : "/tmp") + "/tpcc-weights-XXXXXX";
-        std::vector<char> buf(templ.begin(), templ.end());
-        buf.push_back('\0');
-        if (!mkdtemp(buf.data()))
-            abort();
-        path_ = buf.data();
-    }
-    ~TempDir()
-    {
-        std::error_code ec;
-        fs::remove_all(path_, ec);
-    }
-    fs::path operator/(const std::string &s) const { return path_ / s; }
-    const fs::path &path() const { return path_; }
+    fs::path operator/(const std::string &s) const { return (fs::path(dir_.path) / s); }
+    fs::path path() const { return dir_.path; }
 
   private:
-    fs::path path_;
+    tpcc_test::TempDir dir_;
 };
 
 struct Checkpoint {
