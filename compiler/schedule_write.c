@@ -10,14 +10,10 @@
  * thousands of jansson nodes, and allocating and freeing them dominated
  * the compile.
  *
- * The file is written atomically, as diag_fixit.c writes plans: the text
- * goes to a temporary file in the destination's directory, is synced, and
- * then renamed over the destination. Any failure removes the temporary
- * file and leaves whatever was at the destination untouched. */
-#define _XOPEN_SOURCE 700   /* mkstemp, fchmod, fsync */
+ * The file is written atomically (atomic_write.c): any failure leaves
+ * whatever was at the destination untouched. */
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -25,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
+#include "atomic_write.h"
 #include "layout.h"
 #include "model.h"
 #include "plan.h"
@@ -932,78 +928,6 @@ static void put_document(writer *w)
     PUT(w, "\n}\n");
 }
 
-/* ---- writing ---- */
-
-static int write_all(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, data, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -1;
-        data += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-/* Make the rename itself durable; best effort (some file systems refuse
- * to sync a directory, and the file is complete either way). */
-static void sync_dir(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? tp_xstrndup(path, slash == path ? 1 : (size_t)(slash - path)) : tp_xstrdup(".");
-    int fd = open(dir, O_RDONLY);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        (void)close(fd);
-    }
-    free(dir);
-}
-
-static int write_atomic(const char *path, const char *data, size_t len, char *err, size_t errlen)
-{
-    char *tmp = tp_xasprintf("%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        set_err(err, errlen, "cannot write '%s': cannot create a temporary file next to it: %s", path,
-                strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    mode_t mask = umask(0);   /* a new file gets the usual 0666 & ~umask, not mkstemp's 0600 */
-    umask(mask);
-    const char *failed = NULL;
-    if (fchmod(fd, 0666 & ~mask) != 0)
-        failed = "set the mode of";
-    else if (write_all(fd, data, len) != 0)
-        failed = "write";
-    else if (fsync(fd) != 0)
-        failed = "sync";
-    int saved = errno;
-    if (close(fd) != 0 && !failed) {
-        failed = "write";
-        saved = errno;
-    }
-    if (!failed && rename(tmp, path) != 0) {
-        set_err(err, errlen, "cannot write '%s': cannot replace it: %s", path, strerror(errno));
-        (void)unlink(tmp);
-        free(tmp);
-        return -1;
-    }
-    if (failed) {
-        set_err(err, errlen, "cannot write '%s': cannot %s the temporary file %s: %s", path, failed, tmp,
-                strerror(saved));
-        (void)unlink(tmp);   /* best effort: the error above is what matters */
-        free(tmp);
-        return -1;
-    }
-    free(tmp);
-    sync_dir(path);
-    return 0;
-}
-
 int tp_schedule_write(const tp_ir *ir, const tp_schedule_meta *meta, const char *path, char *err, size_t errlen)
 {
     if (!ir || !meta || !path || !path[0]) {
@@ -1015,7 +939,7 @@ int tp_schedule_write(const tp_ir *ir, const tp_schedule_meta *meta, const char 
     if (w.failed)
         return -1;
     put_document(&w);
-    int rc = w.failed ? -1 : write_atomic(path, w.out.data, w.out.len, err, errlen);
+    int rc = w.failed ? -1 : tp_write_file_atomic(path, &(tp_bytes){w.out.data, w.out.len}, 1, err, errlen);
     free(w.out.data);
     return rc;
 }

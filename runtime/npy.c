@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "npy.h"
+#include "atomic_write.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -45,22 +46,6 @@ static void append_shape(tp_buf *b, const int64_t *shape, int ndim)
 
 /* ---- writing -------------------------------------------------------------- */
 
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 int tp_npy_write(const char *path, tp_npy_dtype dtype, const void *data, const int64_t *shape, int ndim, char *err,
                  size_t errlen)
 {
@@ -94,32 +79,9 @@ int tp_npy_write(const char *path, tp_npy_dtype dtype, const void *data, const i
     unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(h.len & 0xff),
                              (unsigned char)(h.len >> 8)};
 
-    char *tmp = tp_xasprintf("%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        int e = errno;
-        tp_buf_free(&h);
-        free(tmp);
-        return fail(err, errlen, "%s: cannot create a temporary file: %s", path, strerror(e));
-    }
-    int rc = 0;
-    const char *what = "write";
-    if (fchmod(fd, 0644) != 0 || write_all(fd, pre, sizeof pre) != 0 || write_all(fd, h.data, h.len) != 0 ||
-        (bytes && write_all(fd, data, bytes) != 0))
-        rc = -1;
-    else if (fsync(fd) != 0)
-        rc = -1, what = "sync";
-    int e = errno;
-    if (close(fd) != 0 && rc == 0)
-        rc = -1, e = errno, what = "close";
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = -1, e = errno, what = "rename onto";
-    if (rc != 0) {
-        unlink(tmp);
-        fail(err, errlen, "%s: cannot %s: %s", path, what, strerror(e));
-    }
+    tp_bytes pieces[] = {{pre, sizeof pre}, {h.data, h.len}, {data, bytes}};
+    int rc = tp_write_file_atomic(path, pieces, 3, err, errlen);
     tp_buf_free(&h);
-    free(tmp);
     return rc;
 }
 

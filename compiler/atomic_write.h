@@ -1,0 +1,19 @@
+/* atomic_write.h: replacing a file so that readers see the old contents or
+ * the new, never a part: write a temporary file next to it, sync it, rename
+ * it over the original. Used for schedules and .npy outputs. */
+#ifndef TPCC_ATOMIC_WRITE_H
+#define TPCC_ATOMIC_WRITE_H
+
+#include <stddef.h>
+
+typedef struct tp_bytes {
+    const void *data;
+    size_t len;
+} tp_bytes;
+
+/* Write the pieces, in order, as the new contents of `path` (mode 0666
+ * less the umask). On any error nothing is left behind, the previous file
+ * is untouched, and -1 is returned with "cannot write 'path': ..." in err. */
+int tp_write_file_atomic(const char *path, const tp_bytes *pieces, int npieces, char *err, size_t errlen);
+
+#endif /* TPCC_ATOMIC_WRITE_H */
