@@ -14,12 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "exec.h"
-#include "gpu.h"
-#include "npy.h"
-#include "run.h"
-#include "weights.h"
-#include "xalloc.h"
+#include "runtime/exec/exec.h"
+#include "runtime/backends/gpu.h"
+#include "runtime/io/npy.h"
+#include "runtime/exec/run.h"
+#include "runtime/io/weights.h"
+#include "util/xalloc.h"
 
 static const char usage[] =
     "usage: tprun [options] SCHEDULE\n"

@@ -27,7 +27,7 @@ kv_heads (llama; 2), layers (2), ffn (llama 128, gpt2 4*hidden), vocab (256),
 head_dim (llama; hidden // heads), tie_embeddings (llama 0, gpt2 1: with 0,
 gpt2 gets an lm_head.weight too), positions (gpt2 n_positions; 1024).
 
-Values are those of tprun's seeded initialisation (runtime/weights.h,
+Values are those of tprun's seeded initialisation (runtime/io/weights.h,
 tp_weight_init_seeded) for the same --seed: a counter-based generator keyed by
 the tensor name, so an f32 checkpoint is bit-identical to what tprun computes
 with --seed, whatever the tp degree. Norm weights are 1, norm biases 0.

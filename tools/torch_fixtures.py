@@ -52,7 +52,7 @@ SEED = 7
 TOLERANCE = 1e-4
 WORLD = 2
 
-# The fixture sizes; the -D set tests/test_torch_parity.cc compiles the plans with.
+# The fixture sizes; the -D set tests/runtime/test_torch_parity.cc compiles the plans with.
 CONFIGS = {
     "llama": dict(vocab=256, hidden=64, layers=2, heads=4, kv_heads=2, ffn=128, seq=16, batch=2,
                   rope_theta=10000.0, rms_eps=1e-6),
@@ -558,7 +558,7 @@ README = """\
 
 Logits and losses computed by PyTorch {torch} itself (DTensor,
 `parallelize_module`, gloo on CPU, 2 processes) for tprun to be checked
-against (tests/test_torch_parity.cc). Regenerate with
+against (tests/runtime/test_torch_parity.cc). Regenerate with
 
     python3 tools/torch_fixtures.py
 

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
-#include "compile.h"
+#include "compiler/driver/compile.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -1,0 +1,192 @@
+/* diag.c: collecting, sorting and dispatching diagnostics. The renderers
+ * live in diag/text.c and diag/json.c, fix-it application in diag/fixit.c. */
+#include "compiler/diag/diag.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/xalloc.h"
+
+void tp_diags_init(tp_diags *d)
+{
+    memset(d, 0, sizeof *d);
+}
+
+static void diag_free(tp_diag *g)
+{
+    free(g->check);
+    free(g->message);
+    for (int i = 0; i < g->nnotes; i++)
+        free(g->notes[i].message);
+    free(g->notes);
+    for (int i = 0; i < g->nhelps; i++)
+        free(g->helps[i]);
+    free(g->helps);
+    for (int i = 0; i < g->nfixits; i++)
+        free(g->fixits[i].replacement);
+    free(g->fixits);
+}
+
+void tp_diags_free(tp_diags *d)
+{
+    for (int i = 0; i < d->count; i++)
+        diag_free(&d->items[i]);
+    free(d->items);
+    tp_diags_init(d);
+}
+
+static void count_level(tp_diags *d, tp_diag_level level)
+{
+    if (level == TP_ERROR)
+        d->errors++;
+    else if (level == TP_WARNING)
+        d->warnings++;
+}
+
+tp_diag *tp_diag_add(tp_diags *d, tp_diag_level level, tp_span span,
+                     const char *check, const char *fmt, ...)
+{
+    if (d->count == d->cap) {
+        d->cap = d->cap ? d->cap * 2 : 16;
+        d->items = tp_xreallocarray(d->items, (size_t)d->cap, sizeof *d->items);
+    }
+    tp_diag *g = &d->items[d->count++];
+    memset(g, 0, sizeof *g);
+    g->level = level;
+    g->span = span;
+    g->check = tp_xstrdup(check ? check : "");
+    va_list ap;
+    va_start(ap, fmt);
+    g->message = tp_xvasprintf(fmt, ap);
+    va_end(ap);
+    count_level(d, level);
+    return g;
+}
+
+void tp_diag_note_at(tp_diag *g, tp_span span, const char *fmt, ...)
+{
+    g->notes = tp_xreallocarray(g->notes, (size_t)g->nnotes + 1, sizeof *g->notes);
+    tp_diag_note *n = &g->notes[g->nnotes++];
+    /* a note at the diagnostic's own location would print the same source
+     * line twice: keep its message, drop the location */
+    bool same = span.file == g->span.file && span.offset == g->span.offset && span.length == g->span.length;
+    n->span = same ? TP_NO_SPAN : span;
+    va_list ap;
+    va_start(ap, fmt);
+    n->message = tp_xvasprintf(fmt, ap);
+    va_end(ap);
+}
+
+void tp_diag_help(tp_diag *g, const char *fmt, ...)
+{
+    g->helps = tp_xreallocarray(g->helps, (size_t)g->nhelps + 1, sizeof *g->helps);
+    va_list ap;
+    va_start(ap, fmt);
+    g->helps[g->nhelps++] = tp_xvasprintf(fmt, ap);
+    va_end(ap);
+}
+
+void tp_diag_fixit(tp_diag *g, tp_span span, const char *replacement)
+{
+    g->fixits = tp_xreallocarray(g->fixits, (size_t)g->nfixits + 1, sizeof *g->fixits);
+    tp_fixit *f = &g->fixits[g->nfixits++];
+    f->span = span;
+    f->replacement = tp_xstrdup(replacement);
+}
+
+/* qsort is not stable, so each item carries its original position as the
+ * last sort key. */
+typedef struct keyed_diag {
+    tp_diag diag;
+    int seq;
+} keyed_diag;
+
+static int cmp_int(int a, int b)
+{
+    return (a > b) - (a < b);
+}
+
+static int cmp_keyed(const void *pa, const void *pb)
+{
+    const keyed_diag *a = pa, *b = pb;
+    int c = cmp_int(a->diag.span.file, b->diag.span.file);
+    if (c == 0)
+        c = cmp_int(a->diag.span.offset, b->diag.span.offset);
+    return c ? c : cmp_int(a->seq, b->seq);
+}
+
+static int same_span(tp_span a, tp_span b)
+{
+    return a.file == b.file && a.line == b.line && a.col == b.col &&
+           a.offset == b.offset && a.length == b.length;
+}
+
+static int same_diag(const tp_diag *a, const tp_diag *b)
+{
+    return a->level == b->level && same_span(a->span, b->span) &&
+           strcmp(a->check, b->check) == 0 && strcmp(a->message, b->message) == 0;
+}
+
+/* After sorting, duplicates share file and offset, so only the kept items
+ * since the start of the current (file, offset) run need comparing. */
+static int is_duplicate(const tp_diag *kept, int nkept, int run_start, const tp_diag *g)
+{
+    for (int i = run_start; i < nkept; i++)
+        if (same_diag(&kept[i], g))
+            return 1;
+    return 0;
+}
+
+void tp_diags_sort(tp_diags *d)
+{
+    if (d->count == 0)
+        return;
+    keyed_diag *k = tp_xreallocarray(NULL, (size_t)d->count, sizeof *k);
+    for (int i = 0; i < d->count; i++) {
+        k[i].diag = d->items[i];
+        k[i].seq = i;
+    }
+    qsort(k, (size_t)d->count, sizeof *k, cmp_keyed);
+
+    int n = 0, run_start = 0;
+    d->errors = d->warnings = 0;
+    for (int i = 0; i < d->count; i++) {
+        tp_diag *g = &k[i].diag;
+        if (n > 0 && (d->items[n - 1].span.file != g->span.file ||
+                      d->items[n - 1].span.offset != g->span.offset))
+            run_start = n;
+        if (is_duplicate(d->items, n, run_start, g)) {
+            diag_free(g);
+            continue;
+        }
+        d->items[n++] = *g;
+        count_level(d, g->level);
+    }
+    d->count = n;
+    free(k);
+}
+
+int tp_diags_render(const tp_diags *d, const tp_sources *src, tp_diag_format fmt,
+                    int color, FILE *out)
+{
+    char *s;
+    switch (fmt) {
+    case TP_FMT_JSON:
+        s = tp_diags_render_json(d, src);
+        break;
+    case TP_FMT_SARIF:
+        s = tp_diags_render_sarif(d, src);
+        break;
+    default:
+        s = tp_diags_render_text(d, src, color);
+        break;
+    }
+    size_t len = strlen(s);
+    /* One write, then a flush, so a full disk or closed pipe is noticed
+     * here rather than lost at exit. */
+    int ok = fwrite(s, 1, len, out) == len && fflush(out) == 0;
+    free(s);
+    return ok ? 0 : -1;
+}

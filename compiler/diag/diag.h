@@ -1,0 +1,83 @@
+/* diag.h: diagnostics, collected for a whole run and rendered at the end.
+ *
+ * Format follows clang: file:line:col: error: message [check], the source
+ * line, a caret under the span, then notes at the other locations, then
+ * "fix:" help lines. Fix-its are machine-applicable edits of a source file
+ * (replace a span with text; an empty span inserts). */
+#ifndef TPCC_DIAG_H
+#define TPCC_DIAG_H
+
+#include <stdio.h>
+#include "compiler/front/source.h"
+
+typedef enum tp_diag_level { TP_ERROR, TP_WARNING, TP_NOTE } tp_diag_level;
+
+typedef struct tp_fixit {
+    tp_span span;       /* the text to replace (length 0: insert at offset) */
+    char *replacement;
+} tp_fixit;
+
+typedef struct tp_diag_note {
+    tp_span span;       /* may be TP_NO_SPAN */
+    char *message;
+} tp_diag_note;
+
+typedef struct tp_diag {
+    tp_diag_level level;
+    char *check;            /* check name, e.g. "relabel"; "syntax" for parse errors */
+    char *message;
+    tp_span span;
+    tp_diag_note *notes; int nnotes;
+    char **helps; int nhelps;        /* "fix: ..." lines, human readable */
+    tp_fixit *fixits; int nfixits;   /* machine-applicable edits */
+} tp_diag;
+
+typedef struct tp_diags {
+    tp_diag *items; int count, cap;
+    int errors, warnings;
+} tp_diags;
+
+void tp_diags_init(tp_diags *d);
+void tp_diags_free(tp_diags *d);
+
+/* Add a diagnostic; the returned pointer is valid until the next add. */
+tp_diag *tp_diag_add(tp_diags *d, tp_diag_level level, tp_span span,
+                     const char *check, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+void tp_diag_note_at(tp_diag *g, tp_span span, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void tp_diag_help(tp_diag *g, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void tp_diag_fixit(tp_diag *g, tp_span span, const char *replacement);
+
+/* Sort by file, then offset, keeping insertion order for ties; drop exact
+ * duplicates (same level, check, span, message). */
+void tp_diags_sort(tp_diags *d);
+
+typedef enum tp_diag_format { TP_FMT_TEXT, TP_FMT_JSON, TP_FMT_SARIF } tp_diag_format;
+
+/* Render all diagnostics. color: use ANSI colours (text only). Returns 0,
+ * or -1 when writing to out fails. */
+int tp_diags_render(const tp_diags *d, const tp_sources *src, tp_diag_format fmt,
+                    int color, FILE *out);
+
+/* The same renderings as malloc'ed strings (tp_diags_render writes these).
+ * Never NULL. */
+char *tp_diags_render_text(const tp_diags *d, const tp_sources *src, int color);
+char *tp_diags_render_json(const tp_diags *d, const tp_sources *src);
+char *tp_diags_render_sarif(const tp_diags *d, const tp_sources *src);
+
+/* Apply every fix-it of every diagnostic to the files they edit, writing
+ * each file atomically (temp file + rename). Overlapping edits in the same
+ * file: the first one wins, later ones are skipped and counted. Returns the
+ * number of edits applied, or -1 on an I/O error (message in err). */
+int tp_diags_apply_fixits(const tp_diags *d, const tp_sources *src,
+                          char *err, size_t errlen);
+
+/* tp_diags_apply_fixits, also storing in *skipped (when not NULL) how many
+ * edits were skipped because they overlap an earlier one. An edit proposed
+ * twice is applied once and not counted as skipped. */
+int tp_diags_apply_fixits_counted(const tp_diags *d, const tp_sources *src,
+                                  int *skipped, char *err, size_t errlen);
+
+#endif /* TPCC_DIAG_H */

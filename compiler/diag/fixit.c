@@ -1,0 +1,308 @@
+/* diag/fixit.c: applying fix-its to the files on disk.
+ *
+ * Edits are made against the text tpcc loaded (the spans point into it),
+ * per file: conflicting edits are dropped, the rest spliced in, and the
+ * result written atomically. All new contents are written to temporary
+ * files before any original is replaced, so an error while writing (full
+ * disk, read-only directory) leaves every file as it was; only a rename
+ * failing after that can leave the files renamed before it edited. */
+#define _XOPEN_SOURCE 700   /* realpath, mkstemp, fchmod, fsync */
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "compiler/diag/diag.h"
+#include "util/xalloc.h"
+
+typedef struct edit {
+    int offset, length;
+    const char *text;
+} edit;
+
+/* One file's prepared change: its new contents wait in tmp_path until
+ * every file is ready, then replace real_path. */
+typedef struct pending {
+    const char *path;   /* as the user named it, for messages */
+    char *real_path;
+    char *tmp_path;
+} pending;
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    (void)vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- choosing the edits ---- */
+
+/* Two edits conflict when their ranges overlap, or when one inserts at
+ * the offset where the other starts: the order of the two texts would be
+ * a guess. */
+static int conflicts(const edit *a, const edit *b)
+{
+    if (a->offset == b->offset && (a->length == 0 || b->length == 0))
+        return 1;
+    return a->offset < b->offset + b->length && b->offset < a->offset + a->length;
+}
+
+static int same_edit(const edit *a, const edit *b)
+{
+    return a->offset == b->offset && a->length == b->length && strcmp(a->text, b->text) == 0;
+}
+
+/* Edits of `file` in the order they were proposed, keeping the first of
+ * any conflicting ones and one copy of repeated ones. Returns the count
+ * kept; *skipped grows by the conflicts dropped. */
+static int select_edits(const tp_diags *d, int file, edit *kept, int *skipped)
+{
+    int n = 0;
+    for (int i = 0; i < d->count; i++) {
+        const tp_diag *g = &d->items[i];
+        for (int j = 0; j < g->nfixits; j++) {
+            const tp_fixit *f = &g->fixits[j];
+            if (f->span.file != file)
+                continue;
+            edit e = {f->span.offset, f->span.length, f->replacement};
+            int keep = 1;
+            for (int k = 0; k < n && keep; k++) {
+                if (same_edit(&kept[k], &e))
+                    keep = 0;
+                else if (conflicts(&kept[k], &e)) {
+                    keep = 0;
+                    (*skipped)++;
+                }
+            }
+            if (keep)
+                kept[n++] = e;
+        }
+    }
+    return n;
+}
+
+static int cmp_edit(const void *pa, const void *pb)
+{
+    const edit *a = pa, *b = pb;
+    if (a->offset != b->offset)
+        return (a->offset > b->offset) - (a->offset < b->offset);
+    return (a->length > b->length) - (a->length < b->length);
+}
+
+/* The file's text with the (non-conflicting) edits spliced in. */
+static char *apply_edits(const tp_source_file *f, edit *edits, int n, size_t *len)
+{
+    qsort(edits, (size_t)n, sizeof *edits, cmp_edit);
+    tp_buf b;
+    tp_buf_init(&b);
+    size_t pos = 0;
+    for (int i = 0; i < n; i++) {
+        tp_buf_append_n(&b, f->text + pos, (size_t)edits[i].offset - pos);
+        tp_buf_append(&b, edits[i].text);
+        pos = (size_t)edits[i].offset + (size_t)edits[i].length;
+    }
+    tp_buf_append_n(&b, f->text + pos, f->size - pos);
+    *len = b.len;
+    return tp_buf_take(&b);
+}
+
+/* A fix-it outside its file is a bug in the check that made it; refuse
+ * to write rather than guess. */
+static int check_spans(const tp_diags *d, const tp_sources *src, char *err, size_t errlen)
+{
+    for (int i = 0; i < d->count; i++) {
+        for (int j = 0; j < d->items[i].nfixits; j++) {
+            tp_span sp = d->items[i].fixits[j].span;
+            if (sp.file < 0 || sp.file >= src->count || sp.offset < 0 || sp.length < 0 ||
+                (size_t)sp.offset + (size_t)sp.length > src->files[sp.file].size) {
+                set_err(err, errlen, "fix-it of '%s' [%s] edits outside its file",
+                        d->items[i].message, d->items[i].check);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static int count_fixits(const tp_diags *d)
+{
+    int n = 0;
+    for (int i = 0; i < d->count; i++)
+        n += d->items[i].nfixits;
+    return n;
+}
+
+/* ---- writing ---- */
+
+static int write_all(int fd, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, data, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        data += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Write data to a new temporary file next to real_path, with the mode of
+ * the original, and make it durable before it may replace the original.
+ * Returns the temporary path, or NULL with err set (nothing left behind). */
+static char *write_temp(const char *path, const char *real_path, mode_t mode,
+                        const char *data, size_t len, char *err, size_t errlen)
+{
+    char *tmp = tp_xasprintf("%s.tmp.XXXXXX", real_path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        set_err(err, errlen, "cannot create a temporary file for '%s': %s", path,
+                strerror(errno));
+        free(tmp);
+        return NULL;
+    }
+    const char *failed = NULL;
+    if (fchmod(fd, mode) != 0)
+        failed = "set the mode of";
+    else if (write_all(fd, data, len) != 0)
+        failed = "write";
+    else if (fsync(fd) != 0)
+        failed = "sync";
+    int saved = errno;
+    if (close(fd) != 0 && !failed) {
+        failed = "write";
+        saved = errno;
+    }
+    if (!failed)
+        return tmp;
+    set_err(err, errlen, "cannot %s a temporary copy of '%s': %s", failed, path,
+            strerror(saved));
+    (void)unlink(tmp);   /* best effort: the error above is what matters */
+    free(tmp);
+    return NULL;
+}
+
+/* Resolve symlinks so the link's target is edited, not replaced by a
+ * regular file, and keep the target's permissions. */
+static int prepare_file(const tp_source_file *f, const char *data, size_t len,
+                        pending *p, char *err, size_t errlen)
+{
+    p->path = f->path;
+    p->real_path = realpath(f->path, NULL);
+    if (!p->real_path) {
+        set_err(err, errlen, "cannot write '%s': %s", f->path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (stat(p->real_path, &st) != 0) {
+        set_err(err, errlen, "cannot write '%s': %s", f->path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        set_err(err, errlen, "cannot write '%s': not a regular file", f->path);
+        return -1;
+    }
+    p->tmp_path = write_temp(f->path, p->real_path, st.st_mode & 07777, data, len,
+                             err, errlen);
+    return p->tmp_path ? 0 : -1;
+}
+
+/* Remove the temporary files not yet renamed and free all paths. */
+static void discard_pending(pending *p, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (p[i].tmp_path)
+            (void)unlink(p[i].tmp_path);   /* best effort, already failing */
+        free(p[i].tmp_path);
+        free(p[i].real_path);
+    }
+    free(p);
+}
+
+/* Two loaded names for one file (a symlink and its target) would each be
+ * rewritten from their own copy, and the second rename would silently
+ * drop the first one's edits. */
+static int check_distinct(const pending *p, int n, char *err, size_t errlen)
+{
+    for (int i = 0; i < n - 1; i++) {
+        if (strcmp(p[i].real_path, p[n - 1].real_path) == 0) {
+            set_err(err, errlen, "cannot edit '%s' and '%s': they are the same file",
+                    p[i].path, p[n - 1].path);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Build and write the new contents of every edited file to temporary
+ * files. Returns the number of edits they contain, or -1. */
+static int prepare_all(const tp_diags *d, const tp_sources *src, pending *p, int *npending,
+                       int *skipped, char *err, size_t errlen)
+{
+    edit *edits = tp_xreallocarray(NULL, (size_t)count_fixits(d), sizeof *edits);
+    int applied = 0;
+    for (int file = 0; file < src->count; file++) {
+        int n = select_edits(d, file, edits, skipped);
+        if (n == 0)
+            continue;
+        size_t len;
+        char *data = apply_edits(&src->files[file], edits, n, &len);
+        pending *slot = &p[(*npending)++];
+        int rc = prepare_file(&src->files[file], data, len, slot, err, errlen);
+        if (rc == 0)
+            rc = check_distinct(p, *npending, err, errlen);
+        free(data);
+        if (rc != 0) {
+            free(edits);
+            return -1;
+        }
+        applied += n;
+    }
+    free(edits);
+    return applied;
+}
+
+int tp_diags_apply_fixits_counted(const tp_diags *d, const tp_sources *src,
+                                  int *skipped, char *err, size_t errlen)
+{
+    int skipped_here = 0;
+    if (skipped)
+        *skipped = 0;
+    if (count_fixits(d) == 0)
+        return 0;
+    if (check_spans(d, src, err, errlen) != 0)
+        return -1;
+
+    pending *p = tp_xcalloc((size_t)src->count, sizeof *p);
+    int npending = 0;
+    int applied = prepare_all(d, src, p, &npending, &skipped_here, err, errlen);
+    for (int i = 0; i < npending && applied >= 0; i++) {
+        if (rename(p[i].tmp_path, p[i].real_path) != 0) {
+            set_err(err, errlen, "cannot replace '%s': %s", p[i].path, strerror(errno));
+            applied = -1;
+            break;
+        }
+        free(p[i].tmp_path);
+        p[i].tmp_path = NULL;
+    }
+    discard_pending(p, npending);
+    if (applied >= 0 && skipped)
+        *skipped = skipped_here;
+    return applied;
+}
+
+int tp_diags_apply_fixits(const tp_diags *d, const tp_sources *src, char *err, size_t errlen)
+{
+    return tp_diags_apply_fixits_counted(d, src, NULL, err, errlen);
+}

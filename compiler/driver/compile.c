@@ -1,0 +1,109 @@
+/* compile.c: the front-end pipeline (see compile.h). */
+#include <stdlib.h>
+#include <string.h>
+#include "compiler/driver/compile.h"
+#include "compiler/front/parse.h"
+#include "util/xalloc.h"
+
+static const tp_node *find_item(const tp_node *file, tp_node_kind kind, int *count)
+{
+    const tp_node *first = NULL;
+    *count = 0;
+    for (int i = 0; i < file->nkids; i++)
+        if (file->kids[i]->kind == kind) {
+            if (!first)
+                first = file->kids[i];
+            (*count)++;
+        }
+    return first;
+}
+
+static int load(tp_unit *u, const char *path, tp_span from)
+{
+    char err[512];
+    int id = tp_sources_load(&u->src, path, err, sizeof err);
+    if (id < 0) {
+        tp_diag_add(&u->diags, TP_ERROR, from, "io", "%s", err);
+        u->io_error = true;
+    }
+    return id;
+}
+
+static void bind_config_blocks(tp_unit *u, const tp_node *file, tp_cfg_origin origin)
+{
+    for (int i = 0; i < file->nkids; i++)
+        if (file->kids[i]->kind == N_CONFIG)
+            tp_config_bind_block(&u->config, file->kids[i], origin);
+}
+
+void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
+{
+    memset(u, 0, sizeof *u);
+    tp_sources_init(&u->src);
+    tp_diags_init(&u->diags);
+    tp_config_init(&u->config, &u->diags);
+    u->plan_file = load(u, plan_path, TP_NO_SPAN);
+    if (u->plan_file < 0)
+        return;
+    u->plan_ast = tp_parse(&u->src, u->plan_file, &u->diags);
+    int nrefs;
+    const tp_node *ref = find_item(u->plan_ast, N_MODEL_REF, &nrefs);
+    if (!ref) {
+        if (!u->diags.errors)
+            tp_diag_add(&u->diags, TP_ERROR, (tp_span){u->plan_file, 1, 1, 0, 0}, "plan",
+                        "the plan does not say which model it applies to: add model \"path/to/x.model\"");
+        return;
+    }
+    if (nrefs > 1)
+        tp_diag_add(&u->diags, TP_ERROR, ref->span, "plan", "a plan applies to one model; it names %d", nrefs);
+    char *model_path = tp_path_relative_to(plan_path, ref->str);
+    u->model_file = load(u, model_path, ref->span);
+    free(model_path);
+    if (u->model_file < 0)
+        return;
+    u->model_ast = tp_parse(&u->src, u->model_file, &u->diags);
+    if (u->diags.errors)
+        return;            /* a broken file would only produce noise further on */
+    if (opts->hf_config) {
+        char err[512];
+        if (tp_config_load_hf(&u->config, opts->hf_config, err, sizeof err) < 0) {
+            tp_diag_add(&u->diags, TP_ERROR, TP_NO_SPAN, "io", "%s", err);
+            u->io_error = true;
+            return;
+        }
+    }
+    bind_config_blocks(u, u->model_ast, TP_CFG_MODEL);
+    bind_config_blocks(u, u->plan_ast, TP_CFG_PLAN);
+    for (int i = 0; i < opts->ndefines; i++) {
+        char err[512];
+        if (tp_config_override(&u->config, opts->defines[i], err, sizeof err) < 0) {
+            tp_diag_add(&u->diags, TP_ERROR, TP_NO_SPAN, "config", "%s", err);
+            u->io_error = true;
+        }
+    }
+    if (u->io_error)
+        return;
+    const tp_node *files[] = {u->model_ast};
+    if (!tp_model_build(&u->model, files, 1, &u->config)) {
+        tp_diag_add(&u->diags, TP_ERROR, ref->span, "model", "the model file defines no module");
+        return;
+    }
+    if (u->diags.errors)
+        return;
+    tp_plan_build(&u->plan, u->plan_ast, u->plan_file, &u->model, &u->config);
+    tp_check(&u->model, &u->plan, &u->config, opts->optimize, &u->analysis);
+    u->built = true;
+}
+
+void tp_unit_free(tp_unit *u)
+{
+    if (u->built)
+        tp_analysis_free(&u->analysis);
+    tp_plan_free(&u->plan);
+    tp_model_free(&u->model);
+    tp_config_free(&u->config);
+    if (u->plan_ast) tp_node_free(u->plan_ast);
+    if (u->model_ast) tp_node_free(u->model_ast);
+    tp_diags_free(&u->diags);
+    tp_sources_free(&u->src);
+}

@@ -1,0 +1,294 @@
+/* main.c: the tpcc command line. The only place that exits. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "compiler/driver/compile.h"
+#include "compiler/report/report.h"
+#include "compiler/passes/emit.h"
+#include "compiler/passes/memplan.h"
+#include "sched/format.h"
+#include "util/hash.h"
+#include "util/xalloc.h"
+
+static const char usage[] =
+    "usage: tpcc [options] PLAN -o OUT.sched     compile a plan to a per-rank schedule\n"
+    "       tpcc [options] --check PLAN...       check plans (lint)\n"
+    "       tpcc [options] --explain PLAN        show every value's layout\n"
+    "       tpcc [options] --report PLAN         what the plan costs\n"
+    "       tpcc --dump OUT.sched [--rank R]     print a schedule\n"
+    "\n"
+    "Check tensor-parallel plans (PyTorch parallelize_module semantics) and compile them\n"
+    "to static per-rank schedules for tprun.\n"
+    "\n"
+    "  -o FILE                    write the schedule (nothing is written when the plan has errors)\n"
+    "  --check                    check each plan; report every layout error\n"
+    "  --explain                  print the placement, DTensor or plain, of every value at\n"
+    "                             every module boundary, and the collectives of a forward pass\n"
+    "  --report                   per-rank parameters, activation arena, FLOPs and every collective,\n"
+    "                             against the Megatron bound\n"
+    "  --report-format=FMT        text (default) or json\n"
+    "  --dump FILE                print a schedule's per-rank program; --rank R for one rank\n"
+    "  -O0, -O1                   -O1 (default) merges redistributions of the same tensor and drops\n"
+    "                             ones immediately undone; -O0 keeps every one\n"
+    "  --dtype fp32|bf16          element type of the schedule (default fp32)\n"
+    "  -D name=value              override a configuration value (tp, seq, hidden, ...)\n"
+    "  --hf-config FILE           read sizes from a Hugging Face config.json\n"
+    "  --fix                      apply the machine-applicable fixes to the plan files\n"
+    "  --diagnostics-format=FMT   text (default), json or sarif (SARIF 2.1.0)\n"
+    "  --color=WHEN               auto (default), always or never\n"
+    "  -h, --help                 show this help\n"
+    "  --version                  show the version\n"
+    "\n"
+    "Exit status: 0 when no plan has errors (warnings allowed), 1 when a plan has\n"
+    "errors, 2 for usage errors and unreadable files.\n"
+    "Documentation: README.md (the language, every check), docs/schedule.md (the schedule).\n";
+
+enum {
+    OPT_CHECK = 256, OPT_EXPLAIN, OPT_HF, OPT_FIX, OPT_FORMAT, OPT_COLOR, OPT_VERSION, OPT_REPORT,
+    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE,
+};
+
+typedef enum mode { MODE_CHECK, MODE_COMPILE, MODE_EXPLAIN, MODE_REPORT, MODE_DUMP } mode;
+
+typedef struct cli {
+    mode mode;
+    int modes;                  /* how many mode flags were given */
+    bool fix, optimize;
+    const char **defines; int ndefines;
+    const char *hf, *out, *dump;
+    tp_diag_format format;
+    tp_report_format report_format;
+    tp_dtype dtype;
+    int color;                  /* -1 auto */
+    int rank;                   /* --rank, -1 for all */
+} cli;
+
+static int set_mode(cli *o, mode m)
+{
+    o->mode = m;
+    o->modes++;
+    return 0;
+}
+
+static int bad_usage(const char *fmt, const char *arg)
+{
+    fputs("tpcc: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs("\nTry 'tpcc --help'.\n", stderr);
+    return -1;
+}
+
+static int parse_rank(const char *s, int *out)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v < 0 || v > 1 << 20)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_option(cli *o, int c, const char *arg, char **argv)
+{
+    switch (c) {
+    case OPT_CHECK: return set_mode(o, MODE_CHECK);
+    case OPT_EXPLAIN: return set_mode(o, MODE_EXPLAIN);
+    case OPT_REPORT: return set_mode(o, MODE_REPORT);
+    case OPT_DUMP: o->dump = arg; return set_mode(o, MODE_DUMP);
+    case 'o': o->out = arg; return set_mode(o, MODE_COMPILE);
+    case OPT_HF: o->hf = arg; return 0;
+    case OPT_FIX: o->fix = true; return 0;
+    case 'D':
+        o->defines = tp_xreallocarray(o->defines, (size_t)o->ndefines + 1, sizeof *o->defines);
+        o->defines[o->ndefines++] = arg;
+        return 0;
+    case 'O':
+        if (strcmp(arg, "0") && strcmp(arg, "1"))
+            return bad_usage("-O takes 0 or 1, not '%s'", arg);
+        o->optimize = arg[0] == '1';
+        return 0;
+    case OPT_DTYPE:
+        if (!strcmp(arg, "fp32")) o->dtype = TP_F32;
+        else if (!strcmp(arg, "bf16")) o->dtype = TP_BF16;
+        else return bad_usage("--dtype must be fp32 or bf16, not '%s'", arg);
+        return 0;
+    case OPT_RANK:
+        return parse_rank(arg, &o->rank) ? bad_usage("--rank takes a rank number, not '%s'", arg) : 0;
+    case OPT_FORMAT:
+        if (!strcmp(arg, "text")) o->format = TP_FMT_TEXT;
+        else if (!strcmp(arg, "json")) o->format = TP_FMT_JSON;
+        else if (!strcmp(arg, "sarif")) o->format = TP_FMT_SARIF;
+        else return bad_usage("--diagnostics-format must be text, json or sarif, not '%s'", arg);
+        return 0;
+    case OPT_REPORT_FORMAT:
+        if (!strcmp(arg, "text")) o->report_format = TP_REPORT_TEXT;
+        else if (!strcmp(arg, "json")) o->report_format = TP_REPORT_JSON;
+        else return bad_usage("--report-format must be text or json, not '%s'", arg);
+        return 0;
+    case OPT_COLOR:
+        if (!strcmp(arg, "auto")) o->color = -1;
+        else if (!strcmp(arg, "always")) o->color = 1;
+        else if (!strcmp(arg, "never")) o->color = 0;
+        else return bad_usage("--color must be auto, always or never, not '%s'", arg);
+        return 0;
+    case 'h': fputs(usage, stdout); return 1;
+    case OPT_VERSION: printf("tpcc %s\n", TPCC_VERSION); return 1;
+    default: return bad_usage("unknown option '%s'", argv[optind - 1]);
+    }
+}
+
+/* Returns 0 to run, 1 to exit successfully (help, version), -1 on a usage error. */
+static int parse_args(cli *o, int argc, char **argv)
+{
+    static const struct option longs[] = {
+        {"check", no_argument, 0, OPT_CHECK},
+        {"explain", no_argument, 0, OPT_EXPLAIN},
+        {"report", no_argument, 0, OPT_REPORT},
+        {"report-format", required_argument, 0, OPT_REPORT_FORMAT},
+        {"dump", required_argument, 0, OPT_DUMP},
+        {"rank", required_argument, 0, OPT_RANK},
+        {"dtype", required_argument, 0, OPT_DTYPE},
+        {"hf-config", required_argument, 0, OPT_HF},
+        {"fix", no_argument, 0, OPT_FIX},
+        {"diagnostics-format", required_argument, 0, OPT_FORMAT},
+        {"color", required_argument, 0, OPT_COLOR},
+        {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, OPT_VERSION},
+        {0, 0, 0, 0},
+    };
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, "hD:o:O:", longs, NULL)) != -1) {
+        int r = parse_option(o, c, optarg, argv);
+        if (r)
+            return r;
+    }
+    if (o->modes > 1)
+        return bad_usage("%s", "choose one of -o, --check, --explain, --report and --dump");
+    if (o->mode == MODE_DUMP)
+        return optind < argc ? bad_usage("--dump takes a schedule, not a plan: '%s'", argv[optind]) : 0;
+    if (optind >= argc)
+        return bad_usage("%s", "no plan given");
+    if (o->mode != MODE_CHECK && argc - optind != 1)
+        return bad_usage("%s", "-o, --explain and --report take one plan");
+    return 0;
+}
+
+static tp_compile_opts compile_opts(const cli *o, bool optimize)
+{
+    return (tp_compile_opts){o->defines, o->ndefines, o->hf, optimize};
+}
+
+/* Render the unit's diagnostics; apply --fix. Returns the exit status. */
+static int finish_diagnostics(const cli *o, tp_unit *u, const char *path, int color)
+{
+    tp_diags_sort(&u->diags);
+    int rc = u->io_error ? 2 : u->diags.errors ? 1 : 0;
+    if (tp_diags_render(&u->diags, &u->src, o->format, color, o->format == TP_FMT_TEXT ? stderr : stdout) < 0)
+        rc = 2;
+    if (o->fix) {
+        char err[512];
+        int n = tp_diags_apply_fixits(&u->diags, &u->src, err, sizeof err);
+        if (n < 0) {
+            fprintf(stderr, "tpcc: --fix: %s\n", err);
+            rc = 2;
+        } else if (n > 0) {
+            fprintf(stderr, "tpcc: applied %d fix%s to %s\n", n, n == 1 ? "" : "es", path);
+        }
+    }
+    return rc;
+}
+
+/* What determines the schedule: the sources, every resolved config value,
+ * the dtype and the optimisation level. */
+static uint64_t input_hash(tp_unit *u, const cli *o)
+{
+    uint64_t h = TP_HASH_INIT;
+    for (int i = 0; i < u->src.count; i++)
+        h = tp_hash(h, u->src.files[i].text, u->src.files[i].size);
+    for (int i = 0; i < u->config.count; i++) {
+        int64_t v = 0;
+        tp_config_get(&u->config, u->config.items[i].name, TP_NO_SPAN, &v);
+        h = tp_hash(h, u->config.items[i].name, strlen(u->config.items[i].name));
+        h = tp_hash(h, &v, sizeof v);
+    }
+    int flags[2] = {(int)o->dtype, o->optimize};
+    return tp_hash(h, flags, sizeof flags);
+}
+
+static int compile_to_file(const cli *o, tp_unit *u, const char *path)
+{
+    tp_ir_set_dtype(&u->analysis.ir, o->dtype);
+    tp_memplan(&u->analysis.ir);
+    char producer[64], err[512];
+    snprintf(producer, sizeof producer, "tpcc %s", TPCC_VERSION);
+    tp_schedule_meta meta = {producer, input_hash(u, o), o->dtype, &u->config, path};
+    if (tp_schedule_write(&u->analysis.ir, &meta, o->out, err, sizeof err) < 0) {
+        fprintf(stderr, "tpcc: %s\n", err);
+        return 2;
+    }
+    return 0;
+}
+
+static int report(const cli *o, tp_unit *u, const char *path)
+{
+    tp_compile_opts opts = compile_opts(o, false);
+    tp_unit unopt;
+    tp_compile(&unopt, path, &opts);
+    tp_ir_set_dtype(&u->analysis.ir, o->dtype);
+    tp_ir_set_dtype(&unopt.analysis.ir, o->dtype);
+    tp_memplan(&u->analysis.ir);
+    tp_memplan(&unopt.analysis.ir);
+    int rc = tp_report(&u->analysis.ir, &unopt.analysis.ir, &u->plan, path, o->dtype, o->report_format, stdout) < 0 ? 2 : 0;
+    tp_unit_free(&unopt);
+    return rc;
+}
+
+/* Run one plan in the selected mode; returns its exit status. */
+static int run_plan(const cli *o, const char *path, int color)
+{
+    tp_compile_opts opts = compile_opts(o, o->optimize);
+    tp_unit u;
+    tp_compile(&u, path, &opts);
+    if (o->mode == MODE_EXPLAIN && u.built)
+        tp_explain_print(&u.analysis, &u.plan, stdout);
+    int rc = finish_diagnostics(o, &u, path, color);
+    if (rc == 0 && o->mode == MODE_COMPILE)
+        rc = compile_to_file(o, &u, path);
+    else if (rc == 0 && o->mode == MODE_REPORT)
+        rc = report(o, &u, path);
+    tp_unit_free(&u);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    cli o = {0};
+    o.color = -1;
+    o.rank = -1;
+    o.optimize = true;
+    int r = parse_args(&o, argc, argv);
+    if (r != 0) {
+        free(o.defines);
+        return r < 0 ? 2 : 0;
+    }
+    if (o.mode == MODE_DUMP) {
+        char err[512];
+        int rc = tp_schedule_dump(o.dump, o.rank, stdout, err, sizeof err);
+        if (rc < 0)
+            fprintf(stderr, "tpcc: %s\n", err);
+        free(o.defines);
+        return rc < 0 ? 2 : 0;
+    }
+    int color = o.color < 0 ? isatty(STDERR_FILENO) && !getenv("NO_COLOR") : o.color;
+    int rc = 0;
+    for (int i = optind; i < argc; i++) {
+        int one = run_plan(&o, argv[i], color);
+        if (one > rc)
+            rc = one;
+    }
+    free(o.defines);
+    return rc;
+}

@@ -1,0 +1,40 @@
+/* astutil.c: see astutil.h. */
+#include <string.h>
+#include "compiler/front/astutil.h"
+
+const char *tp_call_name(const tp_node *call)
+{
+    if (call->kind != N_CALL || call->nkids < 1 || call->kids[0]->kind != N_NAME)
+        return NULL;
+    return call->kids[0]->name;
+}
+
+const tp_node *tp_call_pos(const tp_node *call, int i)
+{
+    for (int k = 1; k < call->nkids; k++)
+        if (!call->kids[k]->name && i-- == 0)
+            return call->kids[k]->kids[0];
+    return NULL;
+}
+
+int tp_call_npos(const tp_node *call)
+{
+    int n = 0;
+    for (int k = 1; k < call->nkids; k++)
+        n += !call->kids[k]->name;
+    return n;
+}
+
+const tp_node *tp_call_kw_arg(const tp_node *call, const char *kw)
+{
+    for (int k = 1; k < call->nkids; k++)
+        if (call->kids[k]->name && !strcmp(call->kids[k]->name, kw))
+            return call->kids[k];
+    return NULL;
+}
+
+const tp_node *tp_call_kw(const tp_node *call, const char *kw)
+{
+    const tp_node *a = tp_call_kw_arg(call, kw);
+    return a ? a->kids[0] : NULL;
+}

@@ -1,0 +1,17 @@
+/* astutil.h: small queries on call nodes shared by the evaluators. */
+#ifndef TPCC_ASTUTIL_H
+#define TPCC_ASTUTIL_H
+
+#include "compiler/front/ast.h"
+
+/* The callee name of an N_CALL whose callee is a plain name, else NULL. */
+const char *tp_call_name(const tp_node *call);
+/* Positional argument i (0-based) of an N_CALL, or NULL. */
+const tp_node *tp_call_pos(const tp_node *call, int i);
+int tp_call_npos(const tp_node *call);
+/* Keyword argument `kw` of an N_CALL (its value), or NULL. */
+const tp_node *tp_call_kw(const tp_node *call, const char *kw);
+/* The N_ARG node of keyword `kw`, or NULL. */
+const tp_node *tp_call_kw_arg(const tp_node *call, const char *kw);
+
+#endif /* TPCC_ASTUTIL_H */

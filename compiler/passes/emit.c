@@ -1,0 +1,941 @@
+/* compiler/passes/emit.c: the lowered program as a versioned JSON schedule.
+ *
+ * The text is emitted directly into one growing buffer, with one buffer,
+ * one weight and one op per line (keys in a fixed order, each real as the
+ * shortest decimal that reads back exactly, strings checked to be UTF-8
+ * as jansson checks them and escaped as jansson escapes them), so
+ * identical inputs give byte-identical files and a diff of two schedules
+ * reads op by op. The format is in docs/schedule.md. No JSON tree is
+ * built: a program of a few thousand ops on 8 ranks would be hundreds of
+ * thousands of jansson nodes, and allocating and freeing them dominated
+ * the compile.
+ *
+ * The file is written atomically (atomic_write.c): any failure leaves
+ * whatever was at the destination untouched. */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "util/atomic_write.h"
+#include "sched/layout.h"
+#include "compiler/front/model.h"
+#include "compiler/plan/plan.h"
+#include "compiler/passes/emit.h"
+#include "compiler/passes/memplan.h"
+#include "sched/format.h"
+#include "util/xalloc.h"
+
+/* The text being built: like tp_buf, but with the room check inline and
+ * no NUL kept after every append. */
+typedef struct outbuf {
+    char *data;
+    size_t len, cap;
+} outbuf;
+
+/* A few recently formatted reals (eps and theta repeat on every layer and
+ * rank), keyed by their bits. */
+typedef struct real_memo {
+    uint64_t bits;
+    size_t len;             /* 0: empty slot */
+    char text[48];
+} real_memo;
+
+#define REAL_MEMO 4
+
+typedef struct writer {
+    const tp_ir *ir;
+    const tp_schedule_meta *meta;
+    char *err;
+    size_t errlen;
+    bool failed;            /* the first error is kept in err */
+    outbuf out;
+    real_memo reals[REAL_MEMO];
+    int next_real;
+    struct span *rec;       /* the item being recorded (rank 0), or NULL */
+    bool replay_ok;         /* every recorded item has at most one rank-dependent field */
+} writer;
+
+/* Where rank 0's text of one weight or op lies in the output, and its one
+ * rank-dependent integer (rank * mul), if any, at [hole, hole + hole_len)
+ * within it. Every other byte of the item is the same on every rank, so
+ * ranks 1.. are written by copying rank 0's text around a new integer. */
+typedef struct span {
+    size_t at, len;
+    size_t hole, hole_len;  /* hole == NO_HOLE: no rank-dependent field */
+    int64_t mul;
+} span;
+
+#define NO_HOLE SIZE_MAX
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    (void)vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static void fail(writer *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void fail(writer *w, const char *fmt, ...)
+{
+    if (w->failed)
+        return;
+    w->failed = true;
+    if (!w->err || w->errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    (void)vsnprintf(w->err, w->errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- the output buffer ---- */
+
+static void out_grow(outbuf *o, size_t extra)
+{
+    if (extra > SIZE_MAX - o->len)
+        tp_out_of_memory();
+    size_t need = o->len + extra;
+    size_t cap = o->cap ? o->cap : 1 << 16;
+    while (cap < need)
+        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    o->data = tp_xrealloc(o->data, cap);
+    o->cap = cap;
+}
+
+/* Room for n more bytes; returns where they go. */
+static inline char *out_room(outbuf *o, size_t n)
+{
+    if (o->cap - o->len < n)
+        out_grow(o, n);
+    return o->data + o->len;
+}
+
+static inline void put_n(writer *w, const char *s, size_t n)
+{
+    memcpy(out_room(&w->out, n), s, n);
+    w->out.len += n;
+}
+
+/* A string literal in the source: its length is known at compile time. */
+#define PUT(w, lit) put_n((w), "" lit, sizeof(lit) - 1)
+
+/* As "%lld" (jansson's JSON_INTEGER_FORMAT). */
+static void put_int(writer *w, int64_t v)
+{
+    char tmp[24];
+    char *end = tmp + sizeof tmp, *p = end;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--p = '-';
+    put_n(w, p, (size_t)(end - p));
+}
+
+static void put_ints(writer *w, const int64_t *v, int n)
+{
+    PUT(w, "[");
+    for (int d = 0; d < n; d++) {
+        if (d)
+            PUT(w, ", ");
+        put_int(w, v[d]);
+    }
+    PUT(w, "]");
+}
+
+static void put_bool(writer *w, bool v)
+{
+    if (v)
+        PUT(w, "true");
+    else
+        PUT(w, "false");
+}
+
+/* The one field of a weight or op that differs between ranks: rank * mul.
+ * While rank 0 is recorded, notes where it is. */
+static void put_ranked(writer *w, int64_t rank, int64_t mul)
+{
+    span *s = w->rec;
+    size_t before = w->out.len;
+    put_int(w, rank * mul);
+    if (!s)
+        return;
+    if (s->hole != NO_HOLE)
+        w->replay_ok = false;   /* a second one: write every rank in full */
+    s->hole = before - s->at;
+    s->hole_len = w->out.len - before;
+    s->mul = mul;
+}
+
+/* ---- strings ---- */
+
+/* jansson's UTF-8 check (utf.c, utf8_check_string), which json_string
+ * applies to every value and json_object_set to every key: no stray
+ * continuation bytes, no overlong forms, no surrogates, nothing above
+ * U+10FFFF, no truncated sequence. */
+static bool utf8_valid(const unsigned char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char u = s[i];
+        size_t count;
+        int32_t value;
+        if (u < 0x80)
+            continue;
+        if (u >= 0xC2 && u <= 0xDF) {
+            count = 2;
+            value = u & 0x1F;
+        } else if (u >= 0xE0 && u <= 0xEF) {
+            count = 3;
+            value = u & 0xF;
+        } else if (u >= 0xF0 && u <= 0xF4) {
+            count = 4;
+            value = u & 0x7;
+        } else {
+            return false;   /* a continuation byte, 0xC0, 0xC1 or >= 0xF5 */
+        }
+        if (count > len - i)
+            return false;
+        for (size_t k = 1; k < count; k++) {
+            u = s[i + k];
+            if (u < 0x80 || u > 0xBF)
+                return false;
+            value = (value << 6) + (u & 0x3F);
+        }
+        if (value > 0x10FFFF || (value >= 0xD800 && value <= 0xDFFF))
+            return false;
+        if ((count == 2 && value < 0x80) || (count == 3 && value < 0x800) || (count == 4 && value < 0x10000))
+            return false;
+        i += count - 1;
+    }
+    return true;
+}
+
+/* A JSON string literal of s, which is valid UTF-8: only quotes,
+ * backslashes and control characters need escaping; this is jansson's
+ * own escaping. */
+static void put_escaped(writer *w, const char *s, size_t len)
+{
+    PUT(w, "\"");
+    const char *run = s, *end = s + len;
+    for (; s < end; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        put_n(w, run, (size_t)(s - run));
+        run = s + 1;
+        switch (c) {
+        case '"': PUT(w, "\\\""); break;
+        case '\\': PUT(w, "\\\\"); break;
+        case '\b': PUT(w, "\\b"); break;
+        case '\f': PUT(w, "\\f"); break;
+        case '\n': PUT(w, "\\n"); break;
+        case '\r': PUT(w, "\\r"); break;
+        case '\t': PUT(w, "\\t"); break;
+        default: {
+            static const char hex[] = "0123456789ABCDEF";
+            char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            put_n(w, u, sizeof u);
+            break;
+        }
+        }
+    }
+    put_n(w, run, (size_t)(s - run));
+    PUT(w, "\"");
+}
+
+/* A string value (NULL stands for ""). One that is not valid UTF-8 is an
+ * error, reported with the string, and written as null. */
+static void put_str(writer *w, const char *s)
+{
+    if (!s)
+        s = "";
+    /* Plain printable ASCII, the usual case: valid, nothing to escape. */
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
+        p++;
+    size_t len = (size_t)(p - (const unsigned char *)s);
+    if (!*p) {
+        char *d = out_room(&w->out, len + 2);
+        d[0] = '"';
+        memcpy(d + 1, s, len);
+        d[len + 1] = '"';
+        w->out.len += len + 2;
+        return;
+    }
+    len += strlen((const char *)p);
+    if (!utf8_valid((const unsigned char *)s, len)) {
+        fail(w, "cannot record '%s' in the schedule: it is not valid UTF-8", s);
+        PUT(w, "null");
+        return;
+    }
+    put_escaped(w, s, len);
+}
+
+/* ---- reals ---- */
+
+/* The shortest decimal that reads back as exactly x (1e-06, not
+ * 9.9999999999999995e-07), always with a '.' or an exponent so it stays a
+ * JSON real. Returns the length of the text written to text[48]. */
+static size_t format_real(double x, char *text)
+{
+    if (x == floor(x) && fabs(x) < 1e15) {   /* 500000.0, not 5e+05 */
+        snprintf(text, 40, "%.1f", x);
+        for (char *c = text; *c; c++)
+            if (*c == ',')
+                *c = '.';
+        return strlen(text);
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(text, 40, "%.*g", prec, x);
+        for (char *c = text; *c; c++)
+            if (*c == ',')
+                *c = '.';   /* a locale with a decimal comma */
+        if (strtod(text, NULL) == x)
+            break;
+    }
+    if (!strpbrk(text, ".e"))
+        strcat(text, ".0");
+    return strlen(text);
+}
+
+/* A real field of op `op`; a non-finite value is an error (written as null). */
+static void put_real(writer *w, double x, const char *what, int op)
+{
+    if (!isfinite(x)) {
+        fail(w, "op %d: %s is %g; the schedule records finite numbers only", op, what, x);
+        PUT(w, "null");
+        return;
+    }
+    uint64_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    for (int i = 0; i < REAL_MEMO; i++)
+        if (w->reals[i].len && w->reals[i].bits == bits) {
+            put_n(w, w->reals[i].text, w->reals[i].len);
+            return;
+        }
+    real_memo *m = &w->reals[w->next_real];
+    w->next_real = (w->next_real + 1) % REAL_MEMO;
+    m->bits = bits;
+    m->len = format_real(x, m->text);
+    put_n(w, m->text, m->len);
+}
+
+static const char *pl_str(tp_placement p, int rank, char *buf, size_t len)
+{
+    return tp_placement_str(tp_placement_norm(p, rank), buf, len);
+}
+
+/* ---- checking the program before describing it ---- */
+
+static int root_of(const tp_ir *ir, int b)
+{
+    for (int steps = 0; b >= 0 && b < ir->nbufs && ir->bufs[b].alias_of >= 0 && steps <= ir->nbufs; steps++)
+        b = ir->bufs[b].alias_of;
+    return b;
+}
+
+static void check_ir(writer *w)
+{
+    const tp_ir *ir = w->ir;
+    if (ir->world < 1)
+        fail(w, "world size %" PRId64 " is not positive", ir->world);
+    for (int b = 0; b < ir->nbufs; b++) {
+        const tp_ir_buf *buf = &ir->bufs[b];
+        if (buf->rank < 0 || buf->rank > TP_MAX_RANK || (unsigned)buf->dtype > TP_I32)
+            fail(w, "buffer %d has rank %d and dtype %d", b, buf->rank, (int)buf->dtype);
+        if (buf->alias_of >= ir->nbufs || buf->alias_of == b)
+            fail(w, "buffer %d is a view of buffer %d", b, buf->alias_of);
+    }
+    for (int i = 0; i < ir->nops; i++) {
+        const tp_ir_op *op = &ir->ops[i];
+        if ((unsigned)op->kind >= TP_OP_COUNT) {
+            fail(w, "op %d has kind %d", i, (int)op->kind);
+            continue;
+        }
+        if (op->weight < -1 || op->weight >= ir->nparams || op->bias < -1 || op->bias >= ir->nparams)
+            fail(w, "op %d (%s) names parameter %d, outside the %d parameters", i, tp_op_names[op->kind],
+                 op->weight >= ir->nparams || op->weight < -1 ? op->weight : op->bias, ir->nparams);
+    }
+    for (int p = 0; p < ir->nparams; p++) {
+        const tp_ir_param *ip = &ir->params[p];
+        if (!ip->param || ip->param->rank < 1 || ip->param->rank > 2) {
+            fail(w, "parameter %d has no checkpoint tensor of rank 1 or 2", p);
+            continue;
+        }
+        tp_placement pl = tp_placement_norm(ip->pl, ip->param->rank);
+        for (int d = 0; d < ip->param->rank; d++) {
+            bool sharded = pl.kind == TP_SHARD && pl.dim == d;
+            int64_t want = sharded ? ip->local[d] * ir->world : ip->local[d];
+            if (ip->local[d] <= 0 || want != ip->param->shape[d])
+                fail(w, "parameter %d (%s): local size %" PRId64 " of dimension %d does not %s %" PRId64, p,
+                     ip->param->fqn, ip->local[d], d, sharded ? "split evenly into" : "equal", ip->param->shape[d]);
+        }
+        if (pl.kind != TP_REPLICATE && !(pl.kind == TP_SHARD && pl.dim >= 0 && pl.dim < ip->param->rank)) {
+            char buf[24];
+            fail(w, "parameter %d (%s) is %s; a weight is replicated or sharded", p, ip->param->fqn,
+                 tp_placement_str(pl, buf, sizeof buf));
+        }
+    }
+    int ninputs = 0;
+    for (int b = 0; b < ir->nbufs; b++)
+        ninputs += ir->bufs[b].input;
+    if (ninputs > 2)
+        fail(w, "the program has %d inputs; a schedule has input_ids and labels only", ninputs);
+    if (ir->loss_buf >= ir->nbufs || ir->logits_buf >= ir->nbufs)
+        fail(w, "the loss or logits buffer is outside the %d buffers", ir->nbufs);
+    if (!w->failed) {
+        char msg[512];
+        if (!tp_memplan_verify(ir, msg, sizeof msg))
+            fail(w, "invalid memory plan: %s", msg);
+    }
+}
+
+/* Columns of the logits that are real vocabulary: from the op that
+ * consumes them, else the rows of the checkpoint weight that produced
+ * them. 0 when neither is known. */
+static int64_t logits_vocab(const tp_ir *ir)
+{
+    int lr = root_of(ir, ir->logits_buf);
+    for (int i = 0; i < ir->nops; i++) {
+        const tp_ir_op *op = &ir->ops[i];
+        if (!op->dead && (op->kind == TP_OP_CROSS_ENTROPY || op->kind == TP_OP_CE_MAX) && op->nin > 0 &&
+            root_of(ir, op->in[0]) == lr && op->vocab_logical > 0)
+            return op->vocab_logical;
+    }
+    for (int i = 0; i < ir->nops; i++) {
+        const tp_ir_op *op = &ir->ops[i];
+        if (!op->dead && op->out >= 0 && root_of(ir, op->out) == lr && op->weight >= 0)
+            return ir->params[op->weight].param->logical[0];
+    }
+    return 0;
+}
+
+static int64_t collective_bytes(const tp_ir *ir, const tp_ir_op *op)
+{
+    int b = op->nin > 0 ? op->in[0] : op->out;
+    size_t size = b >= 0 ? tp_dtype_size(ir->bufs[b].dtype) : 4;
+    return op->elems * (int64_t)size;
+}
+
+/* The last dimension of the first input (head_dim of a [b, s, h, d] x). */
+static int64_t last_dim(const tp_ir *ir, const tp_ir_op *op)
+{
+    const tp_ir_buf *x = op->nin > 0 ? &ir->bufs[op->in[0]] : NULL;
+    return x && x->rank > 0 ? x->shape[x->rank - 1] : 0;
+}
+
+/* ---- the document ----
+ *
+ * The layout: the root object has one key per line, indented by two
+ * spaces; "buffers" and "ranks" (arrays of objects) have one element per
+ * line, indented by four; a rank holding a non-empty "weights" or "ops"
+ * array has one key per line (indent six) and one weight or op per line
+ * (indent eight). Everything else is one line with ", " and ": "
+ * separators. Empty arrays are "[]" and empty objects "{}". */
+
+static void put_config(writer *w)
+{
+    const tp_config *c = w->meta->config;
+    PUT(w, "{");
+    int n = 0;
+    for (int i = 0; c && i < c->count; i++) {
+        const tp_cfg_entry *e = &c->items[i];
+        /* jansson refused such a key, which was reported as out of memory */
+        if (!e->name || !utf8_valid((const unsigned char *)e->name, strlen(e->name)))
+            tp_out_of_memory();
+        /* A name bound twice keeps its first place and its last value, as
+         * json_object_set did. */
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++)
+            seen = strcmp(c->items[j].name, e->name) == 0;
+        if (seen)
+            continue;
+        const tp_cfg_entry *v = e;
+        for (int j = i + 1; j < c->count; j++)
+            if (c->items[j].name && strcmp(c->items[j].name, e->name) == 0)
+                v = &c->items[j];
+        if (n++)
+            PUT(w, ", ");
+        put_escaped(w, e->name, strlen(e->name));
+        PUT(w, ": ");
+        if (v->state != 2)
+            PUT(w, "null");   /* never evaluated (unused) or failed */
+        else if (v->is_bool)
+            put_bool(w, v->value);
+        else
+            put_int(w, v->value);
+    }
+    PUT(w, "}");
+}
+
+static void put_io(writer *w)
+{
+    const tp_ir *ir = w->ir;
+    int inputs[2] = {-1, -1}, n = 0;
+    for (int b = 0; b < ir->nbufs && n < 2; b++)
+        if (ir->bufs[b].input)
+            inputs[n++] = b;
+    PUT(w, "{\"input_ids\": ");
+    if (inputs[0] >= 0)
+        put_int(w, inputs[0]);
+    else
+        PUT(w, "null");
+    PUT(w, ", \"labels\": ");
+    if (inputs[1] >= 0)
+        put_int(w, inputs[1]);
+    else
+        PUT(w, "null");
+    PUT(w, "}");
+}
+
+static void put_outputs(writer *w)
+{
+    const tp_ir *ir = w->ir;
+    PUT(w, "{\"loss\": ");
+    if (ir->loss_buf >= 0)
+        put_int(w, ir->loss_buf);
+    else
+        PUT(w, "null");
+    if (ir->logits_buf < 0) {
+        PUT(w, ", \"logits\": null}");
+        return;
+    }
+    char buf[24];
+    PUT(w, ", \"logits\": {\"buffer\": ");
+    put_int(w, ir->logits_buf);
+    PUT(w, ", \"placement\": ");
+    put_str(w, pl_str(ir->logits_pl, ir->bufs[ir->logits_buf].rank, buf, sizeof buf));
+    PUT(w, ", \"vocab\": ");
+    int64_t vocab = logits_vocab(ir);
+    if (vocab > 0)
+        put_int(w, vocab);
+    else
+        PUT(w, "null");
+    PUT(w, "}}");
+}
+
+static void put_buffers(writer *w)
+{
+    const tp_ir *ir = w->ir;
+    if (ir->nbufs <= 0) {
+        PUT(w, "[]");
+        return;
+    }
+    PUT(w, "[\n");
+    for (int b = 0; b < ir->nbufs; b++) {
+        const tp_ir_buf *buf = &ir->bufs[b];
+        char fallback[24];
+        if (!buf->name)
+            snprintf(fallback, sizeof fallback, "b%d", b);
+        PUT(w, "    {\"name\": ");
+        put_str(w, buf->name ? buf->name : fallback);
+        PUT(w, ", \"shape\": ");
+        put_ints(w, buf->shape, buf->rank);
+        PUT(w, ", \"dtype\": ");
+        put_str(w, tp_dtype_name(buf->dtype));
+        PUT(w, ", \"offset\": ");
+        if (buf->offset >= 0)
+            put_int(w, buf->offset);
+        else
+            PUT(w, "null");
+        PUT(w, ", \"bytes\": ");
+        put_int(w, tp_ir_buf_elems(buf) * (int64_t)tp_dtype_size(buf->dtype));
+        if (buf->alias_of >= 0) {
+            PUT(w, ", \"alias_of\": ");
+            put_int(w, buf->alias_of);
+        }
+        if (b + 1 < ir->nbufs)
+            PUT(w, "},\n");
+        else
+            PUT(w, "}\n");
+    }
+    PUT(w, "  ]");
+}
+
+static void put_weight(writer *w, const tp_ir_param *ip, int64_t rank)
+{
+    const tp_param *param = ip->param;
+    tp_placement pl = tp_placement_norm(ip->pl, param->rank);
+    char buf[24];
+    PUT(w, "{\"name\": ");
+    put_str(w, param->fqn);
+    PUT(w, ", \"shape\": ");
+    put_ints(w, param->shape, param->rank);
+    PUT(w, ", \"logical_shape\": ");
+    put_ints(w, param->logical, param->rank);
+    PUT(w, ", \"dtype\": ");
+    put_str(w, tp_dtype_name(w->meta->dtype));
+    PUT(w, ", \"placement\": ");
+    put_str(w, tp_placement_str(pl, buf, sizeof buf));
+    if (pl.kind == TP_SHARD) {
+        PUT(w, ", \"slice\": {\"dim\": ");
+        put_int(w, pl.dim);
+        PUT(w, ", \"offset\": ");
+        put_ranked(w, rank, ip->local[pl.dim]);
+        PUT(w, ", \"length\": ");
+        put_int(w, ip->local[pl.dim]);
+        PUT(w, "}}");
+    } else {
+        PUT(w, ", \"slice\": null}");
+    }
+}
+
+/* ", "key": value" for an integer field of an op. */
+#define PUT_INT_FIELD(w, key, v) do { PUT((w), ", \"" key "\": "); put_int((w), (v)); } while (0)
+
+/* Attention sizes: local batch, sequence, query heads, head size and kv
+ * heads, from the op; the query's shape [batch, seq, heads, head_dim]
+ * stands in for sizes the lowering left at 0. */
+static void put_attention(writer *w, const tp_ir_op *op, int index)
+{
+    const tp_ir *ir = w->ir;
+    const tp_ir_buf *q = op->nin > 0 ? &ir->bufs[op->in[0]] : NULL;
+    int64_t size[4] = {op->m, op->n, op->heads, op->k};
+    for (int d = 0; d < 4; d++) {
+        if (size[d] > 0)
+            continue;
+        if (!q || q->rank != 4) {
+            fail(w, "op %d (attention): no sizes, and the query is not a [batch, seq, heads, head_dim] buffer",
+                 index);
+            return;
+        }
+        size[d] = q->shape[d];
+    }
+    int64_t kv = op->groups;
+    if (kv <= 0)
+        kv = op->nin > 1 && ir->bufs[op->in[1]].rank == 4 ? ir->bufs[op->in[1]].shape[2] : size[2];
+    PUT_INT_FIELD(w, "batch", size[0]);
+    PUT_INT_FIELD(w, "seq", size[1]);
+    PUT_INT_FIELD(w, "heads", size[2]);
+    PUT_INT_FIELD(w, "head_dim", size[3]);
+    PUT_INT_FIELD(w, "kv_heads", kv);
+}
+
+/* The rank's columns of a vocab-sharded tensor. */
+static void put_vocab_slice(writer *w, const tp_ir_op *op, int64_t rank)
+{
+    PUT(w, ", \"vocab_start\": ");
+    put_ranked(w, rank, op->vocab_local);
+    PUT_INT_FIELD(w, "vocab_local", op->vocab_local);
+}
+
+static void put_op(writer *w, const tp_ir_op *op, int index, int64_t rank)
+{
+    const tp_ir *ir = w->ir;
+    PUT(w, "{\"op\": ");
+    put_str(w, tp_op_names[op->kind]);
+    PUT(w, ", \"in\": [");
+    for (int k = 0; k < op->nin; k++) {
+        if (k)
+            PUT(w, ", ");
+        put_int(w, op->in[k]);
+    }
+    PUT(w, "]");
+    if (op->out >= 0)
+        PUT_INT_FIELD(w, "out", op->out);
+    if (op->weight >= 0)
+        PUT_INT_FIELD(w, "weight", op->weight);
+    if (op->bias >= 0)
+        PUT_INT_FIELD(w, "bias", op->bias);
+
+    switch (op->kind) {
+    case TP_OP_EMBEDDING:
+        PUT(w, ", \"masked\": ");
+        put_bool(w, op->masked);
+        PUT(w, ", \"vocab_start\": ");
+        put_ranked(w, rank, op->masked ? op->vocab_local : 0);   /* 0 when not masked */
+        PUT_INT_FIELD(w, "vocab_local", op->vocab_local);
+        break;
+    case TP_OP_MATMUL:
+        PUT_INT_FIELD(w, "m", op->m);
+        PUT_INT_FIELD(w, "n", op->n);
+        PUT_INT_FIELD(w, "k", op->k);
+        break;
+    case TP_OP_BIAS_ADD:
+        PUT_INT_FIELD(w, "m", op->m);
+        PUT_INT_FIELD(w, "n", op->n);
+        PUT(w, ", \"scale\": ");
+        put_real(w, op->scale, "scale", index);
+        break;
+    case TP_OP_RMSNORM:
+    case TP_OP_LAYERNORM:
+        PUT_INT_FIELD(w, "m", op->m);
+        PUT_INT_FIELD(w, "n", op->n);
+        PUT(w, ", \"eps\": ");
+        put_real(w, op->eps, "eps", index);
+        break;
+    case TP_OP_ROPE:
+        PUT(w, ", \"theta\": ");
+        put_real(w, op->theta, "theta", index);
+        PUT(w, ", \"pos_offset\": ");
+        put_ranked(w, rank, op->pos_chunk);
+        PUT_INT_FIELD(w, "head_dim", op->k > 0 ? op->k : last_dim(ir, op));
+        break;
+    case TP_OP_ATTENTION:
+        put_attention(w, op, index);
+        break;
+    case TP_OP_SILU: case TP_OP_GELU: case TP_OP_RELU: case TP_OP_ADD: case TP_OP_MUL:
+    case TP_OP_CE_LOSS:
+        break;
+    case TP_OP_SCALE:
+        PUT(w, ", \"scale\": ");
+        put_real(w, op->scale, "scale", index);
+        break;
+    case TP_OP_SLICE:
+        PUT_INT_FIELD(w, "dim", op->dim);
+        PUT(w, ", \"index\": ");
+        put_ranked(w, rank, 1);
+        PUT_INT_FIELD(w, "parts", op->parts > 0 ? op->parts : ir->world);
+        break;
+    case TP_OP_POSITIONS:
+        PUT(w, ", \"pos_offset\": ");
+        put_ranked(w, rank, op->pos_chunk);
+        break;
+    case TP_OP_CROSS_ENTROPY:
+        PUT_INT_FIELD(w, "vocab_local", op->vocab_local);
+        PUT_INT_FIELD(w, "vocab_logical", op->vocab_logical);
+        break;
+    case TP_OP_CE_MAX: case TP_OP_CE_SUMEXP:
+        put_vocab_slice(w, op, rank);
+        PUT_INT_FIELD(w, "vocab_logical", op->vocab_logical);
+        break;
+    case TP_OP_CE_TARGET:
+        put_vocab_slice(w, op, rank);
+        break;
+    case TP_OP_ALL_GATHER: case TP_OP_REDUCE_SCATTER:
+        PUT_INT_FIELD(w, "dim", op->dim);
+        PUT_INT_FIELD(w, "elems", op->elems);
+        PUT_INT_FIELD(w, "bytes", collective_bytes(ir, op));
+        break;
+    case TP_OP_ALL_REDUCE:
+        PUT(w, ", \"reduce\": ");
+        put_str(w, op->reduce_max ? "max" : "sum");
+        PUT_INT_FIELD(w, "elems", op->elems);
+        PUT_INT_FIELD(w, "bytes", collective_bytes(ir, op));
+        break;
+    case TP_OP_ALL_TO_ALL:
+        PUT_INT_FIELD(w, "dim", op->dim);
+        PUT_INT_FIELD(w, "dim2", op->dim2);
+        PUT_INT_FIELD(w, "elems", op->elems);
+        PUT_INT_FIELD(w, "bytes", collective_bytes(ir, op));
+        break;
+    case TP_OP_COUNT:
+        break;
+    }
+
+    if (op->module) {
+        PUT(w, ", \"module\": ");
+        put_str(w, op->module->fqn);
+    }
+    if (op->entry && op->entry->pattern) {
+        PUT(w, ", \"entry\": ");
+        put_str(w, op->entry->pattern);
+    }
+    if (op->implicit)
+        PUT(w, ", \"implicit\": true");
+    PUT(w, "}");
+}
+
+/* Rank 0's item at span s (recorded), or NULL: write it plainly. */
+static void begin_item(writer *w, span *s)
+{
+    if (s) {
+        s->at = w->out.len;
+        s->hole = NO_HOLE;
+    }
+    w->rec = s;
+}
+
+static void end_item(writer *w)
+{
+    if (w->rec)
+        w->rec->len = w->out.len - w->rec->at;
+    w->rec = NULL;
+}
+
+/* Another rank's copy of a recorded item: the same bytes, with its
+ * rank-dependent integer, if any, for this rank. */
+static void replay_item(writer *w, const span *s, int64_t rank)
+{
+    /* Room first, so the copies below read from a buffer that stays put
+     * (an integer is at most 20 characters). */
+    out_room(&w->out, s->len + 24);
+    if (s->hole == NO_HOLE) {
+        memcpy(w->out.data + w->out.len, w->out.data + s->at, s->len);
+        w->out.len += s->len;
+        return;
+    }
+    memcpy(w->out.data + w->out.len, w->out.data + s->at, s->hole);
+    w->out.len += s->hole;
+    put_int(w, rank * s->mul);
+    size_t rest = s->hole + s->hole_len;
+    memcpy(w->out.data + w->out.len, w->out.data + s->at + rest, s->len - rest);
+    w->out.len += s->len - rest;
+}
+
+/* One rank: {"rank": r, "weights": [...], "ops": [...]}, spread over
+ * lines unless both arrays are empty. wspan and ospan (weights, then live
+ * ops) are recorded when rec, or replayed when replay; else the rank is
+ * written in full. */
+static void put_rank(writer *w, int64_t r, int live_ops, span *wspan, span *ospan, bool rec, bool replay)
+{
+    const tp_ir *ir = w->ir;
+    if (ir->nparams <= 0 && live_ops == 0) {
+        PUT(w, "{\"rank\": ");
+        put_int(w, r);
+        PUT(w, ", \"weights\": [], \"ops\": []}");
+        return;
+    }
+    PUT(w, "{\n      \"rank\": ");
+    put_int(w, r);
+    PUT(w, ",\n      \"weights\": ");
+    if (ir->nparams <= 0) {
+        PUT(w, "[]");
+    } else {
+        PUT(w, "[\n");
+        for (int p = 0; p < ir->nparams; p++) {
+            PUT(w, "        ");
+            if (replay) {
+                replay_item(w, &wspan[p], r);
+            } else {
+                begin_item(w, rec ? &wspan[p] : NULL);
+                put_weight(w, &ir->params[p], r);
+                end_item(w);
+            }
+            if (p + 1 < ir->nparams)
+                PUT(w, ",\n");
+            else
+                PUT(w, "\n");
+        }
+        PUT(w, "      ]");
+    }
+    PUT(w, ",\n      \"ops\": ");
+    if (live_ops == 0) {
+        PUT(w, "[]");
+    } else {
+        PUT(w, "[\n");
+        int written = 0;
+        for (int i = 0; i < ir->nops; i++) {
+            if (ir->ops[i].dead)
+                continue;
+            PUT(w, "        ");
+            if (replay) {
+                replay_item(w, &ospan[written], r);
+            } else {
+                begin_item(w, rec ? &ospan[written] : NULL);
+                put_op(w, &ir->ops[i], i, r);
+                end_item(w);
+            }
+            if (++written < live_ops)
+                PUT(w, ",\n");
+            else
+                PUT(w, "\n");
+        }
+        PUT(w, "      ]");
+    }
+    PUT(w, "\n    }");
+}
+
+/* Every rank. Ranks differ only in one integer field of some weights and
+ * ops (docs/schedule.md, "Ranks"), so rank 0 is written in full and
+ * recorded, and ranks 1.. copy its text around their own value of that
+ * field. Nothing else in put_weight or put_op depends on the rank, and
+ * neither can fail on one rank but not on another. */
+static void put_ranks(writer *w)
+{
+    const tp_ir *ir = w->ir;
+    int live_ops = 0;
+    for (int i = 0; i < ir->nops; i++)
+        live_ops += !ir->ops[i].dead;
+    /* Like the other arrays: "[]" when no rank is written (the document
+     * is discarded then anyway: world < 1 or an earlier error). */
+    if (ir->world < 1 || w->failed) {
+        PUT(w, "[]");
+        return;
+    }
+    span *wspan = NULL, *ospan = NULL;
+    bool rec = ir->world > 1;
+    if (rec) {
+        wspan = tp_xreallocarray(NULL, (size_t)ir->nparams + 1, sizeof *wspan);
+        ospan = tp_xreallocarray(NULL, (size_t)live_ops + 1, sizeof *ospan);
+        w->replay_ok = true;
+    }
+    PUT(w, "[\n");
+    for (int64_t r = 0; r < ir->world && !w->failed; r++) {
+        if (r)
+            PUT(w, ",\n");
+        PUT(w, "    ");
+        put_rank(w, r, live_ops, wspan, ospan, rec && r == 0, rec && r > 0 && w->replay_ok);
+    }
+    PUT(w, "\n  ]");
+    free(wspan);
+    free(ospan);
+}
+
+static void put_document(writer *w)
+{
+    const tp_ir *ir = w->ir;
+    const tp_schedule_meta *m = w->meta;
+    char hash[17];
+    snprintf(hash, sizeof hash, "%016" PRIx64, m->input_hash);
+    PUT(w, "{\n  \"magic\": ");
+    put_str(w, TP_SCHEDULE_MAGIC);
+    PUT(w, ",\n  \"format_version\": ");
+    put_int(w, TP_SCHEDULE_VERSION);
+    PUT(w, ",\n  \"producer\": ");
+    put_str(w, m->producer ? m->producer : "tpcc");
+    PUT(w, ",\n  \"input_hash\": ");
+    put_str(w, hash);
+    PUT(w, ",\n  \"plan\": ");
+    if (m->plan_path)
+        put_str(w, m->plan_path);
+    else
+        PUT(w, "null");
+    PUT(w, ",\n  \"world_size\": ");
+    put_int(w, ir->world);
+    PUT(w, ",\n  \"dtype\": ");
+    put_str(w, tp_dtype_name(m->dtype));
+    PUT(w, ",\n  \"config\": ");
+    put_config(w);
+    PUT(w, ",\n  \"arena_bytes\": ");
+    put_int(w, ir->arena_bytes);
+    PUT(w, ",\n  \"inputs\": ");
+    put_io(w);
+    PUT(w, ",\n  \"outputs\": ");
+    put_outputs(w);
+    PUT(w, ",\n  \"buffers\": ");
+    put_buffers(w);
+    PUT(w, ",\n  \"ranks\": ");
+    put_ranks(w);
+    PUT(w, "\n}\n");
+}
+
+int tp_schedule_write(const tp_ir *ir, const tp_schedule_meta *meta, const char *path, char *err, size_t errlen)
+{
+    if (!ir || !meta || !path || !path[0]) {
+        set_err(err, errlen, "cannot write a schedule: %s", !path || !path[0] ? "no output path" : "no program");
+        return -1;
+    }
+    writer w = {.ir = ir, .meta = meta, .err = err, .errlen = errlen};
+    check_ir(&w);
+    if (w.failed)
+        return -1;
+    put_document(&w);
+    int rc = w.failed ? -1 : tp_write_file_atomic(path, &(tp_bytes){w.out.data, w.out.len}, 1, err, errlen);
+    free(w.out.data);
+    return rc;
+}

@@ -1,0 +1,644 @@
+/* plan.c: mesh, styles with PyTorch's defaults, pattern resolution and
+ * coverage checks (see plan.h). */
+#include <fnmatch.h>
+#include <stdlib.h>
+#include <string.h>
+#include "compiler/front/astutil.h"
+#include "compiler/plan/plan.h"
+#include "compiler/diag/suggest.h"
+#include "util/xalloc.h"
+
+static const char *const style_names[] = {
+    [TP_STYLE_COLWISE] = "ColwiseParallel",
+    [TP_STYLE_ROWWISE] = "RowwiseParallel",
+    [TP_STYLE_SEQUENCE] = "SequenceParallel",
+    [TP_STYLE_PREPARE_INPUT] = "PrepareModuleInput",
+    [TP_STYLE_PREPARE_OUTPUT] = "PrepareModuleOutput",
+    [TP_STYLE_PREPARE_INPUT_OUTPUT] = "PrepareModuleInputOutput",
+};
+#define NSTYLES ((int)(sizeof style_names / sizeof *style_names))
+
+/* Keyword arguments each constructor accepts, as in PyTorch 2.15. */
+static const char *const colrow_kw[] = {"input_layouts", "output_layouts", "use_local_output", NULL};
+static const char *const seq_kw[] = {"sequence_dim", "use_local_output", NULL};
+static const char *const pin_kw[] = {"input_layouts", "desired_input_layouts", "input_kwarg_layouts",
+                                     "desired_input_kwarg_layouts", "use_local_output", NULL};
+static const char *const pout_kw[] = {"output_layouts", "desired_output_layouts", "use_local_output", NULL};
+static const char *const pinout_kw[] = {"input_layouts", "desired_input_layouts", "input_kwarg_layouts",
+                                        "desired_input_kwarg_layouts", "use_local_input",
+                                        "output_layouts", "desired_output_layouts", "use_local_output", NULL};
+static const char *const *const style_kw[] = {
+    [TP_STYLE_COLWISE] = colrow_kw, [TP_STYLE_ROWWISE] = colrow_kw, [TP_STYLE_SEQUENCE] = seq_kw,
+    [TP_STYLE_PREPARE_INPUT] = pin_kw, [TP_STYLE_PREPARE_OUTPUT] = pout_kw,
+    [TP_STYLE_PREPARE_INPUT_OUTPUT] = pinout_kw,
+};
+
+const char *tp_style_kind_name(tp_style_kind k) { return style_names[k]; }
+
+int64_t tp_plan_tp_size(const tp_plan *p) { return p->mesh_size[p->tp_dim]; }
+
+/* PyTorch splits the key on '.' and matches each part against the child
+ * names one level down; the root itself is only named by the empty key. */
+bool tp_pattern_match(const char *pattern, const char *fqn)
+{
+    if (!*fqn || !*pattern)
+        return !*fqn && !*pattern;
+    for (;;) {
+        const char *pd = strchr(pattern, '.'), *fd = strchr(fqn, '.');
+        size_t pl = pd ? (size_t)(pd - pattern) : strlen(pattern);
+        size_t fl = fd ? (size_t)(fd - fqn) : strlen(fqn);
+        char *pc = tp_xstrndup(pattern, pl), *fc = tp_xstrndup(fqn, fl);
+        bool same = fnmatch(pc, fc, 0) == 0;
+        free(pc);
+        free(fc);
+        if (!same)
+            return false;
+        if (!pd || !fd)
+            return !pd && !fd;
+        pattern = pd + 1;
+        fqn = fd + 1;
+    }
+}
+
+typedef struct reader {
+    tp_config *c;
+    tp_diags *d;
+    int rank_hint;      /* unused for now: placements are normalised when used */
+} reader;
+
+static bool bad(reader *r, const tp_node *n, const char *check, const char *msg)
+{
+    tp_diag_add(r->d, TP_ERROR, n->span, check, "%s", msg);
+    return false;
+}
+
+/* Replicate() | Shard(d) | Partial() | None (when allowed). */
+static bool read_placement(reader *r, const tp_node *e, bool allow_none, tp_io_layout *out)
+{
+    memset(out, 0, sizeof *out);
+    out->node = e;
+    if (e->kind == N_NONE && allow_none) {
+        out->none = true;
+        return true;
+    }
+    const char *fn = tp_call_name(e);
+    if (fn && !strcmp(fn, "Replicate") && e->nkids == 1) { out->pl = tp_replicate(); return true; }
+    if (fn && !strcmp(fn, "Partial") && tp_call_npos(e) <= 1) { out->pl = tp_partial(); return true; }
+    if (fn && !strcmp(fn, "Shard") && e->nkids == 2 && tp_call_npos(e) == 1) {
+        int64_t d;
+        if (!tp_eval_int(r->c, tp_call_pos(e, 0), &d))
+            return false;
+        if (d < -TP_MAX_RANK || d >= TP_MAX_RANK)
+            return bad(r, e, "plan", "Shard dimension out of range");
+        out->pl = tp_shard((int)d);
+        return true;
+    }
+    return bad(r, e, "plan", allow_none ? "expected Replicate(), Shard(d), Partial() or None"
+                                        : "expected Replicate(), Shard(d) or Partial()");
+}
+
+/* A layouts argument: a tuple of placements (None allowed) or one placement. */
+static bool read_tuple(reader *r, const tp_node *e, tp_io_layout *out, int *n)
+{
+    if (e->kind == N_TUPLE || e->kind == N_LIST) {
+        if (e->nkids > TP_MAX_IO)
+            return bad(r, e, "plan", "too many layouts (at most 8)");
+        *n = e->nkids;
+        bool ok = true;
+        for (int i = 0; i < e->nkids; i++)
+            ok &= read_placement(r, e->kids[i], true, &out[i]);
+        return ok;
+    }
+    *n = 1;
+    return read_placement(r, e, true, &out[0]);
+}
+
+static bool read_kw_dict(reader *r, const tp_node *e, char **names, tp_io_layout *out, int *n)
+{
+    if (e->kind != N_DICT)
+        return bad(r, e, "plan", "expected a dict such as {\"hidden_states\": Shard(1)}");
+    if (e->nkids > TP_MAX_IO)
+        return bad(r, e, "plan", "too many keyword layouts (at most 8)");
+    *n = 0;
+    bool ok = true;
+    for (int i = 0; i < e->nkids; i++) {
+        const tp_node *k = e->kids[i]->kids[0];
+        if (k->kind != N_STR) {
+            ok = bad(r, k, "plan", "keyword layout keys are argument names in quotes");
+            continue;
+        }
+        names[*n] = tp_xstrdup(k->str);
+        ok &= read_placement(r, e->kids[i]->kids[1], true, &out[(*n)++]);
+    }
+    return ok;
+}
+
+static bool read_bool(reader *r, const tp_node *call, const char *kw, bool dflt)
+{
+    const tp_node *e = tp_call_kw(call, kw);
+    int64_t v;
+    if (!e)
+        return dflt;
+    if (e->kind != N_TRUE && e->kind != N_FALSE) {
+        bad(r, e, "plan", "expected True or False");
+        return dflt;
+    }
+    return tp_eval_int(r->c, e, &v) && v;
+}
+
+/* kwarg dict names must pair up with the desired dict, in the same order. */
+static bool pair_kw(reader *r, const tp_node *call, tp_io_spec *s, char **dnames, int nd)
+{
+    if (nd != s->nkw && nd > 0)
+        return bad(r, call, "arity", "input_kwarg_layouts and desired_input_kwarg_layouts should have same length!");
+    for (int i = 0; i < nd; i++) {
+        int j = 0;
+        while (j < s->nkw && strcmp(s->kw[j], dnames[i]))
+            j++;
+        if (j == s->nkw)
+            return bad(r, call, "arity", "desired_input_kwarg_layouts names an argument input_kwarg_layouts does not");
+    }
+    return true;
+}
+
+static bool read_inputs(reader *r, const tp_node *call, tp_io_spec *s)
+{
+    const tp_node *il = tp_call_kw(call, "input_layouts"), *dl = tp_call_kw(call, "desired_input_layouts");
+    const tp_node *ik = tp_call_kw(call, "input_kwarg_layouts"), *dk = tp_call_kw(call, "desired_input_kwarg_layouts");
+    bool ok = true;
+    int nd = 0;
+    s->n = -1;
+    if (il) ok &= read_tuple(r, il, s->layout, &s->n);
+    if (dl) ok &= read_tuple(r, dl, s->desired, &nd);
+    if (ok && (il || dl) && nd != (s->n < 0 ? 0 : s->n)) {
+        /* PyTorch asserts this in PrepareModuleInput.__init__ */
+        tp_diag_add(r->d, TP_ERROR, (dl ? dl : il)->span, "arity",
+                    "input_layouts and desired_input_layouts should have same length! (%d vs %d)",
+                    s->n < 0 ? 0 : s->n, nd);
+        ok = false;
+    }
+    char *dnames[TP_MAX_IO];
+    int ndk = 0;
+    if (ik) ok &= read_kw_dict(r, ik, s->kw, s->kw_layout, &s->nkw);
+    if (dk) ok &= read_kw_dict(r, dk, dnames, s->kw_desired, &ndk);
+    if (ok && (ik || dk)) {
+        ok &= pair_kw(r, call, s, dnames, ndk);
+        /* order the desired layouts like the declared ones */
+        tp_io_layout sorted[TP_MAX_IO];
+        for (int j = 0; j < s->nkw; j++) {
+            sorted[j] = (tp_io_layout){.none = true};
+            for (int i = 0; i < ndk; i++)
+                if (!strcmp(dnames[i], s->kw[j]))
+                    sorted[j] = s->kw_desired[i];
+        }
+        memcpy(s->kw_desired, sorted, sizeof sorted);
+    }
+    for (int i = 0; i < ndk; i++)
+        free(dnames[i]);
+    return ok;
+}
+
+static bool read_outputs(reader *r, const tp_node *call, tp_io_spec *s)
+{
+    const tp_node *ol = tp_call_kw(call, "output_layouts"), *dl = tp_call_kw(call, "desired_output_layouts");
+    bool ok = true;
+    int nd = 0;
+    s->n = -1;
+    if (!ol || !dl)
+        return bad(r, call, "plan", "PrepareModuleOutput needs output_layouts and desired_output_layouts");
+    ok &= read_tuple(r, ol, s->layout, &s->n);
+    ok &= read_tuple(r, dl, s->desired, &nd);
+    if (ok && nd != s->n) {
+        tp_diag_add(r->d, TP_ERROR, dl->span, "arity",
+                    "output_layouts and desired_output_layouts should have same length! (%d vs %d)", s->n, nd);
+        ok = false;
+    }
+    return ok;
+}
+
+static bool check_keywords(reader *r, const tp_node *call, tp_style_kind k)
+{
+    bool ok = true;
+    for (int i = 1; i < call->nkids; i++) {
+        const tp_node *a = call->kids[i];
+        if (!a->name) {
+            tp_diag_add(r->d, TP_ERROR, a->span, "plan",
+                        "%s takes keyword arguments only (as in PyTorch)", style_names[k]);
+            ok = false;
+            continue;
+        }
+        bool known = false;
+        for (const char *const *p = style_kw[k]; *p; p++)
+            known |= !strcmp(*p, a->name);
+        if (!known) {
+            tp_diag *g = tp_diag_add(r->d, TP_ERROR, a->span, "plan", "%s has no argument '%s'",
+                                     style_names[k], a->name);
+            int nkw = 0;
+            while (style_kw[k][nkw])
+                nkw++;
+            const char *best = tp_suggest(a->name, style_kw[k], nkw);
+            if (best)
+                tp_diag_help(g, "did you mean '%s'?", best);
+            ok = false;
+        }
+    }
+    return ok;
+}
+
+static tp_style *read_style(reader *r, const tp_node *call)
+{
+    const char *fn = tp_call_name(call);
+    int k = 0;
+    while (fn && k < NSTYLES && strcmp(fn, style_names[k]))
+        k++;
+    if (!fn || k == NSTYLES) {
+        tp_diag *g = tp_diag_add(r->d, TP_ERROR, call->span, "plan",
+                                 "expected a parallel style such as ColwiseParallel()");
+        const char *best = fn ? tp_suggest(fn, style_names, NSTYLES) : NULL;
+        if (best)
+            tp_diag_help(g, "did you mean '%s'?", best);
+        return NULL;
+    }
+    if (!check_keywords(r, call, (tp_style_kind)k))
+        return NULL;
+    tp_style *s = tp_xcalloc(1, sizeof *s);
+    s->kind = (tp_style_kind)k;
+    s->name = style_names[k];
+    s->call = call;
+    bool ok = true;
+    const tp_node *e;
+    switch (s->kind) {
+    case TP_STYLE_COLWISE:
+    case TP_STYLE_ROWWISE:
+        /* Colwise: input R, output S(-1). Rowwise: input S(-1), output R. */
+        s->input.pl = s->kind == TP_STYLE_COLWISE ? tp_replicate() : tp_shard(-1);
+        s->output.pl = s->kind == TP_STYLE_COLWISE ? tp_shard(-1) : tp_replicate();
+        if ((e = tp_call_kw(call, "input_layouts")) && e->kind != N_NONE) {
+            ok &= read_placement(r, e, false, &s->input);
+            s->input_given = true;
+        }
+        if ((e = tp_call_kw(call, "output_layouts")) && e->kind != N_NONE) {
+            ok &= read_placement(r, e, false, &s->output);
+            s->output_given = true;
+        }
+        s->use_local_output = read_bool(r, call, "use_local_output", true);
+        break;
+    case TP_STYLE_SEQUENCE: {
+        int64_t d = 1;
+        if ((e = tp_call_kw(call, "sequence_dim")) && !tp_eval_int(r->c, e, &d))
+            ok = false;
+        s->sequence_dim = (int)d;
+        s->use_local_output = read_bool(r, call, "use_local_output", false);
+        break;
+    }
+    case TP_STYLE_PREPARE_INPUT:
+        ok &= read_inputs(r, call, &s->in);
+        s->in.use_local = read_bool(r, call, "use_local_output", false);
+        s->out.n = -1;
+        break;
+    case TP_STYLE_PREPARE_OUTPUT:
+        ok &= read_outputs(r, call, &s->out);
+        s->out.use_local = read_bool(r, call, "use_local_output", true);
+        s->in.n = -1;
+        break;
+    case TP_STYLE_PREPARE_INPUT_OUTPUT:
+        ok &= read_inputs(r, call, &s->in);
+        ok &= read_outputs(r, call, &s->out);
+        s->in.use_local = read_bool(r, call, "use_local_input", false);
+        s->out.use_local = read_bool(r, call, "use_local_output", true);
+        break;
+    }
+    if (!ok) {
+        for (int i = 0; i < s->in.nkw; i++)
+            free(s->in.kw[i]);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static void read_mesh(tp_plan *p, const tp_node *item, tp_config *c)
+{
+    p->mesh_span = item->span;
+    if (item->nkids > TP_MAX_MESH_DIMS) {
+        tp_diag_add(c->diags, TP_ERROR, item->span, "mesh", "meshes have at most %d dimensions", TP_MAX_MESH_DIMS);
+        return;
+    }
+    p->mesh_ndim = 0;
+    for (int i = 0; i < item->nkids; i++) {
+        const tp_node *a = item->kids[i];
+        int64_t n;
+        if (!a->name) {
+            tp_diag_add(c->diags, TP_ERROR, a->span, "mesh", "name each mesh dimension: mesh(tp = 2)");
+            continue;
+        }
+        if (!tp_eval_int(c, a->kids[0], &n))
+            continue;
+        if (n < 1) {
+            tp_diag_add(c->diags, TP_ERROR, a->kids[0]->span, "degenerate-mesh",
+                        "mesh dimension '%s' has size %lld; it needs at least one device",
+                        a->name, (long long)n);
+            continue;
+        }
+        if (n > 1 << 20) {
+            tp_diag_add(c->diags, TP_ERROR, a->kids[0]->span, "mesh", "mesh dimension '%s' is too large", a->name);
+            continue;
+        }
+        p->mesh_name[p->mesh_ndim] = tp_xstrdup(a->name);
+        p->mesh_size[p->mesh_ndim++] = n;
+    }
+}
+
+static void add_style(tp_plan *p, tp_style *s)
+{
+    p->styles = tp_xrealloc(p->styles, (size_t)(p->nstyles + 1) * sizeof *p->styles);
+    p->styles[p->nstyles++] = s;
+}
+
+static void read_parallelize(tp_plan *p, const tp_node *item, tp_config *c)
+{
+    reader r = {c, c->diags, 0};
+    const tp_node *dict = item->kids[0];
+    if (item->name) {
+        int d = 0;
+        while (d < p->mesh_ndim && strcmp(p->mesh_name[d], item->name))
+            d++;
+        if (d == p->mesh_ndim)
+            tp_diag_add(c->diags, TP_ERROR, item->span, "mesh", "the mesh has no dimension '%s'", item->name);
+        else
+            p->tp_dim = d;
+    } else if (p->mesh_ndim > 1) {
+        tp_diag_add(c->diags, TP_ERROR, item->span, "mesh",
+                    "the mesh has %d dimensions; say which one: parallelize \"%s\" on \"tp\" {...}",
+                    p->mesh_ndim, item->str);
+    }
+    for (int i = 0; i < dict->nkids; i++) {
+        const tp_node *pair = dict->kids[i];
+        const tp_node *key = pair->kids[0], *val = pair->kids[1];
+        if (key->kind != N_STR) {
+            tp_diag_add(c->diags, TP_ERROR, key->span, "plan", "plan keys are module names in quotes");
+            continue;
+        }
+        if (val->kind != N_CALL) {
+            tp_diag_add(c->diags, TP_ERROR, val->span, "plan", "expected a parallel style such as ColwiseParallel()");
+            continue;
+        }
+        tp_style *s = read_style(&r, val);
+        if (!s)
+            continue;
+        s->entry = pair;
+        s->dict = dict;
+        s->item = item;
+        s->base = tp_xstrdup(item->str);
+        if (!item->str[0])
+            s->pattern = tp_xstrdup(key->str);
+        else if (!key->str[0])
+            s->pattern = tp_xstrdup(item->str);
+        else
+            s->pattern = tp_xasprintf("%s.%s", item->str, key->str);
+        add_style(p, s);
+    }
+}
+
+/* --- resolution and coverage ------------------------------------------ */
+
+static bool supports(const tp_style *s, const tp_module *m)
+{
+    switch (s->kind) {
+    case TP_STYLE_COLWISE:
+    case TP_STYLE_ROWWISE: return m->kind == TP_MOD_LINEAR || m->kind == TP_MOD_EMBEDDING;
+    case TP_STYLE_SEQUENCE: return m->kind == TP_MOD_RMSNORM || m->kind == TP_MOD_LAYERNORM;
+    default: return true;
+    }
+}
+
+static void suggest_module(tp_plan *p, tp_model *m, tp_style *s, tp_diag *g)
+{
+    /* Candidates: every module name written relative to the parallelize path. */
+    const char **names = tp_xmalloc((size_t)m->count * sizeof *names);
+    char **owned = tp_xmalloc((size_t)m->count * sizeof *owned);
+    int n = 0;
+    const char *key = s->entry->kids[0]->str;
+    for (int i = 0; i < m->count; i++) {
+        const char *fqn = m->all[i]->fqn;
+        if (!s->base[0]) {
+            owned[n] = tp_xstrdup(fqn);
+        } else {
+            /* strip a prefix matching the base pattern */
+            int parts = 1;
+            for (const char *q = s->base; *q; q++)
+                parts += *q == '.';
+            const char *rest = fqn;
+            for (int k = 0; k < parts && rest; k++) {
+                rest = strchr(rest, '.');
+                if (rest) rest++;
+            }
+            if (!rest)
+                continue;
+            char *prefix = tp_xstrdup(fqn);
+            prefix[rest - fqn - 1] = '\0';
+            bool under = tp_pattern_match(s->base, prefix);
+            free(prefix);
+            if (!under)
+                continue;
+            owned[n] = tp_xstrdup(rest);
+        }
+        names[n] = owned[n];
+        n++;
+    }
+    const char *best = tp_suggest(key, names, n);
+    if (best) {
+        tp_diag_help(g, "did you mean '%s'?", best);
+        char *quoted = tp_xasprintf("\"%s\"", best);
+        tp_diag_fixit(g, s->entry->kids[0]->span, quoted);
+        free(quoted);
+    }
+    for (int i = 0; i < n; i++)
+        free(owned[i]);
+    free(owned);
+    free(names);
+    (void)p;
+}
+
+static int wildcards(const char *pattern)
+{
+    int n = 0;
+    for (; *pattern; pattern++)
+        n += *pattern == '*' || *pattern == '?' || *pattern == '[';
+    return n;
+}
+
+/* Two entries for one module: PyTorch would distribute it twice. Report
+ * once per pair of entries; the more specific entry (fewer wildcards; the
+ * later one on a tie) is kept so the rest of the check stays meaningful. */
+static void report_duplicate(tp_diags *d, tp_style *s, tp_module *mod, int *reported)
+{
+    tp_style *old = mod->style;
+    if (!(*reported)++) {
+        tp_diag *g = tp_diag_add(d, TP_ERROR, s->entry->kids[0]->span, "duplicate-entry",
+                                 "module '%s' is already parallelized by another entry", mod->fqn);
+        tp_diag_note_at(g, old->entry->kids[0]->span, "first matched here by '%s'", old->pattern);
+        tp_diag_help(g, "keep one entry per module; PyTorch would apply both and distribute its parameters twice");
+    }
+    if (wildcards(s->pattern) <= wildcards(old->pattern))
+        mod->style = s;
+}
+
+static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
+{
+    for (int si = 0; si < p->nstyles; si++) {
+        tp_style *s = p->styles[si];
+        int duplicates = 0;
+        bool unsupported = false;
+        for (int i = 0; i < m->count; i++) {
+            tp_module *mod = m->all[i];
+            if (!tp_pattern_match(s->pattern, mod->fqn))
+                continue;
+            s->nmatched++;
+            if (!s->first_match)
+                s->first_match = mod;
+            if (!supports(s, mod)) {
+                if (!unsupported) {
+                    tp_diag *g = tp_diag_add(d, TP_ERROR, s->call->span, "unsupported-module",
+                                             "%s does not support '%s', a %s", s->name, mod->fqn, mod->type);
+                    if (s->kind == TP_STYLE_SEQUENCE)
+                        tp_diag_help(g, "SequenceParallel is for norms (LayerNorm, RMSNorm); shard a Linear with ColwiseParallel or RowwiseParallel");
+                    else if (mod->kind == TP_MOD_RMSNORM || mod->kind == TP_MOD_LAYERNORM)
+                        tp_diag_help(g, "use SequenceParallel() for a norm, or leave it replicated");
+                    else
+                        tp_diag_help(g, "%s only supports Linear and Embedding; put PrepareModuleInput/PrepareModuleOutput on a container module", s->name);
+                    if (mod->decl)
+                        tp_diag_note_at(g, mod->decl->span, "'%s' is declared here", mod->fqn);
+                }
+                unsupported = true;
+                continue;
+            }
+            if (mod->style)
+                report_duplicate(d, s, mod, &duplicates);
+            else
+                mod->style = s;
+        }
+        if (s->nmatched == 0) {
+            tp_diag *g = tp_diag_add(d, TP_ERROR, s->entry->kids[0]->span, "unmatched-entry",
+                                     "plan key '%s' matches no module", s->pattern);
+            suggest_module(p, m, s, g);
+        }
+    }
+}
+
+/* layers.7.mlp -> layers.*.mlp: one name for a module of every layer. */
+static char *generic_name(const char *fqn)
+{
+    char *pat = tp_xstrdup(fqn);
+    for (char *q = pat; *q; q++)
+        if ((q == pat || q[-1] == '.') && *q >= '0' && *q <= '9') {
+            char *e = q;
+            while (*e >= '0' && *e <= '9') e++;
+            if (*e == '.' || !*e) { *q = '*'; memmove(q + 1, e, strlen(e) + 1); }
+        }
+    return pat;
+}
+
+/* Linear and Embedding parameters that no entry shards are replicated on
+ * every rank, usually an oversight: one warning listing them all. */
+static void warn_uncovered(tp_plan *p, tp_model *m, tp_diags *d)
+{
+    if (tp_plan_tp_size(p) <= 1 || !p->nstyles)
+        return;
+    tp_buf names;
+    tp_buf_init(&names);
+    tp_module *first = NULL;
+    char **seen = NULL;
+    int nseen = 0;
+    for (int i = 0; i < m->count; i++) {
+        tp_module *mod = m->all[i];
+        if ((mod->kind != TP_MOD_LINEAR && mod->kind != TP_MOD_EMBEDDING) || mod->style)
+            continue;
+        tp_param *w = tp_module_param(mod, "weight");
+        if (w && w->tied_to && w->tied_to->owner->style)
+            continue;              /* covered by the entry of its tied twin */
+        char *pat = generic_name(mod->fqn);
+        bool dup = false;
+        for (int k = 0; k < nseen && !dup; k++)
+            dup = !strcmp(seen[k], pat);
+        if (dup) { free(pat); continue; }
+        seen = tp_xrealloc(seen, (size_t)(nseen + 1) * sizeof *seen);
+        seen[nseen++] = pat;
+        tp_buf_appendf(&names, "%s'%s'", nseen > 1 ? ", " : "", pat);
+        if (!first)
+            first = mod;
+    }
+    if (nseen) {
+        /* point at `parallelize "path"`, not the whole multi-line item */
+        tp_span at = p->styles[0]->item->span;
+        int head = p->styles[0]->dict->span.offset - at.offset;
+        if (head > 1 && head < at.length)
+            at.length = head - 1;
+        tp_diag *g = tp_diag_add(d, TP_WARNING, at, "uncovered-parameter",
+                                 "no entry shards %s: %s replicated on every rank", names.data,
+                                 nseen == 1 ? "its parameters are" : "their parameters are");
+        if (first->decl)
+            tp_diag_note_at(g, first->decl->span, "'%s' is declared here", first->fqn);
+        tp_diag_help(g, "shard them with ColwiseParallel()/RowwiseParallel(), or give them a "
+                        "PrepareModuleOutput(...) entry to keep them replicated on purpose");
+    }
+    for (int k = 0; k < nseen; k++)
+        free(seen[k]);
+    free(seen);
+    tp_buf_free(&names);
+}
+
+bool tp_plan_build(tp_plan *p, const tp_node *file, int file_id, tp_model *m, tp_config *c)
+{
+    memset(p, 0, sizeof *p);
+    p->file = file;
+    p->file_id = file_id;
+    p->mesh_span = TP_NO_SPAN;
+    for (int i = 0; i < file->nkids; i++) {
+        const tp_node *it = file->kids[i];
+        if (it->kind == N_MESH) {
+            if (p->mesh_ndim)
+                tp_diag_add(c->diags, TP_ERROR, it->span, "mesh", "the plan declares a mesh twice");
+            else
+                read_mesh(p, it, c);
+        } else if (it->kind == N_LOSS_PARALLEL) {
+            p->loss_parallel = true;
+            p->loss_parallel_span = it->span;
+        }
+    }
+    if (!p->mesh_ndim) {
+        /* no mesh statement: a 1-D mesh of size `tp` */
+        int64_t tp = 1;
+        if (tp_config_has(c, "tp") && !tp_config_get(c, "tp", TP_NO_SPAN, &tp))
+            tp = 1;
+        p->mesh_name[0] = tp_xstrdup("tp");
+        p->mesh_size[0] = tp < 1 ? 1 : tp;
+        p->mesh_ndim = 1;
+    }
+    p->tp_dim = p->mesh_ndim - 1;
+    for (int i = 0; i < p->mesh_ndim; i++)
+        if (!strcmp(p->mesh_name[i], "tp"))
+            p->tp_dim = i;
+    for (int i = 0; i < file->nkids; i++)
+        if (file->kids[i]->kind == N_PARALLELIZE)
+            read_parallelize(p, file->kids[i], c);
+    resolve(p, m, c->diags);
+    warn_uncovered(p, m, c->diags);
+    return true;
+}
+
+void tp_plan_free(tp_plan *p)
+{
+    for (int i = 0; i < p->nstyles; i++) {
+        tp_style *s = p->styles[i];
+        for (int k = 0; k < s->in.nkw; k++)
+            free(s->in.kw[k]);
+        free(s->pattern);
+        free(s->base);
+        free(s);
+    }
+    free(p->styles);
+    for (int i = 0; i < p->mesh_ndim; i++)
+        free(p->mesh_name[i]);
+    memset(p, 0, sizeof *p);
+}

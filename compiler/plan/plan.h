@@ -1,0 +1,94 @@
+/* plan.h: a plan's mesh, its parallel styles with PyTorch's defaults filled
+ * in, and which module each style applies to.
+ *
+ * `parallelize "model.layers.*" { "self_attn.q_proj": ColwiseParallel() }`
+ * is parallelize_module(model.layers.N, mesh, {...}) for every N: the
+ * entry's absolute pattern is the path and the key joined by '.', matched
+ * one dot-separated component at a time with fnmatch, as PyTorch does. */
+#ifndef TPCC_PLAN_H
+#define TPCC_PLAN_H
+
+#include <stdbool.h>
+#include "compiler/front/ast.h"
+#include "compiler/front/config.h"
+#include "sched/layout.h"
+#include "compiler/front/model.h"
+
+typedef enum tp_style_kind {
+    TP_STYLE_COLWISE,
+    TP_STYLE_ROWWISE,
+    TP_STYLE_SEQUENCE,
+    TP_STYLE_PREPARE_INPUT,
+    TP_STYLE_PREPARE_OUTPUT,
+    TP_STYLE_PREPARE_INPUT_OUTPUT,
+} tp_style_kind;
+
+#define TP_MAX_IO 8
+
+/* One element of a layouts tuple: a placement, or None (leave it alone). */
+typedef struct tp_io_layout {
+    bool none;
+    tp_placement pl;
+    const tp_node *node;        /* where it is written (NULL: a default) */
+} tp_io_layout;
+
+typedef struct tp_io_spec {
+    int n;                      /* tuple length; -1 when the argument was not given */
+    tp_io_layout layout[TP_MAX_IO];
+    tp_io_layout desired[TP_MAX_IO];
+    /* keyword inputs (PrepareModuleInput's input_kwarg_layouts) */
+    int nkw;
+    char *kw[TP_MAX_IO];
+    tp_io_layout kw_layout[TP_MAX_IO];
+    tp_io_layout kw_desired[TP_MAX_IO];
+    bool use_local;
+} tp_io_spec;
+
+typedef struct tp_style {
+    tp_style_kind kind;
+    const char *name;           /* "ColwiseParallel" */
+    const tp_node *entry;       /* the N_PAIR in the plan dict */
+    const tp_node *call;        /* the constructor call */
+    const tp_node *dict;        /* the dict it sits in */
+    const tp_node *item;        /* the parallelize item */
+    char *pattern;              /* absolute pattern, e.g. "model.layers.*.self_attn.q_proj" */
+    char *base;                 /* the parallelize path */
+    /* Colwise/Rowwise: input_layouts (one), output_layouts (one);
+     * given=false means PyTorch's default. */
+    tp_io_layout input, output;
+    bool input_given, output_given;
+    bool use_local_output;
+    int sequence_dim;           /* SequenceParallel */
+    tp_io_spec in, out;         /* PrepareModule* */
+    int nmatched;
+    tp_module *first_match;
+} tp_style;
+
+typedef struct tp_plan {
+    const tp_node *file;        /* the plan's N_FILE */
+    int file_id;
+    int mesh_ndim;
+    char *mesh_name[TP_MAX_MESH_DIMS];
+    int64_t mesh_size[TP_MAX_MESH_DIMS];
+    int tp_dim;                 /* the mesh dimension the styles act on */
+    tp_span mesh_span;
+    bool loss_parallel;
+    tp_span loss_parallel_span;
+    tp_style **styles; int nstyles;
+} tp_plan;
+
+/* Read the mesh and styles of a plan file and resolve them against the
+ * model: sets module->style, reports unmatched entries, modules matched
+ * twice, styles on unsupported module types and uncovered parameters. */
+bool tp_plan_build(tp_plan *p, const tp_node *file, int file_id, tp_model *m, tp_config *c);
+void tp_plan_free(tp_plan *p);
+
+int64_t tp_plan_tp_size(const tp_plan *p);
+
+/* Component-wise fnmatch of a dotted pattern against a dotted name. */
+bool tp_pattern_match(const char *pattern, const char *fqn);
+
+/* Source text of a placement for fix-its: "Replicate()", "Shard(1)". */
+const char *tp_style_kind_name(tp_style_kind k);
+
+#endif /* TPCC_PLAN_H */

@@ -1,0 +1,364 @@
+/* report.c: tpcc --report (see report.h).
+ *
+ * Everything is read from the lowered program, never from a table: the
+ * collectives are the schedule's, their bytes the buffers' sizes. The bound
+ * is Megatron's (research/sharding-compilers.md §2): per transformer layer
+ * and forward step, tensor parallelism all-reduces the layer's b*s*h
+ * activation twice, sequence parallelism all-gathers and reduce-scatters it
+ * twice; with ring algorithms both send 4 (t-1)/t * b*s*h*d bytes per rank. */
+#include <jansson.h>
+#include <string.h>
+#include "compiler/front/model.h"
+#include "compiler/report/report.h"
+#include "util/xalloc.h"
+
+double tp_ring_bytes(tp_op_kind kind, int64_t elems, size_t dsize, int64_t world)
+{
+    double full = (double)elems * (double)dsize, t = (double)world;
+    switch (kind) {
+    case TP_OP_ALL_GATHER:
+    case TP_OP_REDUCE_SCATTER: return full * (t - 1) / t;
+    case TP_OP_ALL_REDUCE: return 2 * full * (t - 1) / t;      /* reduce-scatter + all-gather */
+    case TP_OP_ALL_TO_ALL: return full / t * (t - 1) / t;      /* each rank keeps 1/t of its shard */
+    default: return 0;
+    }
+}
+
+/* The transformer layer an op belongs to: its ancestor whose parent is the
+ * largest repeat() list, or NULL outside the layers. */
+static const tp_module *layer_of(const tp_ir *ir, const tp_module *m)
+{
+    for (; m && m->parent; m = m->parent)
+        if (m->parent->kind == TP_MOD_LIST && m->parent->nkids == ir->nlayers)
+            return m;
+    return NULL;
+}
+
+typedef struct comm_totals {
+    int count[TP_OP_COUNT];
+    double logical[TP_OP_COUNT], sent[TP_OP_COUNT];
+    double layer_sent;           /* all kinds, inside the layers */
+    double step_sent;
+} comm_totals;
+
+static void totals_of(const tp_ir *ir, size_t dsize, comm_totals *t)
+{
+    memset(t, 0, sizeof *t);
+    for (int i = 0; i < ir->nops; i++) {
+        const tp_ir_op *op = &ir->ops[i];
+        if (op->dead || !tp_op_is_collective(op->kind))
+            continue;
+        double sent = tp_ring_bytes(op->kind, op->elems, dsize, ir->world);
+        t->count[op->kind]++;
+        t->logical[op->kind] += (double)op->elems * (double)dsize;
+        t->sent[op->kind] += sent;
+        t->step_sent += sent;
+        if (layer_of(ir, op->module))
+            t->layer_sent += sent;
+    }
+}
+
+/* Megatron's bytes per rank for one layer's forward step. */
+static double bound_per_layer(const tp_ir *ir, size_t dsize)
+{
+    double t = (double)ir->world;
+    return 4 * (t - 1) / t * (double)ir->layer_input_elems * (double)dsize;
+}
+
+static int64_t param_bytes(const tp_ir *ir, size_t dsize)
+{
+    int64_t n = 0;
+    for (int i = 0; i < ir->nparams; i++)
+        n += ir->params[i].local[0] * (ir->params[i].param->rank > 1 ? ir->params[i].local[1] : 1);
+    return n * (int64_t)dsize;
+}
+
+static double forward_flops(const tp_ir *ir)
+{
+    double f = 0;
+    for (int i = 0; i < ir->nops; i++) {
+        const tp_ir_op *op = &ir->ops[i];
+        if (op->dead)
+            continue;
+        if (op->kind == TP_OP_MATMUL)
+            f += 2.0 * (double)op->m * (double)op->n * (double)op->k;
+        else if (op->kind == TP_OP_ATTENTION)   /* q k^T and p v, full s x s (no causal discount) */
+            f += 4.0 * (double)op->m * (double)op->heads * (double)op->n * (double)op->n * (double)op->k;
+    }
+    return f;
+}
+
+static int root_of(const tp_ir *ir, int b)
+{
+    while (ir->bufs[b].alias_of >= 0)
+        b = ir->bufs[b].alias_of;
+    return b;
+}
+
+/* The analytic minimum: the largest set of buffers that must be live at the
+ * same time for this sequence of ops (written before an op, read at or
+ * after it; model inputs and outputs for the whole step). An arena can be
+ * larger only through fragmentation. */
+static int64_t live_peak(const tp_ir *ir)
+{
+    int n = ir->nbufs;
+    int *first = tp_xmalloc((size_t)(n ? n : 1) * sizeof *first), *last = tp_xmalloc((size_t)(n ? n : 1) * sizeof *last);
+    for (int b = 0; b < n; b++) {
+        first[b] = ir->bufs[b].input ? 0 : ir->nops;
+        last[b] = ir->bufs[b].output || b == ir->loss_buf ? ir->nops : -1;
+    }
+    for (int i = 0; i < ir->nops; i++) {
+        const tp_ir_op *op = &ir->ops[i];
+        if (op->dead)
+            continue;
+        if (op->out >= 0) {
+            int r = root_of(ir, op->out);
+            if (i < first[r]) first[r] = i;
+            if (i > last[r]) last[r] = i;
+        }
+        for (int k = 0; k < op->nin; k++) {
+            int r = root_of(ir, op->in[k]);
+            if (i > last[r]) last[r] = i;
+        }
+    }
+    int64_t *delta = tp_xcalloc((size_t)ir->nops + 2, sizeof *delta);
+    for (int b = 0; b < n; b++) {
+        if (ir->bufs[b].alias_of >= 0 || last[b] < first[b])
+            continue;
+        int64_t bytes = tp_ir_buf_elems(&ir->bufs[b]) * (int64_t)tp_dtype_size(ir->bufs[b].dtype);
+        delta[first[b]] += bytes;
+        delta[last[b] + 1] -= bytes;
+    }
+    int64_t live = 0, peak = 0;
+    for (int i = 0; i <= ir->nops; i++) {
+        live += delta[i];
+        if (live > peak)
+            peak = live;
+    }
+    free(first);
+    free(last);
+    free(delta);
+    return peak;
+}
+
+static bool uses_sequence_parallel(const tp_plan *p)
+{
+    for (int i = 0; i < p->nstyles; i++)
+        if (p->styles[i]->kind == TP_STYLE_SEQUENCE)
+            return true;
+    return false;
+}
+
+/* Korthikanti et al. (arXiv 2205.05198) Table 2, bytes per layer of
+ * training activations with 16-bit activations: for reference only. */
+static double paper_activation_bytes(const tp_ir *ir, const tp_plan *p)
+{
+    if (ir->layer_input_rank != 3)
+        return 0;
+    double b = (double)ir->layer_input_shape[0], s = (double)ir->layer_input_shape[1];
+    double h = (double)ir->layer_input_shape[2], t = (double)ir->world, a = 0;
+    for (int i = 0; i < ir->nops && !a; i++)
+        if (ir->ops[i].kind == TP_OP_ATTENTION)
+            a = (double)ir->ops[i].heads_global;
+    double sbh = s * b * h;
+    if (t == 1)
+        return sbh * (34 + 5 * a * s / h);
+    if (uses_sequence_parallel(p))
+        return sbh * (34 / t + 5 * a * s / (h * t));
+    return sbh * (10 + 24 / t + 5 * a * s / (h * t));
+}
+
+static const char *human(double bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) {
+        bytes /= 1024;
+        u++;
+    }
+    snprintf(buf, len, u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
+    return buf;
+}
+
+static const char *entry_name(const tp_ir_op *op)
+{
+    return op->entry ? op->entry->pattern : op->implicit ? "(implicit, DTensor)" : "(model)";
+}
+
+typedef struct entry_bytes {
+    const char *entry;
+    double sent;
+} entry_bytes;
+
+/* Layer traffic grouped by plan entry, largest first: who to blame for a
+ * ratio above 1. */
+static int group_by_entry(const tp_ir *ir, size_t dsize, entry_bytes **out)
+{
+    entry_bytes *e = NULL;
+    int n = 0;
+    for (int i = 0; i < ir->nops; i++) {
+        const tp_ir_op *op = &ir->ops[i];
+        if (op->dead || !tp_op_is_collective(op->kind) || !layer_of(ir, op->module))
+            continue;
+        const char *name = entry_name(op);
+        int k = 0;
+        while (k < n && strcmp(e[k].entry, name))
+            k++;
+        if (k == n) {
+            e = tp_xreallocarray(e, (size_t)n + 1, sizeof *e);
+            e[n++] = (entry_bytes){name, 0};
+        }
+        e[k].sent += tp_ring_bytes(op->kind, op->elems, dsize, ir->world);
+    }
+    for (int i = 1; i < n; i++)          /* insertion sort: a handful of entries */
+        for (int j = i; j > 0 && e[j].sent > e[j - 1].sent; j--) {
+            entry_bytes x = e[j];
+            e[j] = e[j - 1];
+            e[j - 1] = x;
+        }
+    *out = e;
+    return n;
+}
+
+static double ratio_of(const tp_ir *ir, const comm_totals *t, size_t dsize)
+{
+    double bound = bound_per_layer(ir, dsize) * ir->nlayers;
+    return bound > 0 ? t->layer_sent / bound : 0;
+}
+
+static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, const char *plan_path,
+                       tp_dtype dtype, FILE *out)
+{
+    size_t ds = tp_dtype_size(dtype);
+    char a[32], b[32], c[32];
+    comm_totals t, t0;
+    totals_of(opt, ds, &t);
+    totals_of(unopt, ds, &t0);
+    int64_t minimum = live_peak(opt);
+    fprintf(out, "tpcc report: %s (tp=%lld, %s)\n\n", plan_path, (long long)opt->world, tp_dtype_name(dtype));
+    fprintf(out, "per rank\n");
+    fprintf(out, "  parameters        %s\n", human((double)param_bytes(opt, ds), a, sizeof a));
+    fprintf(out, "  activation arena  %s  (analytic minimum %s, ratio %.2f; -O0 arena %s)\n",
+            human((double)opt->arena_bytes, a, sizeof a), human((double)minimum, b, sizeof b),
+            minimum ? (double)opt->arena_bytes / (double)minimum : 0, human((double)unopt->arena_bytes, c, sizeof c));
+    fprintf(out, "  forward FLOPs     %.3g (matmuls and attention)\n", forward_flops(opt));
+    double paper = paper_activation_bytes(opt, p);
+    if (paper > 0)
+        fprintf(out, "  reference         %s per layer, %s for %d layers: training activations, 16-bit "
+                     "(Korthikanti et al., Table 2)\n",
+                human(paper, a, sizeof a), human(paper * opt->nlayers, b, sizeof b), opt->nlayers);
+
+    fprintf(out, "\ncommunication, forward step, bytes each rank sends with ring algorithms\n");
+    fprintf(out, "  %-15s %6s %14s %14s %8s\n", "kind", "count", "logical", "sent", "-O0 count");
+    for (int k = 0; k < TP_OP_COUNT; k++)
+        if (t.count[k] || t0.count[k])
+            fprintf(out, "  %-15s %6d %14s %14s %8d\n", tp_op_names[k], t.count[k], human(t.logical[k], a, sizeof a),
+                    human(t.sent[k], b, sizeof b), t0.count[k]);
+    fprintf(out, "  %-15s %6s %14s %14s\n", "step", "", "", human(t.step_sent, a, sizeof a));
+    if (opt->nlayers) {
+        fprintf(out, "  per layer: ");
+        bool first = true;
+        for (int k = 0; k < TP_OP_COUNT; k++) {
+            int in_layers = 0;
+            for (int i = 0; i < opt->nops; i++)
+                in_layers += !opt->ops[i].dead && opt->ops[i].kind == (tp_op_kind)k &&
+                             layer_of(opt, opt->ops[i].module) != NULL;
+            if (in_layers && tp_op_is_collective((tp_op_kind)k)) {
+                fprintf(out, "%s%g %s", first ? "" : " + ", (double)in_layers / opt->nlayers, tp_op_names[k]);
+                first = false;
+            }
+        }
+        fprintf(out, "%s, %s sent\n", first ? "none" : "", human(t.layer_sent / opt->nlayers, a, sizeof a));
+    }
+    if (opt->world > 1 && opt->nlayers && opt->layer_input_elems) {
+        double r = ratio_of(opt, &t, ds), r0 = ratio_of(unopt, &t0, ds);
+        fprintf(out, "  bound (Megatron TP or TP+SP): 4(t-1)/t * b*s*h*d = %s per layer; ratio %.2f (-O0: %.2f)\n",
+                human(bound_per_layer(opt, ds), a, sizeof a), r, r0);
+        if (r > 1.005) {
+            entry_bytes *e;
+            int n = group_by_entry(opt, ds, &e);
+            fprintf(out, "  above the bound; layer traffic by plan entry:\n");
+            for (int i = 0; i < n; i++)
+                fprintf(out, "    %-40s %s per layer\n", e[i].entry, human(e[i].sent / opt->nlayers, a, sizeof a));
+            free(e);
+        }
+    }
+    fprintf(out, "\ncollectives (forward step, in order)\n");
+    fprintf(out, "  %-15s %12s %12s  %-40s %s\n", "kind", "logical", "sent", "module", "plan entry");
+    for (int i = 0; i < opt->nops; i++) {
+        const tp_ir_op *op = &opt->ops[i];
+        if (op->dead || !tp_op_is_collective(op->kind))
+            continue;
+        fprintf(out, "  %-15s %12s %12s  %-40s %s\n", tp_op_names[op->kind],
+                human((double)op->elems * (double)ds, a, sizeof a),
+                human(tp_ring_bytes(op->kind, op->elems, ds, opt->world), b, sizeof b),
+                op->module && op->module->fqn[0] ? op->module->fqn : "(root)", entry_name(op));
+    }
+}
+
+static json_t *totals_json(const comm_totals *t)
+{
+    json_t *o = tp_xcheck(json_object());
+    for (int k = 0; k < TP_OP_COUNT; k++)
+        if (t->count[k])
+            json_object_set_new(o, tp_op_names[k],
+                                json_pack("{s:i, s:f, s:f}", "count", t->count[k], "bytes", t->logical[k],
+                                          "sent_bytes", t->sent[k]));
+    return o;
+}
+
+static void print_json(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, const char *plan_path,
+                       tp_dtype dtype, FILE *out)
+{
+    size_t ds = tp_dtype_size(dtype);
+    comm_totals t, t0;
+    totals_of(opt, ds, &t);
+    totals_of(unopt, ds, &t0);
+    json_t *root = tp_xcheck(json_object());
+    json_object_set_new(root, "plan", json_string(plan_path));
+    json_object_set_new(root, "world_size", json_integer(opt->world));
+    json_object_set_new(root, "dtype", json_string(tp_dtype_name(dtype)));
+    json_object_set_new(root, "param_bytes", json_integer(param_bytes(opt, ds)));
+    json_object_set_new(root, "arena_bytes", json_integer(opt->arena_bytes));
+    json_object_set_new(root, "arena_min_bytes", json_integer(live_peak(opt)));
+    json_object_set_new(root, "arena_bytes_O0", json_integer(unopt->arena_bytes));
+    json_object_set_new(root, "forward_flops", json_real(forward_flops(opt)));
+    json_object_set_new(root, "paper_activation_bytes_per_layer", json_real(paper_activation_bytes(opt, p)));
+    json_t *list = tp_xcheck(json_array());
+    for (int i = 0; i < opt->nops; i++) {
+        const tp_ir_op *op = &opt->ops[i];
+        if (op->dead || !tp_op_is_collective(op->kind))
+            continue;
+        const tp_module *layer = layer_of(opt, op->module);
+        json_array_append_new(list, json_pack("{s:s, s:I, s:f, s:s, s:s, s:o}", "kind", tp_op_names[op->kind],
+                                              "bytes", (json_int_t)(op->elems * (int64_t)ds),
+                                              "sent_bytes", tp_ring_bytes(op->kind, op->elems, ds, opt->world),
+                                              "module", op->module ? op->module->fqn : "",
+                                              "entry", entry_name(op),
+                                              "layer", layer ? json_string(layer->fqn) : json_null()));
+    }
+    json_object_set_new(root, "collectives", list);
+    json_object_set_new(root, "totals", totals_json(&t));
+    json_object_set_new(root, "totals_O0", totals_json(&t0));
+    json_object_set_new(root, "layers", json_integer(opt->nlayers));
+    json_object_set_new(root, "layer_sent_bytes", json_real(t.layer_sent));
+    if (opt->world > 1 && opt->nlayers && opt->layer_input_elems) {
+        json_object_set_new(root, "bound_bytes_per_layer", json_real(bound_per_layer(opt, ds)));
+        json_object_set_new(root, "ratio", json_real(ratio_of(opt, &t, ds)));
+        json_object_set_new(root, "ratio_O0", json_real(ratio_of(unopt, &t0, ds)));
+    }
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+    fprintf(out, "%s\n", text ? text : "{}");
+    free(text);
+    json_decref(root);
+}
+
+int tp_report(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, const char *plan_path, tp_dtype dtype,
+              tp_report_format fmt, FILE *out)
+{
+    if (fmt == TP_REPORT_JSON)
+        print_json(opt, unopt, p, plan_path, dtype, out);
+    else
+        print_text(opt, unopt, p, plan_path, dtype, out);
+    return fflush(out) == 0 && !ferror(out) ? 0 : -1;
+}

@@ -1,0 +1,128 @@
+/* check_impl.h: internals shared by the propagation files (interp.c,
+ * hooks.c, ops.c, params.c, fixit_plan.c). Not a public interface. */
+#ifndef TPCC_CHECK_IMPL_H
+#define TPCC_CHECK_IMPL_H
+
+#include "compiler/sema/check.h"
+
+/* A tensor as the symbolic forward pass sees it. */
+typedef struct tp_val {
+    int id;
+    int rank;
+    int64_t shape[TP_MAX_RANK];   /* global shape, as PyTorch believes it */
+    const char *dimname[TP_MAX_RANK];
+    tp_placement pl;              /* the truth: what each rank holds */
+    bool dtensor;                 /* DTensor, or plain torch.Tensor */
+    bool poisoned;                /* derived from a reported error: stay quiet */
+    bool is_index;                /* token ids / labels */
+    tp_span span;                 /* model expression that produced it */
+    tp_module *producer;          /* module whose output it is (NULL: an op) */
+    const tp_style *shard_cause;  /* plan entry whose sharding it inherits */
+    const tp_style *partial_cause;/* plan entry that made it a partial sum */
+    /* set when the value is the result of a redistribution */
+    int redist_src;               /* id of the source value, or -1 */
+    tp_placement redist_from;
+    const tp_style *redist_cause;
+    /* gather-then-slice tracking: the all-gather this value flows from
+     * through ops independent along the gathered dimension */
+    int gather_comm;              /* index in tp_analysis.comms, or -1 */
+    int gather_dim;
+    int buf;                      /* its buffer in the lowered program, or -1 */
+    int64_t logical_last;         /* real entries of the last dim (vocab padding), 0: all */
+} tp_val;
+
+/* Interpreter values: tensors, modules, integers, None. */
+typedef enum { IV_NONE, IV_TENSOR, IV_MODULE, IV_INT } iv_kind;
+typedef struct iv {
+    iv_kind kind;
+    tp_val *t;
+    tp_module *mod;
+    int64_t i;
+} iv;
+
+typedef struct seen_diag {
+    const char *check;
+    int file, offset;
+    int index;            /* in diags->items */
+    int repeats;
+    char *first_fqn, *last_fqn;
+} seen_diag;
+
+typedef struct interp {
+    tp_model *m;
+    tp_plan *p;
+    tp_config *c;
+    tp_diags *d;
+    tp_analysis *a;
+    int64_t tp;
+    int next_id;
+    tp_val **vals; int nvals, capvals;
+    seen_diag *seen; int nseen, capseen;
+    tp_module *cur;               /* module being executed, or NULL */
+    char **strings; int nstrings;  /* interned dimension names */
+    bool optimize;
+    int *reshard_cache; int ncache, capcache;  /* (value id, placement) -> value id, for -O1 */
+    int depth;
+    bool stop;                    /* stop the walk: continuing would be nonsense */
+} interp;
+
+static inline const char *cur_fqn(const interp *I) { return I->cur ? I->cur->fqn : ""; }
+
+/* values */
+const char *intern(interp *I, const char *s);   /* lives until the walk ends */
+tp_val *val_new(interp *I, int rank, const int64_t *shape, const char *const *names);
+tp_val *val_copy(interp *I, const tp_val *v);
+char *val_describe(const tp_val *v);     /* "Shard(1) DTensor [1, 2048, 4096]" */
+const char *pl_str(tp_placement p, int rank, char *buf);   /* normalised, buf >= 24 */
+int64_t local_size(const interp *I, const tp_val *v, int d);
+
+/* diagnostics with per-entry dedupe: the same check at the same plan entry
+ * for another layer adds to a count instead of a new diagnostic. Returns
+ * NULL when the diagnostic was folded or suppressed (poisoned operand). */
+tp_diag *report(interp *I, tp_diag_level lvl, tp_span span, const char *check,
+                const tp_val *a, const tp_val *b, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+void report_finish(interp *I);
+tp_span entry_span(const tp_style *s);   /* the key of a plan entry */
+
+/* layout changes */
+tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *cause, tp_span span,
+                     bool implicit);
+void check_shard_divisible(interp *I, tp_val *v, const tp_style *cause, tp_span span);
+
+/* hooks (hooks.c) */
+void hook_inputs(interp *I, tp_module *mod, iv *args, int nargs, char **kwnames, iv *kwargs,
+                 int nkw, tp_span call_span);
+iv hook_output(interp *I, tp_module *mod, iv out, tp_span call_span);
+
+/* ops (ops.c) */
+bool op_is_primitive(const char *name);
+iv op_apply(interp *I, const tp_node *call, const char *name, iv *args, int nargs,
+            char **kwnames, iv *kwargs, int nkw);
+iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b);
+iv leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span call_span);
+
+/* parameters (params.c) */
+tp_placement param_placement(const tp_param *prm);
+bool param_is_dtensor(const tp_param *prm);
+void check_params(interp *I);
+
+/* fix-its on the plan (fixit_plan.c) */
+void fix_set_kwarg(tp_diag *g, const tp_node *call, const char *kw, const char *text);
+void fix_add_root_entry(tp_diag *g, const tp_plan *p, const char *fqn, const char *style_text);
+void fix_rename_style(tp_diag *g, const tp_style *s, const char *new_name);
+void fix_append_item(tp_diag *g, const tp_plan *p, const char *text);   /* a new top-level line */
+
+/* lowering (lower.c): the program the schedule is made of */
+int lower_buf(interp *I, tp_val *v, const char *what);           /* v's buffer, made on first use */
+void lower_view(interp *I, tp_val *view, const tp_val *of);      /* view shares of's storage */
+tp_ir_op *lower_op(interp *I, tp_op_kind kind, tp_val *out, const char *what,
+                   tp_val *a, tp_val *b, tp_val *c);             /* valid until the next lower_op */
+int lower_param(interp *I, tp_param *p);                         /* index in the weight table */
+void lower_finish(interp *I);                                    /* dead-op removal, lifetimes */
+
+/* records */
+int record_comm(interp *I, tp_comm c);
+int record_boundary(interp *I, tp_module *mod, char *inputs);   /* takes inputs */
+
+#endif /* TPCC_CHECK_IMPL_H */

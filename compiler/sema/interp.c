@@ -1,0 +1,724 @@
+/* interp.c: the symbolic forward pass (see check.h).
+ *
+ * Walks the root module's forward body statement by statement. A module
+ * call runs the style's input hook, the module's own forward (or the leaf
+ * op), then the output hook, exactly in PyTorch's order, so labels and
+ * redistributions happen where they happen at run time. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include "compiler/front/astutil.h"
+#include "compiler/sema/check_impl.h"
+#include "util/xalloc.h"
+
+/* ---- values ------------------------------------------------------------ */
+
+tp_val *val_new(interp *I, int rank, const int64_t *shape, const char *const *names)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        if (__builtin_mul_overflow(n, shape[i], &n) && !I->stop) {
+            /* sizes come from the configuration: a tensor this large is a typo */
+            tp_diag_add(I->d, TP_ERROR, TP_NO_SPAN, "config",
+                        "a tensor in '%s' would have more than 2^63 elements; check the sizes", cur_fqn(I));
+            I->stop = true;
+        }
+    tp_val *v = tp_xcalloc(1, sizeof *v);
+    v->id = I->next_id++;
+    v->rank = rank;
+    for (int i = 0; i < rank; i++) {
+        v->shape[i] = shape[i];
+        v->dimname[i] = names ? names[i] : "";
+    }
+    v->pl = tp_replicate();
+    v->redist_src = -1;
+    v->gather_comm = -1;
+    v->buf = -1;
+    v->span = TP_NO_SPAN;
+    if (I->nvals == I->capvals) {
+        I->capvals = I->capvals ? 2 * I->capvals : 1024;
+        I->vals = tp_xrealloc(I->vals, (size_t)I->capvals * sizeof *I->vals);
+    }
+    I->vals[I->nvals++] = v;
+    return v;
+}
+
+const char *intern(interp *I, const char *s)
+{
+    for (int i = 0; i < I->nstrings; i++)
+        if (!strcmp(I->strings[i], s))
+            return I->strings[i];
+    I->strings = tp_xrealloc(I->strings, (size_t)(I->nstrings + 1) * sizeof *I->strings);
+    return I->strings[I->nstrings++] = tp_xstrdup(s);
+}
+
+tp_val *val_copy(interp *I, const tp_val *v)
+{
+    tp_val *c = val_new(I, v->rank, v->shape, v->dimname);
+    int id = c->id;
+    *c = *v;
+    c->id = id;
+    c->redist_src = -1;
+    return c;
+}
+
+const char *pl_str(tp_placement p, int rank, char *buf)
+{
+    return tp_placement_str(tp_placement_norm(p, rank), buf, 24);
+}
+
+char *val_describe(const tp_val *v)
+{
+    char pl[24], shape[160] = "";
+    size_t n = 0;
+    for (int i = 0; i < v->rank && n < sizeof shape - 24; i++)
+        n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%lld", i ? ", " : "", (long long)v->shape[i]);
+    return tp_xasprintf("%s %s [%s]", pl_str(v->pl, v->rank, pl), v->dtensor ? "DTensor" : "plain", shape);
+}
+
+int64_t local_size(const interp *I, const tp_val *v, int d)
+{
+    tp_placement p = tp_placement_norm(v->pl, v->rank);
+    if (p.kind == TP_SHARD && p.dim == d)
+        return (v->shape[d] + I->tp - 1) / I->tp;
+    return v->shape[d];
+}
+
+/* ---- diagnostics --------------------------------------------------------- */
+
+tp_span entry_span(const tp_style *s) { return s->entry->kids[0]->span; }
+
+tp_diag *report(interp *I, tp_diag_level lvl, tp_span span, const char *check,
+                const tp_val *a, const tp_val *b, const char *fmt, ...)
+{
+    if ((a && a->poisoned) || (b && b->poisoned))
+        return NULL;
+    for (int i = 0; i < I->nseen; i++) {
+        seen_diag *s = &I->seen[i];
+        if (!strcmp(s->check, check) && s->file == span.file && s->offset == span.offset) {
+            if (!s->repeats++)
+                s->first_fqn = tp_xstrdup(cur_fqn(I));
+            free(s->last_fqn);
+            s->last_fqn = tp_xstrdup(cur_fqn(I));
+            return NULL;
+        }
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = tp_xvasprintf(fmt, ap);
+    va_end(ap);
+    tp_diag *g = tp_diag_add(I->d, lvl, span, check, "%s", msg);
+    free(msg);
+    if (I->nseen == I->capseen) {
+        I->capseen = I->capseen ? 2 * I->capseen : 32;
+        I->seen = tp_xrealloc(I->seen, (size_t)I->capseen * sizeof *I->seen);
+    }
+    I->seen[I->nseen++] = (seen_diag){check, span.file, span.offset, I->d->count - 1, 0, NULL, NULL};
+    return g;
+}
+
+void report_finish(interp *I)
+{
+    for (int i = 0; i < I->nseen; i++) {
+        seen_diag *s = &I->seen[i];
+        if (s->repeats)
+            tp_diag_note_at(&I->d->items[s->index], TP_NO_SPAN,
+                            s->repeats == 1 ? "the same happens in %d more module (%s)"
+                                            : "the same happens in %d more modules (%s ... %s)",
+                            s->repeats, s->first_fqn, s->last_fqn);
+        free(s->first_fqn);
+        free(s->last_fqn);
+    }
+    free(I->seen);
+    I->seen = NULL;
+    I->nseen = 0;
+}
+
+/* ---- layout changes -------------------------------------------------------- */
+
+int record_comm(interp *I, tp_comm c)
+{
+    tp_analysis *a = I->a;
+    if (a->ncomms == a->capcomms) {
+        a->capcomms = a->capcomms ? 2 * a->capcomms : 256;
+        a->comms = tp_xrealloc(a->comms, (size_t)a->capcomms * sizeof *a->comms);
+    }
+    a->comms[a->ncomms] = c;
+    return a->ncomms++;
+}
+
+static int64_t elems(const tp_val *v)
+{
+    int64_t n = 1;
+    for (int i = 0; i < v->rank; i++)
+        n *= v->shape[i];
+    return n;
+}
+
+void check_shard_divisible(interp *I, tp_val *v, const tp_style *cause, tp_span span)
+{
+    tp_placement p = tp_placement_norm(v->pl, v->rank);
+    if (p.kind != TP_SHARD || p.dim >= v->rank || v->shape[p.dim] % I->tp == 0)
+        return;
+    int64_t n = v->shape[p.dim], padded = (n + I->tp - 1) / I->tp * I->tp;
+    tp_diag *g = report(I, TP_ERROR, cause ? entry_span(cause) : span, "divisibility", v, NULL,
+                        "dimension %d (%s = %lld) does not split evenly over %lld ranks",
+                        p.dim, v->dimname[p.dim], (long long)n, (long long)I->tp);
+    if (!g)
+        return;
+    if (span.file >= 0)
+        tp_diag_note_at(g, span, "the tensor is sharded here");
+    if (v->dimname[p.dim][0] && tp_config_has(I->c, v->dimname[p.dim]))
+        tp_diag_help(g, "pad %s to %lld (-D %s=%lld), or use a tp that divides %lld",
+                     v->dimname[p.dim], (long long)padded, v->dimname[p.dim], (long long)padded, (long long)n);
+    else
+        tp_diag_help(g, "pad this dimension to %lld, or use a tp that divides %lld", (long long)padded, (long long)n);
+    v->poisoned = true;
+}
+
+/* Returns true when it fired: the more general gather-then-slice smell is
+ * then the same finding. */
+static bool smell_undone(interp *I, const tp_val *v, tp_placement to, const tp_style *cause, tp_span span)
+{
+    if (v->redist_src < 0 || !tp_placement_eq(v->redist_from, to, v->rank))
+        return false;
+    char a[24], b[24];
+    tp_diag *g = report(I, TP_WARNING, cause ? entry_span(cause) : span, "redundant-redistribute", v, NULL,
+                        "this redistribution %s -> %s undoes the one just before it",
+                        pl_str(v->pl, v->rank, a), pl_str(to, v->rank, b));
+    if (g && v->redist_cause && v->redist_cause != cause)
+        tp_diag_note_at(g, entry_span(v->redist_cause), "which redistributed %s -> %s",
+                        pl_str(to, v->rank, a), pl_str(v->pl, v->rank, b));
+    if (g)
+        tp_diag_help(g, "keep the tensor %s: drop both redistributions", pl_str(to, v->rank, a));
+    return true;
+}
+
+static void smell_repeated_gather(interp *I, const tp_val *v, tp_comm *c, int self)
+{
+    for (int i = 0; i < self; i++) {
+        tp_comm *o = &I->a->comms[i];
+        if (o->value != v->id || o->kind != c->kind || !tp_placement_eq(o->to, c->to, c->rank))
+            continue;
+        tp_diag *g = report(I, TP_WARNING, c->cause ? entry_span(c->cause) : c->span, "repeated-gather", v, NULL,
+                            "the same tensor is %s again (%s already did)",
+                            c->kind == TP_REDIST_ALL_GATHER ? "all-gathered" : "redistributed",
+                            o->module ? o->module->fqn : "an earlier op");
+        if (g && o->cause)
+            tp_diag_note_at(g, entry_span(o->cause), "first %s here", tp_redist_name(o->kind));
+        if (g)
+            tp_diag_help(g, "gather once: put PrepareModuleInput(...) on the parent module with the Shard -> Replicate "
+                            "redistribution and keep these entries at their defaults");
+        return;
+    }
+}
+
+static void smell_gather_then_slice(interp *I, const tp_val *v, int dim, const tp_style *cause, tp_span span)
+{
+    if (v->gather_comm < 0 || v->gather_dim != dim)
+        return;
+    tp_comm *g0 = &I->a->comms[v->gather_comm];
+    tp_diag *g = report(I, TP_WARNING, cause ? entry_span(cause) : span, "gather-then-slice", v, NULL,
+                        "'%s' slices dimension %d again after '%s' all-gathered it: the ops in between act on "
+                        "each slice independently, so the gather and the replicated compute are wasted",
+                        cur_fqn(I), dim, g0->module ? g0->module->fqn : "an earlier op");
+    if (g && g0->cause && g0->cause != cause)
+        tp_diag_note_at(g, entry_span(g0->cause), "gathered here");
+    if (g) {
+        /* what keeping it sharded saves: the gather's ring traffic, per rank */
+        double saved = (double)g0->elems * 4 * (double)(I->tp - 1) / (double)I->tp;
+        tp_diag_help(g, "keep the tensor sharded: use the defaults (ColwiseParallel() output Shard(-1), "
+                        "RowwiseParallel() input Shard(-1)); this saves the all-gather (%.1f MiB sent per rank in "
+                        "fp32, per module) and the replicated compute", saved / (1 << 20));
+    }
+}
+
+/* The op a layout change lowers to (PyTorch's redistribute_local_tensor). */
+static void lower_reshard(interp *I, tp_redist_kind k, tp_val *v, tp_val *r, tp_placement from, tp_placement to,
+                          const tp_style *cause, bool implicit)
+{
+    static const tp_op_kind ops[] = {
+        [TP_REDIST_ALL_GATHER] = TP_OP_ALL_GATHER, [TP_REDIST_ALL_REDUCE] = TP_OP_ALL_REDUCE,
+        [TP_REDIST_REDUCE_SCATTER] = TP_OP_REDUCE_SCATTER, [TP_REDIST_ALL_TO_ALL] = TP_OP_ALL_TO_ALL,
+        [TP_REDIST_LOCAL_SLICE] = TP_OP_SLICE, [TP_REDIST_LOCAL_DIVIDE] = TP_OP_SCALE,
+    };
+    tp_ir_op *op = lower_op(I, ops[k], r, tp_redist_name(k), v, NULL, NULL);
+    op->dim = from.kind == TP_SHARD ? from.dim : to.kind == TP_SHARD ? to.dim : 0;
+    op->dim2 = to.kind == TP_SHARD ? to.dim : 0;
+    op->parts = (int)I->tp;
+    op->scale = k == TP_REDIST_LOCAL_DIVIDE ? 1.0 / (double)I->tp : 1.0;
+    op->elems = elems(v);
+    op->entry = cause;
+    op->implicit = implicit;
+}
+
+/* -O1: a tensor already moved to this layout is reused (q, k and v each
+ * gathering one norm output: one all-gather), and moving a tensor back to
+ * the layout it just came from returns the original. */
+static tp_val *reuse_reshard(interp *I, const tp_val *v, tp_placement to)
+{
+    if (v->redist_src >= 0 && tp_placement_eq(v->redist_from, to, v->rank))
+        return I->vals[v->redist_src];
+    for (int i = 0; i < I->ncache; i += 3)
+        if (I->reshard_cache[i] == v->id && I->reshard_cache[i + 1] == (int)(to.kind * 16 + to.dim))
+            return I->vals[I->reshard_cache[i + 2]];
+    return NULL;
+}
+
+static void remember_reshard(interp *I, const tp_val *v, tp_placement to, const tp_val *r)
+{
+    if (I->ncache + 3 > I->capcache) {
+        I->capcache = I->capcache ? 2 * I->capcache : 192;
+        I->reshard_cache = tp_xreallocarray(I->reshard_cache, (size_t)I->capcache, sizeof *I->reshard_cache);
+    }
+    I->reshard_cache[I->ncache++] = v->id;
+    I->reshard_cache[I->ncache++] = (int)(to.kind * 16 + to.dim);
+    I->reshard_cache[I->ncache++] = r->id;
+}
+
+tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *cause, tp_span span, bool implicit)
+{
+    to = tp_placement_norm(to, v->rank);
+    tp_redist_kind k = tp_redist_classify(v->pl, to, v->rank);
+    if (k == TP_REDIST_NONE)
+        return v;
+    if (I->tp == 1 && k != TP_REDIST_INVALID) {
+        /* one device: every placement holds the whole tensor, nothing moves */
+        tp_val *r = val_copy(I, v);
+        r->pl = to;
+        return r;
+    }
+
+    char a[24], b[24];
+    if (k == TP_REDIST_INVALID) {
+        tp_diag *g = report(I, TP_ERROR, cause ? entry_span(cause) : span, "layout-mismatch", v, NULL,
+                            "redistribute from %s to %s is not supported (PyTorch raises at the first forward)",
+                            pl_str(v->pl, v->rank, a), pl_str(to, v->rank, b));
+        if (g)
+            tp_diag_help(g, "a Shard can become Replicate or another Shard, never Partial");
+        tp_val *r = val_copy(I, v);
+        r->pl = to;
+        r->poisoned = true;
+        return r;
+    }
+    bool undone = smell_undone(I, v, to, cause, span);
+    tp_placement from = tp_placement_norm(v->pl, v->rank);
+    int dim = to.kind == TP_SHARD ? to.dim : from.kind == TP_SHARD ? from.dim : -1;
+    if (k == TP_REDIST_LOCAL_SLICE && !undone)
+        smell_gather_then_slice(I, v, to.dim, cause, span);
+    tp_comm c = {k, dim, elems(v), cause, NULL, span, v->id, from, to, v->rank, implicit};
+    c.module = I->cur;
+    int idx = record_comm(I, c);
+    if (tp_redist_communicates(k))
+        smell_repeated_gather(I, v, &I->a->comms[idx], idx);
+    if (implicit && tp_redist_communicates(k)) {
+        tp_diag *g = report(I, TP_WARNING, span, "implicit-redistribute", v, NULL,
+                            "DTensor sharding propagation inserts an %s here (%s -> %s)",
+                            tp_redist_name(k), pl_str(from, v->rank, a), pl_str(to, v->rank, b));
+        if (g)
+            tp_diag_help(g, "redistribute explicitly in the plan so the cost is visible");
+    }
+    if (I->optimize) {
+        tp_val *again = reuse_reshard(I, v, to);
+        if (again)
+            return again;
+    }
+    tp_val *r = val_copy(I, v);
+    r->pl = to;
+    r->redist_src = v->id;
+    r->redist_from = from;
+    r->redist_cause = cause;
+    r->buf = -1;
+    lower_reshard(I, k, v, r, from, to, cause, implicit);
+    if (I->optimize)
+        remember_reshard(I, v, to, r);
+    if (to.kind == TP_SHARD)
+        r->shard_cause = cause;
+    if (tp_placement_is_partial(to))
+        r->partial_cause = cause;
+    r->gather_comm = k == TP_REDIST_ALL_GATHER ? idx : -1;
+    r->gather_dim = dim;
+    if (to.kind == TP_SHARD)
+        check_shard_divisible(I, r, cause, span);
+    return r;
+}
+
+/* Rows are reserved when a module is entered, so the table reads in call
+ * order (a parent before its children), and completed when it returns. */
+int record_boundary(interp *I, tp_module *mod, char *inputs)
+{
+    tp_analysis *a = I->a;
+    if (a->nrows == a->caprows) {
+        a->caprows = a->caprows ? 2 * a->caprows : 256;
+        a->rows = tp_xrealloc(a->rows, (size_t)a->caprows * sizeof *a->rows);
+    }
+    a->rows[a->nrows] = (tp_boundary){tp_xstrdup(mod->fqn[0] ? mod->fqn : "(root)"), tp_xstrdup(mod->type),
+                                      mod->style, inputs, NULL};
+    return a->nrows++;
+}
+
+/* ---- evaluation of forward bodies --------------------------------------- */
+
+typedef struct frame {
+    tp_module *mod;
+    char **names;
+    iv *vals;
+    int n, cap;
+} frame;
+
+static void frame_set(frame *f, const char *name, iv v)
+{
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->names[i], name)) {
+            f->vals[i] = v;
+            return;
+        }
+    if (f->n == f->cap) {
+        f->cap = f->cap ? 2 * f->cap : 16;
+        f->names = tp_xrealloc(f->names, (size_t)f->cap * sizeof *f->names);
+        f->vals = tp_xrealloc(f->vals, (size_t)f->cap * sizeof *f->vals);
+    }
+    f->names[f->n] = tp_xstrdup(name);
+    f->vals[f->n++] = v;
+}
+
+static bool frame_get(const frame *f, const char *name, iv *out)
+{
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->names[i], name)) {
+            *out = f->vals[i];
+            return true;
+        }
+    return false;
+}
+
+static void frame_free(frame *f)
+{
+    for (int i = 0; i < f->n; i++)
+        free(f->names[i]);
+    free(f->names);
+    free(f->vals);
+}
+
+static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwnames, iv *kwargs, int nkw,
+                      const tp_node *site);
+static iv eval(interp *I, frame *f, const tp_node *e);
+
+static const iv none_iv = {IV_NONE, NULL, NULL, 0};
+
+static iv fail(interp *I, const tp_node *e, const char *msg)
+{
+    tp_diag_add(I->d, TP_ERROR, e->span, "model", "%s", msg);
+    I->stop = true;
+    return none_iv;
+}
+
+static tp_module *member(const tp_module *mod, const char *name)
+{
+    for (int i = 0; i < mod->nkids; i++)
+        if (!strcmp(mod->kids[i]->name, name))
+            return mod->kids[i];
+    return NULL;
+}
+
+static iv eval_call(interp *I, frame *f, const tp_node *e)
+{
+    int nargs = 0, nkw = 0;
+    iv args[TP_MAX_IO * 2], kwargs[TP_MAX_IO * 2];
+    char *kwnames[TP_MAX_IO * 2];
+    if (e->nkids - 1 > TP_MAX_IO * 2)
+        return fail(I, e, "too many arguments");
+    for (int k = 1; k < e->nkids && !I->stop; k++) {
+        iv v = eval(I, f, e->kids[k]->kids[0]);
+        if (e->kids[k]->name) {
+            kwnames[nkw] = e->kids[k]->name;
+            kwargs[nkw++] = v;
+        } else {
+            args[nargs++] = v;
+        }
+    }
+    if (I->stop)
+        return none_iv;
+    const tp_node *callee = e->kids[0];
+    if (callee->kind == N_NAME) {
+        iv local;
+        tp_module *sub = member(f->mod, callee->name);
+        if (frame_get(f, callee->name, &local) && local.kind == IV_MODULE)
+            sub = local.mod;
+        if (sub)
+            return call_module(I, sub, args, nargs, kwnames, kwargs, nkw, e);
+        if (op_is_primitive(callee->name))
+            return op_apply(I, e, callee->name, args, nargs, kwnames, kwargs, nkw);
+    }
+    char *t = tp_expr_text(callee);
+    tp_diag_add(I->d, TP_ERROR, callee->span, "model",
+                "'%s' is neither a member module of %s nor a primitive op", t, f->mod->type);
+    free(t);
+    I->stop = true;
+    return none_iv;
+}
+
+static iv eval(interp *I, frame *f, const tp_node *e)
+{
+    if (I->stop)
+        return none_iv;
+    switch (e->kind) {
+    case N_NAME: {
+        iv v;
+        if (frame_get(f, e->name, &v))
+            return v;
+        tp_module *sub = member(f->mod, e->name);
+        if (sub)
+            return (iv){IV_MODULE, NULL, sub, 0};
+        if (tp_config_has(I->c, e->name)) {
+            int64_t x;
+            if (!tp_config_get(I->c, e->name, e->span, &x)) { I->stop = true; return none_iv; }
+            return (iv){IV_INT, NULL, NULL, x};
+        }
+        tp_diag_add(I->d, TP_ERROR, e->span, "model", "unknown name '%s'", e->name);
+        I->stop = true;
+        return none_iv;
+    }
+    case N_INT: case N_TRUE: case N_FALSE: case N_BINOP: case N_NEG:
+        if (e->kind == N_BINOP) {
+            iv a = eval(I, f, e->kids[0]);
+            if (a.kind == IV_TENSOR) {
+                iv b = eval(I, f, e->kids[1]);
+                if (b.kind != IV_TENSOR)
+                    return fail(I, e, "both operands of a tensor operator must be tensors");
+                return op_binary(I, e, e->op, a.t, b.t);
+            }
+        }
+        {
+            int64_t x;
+            if (!tp_eval_int(I->c, e, &x)) { I->stop = true; return none_iv; }
+            return (iv){IV_INT, NULL, NULL, x};
+        }
+    case N_NONE: return none_iv;
+    case N_CALL: return eval_call(I, f, e);
+    default: return fail(I, e, "unsupported expression in a forward body");
+    }
+}
+
+/* Bind call arguments to forward(...) parameters, by position then keyword. */
+static bool bind_params(interp *I, frame *f, const tp_node *def, iv *args, int nargs, char **kwnames,
+                        iv *kwargs, int nkw, const tp_node *site)
+{
+    int nparams = def->nkids - 1;
+    if (nargs > nparams) {
+        tp_diag_add(I->d, TP_ERROR, site->span, "model", "%s.forward takes %d argument%s, %d given",
+                    f->mod->type, nparams, nparams == 1 ? "" : "s", nargs);
+        return false;
+    }
+    for (int i = 0; i < nparams; i++) {
+        const tp_node *prm = def->kids[i];
+        if (i < nargs) { frame_set(f, prm->name, args[i]); continue; }
+        int k = 0;
+        while (k < nkw && strcmp(kwnames[k], prm->name))
+            k++;
+        frame_set(f, prm->name, k < nkw ? kwargs[k] : none_iv);
+    }
+    for (int k = 0; k < nkw; k++) {
+        bool known = false;
+        for (int i = 0; i < nparams; i++)
+            known |= !strcmp(def->kids[i]->name, kwnames[k]);
+        if (!known) {
+            tp_diag_add(I->d, TP_ERROR, site->span, "model", "%s.forward has no parameter '%s'",
+                        f->mod->type, kwnames[k]);
+            return false;
+        }
+    }
+    return true;
+}
+
+static iv run_body(interp *I, frame *f, const tp_node *block)
+{
+    for (int i = 0; i < block->nkids && !I->stop; i++) {
+        const tp_node *s = block->kids[i];
+        switch (s->kind) {
+        case N_ASSIGN: frame_set(f, s->name, eval(I, f, s->kids[0])); break;
+        case N_RETURN: return eval(I, f, s->kids[0]);
+        case N_EXPR_STMT: eval(I, f, s->kids[0]); break;
+        default: break;
+        }
+    }
+    return none_iv;
+}
+
+static char *describe_ivs(iv *v, int n, char **kwnames, iv *kw, int nkw)
+{
+    tp_buf b;
+    tp_buf_init(&b);
+    for (int i = 0; i < n + nkw; i++) {
+        iv x = i < n ? v[i] : kw[i - n];
+        if (i)
+            tp_buf_append(&b, ", ");
+        if (i >= n)
+            tp_buf_appendf(&b, "%s=", kwnames[i - n]);
+        if (x.kind == IV_TENSOR) {
+            char *d = val_describe(x.t);
+            tp_buf_append(&b, d);
+            free(d);
+        } else {
+            tp_buf_append(&b, x.kind == IV_INT ? "int" : "None");
+        }
+    }
+    return tp_buf_take(&b);
+}
+
+static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwnames, iv *kwargs, int nkw,
+                      const tp_node *site)
+{
+    tp_module *outer = I->cur;
+    I->cur = mod;
+    if (++I->depth > 200) {
+        I->cur = outer;
+        return fail(I, site, "module calls nest more than 200 deep (recursive forward?)");
+    }
+    iv out = none_iv;
+    if (mod->kind == TP_MOD_LIST) {
+        /* a list has no hooks of its own: its modules' rows say it all. The
+         * largest list holds the transformer layers: the report's bound is
+         * per layer, on the size of what flows between them. */
+        if (mod->nkids > I->a->ir.nlayers && nargs == 1 && args[0].kind == IV_TENSOR) {
+            tp_ir *ir = &I->a->ir;
+            ir->nlayers = mod->nkids;
+            ir->layer_input_elems = elems(args[0].t);
+            ir->layer_input_rank = args[0].t->rank;
+            memcpy(ir->layer_input_shape, args[0].t->shape, sizeof ir->layer_input_shape);
+        }
+        /* a ModuleList applied to x runs its modules in order */
+        if (nargs != 1 || nkw) {
+            I->depth--;
+            I->cur = outer;
+            return fail(I, site, "a repeat() list is applied to exactly one argument");
+        }
+        out = args[0];
+        for (int i = 0; i < mod->nkids && !I->stop; i++)
+            out = call_module(I, mod->kids[i], &out, 1, NULL, NULL, 0, site);
+    } else {
+        int row = record_boundary(I, mod, describe_ivs(args, nargs, kwnames, kwargs, nkw));
+        hook_inputs(I, mod, args, nargs, kwnames, kwargs, nkw, site->span);
+        if (tp_module_is_leaf(mod)) {
+            out = leaf_forward(I, mod, args, nargs, site->span);
+        } else {
+            const tp_node *def = tp_module_forward(mod);
+            frame f = {mod, NULL, NULL, 0, 0};
+            if (!def) {
+                tp_diag_add(I->d, TP_ERROR, mod->def->span, "model", "module %s has no forward()", mod->type);
+                I->stop = true;
+            } else if (bind_params(I, &f, def, args, nargs, kwnames, kwargs, nkw, site)) {
+                out = run_body(I, &f, def->kids[def->nkids - 1]);
+            } else {
+                I->stop = true;
+            }
+            frame_free(&f);
+        }
+        I->cur = mod;
+        if (!I->stop) {
+            out = hook_output(I, mod, out, site->span);
+            /* the innermost module that returned the value is its producer:
+             * that is where a fix-it can change what it returns */
+            if (out.kind == IV_TENSOR && !out.t->producer)
+                out.t->producer = mod;
+            I->a->rows[row].outputs = describe_ivs(&out, 1, NULL, NULL, 0);
+        }
+    }
+    I->depth--;
+    I->cur = outer;
+    return out;
+}
+
+/* The root forward's parameters are the model inputs: plain, replicated
+ * tensors of token ids with the annotated shape. */
+static bool make_inputs(interp *I, const tp_node *def, iv *args, int *nargs)
+{
+    *nargs = 0;
+    for (int i = 0; i < def->nkids - 1; i++) {
+        const tp_node *prm = def->kids[i];
+        if (prm->nkids < 1 || prm->kids[0]->kind != N_LIST || prm->kids[0]->nkids > TP_MAX_RANK) {
+            tp_diag_add(I->d, TP_ERROR, prm->span, "model",
+                        "annotate the model input with its shape: %s: [batch, seq]", prm->name);
+            return false;
+        }
+        const tp_node *l = prm->kids[0];
+        int64_t shape[TP_MAX_RANK];
+        const char *names[TP_MAX_RANK];
+        for (int d = 0; d < l->nkids; d++) {
+            if (!tp_eval_int(I->c, l->kids[d], &shape[d]))
+                return false;
+            if (shape[d] <= 0) {
+                char *t = tp_expr_text(l->kids[d]);
+                tp_diag_add(I->d, TP_ERROR, l->kids[d]->span, "config", "size '%s' is %lld; it must be positive",
+                            t, (long long)shape[d]);
+                free(t);
+                return false;
+            }
+            names[d] = l->kids[d]->kind == N_NAME ? l->kids[d]->name : "";
+        }
+        tp_val *v = val_new(I, l->nkids, shape, names);
+        v->is_index = true;
+        v->span = prm->span;
+        int b = lower_buf(I, v, prm->name);     /* may move ir.bufs */
+        I->a->ir.bufs[b].input = true;
+        args[(*nargs)++] = (iv){IV_TENSOR, v, NULL, 0};
+    }
+    return true;
+}
+
+void tp_check(tp_model *m, tp_plan *p, tp_config *c, bool optimize, tp_analysis *out)
+{
+    interp I = {0};
+    I.optimize = optimize;
+    I.m = m;
+    I.p = p;
+    I.c = c;
+    I.d = c->diags;
+    I.a = out;
+    I.tp = tp_plan_tp_size(p);
+    memset(out, 0, sizeof *out);
+    out->ir.world = I.tp;
+    out->ir.loss_buf = out->ir.logits_buf = -1;
+    for (int i = 0; i < m->count; i++)
+        for (int k = 0; k < m->all[i]->nparams; k++)
+            m->all[i]->params[k].ir_index = -1;
+    check_params(&I);
+    const tp_node *def = tp_module_forward(m->root);
+    iv args[TP_MAX_IO];
+    int nargs;
+    if (!def) {
+        tp_diag_add(I.d, TP_ERROR, m->root->def->span, "model", "the root module %s has no forward()", m->root->type);
+    } else if (def->nkids - 1 > TP_MAX_IO) {
+        tp_diag_add(I.d, TP_ERROR, def->span, "model", "too many model inputs");
+    } else if (make_inputs(&I, def, args, &nargs)) {
+        tp_node site = {.kind = N_CALL, .span = def->span};
+        iv loss = call_module(&I, m->root, args, nargs, NULL, NULL, 0, &site);
+        if (loss.kind == IV_TENSOR && loss.t->buf >= 0) {
+            out->ir.loss_buf = loss.t->buf;
+            out->ir.bufs[loss.t->buf].output = true;
+        }
+    }
+    lower_finish(&I);
+    report_finish(&I);
+    free(I.reshard_cache);
+    for (int i = 0; i < I.nvals; i++)
+        free(I.vals[i]);
+    free(I.vals);
+    for (int i = 0; i < I.nstrings; i++)
+        free(I.strings[i]);
+    free(I.strings);
+}
+
+void tp_analysis_free(tp_analysis *a)
+{
+    for (int i = 0; i < a->nrows; i++) {
+        free(a->rows[i].fqn);
+        free(a->rows[i].type);
+        free(a->rows[i].inputs);
+        free(a->rows[i].outputs);
+    }
+    free(a->rows);
+    free(a->comms);
+    tp_ir_free(&a->ir);
+    memset(a, 0, sizeof *a);
+}

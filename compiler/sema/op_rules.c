@@ -1,0 +1,771 @@
+/* ops.c: layout rules of the primitive ops and leaf modules.
+ *
+ * Rules are data where they can be: each primitive names the dimensions it
+ * needs whole on every rank (a norm's features, RoPE's positions,
+ * attention's sequence), whether it is linear (a Partial input stays
+ * Partial) and whether PyTorch's implementation accepts a DTensor. Shape
+ * changes (head split and merge) are small functions. */
+#include <stdlib.h>
+#include <string.h>
+#include "compiler/front/astutil.h"
+#include "compiler/sema/check_impl.h"
+#include "util/xalloc.h"
+
+typedef struct op_rule {
+    const char *name;
+    int ntensors;          /* tensor inputs */
+    bool linear;           /* f(sum of parts) = sum of f(parts): Partial passes through */
+    bool dtensor_ok;       /* false: the op mixes its input with plain tensors (cos/sin, arange) */
+    int whole[3];          /* dims counted from the end (-1 = last) that must not be sharded */
+    const char *check;     /* check name when a whole dim is sharded */
+    const char *why;       /* ... and why */
+    tp_op_kind lowers_to;  /* the schedule op; TP_OP_COUNT: a view of its input */
+} op_rule;
+
+static const op_rule rules[] = {
+    {"silu", 1, false, true, {0}, NULL, NULL, TP_OP_SILU},
+    {"gelu", 1, false, true, {0}, NULL, NULL, TP_OP_GELU},
+    {"relu", 1, false, true, {0}, NULL, NULL, TP_OP_RELU},
+    {"dropout", 1, true, true, {0}, NULL, NULL, TP_OP_COUNT},      /* inference: identity */
+    {"view_heads", 1, true, true, {0}, NULL, NULL, TP_OP_COUNT},
+    {"merge_heads", 1, true, true, {-1}, "layout-mismatch", "heads can only be merged with whole head_dim", TP_OP_COUNT},
+    {"rope", 1, true, false, {-3, -1}, "layout-mismatch",
+     "RoPE needs per-rank positions for a sequence shard (its cos/sin cover the global positions) and whole head_dim pairs",
+     TP_OP_ROPE},
+    {"attention", 3, false, true, {-3, -1}, "layout-mismatch",
+     "attention over a sequence shard only sees its own keys", TP_OP_ATTENTION},
+    {"positions", 1, false, false, {-1}, "layout-mismatch",
+     "positions of a sequence shard would restart at 0 on every rank", TP_OP_POSITIONS},
+    {"cross_entropy", 2, false, false, {-1}, "loss-parallel",
+     "cross-entropy normalises over the whole vocabulary", TP_OP_CROSS_ENTROPY},
+};
+#define NRULES ((int)(sizeof rules / sizeof *rules))
+
+static const op_rule *find_rule(const char *name)
+{
+    for (int i = 0; i < NRULES; i++)
+        if (!strcmp(rules[i].name, name))
+            return &rules[i];
+    return NULL;
+}
+
+bool op_is_primitive(const char *name) { return find_rule(name) != NULL; }
+
+static const iv none_iv = {IV_NONE, NULL, NULL, 0};
+
+static iv tensor_iv(tp_val *v) { return (iv){IV_TENSOR, v, NULL, 0}; }
+
+static int shard_dim(const tp_val *v)
+{
+    tp_placement p = tp_placement_norm(v->pl, v->rank);
+    return p.kind == TP_SHARD ? p.dim : -1;
+}
+
+/* A fresh result with x's layout facts (placement, DTensor-ness, poison). */
+static tp_val *result_like(interp *I, const tp_val *x, int rank, const int64_t *shape, const char *const *names,
+                           tp_span span)
+{
+    tp_val *r = val_new(I, rank, shape, names);
+    r->pl = x->pl;
+    r->dtensor = x->dtensor;
+    r->poisoned = x->poisoned;
+    r->shard_cause = x->shard_cause;
+    r->partial_cause = x->partial_cause;
+    r->logical_last = x->logical_last;
+    r->span = span;
+    return r;
+}
+
+/* The plan entry behind a value's layout, else the model location. */
+static tp_span style_or(const tp_val *x, tp_span span)
+{
+    if (x->shard_cause)
+        return entry_span(x->shard_cause);
+    return x->partial_cause ? entry_span(x->partial_cause) : span;
+}
+
+/* A Partial value reaching a non-linear op: DTensor all-reduces it
+ * implicitly; a plain tensor computes nonsense. */
+static tp_val *resolve_partial(interp *I, tp_val *x, const char *op, tp_span span)
+{
+    if (!tp_placement_is_partial(x->pl))
+        return x;
+    if (x->dtensor)
+        return redistribute(I, x, tp_replicate(), NULL, span, true);
+    tp_diag *g = report(I, TP_ERROR, x->partial_cause ? entry_span(x->partial_cause) : span, "partial-nonlinear", x,
+                        NULL, "%s is applied to a plain tensor holding partial sums: every rank transforms its "
+                        "summand, and the results no longer add up", op);
+    if (g && span.file >= 0)
+        tp_diag_note_at(g, span, "%s is applied here", op);
+    if (g)
+        tp_diag_help(g, "reduce first: output_layouts=Replicate() (all-reduce) or Shard(d) (reduce-scatter)");
+    x = val_copy(I, x);
+    x->pl = tp_replicate();
+    x->poisoned = true;
+    return x;
+}
+
+static bool check_whole(interp *I, const op_rule *r, tp_val *x, tp_span span)
+{
+    int d = shard_dim(x);
+    for (int i = 0; i < 3 && r->whole[i]; i++)
+        if (d >= 0 && d == x->rank + r->whole[i]) {
+            tp_diag *g = report(I, TP_ERROR, style_or(x, span), r->check, x, NULL,
+                                "%s() gets a %s sharded on dimension %d (%s): %s",
+                                r->name, x->dtensor ? "DTensor" : "plain tensor", d, x->dimname[d], r->why);
+            if (g && span.file >= 0)
+                tp_diag_note_at(g, span, "%s() is called here", r->name);
+            if (g)
+                tp_diag_help(g, "all-gather dimension %d before this op, e.g. PrepareModuleInput(..., desired_input_layouts=(Replicate(),))", d);
+            x->poisoned = true;
+            return false;
+        }
+    return true;
+}
+
+static bool mixed_ok(interp *I, const op_rule *r, tp_val *x, tp_span span)
+{
+    if (r->dtensor_ok || !x->dtensor)
+        return true;
+    tp_diag *g = report(I, TP_ERROR, style_or(x, span), "mixed-tensor", x, NULL,
+                        "%s() combines its input with plain tensors, but the input is a DTensor: "
+                        "PyTorch raises 'got mixed torch.Tensor and DTensor'", r->name);
+    if (g && span.file >= 0)
+        tp_diag_note_at(g, span, "%s() is called here", r->name);
+    if (g)
+        tp_diag_help(g, "return a plain tensor into %s(): use_local_output=True on the producing style", r->name);
+    x->poisoned = true;
+    return false;
+}
+
+/* [..., h*d] -> [..., h, d]; a shard of the features becomes a shard of heads. */
+static tp_val *view_heads(interp *I, tp_val *x, int64_t head_dim, tp_span span)
+{
+    int64_t n = x->shape[x->rank - 1];
+    if (head_dim <= 0 || n % head_dim || x->rank >= TP_MAX_RANK) {
+        tp_diag_add(I->d, TP_ERROR, span, "model", "view_heads: %lld features are not a multiple of head_dim %lld",
+                    (long long)n, (long long)head_dim);
+        I->stop = true;
+        return x;
+    }
+    int64_t shape[TP_MAX_RANK];
+    const char *names[TP_MAX_RANK];
+    for (int i = 0; i < x->rank - 1; i++) { shape[i] = x->shape[i]; names[i] = x->dimname[i]; }
+    int64_t heads = n / head_dim;
+    shape[x->rank - 1] = heads;
+    shape[x->rank] = head_dim;
+    /* "kv_heads * head_dim" names the heads dim "kv_heads" */
+    const char *star = strstr(x->dimname[x->rank - 1], " * ");
+    char *hname = star ? tp_xstrndup(x->dimname[x->rank - 1], (size_t)(star - x->dimname[x->rank - 1]))
+                       : tp_xstrdup("heads");
+    names[x->rank - 1] = hname;
+    names[x->rank] = "head_dim";
+    names[x->rank - 1] = intern(I, hname);
+    tp_val *r = result_like(I, x, x->rank + 1, shape, names, span);
+    r->gather_comm = x->gather_comm;
+    r->gather_dim = x->gather_dim;
+    if (shard_dim(x) == x->rank - 1) {
+        r->pl = tp_shard(x->rank - 1);
+        if (heads % I->tp) {
+            tp_diag *g = report(I, TP_ERROR, style_or(x, span), "divisibility", x, NULL,
+                                "%lld %s do not split over %lld ranks: each rank would get %lld.%lld heads",
+                                (long long)heads, hname, (long long)I->tp, (long long)(heads / I->tp),
+                                (long long)((heads % I->tp) * 10 / I->tp));
+            if (g && span.file >= 0)
+                tp_diag_note_at(g, span, "the features are split into heads of %lld here", (long long)head_dim);
+            if (g)
+                tp_diag_help(g, "use a tp that divides %lld (PyTorch's ColwiseParallel splits whole heads)", (long long)heads);
+            r->poisoned = true;
+        }
+    }
+    free(hname);
+    return r;
+}
+
+/* [..., h, d] -> [..., h*d] */
+static tp_val *merge_heads(interp *I, tp_val *x, tp_span span)
+{
+    int64_t shape[TP_MAX_RANK];
+    const char *names[TP_MAX_RANK];
+    for (int i = 0; i < x->rank - 2; i++) { shape[i] = x->shape[i]; names[i] = x->dimname[i]; }
+    shape[x->rank - 2] = x->shape[x->rank - 2] * x->shape[x->rank - 1];
+    names[x->rank - 2] = "hidden";
+    tp_val *r = result_like(I, x, x->rank - 1, shape, names, span);
+    r->gather_comm = x->gather_comm;
+    r->gather_dim = x->gather_dim;
+    if (shard_dim(x) == x->rank - 2)
+        r->pl = tp_shard(x->rank - 2);
+    return r;
+}
+
+static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, tp_span span)
+{
+    const op_rule *r = find_rule("attention");
+    tp_val *in[3] = {q, k, v};
+    for (int i = 0; i < 3; i++) {
+        in[i] = resolve_partial(I, in[i], "attention", span);
+        check_whole(I, r, in[i], span);
+    }
+    q = in[0];
+    bool same = true;
+    for (int i = 1; i < 3; i++)
+        same &= tp_placement_eq(in[i]->pl, q->pl, q->rank) && in[i]->dtensor == q->dtensor;
+    if (!same) {
+        char a[24], b[24];
+        tp_val *odd = !tp_placement_eq(k->pl, q->pl, q->rank) || k->dtensor != q->dtensor ? k : v;
+        tp_diag *g = report(I, TP_ERROR, style_or(odd, span), "layout-mismatch", q, odd,
+                            "attention() gets q as %s %s but k/v as %s %s: the heads on each rank do not line up",
+                            pl_str(q->pl, q->rank, a), q->dtensor ? "DTensor" : "plain",
+                            pl_str(odd->pl, odd->rank, b), odd->dtensor ? "DTensor" : "plain");
+        if (g && span.file >= 0)
+            tp_diag_note_at(g, span, "attention() is called here");
+        if (g)
+            tp_diag_help(g, "shard q, k and v the same way (ColwiseParallel() on all three projections)");
+    }
+    tp_val *out = result_like(I, q, q->rank, q->shape, q->dimname, span);
+    out->poisoned |= !same || k->poisoned || v->poisoned;
+    out->gather_comm = q->gather_comm;
+    out->gather_dim = q->gather_dim;
+    tp_ir_op *op = lower_op(I, TP_OP_ATTENTION, out, "attention", q, in[1], in[2]);
+    op->m = local_size(I, q, 0);
+    op->n = local_size(I, q, 1);
+    op->heads = local_size(I, q, 2);
+    op->k = local_size(I, q, 3);
+    op->groups = local_size(I, in[1], 2);
+    op->heads_global = q->shape[2];
+    return out;
+}
+
+/* A [batch, seq] float intermediate of the vocab-parallel loss. */
+static tp_val *per_token(interp *I, const tp_val *labels, tp_span span)
+{
+    tp_val *v = val_new(I, labels->rank, labels->shape, labels->dimname);
+    v->span = span;
+    return v;
+}
+
+/* loss_parallel's forward: three all-reduces (max, sum of exp, target
+ * logit) over the vocab shards, as torch/distributed/tensor/parallel/loss.py */
+/* All-reduce a per-token piece of the vocab-parallel loss (nothing to do
+ * on one rank). */
+static void reduce_piece(interp *I, tp_val *v, const char *what, bool max)
+{
+    if (I->tp == 1)
+        return;
+    tp_ir_op *op = lower_op(I, TP_OP_ALL_REDUCE, v, what, v, NULL, NULL);
+    op->reduce_max = max;
+    op->elems = tp_ir_buf_elems(&I->a->ir.bufs[v->buf]);
+}
+
+static void lower_vocab_parallel_ce(interp *I, tp_val *logits, tp_val *labels, tp_val *loss, tp_span span)
+{
+    int64_t vl = local_size(I, logits, logits->rank - 1);
+    tp_val *mx = per_token(I, labels, span), *se = per_token(I, labels, span), *tg = per_token(I, labels, span);
+    tp_ir_op *op = lower_op(I, TP_OP_CE_MAX, mx, "ce_max", logits, NULL, NULL);
+    op->vocab_local = vl;
+    op->vocab_logical = logits->logical_last;
+    reduce_piece(I, mx, "ce_max", true);
+    op = lower_op(I, TP_OP_CE_SUMEXP, se, "ce_sumexp", logits, mx, NULL);
+    op->vocab_local = vl;
+    op->vocab_logical = logits->logical_last;
+    reduce_piece(I, se, "ce_sumexp", false);
+    op = lower_op(I, TP_OP_CE_TARGET, tg, "ce_target", logits, labels, NULL);
+    op->vocab_local = vl;
+    reduce_piece(I, tg, "ce_target", false);
+    op = lower_op(I, TP_OP_CE_LOSS, loss, "loss", se, mx, tg);
+    op->in[op->nin++] = lower_buf(I, labels, "labels");
+    tp_val *f32[] = {mx, se, tg, loss};
+    for (int i = 0; i < 4; i++)
+        I->a->ir.bufs[f32[i]->buf].f32_only = true;
+}
+
+static void lower_cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_val *loss, tp_span span)
+{
+    tp_ir *ir = &I->a->ir;
+    if (I->p->loss_parallel) {
+        lower_vocab_parallel_ce(I, logits, labels, loss, span);
+    } else {
+        tp_ir_op *op = lower_op(I, TP_OP_CROSS_ENTROPY, loss, "loss", logits, labels, NULL);
+        op->vocab_logical = logits->logical_last;
+        op->vocab_local = local_size(I, logits, logits->rank - 1);
+        ir->bufs[loss->buf].f32_only = true;
+    }
+    ir->logits_buf = logits->buf;
+    ir->logits_pl = tp_placement_norm(logits->pl, logits->rank);
+    ir->bufs[logits->buf].output = true;
+}
+
+static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span span)
+{
+    tp_plan *p = I->p;
+    int last = logits->rank - 1;
+    tp_val *out = val_new(I, 0, NULL, NULL);
+    out->span = span;
+    if (p->loss_parallel) {
+        if (!logits->dtensor || shard_dim(logits) != last) {
+            char a[24];
+            tp_diag *g = report(I, TP_ERROR, p->loss_parallel_span, "loss-parallel", logits, NULL,
+                                "loss_parallel() should be enabled only when the input tensor is sharded on dimension %d; "
+                                "the logits are a %s %s", last, logits->dtensor ? "DTensor" : "plain tensor",
+                                pl_str(logits->pl, logits->rank, a));
+            if (g && span.file >= 0)
+                tp_diag_note_at(g, span, "the loss is computed here");
+            if (g)
+                tp_diag_help(g, "keep the lm_head output sharded: ColwiseParallel(use_local_output=False) "
+                                "with the default output_layouts=Shard(-1)");
+        }
+        if (labels->dtensor || labels->pl.kind != TP_REPLICATE)
+            report(I, TP_ERROR, span, "loss-parallel", labels, NULL, "loss_parallel() needs replicated labels");
+        lower_cross_entropy(I, logits, labels, out, span);
+        return out;
+    }
+    logits = resolve_partial(I, logits, "cross_entropy", span);
+    if (logits->dtensor) {
+        tp_diag *g = report(I, TP_ERROR, style_or(logits, span), "mixed-tensor", logits, NULL,
+                            "the logits reach cross_entropy() as a DTensor while the labels are a plain tensor: "
+                            "PyTorch raises 'got mixed torch.Tensor and DTensor'");
+        if (g && span.file >= 0)
+            tp_diag_note_at(g, span, "the loss is computed here");
+        if (g)
+            tp_diag_help(g, "add loss_parallel() to the plan, or return plain logits (use_local_output=True)");
+        if (g && shard_dim(logits) == last)
+            fix_append_item(g, p, "loss_parallel()");
+        return out;
+    }
+    check_whole(I, find_rule("cross_entropy"), logits, span);
+    lower_cross_entropy(I, logits, labels, out, span);
+    return out;
+}
+
+static bool want_tensors(interp *I, const tp_node *call, iv *args, int nargs, int n)
+{
+    if (nargs < n) {
+        tp_diag_add(I->d, TP_ERROR, call->span, "model", "%s() takes %d tensor argument%s",
+                    call->kids[0]->name, n, n == 1 ? "" : "s");
+        I->stop = true;
+        return false;
+    }
+    for (int i = 0; i < n; i++)
+        if (args[i].kind != IV_TENSOR) {
+            tp_diag_add(I->d, TP_ERROR, call->kids[i + 1]->span, "model", "expected a tensor");
+            I->stop = true;
+            return false;
+        }
+    return true;
+}
+
+iv op_apply(interp *I, const tp_node *call, const char *name, iv *args, int nargs, char **kwnames, iv *kwargs,
+            int nkw)
+{
+    const op_rule *r = find_rule(name);
+    tp_span span = call->span;
+    (void)kwnames; (void)kwargs; (void)nkw;
+    if (!want_tensors(I, call, args, nargs, r->ntensors))
+        return none_iv;
+    tp_val *x = args[0].t;
+    if (!strcmp(name, "attention"))
+        return tensor_iv(attention(I, x, args[1].t, args[2].t, span));
+    if (!strcmp(name, "cross_entropy"))
+        return tensor_iv(cross_entropy(I, x, args[1].t, span));
+    if (!r->linear)
+        x = resolve_partial(I, x, name, span);
+    mixed_ok(I, r, x, span);
+    check_whole(I, r, x, span);
+    tp_val *out;
+    if (!strcmp(name, "view_heads")) {
+        if (nargs < 2 || args[1].kind != IV_INT) {
+            tp_diag_add(I->d, TP_ERROR, span, "model", "view_heads(x, head_dim) needs the head size");
+            I->stop = true;
+            return none_iv;
+        }
+        out = view_heads(I, x, args[1].i, span);
+    } else if (!strcmp(name, "merge_heads")) {
+        out = merge_heads(I, x, span);
+    } else {
+        out = result_like(I, x, x->rank, x->shape, x->dimname, span);
+        if (!strcmp(name, "positions")) {
+            out->is_index = true;
+            out->dtensor = false;
+        }
+        /* elementwise and RoPE act independently along heads: keep tracking a gather */
+        out->gather_comm = x->gather_comm;
+        out->gather_dim = x->gather_dim;
+    }
+    if (r->lowers_to == TP_OP_COUNT) {
+        lower_view(I, out, x);
+        return tensor_iv(out);
+    }
+    tp_ir_op *op = lower_op(I, r->lowers_to, out, name, x, NULL, NULL);
+    int seq = r->lowers_to == TP_OP_ROPE ? x->rank - 3 : x->rank - 1;
+    /* a sequence shard would start at rank * its length (rejected above
+     * for RoPE; recorded so the schedule says what it assumed) */
+    op->pos_chunk = shard_dim(x) == seq ? local_size(I, x, seq) : 0;
+    if (r->lowers_to == TP_OP_ROPE) {
+        int64_t theta = 10000;
+        if (tp_config_has(I->c, "rope_theta"))
+            tp_config_get(I->c, "rope_theta", TP_NO_SPAN, &theta);
+        op->theta = (double)theta;
+        op->k = local_size(I, x, x->rank - 1);
+    }
+    return tensor_iv(out);
+}
+
+/* Align b's dims with a's from the right, as broadcasting does. */
+static tp_placement broadcast_pl(const tp_val *from, const tp_val *to)
+{
+    tp_placement p = tp_placement_norm(from->pl, from->rank);
+    if (p.kind == TP_SHARD)
+        p.dim += to->rank - from->rank;
+    return p;
+}
+
+static int nshards(const tp_val *v) { return v->pl.kind == TP_SHARD; }
+
+/* Placement p of a `big`-rank result, seen from an operand of rank r. */
+static tp_placement for_operand(tp_placement p, int r, const tp_val *big)
+{
+    if (p.kind == TP_SHARD)
+        p.dim -= big->rank - r;
+    return p;
+}
+
+/* DTensor's pointwise propagation for + and * (torch/distributed/tensor/
+ * _ops/_pointwise_ops.py): a sum of partials stays partial; a partial plus
+ * a replicated value keeps the partial (the replicated side is divided
+ * locally); a partial times a replicated value is partial; otherwise the
+ * operand with the most shards leads (the first on a tie) and the other is
+ * redistributed to match, a Partial going to the leader's Shard by a
+ * reduce-scatter. Returns the result's placement. */
+static tp_placement dtensor_pointwise(interp *I, int op, tp_val **a, tp_val **b, const tp_val *big, tp_span span)
+{
+    tp_placement A = broadcast_pl(*a, big), B = broadcast_pl(*b, big), target;
+    bool pa = tp_placement_is_partial(A), pb = tp_placement_is_partial(B);
+    if (pa && pb) {
+        if (op == '*')          /* (sum a_i)(sum b_i): one side must be reduced */
+            *b = redistribute(I, *b, tp_replicate(), NULL, span, true);
+        return tp_partial();
+    }
+    if ((pa && B.kind == TP_REPLICATE) || (pb && A.kind == TP_REPLICATE)) {
+        tp_val **r = pa ? b : a;
+        if (op == '+')
+            *r = redistribute(I, *r, tp_partial(), NULL, span, true);   /* local divide */
+        return tp_partial();
+    }
+    target = nshards(*b) > nshards(*a) ? B : A;
+    *a = redistribute(I, *a, for_operand(target, (*a)->rank, big), NULL, span, true);
+    *b = redistribute(I, *b, for_operand(target, (*b)->rank, big), NULL, span, true);
+    return target;
+}
+
+iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
+{
+    tp_span span = e->span;
+    const char *opname = op == '+' ? "add" : op == '*' ? "mul" : "op";
+    if (op != '+' && op != '*') {
+        tp_diag_add(I->d, TP_ERROR, span, "model", "tensors support only + and *");
+        I->stop = true;
+        return none_iv;
+    }
+    tp_val *big = a->rank >= b->rank ? a : b, *small = big == a ? b : a;
+    tp_val *out = result_like(I, big, big->rank, big->shape, big->dimname, span);
+    out->poisoned = a->poisoned || b->poisoned;
+    char pa[24], pb[24];
+    if (a->dtensor != b->dtensor) {
+        tp_val *plain = a->dtensor ? b : a, *dt = a->dtensor ? a : b;
+        const tp_style *ps = dt->producer ? dt->producer->style : NULL;
+        tp_diag *g = report(I, TP_ERROR, ps ? entry_span(ps) : span, "mixed-tensor", a, b,
+                            "%s of a DTensor (%s, from '%s') and a plain tensor (%s): PyTorch raises "
+                            "'got mixed torch.Tensor and DTensor'", opname, pl_str(dt->pl, dt->rank, pa),
+                            dt->producer ? dt->producer->fqn : "an op", pl_str(plain->pl, plain->rank, pb));
+        if (g && span.file >= 0)
+            tp_diag_note_at(g, span, "the %s is here", opname);
+        if (g && plain->producer)
+            tp_diag_note_at(g, plain->producer->style ? entry_span(plain->producer->style) : plain->span,
+                            "the plain tensor comes from '%s'", plain->producer->fqn);
+        if (g)
+            tp_diag_help(g, "make both operands the same kind: use_local_output=True on the DTensor's producer, "
+                            "or use_local_output=False on the other");
+        /* an explicit use_local_output=False on the DTensor's producer is the
+         * edit that makes both plain */
+        if (g && ps && tp_call_kw(ps->call, "use_local_output") &&
+            tp_call_kw(ps->call, "use_local_output")->kind == N_FALSE)
+            fix_set_kwarg(g, ps->call, "use_local_output", "True");
+        out->poisoned = true;
+        return tensor_iv(out);
+    }
+    tp_placement A = broadcast_pl(a, big), B = broadcast_pl(b, big);
+    if (a->dtensor) {
+        out->pl = dtensor_pointwise(I, op, &a, &b, big, span);
+        lower_op(I, op == '+' ? TP_OP_ADD : TP_OP_MUL, out, opname, a, b, NULL);
+        return tensor_iv(out);
+    }
+    /* Plain tensors: each rank combines its local pieces, so the truths
+     * must agree (a product of a partial sum with a replicated factor is
+     * still a partial sum). */
+    bool ok = tp_placement_eq(A, B, big->rank);
+    if (ok && op == '*' && tp_placement_is_partial(A))
+        ok = false;                        /* (sum a_i)(sum b_i) != sum a_i b_i */
+    if (!ok && op == '*' && (tp_placement_is_partial(A) != tp_placement_is_partial(B)) &&
+        (A.kind == TP_REPLICATE || B.kind == TP_REPLICATE)) {
+        out->pl = tp_partial();
+        ok = true;
+    }
+    if (!ok) {
+        tp_val *odd = small->pl.kind != TP_REPLICATE ? small : big;
+        tp_diag *g = report(I, TP_ERROR, style_or(odd, span), "layout-mismatch", a, b,
+                            "%s of two plain tensors that are laid out differently on the ranks (%s and %s): %s",
+                            opname, pl_str(A, big->rank, pa), pl_str(B, big->rank, pb),
+                            (A.kind == TP_SHARD || B.kind == TP_SHARD) ? "the local shapes differ, or broadcast silently"
+                                                                      : "the partial sums are counted tp times");
+        if (g && span.file >= 0)
+            tp_diag_note_at(g, span, "the %s is here", opname);
+        if (g && a->producer)
+            tp_diag_note_at(g, a->producer->style ? entry_span(a->producer->style) : a->span,
+                            "left operand (%s) from '%s'", pa, a->producer->fqn);
+        if (g && b->producer)
+            tp_diag_note_at(g, b->producer->style ? entry_span(b->producer->style) : b->span,
+                            "right operand (%s) from '%s'", pb, b->producer->fqn);
+        if (g)
+            tp_diag_help(g, "give both operands the same layout, e.g. the same output_layouts on both producers");
+        out->poisoned = true;
+    }
+    lower_op(I, op == '+' ? TP_OP_ADD : TP_OP_MUL, out, opname, a, b, NULL);
+    return tensor_iv(out);
+}
+
+/* ---- leaf modules ---------------------------------------------------------- */
+
+static bool plain_module_gets_dtensor(interp *I, tp_module *mod, tp_val *x, tp_span span)
+{
+    if (!x->dtensor || mod->style)
+        return false;
+    char pl[24];
+    tp_diag *g = report(I, TP_ERROR, style_or(x, span), "mixed-tensor", x, NULL,
+                        "a DTensor (%s) reaches '%s', whose parameters are plain tensors (no plan entry): "
+                        "PyTorch raises 'got mixed torch.Tensor and DTensor'", pl_str(x->pl, x->rank, pl), mod->fqn);
+    if (g && span.file >= 0)
+        tp_diag_note_at(g, span, "'%s' is called here", mod->fqn);
+    if (g)
+        tp_diag_help(g, "turn the input into a plain tensor (use_local_output=True upstream) or give '%s' a plan entry",
+                     mod->fqn);
+    return true;
+}
+
+/* A styled module receives a DTensor in a placement its computation can't
+ * use directly (the input hook compared declared layouts only): DTensor's
+ * sharding propagation redistributes it. */
+static tp_val *expect_input(interp *I, tp_val *x, tp_placement want, tp_span span)
+{
+    if (tp_placement_eq(x->pl, want, x->rank))
+        return x;
+    return redistribute(I, x, want, NULL, span, true);
+}
+
+static tp_val *linear_layout(interp *I, tp_module *mod, tp_val **xp, const int64_t *shape, const char *const *names,
+                             tp_span span);
+
+/* The leaf functions return the result and leave in *xp the input as the
+ * computation reads it (after any implicit redistribution). */
+static tp_val *linear_forward(interp *I, tp_module *mod, tp_val **xp, tp_span span)
+{
+    tp_val *x = *xp;
+    tp_param *w = tp_module_param(mod, "weight");
+    int last = x->rank - 1;
+    int64_t shape[TP_MAX_RANK];
+    const char *names[TP_MAX_RANK];
+    memcpy(shape, x->shape, sizeof shape);
+    memcpy(names, x->dimname, sizeof names);
+    if (x->shape[last] != w->shape[1] && !x->poisoned) {
+        tp_diag_add(I->d, TP_ERROR, span, "model", "'%s' expects %lld input features, gets %lld",
+                    mod->fqn, (long long)w->shape[1], (long long)x->shape[last]);
+        I->stop = true;
+    }
+    shape[last] = w->shape[0];
+    names[last] = w->dimname[0];
+    tp_val *r = linear_layout(I, mod, xp, shape, names, span);
+    /* padded vocabulary rows produce logits the loss and the output drop */
+    r->logical_last = w->logical[0];
+    return r;
+}
+
+static tp_val *linear_layout(interp *I, tp_module *mod, tp_val **xp, const int64_t *shape, const char *const *names,
+                             tp_span span)
+{
+    tp_val *x = *xp;
+    int last = x->rank - 1;
+    const tp_style *s = mod->style;
+    if (s && s->kind == TP_STYLE_COLWISE) {
+        x = *xp = expect_input(I, x, tp_replicate(), span);
+        tp_val *r = result_like(I, x, x->rank, shape, names, span);
+        r->pl = tp_shard(last);
+        r->shard_cause = s;
+        return r;
+    }
+    if (s && s->kind == TP_STYLE_ROWWISE) {
+        x = *xp = expect_input(I, x, tp_shard(last), span);
+        tp_val *r = result_like(I, x, x->rank, shape, names, span);
+        r->pl = tp_partial();          /* bias: R -> P is a local divide, no communication */
+        r->partial_cause = s;
+        return r;
+    }
+    if (plain_module_gets_dtensor(I, mod, x, span)) {
+        tp_val *r = result_like(I, x, x->rank, shape, names, span);
+        r->poisoned = true;
+        return r;
+    }
+    tp_val *r = result_like(I, x, x->rank, shape, names, span);
+    int d = shard_dim(x);
+    if (d == last) {
+        tp_diag *g = report(I, TP_ERROR, style_or(x, span), "layout-mismatch", x, NULL,
+                            "'%s' has a full (replicated) weight, but its plain input is sharded on the features it "
+                            "contracts (dimension %d, %s)", mod->fqn, last, x->dimname[last]);
+        if (g && span.file >= 0)
+            tp_diag_note_at(g, span, "'%s' is called here", mod->fqn);
+        if (g)
+            tp_diag_help(g, "shard '%s' with RowwiseParallel() to match its sharded input", mod->fqn);
+        r->poisoned = true;
+    } else if (tp_placement_is_partial(x->pl) && tp_module_param(mod, "bias")) {
+        tp_diag *g = report(I, TP_ERROR, x->partial_cause ? entry_span(x->partial_cause) : span,
+                            "partial-nonlinear", x, NULL, "'%s' adds its bias to a plain tensor of partial sums: the bias is counted %lld times",
+                            mod->fqn, (long long)I->tp);
+        if (g)
+            tp_diag_help(g, "reduce the input first (output_layouts=Replicate() upstream)");
+        r->poisoned = true;
+    }
+    return r;
+}
+
+static tp_val *embedding_forward(interp *I, tp_module *mod, tp_val **idsp, tp_span span)
+{
+    tp_val *ids = *idsp;
+    tp_param *w = tp_module_param(mod, "weight");
+    int64_t shape[TP_MAX_RANK];
+    const char *names[TP_MAX_RANK];
+    memcpy(shape, ids->shape, sizeof shape);
+    memcpy(names, ids->dimname, sizeof names);
+    if (ids->rank >= TP_MAX_RANK) {
+        tp_diag_add(I->d, TP_ERROR, span, "model", "'%s': too many input dimensions", mod->fqn);
+        I->stop = true;
+        return ids;
+    }
+    shape[ids->rank] = w->shape[1];
+    names[ids->rank] = w->dimname[1];
+    const tp_style *s = mod->style;
+    if (s && (s->kind == TP_STYLE_COLWISE || s->kind == TP_STYLE_ROWWISE)) {
+        ids = *idsp = expect_input(I, ids, tp_replicate(), span);
+        tp_val *r = result_like(I, ids, ids->rank + 1, shape, names, span);
+        /* Colwise splits the embedding dim; Rowwise splits the vocab and
+         * yields rows that still need masking and summing (_MaskPartial) */
+        r->pl = s->kind == TP_STYLE_COLWISE ? tp_shard(ids->rank) : tp_mask_partial();
+        r->is_index = false;
+        r->shard_cause = s;
+        r->partial_cause = s;
+        return r;
+    }
+    bool mixed = plain_module_gets_dtensor(I, mod, ids, span);
+    tp_val *r = result_like(I, ids, ids->rank + 1, shape, names, span);
+    r->is_index = false;
+    r->poisoned |= mixed;
+    return r;
+}
+
+static tp_val *norm_forward(interp *I, tp_module *mod, tp_val **xp, tp_span span)
+{
+    tp_val *x = *xp;
+    int last = x->rank - 1;
+    const tp_style *s = mod->style;
+    if (!s || s->kind != TP_STYLE_SEQUENCE) {
+        if (plain_module_gets_dtensor(I, mod, x, span)) {
+            tp_val *r = val_copy(I, x);
+            r->poisoned = true;
+            return r;
+        }
+        x = *xp = resolve_partial(I, x, mod->type, span);
+    }
+    if (shard_dim(x) == last) {
+        tp_diag *g = report(I, TP_ERROR, style_or(x, span), "layout-mismatch", x, NULL,
+                            "'%s' (%s) normalises over dimension %d (%s), which is sharded: each rank would "
+                            "normalise its own slice of the features", mod->fqn, mod->type, last, x->dimname[last]);
+        if (g && span.file >= 0)
+            tp_diag_note_at(g, span, "'%s' is called here", mod->fqn);
+        if (g)
+            tp_diag_help(g, "gather the features first, or shard the sequence instead (SequenceParallel)");
+        x->poisoned = true;
+    }
+    return result_like(I, x, x->rank, x->shape, x->dimname, span);
+}
+
+/* [..., k] rows as a matrix: the product of the local leading dims. */
+static int64_t rows_of(const interp *I, const tp_val *x)
+{
+    int64_t m = 1;
+    for (int d = 0; d < x->rank - 1; d++)
+        m *= local_size(I, x, d);
+    return m;
+}
+
+static void lower_linear(interp *I, tp_module *mod, tp_val *x, tp_val *r)
+{
+    tp_param *w = tp_module_param(mod, "weight"), *b = tp_module_param(mod, "bias");
+    tp_ir_op *op = lower_op(I, TP_OP_MATMUL, r, "out", x, NULL, NULL);
+    op->weight = lower_param(I, w);
+    op->m = rows_of(I, x);
+    op->k = local_size(I, x, x->rank - 1);
+    op->n = local_size(I, r, r->rank - 1);
+    if (!b)
+        return;
+    op = lower_op(I, TP_OP_BIAS_ADD, r, "out", r, NULL, NULL);
+    op->bias = lower_param(I, b);
+    op->m = rows_of(I, r);
+    op->n = local_size(I, r, r->rank - 1);
+    /* a replicated bias added to a Partial sum is divided by tp (DTensor's
+     * addmm rule), so the reduction counts it once */
+    op->scale = tp_placement_is_partial(r->pl) ? 1.0 / (double)I->tp : 1.0;
+}
+
+static void lower_embedding(interp *I, tp_module *mod, tp_val *ids, tp_val *r)
+{
+    tp_ir_op *op = lower_op(I, TP_OP_EMBEDDING, r, "out", ids, NULL, NULL);
+    op->weight = lower_param(I, tp_module_param(mod, "weight"));
+    op->vocab_local = I->a->ir.params[op->weight].local[0];
+    op->masked = r->pl.kind == TP_MASK_PARTIAL;
+    op->n = I->a->ir.params[op->weight].local[1];
+}
+
+static void lower_norm(interp *I, tp_module *mod, tp_val *x, tp_val *r)
+{
+    tp_param *b = tp_module_param(mod, "bias");
+    tp_ir_op *op = lower_op(I, mod->kind == TP_MOD_RMSNORM ? TP_OP_RMSNORM : TP_OP_LAYERNORM, r, "out", x, NULL, NULL);
+    op->weight = lower_param(I, tp_module_param(mod, "weight"));
+    op->bias = b ? lower_param(I, b) : -1;
+    op->m = rows_of(I, x);
+    op->n = local_size(I, x, x->rank - 1);
+    /* PyTorch's defaults: nn.LayerNorm eps 1e-5; HF's RMSNorm 1e-6 */
+    op->eps = mod->kind == TP_MOD_RMSNORM ? 1e-6 : 1e-5;
+}
+
+iv leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span span)
+{
+    if (nargs < 1 || args[0].kind != IV_TENSOR) {
+        tp_diag_add(I->d, TP_ERROR, span, "model", "'%s' (%s) takes one tensor argument", mod->fqn, mod->type);
+        I->stop = true;
+        return none_iv;
+    }
+    tp_val *x = args[0].t, *r;
+    switch (mod->kind) {
+    case TP_MOD_LINEAR:
+        r = linear_forward(I, mod, &x, span);
+        lower_linear(I, mod, x, r);
+        break;
+    case TP_MOD_EMBEDDING:
+        r = embedding_forward(I, mod, &x, span);
+        if (r != x)
+            lower_embedding(I, mod, x, r);
+        break;
+    default:
+        r = norm_forward(I, mod, &x, span);
+        lower_norm(I, mod, x, r);
+        break;
+    }
+    return tensor_iv(r);
+}

@@ -1,0 +1,117 @@
+/* params.c: parameter placements under the plan, tied weights and the
+ * divisibility of every sharded parameter dimension. */
+#include <stdlib.h>
+#include <string.h>
+#include "compiler/front/astutil.h"
+#include "compiler/sema/check_impl.h"
+#include "util/xalloc.h"
+
+/* PyTorch's partition functions: Colwise shards Linear rows (out
+ * features) and Embedding columns; Rowwise shards Linear columns (in
+ * features, bias replicated) and Embedding rows (vocab). */
+tp_placement param_placement(const tp_param *prm)
+{
+    const tp_module *m = prm->owner;
+    const tp_style *s = m->style;
+    bool bias = !strcmp(prm->name, "bias");
+    if (!s)
+        return tp_replicate();
+    if (s->kind == TP_STYLE_COLWISE)
+        return m->kind == TP_MOD_LINEAR ? tp_shard(0) : tp_shard(1);
+    if (s->kind == TP_STYLE_ROWWISE)
+        return bias ? tp_replicate() : m->kind == TP_MOD_LINEAR ? tp_shard(1) : tp_shard(0);
+    return tp_replicate();
+}
+
+bool param_is_dtensor(const tp_param *prm)
+{
+    const tp_style *s = prm->owner->style;
+    return s && (s->kind == TP_STYLE_COLWISE || s->kind == TP_STYLE_ROWWISE || s->kind == TP_STYLE_SEQUENCE);
+}
+
+/* The style giving a parameter of `mod` the placement `want`, if any. */
+static const char *style_for(const tp_module *mod, tp_placement want)
+{
+    if (want.kind != TP_SHARD)
+        return NULL;
+    if (mod->kind == TP_MOD_LINEAR)
+        return want.dim == 0 ? "ColwiseParallel" : "RowwiseParallel";
+    if (mod->kind == TP_MOD_EMBEDDING)
+        return want.dim == 0 ? "RowwiseParallel" : "ColwiseParallel";
+    return NULL;
+}
+
+static void check_tie(interp *I, tp_param *prm)
+{
+    tp_param *twin = prm->tied_to;
+    tp_placement a = param_placement(prm), b = param_placement(twin);
+    if (tp_placement_eq(a, b, 2) || I->tp == 1)
+        return;
+    const tp_style *sa = prm->owner->style, *sb = twin->owner->style;
+    char pa[24], pb[24];
+    tp_span at = sa ? entry_span(sa) : sb ? entry_span(sb) : prm->tie_span;
+    tp_diag *g = report(I, TP_ERROR, at, "tied-weights", NULL, NULL,
+                        "'%s' is tied to '%s', but the plan places them differently: %s vs %s",
+                        prm->fqn, twin->fqn, pl_str(a, 2, pa), pl_str(b, 2, pb));
+    if (!g)
+        return;
+    if (sb)
+        tp_diag_note_at(g, entry_span(sb), "'%s' is %s here", twin->owner->fqn, sb->name);
+    tp_diag_note_at(g, prm->tie_span, "the weights are tied here");
+    /* Prefer changing the embedding's style: its input is replicated token
+     * ids, so Colwise <-> Rowwise keeps the rest of the plan valid. */
+    tp_module *emb = prm->owner->kind == TP_MOD_EMBEDDING ? prm->owner : twin->owner;
+    tp_module *other = emb == prm->owner ? twin->owner : prm->owner;
+    tp_param *other_w = tp_module_param(other, "weight");
+    const char *fix = style_for(emb, param_placement(other_w));
+    if (emb->style && fix && emb->kind == TP_MOD_EMBEDDING && strcmp(fix, emb->style->name)) {
+        tp_diag_help(g, "make '%s' %s so both hold %s; a vocab-sharded embedding (RowwiseParallel) with a "
+                        "column-parallel head keeps sequence parallelism with tied weights",
+                     emb->fqn, fix, pl_str(param_placement(other_w), 2, pa));
+        fix_rename_style(g, emb->style, fix);
+    } else {
+        tp_diag_help(g, "give both modules styles that shard the shared weight the same way: Embedding RowwiseParallel "
+                        "(vocab rows, Shard(0)) pairs with Linear ColwiseParallel (Shard(0))");
+    }
+}
+
+static void check_param_divisible(interp *I, tp_param *prm)
+{
+    tp_placement p = param_placement(prm);
+    if (p.kind != TP_SHARD || prm->shape[p.dim] % I->tp == 0)
+        return;
+    const tp_style *s = prm->owner->style;
+    int64_t n = prm->shape[p.dim];
+    tp_diag *g = report(I, TP_ERROR, entry_span(s), "divisibility", NULL, NULL,
+                        "%s shards '%s' on dimension %d (%s = %lld), which does not split over %lld ranks",
+                        s->name, prm->fqn, p.dim, prm->dimname[p.dim], (long long)n, (long long)I->tp);
+    if (!g)
+        return;
+    const tp_node *ctor = prm->owner->decl ? prm->owner->decl->kids[0] : NULL;
+    const tp_node *pad = ctor && ctor->kind == N_CALL ? tp_call_kw(ctor, "pad_to") : NULL;
+    if (prm->owner->decl)
+        tp_diag_note_at(g, prm->owner->decl->span, "'%s' is declared here", prm->owner->fqn);
+    if (pad && pad->kind == N_NAME) {
+        int64_t padded = (prm->logical[p.dim] + I->tp - 1) / I->tp * I->tp;
+        tp_diag_help(g, "pad it: -D %s=%lld makes %s %lld (the padded rows are zero and dropped from the output)",
+                     pad->name, (long long)I->tp, prm->dimname[p.dim], (long long)padded);
+    } else {
+        tp_diag_help(g, "use a tp that divides %lld, or leave '%s' replicated", (long long)n, prm->owner->fqn);
+    }
+}
+
+void check_params(interp *I)
+{
+    for (int i = 0; i < I->m->count; i++) {
+        tp_module *mod = I->m->all[i];
+        I->cur = mod;
+        for (int k = 0; k < mod->nparams; k++) {
+            tp_param *prm = &mod->params[k];
+            if (prm->tied_to)
+                check_tie(I, prm);
+            if (mod->style)
+                check_param_divisible(I, prm);
+        }
+    }
+    I->cur = NULL;
+}

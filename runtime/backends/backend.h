@@ -1,0 +1,112 @@
+/* backend.h: the table of kernels a backend provides to the executor.
+ *
+ * One table per backend (CPU: OpenBLAS + C; CUDA: kernels + cuBLAS). The
+ * executor walks the schedule and calls these with pointers into the
+ * activation arena and the weight region; every shape comes from the
+ * schedule. Tensors are row-major and contiguous. Semantics follow the op
+ * kinds of compiler/ir/ir.h and docs/schedule.md.
+ *
+ * Element types. A backend stores the floating-point tensors of a schedule
+ * in one dtype, `dtype`: TP_F32 (the CPU backend; the zero value, so a
+ * table that leaves it out is fp32), or TP_BF16 (the CUDA backend of a bf16
+ * schedule, accumulating in fp32). The `float *` parameters below point to
+ * tensors in that storage dtype: a bf16 backend passes them on to its
+ * kernels and never dereferences them as float. Three kinds of operand
+ * keep their own type whatever `dtype` is: token ids, labels and positions
+ * (int32), and the loss with its per-token pieces — the outputs of
+ * cross_entropy and ce_*, and every input of ce_loss — which are float32
+ * (the compiler marks those buffers f32 in a bf16 schedule). The executor
+ * converts between float32 host data and the storage dtype
+ * (tr_exec_write_buf, tr_exec_read_buf, tr_exec_write_weights), so to_device
+ * and to_host move bytes unchanged. */
+#ifndef TPRUN_BACKEND_H
+#define TPRUN_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "sched/ops.h"     /* tp_dtype */
+
+typedef enum tp_unary { TP_UNARY_SILU, TP_UNARY_GELU, TP_UNARY_RELU } tp_unary;
+typedef enum tp_binary { TP_BINARY_ADD, TP_BINARY_MUL } tp_binary;
+
+typedef struct tp_backend {
+    const char *name;
+    tp_dtype dtype;    /* storage of float tensors: TP_F32 (zero) or TP_BF16 */
+
+    /* memory: the arena and weights live where the kernels read them */
+    void *(*alloc)(size_t bytes);                     /* zeroed; NULL on failure */
+    void (*release)(void *p);
+    void (*to_device)(void *dst, const void *src, size_t bytes);
+    void (*to_host)(void *dst, const void *src, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes);   /* within backend memory */
+    /* threads a kernel may use (BLAS); (optional) */
+    void (*set_threads)(int threads);
+    /* (optional) a backend that queues work asynchronously (CUDA): wait
+     * until everything queued is done. The executor calls it at the end of
+     * a run, so its time is the forward's, and after every op when it
+     * times ops (profile, trace). */
+    void (*synchronize)(void);
+    /* (optional) the op about to run, so a fatal error inside the backend
+     * can name it (schedule index, op kind, module, plan entry or NULL) */
+    void (*begin_op)(int index, const char *kind, const char *module, const char *entry);
+
+    /* out[t, :] = w[ids[t] - vocab_start, :] for t < ntok; rows outside
+     * [vocab_start, vocab_start + rows) give zeros when masked; unmasked
+     * lookups only see ids tprun checked against the vocabulary. */
+    void (*embedding)(float *out, const int32_t *ids, int64_t ntok, const float *w, int64_t rows, int64_t dim,
+                      int64_t vocab_start, bool masked);
+    /* out[m, n] = x[m, k] . w[n, k]^T   (nn.Linear) */
+    void (*matmul)(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k);
+    /* out[i, j] = x[i, j] + scale * b[j]   (out may equal x) */
+    void (*bias_add)(float *out, const float *x, const float *b, int64_t m, int64_t n, float scale);
+    /* out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * w */
+    void (*rmsnorm)(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps);
+    /* out[i, :] = (x - mean) / sqrt(var + eps) * w + b   (b may be NULL) */
+    void (*layernorm)(float *out, const float *x, const float *w, const float *b, int64_t m, int64_t n, float eps);
+    /* Hugging Face Llama RoPE (rotate_half) on x[b, s, h, d], position of
+     * token j is pos_offset + j, inv_freq[i] = theta^(-2i/d) */
+    void (*rope)(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t pos_offset,
+                 float theta);
+    /* causal softmax(q k^T / sqrt(d)) v; q, out [b, s, h, d]; k, v [b, s, g, d];
+     * query head i reads kv head i / (h / g) */
+    void (*attention)(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
+                      int64_t g, int64_t d);
+    /* silu(x) = x * sigmoid(x); gelu = tanh approximation (GPT-2's gelu_new) */
+    void (*unary)(tp_unary op, float *out, const float *x, int64_t n);
+    /* out[i] = a[i] op b[i % nb]  (b broadcasts over leading dims) */
+    void (*binary)(tp_binary op, float *out, const float *a, int64_t n, const float *b, int64_t nb);
+    void (*scale)(float *out, const float *x, int64_t n, float s);
+    /* out = chunk `index` of `parts` of x (shape[rank]) along dim */
+    void (*slice)(float *out, const float *x, const int64_t *shape, int rank, int dim, int index, int parts);
+    /* Reshards: the `parts` chunks of x (shape[rank]) along dim, laid out one
+     * after another, and the inverse, from such blocks back to one tensor
+     * whose dim is parts times the block's (out's shape given). Collectives
+     * move whole blocks, so every gather or scatter along an inner dim goes
+     * through these. */
+    void (*split_blocks)(float *out, const float *x, const int64_t *shape, int rank, int dim, int parts);
+    void (*join_blocks)(float *out, const float *blocks, const int64_t *shape, int rank, int dim, int parts);
+    /* out[i, j] = pos_offset + j for a [b, s] tensor */
+    void (*positions)(int32_t *out, int64_t b, int64_t s, int64_t pos_offset);
+    /* Hugging Face causal-LM loss: mean over t < s-1 of
+     * -log softmax(logits[b, t, :vocab])[labels[b, t+1]], labels -100 ignored;
+     * logits [b, s, v] with v >= vocab (padded columns ignored) */
+    void (*cross_entropy)(float *loss, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
+                          int64_t vocab);
+    /* vocab-parallel pieces over local columns [vocab_start, vocab_start + v);
+     * columns at or beyond `vocab` (padding) are ignored */
+    void (*ce_max)(float *out, const float *logits, int64_t rows, int64_t v, int64_t vocab_start, int64_t vocab);
+    void (*ce_sumexp)(float *out, const float *logits, const float *max, int64_t rows, int64_t v,
+                      int64_t vocab_start, int64_t vocab);
+    /* out[b, t] = logits[b, t, labels[b, t+1] - vocab_start] when that column is
+     * local, else 0 (t < s-1; the last position is 0) */
+    void (*ce_target)(float *out, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
+                      int64_t vocab_start);
+    /* loss = mean over valid (b, t < s-1) of log(sumexp) + max - target */
+    void (*ce_loss)(float *loss, const float *sumexp, const float *max, const float *target, const int32_t *labels,
+                    int64_t b, int64_t s);
+} tp_backend;
+
+const tp_backend *tp_backend_cpu(void);
+
+#endif /* TPRUN_BACKEND_H */

@@ -1,0 +1,530 @@
+/* backend_cpu.c: the CPU backend — OpenBLAS sgemm for matmul, plain C for
+ * everything else.
+ *
+ * Tensors are fp32 in memory (the schedule's contract), but every reduction
+ * whose length grows with the model (norms over hidden, softmax over the
+ * sequence or the vocabulary, the loss over tokens) accumulates in double:
+ * a float sum over 128k vocabulary columns or 8k keys loses digits that the
+ * tests, and tensor-parallel runs compared against a single-rank run, would
+ * otherwise see as noise. Softmaxes subtract the row maximum so exp() never
+ * overflows.
+ *
+ * Preconditions the executor or the compiler guarantees (shapes that split
+ * evenly, labels in range, ids in range for unmasked embeddings) are
+ * asserted; a kernel never exits or aborts otherwise. No kernel allocates:
+ * the table has no way to report a failure, so scratch space lives on the
+ * stack in small fixed blocks. */
+#include "runtime/backends/backend.h"
+
+#include <assert.h>
+#include <cblas.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* memory                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* The arena and the weights are host memory: "device" copies are memcpy. */
+static void *cpu_alloc(size_t bytes)
+{
+    /* calloc(0) may legitimately return NULL, which the caller would take
+     * for an out-of-memory failure; an empty buffer gets one byte instead. */
+    return calloc(bytes ? bytes : 1, 1);
+}
+
+static void cpu_release(void *p) { free(p); }
+
+static void cpu_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes) /* memcpy with a NULL pointer is undefined even for 0 bytes */
+        memcpy(dst, src, bytes);
+}
+
+/* ------------------------------------------------------------------------ */
+/* embedding                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* A vocab-parallel (RowwiseParallel) embedding holds rows [vocab_start,
+ * vocab_start + rows) and emits zeros for the other ids; the all-reduce that
+ * follows sums the one non-zero contribution per token. */
+static void cpu_embedding(float *out, const int32_t *ids, int64_t ntok, const float *w, int64_t rows, int64_t dim,
+                          int64_t vocab_start, bool masked)
+{
+    for (int64_t t = 0; t < ntok; t++) {
+        int64_t r = (int64_t)ids[t] - vocab_start;
+        float *o = out + t * dim;
+        if (r < 0 || r >= rows) {
+            /* unmasked out-of-range ids are reported by the executor first */
+            assert(masked && "embedding id out of range");
+            memset(o, 0, (size_t)dim * sizeof *o);
+            continue;
+        }
+        memcpy(o, w + r * dim, (size_t)dim * sizeof *o);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* linear algebra                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* nn.Linear: the weight is [n, k] (out_features, in_features), so the
+ * product is x . w^T — sgemm with the second operand transposed. */
+static void cpu_matmul(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k)
+{
+    /* the CBLAS interface takes int (blasint) sizes */
+    assert(m >= 0 && n >= 0 && k >= 0 && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX);
+    if (m == 0 || n == 0)
+        return;
+    if (k == 0) { /* an empty sum; the leading dimensions below would be 0 */
+        memset(out, 0, (size_t)(m * n) * sizeof *out);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)k, 1.0f, x, (int)k, w, (int)k, 0.0f,
+                out, (int)n);
+}
+
+/* scale is 1 normally; a bias on a Partial tensor is added as b / tp by
+ * every rank so that the sum over ranks adds it once. */
+static void cpu_bias_add(float *out, const float *x, const float *b, int64_t m, int64_t n, float scale)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++)
+            out[i * n + j] = x[i * n + j] + scale * b[j];
+}
+
+/* ------------------------------------------------------------------------ */
+/* normalisation                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Statistics are read from the whole row before any element is written, so
+ * out may equal x. */
+static void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps)
+{
+    assert(n > 0);
+    for (int64_t i = 0; i < m; i++) {
+        const float *xr = x + i * n;
+        float *o = out + i * n;
+        double ss = 0.0;
+        for (int64_t j = 0; j < n; j++)
+            ss += (double)xr[j] * xr[j];
+        double inv = 1.0 / sqrt(ss / (double)n + (double)eps);
+        for (int64_t j = 0; j < n; j++)
+            o[j] = (float)((double)xr[j] * inv * w[j]);
+    }
+}
+
+/* Two passes (mean, then the mean of squared deviations) rather than
+ * E[x^2] - E[x]^2, which cancels badly when |mean| >> std. The variance is
+ * the biased one, as in nn.LayerNorm. */
+static void cpu_layernorm(float *out, const float *x, const float *w, const float *b, int64_t m, int64_t n, float eps)
+{
+    assert(n > 0 && w);
+    for (int64_t i = 0; i < m; i++) {
+        const float *xr = x + i * n;
+        float *o = out + i * n;
+        double sum = 0.0;
+        for (int64_t j = 0; j < n; j++)
+            sum += xr[j];
+        double mean = sum / (double)n;
+        double sq = 0.0;
+        for (int64_t j = 0; j < n; j++) {
+            double dlt = xr[j] - mean;
+            sq += dlt * dlt;
+        }
+        double inv = 1.0 / sqrt(sq / (double)n + (double)eps);
+        for (int64_t j = 0; j < n; j++) {
+            double y = ((double)xr[j] - mean) * inv * w[j];
+            o[j] = (float)(b ? y + b[j] : y);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* rotary position embedding                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Hugging Face's rotate_half convention: the pairs are (i, i + d/2), not
+ * adjacent elements, and cos/sin = cat(freqs, freqs), so
+ *   out[i]       = x[i] cos(p f_i) - x[i + d/2] sin(p f_i)
+ *   out[i + d/2] = x[i + d/2] cos(p f_i) + x[i] sin(p f_i)
+ * with f_i = theta^(-2i/d). Angles are computed in double: in float, p f_i
+ * at p ~ 8k is off by ~5e-4 rad. Each pair is read before it is written, so
+ * out may equal x. A sequence shard passes pos_offset = rank * s. */
+static void cpu_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t pos_offset,
+                     float theta)
+{
+    assert(d % 2 == 0 && theta > 0);
+    const int64_t half = d / 2;
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t j = 0; j < s; j++) {
+            const double pos = (double)(pos_offset + j);
+            const int64_t row = (bi * s + j) * h; /* first head of token j */
+            for (int64_t i = 0; i < half; i++) {
+                /* one sin/cos per (position, frequency), shared by every head */
+                double ang = pos * pow((double)theta, -2.0 * (double)i / (double)d);
+                double c = cos(ang), sn = sin(ang);
+                for (int64_t hi = 0; hi < h; hi++) {
+                    const float *xr = x + (row + hi) * d;
+                    float *o = out + (row + hi) * d;
+                    double x1 = xr[i], x2 = xr[i + half];
+                    o[i] = (float)(x1 * c - x2 * sn);
+                    o[i + half] = (float)(x2 * c + x1 * sn);
+                }
+            }
+        }
+}
+
+/* ------------------------------------------------------------------------ */
+/* attention                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* Keys are visited in blocks of ATTN_BLOCK with an online softmax
+ * (running max and running denominator, rescaling what was accumulated
+ * when the max grows), so the scratch is a fixed stack array whatever the
+ * sequence length. Scores, probabilities and the per-block weighted sums of
+ * v are double; the output row holds the running numerator between blocks,
+ * so it is rounded to float only once per block. */
+#define ATTN_BLOCK 128
+
+static void cpu_attention(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
+                          int64_t g, int64_t d)
+{
+    /* out is the running numerator: it must not overlap the inputs */
+    assert(out != q && out != k && out != v);
+    assert(g > 0 && h % g == 0 && d > 0);
+    const int64_t group = h / g; /* query heads per kv head */
+    const double scale = 1.0 / sqrt((double)d);
+    double p[ATTN_BLOCK];
+
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t hi = 0; hi < h; hi++) {
+            const int64_t kh = hi / group;
+            for (int64_t t = 0; t < s; t++) {
+                const float *qr = q + ((bi * s + t) * h + hi) * d;
+                float *o = out + ((bi * s + t) * h + hi) * d;
+                double mx = -INFINITY, denom = 0.0;
+                memset(o, 0, (size_t)d * sizeof *o);
+                /* causal: query t sees keys 0..t */
+                for (int64_t kb = 0; kb <= t; kb += ATTN_BLOCK) {
+                    const int64_t nk = (t + 1 - kb < ATTN_BLOCK) ? t + 1 - kb : ATTN_BLOCK;
+                    double bmax = -INFINITY;
+                    for (int64_t j = 0; j < nk; j++) {
+                        const float *kr = k + ((bi * s + kb + j) * g + kh) * d;
+                        double dot = 0.0;
+                        for (int64_t c = 0; c < d; c++)
+                            dot += (double)qr[c] * kr[c];
+                        p[j] = dot * scale;
+                        if (p[j] > bmax)
+                            bmax = p[j];
+                    }
+                    const double nmax = bmax > mx ? bmax : mx;
+                    /* exp(-inf) = 0 on the first block: nothing to rescale */
+                    const double rescale = exp(mx - nmax);
+                    denom *= rescale;
+                    for (int64_t j = 0; j < nk; j++) {
+                        p[j] = exp(p[j] - nmax);
+                        denom += p[j];
+                    }
+                    for (int64_t c = 0; c < d; c++) {
+                        double acc = 0.0;
+                        for (int64_t j = 0; j < nk; j++)
+                            acc += p[j] * v[((bi * s + kb + j) * g + kh) * d + c];
+                        o[c] = (float)((double)o[c] * rescale + acc);
+                    }
+                    mx = nmax;
+                }
+                for (int64_t c = 0; c < d; c++)
+                    o[c] = (float)((double)o[c] / denom);
+            }
+        }
+}
+
+/* ------------------------------------------------------------------------ */
+/* elementwise                                                               */
+/* ------------------------------------------------------------------------ */
+
+static float silu(float x)
+{
+    /* x / (1 + e^-x): for x << 0, e^-x overflows to inf and the result is
+     * -0, the correct limit, rather than inf * 0 = NaN from x * sigmoid. */
+    return (float)((double)x / (1.0 + exp(-(double)x)));
+}
+
+static float gelu_tanh(float x)
+{
+    /* GPT-2's gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    const double kc = 0.7978845608028654; /* sqrt(2 / pi) */
+    double xd = x;
+    return (float)(0.5 * xd * (1.0 + tanh(kc * (xd + 0.044715 * xd * xd * xd))));
+}
+
+static void cpu_unary(tp_unary op, float *out, const float *x, int64_t n)
+{
+    switch (op) {
+    case TP_UNARY_SILU:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = silu(x[i]);
+        break;
+    case TP_UNARY_GELU:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = gelu_tanh(x[i]);
+        break;
+    case TP_UNARY_RELU:
+        /* written so that NaN propagates, as torch.relu does */
+        for (int64_t i = 0; i < n; i++)
+            out[i] = x[i] < 0.0f ? 0.0f : x[i];
+        break;
+    default:
+        assert(!"unknown unary op");
+    }
+}
+
+/* b repeats every nb elements (a bias-shaped or same-shaped operand);
+ * iterating block by block avoids a modulo per element. */
+static void cpu_binary(tp_binary op, float *out, const float *a, int64_t n, const float *b, int64_t nb)
+{
+    assert(nb > 0 && n % nb == 0);
+    for (int64_t base = 0; base < n; base += nb) {
+        switch (op) {
+        case TP_BINARY_ADD:
+            for (int64_t j = 0; j < nb; j++)
+                out[base + j] = a[base + j] + b[j];
+            break;
+        case TP_BINARY_MUL:
+            for (int64_t j = 0; j < nb; j++)
+                out[base + j] = a[base + j] * b[j];
+            break;
+        default:
+            assert(!"unknown binary op");
+        }
+    }
+}
+
+static void cpu_scale(float *out, const float *x, int64_t n, float s)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = x[i] * s;
+}
+
+/* ------------------------------------------------------------------------ */
+/* layout                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* torch.chunk(x, parts, dim)[index] for an even split: the tensor is
+ * outer x shape[dim] x inner, and each of the outer slabs contributes one
+ * contiguous run of (shape[dim] / parts) * inner elements. */
+static void cpu_slice(float *out, const float *x, const int64_t *shape, int rank, int dim, int index, int parts)
+{
+    if (dim < 0) /* Shard(-1) style dims count from the end */
+        dim += rank;
+    assert(dim >= 0 && dim < rank && parts > 0 && index >= 0 && index < parts);
+    assert(shape[dim] % parts == 0 && "the compiler only emits even splits");
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < dim; i++)
+        outer *= shape[i];
+    for (int i = dim + 1; i < rank; i++)
+        inner *= shape[i];
+    const int64_t chunk = shape[dim] / parts;
+    const size_t run = (size_t)(chunk * inner) * sizeof *out;
+    if (run == 0)
+        return;
+    for (int64_t o = 0; o < outer; o++)
+        memcpy(out + o * chunk * inner, x + (o * shape[dim] + (int64_t)index * chunk) * inner, run);
+}
+
+/* Position ids for learned position embeddings; a sequence shard passes
+ * pos_offset = rank * s. */
+static void cpu_positions(int32_t *out, int64_t b, int64_t s, int64_t pos_offset)
+{
+    assert(pos_offset >= 0 && pos_offset + s <= INT32_MAX);
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t j = 0; j < s; j++)
+            out[bi * s + j] = (int32_t)(pos_offset + j);
+}
+
+/* ------------------------------------------------------------------------ */
+/* cross-entropy                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Hugging Face's causal-LM loss shifts: position t predicts token t+1, so
+ * the label of row (b, t) is labels[b, t+1] and the last position of each
+ * sequence has none. Labels equal to -100 are ignored; the mean is over the
+ * remaining rows, and is NaN (0/0) when there are none, as in torch. */
+#define CE_IGNORE (-100)
+
+static int32_t shifted_label(const int32_t *labels, int64_t bi, int64_t t, int64_t s)
+{
+    return t + 1 < s ? labels[bi * s + t + 1] : CE_IGNORE;
+}
+
+/* Columns [vocab_start, vocab_start + v) are local; those at or beyond
+ * `vocab` are padding (a vocabulary padded to a multiple of tp) and must not
+ * take part in the softmax. Returns how many local columns are real. */
+static int64_t real_columns(int64_t v, int64_t vocab_start, int64_t vocab)
+{
+    int64_t n = vocab - vocab_start;
+    return n < 0 ? 0 : n > v ? v : n;
+}
+
+static void cpu_cross_entropy(float *loss, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
+                              int64_t vocab)
+{
+    assert(vocab > 0 && vocab <= v);
+    double total = 0.0;
+    int64_t count = 0;
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t t = 0; t + 1 < s; t++) {
+            int32_t label = shifted_label(labels, bi, t, s);
+            if (label == CE_IGNORE)
+                continue;
+            assert(label >= 0 && label < vocab && "label outside the vocabulary");
+            const float *row = logits + (bi * s + t) * v;
+            double mx = -INFINITY;
+            for (int64_t c = 0; c < vocab; c++)
+                if (row[c] > mx)
+                    mx = row[c];
+            double sum = 0.0;
+            for (int64_t c = 0; c < vocab; c++)
+                sum += exp((double)row[c] - mx);
+            /* -log softmax = log sum exp(l - max) + max - l[label] */
+            total += log(sum) + mx - (double)row[label];
+            count++;
+        }
+    *loss = (float)(total / (double)count);
+}
+
+/* The vocab-parallel pieces, composed by the executor as
+ *   ce_max -> all-reduce MAX -> ce_sumexp (with the global max) ->
+ *   all-reduce SUM; ce_target -> all-reduce SUM; ce_loss,
+ * give cross_entropy's value; each piece reads only local columns. */
+
+/* A rank holding only padding columns reports -inf, the identity of MAX. */
+static void cpu_ce_max(float *out, const float *logits, int64_t rows, int64_t v, int64_t vocab_start, int64_t vocab)
+{
+    const int64_t nreal = real_columns(v, vocab_start, vocab);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = logits + r * v;
+        float mx = -INFINITY;
+        for (int64_t c = 0; c < nreal; c++)
+            if (row[c] > mx)
+                mx = row[c];
+        out[r] = mx;
+    }
+}
+
+/* max is the global (all-reduced) row max, so every rank's terms are
+ * exp(l - max) <= 1 and the SUM all-reduce adds comparable numbers. */
+static void cpu_ce_sumexp(float *out, const float *logits, const float *max, int64_t rows, int64_t v,
+                          int64_t vocab_start, int64_t vocab)
+{
+    const int64_t nreal = real_columns(v, vocab_start, vocab);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = logits + r * v;
+        const double mx = max[r];
+        double sum = 0.0;
+        for (int64_t c = 0; c < nreal; c++)
+            sum += exp((double)row[c] - mx);
+        out[r] = (float)sum;
+    }
+}
+
+/* Exactly one rank holds each label's column, so the SUM all-reduce of the
+ * targets yields the label's logit; ignored labels (-100) are nowhere local
+ * and give 0, which ce_loss skips anyway. */
+static void cpu_ce_target(float *out, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
+                          int64_t vocab_start)
+{
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t t = 0; t < s; t++) {
+            int64_t col = (int64_t)shifted_label(labels, bi, t, s) - vocab_start;
+            out[bi * s + t] = (col >= 0 && col < v) ? logits[(bi * s + t) * v + col] : 0.0f;
+        }
+}
+
+static void cpu_ce_loss(float *loss, const float *sumexp, const float *max, const float *target, const int32_t *labels,
+                        int64_t b, int64_t s)
+{
+    double total = 0.0;
+    int64_t count = 0;
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t t = 0; t + 1 < s; t++) {
+            if (shifted_label(labels, bi, t, s) == CE_IGNORE)
+                continue;
+            const int64_t r = bi * s + t;
+            total += log((double)sumexp[r]) + (double)max[r] - (double)target[r];
+            count++;
+        }
+    *loss = (float)(total / (double)count);
+}
+
+/* ------------------------------------------------------------------------ */
+/* the table                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The blocks of a reshard: chunk p of x along dim at out + p * (n / parts). */
+static void cpu_split_blocks(float *out, const float *x, const int64_t *shape, int rank, int dim, int parts)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= shape[i];
+    for (int p = 0; p < parts; p++)
+        cpu_slice(out + p * (n / parts), x, shape, rank, dim, p, parts);
+}
+
+/* The inverse: `shape` is the joined tensor's; block p becomes its chunk p. */
+static void cpu_join_blocks(float *out, const float *blocks, const int64_t *shape, int rank, int dim, int parts)
+{
+    if (dim < 0)
+        dim += rank;
+    assert(dim >= 0 && dim < rank && parts > 0 && shape[dim] % parts == 0);
+    int64_t outer = 1, inner = 1, n;
+    for (int i = 0; i < dim; i++)
+        outer *= shape[i];
+    for (int i = dim + 1; i < rank; i++)
+        inner *= shape[i];
+    n = outer * shape[dim] * inner;
+    const int64_t chunk = shape[dim] / parts;
+    for (int p = 0; p < parts; p++)
+        for (int64_t o = 0; o < outer; o++)
+            memcpy(out + (o * shape[dim] + p * chunk) * inner, blocks + p * (n / parts) + o * chunk * inner,
+                   (size_t)(chunk * inner) * sizeof *out);
+}
+
+static void cpu_move(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
+
+/* One BLAS thread per rank by default: ranks already share the cores. */
+static void cpu_set_threads(int threads) { openblas_set_num_threads(threads); }
+
+static const tp_backend cpu_backend = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .to_device = cpu_copy,
+    .to_host = cpu_copy,
+    .embedding = cpu_embedding,
+    .matmul = cpu_matmul,
+    .bias_add = cpu_bias_add,
+    .rmsnorm = cpu_rmsnorm,
+    .layernorm = cpu_layernorm,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .unary = cpu_unary,
+    .binary = cpu_binary,
+    .scale = cpu_scale,
+    .slice = cpu_slice,
+    .split_blocks = cpu_split_blocks,
+    .join_blocks = cpu_join_blocks,
+    .copy = cpu_move,
+    .set_threads = cpu_set_threads,
+    .positions = cpu_positions,
+    .cross_entropy = cpu_cross_entropy,
+    .ce_max = cpu_ce_max,
+    .ce_sumexp = cpu_ce_sumexp,
+    .ce_target = cpu_ce_target,
+    .ce_loss = cpu_ce_loss,
+};
+
+const tp_backend *tp_backend_cpu(void) { return &cpu_backend; }

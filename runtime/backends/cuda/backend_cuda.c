@@ -1,0 +1,473 @@
+/* backend_cuda.c: the CUDA backend — the kernels of runtime/backends/cuda/kernels/ and
+ * cuBLAS, on one compute stream of one device per process.
+ *
+ * The table is backend_cpu's: the executor cannot tell them apart. Memory
+ * (the arena, the weight region, the staging buffers) is device memory.
+ * Kernels and GEMMs are queued on the compute stream and never waited for,
+ * except by to_device / to_host (host data crosses there) and synchronize;
+ * the NCCL communicator (comm_nccl.c) orders its stream after this one with
+ * events. Storage is the schedule's dtype: fp32, or bf16 with fp32
+ * accumulation (the kernels accumulate in fp32; cuBLAS computes
+ * CUBLAS_COMPUTE_32F). The executor converts host data to and from bf16, so
+ * to_device/to_host move bytes.
+ *
+ * Every CUDA and cuBLAS call is checked (backend_cuda.h); a failure names
+ * the rank, the schedule op running, the call, and where it is, then ends
+ * the job. Kernel faults are asynchronous and surface at the next checked
+ * call that waits; TPRUN_CUDA_SYNC=1 synchronises after every backend call
+ * so a fault is reported with the op that caused it. */
+#include "runtime/backends/cuda/backend_cuda.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+tp_gpu tp_gpu_ctx = {.op_index = -1};
+#define g tp_gpu_ctx      /* the context, in this file */
+
+/* ------------------------------------------------------------------------ */
+/* reporting                                                                 */
+/* ------------------------------------------------------------------------ */
+
+const char *tp_gpu_rank_prefix(void) { return g.prefix; }
+
+static const char *basename_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* " in op 12 (matmul in 'model.layers.0.mlp.up_proj', plan entry ...)",
+ * the executor's way of naming an op, or "" outside the forward pass */
+static void describe_op(char *buf, size_t len)
+{
+    if (g.op_index < 0 || !g.op_kind) {
+        buf[0] = '\0';
+        return;
+    }
+    snprintf(buf, len, " in op %d (%s in '%s'%s%s)", g.op_index, g.op_kind,
+             g.op_module && g.op_module[0] ? g.op_module : "(root)", g.op_entry ? ", plan entry " : "",
+             g.op_entry ? g.op_entry : "");
+}
+
+/* "<lib> error[ in op ...]: <call> failed: <message> [file:line function]" */
+static void format_check(char *buf, size_t len, bool with_op, const char *lib, const char *expr, const char *func,
+                         const char *file, int line, const char *msg)
+{
+    char op[600] = "";
+    if (with_op)
+        describe_op(op, sizeof op);
+    snprintf(buf, len, "%s error%s: %s failed: %s [%s:%d %s]", lib, op, expr, msg, basename_of(file), line, func);
+}
+
+/* Returned errors: the caller (tprun, the executor) adds the rank and op. */
+int tp_gpu_format(char *err, size_t errlen, const char *lib, const char *expr, const char *func, const char *file,
+                  int line, const char *msg)
+{
+    format_check(err, errlen, false, lib, expr, func, file, line, msg);
+    return -1;
+}
+
+_Noreturn void tp_gpu_fatal(const char *lib, const char *expr, const char *func, const char *file, int line,
+                            const char *msg)
+{
+    char text[1500];
+    format_check(text, sizeof text, true, lib, expr, func, file, line, msg);
+    fprintf(stderr, "tprun: %s%s\n", tp_gpu_rank_prefix(), text);
+    if (!strcmp(lib, "CUDA") && !g.sync_each)
+        fprintf(stderr, "tprun: %skernel errors surface at the next call that waits; rerun with TPRUN_CUDA_SYNC=1 "
+                        "to check after every op\n", tp_gpu_rank_prefix());
+    fflush(NULL);
+    if (g.on_fatal) {
+        void (*hook)(void *) = g.on_fatal;
+        g.on_fatal = NULL;     /* a failure inside the hook must not recurse */
+        hook(g.on_fatal_ctx);
+    }
+    abort();
+}
+
+/* After every backend call: nothing, or with TPRUN_CUDA_SYNC=1 wait and
+ * check, so an asynchronous kernel fault is blamed on the right op. */
+static void done(void)
+{
+    if (g.sync_each)
+        TP_CUDA_CHECK(cudaStreamSynchronize(g.stream));
+}
+
+/* ------------------------------------------------------------------------ */
+/* devices                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The usable devices' indices into list (up to max), how many there are,
+ * and otherwise why none. A failed query is an answer here, not an error:
+ * the CUDA runtime's message says why (insufficient driver: no libcuda.so;
+ * no device). The kernels are built for sm_80 and sm_90 (plus sm_90 PTX for
+ * newer GPUs): older devices are not counted. */
+static int usable_devices(int *list, int max, char *why, size_t whylen)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        snprintf(why, whylen, "%s", cudaGetErrorString(e));
+        (void)cudaGetLastError();      /* not sticky; leave no trace */
+        return 0;
+    }
+    if (n == 0)
+        snprintf(why, whylen, "the CUDA runtime reports no device");
+    int usable = 0;
+    for (int d = 0; d < n; d++) {
+        struct cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, d) != cudaSuccess) {
+            (void)cudaGetLastError();
+            continue;
+        }
+        if (p.major < 8) {
+            snprintf(why, whylen, "device %d (%s) is sm_%d%d; tprun's kernels need sm_80 or newer", d, p.name, p.major,
+                     p.minor);
+            continue;
+        }
+        if (usable < max)
+            list[usable] = d;
+        usable++;
+    }
+    return usable;
+}
+
+int tp_gpu_count(char *why, size_t whylen) { return usable_devices(NULL, 0, why, whylen); }
+
+/* The ranks on this node, and this rank's place among them: MPI's shared
+ * memory split, so consecutive ranks of one node take consecutive devices. */
+static int node_rank(const tp_comm *host, int *local, int *local_size, char *err, size_t errlen)
+{
+    *local = 0;
+    *local_size = 1;
+    int inited = 0;
+    if (host->world <= 1 || MPI_Initialized(&inited) != MPI_SUCCESS || !inited)
+        return 0;
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, host->rank, MPI_INFO_NULL, &node) != MPI_SUCCESS ||
+        MPI_Comm_rank(node, local) != MPI_SUCCESS || MPI_Comm_size(node, local_size) != MPI_SUCCESS) {
+        snprintf(err, errlen, "MPI_Comm_split_type failed: cannot tell which ranks share this node");
+        return -1;
+    }
+    MPI_Comm_free(&node);
+    return 0;
+}
+
+/* 32 MiB: cuBLAS's recommendation for Hopper; set once, so cuBLAS never
+ * allocates while the forward pass runs. */
+#define BLAS_WORKSPACE_BYTES (32u << 20)
+
+int tp_gpu_init(const tp_comm *host, char *err, size_t errlen)
+{
+    g.rank = host->rank;
+    g.world = host->world;
+    if (g.world > 1)     /* once: the watchdog thread reads it too */
+        snprintf(g.prefix, sizeof g.prefix, "rank %d: ", g.rank);
+    g.op_index = -1;
+    char why[400];
+    int devices[64];
+    int n = usable_devices(devices, 64, why, sizeof why);
+    if (n > 64)
+        n = 64;
+    if (n <= 0) {
+        snprintf(err, errlen, "no CUDA device: %s (driver not found / no GPU)", why);
+        return -1;
+    }
+    int local, local_size;
+    if (node_rank(host, &local, &local_size, err, errlen))
+        return -1;
+    if (local_size > n) {
+        snprintf(err, errlen, "%d ranks run on this node but it has %d usable GPU%s: NCCL needs one GPU per rank "
+                 "(or run on the CPU: --backend cpu)",
+                 local_size, n, n == 1 ? "" : "s");
+        return -1;
+    }
+    g.device = devices[local];
+    const char *sync = getenv("TPRUN_CUDA_SYNC");
+    g.sync_each = sync && *sync && strcmp(sync, "0");
+    TP_CUDA_TRY(cudaSetDevice(g.device));
+    TP_CUDA_TRY(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
+    TP_CUBLAS_TRY(cublasCreate(&g.blas));
+    TP_CUBLAS_TRY(cublasSetStream(g.blas, g.stream));
+    /* fp32 GEMMs stay fp32 (no TF32): the CPU twin is matched to 1e-4 */
+    TP_CUBLAS_TRY(cublasSetMathMode(g.blas, CUBLAS_DEFAULT_MATH));
+    g.blas_workspace_bytes = BLAS_WORKSPACE_BYTES;
+    TP_CUDA_TRY(cudaMalloc(&g.blas_workspace, g.blas_workspace_bytes));
+    TP_CUBLAS_TRY(cublasSetWorkspace(g.blas, g.blas_workspace, g.blas_workspace_bytes));
+    g.ready = true;
+    return 0;
+}
+
+void tp_gpu_shutdown(void)
+{
+    if (!g.ready)
+        return;
+    g.ready = false;
+    g.op_index = -1;
+    TP_CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    TP_CUBLAS_CHECK(cublasDestroy(g.blas));
+    TP_CUDA_CHECK(cudaFree(g.blas_workspace));
+    TP_CUDA_CHECK(cudaStreamDestroy(g.stream));
+}
+
+/* ------------------------------------------------------------------------ */
+/* memory                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static size_t elem_size(void) { return tp_dtype_size(g.dtype); }
+
+/* Zeroed, as the table promises (cudaMalloc's memory is not). An
+ * out-of-memory failure is the table's NULL: the executor reports it with
+ * the sizes it asked for. */
+static void *cuda_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (!bytes)
+        bytes = 1;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    TP_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, g.stream));
+    return p;
+}
+
+static void cuda_release(void *p)
+{
+    if (p)
+        TP_CUDA_CHECK(cudaFree(p));
+}
+
+/* Host data crosses here, from and into pageable memory the caller owns:
+ * copy on the compute stream (after everything queued before) and wait, so
+ * the caller may reuse its buffer — and, for to_host, so the results of the
+ * forward pass, collectives included, are there. */
+static void cuda_to_device(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return;
+    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g.stream));
+    TP_CUDA_CHECK(cudaStreamSynchronize(g.stream));
+}
+
+static void cuda_to_host(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return;
+    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g.stream));
+    TP_CUDA_CHECK(cudaStreamSynchronize(g.stream));
+}
+
+/* Within device memory: queued, not waited for. The executor's copies
+ * never overlap (the memory plan keeps an op's output off its inputs). */
+static void cuda_copy(void *dst, const void *src, size_t bytes)
+{
+    if (!bytes || dst == src)
+        return;
+    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g.stream));
+    done();
+}
+
+static void cuda_synchronize(void) { TP_CUDA_CHECK(cudaStreamSynchronize(g.stream)); }
+
+static void cuda_begin_op(int index, const char *kind, const char *module, const char *entry)
+{
+    g.op_index = index;
+    g.op_kind = kind;
+    g.op_module = module;
+    g.op_entry = entry;
+}
+
+/* ------------------------------------------------------------------------ */
+/* linear algebra: cuBLAS                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* nn.Linear, row-major out[m, n] = x[m, k] . w[n, k]^T. cuBLAS is
+ * column-major: a row-major [r, c] matrix is a column-major [c, r] one, so
+ * the product is out^T[n, m] = w . x^T with w read transposed:
+ *   gemm(OP_T, OP_N, n, m, k, w (ld k), x (ld k), out (ld n)).
+ * fp32: cublasSgemm in fp32 (CUBLAS_DEFAULT_MATH, no TF32). bf16: bf16
+ * operands and output, fp32 accumulation (CUBLAS_COMPUTE_32F). */
+static void cuda_matmul(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k)
+{
+    TP_GPU_ASSERT(m >= 0 && n >= 0 && k >= 0 && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX);
+    if (m == 0 || n == 0)
+        return;
+    if (k == 0) {      /* an empty sum */
+        TP_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)(m * n) * elem_size(), g.stream));
+        return;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    if (g.dtype == TP_BF16)
+        TP_CUBLAS_CHECK(cublasGemmEx(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, w, CUDA_R_16BF,
+                                     (int)k, x, CUDA_R_16BF, (int)k, &zero, out, CUDA_R_16BF, (int)n,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    else
+        TP_CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, w, (int)k, x,
+                                    (int)k, &zero, out, (int)n));
+    done();
+}
+
+/* ------------------------------------------------------------------------ */
+/* kernels: one launcher each, runtime/backends/cuda/kernels/<family>.cu                  */
+/* ------------------------------------------------------------------------ */
+
+#define S ((tp_stream)g.stream)
+
+static void cuda_embedding(float *out, const int32_t *ids, int64_t ntok, const float *w, int64_t rows, int64_t dim,
+                           int64_t vocab_start, bool masked)
+{
+    tp_k_embedding(S, g.kdt, out, ids, ntok, w, rows, dim, vocab_start, masked);
+    done();
+}
+
+static void cuda_bias_add(float *out, const float *x, const float *b, int64_t m, int64_t n, float scale)
+{
+    tp_k_bias_add(S, g.kdt, out, x, b, m, n, scale);
+    done();
+}
+
+static void cuda_rmsnorm(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps)
+{
+    tp_k_rmsnorm(S, g.kdt, out, x, w, m, n, eps);
+    done();
+}
+
+static void cuda_layernorm(float *out, const float *x, const float *w, const float *b, int64_t m, int64_t n, float eps)
+{
+    tp_k_layernorm(S, g.kdt, out, x, w, b, m, n, eps);
+    done();
+}
+
+static void cuda_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t pos_offset,
+                      float theta)
+{
+    tp_k_rope(S, g.kdt, out, x, b, s, h, d, pos_offset, theta);
+    done();
+}
+
+static void cuda_attention(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
+                           int64_t gk, int64_t d)
+{
+    tp_k_attention(S, g.kdt, out, q, k, v, b, s, h, gk, d);
+    done();
+}
+
+static void cuda_unary(tp_unary op, float *out, const float *x, int64_t n)
+{
+    int kop = op == TP_UNARY_SILU ? 0 : op == TP_UNARY_GELU ? 1 : op == TP_UNARY_RELU ? 2 : -1;  /* kernels.h */
+    TP_GPU_ASSERT(kop >= 0);
+    tp_k_unary(S, g.kdt, kop, out, x, n);
+    done();
+}
+
+static void cuda_binary(tp_binary op, float *out, const float *a, int64_t n, const float *b, int64_t nb)
+{
+    int kop = op == TP_BINARY_ADD ? 0 : op == TP_BINARY_MUL ? 1 : -1;   /* kernels.h */
+    TP_GPU_ASSERT(kop >= 0);
+    tp_k_binary(S, g.kdt, kop, out, a, n, b, nb);
+    done();
+}
+
+static void cuda_scale(float *out, const float *x, int64_t n, float s)
+{
+    tp_k_scale(S, g.kdt, out, x, n, s);
+    done();
+}
+
+static void cuda_slice(float *out, const float *x, const int64_t *shape, int rank, int dim, int index, int parts)
+{
+    tp_k_slice(S, g.kdt, out, x, shape, rank, dim, index, parts);
+    done();
+}
+
+static void cuda_split_blocks(float *out, const float *x, const int64_t *shape, int rank, int dim, int parts)
+{
+    tp_k_split_blocks(S, g.kdt, out, x, shape, rank, dim, parts);
+    done();
+}
+
+static void cuda_join_blocks(float *out, const float *blocks, const int64_t *shape, int rank, int dim, int parts)
+{
+    tp_k_join_blocks(S, g.kdt, out, blocks, shape, rank, dim, parts);
+    done();
+}
+
+static void cuda_positions(int32_t *out, int64_t b, int64_t s, int64_t pos_offset)
+{
+    tp_k_positions(S, out, b, s, pos_offset);
+    done();
+}
+
+/* The loss and its pieces are float32 whatever the dtype (backend.h);
+ * only the logits are in the storage dtype. */
+static void cuda_cross_entropy(float *loss, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
+                               int64_t vocab)
+{
+    tp_k_cross_entropy(S, g.kdt, loss, logits, labels, b, s, v, vocab);
+    done();
+}
+
+static void cuda_ce_max(float *out, const float *logits, int64_t rows, int64_t v, int64_t vocab_start, int64_t vocab)
+{
+    tp_k_ce_max(S, g.kdt, out, logits, rows, v, vocab_start, vocab);
+    done();
+}
+
+static void cuda_ce_sumexp(float *out, const float *logits, const float *max, int64_t rows, int64_t v,
+                           int64_t vocab_start, int64_t vocab)
+{
+    tp_k_ce_sumexp(S, g.kdt, out, logits, max, rows, v, vocab_start, vocab);
+    done();
+}
+
+static void cuda_ce_target(float *out, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
+                           int64_t vocab_start)
+{
+    tp_k_ce_target(S, g.kdt, out, logits, labels, b, s, v, vocab_start);
+    done();
+}
+
+static void cuda_ce_loss(float *loss, const float *sumexp, const float *max, const float *target, const int32_t *labels,
+                         int64_t b, int64_t s)
+{
+    tp_k_ce_loss(S, loss, sumexp, max, target, labels, b, s);
+    done();
+}
+
+#undef S
+
+/* ------------------------------------------------------------------------ */
+/* the tables                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* One per storage dtype; the functions read the dtype from the context,
+ * which tp_backend_cuda sets (one schedule per process). */
+#define CUDA_TABLE(dt)                                                                                  \
+    {                                                                                                   \
+        .name = "cuda", .dtype = dt, .alloc = cuda_alloc, .release = cuda_release,                      \
+        .to_device = cuda_to_device, .to_host = cuda_to_host, .copy = cuda_copy, .set_threads = NULL,   \
+        .synchronize = cuda_synchronize, .begin_op = cuda_begin_op, .embedding = cuda_embedding,        \
+        .matmul = cuda_matmul, .bias_add = cuda_bias_add, .rmsnorm = cuda_rmsnorm,                      \
+        .layernorm = cuda_layernorm, .rope = cuda_rope, .attention = cuda_attention, .unary = cuda_unary, \
+        .binary = cuda_binary, .scale = cuda_scale, .slice = cuda_slice,                                \
+        .split_blocks = cuda_split_blocks, .join_blocks = cuda_join_blocks, .positions = cuda_positions, \
+        .cross_entropy = cuda_cross_entropy, .ce_max = cuda_ce_max, .ce_sumexp = cuda_ce_sumexp,        \
+        .ce_target = cuda_ce_target, .ce_loss = cuda_ce_loss,                                           \
+    }
+
+static const tp_backend cuda_f32 = CUDA_TABLE(TP_F32);
+static const tp_backend cuda_bf16 = CUDA_TABLE(TP_BF16);
+
+const tp_backend *tp_backend_cuda(tp_dtype dtype)
+{
+    if (!g.ready || (dtype != TP_F32 && dtype != TP_BF16))
+        return NULL;
+    g.dtype = dtype;
+    g.kdt = dtype == TP_BF16 ? TP_KERNEL_BF16 : TP_KERNEL_F32;
+    return dtype == TP_BF16 ? &cuda_bf16 : &cuda_f32;
+}

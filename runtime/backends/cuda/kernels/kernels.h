@@ -1,0 +1,73 @@
+/* kernels.h: the CUDA kernels' launchers, one per op family
+ * (runtime/backends/cuda/kernels/<family>.cu). The backend (runtime/backend_cuda.*)
+ * calls these on its compute stream.
+ *
+ * Every launcher takes device pointers and the schedule's sizes, checks
+ * its preconditions, launches through TP_LAUNCH (kernels/launch.h) on
+ * `stream` and checks the launch. Storage is T = float or bfloat16 (the
+ * schedule's dtype: TP_KERNEL_F32 / TP_KERNEL_BF16); accumulation is always
+ * fp32. Semantics are exactly those of the CPU backend (runtime/backends/backend.h),
+ * which is the reference every kernel is tested against.
+ *
+ * The same sources compile for the host under the test-only emulation
+ * header (tests/runtime/cuda_emu/cuda_emu.h), so the kernels run in CI without a
+ * GPU. */
+#ifndef TPRUN_KERNELS_H
+#define TPRUN_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tp_kernel_dtype { TP_KERNEL_F32, TP_KERNEL_BF16 } tp_kernel_dtype;
+
+/* An opaque cudaStream_t (void* so C code needs no CUDA headers). */
+typedef void *tp_stream;
+
+/* embedding.cu */
+void tp_k_embedding(tp_stream s, tp_kernel_dtype t, void *out, const int32_t *ids, int64_t ntok, const void *w,
+                    int64_t rows, int64_t dim, int64_t vocab_start, bool masked);
+/* norms.cu */
+void tp_k_rmsnorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, int64_t m, int64_t n, float eps);
+void tp_k_layernorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, const void *b, int64_t m,
+                    int64_t n, float eps);
+/* rope.cu */
+void tp_k_rope(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t b, int64_t seq, int64_t h, int64_t d,
+               int64_t pos_offset, float theta);
+/* attention.cu: causal, GQA */
+void tp_k_attention(tp_stream s, tp_kernel_dtype t, void *out, const void *q, const void *k, const void *v, int64_t b,
+                    int64_t seq, int64_t h, int64_t g, int64_t d);
+/* elementwise.cu: op 0 silu, 1 gelu (tanh), 2 relu; binary 0 add, 1 mul (b broadcasts) */
+void tp_k_unary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *x, int64_t n);
+void tp_k_binary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *a, int64_t n, const void *b, int64_t nb);
+void tp_k_scale(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t n, float scale);
+void tp_k_bias_add(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *b, int64_t m, int64_t n,
+                   float scale);
+/* reshard.cu: chunk copies for R -> S and for collectives along inner dims */
+void tp_k_slice(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const int64_t *shape, int rank, int dim,
+                int index, int parts);
+void tp_k_split_blocks(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const int64_t *shape, int rank, int dim,
+                       int parts);
+void tp_k_join_blocks(tp_stream s, tp_kernel_dtype t, void *out, const void *blocks, const int64_t *shape, int rank,
+                      int dim, int parts);
+void tp_k_positions(tp_stream s, int32_t *out, int64_t b, int64_t seq, int64_t pos_offset);
+/* cross_entropy.cu: loss outputs are float32 scalars / per-token floats */
+void tp_k_cross_entropy(tp_stream s, tp_kernel_dtype t, float *loss, const void *logits, const int32_t *labels, int64_t b,
+                        int64_t seq, int64_t v, int64_t vocab);
+void tp_k_ce_max(tp_stream s, tp_kernel_dtype t, float *out, const void *logits, int64_t rows, int64_t v,
+                 int64_t vocab_start, int64_t vocab);
+void tp_k_ce_sumexp(tp_stream s, tp_kernel_dtype t, float *out, const void *logits, const float *max, int64_t rows,
+                    int64_t v, int64_t vocab_start, int64_t vocab);
+void tp_k_ce_target(tp_stream s, tp_kernel_dtype t, float *out, const void *logits, const int32_t *labels, int64_t b,
+                    int64_t seq, int64_t v, int64_t vocab_start);
+void tp_k_ce_loss(tp_stream s, float *loss, const float *sumexp, const float *max, const float *target,
+                  const int32_t *labels, int64_t b, int64_t seq);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TPRUN_KERNELS_H */

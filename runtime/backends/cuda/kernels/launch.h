@@ -1,0 +1,49 @@
+/* launch.h: what a kernel source includes instead of writing CUDA syntax
+ * directly where the host emulation needs a hook.
+ *
+ *   TP_LAUNCH(kernel, grid, block, shmem_bytes, stream, args...)
+ *       launch and check (cudaGetLastError) — the one way kernels start, so
+ *       launchers compile unchanged under emulation
+ *   TP_SHARED(type, name, count)      a block's static shared array
+ *   TP_DYNAMIC_SHARED(type, name)     the launch's dynamic shared memory
+ *   TP_CUDA_CHECK(expr)               any CUDA runtime call, checked
+ *
+ * With nvcc (__CUDACC__) these are plain CUDA; under TP_CUDA_EMULATION
+ * (tests only) they come from tests/runtime/cuda_emu/cuda_emu.h, which runs each
+ * block's threads on the host, in a randomised order between barriers,
+ * with poisoned shared and fresh memory. */
+#ifndef TPRUN_KERNELS_LAUNCH_H
+#define TPRUN_KERNELS_LAUNCH_H
+
+#if defined(TP_CUDA_EMULATION)
+#include "cuda_emu.h"
+#else
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* A failed CUDA call in a kernel launcher cannot be returned through the
+ * backend's void table: report file, line and the call, then abort (the
+ * runtime's fatal path; tprun's other ranks are ended by the job). */
+#define TP_CUDA_CHECK(expr)                                                                              \
+    do {                                                                                                 \
+        cudaError_t tp_err_ = (expr);                                                                    \
+        if (tp_err_ != cudaSuccess) {                                                                    \
+            fprintf(stderr, "tprun: CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #expr,           \
+                    cudaGetErrorString(tp_err_));                                                        \
+            abort();                                                                                     \
+        }                                                                                                \
+    } while (0)
+
+#define TP_LAUNCH(kernel, grid, block, shmem, stream, ...)                                               \
+    do {                                                                                                 \
+        kernel<<<(grid), (block), (shmem), (cudaStream_t)(stream)>>>(__VA_ARGS__);                       \
+        TP_CUDA_CHECK(cudaGetLastError());                                                               \
+    } while (0)
+
+#define TP_SHARED(type, name, count) __shared__ type name[count]
+#define TP_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
+
+#endif /* TPRUN_KERNELS_LAUNCH_H */

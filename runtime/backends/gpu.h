@@ -1,0 +1,48 @@
+/* gpu.h: what tprun knows of GPUs, without CUDA headers.
+ *
+ * Two implementations: the CUDA one (backend_cuda.c + comm_nccl.c, built
+ * when CMake finds nvcc: TPCC_CUDA), and gpu_none.c for builds without
+ * CUDA, where no GPU is ever usable. The test-only tprun_emulated builds the
+ * CUDA one against host stand-ins of the CUDA runtime, cuBLAS and NCCL
+ * (tests/runtime/cuda_standin/).
+ *
+ * Order of use, on every rank:
+ *   tp_gpu_count        is a GPU usable? (the default backend, the error of
+ *                       --backend cuda where none is)
+ *   tp_gpu_init         bind the process to its device (local rank modulo
+ *                       the devices), create the compute stream and cuBLAS
+ *   tp_comm_nccl        the communicator: NCCL over the devices, with the
+ *                       host communicator (MPI) for the id and host data
+ *   tp_backend_cuda     the backend table for the schedule's dtype
+ */
+#ifndef TPRUN_GPU_H
+#define TPRUN_GPU_H
+
+#include <stddef.h>
+#include "runtime/backends/backend.h"
+#include "runtime/comm/comm.h"
+
+/* The number of usable CUDA devices; 0 with the reason in why (the CUDA
+ * runtime's message: no driver, no device, a build without CUDA). */
+int tp_gpu_count(char *why, size_t whylen);
+
+/* Bind this process to a device and create the compute stream, the cuBLAS
+ * handle and its workspace. `host` is the communicator the ranks were
+ * started with (MPI or single): its rank names messages, and ranks sharing
+ * a node take consecutive devices. Returns 0 or -1 with a message. */
+int tp_gpu_init(const tp_comm *host, char *err, size_t errlen);
+
+/* The CUDA backend storing float tensors as `dtype` (TP_F32, or TP_BF16
+ * with fp32 accumulation); NULL for another dtype. After tp_gpu_init. */
+const tp_backend *tp_backend_cuda(tp_dtype dtype);
+
+/* Collectives over NCCL on the devices, ordered after the compute stream
+ * with events. The ncclUniqueId is made by rank 0 and broadcast over
+ * `host` (MPI); gather_bytes (host memory) and the final abort go through
+ * `host`, which the new communicator takes over (its finalize finalizes
+ * host). A watchdog ends every rank when a collective fails or does not
+ * complete within TPRUN_NCCL_TIMEOUT seconds (default 300). After
+ * tp_gpu_init. Returns 0 or -1 with a message. */
+int tp_comm_nccl(tp_comm *c, const tp_comm *host, char *err, size_t errlen);
+
+#endif /* TPRUN_GPU_H */

@@ -1,0 +1,53 @@
+/* comm.h: the table of collectives a communicator provides.
+ *
+ * MPI on the CPU; NCCL on GPUs. Every call is collective over the whole
+ * world. Buffers are contiguous, in the backend's memory, of element type
+ * `t` (TP_F32, or TP_BF16 for the activations of a bf16 schedule, whose
+ * loss pieces stay TP_F32); counts are elements. The executor rearranges
+ * data so that the gathered or scattered dimension is the outermost one.
+ * A host communicator (MPI, single) has finished its part when a call
+ * returns; a device communicator (NCCL) has queued it in order with the
+ * backend's compute (the backend's to_host waits for it). On failure a call
+ * returns -1 with a message; the executor then aborts the whole job
+ * (tp_comm.abort) so no rank is left waiting. */
+#ifndef TPRUN_COMM_H
+#define TPRUN_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "sched/ops.h"     /* tp_dtype */
+
+typedef struct tp_comm_ops tp_comm_ops;
+
+typedef struct tp_comm {
+    const tp_comm_ops *ops;
+    int rank, world;
+    void *impl;
+} tp_comm;
+
+struct tp_comm_ops {
+    const char *name;
+    /* out (world * n) = concatenation of every rank's in (n), rank-major */
+    int (*all_gather)(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen);
+    /* out (n) = sum over ranks of block `rank` of in (world * n) */
+    int (*reduce_scatter)(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen);
+    /* buf (n) = sum (or max) over ranks, in place */
+    int (*all_reduce)(tp_comm *c, tp_dtype t, void *buf, int64_t n, int max, char *err, size_t errlen);
+    /* out block r (n each) = block `rank` of rank r's in (world * n) */
+    int (*all_to_all)(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen);
+    /* rank 0 receives `bytes` of host memory from every rank (gathered
+     * output); blocks until done */
+    int (*gather_bytes)(tp_comm *c, void *out, const void *in, size_t bytes, char *err, size_t errlen);
+    /* end every rank now, with status; prints nothing. (optional: NULL
+     * for a single process, whose main simply returns) */
+    void (*abort)(tp_comm *c, int status);
+    void (*finalize)(tp_comm *c);
+};
+
+/* A single process: every collective is a copy. */
+int tp_comm_single(tp_comm *c);
+
+/* MPI (MPI_Init_thread must not have been called yet). */
+int tp_comm_mpi(tp_comm *c, int *argc, char ***argv, char *err, size_t errlen);
+
+#endif /* TPRUN_COMM_H */

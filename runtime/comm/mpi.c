@@ -1,0 +1,131 @@
+/* comm/mpi.c: collectives over MPI for CPU ranks (Debian's MPICH).
+ *
+ * Errors are returned, not fatal: MPI_ERRORS_RETURN is set on the world
+ * communicator so the executor can say which op and rank failed before it
+ * aborts the job. */
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include "runtime/comm/comm.h"
+
+static int check(int rc, const char *what, char *err, size_t errlen)
+{
+    if (rc == MPI_SUCCESS)
+        return 0;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
+        snprintf(msg, sizeof msg, "MPI error %d", rc);
+    snprintf(err, errlen, "%s failed: %s", what, msg);
+    return -1;
+}
+
+/* MPI counts are int: a larger collective is refused with a message */
+static int count_of(int64_t n, int *out, char *err, size_t errlen)
+{
+    if (n < 0 || n > 0x7fffffff) {
+        snprintf(err, errlen, "a collective of %lld elements exceeds MPI's int count", (long long)n);
+        return -1;
+    }
+    *out = (int)n;
+    return 0;
+}
+
+/* Element types: fp32 is MPI_FLOAT; bf16 (a bf16 schedule, which only the
+ * CUDA backend runs) can be moved as 16-bit words but MPI has no bf16
+ * arithmetic, so reductions refuse it. */
+static int type_of(tp_dtype t, bool reduce, MPI_Datatype *out, char *err, size_t errlen)
+{
+    if (t == TP_F32) {
+        *out = MPI_FLOAT;
+        return 0;
+    }
+    if (t == TP_BF16 && !reduce) {
+        *out = MPI_UINT16_T;
+        return 0;
+    }
+    snprintf(err, errlen, "the MPI communicator cannot %s %s tensors", reduce ? "reduce" : "move", tp_dtype_name(t));
+    return -1;
+}
+
+static int all_gather(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
+{
+    (void)c;
+    int cnt;
+    MPI_Datatype ty;
+    if (count_of(n, &cnt, err, errlen) || type_of(t, false, &ty, err, errlen))
+        return -1;
+    return check(MPI_Allgather(in, cnt, ty, out, cnt, ty, MPI_COMM_WORLD), "MPI_Allgather", err, errlen);
+}
+
+static int reduce_scatter(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
+{
+    (void)c;
+    int cnt;
+    MPI_Datatype ty;
+    if (count_of(n, &cnt, err, errlen) || type_of(t, true, &ty, err, errlen))
+        return -1;
+    return check(MPI_Reduce_scatter_block(in, out, cnt, ty, MPI_SUM, MPI_COMM_WORLD),
+                 "MPI_Reduce_scatter_block", err, errlen);
+}
+
+static int all_reduce(tp_comm *c, tp_dtype t, void *buf, int64_t n, int max, char *err, size_t errlen)
+{
+    (void)c;
+    int cnt;
+    MPI_Datatype ty;
+    if (count_of(n, &cnt, err, errlen) || type_of(t, true, &ty, err, errlen))
+        return -1;
+    return check(MPI_Allreduce(MPI_IN_PLACE, buf, cnt, ty, max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD),
+                 "MPI_Allreduce", err, errlen);
+}
+
+static int all_to_all(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
+{
+    (void)c;
+    int cnt;
+    MPI_Datatype ty;
+    if (count_of(n, &cnt, err, errlen) || type_of(t, false, &ty, err, errlen))
+        return -1;
+    return check(MPI_Alltoall(in, cnt, ty, out, cnt, ty, MPI_COMM_WORLD), "MPI_Alltoall", err, errlen);
+}
+
+static int gather_bytes(tp_comm *c, void *out, const void *in, size_t bytes, char *err, size_t errlen)
+{
+    (void)c;
+    int cnt;
+    if (count_of((int64_t)bytes, &cnt, err, errlen))
+        return -1;
+    return check(MPI_Gather(in, cnt, MPI_BYTE, out, cnt, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Gather", err, errlen);
+}
+
+static void abort_all(tp_comm *c, int status)
+{
+    (void)c;
+    MPI_Abort(MPI_COMM_WORLD, status);
+}
+
+static void finalize(tp_comm *c)
+{
+    (void)c;
+    MPI_Finalize();
+}
+
+static const tp_comm_ops mpi_ops = {
+    "mpi", all_gather, reduce_scatter, all_reduce, all_to_all, gather_bytes, abort_all, finalize,
+};
+
+int tp_comm_mpi(tp_comm *c, int *argc, char ***argv, char *err, size_t errlen)
+{
+    int provided;
+    if (check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", err, errlen))
+        return -1;
+    if (check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", err, errlen) ||
+        check(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank), "MPI_Comm_rank", err, errlen) ||
+        check(MPI_Comm_size(MPI_COMM_WORLD, &c->world), "MPI_Comm_size", err, errlen))
+        return -1;
+    c->ops = &mpi_ops;
+    c->impl = NULL;
+    return 0;
+}

@@ -1,0 +1,293 @@
+/* exec.c: see exec.h. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "runtime/exec/exec.h"
+#include "util/xalloc.h"
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *buf_ptr(const tr_exec *x, int b) { return x->arena + x->s->bufs[b].offset; }
+static float *fbuf(const tr_exec *x, int b) { return (float *)buf_ptr(x, b); }
+/* Weights are stored in the backend's dtype: region offsets count elements.
+ * In a bf16 backend the float * is only a handle passed to its kernels. */
+static float *weight(const tr_exec *x, int w)
+{
+    return w < 0 ? NULL
+                 : (float *)(void *)(x->weights + x->s->weights[w].region_offset * (int64_t)tp_dtype_size(x->be->dtype));
+}
+
+/* The staging a rank needs for its largest collective: two buffers of the
+ * largest tensor any collective touches. */
+static size_t staging_bytes(const tr_schedule *s)
+{
+    size_t most = 0;
+    for (int i = 0; i < s->nops; i++) {
+        const tr_op *op = &s->ops[i];
+        if (!tp_op_is_collective(op->kind))
+            continue;
+        size_t in = (size_t)s->bufs[op->in[0]].bytes, out = (size_t)s->bufs[op->out].bytes;
+        if (in > most) most = in;
+        if (out > most) most = out;
+    }
+    return most;
+}
+
+int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm *comm, char *err, size_t errlen)
+{
+    memset(x, 0, sizeof *x);
+    x->s = s;
+    x->be = be;
+    x->comm = comm;
+    if (s->dtype != be->dtype) {
+        snprintf(err, errlen, "the %s backend computes in %s, the schedule is %s: compile it with tpcc --dtype %s%s",
+                 be->name, be->dtype == TP_F32 ? "fp32" : tp_dtype_name(be->dtype), tp_dtype_name(s->dtype),
+                 be->dtype == TP_F32 ? "fp32" : tp_dtype_name(be->dtype),
+                 s->dtype == TP_BF16 ? " (or run it with --backend cuda)" : "");
+        return -1;
+    }
+    x->scratch_bytes = staging_bytes(s);
+    x->arena = be->alloc((size_t)s->arena_bytes + 1);
+    x->weights = be->alloc((size_t)s->weight_elems * tp_dtype_size(be->dtype) + 1);
+    x->scratch[0] = be->alloc(x->scratch_bytes + 1);
+    x->scratch[1] = be->alloc(x->scratch_bytes + 1);
+    x->trace = tp_xcalloc((size_t)s->nops + 1, sizeof *x->trace);
+    if (!x->arena || !x->weights || !x->scratch[0] || !x->scratch[1]) {
+        snprintf(err, errlen, "cannot allocate %lld bytes of activations and %lld of weights on the %s backend",
+                 (long long)s->arena_bytes, (long long)(s->weight_elems * (int64_t)tp_dtype_size(be->dtype)), be->name);
+        tr_exec_free(x);
+        return -1;
+    }
+    return 0;
+}
+
+void tr_exec_free(tr_exec *x)
+{
+    if (x->be) {
+        x->be->release(x->arena);
+        x->be->release(x->weights);
+        x->be->release(x->scratch[0]);
+        x->be->release(x->scratch[1]);
+    }
+    free(x->trace);
+    memset(x, 0, sizeof *x);
+}
+
+/* bfloat16 is the upper half of a float32: rounding to nearest even on
+ * the way in (a NaN stays a quiet NaN), exact on the way out. */
+static uint16_t bf16_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float f32_of(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Host float32 -> backend memory in dtype t (n elements). */
+static void upload(tr_exec *x, void *dst, const void *src, int64_t n, tp_dtype t)
+{
+    if (t != TP_BF16) {
+        x->be->to_device(dst, src, (size_t)n * tp_dtype_size(t));
+        return;
+    }
+    uint16_t *h = tp_xmalloc((size_t)n * sizeof *h + 1);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = bf16_of(((const float *)src)[i]);
+    x->be->to_device(dst, h, (size_t)n * sizeof *h);
+    free(h);
+}
+
+void tr_exec_write_buf(tr_exec *x, int b, const void *src)
+{
+    const tr_buf *buf = &x->s->bufs[b];
+    upload(x, buf_ptr(x, b), src, tr_buf_elems(buf), buf->dtype);
+}
+
+void tr_exec_read_buf(tr_exec *x, int b, void *dst)
+{
+    const tr_buf *buf = &x->s->bufs[b];
+    if (buf->dtype != TP_BF16) {
+        x->be->to_host(dst, buf_ptr(x, b), (size_t)buf->bytes);
+        return;
+    }
+    int64_t n = tr_buf_elems(buf);
+    uint16_t *h = tp_xmalloc((size_t)n * sizeof *h + 1);
+    x->be->to_host(h, buf_ptr(x, b), (size_t)n * sizeof *h);
+    for (int64_t i = 0; i < n; i++)
+        ((float *)dst)[i] = f32_of(h[i]);
+    free(h);
+}
+
+void tr_exec_write_weights(tr_exec *x, const float *host)
+{
+    upload(x, x->weights, host, x->s->weight_elems, x->be->dtype);
+}
+
+/* ---- collectives: the communicator moves whole blocks; the gathered or
+ * scattered dimension is made outermost by the backend's block kernels */
+
+static int gather(tr_exec *x, const tr_op *op, char *err, size_t errlen)
+{
+    const tr_buf *out = &x->s->bufs[op->out], *in = &x->s->bufs[op->in[0]];
+    if (x->comm->ops->all_gather(x->comm, in->dtype, x->scratch[0], fbuf(x, op->in[0]), tr_buf_elems(in), err, errlen))
+        return -1;
+    x->be->join_blocks(fbuf(x, op->out), x->scratch[0], out->shape, out->rank, op->dim, x->s->world);
+    return 0;
+}
+
+static int scatter(tr_exec *x, const tr_op *op, char *err, size_t errlen)
+{
+    const tr_buf *in = &x->s->bufs[op->in[0]];
+    x->be->split_blocks(x->scratch[0], fbuf(x, op->in[0]), in->shape, in->rank, op->dim, x->s->world);
+    return x->comm->ops->reduce_scatter(x->comm, in->dtype, fbuf(x, op->out), x->scratch[0],
+                                        tr_buf_elems(&x->s->bufs[op->out]), err, errlen);
+}
+
+/* Shard(dim) -> Shard(dim2): send chunk r along dim2 to rank r, join what
+ * arrives along dim. */
+static int all_to_all(tr_exec *x, const tr_op *op, char *err, size_t errlen)
+{
+    const tr_buf *in = &x->s->bufs[op->in[0]], *out = &x->s->bufs[op->out];
+    int w = x->s->world;
+    x->be->split_blocks(x->scratch[0], fbuf(x, op->in[0]), in->shape, in->rank, op->dim2, w);
+    if (x->comm->ops->all_to_all(x->comm, in->dtype, x->scratch[1], x->scratch[0], tr_buf_elems(in) / w, err, errlen))
+        return -1;
+    x->be->join_blocks(fbuf(x, op->out), x->scratch[1], out->shape, out->rank, op->dim, w);
+    return 0;
+}
+
+static int all_reduce(tr_exec *x, const tr_op *op, char *err, size_t errlen)
+{
+    const tr_buf *b = &x->s->bufs[op->out];
+    if (op->out != op->in[0])
+        x->be->copy(buf_ptr(x, op->out), buf_ptr(x, op->in[0]), (size_t)b->bytes);
+    return x->comm->ops->all_reduce(x->comm, b->dtype, fbuf(x, op->out), tr_buf_elems(b), op->reduce_max, err, errlen);
+}
+
+/* ---- compute ----------------------------------------------------------- */
+
+static const int32_t *ibuf(const tr_exec *x, int b) { return (const int32_t *)buf_ptr(x, b); }
+
+static int compute(tr_exec *x, const tr_op *op, char *err, size_t errlen)
+{
+    const tp_backend *be = x->be;
+    const tr_schedule *s = x->s;
+    const tr_buf *in0 = &s->bufs[op->in[0]];
+    float *out = op->out >= 0 ? fbuf(x, op->out) : NULL;
+    int64_t n = tr_buf_elems(in0);
+    switch (op->kind) {
+    case TP_OP_EMBEDDING: {      /* ids were checked against the vocabulary when they were read */
+        const tr_weight *w = &s->weights[op->weight];
+        be->embedding(out, ibuf(x, op->in[0]), n, weight(x, op->weight), op->vocab_local, w->local_elems / op->vocab_local,
+                      op->vocab_start, op->masked);
+        return 0;
+    }
+    case TP_OP_MATMUL: be->matmul(out, fbuf(x, op->in[0]), weight(x, op->weight), op->m, op->n, op->k); return 0;
+    case TP_OP_BIAS_ADD:
+        be->bias_add(out, fbuf(x, op->in[0]), weight(x, op->bias), op->m, op->n, (float)op->scale);
+        return 0;
+    case TP_OP_RMSNORM: be->rmsnorm(out, fbuf(x, op->in[0]), weight(x, op->weight), op->m, op->n, (float)op->eps); return 0;
+    case TP_OP_LAYERNORM:
+        be->layernorm(out, fbuf(x, op->in[0]), weight(x, op->weight), weight(x, op->bias), op->m, op->n, (float)op->eps);
+        return 0;
+    case TP_OP_ROPE:
+        be->rope(out, fbuf(x, op->in[0]), in0->shape[0], in0->shape[1], in0->shape[2], in0->shape[3], op->pos_offset,
+                 (float)op->theta);
+        return 0;
+    case TP_OP_ATTENTION:
+        be->attention(out, fbuf(x, op->in[0]), fbuf(x, op->in[1]), fbuf(x, op->in[2]), op->batch, op->seq, op->heads,
+                      op->kv_heads, op->head_dim);
+        return 0;
+    case TP_OP_SILU: be->unary(TP_UNARY_SILU, out, fbuf(x, op->in[0]), n); return 0;
+    case TP_OP_GELU: be->unary(TP_UNARY_GELU, out, fbuf(x, op->in[0]), n); return 0;
+    case TP_OP_RELU: be->unary(TP_UNARY_RELU, out, fbuf(x, op->in[0]), n); return 0;
+    case TP_OP_ADD:
+    case TP_OP_MUL:
+        be->binary(op->kind == TP_OP_ADD ? TP_BINARY_ADD : TP_BINARY_MUL, out, fbuf(x, op->in[0]), n,
+                   fbuf(x, op->in[1]), tr_buf_elems(&s->bufs[op->in[1]]));
+        return 0;
+    case TP_OP_SCALE: be->scale(out, fbuf(x, op->in[0]), n, (float)op->scale); return 0;
+    case TP_OP_SLICE: be->slice(out, fbuf(x, op->in[0]), in0->shape, in0->rank, op->dim, op->index, op->parts); return 0;
+    case TP_OP_POSITIONS:
+        be->positions((int32_t *)buf_ptr(x, op->out), in0->shape[0], in0->rank > 1 ? in0->shape[1] : 1, op->pos_offset);
+        return 0;
+    case TP_OP_CROSS_ENTROPY:
+        be->cross_entropy(out, fbuf(x, op->in[0]), ibuf(x, op->in[1]), in0->shape[0], in0->shape[1], in0->shape[2],
+                          op->vocab_logical);
+        return 0;
+    case TP_OP_CE_MAX:
+        be->ce_max(out, fbuf(x, op->in[0]), n / op->vocab_local, op->vocab_local, op->vocab_start, op->vocab_logical);
+        return 0;
+    case TP_OP_CE_SUMEXP:
+        be->ce_sumexp(out, fbuf(x, op->in[0]), fbuf(x, op->in[1]), n / op->vocab_local, op->vocab_local,
+                      op->vocab_start, op->vocab_logical);
+        return 0;
+    case TP_OP_CE_TARGET:
+        be->ce_target(out, fbuf(x, op->in[0]), ibuf(x, op->in[1]), in0->shape[0], in0->shape[1], op->vocab_local,
+                      op->vocab_start);
+        return 0;
+    case TP_OP_CE_LOSS: {
+        const tr_buf *lab = &s->bufs[op->in[3]];
+        be->ce_loss(out, fbuf(x, op->in[0]), fbuf(x, op->in[1]), fbuf(x, op->in[2]), ibuf(x, op->in[3]), lab->shape[0],
+                    lab->rank > 1 ? lab->shape[1] : 1);
+        return 0;
+    }
+    case TP_OP_ALL_GATHER: return gather(x, op, err, errlen);
+    case TP_OP_REDUCE_SCATTER: return scatter(x, op, err, errlen);
+    case TP_OP_ALL_REDUCE: return all_reduce(x, op, err, errlen);
+    case TP_OP_ALL_TO_ALL: return all_to_all(x, op, err, errlen);
+    case TP_OP_COUNT: break;
+    }
+    snprintf(err, errlen, "op kind %d is not implemented by the %s backend", (int)op->kind, be->name);
+    return -1;
+}
+
+int tr_exec_run(tr_exec *x, char *err, size_t errlen)
+{
+    const tr_schedule *s = x->s;
+    const tp_backend *be = x->be;
+    double t0 = now_seconds();
+    for (int i = 0; i < s->nops; i++) {
+        const tr_op *op = &s->ops[i];
+        char why[400];
+        double start = now_seconds();
+        if (be->begin_op)
+            be->begin_op(i, tp_op_names[op->kind], op->module, op->entry);
+        if (compute(x, op, why, sizeof why)) {
+            snprintf(err, errlen, "rank %d, op %d (%s in '%s'%s%s): %s", s->rank, i, tp_op_names[op->kind],
+                     op->module[0] ? op->module : "(root)", op->entry ? ", plan entry " : "", op->entry ? op->entry : "",
+                     why);
+            return -1;
+        }
+        if (x->tracing && be->synchronize)   /* op times of an asynchronous backend */
+            be->synchronize();
+        double end = now_seconds();
+        x->profile.seconds[op->kind] += end - start;
+        x->profile.count[op->kind]++;
+        if (tp_op_is_collective(op->kind))
+            x->profile.comm_bytes += (double)op->elems * (double)tp_dtype_size(s->bufs[op->in[0]].dtype);
+        x->trace[i] = (tr_trace_event){i, (start - t0) * 1e6, (end - start) * 1e6};
+    }
+    if (be->synchronize)
+        be->synchronize();
+    if (be->begin_op)
+        be->begin_op(-1, NULL, NULL, NULL);
+    x->profile.total_seconds += now_seconds() - t0;
+    return 0;
+}

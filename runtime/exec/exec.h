@@ -1,0 +1,56 @@
+/* exec.h: the executor: walks a rank's ops, calling the backend's kernels
+ * and the communicator's collectives. One executor for every backend: it
+ * knows nothing of CPUs or GPUs. */
+#ifndef TPRUN_EXEC_H
+#define TPRUN_EXEC_H
+
+#include <stdio.h>
+#include "runtime/backends/backend.h"
+#include "runtime/comm/comm.h"
+#include "sched/load.h"
+
+typedef struct tr_trace_event {
+    int op;                      /* index in the rank's ops */
+    double start_us, dur_us;
+} tr_trace_event;
+
+typedef struct tr_profile {
+    double seconds[TP_OP_COUNT];  /* time per op kind */
+    int count[TP_OP_COUNT];
+    double comm_bytes;            /* bytes of the full tensors this rank's collectives moved */
+    double total_seconds;
+} tr_profile;
+
+typedef struct tr_exec {
+    const tr_schedule *s;
+    const tp_backend *be;
+    tp_comm *comm;
+    char *arena;                 /* backend memory: activations */
+    char *weights;               /* backend memory: this rank's weight slices, in be->dtype */
+    float *scratch[2];           /* backend memory: reshard staging, never reallocated */
+    size_t scratch_bytes;
+    tr_profile profile;
+    tr_trace_event *trace;       /* one per op of the last run */
+    bool tracing;                /* op times wanted (profile, trace): an asynchronous
+                                    backend is synchronised after every op */
+} tr_exec;
+
+/* Allocate the arena, the weight region and the staging buffers once.
+ * Returns 0 or -1 with a message. */
+int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm *comm, char *err, size_t errlen);
+void tr_exec_free(tr_exec *x);
+
+/* Copy host data into the arena buffer b / out of it: int32 for id
+ * buffers, float32 for floating-point ones whatever the backend stores
+ * (bf16 is converted, rounding to nearest even). */
+void tr_exec_write_buf(tr_exec *x, int b, const void *src);
+void tr_exec_read_buf(tr_exec *x, int b, void *dst);
+/* Fill the weight region from host float32 (s->weight_elems values, laid
+ * out by region_offset), converted to the backend's dtype. */
+void tr_exec_write_weights(tr_exec *x, const float *host);
+
+/* Run every op once. On failure the message names the rank, the op, its
+ * module and plan entry. */
+int tr_exec_run(tr_exec *x, char *err, size_t errlen);
+
+#endif /* TPRUN_EXEC_H */

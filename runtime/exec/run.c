@@ -1,0 +1,468 @@
+/* run.c: see run.h. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "runtime/exec/exec.h"
+#include "runtime/backends/gpu.h"
+#include "runtime/io/npy.h"
+#include "runtime/exec/run.h"
+#include "runtime/io/weights.h"
+#include "util/xalloc.h"
+
+typedef struct job {
+    const tr_options *o;
+    tp_comm *comm;
+    tr_schedule s;
+    tr_exec x;
+    tp_checkpoint *ckpt;
+    int64_t vocab;              /* rows of the input embedding: valid token ids */
+    size_t weight_bytes_read;
+    char *err;
+    size_t errlen;
+} job;
+
+static int fail(job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(job *j, const char *fmt, ...)
+{
+    char msg[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (j->comm->world > 1)
+        snprintf(j->err, j->errlen, "rank %d: %s", j->comm->rank, msg);
+    else
+        snprintf(j->err, j->errlen, "%s", msg);
+    return 1;
+}
+
+static bool rank0(const job *j) { return j->comm->rank == 0; }
+
+/* ---- weights ------------------------------------------------------------ */
+
+static tp_weight_slice slice_of(const job *j, const tr_weight *w)
+{
+    tp_weight_slice s = {0};
+    s.name = w->name;
+    s.rank = j->comm->rank;
+    s.ndim = w->rank;
+    for (int d = 0; d < w->rank; d++) {
+        s.shape[d] = w->shape[d];
+        s.logical[d] = w->logical[d];
+    }
+    s.dim = w->dim;
+    s.offset = w->offset;
+    s.length = w->length;
+    return s;
+}
+
+static void progress(const job *j, int done, int total)
+{
+    if (!rank0(j) || j->o->quiet || !isatty(STDERR_FILENO))
+        return;
+    int width = 30, filled = total ? done * width / total : width;
+    fprintf(stderr, "\rloading weights [%.*s%*s] %d/%d", filled, "##############################", width - filled, "",
+            done, total);
+    if (done == total)
+        fputc('\n', stderr);
+}
+
+static int load_weights(job *j)
+{
+    const tr_schedule *s = &j->s;
+    char why[600];
+    if (j->o->weights && tp_checkpoint_open(&j->ckpt, j->o->weights, why, sizeof why))
+        return fail(j, "%s", why);
+    float *host = tp_xmalloc((size_t)s->weight_elems * sizeof *host + 1);
+    for (int i = 0; i < s->nweights; i++) {
+        tp_weight_slice ws = slice_of(j, &s->weights[i]);
+        float *dst = host + s->weights[i].region_offset;
+        if (j->ckpt ? tp_checkpoint_read(j->ckpt, &ws, dst, why, sizeof why) != 0
+                    : tp_weight_init_seeded(&ws, j->o->seed, dst) < 0) {
+            free(host);
+            return fail(j, "%s", j->ckpt ? why : "inconsistent weight slice in the schedule");
+        }
+        progress(j, i + 1, s->nweights);
+    }
+    tr_exec_write_weights(&j->x, host);
+    free(host);
+    j->weight_bytes_read = j->ckpt ? tp_checkpoint_bytes_read_rank(j->ckpt, j->comm->rank) : 0;
+    return 0;
+}
+
+/* ---- inputs ------------------------------------------------------------- */
+
+/* The valid token ids: rows of the weight the model's first lookup reads. */
+static int64_t vocab_of(const tr_schedule *s)
+{
+    for (int i = 0; i < s->nops; i++)
+        if (s->ops[i].kind == TP_OP_EMBEDDING && s->ops[i].in[0] == s->input_ids)
+            return s->weights[s->ops[i].weight].logical[0];
+    return INT32_MAX;
+}
+
+/* "1,2,3" or a .npy file of n ids. */
+static int read_ids(job *j, const char *what, const char *arg, int32_t *dst, int64_t n)
+{
+    char why[600];
+    size_t len = strlen(arg);
+    if (len > 4 && !strcmp(arg + len - 4, ".npy")) {
+        int32_t *v;
+        int64_t shape[2];
+        int ndim;
+        if (tp_npy_read_tokens(arg, &v, shape, &ndim, why, sizeof why))
+            return fail(j, "%s: %s", what, why);
+        int64_t count = shape[0] * (ndim == 2 ? shape[1] : 1);
+        if (count != n) {
+            free(v);
+            return fail(j, "%s: %s holds %lld ids, the schedule takes %lld (batch x seq)", what, arg, (long long)count,
+                        (long long)n);
+        }
+        memcpy(dst, v, (size_t)n * sizeof *dst);
+        free(v);
+        return 0;
+    }
+    int64_t k = 0;
+    for (const char *p = arg; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ',') || v < INT32_MIN || v > INT32_MAX)
+            return fail(j, "%s: '%s' is not a comma-separated list of integers (or a .npy file)", what, arg);
+        if (k < n)
+            dst[k] = (int32_t)v;
+        k++;
+        p = *end ? end + 1 : end;
+    }
+    if (k != n)
+        return fail(j, "%s: %lld ids given, the schedule takes %lld (batch x seq)", what, (long long)k, (long long)n);
+    return 0;
+}
+
+static int read_inputs(job *j)
+{
+    const tr_schedule *s = &j->s;
+    int64_t n = tr_buf_elems(&s->bufs[s->input_ids]);
+    int32_t *ids = tp_xmalloc((size_t)n * sizeof *ids), *labels = tp_xmalloc((size_t)n * sizeof *labels);
+    int rc = 0;
+    if (j->o->tokens) {
+        rc = read_ids(j, "--tokens", j->o->tokens, ids, n);
+    } else {
+        uint64_t z = j->o->seed * 0x9E3779B97F4A7C15ull + 1;    /* same ids on every rank */
+        for (int64_t i = 0; i < n; i++) {
+            z = z * 6364136223846793005ull + 1442695040888963407ull;
+            ids[i] = (int32_t)((z >> 33) % (uint64_t)j->vocab);
+        }
+    }
+    for (int64_t i = 0; i < n && !rc; i++)
+        if (ids[i] < 0 || ids[i] >= j->vocab)
+            rc = fail(j, "token id %d at position %lld is outside the vocabulary [0, %lld)", ids[i], (long long)i,
+                      (long long)j->vocab);
+    if (!rc && j->o->labels && strcmp(j->o->labels, "tokens"))
+        rc = read_ids(j, "--labels", j->o->labels, labels, n);
+    else
+        for (int64_t i = 0; i < n; i++)
+            labels[i] = j->o->labels ? ids[i] : -100;     /* no labels: every position ignored */
+    for (int64_t i = 0; i < n && !rc; i++)
+        if (labels[i] != -100 && (labels[i] < 0 || labels[i] >= j->vocab))
+            rc = fail(j, "label %d at position %lld is neither -100 nor in [0, %lld)", labels[i], (long long)i,
+                      (long long)j->vocab);
+    if (!rc) {
+        tr_exec_write_buf(&j->x, s->input_ids, ids);
+        if (s->labels >= 0)
+            tr_exec_write_buf(&j->x, s->labels, labels);
+    }
+    free(ids);
+    free(labels);
+    return rc;
+}
+
+/* ---- outputs ------------------------------------------------------------ */
+
+/* The full logits on rank 0 ([batch, seq, vocab], padding dropped) in
+ * *out; NULL elsewhere. Returns 0 or an exit status. */
+static int gather_logits(job *j, float **out, int64_t shape[3])
+{
+    *out = NULL;
+    const tr_schedule *s = &j->s;
+    const tr_buf *b = &s->bufs[s->logits];
+    int64_t local = tr_buf_elems(b), world = j->comm->world;
+    bool sharded = s->logits_pl.kind == TP_SHARD;
+    float *mine = tp_xmalloc((size_t)local * sizeof *mine);
+    tr_exec_read_buf(&j->x, s->logits, mine);
+    float *all = rank0(j) ? tp_xmalloc((size_t)(local * world) * sizeof *all) : NULL;
+    char why[400];
+    if (sharded && j->comm->ops->gather_bytes(j->comm, all, mine, (size_t)local * sizeof *mine, why, sizeof why)) {
+        free(mine);
+        free(all);
+        return fail(j, "%s", why);
+    }
+    float *full = NULL;
+    int64_t fs[TP_MAX_RANK];
+    memcpy(fs, b->shape, sizeof fs);
+    if (rank0(j)) {
+        if (sharded) {
+            fs[s->logits_pl.dim] *= world;
+            full = tp_xmalloc((size_t)(local * world) * sizeof *full);
+            /* host memory: the CPU kernels rearrange it, whatever backend ran */
+            tp_backend_cpu()->join_blocks(full, all, fs, b->rank, s->logits_pl.dim, (int)world);
+        } else {
+            full = mine;
+            mine = NULL;
+        }
+    }
+    free(mine);
+    free(all);
+    if (!full)
+        return 0;
+    /* drop the padded vocabulary columns */
+    int64_t rows = tr_buf_elems(b) * (sharded ? world : 1) / fs[b->rank - 1], vpad = fs[b->rank - 1];
+    for (int64_t r = 0; r < rows; r++)
+        memmove(full + r * s->vocab, full + r * vpad, (size_t)s->vocab * sizeof *full);
+    shape[0] = fs[0];
+    shape[1] = b->rank > 2 ? fs[1] : 1;
+    shape[2] = s->vocab;
+    *out = full;
+    return 0;
+}
+
+static int compare_logits(job *j, const float *logits, const int64_t shape[3])
+{
+    float *ref;
+    int64_t rshape[8];
+    int rnd;
+    char why[600];
+    if (tp_npy_read_f32(j->o->compare, &ref, rshape, &rnd, why, sizeof why))
+        return fail(j, "--compare: %s", why);
+    int64_t n = shape[0] * shape[1] * shape[2], rn = 1;
+    for (int i = 0; i < rnd; i++)
+        rn *= rshape[i];
+    if (rn != n) {
+        free(ref);
+        return fail(j, "--compare: %s holds %lld values, the logits have %lld", j->o->compare, (long long)rn, (long long)n);
+    }
+    double worst = 0;
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)logits[i] - (double)ref[i]);
+        if (!(d <= worst)) {          /* NaN counts as the worst */
+            worst = d;
+            at = i;
+        }
+    }
+    free(ref);
+    bool ok = worst <= j->o->tolerance;
+    if (!j->o->quiet)
+        printf("  agreement   max |logits - %s| = %.3g at %lld (tolerance %.3g): %s\n", j->o->compare, worst,
+               (long long)at, j->o->tolerance, ok ? "ok" : "MISMATCH");
+    return ok ? 0 : fail(j, "the logits differ from %s by %.3g (tolerance %.3g)", j->o->compare, worst, j->o->tolerance);
+}
+
+static void print_summary(job *j, const float *logits, const int64_t shape[3], float loss)
+{
+    const tr_schedule *s = &j->s;
+    printf("tprun: %s (%d rank%s, %s backend)\n", j->o->schedule, s->world, s->world == 1 ? "" : "s", j->x.be->name);
+    printf("  plan        %s, produced by %s\n", s->plan, s->producer);
+    printf("  weights     %s\n", j->o->weights ? j->o->weights : "seeded initialisation");
+    printf("  logits      [%lld, %lld, %lld]\n", (long long)shape[0], (long long)shape[1], (long long)shape[2]);
+    if (j->o->labels)
+        printf("  loss        %.6f\n", loss);
+    printf("  next token  ");
+    for (int64_t b = 0; b < shape[0]; b++) {       /* argmax at the last position of each sequence */
+        const float *row = logits + ((b + 1) * shape[1] - 1) * shape[2];
+        int64_t best = 0;
+        for (int64_t v = 1; v < shape[2]; v++)
+            if (row[v] > row[best])
+                best = v;
+        printf("%s%lld", b ? ", " : "", (long long)best);
+    }
+    double sec = j->x.profile.total_seconds;
+    printf("\n  forward     %.3f ms, %.0f tokens/s\n", sec * 1e3, sec > 0 ? (double)(shape[0] * shape[1]) / sec : 0);
+}
+
+static int outputs(job *j)
+{
+    const tr_schedule *s = &j->s;
+    float loss = NAN;
+    if (s->loss >= 0)
+        tr_exec_read_buf(&j->x, s->loss, &loss);
+    if (s->logits < 0)
+        return 0;
+    int64_t shape[3];
+    float *logits;
+    int rc = gather_logits(j, &logits, shape);
+    if (rc || !logits)
+        return rc;
+    char why[600];
+    if (!j->o->quiet)
+        print_summary(j, logits, shape, loss);
+    if (j->o->out && tp_npy_write_f32(j->o->out, logits, shape, 3, why, sizeof why))
+        rc = fail(j, "--out: %s", why);
+    if (!rc && j->o->compare)
+        rc = compare_logits(j, logits, shape);
+    free(logits);
+    return rc;
+}
+
+/* ---- profile and trace ----------------------------------------------------- */
+
+typedef struct rank_stats {
+    double seconds[TP_OP_COUNT];
+    double count[TP_OP_COUNT];
+    double comm_bytes, weight_bytes, total;
+} rank_stats;
+
+static int gather_stats(job *j, rank_stats *all)
+{
+    rank_stats mine = {0};
+    for (int k = 0; k < TP_OP_COUNT; k++) {
+        mine.seconds[k] = j->x.profile.seconds[k];
+        mine.count[k] = j->x.profile.count[k];
+    }
+    mine.comm_bytes = j->x.profile.comm_bytes;
+    mine.weight_bytes = (double)j->weight_bytes_read;
+    mine.total = j->x.profile.total_seconds;
+    char why[400];
+    if (j->comm->ops->gather_bytes(j->comm, all, &mine, sizeof mine, why, sizeof why))
+        return fail(j, "%s", why);
+    return 0;
+}
+
+static void print_profile(const job *j, const rank_stats *all)
+{
+    for (int r = 0; r < j->comm->world; r++) {
+        printf("profile, rank %d: %.3f ms forward, %.1f KiB moved by collectives, %.1f KiB of weights read\n", r,
+               all[r].total * 1e3, all[r].comm_bytes / 1024, all[r].weight_bytes / 1024);
+        for (int k = 0; k < TP_OP_COUNT; k++)
+            if (all[r].count[k])
+                printf("  %-15s %5.0f x %10.3f ms  %5.1f%%\n", tp_op_names[k], all[r].count[k], all[r].seconds[k] * 1e3,
+                       all[r].total > 0 ? 100 * all[r].seconds[k] / all[r].total : 0);
+    }
+}
+
+static int write_profile_json(job *j, const rank_stats *all)
+{
+    FILE *f = fopen(j->o->profile_json, "w");
+    if (!f)
+        return fail(j, "--profile-json: cannot write '%s'", j->o->profile_json);
+    fprintf(f, "{\"schedule\": \"%s\", \"ranks\": [", j->o->schedule);
+    for (int r = 0; r < j->comm->world; r++) {
+        fprintf(f, "%s\n  {\"rank\": %d, \"forward_seconds\": %.9g, \"weight_bytes_read\": %.0f, "
+                   "\"collective_bytes\": %.0f, \"ops\": {", r ? "," : "", r, all[r].total, all[r].weight_bytes,
+                all[r].comm_bytes);
+        int first = 1;
+        for (int k = 0; k < TP_OP_COUNT; k++)
+            if (all[r].count[k]) {
+                fprintf(f, "%s\"%s\": {\"count\": %.0f, \"seconds\": %.9g}", first ? "" : ", ", tp_op_names[k],
+                        all[r].count[k], all[r].seconds[k]);
+                first = 0;
+            }
+        fprintf(f, "}}");
+    }
+    fprintf(f, "\n]}\n");
+    return fclose(f) == 0 ? 0 : fail(j, "--profile-json: cannot write '%s'", j->o->profile_json);
+}
+
+/* Chrome trace events: one track (pid) per rank, compute and collectives
+ * on separate threads. Every rank runs the same ops, so each sends its
+ * (start, duration) pairs and rank 0 writes them all. */
+static int write_trace(job *j)
+{
+    const tr_schedule *s = &j->s;
+    int n = s->nops, w = j->comm->world;
+    double *mine = tp_xmalloc((size_t)(2 * n + 1) * sizeof *mine), *all = NULL;
+    for (int i = 0; i < n; i++) {
+        mine[2 * i] = j->x.trace[i].start_us;
+        mine[2 * i + 1] = j->x.trace[i].dur_us;
+    }
+    if (rank0(j))
+        all = tp_xmalloc((size_t)(2 * n * w + 1) * sizeof *all);
+    char why[400];
+    int rc = 0;
+    if (j->comm->ops->gather_bytes(j->comm, all, mine, (size_t)(2 * n) * sizeof *mine, why, sizeof why))
+        rc = fail(j, "%s", why);
+    FILE *f = rc || !rank0(j) ? NULL : fopen(j->o->trace, "w");
+    if (!rc && rank0(j) && !f)
+        rc = fail(j, "--trace: cannot write '%s'", j->o->trace);
+    if (f) {
+        fprintf(f, "{\"traceEvents\": [\n");
+        for (int r = 0; r < w; r++) {
+            fprintf(f, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}}",
+                    r ? ",\n" : "", r, r);
+            for (int i = 0; i < n; i++) {
+                const tr_op *op = &s->ops[i];
+                fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
+                           "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"module\": \"%s\"}}",
+                        tp_op_names[op->kind], tp_op_is_collective(op->kind) ? "collective" : "compute", r,
+                        tp_op_is_collective(op->kind) ? 1 : 0, all[(size_t)r * 2 * n + 2 * i],
+                        all[(size_t)r * 2 * n + 2 * i + 1], op->module);
+            }
+        }
+        fprintf(f, "\n]}\n");
+        if (fclose(f) != 0)
+            rc = fail(j, "--trace: cannot write '%s'", j->o->trace);
+    }
+    free(mine);
+    free(all);
+    return rc;
+}
+
+static int report(job *j)
+{
+    if (!j->o->profile && !j->o->profile_json)
+        return j->o->trace ? write_trace(j) : 0;
+    rank_stats *all = tp_xcalloc((size_t)j->comm->world, sizeof *all);
+    int rc = gather_stats(j, all);
+    if (!rc && rank0(j) && j->o->profile)
+        print_profile(j, all);
+    if (!rc && rank0(j) && j->o->profile_json)
+        rc = write_profile_json(j, all);
+    free(all);
+    if (!rc && j->o->trace)
+        rc = write_trace(j);
+    return rc;
+}
+
+int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
+{
+    job j = {0};
+    j.o = o;
+    j.comm = comm;
+    j.err = err;
+    j.errlen = errlen;
+    err[0] = '\0';
+    char why[900];
+    if (tr_schedule_load(&j.s, o->schedule, comm->rank, comm->world > 1 ? comm->world : 0, why, sizeof why))
+        return fail(&j, "%s", why);
+    int rc = 0;
+    if (comm->world == 1 && j.s.world > 1)
+        rc = fail(&j, "%s is a schedule for %d ranks: run it with tprun -n %d %s", o->schedule, j.s.world, j.s.world,
+                  o->schedule);
+    const tp_backend *be = tp_backend_cpu();
+    if (!rc && o->backend && !strcmp(o->backend, "cuda") && !(be = tp_backend_cuda(j.s.dtype)))
+        rc = fail(&j, "the cuda backend computes in fp32 or bf16, the schedule is %s", tp_dtype_name(j.s.dtype));
+    if (!rc && be->set_threads)
+        be->set_threads(o->threads);
+    if (!rc && tr_exec_init(&j.x, &j.s, be, comm, why, sizeof why))
+        rc = fail(&j, "%s", why);
+    if (!rc) {
+        j.x.tracing = o->profile || o->profile_json || o->trace;
+        j.vocab = vocab_of(&j.s);
+        rc = load_weights(&j);
+    }
+    if (!rc)
+        rc = read_inputs(&j);
+    if (!rc && tr_exec_run(&j.x, why, sizeof why))
+        rc = fail(&j, "%s", why);
+    if (!rc)
+        rc = outputs(&j);
+    if (!rc)
+        rc = report(&j);
+    if (j.ckpt)
+        tp_checkpoint_close(j.ckpt);
+    tr_exec_free(&j.x);
+    tr_schedule_free(&j.s);
+    return rc;
+}

@@ -1,0 +1,29 @@
+/* run.h: one tprun job on one rank: load the schedule and this rank's
+ * weights, read the inputs, run the forward step, and produce the outputs
+ * (logits, loss, summary, profile, trace), gathered on rank 0. */
+#ifndef TPRUN_RUN_H
+#define TPRUN_RUN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "runtime/comm/comm.h"
+
+typedef struct tr_options {
+    const char *schedule;
+    int launch;                 /* -n: ranks to launch with mpiexec */
+    const char *weights;        /* NULL: seeded initialisation */
+    uint64_t seed;
+    const char *tokens, *labels;
+    const char *out, *compare;
+    double tolerance;
+    bool profile, quiet;
+    const char *profile_json, *trace;
+    int threads;
+    const char *backend;        /* "cpu" or "cuda" (tprun resolves the default) */
+} tr_options;
+
+/* Returns 0, or an exit status with a message (naming this rank) in err.
+ * With o->backend "cuda", tp_gpu_init has run and comm is tp_comm_nccl's. */
+int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen);
+
+#endif /* TPRUN_RUN_H */

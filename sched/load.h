@@ -1,0 +1,68 @@
+/* sched/load.h: reading a .sched file (docs/schedule.md) for one rank,
+ * with every field the executor relies on validated first. */
+#ifndef TPRUN_SCHEDULE_LOAD_H
+#define TPRUN_SCHEDULE_LOAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "sched/layout.h"
+#include "sched/ops.h"
+
+typedef struct tr_buf {
+    int rank;
+    int64_t shape[TP_MAX_RANK];
+    tp_dtype dtype;          /* f32 / bf16 activations, i32 ids */
+    int64_t offset, bytes;
+    int alias_of;
+    char *name;
+} tr_buf;
+
+typedef struct tr_weight {
+    char *name;
+    int rank;
+    int64_t shape[2], logical[2];   /* global, padded; checkpoint shape */
+    int dim;                        /* sharded dim, -1 when replicated */
+    int64_t offset, length;         /* this rank's slice along dim */
+    int64_t local_elems;
+    int64_t region_offset;          /* in the rank's weight region, elements */
+} tr_weight;
+
+typedef struct tr_op {
+    tp_op_kind kind;
+    int in[4], nin, out;
+    int weight, bias;
+    int dim, dim2, index, parts, reduce_max;
+    int64_t m, n, k, batch, seq, heads, head_dim, kv_heads;
+    int64_t vocab_start, vocab_local, vocab_logical, pos_offset;
+    bool masked;
+    double scale, eps, theta;
+    int64_t elems;
+    char *module, *entry;          /* provenance, for errors and profiles */
+} tr_op;
+
+typedef struct tr_schedule {
+    char *producer, *input_hash, *plan;
+    int world;
+    tp_dtype dtype;
+    int64_t arena_bytes;
+    tr_buf *bufs; int nbufs;
+    int input_ids, labels, loss, logits;   /* buffer indices, -1 when absent */
+    tp_placement logits_pl;
+    int64_t vocab;                          /* real logits columns (padding dropped on output) */
+    int rank;                               /* the rank loaded */
+    tr_weight *weights; int nweights;
+    int64_t weight_elems;                   /* this rank's weight region */
+    tr_op *ops; int nops;
+} tr_schedule;
+
+/* Load `path` for `rank`. world_expected > 0 checks the launch size.
+ * Returns 0, or -1 with a message saying what is wrong and how to fix it. */
+int tr_schedule_load(tr_schedule *s, const char *path, int rank, int world_expected, char *err, size_t errlen);
+void tr_schedule_free(tr_schedule *s);
+
+/* The storage a buffer lives in (following aliases). */
+int tr_buf_root(const tr_schedule *s, int b);
+int64_t tr_buf_elems(const tr_buf *b);
+
+#endif /* TPRUN_SCHEDULE_LOAD_H */

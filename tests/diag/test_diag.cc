@@ -1,0 +1,626 @@
+// Tests for the diagnostics engine: collection and sorting (diag.c), the
+// text renderer (diag/text.c), JSON and SARIF (diag/json.c) and fix-it
+// application (diag/fixit.c).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+extern "C" {
+#include "compiler/diag/diag.h"
+#include "compiler/front/source.h"
+}
+
+namespace {
+
+// The span of `len` bytes at 1-based line/col of a loaded file, with the
+// byte offset the lexer would have computed.
+tp_span span_at(const tp_sources *src, int file, int line, int col, int len)
+{
+    const char *text = src->files[file].text;
+    int offset = 0;
+    for (int l = 1; l < line; l++)
+        offset = int(strchr(text + offset, '\n') - text) + 1;
+    return tp_span{file, line, col, offset + col - 1, len};
+}
+
+std::string take(char *s)
+{
+    std::string out(s);
+    free(s);
+    return out;
+}
+
+std::string repeat(const char *line, int n)
+{
+    std::string s;
+    for (int i = 0; i < n; i++)
+        s += line;
+    return s;
+}
+
+class DiagTest : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        tp_sources_init(&src_);
+        tp_diags_init(&diags_);
+    }
+    void TearDown() override
+    {
+        tp_diags_free(&diags_);
+        tp_sources_free(&src_);
+    }
+    int add(const char *path, const std::string &text)
+    {
+        return tp_sources_add(&src_, path, text.data(), text.size());
+    }
+    std::string text(int color = 0) { return take(tp_diags_render_text(&diags_, &src_, color)); }
+
+    // The diagnostic of the golden test: an error with a fix-it, a note in
+    // another file and a help line.
+    void add_golden()
+    {
+        int plan = add("plans/bad.plan",
+                       repeat("# filler\n", 11) + "    \"model.norm\": SequenceParallel(),\n");
+        int model = add("models/llama.model",
+                        repeat("#\n", 39) + "        h = embed_tokens(input_ids)\n");
+        tp_diag *g = tp_diag_add(&diags_, TP_ERROR, span_at(&src_, plan, 12, 5, 12),
+                                 "check-name", "%s", "message");
+        tp_diag_fixit(g, span_at(&src_, plan, 12, 36, 0), "input_layouts=Replicate()");
+        tp_diag_note_at(g, span_at(&src_, model, 40, 13, 23), "the producer of this value");
+        tp_diag_help(g, "write RowwiseParallel(%s)", "input_layouts=Replicate()");
+    }
+
+    tp_sources src_;
+    tp_diags diags_;
+};
+
+// ---- text ----
+
+TEST_F(DiagTest, TextGolden)
+{
+    add_golden();
+    EXPECT_EQ(text(),
+              "plans/bad.plan:12:5: error: message [check-name]\n"
+              "   12 |     \"model.norm\": SequenceParallel(),\n"
+              "      |     ^~~~~~~~~~~~\n"
+              "      |                                    input_layouts=Replicate()\n"
+              "models/llama.model:40:13: note: the producer of this value\n"
+              "   40 |         h = embed_tokens(input_ids)\n"
+              "      |             ^~~~~~~~~~~~~~~~~~~~~~~\n"
+              "fix: write RowwiseParallel(input_layouts=Replicate())\n"
+              "\n"
+              "1 error generated.\n");
+}
+
+TEST_F(DiagTest, TextBlankLineBetweenDiagnostics)
+{
+    int f = add("a.plan", "x\ny\n");
+    tp_diag_add(&diags_, TP_WARNING, span_at(&src_, f, 1, 1, 1), "c", "first");
+    tp_diag_add(&diags_, TP_WARNING, span_at(&src_, f, 2, 1, 1), "c", "second");
+    EXPECT_EQ(text(),
+              "a.plan:1:1: warning: first [c]\n"
+              "    1 | x\n"
+              "      | ^\n"
+              "\n"
+              "a.plan:2:1: warning: second [c]\n"
+              "    2 | y\n"
+              "      | ^\n"
+              "\n"
+              "2 warnings generated.\n");
+}
+
+TEST_F(DiagTest, TextTabsAreExpanded)
+{
+    int f = add("t.plan", "\tx = 1\nab\tcd\n");
+    tp_diag_add(&diags_, TP_WARNING, span_at(&src_, f, 1, 2, 1), "t", "tab");
+    tp_diag_add(&diags_, TP_WARNING, span_at(&src_, f, 2, 4, 2), "t", "tab");
+    EXPECT_EQ(text(),
+              "t.plan:1:2: warning: tab [t]\n"
+              "    1 |         x = 1\n"
+              "      |         ^\n"
+              "\n"
+              "t.plan:2:4: warning: tab [t]\n"
+              "    2 | ab      cd\n"
+              "      |         ^~\n"
+              "\n"
+              "2 warnings generated.\n");
+}
+
+TEST_F(DiagTest, TextSpanPastEndOfLine)
+{
+    int f = add("p.plan", "abc\ndef\n");
+    tp_diag_add(&diags_, TP_ERROR, span_at(&src_, f, 1, 2, 10), "c", "long");
+    EXPECT_EQ(text(),
+              "p.plan:1:2: error: long [c]\n"
+              "    1 | abc\n"
+              "      |  ^~\n"
+              "\n"
+              "1 error generated.\n");
+}
+
+TEST_F(DiagTest, TextMultiLineSpanUnderlinesFirstLine)
+{
+    int f = add("p.plan", "abc\ndef\n");
+    tp_diag_add(&diags_, TP_ERROR, span_at(&src_, f, 1, 2, 5), "c", "two lines");
+    tp_diag_add(&diags_, TP_ERROR, span_at(&src_, f, 2, 4, 0), "c", "at end");
+    EXPECT_EQ(text(),
+              "p.plan:1:2: error: two lines [c]\n"
+              "    1 | abc\n"
+              "      |  ^~\n"
+              "\n"
+              "p.plan:2:4: error: at end [c]\n"
+              "    2 | def\n"
+              "      |    ^\n"
+              "\n"
+              "2 errors generated.\n");
+}
+
+TEST_F(DiagTest, TextNoSpan)
+{
+    tp_diag *g = tp_diag_add(&diags_, TP_ERROR, TP_NO_SPAN, "flags", "unknown mesh dim '%s'", "pp");
+    tp_diag_note_at(g, TP_NO_SPAN, "set by --mesh");
+    EXPECT_EQ(text(),
+              "tpcc: error: unknown mesh dim 'pp' [flags]\n"
+              "note: set by --mesh\n"
+              "\n"
+              "1 error generated.\n");
+}
+
+TEST_F(DiagTest, TextUnknownFileIsNoSpan)
+{
+    tp_span sp = {3, 1, 1, 0, 1};   // no file 3 was loaded
+    tp_diag_add(&diags_, TP_WARNING, sp, "c", "lost");
+    EXPECT_EQ(text(), "tpcc: warning: lost [c]\n\n1 warning generated.\n");
+}
+
+TEST_F(DiagTest, TextSummaryPlurals)
+{
+    EXPECT_EQ(text(), "");
+    tp_diag_add(&diags_, TP_NOTE, TP_NO_SPAN, "c", "just a note");
+    EXPECT_EQ(text(), "tpcc: note: just a note [c]\n");
+    tp_diag_add(&diags_, TP_ERROR, TP_NO_SPAN, "c", "e1");
+    EXPECT_TRUE(text().find("\n\n1 error generated.\n") != std::string::npos);
+    tp_diag_add(&diags_, TP_WARNING, TP_NO_SPAN, "c", "w1");
+    EXPECT_TRUE(text().find("\n\n1 error, 1 warning generated.\n") != std::string::npos);
+    tp_diag_add(&diags_, TP_ERROR, TP_NO_SPAN, "c", "e2");
+    tp_diag_add(&diags_, TP_WARNING, TP_NO_SPAN, "c", "w2");
+    std::string out = text();
+    EXPECT_EQ(out.substr(out.rfind("\n\n") + 2), "2 errors, 2 warnings generated.\n");
+}
+
+TEST_F(DiagTest, TextColor)
+{
+    add_golden();
+    std::string out = text(1);
+    EXPECT_EQ(out.rfind("\033[1mplans/bad.plan:12:5: \033[0m\033[0;1;31merror: \033[0m"
+                        "\033[1mmessage [check-name]\033[0m\n", 0), 0u);
+    EXPECT_NE(out.find("      |     \033[0;1;32m^~~~~~~~~~~~\033[0m\n"), std::string::npos);
+    EXPECT_NE(out.find("\033[0;1;36mnote: \033[0mthe producer"), std::string::npos);
+    EXPECT_NE(out.find("\033[0;32m"), std::string::npos);
+    // The plain rendering carries no escapes at all.
+    EXPECT_EQ(text(0).find('\033'), std::string::npos);
+}
+
+TEST_F(DiagTest, TextControlCharactersAreNotEchoed)
+{
+    int f = add("e.plan", "a\033[2Jb\n");
+    tp_diag_add(&diags_, TP_ERROR, span_at(&src_, f, 1, 1, 1), "c", "m");
+    EXPECT_EQ(text().find('\033'), std::string::npos);
+}
+
+TEST_F(DiagTest, RenderWritesToStream)
+{
+    add_golden();
+    char *buf = nullptr;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    ASSERT_NE(out, nullptr);
+    EXPECT_EQ(tp_diags_render(&diags_, &src_, TP_FMT_TEXT, 0, out), 0);
+    fclose(out);
+    EXPECT_EQ(std::string(buf, len), text());
+    free(buf);
+}
+
+TEST_F(DiagTest, RenderReportsWriteFailure)
+{
+    add_golden();
+    FILE *full = fopen("/dev/full", "w");
+    if (!full)
+        GTEST_SKIP() << "no /dev/full";
+    EXPECT_EQ(tp_diags_render(&diags_, &src_, TP_FMT_TEXT, 0, full), -1);
+    fclose(full);
+}
+
+// ---- sorting ----
+
+TEST_F(DiagTest, SortIsStableAndDropsDuplicates)
+{
+    int a = add("a.plan", "0123456789\n");
+    int b = add("b.plan", "0123456789\n");
+    tp_diag_add(&diags_, TP_ERROR, span_at(&src_, b, 1, 1, 1), "c", "b1");
+    tp_diag_add(&diags_, TP_ERROR, span_at(&src_, a, 1, 5, 1), "c", "a5 first");
+    tp_diag_add(&diags_, TP_WARNING, span_at(&src_, a, 1, 2, 1), "c", "a2");
+    tp_diag_add(&diags_, TP_ERROR, span_at(&src_, a, 1, 5, 1), "c", "a5 second");
+    tp_diag_add(&diags_, TP_ERROR, span_at(&src_, a, 1, 5, 1), "c", "a5 first");   // duplicate
+    tp_diag_add(&diags_, TP_WARNING, span_at(&src_, a, 1, 2, 1), "c", "a2");       // duplicate
+    tp_diag_add(&diags_, TP_ERROR, span_at(&src_, a, 1, 2, 1), "c", "a2");   // other level
+    tp_diag_add(&diags_, TP_ERROR, TP_NO_SPAN, "c", "global");
+    EXPECT_EQ(diags_.errors, 6);
+    tp_diags_sort(&diags_);
+    ASSERT_EQ(diags_.count, 6);
+    const char *want[] = {"global", "a2", "a2", "a5 first", "a5 second", "b1"};
+    for (int i = 0; i < 6; i++)
+        EXPECT_STREQ(diags_.items[i].message, want[i]) << i;
+    EXPECT_EQ(diags_.items[1].level, TP_WARNING);
+    EXPECT_EQ(diags_.items[2].level, TP_ERROR);
+    EXPECT_EQ(diags_.errors, 5);
+    EXPECT_EQ(diags_.warnings, 1);
+}
+
+// ---- JSON ----
+
+json_t *parse(const std::string &s)
+{
+    json_error_t error;
+    json_t *root = json_loads(s.c_str(), 0, &error);
+    EXPECT_NE(root, nullptr) << error.text << " at line " << error.line;
+    return root;
+}
+
+std::string keys(json_t *obj)
+{
+    std::string out;
+    const char *key;
+    json_t *value;
+    json_object_foreach(obj, key, value) {
+        out += out.empty() ? "" : ",";
+        out += key;
+    }
+    return out;
+}
+
+std::string str(json_t *v)
+{
+    return json_is_string(v) ? json_string_value(v) : "<not a string>";
+}
+
+TEST_F(DiagTest, Json)
+{
+    add_golden();
+    tp_diag_add(&diags_, TP_WARNING, TP_NO_SPAN, "flags", "bad \xff byte");
+    std::string out = take(tp_diags_render_json(&diags_, &src_));
+    ASSERT_EQ(out.back(), '\n');
+    EXPECT_EQ(out.rfind("{\n  \"version\": 1,\n  \"diagnostics\": [\n", 0), 0u);
+
+    json_t *root = parse(out);
+    ASSERT_NE(root, nullptr);
+    EXPECT_EQ(keys(root), "version,diagnostics,errors,warnings");
+    EXPECT_EQ(json_integer_value(json_object_get(root, "errors")), 1);
+    EXPECT_EQ(json_integer_value(json_object_get(root, "warnings")), 1);
+    json_t *list = json_object_get(root, "diagnostics");
+    ASSERT_EQ(json_array_size(list), 2u);
+
+    json_t *g = json_array_get(list, 0);
+    EXPECT_EQ(keys(g), "level,check,message,file,line,column,offset,length,notes,help,fixits");
+    EXPECT_EQ(str(json_object_get(g, "level")), "error");
+    EXPECT_EQ(str(json_object_get(g, "check")), "check-name");
+    EXPECT_EQ(str(json_object_get(g, "message")), "message");
+    EXPECT_EQ(str(json_object_get(g, "file")), "plans/bad.plan");
+    EXPECT_EQ(json_integer_value(json_object_get(g, "line")), 12);
+    EXPECT_EQ(json_integer_value(json_object_get(g, "column")), 5);
+    EXPECT_EQ(json_integer_value(json_object_get(g, "offset")), 11 * 9 + 4);
+    EXPECT_EQ(json_integer_value(json_object_get(g, "length")), 12);
+
+    json_t *note = json_array_get(json_object_get(g, "notes"), 0);
+    EXPECT_EQ(keys(note), "message,file,line,column");
+    EXPECT_EQ(str(json_object_get(note, "file")), "models/llama.model");
+    EXPECT_EQ(json_integer_value(json_object_get(note, "line")), 40);
+
+    EXPECT_EQ(str(json_array_get(json_object_get(g, "help"), 0)),
+              "write RowwiseParallel(input_layouts=Replicate())");
+
+    json_t *fix = json_array_get(json_object_get(g, "fixits"), 0);
+    EXPECT_EQ(keys(fix), "file,line,column,offset,length,replacement");
+    EXPECT_EQ(json_integer_value(json_object_get(fix, "column")), 36);
+    EXPECT_EQ(json_integer_value(json_object_get(fix, "length")), 0);
+    EXPECT_EQ(str(json_object_get(fix, "replacement")), "input_layouts=Replicate()");
+
+    // No location: nulls. Invalid UTF-8 is replaced, not dropped.
+    json_t *w = json_array_get(list, 1);
+    EXPECT_TRUE(json_is_null(json_object_get(w, "file")));
+    EXPECT_TRUE(json_is_null(json_object_get(w, "line")));
+    EXPECT_EQ(str(json_object_get(w, "message")), "bad \xEF\xBF\xBD byte");
+    json_decref(root);
+}
+
+TEST_F(DiagTest, JsonEmpty)
+{
+    json_t *root = parse(take(tp_diags_render_json(&diags_, &src_)));
+    ASSERT_NE(root, nullptr);
+    EXPECT_EQ(json_array_size(json_object_get(root, "diagnostics")), 0u);
+    EXPECT_EQ(json_integer_value(json_object_get(root, "errors")), 0);
+    json_decref(root);
+}
+
+// ---- SARIF ----
+
+json_t *path(json_t *v, const std::string &dotted)
+{
+    std::stringstream ss(dotted);
+    std::string part;
+    while (v && std::getline(ss, part, '.')) {
+        if (json_is_array(v))
+            v = json_array_get(v, std::stoul(part));
+        else
+            v = json_object_get(v, part.c_str());
+    }
+    return v;
+}
+
+long long num(json_t *root, const std::string &dotted)
+{
+    json_t *v = path(root, dotted);
+    EXPECT_TRUE(json_is_integer(v)) << dotted;
+    return json_integer_value(v);
+}
+
+TEST_F(DiagTest, Sarif)
+{
+    add_golden();
+    tp_diag_add(&diags_, TP_WARNING, TP_NO_SPAN, "flags", "global");
+    int plan = 0;
+    tp_diag *g = tp_diag_add(&diags_, TP_ERROR, span_at(&src_, plan, 12, 19, 16), "check-name",
+                             "again");
+    tp_diag_fixit(g, span_at(&src_, plan, 12, 19, 16), "RowwiseParallel");
+    tp_diag_note_at(g, TP_NO_SPAN, "no location");
+
+    json_t *root = parse(take(tp_diags_render_sarif(&diags_, &src_)));
+    ASSERT_NE(root, nullptr);
+    EXPECT_EQ(str(path(root, "$schema")), "https://json.schemastore.org/sarif-2.1.0.json");
+    EXPECT_EQ(str(path(root, "version")), "2.1.0");
+    ASSERT_EQ(json_array_size(path(root, "runs")), 1u);
+    json_t *run = path(root, "runs.0");
+    EXPECT_EQ(str(path(run, "tool.driver.name")), "tpcc");
+    EXPECT_TRUE(json_is_string(path(run, "tool.driver.version")));
+    EXPECT_EQ(str(path(run, "tool.driver.informationUri")), "https://github.com/tpcc/tpcc");
+
+    // One rule per distinct check, and every result points at its own.
+    json_t *rules = path(run, "tool.driver.rules");
+    ASSERT_EQ(json_array_size(rules), 2u);
+    EXPECT_EQ(str(path(rules, "0.id")), "check-name");
+    EXPECT_EQ(str(path(rules, "1.id")), "flags");
+    EXPECT_TRUE(json_is_string(path(rules, "0.shortDescription.text")));
+    json_t *results = path(run, "results");
+    ASSERT_EQ(json_array_size(results), 3u);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *r = json_array_get(results, i);
+        size_t idx = size_t(num(r, "ruleIndex"));
+        ASSERT_LT(idx, json_array_size(rules));
+        EXPECT_EQ(str(path(r, "ruleId")), str(path(rules, std::to_string(idx) + ".id")));
+        EXPECT_TRUE(json_is_string(path(r, "message.text")));
+    }
+
+    json_t *r0 = json_array_get(results, 0);
+    EXPECT_EQ(str(path(r0, "level")), "error");
+    EXPECT_EQ(str(path(r0, "message.text")), "message");
+    json_t *loc = path(r0, "locations.0.physicalLocation");
+    EXPECT_EQ(str(path(loc, "artifactLocation.uri")), "plans/bad.plan");
+    EXPECT_EQ(num(loc, "region.startLine"), 12);
+    EXPECT_EQ(num(loc, "region.startColumn"), 5);
+    EXPECT_EQ(num(loc, "region.endLine"), 12);
+    EXPECT_EQ(num(loc, "region.endColumn"), 17);
+    EXPECT_EQ(num(r0, "relatedLocations.0.id"), 0);
+    EXPECT_EQ(str(path(r0, "relatedLocations.0.message.text")), "the producer of this value");
+    EXPECT_EQ(str(path(r0, "relatedLocations.0.physicalLocation.artifactLocation.uri")),
+              "models/llama.model");
+    EXPECT_EQ(num(r0, "relatedLocations.0.physicalLocation.region.startLine"), 40);
+    json_t *change = path(r0, "fixes.0.artifactChanges.0");
+    EXPECT_EQ(str(path(change, "artifactLocation.uri")), "plans/bad.plan");
+    EXPECT_EQ(num(change, "replacements.0.deletedRegion.startLine"), 12);
+    EXPECT_EQ(num(change, "replacements.0.deletedRegion.startColumn"), 36);
+    EXPECT_EQ(num(change, "replacements.0.deletedRegion.endColumn"), 36);   // insertion
+    EXPECT_EQ(str(path(change, "replacements.0.insertedContent.text")),
+              "input_layouts=Replicate()");
+    EXPECT_EQ(str(path(r0, "properties.help.0")),
+              "write RowwiseParallel(input_layouts=Replicate())");
+
+    json_t *r1 = json_array_get(results, 1);
+    EXPECT_EQ(str(path(r1, "level")), "warning");
+    EXPECT_EQ(path(r1, "locations"), nullptr);
+
+    json_t *r2 = json_array_get(results, 2);
+    EXPECT_EQ(num(r2, "ruleIndex"), 0);
+    EXPECT_EQ(num(r2, "fixes.0.artifactChanges.0.replacements.0.deletedRegion.byteLength"), 16);
+    EXPECT_EQ(path(r2, "relatedLocations.0.physicalLocation"), nullptr);
+    EXPECT_EQ(str(path(r2, "relatedLocations.0.message.text")), "no location");
+    json_decref(root);
+}
+
+TEST_F(DiagTest, SarifColumnsCountCodePoints)
+{
+    int f = add("/abs dir/é.plan", "x = \"é\" + y\n");
+    tp_diag_add(&diags_, TP_ERROR, span_at(&src_, f, 1, 11, 1), "c", "y");   // byte col 11
+    json_t *root = parse(take(tp_diags_render_sarif(&diags_, &src_)));
+    ASSERT_NE(root, nullptr);
+    json_t *loc = path(root, "runs.0.results.0.locations.0.physicalLocation");
+    EXPECT_EQ(str(path(root, "runs.0.columnKind")), "unicodeCodePoints");
+    EXPECT_EQ(num(loc, "region.startColumn"), 10);
+    EXPECT_EQ(num(loc, "region.endColumn"), 11);
+    EXPECT_EQ(num(loc, "region.byteOffset"), 10);
+    // A URI, not a path: absolute paths get file://, the rest is encoded.
+    EXPECT_EQ(str(path(loc, "artifactLocation.uri")), "file:///abs%20dir/%C3%A9.plan");
+    json_decref(root);
+}
+
+// ---- fix-its ----
+
+class DiagFixitTest : public DiagTest {
+protected:
+    void SetUp() override
+    {
+        DiagTest::SetUp();
+        char tmpl[] = "/tmp/tpcc_fixit_XXXXXX";
+        ASSERT_NE(mkdtemp(tmpl), nullptr);
+        dir_ = tmpl;
+    }
+    void TearDown() override
+    {
+        DiagTest::TearDown();
+        std::filesystem::remove_all(dir_);
+    }
+    int load(const std::string &name, const std::string &text)
+    {
+        std::string p = dir_ + "/" + name;
+        std::ofstream(p, std::ios::binary) << text;
+        char err[256];
+        int id = tp_sources_load(&src_, p.c_str(), err, sizeof err);
+        EXPECT_GE(id, 0) << err;
+        return id;
+    }
+    std::string read(const std::string &name)
+    {
+        std::ifstream in(dir_ + "/" + name, std::ios::binary);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        return ss.str();
+    }
+    size_t entries()
+    {
+        size_t n = 0;
+        for (auto &e : std::filesystem::directory_iterator(dir_)) {
+            (void)e;
+            n++;
+        }
+        return n;
+    }
+    int apply(int *skipped = nullptr)
+    {
+        err_[0] = '\0';
+        return tp_diags_apply_fixits_counted(&diags_, &src_, skipped, err_, sizeof err_);
+    }
+    tp_diag *diag() { return tp_diag_add(&diags_, TP_ERROR, TP_NO_SPAN, "c", "m"); }
+
+    std::string dir_;
+    char err_[512];
+};
+
+TEST_F(DiagFixitTest, InsertAndReplace)
+{
+    int f = load("a.plan", "a = 1\nb = 2\n");
+    ASSERT_EQ(chmod((dir_ + "/a.plan").c_str(), 0640), 0);
+    tp_diag *g = diag();
+    tp_diag_fixit(g, span_at(&src_, f, 1, 5, 1), "10");
+    tp_diag_fixit(g, span_at(&src_, f, 2, 1, 0), "# c\n");
+    int skipped = -1;
+    EXPECT_EQ(apply(&skipped), 2) << err_;
+    EXPECT_EQ(skipped, 0);
+    EXPECT_EQ(read("a.plan"), "a = 10\n# c\nb = 2\n");
+    struct stat st;
+    ASSERT_EQ(stat((dir_ + "/a.plan").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 07777, 0640u);
+    EXPECT_EQ(entries(), 1u);   // no temporary file left
+}
+
+TEST_F(DiagFixitTest, EditsInProposalOrderAcrossDiagnostics)
+{
+    int f = load("a.plan", "abcdef");
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 5, 2), "EF");
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 1, 1), "A");
+    EXPECT_EQ(tp_diags_apply_fixits(&diags_, &src_, err_, sizeof err_), 2) << err_;
+    EXPECT_EQ(read("a.plan"), "AbcdEF");
+}
+
+TEST_F(DiagFixitTest, OverlappingEditsAreSkipped)
+{
+    int f = load("a.plan", "0123456789");
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 3, 4), "X");    // 2..5
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 5, 3), "Y");    // 4..6 overlaps: skipped
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 3, 0), "Z");    // insert at its start: skipped
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 7, 0), "W");    // insert at its end: fine
+    int skipped = -1;
+    EXPECT_EQ(apply(&skipped), 2) << err_;
+    EXPECT_EQ(skipped, 2);
+    EXPECT_EQ(read("a.plan"), "01XW6789");
+}
+
+TEST_F(DiagFixitTest, DuplicateEditAppliedOnce)
+{
+    int f = load("a.plan", "f(x)\n");
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 3, 0), "y, ");
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 3, 0), "y, ");
+    int skipped = -1;
+    EXPECT_EQ(apply(&skipped), 1) << err_;
+    EXPECT_EQ(skipped, 0);
+    EXPECT_EQ(read("a.plan"), "f(y, x)\n");
+}
+
+TEST_F(DiagFixitTest, NoFixitsTouchesNothing)
+{
+    load("a.plan", "x\n");
+    diag();
+    EXPECT_EQ(apply(), 0);
+    EXPECT_EQ(read("a.plan"), "x\n");
+}
+
+TEST_F(DiagFixitTest, SymlinkTargetIsEdited)
+{
+    load("real.plan", "x\n");
+    ASSERT_EQ(symlink("real.plan", (dir_ + "/link.plan").c_str()), 0);
+    int f = tp_sources_load(&src_, (dir_ + "/link.plan").c_str(), err_, sizeof err_);
+    ASSERT_GE(f, 0) << err_;
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 1, 0), "y");
+    EXPECT_EQ(apply(), 1) << err_;
+    EXPECT_TRUE(std::filesystem::is_symlink(dir_ + "/link.plan"));
+    EXPECT_EQ(read("real.plan"), "yx\n");
+}
+
+TEST_F(DiagFixitTest, SameFileUnderTwoNamesIsRefused)
+{
+    int real = load("real.plan", "x\n");
+    ASSERT_EQ(symlink("real.plan", (dir_ + "/link.plan").c_str()), 0);
+    int link = tp_sources_load(&src_, (dir_ + "/link.plan").c_str(), err_, sizeof err_);
+    ASSERT_GE(link, 0) << err_;
+    tp_diag_fixit(diag(), span_at(&src_, real, 1, 1, 0), "a");
+    tp_diag_fixit(diag(), span_at(&src_, link, 1, 2, 0), "b");
+    EXPECT_EQ(apply(), -1);
+    EXPECT_NE(std::string(err_).find("same file"), std::string::npos) << err_;
+    EXPECT_EQ(read("real.plan"), "x\n");
+    EXPECT_EQ(entries(), 2u);
+}
+
+TEST_F(DiagFixitTest, FailureLeavesEverythingUntouched)
+{
+    int good = load("a.plan", "a\n");
+    std::string missing = dir_ + "/no-such-dir/b.plan";
+    int bad = tp_sources_add(&src_, missing.c_str(), "b\n", 2);
+    tp_diag_fixit(diag(), span_at(&src_, good, 1, 1, 1), "A");
+    tp_diag_fixit(diag(), span_at(&src_, bad, 1, 1, 1), "B");
+    EXPECT_EQ(apply(), -1);
+    EXPECT_NE(std::string(err_).find("no-such-dir/b.plan"), std::string::npos) << err_;
+    // The file that could be written was not, and no temporary remains.
+    EXPECT_EQ(read("a.plan"), "a\n");
+    EXPECT_EQ(entries(), 1u);
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/no-such-dir"));
+}
+
+TEST_F(DiagFixitTest, FixitOutsideFileIsAnError)
+{
+    int f = load("a.plan", "abc");
+    tp_span sp = {f, 1, 3, 2, 5};   // runs past the end of the file
+    tp_diag_fixit(diag(), sp, "x");
+    EXPECT_EQ(apply(), -1);
+    EXPECT_NE(std::string(err_).find("outside"), std::string::npos) << err_;
+    EXPECT_EQ(read("a.plan"), "abc");
+}
+
+}  // namespace

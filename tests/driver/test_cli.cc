@@ -1,0 +1,560 @@
+// The tpcc command line (compiler/driver/main.c), run as a process: exit
+// statuses, hostile input, output formats, --explain, --fix, --hf-config.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "tests/support/plan_harness.h"
+#include "tests/support/process.h"
+
+namespace fs = std::filesystem;
+using tpcc_test::source_path;
+using tpcc_test::contains;
+using tpcc_test::Proc;
+using tpcc_test::slurp;
+using tpcc_test::TempDir;
+
+namespace {
+
+const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+
+// tpcc with `args`, stdout and stderr captured, stdin from /dev/null.
+Proc run(const std::vector<std::string> &args, const std::vector<std::string> &env_extra = {})
+{
+    return tpcc_test::run_program(kTpcc, args, env_extra);
+}
+
+const std::string kClean = source_path("plans/llama-megatron.plan");
+const std::string kBad = source_path("tests/bad/relabel-rowwise-embedding.plan");
+
+TEST(Cli, BinaryExists)
+{
+    struct stat st;
+    ASSERT_EQ(stat(kTpcc.c_str(), &st), 0) << kTpcc << " is not built (add_dependencies(tpcc_tests tpcc))";
+    EXPECT_TRUE(st.st_mode & S_IXUSR);
+}
+
+// --- exit statuses ------------------------------------------------------------------------------
+
+TEST(CliExit, CleanPlanIsZeroAndSilent)
+{
+    Proc r = run({"--check", kClean, "-D", "layers=2"});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_EQ(r.err, "") << r.describe();
+    EXPECT_EQ(r.out, "") << r.describe();
+    // --check is the default
+    EXPECT_EQ(run({kClean, "-D", "layers=2"}).code(), 0);
+}
+
+TEST(CliExit, BadPlanIsOne)
+{
+    Proc r = run({"--check", kBad, "-D", "layers=2"});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "error:")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "[relabel]")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "relabel-rowwise-embedding.plan:24:5:")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "1 error generated.")) << r.describe();
+}
+
+TEST(CliExit, WarningsAloneAreZero)
+{
+    Proc r = run({source_path("plans/llama-sp-input-layouts.plan"), "-D", "layers=2"});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_TRUE(contains(r.err, "warning:")) << r.describe();
+}
+
+TEST(CliExit, UsageAndIoErrorsAreTwo)
+{
+    TempDir dir;
+    struct {
+        std::vector<std::string> args;
+        const char *says;
+    } cases[] = {
+        {{"--check", dir.path + "/missing.plan"}, "missing.plan"},
+        {{"--check", dir.path}, "directory"},
+        {{"--frobnicate", kClean}, "--frobnicate"},
+        {{}, "no plan"},
+        {{"--check"}, "no plan"},
+        {{"-D", "nosuchname=2", kClean}, "nosuchname"},
+        {{"-D", "layrs=2", kClean}, "did you mean 'layers'"},
+        {{"-D", "tp=two", kClean}, "tp=two"},
+        {{"-D", "tp", kClean}, "name=value"},
+        {{"--diagnostics-format=xml", kClean}, "xml"},
+        {{"--color=sometimes", kClean}, "--color"},
+        {{"--explain", kClean, kBad}, "one plan"},
+        {{"--hf-config", dir.path + "/nope.json", kClean}, "nope.json"},
+        {{kClean, "-D"}, ""},
+    };
+    for (const auto &k : cases) {
+        std::string cmd;
+        for (const auto &a : k.args)
+            cmd += " " + a;
+        SCOPED_TRACE("tpcc" + cmd);
+        Proc r = run(k.args);
+        EXPECT_FALSE(r.signaled()) << r.describe();
+        EXPECT_EQ(r.code(), 2) << r.describe();
+        EXPECT_TRUE(contains(r.err, k.says)) << "stderr should mention '" << k.says << "'\n" << r.describe();
+    }
+}
+
+TEST(CliExit, WorstPlanDecides)
+{
+    TempDir dir;
+    EXPECT_EQ(run({kClean, kBad, "-D", "layers=2"}).code(), 1);
+    EXPECT_EQ(run({kBad, kClean, "-D", "layers=2"}).code(), 1);
+    EXPECT_EQ(run({kClean, dir.path + "/missing.plan", kBad, "-D", "layers=2"}).code(), 2);
+}
+
+// --- hostile input ---------------------------------------------------------------------------------
+
+TEST(CliHostile, BinaryGarbageWithNul)
+{
+    TempDir dir;
+    std::mt19937 rng(1234);
+    for (int i = 0; i < 5; i++) {
+        std::string bytes(512 + 97 * i, '\0');
+        for (auto &c : bytes)
+            c = char(rng() & 0xff);
+        bytes[7 * i + 3] = '\0';
+        std::string p = dir.write("garbage" + std::to_string(i) + ".plan", bytes);
+        Proc r = run({"--check", p});
+        EXPECT_FALSE(r.signaled()) << r.describe();
+        EXPECT_TRUE(r.code() == 1 || r.code() == 2) << r.describe();
+    }
+}
+
+TEST(CliHostile, BinaryGarbageWithoutNulReachesTheParser)
+{
+    TempDir dir;
+    std::mt19937 rng(99);
+    for (int i = 0; i < 20; i++) {
+        std::string bytes(64 + 211 * i, ' ');
+        for (auto &c : bytes) {
+            c = char(rng() & 0xff);
+            if (!c)
+                c = '(';
+        }
+        std::string p = dir.write("garbage" + std::to_string(i) + ".plan", bytes);
+        Proc r = run({"--check", p});
+        EXPECT_FALSE(r.signaled()) << "input " << i << ": " << r.describe();
+        EXPECT_TRUE(r.code() == 1 || r.code() == 2) << r.describe();
+    }
+}
+
+TEST(CliHostile, PlanLikeGarbage)
+{
+    // shuffled tokens of a real plan after a valid model line: deep in the checker
+    TempDir dir;
+    std::string model = "model \"" + source_path("models/llama.model") + "\"\n";
+    const char *toks[] = {"parallelize", "\"model.layers.*\"", "{", "}", "(", ")", "[", "]", ":", ",", "=",
+                          "ColwiseParallel", "RowwiseParallel", "SequenceParallel", "PrepareModuleInput",
+                          "input_layouts", "output_layouts", "Shard", "Replicate", "Partial", "None", "1", "-1",
+                          "\"lm_head\"", "\"\"", "mesh", "tp", "config", "loss_parallel", "\n", "True", "99999"};
+    std::mt19937 rng(7);
+    for (int i = 0; i < 30; i++) {
+        std::string text = model;
+        for (int k = 0; k < 60; k++)
+            text += std::string(toks[rng() % (sizeof toks / sizeof *toks)]) + " ";
+        std::string p = dir.write("tok" + std::to_string(i) + ".plan", text);
+        Proc r = run({"--check", p, "-D", "layers=1"});
+        EXPECT_FALSE(r.signaled()) << text << "\n" << r.describe();
+        EXPECT_TRUE(r.code() == 0 || r.code() == 1) << text << "\n" << r.describe();
+    }
+}
+
+TEST(CliHostile, EmptyFileSaysWhichModel)
+{
+    TempDir dir;
+    Proc r = run({"--check", dir.write("empty.plan", "")});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "does not say which model")) << r.describe();
+}
+
+TEST(CliHostile, DeepNesting)
+{
+    TempDir dir;
+    std::string model = "model \"" + source_path("models/llama.model") + "\"\n";
+    for (const char *open : {"(", "[", "{"}) {
+        std::string deep(100000, open[0]);
+        for (const std::string &text : {model + "config { x = " + deep + "1 }\n", deep, model + "parallelize \"\" " + deep}) {
+            std::string p = dir.write("deep.plan", text);
+            Proc r = run({"--check", p});
+            EXPECT_FALSE(r.signaled()) << open << ": " << r.describe();
+            EXPECT_EQ(r.code(), 1) << open << ": " << r.describe();
+        }
+    }
+}
+
+TEST(CliHostile, HugeIntegerLiteral)
+{
+    TempDir dir;
+    std::string model = "model \"" + source_path("models/llama.model") + "\"\n";
+    std::string p = dir.write("big.plan", model + "config { tp = 99999999999999999999999 }\nmesh(tp = tp)\n");
+    Proc r = run({"--check", p});
+    EXPECT_FALSE(r.signaled()) << r.describe();
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "too large")) << r.describe();
+}
+
+TEST(CliHostile, HugeDefineValuesAreRejectedNotWrapped)
+{
+    Proc r = run({"-D", "tp=99999999999999999999999", kClean});
+    EXPECT_EQ(r.code(), 2) << r.describe();
+}
+
+TEST(CliHostile, AbsurdSizesAreErrorsNotCrashes)
+{
+    // hidden=INT64_MAX: every weight fits in int64, but batch * seq * hidden elements do not;
+    // batch=-1 / seq=-5: model inputs of negative size
+    for (const char *d : {"hidden=9223372036854775807", "layers=1000000", "tp=0", "tp=-2", "vocab=-1",
+                          "vocab_multiple=0", "heads=0", "batch=-1", "seq=-5"}) {
+        std::vector<std::string> args = {"-D", d, kClean};
+        if (strncmp(d, "layers=", 7))
+            args.insert(args.end(), {"-D", "layers=2"});
+        Proc r = run(args);
+        EXPECT_FALSE(r.signaled()) << d << ": " << r.describe();
+        EXPECT_EQ(r.code(), 1) << d << ": " << r.describe();
+    }
+}
+
+// --- help and version ---------------------------------------------------------------------------------
+
+TEST(CliInfo, Help)
+{
+    for (const char *flag : {"--help", "-h"}) {
+        Proc r = run({flag});
+        EXPECT_EQ(r.code(), 0) << r.describe();
+        EXPECT_TRUE(contains(r.out, "usage: tpcc")) << r.describe();
+        EXPECT_TRUE(contains(r.out, "--explain")) << r.describe();
+        EXPECT_TRUE(contains(r.out, "--diagnostics-format")) << r.describe();
+        EXPECT_EQ(r.err, "");
+    }
+    // help wins over a plan and does not check it
+    Proc r = run({"--help", kBad});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+}
+
+TEST(CliInfo, Version)
+{
+    Proc r = run({"--version"});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_EQ(r.out.rfind("tpcc ", 0), 0u) << r.describe();
+    EXPECT_EQ(r.out.back(), '\n');
+    EXPECT_TRUE(contains(r.out, TPCC_VERSION)) << r.describe();
+}
+
+// --- machine-readable output ---------------------------------------------------------------------------
+
+struct Json {
+    explicit Json(const std::string &text)
+    {
+        json_error_t e;
+        root = json_loads(text.c_str(), 0, &e);
+        if (!root)
+            error = std::string(e.text) + " at line " + std::to_string(e.line);
+    }
+    ~Json()
+    {
+        if (root)
+            json_decref(root);
+    }
+    Json(const Json &) = delete;
+    Json &operator=(const Json &) = delete;
+    json_t *root = nullptr;
+    std::string error;
+};
+
+TEST(CliJson, BadPlanListsChecks)
+{
+    Proc r = run({"--diagnostics-format=json", kBad, "-D", "layers=2"});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    Json j(r.out);
+    ASSERT_TRUE(j.root) << j.error << "\n" << r.describe();
+    ASSERT_TRUE(json_is_object(j.root));
+    json_t *diags = json_object_get(j.root, "diagnostics");
+    ASSERT_TRUE(json_is_array(diags)) << r.out;
+    ASSERT_GE(json_array_size(diags), 1u);
+    std::vector<std::string> checks;
+    for (size_t i = 0; i < json_array_size(diags); i++) {
+        json_t *d = json_array_get(diags, i);
+        json_t *check = json_object_get(d, "check");
+        ASSERT_TRUE(json_is_string(check));
+        checks.push_back(json_string_value(check));
+        EXPECT_TRUE(json_is_string(json_object_get(d, "message")));
+        EXPECT_TRUE(json_is_string(json_object_get(d, "level")));
+    }
+    EXPECT_EQ(checks, std::vector<std::string>{"relabel"});
+    json_t *d0 = json_array_get(diags, 0);
+    EXPECT_STREQ(json_string_value(json_object_get(d0, "level")), "error");
+    EXPECT_EQ(json_integer_value(json_object_get(d0, "line")), 24);
+    EXPECT_TRUE(contains(json_string_value(json_object_get(d0, "file")), "relabel-rowwise-embedding.plan"));
+    EXPECT_EQ(json_integer_value(json_object_get(j.root, "errors")), 1);
+    EXPECT_EQ(json_integer_value(json_object_get(j.root, "warnings")), 0);
+    json_t *fix = json_object_get(d0, "fixits");
+    ASSERT_TRUE(json_is_array(fix));
+    ASSERT_EQ(json_array_size(fix), 1u);
+    EXPECT_TRUE(contains(json_string_value(json_object_get(json_array_get(fix, 0), "replacement")),
+                         "input_layouts=Replicate()"));
+    EXPECT_EQ(r.err, "") << "json goes to stdout only";
+}
+
+TEST(CliJson, WarningsAreListedWithTheirChecks)
+{
+    Proc r = run({"--diagnostics-format=json", source_path("plans/llama-sp-input-layouts.plan"), "-D", "layers=2"});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    Json j(r.out);
+    ASSERT_TRUE(j.root) << j.error << "\n" << r.describe();
+    json_t *diags = json_object_get(j.root, "diagnostics");
+    ASSERT_TRUE(json_is_array(diags));
+    EXPECT_EQ(json_array_size(diags), 3u) << r.out;
+    for (size_t i = 0; i < json_array_size(diags); i++) {
+        EXPECT_STREQ(json_string_value(json_object_get(json_array_get(diags, i), "check")), "repeated-gather");
+        EXPECT_STREQ(json_string_value(json_object_get(json_array_get(diags, i), "level")), "warning");
+    }
+    EXPECT_EQ(json_integer_value(json_object_get(j.root, "warnings")), 3);
+}
+
+TEST(CliJson, CleanPlanHasNoDiagnostics)
+{
+    Proc r = run({"--diagnostics-format=json", kClean, "-D", "layers=2"});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    Json j(r.out);
+    ASSERT_TRUE(j.root) << j.error << "\n" << r.describe();
+    EXPECT_EQ(json_array_size(json_object_get(j.root, "diagnostics")), 0u);
+    EXPECT_EQ(json_integer_value(json_object_get(j.root, "errors")), 0);
+}
+
+TEST(CliJson, TwoPlansStillParse)
+{
+    // whatever the framing, each plan's output must be valid JSON on its own or as a whole
+    Proc r = run({"--diagnostics-format=json", kBad, kClean, "-D", "layers=2"});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    json_error_t e;
+    json_t *first = json_loads(r.out.c_str(), JSON_DISABLE_EOF_CHECK, &e);
+    ASSERT_TRUE(first) << e.text << "\n" << r.describe();
+    json_decref(first);
+}
+
+TEST(CliSarif, BadPlan)
+{
+    Proc r = run({"--diagnostics-format=sarif", kBad, "-D", "layers=2"});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    Json j(r.out);
+    ASSERT_TRUE(j.root) << j.error << "\n" << r.describe();
+    EXPECT_STREQ(json_string_value(json_object_get(j.root, "version")), "2.1.0");
+    json_t *runs = json_object_get(j.root, "runs");
+    ASSERT_TRUE(json_is_array(runs));
+    ASSERT_EQ(json_array_size(runs), 1u);
+    json_t *run0 = json_array_get(runs, 0);
+    json_t *results = json_object_get(run0, "results");
+    ASSERT_TRUE(json_is_array(results));
+    ASSERT_GE(json_array_size(results), 1u);
+    json_t *res = json_array_get(results, 0);
+    EXPECT_STREQ(json_string_value(json_object_get(res, "ruleId")), "relabel");
+    EXPECT_STREQ(json_string_value(json_object_get(res, "level")), "error");
+    json_t *msg = json_object_get(json_object_get(res, "message"), "text");
+    ASSERT_TRUE(json_is_string(msg));
+    EXPECT_TRUE(contains(json_string_value(msg), "token ids"));
+    json_t *loc = json_array_get(json_object_get(res, "locations"), 0);
+    json_t *region = json_object_get(json_object_get(loc, "physicalLocation"), "region");
+    EXPECT_EQ(json_integer_value(json_object_get(region, "startLine")), 24);
+    json_t *driver = json_object_get(json_object_get(run0, "tool"), "driver");
+    EXPECT_STREQ(json_string_value(json_object_get(driver, "name")), "tpcc");
+    // the rule the result refers to is described
+    json_t *rules = json_object_get(driver, "rules");
+    ASSERT_TRUE(json_is_array(rules));
+    bool found = false;
+    for (size_t i = 0; i < json_array_size(rules); i++) {
+        const char *id = json_string_value(json_object_get(json_array_get(rules, i), "id"));
+        found |= id && !strcmp(id, "relabel");
+    }
+    EXPECT_TRUE(found) << r.out;
+}
+
+TEST(CliSarif, CleanPlanHasNoResults)
+{
+    Proc r = run({"--diagnostics-format=sarif", kClean, "-D", "layers=2"});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    Json j(r.out);
+    ASSERT_TRUE(j.root) << j.error;
+    EXPECT_EQ(json_array_size(json_object_get(json_array_get(json_object_get(j.root, "runs"), 0), "results")), 0u);
+}
+
+// --- colour -------------------------------------------------------------------------------------------
+
+TEST(CliColor, AlwaysAndNever)
+{
+    Proc on = run({"--color=always", kBad, "-D", "layers=2"});
+    EXPECT_TRUE(contains(on.err, "\x1b[")) << on.describe();
+    Proc off = run({"--color=never", kBad, "-D", "layers=2"});
+    EXPECT_FALSE(contains(off.err, "\x1b[")) << off.describe();
+    Proc autod = run({kBad, "-D", "layers=2"});   // stderr is a file: no colour
+    EXPECT_FALSE(contains(autod.err, "\x1b[")) << autod.describe();
+}
+
+// --- --explain ---------------------------------------------------------------------------------------------
+
+TEST(CliExplain, PrintsTheBoundaryTable)
+{
+    Proc r = run({"--explain", kClean, "-D", "layers=2"});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_TRUE(contains(r.out, "mesh: tp=2")) << r.out;
+    EXPECT_TRUE(contains(r.out, "model.layers.0.self_attn.q_proj")) << r.out;
+    EXPECT_TRUE(contains(r.out, "ColwiseParallel")) << r.out;
+    EXPECT_TRUE(contains(r.out, "RowwiseParallel")) << r.out;
+    EXPECT_TRUE(contains(r.out, "model.layers.1.mlp.down_proj")) << r.out;
+    EXPECT_FALSE(contains(r.out, "model.layers.2")) << r.out;
+    EXPECT_TRUE(contains(r.out, "all_reduce")) << r.out;
+    EXPECT_TRUE(contains(r.out, "all_gather")) << r.out;
+    // the q_proj row, whole
+    std::istringstream lines(r.out);
+    std::string line, qrow;
+    while (std::getline(lines, line))
+        if (line.rfind("model.layers.0.self_attn.q_proj ", 0) == 0)
+            qrow = line;
+    EXPECT_TRUE(contains(qrow, "ColwiseParallel")) << qrow;
+    EXPECT_TRUE(contains(qrow, "Replicate() plain [1, 2048, 4096] -> Shard(2) plain [1, 2048, 4096]")) << qrow;
+}
+
+TEST(CliExplain, BadPlanStillExplainsAndFails)
+{
+    Proc r = run({"--explain", kBad, "-D", "layers=2"});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.out, "model.embed_tokens")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "[relabel]")) << r.describe();
+}
+
+// --- --fix ---------------------------------------------------------------------------------------------------
+
+// scratch_copy(original) puts the copy at <root>/<original relative to the
+// source tree>; remove <root>.
+void remove_scratch(const std::string &copy, const std::string &original)
+{
+    fs::path root = copy;
+    for (const auto &part : fs::relative(original, TPCC_SOURCE_DIR)) {
+        (void)part;
+        root = root.parent_path();
+    }
+    std::error_code ec;
+    if (root.string().rfind("/tmp/tpcc-test-", 0) == 0)
+        fs::remove_all(root, ec);
+}
+
+TEST(CliFix, FixesTheRelabelledEmbedding)
+{
+    std::string copy = tpcc_test::scratch_copy(kBad);
+    std::string before = slurp(copy);
+    Proc fix = run({"--fix", copy, "-D", "layers=2"});
+    EXPECT_EQ(fix.code(), 1) << "the run that fixes still reports what it found\n" << fix.describe();
+    EXPECT_TRUE(contains(fix.err, "applied 1 fix")) << fix.describe();
+    std::string after = slurp(copy);
+    EXPECT_NE(after, before);
+    EXPECT_TRUE(contains(after, "input_layouts=Replicate()")) << after;
+    EXPECT_TRUE(contains(after, "\"model.embed_tokens\": RowwiseParallel(output_layouts=Shard(1), input_layouts=Replicate())"))
+        << after;
+    Proc again = run({"--check", copy, "-D", "layers=2"});
+    EXPECT_EQ(again.code(), 0) << again.describe() << "\nfixed plan:\n" << after;
+    // a second --fix has nothing to do
+    Proc idem = run({"--fix", copy, "-D", "layers=2"});
+    EXPECT_EQ(idem.code(), 0) << idem.describe();
+    EXPECT_EQ(slurp(copy), after);
+    remove_scratch(copy, kBad);
+}
+
+TEST(CliFix, CleanPlanIsLeftByteIdentical)
+{
+    std::string copy = tpcc_test::scratch_copy(kClean);
+    std::string before = slurp(copy);
+    struct stat st0;
+    ASSERT_EQ(stat(copy.c_str(), &st0), 0);
+    Proc r = run({"--fix", copy, "-D", "layers=2"});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_EQ(slurp(copy), before);
+    struct stat st1;
+    ASSERT_EQ(stat(copy.c_str(), &st1), 0);
+    EXPECT_EQ(st0.st_ino, st1.st_ino) << "a clean plan must not even be rewritten";
+    EXPECT_FALSE(contains(r.err, "applied")) << r.describe();
+    remove_scratch(copy, kClean);
+}
+
+TEST(CliFix, ModelFileIsNeverEdited)
+{
+    // relabel-sp-plain-embedding's fix goes into the plan, not the model it points at
+    const std::string orig = source_path("tests/bad/relabel-sp-plain-embedding.plan");
+    std::string copy = tpcc_test::scratch_copy(orig);
+    std::string model_before = slurp(source_path("models/llama.model"));
+    run({"--fix", copy, "-D", "layers=2"});
+    EXPECT_EQ(slurp(source_path("models/llama.model")), model_before);
+    Proc again = run({"--check", copy, "-D", "layers=2"});
+    EXPECT_EQ(again.code(), 0) << again.describe() << "\n" << slurp(copy);
+    remove_scratch(copy, orig);
+}
+
+// --- --hf-config -------------------------------------------------------------------------------------------
+
+TEST(CliHfConfig, SizesComeFromTheJson)
+{
+    std::string cfg = source_path("tests/fixtures/llama-small.config.json");
+    Proc r = run({"--explain", "--hf-config", cfg, kClean});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    // hidden 1024, 16 heads of 64, 4 kv heads, ffn 2816, vocab 1000, 2 layers
+    EXPECT_TRUE(contains(r.out, "Replicate() plain [1, 2048, 1024] -> Shard(2) plain [1, 2048, 1024]")) << r.out;
+    EXPECT_TRUE(contains(r.out, "-> Shard(2) plain [1, 2048, 256]")) << r.out;     // k_proj, v_proj
+    EXPECT_TRUE(contains(r.out, "-> Shard(2) plain [1, 2048, 2816]")) << r.out;    // gate_proj, up_proj
+    EXPECT_TRUE(contains(r.out, "-> Replicate() plain [1, 2048, 1000]")) << r.out; // lm_head
+    EXPECT_TRUE(contains(r.out, "model.layers.1.mlp")) << r.out;
+    EXPECT_FALSE(contains(r.out, "model.layers.2")) << r.out;
+    EXPECT_FALSE(contains(r.out, "4096")) << r.out;
+}
+
+TEST(CliHfConfig, DefinesOverrideTheJson)
+{
+    std::string cfg = source_path("tests/fixtures/llama-small.config.json");
+    Proc r = run({"--explain", "--hf-config", cfg, "-D", "layers=3", kClean});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_TRUE(contains(r.out, "model.layers.2.mlp")) << r.out;
+    EXPECT_FALSE(contains(r.out, "model.layers.3")) << r.out;
+}
+
+TEST(CliHfConfig, MalformedJsonIsAUsageError)
+{
+    std::string cfg = source_path("tests/fixtures/malformed.config.json");
+    Proc r = run({"--hf-config", cfg, kClean});
+    EXPECT_FALSE(r.signaled()) << r.describe();
+    EXPECT_EQ(r.code(), 2) << r.describe();
+    EXPECT_TRUE(contains(r.err + r.out, "malformed.config.json")) << r.describe();
+}
+
+TEST(CliHfConfig, NonObjectJsonIsAUsageError)
+{
+    Proc r = run({"--hf-config", source_path("tests/fixtures/array.config.json"), kClean});
+    EXPECT_EQ(r.code(), 2) << r.describe();
+    EXPECT_TRUE(contains(r.err, "array.config.json")) << r.describe();
+}
+
+TEST(CliHfConfig, StringValueIsAnErrorInThePlan)
+{
+    TempDir dir;
+    std::string cfg = dir.write("config.json", "{\"hidden_size\": \"big\"}");
+    Proc r = run({"--hf-config", cfg, kClean, "-D", "layers=2"});
+    EXPECT_FALSE(r.signaled()) << r.describe();
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "hidden_size")) << r.describe();
+}
+
+}  // namespace

@@ -1,0 +1,631 @@
+// Configuration (compiler/front/config.c): config blocks parsed from in-memory
+// sources, lazy evaluation, precedence (-D > plan > model), hf() with a
+// fixture config.json, and the evaluator's errors.
+#include <gtest/gtest.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "compiler/front/ast.h"
+#include "compiler/front/config.h"
+#include "compiler/diag/diag.h"
+#include "compiler/front/parse.h"
+#include "compiler/front/source.h"
+}
+
+namespace {
+
+std::string fixture(const std::string &name) { return std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/" + name; }
+
+// Sources, diagnostics and a configuration bound from config blocks.
+class Cfg {
+public:
+    Cfg()
+    {
+        tp_sources_init(&src);
+        tp_diags_init(&diags);
+        tp_config_init(&cfg, &diags);
+    }
+    ~Cfg()
+    {
+        tp_config_free(&cfg);
+        for (tp_node *n : asts)
+            tp_node_free(n);
+        tp_diags_free(&diags);
+        tp_sources_free(&src);
+    }
+    Cfg(const Cfg &) = delete;
+    Cfg &operator=(const Cfg &) = delete;
+
+    // Parse `text` as a file and bind each of its config blocks.
+    void bind(const std::string &text, tp_cfg_origin origin)
+    {
+        std::string path = "mem" + std::to_string(asts.size()) + (origin == TP_CFG_MODEL ? ".model" : ".plan");
+        int file = tp_sources_add(&src, path.c_str(), text.data(), text.size());
+        ASSERT_GE(file, 0);
+        int before = diags.errors;
+        tp_node *root = tp_parse(&src, file, &diags);
+        asts.push_back(root);
+        ASSERT_EQ(diags.errors, before) << "syntax error in test input:\n" << text << "\n" << messages();
+        int blocks = 0;
+        for (int i = 0; i < root->nkids; i++)
+            if (root->kids[i]->kind == N_CONFIG) {
+                tp_config_bind_block(&cfg, root->kids[i], origin);
+                blocks++;
+            }
+        ASSERT_GT(blocks, 0) << "no config block in test input";
+    }
+
+    // -D name=value; returns the error message, "" on success.
+    std::string define(const std::string &assignment)
+    {
+        char err[512] = "";
+        int rc = tp_config_override(&cfg, assignment.c_str(), err, sizeof err);
+        if (rc == 0)
+            EXPECT_STREQ(err, "") << "success with a message";
+        else
+            EXPECT_STRNE(err, "") << "failure without a message";
+        return rc == 0 ? "" : (err[0] ? err : "(failed)");
+    }
+
+    bool get(const char *name, int64_t *out) { return tp_config_get(&cfg, name, TP_NO_SPAN, out); }
+
+    int64_t value(const char *name)
+    {
+        int64_t v = -424242;
+        EXPECT_TRUE(get(name, &v)) << "evaluating " << name << ":\n" << messages();
+        return v;
+    }
+
+    std::string messages() const
+    {
+        std::string out;
+        for (int i = 0; i < diags.count; i++) {
+            const tp_diag &g = diags.items[i];
+            out += std::string(g.level == TP_ERROR ? "error" : g.level == TP_WARNING ? "warning" : "note") +
+                   "[" + g.check + "]: " + g.message + "\n";
+            for (int h = 0; h < g.nhelps; h++)
+                out += std::string("  help: ") + g.helps[h] + "\n";
+        }
+        return out;
+    }
+
+    // The only error so far; fails the test unless there is exactly one.
+    const tp_diag *only_error() const
+    {
+        const tp_diag *found = nullptr;
+        int n = 0;
+        for (int i = 0; i < diags.count; i++)
+            if (diags.items[i].level == TP_ERROR) {
+                found = &diags.items[i];
+                n++;
+            }
+        EXPECT_EQ(n, 1) << messages();
+        return n == 1 ? found : nullptr;
+    }
+
+    // Evaluate `name`, expect failure with one "config" error containing `text`.
+    void expect_error(const char *name, const std::string &text)
+    {
+        int64_t v = 0;
+        EXPECT_FALSE(get(name, &v)) << name << " evaluated to " << v;
+        const tp_diag *g = only_error();
+        if (!g)
+            return;
+        EXPECT_STREQ(g->check, "config");
+        EXPECT_NE(std::string(g->message).find(text), std::string::npos)
+            << "message: " << g->message << "\nwanted: " << text;
+        EXPECT_GE(g->span.file, 0) << "error without a location";
+    }
+
+    tp_sources src;
+    tp_diags diags;
+    tp_config cfg;
+    std::vector<tp_node *> asts;
+};
+
+const char *const llama_block = R"(config {
+    hidden = 4096
+    heads = 32
+    kv_heads = 8
+    layers = 32
+    head_dim = hidden // heads
+    kv_dim = kv_heads * head_dim
+    tie_embeddings = False
+    tp = 1
+}
+)";
+
+// --- evaluation and laziness -----------------------------------------------------
+
+TEST(Config, EvaluatesDerivedNames)
+{
+    Cfg c;
+    c.bind(llama_block, TP_CFG_MODEL);
+    EXPECT_EQ(c.value("head_dim"), 128);
+    EXPECT_EQ(c.value("kv_dim"), 1024);
+    EXPECT_EQ(c.value("tie_embeddings"), 0);
+    EXPECT_TRUE(tp_config_has(&c.cfg, "head_dim"));
+    EXPECT_FALSE(tp_config_has(&c.cfg, "ffn"));
+    EXPECT_EQ(c.diags.count, 0) << c.messages();
+}
+
+TEST(Config, OverrideChangesDependentNames)
+{
+    Cfg c;
+    c.bind(llama_block, TP_CFG_MODEL);
+    EXPECT_EQ(c.define("hidden=128"), "");
+    EXPECT_EQ(c.value("hidden"), 128);
+    EXPECT_EQ(c.value("head_dim"), 4);        // 128 // 32, not 4096 // 32
+    EXPECT_EQ(c.value("kv_dim"), 32);
+}
+
+TEST(Config, DefinitionOrderDoesNotMatter)
+{
+    Cfg c;
+    c.bind("config { head_dim = hidden // heads, hidden = 1024, heads = 8 }", TP_CFG_MODEL);
+    EXPECT_EQ(c.value("head_dim"), 128);
+}
+
+TEST(Config, UnusedBrokenNamesAreNotEvaluated)
+{
+    Cfg c;
+    c.bind("config { ok = 3, broken = 1 // 0, worse = nowhere + 1 }", TP_CFG_MODEL);
+    EXPECT_EQ(c.value("ok"), 3);
+    EXPECT_EQ(c.diags.count, 0) << c.messages();
+}
+
+TEST(Config, LaterBindingInABlockWins)
+{
+    Cfg c;
+    c.bind("config { a = 1, a = 2 }", TP_CFG_MODEL);
+    EXPECT_EQ(c.value("a"), 2);
+}
+
+// --- precedence ---------------------------------------------------------------------
+
+TEST(Config, PlanBlockOverridesModelBlock)
+{
+    Cfg c;
+    c.bind(llama_block, TP_CFG_MODEL);
+    c.bind("config { hidden = 2048, tp = 2 }", TP_CFG_PLAN);
+    EXPECT_EQ(c.value("hidden"), 2048);
+    EXPECT_EQ(c.value("head_dim"), 64);
+    EXPECT_EQ(c.value("tp"), 2);
+    EXPECT_EQ(c.value("layers"), 32);
+}
+
+TEST(Config, CommandLineOverridesPlanAndModel)
+{
+    Cfg c;
+    c.bind(llama_block, TP_CFG_MODEL);
+    c.bind("config { hidden = 2048, tp = 2 }", TP_CFG_PLAN);
+    EXPECT_EQ(c.define("tp=8"), "");
+    EXPECT_EQ(c.define("layers=2"), "");
+    EXPECT_EQ(c.value("tp"), 8);
+    EXPECT_EQ(c.value("layers"), 2);
+    EXPECT_EQ(c.value("hidden"), 2048);
+}
+
+TEST(Config, FilesBoundAfterAFlagDoNotOverrideIt)
+{
+    Cfg c;
+    c.bind(llama_block, TP_CFG_MODEL);
+    EXPECT_EQ(c.define("tp=4"), "");
+    c.bind("config { tp = 2 }", TP_CFG_PLAN);
+    c.bind("config { tp = 16 }", TP_CFG_MODEL);
+    EXPECT_EQ(c.value("tp"), 4);
+}
+
+TEST(Config, ModelBlockBoundAfterThePlanDoesNotOverrideIt)
+{
+    Cfg c;
+    c.bind("config { hidden = 2048 }", TP_CFG_PLAN);
+    c.bind(llama_block, TP_CFG_MODEL);
+    EXPECT_EQ(c.value("hidden"), 2048);
+    EXPECT_EQ(c.value("head_dim"), 64);
+}
+
+TEST(Config, OriginIsRecorded)
+{
+    Cfg c;
+    c.bind(llama_block, TP_CFG_MODEL);
+    c.bind("config { hidden = 2048 }", TP_CFG_PLAN);
+    c.define("tp=2");
+    for (int i = 0; i < c.cfg.count; i++) {
+        const tp_cfg_entry &e = c.cfg.items[i];
+        tp_cfg_origin want = !strcmp(e.name, "tp") ? TP_CFG_CMDLINE
+                             : !strcmp(e.name, "hidden") ? TP_CFG_PLAN : TP_CFG_MODEL;
+        EXPECT_EQ(e.origin, want) << e.name;
+    }
+}
+
+// --- -D values ---------------------------------------------------------------------
+
+TEST(ConfigDefine, Booleans)
+{
+    Cfg c;
+    c.bind(llama_block, TP_CFG_MODEL);
+    EXPECT_EQ(c.define("tie_embeddings=true"), "");
+    EXPECT_EQ(c.value("tie_embeddings"), 1);
+    EXPECT_EQ(c.define("tie_embeddings=false"), "");
+    EXPECT_EQ(c.value("tie_embeddings"), 0);
+    EXPECT_EQ(c.define("tie_embeddings=True"), "");
+    EXPECT_EQ(c.value("tie_embeddings"), 1);
+    EXPECT_EQ(c.define("tie_embeddings=False"), "");
+    EXPECT_EQ(c.value("tie_embeddings"), 0);
+    bool found = false;
+    for (int i = 0; i < c.cfg.count; i++)
+        if (!strcmp(c.cfg.items[i].name, "tie_embeddings")) {
+            found = true;
+            EXPECT_TRUE(c.cfg.items[i].is_bool);
+        }
+    EXPECT_TRUE(found);
+}
+
+TEST(ConfigDefine, NegativeAndLargeIntegers)
+{
+    Cfg c;
+    c.bind(llama_block, TP_CFG_MODEL);
+    EXPECT_EQ(c.define("layers=-3"), "");
+    EXPECT_EQ(c.value("layers"), -3);
+    EXPECT_EQ(c.define("hidden=9223372036854775807"), "");
+    EXPECT_EQ(c.value("hidden"), INT64_MAX);
+}
+
+TEST(ConfigDefine, UnknownNameSuggests)
+{
+    Cfg c;
+    c.bind(llama_block, TP_CFG_MODEL);
+    std::string err = c.define("hiden=2");
+    EXPECT_NE(err.find("unknown configuration name 'hiden'"), std::string::npos) << err;
+    EXPECT_NE(err.find("did you mean 'hidden'"), std::string::npos) << err;
+    EXPECT_FALSE(tp_config_has(&c.cfg, "hiden")) << "an unknown -D name must not be bound";
+    err = c.define("zzzzzzzz=2");
+    EXPECT_NE(err.find("zzzzzzzz"), std::string::npos) << err;
+    EXPECT_EQ(err.find("did you mean"), std::string::npos) << err;
+}
+
+TEST(ConfigDefine, RejectsNonIntegers)
+{
+    Cfg c;
+    c.bind(llama_block, TP_CFG_MODEL);
+    for (const char *bad : {"tp=two", "tp=", "tp=2x", "tp=2.5", "tp=0x10", "tp=99999999999999999999", "tp=2 "}) {
+        std::string err = c.define(bad);
+        EXPECT_NE(err, "") << bad << " was accepted";
+        EXPECT_NE(err.find("integer or true/false"), std::string::npos) << bad << ": " << err;
+    }
+    EXPECT_EQ(c.value("tp"), 1) << "a rejected -D must leave the value alone";
+}
+
+TEST(ConfigDefine, RejectsMalformedAssignments)
+{
+    Cfg c;
+    c.bind(llama_block, TP_CFG_MODEL);
+    EXPECT_NE(c.define("tp"), "");
+    EXPECT_NE(c.define("=2"), "");
+    EXPECT_NE(c.define(""), "");
+}
+
+// --- operators ------------------------------------------------------------------------
+
+TEST(ConfigEval, Arithmetic)
+{
+    Cfg c;
+    c.bind(R"(config {
+        add = 2 + 3
+        sub = 2 - 3
+        mul = 6 * 7
+        fdiv = 7 // 2
+        nfdiv = -7 // 2
+        fdivn = 7 // -2
+        exact = 8 / 2
+        mod = 7 % 3
+        neg = -(2 + 3)
+        prec = 2 + 3 * 4
+        paren = (2 + 3) * 4
+        ru = round_up(32001, 64)
+        ru_exact = round_up(64, 64)
+        lo = min(3, 5)
+        hi = max(3, 5)
+        cond_t = 10 if 1 else 20
+        cond_f = 10 if 0 else 20
+        nt = not 0
+        nf = not 5
+        conj = 3 and 4
+        disj = 0 or 0
+        tr = True
+        fl = False
+    })",
+           TP_CFG_MODEL);
+    EXPECT_EQ(c.value("add"), 5);
+    EXPECT_EQ(c.value("sub"), -1);
+    EXPECT_EQ(c.value("mul"), 42);
+    EXPECT_EQ(c.value("fdiv"), 3);
+    EXPECT_EQ(c.value("nfdiv"), -4) << "// rounds toward minus infinity, as in Python";
+    EXPECT_EQ(c.value("fdivn"), -4);
+    EXPECT_EQ(c.value("exact"), 4);
+    EXPECT_EQ(c.value("mod"), 1);
+    EXPECT_EQ(c.value("neg"), -5);
+    EXPECT_EQ(c.value("prec"), 14);
+    EXPECT_EQ(c.value("paren"), 20);
+    EXPECT_EQ(c.value("ru"), 32064);
+    EXPECT_EQ(c.value("ru_exact"), 64);
+    EXPECT_EQ(c.value("lo"), 3);
+    EXPECT_EQ(c.value("hi"), 5);
+    EXPECT_EQ(c.value("cond_t"), 10);
+    EXPECT_EQ(c.value("cond_f"), 20);
+    EXPECT_EQ(c.value("nt"), 1);
+    EXPECT_EQ(c.value("nf"), 0);
+    EXPECT_EQ(c.value("conj"), 1);
+    EXPECT_EQ(c.value("disj"), 0);
+    EXPECT_EQ(c.value("tr"), 1);
+    EXPECT_EQ(c.value("fl"), 0);
+    EXPECT_EQ(c.diags.count, 0) << c.messages();
+}
+
+TEST(ConfigEval, ModuloFollowsPythonLikeFloorDivision)
+{
+    // a == (a // b) * b + a % b must hold, as in Python: -7 // 2 == -4, -7 % 2 == 1
+    Cfg c;
+    c.bind("config { a = -7 % 2, b = 7 % -2, q = -7 // 2, id = (-7 // 2) * 2 + (-7 % 2) }", TP_CFG_MODEL);
+    EXPECT_EQ(c.value("a"), 1);
+    EXPECT_EQ(c.value("b"), -1);
+    EXPECT_EQ(c.value("q"), -4);
+    EXPECT_EQ(c.value("id"), -7);
+}
+
+TEST(ConfigEval, ShortCircuitAndConditionalSkipTheOtherSide)
+{
+    Cfg c;
+    c.bind(R"(config {
+        a = 0 and (1 // 0)
+        o = 1 or (1 // 0)
+        t = 1 if 1 else 1 // 0
+        f = 1 // 0 if 0 else 2
+    })",
+           TP_CFG_MODEL);
+    EXPECT_EQ(c.value("a"), 0);
+    EXPECT_EQ(c.value("o"), 1);
+    EXPECT_EQ(c.value("t"), 1);
+    EXPECT_EQ(c.value("f"), 2);
+    EXPECT_EQ(c.diags.count, 0) << c.messages();
+}
+
+// --- errors --------------------------------------------------------------------------
+
+TEST(ConfigError, DivisionByZero)
+{
+    for (const char *op : {"//", "/", "%"}) {
+        Cfg c;
+        c.bind(std::string("config { zero = 0, x = 4 ") + op + " zero }", TP_CFG_MODEL);
+        c.expect_error("x", "division by zero");
+    }
+}
+
+TEST(ConfigError, InexactSlashSaysWriteFloorDivision)
+{
+    Cfg c;
+    c.bind("config { hidden = 4096, heads = 48, head_dim = hidden / heads }", TP_CFG_MODEL);
+    c.expect_error("head_dim", "write //");
+    const tp_diag *g = c.only_error();
+    ASSERT_TRUE(g);
+    EXPECT_NE(std::string(g->message).find("4096 / 48"), std::string::npos) << g->message;
+}
+
+TEST(ConfigError, OverflowIsReported)
+{
+    const char *cases[] = {
+        "9223372036854775807 + 1",
+        "-9223372036854775807 - 2",
+        "4611686018427387904 * 2",
+        "-(-9223372036854775807 - 1)",
+        "(-9223372036854775807 - 1) // -1",
+        "round_up(9223372036854775807, 2)",
+    };
+    for (const char *e : cases) {
+        Cfg c;
+        c.bind(std::string("config { x = ") + e + " }", TP_CFG_MODEL);
+        SCOPED_TRACE(e);
+        c.expect_error("x", "overflow");
+    }
+}
+
+TEST(ConfigError, LargestValuesDoNotOverflow)
+{
+    Cfg c;
+    c.bind("config { a = 9223372036854775806 + 1, b = -9223372036854775807 - 1 }", TP_CFG_MODEL);
+    EXPECT_EQ(c.value("a"), INT64_MAX);
+    EXPECT_EQ(c.value("b"), INT64_MIN);
+}
+
+TEST(ConfigError, SelfReference)
+{
+    Cfg c;
+    c.bind("config { a = a + 1 }", TP_CFG_MODEL);
+    c.expect_error("a", "'a' is defined in terms of itself");
+    int64_t v;
+    EXPECT_FALSE(c.get("a", &v)) << "a failed name must keep failing";
+    EXPECT_EQ(c.diags.errors, 1) << "reported once:\n" << c.messages();
+}
+
+TEST(ConfigError, MutualCycle)
+{
+    Cfg c;
+    c.bind("config { a = b * 2, b = c + 1, c = a // 2, d = 5 }", TP_CFG_MODEL);
+    int64_t v;
+    EXPECT_FALSE(c.get("a", &v));
+    EXPECT_FALSE(c.get("b", &v));
+    EXPECT_FALSE(c.get("c", &v));
+    EXPECT_EQ(c.diags.errors, 1) << "a cycle is one error:\n" << c.messages();
+    EXPECT_NE(c.messages().find("defined in terms of itself"), std::string::npos) << c.messages();
+    EXPECT_EQ(c.value("d"), 5);
+}
+
+TEST(ConfigError, UnknownNameWithDidYouMean)
+{
+    Cfg c;
+    c.bind("config { hidden = 4096, heads = 32, head_dim = hiden // heads }", TP_CFG_MODEL);
+    c.expect_error("head_dim", "unknown name 'hiden'");
+    const tp_diag *g = c.only_error();
+    ASSERT_TRUE(g);
+    ASSERT_EQ(g->nhelps, 1) << c.messages();
+    EXPECT_STREQ(g->helps[0], "did you mean 'hidden'?");
+    // the error points at the misspelt name, not the whole definition
+    EXPECT_EQ(g->span.length, 5);
+}
+
+TEST(ConfigError, UnknownNameWithoutSuggestion)
+{
+    Cfg c;
+    c.bind("config { hidden = 4096, x = qqqqqqqq + 1 }", TP_CFG_MODEL);
+    c.expect_error("x", "unknown name 'qqqqqqqq'");
+    const tp_diag *g = c.only_error();
+    ASSERT_TRUE(g);
+    EXPECT_EQ(g->nhelps, 0) << c.messages();
+}
+
+TEST(ConfigError, LookupWithoutLocationIsSilent)
+{
+    Cfg c;
+    c.bind(llama_block, TP_CFG_MODEL);
+    int64_t v;
+    EXPECT_FALSE(c.get("nope", &v));
+    EXPECT_EQ(c.diags.count, 0);
+}
+
+TEST(ConfigError, NonIntegerExpressions)
+{
+    Cfg c;
+    c.bind("config { s = \"text\", t = (1, 2), f = foo(1, 2) }", TP_CFG_MODEL);
+    int64_t v;
+    EXPECT_FALSE(c.get("s", &v));
+    EXPECT_FALSE(c.get("t", &v));
+    EXPECT_FALSE(c.get("f", &v));
+    EXPECT_EQ(c.diags.errors, 3) << c.messages();
+}
+
+TEST(ConfigError, RoundUpNeedsAPositiveMultiple)
+{
+    Cfg c;
+    c.bind("config { x = round_up(10, 0) }", TP_CFG_MODEL);
+    c.expect_error("x", "positive");
+}
+
+// --- hf() ------------------------------------------------------------------------------
+
+const char *const hf_block = R"(config {
+    hidden = hf("hidden_size", 4096)
+    heads = hf("num_attention_heads", 32)
+    head_dim = hf("head_dim", hidden // heads)
+    layers = hf("num_hidden_layers", 32)
+    tie = hf("tie_word_embeddings", False)
+    kind = hf("model_type", 1)
+    big = hf("big", 0)
+    lazy_default = hf("hidden_size", 1 // 0)
+}
+)";
+
+TEST(ConfigHf, DefaultsWithoutAConfigJson)
+{
+    Cfg c;
+    c.bind(hf_block, TP_CFG_MODEL);
+    EXPECT_EQ(c.value("hidden"), 4096);
+    EXPECT_EQ(c.value("head_dim"), 128);
+    EXPECT_EQ(c.value("layers"), 32);
+    EXPECT_EQ(c.value("tie"), 0);
+    EXPECT_EQ(c.value("kind"), 1);
+}
+
+TEST(ConfigHf, ReadsPresentKeysAndFallsBackOnMissingAndNull)
+{
+    Cfg c;
+    char err[512] = "";
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), err, sizeof err), 0) << err;
+    c.bind(hf_block, TP_CFG_MODEL);
+    EXPECT_EQ(c.value("hidden"), 1024);                 // present
+    EXPECT_EQ(c.value("heads"), 16);
+    EXPECT_EQ(c.value("head_dim"), 64);                 // null: default, itself from the json
+    EXPECT_EQ(c.value("layers"), 32);                   // missing: default
+    EXPECT_EQ(c.value("tie"), 1);                       // boolean true
+    EXPECT_EQ(c.value("big"), INT64_C(9007199254740993));
+    EXPECT_EQ(c.value("lazy_default"), 1024) << "the default must not be evaluated when the key is present";
+    EXPECT_EQ(c.diags.count, 0) << c.messages();
+}
+
+TEST(ConfigHf, StringValueIsAnError)
+{
+    Cfg c;
+    char err[512] = "";
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), err, sizeof err), 0) << err;
+    c.bind(hf_block, TP_CFG_MODEL);
+    c.expect_error("kind", "\"model_type\" must be an integer or a boolean");
+    EXPECT_NE(c.messages().find("hf-values.config.json"), std::string::npos) << "name the file:\n" << c.messages();
+}
+
+TEST(ConfigHf, DefinedOverridesBeatTheJson)
+{
+    Cfg c;
+    char err[512] = "";
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("llama-small.config.json").c_str(), err, sizeof err), 0) << err;
+    c.bind(hf_block, TP_CFG_MODEL);
+    c.bind("config { heads = 8 }", TP_CFG_PLAN);
+    EXPECT_EQ(c.define("layers=2"), "");
+    EXPECT_EQ(c.value("hidden"), 1024);
+    EXPECT_EQ(c.value("heads"), 8);
+    EXPECT_EQ(c.value("head_dim"), 128);
+    EXPECT_EQ(c.value("layers"), 2);
+}
+
+TEST(ConfigHf, BadArguments)
+{
+    for (const char *e : {"hf(1, 2)", "hf(\"hidden_size\")", "hf(\"hidden_size\", 1, 2)", "hf(key=\"a\", default=1)"}) {
+        Cfg c;
+        c.bind(std::string("config { x = ") + e + " }", TP_CFG_MODEL);
+        SCOPED_TRACE(e);
+        c.expect_error("x", "hf()");
+    }
+}
+
+TEST(ConfigHf, LoadErrorsNameTheFile)
+{
+    struct Case {
+        std::string path, text;
+    } cases[] = {
+        {fixture("malformed.config.json"), "malformed.config.json"},
+        {fixture("array.config.json"), "must be a JSON object"},
+        {fixture("no-such-file.json"), "no-such-file.json"},
+    };
+    for (const auto &k : cases) {
+        Cfg c;
+        char err[512] = "";
+        EXPECT_EQ(tp_config_load_hf(&c.cfg, k.path.c_str(), err, sizeof err), -1) << k.path;
+        EXPECT_NE(std::string(err).find(k.text), std::string::npos) << err;
+        EXPECT_EQ(c.cfg.hf_json, nullptr) << "a failed load must not leave a config behind";
+    }
+}
+
+TEST(ConfigExprText, RendersExpressions)
+{
+    Cfg c;
+    c.bind("config { a = heads * head_dim, b = hidden // heads, c = -x, d = 4096, e = True }", TP_CFG_MODEL);
+    const tp_node *block = nullptr;
+    for (int i = 0; i < c.asts[0]->nkids; i++)
+        if (c.asts[0]->kids[i]->kind == N_CONFIG)
+            block = c.asts[0]->kids[i];
+    ASSERT_TRUE(block);
+    ASSERT_EQ(block->nkids, 5);
+    const char *want[] = {"heads * head_dim", "hidden // heads", "-x", "4096", "True"};
+    for (int i = 0; i < 5; i++) {
+        char *t = tp_expr_text(block->kids[i]->kids[0]);
+        EXPECT_STREQ(t, want[i]);
+        free(t);
+    }
+}
+
+}  // namespace

@@ -1,0 +1,937 @@
+// The CUDA kernels of runtime/backends/cuda/kernels, compiled for the host under the
+// emulator (cuda_emu.h), against the CPU backend (runtime/backends/cpu/backend_cpu.c),
+// the reference: random inputs, ragged sizes (not multiples of a block or
+// a tile, one row, n = 1, the largest head dimension), GQA and MQA, masked
+// embeddings, padded vocabularies, both storage types.
+//
+// bf16: the inputs are rounded to bf16 first and the CPU op runs on those
+// rounded values (as floats), so the only difference the storage type may
+// add is the kernel rounding its fp32 result to bf16 once, at the store:
+// a relative error of at most 2^-8 (half an ulp of an 8-bit significand).
+// Kernels that write float (the loss pieces) get no such allowance.
+//
+// The first group of tests is about the emulator itself: CUDA's shuffle
+// and vote semantics, and that it catches the bugs it exists to catch
+// (a missing __syncthreads, reads of uninitialised memory, a barrier not
+// every thread reaches, invalid launches, writes out of bounds).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/backends/cuda/kernels/kernels.h"
+#include "runtime/backends/cuda/kernels/launch.h"
+extern "C" {
+#include "runtime/backends/backend.h"
+}
+
+namespace {
+
+using Vec = std::vector<float>;
+using IVec = std::vector<int32_t>;
+
+const tp_backend *cpu() { return tp_backend_cpu(); }
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+Vec random_vec(size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f)
+{
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    Vec v(n);
+    for (float &x : v)
+        x = dist(gen);
+    return v;
+}
+
+float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+// The values a kernel of storage type t sees: bf16-rounded for bf16.
+Vec as_stored(Vec v, tp_kernel_dtype t)
+{
+    if (t == TP_KERNEL_BF16)
+        for (float &x : v)
+            x = bf16_round(x);
+    return v;
+}
+
+const char *dtype_name(tp_kernel_dtype t) { return t == TP_KERNEL_F32 ? "f32" : "bf16"; }
+
+// ---- "device" buffers: poisoned on allocation, guards checked on release
+
+class Dev {
+  public:
+    Dev(tp_kernel_dtype t, size_t n) : t_(t), n_(n), p_(tp_emu_alloc(n * esize())) {}
+    Dev(tp_kernel_dtype t, const Vec &v) : Dev(t, v.size()) { upload(v); }
+    ~Dev() { EXPECT_TRUE(tp_emu_free(p_)) << "a kernel wrote outside a buffer"; }
+    Dev(const Dev &) = delete;
+    Dev &operator=(const Dev &) = delete;
+
+    void *ptr() const { return p_; }
+    size_t esize() const { return t_ == TP_KERNEL_F32 ? 4 : 2; }
+
+    void upload(const Vec &v)
+    {
+        ASSERT_EQ(v.size(), n_);
+        for (size_t i = 0; i < n_; i++) {
+            if (t_ == TP_KERNEL_F32)
+                static_cast<float *>(p_)[i] = v[i];
+            else
+                static_cast<__nv_bfloat16 *>(p_)[i] = __float2bfloat16(v[i]);
+        }
+    }
+    Vec download() const
+    {
+        Vec v(n_);
+        for (size_t i = 0; i < n_; i++)
+            v[i] = t_ == TP_KERNEL_F32 ? static_cast<const float *>(p_)[i]
+                                       : __bfloat162float(static_cast<const __nv_bfloat16 *>(p_)[i]);
+        return v;
+    }
+
+  private:
+    tp_kernel_dtype t_;
+    size_t n_;
+    void *p_;
+};
+
+// int32 and float32-only buffers (ids, labels, positions, loss pieces)
+template <typename E> class DevOf {
+  public:
+    explicit DevOf(size_t n) : n_(n), p_(static_cast<E *>(tp_emu_alloc(n * sizeof(E)))) {}
+    explicit DevOf(const std::vector<E> &v) : DevOf(v.size())
+    {
+        if (!v.empty())
+            std::memcpy(p_, v.data(), v.size() * sizeof(E));
+    }
+    ~DevOf() { EXPECT_TRUE(tp_emu_free(p_)) << "a kernel wrote outside a buffer"; }
+    DevOf(const DevOf &) = delete;
+    DevOf &operator=(const DevOf &) = delete;
+    E *ptr() const { return p_; }
+    std::vector<E> download() const { return std::vector<E>(p_, p_ + n_); }
+
+  private:
+    size_t n_;
+    E *p_;
+};
+
+// ---- comparison
+
+struct Tol {
+    double atol, rtol;
+};
+
+// 2^-8: the kernel's one rounding of an fp32 result to bf16 at the store
+constexpr double kBf16Store = 1.0 / 256.0;
+
+Tol stored(Tol f32, tp_kernel_dtype t) { return t == TP_KERNEL_BF16 ? Tol{f32.atol, f32.rtol + kBf16Store} : f32; }
+
+// |got - want| <= atol + rtol |want|; NaN must meet NaN, inf the same inf.
+void expect_close(const Vec &got, const Vec &want, Tol tol, const std::string &what)
+{
+    ASSERT_EQ(got.size(), want.size()) << what;
+    int bad = 0;
+    for (size_t i = 0; i < got.size() && bad < 5; i++) {
+        const double g = got[i], w = want[i];
+        bool ok;
+        if (std::isnan(w) || std::isnan(g))
+            ok = std::isnan(w) && std::isnan(g);
+        else if (std::isinf(w) || std::isinf(g))
+            ok = g == w;
+        else
+            ok = std::fabs(g - w) <= tol.atol + tol.rtol * std::fabs(w);
+        if (!ok) {
+            ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i];
+            bad++;
+        }
+    }
+}
+
+void expect_equal(const Vec &got, const Vec &want, const std::string &what) { expect_close(got, want, {0, 0}, what); }
+
+std::string label(tp_kernel_dtype t, const std::string &shape) { return std::string(dtype_name(t)) + " " + shape; }
+
+// ==================================================================================
+// The emulator
+// ==================================================================================
+
+// ---- warp collectives
+
+struct ShuffleOut {
+    int idx, idx_w8, up3, up3_w16, down5_w16, xor1, xor16_w16, outside;
+    unsigned ballot, half_ballot;
+    int all_even, any_seven, half_all;
+    double wide;
+};
+
+__global__ void shuffle_kernel(ShuffleOut *out)
+{
+    const int lane = threadIdx.x % 32;
+    const int v = 100 * (int)(threadIdx.x / 32) + lane; // distinct per lane and warp
+    ShuffleOut &o = out[threadIdx.x];
+    o.idx = __shfl_sync(kFullMask, v, (lane + 3) % 32);
+    o.idx_w8 = __shfl_sync(kFullMask, v, lane + 1, 8); // wraps within groups of 8
+    o.up3 = __shfl_up_sync(kFullMask, v, 3);
+    o.up3_w16 = __shfl_up_sync(kFullMask, v, 3, 16);
+    o.down5_w16 = __shfl_down_sync(kFullMask, v, 5, 16);
+    o.xor1 = __shfl_xor_sync(kFullMask, v, 1);
+    o.xor16_w16 = __shfl_xor_sync(kFullMask, v, 16, 16); // later segment: own value
+    o.ballot = __ballot_sync(kFullMask, lane % 3 == 0);
+    o.all_even = __all_sync(kFullMask, v % 2 == 0);
+    o.any_seven = __any_sync(kFullMask, lane == 7);
+    o.wide = __shfl_xor_sync(kFullMask, 1e300 * (lane + 1), 2); // 8-byte values
+    // two disjoint half-warp collectives at once
+    const unsigned half = lane < 16 ? 0x0000ffffu : 0xffff0000u;
+    o.half_ballot = __ballot_sync(half, lane % 2 == 1);
+    o.half_all = __all_sync(half, lane < 16);
+    // reading a lane outside the mask is undefined: poison
+    o.outside = __shfl_sync(half, v, lane < 16 ? 20 : 4);
+}
+
+TEST(CudaEmu, ShufflesAndVotesFollowCuda)
+{
+    const int n = 64;
+    ShuffleOut *out = static_cast<ShuffleOut *>(tp_emu_alloc(n * sizeof(ShuffleOut)));
+    TP_LAUNCH(shuffle_kernel, 1, n, 0, nullptr, out);
+    for (int t = 0; t < n; t++) {
+        const int lane = t % 32, base = 100 * (t / 32);
+        auto val = [&](int l) { return base + l; };
+        const ShuffleOut &o = out[t];
+        SCOPED_TRACE("thread " + std::to_string(t));
+        EXPECT_EQ(o.idx, val((lane + 3) % 32));
+        EXPECT_EQ(o.idx_w8, val((lane & ~7) + ((lane + 1) & 7)));
+        EXPECT_EQ(o.up3, lane < 3 ? val(lane) : val(lane - 3));
+        EXPECT_EQ(o.up3_w16, lane % 16 < 3 ? val(lane) : val(lane - 3));
+        EXPECT_EQ(o.down5_w16, lane % 16 + 5 >= 16 ? val(lane) : val(lane + 5));
+        EXPECT_EQ(o.xor1, val(lane ^ 1));
+        EXPECT_EQ(o.xor16_w16, lane < 16 ? val(lane) : val(lane - 16));
+        EXPECT_EQ(o.ballot, 0x49249249u);
+        EXPECT_EQ(o.all_even, 0);
+        EXPECT_EQ(o.any_seven, 1);
+        EXPECT_EQ(o.wide, 1e300 * ((lane ^ 2) + 1));
+        EXPECT_EQ(o.half_ballot, lane < 16 ? 0x0000aaaau : 0xaaaa0000u);
+        EXPECT_EQ(o.half_all, lane < 16 ? 1 : 0);
+        EXPECT_EQ(o.outside, -1) << "a lane outside the mask must read poison";
+    }
+    EXPECT_TRUE(tp_emu_free(out));
+}
+
+// A full-mask collective with a lane that has exited is undefined on the
+// GPU and fails the launch here.
+TEST(CudaEmu, CollectiveWithExitedLaneFails)
+{
+    cudaError_t err = tp_emu_launch("exited_lane", dim3(1), dim3(32), 0, [] {
+        if (threadIdx.x == 5)
+            return;
+        (void)__shfl_xor_sync(kFullMask, 1.0f, 1);
+    });
+    EXPECT_EQ(err, cudaErrorLaunchFailure);
+    EXPECT_EQ(cudaGetLastError(), cudaErrorLaunchFailure);
+    EXPECT_NE(std::string(tp_emu_last_failure()).find("__shfl_xor_sync"), std::string::npos) << tp_emu_last_failure();
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "the error is cleared once read";
+}
+
+TEST(CudaEmu, MismatchedCollectivesFail)
+{
+    cudaError_t err = tp_emu_launch("divergent", dim3(1), dim3(32), 0, [] {
+        if (threadIdx.x < 16)
+            (void)__ballot_sync(kFullMask, 1);
+        else
+            (void)__any_sync(kFullMask, 1);
+    });
+    EXPECT_EQ(err, cudaErrorLaunchFailure);
+    (void)cudaGetLastError();
+}
+
+// ---- the bugs the emulator exists to catch
+
+// Reverses 128 values through shared memory. Without the barrier a thread
+// may read its mirror's slot before the mirror has written it.
+template <bool kBarrier> __global__ void reverse_kernel(float *out, const float *in, int n)
+{
+    TP_SHARED(float, buf, 128);
+    const int i = threadIdx.x;
+    buf[i] = in[i];
+    if (kBarrier)
+        __syncthreads();
+    out[i] = buf[n - 1 - i];
+}
+
+// The indices whose reversed value came out wrong (NaN: the poison).
+std::vector<int> wrong_reversals(bool barrier, uint64_t seed)
+{
+    const int n = 128;
+    Vec in = random_vec(n, 7);
+    float *din = static_cast<float *>(tp_emu_alloc(n * sizeof(float)));
+    float *dout = static_cast<float *>(tp_emu_alloc(n * sizeof(float)));
+    std::memcpy(din, in.data(), n * sizeof(float));
+    tp_emu_set_seed(seed);
+    if (barrier)
+        TP_LAUNCH(reverse_kernel<true>, 1, n, 0, nullptr, dout, din, n);
+    else
+        TP_LAUNCH(reverse_kernel<false>, 1, n, 0, nullptr, dout, din, n);
+    std::vector<int> wrong;
+    for (int i = 0; i < n; i++)
+        if (!(dout[i] == in[n - 1 - i]))
+            wrong.push_back(i);
+    EXPECT_TRUE(tp_emu_free(din));
+    EXPECT_TRUE(tp_emu_free(dout));
+    return wrong;
+}
+
+// Of threads i and 127 - i, whichever runs first reads the other's slot
+// before it is written: half the outputs are poison, and which half
+// depends on the seed.
+TEST(CudaEmu, MissingSyncthreadsIsCaught)
+{
+    std::set<std::vector<int>> patterns;
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        const std::vector<int> wrong = wrong_reversals(false, seed);
+        EXPECT_EQ(wrong.size(), 64u) << "seed " << seed << ": the race went unnoticed";
+        patterns.insert(wrong);
+        EXPECT_TRUE(wrong_reversals(true, seed).empty()) << "seed " << seed << ": with the barrier it is correct";
+    }
+    EXPECT_GT(patterns.size(), 1u) << "different seeds give different interleavings";
+    EXPECT_EQ(wrong_reversals(false, 3), wrong_reversals(false, 3)) << "one seed replays one interleaving";
+}
+
+// Two rounds of a 4-warp reduction through one shared array. Without the
+// barrier after the reads, a warp that runs ahead writes round 2's value
+// while a slower warp still reads round 1's (write after read).
+template <bool kBarrier> __global__ void two_rounds_kernel(float *out)
+{
+    TP_SHARED(float, partial, 4);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int round = 1; round <= 2; round++) {
+        if (lane == 0)
+            partial[warp] = (float)(round * (warp + 1));
+        __syncthreads();
+        out[(round - 1) * 128 + threadIdx.x] = partial[0] + partial[1] + partial[2] + partial[3];
+        if (kBarrier)
+            __syncthreads();
+    }
+}
+
+TEST(CudaEmu, MissingTrailingSyncthreadsIsCaught)
+{
+    float *out = static_cast<float *>(tp_emu_alloc(256 * sizeof(float)));
+    int caught = 0;
+    for (uint64_t seed = 1; seed <= 16; seed++) {
+        tp_emu_set_seed(seed);
+        TP_LAUNCH(two_rounds_kernel<false>, 1, 128, 0, nullptr, out);
+        bool wrong = false;
+        for (int i = 0; i < 256; i++)
+            wrong |= out[i] != (i < 128 ? 10.0f : 20.0f);
+        caught += wrong;
+        tp_emu_set_seed(seed);
+        TP_LAUNCH(two_rounds_kernel<true>, 1, 128, 0, nullptr, out);
+        for (int i = 0; i < 256; i++)
+            ASSERT_EQ(out[i], i < 128 ? 10.0f : 20.0f) << "seed " << seed << ": with the barrier it is correct";
+    }
+    EXPECT_GE(caught, 8) << "of 16 seeds, the hazard showed in " << caught;
+    EXPECT_TRUE(tp_emu_free(out));
+}
+
+__global__ void read_fresh_kernel(float *out, const float *fresh)
+{
+    TP_SHARED(float, never_written, 64);
+    out[threadIdx.x] = never_written[threadIdx.x];
+    out[64 + threadIdx.x] = fresh[threadIdx.x];
+}
+
+TEST(CudaEmu, FreshMemoryReadsAsNaN)
+{
+    float *out = static_cast<float *>(tp_emu_alloc(128 * sizeof(float)));
+    float *fresh = static_cast<float *>(tp_emu_alloc(64 * sizeof(float)));
+    TP_LAUNCH(read_fresh_kernel, 1, 64, 0, nullptr, out, fresh);
+    for (int i = 0; i < 128; i++)
+        EXPECT_TRUE(std::isnan(out[i])) << (i < 64 ? "shared " : "global ") << i;
+    int32_t *ints = static_cast<int32_t *>(tp_emu_alloc(4 * sizeof(int32_t)));
+    EXPECT_EQ(ints[0], -1) << "fresh int32 memory reads as -1";
+    EXPECT_TRUE(std::isnan(__bfloat162float(*reinterpret_cast<__nv_bfloat16 *>(ints)))) << "and as a bf16 NaN";
+    EXPECT_TRUE(tp_emu_free(out));
+    EXPECT_TRUE(tp_emu_free(fresh));
+    EXPECT_TRUE(tp_emu_free(ints));
+}
+
+// Shared memory is one arena per block (same address for every thread),
+// poisoned again before the next block.
+__global__ void shared_per_block_kernel(float *out)
+{
+    TP_SHARED(float, slot, 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        out[blockIdx.x * 2] = slot[0]; // poison: written by no one yet in this block
+        slot[0] = (float)blockIdx.x;
+    }
+    __syncthreads();
+    if (threadIdx.x == 63)
+        out[blockIdx.x * 2 + 1] = slot[0];
+}
+
+TEST(CudaEmu, SharedMemoryIsPerBlockAndPoisoned)
+{
+    const int blocks = 5;
+    float *out = static_cast<float *>(tp_emu_alloc(2 * blocks * sizeof(float)));
+    TP_LAUNCH(shared_per_block_kernel, blocks, 64, 0, nullptr, out);
+    for (int b = 0; b < blocks; b++) {
+        EXPECT_TRUE(std::isnan(out[2 * b])) << "block " << b;
+        EXPECT_EQ(out[2 * b + 1], (float)b) << "block " << b;
+    }
+    EXPECT_TRUE(tp_emu_free(out));
+}
+
+// Dynamic shared memory: one region per block at the same address for
+// every thread, static declarations placed after it, both poisoned.
+__global__ void dynamic_shared_kernel(float *out, int n)
+{
+    TP_DYNAMIC_SHARED(float, dyn);
+    TP_SHARED(float, after, 32);
+    const int i = threadIdx.x;
+    out[3 * n + i] = dyn[i]; // poison
+    if (i < 32)
+        after[i] = -1.0f;
+    dyn[i] = (float)(i + 100 * blockIdx.x);
+    __syncthreads();
+    out[blockIdx.x * n + i] = dyn[n - 1 - i];
+    out[2 * n + i] = (float)(reinterpret_cast<char *>(after) - reinterpret_cast<char *>(dyn));
+}
+
+TEST(CudaEmu, DynamicSharedMemory)
+{
+    const int n = 96;
+    float *out = static_cast<float *>(tp_emu_alloc(4 * n * sizeof(float)));
+    TP_LAUNCH(dynamic_shared_kernel, 2, n, n * sizeof(float), nullptr, out, n);
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < n; i++)
+            EXPECT_EQ(out[b * n + i], (float)(n - 1 - i + 100 * b)) << "block " << b << " thread " << i;
+    for (int i = 0; i < n; i++) {
+        EXPECT_GE(out[2 * n + i], (float)(n * sizeof(float))) << "static shared memory overlaps the dynamic";
+        EXPECT_TRUE(std::isnan(out[3 * n + i])) << "dynamic shared memory starts poisoned";
+    }
+    EXPECT_TRUE(tp_emu_free(out));
+}
+
+TEST(CudaEmu, SyncthreadsAfterExitIsReported)
+{
+    cudaError_t err = tp_emu_launch("early_return", dim3(2), dim3(64), 0, [] {
+        if (threadIdx.x >= 40)
+            return;
+        __syncthreads();
+    });
+    EXPECT_EQ(err, cudaErrorLaunchFailure);
+    (void)cudaGetLastError();
+    EXPECT_NE(std::string(tp_emu_last_failure()).find("__syncthreads not reached by all threads"), std::string::npos)
+        << tp_emu_last_failure();
+}
+
+TEST(CudaEmu, FailedLaunchAbortsThroughTpLaunch)
+{
+    GTEST_FLAG_SET(death_test_style, "threadsafe"); // OpenBLAS has started threads
+    EXPECT_DEATH(
+        {
+            tp_emu_set_seed(1);
+            TP_LAUNCH(reverse_kernel<true>, 1, 2048, 0, nullptr, (float *)nullptr, (const float *)nullptr, 0);
+        },
+        "invalid configuration argument");
+}
+
+TEST(CudaEmu, InvalidLaunchesAreRejected)
+{
+    auto nothing = [] {};
+    EXPECT_EQ(tp_emu_launch("empty_grid", dim3(0), dim3(32), 0, nothing), cudaErrorInvalidConfiguration);
+    EXPECT_EQ(tp_emu_launch("big_block", dim3(1), dim3(1025), 0, nothing), cudaErrorInvalidConfiguration);
+    EXPECT_EQ(tp_emu_launch("tall_grid", dim3(1, 65536), dim3(32), 0, nothing), cudaErrorInvalidConfiguration);
+    EXPECT_EQ(tp_emu_launch("big_shmem", dim3(1), dim3(32), 48 * 1024 + 1, nothing), cudaErrorInvalidConfiguration);
+    EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    // static shared memory over 48 KiB fails when the declaration runs
+    EXPECT_EQ(tp_emu_launch("big_static", dim3(1), dim3(32), 0,
+                            [] {
+                                TP_SHARED(float, huge, 13000);
+                                huge[threadIdx.x] = 0.0f;
+                            }),
+              cudaErrorLaunchFailure);
+    (void)cudaGetLastError();
+}
+
+TEST(CudaEmu, OutOfBoundsWritesAreReportedOnFree)
+{
+    float *p = static_cast<float *>(tp_emu_alloc(10 * sizeof(float)));
+    TP_LAUNCH([](float *q) { q[threadIdx.x] = 1.0f; }, 1, 32, 0, nullptr, p); // 32 > 10
+    EXPECT_FALSE(tp_emu_free(p));
+}
+
+__global__ void atomics_kernel(float *fsum, int *imax, unsigned *order)
+{
+    atomicAdd(fsum, 0.5f);
+    atomicMax(imax, (int)(blockIdx.x * blockDim.x + threadIdx.x));
+    if (threadIdx.x == 0)
+        order[atomicAdd(order + 64, 1u)] = blockIdx.x; // the order blocks ran in
+}
+
+TEST(CudaEmu, AtomicsAndRandomBlockOrder)
+{
+    float *fsum = static_cast<float *>(tp_emu_alloc(sizeof(float)));
+    int *imax = static_cast<int *>(tp_emu_alloc(sizeof(int)));
+    unsigned *order = static_cast<unsigned *>(tp_emu_alloc(65 * sizeof(unsigned)));
+    *fsum = 0.0f;
+    *imax = -1;
+    order[64] = 0;
+    TP_LAUNCH(atomics_kernel, 64, 96, 0, nullptr, fsum, imax, order);
+    EXPECT_EQ(*fsum, 0.5f * 64 * 96); // exact: halves sum exactly in float
+    EXPECT_EQ(*imax, 64 * 96 - 1);
+    std::vector<unsigned> seen(order, order + 64), sorted = seen;
+    std::sort(sorted.begin(), sorted.end());
+    for (unsigned i = 0; i < 64; i++)
+        EXPECT_EQ(sorted[i], i) << "every block runs once";
+    EXPECT_NE(seen, sorted) << "blocks run in a random order";
+    EXPECT_TRUE(tp_emu_free(fsum));
+    EXPECT_TRUE(tp_emu_free(imax));
+    EXPECT_TRUE(tp_emu_free(order));
+}
+
+TEST(CudaEmu, Bfloat16RoundsToNearestEven)
+{
+    auto bits = [](float f) { return __float2bfloat16(f).__x; };
+    EXPECT_EQ(bits(1.0f), 0x3f80);
+    EXPECT_EQ(bits(__uint_as_float(0x3f808000u)), 0x3f80); // tie, even below
+    EXPECT_EQ(bits(__uint_as_float(0x3f818000u)), 0x3f82); // tie, even above
+    EXPECT_EQ(bits(__uint_as_float(0x3f808001u)), 0x3f81); // above the tie
+    EXPECT_EQ(bits(__uint_as_float(0x7f7fffffu)), 0x7f80); // FLT_MAX rounds to inf
+    EXPECT_EQ(bits(-INFINITY), 0xff80);
+    EXPECT_TRUE(std::isnan(__bfloat162float(__float2bfloat16(NAN))));
+    EXPECT_TRUE(std::isnan(__bfloat162float(__float2bfloat16(__uint_as_float(0x7f800001u))))) << "a NaN whose "
+                                                                                                  "payload is "
+                                                                                                  "in the low "
+                                                                                                  "bits";
+    EXPECT_EQ(__bfloat162float(__float2bfloat16(-2.5f)), -2.5f);
+}
+
+// ==================================================================================
+// The kernels against the CPU backend
+// ==================================================================================
+
+// The schedule comes from TP_EMU_SEED (or the emulator's fixed default)
+// and moves on with every launch, so --gtest_repeat=N or another seed
+// explores other interleavings; a correct kernel passes under all of them.
+class Kernels : public ::testing::TestWithParam<tp_kernel_dtype> {
+  protected:
+    tp_kernel_dtype t() const { return GetParam(); }
+};
+
+// ---- embedding: a copy, so exact in both types
+
+TEST_P(Kernels, Embedding)
+{
+    struct Case {
+        int64_t ntok, rows, dim, vocab_start;
+        bool masked;
+    };
+    for (Case c : {Case{1, 1, 1, 0, false}, Case{7, 11, 37, 0, false}, Case{5, 6, 300, 0, false},
+                   Case{13, 10, 37, 5, true}, Case{4, 3, 1, 100, true}}) {
+        const std::string what = label(t(), "embedding ntok " + std::to_string(c.ntok) + " dim " +
+                                                 std::to_string(c.dim) + (c.masked ? " masked" : ""));
+        Vec w = as_stored(random_vec((size_t)(c.rows * c.dim), 1), t());
+        IVec ids((size_t)c.ntok);
+        std::mt19937 gen(2);
+        const int64_t lo = c.masked ? 0 : c.vocab_start, hi = c.vocab_start + c.rows + (c.masked ? 10 : 0);
+        for (int32_t &id : ids)
+            id = (int32_t)(lo + (int64_t)(gen() % (uint64_t)(hi - lo)));
+        Vec want((size_t)(c.ntok * c.dim));
+        cpu()->embedding(want.data(), ids.data(), c.ntok, w.data(), c.rows, c.dim, c.vocab_start, c.masked);
+
+        Dev dw(t(), w), dout(t(), want.size());
+        DevOf<int32_t> dids(ids);
+        tp_k_embedding(nullptr, t(), dout.ptr(), dids.ptr(), c.ntok, dw.ptr(), c.rows, c.dim, c.vocab_start, c.masked);
+        expect_equal(dout.download(), want, what);
+    }
+}
+
+// ---- norms: fp32 block reductions of up to 4100 terms against the CPU's
+// double sums: the relative error of the statistics is ~ log2(n) ulps,
+// 1e-5 leaves room; atol covers outputs near zero.
+
+TEST_P(Kernels, RmsNorm)
+{
+    const Tol tol = stored({1e-6, 1e-5}, t());
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 37}, {5, 1000}, {2, 4100}}) {
+        const std::string what = label(t(), "rmsnorm " + std::to_string(m) + "x" + std::to_string(n));
+        Vec x = as_stored(random_vec((size_t)(m * n), 3, -2.0f, 2.0f), t());
+        Vec w = as_stored(random_vec((size_t)n, 4, 0.5f, 1.5f), t());
+        Vec want(x.size());
+        cpu()->rmsnorm(want.data(), x.data(), w.data(), m, n, 1e-5f);
+        Dev dx(t(), x), dw(t(), w), dout(t(), x.size());
+        tp_k_rmsnorm(nullptr, t(), dout.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-5f);
+        expect_close(dout.download(), want, tol, what);
+        tp_k_rmsnorm(nullptr, t(), dx.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-5f); // in place
+        expect_close(dx.download(), want, tol, what + " in place");
+    }
+}
+
+TEST_P(Kernels, LayerNorm)
+{
+    const Tol tol = stored({1e-5, 1e-5}, t());
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 37}, {4, 1000}, {2, 4100}}) {
+        for (bool bias : {false, true}) {
+            const std::string what = label(t(), "layernorm " + std::to_string(m) + "x" + std::to_string(n) +
+                                                     (bias ? " bias" : ""));
+            // a mean far from zero: one-pass E[x^2] - E[x]^2 would cancel
+            Vec x = as_stored(random_vec((size_t)(m * n), 5, 9.0f, 11.0f), t());
+            Vec w = as_stored(random_vec((size_t)n, 6, 0.5f, 1.5f), t());
+            Vec b = as_stored(random_vec((size_t)n, 7), t());
+            Vec want(x.size());
+            cpu()->layernorm(want.data(), x.data(), w.data(), bias ? b.data() : nullptr, m, n, 1e-5f);
+            Dev dx(t(), x), dw(t(), w), db(t(), b), dout(t(), x.size());
+            tp_k_layernorm(nullptr, t(), dout.ptr(), dx.ptr(), dw.ptr(), bias ? db.ptr() : nullptr, m, n, 1e-5f);
+            expect_close(dout.download(), want, tol, what);
+        }
+    }
+}
+
+// ---- rope: the same double angles; the rotation is fp32 on rounded
+// cos/sin, ~2 ulps of |x1| + |x2| <= 2
+
+TEST_P(Kernels, Rope)
+{
+    const Tol tol = stored({1e-6, 1e-6}, t());
+    struct Case {
+        int64_t b, s, h, d, pos;
+    };
+    for (Case c : {Case{1, 1, 1, 2, 0}, Case{2, 5, 3, 8, 0}, Case{1, 3, 2, 256, 8000}, Case{2, 7, 4, 6, 13},
+                   Case{1, 2, 2, 128, 131070}}) { // positions near a 128k context
+        const std::string what = label(t(), "rope b" + std::to_string(c.b) + " s" + std::to_string(c.s) + " h" +
+                                                std::to_string(c.h) + " d" + std::to_string(c.d) + " pos " +
+                                                std::to_string(c.pos));
+        Vec x = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 8), t());
+        Vec want(x.size());
+        cpu()->rope(want.data(), x.data(), c.b, c.s, c.h, c.d, c.pos, 10000.0f);
+        Dev dx(t(), x), dout(t(), x.size());
+        tp_k_rope(nullptr, t(), dout.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, c.pos, 10000.0f);
+        expect_close(dout.download(), want, tol, what);
+        tp_k_rope(nullptr, t(), dx.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, c.pos, 10000.0f); // in place
+        expect_close(dx.download(), want, tol, what + " in place");
+    }
+}
+
+// ---- attention: fp32 dot products (up to 256 terms) and an fp32 online
+// softmax over up to 130 keys against double; outputs are convex
+// combinations of values in [-1, 1], so the error is absolute, ~1e-6.
+
+TEST_P(Kernels, Attention)
+{
+    const Tol tol = stored({3e-6, 1e-5}, t());
+    struct Case {
+        int64_t b, s, h, g, d;
+    };
+    for (Case c : {Case{1, 1, 1, 1, 1}, Case{2, 19, 4, 2, 64}, Case{1, 67, 6, 1, 40}, Case{1, 20, 2, 2, 256},
+                   Case{1, 130, 2, 1, 128}, Case{1, 9, 3, 3, 33}}) {
+        const std::string what = label(t(), "attention b" + std::to_string(c.b) + " s" + std::to_string(c.s) +
+                                                " h" + std::to_string(c.h) + " g" + std::to_string(c.g) + " d" +
+                                                std::to_string(c.d));
+        // scores of a few units: the softmax is neither flat nor one-hot
+        const float amp = 3.0f / std::sqrt(std::sqrt((float)c.d));
+        Vec q = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 9, -amp, amp), t());
+        Vec k = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 10, -amp, amp), t());
+        Vec v = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 11), t());
+        Vec want(q.size());
+        cpu()->attention(want.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d);
+        Dev dq(t(), q), dk(t(), k), dv(t(), v), dout(t(), q.size());
+        tp_k_attention(nullptr, t(), dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d);
+        expect_close(dout.download(), want, tol, what);
+    }
+}
+
+// ---- elementwise
+
+TEST_P(Kernels, Unary)
+{
+    // silu: expf and a division, a few ulps; gelu: tanhf's ulp becomes
+    // absolute error where 1 + tanh cancels (x ~ -4), hence atol
+    const Tol tol = stored({1e-6, 4e-6}, t());
+    const char *names[] = {"silu", "gelu", "relu"};
+    for (int op = 0; op < 3; op++) {
+        for (int64_t n : {1, 257, 5000}) {
+            const std::string what = label(t(), std::string(names[op]) + " n " + std::to_string(n));
+            Vec x = random_vec((size_t)n, 12 + (unsigned)op, -12.0f, 12.0f);
+            if (n > 4) {
+                x[0] = -100.0f; // e^-x overflows: silu -> -0, not NaN
+                x[1] = 100.0f;
+                x[2] = NAN; // propagates
+                x[3] = -0.0f;
+            }
+            x = as_stored(x, t());
+            Vec want(x.size());
+            cpu()->unary((tp_unary)op, want.data(), x.data(), n);
+            Dev dx(t(), x), dout(t(), x.size());
+            tp_k_unary(nullptr, t(), op, dout.ptr(), dx.ptr(), n);
+            expect_close(dout.download(), want, tol, what);
+        }
+    }
+}
+
+// one fp32 operation per element, as on the CPU: equal up to one ulp
+// (a GPU may contract scale * b + x into an fma)
+constexpr Tol kOneOp = {0.0, 1.2e-7};
+
+TEST_P(Kernels, Binary)
+{
+    const Tol tol = stored(kOneOp, t());
+    for (int op = 0; op < 2; op++)
+        for (auto [n, nb] : {std::pair<int64_t, int64_t>{1, 1}, {12, 4}, {1000, 1000}, {999, 1}, {3 * 257, 257}}) {
+            const std::string what = label(t(), std::string(op ? "mul" : "add") + " n " + std::to_string(n) +
+                                                     " nb " + std::to_string(nb));
+            Vec a = as_stored(random_vec((size_t)n, 20), t()), b = as_stored(random_vec((size_t)nb, 21), t());
+            Vec want(a.size());
+            cpu()->binary((tp_binary)op, want.data(), a.data(), n, b.data(), nb);
+            Dev da(t(), a), db(t(), b), dout(t(), a.size());
+            tp_k_binary(nullptr, t(), op, dout.ptr(), da.ptr(), n, db.ptr(), nb);
+            expect_close(dout.download(), want, tol, what);
+            tp_k_binary(nullptr, t(), op, da.ptr(), da.ptr(), n, db.ptr(), nb); // in place
+            expect_close(da.download(), want, tol, what + " in place");
+        }
+}
+
+TEST_P(Kernels, ScaleAndBiasAdd)
+{
+    const Tol tol = stored(kOneOp, t());
+    for (int64_t n : {1, 300}) {
+        Vec x = as_stored(random_vec((size_t)n, 22), t());
+        Vec want(x.size());
+        cpu()->scale(want.data(), x.data(), n, 0.37f);
+        Dev dx(t(), x), dout(t(), x.size());
+        tp_k_scale(nullptr, t(), dout.ptr(), dx.ptr(), n, 0.37f);
+        expect_close(dout.download(), want, tol, label(t(), "scale n " + std::to_string(n)));
+    }
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 37}, {17, 300}}) {
+        const std::string what = label(t(), "bias_add " + std::to_string(m) + "x" + std::to_string(n));
+        Vec x = as_stored(random_vec((size_t)(m * n), 23), t()), b = as_stored(random_vec((size_t)n, 24), t());
+        Vec want(x.size());
+        cpu()->bias_add(want.data(), x.data(), b.data(), m, n, 0.5f);
+        Dev dx(t(), x), db(t(), b), dout(t(), x.size());
+        tp_k_bias_add(nullptr, t(), dout.ptr(), dx.ptr(), db.ptr(), m, n, 0.5f);
+        expect_close(dout.download(), want, tol, what);
+        tp_k_bias_add(nullptr, t(), dx.ptr(), dx.ptr(), db.ptr(), m, n, 0.5f); // in place
+        expect_close(dx.download(), want, tol, what + " in place");
+    }
+}
+
+// ---- reshards: copies, exact
+
+TEST_P(Kernels, SliceSplitJoin)
+{
+    struct Case {
+        std::vector<int64_t> shape;
+        int dim, parts;
+    };
+    for (const Case &c : {Case{{2, 6, 5}, 1, 3}, Case{{2, 6, 5}, -1, 5}, Case{{4, 3}, 0, 2}, Case{{7}, 0, 7},
+                          Case{{3, 1, 8}, 2, 1}, Case{{2, 3, 4, 6}, 3, 2}}) {
+        int64_t n = 1;
+        for (int64_t e : c.shape)
+            n *= e;
+        const int rank = (int)c.shape.size();
+        std::string shape_str;
+        for (int64_t e : c.shape)
+            shape_str += std::to_string(e) + ",";
+        const std::string what = label(t(), "shape [" + shape_str + "] dim " + std::to_string(c.dim) + " parts " +
+                                                std::to_string(c.parts));
+        Vec x = as_stored(random_vec((size_t)n, 30), t());
+        Dev dx(t(), x);
+        for (int index = 0; index < c.parts; index++) {
+            Vec want((size_t)(n / c.parts));
+            cpu()->slice(want.data(), x.data(), c.shape.data(), rank, c.dim, index, c.parts);
+            Dev dout(t(), want.size());
+            tp_k_slice(nullptr, t(), dout.ptr(), dx.ptr(), c.shape.data(), rank, c.dim, index, c.parts);
+            expect_equal(dout.download(), want, what + " slice " + std::to_string(index));
+        }
+        Vec blocks((size_t)n), joined((size_t)n);
+        cpu()->split_blocks(blocks.data(), x.data(), c.shape.data(), rank, c.dim, c.parts);
+        Dev dblocks(t(), (size_t)n), djoined(t(), (size_t)n);
+        tp_k_split_blocks(nullptr, t(), dblocks.ptr(), dx.ptr(), c.shape.data(), rank, c.dim, c.parts);
+        expect_equal(dblocks.download(), blocks, what + " split_blocks");
+        cpu()->join_blocks(joined.data(), blocks.data(), c.shape.data(), rank, c.dim, c.parts);
+        tp_k_join_blocks(nullptr, t(), djoined.ptr(), dblocks.ptr(), c.shape.data(), rank, c.dim, c.parts);
+        expect_equal(djoined.download(), joined, what + " join_blocks");
+        expect_equal(djoined.download(), x, what + " join of split");
+    }
+}
+
+TEST(KernelsI32, Positions)
+{
+    for (auto [b, s, off] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 0}, {2, 7, 14}, {3, 300, 900}}) {
+        IVec want((size_t)(b * s));
+        cpu()->positions(want.data(), b, s, off);
+        DevOf<int32_t> dout(want.size());
+        tp_k_positions(nullptr, dout.ptr(), b, s, off);
+        EXPECT_EQ(dout.download(), want) << "b " << b << " s " << s << " offset " << off;
+    }
+}
+
+// ---- cross-entropy: fp32 sums over the vocabulary and the rows against
+// double ones; the loss is ~log(vocab) ~ 3.5, so 1e-5 relative is ~100
+// float ulps of headroom. Outputs are float32 in both storage types: no
+// bf16 allowance (the inputs are the same rounded values on both sides).
+
+constexpr Tol kLoss = {1e-6, 1e-5};
+
+IVec random_labels(int64_t b, int64_t s, int64_t vocab, unsigned seed, int ignore_every)
+{
+    std::mt19937 gen(seed);
+    IVec labels((size_t)(b * s));
+    for (size_t i = 0; i < labels.size(); i++)
+        labels[i] = ignore_every && i % (size_t)ignore_every == 1 ? -100 : (int32_t)(gen() % (uint64_t)vocab);
+    return labels;
+}
+
+float kernel_cross_entropy(tp_kernel_dtype t, const Vec &logits, const IVec &labels, int64_t b, int64_t s, int64_t v,
+                           int64_t vocab)
+{
+    Dev dl(t, logits);
+    DevOf<int32_t> dlab(labels);
+    DevOf<float> dloss(1);
+    tp_k_cross_entropy(nullptr, t, dloss.ptr(), dl.ptr(), dlab.ptr(), b, s, v, vocab);
+    return dloss.download()[0];
+}
+
+TEST_P(Kernels, CrossEntropy)
+{
+    struct Case {
+        int64_t b, s, v, vocab;
+        int ignore_every;
+    };
+    // padded vocabulary (37 columns, 31 real), one token per sequence (no
+    // label at all: NaN), more rows than the kernel's 1024 blocks
+    for (Case c : {Case{2, 9, 37, 31, 3}, Case{1, 2, 1, 1, 0}, Case{3, 400, 16, 13, 5}, Case{1, 50, 1000, 1000, 0},
+                   Case{4, 1, 10, 10, 0}}) {
+        const std::string what = label(t(), "cross_entropy b" + std::to_string(c.b) + " s" + std::to_string(c.s) +
+                                                 " v" + std::to_string(c.v) + " vocab " + std::to_string(c.vocab));
+        Vec logits = as_stored(random_vec((size_t)(c.b * c.s * c.v), 40, -4.0f, 4.0f), t());
+        IVec labels = random_labels(c.b, c.s, c.vocab, 41, c.ignore_every);
+        float want;
+        cpu()->cross_entropy(&want, logits.data(), labels.data(), c.b, c.s, c.v, c.vocab);
+        expect_close({kernel_cross_entropy(t(), logits, labels, c.b, c.s, c.v, c.vocab)}, {want}, kLoss, what);
+    }
+    // every label ignored: 0/0 = NaN, as torch
+    IVec ignored(12, -100);
+    Vec logits = as_stored(random_vec(12 * 5, 42), t());
+    EXPECT_TRUE(std::isnan(kernel_cross_entropy(t(), logits, ignored, 2, 6, 5, 5)));
+}
+
+// The vocab-parallel pieces on simulated ranks, each holding v_local
+// columns, with the all-reduces done by hand; each piece must match the
+// CPU's piece on the same rank, and the composition the whole loss.
+TEST_P(Kernels, CrossEntropyPieces)
+{
+    struct Case {
+        int64_t b, s, vocab, tp, vl; // vl: columns per rank, vl * tp >= vocab
+    };
+    // 31 real columns over 4 x 8 (one padding column on the last rank);
+    // 20 over 4 x 8 (rank 2 half padding, rank 3 padding only: max -inf,
+    // sumexp 0); one rank and one token per sequence (no label: NaN)
+    for (Case c : {Case{2, 9, 31, 4, 8}, Case{1, 6, 20, 4, 8}, Case{3, 1, 5, 1, 5}}) {
+        const int64_t vl = c.vl, vpad = vl * c.tp, rows = c.b * c.s;
+        const std::string what = label(t(), "ce pieces b" + std::to_string(c.b) + " s" + std::to_string(c.s) +
+                                                 " vocab " + std::to_string(c.vocab) + " tp " + std::to_string(c.tp));
+        Vec full = as_stored(random_vec((size_t)(rows * vpad), 50, -4.0f, 4.0f), t());
+        IVec labels = random_labels(c.b, c.s, c.vocab, 51, 4);
+        float want_loss;
+        cpu()->cross_entropy(&want_loss, full.data(), labels.data(), c.b, c.s, vpad, c.vocab);
+
+        DevOf<int32_t> dlab(labels);
+        Vec gmax((size_t)rows, -INFINITY), gsum((size_t)rows, 0.0f), gtarget((size_t)rows, 0.0f);
+        std::vector<Vec> locals;
+        for (int64_t r = 0; r < c.tp; r++) {
+            Vec local((size_t)(rows * vl));
+            for (int64_t i = 0; i < rows; i++)
+                std::copy_n(full.begin() + i * vpad + r * vl, vl, local.begin() + i * vl);
+            locals.push_back(local);
+            Vec want_max((size_t)rows), want_target((size_t)rows);
+            cpu()->ce_max(want_max.data(), local.data(), rows, vl, r * vl, c.vocab);
+            cpu()->ce_target(want_target.data(), local.data(), labels.data(), c.b, c.s, vl, r * vl);
+            Dev dlocal(t(), local);
+            DevOf<float> dmax((size_t)rows), dtarget((size_t)rows);
+            tp_k_ce_max(nullptr, t(), dmax.ptr(), dlocal.ptr(), rows, vl, r * vl, c.vocab);
+            tp_k_ce_target(nullptr, t(), dtarget.ptr(), dlocal.ptr(), dlab.ptr(), c.b, c.s, vl, r * vl);
+            const std::string rk = what + " rank " + std::to_string(r);
+            expect_equal(dmax.download(), want_max, rk + " ce_max");       // a max: exact
+            expect_equal(dtarget.download(), want_target, rk + " ce_target"); // a gather: exact
+            for (int64_t i = 0; i < rows; i++) {
+                gmax[(size_t)i] = std::max(gmax[(size_t)i], want_max[(size_t)i]);
+                gtarget[(size_t)i] += want_target[(size_t)i];
+            }
+        }
+        for (int64_t r = 0; r < c.tp; r++) {
+            Vec want_sum((size_t)rows);
+            cpu()->ce_sumexp(want_sum.data(), locals[(size_t)r].data(), gmax.data(), rows, vl, r * vl, c.vocab);
+            Dev dlocal(t(), locals[(size_t)r]);
+            DevOf<float> dmax(gmax), dsum((size_t)rows);
+            tp_k_ce_sumexp(nullptr, t(), dsum.ptr(), dlocal.ptr(), dmax.ptr(), rows, vl, r * vl, c.vocab);
+            expect_close(dsum.download(), want_sum, kLoss, what + " rank " + std::to_string(r) + " ce_sumexp");
+            for (int64_t i = 0; i < rows; i++)
+                gsum[(size_t)i] += want_sum[(size_t)i];
+        }
+        float want_pieces;
+        cpu()->ce_loss(&want_pieces, gsum.data(), gmax.data(), gtarget.data(), labels.data(), c.b, c.s);
+        DevOf<float> dsum(gsum), dmax(gmax), dtarget(gtarget), dloss(1);
+        tp_k_ce_loss(nullptr, dloss.ptr(), dsum.ptr(), dmax.ptr(), dtarget.ptr(), dlab.ptr(), c.b, c.s);
+        const float got = dloss.download()[0];
+        expect_close({got}, {want_pieces}, kLoss, what + " ce_loss");
+        expect_close({got}, {want_loss}, kLoss, what + " ce_loss = cross_entropy");
+    }
+}
+
+// ---- determinism: the reductions are fixed trees, so the schedule (the
+// seed) must not change a single bit
+
+TEST_P(Kernels, ResultsDoNotDependOnTheSchedule)
+{
+    const int64_t m = 3, n = 1000, s = 21, h = 2, d = 64;
+    Vec x = as_stored(random_vec((size_t)(m * n), 60), t()), w = as_stored(random_vec((size_t)n, 61), t());
+    Vec q = as_stored(random_vec((size_t)(s * h * d), 62), t());
+    Vec logits = as_stored(random_vec((size_t)(m * n), 63, -4.0f, 4.0f), t());
+    IVec labels = random_labels(1, m, n, 64, 0);
+    Vec first_norm, first_attn;
+    float first_loss = 0.0f;
+    for (uint64_t seed : {1, 2, 3}) {
+        tp_emu_set_seed(seed);
+        Dev dx(t(), x), dw(t(), w), dout(t(), x.size()), dq(t(), q), dattn(t(), q.size());
+        tp_k_rmsnorm(nullptr, t(), dout.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-6f);
+        tp_k_attention(nullptr, t(), dattn.ptr(), dq.ptr(), dq.ptr(), dq.ptr(), 1, s, h, h, d);
+        const float loss = kernel_cross_entropy(t(), logits, labels, 1, m, n, n);
+        if (seed == 1) {
+            first_norm = dout.download();
+            first_attn = dattn.download();
+            first_loss = loss;
+            continue;
+        }
+        EXPECT_EQ(std::memcmp(first_norm.data(), dout.download().data(), first_norm.size() * 4), 0) << seed;
+        EXPECT_EQ(std::memcmp(first_attn.data(), dattn.download().data(), first_attn.size() * 4), 0) << seed;
+        EXPECT_EQ(std::memcmp(&first_loss, &loss, 4), 0) << seed;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Kernels, ::testing::Values(TP_KERNEL_F32, TP_KERNEL_BF16),
+                         [](const ::testing::TestParamInfo<tp_kernel_dtype> &info) {
+                             return std::string(dtype_name(info.param));
+                         });
+
+// ---- preconditions abort with a message
+
+TEST(KernelsDeath, PreconditionsAbortWithAMessage)
+{
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    void *p = reinterpret_cast<void *>(16), *q = reinterpret_cast<void *>(32); // distinct, never dereferenced
+    EXPECT_DEATH(tp_k_attention(nullptr, TP_KERNEL_F32, p, q, q, q, 1, 4, 2, 2, 512),
+                 "head dimension at most 256");
+    int64_t shape[] = {5, 4};
+    EXPECT_DEATH(tp_k_slice(nullptr, TP_KERNEL_F32, nullptr, nullptr, shape, 2, 0, 0, 2),
+                 "the compiler only emits even splits");
+}
+
+} // namespace

@@ -1,0 +1,627 @@
+// The CPU backend's kernels (runtime/backends/cpu/backend_cpu.c) against straightforward
+// double-precision references written here with naive loops, on random
+// inputs with ragged sizes: one row, odd dimensions, sizes that are not
+// multiples of 8 (so no SIMD-width assumption hides a bug), GQA with
+// h = 4, g = 2 and h = g. The vocab-parallel cross-entropy pieces are
+// composed over simulated ranks exactly as the executor does (slice the
+// logits by columns, all-reduce MAX / SUM by hand) and must reproduce
+// cross_entropy on the full logits.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+extern "C" {
+#include "runtime/backends/backend.h"
+}
+
+namespace {
+
+using Vec = std::vector<float>;
+using DVec = std::vector<double>;
+
+const tp_backend *be() { return tp_backend_cpu(); }
+
+Vec random_vec(size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f)
+{
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    Vec v(n);
+    for (float &x : v)
+        x = dist(gen);
+    return v;
+}
+
+// |got - want| <= atol + rtol * |want|, element by element, reporting the
+// first few failures with their index.
+void expect_close(const Vec &got, const DVec &want, double atol, double rtol, const char *what)
+{
+    ASSERT_EQ(got.size(), want.size()) << what;
+    int bad = 0;
+    for (size_t i = 0; i < got.size() && bad < 5; i++) {
+        double err = std::fabs((double)got[i] - want[i]);
+        if (!(err <= atol + rtol * std::fabs(want[i]))) {
+            ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i];
+            bad++;
+        }
+    }
+}
+
+// float32 unit roundoff: one correctly rounded store of a double result
+// is off by at most this much, relatively.
+constexpr double kU = 5.960464477539063e-08; // 2^-24
+
+// --- memory ----------------------------------------------------------------------
+
+TEST(BackendCpu, AllocIsZeroedAndCopiesRoundTrip)
+{
+    EXPECT_STREQ(be()->name, "cpu");
+    float *p = (float *)be()->alloc(37 * sizeof(float));
+    ASSERT_NE(p, nullptr);
+    for (int i = 0; i < 37; i++)
+        EXPECT_EQ(p[i], 0.0f);
+    Vec src = random_vec(37, 1), back(37);
+    be()->to_device(p, src.data(), 37 * sizeof(float));
+    be()->to_host(back.data(), p, 37 * sizeof(float));
+    EXPECT_EQ(src, back);
+    be()->release(p);
+    // an empty buffer is not an allocation failure
+    void *e = be()->alloc(0);
+    EXPECT_NE(e, nullptr);
+    be()->release(e);
+}
+
+// --- embedding --------------------------------------------------------------------
+
+DVec ref_embedding(const std::vector<int32_t> &ids, const Vec &w, int64_t rows, int64_t dim, int64_t start)
+{
+    DVec out(ids.size() * dim, 0.0);
+    for (size_t t = 0; t < ids.size(); t++) {
+        int64_t r = ids[t] - start;
+        if (r >= 0 && r < rows)
+            for (int64_t c = 0; c < dim; c++)
+                out[t * dim + c] = w[r * dim + c];
+    }
+    return out;
+}
+
+TEST(BackendCpu, EmbeddingUnmaskedLooksUpRows)
+{
+    const int64_t rows = 11, dim = 7;
+    Vec w = random_vec(rows * dim, 2);
+    std::vector<int32_t> ids = {0, 10, 3, 3, 7};
+    Vec out(ids.size() * dim, -1.0f);
+    be()->embedding(out.data(), ids.data(), (int64_t)ids.size(), w.data(), rows, dim, 0, false);
+    // a lookup is a copy: exact
+    expect_close(out, ref_embedding(ids, w, rows, dim, 0), 0, 0, "embedding");
+}
+
+// A vocab-parallel embedding: each rank holds a block of rows and zeroes the
+// ids it does not hold; the sum over ranks is the full lookup. The vocabulary
+// is padded (10 -> 12 over 4 ranks), so the last rank holds rows no id uses.
+TEST(BackendCpu, EmbeddingMaskedZeroesOutOfRangeRowsAndSumsToFullLookup)
+{
+    const int64_t vocab = 10, padded = 12, dim = 5;
+    Vec w = random_vec(padded * dim, 3);
+    std::vector<int32_t> ids = {0, 9, 4, 5, 2, 8, 1};
+    const int64_t ntok = (int64_t)ids.size();
+    DVec full = ref_embedding(ids, w, vocab, dim, 0);
+    for (int ranks : {2, 4}) {
+        const int64_t rows = padded / ranks;
+        DVec sum(ntok * dim, 0.0);
+        for (int r = 0; r < ranks; r++) {
+            Vec out(ntok * dim, 42.0f); // garbage that must be overwritten
+            be()->embedding(out.data(), ids.data(), ntok, w.data() + r * rows * dim, rows, dim, r * rows, true);
+            for (int64_t t = 0; t < ntok; t++) {
+                bool local = ids[t] >= r * rows && ids[t] < (r + 1) * rows;
+                for (int64_t c = 0; c < dim; c++) {
+                    float got = out[t * dim + c];
+                    if (local)
+                        EXPECT_EQ(got, w[ids[t] * dim + c]);
+                    else
+                        EXPECT_EQ(got, 0.0f) << "rank " << r << " token " << t;
+                    sum[t * dim + c] += got;
+                }
+            }
+        }
+        Vec sumf(sum.begin(), sum.end());
+        expect_close(sumf, full, 0, 0, "sum of masked embeddings");
+    }
+}
+
+// --- matmul, bias ------------------------------------------------------------------
+
+// The reference is the exact product (in double) of the float inputs. The
+// float result of a length-k dot product is within k * u * sum |x_i w_i|
+// of it for any summation order sgemm picks (the standard gamma_k bound).
+TEST(BackendCpu, MatmulMatchesNnLinear)
+{
+    struct Case { int64_t m, n, k; };
+    for (Case c : {Case{1, 1, 1}, Case{1, 7, 13}, Case{5, 9, 3}, Case{17, 31, 65}, Case{3, 100, 257}}) {
+        Vec x = random_vec(c.m * c.k, 10 + (unsigned)c.k), w = random_vec(c.n * c.k, 20 + (unsigned)c.n);
+        Vec out(c.m * c.n, std::nanf(""));
+        be()->matmul(out.data(), x.data(), w.data(), c.m, c.n, c.k);
+        for (int64_t i = 0; i < c.m; i++)
+            for (int64_t j = 0; j < c.n; j++) {
+                double ref = 0, mag = 0;
+                for (int64_t l = 0; l < c.k; l++) {
+                    ref += (double)x[i * c.k + l] * w[j * c.k + l];
+                    mag += std::fabs((double)x[i * c.k + l] * w[j * c.k + l]);
+                }
+                EXPECT_NEAR(out[i * c.n + j], ref, (c.k + 1) * kU * mag + 1e-30)
+                    << "m=" << c.m << " n=" << c.n << " k=" << c.k << " at " << i << "," << j;
+            }
+    }
+}
+
+TEST(BackendCpu, MatmulWithEmptyInnerDimIsZero)
+{
+    Vec out(6, 5.0f);
+    be()->matmul(out.data(), nullptr, nullptr, 2, 3, 0);
+    for (float v : out)
+        EXPECT_EQ(v, 0.0f);
+}
+
+TEST(BackendCpu, BiasAddScalesAndMayWorkInPlace)
+{
+    const int64_t m = 3, n = 13;
+    Vec x = random_vec(m * n, 30), b = random_vec(n, 31);
+    for (float scale : {1.0f, 0.25f}) {
+        DVec ref(m * n);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++)
+                ref[i * n + j] = (double)x[i * n + j] + (double)scale * b[j];
+        Vec out(m * n);
+        be()->bias_add(out.data(), x.data(), b.data(), m, n, scale);
+        // one rounding of the product (exact for these scales) and one of the sum
+        expect_close(out, ref, 0, 2 * kU, "bias_add");
+        Vec inplace = x;
+        be()->bias_add(inplace.data(), inplace.data(), b.data(), m, n, scale);
+        EXPECT_EQ(inplace, out);
+    }
+}
+
+// --- norms -------------------------------------------------------------------------
+
+// Both norms accumulate in double; the result is one float rounding of a
+// value computed in double, plus the product with w: a few ulp.
+TEST(BackendCpu, RmsNormMatchesReference)
+{
+    for (int64_t n : {1, 7, 33, 1000}) {
+        const int64_t m = n == 1 ? 1 : 3;
+        Vec x = random_vec(m * n, 40 + (unsigned)n, -3, 3), w = random_vec(n, 41, 0.5f, 1.5f);
+        DVec ref(m * n);
+        for (int64_t i = 0; i < m; i++) {
+            double ss = 0;
+            for (int64_t j = 0; j < n; j++)
+                ss += (double)x[i * n + j] * x[i * n + j];
+            double rms = std::sqrt(ss / n + 1e-6);
+            for (int64_t j = 0; j < n; j++)
+                ref[i * n + j] = x[i * n + j] / rms * w[j];
+        }
+        Vec out(m * n);
+        be()->rmsnorm(out.data(), x.data(), w.data(), m, n, 1e-6f);
+        expect_close(out, ref, 1e-12, 8 * kU, "rmsnorm");
+        Vec inplace = x;
+        be()->rmsnorm(inplace.data(), inplace.data(), w.data(), m, n, 1e-6f);
+        EXPECT_EQ(inplace, out);
+    }
+}
+
+DVec ref_layernorm(const Vec &x, const Vec &w, const Vec *b, int64_t m, int64_t n, double eps)
+{
+    DVec ref(m * n);
+    for (int64_t i = 0; i < m; i++) {
+        double mean = 0;
+        for (int64_t j = 0; j < n; j++)
+            mean += x[i * n + j];
+        mean /= n;
+        double var = 0;
+        for (int64_t j = 0; j < n; j++)
+            var += (x[i * n + j] - mean) * (x[i * n + j] - mean);
+        var /= n;
+        for (int64_t j = 0; j < n; j++)
+            ref[i * n + j] = (x[i * n + j] - mean) / std::sqrt(var + eps) * w[j] + (b ? (*b)[j] : 0.0);
+    }
+    return ref;
+}
+
+TEST(BackendCpu, LayerNormMatchesReferenceWithAndWithoutBias)
+{
+    for (int64_t n : {1, 7, 33, 1000}) {
+        const int64_t m = n == 1 ? 1 : 2;
+        Vec x = random_vec(m * n, 50 + (unsigned)n, -2, 2), w = random_vec(n, 51), b = random_vec(n, 52);
+        Vec out(m * n);
+        be()->layernorm(out.data(), x.data(), w.data(), b.data(), m, n, 1e-5f);
+        // the normalised value is O(1); atol covers results near 0 after + b
+        expect_close(out, ref_layernorm(x, w, &b, m, n, 1e-5), 4 * kU, 8 * kU, "layernorm+bias");
+        be()->layernorm(out.data(), x.data(), w.data(), nullptr, m, n, 1e-5f);
+        expect_close(out, ref_layernorm(x, w, nullptr, m, n, 1e-5), 4 * kU, 8 * kU, "layernorm");
+    }
+}
+
+// A large mean and a small spread: E[x^2] - E[x]^2 in float would lose every
+// digit of the variance here; a careful kernel matches the reference.
+TEST(BackendCpu, LayerNormIsStableUnderALargeMean)
+{
+    const int64_t m = 2, n = 301;
+    Vec x = random_vec(m * n, 53, -0.01f, 0.01f), w(n, 1.0f);
+    for (float &v : x)
+        v += 1000.0f;
+    Vec out(m * n);
+    be()->layernorm(out.data(), x.data(), w.data(), nullptr, m, n, 1e-12f);
+    expect_close(out, ref_layernorm(x, w, nullptr, m, n, 1e-12), 1e-5, 1e-5, "layernorm, large mean");
+}
+
+// --- RoPE --------------------------------------------------------------------------
+
+// Written the way Hugging Face writes it: inv_freq = 1 / theta^(arange(0, d, 2)/d),
+// emb = cat(freqs, freqs), out = x * cos(emb) + rotate_half(x) * sin(emb),
+// rotate_half(x) = cat(-x[d/2:], x[:d/2]).
+DVec ref_rope(const Vec &x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t off, double theta)
+{
+    DVec out(x.size());
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t j = 0; j < s; j++) {
+            DVec emb(d);
+            for (int64_t i = 0; i < d / 2; i++) {
+                double inv_freq = 1.0 / std::pow(theta, (double)(2 * i) / d);
+                emb[i] = emb[i + d / 2] = (double)(off + j) * inv_freq;
+            }
+            for (int64_t hi = 0; hi < h; hi++) {
+                const float *xr = &x[((bi * s + j) * h + hi) * d];
+                DVec rot(d);
+                for (int64_t i = 0; i < d; i++)
+                    rot[i] = i < d / 2 ? -(double)xr[i + d / 2] : (double)xr[i - d / 2];
+                for (int64_t i = 0; i < d; i++)
+                    out[((bi * s + j) * h + hi) * d + i] = xr[i] * std::cos(emb[i]) + rot[i] * std::sin(emb[i]);
+            }
+        }
+    return out;
+}
+
+TEST(BackendCpu, RopeMatchesHuggingFaceRotateHalf)
+{
+    struct Case { int64_t b, s, h, d, off; float theta; };
+    for (Case c : {Case{1, 1, 1, 2, 0, 10000}, Case{2, 5, 3, 8, 0, 10000}, Case{1, 9, 4, 14, 7, 10000},
+                   Case{1, 3, 2, 64, 4093, 500000}}) {
+        Vec x = random_vec(c.b * c.s * c.h * c.d, 60 + (unsigned)c.d);
+        Vec out(x.size());
+        be()->rope(out.data(), x.data(), c.b, c.s, c.h, c.d, c.off, c.theta);
+        // a rotation of a pair: two products and a sum, rounded once; the
+        // angles are computed in double by both
+        expect_close(out, ref_rope(x, c.b, c.s, c.h, c.d, c.off, c.theta), 4 * kU, 4 * kU, "rope");
+        Vec inplace = x;
+        be()->rope(inplace.data(), inplace.data(), c.b, c.s, c.h, c.d, c.off, c.theta);
+        EXPECT_EQ(inplace, out);
+    }
+}
+
+// A sequence shard (rank r holds positions [r*s/2, ...)) with pos_offset gives
+// the same rows as RoPE over the whole sequence.
+TEST(BackendCpu, RopeWithOffsetEqualsTheMatchingSliceOfTheFullSequence)
+{
+    const int64_t b = 1, s = 6, h = 2, d = 6;
+    Vec x = random_vec(b * s * h * d, 61), full(x.size());
+    be()->rope(full.data(), x.data(), b, s, h, d, 0, 10000.0f);
+    const int64_t half = s / 2 * h * d;
+    Vec second(x.begin() + half, x.end()), out(half);
+    be()->rope(out.data(), second.data(), b, s / 2, h, d, s / 2, 10000.0f);
+    EXPECT_EQ(out, Vec(full.begin() + half, full.end()));
+}
+
+// --- attention ---------------------------------------------------------------------
+
+DVec ref_attention(const Vec &q, const Vec &k, const Vec &v, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d)
+{
+    DVec out(q.size());
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t hi = 0; hi < h; hi++) {
+            int64_t kh = hi * g / h; // the kv head that serves this query head
+            for (int64_t t = 0; t < s; t++) {
+                DVec sc(t + 1);
+                for (int64_t j = 0; j <= t; j++) {
+                    double dot = 0;
+                    for (int64_t c = 0; c < d; c++)
+                        dot += (double)q[((bi * s + t) * h + hi) * d + c] * k[((bi * s + j) * g + kh) * d + c];
+                    sc[j] = dot / std::sqrt((double)d);
+                }
+                double mx = *std::max_element(sc.begin(), sc.end()), z = 0;
+                for (double &e : sc)
+                    z += (e = std::exp(e - mx));
+                for (int64_t c = 0; c < d; c++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j <= t; j++)
+                        acc += sc[j] / z * v[((bi * s + j) * g + kh) * d + c];
+                    out[((bi * s + t) * h + hi) * d + c] = acc;
+                }
+            }
+        }
+    return out;
+}
+
+TEST(BackendCpu, AttentionIsCausalGqaSoftmax)
+{
+    struct Case { int64_t b, s, h, g, d; float qscale; };
+    // h=4,g=2 and h=g; s=300 crosses the kernel's key blocks (128); a large
+    // q scale makes the scores ~1e3, which overflow exp() without the max
+    // subtraction
+    for (Case c : {Case{1, 1, 1, 1, 1, 1}, Case{2, 7, 4, 2, 8, 1}, Case{1, 13, 4, 4, 5, 1}, Case{1, 11, 6, 1, 3, 1},
+                   Case{1, 300, 2, 1, 16, 1}, Case{1, 9, 4, 2, 7, 300}}) {
+        Vec q = random_vec(c.b * c.s * c.h * c.d, 70 + (unsigned)c.s, -c.qscale, c.qscale);
+        Vec k = random_vec(c.b * c.s * c.g * c.d, 71 + (unsigned)c.s);
+        Vec v = random_vec(c.b * c.s * c.g * c.d, 72 + (unsigned)c.s);
+        Vec out(q.size(), std::nanf(""));
+        be()->attention(out.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d);
+        // outputs are convex combinations of |v| <= 1, computed in double and
+        // rounded into the float output once per 128-key block
+        expect_close(out, ref_attention(q, k, v, c.b, c.s, c.h, c.g, c.d), 1e-6, 0,
+                     ("attention s=" + std::to_string(c.s) + " h=" + std::to_string(c.h) + " g=" +
+                      std::to_string(c.g)).c_str());
+    }
+}
+
+// --- elementwise -------------------------------------------------------------------
+
+TEST(BackendCpu, UnaryOpsMatchTheirDefinitions)
+{
+    Vec x = random_vec(203, 80, -8, 8);
+    for (float e : {0.0f, -0.0f, 1e-30f, 50.0f, -50.0f, 100.0f, -100.0f, -1e4f, 1e4f})
+        x.push_back(e);
+    const int64_t n = (int64_t)x.size();
+    DVec silu(n), gelu(n), relu(n);
+    const double pi = std::acos(-1.0);
+    for (int64_t i = 0; i < n; i++) {
+        double v = x[i];
+        silu[i] = v * (1.0 / (1.0 + std::exp(-v)));
+        gelu[i] = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / pi) * (v + 0.044715 * v * v * v)));
+        relu[i] = v > 0 ? v : 0.0;
+    }
+    Vec out(n);
+    // each is one float rounding of a double expression (plus libm's ulp)
+    be()->unary(TP_UNARY_SILU, out.data(), x.data(), n);
+    expect_close(out, silu, 1e-37, 2 * kU, "silu");
+    for (float o : out)
+        EXPECT_FALSE(std::isnan(o));
+    be()->unary(TP_UNARY_GELU, out.data(), x.data(), n);
+    expect_close(out, gelu, 1e-37, 2 * kU, "gelu");
+    be()->unary(TP_UNARY_RELU, out.data(), x.data(), n);
+    expect_close(out, relu, 0, 0, "relu");
+    float nan = std::nanf(""), r;
+    be()->unary(TP_UNARY_RELU, &r, &nan, 1);
+    EXPECT_TRUE(std::isnan(r)) << "relu propagates NaN, as torch does";
+}
+
+TEST(BackendCpu, BinaryOpsBroadcastOverLeadingDims)
+{
+    const int64_t n = 3 * 5 * 7;
+    Vec a = random_vec(n, 90);
+    for (int64_t nb : {n, (int64_t)35, (int64_t)7, (int64_t)1}) {
+        Vec b = random_vec(nb, 91 + (unsigned)nb);
+        DVec add(n), mul(n);
+        for (int64_t i = 0; i < n; i++) {
+            add[i] = (double)a[i] + b[i % nb];
+            mul[i] = (double)a[i] * b[i % nb];
+        }
+        Vec out(n);
+        // one float rounding of an exact result
+        be()->binary(TP_BINARY_ADD, out.data(), a.data(), n, b.data(), nb);
+        expect_close(out, add, 0, kU, "add");
+        be()->binary(TP_BINARY_MUL, out.data(), a.data(), n, b.data(), nb);
+        expect_close(out, mul, 0, kU, "mul");
+    }
+}
+
+TEST(BackendCpu, ScaleMultiplies)
+{
+    Vec x = random_vec(19, 95), out(19);
+    be()->scale(out.data(), x.data(), 19, 0.5f); // exact: a power of two
+    for (int i = 0; i < 19; i++)
+        EXPECT_EQ(out[i], x[i] * 0.5f);
+}
+
+// --- layout ------------------------------------------------------------------------
+
+// torch.chunk(x, parts, dim)[index] on a [4, 6, 10] tensor holding its own
+// flat index, checked coordinate by coordinate.
+TEST(BackendCpu, SlicePicksTheRightChunkForEveryDim)
+{
+    const int64_t shape[3] = {4, 6, 10};
+    Vec x(4 * 6 * 10);
+    for (size_t i = 0; i < x.size(); i++)
+        x[i] = (float)i;
+    for (int dim = 0; dim < 3; dim++)
+        for (int parts : {1, 2}) {
+            for (int index = 0; index < parts; index++) {
+                int64_t cs[3] = {shape[0], shape[1], shape[2]};
+                cs[dim] /= parts;
+                Vec out(cs[0] * cs[1] * cs[2], -1.0f);
+                be()->slice(out.data(), x.data(), shape, 3, dim, index, parts);
+                for (int64_t i = 0; i < cs[0]; i++)
+                    for (int64_t j = 0; j < cs[1]; j++)
+                        for (int64_t l = 0; l < cs[2]; l++) {
+                            int64_t src[3] = {i, j, l};
+                            src[dim] += index * cs[dim];
+                            float want = (float)((src[0] * shape[1] + src[1]) * shape[2] + src[2]);
+                            ASSERT_EQ(out[(i * cs[1] + j) * cs[2] + l], want)
+                                << "dim " << dim << " chunk " << index << "/" << parts;
+                        }
+            }
+        }
+    // odd splits: 3 of dim 1 (6), 5 of dim 2 (10); negative dims count from the end
+    Vec a(4 * 2 * 10), bb(4 * 6 * 2), c(4 * 6 * 2);
+    be()->slice(a.data(), x.data(), shape, 3, 1, 2, 3);
+    EXPECT_EQ(a[0], 4 * 10.0f);
+    EXPECT_EQ(a.back(), x.back());
+    be()->slice(bb.data(), x.data(), shape, 3, 2, 4, 5);
+    be()->slice(c.data(), x.data(), shape, 3, -1, 4, 5);
+    EXPECT_EQ(bb, c);
+    EXPECT_EQ(bb[0], 8.0f);
+    EXPECT_EQ(bb[1], 9.0f);
+    EXPECT_EQ(bb[2], 18.0f);
+}
+
+TEST(BackendCpu, PositionsCountFromTheOffset)
+{
+    std::vector<int32_t> out(2 * 5, -1);
+    be()->positions(out.data(), 2, 5, 10);
+    EXPECT_EQ(out, (std::vector<int32_t>{10, 11, 12, 13, 14, 10, 11, 12, 13, 14}));
+}
+
+// --- cross-entropy -----------------------------------------------------------------
+
+// Hugging Face's ForCausalLMLoss: logits[:, :-1, :vocab] against labels[:, 1:],
+// -100 ignored, mean over the rest.
+double ref_cross_entropy(const Vec &logits, const std::vector<int32_t> &labels, int64_t b, int64_t s, int64_t v,
+                         int64_t vocab)
+{
+    double total = 0;
+    int64_t count = 0;
+    for (int64_t bi = 0; bi < b; bi++)
+        for (int64_t t = 0; t + 1 < s; t++) {
+            int32_t y = labels[bi * s + t + 1];
+            if (y == -100)
+                continue;
+            const float *row = &logits[(bi * s + t) * v];
+            double mx = -INFINITY;
+            for (int64_t c = 0; c < vocab; c++)
+                mx = std::max(mx, (double)row[c]);
+            double z = 0;
+            for (int64_t c = 0; c < vocab; c++)
+                z += std::exp(row[c] - mx);
+            total += -(row[y] - mx - std::log(z));
+            count++;
+        }
+    return total / count;
+}
+
+struct CeCase {
+    int64_t b, s, vocab, padded;
+};
+
+void make_ce_inputs(const CeCase &c, unsigned seed, Vec &logits, std::vector<int32_t> &labels)
+{
+    logits = random_vec(c.b * c.s * c.padded, seed, -6, 6);
+    // padding columns hold huge values: if any piece let them into the
+    // softmax, the loss would move by ~1e4
+    for (int64_t r = 0; r < c.b * c.s; r++)
+        for (int64_t col = c.vocab; col < c.padded; col++)
+            logits[r * c.padded + col] = 1e4f;
+    std::mt19937 gen(seed + 1);
+    std::uniform_int_distribution<int32_t> dist(0, (int32_t)c.vocab - 1);
+    labels.resize(c.b * c.s);
+    for (size_t i = 0; i < labels.size(); i++)
+        labels[i] = i % 5 == 3 ? -100 : dist(gen);
+}
+
+// double accumulation throughout, one rounding at the end
+TEST(BackendCpu, CrossEntropyMatchesHuggingFaceShiftedLoss)
+{
+    for (CeCase c : {CeCase{1, 2, 1, 1}, CeCase{1, 7, 13, 13}, CeCase{2, 9, 37, 40}, CeCase{3, 5, 1000, 1003}}) {
+        Vec logits;
+        std::vector<int32_t> labels;
+        make_ce_inputs(c, 100 + (unsigned)c.vocab, logits, labels);
+        float loss = NAN;
+        be()->cross_entropy(&loss, logits.data(), labels.data(), c.b, c.s, c.padded, c.vocab);
+        double ref = ref_cross_entropy(logits, labels, c.b, c.s, c.padded, c.vocab);
+        EXPECT_NEAR(loss, ref, 4 * kU * std::fabs(ref) + 1e-7) << "vocab " << c.vocab << " padded " << c.padded;
+    }
+}
+
+TEST(BackendCpu, CrossEntropyIgnoresMinus100AndTheFirstLabel)
+{
+    const int64_t b = 1, s = 4, v = 3;
+    Vec logits = {0, 0, 0, 1, 2, 3, 5, 5, 5, 9, 9, 9};
+    // labels[0] is never a target (the shift); the -100 drops row 1
+    std::vector<int32_t> labels = {2, 0, -100, 2};
+    float loss = NAN;
+    be()->cross_entropy(&loss, logits.data(), labels.data(), b, s, v, v);
+    double row0 = std::log(3.0);                                                   // uniform, label 0
+    double row2 = std::log(3.0);                                                   // uniform, label 2
+    EXPECT_NEAR(loss, (row0 + row2) / 2, 1e-6);
+    // changing the label of the first position changes nothing
+    labels[0] = -100;
+    float again = NAN;
+    be()->cross_entropy(&again, logits.data(), labels.data(), b, s, v, v);
+    EXPECT_EQ(loss, again);
+    // everything ignored: 0/0, as torch's mean over no elements
+    std::vector<int32_t> none = {5, -100, -100, -100};
+    be()->cross_entropy(&loss, logits.data(), none.data(), b, s, v, v);
+    EXPECT_TRUE(std::isnan(loss));
+}
+
+// The executor's vocab-parallel loss over `ranks` simulated ranks: slice the
+// logits by columns, ce_max, all-reduce MAX, ce_sumexp with the global max,
+// all-reduce SUM, ce_target, all-reduce SUM, ce_loss.
+float vocab_parallel_loss(const Vec &logits, const std::vector<int32_t> &labels, const CeCase &c, int ranks)
+{
+    const int64_t rows = c.b * c.s, v = c.padded / ranks;
+    const int64_t shape[3] = {c.b, c.s, c.padded};
+    std::vector<Vec> local(ranks, Vec(rows * v));
+    for (int r = 0; r < ranks; r++)
+        be()->slice(local[r].data(), logits.data(), shape, 3, 2, r, ranks);
+
+    Vec max(rows, -INFINITY), part(rows);
+    for (int r = 0; r < ranks; r++) {
+        be()->ce_max(part.data(), local[r].data(), rows, v, r * v, c.vocab);
+        for (int64_t i = 0; i < rows; i++)
+            max[i] = std::max(max[i], part[i]);
+    }
+    Vec sumexp(rows, 0.0f), target(rows, 0.0f);
+    for (int r = 0; r < ranks; r++) {
+        be()->ce_sumexp(part.data(), local[r].data(), max.data(), rows, v, r * v, c.vocab);
+        for (int64_t i = 0; i < rows; i++)
+            sumexp[i] += part[i];
+        be()->ce_target(part.data(), local[r].data(), labels.data(), c.b, c.s, v, r * v);
+        for (int64_t i = 0; i < rows; i++)
+            target[i] += part[i];
+    }
+    float loss = NAN;
+    be()->ce_loss(&loss, sumexp.data(), max.data(), target.data(), labels.data(), c.b, c.s);
+    return loss;
+}
+
+// The composition stores the per-row sum of exponentials as a float (one
+// rounding, ~u relative, i.e. ~u absolute after the log) and the float sums
+// over at most 4 ranks add a few more u: well inside 1e-6 for O(1..10) losses.
+TEST(BackendCpu, VocabParallelPiecesComposeToCrossEntropy)
+{
+    // 37 padded to 40 splits 2 x 20 and 4 x 10 with the padding on the last
+    // rank; 7 padded to 12 over 4 ranks leaves the last rank only padding
+    // (its ce_max is -inf, the identity of MAX); 1000 over 2 and 4 unpadded
+    for (CeCase c : {CeCase{2, 9, 37, 40}, CeCase{1, 6, 7, 12}, CeCase{3, 5, 1000, 1000}, CeCase{1, 1, 8, 8}}) {
+        Vec logits;
+        std::vector<int32_t> labels;
+        make_ce_inputs(c, 200 + (unsigned)c.vocab, logits, labels);
+        float full = NAN;
+        be()->cross_entropy(&full, logits.data(), labels.data(), c.b, c.s, c.padded, c.vocab);
+        for (int ranks : {1, 2, 4}) {
+            float loss = vocab_parallel_loss(logits, labels, c, ranks);
+            if (c.s == 1) { // no position has a target: both are NaN
+                EXPECT_TRUE(std::isnan(loss));
+                EXPECT_TRUE(std::isnan(full));
+                continue;
+            }
+            EXPECT_NEAR(loss, full, 1e-6 * std::max(1.0f, std::fabs(full)))
+                << "vocab " << c.vocab << " padded " << c.padded << " over " << ranks << " ranks";
+        }
+    }
+}
+
+TEST(BackendCpu, CeTargetPicksTheShiftedLocalLabelElseZero)
+{
+    const int64_t b = 1, s = 4, v = 3; // this rank holds columns [3, 6)
+    Vec logits = {0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32};
+    std::vector<int32_t> labels = {4, 5, 1, -100};
+    Vec out(s, -1.0f);
+    be()->ce_target(out.data(), logits.data(), labels.data(), b, s, v, 3);
+    // row 0 -> label 5 (local col 2); row 1 -> label 1 (not local); row 2 ->
+    // -100; row 3 has no next token
+    EXPECT_EQ(out, (Vec{2, 0, 0, 0}));
+}
+
+} // namespace

@@ -1,0 +1,356 @@
+// The CUDA backend, end to end, as processes.
+//
+// Emulated.* run tprun_emulated: tprun's own sources — the executor, the
+// CUDA backend (runtime/backends/cuda/backend_cuda.c), the NCCL communicator
+// (runtime/backends/cuda/comm_nccl.c) and the kernels (runtime/backends/cuda/kernels/*.cu under the
+// host emulation of tests/runtime/cuda_emu) — against host stand-ins of the CUDA
+// runtime, cuBLAS and NCCL (tests/runtime/cuda_standin: host memory, OpenBLAS, MPI).
+// They need no GPU and no nvcc. Every shipped plan at tp = 1 and 2, in fp32
+// and bf16, must give the CPU backend's logits and loss; failures of the
+// collectives (an error, a stall) must end every rank with a message.
+//
+// Gpu.* (ctest label gpu) run the real tprun with --backend cuda and skip
+// where no GPU is usable; tp = 2 also skips with fewer than 2 GPUs.
+//
+// Tolerances, absolute, on the logits of the tiny seeded models of
+// test_tprun.cc (standard deviation 0.16, largest magnitude 0.62):
+//   fp32  1e-4, as between CPU runs: the kernels and the GEMMs accumulate in
+//         fp32 where the CPU twin accumulates norms and softmaxes in double;
+//         measured under emulation: at most 2.4e-7. A wrong shard or a
+//         missed reduction is off by 1e-2 or more.
+//   bf16  1.5e-2 (loss 1e-3): every weight and activation is rounded to 8
+//         significant bits (relative 2^-9 = 2e-3 per rounding) and errors
+//         compound over 2 layers. Measured under emulation on every shipped
+//         plan at tp = 1, 2 and 4: logits at most 4.7e-3, loss 3.2e-4; the
+//         tolerances leave a 3x margin and stay a tenth of the logits'
+//         spread, while a collective the compute stream does not wait for
+//         is off by 0.6 (checked by mutation).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <jansson.h>
+#include <stdlib.h>
+
+#include "tests/support/plan_harness.h"
+#include "tests/support/process.h"
+
+using namespace tpcc_test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+const std::string kEmulated = TPRUN_EMULATED;   // "" when not built
+const char *const kFp32Tolerance = "1e-4";
+const char *const kBf16Tolerance = "1.5e-2";     // see the top of the file
+const double kBf16LossTolerance = 1e-3;
+
+const std::vector<std::string> kEnv = {"OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1"};
+
+bool have(const std::string &program) { return run_program("sh", {"-c", "command -v " + program}).code() == 0; }
+
+// The sizes of test_tprun.cc: small enough for 4 ranks on 2 cores.
+std::vector<std::string> tiny(const std::string &plan, int tp)
+{
+    std::vector<std::string> d = {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "seq=16", "batch=2",
+                                  "tp=" + std::to_string(tp)};
+    d.push_back(contains(plan, "gpt2") ? "positions=32" : "kv_heads=4");
+    std::vector<std::string> flags;
+    for (auto &x : d) {
+        flags.push_back("-D");
+        flags.push_back(x);
+    }
+    return flags;
+}
+
+std::string compile(const TempDir &dir, const std::string &plan, int tp, const std::string &dtype)
+{
+    std::string out = dir.path + "/" + fs::path(plan).stem().string() + "-tp" + std::to_string(tp) + "-" + dtype +
+                      ".sched";
+    std::vector<std::string> args = {plan, "-o", out, "--dtype", dtype};
+    for (auto &f : tiny(plan, tp))
+        args.push_back(f);
+    Proc p = run_program(kTpcc, args);
+    EXPECT_EQ(p.code(), 0) << p.describe();
+    return out;
+}
+
+Proc run(const std::string &program, int ranks, const std::string &sched, const std::vector<std::string> &args,
+         const std::vector<std::string> &env = {}, int timeout = 240)
+{
+    std::vector<std::string> a;
+    if (ranks > 1)
+        a = {"-n", std::to_string(ranks)};
+    a.push_back(sched);
+    a.insert(a.end(), args.begin(), args.end());
+    std::vector<std::string> e = kEnv;
+    e.insert(e.end(), env.begin(), env.end());
+    return run_program(program, a, e, timeout);
+}
+
+std::string loss_of(const std::string &out)
+{
+    size_t at = out.find("  loss");
+    if (at == std::string::npos)
+        return "";
+    std::string rest = out.substr(at + 6);
+    size_t b = rest.find_first_not_of(' ');
+    return rest.substr(b, rest.find('\n') - b);
+}
+
+// The CPU backend's logits (fp32, tp = 1) of a plan, written to ref, and
+// its loss.
+std::string cpu_reference(const TempDir &dir, const std::string &plan, const std::string &ref)
+{
+    Proc p = run(kTprun, 1, compile(dir, plan, 1, "fp32"), {"--backend", "cpu", "--labels", "tokens", "--out", ref});
+    EXPECT_EQ(p.code(), 0) << p.describe();
+    return loss_of(p.out);
+}
+
+std::vector<std::string> shipped_plans()
+{
+    std::vector<std::string> v;
+    for (const auto &p : files_in("plans", ".plan"))
+        if (!contains(p, "405b"))
+            v.push_back(p);
+    return v;
+}
+
+std::string plan_name(const std::string &plan)
+{
+    std::string s = fs::path(plan).stem().string();
+    for (auto &c : s)
+        if (!isalnum((unsigned char)c))
+            c = '_';
+    return s;
+}
+
+// Run `program` with --backend cuda at each tp in fp32 and bf16 against the
+// CPU twin (fp32, tp = 1). On real GPUs (gpu_run), "no usable GPU" and "too
+// few GPUs for tp ranks" are skips, not failures.
+void check_against_cpu(const std::string &program, const std::string &plan, const std::vector<int> &tps,
+                       bool gpu_run)
+{
+    if (!have("mpiexec"))
+        GTEST_SKIP() << "mpiexec not installed";
+    TempDir dir;
+    std::string ref = dir.path + "/cpu.npy";
+    double cpu_loss = atof(cpu_reference(dir, plan, ref).c_str());
+    for (int tp : tps)
+        for (std::string dtype : {"fp32", "bf16"}) {
+            const char *tol = dtype == "fp32" ? kFp32Tolerance : kBf16Tolerance;
+            Proc p = run(program, tp, compile(dir, plan, tp, dtype),
+                         {"--backend", "cuda", "--labels", "tokens", "--compare", ref, "--tolerance", tol});
+            if (gpu_run && (contains(p.err, "no CUDA device") || contains(p.err, "usable GPU")))
+                GTEST_SKIP() << "tp=" << tp << ": " << p.err;
+            EXPECT_EQ(p.code(), 0) << "tp=" << tp << " " << dtype << "\n" << p.describe();
+            EXPECT_TRUE(contains(p.out, "cuda backend")) << p.describe();
+            EXPECT_TRUE(contains(p.out, ": ok")) << "tp=" << tp << " " << dtype << "\n" << p.describe();
+            EXPECT_NEAR(atof(loss_of(p.out).c_str()), cpu_loss, dtype == "fp32" ? 1e-4 : kBf16LossTolerance)
+                << "tp=" << tp << " " << dtype << "\n" << p.out;
+        }
+}
+
+// ---- emulated: the whole backend on the host ------------------------------------------
+
+class Emulated : public ::testing::TestWithParam<std::string> {
+protected:
+    void SetUp() override
+    {
+        if (kEmulated.empty())
+            GTEST_SKIP() << "tprun_emulated is not built (TPCC_CUDA_EMULATION, runtime/backends/cuda/kernels/*.cu, tests/runtime/cuda_emu)";
+    }
+};
+
+TEST_P(Emulated, CudaBackendMatchesCpuAtTp1And2) { check_against_cpu(kEmulated, GetParam(), {1, 2}, false); }
+
+INSTANTIATE_TEST_SUITE_P(Shipped, Emulated, ::testing::ValuesIn(shipped_plans()),
+                         [](const auto &info) { return plan_name(info.param); });
+
+class EmulatedRun : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        if (kEmulated.empty())
+            GTEST_SKIP() << "tprun_emulated is not built";
+        if (!have("mpiexec"))
+            GTEST_SKIP() << "mpiexec not installed";
+    }
+    TempDir dir;
+    std::string plan = source_path("plans/llama-sp.plan");
+};
+
+// No shipped plan reshards with an all-to-all; this variant of llama-sp
+// does: lm_head's output, Shard(2) (vocab), is asked for as Shard(1)
+// (sequence). It goes through ncclSend / ncclRecv in one group.
+std::string all_to_all_plan(const TempDir &dir)
+{
+    std::string text = slurp(source_path("plans/llama-sp.plan"));
+    const std::string from = "output_layouts=Replicate()),", to = "output_layouts=Shard(1)),";
+    size_t at = text.rfind(from);
+    EXPECT_NE(at, std::string::npos);
+    text.replace(at, from.size(), to);
+    fs::create_directories(dir.path + "/plans");
+    fs::create_directory_symlink(source_path("models"), dir.path + "/models");
+    return dir.write("plans/llama-sp-all-to-all.plan", text);
+}
+
+TEST_F(EmulatedRun, AllToAllAtTp2And4)
+{
+    std::string a2a = all_to_all_plan(dir), ref = dir.path + "/cpu.npy";
+    cpu_reference(dir, a2a, ref);
+    for (int tp : {2, 4})
+        for (std::string dtype : {"fp32", "bf16"}) {
+            std::string sched = compile(dir, a2a, tp, dtype);
+            Proc dump = run_program(kTpcc, {"--dump", sched});
+            ASSERT_TRUE(contains(dump.out, "all_to_all")) << dump.out;
+            Proc p = run(kEmulated, tp, sched,
+                         {"--backend", "cuda", "--labels", "tokens", "--compare", ref, "--tolerance",
+                          dtype == "fp32" ? kFp32Tolerance : kBf16Tolerance});
+            EXPECT_EQ(p.code(), 0) << "tp=" << tp << " " << dtype << "\n" << p.describe();
+            EXPECT_TRUE(contains(p.out, ": ok")) << p.describe();
+        }
+}
+
+// The executor's per-op synchronisation (profile, trace) and the bytes of
+// bf16 collectives: the profile reports the schedule's bytes.
+TEST_F(EmulatedRun, ProfileBytesOfABf16ScheduleAreTheSchedules)
+{
+    std::string sched = compile(dir, plan, 2, "bf16"), prof = dir.path + "/p.json", trace = dir.path + "/t.json";
+    Proc p = run(kEmulated, 2, sched, {"--backend", "cuda", "--profile-json", prof, "--trace", trace, "-q"});
+    ASSERT_EQ(p.code(), 0) << p.describe();
+    json_error_t e;
+    json_t *s = json_load_file(sched.c_str(), 0, &e), *j = json_load_file(prof.c_str(), 0, &e);
+    ASSERT_TRUE(s && j) << e.text;
+    for (int r = 0; r < 2; r++) {
+        double comm = 0;
+        size_t i;
+        json_t *op;
+        json_array_foreach(json_object_get(json_array_get(json_object_get(s, "ranks"), (size_t)r), "ops"), i, op)
+        if (json_object_get(op, "bytes"))
+            comm += (double)json_integer_value(json_object_get(op, "bytes"));
+        json_t *pr = json_array_get(json_object_get(j, "ranks"), (size_t)r);
+        EXPECT_GT(comm, 0);
+        EXPECT_EQ(json_number_value(json_object_get(pr, "collective_bytes")), comm) << "rank " << r;
+    }
+    json_decref(s);
+    json_decref(j);
+}
+
+// Where a GPU is usable the default backend is cuda; where none is, cpu.
+TEST_F(EmulatedRun, DefaultBackendFollowsTheDevices)
+{
+    std::string sched = compile(dir, plan, 1, "fp32");
+    Proc gpu = run(kEmulated, 1, sched, {});
+    EXPECT_EQ(gpu.code(), 0) << gpu.describe();
+    EXPECT_TRUE(contains(gpu.out, "cuda backend")) << gpu.describe();
+    Proc none = run(kEmulated, 1, sched, {}, {"TP_STANDIN_DEVICES=0"});
+    EXPECT_EQ(none.code(), 0) << none.describe();
+    EXPECT_TRUE(contains(none.out, "cpu backend")) << none.describe();
+}
+
+TEST_F(EmulatedRun, BackendCudaWithoutDeviceOrDriverSaysSo)
+{
+    std::string sched = compile(dir, plan, 1, "fp32");
+    Proc none = run(kEmulated, 1, sched, {"--backend", "cuda"}, {"TP_STANDIN_DEVICES=0"});
+    EXPECT_EQ(none.code(), 2) << none.describe();
+    EXPECT_TRUE(contains(none.err, "no CUDA device: no CUDA-capable device is detected (driver not found / no GPU)"))
+        << none.describe();
+    Proc nodriver = run(kEmulated, 1, sched, {"--backend", "cuda"}, {"TP_STANDIN_NO_DRIVER=1"});
+    EXPECT_EQ(nodriver.code(), 2) << nodriver.describe();
+    EXPECT_TRUE(contains(nodriver.err, "no CUDA device: CUDA driver version is insufficient")) << nodriver.describe();
+    // two ranks on a node with one GPU: NCCL needs one per rank
+    Proc one = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda"}, {"TP_STANDIN_DEVICES=1"}, 60);
+    EXPECT_FALSE(one.timed_out) << one.describe();
+    EXPECT_NE(one.code(), 0) << one.describe();
+    EXPECT_TRUE(contains(one.err, "2 ranks run on this node but it has 1 usable GPU")) << one.describe();
+}
+
+// A collective that never completes (a rank stalls inside it): the
+// watchdog of TPRUN_NCCL_TIMEOUT ends every rank, naming the collective.
+TEST_F(EmulatedRun, StalledCollectiveEndsEveryRank)
+{
+    Proc p = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda"},
+                 {"TP_STANDIN_NCCL_STALL_RANK=1", "TPRUN_NCCL_TIMEOUT=2"}, 60);
+    EXPECT_FALSE(p.timed_out) << p.describe();
+    EXPECT_NE(p.code(), 0) << p.describe();
+    EXPECT_TRUE(contains(p.err, "has not completed after 2 s")) << p.describe();
+    EXPECT_TRUE(contains(p.err, "aborting NCCL and ending every rank")) << p.describe();
+}
+
+// An asynchronous NCCL error on one rank: reported with the op, every rank ends.
+TEST_F(EmulatedRun, AsyncNcclErrorEndsEveryRank)
+{
+    Proc p = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda"},
+                 {"TP_STANDIN_NCCL_ERROR_RANK=1"}, 60);
+    EXPECT_FALSE(p.timed_out) << p.describe();
+    EXPECT_NE(p.code(), 0) << p.describe();
+    EXPECT_TRUE(contains(p.err, "rank 1")) << p.describe();
+    EXPECT_TRUE(contains(p.err, "NCCL reports an asynchronous error: remote process exited")) << p.describe();
+}
+
+// A failing call inside the backend (here cuBLAS, on rank 1): the message
+// names the rank, the schedule op, the call and where it is; every rank ends.
+TEST_F(EmulatedRun, FailingGemmNamesTheOpAndEndsEveryRank)
+{
+    Proc p = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda"}, {"TP_STANDIN_GEMM_FAIL=1:3"}, 60);
+    EXPECT_FALSE(p.timed_out) << p.describe();
+    EXPECT_NE(p.code(), 0) << p.describe();
+    EXPECT_TRUE(contains(p.err, "tprun: rank 1: cuBLAS error in op ")) << p.describe();
+    EXPECT_TRUE(contains(p.err, "op 6 (matmul in 'model.layers.0.self_attn.v_proj')")) << p.describe();
+    EXPECT_TRUE(contains(p.err, "cublasSgemm(")) << p.describe();
+    EXPECT_TRUE(contains(p.err, "failed: the GPU program failed to execute [backend_cuda.c:")) << p.describe();
+}
+
+// TPRUN_CUDA_SYNC=1 checks after every backend call; the results are the same.
+TEST_F(EmulatedRun, SyncEachOpGivesTheSameLogits)
+{
+    std::string ref = dir.path + "/cpu.npy";
+    cpu_reference(dir, plan, ref);
+    Proc p = run(kEmulated, 2, compile(dir, plan, 2, "bf16"),
+                 {"--backend", "cuda", "--compare", ref, "--tolerance", kBf16Tolerance}, {"TPRUN_CUDA_SYNC=1"});
+    EXPECT_EQ(p.code(), 0) << p.describe();
+    EXPECT_TRUE(contains(p.out, ": ok")) << p.describe();
+}
+
+TEST_F(EmulatedRun, BadTimeoutIsRefused)
+{
+    Proc p = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda"}, {"TPRUN_NCCL_TIMEOUT=soon"}, 60);
+    EXPECT_FALSE(p.timed_out) << p.describe();
+    EXPECT_NE(p.code(), 0) << p.describe();
+    EXPECT_TRUE(contains(p.err, "TPRUN_NCCL_TIMEOUT takes a positive number of seconds, not 'soon'")) << p.describe();
+}
+
+// ---- the real tprun on this machine ------------------------------------------------------
+
+// --backend cuda where no GPU (or no driver) is usable: exit 2 and why.
+TEST(Cli, BackendCudaWithoutAGpuSaysSo)
+{
+    TempDir dir;
+    Proc p = run(kTprun, 1, compile(dir, source_path("plans/llama-tiny.plan"), 1, "fp32"), {"--backend", "cuda", "-q"});
+    if (p.code() == 0)
+        GTEST_SKIP() << "this machine has a usable GPU";
+    EXPECT_EQ(p.code(), 2) << p.describe();
+    EXPECT_TRUE(contains(p.err, "tprun: no CUDA device: ")) << p.describe();
+    EXPECT_TRUE(contains(p.err, "(driver not found / no GPU)")) << p.describe();
+    Proc q = run(kTprun, 1, compile(dir, source_path("plans/llama-tiny.plan"), 1, "fp32"), {"--backend", "tpu"});
+    EXPECT_EQ(q.code(), 2) << q.describe();
+    EXPECT_TRUE(contains(q.err, "--backend takes cuda or cpu, not 'tpu'")) << q.describe();
+}
+
+// ---- GPUs (ctest -L gpu): skip where there is none ---------------------------------------
+
+std::string gpu_plan() { return source_path("plans/llama-sp.plan"); }
+
+TEST(Gpu, CudaMatchesCpuAtTp1) { check_against_cpu(kTprun, gpu_plan(), {1}, true); }
+
+TEST(Gpu, CudaMatchesCpuAtTp2) { check_against_cpu(kTprun, gpu_plan(), {2}, true); }
+
+TEST(Gpu, Gpt2MatchesCpuAtTp1) { check_against_cpu(kTprun, source_path("plans/gpt2-sp-tied.plan"), {1}, true); }
+
+}  // namespace

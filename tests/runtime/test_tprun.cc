@@ -1,0 +1,356 @@
+// tprun end to end, as processes over MPI: the same seeded weights give
+// the same logits at tp = 1, 2 and 4 for every shipped plan (and at -O0);
+// tp = 1 matches the independent NumPy reference; the profile's bytes are
+// the schedule's; failures give a message and end every rank promptly.
+//
+// Tolerance: logits agree to 1e-4 absolute. Ranks sum partial products in
+// a different order than one rank does (fp32 rounding, ~1e-7 relative) and
+// the tiny models' logits are O(1), so 1e-4 leaves a wide margin while a
+// wrong shard or a missed reduction is off by O(0.01) or more.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "tests/support/plan_harness.h"
+#include "tests/support/process.h"
+
+using namespace tpcc_test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+const char *const kTolerance = "1e-4";
+
+// One BLAS thread per rank: 4 ranks share 2 cores.
+const std::vector<std::string> kEnv = {"OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1"};
+
+bool have(const std::string &program)
+{
+    return run_program("sh", {"-c", "command -v " + program}).code() == 0;
+}
+
+// A Python with NumPy: the reference and checkpoint tools need it.
+std::string python_with_numpy()
+{
+    for (const char *py : {"python3", "/usr/bin/python3"})
+        if (run_program(py, {"-c", "import numpy"}).code() == 0)
+            return py;
+    return "";
+}
+
+// Sizes small enough for 4 ranks on 2 cores, divisible by 4.
+std::vector<std::string> tiny(const std::string &plan, int tp)
+{
+    std::vector<std::string> d = {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "seq=16", "batch=2",
+                                  "tp=" + std::to_string(tp)};
+    if (contains(plan, "gpt2"))
+        d.push_back("positions=32");
+    else
+        d.push_back("kv_heads=4");
+    std::vector<std::string> flags;
+    for (auto &x : d) {
+        flags.push_back("-D");
+        flags.push_back(x);
+    }
+    return flags;
+}
+
+std::string compile(const TempDir &dir, const std::string &plan, int tp, const std::vector<std::string> &extra = {})
+{
+    std::string out = dir.path + "/" + fs::path(plan).stem().string() + "-tp" + std::to_string(tp) + ".sched";
+    std::vector<std::string> args = {plan, "-o", out};
+    for (auto &f : tiny(plan, tp))
+        args.push_back(f);
+    args.insert(args.end(), extra.begin(), extra.end());
+    Proc p = run_program(kTpcc, args);
+    EXPECT_EQ(p.code(), 0) << p.describe();
+    return out;
+}
+
+Proc tprun(int ranks, const std::string &sched, const std::vector<std::string> &args, int timeout = 120)
+{
+    std::vector<std::string> a;
+    if (ranks > 1)
+        a = {"-n", std::to_string(ranks)};
+    a.push_back(sched);
+    a.insert(a.end(), args.begin(), args.end());
+    return run_program(kTprun, a, kEnv, timeout);
+}
+
+class Parity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Parity, SameLogitsAtTp1_2_4AndAtO0)
+{
+    if (!have("mpiexec"))
+        GTEST_SKIP() << "mpiexec not installed";
+    const std::string plan = GetParam();
+    TempDir dir;
+    std::string ref = dir.path + "/tp1.npy";
+    Proc one = tprun(1, compile(dir, plan, 1), {"--labels", "tokens", "--out", ref, "-q"});
+    ASSERT_EQ(one.code(), 0) << one.describe();
+    for (int tp : {2, 4}) {
+        Proc p = tprun(tp, compile(dir, plan, tp), {"--labels", "tokens", "--compare", ref, "--tolerance", kTolerance});
+        EXPECT_EQ(p.code(), 0) << "tp=" << tp << "\n" << p.describe();
+        EXPECT_TRUE(contains(p.out, ": ok")) << p.describe();
+    }
+    std::string o0 = compile(dir, plan, 2, {"-O0"});
+    Proc p = tprun(2, o0, {"--labels", "tokens", "--compare", ref, "--tolerance", kTolerance});
+    EXPECT_EQ(p.code(), 0) << "-O0\n" << p.describe();
+}
+
+std::vector<std::string> shipped_plans()
+{
+    std::vector<std::string> v;
+    for (const auto &p : files_in("plans", ".plan"))
+        if (!contains(p, "405b"))          // the benchmark's plan: same shape as llama-sp
+            v.push_back(p);
+    // valid, with a redistribution -O1 removes because the next one undoes it
+    v.push_back(source_path("tests/bad/redundant-redistribute.plan"));
+    return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shipped, Parity, ::testing::ValuesIn(shipped_plans()), [](const auto &info) {
+    std::string s = fs::path(info.param).stem().string();
+    for (auto &c : s)
+        if (!isalnum((unsigned char)c))
+            c = '_';
+    return s;
+});
+
+// --- against the NumPy reference -------------------------------------------------------
+
+std::string loss_of(const std::string &out)
+{
+    size_t at = out.find("loss");
+    if (at == std::string::npos)
+        return "";
+    std::string rest = out.substr(at + 4);
+    return rest.substr(rest.find_first_not_of(' '), rest.find('\n') - rest.find_first_not_of(' '));
+}
+
+void check_reference(const std::string &family, const std::string &plan, const std::vector<std::string> &ckpt_config,
+                     const std::vector<std::string> &ref_config)
+{
+    std::string py = python_with_numpy();
+    if (py.empty())
+        GTEST_SKIP() << "no python3 with numpy";
+    TempDir dir;
+    std::string ckpt = dir.path + "/model.safetensors";
+    std::vector<std::string> mk = {source_path("tools/make_checkpoint.py"), "--family", family, "--out", ckpt,
+                                   "--seed", "3", "--config"};
+    mk.insert(mk.end(), ckpt_config.begin(), ckpt_config.end());
+    Proc m = run_program(py, mk);
+    ASSERT_EQ(m.code(), 0) << m.describe();
+    std::string tokens = "5,17,250,3,99,100,0,255,42,42,7,8,9,10,11,12,200,201,13,1,2,3,4,5,6,7,8,9,10,11,12,13";
+    std::string ours = dir.path + "/ours.npy", theirs = dir.path + "/ref.npy";
+    Proc t = tprun(1, compile(dir, source_path(plan), 1),
+                   {"--weights", ckpt, "--tokens", tokens, "--labels", "tokens", "--out", ours});
+    ASSERT_EQ(t.code(), 0) << t.describe();
+    std::vector<std::string> ref = {source_path("tools/reference.py"), "--family", family, "--weights", ckpt,
+                                    "--tokens", tokens, "--labels", tokens, "--out", theirs, "--config"};
+    ref.insert(ref.end(), ref_config.begin(), ref_config.end());
+    Proc r = run_program(py, ref);
+    ASSERT_EQ(r.code(), 0) << r.describe();
+    Proc cmp = tprun(1, compile(dir, source_path(plan), 1),
+                     {"--weights", ckpt, "--tokens", tokens, "--compare", theirs, "--tolerance", kTolerance});
+    EXPECT_EQ(cmp.code(), 0) << cmp.describe();
+    double a = atof(loss_of(t.out).c_str()), b = atof(loss_of(r.out).c_str());
+    EXPECT_NEAR(a, b, 1e-4) << t.out << r.out;
+}
+
+TEST(Reference, LlamaMatchesNumPy)
+{
+    check_reference("llama", "plans/llama-megatron.plan",
+                    {"vocab=256", "hidden=64", "layers=2", "heads=8", "kv_heads=4", "ffn=128"},
+                    {"vocab=256", "hidden=64", "layers=2", "heads=8", "kv_heads=4", "ffn=128", "seq=16", "batch=2"});
+}
+
+TEST(Reference, Gpt2MatchesNumPy)
+{
+    check_reference("gpt2", "plans/gpt2-sp-tied.plan",
+                    {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "positions=32"},
+                    {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "positions=32", "seq=16", "batch=2"});
+}
+
+// --- the profile says what the schedule says --------------------------------------------
+
+TEST(Profile, BytesAreTheSchedules)
+{
+    std::string py = python_with_numpy();
+    if (!have("mpiexec") || py.empty())
+        GTEST_SKIP() << "needs mpiexec and python3 with numpy";
+    TempDir dir;
+    std::string ckpt = dir.path + "/model.safetensors";
+    Proc m = run_program(py, {source_path("tools/make_checkpoint.py"), "--family", "llama", "--out", ckpt, "--config",
+                              "vocab=256", "hidden=64", "layers=2", "heads=8", "kv_heads=4", "ffn=128"});
+    ASSERT_EQ(m.code(), 0) << m.describe();
+    std::string sched = compile(dir, source_path("plans/llama-sp.plan"), 2), prof = dir.path + "/p.json";
+    Proc p = tprun(2, sched, {"--weights", ckpt, "--profile-json", prof, "-q"});
+    ASSERT_EQ(p.code(), 0) << p.describe();
+    json_error_t e;
+    json_t *s = json_load_file(sched.c_str(), 0, &e), *j = json_load_file(prof.c_str(), 0, &e);
+    ASSERT_TRUE(s && j) << e.text;
+    double file_bytes = (double)fs::file_size(ckpt);
+    for (int r = 0; r < 2; r++) {
+        json_t *rank = json_array_get(json_object_get(s, "ranks"), (size_t)r);
+        double weights = 0, comm = 0;
+        size_t i;
+        json_t *w, *op;
+        json_array_foreach(json_object_get(rank, "weights"), i, w)
+        {
+            double n = 1;
+            json_t *shape = json_object_get(w, "shape"), *slice = json_object_get(w, "slice");
+            for (size_t d = 0; d < json_array_size(shape); d++)
+                n *= (double)json_integer_value(json_array_get(shape, d));
+            if (json_is_object(slice))
+                n = n / (double)json_integer_value(json_array_get(shape, (size_t)json_integer_value(json_object_get(slice, "dim")))) *
+                    (double)json_integer_value(json_object_get(slice, "length"));
+            weights += 4 * n;        // f32 checkpoint
+        }
+        json_array_foreach(json_object_get(rank, "ops"), i, op)
+        if (json_object_get(op, "bytes"))
+            comm += (double)json_integer_value(json_object_get(op, "bytes"));
+        json_t *pr = json_array_get(json_object_get(j, "ranks"), (size_t)r);
+        EXPECT_EQ(json_number_value(json_object_get(pr, "weight_bytes_read")), weights) << "rank " << r;
+        EXPECT_EQ(json_number_value(json_object_get(pr, "collective_bytes")), comm) << "rank " << r;
+        EXPECT_LT(weights, file_bytes) << "rank " << r << " read the whole model";
+    }
+    json_decref(s);
+    json_decref(j);
+}
+
+TEST(Trace, OneTrackPerRank)
+{
+    if (!have("mpiexec"))
+        GTEST_SKIP() << "mpiexec not installed";
+    TempDir dir;
+    std::string trace = dir.path + "/t.json";
+    Proc p = tprun(2, compile(dir, source_path("plans/llama-tiny.plan"), 2), {"--trace", trace, "-q"});
+    ASSERT_EQ(p.code(), 0) << p.describe();
+    json_error_t e;
+    json_t *t = json_load_file(trace.c_str(), 0, &e);
+    ASSERT_NE(t, nullptr) << e.text;
+    bool pid[2] = {false, false};
+    size_t i;
+    json_t *ev;
+    json_array_foreach(json_object_get(t, "traceEvents"), i, ev)
+    {
+        json_int_t r = json_integer_value(json_object_get(ev, "pid"));
+        if (r >= 0 && r < 2 && !strcmp(json_string_value(json_object_get(ev, "ph")), "X"))
+            pid[r] = true;
+    }
+    EXPECT_TRUE(pid[0] && pid[1]);
+    json_decref(t);
+}
+
+// --- failures: a message naming the cause, a non-zero exit, no hang ----------------------
+
+TEST(Failure, ScheduleForTwoRanksOnOne)
+{
+    TempDir dir;
+    Proc p = tprun(1, compile(dir, source_path("plans/llama-tiny.plan"), 2), {});
+    EXPECT_NE(p.code(), 0);
+    EXPECT_TRUE(contains(p.err, "schedule for 2 ranks")) << p.describe();
+}
+
+TEST(Failure, ScheduleForTwoRanksOnThree)
+{
+    if (!have("mpiexec"))
+        GTEST_SKIP() << "mpiexec not installed";
+    TempDir dir;
+    Proc p = tprun(3, compile(dir, source_path("plans/llama-tiny.plan"), 2), {}, 30);
+    EXPECT_FALSE(p.timed_out) << p.describe();
+    EXPECT_NE(p.code(), 0);
+    EXPECT_TRUE(contains(p.err, "is for 2 ranks but 3 were launched")) << p.describe();
+}
+
+TEST(Failure, UnreadableSchedule)
+{
+    TempDir dir;
+    Proc p = tprun(1, dir.write("x.sched", std::string("\x7f" "ELF\x00\x01garbage", 12)), {});
+    EXPECT_EQ(p.code(), 1) << p.describe();
+    EXPECT_TRUE(contains(p.err, "cannot read schedule")) << p.describe();
+    Proc q = tprun(1, dir.write("y.sched", "{\"magic\": \"something else\"}"), {});
+    EXPECT_TRUE(contains(q.err, "not a tpcc schedule")) << q.describe();
+    Proc r = tprun(1, dir.path + "/missing.sched", {});
+    EXPECT_NE(r.code(), 0);
+    EXPECT_TRUE(contains(r.err, "missing.sched")) << r.describe();
+}
+
+// A checkpoint whose tensors do not fit the schedule, and a corrupt one.
+TEST(Failure, BadCheckpoints)
+{
+    std::string py = python_with_numpy();
+    if (py.empty())
+        GTEST_SKIP() << "no python3 with numpy";
+    TempDir dir;
+    std::string sched = compile(dir, source_path("plans/llama-megatron.plan"), 1);
+    // hidden 32 instead of 64: every shape is wrong
+    std::string wrong = dir.path + "/wrong.safetensors";
+    ASSERT_EQ(run_program(py, {source_path("tools/make_checkpoint.py"), "--family", "llama", "--out", wrong, "--config",
+                               "vocab=256", "hidden=32", "layers=2", "heads=8", "kv_heads=4", "ffn=128"})
+                  .code(),
+              0);
+    Proc p = tprun(1, sched, {"--weights", wrong});
+    EXPECT_EQ(p.code(), 1) << p.describe();
+    EXPECT_TRUE(contains(p.err, "expected")) << p.describe();
+    // a GPT-2 checkpoint lacks every Llama tensor
+    std::string other = dir.path + "/gpt2.safetensors";
+    ASSERT_EQ(run_program(py, {source_path("tools/make_checkpoint.py"), "--family", "gpt2", "--out", other}).code(), 0);
+    Proc q = tprun(1, sched, {"--weights", other});
+    EXPECT_EQ(q.code(), 1) << q.describe();
+    EXPECT_TRUE(contains(q.err, "model.embed_tokens.weight")) << q.describe();
+    // truncated
+    std::string bytes = slurp(wrong);
+    Proc r = tprun(1, sched, {"--weights", dir.write("cut.safetensors", bytes.substr(0, bytes.size() / 2))});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "cut.safetensors")) << r.describe();
+}
+
+TEST(Failure, BadTokens)
+{
+    TempDir dir;
+    std::string sched = compile(dir, source_path("plans/llama-megatron.plan"), 1);
+    Proc p = tprun(1, sched, {"--tokens", "1,2,3"});
+    EXPECT_EQ(p.code(), 1);
+    EXPECT_TRUE(contains(p.err, "3 ids given")) << p.describe();
+    std::string ids;
+    for (int i = 0; i < 32; i++)
+        ids += (i ? "," : "") + std::to_string(i == 5 ? 9999 : i);
+    Proc q = tprun(1, sched, {"--tokens", ids});
+    EXPECT_EQ(q.code(), 1);
+    EXPECT_TRUE(contains(q.err, "outside the vocabulary")) << q.describe();
+}
+
+TEST(Failure, Bf16ScheduleOnTheCpu)
+{
+    TempDir dir;
+    Proc p = tprun(1, compile(dir, source_path("plans/llama-megatron.plan"), 1, {"--dtype", "bf16"}), {});
+    EXPECT_EQ(p.code(), 1);
+    EXPECT_TRUE(contains(p.err, "fp32")) << p.describe();
+}
+
+// Rank 0 fails after the forward step (it cannot write --out) while rank 1
+// waits for it in the profile's gather: the job must still end promptly.
+TEST(Failure, OneRankFailingEndsEveryRank)
+{
+    if (!have("mpiexec"))
+        GTEST_SKIP() << "mpiexec not installed";
+    TempDir dir;
+    Proc p = tprun(2, compile(dir, source_path("plans/llama-tiny.plan"), 2),
+                   {"--out", "/nonexistent/dir/logits.npy", "--profile"}, 30);
+    EXPECT_FALSE(p.timed_out) << p.describe();
+    EXPECT_NE(p.code(), 0);
+    EXPECT_TRUE(contains(p.err, "rank 0")) << p.describe();
+}
+
+}  // namespace

@@ -1,0 +1,114 @@
+// plan_harness.cc: see plan_harness.h.
+#include "tests/support/plan_harness.h"
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace tpcc_test {
+
+std::string source_path(const std::string &rel) { return std::string(TPCC_SOURCE_DIR) + "/" + rel; }
+
+void compile(tp_unit *u, const std::string &plan, const std::vector<std::string> &defines)
+{
+    std::vector<const char *> d;
+    for (const auto &s : defines)
+        d.push_back(s.c_str());
+    tp_compile_opts opts = {d.data(), int(d.size()), nullptr, true};
+    tp_compile(u, plan.c_str(), &opts);
+    tp_diags_sort(&u->diags);
+}
+
+static std::string canonical(const std::string &p)
+{
+    std::error_code ec;
+    auto c = fs::weakly_canonical(p, ec);
+    return ec ? p : c.string();
+}
+
+std::multiset<Finding> findings(const tp_unit *u)
+{
+    std::multiset<Finding> out;
+    for (int i = 0; i < u->diags.count; i++) {
+        const tp_diag &g = u->diags.items[i];
+        if (g.level == TP_NOTE)
+            continue;
+        std::string where;
+        if (g.span.file >= 0)
+            where = canonical(u->src.files[g.span.file].path) + ":" + std::to_string(g.span.line);
+        out.insert({where, g.level == TP_ERROR ? "error" : "warning", g.check});
+    }
+    return out;
+}
+
+std::multiset<Finding> expectations(const std::string &plan)
+{
+    std::multiset<Finding> out;
+    std::ifstream in(plan);
+    std::string line;
+    static const std::regex item(R"((error|warning)\[([a-z-]+)\])");
+    static const std::regex at(R"(#\s*expect-at\s+(\S+):(\d+):(.*))");
+    std::string dir = fs::path(plan).parent_path().string();
+    for (int n = 1; std::getline(in, line); n++) {
+        std::smatch m;
+        std::string where, rest;
+        size_t pos;
+        if (std::regex_search(line, m, at)) {
+            where = canonical(dir + "/" + m[1].str()) + ":" + m[2].str();
+            rest = m[3].str();
+        } else if ((pos = line.find("# expect-nowhere:")) != std::string::npos) {
+            rest = line.substr(pos);
+        } else if ((pos = line.find("# expect:")) != std::string::npos) {
+            where = canonical(plan) + ":" + std::to_string(n);
+            rest = line.substr(pos);
+        } else {
+            continue;
+        }
+        for (std::sregex_iterator it(rest.begin(), rest.end(), item), end; it != end; ++it)
+            out.insert({where, (*it)[1].str(), (*it)[2].str()});
+    }
+    return out;
+}
+
+std::string rendered(tp_unit *u)
+{
+    char *t = tp_diags_render_text(&u->diags, &u->src, 0);
+    std::string s(t);
+    free(t);
+    return s;
+}
+
+std::vector<std::string> files_in(const std::string &dir, const std::string &ext)
+{
+    std::vector<std::string> out;
+    for (const auto &e : fs::directory_iterator(source_path(dir)))
+        if (e.path().extension() == ext)
+            out.push_back(e.path().string());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+std::string scratch_copy(const std::string &plan)
+{
+    char tmpl[] = "/tmp/tpcc-test-XXXXXX";
+    const char *root = mkdtemp(tmpl);
+    if (!root)
+        throw std::runtime_error("mkdtemp failed");
+    fs::path rel = fs::relative(plan, TPCC_SOURCE_DIR);
+    fs::path copy = fs::path(root) / rel;
+    fs::create_directories(copy.parent_path());
+    fs::copy_file(plan, copy);
+    fs::create_directory_symlink(source_path("models"), fs::path(root) / "models");
+    fs::create_directories(fs::path(root) / "tests");
+    fs::create_directory_symlink(source_path("tests/models"), fs::path(root) / "tests/models");
+    return copy.string();
+}
+
+}  // namespace tpcc_test

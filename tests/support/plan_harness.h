@@ -1,0 +1,54 @@
+// plan_harness.h: helpers shared by the plan tests: run the front end on a
+// plan, read expectations written inside bad plans, copy a plan into a
+// scratch tree for --fix.
+#pragma once
+
+#include <map>
+#include <tuple>
+#include <set>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "compiler/driver/compile.h"
+}
+
+namespace tpcc_test {
+
+// One finding as the tests compare it: where (file:line, "" for none),
+// level and check name.
+struct Finding {
+    std::string where, level, check;
+    bool operator<(const Finding &o) const
+    {
+        return std::tie(where, level, check) < std::tie(o.where, o.level, o.check);
+    }
+    bool operator==(const Finding &o) const { return !(*this < o) && !(o < *this); }
+    std::string str() const { return where + ": " + level + "[" + check + "]"; }
+};
+
+// Compile a plan; the unit must be freed with tp_unit_free.
+void compile(tp_unit *u, const std::string &plan, const std::vector<std::string> &defines = {});
+
+// The errors and warnings of a compiled unit (notes are not findings).
+std::multiset<Finding> findings(const tp_unit *u);
+
+// Expectations written in a plan file:
+//   ... offending line ...   # expect: error[relabel] warning[repeated-gather]
+//   # expect-at ../../models/llama.model:61: error[mixed-tensor]
+//   # expect-nowhere: error[config]
+std::multiset<Finding> expectations(const std::string &plan);
+
+// The text rendering of a unit's diagnostics (for failure messages).
+std::string rendered(tp_unit *u);
+
+// All files with the given extension under a source-tree directory.
+std::vector<std::string> files_in(const std::string &dir, const std::string &ext);
+
+// Copy `plan` into a fresh scratch directory at the same depth, with
+// models/ and tests/models/ linked to the source tree, and return the copy.
+std::string scratch_copy(const std::string &plan);
+
+std::string source_path(const std::string &rel);
+
+}  // namespace tpcc_test

@@ -1,0 +1,114 @@
+// process.cc: see process.h.
+#include "tests/support/process.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+namespace fs = std::filesystem;
+
+namespace tpcc_test {
+
+TempDir::TempDir()
+{
+    char tmpl[] = "/tmp/tpcc-test-XXXXXX";
+    const char *d = mkdtemp(tmpl);
+    if (!d)
+        throw std::runtime_error("mkdtemp failed");
+    path = d;
+}
+
+TempDir::~TempDir()
+{
+    std::error_code ec;
+    fs::remove_all(path, ec);
+}
+
+std::string TempDir::write(const std::string &name, const std::string &bytes) const
+{
+    std::string p = path + "/" + name;
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+}
+
+std::string slurp(const std::string &path)
+{
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+std::string Proc::describe() const
+{
+    std::string how = timed_out ? "timed out" : WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
+                                                                    : "exit " + std::to_string(code());
+    return how + "\n--- stdout:\n" + out.substr(0, 4000) + "\n--- stderr:\n" + err.substr(0, 4000);
+}
+
+bool contains(const std::string &s, const std::string &part) { return s.find(part) != std::string::npos; }
+
+Proc run_program(const std::string &program, const std::vector<std::string> &args,
+                 const std::vector<std::string> &env_extra, int timeout_s)
+{
+    TempDir dir;
+    std::string out = dir.path + "/out", err = dir.path + "/err";
+    std::vector<std::string> env_s;
+    for (char **e = environ; *e; e++)
+        if (strncmp(*e, "NO_COLOR=", 9))
+            env_s.push_back(*e);
+    env_s.insert(env_s.end(), env_extra.begin(), env_extra.end());
+    Proc r;
+    pid_t pid = fork();
+    if (pid < 0)
+        throw std::runtime_error(std::string("fork: ") + strerror(errno));
+    if (pid == 0) {
+        // the child: its own process group, so a timeout kills mpiexec's ranks too
+        setpgid(0, 0);
+        int in = open("/dev/null", O_RDONLY), o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600),
+            e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (in < 0 || o < 0 || e < 0 || dup2(in, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+            _exit(126);
+        std::vector<char *> argv, envp;
+        std::vector<std::string> argv_s = {program};
+        argv_s.insert(argv_s.end(), args.begin(), args.end());
+        for (auto &s : argv_s)
+            argv.push_back(s.data());
+        argv.push_back(nullptr);
+        for (auto &s : env_s)
+            envp.push_back(s.data());
+        envp.push_back(nullptr);
+        execvpe(program.c_str(), argv.data(), envp.data());
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    time_t deadline = time(nullptr) + timeout_s;
+    for (;;) {
+        pid_t w = waitpid(pid, &r.status, WNOHANG);
+        if (w == pid)
+            break;
+        if (time(nullptr) >= deadline) {
+            r.timed_out = true;
+            kill(-pid, SIGKILL);
+            waitpid(pid, &r.status, 0);
+            break;
+        }
+        usleep(5000);
+    }
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+}
+
+}  // namespace tpcc_test
