@@ -345,6 +345,7 @@ static void read_mesh(tp_plan *p, const tp_node *item, tp_config *c)
             continue;
         }
         p->mesh_name[p->mesh_ndim] = tp_xstrdup(a->name);
+        p->mesh_arg[p->mesh_ndim] = a;
         p->mesh_size[p->mesh_ndim++] = n;
     }
 }
@@ -359,19 +360,6 @@ static void read_parallelize(tp_plan *p, const tp_node *item, tp_config *c)
 {
     reader r = {c, c->diags, 0};
     const tp_node *dict = item->kids[0];
-    if (item->name) {
-        int d = 0;
-        while (d < p->mesh_ndim && strcmp(p->mesh_name[d], item->name))
-            d++;
-        if (d == p->mesh_ndim)
-            tp_diag_add(c->diags, TP_ERROR, item->span, "mesh", "the mesh has no dimension '%s'", item->name);
-        else
-            p->tp_dim = d;
-    } else if (p->mesh_ndim > 1) {
-        tp_diag_add(c->diags, TP_ERROR, item->span, "mesh",
-                    "the mesh has %d dimensions; say which one: parallelize \"%s\" on \"tp\" {...}",
-                    p->mesh_ndim, item->str);
-    }
     for (int i = 0; i < dict->nkids; i++) {
         const tp_node *pair = dict->kids[i];
         const tp_node *key = pair->kids[0], *val = pair->kids[1];
@@ -398,6 +386,128 @@ static void read_parallelize(tp_plan *p, const tp_node *item, tp_config *c)
             s->pattern = tp_xasprintf("%s.%s", item->str, key->str);
         add_style(p, s);
     }
+}
+
+/* --- which mesh dimension the plan runs on ------------------------------ */
+
+/* `parallelize "path" on "dim"`, not the whole multi-line item. */
+static tp_span item_head(const tp_node *item)
+{
+    tp_span at = item->span;
+    int head = item->kids[0]->span.offset - at.offset;
+    if (head > 1 && head < at.length)
+        at.length = head - 1;
+    return at;
+}
+
+/* The mesh dimension a parallelize block names, or -1 (reported) when it
+ * names none the mesh has or leaves a choice open. */
+static int block_dim(const tp_plan *p, const tp_node *item, tp_diags *d)
+{
+    if (!item->name) {
+        if (p->mesh_ndim == 1)
+            return 0;
+        tp_diag_add(d, TP_ERROR, item_head(item), "mesh",
+                    "the mesh has %d dimensions; say which one: parallelize \"%s\" on \"tp\" {...}",
+                    p->mesh_ndim, item->str);
+        return -1;
+    }
+    for (int i = 0; i < p->mesh_ndim; i++)
+        if (!strcmp(p->mesh_name[i], item->name))
+            return i;
+    tp_diag *g = tp_diag_add(d, TP_ERROR, item_head(item), "mesh", "the mesh has no dimension '%s'", item->name);
+    tp_buf names;
+    tp_buf_init(&names);
+    for (int i = 0; i < p->mesh_ndim; i++)
+        tp_buf_appendf(&names, "%s\"%s\"", i ? " or " : "", p->mesh_name[i]);
+    bool declared = p->mesh_span.file >= 0;
+    if (declared)
+        tp_diag_note_at(g, p->mesh_span, "the mesh is declared here");
+    tp_diag_help(g, "put the block on %s%s", names.data,
+                 declared ? "" : " (a plan without a mesh statement has mesh(tp = tp))");
+    tp_buf_free(&names);
+    return -1;
+}
+
+/* Two dimensions would need a 2-D tensor-parallel lowering that does not
+ * exist: styles on either would be applied over the other's ranks. */
+static void report_second_dim(const tp_plan *p, const tp_node *item, int dim, const tp_node *first, tp_diags *d)
+{
+    const char *other = p->mesh_name[dim], *chosen = p->mesh_name[p->tp_dim];
+    tp_diag *g = tp_diag_add(d, TP_ERROR, item_head(item), "mesh",
+                             "this block is on mesh dimension '%s' and an earlier one on '%s': tpcc compiles "
+                             "a forward schedule whose tensor-parallel plan runs over one mesh dimension",
+                             other, chosen);
+    tp_diag_note_at(g, item_head(first), "on \"%s\" here", chosen);
+    tp_diag_help(g, "put every parallelize block on the same dimension; a plan over both '%s' and '%s' "
+                    "is not supported yet", chosen, other);
+}
+
+/* `tp = tp` or `tp = 2`: a dimension as the plan declares it, its size
+ * by name when a config value gives it. */
+static char *dim_decl(const tp_plan *p, int dim)
+{
+    const tp_node *size = p->mesh_arg[dim] ? p->mesh_arg[dim]->kids[0] : NULL;
+    if (size && size->kind == N_NAME)
+        return tp_xasprintf("%s = %s", p->mesh_name[dim], size->name);
+    return tp_xasprintf("%s = %lld", p->mesh_name[dim], (long long)p->mesh_size[dim]);
+}
+
+/* A dimension no block is on replicates the model over its devices: data
+ * parallelism, each group on its own batch. Compiling the tensor-parallel
+ * dimension alone would run the plan on a fraction of the ranks declared,
+ * so it is refused until data parallelism lands with training. */
+static void report_data_parallel(const tp_plan *p, int dim, tp_diags *d)
+{
+    const char *dp = p->mesh_name[dim], *tp = p->mesh_name[p->tp_dim];
+    long long n = (long long)p->mesh_size[dim];
+    const tp_node *arg = p->mesh_arg[dim];
+    tp_diag *g = tp_diag_add(d, TP_ERROR, arg ? arg->span : p->mesh_span, "mesh",
+                             "mesh dimension '%s' (size %lld) is data parallel: no parallelize block is on it, "
+                             "and tpcc compiles tensor-parallel forward schedules over one mesh dimension ('%s'); "
+                             "a %s x %s schedule (each %s group its own batch, world size %lld) is not supported yet",
+                             dp, n, tp, dp, tp, dp, n * (long long)p->mesh_size[p->tp_dim]);
+    char *keep = dim_decl(p, p->tp_dim);
+    if (arg && arg->kids[0]->kind == N_NAME)
+        tp_diag_help(g, "compile for one %s replica with -D %s=1 (or mesh(%s)) and launch %lld copies yourself, "
+                        "each on its own batch", dp, arg->kids[0]->name, keep, n);
+    else
+        tp_diag_help(g, "compile for one %s replica with mesh(%s) (or %s = 1) and launch %lld copies yourself, "
+                        "each on its own batch", dp, keep, dp, n);
+    free(keep);
+}
+
+/* The first block's dimension carries the plan. Every other dimension must
+ * hold one device, or the schedule would silently cover less than the mesh. */
+static void choose_tp_dim(tp_plan *p, const tp_node *file, tp_diags *d)
+{
+    const tp_node *first[TP_MAX_MESH_DIMS] = {0};   /* the first block on each dimension */
+    bool resolved = true;
+    bool chosen = false;
+    for (int i = 0; i < file->nkids; i++) {
+        const tp_node *it = file->kids[i];
+        if (it->kind != N_PARALLELIZE)
+            continue;
+        int dim = block_dim(p, it, d);
+        if (dim < 0) {
+            resolved = false;
+            continue;
+        }
+        if (!chosen) {
+            p->tp_dim = dim;
+            chosen = true;
+        }
+        if (first[dim])
+            continue;
+        first[dim] = it;
+        if (dim != p->tp_dim)
+            report_second_dim(p, it, dim, first[p->tp_dim], d);
+    }
+    if (!resolved)
+        return;             /* which dimensions the plan uses is unknown: no guessing */
+    for (int i = 0; i < p->mesh_ndim; i++)
+        if (!first[i] && i != p->tp_dim && p->mesh_size[i] > 1)
+            report_data_parallel(p, i, d);
 }
 
 /* --- resolution and coverage ------------------------------------------ */
@@ -569,12 +679,7 @@ static void warn_uncovered(tp_plan *p, tp_model *m, tp_diags *d)
             first = mod;
     }
     if (nseen) {
-        /* point at `parallelize "path"`, not the whole multi-line item */
-        tp_span at = p->styles[0]->item->span;
-        int head = p->styles[0]->dict->span.offset - at.offset;
-        if (head > 1 && head < at.length)
-            at.length = head - 1;
-        tp_diag *g = tp_diag_add(d, TP_WARNING, at, "uncovered-parameter",
+        tp_diag *g = tp_diag_add(d, TP_WARNING, item_head(p->styles[0]->item), "uncovered-parameter",
                                  "no entry shards %s: %s replicated on every rank", names.data,
                                  nseen == 1 ? "its parameters are" : "their parameters are");
         if (first->decl)
@@ -619,6 +724,7 @@ bool tp_plan_build(tp_plan *p, const tp_node *file, int file_id, tp_model *m, tp
     for (int i = 0; i < p->mesh_ndim; i++)
         if (!strcmp(p->mesh_name[i], "tp"))
             p->tp_dim = i;
+    choose_tp_dim(p, file, c->diags);
     for (int i = 0; i < file->nkids; i++)
         if (file->kids[i]->kind == N_PARALLELIZE)
             read_parallelize(p, file->kids[i], c);

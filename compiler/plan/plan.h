@@ -70,6 +70,7 @@ typedef struct tp_plan {
     int mesh_ndim;
     char *mesh_name[TP_MAX_MESH_DIMS];
     int64_t mesh_size[TP_MAX_MESH_DIMS];
+    const tp_node *mesh_arg[TP_MAX_MESH_DIMS];  /* `dp = 2` in mesh(...); NULL when no mesh is declared */
     int tp_dim;                 /* the mesh dimension the styles act on */
     tp_span mesh_span;
     bool loss_parallel;
@@ -83,6 +84,8 @@ typedef struct tp_plan {
 bool tp_plan_build(tp_plan *p, const tp_node *file, int file_id, tp_model *m, tp_config *c);
 void tp_plan_free(tp_plan *p);
 
+/* The size of the dimension the styles act on. Every other dimension holds
+ * one device (tp_plan_build refuses the rest), so this is the world size. */
 int64_t tp_plan_tp_size(const tp_plan *p);
 
 /* Component-wise fnmatch of a dotted pattern against a dotted name. */

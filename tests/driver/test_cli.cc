@@ -120,6 +120,47 @@ TEST(CliExit, WorstPlanDecides)
     EXPECT_EQ(run({kClean, dir.path + "/missing.plan", kBad, "-D", "layers=2"}).code(), 2);
 }
 
+// A dp dimension of more than one device is refused, not compiled as its
+// tp dimension alone: --check and compiling fail and no schedule is written.
+TEST(CliExit, DataParallelMeshIsRefusedAndWritesNothing)
+{
+    const std::string plan = source_path("tests/bad/mesh-dp-unused.plan");
+    Proc c = run({"--check", plan, "-D", "layers=2"});
+    EXPECT_EQ(c.code(), 1) << c.describe();
+    EXPECT_TRUE(contains(c.err, "mesh-dp-unused.plan:5:6: error: mesh dimension 'dp' (size 2) is data parallel"))
+        << c.describe();
+    EXPECT_TRUE(contains(c.err, "world size 4")) << c.describe();
+    EXPECT_TRUE(contains(c.err, "[mesh]")) << c.describe();
+    EXPECT_TRUE(contains(c.err, "mesh(tp = 2) (or dp = 1)")) << c.describe();
+
+    TempDir dir;
+    std::string out = dir.path + "/x.sched";
+    Proc o = run({plan, "-o", out, "-D", "layers=2"});
+    EXPECT_EQ(o.code(), 1) << o.describe();
+    EXPECT_FALSE(fs::exists(out));
+    EXPECT_TRUE(fs::is_empty(dir.path));
+}
+
+// dp given by a config value: the fix is a define, and the define works.
+TEST(CliExit, DataParallelMeshFromConfigSuggestsTheDefine)
+{
+    TempDir dir;
+    std::string p = dir.write("dp.plan", "model \"" + source_path("models/llama.model") + "\"\n"
+                                         "config { dp = 2 }\n"
+                                         "mesh(dp = dp, tp = tp)\n"
+                                         "parallelize \"model.layers.*\" on \"tp\" {\n"
+                                         "    \"mlp.gate_proj\": ColwiseParallel(),\n"
+                                         "    \"mlp.up_proj\": ColwiseParallel(),\n"
+                                         "    \"mlp.down_proj\": RowwiseParallel(),\n"
+                                         "}\n");
+    Proc r = run({p, "-D", "layers=2", "-D", "tp=2"});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "-D dp=1 (or mesh(tp = tp))")) << r.describe();
+    Proc fixed = run({p, "-D", "layers=2", "-D", "tp=2", "-D", "dp=1", "-o", dir.path + "/x.sched"});
+    EXPECT_EQ(fixed.code(), 0) << fixed.describe();
+    EXPECT_TRUE(fs::exists(dir.path + "/x.sched"));
+}
+
 // --- hostile input ---------------------------------------------------------------------------------
 
 TEST(CliHostile, BinaryGarbageWithNul)

@@ -5,8 +5,10 @@
 // rank), determinism, and the runtime's loader accepting what tpcc writes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -168,6 +170,35 @@ TEST(Schedule, TwoCompilesAreByteIdentical)
     TempDir a, b;
     Schedule s1(a, "plans/llama-sp.plan", kLayers2), s2(b, "plans/llama-sp.plan", kLayers2);
     EXPECT_EQ(slurp(s1.path), slurp(s2.path));
+}
+
+// A schedule without the two lines that identify its plan file: the path
+// and the hash of its bytes.
+std::string without_plan_identity(const std::string &sched)
+{
+    std::string out, line;
+    std::istringstream in(sched);
+    while (std::getline(in, line))
+        if (line.rfind("  \"plan\": ", 0) && line.rfind("  \"input_hash\": ", 0))
+            out += line + "\n";
+    return out;
+}
+
+// A mesh dimension of one device adds no ranks: mesh(dp = 1, tp = tp) is
+// mesh(tp = tp), byte for byte apart from naming another plan file.
+TEST(Schedule, SizeOneMeshDimensionChangesNothing)
+{
+    for (const char *tp : {"tp=1", "tp=2", "tp=4"}) {
+        SCOPED_TRACE(tp);
+        TempDir a, b;
+        std::vector<std::string> flags = {"-D", "layers=2", "-D", tp};
+        Schedule one_d(a, "plans/llama-megatron.plan", flags);
+        Schedule two_d(b, "tests/plans/llama-megatron-dp1.plan", flags);
+        std::string x = slurp(one_d.path), y = slurp(two_d.path);
+        EXPECT_EQ(without_plan_identity(x), without_plan_identity(y));
+        auto lines = [](const std::string &t) { return std::count(t.begin(), t.end(), '\n'); };
+        EXPECT_EQ(lines(without_plan_identity(x)), lines(x) - 2) << "exactly the two header lines are left out";
+    }
 }
 
 TEST(Schedule, NothingIsWrittenForAPlanWithErrors)
