@@ -91,14 +91,18 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     if (u->diags.errors)
         return;
     tp_plan_build(&u->plan, u->plan_ast, u->plan_file, &u->model, &u->config);
-    tp_check(&u->model, &u->plan, &u->config, opts->optimize, &u->analysis);
+    tp_check(&u->model, &u->plan, &u->config, &u->analysis);
+    tp_passes_opts passes = {opts->optimize, opts->dtype};
+    tp_passes_run(&u->analysis.graph, &passes, &u->ir);
     u->built = true;
 }
 
 void tp_unit_free(tp_unit *u)
 {
-    if (u->built)
+    if (u->built) {
         tp_analysis_free(&u->analysis);
+        tp_ir_free(&u->ir);
+    }
     tp_plan_free(&u->plan);
     tp_model_free(&u->model);
     tp_config_free(&u->config);

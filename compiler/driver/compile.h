@@ -1,8 +1,10 @@
-/* compile.h: one plan through the front end: parse the plan and its model,
- * configure, instantiate, resolve the plan, propagate and check. */
+/* compile.h: one plan through the compiler: parse the plan and its model,
+ * configure, instantiate, resolve the plan, propagate and check (the
+ * global graph), then the passes (the per-rank program). */
 #ifndef TPCC_COMPILE_H
 #define TPCC_COMPILE_H
 
+#include "compiler/passes/passes.h"
 #include "compiler/sema/check.h"
 #include "compiler/front/config.h"
 #include "compiler/diag/diag.h"
@@ -14,6 +16,7 @@ typedef struct tp_compile_opts {
     const char *const *defines; int ndefines;   /* "name=value" from -D */
     const char *hf_config;                      /* --hf-config FILE or NULL */
     bool optimize;                              /* -O1 (merge and drop redistributions) */
+    tp_dtype dtype;                             /* element type of the program (--dtype) */
 } tp_compile_opts;
 
 typedef struct tp_unit {
@@ -25,7 +28,8 @@ typedef struct tp_unit {
     tp_model model;
     tp_plan plan;
     tp_analysis analysis;
-    bool built;          /* model and plan were built (analysis is valid) */
+    tp_ir ir;            /* the per-rank program the passes made of analysis.graph */
+    bool built;          /* model and plan were built (analysis and ir are valid) */
     bool io_error;       /* a file could not be read or a flag was bad: exit 2 */
 } tp_unit;
 

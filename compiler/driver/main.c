@@ -7,7 +7,6 @@
 #include "compiler/driver/compile.h"
 #include "compiler/report/report.h"
 #include "compiler/passes/emit.h"
-#include "compiler/passes/memplan.h"
 #include "sched/format.h"
 #include "util/hash.h"
 #include "util/xalloc.h"
@@ -178,7 +177,7 @@ static int parse_args(cli *o, int argc, char **argv)
 
 static tp_compile_opts compile_opts(const cli *o, bool optimize)
 {
-    return (tp_compile_opts){o->defines, o->ndefines, o->hf, optimize};
+    return (tp_compile_opts){o->defines, o->ndefines, o->hf, optimize, o->dtype};
 }
 
 /* Render the unit's diagnostics; apply --fix. Returns the exit status. */
@@ -220,12 +219,10 @@ static uint64_t input_hash(tp_unit *u, const cli *o)
 
 static int compile_to_file(const cli *o, tp_unit *u, const char *path)
 {
-    tp_ir_set_dtype(&u->analysis.ir, o->dtype);
-    tp_memplan(&u->analysis.ir);
     char producer[64], err[512];
     snprintf(producer, sizeof producer, "tpcc %s", TPCC_VERSION);
     tp_schedule_meta meta = {producer, input_hash(u, o), o->dtype, &u->config, path};
-    if (tp_schedule_write(&u->analysis.ir, &meta, o->out, err, sizeof err) < 0) {
+    if (tp_schedule_write(&u->ir, &meta, o->out, err, sizeof err) < 0) {
         fprintf(stderr, "tpcc: %s\n", err);
         return 2;
     }
@@ -237,11 +234,7 @@ static int report(const cli *o, tp_unit *u, const char *path)
     tp_compile_opts opts = compile_opts(o, false);
     tp_unit unopt;
     tp_compile(&unopt, path, &opts);
-    tp_ir_set_dtype(&u->analysis.ir, o->dtype);
-    tp_ir_set_dtype(&unopt.analysis.ir, o->dtype);
-    tp_memplan(&u->analysis.ir);
-    tp_memplan(&unopt.analysis.ir);
-    int rc = tp_report(&u->analysis.ir, &unopt.analysis.ir, &u->plan, path, o->dtype, o->report_format, stdout) < 0 ? 2 : 0;
+    int rc = tp_report(&u->ir, &unopt.ir, &u->plan, path, o->dtype, o->report_format, stdout) < 0 ? 2 : 0;
     tp_unit_free(&unopt);
     return rc;
 }

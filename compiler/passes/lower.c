@@ -1,119 +1,81 @@
-/* lower.c: recording the lowered program while the forward pass runs.
+/* lower.c: the graph as the per-rank program (ir.h).
  *
- * Every value the symbolic forward pass computes gets a buffer with its
- * local shape; ops that only relabel or view a tensor (to_local, a label,
- * view_heads) share the storage of their source. */
+ * Every value the graph kept becomes a buffer with the shape each rank
+ * holds, numbered in the order the forward pass made them; a value merged
+ * into another (-O1) becomes none, and what was said of it (an output, a
+ * float32-only piece of the loss) is said of the value that replaced it.
+ * The weight table is the graph's, in order of first use. Ranks differ
+ * only in which slice they hold, which the schedule writer materialises
+ * per rank. */
 #include <stdlib.h>
 #include <string.h>
-#include "compiler/sema/check_impl.h"
+#include "compiler/passes/passes.h"
 #include "util/xalloc.h"
 
-int lower_buf(interp *I, tp_val *v, const char *what)
+/* buffer_of[v]: the buffer of value v, or -1 for a merged value */
+static void lower_values(const tp_graph *g, tp_ir *ir, int *buffer_of)
 {
-    if (v->buf >= 0)
-        return v->buf;
-    tp_ir_buf b = {0};
-    b.rank = v->rank;
-    for (int d = 0; d < v->rank; d++)
-        b.shape[d] = local_size(I, v, d);
-    b.dtype = v->is_index ? TP_I32 : TP_F32;
-    const char *fqn = cur_fqn(I);
-    b.name = fqn[0] ? tp_xasprintf("%s.%s", fqn, what) : tp_xstrdup(what);
-    b.first = b.last = -1;
-    b.alias_of = -1;
-    return v->buf = tp_ir_add_buf(&I->a->ir, &b);
-}
-
-void lower_view(interp *I, tp_val *view, const tp_val *of)
-{
-    if (of->buf < 0) {
-        view->buf = -1;
-        return;
+    for (int v = 0; v < g->nvalues; v++) {
+        const tp_gvalue *gv = &g->values[v];
+        buffer_of[v] = -1;
+        if (gv->redirect >= 0)
+            continue;
+        tp_ir_buf b = {0};
+        b.rank = gv->rank;
+        memcpy(b.shape, gv->local, sizeof b.shape);
+        b.dtype = gv->dtype;
+        b.name = tp_xstrdup(gv->name);
+        b.input = gv->input;
+        b.output = gv->output;
+        b.f32_only = gv->f32_only;
+        b.alias_of = -1;
+        buffer_of[v] = tp_ir_add_buf(ir, &b);
     }
-    view->buf = -1;
-    lower_buf(I, view, "view");
-    tp_ir_buf *b = &I->a->ir.bufs[view->buf];
-    const tp_ir_buf *root = &I->a->ir.bufs[of->buf];
-    b->alias_of = root->alias_of >= 0 ? root->alias_of : of->buf;
-}
-
-int lower_param(interp *I, tp_param *p)
-{
-    p = tp_param_canonical(p);
-    tp_ir *ir = &I->a->ir;
-    if (p->ir_index >= 0)
-        return p->ir_index;
-    if (ir->nparams == ir->capparams) {
-        ir->capparams = ir->capparams ? 2 * ir->capparams : 256;
-        ir->params = tp_xreallocarray(ir->params, (size_t)ir->capparams, sizeof *ir->params);
-    }
-    tp_ir_param *ip = &ir->params[ir->nparams];
-    ip->param = p;
-    ip->pl = tp_placement_norm(param_placement(p), p->rank);
-    for (int d = 0; d < p->rank; d++)
-        ip->local[d] = ip->pl.kind == TP_SHARD && ip->pl.dim == d ? p->shape[d] / I->tp : p->shape[d];
-    return p->ir_index = ir->nparams++;
-}
-
-tp_ir_op *lower_op(interp *I, tp_op_kind kind, tp_val *out, const char *what, tp_val *a, tp_val *b, tp_val *c)
-{
-    tp_ir_op op = {0};
-    op.kind = kind;
-    op.weight = op.bias = -1;
-    op.out = out ? lower_buf(I, out, what) : -1;
-    tp_val *ins[] = {a, b, c};
-    for (int i = 0; i < 3; i++)
-        if (ins[i])
-            op.in[op.nin++] = lower_buf(I, ins[i], "in");
-    op.module = I->cur;
-    op.scale = 1.0;
-    int idx = tp_ir_add_op(&I->a->ir, &op);
-    return &I->a->ir.ops[idx];
-}
-
-static int root_of(const tp_ir *ir, int b)
-{
-    while (b >= 0 && ir->bufs[b].alias_of >= 0)
-        b = ir->bufs[b].alias_of;
-    return b;
-}
-
-/* Remove ops whose results nobody reads (a redistribution made redundant
- * by -O1), then record each buffer's first write and last read. */
-void lower_finish(interp *I)
-{
-    tp_ir *ir = &I->a->ir;
-    int *readers = tp_xcalloc((size_t)ir->nbufs + 1, sizeof *readers);
-    for (int i = 0; i < ir->nops; i++)
-        for (int k = 0; k < ir->ops[i].nin; k++)
-            readers[root_of(ir, ir->ops[i].in[k])]++;
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int i = ir->nops - 1; i >= 0; i--) {
-            tp_ir_op *op = &ir->ops[i];
-            if (op->dead || op->out < 0)
-                continue;
-            int r = root_of(ir, op->out);
-            if (readers[r] || ir->bufs[r].output || r == ir->loss_buf)
-                continue;
-            op->dead = true;
-            changed = true;
-            for (int k = 0; k < op->nin; k++)
-                readers[root_of(ir, op->in[k])]--;
+    for (int v = 0; v < g->nvalues; v++) {
+        const tp_gvalue *gv = &g->values[v];
+        if (gv->redirect >= 0) {
+            tp_ir_buf *kept = &ir->bufs[buffer_of[tp_graph_resolve(g, v)]];
+            kept->output |= gv->output;
+            kept->f32_only |= gv->f32_only;
+        } else if (gv->alias_of >= 0) {
+            ir->bufs[buffer_of[v]].alias_of = buffer_of[tp_graph_storage(g, gv->alias_of)];
         }
     }
-    free(readers);
-    for (int b = 0; b < ir->nbufs; b++)
-        ir->bufs[b].first = ir->bufs[b].last = -1;
-    for (int i = 0; i < ir->nops; i++) {
-        tp_ir_op *op = &ir->ops[i];
-        if (op->dead)
-            continue;
-        if (op->out >= 0 && ir->bufs[op->out].first < 0)
-            ir->bufs[op->out].first = i;
-        if (op->out >= 0)
-            ir->bufs[op->out].last = i;
-        for (int k = 0; k < op->nin; k++)
-            ir->bufs[op->in[k]].last = i;
+}
+
+static int buffer(const tp_graph *g, const int *buffer_of, int v)
+{
+    return v < 0 ? -1 : buffer_of[tp_graph_resolve(g, v)];
+}
+
+void tp_pass_lower(const tp_graph *g, tp_ir *ir)
+{
+    int *buffer_of = tp_xmalloc(((size_t)g->nvalues + 1) * sizeof *buffer_of);
+    lower_values(g, ir, buffer_of);
+    for (int i = 0; i < g->nparams; i++) {
+        if (ir->nparams == ir->capparams) {
+            ir->capparams = ir->capparams ? 2 * ir->capparams : 256;
+            ir->params = tp_xreallocarray(ir->params, (size_t)ir->capparams, sizeof *ir->params);
+        }
+        ir->params[ir->nparams++] = g->params[i];
     }
+    for (int i = 0; i < g->nnodes; i++) {
+        const tp_gnode *n = &g->nodes[i];
+        if (n->removed)
+            continue;
+        tp_ir_op op = n->op;
+        op.out = buffer(g, buffer_of, n->op.out);
+        for (int k = 0; k < op.nin; k++)
+            op.in[k] = buffer(g, buffer_of, n->op.in[k]);
+        tp_ir_add_op(ir, &op);
+    }
+    ir->world = g->world;
+    ir->loss_buf = buffer(g, buffer_of, g->loss);
+    ir->logits_buf = buffer(g, buffer_of, g->logits);
+    ir->logits_pl = g->logits_pl;
+    ir->nlayers = g->nlayers;
+    ir->layer_input_rank = g->layer_input_rank;
+    memcpy(ir->layer_input_shape, g->layer_input_shape, sizeof ir->layer_input_shape);
+    ir->layer_input_elems = g->layer_input_elems;
+    free(buffer_of);
 }

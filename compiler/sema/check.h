@@ -10,7 +10,7 @@
 
 #include <stdio.h>
 #include "compiler/front/config.h"
-#include "compiler/ir/ir.h"
+#include "compiler/ir/graph.h"
 #include "compiler/diag/diag.h"
 #include "compiler/front/model.h"
 #include "compiler/plan/plan.h"
@@ -37,14 +37,12 @@ typedef struct tp_boundary {
 typedef struct tp_analysis {
     tp_comm *comms; int ncomms, capcomms;
     tp_boundary *rows; int nrows, caprows;
-    tp_ir ir;                    /* the lowered program (meaningful without errors) */
+    tp_graph graph;              /* what the model computes (meaningful without errors) */
 } tp_analysis;
 
 /* Propagate layouts through the model's forward pass under the plan,
- * reporting every finding to c->diags, and record the lowered program.
- * optimize: reuse a redistribution of the same tensor to the same layout
- * and drop redistributions that are immediately undone (-O1). */
-void tp_check(tp_model *m, tp_plan *p, tp_config *c, bool optimize, tp_analysis *out);
+ * reporting every finding to c->diags, and record the global graph. */
+void tp_check(tp_model *m, tp_plan *p, tp_config *c, tp_analysis *out);
 void tp_analysis_free(tp_analysis *a);
 
 /* The --explain table. */

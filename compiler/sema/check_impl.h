@@ -27,7 +27,7 @@ typedef struct tp_val {
      * through ops independent along the gathered dimension */
     int gather_comm;              /* index in tp_analysis.comms, or -1 */
     int gather_dim;
-    int buf;                      /* its buffer in the lowered program, or -1 */
+    int gv;                       /* its value in the graph, or -1 before an op uses it */
     int64_t logical_last;         /* real entries of the last dim (vocab padding), 0: all */
 } tp_val;
 
@@ -60,8 +60,6 @@ typedef struct interp {
     seen_diag *seen; int nseen, capseen;
     tp_module *cur;               /* module being executed, or NULL */
     char **strings; int nstrings;  /* interned dimension names */
-    bool optimize;
-    int *reshard_cache; int ncache, capcache;  /* (value id, placement) -> value id, for -O1 */
     int depth;
     bool stop;                    /* stop the walk: continuing would be nonsense */
 } interp;
@@ -113,13 +111,14 @@ void fix_add_root_entry(tp_diag *g, const tp_plan *p, const char *fqn, const cha
 void fix_rename_style(tp_diag *g, const tp_style *s, const char *new_name);
 void fix_append_item(tp_diag *g, const tp_plan *p, const char *text);   /* a new top-level line */
 
-/* lowering (lower.c): the program the schedule is made of */
-int lower_buf(interp *I, tp_val *v, const char *what);           /* v's buffer, made on first use */
-void lower_view(interp *I, tp_val *view, const tp_val *of);      /* view shares of's storage */
-tp_ir_op *lower_op(interp *I, tp_op_kind kind, tp_val *out, const char *what,
-                   tp_val *a, tp_val *b, tp_val *c);             /* valid until the next lower_op */
-int lower_param(interp *I, tp_param *p);                         /* index in the weight table */
-void lower_finish(interp *I);                                    /* dead-op removal, lifetimes */
+/* recording the graph (record.c) */
+int record_value(interp *I, tp_val *v, const char *what);        /* v's graph value, made on first use */
+void record_view(interp *I, tp_val *view, const tp_val *of);     /* view aliases of's storage */
+/* an op node; the result is valid until the next node is recorded */
+tp_gnode *record_op(interp *I, tp_op_kind kind, tp_val *out, const char *what, tp_val *a, tp_val *b, tp_val *c);
+/* a layout change of v into r, lowered to `kind` */
+tp_gnode *record_redist(interp *I, tp_op_kind kind, tp_val *v, tp_val *r, const char *what);
+int record_param(interp *I, tp_param *p);                        /* index in the graph's weight table */
 
 /* records */
 int record_comm(interp *I, tp_comm c);

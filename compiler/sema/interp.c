@@ -33,7 +33,7 @@ tp_val *val_new(interp *I, int rank, const int64_t *shape, const char *const *na
     v->pl = tp_replicate();
     v->redist_src = -1;
     v->gather_comm = -1;
-    v->buf = -1;
+    v->gv = -1;
     v->span = TP_NO_SPAN;
     if (I->nvals == I->capvals) {
         I->capvals = I->capvals ? 2 * I->capvals : 1024;
@@ -233,47 +233,26 @@ static void smell_gather_then_slice(interp *I, const tp_val *v, int dim, const t
     }
 }
 
-/* The op a layout change lowers to (PyTorch's redistribute_local_tensor). */
-static void lower_reshard(interp *I, tp_redist_kind k, tp_val *v, tp_val *r, tp_placement from, tp_placement to,
-                          const tp_style *cause, bool implicit)
+/* The node of a layout change: the op PyTorch's redistribute_local_tensor
+ * runs for it. */
+static void record_reshard(interp *I, tp_redist_kind k, tp_val *v, tp_val *r, tp_placement from, tp_placement to,
+                           const tp_style *cause, bool implicit)
 {
     static const tp_op_kind ops[] = {
         [TP_REDIST_ALL_GATHER] = TP_OP_ALL_GATHER, [TP_REDIST_ALL_REDUCE] = TP_OP_ALL_REDUCE,
         [TP_REDIST_REDUCE_SCATTER] = TP_OP_REDUCE_SCATTER, [TP_REDIST_ALL_TO_ALL] = TP_OP_ALL_TO_ALL,
         [TP_REDIST_LOCAL_SLICE] = TP_OP_SLICE, [TP_REDIST_LOCAL_DIVIDE] = TP_OP_SCALE,
     };
-    tp_ir_op *op = lower_op(I, ops[k], r, tp_redist_name(k), v, NULL, NULL);
-    op->dim = from.kind == TP_SHARD ? from.dim : to.kind == TP_SHARD ? to.dim : 0;
-    op->dim2 = to.kind == TP_SHARD ? to.dim : 0;
-    op->parts = (int)I->tp;
-    op->scale = k == TP_REDIST_LOCAL_DIVIDE ? 1.0 / (double)I->tp : 1.0;
-    op->elems = elems(v);
-    op->entry = cause;
-    op->implicit = implicit;
-}
-
-/* -O1: a tensor already moved to this layout is reused (q, k and v each
- * gathering one norm output: one all-gather), and moving a tensor back to
- * the layout it just came from returns the original. */
-static tp_val *reuse_reshard(interp *I, const tp_val *v, tp_placement to)
-{
-    if (v->redist_src >= 0 && tp_placement_eq(v->redist_from, to, v->rank))
-        return I->vals[v->redist_src];
-    for (int i = 0; i < I->ncache; i += 3)
-        if (I->reshard_cache[i] == v->id && I->reshard_cache[i + 1] == (int)(to.kind * 16 + to.dim))
-            return I->vals[I->reshard_cache[i + 2]];
-    return NULL;
-}
-
-static void remember_reshard(interp *I, const tp_val *v, tp_placement to, const tp_val *r)
-{
-    if (I->ncache + 3 > I->capcache) {
-        I->capcache = I->capcache ? 2 * I->capcache : 192;
-        I->reshard_cache = tp_xreallocarray(I->reshard_cache, (size_t)I->capcache, sizeof *I->reshard_cache);
-    }
-    I->reshard_cache[I->ncache++] = v->id;
-    I->reshard_cache[I->ncache++] = (int)(to.kind * 16 + to.dim);
-    I->reshard_cache[I->ncache++] = r->id;
+    tp_gnode *n = record_redist(I, ops[k], v, r, tp_redist_name(k));
+    n->from = from;
+    n->to = to;
+    n->op.dim = from.kind == TP_SHARD ? from.dim : to.kind == TP_SHARD ? to.dim : 0;
+    n->op.dim2 = to.kind == TP_SHARD ? to.dim : 0;
+    n->op.parts = (int)I->tp;
+    n->op.scale = k == TP_REDIST_LOCAL_DIVIDE ? 1.0 / (double)I->tp : 1.0;
+    n->op.elems = elems(v);
+    n->op.entry = cause;
+    n->op.implicit = implicit;
 }
 
 tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *cause, tp_span span, bool implicit)
@@ -318,20 +297,13 @@ tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *caus
         if (g)
             tp_diag_help(g, "redistribute explicitly in the plan so the cost is visible");
     }
-    if (I->optimize) {
-        tp_val *again = reuse_reshard(I, v, to);
-        if (again)
-            return again;
-    }
     tp_val *r = val_copy(I, v);
     r->pl = to;
     r->redist_src = v->id;
     r->redist_from = from;
     r->redist_cause = cause;
-    r->buf = -1;
-    lower_reshard(I, k, v, r, from, to, cause, implicit);
-    if (I->optimize)
-        remember_reshard(I, v, to, r);
+    r->gv = -1;
+    record_reshard(I, k, v, r, from, to, cause, implicit);
     if (to.kind == TP_SHARD)
         r->shard_cause = cause;
     if (tp_placement_is_partial(to))
@@ -580,12 +552,12 @@ static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwn
         /* a list has no hooks of its own: its modules' rows say it all. The
          * largest list holds the transformer layers: the report's bound is
          * per layer, on the size of what flows between them. */
-        if (mod->nkids > I->a->ir.nlayers && nargs == 1 && args[0].kind == IV_TENSOR) {
-            tp_ir *ir = &I->a->ir;
-            ir->nlayers = mod->nkids;
-            ir->layer_input_elems = elems(args[0].t);
-            ir->layer_input_rank = args[0].t->rank;
-            memcpy(ir->layer_input_shape, args[0].t->shape, sizeof ir->layer_input_shape);
+        if (mod->nkids > I->a->graph.nlayers && nargs == 1 && args[0].kind == IV_TENSOR) {
+            tp_graph *g = &I->a->graph;
+            g->nlayers = mod->nkids;
+            g->layer_input_elems = elems(args[0].t);
+            g->layer_input_rank = args[0].t->rank;
+            memcpy(g->layer_input_shape, args[0].t->shape, sizeof g->layer_input_shape);
         }
         /* a ModuleList applied to x runs its modules in order */
         if (nargs != 1 || nkw) {
@@ -659,17 +631,16 @@ static bool make_inputs(interp *I, const tp_node *def, iv *args, int *nargs)
         tp_val *v = val_new(I, l->nkids, shape, names);
         v->is_index = true;
         v->span = prm->span;
-        int b = lower_buf(I, v, prm->name);     /* may move ir.bufs */
-        I->a->ir.bufs[b].input = true;
+        int gv = record_value(I, v, prm->name);     /* may move graph.values */
+        I->a->graph.values[gv].input = true;
         args[(*nargs)++] = (iv){IV_TENSOR, v, NULL, 0};
     }
     return true;
 }
 
-void tp_check(tp_model *m, tp_plan *p, tp_config *c, bool optimize, tp_analysis *out)
+void tp_check(tp_model *m, tp_plan *p, tp_config *c, tp_analysis *out)
 {
     interp I = {0};
-    I.optimize = optimize;
     I.m = m;
     I.p = p;
     I.c = c;
@@ -677,8 +648,7 @@ void tp_check(tp_model *m, tp_plan *p, tp_config *c, bool optimize, tp_analysis 
     I.a = out;
     I.tp = tp_plan_tp_size(p);
     memset(out, 0, sizeof *out);
-    out->ir.world = I.tp;
-    out->ir.loss_buf = out->ir.logits_buf = -1;
+    tp_graph_init(&out->graph, I.tp);
     for (int i = 0; i < m->count; i++)
         for (int k = 0; k < m->all[i]->nparams; k++)
             m->all[i]->params[k].ir_index = -1;
@@ -693,14 +663,12 @@ void tp_check(tp_model *m, tp_plan *p, tp_config *c, bool optimize, tp_analysis 
     } else if (make_inputs(&I, def, args, &nargs)) {
         tp_node site = {.kind = N_CALL, .span = def->span};
         iv loss = call_module(&I, m->root, args, nargs, NULL, NULL, 0, &site);
-        if (loss.kind == IV_TENSOR && loss.t->buf >= 0) {
-            out->ir.loss_buf = loss.t->buf;
-            out->ir.bufs[loss.t->buf].output = true;
+        if (loss.kind == IV_TENSOR && loss.t->gv >= 0) {
+            out->graph.loss = loss.t->gv;
+            out->graph.values[loss.t->gv].output = true;
         }
     }
-    lower_finish(&I);
     report_finish(&I);
-    free(I.reshard_cache);
     for (int i = 0; i < I.nvals; i++)
         free(I.vals[i]);
     free(I.vals);
@@ -719,6 +687,6 @@ void tp_analysis_free(tp_analysis *a)
     }
     free(a->rows);
     free(a->comms);
-    tp_ir_free(&a->ir);
+    tp_graph_free(&a->graph);
     memset(a, 0, sizeof *a);
 }

@@ -226,7 +226,7 @@ static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, tp_span spa
     out->poisoned |= !same || k->poisoned || v->poisoned;
     out->gather_comm = q->gather_comm;
     out->gather_dim = q->gather_dim;
-    tp_ir_op *op = lower_op(I, TP_OP_ATTENTION, out, "attention", q, in[1], in[2]);
+    tp_ir_op *op = &record_op(I, TP_OP_ATTENTION, out, "attention", q, in[1], in[2])->op;
     op->m = local_size(I, q, 0);
     op->n = local_size(I, q, 1);
     op->heads = local_size(I, q, 2);
@@ -252,47 +252,47 @@ static void reduce_piece(interp *I, tp_val *v, const char *what, bool max)
 {
     if (I->tp == 1)
         return;
-    tp_ir_op *op = lower_op(I, TP_OP_ALL_REDUCE, v, what, v, NULL, NULL);
+    tp_ir_op *op = &record_op(I, TP_OP_ALL_REDUCE, v, what, v, NULL, NULL)->op;
     op->reduce_max = max;
-    op->elems = tp_ir_buf_elems(&I->a->ir.bufs[v->buf]);
+    op->elems = tp_gvalue_local_elems(&I->a->graph.values[v->gv]);
 }
 
-static void lower_vocab_parallel_ce(interp *I, tp_val *logits, tp_val *labels, tp_val *loss, tp_span span)
+static void record_vocab_parallel_ce(interp *I, tp_val *logits, tp_val *labels, tp_val *loss, tp_span span)
 {
     int64_t vl = local_size(I, logits, logits->rank - 1);
     tp_val *mx = per_token(I, labels, span), *se = per_token(I, labels, span), *tg = per_token(I, labels, span);
-    tp_ir_op *op = lower_op(I, TP_OP_CE_MAX, mx, "ce_max", logits, NULL, NULL);
+    tp_ir_op *op = &record_op(I, TP_OP_CE_MAX, mx, "ce_max", logits, NULL, NULL)->op;
     op->vocab_local = vl;
     op->vocab_logical = logits->logical_last;
     reduce_piece(I, mx, "ce_max", true);
-    op = lower_op(I, TP_OP_CE_SUMEXP, se, "ce_sumexp", logits, mx, NULL);
+    op = &record_op(I, TP_OP_CE_SUMEXP, se, "ce_sumexp", logits, mx, NULL)->op;
     op->vocab_local = vl;
     op->vocab_logical = logits->logical_last;
     reduce_piece(I, se, "ce_sumexp", false);
-    op = lower_op(I, TP_OP_CE_TARGET, tg, "ce_target", logits, labels, NULL);
+    op = &record_op(I, TP_OP_CE_TARGET, tg, "ce_target", logits, labels, NULL)->op;
     op->vocab_local = vl;
     reduce_piece(I, tg, "ce_target", false);
-    op = lower_op(I, TP_OP_CE_LOSS, loss, "loss", se, mx, tg);
-    op->in[op->nin++] = lower_buf(I, labels, "labels");
+    op = &record_op(I, TP_OP_CE_LOSS, loss, "loss", se, mx, tg)->op;
+    op->in[op->nin++] = record_value(I, labels, "labels");
     tp_val *f32[] = {mx, se, tg, loss};
     for (int i = 0; i < 4; i++)
-        I->a->ir.bufs[f32[i]->buf].f32_only = true;
+        I->a->graph.values[f32[i]->gv].f32_only = true;
 }
 
-static void lower_cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_val *loss, tp_span span)
+static void record_cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_val *loss, tp_span span)
 {
-    tp_ir *ir = &I->a->ir;
+    tp_graph *g = &I->a->graph;
     if (I->p->loss_parallel) {
-        lower_vocab_parallel_ce(I, logits, labels, loss, span);
+        record_vocab_parallel_ce(I, logits, labels, loss, span);
     } else {
-        tp_ir_op *op = lower_op(I, TP_OP_CROSS_ENTROPY, loss, "loss", logits, labels, NULL);
+        tp_ir_op *op = &record_op(I, TP_OP_CROSS_ENTROPY, loss, "loss", logits, labels, NULL)->op;
         op->vocab_logical = logits->logical_last;
         op->vocab_local = local_size(I, logits, logits->rank - 1);
-        ir->bufs[loss->buf].f32_only = true;
+        g->values[loss->gv].f32_only = true;
     }
-    ir->logits_buf = logits->buf;
-    ir->logits_pl = tp_placement_norm(logits->pl, logits->rank);
-    ir->bufs[logits->buf].output = true;
+    g->logits = logits->gv;
+    g->logits_pl = tp_placement_norm(logits->pl, logits->rank);
+    g->values[logits->gv].output = true;
 }
 
 static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span span)
@@ -316,7 +316,7 @@ static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span 
         }
         if (labels->dtensor || labels->pl.kind != TP_REPLICATE)
             report(I, TP_ERROR, span, "loss-parallel", labels, NULL, "loss_parallel() needs replicated labels");
-        lower_cross_entropy(I, logits, labels, out, span);
+        record_cross_entropy(I, logits, labels, out, span);
         return out;
     }
     logits = resolve_partial(I, logits, "cross_entropy", span);
@@ -333,7 +333,7 @@ static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span 
         return out;
     }
     check_whole(I, find_rule("cross_entropy"), logits, span);
-    lower_cross_entropy(I, logits, labels, out, span);
+    record_cross_entropy(I, logits, labels, out, span);
     return out;
 }
 
@@ -392,10 +392,10 @@ iv op_apply(interp *I, const tp_node *call, const char *name, iv *args, int narg
         out->gather_dim = x->gather_dim;
     }
     if (r->lowers_to == TP_OP_COUNT) {
-        lower_view(I, out, x);
+        record_view(I, out, x);
         return tensor_iv(out);
     }
-    tp_ir_op *op = lower_op(I, r->lowers_to, out, name, x, NULL, NULL);
+    tp_ir_op *op = &record_op(I, r->lowers_to, out, name, x, NULL, NULL)->op;
     int seq = r->lowers_to == TP_OP_ROPE ? x->rank - 3 : x->rank - 1;
     /* a sequence shard would start at rank * its length (rejected above
      * for RoPE; recorded so the schedule says what it assumed) */
@@ -496,7 +496,7 @@ iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
     tp_placement A = broadcast_pl(a, big), B = broadcast_pl(b, big);
     if (a->dtensor) {
         out->pl = dtensor_pointwise(I, op, &a, &b, big, span);
-        lower_op(I, op == '+' ? TP_OP_ADD : TP_OP_MUL, out, opname, a, b, NULL);
+        record_op(I, op == '+' ? TP_OP_ADD : TP_OP_MUL, out, opname, a, b, NULL);
         return tensor_iv(out);
     }
     /* Plain tensors: each rank combines its local pieces, so the truths
@@ -529,7 +529,7 @@ iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
             tp_diag_help(g, "give both operands the same layout, e.g. the same output_layouts on both producers");
         out->poisoned = true;
     }
-    lower_op(I, op == '+' ? TP_OP_ADD : TP_OP_MUL, out, opname, a, b, NULL);
+    record_op(I, op == '+' ? TP_OP_ADD : TP_OP_MUL, out, opname, a, b, NULL);
     return tensor_iv(out);
 }
 
@@ -704,18 +704,18 @@ static int64_t rows_of(const interp *I, const tp_val *x)
     return m;
 }
 
-static void lower_linear(interp *I, tp_module *mod, tp_val *x, tp_val *r)
+static void record_linear(interp *I, tp_module *mod, tp_val *x, tp_val *r)
 {
     tp_param *w = tp_module_param(mod, "weight"), *b = tp_module_param(mod, "bias");
-    tp_ir_op *op = lower_op(I, TP_OP_MATMUL, r, "out", x, NULL, NULL);
-    op->weight = lower_param(I, w);
+    tp_ir_op *op = &record_op(I, TP_OP_MATMUL, r, "out", x, NULL, NULL)->op;
+    op->weight = record_param(I, w);
     op->m = rows_of(I, x);
     op->k = local_size(I, x, x->rank - 1);
     op->n = local_size(I, r, r->rank - 1);
     if (!b)
         return;
-    op = lower_op(I, TP_OP_BIAS_ADD, r, "out", r, NULL, NULL);
-    op->bias = lower_param(I, b);
+    op = &record_op(I, TP_OP_BIAS_ADD, r, "out", r, NULL, NULL)->op;
+    op->bias = record_param(I, b);
     op->m = rows_of(I, r);
     op->n = local_size(I, r, r->rank - 1);
     /* a replicated bias added to a Partial sum is divided by tp (DTensor's
@@ -723,21 +723,21 @@ static void lower_linear(interp *I, tp_module *mod, tp_val *x, tp_val *r)
     op->scale = tp_placement_is_partial(r->pl) ? 1.0 / (double)I->tp : 1.0;
 }
 
-static void lower_embedding(interp *I, tp_module *mod, tp_val *ids, tp_val *r)
+static void record_embedding(interp *I, tp_module *mod, tp_val *ids, tp_val *r)
 {
-    tp_ir_op *op = lower_op(I, TP_OP_EMBEDDING, r, "out", ids, NULL, NULL);
-    op->weight = lower_param(I, tp_module_param(mod, "weight"));
-    op->vocab_local = I->a->ir.params[op->weight].local[0];
+    tp_ir_op *op = &record_op(I, TP_OP_EMBEDDING, r, "out", ids, NULL, NULL)->op;
+    op->weight = record_param(I, tp_module_param(mod, "weight"));
+    op->vocab_local = I->a->graph.params[op->weight].local[0];
     op->masked = r->pl.kind == TP_MASK_PARTIAL;
-    op->n = I->a->ir.params[op->weight].local[1];
+    op->n = I->a->graph.params[op->weight].local[1];
 }
 
-static void lower_norm(interp *I, tp_module *mod, tp_val *x, tp_val *r)
+static void record_norm(interp *I, tp_module *mod, tp_val *x, tp_val *r)
 {
     tp_param *b = tp_module_param(mod, "bias");
-    tp_ir_op *op = lower_op(I, mod->kind == TP_MOD_RMSNORM ? TP_OP_RMSNORM : TP_OP_LAYERNORM, r, "out", x, NULL, NULL);
-    op->weight = lower_param(I, tp_module_param(mod, "weight"));
-    op->bias = b ? lower_param(I, b) : -1;
+    tp_ir_op *op = &record_op(I, mod->kind == TP_MOD_RMSNORM ? TP_OP_RMSNORM : TP_OP_LAYERNORM, r, "out", x, NULL, NULL)->op;
+    op->weight = record_param(I, tp_module_param(mod, "weight"));
+    op->bias = b ? record_param(I, b) : -1;
     op->m = rows_of(I, x);
     op->n = local_size(I, x, x->rank - 1);
     /* PyTorch's defaults: nn.LayerNorm eps 1e-5; HF's RMSNorm 1e-6 */
@@ -755,16 +755,16 @@ iv leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span span)
     switch (mod->kind) {
     case TP_MOD_LINEAR:
         r = linear_forward(I, mod, &x, span);
-        lower_linear(I, mod, x, r);
+        record_linear(I, mod, x, r);
         break;
     case TP_MOD_EMBEDDING:
         r = embedding_forward(I, mod, &x, span);
         if (r != x)
-            lower_embedding(I, mod, x, r);
+            record_embedding(I, mod, x, r);
         break;
     default:
         r = norm_forward(I, mod, &x, span);
-        lower_norm(I, mod, x, r);
+        record_norm(I, mod, x, r);
         break;
     }
     return tensor_iv(r);

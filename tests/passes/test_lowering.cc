@@ -238,7 +238,7 @@ TEST_P(Program, ArenaDefBeforeUseAndMatchingCollectives)
         tp_unit_free(&u);
         GTEST_SKIP();
     }
-    tp_ir *ir = &u.analysis.ir;
+    tp_ir *ir = &u.ir;
     tp_memplan(ir);
     char err[512];
     EXPECT_TRUE(tp_memplan_verify(ir, err, sizeof err)) << err;

@@ -1,0 +1,82 @@
+/* graph.c: the global SPMD graph's containers (see graph.h). */
+#include <stdlib.h>
+#include <string.h>
+#include "compiler/ir/graph.h"
+#include "util/xalloc.h"
+
+void tp_graph_init(tp_graph *g, int64_t world)
+{
+    memset(g, 0, sizeof *g);
+    g->world = world;
+    g->loss = g->logits = -1;
+}
+
+void tp_graph_free(tp_graph *g)
+{
+    for (int i = 0; i < g->nvalues; i++)
+        free(g->values[i].name);
+    free(g->values);
+    free(g->nodes);
+    free(g->params);
+    memset(g, 0, sizeof *g);
+}
+
+int tp_graph_add_value(tp_graph *g, const tp_gvalue *v)
+{
+    if (g->nvalues == g->capvalues) {
+        g->capvalues = g->capvalues ? 2 * g->capvalues : 1024;
+        g->values = tp_xreallocarray(g->values, (size_t)g->capvalues, sizeof *g->values);
+    }
+    g->values[g->nvalues] = *v;
+    return g->nvalues++;
+}
+
+int tp_graph_add_param(tp_graph *g, const tp_ir_param *p)
+{
+    if (g->nparams == g->capparams) {
+        g->capparams = g->capparams ? 2 * g->capparams : 256;
+        g->params = tp_xreallocarray(g->params, (size_t)g->capparams, sizeof *g->params);
+    }
+    g->params[g->nparams] = *p;
+    return g->nparams++;
+}
+
+tp_gnode *tp_graph_add_node(tp_graph *g, tp_gnode_kind kind, tp_op_kind op)
+{
+    if (g->nnodes == g->capnodes) {
+        g->capnodes = g->capnodes ? 2 * g->capnodes : 1024;
+        g->nodes = tp_xreallocarray(g->nodes, (size_t)g->capnodes, sizeof *g->nodes);
+    }
+    tp_gnode *n = &g->nodes[g->nnodes++];
+    memset(n, 0, sizeof *n);
+    n->kind = kind;
+    n->op.kind = op;
+    n->op.out = -1;
+    n->op.weight = n->op.bias = -1;
+    n->op.scale = 1.0;
+    n->src_id = n->result_id = -1;
+    return n;
+}
+
+int tp_graph_resolve(const tp_graph *g, int v)
+{
+    while (v >= 0 && g->values[v].redirect >= 0)
+        v = g->values[v].redirect;
+    return v;
+}
+
+int tp_graph_storage(const tp_graph *g, int v)
+{
+    v = tp_graph_resolve(g, v);
+    while (v >= 0 && g->values[v].alias_of >= 0)
+        v = tp_graph_resolve(g, g->values[v].alias_of);
+    return v;
+}
+
+int64_t tp_gvalue_local_elems(const tp_gvalue *v)
+{
+    int64_t n = 1;
+    for (int i = 0; i < v->rank; i++)
+        n *= v->local[i];
+    return n;
+}

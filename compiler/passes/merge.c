@@ -1,0 +1,98 @@
+/* merge.c: -O1 on the graph: one redistribution per tensor and layout.
+ *
+ * Two rules, as the forward pass would apply them if it knew: a tensor
+ * already moved to a layout is reused (q, k and v each gathering one norm
+ * output become one all-gather), and moving a tensor back to the layout
+ * it just came from returns the original. Redistributions are matched by
+ * the forward pass's tensor identities, not by storage: a relabelled copy
+ * of a tensor is another tensor with another layout history. A merged
+ * node is marked removed and its result redirected, so every later reader
+ * reads the kept value; nodes left without readers go in the dead-code
+ * pass. */
+#include <stdlib.h>
+#include "compiler/passes/passes.h"
+#include "util/xalloc.h"
+
+typedef struct merger {
+    tp_graph *g;
+    int *same_as;        /* forward-pass id -> id of the tensor it was merged into, or -1 */
+    int *producer;       /* forward-pass id -> kept redistribution node that made it, or -1 */
+    int *value_of;       /* forward-pass id -> graph value, for ids redistributions touch */
+    int nids;
+    int *done; int ndone, capdone;   /* (source id, placement key, result id) of kept nodes */
+} merger;
+
+static int canonical_id(const merger *m, int id)
+{
+    while (m->same_as[id] >= 0)
+        id = m->same_as[id];
+    return id;
+}
+
+static int placement_key(tp_placement p) { return (int)p.kind * 16 + p.dim; }
+
+static int find_done(const merger *m, int src, tp_placement to)
+{
+    for (int i = 0; i < m->ndone; i += 3)
+        if (m->done[i] == src && m->done[i + 1] == placement_key(to))
+            return m->done[i + 2];
+    return -1;
+}
+
+static void remember_done(merger *m, int src, tp_placement to, int result)
+{
+    if (m->ndone + 3 > m->capdone) {
+        m->capdone = m->capdone ? 2 * m->capdone : 192;
+        m->done = tp_xreallocarray(m->done, (size_t)m->capdone, sizeof *m->done);
+    }
+    m->done[m->ndone++] = src;
+    m->done[m->ndone++] = placement_key(to);
+    m->done[m->ndone++] = result;
+}
+
+/* The id the redistribution n would produce again, or -1. */
+static int earlier_result(const merger *m, const tp_gnode *n, int src)
+{
+    int made_by = m->producer[src];
+    if (made_by >= 0 && tp_placement_eq(m->g->nodes[made_by].from, n->to, m->g->values[n->op.in[0]].rank))
+        return canonical_id(m, m->g->nodes[made_by].src_id);
+    return find_done(m, src, n->to);
+}
+
+void tp_pass_merge(tp_graph *g)
+{
+    merger m = {.g = g};
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i].kind == TP_GNODE_REDIST) {
+            int hi = g->nodes[i].src_id > g->nodes[i].result_id ? g->nodes[i].src_id : g->nodes[i].result_id;
+            if (hi + 1 > m.nids)
+                m.nids = hi + 1;
+        }
+    m.same_as = tp_xmalloc(((size_t)m.nids + 1) * sizeof *m.same_as);
+    m.producer = tp_xmalloc(((size_t)m.nids + 1) * sizeof *m.producer);
+    m.value_of = tp_xmalloc(((size_t)m.nids + 1) * sizeof *m.value_of);
+    for (int i = 0; i < m.nids; i++)
+        m.same_as[i] = m.producer[i] = m.value_of[i] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        tp_gnode *n = &g->nodes[i];
+        if (n->kind != TP_GNODE_REDIST)
+            continue;
+        int src = canonical_id(&m, n->src_id);
+        if (m.value_of[src] < 0)
+            m.value_of[src] = n->op.in[0];
+        int again = earlier_result(&m, n, src);
+        if (again >= 0) {
+            n->removed = true;
+            m.same_as[n->result_id] = again;
+            g->values[n->op.out].redirect = m.value_of[again];
+            continue;
+        }
+        m.producer[n->result_id] = i;
+        m.value_of[n->result_id] = n->op.out;
+        remember_done(&m, src, n->to, n->result_id);
+    }
+    free(m.same_as);
+    free(m.producer);
+    free(m.value_of);
+    free(m.done);
+}

@@ -1,0 +1,15 @@
+/* pipeline.c: the passes, in the order they run (see passes.h). */
+#include <string.h>
+#include "compiler/passes/memplan.h"
+#include "compiler/passes/passes.h"
+
+void tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out)
+{
+    memset(out, 0, sizeof *out);
+    if (opts->merge)
+        tp_pass_merge(g);
+    tp_pass_dce(g);
+    tp_pass_lower(g, out);
+    tp_ir_set_dtype(out, opts->dtype);
+    tp_memplan(out);
+}
