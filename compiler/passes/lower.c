@@ -2,8 +2,8 @@
  *
  * Every value the graph kept becomes a buffer with the shape each rank
  * holds, numbered in the order the forward pass made them; a value merged
- * into another (-O1) becomes none, and what was said of it (an output, a
- * float32-only piece of the loss) is said of the value that replaced it.
+ * into another (-O1) becomes none: its readers read the value that
+ * replaced it.
  * The weight table is the graph's, in order of first use. Ranks differ
  * only in which slice they hold, which the schedule writer materialises
  * per rank. */
@@ -31,16 +31,9 @@ static void lower_values(const tp_graph *g, tp_ir *ir, int *buffer_of)
         b.alias_of = -1;
         buffer_of[v] = tp_ir_add_buf(ir, &b);
     }
-    for (int v = 0; v < g->nvalues; v++) {
-        const tp_gvalue *gv = &g->values[v];
-        if (gv->redirect >= 0) {
-            tp_ir_buf *kept = &ir->bufs[buffer_of[tp_graph_resolve(g, v)]];
-            kept->output |= gv->output;
-            kept->f32_only |= gv->f32_only;
-        } else if (gv->alias_of >= 0) {
-            ir->bufs[buffer_of[v]].alias_of = buffer_of[tp_graph_storage(g, gv->alias_of)];
-        }
-    }
+    for (int v = 0; v < g->nvalues; v++)
+        if (g->values[v].redirect < 0 && g->values[v].alias_of >= 0)
+            ir->bufs[buffer_of[v]].alias_of = buffer_of[tp_graph_storage(g, g->values[v].alias_of)];
 }
 
 static int buffer(const tp_graph *g, const int *buffer_of, int v)

@@ -8,7 +8,8 @@
  * of a tensor is another tensor with another layout history. A merged
  * node is marked removed and its result redirected, so every later reader
  * reads the kept value; nodes left without readers go in the dead-code
- * pass. */
+ * pass. The graph is complete when this runs, so flags on a merged value
+ * move to the kept one here. */
 #include <stdlib.h>
 #include "compiler/passes/passes.h"
 #include "util/xalloc.h"
@@ -59,6 +60,16 @@ static int earlier_result(const merger *m, const tp_gnode *n, int src)
     return find_done(m, src, n->to);
 }
 
+/* Readers of `from` read `to`; what the forward pass said of `from` (a
+ * model output, a float32-only piece of the loss) now holds for `to`. */
+static void redirect(tp_graph *g, int from, int to)
+{
+    tp_gvalue *kept = &g->values[tp_graph_resolve(g, to)];
+    kept->output |= g->values[from].output;
+    kept->f32_only |= g->values[from].f32_only;
+    g->values[from].redirect = to;
+}
+
 void tp_pass_merge(tp_graph *g)
 {
     merger m = {.g = g};
@@ -84,7 +95,7 @@ void tp_pass_merge(tp_graph *g)
         if (again >= 0) {
             n->removed = true;
             m.same_as[n->result_id] = again;
-            g->values[n->op.out].redirect = m.value_of[again];
+            redirect(g, n->op.out, m.value_of[again]);
             continue;
         }
         m.producer[n->result_id] = i;
