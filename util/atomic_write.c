@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include "util/atomic_write.h"
 #include "util/xalloc.h"
+#include "util/errmsg.h"
 
 static int write_all(int fd, const char *data, size_t len)
 {
@@ -40,17 +41,6 @@ static void sync_dir(const char *path)
     free(dir);
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && errlen)
-        vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 int tp_write_file_atomic(const char *path, const tp_bytes *pieces, int npieces, char *err, size_t errlen)
 {
     char *tmp = tp_xasprintf("%s.tmp.XXXXXX", path);
@@ -58,7 +48,7 @@ int tp_write_file_atomic(const char *path, const tp_bytes *pieces, int npieces, 
     if (fd < 0) {
         int e = errno;
         free(tmp);
-        return fail(err, errlen, "cannot write '%s': cannot create a temporary file next to it: %s", path,
+        return tp_error(err, errlen, "cannot write '%s': cannot create a temporary file next to it: %s", path,
                     strerror(e));
     }
     mode_t mask = umask(0);   /* a new file gets the usual 0666 & ~umask, not mkstemp's 0600 */
@@ -80,10 +70,10 @@ int tp_write_file_atomic(const char *path, const tp_bytes *pieces, int npieces, 
         saved = errno;
         (void)unlink(tmp);
         free(tmp);
-        return fail(err, errlen, "cannot write '%s': cannot replace it: %s", path, strerror(saved));
+        return tp_error(err, errlen, "cannot write '%s': cannot replace it: %s", path, strerror(saved));
     }
     if (failed) {
-        fail(err, errlen, "cannot write '%s': cannot %s the temporary file %s: %s", path, failed, tmp,
+        tp_error(err, errlen, "cannot write '%s': cannot %s the temporary file %s: %s", path, failed, tmp,
              strerror(saved));
         (void)unlink(tmp);   /* best effort: the error above is what matters */
         free(tmp);

@@ -18,6 +18,7 @@
 
 #include "compiler/diag/diag.h"
 #include "util/xalloc.h"
+#include "util/errmsg.h"
 
 typedef struct edit {
     int offset, length;
@@ -31,19 +32,6 @@ typedef struct pending {
     char *real_path;
     char *tmp_path;
 } pending;
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    (void)vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- choosing the edits ---- */
 
@@ -125,7 +113,7 @@ static int check_spans(const tp_diags *d, const tp_sources *src, char *err, size
             tp_span sp = d->items[i].fixits[j].span;
             if (sp.file < 0 || sp.file >= src->count || sp.offset < 0 || sp.length < 0 ||
                 (size_t)sp.offset + (size_t)sp.length > src->files[sp.file].size) {
-                set_err(err, errlen, "fix-it of '%s' [%s] edits outside its file",
+                tp_error(err, errlen, "fix-it of '%s' [%s] edits outside its file",
                         d->items[i].message, d->items[i].check);
                 return -1;
             }
@@ -167,7 +155,7 @@ static char *write_temp(const char *path, const char *real_path, mode_t mode,
     char *tmp = tp_xasprintf("%s.tmp.XXXXXX", real_path);
     int fd = mkstemp(tmp);
     if (fd < 0) {
-        set_err(err, errlen, "cannot create a temporary file for '%s': %s", path,
+        tp_error(err, errlen, "cannot create a temporary file for '%s': %s", path,
                 strerror(errno));
         free(tmp);
         return NULL;
@@ -186,7 +174,7 @@ static char *write_temp(const char *path, const char *real_path, mode_t mode,
     }
     if (!failed)
         return tmp;
-    set_err(err, errlen, "cannot %s a temporary copy of '%s': %s", failed, path,
+    tp_error(err, errlen, "cannot %s a temporary copy of '%s': %s", failed, path,
             strerror(saved));
     (void)unlink(tmp);   /* best effort: the error above is what matters */
     free(tmp);
@@ -201,16 +189,16 @@ static int prepare_file(const tp_source_file *f, const char *data, size_t len,
     p->path = f->path;
     p->real_path = realpath(f->path, NULL);
     if (!p->real_path) {
-        set_err(err, errlen, "cannot write '%s': %s", f->path, strerror(errno));
+        tp_error(err, errlen, "cannot write '%s': %s", f->path, strerror(errno));
         return -1;
     }
     struct stat st;
     if (stat(p->real_path, &st) != 0) {
-        set_err(err, errlen, "cannot write '%s': %s", f->path, strerror(errno));
+        tp_error(err, errlen, "cannot write '%s': %s", f->path, strerror(errno));
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        set_err(err, errlen, "cannot write '%s': not a regular file", f->path);
+        tp_error(err, errlen, "cannot write '%s': not a regular file", f->path);
         return -1;
     }
     p->tmp_path = write_temp(f->path, p->real_path, st.st_mode & 07777, data, len,
@@ -237,7 +225,7 @@ static int check_distinct(const pending *p, int n, char *err, size_t errlen)
 {
     for (int i = 0; i < n - 1; i++) {
         if (strcmp(p[i].real_path, p[n - 1].real_path) == 0) {
-            set_err(err, errlen, "cannot edit '%s' and '%s': they are the same file",
+            tp_error(err, errlen, "cannot edit '%s' and '%s': they are the same file",
                     p[i].path, p[n - 1].path);
             return -1;
         }
@@ -289,7 +277,7 @@ int tp_diags_apply_fixits_counted(const tp_diags *d, const tp_sources *src,
     int applied = prepare_all(d, src, p, &npending, &skipped_here, err, errlen);
     for (int i = 0; i < npending && applied >= 0; i++) {
         if (rename(p[i].tmp_path, p[i].real_path) != 0) {
-            set_err(err, errlen, "cannot replace '%s': %s", p[i].path, strerror(errno));
+            tp_error(err, errlen, "cannot replace '%s': %s", p[i].path, strerror(errno));
             applied = -1;
             break;
         }

@@ -12,24 +12,11 @@
 #include <sys/stat.h>
 
 #include "util/xalloc.h"
+#include "util/errmsg.h"
 
 /* Plans and models are a few kilobytes; anything this big is a mistake
  * (a checkpoint passed by accident) and would only make tpcc slow. */
 #define TP_SOURCE_MAX_SIZE ((size_t)16 << 20)
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    /* Truncation is acceptable: the message is for a human. */
-    (void)vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 void tp_sources_init(tp_sources *s)
 {
@@ -118,15 +105,15 @@ static int check_file_kind(FILE *f, const char *path, char *err, size_t errlen)
 {
     struct stat st;
     if (fstat(fileno(f), &st) != 0) {
-        set_err(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+        tp_error(err, errlen, "cannot read '%s': %s", path, strerror(errno));
         return -1;
     }
     if (S_ISDIR(st.st_mode)) {
-        set_err(err, errlen, "'%s' is a directory", path);
+        tp_error(err, errlen, "'%s' is a directory", path);
         return -1;
     }
     if (S_ISREG(st.st_mode) && (unsigned long long)st.st_size > TP_SOURCE_MAX_SIZE) {
-        set_err(err, errlen, "'%s': file too large (%lld bytes; the limit is 16 MiB)",
+        tp_error(err, errlen, "'%s': file too large (%lld bytes; the limit is 16 MiB)",
                 path, (long long)st.st_size);
         return -1;
     }
@@ -143,14 +130,14 @@ static int read_stream(FILE *f, const char *path, char **text, size_t *size,
     size_t n;
     while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
         if (b.len + n > TP_SOURCE_MAX_SIZE) {
-            set_err(err, errlen, "'%s': file too large (over 16 MiB)", path);
+            tp_error(err, errlen, "'%s': file too large (over 16 MiB)", path);
             tp_buf_free(&b);
             return -1;
         }
         tp_buf_append_n(&b, chunk, n);
     }
     if (ferror(f)) {
-        set_err(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+        tp_error(err, errlen, "cannot read '%s': %s", path, strerror(errno));
         tp_buf_free(&b);
         return -1;
     }
@@ -167,7 +154,7 @@ static int check_text(const char *text, size_t size, const char *path,
     const char *nul = memchr(text, '\0', size);
     if (!nul)
         return 0;
-    set_err(err, errlen, "'%s' is not a text file (NUL byte at offset %zu)",
+    tp_error(err, errlen, "'%s' is not a text file (NUL byte at offset %zu)",
             path, (size_t)(nul - text));
     return -1;
 }
@@ -180,7 +167,7 @@ int tp_sources_load(tp_sources *s, const char *path, char *err, size_t errlen)
 
     FILE *f = fopen(path, "rb");
     if (!f) {
-        set_err(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+        tp_error(err, errlen, "cannot open '%s': %s", path, strerror(errno));
         return -1;
     }
     char *text = NULL;
@@ -191,7 +178,7 @@ int tp_sources_load(tp_sources *s, const char *path, char *err, size_t errlen)
     /* A read-only stream has nothing to flush, but a failing close still
      * means we cannot trust what we read. */
     if (fclose(f) != 0 && rc == 0) {
-        set_err(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+        tp_error(err, errlen, "cannot read '%s': %s", path, strerror(errno));
         rc = -1;
     }
     if (rc == 0)

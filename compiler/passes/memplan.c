@@ -41,6 +41,7 @@
 
 #include "compiler/passes/memplan.h"
 #include "util/xalloc.h"
+#include "util/errmsg.h"
 
 #define ARENA_ALIGN 256
 #define MAX_IN ((int)(sizeof ((tp_ir_op *)0)->in / sizeof ((tp_ir_op *)0)->in[0]))
@@ -50,18 +51,6 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 static int64_t buf_bytes(const tp_ir_buf *b)
 {
     return tp_ir_buf_elems(b) * (int64_t)tp_dtype_size(b->dtype);
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    (void)vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 /* ---- lifetimes ---- */
@@ -372,17 +361,17 @@ static bool check_refs(const tp_ir *ir, char *err, size_t errlen)
     for (int i = 0; i < ir->nops; i++) {
         const tp_ir_op *op = &ir->ops[i];
         if (op->nin < 0 || op->nin > MAX_IN) {
-            set_err(err, errlen, "op %d (%s) has %d inputs", i, tp_op_names[op->kind], op->nin);
+            tp_error(err, errlen, "op %d (%s) has %d inputs", i, tp_op_names[op->kind], op->nin);
             return false;
         }
         if (op->out < -1 || op->out >= ir->nbufs) {
-            set_err(err, errlen, "op %d (%s) writes buffer %d, outside the %d buffers", i,
+            tp_error(err, errlen, "op %d (%s) writes buffer %d, outside the %d buffers", i,
                     tp_op_names[op->kind], op->out, ir->nbufs);
             return false;
         }
         for (int k = 0; k < op->nin; k++) {
             if (op->in[k] < 0 || op->in[k] >= ir->nbufs) {
-                set_err(err, errlen, "op %d (%s) reads buffer %d, outside the %d buffers", i,
+                tp_error(err, errlen, "op %d (%s) reads buffer %d, outside the %d buffers", i,
                         tp_op_names[op->kind], op->in[k], ir->nbufs);
                 return false;
             }
@@ -398,7 +387,7 @@ static bool check_buffers(const tp_ir *ir, const lifetimes *L, char *err, size_t
     for (int b = 0; b < ir->nbufs; b++) {
         const tp_ir_buf *buf = &ir->bufs[b];
         if (L->root[b] < 0) {
-            set_err(err, errlen, "buffer %d (%s): its alias chain loops or leaves the buffer table", b,
+            tp_error(err, errlen, "buffer %d (%s): its alias chain loops or leaves the buffer table", b,
                     name_of(ir, b));
             return false;
         }
@@ -407,18 +396,18 @@ static bool check_buffers(const tp_ir *ir, const lifetimes *L, char *err, size_t
             continue;   /* never live: no storage needed */
         int r = L->root[b];
         if (r != b && buf->offset != ir->bufs[r].offset) {
-            set_err(err, errlen, "buffer %d (%s) is a view of buffer %d (%s) but has offset %" PRId64
+            tp_error(err, errlen, "buffer %d (%s) is a view of buffer %d (%s) but has offset %" PRId64
                     ", not %" PRId64, b, name_of(ir, b), r, name_of(ir, r), buf->offset, ir->bufs[r].offset);
             return false;
         }
         int64_t bytes = buf_bytes(buf);
         if (buf->offset < 0 || buf->offset % ARENA_ALIGN != 0) {
-            set_err(err, errlen, "buffer %d (%s) is live but has offset %" PRId64
+            tp_error(err, errlen, "buffer %d (%s) is live but has offset %" PRId64
                     " (not a non-negative multiple of %d)", b, name_of(ir, b), buf->offset, ARENA_ALIGN);
             return false;
         }
         if (buf->offset + bytes > ir->arena_bytes) {
-            set_err(err, errlen, "buffer %d (%s) at %" PRId64 " + %" PRId64 " bytes ends beyond the arena (%"
+            tp_error(err, errlen, "buffer %d (%s) at %" PRId64 " + %" PRId64 " bytes ends beyond the arena (%"
                     PRId64 " bytes)", b, name_of(ir, b), buf->offset, bytes, ir->arena_bytes);
             return false;
         }
@@ -463,7 +452,7 @@ bool tp_memplan_verify(const tp_ir *ir, char *err, size_t errlen)
             int64_t yo = ir->bufs[b].offset;
             if (xo < yo + y->extent && yo < xo + x->extent) {
                 int64_t from = y->start, to = x->end < y->end ? x->end : y->end;
-                set_err(err, errlen, "buffers %d (%s, bytes %" PRId64 "..%" PRId64 ") and %d (%s, bytes %"
+                tp_error(err, errlen, "buffers %d (%s, bytes %" PRId64 "..%" PRId64 ") and %d (%s, bytes %"
                         PRId64 "..%" PRId64 ") are both live from op %" PRId64 " to op %" PRId64
                         " but overlap in the arena", a, name_of(ir, a), xo, xo + x->extent, b, name_of(ir, b),
                         yo, yo + y->extent, op_of(ir, from), op_of(ir, to));

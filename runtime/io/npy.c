@@ -17,22 +17,11 @@
 #include <unistd.h>
 
 #include "util/xalloc.h"
+#include "util/errmsg.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "npy.c assumes a little-endian host"
 #endif
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static void append_shape(tp_buf *b, const int64_t *shape, int ndim)
 {
@@ -50,16 +39,16 @@ int tp_npy_write(const char *path, tp_npy_dtype dtype, const void *data, const i
                  size_t errlen)
 {
     if (ndim < 0 || ndim > TP_NPY_MAX_DIMS)
-        return fail(err, errlen, "%s: cannot write a %d-dimensional array (at most %d)", path, ndim,
+        return tp_error(err, errlen, "%s: cannot write a %d-dimensional array (at most %d)", path, ndim,
                     TP_NPY_MAX_DIMS);
     if (dtype != TP_NPY_F32 && dtype != TP_NPY_I32)
-        return fail(err, errlen, "%s: unsupported dtype", path);
+        return tp_error(err, errlen, "%s: unsupported dtype", path);
     uint64_t count = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
-            return fail(err, errlen, "%s: negative dimension %" PRId64, path, shape[i]);
+            return tp_error(err, errlen, "%s: negative dimension %" PRId64, path, shape[i]);
         if (__builtin_mul_overflow(count, (uint64_t)shape[i], &count) || count > SIZE_MAX / 4)
-            return fail(err, errlen, "%s: array too large", path);
+            return tp_error(err, errlen, "%s: array too large", path);
     }
     size_t bytes = (size_t)count * 4;
 
@@ -74,7 +63,7 @@ int tp_npy_write(const char *path, tp_npy_dtype dtype, const void *data, const i
     tp_buf_append(&h, "\n");
     if (h.len > 65535) {
         tp_buf_free(&h);
-        return fail(err, errlen, "%s: header too long", path);
+        return tp_error(err, errlen, "%s: header too long", path);
     }
     unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(h.len & 0xff),
                              (unsigned char)(h.len >> 8)};
@@ -272,45 +261,45 @@ static int npy_load(const char *path, npy_check check, hdr *h, void **raw, size_
     *raw = NULL;
     FILE *fp = fopen(path, "rb");
     if (!fp)
-        return fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return tp_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     int rc = -1;
     char *htext = NULL;
     unsigned char pre[12];
     if (fread(pre, 1, 8, fp) != 8 || memcmp(pre, "\x93NUMPY", 6) != 0) {
-        fail(err, errlen, "%s: not a NumPy .npy file (no \\x93NUMPY magic)", path);
+        tp_error(err, errlen, "%s: not a NumPy .npy file (no \\x93NUMPY magic)", path);
         goto done;
     }
     int major = pre[6], minor = pre[7];
     size_t hlen;
     if (major == 1) {
         if (fread(pre + 8, 1, 2, fp) != 2) {
-            fail(err, errlen, "%s: truncated .npy header", path);
+            tp_error(err, errlen, "%s: truncated .npy header", path);
             goto done;
         }
         hlen = (size_t)pre[8] | (size_t)pre[9] << 8;
     } else if (major == 2 || major == 3) {
         if (fread(pre + 8, 1, 4, fp) != 4) {
-            fail(err, errlen, "%s: truncated .npy header", path);
+            tp_error(err, errlen, "%s: truncated .npy header", path);
             goto done;
         }
         hlen = (size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
         if (hlen > (64u << 20)) {
-            fail(err, errlen, "%s: .npy header length %zu is absurd", path, hlen);
+            tp_error(err, errlen, "%s: .npy header length %zu is absurd", path, hlen);
             goto done;
         }
     } else {
-        fail(err, errlen, "%s: unsupported .npy format version %d.%d", path, major, minor);
+        tp_error(err, errlen, "%s: unsupported .npy format version %d.%d", path, major, minor);
         goto done;
     }
     htext = tp_xmalloc(hlen + 1);
     if (fread(htext, 1, hlen, fp) != hlen) {
-        fail(err, errlen, "%s: truncated .npy header (%zu bytes announced)", path, hlen);
+        tp_error(err, errlen, "%s: truncated .npy header (%zu bytes announced)", path, hlen);
         goto done;
     }
     htext[hlen] = '\0';
     *h = (hdr){.p = htext, .end = htext + hlen};
     if (!parse_header(h) || !h->has_descr || !h->has_order || !h->has_shape) {
-        fail(err, errlen, "%s: cannot parse the .npy header%s%s: %.*s", path, h->problem ? ": " : "",
+        tp_error(err, errlen, "%s: cannot parse the .npy header%s%s: %.*s", path, h->problem ? ": " : "",
              h->problem ? h->problem : "", (int)(hlen > 200 ? 200 : hlen), htext);
         goto done;
     }
@@ -323,13 +312,13 @@ static int npy_load(const char *path, npy_check check, hdr *h, void **raw, size_
     for (int i = 0; i < h->ndim; i++)
         big += h->shape[i] > 1;
     if (h->fortran && big > 1) {
-        fail(err, errlen, "%s: the array is in Fortran order; save a C-order array (np.ascontiguousarray(a))", path);
+        tp_error(err, errlen, "%s: the array is in Fortran order; save a C-order array (np.ascontiguousarray(a))", path);
         goto done;
     }
     uint64_t n = 1;
     for (int i = 0; i < h->ndim; i++) {
         if (__builtin_mul_overflow(n, (uint64_t)h->shape[i], &n) || n > (SIZE_MAX / 8)) {
-            fail(err, errlen, "%s: array too large", path);
+            tp_error(err, errlen, "%s: array too large", path);
             goto done;
         }
     }
@@ -339,14 +328,14 @@ static int npy_load(const char *path, npy_check check, hdr *h, void **raw, size_
     long here = ftell(fp);
     if (fstat(fileno(fp), &st) == 0 && S_ISREG(st.st_mode) && here >= 0 &&
         (uint64_t)st.st_size >= (uint64_t)here && (uint64_t)st.st_size - (uint64_t)here < bytes) {
-        fail(err, errlen, "%s: data is truncated: %" PRIu64 " of %zu bytes", path,
+        tp_error(err, errlen, "%s: data is truncated: %" PRIu64 " of %zu bytes", path,
              (uint64_t)st.st_size - (uint64_t)here, bytes);
         goto done;
     }
     *raw = tp_xmalloc(bytes);
     size_t got = bytes ? fread(*raw, 1, bytes, fp) : 0;
     if (got != bytes) {
-        fail(err, errlen, "%s: data is truncated: %zu of %zu bytes", path, got, bytes);
+        tp_error(err, errlen, "%s: data is truncated: %zu of %zu bytes", path, got, bytes);
         free(*raw);
         *raw = NULL;
         goto done;
@@ -363,7 +352,7 @@ static size_t check_tokens(const char *path, const hdr *h, char *err, size_t err
 {
     size_t isz = strcmp(h->descr, "<i4") == 0 ? 4 : strcmp(h->descr, "<i8") == 0 ? 8 : 0;
     if (!isz) {
-        fail(err, errlen,
+        tp_error(err, errlen,
              "%s: token ids must be int32 ('<i4') or int64 ('<i8'), but the array has dtype '%s'%s; convert with "
              "ids.astype(np.int32)",
              path, h->descr, dtype_hint(h->descr));
@@ -372,7 +361,7 @@ static size_t check_tokens(const char *path, const hdr *h, char *err, size_t err
     if (h->ndim != 1 && h->ndim != 2) {
         char sh[256];
         shape_text(sh, sizeof sh, h->shape, h->ndim);
-        fail(err, errlen, "%s: token ids must be 1-D [seq] or 2-D [batch, seq], but the array has shape %s", path, sh);
+        tp_error(err, errlen, "%s: token ids must be 1-D [seq] or 2-D [batch, seq], but the array has shape %s", path, sh);
         return 0;
     }
     return isz;
@@ -394,7 +383,7 @@ int tp_npy_read_tokens(const char *path, int32_t **out, int64_t shape[2], int *n
             int64_t v;
             memcpy(&v, (char *)raw + 8 * i, 8);
             if (v < INT32_MIN || v > INT32_MAX) {
-                fail(err, errlen, "%s: token id %" PRId64 " at flat index %zu does not fit in int32", path, v, i);
+                tp_error(err, errlen, "%s: token id %" PRId64 " at flat index %zu does not fit in int32", path, v, i);
                 free(ids);
                 free(raw);
                 return -1;
@@ -416,7 +405,7 @@ static size_t check_float(const char *path, const hdr *h, char *err, size_t errl
         return 4;
     if (strcmp(h->descr, "<f8") == 0)
         return 8;
-    fail(err, errlen, "%s: expected a float32 ('<f4') or float64 ('<f8') array, but it has dtype '%s'%s", path,
+    tp_error(err, errlen, "%s: expected a float32 ('<f4') or float64 ('<f8') array, but it has dtype '%s'%s", path,
          h->descr, dtype_hint(h->descr));
     return 0;
 }

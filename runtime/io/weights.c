@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "util/xalloc.h"
+#include "util/errmsg.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "weights.c assumes a little-endian host (safetensors data is little-endian)"
@@ -83,18 +84,6 @@ struct tp_checkpoint {
     atomic_size_t bytes_read;
     atomic_size_t rank_bytes[TP_CHECKPOINT_MAX_RANKS];
 };
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static void format_shape(char *buf, size_t len, int ndim, const int64_t *shape)
 {
@@ -177,25 +166,25 @@ static int parse_entry(tp_checkpoint *c, size_t fi, const char *name, json_t *v,
     const ck_file *f = &c->files[fi];
     const char *fp = f->path;
     if (!json_is_object(v))
-        return fail(err, errlen, "%s: tensor '%s': entry is not a JSON object", fp, name);
+        return tp_error(err, errlen, "%s: tensor '%s': entry is not a JSON object", fp, name);
 
     json_t *jd = json_object_get(v, "dtype");
     if (!jd)
-        return fail(err, errlen, "%s: tensor '%s': missing \"dtype\"", fp, name);
+        return tp_error(err, errlen, "%s: tensor '%s': missing \"dtype\"", fp, name);
     if (!json_is_string(jd))
-        return fail(err, errlen, "%s: tensor '%s': \"dtype\" is not a string", fp, name);
+        return tp_error(err, errlen, "%s: tensor '%s': \"dtype\" is not a string", fp, name);
     const dtype_info *dt = dtype_lookup(json_string_value(jd));
     if (!dt)
-        return fail(err, errlen, "%s: tensor '%s': unknown dtype '%s'", fp, name, json_string_value(jd));
+        return tp_error(err, errlen, "%s: tensor '%s': unknown dtype '%s'", fp, name, json_string_value(jd));
 
     json_t *js = json_object_get(v, "shape");
     if (!js)
-        return fail(err, errlen, "%s: tensor '%s': missing \"shape\"", fp, name);
+        return tp_error(err, errlen, "%s: tensor '%s': missing \"shape\"", fp, name);
     if (!json_is_array(js))
-        return fail(err, errlen, "%s: tensor '%s': \"shape\" is not an array", fp, name);
+        return tp_error(err, errlen, "%s: tensor '%s': \"shape\" is not an array", fp, name);
     size_t nd = json_array_size(js);
     if (nd > MAX_DIMS)
-        return fail(err, errlen, "%s: tensor '%s': shape has %zu dimensions; at most %d are supported", fp, name,
+        return tp_error(err, errlen, "%s: tensor '%s': shape has %zu dimensions; at most %d are supported", fp, name,
                     nd, MAX_DIMS);
     ck_tensor t = {0};
     t.dtype = dt;
@@ -206,35 +195,35 @@ static int parse_entry(tp_checkpoint *c, size_t fi, const char *name, json_t *v,
     for (size_t i = 0; i < nd; i++) {
         int64_t d = json_nonneg(json_array_get(js, i));
         if (d < 0)
-            return fail(err, errlen, "%s: tensor '%s': shape entry %zu is not a non-negative integer", fp, name, i);
+            return tp_error(err, errlen, "%s: tensor '%s': shape entry %zu is not a non-negative integer", fp, name, i);
         t.shape[i] = d;
         if (__builtin_mul_overflow(numel, (uint64_t)d, &numel))
             overflow = true;
     }
     uint64_t need;
     if (overflow || __builtin_mul_overflow(numel, (uint64_t)dt->size, &need))
-        return fail(err, errlen, "%s: tensor '%s': shape is too large (element count overflows)", fp, name);
+        return tp_error(err, errlen, "%s: tensor '%s': shape is too large (element count overflows)", fp, name);
 
     json_t *jo = json_object_get(v, "data_offsets");
     if (!jo)
-        return fail(err, errlen, "%s: tensor '%s': missing \"data_offsets\"", fp, name);
+        return tp_error(err, errlen, "%s: tensor '%s': missing \"data_offsets\"", fp, name);
     if (!json_is_array(jo) || json_array_size(jo) != 2)
-        return fail(err, errlen, "%s: tensor '%s': \"data_offsets\" is not an array of two integers", fp, name);
+        return tp_error(err, errlen, "%s: tensor '%s': \"data_offsets\" is not an array of two integers", fp, name);
     int64_t b = json_nonneg(json_array_get(jo, 0)), e = json_nonneg(json_array_get(jo, 1));
     if (b < 0 || e < 0)
-        return fail(err, errlen, "%s: tensor '%s': \"data_offsets\" must be two non-negative integers", fp, name);
+        return tp_error(err, errlen, "%s: tensor '%s': \"data_offsets\" must be two non-negative integers", fp, name);
     if (b > e)
-        return fail(err, errlen, "%s: tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "): begin is past the end",
+        return tp_error(err, errlen, "%s: tensor '%s': data_offsets [%" PRId64 ", %" PRId64 "): begin is past the end",
                     fp, name, b, e);
     if ((uint64_t)e > f->data_size)
-        return fail(err, errlen,
+        return tp_error(err, errlen,
                     "%s: tensor '%s': data_offsets [%" PRId64 ", %" PRId64
                     ") run past the end of the data section (%zu bytes)",
                     fp, name, b, e, f->data_size);
     if ((uint64_t)(e - b) != need) {
         char sh[256];
         format_shape(sh, sizeof sh, t.ndim, t.shape);
-        return fail(err, errlen,
+        return tp_error(err, errlen,
                     "%s: tensor '%s': data_offsets [%" PRId64 ", %" PRId64 ") hold %" PRId64
                     " bytes, but shape %s of %s needs %" PRIu64 " bytes",
                     fp, name, b, e, e - b, sh, dt->name, need);
@@ -259,16 +248,16 @@ static int load_file(tp_checkpoint *c, const char *path, char *err, size_t errle
 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return tp_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fail(err, errlen, "%s: cannot stat: %s", path, strerror(e));
+        return tp_error(err, errlen, "%s: cannot stat: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, "%s: not a regular file", path);
+        return tp_error(err, errlen, "%s: not a regular file", path);
     }
     f->size = (size_t)st.st_size;
     if (f->size > 0) {
@@ -276,23 +265,23 @@ static int load_file(tp_checkpoint *c, const char *path, char *err, size_t errle
         if (m == MAP_FAILED) {
             int e = errno;
             close(fd);
-            return fail(err, errlen, "%s: cannot map: %s", path, strerror(e));
+            return tp_error(err, errlen, "%s: cannot map: %s", path, strerror(e));
         }
         f->map = m;
     }
     close(fd);
 
     if (f->size < 8)
-        return fail(err, errlen, "%s: file is %zu bytes, shorter than the 8-byte header length of a safetensors file",
+        return tp_error(err, errlen, "%s: file is %zu bytes, shorter than the 8-byte header length of a safetensors file",
                     path, f->size);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = n << 8 | f->map[i];
     if (n > MAX_HEADER_BYTES)
-        return fail(err, errlen, "%s: header length %" PRIu64 " is absurd (over 100 MiB): not a safetensors file?",
+        return tp_error(err, errlen, "%s: header length %" PRIu64 " is absurd (over 100 MiB): not a safetensors file?",
                     path, n);
     if (n > f->size - 8)
-        return fail(err, errlen, "%s: header length %" PRIu64 " runs past the end of the file (%zu bytes)", path, n,
+        return tp_error(err, errlen, "%s: header length %" PRIu64 " runs past the end of the file (%zu bytes)", path, n,
                     f->size);
     f->data = f->map + 8 + n;
     f->data_size = f->size - 8 - (size_t)n;
@@ -300,10 +289,10 @@ static int load_file(tp_checkpoint *c, const char *path, char *err, size_t errle
     json_error_t je;
     json_t *root = json_loadb((const char *)f->map + 8, (size_t)n, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return fail(err, errlen, "%s: header is not valid JSON: %s (header byte %d)", path, je.text, je.position);
+        return tp_error(err, errlen, "%s: header is not valid JSON: %s (header byte %d)", path, je.text, je.position);
     if (!json_is_object(root)) {
         json_decref(root);
-        return fail(err, errlen, "%s: header is not a JSON object", path);
+        return tp_error(err, errlen, "%s: header is not a JSON object", path);
     }
 
     size_t first = c->ntensors;
@@ -334,7 +323,7 @@ static int load_file(tp_checkpoint *c, const char *path, char *err, size_t errle
     int rc = 0;
     for (size_t i = 1, far = 0; i < k; i++) {
         if (sp[i].begin < sp[far].end) {
-            rc = fail(err, errlen,
+            rc = tp_error(err, errlen,
                       "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 ") overlap '%s' [%" PRIu64 ", %" PRIu64 ")",
                       path, sp[far].name, sp[far].begin, sp[far].end, sp[i].name, sp[i].begin, sp[i].end);
             break;
@@ -363,7 +352,7 @@ static char *read_small_file(const char *path, size_t limit, size_t *len, char *
 {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        tp_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     tp_buf b = {0};
@@ -374,7 +363,7 @@ static char *read_small_file(const char *path, size_t limit, size_t *len, char *
         if (b.len > limit) {
             fclose(fp);
             tp_buf_free(&b);
-            fail(err, errlen, "%s: file is absurdly large (over %zu bytes)", path, limit);
+            tp_error(err, errlen, "%s: file is absurdly large (over %zu bytes)", path, limit);
             return NULL;
         }
     }
@@ -382,7 +371,7 @@ static char *read_small_file(const char *path, size_t limit, size_t *len, char *
     fclose(fp);
     if (bad) {
         tp_buf_free(&b);
-        fail(err, errlen, "%s: read error", path);
+        tp_error(err, errlen, "%s: read error", path);
         return NULL;
     }
     *len = b.len;
@@ -399,12 +388,12 @@ static int load_index(tp_checkpoint *c, const char *index_path, char *err, size_
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     free(text);
     if (!root)
-        return fail(err, errlen, "%s: not valid JSON: %s (line %d, column %d)", index_path, je.text, je.line,
+        return tp_error(err, errlen, "%s: not valid JSON: %s (line %d, column %d)", index_path, je.text, je.line,
                     je.column);
     json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
     if (!json_is_object(wm) || json_object_size(wm) == 0) {
         json_decref(root);
-        return fail(err, errlen, "%s: no \"weight_map\" object mapping tensor names to files", index_path);
+        return tp_error(err, errlen, "%s: no \"weight_map\" object mapping tensor names to files", index_path);
     }
 
     char *dir = path_dirname(index_path);
@@ -417,13 +406,13 @@ static int load_index(tp_checkpoint *c, const char *index_path, char *err, size_
     json_object_foreach(wm, key, val)
     {
         if (!json_is_string(val)) {
-            rc = fail(err, errlen, "%s: tensor '%s': the file it maps to is not a string", index_path, key);
+            rc = tp_error(err, errlen, "%s: tensor '%s': the file it maps to is not a string", index_path, key);
             break;
         }
         const char *file = json_string_value(val);
         if (file[0] == '\0' || file[0] == '/' || strcmp(file, "..") == 0 || strncmp(file, "../", 3) == 0 ||
             strstr(file, "/../") || has_suffix(file, "/..")) {
-            rc = fail(err, errlen, "%s: tensor '%s': file '%s' is not a path inside the checkpoint directory",
+            rc = tp_error(err, errlen, "%s: tensor '%s': file '%s' is not a path inside the checkpoint directory",
                       index_path, key, file);
             break;
         }
@@ -435,7 +424,7 @@ static int load_index(tp_checkpoint *c, const char *index_path, char *err, size_
         char *full = path_join(dir, file);
         bool is_dir = false;
         if (!file_exists(full, &is_dir) || is_dir) {
-            rc = fail(err, errlen, "%s: tensor '%s' is mapped to '%s', which does not exist (looked for %s)",
+            rc = tp_error(err, errlen, "%s: tensor '%s' is mapped to '%s', which does not exist (looked for %s)",
                       index_path, key, file, full);
             free(full);
             break;
@@ -455,7 +444,7 @@ static int load_index(tp_checkpoint *c, const char *index_path, char *err, size_
             qsort(c->tensors, c->ntensors, sizeof *c->tensors, cmp_tensor_name);
         for (size_t i = 1; i < c->ntensors; i++)
             if (strcmp(c->tensors[i - 1].name, c->tensors[i].name) == 0) {
-                rc = fail(err, errlen, "%s: tensor '%s' is in two shards: %s and %s", index_path,
+                rc = tp_error(err, errlen, "%s: tensor '%s' is in two shards: %s and %s", index_path,
                           c->tensors[i].name, c->files[c->tensors[i - 1].file].path,
                           c->files[c->tensors[i].file].path);
                 break;
@@ -467,14 +456,14 @@ static int load_index(tp_checkpoint *c, const char *index_path, char *err, size_
             const ck_tensor *t = find_tensor(c, key);
             const char *file = json_string_value(val);
             if (!t) {
-                rc = fail(err, errlen, "%s: tensor '%s' is mapped to '%s', which has no such tensor", index_path, key,
+                rc = tp_error(err, errlen, "%s: tensor '%s' is mapped to '%s', which has no such tensor", index_path, key,
                           file);
                 break;
             }
             char *full = path_join(dir, file);
             bool same = strcmp(c->files[t->file].path, full) == 0;
             if (!same) {
-                rc = fail(err, errlen, "%s: tensor '%s' is mapped to '%s', but it is in %s", index_path, key, file,
+                rc = tp_error(err, errlen, "%s: tensor '%s' is mapped to '%s', but it is in %s", index_path, key, file,
                           c->files[t->file].path);
                 free(full);
                 break;
@@ -504,7 +493,7 @@ int tp_checkpoint_open(tp_checkpoint **out, const char *path, char *err, size_t 
     int rc;
     bool is_dir = false;
     if (!file_exists(path, &is_dir)) {
-        rc = fail(err, errlen, "%s: no such file or directory", path);
+        rc = tp_error(err, errlen, "%s: no such file or directory", path);
     } else if (is_dir) {
         char *index = path_join(path, "model.safetensors.index.json");
         char *single = path_join(path, "model.safetensors");
@@ -513,7 +502,7 @@ int tp_checkpoint_open(tp_checkpoint **out, const char *path, char *err, size_t 
         else if (file_exists(single, NULL))
             rc = load_file(c, single, err, errlen);
         else
-            rc = fail(err, errlen, "%s: directory holds neither model.safetensors nor model.safetensors.index.json",
+            rc = tp_error(err, errlen, "%s: directory holds neither model.safetensors nor model.safetensors.index.json",
                       path);
         free(index);
         free(single);
@@ -659,22 +648,22 @@ static int resolve(const tp_weight_slice *s, view *v, char *err, size_t errlen)
     const char *name = s->name ? s->name : "(null)";
     int ndim = s->ndim ? s->ndim : (s->shape[1] == 0 ? 1 : 2);
     if (ndim != 1 && ndim != 2)
-        return fail(err, errlen, "tensor '%s': ndim %d is not supported (1 or 2)", name, s->ndim);
+        return tp_error(err, errlen, "tensor '%s': ndim %d is not supported (1 or 2)", name, s->ndim);
     int64_t shape[2] = {s->shape[0], ndim == 2 ? s->shape[1] : 1};
     bool no_logical = s->logical[0] == 0 && s->logical[1] == 0;
     int64_t logical[2] = {no_logical ? shape[0] : s->logical[0],
                           ndim == 2 ? (no_logical ? shape[1] : s->logical[1]) : 1};
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0 || logical[i] < 0)
-            return fail(err, errlen, "tensor '%s': negative size in dimension %d", name, i);
+            return tp_error(err, errlen, "tensor '%s': negative size in dimension %d", name, i);
         if (logical[i] > shape[i])
-            return fail(err, errlen,
+            return tp_error(err, errlen,
                         "tensor '%s': checkpoint size %" PRId64 " of dimension %d exceeds the padded size %" PRId64,
                         name, logical[i], i, shape[i]);
     }
     int64_t numel;
     if (__builtin_mul_overflow(shape[0], shape[1], &numel) || numel > (int64_t)(SIZE_MAX / sizeof(float)))
-        return fail(err, errlen, "tensor '%s': shape is too large", name);
+        return tp_error(err, errlen, "tensor '%s': shape is too large", name);
     v->ndim = ndim;
     if (ndim == 2) {
         v->R = logical[0], v->C = logical[1], v->PR = shape[0], v->PC = shape[1];
@@ -685,10 +674,10 @@ static int resolve(const tp_weight_slice *s, view *v, char *err, size_t errlen)
     if (s->dim == -1)
         return 0;
     if (s->dim < 0 || s->dim >= ndim)
-        return fail(err, errlen, "tensor '%s': cannot slice dimension %d of a %d-D tensor", name, s->dim, ndim);
+        return tp_error(err, errlen, "tensor '%s': cannot slice dimension %d of a %d-D tensor", name, s->dim, ndim);
     int64_t size = shape[s->dim];
     if (s->offset < 0 || s->length < 0 || s->offset > size || s->length > size - s->offset)
-        return fail(err, errlen,
+        return tp_error(err, errlen,
                     "tensor '%s' (rank %d): slice [%" PRId64 ", %" PRId64 ") of dimension %d is outside its padded "
                     "size %" PRId64,
                     name, s->rank, s->offset, s->offset + s->length, s->dim, size);
@@ -767,7 +756,7 @@ static const char *suggest(const tp_checkpoint *c, const char *name)
 int tp_checkpoint_read(tp_checkpoint *c, const tp_weight_slice *s, float *dst, char *err, size_t errlen)
 {
     if (!s->name)
-        return fail(err, errlen, "%s: a slice without a tensor name", c->path);
+        return tp_error(err, errlen, "%s: a slice without a tensor name", c->path);
     view v;
     if (resolve(s, &v, err, errlen) != 0)
         return -1;
@@ -778,7 +767,7 @@ int tp_checkpoint_read(tp_checkpoint *c, const tp_weight_slice *s, float *dst, c
     const ck_tensor *t = find_tensor(c, s->name);
     if (!t) {
         const char *hint = suggest(c, s->name);
-        return fail(err, errlen, "%s: checkpoint has no tensor '%s' (expected shape %s)%s%s%s", c->path, s->name,
+        return tp_error(err, errlen, "%s: checkpoint has no tensor '%s' (expected shape %s)%s%s%s", c->path, s->name,
                     want_s, hint ? "; did you mean '" : "", hint ? hint : "", hint ? "'?" : "");
     }
     const char *fp = c->files[t->file].path;
@@ -799,10 +788,10 @@ int tp_checkpoint_read(tp_checkpoint *c, const tp_weight_slice *s, float *dst, c
             hint = " (it is transposed: a Conv1D [in, out] layout? tprun expects nn.Linear's [out, in])";
         else if (v.ndim == 2 && t->ndim == 2 && t->shape[0] == v.PR && t->shape[1] == v.PC)
             hint = " (the checkpoint is already padded: pass logical = shape)";
-        return fail(err, errlen, "%s: tensor '%s' has shape %s, expected %s%s", fp, s->name, have_s, want_s, hint);
+        return tp_error(err, errlen, "%s: tensor '%s' has shape %s, expected %s%s", fp, s->name, have_s, want_s, hint);
     }
     if (t->dtype->loadable < 0)
-        return fail(err, errlen, "%s: tensor '%s' has dtype %s, which tprun cannot load (supported: F32, BF16, F16)",
+        return tp_error(err, errlen, "%s: tensor '%s' has dtype %s, which tprun cannot load (supported: F32, BF16, F16)",
                     fp, s->name, t->dtype->name);
 
     const uint8_t *base = c->files[t->file].data + t->begin;
