@@ -103,20 +103,6 @@ static void set_dim(tp_param *p, int i, int64_t n, int64_t padded, const tp_node
     p->dimname[i] = tp_expr_text(expr);
 }
 
-static bool eval_positive(builder *b, const tp_node *e, int64_t *out)
-{
-    if (!tp_eval_int(b->c, e, out))
-        return false;
-    if (*out <= 0) {
-        char *t = tp_expr_text(e);
-        tp_diag_add(b->d, TP_ERROR, e->span, "config", "size '%s' is %lld; it must be positive",
-                    t, (long long)*out);
-        free(t);
-        return false;
-    }
-    return true;
-}
-
 static bool check_keywords(builder *b, const tp_node *ctor, const leaf_type *lt)
 {
     bool ok = true;
@@ -159,11 +145,11 @@ static tp_module *build_leaf(builder *b, const leaf_type *lt, const tp_node *cto
         return NULL;
     int64_t size[2] = {0, 0};
     for (int i = 0; i < lt->npos; i++)
-        if (!eval_positive(b, tp_call_pos(ctor, i), &size[i]))
+        if (!tp_eval_size(b->c, tp_call_pos(ctor, i), &size[i]))
             return NULL;
     int64_t pad = 1;
     const tp_node *pad_e = tp_call_kw(ctor, "pad_to");
-    if (pad_e && !eval_positive(b, pad_e, &pad))
+    if (pad_e && !tp_eval_size(b->c, pad_e, &pad))
         return NULL;
     int64_t vocab = lt->kind == TP_MOD_LINEAR ? size[1] : size[0], vocab_padded = padded_size(vocab, pad);
     int64_t elems;
@@ -218,7 +204,7 @@ static tp_module *build_list(builder *b, const tp_node *ctor, const char *name, 
                     "repeat() takes a module and a count: repeat(Block(), layers)");
         return NULL;
     }
-    if (!eval_positive(b, count_e, &n))
+    if (!tp_eval_size(b->c, count_e, &n))
         return NULL;
     if (n > 100000) {
         tp_diag_add(b->d, TP_ERROR, count_e->span, "model", "repeat count %lld is too large", (long long)n);

@@ -51,9 +51,9 @@ static const op_rule *find_rule(const char *name)
 
 bool op_is_primitive(const char *name) { return find_rule(name) != NULL; }
 
-static const iv none_iv = {IV_NONE, NULL, NULL, 0};
+static const iv none_iv = {IV_NONE, NULL, NULL, 0, 0};
 
-static iv tensor_iv(tp_val *v) { return (iv){IV_TENSOR, v, NULL, 0}; }
+static iv tensor_iv(tp_val *v) { return (iv){IV_TENSOR, v, NULL, 0, 0}; }
 
 static int shard_dim(const tp_val *v)
 {
