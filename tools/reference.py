@@ -4,12 +4,12 @@
 Hugging Face semantics, float64 throughout, nothing shared with the C runtime:
 the logits and loss it prints are what tprun's output is compared against.
 
-  Llama: embed_tokens; per layer RMSNorm (eps 1e-6) -> q/k/v -> rotate_half
-         RoPE (inv_freq = theta^(-2i/d)) -> causal GQA attention -> o_proj,
+  Llama: embed_tokens; per layer RMSNorm (eps rms_norm_eps) -> q/k/v -> rotate_half
+         RoPE (inv_freq = rope_theta^(-2i/d)) -> causal GQA attention -> o_proj,
          residual; RMSNorm -> down(silu(gate(x)) * up(x)), residual; norm;
          lm_head (tied to embed_tokens when lm_head.weight is absent).
          Biases on any projection are used when present (Qwen2's q/k/v).
-  GPT-2: wte(ids) + wpe(positions); per layer LayerNorm (eps 1e-5, bias) ->
+  GPT-2: wte(ids) + wpe(positions); per layer LayerNorm (eps layer_norm_epsilon, bias) ->
          separate q/k/v Linear with biases (nn.Linear [out, in], not Conv1D)
          -> causal attention -> c_proj, residual; LayerNorm -> c_proj(gelu_tanh
          (c_fc(x))), residual; ln_f; lm_head tied to wte, no bias.
@@ -37,14 +37,16 @@ except ImportError:
 
 # The .model files' defaults (hf(key, default)); --config overrides them.
 # tp and vocab_multiple are accepted so that tpcc's -D set can be passed
-# unchanged; they do not change the result.
+# unchanged; they do not change the result. Float-valued keys (the norms'
+# eps, rope_theta) take floats.
 DEFAULTS = {
     "llama": dict(vocab=32000, hidden=4096, layers=32, heads=32, kv_heads=8, ffn=11008, seq=2048, batch=1,
-                  tie_embeddings=False, rope_theta=10000.0, head_dim=None, tp=1, vocab_multiple=1),
+                  tie_embeddings=False, rms_norm_eps=1e-6, rope_theta=10000.0, head_dim=None, tp=1,
+                  vocab_multiple=1),
     "gpt2": dict(vocab=50257, hidden=768, layers=12, heads=12, ffn=None, positions=1024, seq=1024, batch=1,
-                 tie_embeddings=True, tp=1, vocab_multiple=1),
+                 tie_embeddings=True, layer_norm_epsilon=1e-5, tp=1, vocab_multiple=1),
 }
-RMS_EPS, LN_EPS, IGNORE = 1e-6, 1e-5, -100
+IGNORE = -100
 
 
 # --- safetensors --------------------------------------------------------------
@@ -108,14 +110,14 @@ def linear(W, x, name, bias):
     return y
 
 
-def rmsnorm(x, w):
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + RMS_EPS) * w
+def rmsnorm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def layernorm(x, w, b):
+def layernorm(x, w, b, eps):
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + LN_EPS) * w + b
+    return (x - mean) / np.sqrt(var + eps) * w + b
 
 
 def rope(x, theta):
@@ -168,18 +170,19 @@ def lm_head(W, cfg, embedding):
 
 
 def llama(W, ids, cfg):
+    eps = cfg["rms_norm_eps"]
     h = W["model.embed_tokens.weight"][ids]
     for n in range(cfg["layers"]):
         p = f"model.layers.{n}."
-        x = rmsnorm(h, W[p + "input_layernorm.weight"])
+        x = rmsnorm(h, W[p + "input_layernorm.weight"], eps)
         q = rope(heads(linear(W, x, p + "self_attn.q_proj", None), cfg["heads"]), cfg["rope_theta"])
         k = rope(heads(linear(W, x, p + "self_attn.k_proj", None), cfg["kv_heads"]), cfg["rope_theta"])
         v = heads(linear(W, x, p + "self_attn.v_proj", None), cfg["kv_heads"])
         h = h + linear(W, merge(attention(q, k, v)), p + "self_attn.o_proj", None)
-        x = rmsnorm(h, W[p + "post_attention_layernorm.weight"])
+        x = rmsnorm(h, W[p + "post_attention_layernorm.weight"], eps)
         gate, up = linear(W, x, p + "mlp.gate_proj", False), linear(W, x, p + "mlp.up_proj", False)
         h = h + linear(W, silu(gate) * up, p + "mlp.down_proj", False)
-    h = rmsnorm(h, W["model.norm.weight"])
+    h = rmsnorm(h, W["model.norm.weight"], eps)
     return h @ lm_head(W, cfg, "model.embed_tokens.weight")[:cfg["vocab"]].T
 
 
@@ -187,15 +190,16 @@ def gpt2(W, ids, cfg):
     s = ids.shape[1]
     if s > cfg["positions"]:
         sys.exit(f"seq {s} exceeds positions {cfg['positions']}")
+    eps = cfg["layer_norm_epsilon"]
     h = W["transformer.wte.weight"][ids] + W["transformer.wpe.weight"][np.arange(s)][None]
     for n in range(cfg["layers"]):
         p = f"transformer.h.{n}."
-        x = layernorm(h, W[p + "ln_1.weight"], W[p + "ln_1.bias"])
+        x = layernorm(h, W[p + "ln_1.weight"], W[p + "ln_1.bias"], eps)
         q, k, v = (heads(linear(W, x, p + f"attn.{m}_proj", True), cfg["heads"]) for m in "qkv")
         h = h + linear(W, merge(attention(q, k, v)), p + "attn.c_proj", True)
-        x = layernorm(h, W[p + "ln_2.weight"], W[p + "ln_2.bias"])
+        x = layernorm(h, W[p + "ln_2.weight"], W[p + "ln_2.bias"], eps)
         h = h + linear(W, gelu_tanh(linear(W, x, p + "mlp.c_fc", True)), p + "mlp.c_proj", True)
-    h = layernorm(h, W["transformer.ln_f.weight"], W["transformer.ln_f.bias"])
+    h = layernorm(h, W["transformer.ln_f.weight"], W["transformer.ln_f.bias"], eps)
     return h @ lm_head(W, cfg, "transformer.wte.weight")[:cfg["vocab"]].T
 
 
@@ -224,7 +228,7 @@ def parse_config(family, items):
         if val in ("True", "true", "False", "false"):
             cfg[key] = val in ("True", "true")
         else:
-            cfg[key] = float(val) if key == "rope_theta" else int(val)
+            cfg[key] = float(val) if isinstance(cfg[key], float) else int(val)
         given.add(key)
     if family == "gpt2" and cfg["ffn"] is None:
         cfg["ffn"] = 4 * cfg["hidden"]

@@ -3,6 +3,7 @@
 
 #include "util/xalloc.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,4 +161,26 @@ char *tp_buf_take(tp_buf *b)
     char *s = b->data ? b->data : tp_xstrdup("");
     tp_buf_init(b);
     return s;
+}
+
+size_t tp_format_real(double x, char *text)
+{
+    if (x == floor(x) && fabs(x) < 1e15) {   /* 500000.0, not 5e+05 */
+        snprintf(text, 40, "%.1f", x);
+        for (char *c = text; *c; c++)
+            if (*c == ',')
+                *c = '.';
+        return strlen(text);
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(text, 40, "%.*g", prec, x);
+        for (char *c = text; *c; c++)
+            if (*c == ',')
+                *c = '.';   /* a locale with a decimal comma */
+        if (strtod(text, NULL) == x)
+            break;
+    }
+    if (!strpbrk(text, ".e"))
+        strcat(text, ".0");
+    return strlen(text);
 }

@@ -29,6 +29,14 @@ char *tp_xvasprintf(const char *fmt, va_list ap) __attribute__((format(printf, 1
 void *tp_xcheck(void *p);
 void tp_out_of_memory(void) __attribute__((noreturn));
 
+/* The shortest decimal that reads back as exactly x (1e-06, not
+ * 9.9999999999999995e-07), always with a '.' or an exponent so that it
+ * reads as a float, in JSON as in the model language (500000.0, not
+ * 5e+05). x must be finite. Writes at most TP_REAL_TEXT_MAX bytes, the
+ * NUL included, and returns the length. */
+#define TP_REAL_TEXT_MAX 48
+size_t tp_format_real(double x, char *text);
+
 /* A NUL-terminated string that grows as text is appended. A zeroed
  * tp_buf is valid and empty; data stays NULL until the first append. */
 typedef struct tp_buf {

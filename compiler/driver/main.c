@@ -33,7 +33,7 @@ static const char usage[] =
     "                             ones immediately undone; -O0 keeps every one\n"
     "  --dtype fp32|bf16          element type of the schedule (default fp32)\n"
     "  -D name=value              override a configuration value (tp, seq, hidden, ...)\n"
-    "  --hf-config FILE           read sizes from a Hugging Face config.json\n"
+    "  --hf-config FILE           read hf(key, default) values from a Hugging Face config.json\n"
     "  --fix                      apply the machine-applicable fixes to the plan files\n"
     "  --diagnostics-format=FMT   text (default), json or sarif (SARIF 2.1.0)\n"
     "  --color=WHEN               auto (default), always or never\n"
@@ -208,10 +208,10 @@ static uint64_t input_hash(tp_unit *u, const cli *o)
     for (int i = 0; i < u->src.count; i++)
         h = tp_hash(h, u->src.files[i].text, u->src.files[i].size);
     for (int i = 0; i < u->config.count; i++) {
-        int64_t v = 0;
-        tp_config_get(&u->config, u->config.items[i].name, TP_NO_SPAN, &v);
+        tp_cfg_value v = {0};
+        tp_config_value(&u->config, u->config.items[i].name, TP_NO_SPAN, &v);
         h = tp_hash(h, u->config.items[i].name, strlen(u->config.items[i].name));
-        h = tp_hash(h, &v, sizeof v);
+        h = v.is_float ? tp_hash(h, &v.f, sizeof v.f) : tp_hash(h, &v.i, sizeof v.i);
     }
     int flags[2] = {(int)o->dtype, o->optimize};
     return tp_hash(h, flags, sizeof flags);

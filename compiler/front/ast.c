@@ -10,6 +10,8 @@
  *   name    bare when it is an identifier (model, tp), else double-quoted
  *   "str"   always double-quoted, with \" \\ \n \t and \xNN escapes
  *   ival    N_INT only, in decimal
+ *   fval    N_FLOAT only, the shortest decimal that reads back exactly,
+ *           with a '.' or an exponent (1e-05, 500000.0)
  *   op      N_BINOP only: + - * / // % and or
  *   kids    nested S-expressions, in order
  *
@@ -77,6 +79,7 @@ static const char *const kind_names[] = {
     [N_RETURN] = "RETURN",
     [N_EXPR_STMT] = "EXPR_STMT",
     [N_INT] = "INT",
+    [N_FLOAT] = "FLOAT",
     [N_STR] = "STR",
     [N_NAME] = "NAME",
     [N_TRUE] = "TRUE",
@@ -168,6 +171,11 @@ static void dump_node(tp_buf *b, const tp_node *n)
     }
     if (n->kind == N_INT)
         tp_buf_appendf(b, " %" PRId64, n->ival);
+    if (n->kind == N_FLOAT) {
+        char real[TP_REAL_TEXT_MAX];
+        tp_format_real(n->fval, real);
+        tp_buf_appendf(b, " %s", real);
+    }
     if (n->kind == N_BINOP)
         tp_buf_appendf(b, " %s", op_text(n->op));
     for (int i = 0; i < n->nkids; i++) {

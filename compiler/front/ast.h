@@ -28,6 +28,7 @@ typedef enum tp_node_kind {
     N_EXPR_STMT,     /* kid0 (a call used as a statement, e.g. tie(...)) */
     /* ---- expressions ---- */
     N_INT,           /* ival */
+    N_FLOAT,         /* fval (1e-5, 500000.0) */
     N_STR,           /* str (unquoted, escapes resolved) */
     N_NAME,          /* name */
     N_TRUE, N_FALSE, N_NONE,
@@ -51,6 +52,7 @@ typedef struct tp_node {
     char *name;          /* identifiers, keywords of N_ARG, N_ASSIGN target */
     char *str;           /* string literals */
     int64_t ival;        /* N_INT */
+    double fval;         /* N_FLOAT */
     int op;              /* N_BINOP */
     struct tp_node **kids;
     int nkids, capkids;

@@ -1,6 +1,7 @@
 /* astutil.c: see astutil.h. */
 #include <string.h>
 #include "compiler/front/astutil.h"
+#include "util/xalloc.h"
 
 const char *tp_call_name(const tp_node *call)
 {
@@ -37,4 +38,24 @@ const tp_node *tp_call_kw(const tp_node *call, const char *kw)
 {
     const tp_node *a = tp_call_kw_arg(call, kw);
     return a ? a->kids[0] : NULL;
+}
+
+bool tp_keyword_known(const char *const *keywords, const char *kw)
+{
+    for (const char *const *k = keywords; k && *k; k++)
+        if (!strcmp(*k, kw))
+            return true;
+    return false;
+}
+
+char *tp_keyword_list(const char *const *keywords)
+{
+    tp_buf b;
+    tp_buf_init(&b);
+    for (const char *const *k = keywords; k && *k; k++) {
+        if (k != keywords)
+            tp_buf_append(&b, ", ");
+        tp_buf_append(&b, *k);
+    }
+    return tp_buf_take(&b);
 }

@@ -2,6 +2,7 @@
 #ifndef TPCC_ASTUTIL_H
 #define TPCC_ASTUTIL_H
 
+#include <stdbool.h>
 #include "compiler/front/ast.h"
 
 /* The callee name of an N_CALL whose callee is a plain name, else NULL. */
@@ -13,5 +14,10 @@ int tp_call_npos(const tp_node *call);
 const tp_node *tp_call_kw(const tp_node *call, const char *kw);
 /* The N_ARG node of keyword `kw`, or NULL. */
 const tp_node *tp_call_kw_arg(const tp_node *call, const char *kw);
+
+/* Keyword lists of constructors and ops: NULL-terminated; NULL is empty. */
+bool tp_keyword_known(const char *const *keywords, const char *kw);
+/* "eps, bias" for messages; malloc'ed. */
+char *tp_keyword_list(const char *const *keywords);
 
 #endif /* TPCC_ASTUTIL_H */

@@ -1,5 +1,6 @@
 /* config.c: lazily evaluated configuration (see config.h). */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
@@ -85,18 +86,71 @@ void tp_config_bind_block(tp_config *c, const tp_node *block, tp_cfg_origin orig
     }
 }
 
-static int parse_value(const char *text, int64_t *v, bool *is_bool)
+static tp_cfg_value int_value(int64_t i) { return (tp_cfg_value){false, i, 0}; }
+static tp_cfg_value float_value(double f) { return (tp_cfg_value){true, 0, f}; }
+static bool truthy(tp_cfg_value v) { return v.is_float ? v.f != 0 : v.i != 0; }
+
+/* A float as -D writes it: the model language's form without digit groups
+ * (1e-5, 500000.0, -2.5, .5). strtod alone would also take hex, inf and
+ * nan; a bare integer is not a float. */
+static bool is_float_text(const char *t)
+{
+    t += *t == '-' || *t == '+';
+    size_t whole = strspn(t, "0123456789"), frac = 0;
+    t += whole;
+    bool dot = *t == '.';
+    if (dot) {
+        frac = strspn(++t, "0123456789");
+        t += frac;
+    }
+    if (whole + frac == 0)
+        return false;
+    if (*t == 'e' || *t == 'E') {
+        t++;
+        t += *t == '-' || *t == '+';
+        size_t exponent = strspn(t, "0123456789");
+        if (!exponent)
+            return false;
+        t += exponent;
+    } else if (!dot) {
+        return false;
+    }
+    return *t == '\0';
+}
+
+/* Returns NULL, or why text is no -D value. strtod reads '.' as the decimal
+ * point: tpcc never calls setlocale, so the C locale applies. */
+static const char *parse_value(const char *text, tp_cfg_value *v, bool *is_bool)
 {
     *is_bool = false;
-    if (!strcmp(text, "true") || !strcmp(text, "True")) { *v = 1; *is_bool = true; return 0; }
-    if (!strcmp(text, "false") || !strcmp(text, "False")) { *v = 0; *is_bool = true; return 0; }
-    char *end;
+    if (!strcmp(text, "true") || !strcmp(text, "True")) { *v = int_value(1); *is_bool = true; return NULL; }
+    if (!strcmp(text, "false") || !strcmp(text, "False")) { *v = int_value(0); *is_bool = true; return NULL; }
     errno = 0;
+    if (is_float_text(text)) {
+        double f = strtod(text, NULL);
+        if (errno == ERANGE && (isinf(f) || f == 0.0))
+            return "is beyond a double's range (about 2.2e-308 to 1.8e308)";
+        *v = float_value(f);
+        return NULL;
+    }
+    char *end;
     long long x = strtoll(text, &end, 10);
     if (errno || end == text || *end)
-        return -1;
-    *v = x;
-    return 0;
+        return "must be an integer, a float or true/false";
+    *v = int_value(x);
+    return NULL;
+}
+
+static void store(tp_cfg_entry *e, tp_cfg_value v)
+{
+    e->is_float = v.is_float;
+    e->value = v.i;
+    e->real = v.f;
+}
+
+static tp_cfg_value stored(const tp_cfg_entry *e)
+{
+    return e->is_float ? float_value(e->real) : int_value(e->value);
 }
 
 int tp_config_override(tp_config *c, const char *assignment, char *err, size_t errlen)
@@ -108,8 +162,9 @@ int tp_config_override(tp_config *c, const char *assignment, char *err, size_t e
     }
     char *name = tp_xstrdup(assignment);
     name[eq - assignment] = '\0';
-    int64_t v;
+    tp_cfg_value v;
     bool is_bool;
+    const char *why;
     int rc = 0;
     if (!find(c, name)) {
         const char *names[512];
@@ -120,13 +175,13 @@ int tp_config_override(tp_config *c, const char *assignment, char *err, size_t e
         snprintf(err, errlen, "-D %s: unknown configuration name '%s'%s%s%s", assignment, name,
                  best ? " (did you mean '" : "", best ? best : "", best ? "'?)" : "");
         rc = -1;
-    } else if (parse_value(eq + 1, &v, &is_bool) < 0) {
-        snprintf(err, errlen, "-D %s: value must be an integer or true/false", assignment);
+    } else if ((why = parse_value(eq + 1, &v, &is_bool))) {
+        snprintf(err, errlen, "-D %s: value %s", assignment, why);
         rc = -1;
     } else {
         tp_cfg_entry *e = bind(c, name);
         e->expr = NULL;
-        e->value = v;
+        store(e, v);
         e->is_bool = is_bool;
         e->origin = TP_CFG_CMDLINE;
         e->span = TP_NO_SPAN;
@@ -136,7 +191,7 @@ int tp_config_override(tp_config *c, const char *assignment, char *err, size_t e
     return rc;
 }
 
-bool tp_config_get(tp_config *c, const char *name, tp_span use, int64_t *out)
+bool tp_config_value(tp_config *c, const char *name, tp_span use, tp_cfg_value *out)
 {
     tp_cfg_entry *e = find(c, name);
     if (!e) {
@@ -152,7 +207,7 @@ bool tp_config_get(tp_config *c, const char *name, tp_span use, int64_t *out)
         }
         return false;
     }
-    if (e->state == 2) { *out = e->value; return true; }
+    if (e->state == 2) { *out = stored(e); return true; }
     if (e->state == 3) return false;
     if (e->state == 1) {
         tp_diag_add(c->diags, TP_ERROR, e->span, "config",
@@ -161,17 +216,68 @@ bool tp_config_get(tp_config *c, const char *name, tp_span use, int64_t *out)
         return false;
     }
     e->state = 1;
-    int64_t v;
-    bool ok = tp_eval_int(c, e->expr, &v);
+    tp_cfg_value v = int_value(0);
+    bool ok = tp_eval_value(c, e->expr, &v);
     /* the recursive evaluation may have grown the table: look it up again */
     e = find(c, name);
     if (e->state == 3)
         return false;
     e->state = ok ? 2 : 3;
-    e->value = v;
+    store(e, v);
     e->is_bool = ok && (e->expr->kind == N_TRUE || e->expr->kind == N_FALSE);
     *out = v;
     return ok;
+}
+
+/* The key of an hf("key", default) call, else NULL. */
+static const char *hf_key(const tp_node *e)
+{
+    if (!e || e->kind != N_CALL || e->nkids != 3 || e->kids[0]->kind != N_NAME || strcmp(e->kids[0]->name, "hf") ||
+        e->kids[1]->kids[0]->kind != N_STR)
+        return NULL;
+    return e->kids[1]->kids[0]->str;
+}
+
+/* "'x' is 1e-05, a float; a size must be an integer", with a note where x
+ * is defined when `what` is a config name defined in a file, naming the
+ * config.json key when the float came from there. */
+static void report_float(tp_config *c, tp_span at, const char *what, double f, const char *role)
+{
+    char real[TP_REAL_TEXT_MAX];
+    tp_format_real(f, real);
+    tp_diag *g = tp_diag_add(c->diags, TP_ERROR, at, "config", "'%s' is %s, a float; %s must be an integer",
+                             what, real, role);
+    const tp_cfg_entry *e = find(c, what);
+    if (!e || e->span.file < 0 || (e->span.file == at.file && e->span.offset == at.offset))
+        return;
+    const char *key = hf_key(e->expr);
+    json_t *json = key && c->hf_json ? json_object_get((json_t *)c->hf_json, key) : NULL;
+    if (json_is_real(json))
+        tp_diag_note_at(g, e->span, "'%s' is defined here, as \"%s\" of %s (a JSON real)", what, key, c->hf_path);
+    else
+        tp_diag_note_at(g, e->span, "'%s' is defined here", what);
+}
+
+/* Expression e evaluated to the float f where `role` needs an integer. */
+static bool reject_float(tp_config *c, const tp_node *e, double f, const char *role)
+{
+    char *text = tp_expr_text(e);
+    report_float(c, e->span, text, f, role);
+    free(text);
+    return false;
+}
+
+bool tp_config_get(tp_config *c, const char *name, tp_span use, int64_t *out)
+{
+    tp_cfg_value v;
+    if (!tp_config_value(c, name, use, &v))
+        return false;
+    if (v.is_float) {
+        report_float(c, use.file >= 0 ? use : find(c, name)->span, name, v.f, "it");
+        return false;
+    }
+    *out = v.i;
+    return true;
 }
 
 static bool err_at(tp_config *c, const tp_node *e, const char *msg)
@@ -180,8 +286,42 @@ static bool err_at(tp_config *c, const tp_node *e, const char *msg)
     return false;
 }
 
-/* hf("key", default): the value of key in --hf-config, else default. */
-static bool eval_hf(tp_config *c, const tp_node *call, int64_t *out)
+/* An integer where `role` ("a size", "it") must be one. */
+static bool eval_integer(tp_config *c, const tp_node *e, const char *role, int64_t *out)
+{
+    tp_cfg_value v;
+    if (!tp_eval_value(c, e, &v))
+        return false;
+    if (v.is_float)
+        return reject_float(c, e, v.f, role);
+    *out = v.i;
+    return true;
+}
+
+bool tp_eval_int(tp_config *c, const tp_node *e, int64_t *out)
+{
+    return eval_integer(c, e, "it", out);
+}
+
+bool tp_eval_size(tp_config *c, const tp_node *e, int64_t *out)
+{
+    if (!eval_integer(c, e, "a size", out))
+        return false;
+    if (*out <= 0) {
+        char *t = tp_expr_text(e);
+        tp_diag_add(c->diags, TP_ERROR, e->span, "config", "size '%s' is %lld; it must be positive",
+                    t, (long long)*out);
+        free(t);
+        return false;
+    }
+    return true;
+}
+
+/* hf("key", default): the value of key in --hf-config, else default. A
+ * JSON integer stays an integer and a real is a float: a float context
+ * takes either (rope_theta 10000 is 10000.0), an integer context rejects
+ * the float where it is used. */
+static bool eval_hf(tp_config *c, const tp_node *call, tp_cfg_value *out)
 {
     if (call->nkids != 3 || call->kids[1]->name || call->kids[2]->name ||
         call->kids[1]->kids[0]->kind != N_STR)
@@ -189,55 +329,63 @@ static bool eval_hf(tp_config *c, const tp_node *call, int64_t *out)
     const char *key = call->kids[1]->kids[0]->str;
     json_t *v = c->hf_json ? json_object_get((json_t *)c->hf_json, key) : NULL;
     if (!v || json_is_null(v))
-        return tp_eval_int(c, call->kids[2]->kids[0], out);
-    if (json_is_integer(v)) { *out = json_integer_value(v); return true; }
-    if (json_is_boolean(v)) { *out = json_is_true(v); return true; }
+        return tp_eval_value(c, call->kids[2]->kids[0], out);
+    if (json_is_integer(v)) { *out = int_value(json_integer_value(v)); return true; }
+    if (json_is_real(v)) { *out = float_value(json_real_value(v)); return true; }
+    if (json_is_boolean(v)) { *out = int_value(json_is_true(v)); return true; }
     tp_diag_add(c->diags, TP_ERROR, call->span, "config",
-                "%s: \"%s\" must be an integer or a boolean", c->hf_path, key);
+                "%s: \"%s\" must be a number or a boolean", c->hf_path, key);
     return false;
 }
 
-static bool eval_call(tp_config *c, const tp_node *e, int64_t *out)
+/* min() and max() compare integers exactly and anything else as doubles,
+ * and give the chosen operand as it is, as Python does. */
+static tp_cfg_value min_max(tp_cfg_value a, tp_cfg_value b, bool want_max)
+{
+    bool a_less = a.is_float || b.is_float ? tp_cfg_real(a) < tp_cfg_real(b) : a.i < b.i;
+    return a_less == want_max ? b : a;
+}
+
+static bool eval_round_up(tp_config *c, const tp_node *e, const tp_cfg_value *a, tp_cfg_value *out)
+{
+    for (int i = 0; i < 2; i++)
+        if (a[i].is_float)
+            return reject_float(c, e->kids[i + 1]->kids[0], a[i].f, "an argument of round_up()");
+    if (a[1].i <= 0)
+        return err_at(c, e, "round_up() needs a positive multiple");
+    int64_t r;
+    if (__builtin_add_overflow(a[0].i, a[1].i - 1, &r))
+        return err_at(c, e, "integer overflow");
+    *out = int_value(r / a[1].i * a[1].i);
+    return true;
+}
+
+static bool eval_call(tp_config *c, const tp_node *e, tp_cfg_value *out)
 {
     const tp_node *callee = e->kids[0];
     if (callee->kind != N_NAME)
         return err_at(c, e, "only hf(), round_up(), min() and max() can be called here");
     if (!strcmp(callee->name, "hf"))
         return eval_hf(c, e, out);
-    int64_t a[2];
+    tp_cfg_value a[2];
     if (e->nkids != 3)
         return err_at(c, e, "expected two arguments");
     for (int i = 0; i < 2; i++)
-        if (!tp_eval_int(c, e->kids[i + 1]->kids[0], &a[i]))
+        if (!tp_eval_value(c, e->kids[i + 1]->kids[0], &a[i]))
             return false;
-    if (!strcmp(callee->name, "min")) { *out = a[0] < a[1] ? a[0] : a[1]; return true; }
-    if (!strcmp(callee->name, "max")) { *out = a[0] > a[1] ? a[0] : a[1]; return true; }
-    if (!strcmp(callee->name, "round_up")) {
-        if (a[1] <= 0)
-            return err_at(c, e, "round_up() needs a positive multiple");
-        int64_t r;
-        if (__builtin_add_overflow(a[0], a[1] - 1, &r))
-            return err_at(c, e, "integer overflow");
-        *out = r / a[1] * a[1];
-        return true;
-    }
+    if (!strcmp(callee->name, "min")) { *out = min_max(a[0], a[1], false); return true; }
+    if (!strcmp(callee->name, "max")) { *out = min_max(a[0], a[1], true); return true; }
+    if (!strcmp(callee->name, "round_up"))
+        return eval_round_up(c, e, a, out);
     return err_at(c, e, "only hf(), round_up(), min() and max() can be called here");
 }
 
-static bool eval_binop(tp_config *c, const tp_node *e, int64_t *out)
+static bool int_binop(tp_config *c, const tp_node *e, int64_t a, int64_t b, int64_t *out)
 {
-    int64_t a, b;
-    if (!tp_eval_int(c, e->kids[0], &a))
-        return false;
-    if (e->op == 'A' && !a) { *out = 0; return true; }   /* short-circuit and/or */
-    if (e->op == 'O' && a) { *out = 1; return true; }
-    if (!tp_eval_int(c, e->kids[1], &b))
-        return false;
     switch (e->op) {
     case '+': if (__builtin_add_overflow(a, b, out)) return err_at(c, e, "integer overflow"); return true;
     case '-': if (__builtin_sub_overflow(a, b, out)) return err_at(c, e, "integer overflow"); return true;
     case '*': if (__builtin_mul_overflow(a, b, out)) return err_at(c, e, "integer overflow"); return true;
-    case 'A': case 'O': *out = b != 0; return true;
     case '/': case 'f': case '%':
         if (b == 0)
             return err_at(c, e, "division by zero");
@@ -261,30 +409,82 @@ static bool eval_binop(tp_config *c, const tp_node *e, int64_t *out)
     return err_at(c, e, "unsupported operator");
 }
 
-bool tp_eval_int(tp_config *c, const tp_node *e, int64_t *out)
+/* + - * / with a float operand, as in Python. */
+static bool float_binop(tp_config *c, const tp_node *e, double a, double b, double *out)
+{
+    switch (e->op) {
+    case '+': *out = a + b; break;
+    case '-': *out = a - b; break;
+    case '*': *out = a * b; break;
+    case '/':
+        if (b == 0)
+            return err_at(c, e, "division by zero");
+        *out = a / b;
+        break;
+    default: return err_at(c, e, "unsupported operator");
+    }
+    if (!isfinite(*out))
+        return err_at(c, e, "float overflow");
+    return true;
+}
+
+static bool eval_binop(tp_config *c, const tp_node *e, tp_cfg_value *out)
+{
+    tp_cfg_value a, b;
+    if (!tp_eval_value(c, e->kids[0], &a))
+        return false;
+    if (e->op == 'A' && !truthy(a)) { *out = int_value(0); return true; }   /* short-circuit and/or */
+    if (e->op == 'O' && truthy(a)) { *out = int_value(1); return true; }
+    if (!tp_eval_value(c, e->kids[1], &b))
+        return false;
+    if (e->op == 'A' || e->op == 'O') { *out = int_value(truthy(b)); return true; }
+    /* // and % compute sizes and padding, where a float is a mistake */
+    if ((e->op == 'f' || e->op == '%') && (a.is_float || b.is_float))
+        return reject_float(c, e->kids[a.is_float ? 0 : 1], a.is_float ? a.f : b.f,
+                            e->op == 'f' ? "an operand of //" : "an operand of %");
+    if (a.is_float || b.is_float) {
+        *out = float_value(0);
+        return float_binop(c, e, tp_cfg_real(a), tp_cfg_real(b), &out->f);
+    }
+    *out = int_value(0);
+    return int_binop(c, e, a.i, b.i, &out->i);
+}
+
+static bool eval_neg(tp_config *c, const tp_node *e, tp_cfg_value *out)
+{
+    if (!tp_eval_value(c, e->kids[0], out))
+        return false;
+    if (out->is_float) {
+        out->f = -out->f;
+        return true;
+    }
+    if (out->i == INT64_MIN)
+        return err_at(c, e, "integer overflow");
+    out->i = -out->i;
+    return true;
+}
+
+bool tp_eval_value(tp_config *c, const tp_node *e, tp_cfg_value *out)
 {
     switch (e->kind) {
-    case N_INT: *out = e->ival; return true;
-    case N_TRUE: *out = 1; return true;
-    case N_FALSE: *out = 0; return true;
-    case N_NAME: return tp_config_get(c, e->name, e->span, out);
-    case N_NEG:
-        if (!tp_eval_int(c, e->kids[0], out)) return false;
-        if (*out == INT64_MIN) return err_at(c, e, "integer overflow");
-        *out = -*out;
-        return true;
+    case N_INT: *out = int_value(e->ival); return true;
+    case N_FLOAT: *out = float_value(e->fval); return true;
+    case N_TRUE: *out = int_value(1); return true;
+    case N_FALSE: *out = int_value(0); return true;
+    case N_NAME: return tp_config_value(c, e->name, e->span, out);
+    case N_NEG: return eval_neg(c, e, out);
     case N_NOT:
-        if (!tp_eval_int(c, e->kids[0], out)) return false;
-        *out = !*out;
+        if (!tp_eval_value(c, e->kids[0], out)) return false;
+        *out = int_value(!truthy(*out));
         return true;
     case N_COND: {
-        int64_t cond;
-        if (!tp_eval_int(c, e->kids[1], &cond)) return false;
-        return tp_eval_int(c, e->kids[cond ? 0 : 2], out);
+        tp_cfg_value cond;
+        if (!tp_eval_value(c, e->kids[1], &cond)) return false;
+        return tp_eval_value(c, e->kids[truthy(cond) ? 0 : 2], out);
     }
     case N_BINOP: return eval_binop(c, e, out);
     case N_CALL: return eval_call(c, e, out);
-    default: return err_at(c, e, "expected an integer or boolean expression");
+    default: return err_at(c, e, "expected a number or boolean expression");
     }
 }
 
@@ -292,6 +492,11 @@ char *tp_expr_text(const tp_node *e)
 {
     switch (e->kind) {
     case N_INT: return tp_xasprintf("%lld", (long long)e->ival);
+    case N_FLOAT: {
+        char real[TP_REAL_TEXT_MAX];
+        tp_format_real(e->fval, real);
+        return tp_xstrdup(real);
+    }
     case N_NAME: return tp_xstrdup(e->name);
     case N_TRUE: return tp_xstrdup("True");
     case N_FALSE: return tp_xstrdup("False");

@@ -1,4 +1,5 @@
-/* config.h: named integers and flags (vocab, hidden, tp, ...).
+/* config.h: named integers, flags and floats (vocab, hidden, tp,
+ * rms_norm_eps, ...).
  *
  * Each name is bound to an expression, evaluated lazily so that an
  * override of `hidden` also changes `head_dim = hidden // heads`.
@@ -18,11 +19,26 @@ typedef enum tp_cfg_origin {
     TP_CFG_CMDLINE,    /* -D name=value */
 } tp_cfg_origin;
 
+/* A value: an integer (booleans are the integers 0 and 1) or a float.
+ * Floats are finite: literals and arithmetic that leave a double's range
+ * are errors. */
+typedef struct tp_cfg_value {
+    bool is_float;
+    int64_t i;                /* when !is_float */
+    double f;                 /* when is_float */
+} tp_cfg_value;
+
+/* A value as a double, for float contexts (eps, theta): an integer is
+ * exact up to 2^53 and rounds beyond, as in Python. */
+static inline double tp_cfg_real(tp_cfg_value v) { return v.is_float ? v.f : (double)v.i; }
+
 typedef struct tp_cfg_entry {
     char *name;
     const tp_node *expr;      /* NULL for -D constants */
-    int64_t value;
-    bool is_bool;
+    int64_t value;            /* integers and booleans */
+    double real;              /* floats */
+    bool is_bool;             /* written True or False: the schedule records true/false */
+    bool is_float;
     tp_span span;             /* where it was defined */
     tp_cfg_origin origin;
     int state;                /* 0 = not evaluated, 1 = evaluating (cycle guard), 2 = done, 3 = failed */
@@ -45,19 +61,29 @@ int tp_config_load_hf(tp_config *c, const char *path, char *err, size_t errlen);
 void tp_config_bind_block(tp_config *c, const tp_node *block, tp_cfg_origin origin);
 
 /* Apply "name=value" from the command line. Unknown names and values that
- * are not integers or booleans are errors (returns -1 with message). */
+ * are not integers, floats (1e-5, 500000.0) or booleans are errors
+ * (returns -1 with message). */
 int tp_config_override(tp_config *c, const char *assignment, char *err, size_t errlen);
 
 /* Look a name up, evaluating it if needed. Returns false (after reporting
  * at `use` if it is a real location) when it is unknown or fails. */
+bool tp_config_value(tp_config *c, const char *name, tp_span use, tp_cfg_value *out);
+/* The same for an integer or boolean: a float is an error, reported at
+ * `use`, else where the name is defined. */
 bool tp_config_get(tp_config *c, const char *name, tp_span use, int64_t *out);
 bool tp_config_has(const tp_config *c, const char *name);
 
-/* Evaluate an integer/boolean expression: literals, config names, + - * //
- * / % (exact integer division only), unary -, not/and/or, `a if c else b`,
- * and the functions hf("key", default), round_up(x, m), min, max.
- * Reports errors at the offending sub-expression. */
+/* Evaluate an expression: literals, config names, + - * / // %, unary -,
+ * not/and/or, `a if c else b`, and the functions hf("key", default),
+ * round_up(x, m), min, max. On integers / must divide exactly; + - * /
+ * with a float operand give a float, as in Python; // % and round_up take
+ * integers only. Reports errors at the offending sub-expression. */
+bool tp_eval_value(tp_config *c, const tp_node *e, tp_cfg_value *out);
+/* The same where an integer or boolean is needed: a float is an error. */
 bool tp_eval_int(tp_config *c, const tp_node *e, int64_t *out);
+/* The same for a size (a dimension, a count, a padding multiple): a
+ * positive integer. */
+bool tp_eval_size(tp_config *c, const tp_node *e, int64_t *out);
 
 /* Expression text for messages ("heads * head_dim"); malloc'ed. */
 char *tp_expr_text(const tp_node *e);

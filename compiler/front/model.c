@@ -11,16 +11,20 @@ typedef struct leaf_type {
     tp_module_kind kind;
     int npos;                      /* positional sizes: (in, out) or (num, dim) or (dim,) */
     const char *const *keywords;   /* accepted keyword arguments */
+    double eps;                    /* norms: eps when eps= is not given */
 } leaf_type;
 
 static const char *const linear_kw[] = {"bias", "pad_to", NULL};
 static const char *const embedding_kw[] = {"pad_to", NULL};
-static const char *const norm_kw[] = {"bias", NULL};
+static const char *const norm_kw[] = {"eps", "bias", NULL};
+/* A norm without eps= gets the default of the class it stands for:
+ * Hugging Face's LlamaRMSNorm (1e-6) and PyTorch's nn.LayerNorm (1e-5).
+ * Model files pass eps= from their config, read with hf(). */
 static const leaf_type leaf_types[] = {
-    {"Linear", TP_MOD_LINEAR, 2, linear_kw},
-    {"Embedding", TP_MOD_EMBEDDING, 2, embedding_kw},
-    {"RMSNorm", TP_MOD_RMSNORM, 1, norm_kw},
-    {"LayerNorm", TP_MOD_LAYERNORM, 1, norm_kw},
+    {"Linear", TP_MOD_LINEAR, 2, linear_kw, 0},
+    {"Embedding", TP_MOD_EMBEDDING, 2, embedding_kw, 0},
+    {"RMSNorm", TP_MOD_RMSNORM, 1, norm_kw, 1e-6},
+    {"LayerNorm", TP_MOD_LAYERNORM, 1, norm_kw, 1e-5},
 };
 
 /* Far beyond any real model (Llama-405B has about 1,150): a bound that
@@ -103,20 +107,6 @@ static void set_dim(tp_param *p, int i, int64_t n, int64_t padded, const tp_node
     p->dimname[i] = tp_expr_text(expr);
 }
 
-static bool eval_positive(builder *b, const tp_node *e, int64_t *out)
-{
-    if (!tp_eval_int(b->c, e, out))
-        return false;
-    if (*out <= 0) {
-        char *t = tp_expr_text(e);
-        tp_diag_add(b->d, TP_ERROR, e->span, "config", "size '%s' is %lld; it must be positive",
-                    t, (long long)*out);
-        free(t);
-        return false;
-    }
-    return true;
-}
-
 static bool check_keywords(builder *b, const tp_node *ctor, const leaf_type *lt)
 {
     bool ok = true;
@@ -124,12 +114,11 @@ static bool check_keywords(builder *b, const tp_node *ctor, const leaf_type *lt)
         const char *kw = ctor->kids[k]->name;
         if (!kw)
             continue;
-        bool known = false;
-        for (const char *const *p = lt->keywords; *p; p++)
-            known |= !strcmp(*p, kw);
-        if (!known) {
+        if (!tp_keyword_known(lt->keywords, kw)) {
+            char *takes = tp_keyword_list(lt->keywords);
             tp_diag_add(b->d, TP_ERROR, ctor->kids[k]->span, "model",
-                        "%s() has no argument '%s'", lt->name, kw);
+                        "%s() has no argument '%s'; it takes %s", lt->name, kw, takes);
+            free(takes);
             ok = false;
         }
     }
@@ -150,8 +139,30 @@ static bool flag_arg(builder *b, const tp_node *ctor, const char *kw, bool dflt)
     return v != 0;
 }
 
+/* A norm's eps=: a number that is not negative (the variance plus eps
+ * goes under a square root). */
+static bool norm_eps(builder *b, const tp_node *ctor, const leaf_type *lt, double *out)
+{
+    const tp_node *e = tp_call_kw(ctor, "eps");
+    tp_cfg_value v;
+    *out = lt->eps;
+    if (!e)
+        return true;
+    if (!tp_eval_value(b->c, e, &v))
+        return false;
+    *out = tp_cfg_real(v);
+    if (*out < 0) {
+        char *t = tp_expr_text(e);
+        tp_diag_add(b->d, TP_ERROR, e->span, "model", "%s() eps '%s' is negative; it must be 0 or more", lt->name, t);
+        free(t);
+        return false;
+    }
+    return true;
+}
+
 /* Linear(in, out, bias=True, pad_to=1): weight (out, in), bias (out,).
- * Embedding(num, dim, pad_to=1): weight (num, dim). Norms: weight (dim,). */
+ * Embedding(num, dim, pad_to=1): weight (num, dim). Norms (dim, eps=,
+ * bias=): weight (dim,). */
 static tp_module *build_leaf(builder *b, const leaf_type *lt, const tp_node *ctor, const char *name,
                              const char *fqn, tp_module *parent, const tp_node *decl)
 {
@@ -159,11 +170,14 @@ static tp_module *build_leaf(builder *b, const leaf_type *lt, const tp_node *cto
         return NULL;
     int64_t size[2] = {0, 0};
     for (int i = 0; i < lt->npos; i++)
-        if (!eval_positive(b, tp_call_pos(ctor, i), &size[i]))
+        if (!tp_eval_size(b->c, tp_call_pos(ctor, i), &size[i]))
             return NULL;
     int64_t pad = 1;
     const tp_node *pad_e = tp_call_kw(ctor, "pad_to");
-    if (pad_e && !eval_positive(b, pad_e, &pad))
+    if (pad_e && !tp_eval_size(b->c, pad_e, &pad))
+        return NULL;
+    double eps;
+    if (!norm_eps(b, ctor, lt, &eps))
         return NULL;
     int64_t vocab = lt->kind == TP_MOD_LINEAR ? size[1] : size[0], vocab_padded = padded_size(vocab, pad);
     int64_t elems;
@@ -172,6 +186,7 @@ static tp_module *build_leaf(builder *b, const leaf_type *lt, const tp_node *cto
         return NULL;
     }
     tp_module *mod = new_module(lt->kind, name, fqn, lt->name, parent, decl);
+    mod->eps = eps;
     tp_param *w;
     switch (lt->kind) {
     case TP_MOD_LINEAR: {
@@ -218,7 +233,7 @@ static tp_module *build_list(builder *b, const tp_node *ctor, const char *name, 
                     "repeat() takes a module and a count: repeat(Block(), layers)");
         return NULL;
     }
-    if (!eval_positive(b, count_e, &n))
+    if (!tp_eval_size(b->c, count_e, &n))
         return NULL;
     if (n > 100000) {
         tp_diag_add(b->d, TP_ERROR, count_e->span, "model", "repeat count %lld is too large", (long long)n);

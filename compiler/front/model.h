@@ -46,6 +46,7 @@ typedef struct tp_module {
     struct tp_module **kids; int nkids;
     tp_param *params; int nparams;
     int index;                  /* position in tp_model.all */
+    double eps;                 /* norms: added to the variance (eps=) */
     struct tp_style *style;     /* the plan entry that applies to it, if any */
 } tp_module;
 

@@ -193,13 +193,16 @@ static tp_val binop(tp_parse_ctx *ctx, int op, tp_span at, tp_val a, tp_val b)
     return v;
 }
 
-/* -<integer literal> becomes a negative N_INT, as plans write Shard(-1).
- * Literals are at most INT64_MAX, so negating never overflows. */
+/* -<number literal> becomes a negative literal, as plans write Shard(-1).
+ * Integer literals are at most INT64_MAX, so negating never overflows. */
 static tp_val negate(tp_parse_ctx *ctx, tp_span at, tp_val v)
 {
-    if (v.n->kind != N_INT)
+    if (v.n->kind == N_INT)
+        v.n->ival = -v.n->ival;
+    else if (v.n->kind == N_FLOAT)
+        v.n->fval = -v.n->fval;
+    else
         return wrap(ctx, N_NEG, at, v);
-    v.n->ival = -v.n->ival;
     v.n->span = at;
     return v;
 }
@@ -260,6 +263,7 @@ static char *source_text(const tp_parse_ctx *ctx, tp_span at)
 %union {
     char *text;       /* identifiers and strings (escapes resolved), malloc'ed */
     int64_t ival;
+    double fval;
     tp_node *node;    /* items, members, statements */
     tp_val val;       /* expressions and their parts */
 }
@@ -267,6 +271,7 @@ static char *source_text(const tp_parse_ctx *ctx, tp_span at)
 %token <text> IDENT "identifier"
 %token <text> STRING "string"
 %token <ival> INT "integer"
+%token <fval> FLOAT "float"
 %token MODEL "'model'" CONFIG "'config'" MESH "'mesh'" PARALLELIZE "'parallelize'"
 %token ON "'on'" LOSS_PARALLEL "'loss_parallel'" MODULE "'module'"
 %token DEF "'def'" RETURN "'return'" IF "'if'" ELSE "'else'"
@@ -440,6 +445,7 @@ postfix
 
 primary
     : INT                   { $$ = leaf(N_INT, @$); $$.n->ival = $1; }
+    | FLOAT                 { $$ = leaf(N_FLOAT, @$); $$.n->fval = $1; }
     | strings               { $$ = join_strings($1); }
     | name                  { $$ = leaf(N_NAME, @$); $$.n->name = $1; }
     | TRUE                  { $$ = leaf(N_TRUE, @$); }

@@ -43,7 +43,7 @@ typedef struct outbuf {
 typedef struct real_memo {
     uint64_t bits;
     size_t len;             /* 0: empty slot */
-    char text[48];
+    char text[TP_REAL_TEXT_MAX];
 } real_memo;
 
 #define REAL_MEMO 4
@@ -287,39 +287,9 @@ static void put_str(writer *w, const char *s)
 
 /* ---- reals ---- */
 
-/* The shortest decimal that reads back as exactly x (1e-06, not
- * 9.9999999999999995e-07), always with a '.' or an exponent so it stays a
- * JSON real. Returns the length of the text written to text[48]. */
-static size_t format_real(double x, char *text)
+/* A finite real, formatted once for a run of the same few values. */
+static void put_finite_real(writer *w, double x)
 {
-    if (x == floor(x) && fabs(x) < 1e15) {   /* 500000.0, not 5e+05 */
-        snprintf(text, 40, "%.1f", x);
-        for (char *c = text; *c; c++)
-            if (*c == ',')
-                *c = '.';
-        return strlen(text);
-    }
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(text, 40, "%.*g", prec, x);
-        for (char *c = text; *c; c++)
-            if (*c == ',')
-                *c = '.';   /* a locale with a decimal comma */
-        if (strtod(text, NULL) == x)
-            break;
-    }
-    if (!strpbrk(text, ".e"))
-        strcat(text, ".0");
-    return strlen(text);
-}
-
-/* A real field of op `op`; a non-finite value is an error (written as null). */
-static void put_real(writer *w, double x, const char *what, int op)
-{
-    if (!isfinite(x)) {
-        fail(w, "op %d: %s is %g; the schedule records finite numbers only", op, what, x);
-        PUT(w, "null");
-        return;
-    }
     uint64_t bits;
     memcpy(&bits, &x, sizeof bits);
     for (int i = 0; i < REAL_MEMO; i++)
@@ -330,8 +300,19 @@ static void put_real(writer *w, double x, const char *what, int op)
     real_memo *m = &w->reals[w->next_real];
     w->next_real = (w->next_real + 1) % REAL_MEMO;
     m->bits = bits;
-    m->len = format_real(x, m->text);
+    m->len = tp_format_real(x, m->text);
     put_n(w, m->text, m->len);
+}
+
+/* A real field of op `op`; a non-finite value is an error (written as null). */
+static void put_real(writer *w, double x, const char *what, int op)
+{
+    if (!isfinite(x)) {
+        fail(w, "op %d: %s is %g; the schedule records finite numbers only", op, what, x);
+        PUT(w, "null");
+        return;
+    }
+    put_finite_real(w, x);
 }
 
 static const char *pl_str(tp_placement p, int rank, char *buf, size_t len)
@@ -476,6 +457,8 @@ static void put_config(writer *w)
             PUT(w, "null");   /* never evaluated (unused) or failed */
         else if (v->is_bool)
             put_bool(w, v->value);
+        else if (v->is_float)
+            put_finite_real(w, v->real);   /* the evaluator keeps floats finite */
         else
             put_int(w, v->value);
     }

@@ -31,13 +31,15 @@ typedef struct tp_val {
     int64_t logical_last;         /* real entries of the last dim (vocab padding), 0: all */
 } tp_val;
 
-/* Interpreter values: tensors, modules, integers, None. */
-typedef enum { IV_NONE, IV_TENSOR, IV_MODULE, IV_INT } iv_kind;
+/* Interpreter values: tensors, modules, integers (booleans too), floats,
+ * None. */
+typedef enum { IV_NONE, IV_TENSOR, IV_MODULE, IV_INT, IV_FLOAT } iv_kind;
 typedef struct iv {
     iv_kind kind;
     tp_val *t;
     tp_module *mod;
     int64_t i;
+    double f;
 } iv;
 
 typedef struct seen_diag {

@@ -376,13 +376,19 @@ static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwn
                       const tp_node *site);
 static iv eval(interp *I, frame *f, const tp_node *e);
 
-static const iv none_iv = {IV_NONE, NULL, NULL, 0};
+static const iv none_iv = {IV_NONE, NULL, NULL, 0, 0};
 
 static iv fail(interp *I, const tp_node *e, const char *msg)
 {
     tp_diag_add(I->d, TP_ERROR, e->span, "model", "%s", msg);
     I->stop = true;
     return none_iv;
+}
+
+/* A configuration value or literal as an interpreter value. */
+static iv number_iv(tp_cfg_value v)
+{
+    return v.is_float ? (iv){IV_FLOAT, NULL, NULL, 0, v.f} : (iv){IV_INT, NULL, NULL, v.i, 0};
 }
 
 static tp_module *member(const tp_module *mod, const char *name)
@@ -441,17 +447,17 @@ static iv eval(interp *I, frame *f, const tp_node *e)
             return v;
         tp_module *sub = member(f->mod, e->name);
         if (sub)
-            return (iv){IV_MODULE, NULL, sub, 0};
+            return (iv){IV_MODULE, NULL, sub, 0, 0};
         if (tp_config_has(I->c, e->name)) {
-            int64_t x;
-            if (!tp_config_get(I->c, e->name, e->span, &x)) { I->stop = true; return none_iv; }
-            return (iv){IV_INT, NULL, NULL, x};
+            tp_cfg_value x;
+            if (!tp_config_value(I->c, e->name, e->span, &x)) { I->stop = true; return none_iv; }
+            return number_iv(x);
         }
         tp_diag_add(I->d, TP_ERROR, e->span, "model", "unknown name '%s'", e->name);
         I->stop = true;
         return none_iv;
     }
-    case N_INT: case N_TRUE: case N_FALSE: case N_BINOP: case N_NEG:
+    case N_INT: case N_FLOAT: case N_TRUE: case N_FALSE: case N_BINOP: case N_NEG:
         if (e->kind == N_BINOP) {
             iv a = eval(I, f, e->kids[0]);
             if (a.kind == IV_TENSOR) {
@@ -462,9 +468,9 @@ static iv eval(interp *I, frame *f, const tp_node *e)
             }
         }
         {
-            int64_t x;
-            if (!tp_eval_int(I->c, e, &x)) { I->stop = true; return none_iv; }
-            return (iv){IV_INT, NULL, NULL, x};
+            tp_cfg_value x;
+            if (!tp_eval_value(I->c, e, &x)) { I->stop = true; return none_iv; }
+            return number_iv(x);
         }
     case N_NONE: return none_iv;
     case N_CALL: return eval_call(I, f, e);
@@ -532,7 +538,7 @@ static char *describe_ivs(iv *v, int n, char **kwnames, iv *kw, int nkw)
             tp_buf_append(&b, d);
             free(d);
         } else {
-            tp_buf_append(&b, x.kind == IV_INT ? "int" : "None");
+            tp_buf_append(&b, x.kind == IV_INT ? "int" : x.kind == IV_FLOAT ? "float" : "None");
         }
     }
     return tp_buf_take(&b);
@@ -617,15 +623,8 @@ static bool make_inputs(interp *I, const tp_node *def, iv *args, int *nargs)
         int64_t shape[TP_MAX_RANK];
         const char *names[TP_MAX_RANK];
         for (int d = 0; d < l->nkids; d++) {
-            if (!tp_eval_int(I->c, l->kids[d], &shape[d]))
+            if (!tp_eval_size(I->c, l->kids[d], &shape[d]))
                 return false;
-            if (shape[d] <= 0) {
-                char *t = tp_expr_text(l->kids[d]);
-                tp_diag_add(I->d, TP_ERROR, l->kids[d]->span, "config", "size '%s' is %lld; it must be positive",
-                            t, (long long)shape[d]);
-                free(t);
-                return false;
-            }
             names[d] = l->kids[d]->kind == N_NAME ? l->kids[d]->name : "";
         }
         tp_val *v = val_new(I, l->nkids, shape, names);
@@ -633,7 +632,7 @@ static bool make_inputs(interp *I, const tp_node *def, iv *args, int *nargs)
         v->span = prm->span;
         int gv = record_value(I, v, prm->name);     /* may move graph.values */
         I->a->graph.values[gv].input = true;
-        args[(*nargs)++] = (iv){IV_TENSOR, v, NULL, 0};
+        args[(*nargs)++] = (iv){IV_TENSOR, v, NULL, 0, 0};
     }
     return true;
 }

@@ -3,7 +3,8 @@
  * Rules are data where they can be: each primitive names the dimensions it
  * needs whole on every rank (a norm's features, RoPE's positions,
  * attention's sequence), whether it is linear (a Partial input stays
- * Partial) and whether PyTorch's implementation accepts a DTensor. Shape
+ * Partial), whether PyTorch's implementation accepts a DTensor and the
+ * keyword arguments it takes (its attributes: rope's theta). Shape
  * changes (head split and merge) are small functions. */
 #include <stdlib.h>
 #include <string.h>
@@ -20,24 +21,33 @@ typedef struct op_rule {
     const char *check;     /* check name when a whole dim is sharded */
     const char *why;       /* ... and why */
     tp_op_kind lowers_to;  /* the schedule op; TP_OP_COUNT: a view of its input */
+    const char *const *keywords;   /* keyword arguments it takes; NULL: none */
 } op_rule;
 
+static const char *const rope_kw[] = {"theta", NULL};
+static const char *const attention_kw[] = {"causal", NULL};
+
+/* rope() without theta=: Hugging Face's default rope_theta (LlamaConfig,
+ * Qwen2Config). Model files pass theta= from their config. */
+#define ROPE_THETA_DEFAULT 10000.0
+
 static const op_rule rules[] = {
-    {"silu", 1, false, true, {0}, NULL, NULL, TP_OP_SILU},
-    {"gelu", 1, false, true, {0}, NULL, NULL, TP_OP_GELU},
-    {"relu", 1, false, true, {0}, NULL, NULL, TP_OP_RELU},
-    {"dropout", 1, true, true, {0}, NULL, NULL, TP_OP_COUNT},      /* inference: identity */
-    {"view_heads", 1, true, true, {0}, NULL, NULL, TP_OP_COUNT},
-    {"merge_heads", 1, true, true, {-1}, "layout-mismatch", "heads can only be merged with whole head_dim", TP_OP_COUNT},
+    {"silu", 1, false, true, {0}, NULL, NULL, TP_OP_SILU, NULL},
+    {"gelu", 1, false, true, {0}, NULL, NULL, TP_OP_GELU, NULL},
+    {"relu", 1, false, true, {0}, NULL, NULL, TP_OP_RELU, NULL},
+    {"dropout", 1, true, true, {0}, NULL, NULL, TP_OP_COUNT, NULL},      /* inference: identity */
+    {"view_heads", 1, true, true, {0}, NULL, NULL, TP_OP_COUNT, NULL},
+    {"merge_heads", 1, true, true, {-1}, "layout-mismatch", "heads can only be merged with whole head_dim", TP_OP_COUNT,
+     NULL},
     {"rope", 1, true, false, {-3, -1}, "layout-mismatch",
      "RoPE needs per-rank positions for a sequence shard (its cos/sin cover the global positions) and whole head_dim pairs",
-     TP_OP_ROPE},
+     TP_OP_ROPE, rope_kw},
     {"attention", 3, false, true, {-3, -1}, "layout-mismatch",
-     "attention over a sequence shard only sees its own keys", TP_OP_ATTENTION},
+     "attention over a sequence shard only sees its own keys", TP_OP_ATTENTION, attention_kw},
     {"positions", 1, false, false, {-1}, "layout-mismatch",
-     "positions of a sequence shard would restart at 0 on every rank", TP_OP_POSITIONS},
+     "positions of a sequence shard would restart at 0 on every rank", TP_OP_POSITIONS, NULL},
     {"cross_entropy", 2, false, false, {-1}, "loss-parallel",
-     "cross-entropy normalises over the whole vocabulary", TP_OP_CROSS_ENTROPY},
+     "cross-entropy normalises over the whole vocabulary", TP_OP_CROSS_ENTROPY, NULL},
 };
 #define NRULES ((int)(sizeof rules / sizeof *rules))
 
@@ -51,9 +61,9 @@ static const op_rule *find_rule(const char *name)
 
 bool op_is_primitive(const char *name) { return find_rule(name) != NULL; }
 
-static const iv none_iv = {IV_NONE, NULL, NULL, 0};
+static const iv none_iv = {IV_NONE, NULL, NULL, 0, 0};
 
-static iv tensor_iv(tp_val *v) { return (iv){IV_TENSOR, v, NULL, 0}; }
+static iv tensor_iv(tp_val *v) { return (iv){IV_TENSOR, v, NULL, 0, 0}; }
 
 static int shard_dim(const tp_val *v)
 {
@@ -354,12 +364,74 @@ static bool want_tensors(interp *I, const tp_node *call, iv *args, int nargs, in
     return true;
 }
 
+/* Every keyword argument must be one the op takes: a misspelt attribute
+ * would otherwise fall back to its default without a word. */
+static bool known_keywords(interp *I, const tp_node *call, const op_rule *r, char **kwnames, int nkw)
+{
+    for (int k = 0; k < nkw; k++) {
+        if (tp_keyword_known(r->keywords, kwnames[k]))
+            continue;
+        tp_span at = tp_call_kw_arg(call, kwnames[k])->span;
+        if (!r->keywords) {
+            tp_diag_add(I->d, TP_ERROR, at, "model", "%s() has no argument '%s'; it takes no keyword arguments",
+                        r->name, kwnames[k]);
+        } else {
+            char *takes = tp_keyword_list(r->keywords);
+            tp_diag_add(I->d, TP_ERROR, at, "model", "%s() has no argument '%s'; it takes %s", r->name, kwnames[k],
+                        takes);
+            free(takes);
+        }
+        I->stop = true;
+        return false;
+    }
+    return true;
+}
+
+/* Keyword argument `kw`, a positive number, into *out (left alone when
+ * the call does not pass it); false (reported) when it is anything else. */
+static bool positive_kwarg(interp *I, const tp_node *call, const char *op, const char *kw, char **kwnames, iv *kwargs,
+                           int nkw, double *out)
+{
+    for (int k = 0; k < nkw; k++) {
+        if (strcmp(kwnames[k], kw))
+            continue;
+        if (kwargs[k].kind == IV_INT || kwargs[k].kind == IV_FLOAT) {
+            *out = kwargs[k].kind == IV_FLOAT ? kwargs[k].f : (double)kwargs[k].i;
+            if (*out > 0)
+                return true;
+        }
+        tp_diag_add(I->d, TP_ERROR, tp_call_kw_arg(call, kw)->span, "model", "%s(): %s must be a positive number",
+                    op, kw);
+        I->stop = true;
+        return false;
+    }
+    return true;
+}
+
+/* attention(q, k, v, causal=True): the runtime's attention is causal, so
+ * causal=False would silently compute something else. */
+static bool causal_only(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw)
+{
+    for (int k = 0; k < nkw; k++)
+        if (!strcmp(kwnames[k], "causal") && (kwargs[k].kind != IV_INT || kwargs[k].i != 1)) {
+            tp_diag_add(I->d, TP_ERROR, tp_call_kw_arg(call, "causal")->span, "model",
+                        "attention(): only causal=True is supported (the models are decoders)");
+            I->stop = true;
+            return false;
+        }
+    return true;
+}
+
 iv op_apply(interp *I, const tp_node *call, const char *name, iv *args, int nargs, char **kwnames, iv *kwargs,
             int nkw)
 {
     const op_rule *r = find_rule(name);
     tp_span span = call->span;
-    (void)kwnames; (void)kwargs; (void)nkw;
+    double theta = ROPE_THETA_DEFAULT;
+    if (!known_keywords(I, call, r, kwnames, nkw) || !causal_only(I, call, kwnames, kwargs, nkw))
+        return none_iv;
+    if (r->lowers_to == TP_OP_ROPE && !positive_kwarg(I, call, name, "theta", kwnames, kwargs, nkw, &theta))
+        return none_iv;
     if (!want_tensors(I, call, args, nargs, r->ntensors))
         return none_iv;
     tp_val *x = args[0].t;
@@ -401,10 +473,7 @@ iv op_apply(interp *I, const tp_node *call, const char *name, iv *args, int narg
      * for RoPE; recorded so the schedule says what it assumed) */
     op->pos_chunk = shard_dim(x) == seq ? local_size(I, x, seq) : 0;
     if (r->lowers_to == TP_OP_ROPE) {
-        int64_t theta = 10000;
-        if (tp_config_has(I->c, "rope_theta"))
-            tp_config_get(I->c, "rope_theta", TP_NO_SPAN, &theta);
-        op->theta = (double)theta;
+        op->theta = theta;
         op->k = local_size(I, x, x->rank - 1);
     }
     return tensor_iv(out);
@@ -740,8 +809,7 @@ static void record_norm(interp *I, tp_module *mod, tp_val *x, tp_val *r)
     op->bias = b ? record_param(I, b) : -1;
     op->m = rows_of(I, x);
     op->n = local_size(I, x, x->rank - 1);
-    /* PyTorch's defaults: nn.LayerNorm eps 1e-5; HF's RMSNorm 1e-6 */
-    op->eps = mod->kind == TP_MOD_RMSNORM ? 1e-6 : 1e-5;
+    op->eps = mod->eps;
 }
 
 iv leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span span)

@@ -1,6 +1,6 @@
 // Configuration (compiler/front/config.c): config blocks parsed from in-memory
 // sources, lazy evaluation, precedence (-D > plan > model), hf() with a
-// fixture config.json, and the evaluator's errors.
+// fixture config.json, floats, and the evaluator's errors.
 #include <gtest/gtest.h>
 
 #include <stdint.h>
@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 extern "C" {
@@ -80,6 +81,25 @@ public:
         int64_t v = -424242;
         EXPECT_TRUE(get(name, &v)) << "evaluating " << name << ":\n" << messages();
         return v;
+    }
+
+    // A float entry's value; fails the test for anything else.
+    double real(const char *name)
+    {
+        tp_cfg_value v = {};
+        EXPECT_TRUE(tp_config_value(&cfg, name, TP_NO_SPAN, &v)) << "evaluating " << name << ":\n" << messages();
+        EXPECT_TRUE(v.is_float) << name << " is the integer " << v.i;
+        return v.f;
+    }
+
+    // The definition of `name`, evaluated as a size (where an integer is needed).
+    bool size(const char *name, int64_t *out)
+    {
+        for (int i = 0; i < cfg.count; i++)
+            if (!strcmp(cfg.items[i].name, name) && cfg.items[i].expr)
+                return tp_eval_size(&cfg, cfg.items[i].expr, out);
+        ADD_FAILURE() << "no definition of " << name;
+        return false;
     }
 
     std::string messages() const
@@ -295,12 +315,57 @@ TEST(ConfigDefine, RejectsNonIntegers)
 {
     Cfg c;
     c.bind(llama_block, TP_CFG_MODEL);
-    for (const char *bad : {"tp=two", "tp=", "tp=2x", "tp=2.5", "tp=0x10", "tp=99999999999999999999", "tp=2 "}) {
+    for (const char *bad : {"tp=two", "tp=", "tp=2x", "tp=0x10", "tp=99999999999999999999", "tp=2 "}) {
         std::string err = c.define(bad);
         EXPECT_NE(err, "") << bad << " was accepted";
-        EXPECT_NE(err.find("integer or true/false"), std::string::npos) << bad << ": " << err;
+        EXPECT_NE(err.find("an integer, a float or true/false"), std::string::npos) << bad << ": " << err;
     }
     EXPECT_EQ(c.value("tp"), 1) << "a rejected -D must leave the value alone";
+}
+
+TEST(ConfigDefine, Floats)
+{
+    Cfg c;
+    c.bind("config { eps = 1e-6, theta = 10000.0, tp = 1 }", TP_CFG_MODEL);
+    EXPECT_EQ(c.define("eps=1e-5"), "");
+    EXPECT_EQ(c.real("eps"), 1e-5);
+    EXPECT_EQ(c.define("theta=500000.0"), "");
+    EXPECT_EQ(c.real("theta"), 500000.0);
+    const std::vector<std::pair<const char *, double>> cases = {
+        {"-2.5", -2.5}, {".5", 0.5}, {"5.", 5.0}, {"5e5", 5e5}, {"+1E-06", 1e-6}};
+    for (auto [text, want] : cases) {
+        EXPECT_EQ(c.define(std::string("eps=") + text), "") << text;
+        EXPECT_EQ(c.real("eps"), want) << text;
+    }
+    EXPECT_EQ(c.define("theta=10000"), "");
+    EXPECT_EQ(c.value("theta"), 10000) << "an integer stays an integer";
+}
+
+TEST(ConfigDefine, RejectsMalformedFloats)
+{
+    Cfg c;
+    c.bind("config { eps = 1e-6 }", TP_CFG_MODEL);
+    for (const char *bad : {"eps=1e", "eps=1e+", "eps=1.5.2", "eps=.", "eps=e5", "eps=inf", "eps=nan", "eps=0x1p3",
+                            "eps=1_000.5", "eps=1.5 "}) {
+        std::string err = c.define(bad);
+        EXPECT_NE(err.find("an integer, a float or true/false"), std::string::npos) << bad << ": " << err;
+    }
+    for (const char *bad : {"eps=1e999", "eps=1e-999"}) {
+        std::string err = c.define(bad);
+        EXPECT_NE(err.find("beyond a double's range"), std::string::npos) << bad << ": " << err;
+    }
+    EXPECT_EQ(c.real("eps"), 1e-6) << "a rejected -D must leave the value alone";
+}
+
+TEST(ConfigDefine, FloatWhereAnIntegerIsNeeded)
+{
+    Cfg c;
+    c.bind(llama_block, TP_CFG_MODEL);
+    EXPECT_EQ(c.define("tp=2.5"), "") << "a -D value's use decides whether it may be a float";
+    int64_t v;
+    EXPECT_FALSE(c.get("tp", &v));
+    ASSERT_EQ(c.diags.errors, 1) << c.messages();
+    EXPECT_STREQ(c.diags.items[0].message, "'tp' is 2.5, a float; it must be an integer");
 }
 
 TEST(ConfigDefine, RejectsMalformedAssignments)
@@ -395,6 +460,131 @@ TEST(ConfigEval, ShortCircuitAndConditionalSkipTheOtherSide)
     EXPECT_EQ(c.value("t"), 1);
     EXPECT_EQ(c.value("f"), 2);
     EXPECT_EQ(c.diags.count, 0) << c.messages();
+}
+
+// --- floats --------------------------------------------------------------------------
+
+TEST(ConfigFloat, LiteralsInABlock)
+{
+    Cfg c;
+    c.bind("config { a = 1e-5, b = 1e-06, c = 500000.0, d = .5, e = 5e5, f = 1_000.25, g = -1e-5, h = 2. }",
+           TP_CFG_PLAN);
+    EXPECT_EQ(c.real("a"), 1e-5);
+    EXPECT_EQ(c.real("b"), 1e-6);
+    EXPECT_EQ(c.real("c"), 500000.0);
+    EXPECT_EQ(c.real("d"), 0.5);
+    EXPECT_EQ(c.real("e"), 500000.0);
+    EXPECT_EQ(c.real("f"), 1000.25);
+    EXPECT_EQ(c.real("g"), -1e-5);
+    EXPECT_EQ(c.real("h"), 2.0);
+    for (int i = 0; i < c.cfg.count; i++) {
+        EXPECT_TRUE(c.cfg.items[i].is_float) << c.cfg.items[i].name;
+        EXPECT_FALSE(c.cfg.items[i].is_bool) << c.cfg.items[i].name;
+    }
+    EXPECT_EQ(c.diags.count, 0) << c.messages();
+}
+
+TEST(ConfigFloat, ArithmeticFollowsPython)
+{
+    Cfg c;
+    c.bind(R"(config {
+        eps = 1e-5
+        theta = 10000.0
+        sum = 1 + 0.5
+        diff = theta - 1
+        prod = 2 * 1.5
+        quot = 1.0 / 4
+        int_quot = 1 / 4.0
+        neg = -eps
+        scaled = theta * 50
+        lo = min(2, 0.5)
+        hi = max(3, 2.5)
+        cond = 1.5 if eps else 2
+        truth = not 0.0
+        both = eps and 1
+        exact = 8 / 2
+    })",
+           TP_CFG_MODEL);
+    EXPECT_EQ(c.real("sum"), 1.5);
+    EXPECT_EQ(c.real("diff"), 9999.0);
+    EXPECT_EQ(c.real("prod"), 3.0);
+    EXPECT_EQ(c.real("quot"), 0.25);
+    EXPECT_EQ(c.real("int_quot"), 0.25);
+    EXPECT_EQ(c.real("neg"), -1e-5);
+    EXPECT_EQ(c.real("scaled"), 500000.0);
+    EXPECT_EQ(c.real("lo"), 0.5);
+    EXPECT_EQ(c.value("hi"), 3) << "min and max keep the chosen operand's type";
+    EXPECT_EQ(c.real("cond"), 1.5);
+    EXPECT_EQ(c.value("truth"), 1);
+    EXPECT_EQ(c.value("both"), 1);
+    EXPECT_EQ(c.value("exact"), 4) << "integer / integer stays exact integer division";
+    EXPECT_EQ(c.diags.count, 0) << c.messages();
+}
+
+TEST(ConfigFloat, FloorDivisionModuloAndRoundUpTakeIntegers)
+{
+    struct Case {
+        const char *expr, *message;
+    } cases[] = {
+        {"7.5 // 2", "'7.5' is 7.5, a float; an operand of // must be an integer"},
+        {"7 % half", "'half' is 0.5, a float; an operand of % must be an integer"},
+        {"round_up(10, half)", "'half' is 0.5, a float; an argument of round_up() must be an integer"},
+    };
+    for (const Case &k : cases) {
+        Cfg c;
+        c.bind(std::string("config { half = 0.5, x = ") + k.expr + " }", TP_CFG_MODEL);
+        SCOPED_TRACE(k.expr);
+        c.expect_error("x", k.message);
+    }
+}
+
+TEST(ConfigFloat, OverflowAndDivisionByZero)
+{
+    for (const char *e : {"1e308 * 10", "-1e308 - 1e308"}) {
+        Cfg c;
+        c.bind(std::string("config { x = ") + e + " }", TP_CFG_MODEL);
+        SCOPED_TRACE(e);
+        c.expect_error("x", "float overflow");
+    }
+    Cfg c;
+    c.bind("config { x = 1.5 / 0 }", TP_CFG_MODEL);
+    c.expect_error("x", "division by zero");
+}
+
+TEST(ConfigFloat, InASizeIsAnErrorAtTheUse)
+{
+    Cfg c;
+    c.bind("config {\n  x = 1e-5\n  hidden = x\n}", TP_CFG_MODEL);
+    int64_t v;
+    EXPECT_FALSE(c.size("hidden", &v));
+    const tp_diag *g = c.only_error();
+    ASSERT_TRUE(g);
+    EXPECT_STREQ(g->check, "config");
+    EXPECT_STREQ(g->message, "'x' is 1e-05, a float; a size must be an integer");
+    EXPECT_EQ(g->span.line, 3) << "at the use";
+    EXPECT_EQ(g->span.col, 12);
+    ASSERT_EQ(g->nnotes, 1) << c.messages();
+    EXPECT_STREQ(g->notes[0].message, "'x' is defined here");
+    EXPECT_EQ(g->notes[0].span.line, 2);
+}
+
+TEST(ConfigFloat, ExpressionInASizeIsNamedByItsText)
+{
+    Cfg c;
+    c.bind("config { hidden = 4096, ffn = hidden * 2.5 }", TP_CFG_MODEL);
+    int64_t v;
+    EXPECT_FALSE(c.size("ffn", &v));
+    const tp_diag *g = c.only_error();
+    ASSERT_TRUE(g);
+    EXPECT_STREQ(g->message, "'hidden * 2.5' is 10240.0, a float; a size must be an integer");
+    EXPECT_GE(g->span.file, 0);
+}
+
+TEST(ConfigFloat, IntegerLookupOfAFloatPointsAtTheDefinition)
+{
+    Cfg c;
+    c.bind("config { tp = 2.0 }", TP_CFG_PLAN);
+    c.expect_error("tp", "'tp' is 2.0, a float; it must be an integer");
 }
 
 // --- errors --------------------------------------------------------------------------
@@ -564,8 +754,47 @@ TEST(ConfigHf, StringValueIsAnError)
     char err[512] = "";
     ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), err, sizeof err), 0) << err;
     c.bind(hf_block, TP_CFG_MODEL);
-    c.expect_error("kind", "\"model_type\" must be an integer or a boolean");
+    c.expect_error("kind", "\"model_type\" must be a number or a boolean");
     EXPECT_NE(c.messages().find("hf-values.config.json"), std::string::npos) << "name the file:\n" << c.messages();
+}
+
+TEST(ConfigHf, RealsAreFloatsAndIntegersStayIntegers)
+{
+    Cfg c;
+    char err[512] = "";
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("llama3-attrs.config.json").c_str(), err, sizeof err), 0) << err;
+    c.bind(R"(config {
+        rms_norm_eps = hf("rms_norm_eps", 1e-6)
+        rope_theta = hf("rope_theta", 10000.0)
+        missing = hf("partial_rotary_factor", 1.0)
+    })",
+           TP_CFG_MODEL);
+    EXPECT_EQ(c.real("rms_norm_eps"), 1e-5);
+    EXPECT_EQ(c.real("rope_theta"), 500000.0);
+    EXPECT_EQ(c.real("missing"), 1.0);
+    Cfg i;
+    ASSERT_EQ(tp_config_load_hf(&i.cfg, fixture("hf-values.config.json").c_str(), err, sizeof err), 0) << err;
+    i.bind("config { theta = hf(\"hidden_size\", 10000.0) }", TP_CFG_MODEL);
+    EXPECT_EQ(i.value("theta"), 1024) << "a JSON integer where the default is a float stays an integer";
+    EXPECT_EQ(c.diags.count + i.diags.count, 0) << c.messages() << i.messages();
+}
+
+TEST(ConfigHf, RealWhereAnIntegerIsNeededIsAnError)
+{
+    Cfg c;
+    char err[512] = "";
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), err, sizeof err), 0) << err;
+    c.bind("config {\n  layers = hf(\"rope_theta\", 32)\n  n = layers\n}", TP_CFG_MODEL);
+    int64_t v;
+    EXPECT_FALSE(c.size("n", &v));
+    const tp_diag *g = c.only_error();
+    ASSERT_TRUE(g);
+    EXPECT_STREQ(g->message, "'layers' is 10000.0, a float; a size must be an integer");
+    ASSERT_EQ(g->nnotes, 1);
+    EXPECT_EQ(g->notes[0].span.line, 2) << "the note shows the hf() call";
+    EXPECT_NE(std::string(g->notes[0].message).find("as \"rope_theta\" of "), std::string::npos) << g->notes[0].message;
+    EXPECT_NE(std::string(g->notes[0].message).find("hf-values.config.json (a JSON real)"), std::string::npos)
+        << g->notes[0].message;
 }
 
 TEST(ConfigHf, DefinedOverridesBeatTheJson)

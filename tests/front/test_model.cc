@@ -1,6 +1,7 @@
 // Model instantiation (compiler/front/model.c) through the front end: the module
 // tree of the shipped models with Hugging Face names, parameter shapes,
-// tied weights and vocabulary padding, and broken model files.
+// tied weights, vocabulary padding and norm eps, and broken model files
+// (op keywords included).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -44,14 +45,16 @@ struct Unit {
     tp_module *mod(const std::string &fqn) { return tp_model_find(&u.model, fqn.c_str()); }
     tp_param *param(const std::string &fqn) { return tp_model_find_param(&u.model, fqn.c_str()); }
     std::string text() { return tpcc_test::rendered(&u); }
-    bool has_error(const char *check, const std::string &text)
+    bool has_error(const char *check, const std::string &text) { return error(check, text) != nullptr; }
+    // The first error of `check` whose message contains `text`, or null.
+    const tp_diag *error(const char *check, const std::string &text)
     {
         for (int i = 0; i < u.diags.count; i++) {
             const tp_diag &g = u.diags.items[i];
             if (g.level == TP_ERROR && !strcmp(g.check, check) && std::string(g.message).find(text) != std::string::npos)
-                return true;
+                return &g;
         }
-        return false;
+        return nullptr;
     }
     tp_unit u;
 };
@@ -290,7 +293,33 @@ TEST(LlamaModel, NonPositiveSizesAreErrors)
     EXPECT_TRUE(u.has_error("config", "must be positive")) << u.text();
 }
 
+TEST(LlamaModel, NormEpsComesFromTheConfig)
+{
+    TempDir dir;
+    const char *norms[] = {"model.norm", "model.layers.0.input_layernorm", "model.layers.1.post_attention_layernorm"};
+    Unit dflt(bare_plan(dir, model_path("llama.model")), {"layers=2"});
+    ASSERT_TRUE(dflt.u.built) << dflt.text();
+    for (const char *n : norms)
+        EXPECT_EQ(dflt.mod(n)->eps, 1e-6) << n << ": hf(\"rms_norm_eps\", 1e-6)";
+    Unit set(bare_plan(dir, model_path("llama.model")), {"layers=2", "rms_norm_eps=1e-5"});
+    ASSERT_TRUE(set.u.built) << set.text();
+    for (const char *n : norms)
+        EXPECT_EQ(set.mod(n)->eps, 1e-5) << n;
+}
+
 // --- GPT-2 and Qwen2 ------------------------------------------------------------------------
+
+TEST(Gpt2Model, LayerNormEpsComesFromTheConfig)
+{
+    TempDir dir;
+    Unit dflt(bare_plan(dir, model_path("gpt2.model")), {"layers=2"});
+    ASSERT_TRUE(dflt.u.built) << dflt.text();
+    EXPECT_EQ(dflt.mod("transformer.ln_f")->eps, 1e-5);
+    Unit set(bare_plan(dir, model_path("gpt2.model"), "layer_norm_epsilon = 1e-3"), {"layers=2"});
+    ASSERT_TRUE(set.u.built) << set.text();
+    for (const char *n : {"transformer.ln_f", "transformer.h.0.ln_1", "transformer.h.1.ln_2"})
+        EXPECT_EQ(set.mod(n)->eps, 1e-3) << n;
+}
 
 TEST(Gpt2Model, NamesBiasesAndTiedHead)
 {
@@ -376,10 +405,103 @@ TEST(BrokenModel, UnknownModuleTypeInRepeat)
 TEST(BrokenModel, LeafArguments)
 {
     TempDir dir;
-    dir.write("m.model", "module Root {\n    a = Linear(2)\n    b = Embedding(4, 2, biass=True)\n" + std::string(tail));
+    dir.write("m.model", "module Root {\n    a = Linear(2)\n    b = Embedding(4, 2, biass=True)\n"
+                         "    c = RMSNorm(2, epsilon=1e-5)\n" + std::string(tail));
     Unit u(bare_plan(dir, dir.path + "/m.model"));
     EXPECT_TRUE(u.has_error("model", "Linear() takes 2 size arguments, got 1")) << u.text();
-    EXPECT_TRUE(u.has_error("model", "Embedding() has no argument 'biass'")) << u.text();
+    EXPECT_TRUE(u.has_error("model", "Embedding() has no argument 'biass'; it takes pad_to")) << u.text();
+    const tp_diag *g = u.error("model", "RMSNorm() has no argument 'epsilon'; it takes eps, bias");
+    ASSERT_TRUE(g) << u.text();
+    EXPECT_EQ(g->span.line, 4);
+    EXPECT_EQ(g->span.col, 20) << "at the keyword argument";
+}
+
+TEST(BrokenModel, NormsWithoutEpsGetTheirClassDefaults)
+{
+    TempDir dir;
+    dir.write("m.model", "module Root {\n    a = RMSNorm(2)\n    b = LayerNorm(2)\n    c = LayerNorm(2, eps=0)\n" +
+                             std::string(tail));
+    Unit u(bare_plan(dir, dir.path + "/m.model"));
+    ASSERT_TRUE(u.u.built) << u.text();
+    EXPECT_EQ(u.mod("a")->eps, 1e-6) << "LlamaRMSNorm's default";
+    EXPECT_EQ(u.mod("b")->eps, 1e-5) << "nn.LayerNorm's default";
+    EXPECT_EQ(u.mod("c")->eps, 0.0) << "an integer is a number too";
+}
+
+TEST(BrokenModel, NormEpsMustBeANonNegativeNumber)
+{
+    TempDir dir;
+    dir.write("m.model", "module Root {\n    a = RMSNorm(2, eps=-1e-5)\n    b = LayerNorm(2, eps=\"small\")\n" +
+                             std::string(tail));
+    Unit u(bare_plan(dir, dir.path + "/m.model"));
+    EXPECT_TRUE(u.has_error("model", "RMSNorm() eps '-1e-05' is negative; it must be 0 or more")) << u.text();
+    EXPECT_TRUE(u.has_error("config", "expected a number or boolean expression")) << u.text();
+}
+
+TEST(BrokenModel, FloatSizeIsAnErrorAtTheUse)
+{
+    TempDir dir;
+    dir.write("m.model", "config { d = 2.0 }\nmodule Root {\n    a = Linear(d, 2)\n    b = repeat(Linear(2, 2), 1.5)\n" +
+                             std::string(tail));
+    Unit u(bare_plan(dir, dir.path + "/m.model"));
+    const tp_diag *g = u.error("config", "'d' is 2.0, a float; a size must be an integer");
+    ASSERT_TRUE(g) << u.text();
+    EXPECT_EQ(g->span.line, 3);
+    EXPECT_EQ(g->span.col, 16);
+    ASSERT_EQ(g->nnotes, 1) << u.text();
+    EXPECT_EQ(g->notes[0].span.line, 1) << "the note shows the definition";
+    EXPECT_TRUE(u.has_error("config", "'1.5' is 1.5, a float; a size must be an integer")) << u.text();
+}
+
+// Forward bodies for the op tests: x is [batch, seq, heads, head_dim].
+std::string op_model(const std::string &body)
+{
+    return "module Root {\n    def forward(x: [1, 2, 2, 4]) {\n        return " + body + "\n    }\n}\n";
+}
+
+TEST(BrokenModel, UnknownOpKeywordsListWhatTheOpTakes)
+{
+    struct Case {
+        std::string body, message;
+        int col;
+    } cases[] = {
+        {"rope(x, base=500000.0)", "rope() has no argument 'base'; it takes theta", 24},
+        {"silu(x, inplace=True)", "silu() has no argument 'inplace'; it takes no keyword arguments", 24},
+        {"attention(x, x, x, causal=True, scale=0.5)", "attention() has no argument 'scale'; it takes causal", 48},
+    };
+    for (const Case &k : cases) {
+        SCOPED_TRACE(k.body);
+        TempDir dir;
+        dir.write("m.model", op_model(k.body));
+        Unit u(bare_plan(dir, dir.path + "/m.model"));
+        const tp_diag *g = u.error("model", k.message);
+        ASSERT_TRUE(g) << u.text();
+        EXPECT_EQ(g->span.line, 3);
+        EXPECT_EQ(g->span.col, k.col) << "at the keyword argument";
+    }
+}
+
+TEST(BrokenModel, OpAttributeValues)
+{
+    struct Case {
+        std::string body, message;
+    } cases[] = {
+        {"rope(x, theta=0)", "rope(): theta must be a positive number"},
+        {"rope(x, theta=-1e4)", "rope(): theta must be a positive number"},
+        {"rope(x, theta=None)", "rope(): theta must be a positive number"},
+        {"attention(x, x, x, causal=False)", "attention(): only causal=True is supported"},
+    };
+    for (const Case &k : cases) {
+        SCOPED_TRACE(k.body);
+        TempDir dir;
+        dir.write("m.model", op_model(k.body));
+        Unit u(bare_plan(dir, dir.path + "/m.model"));
+        EXPECT_TRUE(u.has_error("model", k.message)) << u.text();
+    }
+    TempDir dir;
+    dir.write("m.model", "config { rope_theta = 5e5 }\n" + op_model("rope(rope(x, theta=rope_theta), theta=1e4)"));
+    Unit u(bare_plan(dir, dir.path + "/m.model"));
+    EXPECT_EQ(u.u.diags.errors, 0) << u.text();
 }
 
 TEST(BrokenModel, TieToAMissingParameter)

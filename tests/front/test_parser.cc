@@ -126,7 +126,9 @@ TEST(ParserFiles, LlamaModel)
     ASSERT_EQ(root->kind, N_FILE);
     ASSERT_EQ(root->nkids, 6);
     EXPECT_EQ(root->kids[0]->kind, N_CONFIG);
-    EXPECT_EQ(root->kids[0]->nkids, 12);
+    EXPECT_EQ(root->kids[0]->nkids, 14);
+    EXPECT_EQ(dump(root->kids[0]->kids[12]),
+              "(ASSIGN rms_norm_eps (CALL (NAME hf) (ARG (STR \"rms_norm_eps\")) (ARG (FLOAT 1e-06))))");
     const tp_node *causal = root->kids[1];
     ASSERT_EQ(causal->kind, N_MODULE);
     EXPECT_STREQ(causal->name, "LlamaForCausalLM");
@@ -225,6 +227,31 @@ TEST(ParserDump, Integers)
     EXPECT_EQ(expr("- -2"), "(INT 2)");
     EXPECT_EQ(expr("1 - -2"), "(BINOP - (INT 1) (INT -2))");
     EXPECT_EQ(expr("-x"), "(NEG (NAME x))");
+}
+
+TEST(ParserDump, Floats)
+{
+    EXPECT_EQ(expr("1e-5"), "(FLOAT 1e-05)");
+    EXPECT_EQ(expr("1e-06"), "(FLOAT 1e-06)");
+    EXPECT_EQ(expr("500000.0"), "(FLOAT 500000.0)");
+    EXPECT_EQ(expr(".5"), "(FLOAT 0.5)");
+    EXPECT_EQ(expr("5e5"), "(FLOAT 500000.0)");
+    EXPECT_EQ(expr("2."), "(FLOAT 2.0)");
+    EXPECT_EQ(expr("1E+3"), "(FLOAT 1000.0)");
+    EXPECT_EQ(expr("1_000.000_5"), "(FLOAT 1000.0005)");
+    EXPECT_EQ(expr("0.1"), "(FLOAT 0.1)") << "the shortest text that reads back exactly";
+    EXPECT_EQ(expr("4.9e-324"), "(FLOAT 5e-324)");
+    EXPECT_EQ(expr("-1e-5"), "(FLOAT -1e-05)");
+    EXPECT_EQ(expr("- -2.5"), "(FLOAT 2.5)");
+    EXPECT_EQ(expr("hidden * 0.5"), "(BINOP * (NAME hidden) (FLOAT 0.5))");
+    EXPECT_EQ(expr("rope(q, theta=500000.0)"),
+              "(CALL (NAME rope) (ARG (NAME q)) (ARG theta (FLOAT 500000.0)))");
+    Parsed p("config { x = 1.5 }");
+    const tp_node *f = p.root()->kids[0]->kids[0]->kids[0];
+    EXPECT_EQ(f->kind, N_FLOAT);
+    EXPECT_EQ(f->fval, 1.5);
+    EXPECT_EQ(f->span.col, 14);
+    EXPECT_EQ(f->span.length, 3);
 }
 
 TEST(ParserDump, Calls)
@@ -466,6 +493,26 @@ TEST(ParserErrors, IntegerLiterals)
               "1:30: invalid integer literal\n");
 }
 
+TEST(ParserErrors, FloatLiterals)
+{
+    EXPECT_EQ(Parsed("config { a = 1e, b = 1.5x, c = 1.2.3, d = .5e, e = 2e5_ }").errors(),
+              "1:14: invalid float literal\n"
+              "1:22: invalid float literal\n"
+              "1:32: invalid float literal\n"
+              "1:43: invalid float literal\n"
+              "1:52: invalid float literal\n");
+    Parsed range("config { a = 1e999, b = 1e-999, c = 4.9e-324 }");
+    EXPECT_EQ(range.errors(),
+              "1:14: float literal out of range (a double holds about 2.2e-308 to 1.8e308)\n"
+              "1:25: float literal out of range (a double holds about 2.2e-308 to 1.8e308)\n");
+    EXPECT_EQ(range.root()->kids[0]->nkids, 3) << "the entries survive";
+    EXPECT_EQ(Parsed("config { a = 1e+ }").errors(),
+              "1:14: invalid float literal\n"
+              "1:18: unexpected '}', expected expression\n");
+    EXPECT_EQ(Parsed("config { a = x.5 }").errors(), "1:15: unexpected float, expected '}' to close '{' at 1:8\n")
+        << "'.5' after a name is a float, not an attribute";
+}
+
 TEST(ParserErrors, UnterminatedStrings)
 {
     Parsed dq("model \"abc\nconfig { tp = 2 }");
@@ -571,6 +618,7 @@ TEST(ParserLimits, RandomTokensNeverCrash)
         "return", "if", "else", "not", "and", "or", "True", "False", "None", "x", "tp",
         "1", "-2", "'s'", "\"t\"", "(", ")", "[", "]", "{", "}", ",", ":", ";", ".", "=",
         "+", "-", "*", "/", "//", "%", "#c\n", "\n", "'open", "9999999999999999999999", "$",
+        "1e-5", "500000.0", ".5", "1e", "1e999",
     };
     std::mt19937 rng(7);
     std::uniform_int_distribution<size_t> pick(0, tokens.size() - 1);

@@ -1,6 +1,7 @@
 // The back end end to end: schedules emitted by `tpcc PLAN -o` and read
 // back (collective counts per layer, bytes, merging at -O1, the bound
-// ratio of --report), properties of every shipped plan's program at
+// ratio of --report, op attributes from --hf-config and -D), properties of
+// every shipped plan's program at
 // tp = 1, 2, 4, 8 (arena, def-before-use, identical collectives on every
 // rank), determinism, and the runtime's loader accepting what tpcc writes.
 #include <gtest/gtest.h>
@@ -209,6 +210,73 @@ TEST(Schedule, NothingIsWrittenForAPlanWithErrors)
     EXPECT_EQ(p.code(), 1) << p.describe();
     EXPECT_FALSE(fs::exists(out));
     EXPECT_TRUE(fs::is_empty(dir.path));
+}
+
+// --- op attributes: from the model's config, never from C constants ------------------
+
+// The values of `key` over every op of kind `op` on every rank.
+std::vector<double> attribute(const Schedule &s, const std::string &op, const char *key)
+{
+    std::vector<double> v;
+    for (size_t r = 0; r < json_array_size(json_object_get(s.root, "ranks")); r++) {
+        size_t i;
+        json_t *o;
+        json_array_foreach(s.ops((int)r), i, o)
+        {
+            if (json_string_value(json_object_get(o, "op")) != op)
+                continue;
+            json_t *x = json_object_get(o, key);
+            EXPECT_TRUE(json_is_real(x)) << op << "." << key;
+            v.push_back(json_real_value(x));
+        }
+    }
+    return v;
+}
+
+TEST(Schedule, OpAttributesFromTheHfConfig)
+{
+    TempDir dir;
+    Schedule s(dir, "plans/llama-sp.plan",
+               with(kLayers2, {"--hf-config", source_path("tests/fixtures/llama3-attrs.config.json")}));
+    std::vector<double> eps = attribute(s, "rmsnorm", "eps"), theta = attribute(s, "rope", "theta");
+    EXPECT_EQ(eps, std::vector<double>(2 * (2 * 2 + 1), 1e-5)) << "2 ranks x (2 layers x 2 norms + the final norm)";
+    EXPECT_EQ(theta, std::vector<double>(2 * 2 * 2, 500000.0)) << "2 ranks x 2 layers x q and k";
+    std::string text = slurp(s.path);
+    EXPECT_TRUE(contains(text, "\"eps\": 1e-05")) << "written as the shortest exact real";
+    EXPECT_TRUE(contains(text, "\"theta\": 500000.0"));
+    json_t *cfg = json_object_get(s.root, "config");
+    EXPECT_TRUE(json_is_real(json_object_get(cfg, "rms_norm_eps")));
+    EXPECT_EQ(json_real_value(json_object_get(cfg, "rms_norm_eps")), 1e-5);
+    EXPECT_EQ(json_real_value(json_object_get(cfg, "rope_theta")), 500000.0);
+    EXPECT_TRUE(contains(text, "\"rms_norm_eps\": 1e-05, \"rope_theta\": 500000.0}"));
+}
+
+TEST(Schedule, OpAttributesDefaultToHuggingFaces)
+{
+    TempDir dir;
+    Schedule llama(dir, "plans/llama-sp.plan", kLayers2);
+    for (double e : attribute(llama, "rmsnorm", "eps"))
+        EXPECT_EQ(e, 1e-6);
+    for (double t : attribute(llama, "rope", "theta"))
+        EXPECT_EQ(t, 10000.0);
+    EXPECT_FALSE(attribute(llama, "rope", "theta").empty());
+    Schedule gpt2(dir, "plans/gpt2-sp-tied.plan", kLayers2);
+    std::vector<double> eps = attribute(gpt2, "layernorm", "eps");
+    EXPECT_EQ(eps, std::vector<double>(2 * (2 * 2 + 1), 1e-5));
+}
+
+TEST(Schedule, OpAttributesFromDefines)
+{
+    TempDir dir;
+    Schedule llama(dir, "plans/llama-sp.plan", with(kLayers2, {"-D", "rms_norm_eps=1e-5", "-D", "rope_theta=1e6"}));
+    for (double e : attribute(llama, "rmsnorm", "eps"))
+        EXPECT_EQ(e, 1e-5);
+    for (double t : attribute(llama, "rope", "theta"))
+        EXPECT_EQ(t, 1e6);
+    Schedule gpt2(dir, "plans/gpt2-sp-tied.plan", with(kLayers2, {"-D", "layer_norm_epsilon=1e-3"}));
+    for (double e : attribute(gpt2, "layernorm", "eps"))
+        EXPECT_EQ(e, 1e-3);
+    EXPECT_EQ(json_real_value(json_object_get(json_object_get(gpt2.root, "config"), "layer_norm_epsilon")), 1e-3);
 }
 
 // --- properties of every shipped plan's program -----------------------------------

@@ -1,6 +1,7 @@
 // tprun end to end, as processes over MPI: the same seeded weights give
 // the same logits at tp = 1, 2 and 4 for every shipped plan (and at -O0);
-// tp = 1 matches the independent NumPy reference; the profile's bytes are
+// tp = 1 matches the independent NumPy reference, and so do tp = 1 and 2
+// with norm eps and RoPE theta from a config.json; the profile's bytes are
 // the schedule's; failures give a message and end every rank promptly.
 //
 // Tolerance: logits agree to 1e-4 absolute. Ranks sum partial products in
@@ -137,12 +138,17 @@ std::string loss_of(const std::string &out)
     return rest.substr(rest.find_first_not_of(' '), rest.find('\n') - rest.find_first_not_of(' '));
 }
 
+// tprun at `tp` ranks on a checkpoint against reference.py on the same one;
+// tpcc_flags are added to the compilation.
 void check_reference(const std::string &family, const std::string &plan, const std::vector<std::string> &ckpt_config,
-                     const std::vector<std::string> &ref_config)
+                     const std::vector<std::string> &ref_config, int tp = 1,
+                     const std::vector<std::string> &tpcc_flags = {})
 {
     std::string py = python_with_numpy();
     if (py.empty())
         GTEST_SKIP() << "no python3 with numpy";
+    if (tp > 1 && !have("mpiexec"))
+        GTEST_SKIP() << "mpiexec not installed";
     TempDir dir;
     std::string ckpt = dir.path + "/model.safetensors";
     std::vector<std::string> mk = {source_path("tools/make_checkpoint.py"), "--family", family, "--out", ckpt,
@@ -152,16 +158,15 @@ void check_reference(const std::string &family, const std::string &plan, const s
     ASSERT_EQ(m.code(), 0) << m.describe();
     std::string tokens = "5,17,250,3,99,100,0,255,42,42,7,8,9,10,11,12,200,201,13,1,2,3,4,5,6,7,8,9,10,11,12,13";
     std::string ours = dir.path + "/ours.npy", theirs = dir.path + "/ref.npy";
-    Proc t = tprun(1, compile(dir, source_path(plan), 1),
-                   {"--weights", ckpt, "--tokens", tokens, "--labels", "tokens", "--out", ours});
+    std::string sched = compile(dir, source_path(plan), tp, tpcc_flags);
+    Proc t = tprun(tp, sched, {"--weights", ckpt, "--tokens", tokens, "--labels", "tokens", "--out", ours});
     ASSERT_EQ(t.code(), 0) << t.describe();
     std::vector<std::string> ref = {source_path("tools/reference.py"), "--family", family, "--weights", ckpt,
                                     "--tokens", tokens, "--labels", tokens, "--out", theirs, "--config"};
     ref.insert(ref.end(), ref_config.begin(), ref_config.end());
     Proc r = run_program(py, ref);
     ASSERT_EQ(r.code(), 0) << r.describe();
-    Proc cmp = tprun(1, compile(dir, source_path(plan), 1),
-                     {"--weights", ckpt, "--tokens", tokens, "--compare", theirs, "--tolerance", kTolerance});
+    Proc cmp = tprun(tp, sched, {"--weights", ckpt, "--tokens", tokens, "--compare", theirs, "--tolerance", kTolerance});
     EXPECT_EQ(cmp.code(), 0) << cmp.describe();
     double a = atof(loss_of(t.out).c_str()), b = atof(loss_of(r.out).c_str());
     EXPECT_NEAR(a, b, 1e-4) << t.out << r.out;
@@ -179,6 +184,33 @@ TEST(Reference, Gpt2MatchesNumPy)
     check_reference("gpt2", "plans/gpt2-sp-tied.plan",
                     {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "positions=32"},
                     {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "positions=32", "seq=16", "batch=2"});
+}
+
+// Llama 3's attributes from a config.json reach every rmsnorm and rope op.
+// On these weights eps 1e-6 instead of 1e-5 moves the logits by ~7e-3 and
+// theta 10000 instead of 500000 by ~2e-3, far beyond the tolerance, so a
+// schedule that fell back to either default fails here.
+TEST(Reference, LlamaAttributesFromAConfigJsonMatchNumPy)
+{
+    std::vector<std::string> sizes = {"vocab=256", "hidden=64", "layers=2", "heads=8", "kv_heads=4", "ffn=128"};
+    std::vector<std::string> ref = sizes;
+    ref.insert(ref.end(), {"seq=16", "batch=2", "rms_norm_eps=1e-5", "rope_theta=500000.0"});
+    for (int tp : {1, 2}) {
+        SCOPED_TRACE("tp=" + std::to_string(tp));
+        check_reference("llama", "plans/llama-megatron.plan", sizes, ref, tp,
+                        {"--hf-config", source_path("tests/fixtures/llama3-attrs.config.json")});
+    }
+}
+
+// LayerNorm's eps from -D: 1e-5 (GPT-2's) instead of 1e-3 moves these
+// logits far beyond the tolerance.
+TEST(Reference, Gpt2EpsFromADefineMatchesNumPy)
+{
+    check_reference("gpt2", "plans/gpt2-sp-tied.plan",
+                    {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "positions=32"},
+                    {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "positions=32", "seq=16", "batch=2",
+                     "layer_norm_epsilon=1e-3"},
+                    2, {"-D", "layer_norm_epsilon=1e-3"});
 }
 
 // --- the profile says what the schedule says --------------------------------------------

@@ -87,7 +87,7 @@ struct Fixture {
     tp_module root{}, embed{}, layer{}, q_proj{}, lm_head{};
     tp_param embed_w{}, norm_w{}, q_w{}, lm_w{};
     tp_style embed_style{}, q_style{};
-    tp_cfg_entry items[4]{};
+    tp_cfg_entry items[5]{};
     tp_config config{};
     tp_ir ir{};
     tp_schedule_meta meta{};
@@ -149,8 +149,8 @@ struct Fixture {
         param(q_w, "model.layers.0.self_attn.q_proj.weight", 2, 16, 16, 16);
         param(lm_w, "lm_head.weight", 2, 12, 16, 10);
 
-        const char *names[] = {"tp", "seq", "loss_parallel", "unused"};
-        for (int i = 0; i < 4; i++) {
+        const char *names[] = {"tp", "seq", "loss_parallel", "unused", "rope_theta"};
+        for (int i = 0; i < 5; i++) {
             items[i].name = const_cast<char *>(names[i]);
             items[i].state = 2;
         }
@@ -159,8 +159,10 @@ struct Fixture {
         items[2].value = 1;
         items[2].is_bool = true;
         items[3].state = 0;   // never evaluated
+        items[4].real = 500000.0;
+        items[4].is_float = true;
         config.items = items;
-        config.count = 4;
+        config.count = 5;
 
         ir.world = 2;
         ir.loss_buf = ir.logits_buf = -1;
@@ -403,10 +405,16 @@ TEST(ScheduleWrite, HeaderConfigAndIo)
     keys.clear();
     json_object_foreach(cfg, key, v)
         keys.push_back(key);
-    EXPECT_EQ(keys, (std::vector<std::string>{"tp", "seq", "loss_parallel", "unused"})) << "definition order";
+    EXPECT_EQ(keys, (std::vector<std::string>{"tp", "seq", "loss_parallel", "unused", "rope_theta"}))
+        << "definition order";
     EXPECT_EQ(ival(cfg, "tp"), 2);
     EXPECT_TRUE(json_is_true(json_object_get(cfg, "loss_parallel")));
     EXPECT_TRUE(json_is_null(json_object_get(cfg, "unused")));
+    json_t *theta = json_object_get(cfg, "rope_theta");
+    ASSERT_TRUE(json_is_real(theta)) << "a float entry is a JSON real";
+    EXPECT_EQ(json_real_value(theta), 500000.0);
+    EXPECT_NE(slurp(dir.file("s")).find("\"rope_theta\": 500000.0}"), std::string::npos)
+        << "written as the ops' reals are";
 
     json_t *in = d.get("inputs");
     EXPECT_EQ(ival(in, "input_ids"), 0);
