@@ -122,7 +122,7 @@ int lower_param(interp *I, tp_param *p);                         /* index in the
 void lower_finish(interp *I);                                    /* dead-op removal, lifetimes */
 
 /* records */
-int record_comm(interp *I, tp_comm c);
+int record_comm(interp *I, tp_redist_record c);
 int record_boundary(interp *I, tp_module *mod, char *inputs);   /* takes inputs */
 
 #endif /* TPCC_CHECK_IMPL_H */
