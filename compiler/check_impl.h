@@ -104,7 +104,6 @@ iv leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span call_spa
 
 /* parameters (params.c) */
 tp_placement param_placement(const tp_param *prm);
-bool param_is_dtensor(const tp_param *prm);
 void check_params(interp *I);
 
 /* fix-its on the plan (fixit_plan.c) */
@@ -119,7 +118,7 @@ void lower_view(interp *I, tp_val *view, const tp_val *of);      /* view shares 
 tp_ir_op *lower_op(interp *I, tp_op_kind kind, tp_val *out, const char *what,
                    tp_val *a, tp_val *b, tp_val *c);             /* valid until the next lower_op */
 int lower_param(interp *I, tp_param *p);                         /* index in the weight table */
-void lower_finish(interp *I);                                    /* dead-op removal, lifetimes */
+void lower_finish(interp *I);                                    /* dead-op removal */
 
 /* records */
 int record_comm(interp *I, tp_redist_record c);

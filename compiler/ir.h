@@ -52,7 +52,6 @@ typedef struct tp_ir_buf {
     int64_t shape[TP_MAX_RANK];/* local shape (identical on every rank: shards are even) */
     tp_dtype dtype;
     char *name;                /* "model.layers.0.self_attn.q_proj.out" */
-    int first, last;           /* op indices of the first write and the last read */
     int64_t offset;            /* in the activation arena, bytes */
     bool input, output;        /* a model input, or the logits/loss */
     bool f32_only;             /* the loss and its per-token pieces: float32 whatever the dtype */

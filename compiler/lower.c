@@ -19,7 +19,6 @@ int lower_buf(interp *I, tp_val *v, const char *what)
     b.dtype = v->is_index ? TP_I32 : TP_F32;
     const char *fqn = cur_fqn(I);
     b.name = fqn[0] ? tp_xasprintf("%s.%s", fqn, what) : tp_xstrdup(what);
-    b.first = b.last = -1;
     b.alias_of = -1;
     return v->buf = tp_ir_add_buf(&I->a->ir, &b);
 }
@@ -79,7 +78,7 @@ static int root_of(const tp_ir *ir, int b)
 }
 
 /* Remove ops whose results nobody reads (a redistribution made redundant
- * by -O1), then record each buffer's first write and last read. */
+ * by -O1). Buffer lifetimes are tp_memplan's, derived from the ops. */
 void lower_finish(interp *I)
 {
     tp_ir *ir = &I->a->ir;
@@ -103,17 +102,4 @@ void lower_finish(interp *I)
         }
     }
     free(readers);
-    for (int b = 0; b < ir->nbufs; b++)
-        ir->bufs[b].first = ir->bufs[b].last = -1;
-    for (int i = 0; i < ir->nops; i++) {
-        tp_ir_op *op = &ir->ops[i];
-        if (op->dead)
-            continue;
-        if (op->out >= 0 && ir->bufs[op->out].first < 0)
-            ir->bufs[op->out].first = i;
-        if (op->out >= 0)
-            ir->bufs[op->out].last = i;
-        for (int k = 0; k < op->nin; k++)
-            ir->bufs[op->in[k]].last = i;
-    }
 }

@@ -39,7 +39,6 @@ struct Program {
         b.dtype = dt;
         b.shape[0] = bytes / (int64_t)tp_dtype_size(dt);
         b.name = tp_xasprintf("b%d", ir.nbufs);
-        b.first = b.last = -1;
         b.offset = -1;
         b.alias_of = alias_of;
         return tp_ir_add_buf(&ir, &b);
@@ -340,19 +339,6 @@ TEST(MemPlan, InputsLiveFromTheStartOutputsToTheEnd)
     EXPECT_TRUE(disjoint(p.off(out), S, p.off(y), S));
     EXPECT_GE(p.off(unused_in), 0) << "the runtime fills every input, read or not";
     EXPECT_TRUE(disjoint(p.off(unused_in), S, p.off(in), S));
-}
-
-TEST(MemPlan, LifetimesComeFromTheOpsNotTheFields)
-{
-    Program p;
-    int a = p.buf(1024), b = p.buf(1024);
-    p.op({}, a);
-    p.op({a}, b);
-    p.op({a, b}, -1);
-    p.ir.bufs[a].first = p.ir.bufs[a].last = 0;   // stale: a is read at op 2
-    tp_memplan(&p.ir);
-    EXPECT_EQ(verify(p.ir), "");
-    EXPECT_TRUE(disjoint(p.off(a), 1024, p.off(b), 1024));
 }
 
 TEST(MemPlan, EmptyProgram)

@@ -113,7 +113,6 @@ struct Fixture {
             b.shape[i] = shape[i];
         b.dtype = dt;
         b.name = dup(name);
-        b.first = b.last = -1;
         b.alias_of = alias;
         return tp_ir_add_buf(&ir, &b);
     }
