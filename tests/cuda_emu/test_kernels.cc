@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -30,6 +32,16 @@
 #include "launch.h"
 extern "C" {
 #include "backend.h"
+}
+
+// A failed CUDA call in a launcher goes to tp_gpu_fatal (cuda_check.h),
+// which tprun's backend defines; this binary has no backend: report the
+// same way, without rank or op, and abort.
+extern "C" void tp_gpu_fatal(const char *lib, const char *expr, const char *func, const char *file, int line,
+                             const char *msg)
+{
+    fprintf(stderr, "tprun: %s error: %s failed: %s [%s:%d %s]\n", lib, expr, msg, file, line, func);
+    abort();
 }
 
 namespace {
@@ -440,7 +452,7 @@ TEST(CudaEmu, FailedLaunchAbortsThroughTpLaunch)
             tp_emu_set_seed(1);
             TP_LAUNCH(reverse_kernel<true>, 1, 2048, 0, nullptr, (float *)nullptr, (const float *)nullptr, 0);
         },
-        "invalid configuration argument");
+        "tprun: CUDA error: cudaGetLastError\\(\\) failed: invalid configuration argument");
 }
 
 TEST(CudaEmu, InvalidLaunchesAreRejected)
