@@ -544,10 +544,8 @@ TEST(Rows, EveryModuleCallHasAnOutputOnCleanPlans)
 
 TEST(ThirdFamily, PlansCheckClean)
 {
-    if (!fs::is_directory(source_path("tests/plans")) || tpcc_test::files_in("tests/plans", ".plan").empty())
-        GTEST_SKIP() << "no tests/plans/*.plan";
-    if (!fs::is_directory(source_path("tests/models")) || tpcc_test::files_in("tests/models", ".model").empty())
-        GTEST_SKIP() << "no tests/models/*.model";
+    ASSERT_FALSE(tpcc_test::files_in("tests/plans", ".plan").empty()) << "tests/plans/*.plan are missing";
+    ASSERT_FALSE(tpcc_test::files_in("tests/models", ".model").empty()) << "tests/models/*.model are missing";
     for (const auto &p : tpcc_test::files_in("tests/plans", ".plan")) {
         Unit u(p);
         EXPECT_TRUE(u.u.built) << p << "\n" << u.text();
