@@ -185,6 +185,12 @@ struct PlanCase {
     int tp;
 };
 
+// gtest prints a parameter with PrintTo: {plan: llama-tiny, tp: 4}, not bytes
+void PrintTo(const PlanCase &c, std::ostream *os)
+{
+    *os << "{plan: " << fs::path(c.plan).stem().string() << ", tp: " << c.tp << "}";
+}
+
 // Every shipped plan at every tp of 1, 2, 4, 8 that divides its sizes. At
 // a tp that does not, the plan has errors and no program, as
 // Plans/ShippedPlan.ChecksCleanAtEveryDividingTp (test_plans.cc) checks.

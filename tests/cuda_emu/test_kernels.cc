@@ -76,6 +76,14 @@ Vec as_stored(Vec v, tp_kernel_dtype t)
 
 const char *dtype_name(tp_kernel_dtype t) { return t == TP_KERNEL_F32 ? "f32" : "bf16"; }
 
+} // namespace
+
+// gtest prints a parameter with PrintTo: the dtype's name, not its number.
+// In tp_kernel_dtype's namespace (the global one), where gtest looks.
+void PrintTo(tp_kernel_dtype t, std::ostream *os) { *os << dtype_name(t); }
+
+namespace {
+
 // ---- "device" buffers: poisoned on allocation, guards checked on release
 
 class Dev {
