@@ -164,6 +164,7 @@ static bool under_mpi(void)
 
 int main(int argc, char **argv)
 {
+    tp_set_program_name("tprun");
     tr_options o = {0};
     o.threads = 1;
     o.tolerance = 1e-4;

@@ -117,13 +117,6 @@ int64_t tr_buf_elems(const tr_buf *b)
     return n;
 }
 
-int tr_buf_root(const tr_schedule *s, int b)
-{
-    while (s->bufs[b].alias_of >= 0)
-        b = s->bufs[b].alias_of;
-    return b;
-}
-
 static int load_buffers(loader *L, tr_schedule *s, json_t *arr)
 {
     if (!json_is_array(arr) || json_array_size(arr) > (1u << 24))

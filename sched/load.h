@@ -61,8 +61,6 @@ typedef struct tr_schedule {
 int tr_schedule_load(tr_schedule *s, const char *path, int rank, int world_expected, char *err, size_t errlen);
 void tr_schedule_free(tr_schedule *s);
 
-/* The storage a buffer lives in (following aliases). */
-int tr_buf_root(const tr_schedule *s, int b);
 int64_t tr_buf_elems(const tr_buf *b);
 
 #endif /* TPRUN_SCHEDULE_LOAD_H */

@@ -9,17 +9,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The single exit point of the process outside main(). fputs may fail
- * too, but there is nothing left to do about it: we abort either way. */
+static const char *program_name = "tpcc";
+
+void tp_set_program_name(const char *name)
+{
+    program_name = name;
+}
+
+/* The single exit point of the process outside main(): "<program>: <why>"
+ * on stderr, then abort. fputs may fail too, but there is nothing left to
+ * do about it: we abort either way. */
 static _Noreturn void die(const char *why)
 {
+    fputs(program_name, stderr);
+    fputs(": ", stderr);
     fputs(why, stderr);
+    fputs("\n", stderr);
     abort();
 }
 
 void tp_out_of_memory(void)
 {
-    die("tpcc: out of memory\n");
+    die("out of memory");
 }
 
 void *tp_xcheck(void *p)
@@ -78,13 +89,13 @@ char *tp_xvasprintf(const char *fmt, va_list ap)
         /* Only an invalid format or a result over INT_MAX bytes gets
          * here: a programming error, as unrecoverable as no memory. */
         va_end(again);
-        die("tpcc: cannot format message\n");
+        die("cannot format message");
     }
     char *s = tp_xmalloc((size_t)n + 1);
     int m = vsnprintf(s, (size_t)n + 1, fmt, again);
     va_end(again);
     if (m != n)
-        die("tpcc: cannot format message\n");
+        die("cannot format message");
     return s;
 }
 

@@ -2,14 +2,18 @@
  *
  * tpcc has no useful way to continue when memory runs out: every caller
  * would have to unwind and report, and the report itself needs memory. So
- * these wrappers print "tpcc: out of memory" and abort() instead. This is
- * the one place in tpcc that terminates the process; everything else
+ * these wrappers print "<program>: out of memory" and abort() instead. This
+ * is the one place in tpcc that terminates the process; everything else
  * reports errors to its caller. */
 #ifndef TPCC_XALLOC_H
 #define TPCC_XALLOC_H
 
 #include <stdarg.h>
 #include <stddef.h>
+
+/* The program named by these messages: "tpcc" unless set (tprun sets
+ * "tprun"). `name` must outlive every later message: a string literal. */
+void tp_set_program_name(const char *name);
 
 void *tp_xmalloc(size_t size);
 void *tp_xcalloc(size_t count, size_t size);

@@ -56,10 +56,10 @@ enum {
 
 /* An expression under construction: the node and the height of its tree
  * (a leaf is 1), so that the height check costs nothing per node. */
-typedef struct tp_val {
+typedef struct tp_parse_val {
     tp_node *n;
     int h;
-} tp_val;
+} tp_parse_val;
 
 typedef struct tp_open_bracket {
     tp_span at;
@@ -141,14 +141,14 @@ static tp_node *named_node(tp_node_kind kind, tp_span at, char *name)
     return n;
 }
 
-static tp_val leaf(tp_node_kind kind, tp_span at)
+static tp_parse_val leaf(tp_node_kind kind, tp_span at)
 {
-    return (tp_val){tp_node_new(kind, at), 1};
+    return (tp_parse_val){tp_node_new(kind, at), 1};
 }
 
-static tp_val str_leaf(tp_span at, char *s)
+static tp_parse_val str_leaf(tp_span at, char *s)
 {
-    tp_val v = leaf(N_STR, at);
+    tp_parse_val v = leaf(N_STR, at);
     v.n->str = s;
     return v;
 }
@@ -156,7 +156,7 @@ static tp_val str_leaf(tp_span at, char *s)
 /* Add kid to the tree *parent. A kid that would make the tree higher than
  * TP_MAX_HEIGHT is replaced by None and the parse stops, so no tree ever
  * exceeds the limit. */
-static void adopt(tp_parse_ctx *ctx, tp_val *parent, tp_val kid)
+static void adopt(tp_parse_ctx *ctx, tp_parse_val *parent, tp_parse_val kid)
 {
     if (kid.h >= TP_MAX_HEIGHT) {
         tp_span at = kid.n->span;
@@ -170,24 +170,24 @@ static void adopt(tp_parse_ctx *ctx, tp_val *parent, tp_val kid)
         parent->h = kid.h + 1;
 }
 
-static tp_val wrap(tp_parse_ctx *ctx, tp_node_kind kind, tp_span at, tp_val kid)
+static tp_parse_val wrap(tp_parse_ctx *ctx, tp_node_kind kind, tp_span at, tp_parse_val kid)
 {
-    tp_val v = leaf(kind, at);
+    tp_parse_val v = leaf(kind, at);
     adopt(ctx, &v, kid);
     return v;
 }
 
-static tp_val wrap_named(tp_parse_ctx *ctx, tp_node_kind kind, tp_span at, char *name,
-                         tp_val kid)
+static tp_parse_val wrap_named(tp_parse_ctx *ctx, tp_node_kind kind, tp_span at, char *name,
+                               tp_parse_val kid)
 {
-    tp_val v = wrap(ctx, kind, at, kid);
+    tp_parse_val v = wrap(ctx, kind, at, kid);
     v.n->name = name;
     return v;
 }
 
-static tp_val binop(tp_parse_ctx *ctx, int op, tp_span at, tp_val a, tp_val b)
+static tp_parse_val binop(tp_parse_ctx *ctx, int op, tp_span at, tp_parse_val a, tp_parse_val b)
 {
-    tp_val v = wrap(ctx, N_BINOP, at, a);
+    tp_parse_val v = wrap(ctx, N_BINOP, at, a);
     v.n->op = op;
     adopt(ctx, &v, b);
     return v;
@@ -195,7 +195,7 @@ static tp_val binop(tp_parse_ctx *ctx, int op, tp_span at, tp_val a, tp_val b)
 
 /* -<number literal> becomes a negative literal, as plans write Shard(-1).
  * Integer literals are at most INT64_MAX, so negating never overflows. */
-static tp_val negate(tp_parse_ctx *ctx, tp_span at, tp_val v)
+static tp_parse_val negate(tp_parse_ctx *ctx, tp_span at, tp_parse_val v)
 {
     if (v.n->kind == N_INT)
         v.n->ival = -v.n->ival;
@@ -209,7 +209,7 @@ static tp_val negate(tp_parse_ctx *ctx, tp_span at, tp_val v)
 
 /* Make head the first kid of list, which now covers `at`. Calls and tuples
  * collect their tail before the head is attached. */
-static tp_val prepend(tp_parse_ctx *ctx, tp_val list, tp_val head, tp_span at)
+static tp_parse_val prepend(tp_parse_ctx *ctx, tp_parse_val list, tp_parse_val head, tp_span at)
 {
     tp_node *n = list.n;
     adopt(ctx, &list, head);
@@ -222,7 +222,7 @@ static tp_val prepend(tp_parse_ctx *ctx, tp_val list, tp_val head, tp_span at)
 
 /* Adjacent string literals were collected as kids of the first; join them
  * into one N_STR in a single pass. */
-static tp_val join_strings(tp_val s)
+static tp_parse_val join_strings(tp_parse_val s)
 {
     if (s.n->nkids == 0)
         return s;
@@ -265,7 +265,7 @@ static char *source_text(const tp_parse_ctx *ctx, tp_span at)
     int64_t ival;
     double fval;
     tp_node *node;    /* items, members, statements */
-    tp_val val;       /* expressions and their parts */
+    tp_parse_val val; /* expressions and their parts */
 }
 
 %token <text> IDENT "identifier"

@@ -9,8 +9,8 @@
  * An op reading x and writing y makes both live at its t, so they never
  * share bytes; an in-place op (out == in) is one buffer.
  *
- * The lifetimes are always derived from the ops here, so dead ops cannot
- * put two live buffers on the same bytes.
+ * The lifetimes are always derived from the ops here (the IR stores none),
+ * so dead ops cannot put two live buffers on the same bytes.
  *
  * Aliases. A buffer with alias_of >= 0 is a view: it follows the chain to
  * its root and occupies the root's storage. The root's block lives from

@@ -33,8 +33,6 @@ static const char *const *const style_kw[] = {
     [TP_STYLE_PREPARE_INPUT_OUTPUT] = pinout_kw,
 };
 
-const char *tp_style_kind_name(tp_style_kind k) { return style_names[k]; }
-
 int64_t tp_plan_tp_size(const tp_plan *p) { return p->mesh_size[p->tp_dim]; }
 
 /* PyTorch splits the key on '.' and matches each part against the child
@@ -273,14 +271,10 @@ static tp_style *read_style(reader *r, const tp_node *call)
         /* Colwise: input R, output S(-1). Rowwise: input S(-1), output R. */
         s->input.pl = s->kind == TP_STYLE_COLWISE ? tp_replicate() : tp_shard(-1);
         s->output.pl = s->kind == TP_STYLE_COLWISE ? tp_shard(-1) : tp_replicate();
-        if ((e = tp_call_kw(call, "input_layouts")) && e->kind != N_NONE) {
+        if ((e = tp_call_kw(call, "input_layouts")) && e->kind != N_NONE)
             ok &= read_placement(r, e, false, &s->input);
-            s->input_given = true;
-        }
-        if ((e = tp_call_kw(call, "output_layouts")) && e->kind != N_NONE) {
+        if ((e = tp_call_kw(call, "output_layouts")) && e->kind != N_NONE)
             ok &= read_placement(r, e, false, &s->output);
-            s->output_given = true;
-        }
         s->use_local_output = read_bool(r, call, "use_local_output", true);
         break;
     case TP_STYLE_SEQUENCE: {
@@ -605,8 +599,6 @@ static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
             if (!tp_pattern_match(s->pattern, mod->fqn))
                 continue;
             s->nmatched++;
-            if (!s->first_match)
-                s->first_match = mod;
             if (!supports(s, mod)) {
                 if (!unsupported) {
                     tp_diag *g = tp_diag_add(d, TP_ERROR, s->call->span, "unsupported-module",

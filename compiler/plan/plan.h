@@ -54,14 +54,12 @@ typedef struct tp_style {
     char *pattern;              /* absolute pattern, e.g. "model.layers.*.self_attn.q_proj" */
     char *base;                 /* the parallelize path */
     /* Colwise/Rowwise: input_layouts (one), output_layouts (one);
-     * given=false means PyTorch's default. */
+     * PyTorch's defaults where not given. */
     tp_io_layout input, output;
-    bool input_given, output_given;
     bool use_local_output;
     int sequence_dim;           /* SequenceParallel */
     tp_io_spec in, out;         /* PrepareModule* */
     int nmatched;
-    tp_module *first_match;
 } tp_style;
 
 typedef struct tp_plan {
@@ -71,8 +69,8 @@ typedef struct tp_plan {
     char *mesh_name[TP_MAX_MESH_DIMS];
     int64_t mesh_size[TP_MAX_MESH_DIMS];
     const tp_node *mesh_arg[TP_MAX_MESH_DIMS];  /* `dp = 2` in mesh(...); NULL when no mesh is declared */
+    tp_span mesh_span;          /* the mesh(...) statement, for notes pointing at it */
     int tp_dim;                 /* the mesh dimension the styles act on */
-    tp_span mesh_span;
     bool loss_parallel;
     tp_span loss_parallel_span;
     tp_style **styles; int nstyles;
@@ -90,8 +88,5 @@ int64_t tp_plan_tp_size(const tp_plan *p);
 
 /* Component-wise fnmatch of a dotted pattern against a dotted name. */
 bool tp_pattern_match(const char *pattern, const char *fqn);
-
-/* Source text of a placement for fix-its: "Replicate()", "Shard(1)". */
-const char *tp_style_kind_name(tp_style_kind k);
 
 #endif /* TPCC_PLAN_H */

@@ -15,7 +15,7 @@
 #include "compiler/front/model.h"
 #include "compiler/plan/plan.h"
 
-typedef struct tp_comm {
+typedef struct tp_redist_record {
     tp_redist_kind kind;
     int dim;                     /* gathered / scattered tensor dimension */
     int64_t elems;               /* elements of the full (global) tensor */
@@ -26,7 +26,7 @@ typedef struct tp_comm {
     tp_placement from, to;
     int rank;                    /* tensor rank, for printing placements */
     bool implicit;               /* DTensor sharding propagation inserted it */
-} tp_comm;
+} tp_redist_record;
 
 typedef struct tp_boundary {
     char *fqn, *type;
@@ -35,7 +35,7 @@ typedef struct tp_boundary {
 } tp_boundary;
 
 typedef struct tp_analysis {
-    tp_comm *comms; int ncomms, capcomms;
+    tp_redist_record *comms; int ncomms, capcomms;
     tp_boundary *rows; int nrows, caprows;
     tp_graph graph;              /* what the model computes (meaningful without errors) */
 } tp_analysis;

@@ -104,7 +104,6 @@ iv leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span call_spa
 
 /* parameters (params.c) */
 tp_placement param_placement(const tp_param *prm);
-bool param_is_dtensor(const tp_param *prm);
 void check_params(interp *I);
 
 /* fix-its on the plan (fixit_plan.c) */
@@ -123,7 +122,7 @@ tp_gnode *record_redist(interp *I, tp_op_kind kind, tp_val *v, tp_val *r, const 
 int record_param(interp *I, tp_param *p);                        /* index in the graph's weight table */
 
 /* records */
-int record_comm(interp *I, tp_comm c);
+int record_comm(interp *I, tp_redist_record c);
 int record_boundary(interp *I, tp_module *mod, char *inputs);   /* takes inputs */
 
 #endif /* TPCC_CHECK_IMPL_H */

@@ -23,7 +23,7 @@ void tp_explain_print(const tp_analysis *a, const tp_plan *p, FILE *out)
     }
     fprintf(out, "\ncollectives and local reshards (forward):\n");
     for (int i = 0; i < a->ncomms; i++) {
-        const tp_comm *c = &a->comms[i];
+        const tp_redist_record *c = &a->comms[i];
         char f[24], t[24];
         fprintf(out, "  %-15s %-12s -> %-12s %12lld elements  %s%s%s\n", tp_redist_name(c->kind),
                 tp_placement_str(c->from, f, sizeof f), tp_placement_str(c->to, t, sizeof t),

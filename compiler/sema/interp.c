@@ -136,7 +136,7 @@ void report_finish(interp *I)
 
 /* ---- layout changes -------------------------------------------------------- */
 
-int record_comm(interp *I, tp_comm c)
+int record_comm(interp *I, tp_redist_record c)
 {
     tp_analysis *a = I->a;
     if (a->ncomms == a->capcomms) {
@@ -194,10 +194,10 @@ static bool smell_undone(interp *I, const tp_val *v, tp_placement to, const tp_s
     return true;
 }
 
-static void smell_repeated_gather(interp *I, const tp_val *v, tp_comm *c, int self)
+static void smell_repeated_gather(interp *I, const tp_val *v, tp_redist_record *c, int self)
 {
     for (int i = 0; i < self; i++) {
-        tp_comm *o = &I->a->comms[i];
+        tp_redist_record *o = &I->a->comms[i];
         if (o->value != v->id || o->kind != c->kind || !tp_placement_eq(o->to, c->to, c->rank))
             continue;
         tp_diag *g = report(I, TP_WARNING, c->cause ? entry_span(c->cause) : c->span, "repeated-gather", v, NULL,
@@ -217,7 +217,7 @@ static void smell_gather_then_slice(interp *I, const tp_val *v, int dim, const t
 {
     if (v->gather_comm < 0 || v->gather_dim != dim)
         return;
-    tp_comm *g0 = &I->a->comms[v->gather_comm];
+    tp_redist_record *g0 = &I->a->comms[v->gather_comm];
     tp_diag *g = report(I, TP_WARNING, cause ? entry_span(cause) : span, "gather-then-slice", v, NULL,
                         "'%s' slices dimension %d again after '%s' all-gathered it: the ops in between act on "
                         "each slice independently, so the gather and the replicated compute are wasted",
@@ -285,7 +285,7 @@ tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *caus
     int dim = to.kind == TP_SHARD ? to.dim : from.kind == TP_SHARD ? from.dim : -1;
     if (k == TP_REDIST_LOCAL_SLICE && !undone)
         smell_gather_then_slice(I, v, to.dim, cause, span);
-    tp_comm c = {k, dim, elems(v), cause, NULL, span, v->id, from, to, v->rank, implicit};
+    tp_redist_record c = {k, dim, elems(v), cause, NULL, span, v->id, from, to, v->rank, implicit};
     c.module = I->cur;
     int idx = record_comm(I, c);
     if (tp_redist_communicates(k))

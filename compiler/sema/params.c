@@ -23,12 +23,6 @@ tp_placement param_placement(const tp_param *prm)
     return tp_replicate();
 }
 
-bool param_is_dtensor(const tp_param *prm)
-{
-    const tp_style *s = prm->owner->style;
-    return s && (s->kind == TP_STYLE_COLWISE || s->kind == TP_STYLE_ROWWISE || s->kind == TP_STYLE_SEQUENCE);
-}
-
 /* The style giving a parameter of `mod` the placement `want`, if any. */
 static const char *style_for(const tp_module *mod, tp_placement want)
 {

@@ -10,7 +10,8 @@
 // collectives (an error, a stall) must end every rank with a message.
 //
 // Gpu.* (ctest label gpu) run the real tprun with --backend cuda and skip
-// where no GPU is usable; tp = 2 also skips with fewer than 2 GPUs.
+// where no GPU is usable; tp = 2 also skips with fewer than 2 GPUs. These
+// are the suite's only skips: a missing tool (mpiexec) is a failure.
 //
 // Tolerances, absolute, on the logits of the tiny seeded models of
 // test_tprun.cc (standard deviation 0.16, largest magnitude 0.62):
@@ -46,13 +47,14 @@ namespace {
 const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
 const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
 const std::string kEmulated = TPRUN_EMULATED;   // "" when not built
+// ctest leaves Emulated* out of a build without tprun_emulated (tests/CMakeLists.txt)
+const char *const kEmulatedNotBuilt =
+    "tprun_emulated is not built: configure with -DTPCC_CUDA_EMULATION=ON (the default)";
 const char *const kFp32Tolerance = "1e-4";
 const char *const kBf16Tolerance = "1.5e-2";     // see the top of the file
 const double kBf16LossTolerance = 1e-3;
 
 const std::vector<std::string> kEnv = {"OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1"};
-
-bool have(const std::string &program) { return run_program("sh", {"-c", "command -v " + program}).code() == 0; }
 
 // The sizes of test_tprun.cc: small enough for 4 ranks on 2 cores.
 std::vector<std::string> tiny(const std::string &plan, int tp)
@@ -136,8 +138,7 @@ std::string plan_name(const std::string &plan)
 void check_against_cpu(const std::string &program, const std::string &plan, const std::vector<int> &tps,
                        bool gpu_run)
 {
-    if (!have("mpiexec"))
-        GTEST_SKIP() << "mpiexec not installed";
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
     TempDir dir;
     std::string ref = dir.path + "/cpu.npy";
     double cpu_loss = atof(cpu_reference(dir, plan, ref).c_str());
@@ -162,8 +163,7 @@ class Emulated : public ::testing::TestWithParam<std::string> {
 protected:
     void SetUp() override
     {
-        if (kEmulated.empty())
-            GTEST_SKIP() << "tprun_emulated is not built (TPCC_CUDA_EMULATION, runtime/backends/cuda/kernels/*.cu, tests/runtime/cuda_emu)";
+        ASSERT_FALSE(kEmulated.empty()) << kEmulatedNotBuilt;
     }
 };
 
@@ -176,10 +176,8 @@ class EmulatedRun : public ::testing::Test {
 protected:
     void SetUp() override
     {
-        if (kEmulated.empty())
-            GTEST_SKIP() << "tprun_emulated is not built";
-        if (!have("mpiexec"))
-            GTEST_SKIP() << "mpiexec not installed";
+        ASSERT_FALSE(kEmulated.empty()) << kEmulatedNotBuilt;
+        ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
     }
     TempDir dir;
     std::string plan = source_path("plans/llama-sp.plan");
@@ -328,13 +326,14 @@ TEST_F(EmulatedRun, BadTimeoutIsRefused)
 
 // ---- the real tprun on this machine ------------------------------------------------------
 
-// --backend cuda where no GPU (or no driver) is usable: exit 2 and why.
+// --backend cuda where no GPU (or no driver) is usable: exit 2 and why. An
+// empty CUDA_VISIBLE_DEVICES hides every GPU from the CUDA runtime, so the
+// test applies on a machine with GPUs too.
 TEST(Cli, BackendCudaWithoutAGpuSaysSo)
 {
     TempDir dir;
-    Proc p = run(kTprun, 1, compile(dir, source_path("plans/llama-tiny.plan"), 1, "fp32"), {"--backend", "cuda", "-q"});
-    if (p.code() == 0)
-        GTEST_SKIP() << "this machine has a usable GPU";
+    Proc p = run(kTprun, 1, compile(dir, source_path("plans/llama-tiny.plan"), 1, "fp32"), {"--backend", "cuda", "-q"},
+                 {"CUDA_VISIBLE_DEVICES="});
     EXPECT_EQ(p.code(), 2) << p.describe();
     EXPECT_TRUE(contains(p.err, "tprun: no CUDA device: ")) << p.describe();
     EXPECT_TRUE(contains(p.err, "(driver not found / no GPU)")) << p.describe();

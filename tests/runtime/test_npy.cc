@@ -1,6 +1,6 @@
 // runtime/io/npy.c: .npy v1.0 writing (header layout, atomic replacement) and
 // reading token ids (int32/int64, 1-D/2-D; everything else rejected), with
-// a cross-check against NumPy when a python3 with numpy is available.
+// a cross-check against NumPy (a python3 with numpy must be installed).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,8 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-extern "C" {
 #include "tests/support/process.h"
+extern "C" {
 #include "runtime/io/npy.h"
 }
 
@@ -312,21 +312,10 @@ TEST(NpyReadF32, RoundTripAndConversions)
 
 // ---- NumPy itself ----------------------------------------------------------
 
-std::string python_with_numpy()
-{
-    for (const char *py : {"python3", "/usr/bin/python3"}) {
-        std::string cmd = std::string(py) + " -c 'import numpy' >/dev/null 2>&1";
-        if (system(cmd.c_str()) == 0)
-            return py;
-    }
-    return "";
-}
-
 TEST(NpyNumpy, NumpyReadsOursAndWeReadNumpys)
 {
-    std::string py = python_with_numpy();
-    if (py.empty())
-        GTEST_SKIP() << "no python3 with numpy";
+    std::string py = tpcc_test::python_with_numpy();
+    ASSERT_FALSE(py.empty()) << tpcc_test::kInstallNumpy;
     NpyDir dir;
     std::vector<float> v = {1.5f, -2.0f, 3.25f, 0.0f, 1e-30f, 7.0f};
     int64_t shape[3] = {1, 2, 3};

@@ -14,13 +14,12 @@
 #include <string>
 #include <vector>
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include "runtime/io/npy.h"
 #include "tests/support/process.h"
 
 using tpcc_test::contains;
+using tpcc_test::kInstallMpich;
+using tpcc_test::on_path;
 using tpcc_test::Proc;
 using tpcc_test::TempDir;
 
@@ -31,22 +30,6 @@ const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
 const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/torch";
 constexpr double kTolerance = 1e-4;
 constexpr int kTimeout = 120;
-
-bool on_path(const std::string &program)
-{
-    const char *path = getenv("PATH");
-    if (!path)
-        return false;
-    std::stringstream dirs(path);
-    std::string dir;
-    while (std::getline(dirs, dir, ':')) {
-        std::string p = (dir.empty() ? "." : dir) + "/" + program;
-        struct stat st;
-        if (stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0)
-            return true;
-    }
-    return false;
-}
 
 struct Case {
     const char *name;      // test name suffix
@@ -120,8 +103,9 @@ class TorchParity : public ::testing::TestWithParam<Case> {};
 TEST_P(TorchParity, LogitsAndLossMatchPyTorch)
 {
     const Case &c = GetParam();
-    if (c.tp > 1 && !on_path("mpiexec"))
-        GTEST_SKIP() << "mpiexec is not on PATH (install MPICH: Debian's mpich)";
+    if (c.tp > 1) {
+        ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
+    }
 
     TempDir dir;
     const std::string sched = dir.path + "/" + c.family + ".sched", out = dir.path + "/logits.npy";

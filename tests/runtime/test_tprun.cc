@@ -34,20 +34,6 @@ const char *const kTolerance = "1e-4";
 // One BLAS thread per rank: 4 ranks share 2 cores.
 const std::vector<std::string> kEnv = {"OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1"};
 
-bool have(const std::string &program)
-{
-    return run_program("sh", {"-c", "command -v " + program}).code() == 0;
-}
-
-// A Python with NumPy: the reference and checkpoint tools need it.
-std::string python_with_numpy()
-{
-    for (const char *py : {"python3", "/usr/bin/python3"})
-        if (run_program(py, {"-c", "import numpy"}).code() == 0)
-            return py;
-    return "";
-}
-
 // Sizes small enough for 4 ranks on 2 cores, divisible by 4.
 std::vector<std::string> tiny(const std::string &plan, int tp)
 {
@@ -91,8 +77,7 @@ class Parity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Parity, SameLogitsAtTp1_2_4AndAtO0)
 {
-    if (!have("mpiexec"))
-        GTEST_SKIP() << "mpiexec not installed";
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
     const std::string plan = GetParam();
     TempDir dir;
     std::string ref = dir.path + "/tp1.npy";
@@ -144,11 +129,8 @@ void check_reference(const std::string &family, const std::string &plan, const s
                      const std::vector<std::string> &ref_config, int tp = 1,
                      const std::vector<std::string> &tpcc_flags = {})
 {
-    std::string py = python_with_numpy();
-    if (py.empty())
-        GTEST_SKIP() << "no python3 with numpy";
-    if (tp > 1 && !have("mpiexec"))
-        GTEST_SKIP() << "mpiexec not installed";
+    std::string py = python_with_numpy();   // the reference and checkpoint tools need it
+    ASSERT_FALSE(py.empty()) << kInstallNumpy;
     TempDir dir;
     std::string ckpt = dir.path + "/model.safetensors";
     std::vector<std::string> mk = {source_path("tools/make_checkpoint.py"), "--family", family, "--out", ckpt,
@@ -217,9 +199,9 @@ TEST(Reference, Gpt2EpsFromADefineMatchesNumPy)
 
 TEST(Profile, BytesAreTheSchedules)
 {
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
     std::string py = python_with_numpy();
-    if (!have("mpiexec") || py.empty())
-        GTEST_SKIP() << "needs mpiexec and python3 with numpy";
+    ASSERT_FALSE(py.empty()) << kInstallNumpy;
     TempDir dir;
     std::string ckpt = dir.path + "/model.safetensors";
     Proc m = run_program(py, {source_path("tools/make_checkpoint.py"), "--family", "llama", "--out", ckpt, "--config",
@@ -262,8 +244,7 @@ TEST(Profile, BytesAreTheSchedules)
 
 TEST(Trace, OneTrackPerRank)
 {
-    if (!have("mpiexec"))
-        GTEST_SKIP() << "mpiexec not installed";
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
     TempDir dir;
     std::string trace = dir.path + "/t.json";
     Proc p = tprun(2, compile(dir, source_path("plans/llama-tiny.plan"), 2), {"--trace", trace, "-q"});
@@ -296,8 +277,7 @@ TEST(Failure, ScheduleForTwoRanksOnOne)
 
 TEST(Failure, ScheduleForTwoRanksOnThree)
 {
-    if (!have("mpiexec"))
-        GTEST_SKIP() << "mpiexec not installed";
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
     TempDir dir;
     Proc p = tprun(3, compile(dir, source_path("plans/llama-tiny.plan"), 2), {}, 30);
     EXPECT_FALSE(p.timed_out) << p.describe();
@@ -321,9 +301,8 @@ TEST(Failure, UnreadableSchedule)
 // A checkpoint whose tensors do not fit the schedule, and a corrupt one.
 TEST(Failure, BadCheckpoints)
 {
-    std::string py = python_with_numpy();
-    if (py.empty())
-        GTEST_SKIP() << "no python3 with numpy";
+    std::string py = python_with_numpy();   // the reference and checkpoint tools need it
+    ASSERT_FALSE(py.empty()) << kInstallNumpy;
     TempDir dir;
     std::string sched = compile(dir, source_path("plans/llama-megatron.plan"), 1);
     // hidden 32 instead of 64: every shape is wrong
@@ -375,8 +354,7 @@ TEST(Failure, Bf16ScheduleOnTheCpu)
 // waits for it in the profile's gather: the job must still end promptly.
 TEST(Failure, OneRankFailingEndsEveryRank)
 {
-    if (!have("mpiexec"))
-        GTEST_SKIP() << "mpiexec not installed";
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
     TempDir dir;
     Proc p = tprun(2, compile(dir, source_path("plans/llama-tiny.plan"), 2),
                    {"--out", "/nonexistent/dir/logits.npy", "--profile"}, 30);

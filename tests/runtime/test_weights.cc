@@ -1,7 +1,7 @@
 // runtime/io/weights.c: safetensors checkpoints read slice by slice (dtype
 // conversion, dim 0/1 slices, vocab padding, bytes read, sharded indexes,
 // every malformed-file case), the seeded initialisation, and files written
-// by tools/make_checkpoint.py (skipped when no python3 with numpy).
+// by tools/make_checkpoint.py (which needs a python3 with numpy).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,8 +20,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-extern "C" {
 #include "tests/support/process.h"
+extern "C" {
 #include "runtime/io/weights.h"
 }
 
@@ -931,18 +931,6 @@ TEST(WeightsSeeded, GoldenValues)
 
 // ---- tools/make_checkpoint.py ----------------------------------------------
 
-// A python3 that can import numpy ("python3" first, then Debian's, which a
-// pyenv or venv python3 on PATH may hide), or "" when there is none.
-std::string python_with_numpy()
-{
-    for (const char *py : {"python3", "/usr/bin/python3"}) {
-        std::string cmd = std::string(py) + " -c 'import numpy' >/dev/null 2>&1";
-        if (system(cmd.c_str()) == 0)
-            return py;
-    }
-    return "";
-}
-
 int run(const std::string &cmd)
 {
     int rc = system((cmd + " 2>&1").c_str());
@@ -951,9 +939,8 @@ int run(const std::string &cmd)
 
 TEST(WeightsMakeCheckpoint, LlamaFilesMatchTheSeededInit)
 {
-    std::string py = python_with_numpy();
-    if (py.empty())
-        GTEST_SKIP() << "no python3 with numpy";
+    std::string py = tpcc_test::python_with_numpy();
+    ASSERT_FALSE(py.empty()) << tpcc_test::kInstallNumpy;
     TempDir dir;
     std::string tool = std::string(TPCC_SOURCE_DIR) + "/tools/make_checkpoint.py";
     const int64_t hidden = 64, heads = 4, kv = 2, layers = 2, ffn = 128, vocab = 250, hd = 16;
@@ -1027,9 +1014,8 @@ TEST(WeightsMakeCheckpoint, LlamaFilesMatchTheSeededInit)
 
 TEST(WeightsMakeCheckpoint, Gpt2NamesAndShapes)
 {
-    std::string py = python_with_numpy();
-    if (py.empty())
-        GTEST_SKIP() << "no python3 with numpy";
+    std::string py = tpcc_test::python_with_numpy();
+    ASSERT_FALSE(py.empty()) << tpcc_test::kInstallNumpy;
     TempDir dir;
     std::string tool = std::string(TPCC_SOURCE_DIR) + "/tools/make_checkpoint.py";
     fs::path out = dir / "gpt2.safetensors";
@@ -1081,9 +1067,8 @@ TEST(WeightsMakeCheckpoint, Gpt2NamesAndShapes)
 
 TEST(WeightsMakeCheckpoint, RejectsBadArguments)
 {
-    std::string py = python_with_numpy();
-    if (py.empty())
-        GTEST_SKIP() << "no python3 with numpy";
+    std::string py = tpcc_test::python_with_numpy();
+    ASSERT_FALSE(py.empty()) << tpcc_test::kInstallNumpy;
     TempDir dir;
     std::string tool = std::string(TPCC_SOURCE_DIR) + "/tools/make_checkpoint.py";
     std::string base = py + " " + tool + " --family llama --out " + (dir / "a.safetensors").string();

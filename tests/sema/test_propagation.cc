@@ -104,7 +104,7 @@ struct Unit {
     tp_unit u;
 };
 
-std::string comm_str(const tp_comm &c)
+std::string comm_str(const tp_redist_record &c)
 {
     char f[24], t[24];
     return std::string(tp_redist_name(c.kind)) + " " + tp_placement_str(tp_placement_norm(c.from, c.rank), f, sizeof f) +
@@ -121,9 +121,9 @@ std::string all_comms(const tp_analysis &a)
 }
 
 // Only the collectives that communicate.
-std::vector<const tp_comm *> communicating(const tp_analysis &a)
+std::vector<const tp_redist_record *> communicating(const tp_analysis &a)
 {
-    std::vector<const tp_comm *> out;
+    std::vector<const tp_redist_record *> out;
     for (int i = 0; i < a.ncomms; i++)
         if (tp_redist_communicates(a.comms[i].kind))
             out.push_back(&a.comms[i]);
@@ -137,7 +137,7 @@ std::map<tp_redist_kind, int> layer_kinds(const tp_analysis &a, int l)
 {
     std::map<tp_redist_kind, int> n;
     std::string prefix = "model.layers." + std::to_string(l) + ".";
-    for (const tp_comm *c : communicating(a))
+    for (const tp_redist_record *c : communicating(a))
         if (c->module && starts_with(std::string(c->module->fqn) + ".", prefix))
             n[c->kind]++;
     return n;
@@ -167,7 +167,7 @@ TEST(Megatron, TwoAllReducesPerLayerPlusEmbeddingAndHead)
                           "model.layers.1.self_attn.o_proj", "model.layers.1.mlp.down_proj"};
     const char *cause[] = {"model.layers.*.self_attn.o_proj", "model.layers.*.mlp.down_proj"};
     for (int i = 0; i < 4; i++) {
-        const tp_comm *c = comms[1 + i];
+        const tp_redist_record *c = comms[1 + i];
         SCOPED_TRACE(comm_str(*c));
         EXPECT_EQ(c->kind, TP_REDIST_ALL_REDUCE);
         EXPECT_EQ(c->from.kind, TP_PARTIAL);
@@ -180,7 +180,7 @@ TEST(Megatron, TwoAllReducesPerLayerPlusEmbeddingAndHead)
         EXPECT_FALSE(c->implicit);
     }
     // lm_head gathers the vocab-sharded logits
-    const tp_comm *h = comms[5];
+    const tp_redist_record *h = comms[5];
     EXPECT_EQ(h->kind, TP_REDIST_ALL_GATHER);
     EXPECT_EQ(h->from.kind, TP_SHARD);
     EXPECT_EQ(tp_placement_norm(h->from, h->rank).dim, 2);
@@ -198,7 +198,7 @@ TEST(Megatron, ScalesWithLayers)
         Unit u(source_path("plans/llama-megatron.plan"), {"layers=" + std::to_string(layers)});
         ASSERT_TRUE(u.u.built) << u.text();
         int reduces = 0;
-        for (const tp_comm *c : communicating(u.a()))
+        for (const tp_redist_record *c : communicating(u.a()))
             reduces += c->kind == TP_REDIST_ALL_REDUCE;
         EXPECT_EQ(reduces, 2 * layers + 1) << all_comms(u.a());
     }
@@ -257,7 +257,7 @@ TEST(SequenceParallel, TwoGathersAndTwoReduceScattersPerLayer)
         EXPECT_EQ(n[TP_REDIST_ALL_TO_ALL], 0) << "layer " << l << "\n" << all_comms(u.a());
     }
     // every per-layer collective moves the whole activation [batch, seq, hidden] along the sequence
-    for (const tp_comm *c : communicating(u.a())) {
+    for (const tp_redist_record *c : communicating(u.a())) {
         if (!c->module || !starts_with(c->module->fqn, "model.layers."))
             continue;
         SCOPED_TRACE(comm_str(*c));
@@ -279,7 +279,7 @@ TEST(SequenceParallel, TwoGathersAndTwoReduceScattersPerLayer)
     EXPECT_STREQ(comms[0]->module->fqn, "model.embed_tokens");
     // the gathers are the PrepareModuleInput of self_attn and mlp
     int attn = 0, mlp = 0;
-    for (const tp_comm *c : comms) {
+    for (const tp_redist_record *c : comms) {
         if (c->kind != TP_REDIST_ALL_GATHER || !c->cause)
             continue;
         attn += !strcmp(c->cause->pattern, "model.layers.*.self_attn");
@@ -367,7 +367,7 @@ TEST(Colwise, UseLocalOutputFalseKeepsTheDTensor)
     EXPECT_EQ(u.u.diags.errors, 0) << u.text();
     EXPECT_EQ(u.outputs("lm_head"), "Shard(2) DTensor [1, 2048, 32000]");
     EXPECT_EQ(u.outputs("model.layers.0.self_attn.q_proj"), "Shard(2) plain [1, 2048, 4096]");
-    for (const tp_comm *c : communicating(u.a()))
+    for (const tp_redist_record *c : communicating(u.a()))
         EXPECT_FALSE(c->module && !strcmp(c->module->fqn, "lm_head")) << "loss-parallel logits are not gathered: "
                                                                       << comm_str(*c);
 }
@@ -544,10 +544,8 @@ TEST(Rows, EveryModuleCallHasAnOutputOnCleanPlans)
 
 TEST(ThirdFamily, PlansCheckClean)
 {
-    if (!fs::is_directory(source_path("tests/plans")) || tpcc_test::files_in("tests/plans", ".plan").empty())
-        GTEST_SKIP() << "no tests/plans/*.plan";
-    if (!fs::is_directory(source_path("tests/models")) || tpcc_test::files_in("tests/models", ".model").empty())
-        GTEST_SKIP() << "no tests/models/*.model";
+    ASSERT_FALSE(tpcc_test::files_in("tests/plans", ".plan").empty()) << "tests/plans/*.plan are missing";
+    ASSERT_FALSE(tpcc_test::files_in("tests/models", ".model").empty()) << "tests/models/*.model are missing";
     for (const auto &p : tpcc_test::files_in("tests/plans", ".plan")) {
         Unit u(p);
         EXPECT_TRUE(u.u.built) << p << "\n" << u.text();

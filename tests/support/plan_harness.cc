@@ -8,7 +8,12 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+extern "C" {
+#include "compiler/front/parse.h"
+}
 
 namespace fs = std::filesystem;
 
@@ -24,6 +29,64 @@ void compile(tp_unit *u, const std::string &plan, const std::vector<std::string>
     tp_compile_opts opts = {d.data(), int(d.size()), nullptr, true, TP_F32};
     tp_compile(u, plan.c_str(), &opts);
     tp_diags_sort(&u->diags);
+}
+
+void configure(tp_unit *u, const std::string &plan, const std::vector<std::string> &defines)
+{
+    memset(u, 0, sizeof *u);
+    tp_sources_init(&u->src);
+    tp_diags_init(&u->diags);
+    tp_config_init(&u->config, &u->diags);
+    char err[512];
+    u->plan_file = tp_sources_load(&u->src, plan.c_str(), err, sizeof err);
+    if (u->plan_file < 0) {
+        tp_diag_add(&u->diags, TP_ERROR, TP_NO_SPAN, "io", "%s", err);
+        return;
+    }
+    u->plan_ast = tp_parse(&u->src, u->plan_file, &u->diags);
+    const tp_node *ref = nullptr;
+    for (int i = 0; i < u->plan_ast->nkids && !ref; i++)
+        if (u->plan_ast->kids[i]->kind == N_MODEL_REF)
+            ref = u->plan_ast->kids[i];
+    if (!ref) {
+        tp_diag_add(&u->diags, TP_ERROR, TP_NO_SPAN, "plan", "%s names no model", plan.c_str());
+        return;
+    }
+    char *model = tp_path_relative_to(plan.c_str(), ref->str);
+    u->model_file = tp_sources_load(&u->src, model, err, sizeof err);
+    free(model);
+    if (u->model_file < 0) {
+        tp_diag_add(&u->diags, TP_ERROR, ref->span, "io", "%s", err);
+        return;
+    }
+    u->model_ast = tp_parse(&u->src, u->model_file, &u->diags);
+    // the precedence of tp_compile: the model's block, the plan's, -D
+    for (const tp_node *file : {u->model_ast, u->plan_ast})
+        for (int i = 0; i < file->nkids; i++)
+            if (file->kids[i]->kind == N_CONFIG)
+                tp_config_bind_block(&u->config, file->kids[i], file == u->model_ast ? TP_CFG_MODEL : TP_CFG_PLAN);
+    for (const auto &d : defines)
+        if (tp_config_override(&u->config, d.c_str(), err, sizeof err) < 0)
+            tp_diag_add(&u->diags, TP_ERROR, TP_NO_SPAN, "config", "%s", err);
+}
+
+bool tp_divides_sizes(tp_unit *u, int64_t tp)
+{
+    static const char *const names[] = {"heads", "kv_heads", "ffn", "hidden", "seq"};
+    for (const char *n : names) {
+        int64_t v;
+        if (tp_config_has(&u->config, n) && tp_config_get(&u->config, n, TP_NO_SPAN, &v) && v % tp)
+            return false;
+    }
+    int64_t vocab, mult = 1;
+    if (tp_config_get(&u->config, "vocab", TP_NO_SPAN, &vocab)) {
+        if (tp_config_has(&u->config, "vocab_multiple"))
+            tp_config_get(&u->config, "vocab_multiple", TP_NO_SPAN, &mult);
+        int64_t padded = (vocab + mult - 1) / mult * mult;
+        if (padded % tp)
+            return false;
+    }
+    return true;
 }
 
 static std::string canonical(const std::string &p)

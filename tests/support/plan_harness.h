@@ -30,6 +30,18 @@ struct Finding {
 // Compile a plan; the unit must be freed with tp_unit_free.
 void compile(tp_unit *u, const std::string &plan, const std::vector<std::string> &defines = {});
 
+// Only configure a plan: parse it and its model and bind their config
+// blocks and `defines`, without building the model or checking the plan.
+// A small fraction of compile()'s cost, for choosing test parameters
+// (gtest computes every suite's parameters in every test process). The
+// unit must be freed with tp_unit_free.
+void configure(tp_unit *u, const std::string &plan, const std::vector<std::string> &defines = {});
+
+// Whether tp divides the sizes a plan shards (heads, kv_heads, ffn, hidden,
+// seq, the padded vocab) in a configured or compiled unit: the plan is
+// valid at that tp exactly then (Plans/ShippedPlan.ChecksCleanAtEveryDividingTp).
+bool tp_divides_sizes(tp_unit *u, int64_t tp);
+
 // The errors and warnings of a compiled unit (notes are not findings).
 std::multiset<Finding> findings(const tp_unit *u);
 

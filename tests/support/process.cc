@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -109,6 +110,39 @@ Proc run_program(const std::string &program, const std::vector<std::string> &arg
     r.out = slurp(out);
     r.err = slurp(err);
     return r;
+}
+
+const char *const kInstallMpich =
+    "mpiexec is not on PATH: install MPICH (Debian: apt-get install mpich; tools/setup.sh installs it)";
+const char *const kInstallNumpy =
+    "no python3 with numpy (tried python3 and /usr/bin/python3): install NumPy (Debian: apt-get install "
+    "python3-numpy; tools/setup.sh installs it)";
+
+bool on_path(const std::string &program)
+{
+    const char *path = getenv("PATH");
+    if (!path)
+        return false;
+    std::stringstream dirs(path);
+    std::string dir;
+    while (std::getline(dirs, dir, ':')) {
+        std::string p = (dir.empty() ? "." : dir) + "/" + program;
+        struct stat st;
+        if (stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0)
+            return true;
+    }
+    return false;
+}
+
+std::string python_with_numpy()
+{
+    static const std::string found = [] {
+        for (const char *py : {"python3", "/usr/bin/python3"})
+            if (run_program(py, {"-c", "import numpy"}).code() == 0)
+                return std::string(py);
+        return std::string();
+    }();
+    return found;
 }
 
 }  // namespace tpcc_test

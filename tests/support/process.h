@@ -1,6 +1,7 @@
 // process.h: what the tests share for files and processes: a scratch
-// directory removed at scope exit, and running a program with its output
-// captured (and a time limit, so a hang fails the test instead of CI).
+// directory removed at scope exit, running a program with its output
+// captured (and a time limit, so a hang fails the test instead of CI), and
+// finding the tools the runtime tests run.
 #pragma once
 
 #include <string>
@@ -41,5 +42,17 @@ Proc run_program(const std::string &program, const std::vector<std::string> &arg
                  const std::vector<std::string> &env_extra = {}, int timeout_s = 120);
 
 bool contains(const std::string &s, const std::string &part);
+
+// The tools the runtime tests run: mpiexec (MPICH) and a python3 with
+// NumPy. tools/setup.sh installs both. A test that needs one fails where
+// it is missing, with kInstallMpich or kInstallNumpy saying what to
+// install; it never skips.
+bool on_path(const std::string &program);
+// A python3 that can import numpy ("python3" first, then Debian's
+// /usr/bin/python3, which a pyenv or venv python3 on PATH may hide), or ""
+// when there is none.
+std::string python_with_numpy();
+extern const char *const kInstallMpich;
+extern const char *const kInstallNumpy;
 
 }  // namespace tpcc_test

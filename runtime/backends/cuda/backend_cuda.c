@@ -25,13 +25,13 @@
 #include <string.h>
 
 tp_gpu tp_gpu_ctx = {.op_index = -1};
-#define g tp_gpu_ctx      /* the context, in this file */
+static tp_gpu *const gpu = &tp_gpu_ctx;     /* the context, in this file */
 
 /* ------------------------------------------------------------------------ */
 /* reporting                                                                 */
 /* ------------------------------------------------------------------------ */
 
-const char *tp_gpu_rank_prefix(void) { return g.prefix; }
+const char *tp_gpu_rank_prefix(void) { return gpu->prefix; }
 
 static const char *basename_of(const char *path)
 {
@@ -43,13 +43,13 @@ static const char *basename_of(const char *path)
  * the executor's way of naming an op, or "" outside the forward pass */
 static void describe_op(char *buf, size_t len)
 {
-    if (g.op_index < 0 || !g.op_kind) {
+    if (gpu->op_index < 0 || !gpu->op_kind) {
         buf[0] = '\0';
         return;
     }
-    snprintf(buf, len, " in op %d (%s in '%s'%s%s)", g.op_index, g.op_kind,
-             g.op_module && g.op_module[0] ? g.op_module : "(root)", g.op_entry ? ", plan entry " : "",
-             g.op_entry ? g.op_entry : "");
+    snprintf(buf, len, " in op %d (%s in '%s'%s%s)", gpu->op_index, gpu->op_kind,
+             gpu->op_module && gpu->op_module[0] ? gpu->op_module : "(root)", gpu->op_entry ? ", plan entry " : "",
+             gpu->op_entry ? gpu->op_entry : "");
 }
 
 /* "<lib> error[ in op ...]: <call> failed: <message> [file:line function]" */
@@ -76,14 +76,14 @@ _Noreturn void tp_gpu_fatal(const char *lib, const char *expr, const char *func,
     char text[1500];
     format_check(text, sizeof text, true, lib, expr, func, file, line, msg);
     fprintf(stderr, "tprun: %s%s\n", tp_gpu_rank_prefix(), text);
-    if (!strcmp(lib, "CUDA") && !g.sync_each)
+    if (!strcmp(lib, "CUDA") && !gpu->sync_each)
         fprintf(stderr, "tprun: %skernel errors surface at the next call that waits; rerun with TPRUN_CUDA_SYNC=1 "
                         "to check after every op\n", tp_gpu_rank_prefix());
     fflush(NULL);
-    if (g.on_fatal) {
-        void (*hook)(void *) = g.on_fatal;
-        g.on_fatal = NULL;     /* a failure inside the hook must not recurse */
-        hook(g.on_fatal_ctx);
+    if (gpu->on_fatal) {
+        void (*hook)(void *) = gpu->on_fatal;
+        gpu->on_fatal = NULL;     /* a failure inside the hook must not recurse */
+        hook(gpu->on_fatal_ctx);
     }
     abort();
 }
@@ -92,8 +92,8 @@ _Noreturn void tp_gpu_fatal(const char *lib, const char *expr, const char *func,
  * check, so an asynchronous kernel fault is blamed on the right op. */
 static void done(void)
 {
-    if (g.sync_each)
-        TP_CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    if (gpu->sync_each)
+        TP_CUDA_CHECK(cudaStreamSynchronize(gpu->stream));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -162,11 +162,11 @@ static int node_rank(const tp_comm *host, int *local, int *local_size, char *err
 
 int tp_gpu_init(const tp_comm *host, char *err, size_t errlen)
 {
-    g.rank = host->rank;
-    g.world = host->world;
-    if (g.world > 1)     /* once: the watchdog thread reads it too */
-        snprintf(g.prefix, sizeof g.prefix, "rank %d: ", g.rank);
-    g.op_index = -1;
+    gpu->rank = host->rank;
+    gpu->world = host->world;
+    if (gpu->world > 1)     /* once: the watchdog thread reads it too */
+        snprintf(gpu->prefix, sizeof gpu->prefix, "rank %d: ", gpu->rank);
+    gpu->op_index = -1;
     char why[400];
     int devices[64];
     int n = usable_devices(devices, 64, why, sizeof why);
@@ -185,39 +185,39 @@ int tp_gpu_init(const tp_comm *host, char *err, size_t errlen)
                  local_size, n, n == 1 ? "" : "s");
         return -1;
     }
-    g.device = devices[local];
+    gpu->device = devices[local];
     const char *sync = getenv("TPRUN_CUDA_SYNC");
-    g.sync_each = sync && *sync && strcmp(sync, "0");
-    TP_CUDA_TRY(cudaSetDevice(g.device));
-    TP_CUDA_TRY(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
-    TP_CUBLAS_TRY(cublasCreate(&g.blas));
-    TP_CUBLAS_TRY(cublasSetStream(g.blas, g.stream));
+    gpu->sync_each = sync && *sync && strcmp(sync, "0");
+    TP_CUDA_TRY(cudaSetDevice(gpu->device));
+    TP_CUDA_TRY(cudaStreamCreateWithFlags(&gpu->stream, cudaStreamNonBlocking));
+    TP_CUBLAS_TRY(cublasCreate(&gpu->blas));
+    TP_CUBLAS_TRY(cublasSetStream(gpu->blas, gpu->stream));
     /* fp32 GEMMs stay fp32 (no TF32): the CPU twin is matched to 1e-4 */
-    TP_CUBLAS_TRY(cublasSetMathMode(g.blas, CUBLAS_DEFAULT_MATH));
-    g.blas_workspace_bytes = BLAS_WORKSPACE_BYTES;
-    TP_CUDA_TRY(cudaMalloc(&g.blas_workspace, g.blas_workspace_bytes));
-    TP_CUBLAS_TRY(cublasSetWorkspace(g.blas, g.blas_workspace, g.blas_workspace_bytes));
-    g.ready = true;
+    TP_CUBLAS_TRY(cublasSetMathMode(gpu->blas, CUBLAS_DEFAULT_MATH));
+    gpu->blas_workspace_bytes = BLAS_WORKSPACE_BYTES;
+    TP_CUDA_TRY(cudaMalloc(&gpu->blas_workspace, gpu->blas_workspace_bytes));
+    TP_CUBLAS_TRY(cublasSetWorkspace(gpu->blas, gpu->blas_workspace, gpu->blas_workspace_bytes));
+    gpu->ready = true;
     return 0;
 }
 
 void tp_gpu_shutdown(void)
 {
-    if (!g.ready)
+    if (!gpu->ready)
         return;
-    g.ready = false;
-    g.op_index = -1;
-    TP_CUDA_CHECK(cudaStreamSynchronize(g.stream));
-    TP_CUBLAS_CHECK(cublasDestroy(g.blas));
-    TP_CUDA_CHECK(cudaFree(g.blas_workspace));
-    TP_CUDA_CHECK(cudaStreamDestroy(g.stream));
+    gpu->ready = false;
+    gpu->op_index = -1;
+    TP_CUDA_CHECK(cudaStreamSynchronize(gpu->stream));
+    TP_CUBLAS_CHECK(cublasDestroy(gpu->blas));
+    TP_CUDA_CHECK(cudaFree(gpu->blas_workspace));
+    TP_CUDA_CHECK(cudaStreamDestroy(gpu->stream));
 }
 
 /* ------------------------------------------------------------------------ */
 /* memory                                                                    */
 /* ------------------------------------------------------------------------ */
 
-static size_t elem_size(void) { return tp_dtype_size(g.dtype); }
+static size_t elem_size(void) { return tp_dtype_size(gpu->dtype); }
 
 /* Zeroed, as the table promises (cudaMalloc's memory is not). An
  * out-of-memory failure is the table's NULL: the executor reports it with
@@ -232,7 +232,7 @@ static void *cuda_alloc(size_t bytes)
         (void)cudaGetLastError();
         return NULL;
     }
-    TP_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, g.stream));
+    TP_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, gpu->stream));
     return p;
 }
 
@@ -250,16 +250,16 @@ static void cuda_to_device(void *dst, const void *src, size_t bytes)
 {
     if (!bytes)
         return;
-    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g.stream));
-    TP_CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, gpu->stream));
+    TP_CUDA_CHECK(cudaStreamSynchronize(gpu->stream));
 }
 
 static void cuda_to_host(void *dst, const void *src, size_t bytes)
 {
     if (!bytes)
         return;
-    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g.stream));
-    TP_CUDA_CHECK(cudaStreamSynchronize(g.stream));
+    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, gpu->stream));
+    TP_CUDA_CHECK(cudaStreamSynchronize(gpu->stream));
 }
 
 /* Within device memory: queued, not waited for. The executor's copies
@@ -268,18 +268,18 @@ static void cuda_copy(void *dst, const void *src, size_t bytes)
 {
     if (!bytes || dst == src)
         return;
-    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g.stream));
+    TP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gpu->stream));
     done();
 }
 
-static void cuda_synchronize(void) { TP_CUDA_CHECK(cudaStreamSynchronize(g.stream)); }
+static void cuda_synchronize(void) { TP_CUDA_CHECK(cudaStreamSynchronize(gpu->stream)); }
 
 static void cuda_begin_op(int index, const char *kind, const char *module, const char *entry)
 {
-    g.op_index = index;
-    g.op_kind = kind;
-    g.op_module = module;
-    g.op_entry = entry;
+    gpu->op_index = index;
+    gpu->op_kind = kind;
+    gpu->op_module = module;
+    gpu->op_entry = entry;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -298,16 +298,16 @@ static void cuda_matmul(float *out, const float *x, const float *w, int64_t m, i
     if (m == 0 || n == 0)
         return;
     if (k == 0) {      /* an empty sum */
-        TP_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)(m * n) * elem_size(), g.stream));
+        TP_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)(m * n) * elem_size(), gpu->stream));
         return;
     }
     const float one = 1.0f, zero = 0.0f;
-    if (g.dtype == TP_BF16)
-        TP_CUBLAS_CHECK(cublasGemmEx(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, w, CUDA_R_16BF,
+    if (gpu->dtype == TP_BF16)
+        TP_CUBLAS_CHECK(cublasGemmEx(gpu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, w, CUDA_R_16BF,
                                      (int)k, x, CUDA_R_16BF, (int)k, &zero, out, CUDA_R_16BF, (int)n,
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     else
-        TP_CUBLAS_CHECK(cublasSgemm(g.blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, w, (int)k, x,
+        TP_CUBLAS_CHECK(cublasSgemm(gpu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, w, (int)k, x,
                                     (int)k, &zero, out, (int)n));
     done();
 }
@@ -316,44 +316,45 @@ static void cuda_matmul(float *out, const float *x, const float *w, int64_t m, i
 /* kernels: one launcher each, runtime/backends/cuda/kernels/<family>.cu                  */
 /* ------------------------------------------------------------------------ */
 
-#define S ((tp_stream)g.stream)
+/* the compute stream, as the launchers take it */
+static tp_stream compute_stream(void) { return (tp_stream)gpu->stream; }
 
 static void cuda_embedding(float *out, const int32_t *ids, int64_t ntok, const float *w, int64_t rows, int64_t dim,
                            int64_t vocab_start, bool masked)
 {
-    tp_k_embedding(S, g.kdt, out, ids, ntok, w, rows, dim, vocab_start, masked);
+    tp_k_embedding(compute_stream(), gpu->kdt, out, ids, ntok, w, rows, dim, vocab_start, masked);
     done();
 }
 
 static void cuda_bias_add(float *out, const float *x, const float *b, int64_t m, int64_t n, float scale)
 {
-    tp_k_bias_add(S, g.kdt, out, x, b, m, n, scale);
+    tp_k_bias_add(compute_stream(), gpu->kdt, out, x, b, m, n, scale);
     done();
 }
 
 static void cuda_rmsnorm(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps)
 {
-    tp_k_rmsnorm(S, g.kdt, out, x, w, m, n, eps);
+    tp_k_rmsnorm(compute_stream(), gpu->kdt, out, x, w, m, n, eps);
     done();
 }
 
 static void cuda_layernorm(float *out, const float *x, const float *w, const float *b, int64_t m, int64_t n, float eps)
 {
-    tp_k_layernorm(S, g.kdt, out, x, w, b, m, n, eps);
+    tp_k_layernorm(compute_stream(), gpu->kdt, out, x, w, b, m, n, eps);
     done();
 }
 
 static void cuda_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t pos_offset,
                       float theta)
 {
-    tp_k_rope(S, g.kdt, out, x, b, s, h, d, pos_offset, theta);
+    tp_k_rope(compute_stream(), gpu->kdt, out, x, b, s, h, d, pos_offset, theta);
     done();
 }
 
 static void cuda_attention(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
                            int64_t gk, int64_t d)
 {
-    tp_k_attention(S, g.kdt, out, q, k, v, b, s, h, gk, d);
+    tp_k_attention(compute_stream(), gpu->kdt, out, q, k, v, b, s, h, gk, d);
     done();
 }
 
@@ -361,7 +362,7 @@ static void cuda_unary(tp_unary op, float *out, const float *x, int64_t n)
 {
     int kop = op == TP_UNARY_SILU ? 0 : op == TP_UNARY_GELU ? 1 : op == TP_UNARY_RELU ? 2 : -1;  /* kernels.h */
     TP_GPU_ASSERT(kop >= 0);
-    tp_k_unary(S, g.kdt, kop, out, x, n);
+    tp_k_unary(compute_stream(), gpu->kdt, kop, out, x, n);
     done();
 }
 
@@ -369,37 +370,37 @@ static void cuda_binary(tp_binary op, float *out, const float *a, int64_t n, con
 {
     int kop = op == TP_BINARY_ADD ? 0 : op == TP_BINARY_MUL ? 1 : -1;   /* kernels.h */
     TP_GPU_ASSERT(kop >= 0);
-    tp_k_binary(S, g.kdt, kop, out, a, n, b, nb);
+    tp_k_binary(compute_stream(), gpu->kdt, kop, out, a, n, b, nb);
     done();
 }
 
 static void cuda_scale(float *out, const float *x, int64_t n, float s)
 {
-    tp_k_scale(S, g.kdt, out, x, n, s);
+    tp_k_scale(compute_stream(), gpu->kdt, out, x, n, s);
     done();
 }
 
 static void cuda_slice(float *out, const float *x, const int64_t *shape, int rank, int dim, int index, int parts)
 {
-    tp_k_slice(S, g.kdt, out, x, shape, rank, dim, index, parts);
+    tp_k_slice(compute_stream(), gpu->kdt, out, x, shape, rank, dim, index, parts);
     done();
 }
 
 static void cuda_split_blocks(float *out, const float *x, const int64_t *shape, int rank, int dim, int parts)
 {
-    tp_k_split_blocks(S, g.kdt, out, x, shape, rank, dim, parts);
+    tp_k_split_blocks(compute_stream(), gpu->kdt, out, x, shape, rank, dim, parts);
     done();
 }
 
 static void cuda_join_blocks(float *out, const float *blocks, const int64_t *shape, int rank, int dim, int parts)
 {
-    tp_k_join_blocks(S, g.kdt, out, blocks, shape, rank, dim, parts);
+    tp_k_join_blocks(compute_stream(), gpu->kdt, out, blocks, shape, rank, dim, parts);
     done();
 }
 
 static void cuda_positions(int32_t *out, int64_t b, int64_t s, int64_t pos_offset)
 {
-    tp_k_positions(S, out, b, s, pos_offset);
+    tp_k_positions(compute_stream(), out, b, s, pos_offset);
     done();
 }
 
@@ -408,38 +409,36 @@ static void cuda_positions(int32_t *out, int64_t b, int64_t s, int64_t pos_offse
 static void cuda_cross_entropy(float *loss, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
                                int64_t vocab)
 {
-    tp_k_cross_entropy(S, g.kdt, loss, logits, labels, b, s, v, vocab);
+    tp_k_cross_entropy(compute_stream(), gpu->kdt, loss, logits, labels, b, s, v, vocab);
     done();
 }
 
 static void cuda_ce_max(float *out, const float *logits, int64_t rows, int64_t v, int64_t vocab_start, int64_t vocab)
 {
-    tp_k_ce_max(S, g.kdt, out, logits, rows, v, vocab_start, vocab);
+    tp_k_ce_max(compute_stream(), gpu->kdt, out, logits, rows, v, vocab_start, vocab);
     done();
 }
 
 static void cuda_ce_sumexp(float *out, const float *logits, const float *max, int64_t rows, int64_t v,
                            int64_t vocab_start, int64_t vocab)
 {
-    tp_k_ce_sumexp(S, g.kdt, out, logits, max, rows, v, vocab_start, vocab);
+    tp_k_ce_sumexp(compute_stream(), gpu->kdt, out, logits, max, rows, v, vocab_start, vocab);
     done();
 }
 
 static void cuda_ce_target(float *out, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
                            int64_t vocab_start)
 {
-    tp_k_ce_target(S, g.kdt, out, logits, labels, b, s, v, vocab_start);
+    tp_k_ce_target(compute_stream(), gpu->kdt, out, logits, labels, b, s, v, vocab_start);
     done();
 }
 
 static void cuda_ce_loss(float *loss, const float *sumexp, const float *max, const float *target, const int32_t *labels,
                          int64_t b, int64_t s)
 {
-    tp_k_ce_loss(S, loss, sumexp, max, target, labels, b, s);
+    tp_k_ce_loss(compute_stream(), loss, sumexp, max, target, labels, b, s);
     done();
 }
-
-#undef S
 
 /* ------------------------------------------------------------------------ */
 /* the tables                                                                */
@@ -465,9 +464,9 @@ static const tp_backend cuda_bf16 = CUDA_TABLE(TP_BF16);
 
 const tp_backend *tp_backend_cuda(tp_dtype dtype)
 {
-    if (!g.ready || (dtype != TP_F32 && dtype != TP_BF16))
+    if (!gpu->ready || (dtype != TP_F32 && dtype != TP_BF16))
         return NULL;
-    g.dtype = dtype;
-    g.kdt = dtype == TP_BF16 ? TP_KERNEL_BF16 : TP_KERNEL_F32;
+    gpu->dtype = dtype;
+    gpu->kdt = dtype == TP_BF16 ? TP_KERNEL_BF16 : TP_KERNEL_F32;
     return dtype == TP_BF16 ? &cuda_bf16 : &cuda_f32;
 }

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include "runtime/backends/gpu.h"
+#include "runtime/backends/cuda/kernels/cuda_check.h"
 #include "runtime/backends/cuda/kernels/kernels.h"
 
 /* One device per process: the backend's state. */
@@ -49,10 +50,10 @@ void tp_gpu_shutdown(void);
 
 /* ---- checks ----------------------------------------------------------------
  *
- * One generator, TP_GPU_CHECK_GEN, makes every check: it evaluates the call
- * once, compares it with the library's success value and hands the call's
- * text, the function, file and line, and the library's message to a
- * reporter. Two reporters:
+ * One generator, TP_GPU_CHECK_GEN (kernels/cuda_check.h, with TP_CUDA_CHECK),
+ * makes every check: it evaluates the call once, compares it with the
+ * library's success value and hands the call's text, the function, file
+ * and line, and the library's message to a reporter. Two reporters:
  *   tp_gpu_fatal    prints "tprun: rank R: <lib> error in op N (kind in
  *                   'module', plan entry E): <call> failed: <message>
  *                   [file:line function]" to stderr, runs on_fatal and
@@ -62,15 +63,8 @@ void tp_gpu_shutdown(void);
  *                   and the check returns -1: for tp_gpu_init and the
  *                   communicator, whose failures tprun and the executor
  *                   report (naming the op) before ending every rank. */
-#define TP_GPU_CHECK_GEN(expr, type, success, strfn, lib, report)                                   \
-    do {                                                                                            \
-        type tp_e_ = (expr);                                                                        \
-        if (tp_e_ != (success))                                                                     \
-            report(lib, #expr, __func__, __FILE__, __LINE__, strfn(tp_e_));                         \
-    } while (0)
 
-/* fatal */
-#define TP_CUDA_CHECK(expr) TP_GPU_CHECK_GEN(expr, cudaError_t, cudaSuccess, cudaGetErrorString, "CUDA", tp_gpu_fatal)
+/* fatal (TP_CUDA_CHECK: kernels/cuda_check.h) */
 #define TP_CUBLAS_CHECK(expr)                                                                       \
     TP_GPU_CHECK_GEN(expr, cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasGetStatusString, "cuBLAS", tp_gpu_fatal)
 #define TP_NCCL_CHECK(expr) TP_GPU_CHECK_GEN(expr, ncclResult_t, ncclSuccess, ncclGetErrorString, "NCCL", tp_gpu_fatal)
@@ -85,16 +79,16 @@ void tp_gpu_shutdown(void);
 #define TP_NCCL_TRY(expr)                                                                           \
     TP_GPU_CHECK_GEN(expr, ncclResult_t, ncclSuccess, ncclGetErrorString, "NCCL", TP_GPU_RETURN_ERROR)
 
-/* A precondition the executor or the compiler guarantees: on in release
- * builds too (style rule 2), reported like a failed call. */
+/* A precondition the executor or the compiler guarantees, reported like a
+ * failed call. On in release builds too: the table's functions return
+ * void, so a violation cannot be returned, and going on would compute with
+ * wrong sizes or read and write out of bounds. */
 #define TP_GPU_ASSERT(cond)                                                                         \
     do {                                                                                            \
         if (!(cond))                                                                                \
             tp_gpu_fatal("tprun", #cond, __func__, __FILE__, __LINE__, "precondition violated");    \
     } while (0)
 
-_Noreturn void tp_gpu_fatal(const char *lib, const char *expr, const char *func, const char *file, int line,
-                            const char *msg);
 int tp_gpu_format(char *err, size_t errlen, const char *lib, const char *expr, const char *func, const char *file,
                   int line, const char *msg);
 

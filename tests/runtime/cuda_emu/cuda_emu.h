@@ -117,6 +117,9 @@ cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t stream = 0);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = 0);
 
+/* TP_CUDA_CHECK: the runtime's own, so a failed launch is reported as with CUDA */
+#include "cuda_check.h"
+
 /* ---- synchronisation and warp collectives ------------------------------ */
 
 namespace tp_emu {
@@ -335,16 +338,6 @@ uint64_t tp_emu_switches(void);
  * says so on stderr) when a guard was overwritten. NULL is accepted. */
 void *tp_emu_alloc(size_t bytes);
 bool tp_emu_free(void *p);
-
-#define TP_CUDA_CHECK(expr)                                                                              \
-    do {                                                                                                 \
-        cudaError_t tp_err_ = (expr);                                                                    \
-        if (tp_err_ != cudaSuccess) {                                                                    \
-            fprintf(stderr, "tprun: CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #expr,           \
-                    cudaGetErrorString(tp_err_));                                                        \
-            abort();                                                                                     \
-        }                                                                                                \
-    } while (0)
 
 /* The arguments are evaluated once, by the launcher, as for <<<>>>. */
 #define TP_LAUNCH(kernel, grid, block, shmem, stream, ...)                                               \

@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -30,6 +32,16 @@
 #include "runtime/backends/cuda/kernels/launch.h"
 extern "C" {
 #include "runtime/backends/backend.h"
+}
+
+// A failed CUDA call in a launcher goes to tp_gpu_fatal (cuda_check.h),
+// which tprun's backend defines; this binary has no backend: report the
+// same way, without rank or op, and abort.
+extern "C" void tp_gpu_fatal(const char *lib, const char *expr, const char *func, const char *file, int line,
+                             const char *msg)
+{
+    fprintf(stderr, "tprun: %s error: %s failed: %s [%s:%d %s]\n", lib, expr, msg, file, line, func);
+    abort();
 }
 
 namespace {
@@ -63,6 +75,14 @@ Vec as_stored(Vec v, tp_kernel_dtype t)
 }
 
 const char *dtype_name(tp_kernel_dtype t) { return t == TP_KERNEL_F32 ? "f32" : "bf16"; }
+
+} // namespace
+
+// gtest prints a parameter with PrintTo: the dtype's name, not its number.
+// In tp_kernel_dtype's namespace (the global one), where gtest looks.
+void PrintTo(tp_kernel_dtype t, std::ostream *os) { *os << dtype_name(t); }
+
+namespace {
 
 // ---- "device" buffers: poisoned on allocation, guards checked on release
 
@@ -440,7 +460,7 @@ TEST(CudaEmu, FailedLaunchAbortsThroughTpLaunch)
             tp_emu_set_seed(1);
             TP_LAUNCH(reverse_kernel<true>, 1, 2048, 0, nullptr, (float *)nullptr, (const float *)nullptr, 0);
         },
-        "invalid configuration argument");
+        "tprun: CUDA error: cudaGetLastError\\(\\) failed: invalid configuration argument");
 }
 
 TEST(CudaEmu, InvalidLaunchesAreRejected)

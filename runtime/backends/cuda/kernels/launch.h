@@ -7,6 +7,7 @@
  *   TP_SHARED(type, name, count)      a block's static shared array
  *   TP_DYNAMIC_SHARED(type, name)     the launch's dynamic shared memory
  *   TP_CUDA_CHECK(expr)               any CUDA runtime call, checked
+ *                                     (cuda_check.h, shared with the backend)
  *
  * With nvcc (__CUDACC__) these are plain CUDA; under TP_CUDA_EMULATION
  * (tests only) they come from tests/runtime/cuda_emu/cuda_emu.h, which runs each
@@ -20,21 +21,7 @@
 #else
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-/* A failed CUDA call in a kernel launcher cannot be returned through the
- * backend's void table: report file, line and the call, then abort (the
- * runtime's fatal path; tprun's other ranks are ended by the job). */
-#define TP_CUDA_CHECK(expr)                                                                              \
-    do {                                                                                                 \
-        cudaError_t tp_err_ = (expr);                                                                    \
-        if (tp_err_ != cudaSuccess) {                                                                    \
-            fprintf(stderr, "tprun: CUDA error at %s:%d: %s: %s\n", __FILE__, __LINE__, #expr,           \
-                    cudaGetErrorString(tp_err_));                                                        \
-            abort();                                                                                     \
-        }                                                                                                \
-    } while (0)
+#include "cuda_check.h"
 
 #define TP_LAUNCH(kernel, grid, block, shmem, stream, ...)                                               \
     do {                                                                                                 \
