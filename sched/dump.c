@@ -18,6 +18,7 @@
 #include <errno.h>
 
 #include "sched/format.h"
+#include "sched/ops.h"
 #include "util/xalloc.h"
 
 #define REGENERATE "regenerate it with 'tpcc PLAN -o FILE'"
@@ -77,6 +78,8 @@ static int check_rank(const schedule *s, json_int_t r, char *err, size_t errlen)
         const json_t *weight = json_object_get(op, "weight"), *bias = json_object_get(op, "bias");
         if (!json_is_object(op) || !json_is_string(json_object_get(op, "op")))
             what = "has no \"op\" name";
+        else if (tp_op_kind_named(json_string_value(json_object_get(op, "op"))) == TP_OP_COUNT)
+            what = "is of an unknown kind (a newer schedule? " REGENERATE ")";
         else if (!json_is_array(in))
             what = "has no \"in\" list";
         else if (out && !is_index(out, s->nbufs))
@@ -223,20 +226,48 @@ static const char *weight_name(const json_t *weights, const json_t *index)
     return str_or(json_object_get(json_array_get(weights, (size_t)json_integer_value(index)), "name"), "?");
 }
 
-static bool is_collective(const char *op)
+static tp_op_kind kind_of(const json_t *op) { return tp_op_kind_named(json_string_value(json_object_get(op, "op"))); }
+
+/* A computation's attributes, in the order of sched/ops.def:
+ * "[m=4 n=16 k=8]". */
+static void append_attrs(tp_buf *b, const json_t *op, const tp_op_def *def)
 {
-    return !strcmp(op, "all_gather") || !strcmp(op, "reduce_scatter") || !strcmp(op, "all_reduce") ||
-           !strcmp(op, "all_to_all");
+    int n = 0;
+    for (const tp_op_attr *a = def->attrs; a < def->attrs + def->nattrs; a++) {
+        const json_t *v = json_object_get(op, a->key);
+        if (!v)
+            continue;
+        tp_buf_appendf(b, "%s%s=", n++ ? " " : " [", a->key);
+        append_value(b, v);
+    }
+    if (n)
+        tp_buf_append(b, "]");
 }
 
-/* Keys every op line shows in its own way. */
-static bool structural(const char *key)
+/* A collective's, as what it moves: "dim=1->2 sum 8.0 MiB" (elems is in
+ * the bytes). */
+static void append_movement(tp_buf *b, const json_t *op, const tp_op_def *def)
 {
-    static const char *const keys[] = {"op", "in", "out", "weight", "bias", "module", "entry", "implicit"};
-    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
-        if (!strcmp(key, keys[i]))
-            return true;
-    return false;
+    const json_t *dim2 = json_object_get(op, "dim2");
+    for (const tp_op_attr *a = def->attrs; a < def->attrs + def->nattrs; a++) {
+        const json_t *v = json_object_get(op, a->key);
+        if (!v || !strcmp(a->key, "dim2") || !strcmp(a->key, "elems"))
+            continue;
+        if (!strcmp(a->key, "dim") && dim2)
+            tp_buf_appendf(b, " dim=%" JSON_INTEGER_FORMAT "->%" JSON_INTEGER_FORMAT, json_integer_value(v),
+                           json_integer_value(dim2));
+        else if (!strcmp(a->key, "dim"))
+            tp_buf_appendf(b, " dim=%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        else if (a->type == TP_ATTR_REDUCE)
+            tp_buf_appendf(b, " %s", str_or(v, "?"));
+        else if (!strcmp(a->key, "bytes")) {
+            tp_buf_append(b, " ");
+            append_bytes(b, (double)json_integer_value(v));
+        } else {
+            tp_buf_appendf(b, " %s=", a->key);
+            append_value(b, v);
+        }
+    }
 }
 
 /* "b41 <- b40 dim=1 8.0 MiB" or "b40 <- b39 x W [m=... n=... k=...]" */
@@ -244,8 +275,8 @@ static char *op_body(const json_t *op, const json_t *weights)
 {
     tp_buf b;
     tp_buf_init(&b);
-    const char *name = str_or(json_object_get(op, "op"), "?");
-    tp_buf_appendf(&b, "%-14s ", name);
+    tp_op_kind kind = kind_of(op);
+    tp_buf_appendf(&b, "%-14s ", tp_op_names[kind]);
     const json_t *out = json_object_get(op, "out");
     if (out)
         tp_buf_appendf(&b, "b%" JSON_INTEGER_FORMAT " <- ", json_integer_value(out));
@@ -260,40 +291,10 @@ static char *op_body(const json_t *op, const json_t *weights)
         tp_buf_appendf(&b, " x %s", weight_name(weights, v));
     if ((v = json_object_get(op, "bias")))
         tp_buf_appendf(&b, " + %s", weight_name(weights, v));
-
-    const char *key;
-    if (is_collective(name)) {
-        const json_t *dim = json_object_get(op, "dim"), *dim2 = json_object_get(op, "dim2");
-        if (dim && dim2)
-            tp_buf_appendf(&b, " dim=%" JSON_INTEGER_FORMAT "->%" JSON_INTEGER_FORMAT, json_integer_value(dim),
-                           json_integer_value(dim2));
-        else if (dim)
-            tp_buf_appendf(&b, " dim=%" JSON_INTEGER_FORMAT, json_integer_value(dim));
-        if ((v = json_object_get(op, "reduce")))
-            tp_buf_appendf(&b, " %s", str_or(v, "?"));
-        if ((v = json_object_get(op, "bytes"))) {
-            tp_buf_append(&b, " ");
-            append_bytes(&b, (double)json_integer_value(v));
-        }
-        json_object_foreach((json_t *)op, key, v) {
-            if (structural(key) || !strcmp(key, "dim") || !strcmp(key, "dim2") || !strcmp(key, "reduce") ||
-                !strcmp(key, "bytes") || !strcmp(key, "elems"))
-                continue;
-            tp_buf_appendf(&b, " %s=", key);
-            append_value(&b, v);
-        }
-    } else {
-        int n = 0;
-        json_object_foreach((json_t *)op, key, v) {
-            if (structural(key))
-                continue;
-            tp_buf_append(&b, n++ ? " " : " [");
-            tp_buf_appendf(&b, "%s=", key);
-            append_value(&b, v);
-        }
-        if (n)
-            tp_buf_append(&b, "]");
-    }
+    if (tp_op_is_collective(kind))
+        append_movement(&b, op, &tp_ops[kind]);
+    else
+        append_attrs(&b, op, &tp_ops[kind]);
     return tp_buf_take(&b);
 }
 
@@ -385,7 +386,7 @@ static void print_rank(const schedule *s, json_int_t r, FILE *out)
         int len = (int)strlen(body[i]);
         if (len > width && len <= MAX_BODY)
             width = len;
-        if (is_collective(str_or(json_object_get(op, "op"), ""))) {
+        if (tp_op_is_collective(kind_of(op))) {
             ncoll++;
             coll_bytes += (double)json_integer_value(json_object_get(op, "bytes"));
         }

@@ -54,19 +54,6 @@ static int opt_int(loader *L, json_t *o, const char *key, int64_t lo, int64_t hi
     return get_int(L, o, key, lo, hi, out);
 }
 
-static int opt_real(loader *L, json_t *o, const char *key, double dflt, double *out)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v) {
-        *out = dflt;
-        return 0;
-    }
-    if (!json_is_number(v))
-        return fail(L, "'%s' must be a number", key);
-    *out = json_number_value(v);
-    return 0;
-}
-
 static int get_str(loader *L, json_t *o, const char *key, char **out)
 {
     json_t *v = json_object_get(o, key);
@@ -201,94 +188,289 @@ static int load_weights(loader *L, tr_schedule *s, json_t *arr)
     return 0;
 }
 
-static int op_kind(loader *L, const char *name, tp_op_kind *out)
-{
-    for (int k = 0; k < TP_OP_COUNT; k++)
-        if (!strcmp(tp_op_names[k], name)) {
-            *out = (tp_op_kind)k;
-            return 0;
-        }
-    return fail(L, "unknown op '%s' (is the schedule newer than this tprun?)", name);
-}
-
 static int64_t elems_of(const tr_schedule *s, int b) { return tr_buf_elems(&s->bufs[b]); }
 
-/* The sizes an op's fields promise must be the sizes of its buffers and
- * weights: the kernels trust them. */
-static int check_op_sizes(loader *L, const tr_schedule *s, const tr_op *op)
+/* ---- size rules: check_<sizes> of sched/ops.def ----
+ *
+ * The sizes an op's attributes promise must be the sizes of its buffers
+ * and weights: the kernels trust them. A rule runs once the signature is
+ * checked, so every operand the signature requires is there. */
+
+typedef int size_rule(loader *L, const tr_schedule *s, const tr_op *op);
+
+/* Elementwise, and the all-reduce: out holds as many elements as in[0]. */
+static int check_same_count(loader *L, const tr_schedule *s, const tr_op *op)
 {
-    int64_t in = op->nin ? elems_of(s, op->in[0]) : 0, out = op->out >= 0 ? elems_of(s, op->out) : 0;
-    const tr_weight *w = op->weight >= 0 ? &s->weights[op->weight] : NULL;
-    switch (op->kind) {
-    case TP_OP_MATMUL:
-        if (!w || in != op->m * op->k || out != op->m * op->n || w->local_elems != op->n * op->k)
-            return fail(L, "matmul sizes m=%lld n=%lld k=%lld do not match its buffers and weight", (long long)op->m,
-                        (long long)op->n, (long long)op->k);
-        return 0;
-    case TP_OP_BIAS_ADD:
-    case TP_OP_RMSNORM:
-    case TP_OP_LAYERNORM:
-        if (in != op->m * op->n || out != in || (w && w->local_elems != op->n) ||
-            (op->bias >= 0 && s->weights[op->bias].local_elems != op->n))
-            return fail(L, "%s sizes m=%lld n=%lld do not match its buffers", tp_op_names[op->kind], (long long)op->m,
-                        (long long)op->n);
-        return 0;
-    case TP_OP_EMBEDDING:
-        if (!w || w->rank != 2 || out != in * (w->local_elems / op->vocab_local) || w->local_elems % op->vocab_local)
-            return fail(L, "embedding sizes do not match its buffers and weight");
-        return 0;
-    case TP_OP_ATTENTION:
-        if (op->nin != 3 || in != op->batch * op->seq * op->heads * op->head_dim || out != in || op->kv_heads < 1 ||
-            op->heads % op->kv_heads || elems_of(s, op->in[1]) != op->batch * op->seq * op->kv_heads * op->head_dim ||
-            elems_of(s, op->in[2]) != elems_of(s, op->in[1]))
-            return fail(L, "attention sizes do not match its buffers");
-        return 0;
-    case TP_OP_ADD:
-    case TP_OP_MUL:
-        if (op->nin != 2 || out != in || elems_of(s, op->in[1]) == 0 || in % elems_of(s, op->in[1]))
-            return fail(L, "%s operands do not broadcast", tp_op_names[op->kind]);
-        return 0;
-    case TP_OP_ROPE:
-        if (s->bufs[op->in[0]].rank != 4 || out != in)
-            return fail(L, "rope expects a [batch, seq, heads, head_dim] buffer");
-        return 0;
-    case TP_OP_SLICE:
-        if (op->dim >= s->bufs[op->in[0]].rank || op->parts < 1 || op->index >= op->parts ||
-            s->bufs[op->in[0]].shape[op->dim] % op->parts || out * op->parts != in)
-            return fail(L, "slice dim=%d parts=%d does not match its buffers", op->dim, op->parts);
-        return 0;
-    case TP_OP_ALL_GATHER:
-    case TP_OP_REDUCE_SCATTER:
-    case TP_OP_ALL_TO_ALL: {
-        const tr_buf *b = &s->bufs[op->kind == TP_OP_REDUCE_SCATTER ? op->out : op->in[0]];
-        int64_t small = op->kind == TP_OP_REDUCE_SCATTER ? out : in, big = op->kind == TP_OP_REDUCE_SCATTER ? in : out;
-        if (op->dim >= b->rank || op->dim2 >= b->rank ||
-            (op->kind != TP_OP_ALL_TO_ALL && big != small * s->world) || (op->kind == TP_OP_ALL_TO_ALL && in != out))
-            return fail(L, "%s along dim %d does not match its buffers for %d ranks", tp_op_names[op->kind], op->dim,
-                        s->world);
-        return 0;
-    }
-    case TP_OP_ALL_REDUCE:
-    case TP_OP_SCALE:
-    case TP_OP_SILU: case TP_OP_GELU: case TP_OP_RELU:
-        if (out != in)
-            return fail(L, "%s changes the element count", tp_op_names[op->kind]);
-        return 0;
-    default:
-        return 0;
-    }
+    if (elems_of(s, op->out) != elems_of(s, op->in[0]))
+        return fail(L, "changes the element count");
+    return 0;
 }
 
-static int load_op(loader *L, tr_schedule *s, json_t *o, tr_op *op)
+static int check_matmul(loader *L, const tr_schedule *s, const tr_op *op)
 {
-    char *name = NULL;
-    if (!json_is_object(o))
-        return fail(L, "must be an object");
-    if (get_str(L, o, "op", &name) || op_kind(L, name, &op->kind)) {
-        free(name);
-        return -1;
+    if (elems_of(s, op->in[0]) != op->m * op->k || elems_of(s, op->out) != op->m * op->n ||
+        s->weights[op->weight].local_elems != op->n * op->k)
+        return fail(L, "sizes m=%lld n=%lld k=%lld do not match its buffers and weight", (long long)op->m,
+                    (long long)op->n, (long long)op->k);
+    return 0;
+}
+
+/* m rows of n columns in and out; a weight and a bias of n. */
+static int check_rows_cols(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    int64_t in = elems_of(s, op->in[0]);
+    if (in != op->m * op->n || elems_of(s, op->out) != in ||
+        (op->weight >= 0 && s->weights[op->weight].local_elems != op->n) ||
+        (op->bias >= 0 && s->weights[op->bias].local_elems != op->n))
+        return fail(L, "sizes m=%lld n=%lld do not match its buffers", (long long)op->m, (long long)op->n);
+    return 0;
+}
+
+static int check_embedding(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    const tr_weight *w = &s->weights[op->weight];
+    if (w->rank != 2 || w->local_elems % op->vocab_local ||
+        elems_of(s, op->out) != elems_of(s, op->in[0]) * (w->local_elems / op->vocab_local))
+        return fail(L, "sizes do not match its buffers and weight");
+    return 0;
+}
+
+static int check_rope(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    if (s->bufs[op->in[0]].rank != 4 || elems_of(s, op->out) != elems_of(s, op->in[0]))
+        return fail(L, "expects a [batch, seq, heads, head_dim] buffer");
+    return 0;
+}
+
+static int check_attention(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    int64_t q = op->batch * op->seq * op->heads * op->head_dim, kv = op->batch * op->seq * op->kv_heads * op->head_dim;
+    if (elems_of(s, op->in[0]) != q || elems_of(s, op->out) != q || op->heads % op->kv_heads ||
+        elems_of(s, op->in[1]) != kv || elems_of(s, op->in[2]) != kv)
+        return fail(L, "sizes do not match its buffers");
+    return 0;
+}
+
+/* in[1] repeats over in[0]'s leading dims. */
+static int check_broadcast(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    int64_t in = elems_of(s, op->in[0]), b = elems_of(s, op->in[1]);
+    if (elems_of(s, op->out) != in || in % b)
+        return fail(L, "operands do not broadcast");
+    return 0;
+}
+
+static int check_slice(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    const tr_buf *x = &s->bufs[op->in[0]];
+    if (op->dim >= x->rank || op->parts < 1 || op->index >= op->parts || x->shape[op->dim] % op->parts ||
+        elems_of(s, op->out) * op->parts != tr_buf_elems(x))
+        return fail(L, "dim=%d parts=%d does not match its buffers", op->dim, op->parts);
+    return 0;
+}
+
+/* One position per id, each an int32. */
+static int check_positions(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    const tr_buf *out = &s->bufs[op->out];
+    int64_t seq = out->rank ? out->shape[out->rank - 1] : 1;
+    if ((op->nin && elems_of(s, op->in[0]) != tr_buf_elems(out)) || op->pos_offset + seq > INT32_MAX)
+        return fail(L, "positions from %lld do not match its ids or pass the int32 range", (long long)op->pos_offset);
+    return 0;
+}
+
+/* logits [batch, seq, vocab_local] and their labels to one loss. The
+ * kernel reads the first batch x seq labels: a sequence shard of the
+ * logits comes with all of them. */
+static int check_cross_entropy(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    const tr_buf *x = &s->bufs[op->in[0]];
+    if (x->rank != 3 || x->shape[2] != op->vocab_local || op->vocab_logical > op->vocab_local ||
+        elems_of(s, op->in[1]) < x->shape[0] * x->shape[1] || elems_of(s, op->out) != 1)
+        return fail(L, "expects logits [batch, seq, vocab_local], batch x seq labels and a scalar loss");
+    return 0;
+}
+
+/* One value per row of vocab_local logits columns; in[1], if any, also. */
+static int check_ce_rows(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    int64_t in = elems_of(s, op->in[0]), out = elems_of(s, op->out);
+    if (in % op->vocab_local || out * op->vocab_local != in || (op->nin > 1 && elems_of(s, op->in[1]) != out))
+        return fail(L, "rows of vocab_local=%lld columns do not match its buffers", (long long)op->vocab_local);
+    return 0;
+}
+
+/* Like cross_entropy's: one target per token of the logits. */
+static int check_ce_target(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    const tr_buf *x = &s->bufs[op->in[0]];
+    int64_t tokens = x->shape[0] * x->shape[1];
+    if (x->rank != 3 || x->shape[2] != op->vocab_local || elems_of(s, op->in[1]) < tokens ||
+        elems_of(s, op->out) != tokens)
+        return fail(L, "expects logits [batch, seq, vocab_local], batch x seq labels and out [batch, seq]");
+    return 0;
+}
+
+/* sumexp, max and target, one per label, to one loss. */
+static int check_ce_loss(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    int64_t tokens = elems_of(s, op->in[3]);
+    if (elems_of(s, op->in[0]) != tokens || elems_of(s, op->in[1]) != tokens || elems_of(s, op->in[2]) != tokens ||
+        elems_of(s, op->out) != 1)
+        return fail(L, "expects sumexp, max and target of one value per label, and a scalar loss");
+    return 0;
+}
+
+static int collective_mismatch(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    return fail(L, "along dim %d does not match its buffers for %d ranks", op->dim, s->world);
+}
+
+/* all_gather: out is world times in, along dim. */
+static int check_gathered(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    if (op->dim >= s->bufs[op->in[0]].rank || elems_of(s, op->out) != elems_of(s, op->in[0]) * s->world)
+        return collective_mismatch(L, s, op);
+    return 0;
+}
+
+/* reduce_scatter: in is world times out, along dim. */
+static int check_scattered(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    if (op->dim >= s->bufs[op->out].rank || elems_of(s, op->in[0]) != elems_of(s, op->out) * s->world)
+        return collective_mismatch(L, s, op);
+    return 0;
+}
+
+static int check_all_to_all(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    const tr_buf *x = &s->bufs[op->in[0]];
+    if (op->dim >= x->rank || op->dim2 >= x->rank || elems_of(s, op->out) != tr_buf_elems(x))
+        return collective_mismatch(L, s, op);
+    return 0;
+}
+
+static size_rule *const size_rules[TP_OP_COUNT] = {
+#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
+    [TP_OP_##NAME] = check_##sizes,
+#include "sched/ops.def"
+#undef OP
+};
+
+/* ---- reading an op ---- */
+
+/* The operand `what`, buffer b, must have a place in the arena and hold
+ * int32 where the signature says ids, floats elsewhere. */
+static int check_buffer(loader *L, const tr_schedule *s, int b, bool ids, const char *what)
+{
+    const tr_buf *buf = &s->bufs[b];
+    if (buf->offset < 0)
+        return fail(L, "%s is buffer %d, which has no place in the arena", what, b);
+    if ((buf->dtype == TP_I32) != ids)
+        return fail(L, "%s is buffer %d, of %s; it must hold %s", what, b, tp_dtype_name(buf->dtype),
+                    ids ? "i32" : "f32 or bf16");
+    return 0;
+}
+
+static int check_param(loader *L, int index, tp_operand use, const char *key)
+{
+    if (index < 0 && use == TP_OPERAND_REQUIRED)
+        return fail(L, "missing operand '%s'", key);
+    if (index >= 0 && use == TP_OPERAND_NONE)
+        return fail(L, "takes no %s", key);
+    return 0;
+}
+
+/* The operands the kind's signature asks for (sched/ops.def), checked
+ * before anything indexes with them. */
+static int check_operands(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    const tp_op_def *d = &tp_ops[op->kind];
+    if (op->nin < d->in_min || op->nin > d->in_max)
+        return d->in_min == d->in_max
+                   ? fail(L, "'in' lists %d buffers; it reads %d", op->nin, d->in_min)
+                   : fail(L, "'in' lists %d buffers; it reads %d to %d", op->nin, d->in_min, d->in_max);
+    char what[16];
+    for (int i = 0; i < op->nin; i++) {
+        snprintf(what, sizeof what, "in[%d]", i);
+        if (check_buffer(L, s, op->in[i], d->ids >> i & 1, what))
+            return -1;
     }
-    free(name);
+    if (op->out < 0)
+        return fail(L, "missing operand 'out'");
+    if (check_buffer(L, s, op->out, d->out_ids, "out"))
+        return -1;
+    return check_param(L, op->weight, d->weight, "weight") || check_param(L, op->bias, d->bias, "bias") ? -1 : 0;
+}
+
+/* The integers each integer attribute type allows. */
+static const struct { int64_t lo, hi; } int_range[] = {
+    [TP_ATTR_SIZE] = {0, (int64_t)1 << 40},
+    [TP_ATTR_COUNT] = {1, (int64_t)1 << 40},
+    [TP_ATTR_DIM] = {0, TP_MAX_RANK - 1},
+    [TP_ATTR_CHUNK] = {0, 1 << 20},
+};
+
+/* Attribute a of the op's JSON object o into its tr_op field. */
+static int read_attr(loader *L, json_t *o, const tp_op_attr *a, tr_op *op)
+{
+    json_t *v = json_object_get(o, a->key);
+    char *field = (char *)op + a->field;
+    const char *r = json_string_value(v);
+    int64_t i;
+    if (!v)
+        return fail(L, "missing attribute '%s'", a->key);
+    switch (a->type) {
+    case TP_ATTR_SIZE:
+    case TP_ATTR_COUNT:
+        return get_int(L, o, a->key, int_range[a->type].lo, int_range[a->type].hi, (int64_t *)field);
+    case TP_ATTR_DIM:
+    case TP_ATTR_CHUNK:
+        if (get_int(L, o, a->key, int_range[a->type].lo, int_range[a->type].hi, &i))
+            return -1;
+        *(int *)field = (int)i;
+        break;
+    case TP_ATTR_REAL:
+        if (!json_is_number(v))
+            return fail(L, "'%s' must be a number", a->key);
+        *(double *)field = json_number_value(v);
+        break;
+    case TP_ATTR_BOOL:
+        if (!json_is_boolean(v))
+            return fail(L, "'%s' must be true or false", a->key);
+        *(bool *)field = json_is_true(v);
+        break;
+    case TP_ATTR_REDUCE:
+        if (!r || (strcmp(r, "sum") && strcmp(r, "max")))
+            return fail(L, "'%s' must be \"sum\" or \"max\"", a->key);
+        *(int *)field = !strcmp(r, "max");
+        break;
+    }
+    return 0;
+}
+
+static int read_attrs(loader *L, json_t *o, tr_op *op)
+{
+    const tp_op_def *d = &tp_ops[op->kind];
+    for (int i = 0; i < d->nattrs; i++)
+        if (read_attr(L, o, &d->attrs[i], op))
+            return -1;
+    return 0;
+}
+
+static int read_kind(loader *L, json_t *o, tp_op_kind *kind)
+{
+    const char *name = json_string_value(json_object_get(o, "op"));
+    if (!name)
+        return fail(L, "'op' must be a string");
+    *kind = tp_op_kind_named(name);
+    if (*kind == TP_OP_COUNT)
+        return fail(L, "unknown op '%s' (is the schedule newer than this tprun?)", name);
+    return 0;
+}
+
+static int read_operands(loader *L, const tr_schedule *s, json_t *o, tr_op *op)
+{
     json_t *in = json_object_get(o, "in");
     if (!json_is_array(in) || json_array_size(in) > 4)
         return fail(L, "'in' must be an array of at most 4 buffers");
@@ -299,41 +481,43 @@ static int load_op(loader *L, tr_schedule *s, json_t *o, tr_op *op)
             return fail(L, "'in'[%d] is not a buffer", i);
         op->in[i] = (int)json_integer_value(b);
     }
-    int64_t v[20];
-    int64_t big = (int64_t)1 << 40;
-    if (opt_int(L, o, "out", 0, s->nbufs - 1, -1, &v[0]) || opt_int(L, o, "weight", 0, s->nweights - 1, -1, &v[1]) ||
-        opt_int(L, o, "bias", 0, s->nweights - 1, -1, &v[2]) || opt_int(L, o, "dim", 0, TP_MAX_RANK - 1, 0, &v[3]) ||
-        opt_int(L, o, "dim2", 0, TP_MAX_RANK - 1, 0, &v[4]) || opt_int(L, o, "index", 0, 1 << 20, 0, &v[5]) ||
-        opt_int(L, o, "parts", 1, 1 << 20, 1, &v[6]) || opt_int(L, o, "m", 0, big, 0, &op->m) ||
-        opt_int(L, o, "n", 0, big, 0, &op->n) || opt_int(L, o, "k", 0, big, 0, &op->k) ||
-        opt_int(L, o, "batch", 0, big, 0, &op->batch) || opt_int(L, o, "seq", 0, big, 0, &op->seq) ||
-        opt_int(L, o, "heads", 0, big, 0, &op->heads) || opt_int(L, o, "head_dim", 0, big, 0, &op->head_dim) ||
-        opt_int(L, o, "kv_heads", 0, big, 0, &op->kv_heads) || opt_int(L, o, "vocab_start", 0, big, 0, &op->vocab_start) ||
-        opt_int(L, o, "vocab_local", 1, big, 1, &op->vocab_local) ||
-        opt_int(L, o, "vocab_logical", 0, big, 0, &op->vocab_logical) ||
-        opt_int(L, o, "pos_offset", 0, big, 0, &op->pos_offset) || opt_int(L, o, "elems", 0, big, 0, &op->elems) ||
-        opt_real(L, o, "scale", 1.0, &op->scale) || opt_real(L, o, "eps", 1e-6, &op->eps) ||
-        opt_real(L, o, "theta", 10000.0, &op->theta))
+    int64_t out, weight, bias;
+    if (opt_int(L, o, "out", 0, s->nbufs - 1, -1, &out) || opt_int(L, o, "weight", 0, s->nweights - 1, -1, &weight) ||
+        opt_int(L, o, "bias", 0, s->nweights - 1, -1, &bias))
         return -1;
-    for (int i = 0; i < op->nin; i++)
-        if (s->bufs[op->in[i]].offset < 0)
-            return fail(L, "reads buffer %d, which has no place in the arena", op->in[i]);
-    if (v[0] >= 0 && s->bufs[v[0]].offset < 0)
-        return fail(L, "writes buffer %lld, which has no place in the arena", (long long)v[0]);
-    op->out = (int)v[0];
-    op->weight = (int)v[1];
-    op->bias = (int)v[2];
-    op->dim = (int)v[3];
-    op->dim2 = (int)v[4];
-    op->index = (int)v[5];
-    op->parts = (int)v[6];
-    op->masked = json_is_true(json_object_get(o, "masked"));
-    json_t *r = json_object_get(o, "reduce");
-    op->reduce_max = json_is_string(r) && !strcmp(json_string_value(r), "max");
+    op->out = (int)out;
+    op->weight = (int)weight;
+    op->bias = (int)bias;
+    return check_operands(L, s, op);
+}
+
+/* An op of a known kind: its operands and attributes as sched/ops.def
+ * defines them, its provenance, then its size rule. */
+static int read_op(loader *L, const tr_schedule *s, json_t *o, tr_op *op)
+{
+    if (read_operands(L, s, o, op) || read_attrs(L, o, op))
+        return -1;
     json_t *mod = json_object_get(o, "module"), *entry = json_object_get(o, "entry");
     op->module = tp_xstrdup(json_is_string(mod) ? json_string_value(mod) : "");
     op->entry = json_is_string(entry) ? tp_xstrdup(json_string_value(entry)) : NULL;
-    return check_op_sizes(L, s, op);
+    return size_rules[op->kind](L, s, op);
+}
+
+static int load_op(loader *L, const tr_schedule *s, json_t *o, int index, tr_op *op)
+{
+    char where[96];
+    snprintf(where, sizeof where, "rank %d op %d", s->rank, index);
+    L->where = where;
+    int rc = -1;
+    if (!json_is_object(o)) {
+        fail(L, "must be an object");
+    } else if (!read_kind(L, o, &op->kind)) {
+        /* from here on, messages name the kind: "rank 0 op 12 (rmsnorm): ..." */
+        snprintf(where, sizeof where, "rank %d op %d (%s)", s->rank, index, tp_op_names[op->kind]);
+        rc = read_op(L, s, o, op);
+    }
+    L->where = NULL;
+    return rc;
 }
 
 static int load_rank(loader *L, tr_schedule *s, json_t *root)
@@ -351,16 +535,11 @@ static int load_rank(loader *L, tr_schedule *s, json_t *root)
         return fail(L, "rank %d: 'ops' must be an array", s->rank);
     s->nops = (int)json_array_size(ops);
     s->ops = tp_xcalloc((size_t)s->nops + 1, sizeof *s->ops);
-    char where[64];
-    for (int i = 0; i < s->nops; i++) {
-        snprintf(where, sizeof where, "rank %d op %d", s->rank, i);
-        L->where = where;
-        if (load_op(L, s, json_array_get(ops, (size_t)i), &s->ops[i])) {
+    for (int i = 0; i < s->nops; i++)
+        if (load_op(L, s, json_array_get(ops, (size_t)i), i, &s->ops[i])) {
             s->nops = i + 1;           /* free what was read */
             return -1;
         }
-    }
-    L->where = NULL;
     return 0;
 }
 

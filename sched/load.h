@@ -28,16 +28,18 @@ typedef struct tr_weight {
     int64_t region_offset;          /* in the rank's weight region, elements */
 } tr_weight;
 
+/* An op: its operands, then the fields its attributes fill (sched/ops.def
+ * says which; the others are 0). */
 typedef struct tr_op {
     tp_op_kind kind;
     int in[4], nin, out;
-    int weight, bias;
+    int weight, bias;              /* -1 when absent */
     int dim, dim2, index, parts, reduce_max;
     int64_t m, n, k, batch, seq, heads, head_dim, kv_heads;
     int64_t vocab_start, vocab_local, vocab_logical, pos_offset;
     bool masked;
     double scale, eps, theta;
-    int64_t elems;
+    int64_t elems, bytes;          /* collectives: the full tensor */
     char *module, *entry;          /* provenance, for errors and profiles */
 } tr_op;
 

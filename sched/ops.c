@@ -1,18 +1,72 @@
-/* ops.c: names and properties of op kinds and element types (see ops.h). */
+/* ops.c: names and properties of op kinds and element types (see ops.h),
+ * generated from sched/ops.def. */
+#include <stdint.h>
+#include <string.h>
+#include "sched/load.h"      /* tr_op, whose fields the attributes fill */
 #include "sched/ops.h"
 
-/* ORDER OP */
 const char *const tp_op_names[TP_OP_COUNT] = {
-    "embedding", "matmul", "bias_add", "rmsnorm", "layernorm", "rope", "attention",
-    "silu", "gelu", "relu", "add", "mul", "scale", "slice", "positions", "cross_entropy",
-    "ce_max", "ce_sumexp", "ce_target", "ce_loss",
-    "all_gather", "reduce_scatter", "all_reduce", "all_to_all",
+#define OP(NAME, name, ...) [TP_OP_##NAME] = #name,
+#include "sched/ops.def"
+#undef OP
 };
-_Static_assert(sizeof tp_op_names / sizeof *tp_op_names == TP_OP_COUNT, "tp_op_names out of step with tp_op_kind");
 
-bool tp_op_is_collective(tp_op_kind k)
+/* The words of the table's columns. */
+#define COMPUTE false
+#define COLLECTIVE true
+#define IDS(i) (1u << (i))
+#define NO_IDS 0u
+#define OUT_FLOAT false
+#define OUT_IDS true
+#define NONE TP_OPERAND_NONE
+#define REQUIRED TP_OPERAND_REQUIRED
+#define OPTIONAL TP_OPERAND_OPTIONAL
+#define RANKED ATTR          /* to the reader, a rank-dependent value is like any other */
+
+/* The C type each attribute type is stored in: the reader writes the
+ * field through its offset, so a row naming a field of another type must
+ * not compile. */
+#define STORED_SIZE int64_t
+#define STORED_COUNT int64_t
+#define STORED_DIM int
+#define STORED_CHUNK int
+#define STORED_REAL double
+#define STORED_BOOL bool
+#define STORED_REDUCE int
+#define ATTR(key, type, field, value) \
+    _Static_assert(_Generic(((tr_op *)0)->field, STORED_##type: 1, default: 0), "tr_op." #field " is not a " #type);
+#define TR_OP_INPUTS ((int)(sizeof ((tr_op *)0)->in / sizeof *((tr_op *)0)->in))
+#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
+    attrs _Static_assert((in_max) <= TR_OP_INPUTS, #name " reads more buffers than tr_op holds");
+#include "sched/ops.def"
+#undef OP
+#undef ATTR
+
+/* Each kind's attributes, ended by a NULL key so that a kind without any
+ * still has an array. */
+#define ATTR(key, type, field, value) {#key, TP_ATTR_##type, offsetof(tr_op, field)},
+#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
+    static const tp_op_attr name##_attrs[] = {attrs {NULL, 0, 0}};
+#include "sched/ops.def"
+#undef OP
+#undef ATTR
+
+const tp_op_def tp_ops[TP_OP_COUNT] = {
+#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
+    [TP_OP_##NAME] = {role, in_min, in_max, ids, out, weight, bias, name##_attrs,                   \
+                      (int)(sizeof name##_attrs / sizeof *name##_attrs) - 1},
+#include "sched/ops.def"
+#undef OP
+};
+
+bool tp_op_is_collective(tp_op_kind k) { return tp_ops[k].collective; }
+
+tp_op_kind tp_op_kind_named(const char *name)
 {
-    return k == TP_OP_ALL_GATHER || k == TP_OP_REDUCE_SCATTER || k == TP_OP_ALL_REDUCE || k == TP_OP_ALL_TO_ALL;
+    int k = 0;
+    while (k < TP_OP_COUNT && strcmp(tp_op_names[k], name))
+        k++;
+    return (tp_op_kind)k;
 }
 
 size_t tp_dtype_size(tp_dtype t) { return t == TP_BF16 ? 2 : 4; }
@@ -22,4 +76,3 @@ const char *tp_dtype_name(tp_dtype t)
     static const char *const names[] = {[TP_F32] = "f32", [TP_BF16] = "bf16", [TP_I32] = "i32"};
     return names[t];
 }
-

@@ -1,6 +1,7 @@
 /* ops.h: the kinds of op a schedule holds and the element types of its
  * buffers: the vocabulary shared by tpcc's lowering, the schedule file,
- * tprun's executor and every backend. */
+ * tprun's executor and every backend. The op kinds, their operands and
+ * their attributes are defined once, in sched/ops.def. */
 #ifndef TP_SCHED_OPS_H
 #define TP_SCHED_OPS_H
 
@@ -9,34 +10,50 @@
 
 typedef enum tp_dtype { TP_F32, TP_BF16, TP_I32 } tp_dtype;
 
-/* ORDER OP: keep tp_op_names in ops.c in the same order. */
+/* TP_OP_EMBEDDING, TP_OP_MATMUL, ...: the rows of sched/ops.def. */
 typedef enum tp_op_kind {
-    TP_OP_EMBEDDING,      /* out[b,s,:] = W[ids[b,s] - vocab_start] (0 outside [vocab_start, +rows) when masked) */
-    TP_OP_MATMUL,         /* out[m,n] = x[m,k] . W[n,k]^T                        (nn.Linear) */
-    TP_OP_BIAS_ADD,       /* out[m,n] = x[m,n] + scale * b[n] */
-    TP_OP_RMSNORM,        /* out = x / sqrt(mean(x^2) + eps) * w   over the last dim */
-    TP_OP_LAYERNORM,      /* out = (x - mean) / sqrt(var + eps) * w + b */
-    TP_OP_ROPE,           /* rotate-half RoPE on [b,s,h,d], positions pos_offset + s */
-    TP_OP_ATTENTION,      /* causal softmax(q k^T / sqrt(d)) v on [b,s,h,d], GQA */
-    TP_OP_SILU, TP_OP_GELU, TP_OP_RELU,
-    TP_OP_ADD, TP_OP_MUL, /* elementwise, same shape */
-    TP_OP_SCALE,          /* out = scale * x (R -> P is a divide by tp) */
-    TP_OP_SLICE,          /* out = chunk `index` of `parts` of x along dim (R -> S) */
-    TP_OP_POSITIONS,      /* out[b,s] = pos_offset + s (int) */
-    TP_OP_CROSS_ENTROPY,  /* loss = mean CE(logits[:, :-1, :vocab], labels[:, 1:]), -100 ignored */
-    TP_OP_CE_MAX,         /* vocab-parallel CE: out[b,s] = max over the local vocab columns */
-    TP_OP_CE_SUMEXP,      /* out[b,s] = sum exp(logits - max) over local columns (in[1] = max) */
-    TP_OP_CE_TARGET,      /* out[b,s] = logits[b,s,label - vocab_start] if in range else 0 */
-    TP_OP_CE_LOSS,        /* loss = mean(log(sumexp) + max - target), shifted, -100 ignored */
-    TP_OP_ALL_GATHER,     /* along dim */
-    TP_OP_REDUCE_SCATTER, /* sum, scattered along dim */
-    TP_OP_ALL_REDUCE,     /* sum or max */
-    TP_OP_ALL_TO_ALL,     /* from Shard(dim) to Shard(dim2) */
+#define OP(NAME, ...) TP_OP_##NAME,
+#include "sched/ops.def"
+#undef OP
     TP_OP_COUNT
 } tp_op_kind;
 
+/* The type of an op attribute, which says how it is read and stored. */
+typedef enum tp_attr_type {
+    TP_ATTR_SIZE,      /* int64_t in [0, 2^40]: a size, count or offset */
+    TP_ATTR_COUNT,     /* int64_t in [1, 2^40]: a size the executor divides by */
+    TP_ATTR_DIM,       /* int in [0, TP_MAX_RANK): a tensor dimension */
+    TP_ATTR_CHUNK,     /* int in [0, 2^20]: a chunk index or number of chunks */
+    TP_ATTR_REAL,      /* double */
+    TP_ATTR_BOOL,      /* bool */
+    TP_ATTR_REDUCE,    /* int: "sum" is 0, "max" is 1 */
+} tp_attr_type;
+
+typedef struct tp_op_attr {
+    const char *key;           /* in the op's JSON object */
+    tp_attr_type type;
+    size_t field;              /* offsetof the tr_op field it fills (sched/load.h) */
+} tp_op_attr;
+
+/* Whether an op takes a weight, or a bias. */
+typedef enum tp_operand { TP_OPERAND_NONE, TP_OPERAND_REQUIRED, TP_OPERAND_OPTIONAL } tp_operand;
+
+/* An op kind's signature and attributes (a row of sched/ops.def). */
+typedef struct tp_op_def {
+    bool collective;
+    int in_min, in_max;        /* buffers listed in "in" */
+    unsigned ids;              /* bit i: in[i] holds int32 (ids, labels, positions); the others floats */
+    bool out_ids;              /* writes int32 rather than floats */
+    tp_operand weight, bias;
+    const tp_op_attr *attrs;   /* in the order tpcc writes them */
+    int nattrs;
+} tp_op_def;
+
+extern const tp_op_def tp_ops[TP_OP_COUNT];
 extern const char *const tp_op_names[TP_OP_COUNT];
 bool tp_op_is_collective(tp_op_kind k);
+/* The kind called `name`, or TP_OP_COUNT when there is none. */
+tp_op_kind tp_op_kind_named(const char *name);
 
 size_t tp_dtype_size(tp_dtype t);
 const char *tp_dtype_name(tp_dtype t);

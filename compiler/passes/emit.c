@@ -405,6 +405,7 @@ static int64_t logits_vocab(const tp_ir *ir)
     return 0;
 }
 
+/* What a collective moves: its full tensor, in the dtype of its input. */
 static int64_t collective_bytes(const tp_ir *ir, const tp_ir_op *op)
 {
     int b = op->nin > 0 ? op->in[0] : op->out;
@@ -580,45 +581,67 @@ static void put_weight(writer *w, const tp_ir_param *ip, int64_t rank)
 /* ", "key": value" for an integer field of an op. */
 #define PUT_INT_FIELD(w, key, v) do { PUT((w), ", \"" key "\": "); put_int((w), (v)); } while (0)
 
-/* Attention sizes: local batch, sequence, query heads, head size and kv
- * heads, from the op; the query's shape [batch, seq, heads, head_dim]
- * stands in for sizes the lowering left at 0. */
-static void put_attention(writer *w, const tp_ir_op *op, int index)
+/* An attention size (d: 0 batch, 1 seq, 2 heads, 3 head_dim): v from the
+ * op, or where the lowering left it at 0, the query's shape [batch, seq,
+ * heads, head_dim]. */
+static int64_t query_size(writer *w, const tp_ir_op *op, int index, int64_t v, int d)
 {
-    const tp_ir *ir = w->ir;
-    const tp_ir_buf *q = op->nin > 0 ? &ir->bufs[op->in[0]] : NULL;
-    int64_t size[4] = {op->m, op->n, op->heads, op->k};
-    for (int d = 0; d < 4; d++) {
-        if (size[d] > 0)
-            continue;
-        if (!q || q->rank != 4) {
-            fail(w, "op %d (attention): no sizes, and the query is not a [batch, seq, heads, head_dim] buffer",
-                 index);
-            return;
-        }
-        size[d] = q->shape[d];
+    if (v > 0)
+        return v;
+    const tp_ir_buf *q = op->nin > 0 ? &w->ir->bufs[op->in[0]] : NULL;
+    if (!q || q->rank != 4) {
+        fail(w, "op %d (attention): no sizes, and the query is not a [batch, seq, heads, head_dim] buffer", index);
+        return 0;
     }
-    int64_t kv = op->groups;
-    if (kv <= 0)
-        kv = op->nin > 1 && ir->bufs[op->in[1]].rank == 4 ? ir->bufs[op->in[1]].shape[2] : size[2];
-    PUT_INT_FIELD(w, "batch", size[0]);
-    PUT_INT_FIELD(w, "seq", size[1]);
-    PUT_INT_FIELD(w, "heads", size[2]);
-    PUT_INT_FIELD(w, "head_dim", size[3]);
-    PUT_INT_FIELD(w, "kv_heads", kv);
+    return q->shape[d];
 }
 
-/* The rank's columns of a vocab-sharded tensor. */
-static void put_vocab_slice(writer *w, const tp_ir_op *op, int64_t rank)
+/* Attention's kv heads: from the op, else the keys' shape [b, s, kv, d],
+ * else as many as the query heads. */
+static int64_t kv_heads(writer *w, const tp_ir_op *op, int index)
 {
-    PUT(w, ", \"vocab_start\": ");
-    put_ranked(w, rank, op->vocab_local);
-    PUT_INT_FIELD(w, "vocab_local", op->vocab_local);
+    const tp_ir *ir = w->ir;
+    if (op->groups > 0)
+        return op->groups;
+    if (op->nin > 1 && ir->bufs[op->in[1]].rank == 4)
+        return ir->bufs[op->in[1]].shape[2];
+    return query_size(w, op, index, op->heads, 2);
+}
+
+/* The value of an attribute of each type (sched/ops.def). */
+#define PUT_VALUE_SIZE(w, v, key, index) put_int((w), (v))
+#define PUT_VALUE_COUNT PUT_VALUE_SIZE
+#define PUT_VALUE_DIM PUT_VALUE_SIZE
+#define PUT_VALUE_CHUNK PUT_VALUE_SIZE
+#define PUT_VALUE_REAL(w, v, key, index) put_real((w), (v), (key), (index))
+#define PUT_VALUE_BOOL(w, v, key, index) put_bool((w), (v))
+#define PUT_VALUE_REDUCE(w, v, key, index) put_str((w), (v) ? "max" : "sum")
+
+/* The kind's attributes, as sched/ops.def lists them: each key with the
+ * value the table gives for the IR op. */
+static void put_attrs(writer *w, const tp_ir_op *op, int index, int64_t rank)
+{
+#define ATTR(key, type, field, value) \
+    PUT(w, ", \"" #key "\": ");      \
+    PUT_VALUE_##type(w, value, #key, index);
+#define RANKED(key, type, field, mul) \
+    PUT(w, ", \"" #key "\": ");      \
+    put_ranked(w, rank, mul);
+#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
+    case TP_OP_##NAME:                                                                  \
+        attrs break;
+    switch (op->kind) {
+#include "sched/ops.def"
+    case TP_OP_COUNT:
+        break;
+    }
+#undef OP
+#undef RANKED
+#undef ATTR
 }
 
 static void put_op(writer *w, const tp_ir_op *op, int index, int64_t rank)
 {
-    const tp_ir *ir = w->ir;
     PUT(w, "{\"op\": ");
     put_str(w, tp_op_names[op->kind]);
     PUT(w, ", \"in\": [");
@@ -635,90 +658,7 @@ static void put_op(writer *w, const tp_ir_op *op, int index, int64_t rank)
     if (op->bias >= 0)
         PUT_INT_FIELD(w, "bias", op->bias);
 
-    switch (op->kind) {
-    case TP_OP_EMBEDDING:
-        PUT(w, ", \"masked\": ");
-        put_bool(w, op->masked);
-        PUT(w, ", \"vocab_start\": ");
-        put_ranked(w, rank, op->masked ? op->vocab_local : 0);   /* 0 when not masked */
-        PUT_INT_FIELD(w, "vocab_local", op->vocab_local);
-        break;
-    case TP_OP_MATMUL:
-        PUT_INT_FIELD(w, "m", op->m);
-        PUT_INT_FIELD(w, "n", op->n);
-        PUT_INT_FIELD(w, "k", op->k);
-        break;
-    case TP_OP_BIAS_ADD:
-        PUT_INT_FIELD(w, "m", op->m);
-        PUT_INT_FIELD(w, "n", op->n);
-        PUT(w, ", \"scale\": ");
-        put_real(w, op->scale, "scale", index);
-        break;
-    case TP_OP_RMSNORM:
-    case TP_OP_LAYERNORM:
-        PUT_INT_FIELD(w, "m", op->m);
-        PUT_INT_FIELD(w, "n", op->n);
-        PUT(w, ", \"eps\": ");
-        put_real(w, op->eps, "eps", index);
-        break;
-    case TP_OP_ROPE:
-        PUT(w, ", \"theta\": ");
-        put_real(w, op->theta, "theta", index);
-        PUT(w, ", \"pos_offset\": ");
-        put_ranked(w, rank, op->pos_chunk);
-        PUT_INT_FIELD(w, "head_dim", op->k > 0 ? op->k : last_dim(ir, op));
-        break;
-    case TP_OP_ATTENTION:
-        put_attention(w, op, index);
-        break;
-    case TP_OP_SILU: case TP_OP_GELU: case TP_OP_RELU: case TP_OP_ADD: case TP_OP_MUL:
-    case TP_OP_CE_LOSS:
-        break;
-    case TP_OP_SCALE:
-        PUT(w, ", \"scale\": ");
-        put_real(w, op->scale, "scale", index);
-        break;
-    case TP_OP_SLICE:
-        PUT_INT_FIELD(w, "dim", op->dim);
-        PUT(w, ", \"index\": ");
-        put_ranked(w, rank, 1);
-        PUT_INT_FIELD(w, "parts", op->parts > 0 ? op->parts : ir->world);
-        break;
-    case TP_OP_POSITIONS:
-        PUT(w, ", \"pos_offset\": ");
-        put_ranked(w, rank, op->pos_chunk);
-        break;
-    case TP_OP_CROSS_ENTROPY:
-        PUT_INT_FIELD(w, "vocab_local", op->vocab_local);
-        PUT_INT_FIELD(w, "vocab_logical", op->vocab_logical);
-        break;
-    case TP_OP_CE_MAX: case TP_OP_CE_SUMEXP:
-        put_vocab_slice(w, op, rank);
-        PUT_INT_FIELD(w, "vocab_logical", op->vocab_logical);
-        break;
-    case TP_OP_CE_TARGET:
-        put_vocab_slice(w, op, rank);
-        break;
-    case TP_OP_ALL_GATHER: case TP_OP_REDUCE_SCATTER:
-        PUT_INT_FIELD(w, "dim", op->dim);
-        PUT_INT_FIELD(w, "elems", op->elems);
-        PUT_INT_FIELD(w, "bytes", collective_bytes(ir, op));
-        break;
-    case TP_OP_ALL_REDUCE:
-        PUT(w, ", \"reduce\": ");
-        put_str(w, op->reduce_max ? "max" : "sum");
-        PUT_INT_FIELD(w, "elems", op->elems);
-        PUT_INT_FIELD(w, "bytes", collective_bytes(ir, op));
-        break;
-    case TP_OP_ALL_TO_ALL:
-        PUT_INT_FIELD(w, "dim", op->dim);
-        PUT_INT_FIELD(w, "dim2", op->dim2);
-        PUT_INT_FIELD(w, "elems", op->elems);
-        PUT_INT_FIELD(w, "bytes", collective_bytes(ir, op));
-        break;
-    case TP_OP_COUNT:
-        break;
-    }
+    put_attrs(w, op, index, rank);
 
     if (op->module) {
         PUT(w, ", \"module\": ");

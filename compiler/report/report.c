@@ -73,18 +73,26 @@ static int64_t param_bytes(const tp_ir *ir, size_t dsize)
     return n * (int64_t)dsize;
 }
 
+double tp_op_flops(const tp_ir_op *op)
+{
+    switch (op->kind) {
+#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
+    case TP_OP_##NAME:                                                                  \
+        return flops;
+#include "sched/ops.def"
+#undef OP
+    case TP_OP_COUNT:
+        break;
+    }
+    return 0;
+}
+
 static double forward_flops(const tp_ir *ir)
 {
     double f = 0;
-    for (int i = 0; i < ir->nops; i++) {
-        const tp_ir_op *op = &ir->ops[i];
-        if (op->dead)
-            continue;
-        if (op->kind == TP_OP_MATMUL)
-            f += 2.0 * (double)op->m * (double)op->n * (double)op->k;
-        else if (op->kind == TP_OP_ATTENTION)   /* q k^T and p v, full s x s (no causal discount) */
-            f += 4.0 * (double)op->m * (double)op->heads * (double)op->n * (double)op->n * (double)op->k;
-    }
+    for (int i = 0; i < ir->nops; i++)
+        if (!ir->ops[i].dead)
+            f += tp_op_flops(&ir->ops[i]);
     return f;
 }
 

@@ -17,4 +17,7 @@ int tp_report(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, const char
  * over `world` ranks with a ring algorithm. */
 double tp_ring_bytes(tp_op_kind kind, int64_t elems, size_t dsize, int64_t world);
 
+/* Forward FLOPs of one op, by the rule of its row in sched/ops.def. */
+double tp_op_flops(const tp_ir_op *op);
+
 #endif /* TPCC_REPORT_H */

@@ -139,124 +139,195 @@ void tr_exec_write_weights(tr_exec *x, const float *host)
     upload(x, x->weights, host, x->s->weight_elems, x->be->dtype);
 }
 
-/* ---- collectives: the communicator moves whole blocks; the gathered or
- * scattered dimension is made outermost by the backend's block kernels */
+/* ---- the ops: one exec_<name> per row of sched/ops.def ----
+ *
+ * The loader has checked each op's operands against its signature and its
+ * sizes against its buffers, so these index without checking. */
 
-static int gather(tr_exec *x, const tr_op *op, char *err, size_t errlen)
+#define EXEC(name) static int exec_##name(tr_exec *x, const tr_op *op, char *err, size_t errlen)
+
+static const tr_buf *in_buf(const tr_exec *x, const tr_op *op, int i) { return &x->s->bufs[op->in[i]]; }
+static float *fin(const tr_exec *x, const tr_op *op, int i) { return fbuf(x, op->in[i]); }
+static const int32_t *iin(const tr_exec *x, const tr_op *op, int i) { return (const int32_t *)buf_ptr(x, op->in[i]); }
+static float *fout(const tr_exec *x, const tr_op *op) { return fbuf(x, op->out); }
+static int64_t in_elems(const tr_exec *x, const tr_op *op, int i) { return tr_buf_elems(in_buf(x, op, i)); }
+
+/* ids were checked against the vocabulary when they were read */
+EXEC(embedding)
 {
-    const tr_buf *out = &x->s->bufs[op->out], *in = &x->s->bufs[op->in[0]];
-    if (x->comm->ops->all_gather(x->comm, in->dtype, x->scratch[0], fbuf(x, op->in[0]), tr_buf_elems(in), err, errlen))
-        return -1;
-    x->be->join_blocks(fbuf(x, op->out), x->scratch[0], out->shape, out->rank, op->dim, x->s->world);
+    int64_t dim = x->s->weights[op->weight].local_elems / op->vocab_local;
+    x->be->embedding(fout(x, op), iin(x, op, 0), in_elems(x, op, 0), weight(x, op->weight), op->vocab_local, dim,
+                     op->vocab_start, op->masked);
     return 0;
 }
 
-static int scatter(tr_exec *x, const tr_op *op, char *err, size_t errlen)
+EXEC(matmul)
 {
-    const tr_buf *in = &x->s->bufs[op->in[0]];
-    x->be->split_blocks(x->scratch[0], fbuf(x, op->in[0]), in->shape, in->rank, op->dim, x->s->world);
-    return x->comm->ops->reduce_scatter(x->comm, in->dtype, fbuf(x, op->out), x->scratch[0],
+    x->be->matmul(fout(x, op), fin(x, op, 0), weight(x, op->weight), op->m, op->n, op->k);
+    return 0;
+}
+
+EXEC(bias_add)
+{
+    x->be->bias_add(fout(x, op), fin(x, op, 0), weight(x, op->bias), op->m, op->n, (float)op->scale);
+    return 0;
+}
+
+EXEC(rmsnorm)
+{
+    x->be->rmsnorm(fout(x, op), fin(x, op, 0), weight(x, op->weight), op->m, op->n, (float)op->eps);
+    return 0;
+}
+
+EXEC(layernorm)
+{
+    x->be->layernorm(fout(x, op), fin(x, op, 0), weight(x, op->weight), weight(x, op->bias), op->m, op->n,
+                     (float)op->eps);
+    return 0;
+}
+
+EXEC(rope)
+{
+    const int64_t *shape = in_buf(x, op, 0)->shape;
+    x->be->rope(fout(x, op), fin(x, op, 0), shape[0], shape[1], shape[2], shape[3], op->pos_offset, (float)op->theta);
+    return 0;
+}
+
+EXEC(attention)
+{
+    x->be->attention(fout(x, op), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2), op->batch, op->seq, op->heads,
+                     op->kv_heads, op->head_dim);
+    return 0;
+}
+
+static int unary(tr_exec *x, const tr_op *op, tp_unary f)
+{
+    x->be->unary(f, fout(x, op), fin(x, op, 0), in_elems(x, op, 0));
+    return 0;
+}
+
+EXEC(silu) { return unary(x, op, TP_UNARY_SILU); }
+EXEC(gelu) { return unary(x, op, TP_UNARY_GELU); }
+EXEC(relu) { return unary(x, op, TP_UNARY_RELU); }
+
+static int binary(tr_exec *x, const tr_op *op, tp_binary f)
+{
+    x->be->binary(f, fout(x, op), fin(x, op, 0), in_elems(x, op, 0), fin(x, op, 1), in_elems(x, op, 1));
+    return 0;
+}
+
+EXEC(add) { return binary(x, op, TP_BINARY_ADD); }
+EXEC(mul) { return binary(x, op, TP_BINARY_MUL); }
+
+EXEC(scale)
+{
+    x->be->scale(fout(x, op), fin(x, op, 0), in_elems(x, op, 0), (float)op->scale);
+    return 0;
+}
+
+EXEC(slice)
+{
+    const tr_buf *in = in_buf(x, op, 0);
+    x->be->slice(fout(x, op), fin(x, op, 0), in->shape, in->rank, op->dim, op->index, op->parts);
+    return 0;
+}
+
+/* Numbered along the last dim of out (its ids, when it has them, are
+ * the same shape). */
+EXEC(positions)
+{
+    const tr_buf *out = &x->s->bufs[op->out];
+    int64_t seq = out->rank ? out->shape[out->rank - 1] : 1;
+    x->be->positions((int32_t *)buf_ptr(x, op->out), tr_buf_elems(out) / seq, seq, op->pos_offset);
+    return 0;
+}
+
+EXEC(cross_entropy)
+{
+    const int64_t *shape = in_buf(x, op, 0)->shape;
+    x->be->cross_entropy(fout(x, op), fin(x, op, 0), iin(x, op, 1), shape[0], shape[1], shape[2], op->vocab_logical);
+    return 0;
+}
+
+EXEC(ce_max)
+{
+    x->be->ce_max(fout(x, op), fin(x, op, 0), in_elems(x, op, 0) / op->vocab_local, op->vocab_local, op->vocab_start,
+                  op->vocab_logical);
+    return 0;
+}
+
+EXEC(ce_sumexp)
+{
+    x->be->ce_sumexp(fout(x, op), fin(x, op, 0), fin(x, op, 1), in_elems(x, op, 0) / op->vocab_local, op->vocab_local,
+                     op->vocab_start, op->vocab_logical);
+    return 0;
+}
+
+EXEC(ce_target)
+{
+    const int64_t *shape = in_buf(x, op, 0)->shape;
+    x->be->ce_target(fout(x, op), fin(x, op, 0), iin(x, op, 1), shape[0], shape[1], op->vocab_local, op->vocab_start);
+    return 0;
+}
+
+EXEC(ce_loss)
+{
+    const tr_buf *labels = in_buf(x, op, 3);
+    x->be->ce_loss(fout(x, op), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2), iin(x, op, 3), labels->shape[0],
+                   labels->rank > 1 ? labels->shape[1] : 1);
+    return 0;
+}
+
+/* Collectives: the communicator moves whole blocks; the gathered or
+ * scattered dimension is made outermost by the backend's block kernels. */
+
+EXEC(all_gather)
+{
+    const tr_buf *out = &x->s->bufs[op->out], *in = in_buf(x, op, 0);
+    if (x->comm->ops->all_gather(x->comm, in->dtype, x->scratch[0], fin(x, op, 0), tr_buf_elems(in), err, errlen))
+        return -1;
+    x->be->join_blocks(fout(x, op), x->scratch[0], out->shape, out->rank, op->dim, x->s->world);
+    return 0;
+}
+
+EXEC(reduce_scatter)
+{
+    const tr_buf *in = in_buf(x, op, 0);
+    x->be->split_blocks(x->scratch[0], fin(x, op, 0), in->shape, in->rank, op->dim, x->s->world);
+    return x->comm->ops->reduce_scatter(x->comm, in->dtype, fout(x, op), x->scratch[0],
                                         tr_buf_elems(&x->s->bufs[op->out]), err, errlen);
 }
 
-/* Shard(dim) -> Shard(dim2): send chunk r along dim2 to rank r, join what
- * arrives along dim. */
-static int all_to_all(tr_exec *x, const tr_op *op, char *err, size_t errlen)
-{
-    const tr_buf *in = &x->s->bufs[op->in[0]], *out = &x->s->bufs[op->out];
-    int w = x->s->world;
-    x->be->split_blocks(x->scratch[0], fbuf(x, op->in[0]), in->shape, in->rank, op->dim2, w);
-    if (x->comm->ops->all_to_all(x->comm, in->dtype, x->scratch[1], x->scratch[0], tr_buf_elems(in) / w, err, errlen))
-        return -1;
-    x->be->join_blocks(fbuf(x, op->out), x->scratch[1], out->shape, out->rank, op->dim, w);
-    return 0;
-}
-
-static int all_reduce(tr_exec *x, const tr_op *op, char *err, size_t errlen)
+EXEC(all_reduce)
 {
     const tr_buf *b = &x->s->bufs[op->out];
     if (op->out != op->in[0])
         x->be->copy(buf_ptr(x, op->out), buf_ptr(x, op->in[0]), (size_t)b->bytes);
-    return x->comm->ops->all_reduce(x->comm, b->dtype, fbuf(x, op->out), tr_buf_elems(b), op->reduce_max, err, errlen);
+    return x->comm->ops->all_reduce(x->comm, b->dtype, fout(x, op), tr_buf_elems(b), op->reduce_max, err, errlen);
 }
 
-/* ---- compute ----------------------------------------------------------- */
-
-static const int32_t *ibuf(const tr_exec *x, int b) { return (const int32_t *)buf_ptr(x, b); }
-
-static int compute(tr_exec *x, const tr_op *op, char *err, size_t errlen)
+/* Shard(dim) -> Shard(dim2): send chunk r along dim2 to rank r, join what
+ * arrives along dim. */
+EXEC(all_to_all)
 {
-    const tp_backend *be = x->be;
-    const tr_schedule *s = x->s;
-    const tr_buf *in0 = &s->bufs[op->in[0]];
-    float *out = op->out >= 0 ? fbuf(x, op->out) : NULL;
-    int64_t n = tr_buf_elems(in0);
-    switch (op->kind) {
-    case TP_OP_EMBEDDING: {      /* ids were checked against the vocabulary when they were read */
-        const tr_weight *w = &s->weights[op->weight];
-        be->embedding(out, ibuf(x, op->in[0]), n, weight(x, op->weight), op->vocab_local, w->local_elems / op->vocab_local,
-                      op->vocab_start, op->masked);
-        return 0;
-    }
-    case TP_OP_MATMUL: be->matmul(out, fbuf(x, op->in[0]), weight(x, op->weight), op->m, op->n, op->k); return 0;
-    case TP_OP_BIAS_ADD:
-        be->bias_add(out, fbuf(x, op->in[0]), weight(x, op->bias), op->m, op->n, (float)op->scale);
-        return 0;
-    case TP_OP_RMSNORM: be->rmsnorm(out, fbuf(x, op->in[0]), weight(x, op->weight), op->m, op->n, (float)op->eps); return 0;
-    case TP_OP_LAYERNORM:
-        be->layernorm(out, fbuf(x, op->in[0]), weight(x, op->weight), weight(x, op->bias), op->m, op->n, (float)op->eps);
-        return 0;
-    case TP_OP_ROPE:
-        be->rope(out, fbuf(x, op->in[0]), in0->shape[0], in0->shape[1], in0->shape[2], in0->shape[3], op->pos_offset,
-                 (float)op->theta);
-        return 0;
-    case TP_OP_ATTENTION:
-        be->attention(out, fbuf(x, op->in[0]), fbuf(x, op->in[1]), fbuf(x, op->in[2]), op->batch, op->seq, op->heads,
-                      op->kv_heads, op->head_dim);
-        return 0;
-    case TP_OP_SILU: be->unary(TP_UNARY_SILU, out, fbuf(x, op->in[0]), n); return 0;
-    case TP_OP_GELU: be->unary(TP_UNARY_GELU, out, fbuf(x, op->in[0]), n); return 0;
-    case TP_OP_RELU: be->unary(TP_UNARY_RELU, out, fbuf(x, op->in[0]), n); return 0;
-    case TP_OP_ADD:
-    case TP_OP_MUL:
-        be->binary(op->kind == TP_OP_ADD ? TP_BINARY_ADD : TP_BINARY_MUL, out, fbuf(x, op->in[0]), n,
-                   fbuf(x, op->in[1]), tr_buf_elems(&s->bufs[op->in[1]]));
-        return 0;
-    case TP_OP_SCALE: be->scale(out, fbuf(x, op->in[0]), n, (float)op->scale); return 0;
-    case TP_OP_SLICE: be->slice(out, fbuf(x, op->in[0]), in0->shape, in0->rank, op->dim, op->index, op->parts); return 0;
-    case TP_OP_POSITIONS:
-        be->positions((int32_t *)buf_ptr(x, op->out), in0->shape[0], in0->rank > 1 ? in0->shape[1] : 1, op->pos_offset);
-        return 0;
-    case TP_OP_CROSS_ENTROPY:
-        be->cross_entropy(out, fbuf(x, op->in[0]), ibuf(x, op->in[1]), in0->shape[0], in0->shape[1], in0->shape[2],
-                          op->vocab_logical);
-        return 0;
-    case TP_OP_CE_MAX:
-        be->ce_max(out, fbuf(x, op->in[0]), n / op->vocab_local, op->vocab_local, op->vocab_start, op->vocab_logical);
-        return 0;
-    case TP_OP_CE_SUMEXP:
-        be->ce_sumexp(out, fbuf(x, op->in[0]), fbuf(x, op->in[1]), n / op->vocab_local, op->vocab_local,
-                      op->vocab_start, op->vocab_logical);
-        return 0;
-    case TP_OP_CE_TARGET:
-        be->ce_target(out, fbuf(x, op->in[0]), ibuf(x, op->in[1]), in0->shape[0], in0->shape[1], op->vocab_local,
-                      op->vocab_start);
-        return 0;
-    case TP_OP_CE_LOSS: {
-        const tr_buf *lab = &s->bufs[op->in[3]];
-        be->ce_loss(out, fbuf(x, op->in[0]), fbuf(x, op->in[1]), fbuf(x, op->in[2]), ibuf(x, op->in[3]), lab->shape[0],
-                    lab->rank > 1 ? lab->shape[1] : 1);
-        return 0;
-    }
-    case TP_OP_ALL_GATHER: return gather(x, op, err, errlen);
-    case TP_OP_REDUCE_SCATTER: return scatter(x, op, err, errlen);
-    case TP_OP_ALL_REDUCE: return all_reduce(x, op, err, errlen);
-    case TP_OP_ALL_TO_ALL: return all_to_all(x, op, err, errlen);
-    case TP_OP_COUNT: break;
-    }
-    snprintf(err, errlen, "op kind %d is not implemented by the %s backend", (int)op->kind, be->name);
-    return -1;
+    const tr_buf *in = in_buf(x, op, 0), *out = &x->s->bufs[op->out];
+    int w = x->s->world;
+    x->be->split_blocks(x->scratch[0], fin(x, op, 0), in->shape, in->rank, op->dim2, w);
+    if (x->comm->ops->all_to_all(x->comm, in->dtype, x->scratch[1], x->scratch[0], tr_buf_elems(in) / w, err, errlen))
+        return -1;
+    x->be->join_blocks(fout(x, op), x->scratch[1], out->shape, out->rank, op->dim, w);
+    return 0;
 }
+
+#undef EXEC
+
+/* Every kind's executor: a row of sched/ops.def without its exec_<name>
+ * does not compile. */
+static int (*const exec_of[TP_OP_COUNT])(tr_exec *x, const tr_op *op, char *err, size_t errlen) = {
+#define OP(NAME, name, ...) [TP_OP_##NAME] = exec_##name,
+#include "sched/ops.def"
+#undef OP
+};
 
 int tr_exec_run(tr_exec *x, char *err, size_t errlen)
 {
@@ -269,7 +340,7 @@ int tr_exec_run(tr_exec *x, char *err, size_t errlen)
         double start = now_seconds();
         if (be->begin_op)
             be->begin_op(i, tp_op_names[op->kind], op->module, op->entry);
-        if (compute(x, op, why, sizeof why)) {
+        if (exec_of[op->kind](x, op, why, sizeof why)) {
             snprintf(err, errlen, "rank %d, op %d (%s in '%s'%s%s): %s", s->rank, i, tp_op_names[op->kind],
                      op->module[0] ? op->module : "(root)", op->entry ? ", plan entry " : "", op->entry ? op->entry : "",
                      why);
@@ -281,7 +352,7 @@ int tr_exec_run(tr_exec *x, char *err, size_t errlen)
         x->profile.seconds[op->kind] += end - start;
         x->profile.count[op->kind]++;
         if (tp_op_is_collective(op->kind))
-            x->profile.comm_bytes += (double)op->elems * (double)tp_dtype_size(s->bufs[op->in[0]].dtype);
+            x->profile.comm_bytes += (double)op->bytes;
         x->trace[i] = (tr_trace_event){i, (start - t0) * 1e6, (end - start) * 1e6};
     }
     if (be->synchronize)

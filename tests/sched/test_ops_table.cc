@@ -1,0 +1,327 @@
+// The op table (sched/ops.def) and what derives from it: every kind has a
+// name, a signature and a FLOP rule; the reader enforces the signature and
+// reads every attribute, refusing an op that lacks one with a message that
+// names the op and what is missing; --dump lists the attributes in the
+// table's order. (That every kind has an executor is checked when
+// runtime/exec/exec.c compiles: its dispatch table names exec_<name> for
+// every row.)
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <set>
+#include <string>
+
+#include <jansson.h>
+
+#include "tests/support/process.h"
+
+extern "C" {
+#include "compiler/ir/ir.h"
+#include "compiler/report/report.h"
+#include "sched/format.h"
+#include "sched/load.h"
+}
+
+using tpcc_test::TempDir;
+
+namespace {
+
+std::string name_of(int kind) { return tp_op_names[kind]; }
+
+const tp_op_def &def_of(int kind) { return tp_ops[kind]; }
+
+// An attribute's value in a schedule whose sizes are all 1: the only
+// chunk of one (slice), sums, no mask.
+json_t *valid_value(const tp_op_attr &a)
+{
+    switch (a.type) {
+    case TP_ATTR_SIZE:
+    case TP_ATTR_COUNT: return json_integer(1);
+    case TP_ATTR_DIM: return json_integer(0);
+    case TP_ATTR_CHUNK: return json_integer(strcmp(a.key, "parts") ? 0 : 1);
+    case TP_ATTR_REAL: return json_real(1.0);
+    case TP_ATTR_BOOL: return json_false();
+    case TP_ATTR_REDUCE: return json_string("sum");
+    }
+    return json_null();
+}
+
+json_t *buffer(const char *name, std::initializer_list<int> shape, const char *dtype, int offset)
+{
+    json_t *s = json_array();
+    int64_t elems = 1;
+    for (int d : shape) {
+        json_array_append_new(s, json_integer(d));
+        elems *= d;
+    }
+    return json_pack("{s:s, s:o, s:s, s:i, s:I}", "name", name, "shape", s, "dtype", dtype, "offset", offset,
+                     "bytes", (json_int_t)(elems * 4));
+}
+
+json_t *weight(const char *name)
+{
+    return json_pack("{s:s, s:[i,i], s:[i,i], s:s, s:s, s:n}", "name", name, "shape", 1, 1, "logical_shape", 1, 1,
+                     "dtype", "f32", "placement", "Replicate()", "slice");
+}
+
+// Buffers: 0 int32 ids [1, 1]; 1 floats [1, 1, 1, 1]; 2 logits [1, 1, 1].
+enum { IDS_BUF, FLOAT_BUF, LOGITS_BUF };
+
+// A complete op of `kind` on those buffers: its minimum inputs, its
+// output, weight 0 and bias 1 where it takes them, and every attribute.
+json_t *complete_op(int kind)
+{
+    const tp_op_def &d = def_of(kind);
+    bool reads_logits = kind == TP_OP_CROSS_ENTROPY || kind == TP_OP_CE_TARGET;
+    json_t *in = json_array();
+    for (int i = 0; i < d.in_min; i++) {
+        int b = d.ids >> i & 1 ? IDS_BUF : i == 0 && reads_logits ? LOGITS_BUF : FLOAT_BUF;
+        json_array_append_new(in, json_integer(b));
+    }
+    json_t *op =
+        json_pack("{s:s, s:o, s:i}", "op", tp_op_names[kind], "in", in, "out", d.out_ids ? IDS_BUF : FLOAT_BUF);
+    if (d.weight != TP_OPERAND_NONE)
+        json_object_set_new(op, "weight", json_integer(0));
+    if (d.bias != TP_OPERAND_NONE)
+        json_object_set_new(op, "bias", json_integer(1));
+    for (int a = 0; a < d.nattrs; a++)
+        json_object_set_new(op, d.attrs[a].key, valid_value(d.attrs[a]));
+    return op;
+}
+
+// A one-rank schedule holding `op` (taken over).
+json_t *schedule_of(json_t *op)
+{
+    json_t *buffers = json_pack("[o, o, o]", buffer("ids", {1, 1}, "i32", 0), buffer("x", {1, 1, 1, 1}, "f32", 256),
+                                buffer("logits", {1, 1, 1}, "f32", 512));
+    json_t *rank = json_pack("{s:i, s:[o, o], s:[o]}", "rank", 0, "weights", weight("w"), weight("b"), "ops", op);
+    return json_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:i, s:{s:i, s:n}, s:{s:n, s:n}, s:o, s:[o]}", "magic",
+                     TP_SCHEDULE_MAGIC, "format_version", TP_SCHEDULE_VERSION, "producer", "test", "input_hash", "0",
+                     "world_size", 1, "dtype", "f32", "arena_bytes", 768, "inputs", "input_ids", 0, "labels",
+                     "outputs", "loss", "logits", "buffers", buffers, "ranks", rank);
+}
+
+struct Loaded {
+    int rc;
+    std::string err;
+    tr_op op{};
+};
+
+// Write the schedule holding complete_op(kind) after `edit`, and load it.
+Loaded load(int kind, const std::function<void(json_t *op)> &edit = [](json_t *) {})
+{
+    TempDir dir;
+    json_t *op = complete_op(kind);
+    edit(op);
+    json_t *doc = schedule_of(op);
+    std::string path = dir.path + "/one.sched";
+    EXPECT_EQ(json_dump_file(doc, path.c_str(), 0), 0);
+    json_decref(doc);
+    tr_schedule s;
+    char err[512] = "";
+    Loaded r{tr_schedule_load(&s, path.c_str(), 0, 1, err, sizeof err), err};
+    if (r.rc == 0) {
+        r.op = s.ops[0];
+        r.op.module = r.op.entry = nullptr;   // freed with s
+        tr_schedule_free(&s);
+    }
+    return r;
+}
+
+// "op 0 (rmsnorm): <what>"
+std::string about(int kind, const std::string &what) { return "op 0 (" + name_of(kind) + "): " + what; }
+
+TEST(OpTable, EveryKindHasANameAndASignature)
+{
+    std::set<std::string> names;
+    const std::set<std::string> operand_keys = {"op", "in", "out", "weight", "bias", "module", "entry", "implicit"};
+    for (int k = 0; k < TP_OP_COUNT; k++) {
+        const tp_op_def &d = def_of(k);
+        ASSERT_NE(tp_op_names[k], nullptr) << k;
+        EXPECT_FALSE(name_of(k).empty()) << k;
+        EXPECT_TRUE(names.insert(name_of(k)).second) << name_of(k) << " twice";
+        EXPECT_EQ(tp_op_kind_named(tp_op_names[k]), k);
+        EXPECT_LE(0, d.in_min) << name_of(k);
+        EXPECT_LE(d.in_min, d.in_max) << name_of(k);
+        EXPECT_LE(d.in_max, 4) << name_of(k);
+        std::set<std::string> keys;
+        for (int a = 0; a < d.nattrs; a++) {
+            EXPECT_TRUE(keys.insert(d.attrs[a].key).second) << name_of(k) << "." << d.attrs[a].key << " twice";
+            EXPECT_EQ(operand_keys.count(d.attrs[a].key), 0u) << name_of(k) << "." << d.attrs[a].key;
+            EXPECT_LT(d.attrs[a].field, sizeof(tr_op)) << name_of(k) << "." << d.attrs[a].key;
+        }
+    }
+    EXPECT_EQ(tp_op_kind_named("frobnicate"), TP_OP_COUNT);
+}
+
+TEST(OpTable, FlopsCountMatmulsAndAttentionOnly)
+{
+    for (int k = 0; k < TP_OP_COUNT; k++) {
+        tp_ir_op op{};
+        op.kind = (tp_op_kind)k;
+        op.m = op.n = op.k = op.heads = 2;
+        op.elems = 1000;
+        double f = tp_op_flops(&op);
+        if (k == TP_OP_MATMUL)
+            EXPECT_EQ(f, 2.0 * 2 * 2 * 2);
+        else if (k == TP_OP_ATTENTION)   // q k^T and p v: 2 * 2 * b * h * s * s * d
+            EXPECT_EQ(f, 4.0 * 2 * 2 * 2 * 2 * 2);
+        else
+            EXPECT_EQ(f, 0.0) << name_of(k) << (tp_op_is_collective((tp_op_kind)k) ? " (a collective)" : "");
+    }
+}
+
+TEST(OpTable, EveryKindLoadsWhenComplete)
+{
+    for (int k = 0; k < TP_OP_COUNT; k++) {
+        Loaded r = load(k);
+        ASSERT_EQ(r.rc, 0) << name_of(k) << ": " << r.err;
+        EXPECT_EQ(r.op.kind, k);
+        const tp_op_def &d = def_of(k);
+        for (int a = 0; a < d.nattrs; a++) {   // each read into its field
+            if (d.attrs[a].type == TP_ATTR_SIZE || d.attrs[a].type == TP_ATTR_COUNT) {
+                EXPECT_EQ(*(const int64_t *)((const char *)&r.op + d.attrs[a].field), 1)
+                    << name_of(k) << "." << d.attrs[a].key;
+            }
+        }
+    }
+}
+
+TEST(OpTable, AMissingAttributeIsNamed)
+{
+    for (int k = 0; k < TP_OP_COUNT; k++)
+        for (int a = 0; a < def_of(k).nattrs; a++) {
+            const char *key = def_of(k).attrs[a].key;
+            Loaded r = load(k, [&](json_t *op) { json_object_del(op, key); });
+            EXPECT_EQ(r.rc, -1) << name_of(k) << " without " << key;
+            EXPECT_TRUE(tpcc_test::contains(r.err, about(k, std::string("missing attribute '") + key + "'")))
+                << r.err;
+        }
+}
+
+TEST(OpTable, AnAttributeOfTheWrongTypeIsNamed)
+{
+    for (int k = 0; k < TP_OP_COUNT; k++)
+        for (int a = 0; a < def_of(k).nattrs; a++) {
+            const char *key = def_of(k).attrs[a].key;
+            Loaded r = load(k, [&](json_t *op) { json_object_set_new(op, key, json_string("many")); });
+            EXPECT_EQ(r.rc, -1) << name_of(k) << "." << key;
+            EXPECT_TRUE(tpcc_test::contains(r.err, about(k, std::string("'") + key + "'"))) << r.err;
+        }
+}
+
+TEST(OpTable, AnOpWithAnOperandTooFewOrTooManyIsRefused)
+{
+    for (int k = 0; k < TP_OP_COUNT; k++) {
+        const tp_op_def &d = def_of(k);
+        if (d.in_min > 0) {
+            Loaded r = load(k, [](json_t *op) {
+                json_t *in = json_object_get(op, "in");
+                json_array_remove(in, json_array_size(in) - 1);
+            });
+            EXPECT_EQ(r.rc, -1) << name_of(k);
+            EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "'in' lists " + std::to_string(d.in_min - 1)))) << r.err;
+        }
+        Loaded r = load(k, [&](json_t *op) {
+            json_t *in = json_object_get(op, "in");
+            while ((int)json_array_size(in) <= d.in_max)
+                json_array_append_new(in, json_integer(FLOAT_BUF));
+        });
+        EXPECT_EQ(r.rc, -1) << name_of(k) << " with too many inputs";
+
+        r = load(k, [](json_t *op) { json_object_del(op, "out"); });
+        EXPECT_EQ(r.rc, -1) << name_of(k);
+        EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "missing operand 'out'"))) << r.err;
+
+        for (const char *param : {"weight", "bias"}) {
+            tp_operand use = !strcmp(param, "weight") ? d.weight : d.bias;
+            if (use == TP_OPERAND_REQUIRED) {
+                r = load(k, [&](json_t *op) { json_object_del(op, param); });
+                EXPECT_TRUE(tpcc_test::contains(r.err, about(k, std::string("missing operand '") + param + "'")))
+                    << r.err;
+            } else if (use == TP_OPERAND_NONE) {
+                r = load(k, [&](json_t *op) { json_object_set_new(op, param, json_integer(0)); });
+                EXPECT_TRUE(tpcc_test::contains(r.err, about(k, std::string("takes no ") + param))) << r.err;
+            } else {
+                r = load(k, [&](json_t *op) { json_object_del(op, param); });
+                EXPECT_EQ(r.rc, 0) << name_of(k) << " without its optional " << param << ": " << r.err;
+            }
+        }
+    }
+}
+
+TEST(OpTable, IdsAndFloatsAreNotMixedUp)
+{
+    for (int k = 0; k < TP_OP_COUNT; k++) {
+        const tp_op_def &d = def_of(k);
+        Loaded r = load(k, [&](json_t *op) {
+            json_object_set_new(op, "out", json_integer(d.out_ids ? FLOAT_BUF : IDS_BUF));
+        });
+        EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "out is buffer"))) << r.err;
+        if (d.in_min == 0)
+            continue;
+        r = load(k, [&](json_t *op) {
+            json_array_set_new(json_object_get(op, "in"), 0, json_integer(d.ids & 1 ? FLOAT_BUF : IDS_BUF));
+        });
+        EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "in[0] is buffer"))) << r.err;
+    }
+}
+
+TEST(OpTable, AnUnknownKindIsRefusedByTheReaderAndTheListing)
+{
+    TempDir dir;
+    json_t *op = complete_op(TP_OP_SILU);
+    json_object_set_new(op, "op", json_string("frobnicate"));
+    json_t *doc = schedule_of(op);
+    std::string path = dir.path + "/unknown.sched";
+    ASSERT_EQ(json_dump_file(doc, path.c_str(), 0), 0);
+    json_decref(doc);
+    tr_schedule s;
+    char err[512] = "";
+    EXPECT_EQ(tr_schedule_load(&s, path.c_str(), 0, 1, err, sizeof err), -1);
+    EXPECT_TRUE(tpcc_test::contains(err, "unknown op 'frobnicate'")) << err;
+    FILE *null = fopen("/dev/null", "w");
+    EXPECT_EQ(tp_schedule_dump(path.c_str(), -1, null, err, sizeof err), -1);
+    fclose(null);
+    EXPECT_TRUE(tpcc_test::contains(err, "rank 0 op 0 is of an unknown kind")) << err;
+}
+
+// valid_value(a) as --dump prints it.
+std::string listed(const tp_op_attr &a)
+{
+    json_t *v = valid_value(a);
+    std::string s = json_is_boolean(v) ? "false" : json_is_string(v) ? json_string_value(v)
+                                                                      : std::to_string((int)json_number_value(v));
+    json_decref(v);
+    return s;
+}
+
+// --dump lists a computation's attributes in the table's order, whatever
+// the order of the keys in the file.
+TEST(OpTable, TheListingShowsTheAttributesInTheTablesOrder)
+{
+    for (int k = 0; k < TP_OP_COUNT; k++) {
+        const tp_op_def &d = def_of(k);
+        if (d.collective || d.nattrs == 0)
+            continue;
+        TempDir dir;
+        json_t *doc = schedule_of(complete_op(k));
+        std::string path = dir.path + "/one.sched";
+        ASSERT_EQ(json_dump_file(doc, path.c_str(), JSON_SORT_KEYS), 0);
+        json_decref(doc);
+        char *text = nullptr;
+        size_t len = 0;
+        FILE *out = open_memstream(&text, &len);
+        char err[512] = "";
+        ASSERT_EQ(tp_schedule_dump(path.c_str(), 0, out, err, sizeof err), 0) << err;
+        fclose(out);
+        std::string listing(text, len), want = " [";
+        free(text);
+        for (int a = 0; a < d.nattrs; a++)
+            want += std::string(a ? " " : "") + d.attrs[a].key + "=" + listed(d.attrs[a]);
+        EXPECT_TRUE(tpcc_test::contains(listing, want + "]")) << want << "]\n" << listing;
+    }
+}
+
+}  // namespace
