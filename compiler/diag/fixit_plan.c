@@ -13,7 +13,7 @@ static tp_span at_offset(tp_span s, int offset)
     return s;
 }
 
-void fix_set_kwarg(tp_diag *g, const tp_node *call, const char *kw, const char *text)
+void tp_fix_set_kwarg(tp_diag *g, const tp_node *call, const char *kw, const char *text)
 {
     const tp_node *val = tp_call_kw(call, kw);
     if (val) {
@@ -37,7 +37,7 @@ void fix_set_kwarg(tp_diag *g, const tp_node *call, const char *kw, const char *
 
 /* Add "fqn": style to the plan's root dict (parallelize ""), creating one
  * at the end of the file when there is none. */
-void fix_add_root_entry(tp_diag *g, const tp_plan *p, const char *fqn, const char *style_text)
+void tp_fix_add_root_entry(tp_diag *g, const tp_plan *p, const char *fqn, const char *style_text)
 {
     for (int i = 0; i < p->file->nkids; i++) {
         const tp_node *it = p->file->kids[i];
@@ -54,12 +54,12 @@ void fix_add_root_entry(tp_diag *g, const tp_plan *p, const char *fqn, const cha
         return;
     }
     char *item = tp_xasprintf("parallelize \"\" {\n    \"%s\": %s,\n}", fqn, style_text);
-    fix_append_item(g, p, item);
+    tp_fix_append_item(g, p, item);
     free(item);
 }
 
 /* Insert after the last item of the plan (its comments stay where they are). */
-void fix_append_item(tp_diag *g, const tp_plan *p, const char *text)
+void tp_fix_append_item(tp_diag *g, const tp_plan *p, const char *text)
 {
     const tp_node *last = p->file->nkids ? p->file->kids[p->file->nkids - 1] : NULL;
     tp_span at = last ? last->span : (tp_span){p->file_id, 1, 1, 0, 0};
@@ -71,7 +71,7 @@ void fix_append_item(tp_diag *g, const tp_plan *p, const char *text)
     free(ins);
 }
 
-void fix_rename_style(tp_diag *g, const tp_style *s, const char *new_name)
+void tp_fix_rename_style(tp_diag *g, const tp_style *s, const char *new_name)
 {
     tp_diag_fixit(g, s->call->kids[0]->span, new_name);
 }

@@ -66,63 +66,63 @@ typedef struct interp {
     bool stop;                    /* stop the walk: continuing would be nonsense */
 } interp;
 
-static inline const char *cur_fqn(const interp *I) { return I->cur ? I->cur->fqn : ""; }
+static inline const char *tp_cur_fqn(const interp *I) { return I->cur ? I->cur->fqn : ""; }
 
 /* values */
-const char *intern(interp *I, const char *s);   /* lives until the walk ends */
-tp_val *val_new(interp *I, int rank, const int64_t *shape, const char *const *names);
-tp_val *val_copy(interp *I, const tp_val *v);
-char *val_describe(const tp_val *v);     /* "Shard(1) DTensor [1, 2048, 4096]" */
-const char *pl_str(tp_placement p, int rank, char *buf);   /* normalised, buf >= 24 */
-int64_t local_size(const interp *I, const tp_val *v, int d);
+const char *tp_intern(interp *I, const char *s);   /* lives until the walk ends */
+tp_val *tp_val_new(interp *I, int rank, const int64_t *shape, const char *const *names);
+tp_val *tp_val_copy(interp *I, const tp_val *v);
+char *tp_val_describe(const tp_val *v);     /* "Shard(1) DTensor [1, 2048, 4096]" */
+const char *tp_pl_str(tp_placement p, int rank, char *buf);   /* normalised, buf >= 24 */
+int64_t tp_local_size(const interp *I, const tp_val *v, int d);
 
 /* diagnostics with per-entry dedupe: the same check at the same plan entry
  * for another layer adds to a count instead of a new diagnostic. Returns
  * NULL when the diagnostic was folded or suppressed (poisoned operand). */
-tp_diag *report(interp *I, tp_diag_level lvl, tp_span span, const char *check,
-                const tp_val *a, const tp_val *b, const char *fmt, ...)
+tp_diag *tp_finding(interp *I, tp_diag_level lvl, tp_span span, const char *check,
+                    const tp_val *a, const tp_val *b, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
-void report_finish(interp *I);
-tp_span entry_span(const tp_style *s);   /* the key of a plan entry */
+void tp_findings_finish(interp *I);
+tp_span tp_entry_span(const tp_style *s);   /* the key of a plan entry */
 
 /* layout changes */
-tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *cause, tp_span span,
-                     bool implicit);
-void check_shard_divisible(interp *I, tp_val *v, const tp_style *cause, tp_span span);
+tp_val *tp_redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *cause, tp_span span,
+                        bool implicit);
+void tp_check_shard_divisible(interp *I, tp_val *v, const tp_style *cause, tp_span span);
 
 /* hooks (hooks.c) */
-void hook_inputs(interp *I, tp_module *mod, iv *args, int nargs, char **kwnames, iv *kwargs,
-                 int nkw, tp_span call_span);
-iv hook_output(interp *I, tp_module *mod, iv out, tp_span call_span);
+void tp_hook_inputs(interp *I, tp_module *mod, iv *args, int nargs, char **kwnames, iv *kwargs,
+                    int nkw, tp_span call_span);
+iv tp_hook_output(interp *I, tp_module *mod, iv out, tp_span call_span);
 
 /* ops (ops.c) */
-bool op_is_primitive(const char *name);
-iv op_apply(interp *I, const tp_node *call, const char *name, iv *args, int nargs,
-            char **kwnames, iv *kwargs, int nkw);
-iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b);
-iv leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span call_span);
+bool tp_op_is_primitive(const char *name);
+iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int nargs,
+               char **kwnames, iv *kwargs, int nkw);
+iv tp_op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b);
+iv tp_leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span call_span);
 
 /* parameters (params.c) */
-tp_placement param_placement(const tp_param *prm);
-void check_params(interp *I);
+tp_placement tp_param_placement(const tp_param *prm);
+void tp_check_params(interp *I);
 
 /* fix-its on the plan (fixit_plan.c) */
-void fix_set_kwarg(tp_diag *g, const tp_node *call, const char *kw, const char *text);
-void fix_add_root_entry(tp_diag *g, const tp_plan *p, const char *fqn, const char *style_text);
-void fix_rename_style(tp_diag *g, const tp_style *s, const char *new_name);
-void fix_append_item(tp_diag *g, const tp_plan *p, const char *text);   /* a new top-level line */
+void tp_fix_set_kwarg(tp_diag *g, const tp_node *call, const char *kw, const char *text);
+void tp_fix_add_root_entry(tp_diag *g, const tp_plan *p, const char *fqn, const char *style_text);
+void tp_fix_rename_style(tp_diag *g, const tp_style *s, const char *new_name);
+void tp_fix_append_item(tp_diag *g, const tp_plan *p, const char *text);   /* a new top-level line */
 
 /* recording the graph (record.c) */
-int record_value(interp *I, tp_val *v, const char *what);        /* v's graph value, made on first use */
-void record_view(interp *I, tp_val *view, const tp_val *of);     /* view aliases of's storage */
+int tp_record_value(interp *I, tp_val *v, const char *what);        /* v's graph value, made on first use */
+void tp_record_view(interp *I, tp_val *view, const tp_val *of);     /* view aliases of's storage */
 /* an op node; the result is valid until the next node is recorded */
-tp_gnode *record_op(interp *I, tp_op_kind kind, tp_val *out, const char *what, tp_val *a, tp_val *b, tp_val *c);
+tp_gnode *tp_record_op(interp *I, tp_op_kind kind, tp_val *out, const char *what, tp_val *a, tp_val *b, tp_val *c);
 /* a layout change of v into r, lowered to `kind` */
-tp_gnode *record_redist(interp *I, tp_op_kind kind, tp_val *v, tp_val *r, const char *what);
-int record_param(interp *I, tp_param *p);                        /* index in the graph's weight table */
+tp_gnode *tp_record_redist(interp *I, tp_op_kind kind, tp_val *v, tp_val *r, const char *what);
+int tp_record_param(interp *I, tp_param *p);                        /* index in the graph's weight table */
 
 /* records */
-int record_comm(interp *I, tp_redist_record c);
-int record_boundary(interp *I, tp_module *mod, char *inputs);   /* takes inputs */
+int tp_record_comm(interp *I, tp_redist_record c);
+int tp_record_boundary(interp *I, tp_module *mod, char *inputs);   /* takes inputs */
 
 #endif /* TPCC_CHECK_IMPL_H */

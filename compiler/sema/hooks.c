@@ -14,7 +14,7 @@ static tp_val *to_local(interp *I, tp_val *v)
 {
     if (!v->dtensor)
         return v;
-    tp_val *r = val_copy(I, v);
+    tp_val *r = tp_val_copy(I, v);
     r->dtensor = false;
     r->redist_src = v->redist_src;
     return r;
@@ -25,17 +25,17 @@ static void fix_upstream(interp *I, tp_diag *g, const tp_val *x, tp_placement wa
 {
     char pl[24];
     tp_module *prod = x->producer;
-    pl_str(want, x->rank, pl);
+    tp_pl_str(want, x->rank, pl);
     if (!prod || x->pl.kind != TP_REPLICATE || want.kind != TP_SHARD)
         return;
     if (!prod->style) {
         char *text = tp_xasprintf("PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=%s)", pl);
         tp_diag_help(g, "make '%s' hand over its output already sharded: \"%s\": %s", prod->fqn, prod->fqn, text);
-        fix_add_root_entry(g, I->p, prod->fqn, text);
+        tp_fix_add_root_entry(g, I->p, prod->fqn, text);
         free(text);
     } else if (prod->style->kind == TP_STYLE_COLWISE || prod->style->kind == TP_STYLE_ROWWISE) {
         tp_diag_help(g, "let '%s' scatter its output: %s(..., output_layouts=%s)", prod->fqn, prod->style->name, pl);
-        fix_set_kwarg(g, prod->style->call, "output_layouts", pl);
+        tp_fix_set_kwarg(g, prod->style->call, "output_layouts", pl);
     }
 }
 
@@ -44,24 +44,24 @@ static void report_relabel(interp *I, const tp_val *x, tp_io_layout label, const
 {
     char truth[24], lab[24];
     tp_placement L = tp_placement_norm(label.pl, x->rank), T = tp_placement_norm(x->pl, x->rank);
-    pl_str(T, x->rank, truth);
-    pl_str(L, x->rank, lab);
-    tp_span at = label.node ? label.node->span : entry_span(s);
+    tp_pl_str(T, x->rank, truth);
+    tp_pl_str(L, x->rank, lab);
+    tp_span at = label.node ? label.node->span : tp_entry_span(s);
     tp_diag *g;
     if (T.kind == TP_REPLICATE && L.kind == TP_SHARD) {
-        g = report(I, TP_ERROR, at, "relabel", x, NULL,
-                   "%s labels %s as %s, but it is a plain tensor holding the full %s on every rank: "
-                   "PyTorch assumes it is already sharded, so dimension %d (%s) grows from %lld to %lld and nothing fails",
-                   what, x->is_index ? "the token ids" : "its input", lab, x->is_index ? "ids" : "tensor",
-                   L.dim, x->dimname[L.dim], (long long)x->shape[L.dim], (long long)(x->shape[L.dim] * I->tp));
+        g = tp_finding(I, TP_ERROR, at, "relabel", x, NULL,
+                       "%s labels %s as %s, but it is a plain tensor holding the full %s on every rank: "
+                       "PyTorch assumes it is already sharded, so dimension %d (%s) grows from %lld to %lld and nothing fails",
+                       what, x->is_index ? "the token ids" : "its input", lab, x->is_index ? "ids" : "tensor",
+                       L.dim, x->dimname[L.dim], (long long)x->shape[L.dim], (long long)(x->shape[L.dim] * I->tp));
     } else if (tp_placement_is_partial(T)) {
-        g = report(I, TP_ERROR, at, "relabel", x, NULL,
-                   "%s labels its input %s, but the plain tensor holds partial sums (%s): the reduction is skipped",
-                   what, lab, truth);
+        g = tp_finding(I, TP_ERROR, at, "relabel", x, NULL,
+                       "%s labels its input %s, but the plain tensor holds partial sums (%s): the reduction is skipped",
+                       what, lab, truth);
     } else {
-        g = report(I, TP_ERROR, at, "relabel", x, NULL,
-                   "%s labels its input %s, but the plain tensor is %s on the ranks: PyTorch trusts the label "
-                   "and computes with the wrong global tensor", what, lab, truth);
+        g = tp_finding(I, TP_ERROR, at, "relabel", x, NULL,
+                       "%s labels its input %s, but the plain tensor is %s on the ranks: PyTorch trusts the label "
+                       "and computes with the wrong global tensor", what, lab, truth);
     }
     if (!g)
         return;
@@ -70,7 +70,7 @@ static void report_relabel(interp *I, const tp_val *x, tp_io_layout label, const
     else if (x->span.file >= 0)
         tp_diag_note_at(g, x->span, "%s here", x->is_index ? "the token ids enter the model" : "the tensor is produced");
     if (site.file >= 0)
-        tp_diag_note_at(g, site, "and labelled here, when '%s' is called", cur_fqn(I));
+        tp_diag_note_at(g, site, "and labelled here, when '%s' is called", tp_cur_fqn(I));
     if (label.node && !tp_placement_is_partial(T)) {
         tp_diag_help(g, "declare what the tensor really is: %s", truth);
         tp_diag_fixit(g, label.node->span, truth);
@@ -79,7 +79,7 @@ static void report_relabel(interp *I, const tp_val *x, tp_io_layout label, const
         char dflt[24];
         tp_diag_help(g, "%s defaults to input_layouts=%s; pass input_layouts=%s", s->name,
                      tp_placement_str(label.pl, dflt, sizeof dflt), truth);
-        fix_set_kwarg(g, s->call, "input_layouts", truth);
+        tp_fix_set_kwarg(g, s->call, "input_layouts", truth);
     } else {
         fix_upstream(I, g, x, L);
     }
@@ -94,7 +94,7 @@ static tp_val *prepare_arg(interp *I, tp_val *x, tp_io_layout layout, tp_io_layo
     tp_placement L = tp_placement_norm(layout.pl, x->rank);
     tp_val *dt;
     if (!x->dtensor) {
-        dt = val_copy(I, x);
+        dt = tp_val_copy(I, x);
         dt->dtensor = true;
         dt->pl = L;
         dt->redist_src = -1;
@@ -104,19 +104,19 @@ static tp_val *prepare_arg(interp *I, tp_val *x, tp_io_layout layout, tp_io_layo
             if (T.kind == TP_REPLICATE && L.kind == TP_SHARD)
                 dt->shape[L.dim] *= I->tp;              /* the inflation PyTorch computes */
             else if (T.kind == TP_SHARD && L.kind != TP_SHARD)
-                dt->shape[T.dim] = local_size(I, x, T.dim);
+                dt->shape[T.dim] = tp_local_size(I, x, T.dim);
             dt->poisoned = true;
         } else if (L.kind == TP_SHARD) {
             dt->shard_cause = s;
-            check_shard_divisible(I, dt, s, site);
+            tp_check_shard_divisible(I, dt, s, site);
         }
     } else {
         dt = x;
         if (!tp_placement_eq(x->pl, L, x->rank) && layout.node) {
             char a[24], b[24];
-            tp_diag *g = report(I, TP_WARNING, layout.node->span, "ignored-layout", x, NULL,
-                                "%s declares %s, but its input is already a DTensor that is %s; PyTorch keeps %s",
-                                what, pl_str(L, x->rank, a), pl_str(x->pl, x->rank, b), b);
+            tp_diag *g = tp_finding(I, TP_WARNING, layout.node->span, "ignored-layout", x, NULL,
+                                    "%s declares %s, but its input is already a DTensor that is %s; PyTorch keeps %s",
+                                    what, tp_pl_str(L, x->rank, a), tp_pl_str(x->pl, x->rank, b), b);
             if (g) {
                 tp_diag_help(g, "declare %s", b);
                 tp_diag_fixit(g, layout.node->span, b);
@@ -126,7 +126,7 @@ static tp_val *prepare_arg(interp *I, tp_val *x, tp_io_layout layout, tp_io_layo
     /* PyTorch compares the declared layout with the desired one, not the
      * tensor's real placement */
     if (!desired.none && !tp_placement_eq(layout.pl, desired.pl, x->rank))
-        dt = redistribute(I, dt, desired.pl, s, site, false);
+        dt = tp_redistribute(I, dt, desired.pl, s, site, false);
     return use_local ? to_local(I, dt) : dt;
 }
 
@@ -134,9 +134,9 @@ static void prepare_colrow(interp *I, tp_module *mod, iv *args, int nargs, tp_sp
 {
     const tp_style *s = mod->style;
     if (nargs < 1 || args[0].kind != IV_TENSOR) {
-        tp_diag *g = report(I, TP_ERROR, entry_span(s), "arity", NULL, NULL,
-                            "%s reads the module's first positional input, but '%s' is called without one",
-                            s->name, mod->fqn);
+        tp_diag *g = tp_finding(I, TP_ERROR, tp_entry_span(s), "arity", NULL, NULL,
+                                "%s reads the module's first positional input, but '%s' is called without one",
+                                s->name, mod->fqn);
         if (g && site.file >= 0)
             tp_diag_note_at(g, site, "called here");
         return;
@@ -157,13 +157,13 @@ static void prepare_sequence(interp *I, tp_module *mod, iv *args, int nargs, tp_
     tp_val *x = args[0].t;
     tp_io_layout seq = {false, tp_shard(s->sequence_dim), NULL};
     if (s->sequence_dim >= x->rank || s->sequence_dim < -x->rank) {
-        report(I, TP_ERROR, entry_span(s), "plan", x, NULL, "sequence_dim=%d is out of range for a %d-d input",
-               s->sequence_dim, x->rank);
+        tp_finding(I, TP_ERROR, tp_entry_span(s), "plan", x, NULL, "sequence_dim=%d is out of range for a %d-d input",
+                   s->sequence_dim, x->rank);
         return;
     }
     char *what = tp_xasprintf("SequenceParallel on '%s'", mod->fqn);
     if (x->dtensor)       /* PyTorch >= 2.5: a DTensor is redistributed to Shard(sequence_dim) */
-        args[0].t = redistribute(I, x, seq.pl, s, site, false);
+        args[0].t = tp_redistribute(I, x, seq.pl, s, site, false);
     else
         args[0].t = prepare_arg(I, x, seq, (tp_io_layout){.none = true}, false, s, site, what);
     free(what);
@@ -208,7 +208,7 @@ static void poison_all(interp *I, iv *args, int nargs, iv *kwargs, int nkw)
     for (int i = 0; i < nargs + nkw; i++) {
         iv *v = i < nargs ? &args[i] : &kwargs[i - nargs];
         if (v->kind == IV_TENSOR) {
-            v->t = val_copy(I, v->t);
+            v->t = tp_val_copy(I, v->t);
             v->t->poisoned = true;
         }
     }
@@ -220,11 +220,11 @@ static void prepare_module_input(interp *I, tp_module *mod, iv *args, int nargs,
     const tp_style *s = mod->style;
     const tp_io_spec *in = &s->in;
     if (in->n >= 0 && in->n != nargs) {
-        tp_diag *g = report(I, TP_ERROR, entry_span(s), "arity", NULL, NULL,
-                            "module inputs and input_layouts should have same length! '%s' is called with %d "
-                            "positional argument%s%s, input_layouts has %d",
-                            mod->fqn, nargs, nargs == 1 ? "" : "s",
-                            nkw ? " and by keyword" : "", in->n);
+        tp_diag *g = tp_finding(I, TP_ERROR, tp_entry_span(s), "arity", NULL, NULL,
+                                "module inputs and input_layouts should have same length! '%s' is called with %d "
+                                "positional argument%s%s, input_layouts has %d",
+                                mod->fqn, nargs, nargs == 1 ? "" : "s",
+                                nkw ? " and by keyword" : "", in->n);
         if (g && site.file >= 0)
             tp_diag_note_at(g, site, "called here");
         poison_all(I, args, nargs, kwargs, nkw);
@@ -246,9 +246,9 @@ static void prepare_module_input(interp *I, tp_module *mod, iv *args, int nargs,
             k++;
         if (k == nkw) {
             /* PyTorch walks the kwargs actually passed: this layout is never applied */
-            tp_diag *g = report(I, TP_ERROR, in->kw_layout[j].node->span, "arity", NULL, NULL,
-                                "input_kwarg_layouts names '%s', but '%s' is not called with %s= : "
-                                "PyTorch silently skips this layout", in->kw[j], mod->fqn, in->kw[j]);
+            tp_diag *g = tp_finding(I, TP_ERROR, in->kw_layout[j].node->span, "arity", NULL, NULL,
+                                    "input_kwarg_layouts names '%s', but '%s' is not called with %s= : "
+                                    "PyTorch silently skips this layout", in->kw[j], mod->fqn, in->kw[j]);
             if (g && site.file >= 0)
                 tp_diag_note_at(g, site, "called here with %d positional argument%s", nargs, nargs == 1 ? "" : "s");
             if (g)
@@ -263,8 +263,8 @@ static void prepare_module_input(interp *I, tp_module *mod, iv *args, int nargs,
     }
 }
 
-void hook_inputs(interp *I, tp_module *mod, iv *args, int nargs, char **kwnames, iv *kwargs, int nkw,
-                 tp_span site)
+void tp_hook_inputs(interp *I, tp_module *mod, iv *args, int nargs, char **kwnames, iv *kwargs, int nkw,
+                    tp_span site)
 {
     const tp_style *s = mod->style;
     if (!s)
@@ -279,7 +279,7 @@ void hook_inputs(interp *I, tp_module *mod, iv *args, int nargs, char **kwnames,
     }
 }
 
-iv hook_output(interp *I, tp_module *mod, iv out, tp_span site)
+iv tp_hook_output(interp *I, tp_module *mod, iv out, tp_span site)
 {
     const tp_style *s = mod->style;
     if (!s || out.kind != IV_TENSOR)
@@ -290,7 +290,7 @@ iv hook_output(interp *I, tp_module *mod, iv out, tp_span site)
     case TP_STYLE_ROWWISE:
         /* _prepare_output_fn compares the output's real placement */
         if (v->dtensor && !tp_placement_eq(v->pl, s->output.pl, v->rank))
-            v = redistribute(I, v, s->output.pl, s, site, false);
+            v = tp_redistribute(I, v, s->output.pl, s, site, false);
         if (s->use_local_output)
             v = to_local(I, v);
         break;
@@ -301,9 +301,9 @@ iv hook_output(interp *I, tp_module *mod, iv out, tp_span site)
     case TP_STYLE_PREPARE_OUTPUT:
     case TP_STYLE_PREPARE_INPUT_OUTPUT: {
         if (s->out.n != 1) {
-            report(I, TP_ERROR, entry_span(s), "arity", NULL, NULL,
-                   "module outputs and output_layouts should have same length! '%s' returns 1 output, "
-                   "output_layouts has %d", mod->fqn, s->out.n);
+            tp_finding(I, TP_ERROR, tp_entry_span(s), "arity", NULL, NULL,
+                       "module outputs and output_layouts should have same length! '%s' returns 1 output, "
+                       "output_layouts has %d", mod->fqn, s->out.n);
             break;
         }
         char *what = tp_xasprintf("PrepareModuleOutput on '%s'", mod->fqn);

@@ -13,14 +13,14 @@
 
 /* ---- values ------------------------------------------------------------ */
 
-tp_val *val_new(interp *I, int rank, const int64_t *shape, const char *const *names)
+tp_val *tp_val_new(interp *I, int rank, const int64_t *shape, const char *const *names)
 {
     int64_t n = 1;
     for (int i = 0; i < rank; i++)
         if (__builtin_mul_overflow(n, shape[i], &n) && !I->stop) {
             /* sizes come from the configuration: a tensor this large is a typo */
             tp_diag_add(I->d, TP_ERROR, TP_NO_SPAN, "config",
-                        "a tensor in '%s' would have more than 2^63 elements; check the sizes", cur_fqn(I));
+                        "a tensor in '%s' would have more than 2^63 elements; check the sizes", tp_cur_fqn(I));
             I->stop = true;
         }
     tp_val *v = tp_xcalloc(1, sizeof *v);
@@ -43,7 +43,7 @@ tp_val *val_new(interp *I, int rank, const int64_t *shape, const char *const *na
     return v;
 }
 
-const char *intern(interp *I, const char *s)
+const char *tp_intern(interp *I, const char *s)
 {
     for (int i = 0; i < I->nstrings; i++)
         if (!strcmp(I->strings[i], s))
@@ -52,9 +52,9 @@ const char *intern(interp *I, const char *s)
     return I->strings[I->nstrings++] = tp_xstrdup(s);
 }
 
-tp_val *val_copy(interp *I, const tp_val *v)
+tp_val *tp_val_copy(interp *I, const tp_val *v)
 {
-    tp_val *c = val_new(I, v->rank, v->shape, v->dimname);
+    tp_val *c = tp_val_new(I, v->rank, v->shape, v->dimname);
     int id = c->id;
     *c = *v;
     c->id = id;
@@ -62,21 +62,21 @@ tp_val *val_copy(interp *I, const tp_val *v)
     return c;
 }
 
-const char *pl_str(tp_placement p, int rank, char *buf)
+const char *tp_pl_str(tp_placement p, int rank, char *buf)
 {
     return tp_placement_str(tp_placement_norm(p, rank), buf, 24);
 }
 
-char *val_describe(const tp_val *v)
+char *tp_val_describe(const tp_val *v)
 {
     char pl[24], shape[160] = "";
     size_t n = 0;
     for (int i = 0; i < v->rank && n < sizeof shape - 24; i++)
         n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%lld", i ? ", " : "", (long long)v->shape[i]);
-    return tp_xasprintf("%s %s [%s]", pl_str(v->pl, v->rank, pl), v->dtensor ? "DTensor" : "plain", shape);
+    return tp_xasprintf("%s %s [%s]", tp_pl_str(v->pl, v->rank, pl), v->dtensor ? "DTensor" : "plain", shape);
 }
 
-int64_t local_size(const interp *I, const tp_val *v, int d)
+int64_t tp_local_size(const interp *I, const tp_val *v, int d)
 {
     tp_placement p = tp_placement_norm(v->pl, v->rank);
     if (p.kind == TP_SHARD && p.dim == d)
@@ -86,10 +86,10 @@ int64_t local_size(const interp *I, const tp_val *v, int d)
 
 /* ---- diagnostics --------------------------------------------------------- */
 
-tp_span entry_span(const tp_style *s) { return s->entry->kids[0]->span; }
+tp_span tp_entry_span(const tp_style *s) { return s->entry->kids[0]->span; }
 
-tp_diag *report(interp *I, tp_diag_level lvl, tp_span span, const char *check,
-                const tp_val *a, const tp_val *b, const char *fmt, ...)
+tp_diag *tp_finding(interp *I, tp_diag_level lvl, tp_span span, const char *check,
+                    const tp_val *a, const tp_val *b, const char *fmt, ...)
 {
     if ((a && a->poisoned) || (b && b->poisoned))
         return NULL;
@@ -97,9 +97,9 @@ tp_diag *report(interp *I, tp_diag_level lvl, tp_span span, const char *check,
         seen_diag *s = &I->seen[i];
         if (!strcmp(s->check, check) && s->file == span.file && s->offset == span.offset) {
             if (!s->repeats++)
-                s->first_fqn = tp_xstrdup(cur_fqn(I));
+                s->first_fqn = tp_xstrdup(tp_cur_fqn(I));
             free(s->last_fqn);
-            s->last_fqn = tp_xstrdup(cur_fqn(I));
+            s->last_fqn = tp_xstrdup(tp_cur_fqn(I));
             return NULL;
         }
     }
@@ -117,7 +117,7 @@ tp_diag *report(interp *I, tp_diag_level lvl, tp_span span, const char *check,
     return g;
 }
 
-void report_finish(interp *I)
+void tp_findings_finish(interp *I)
 {
     for (int i = 0; i < I->nseen; i++) {
         seen_diag *s = &I->seen[i];
@@ -136,7 +136,7 @@ void report_finish(interp *I)
 
 /* ---- layout changes -------------------------------------------------------- */
 
-int record_comm(interp *I, tp_redist_record c)
+int tp_record_comm(interp *I, tp_redist_record c)
 {
     tp_analysis *a = I->a;
     if (a->ncomms == a->capcomms) {
@@ -155,15 +155,15 @@ static int64_t elems(const tp_val *v)
     return n;
 }
 
-void check_shard_divisible(interp *I, tp_val *v, const tp_style *cause, tp_span span)
+void tp_check_shard_divisible(interp *I, tp_val *v, const tp_style *cause, tp_span span)
 {
     tp_placement p = tp_placement_norm(v->pl, v->rank);
     if (p.kind != TP_SHARD || p.dim >= v->rank || v->shape[p.dim] % I->tp == 0)
         return;
     int64_t n = v->shape[p.dim], padded = (n + I->tp - 1) / I->tp * I->tp;
-    tp_diag *g = report(I, TP_ERROR, cause ? entry_span(cause) : span, "divisibility", v, NULL,
-                        "dimension %d (%s = %lld) does not split evenly over %lld ranks",
-                        p.dim, v->dimname[p.dim], (long long)n, (long long)I->tp);
+    tp_diag *g = tp_finding(I, TP_ERROR, cause ? tp_entry_span(cause) : span, "divisibility", v, NULL,
+                            "dimension %d (%s = %lld) does not split evenly over %lld ranks",
+                            p.dim, v->dimname[p.dim], (long long)n, (long long)I->tp);
     if (!g)
         return;
     if (span.file >= 0)
@@ -183,14 +183,14 @@ static bool smell_undone(interp *I, const tp_val *v, tp_placement to, const tp_s
     if (v->redist_src < 0 || !tp_placement_eq(v->redist_from, to, v->rank))
         return false;
     char a[24], b[24];
-    tp_diag *g = report(I, TP_WARNING, cause ? entry_span(cause) : span, "redundant-redistribute", v, NULL,
-                        "this redistribution %s -> %s undoes the one just before it",
-                        pl_str(v->pl, v->rank, a), pl_str(to, v->rank, b));
+    tp_diag *g = tp_finding(I, TP_WARNING, cause ? tp_entry_span(cause) : span, "redundant-redistribute", v, NULL,
+                            "this redistribution %s -> %s undoes the one just before it",
+                            tp_pl_str(v->pl, v->rank, a), tp_pl_str(to, v->rank, b));
     if (g && v->redist_cause && v->redist_cause != cause)
-        tp_diag_note_at(g, entry_span(v->redist_cause), "which redistributed %s -> %s",
-                        pl_str(to, v->rank, a), pl_str(v->pl, v->rank, b));
+        tp_diag_note_at(g, tp_entry_span(v->redist_cause), "which redistributed %s -> %s",
+                        tp_pl_str(to, v->rank, a), tp_pl_str(v->pl, v->rank, b));
     if (g)
-        tp_diag_help(g, "keep the tensor %s: drop both redistributions", pl_str(to, v->rank, a));
+        tp_diag_help(g, "keep the tensor %s: drop both redistributions", tp_pl_str(to, v->rank, a));
     return true;
 }
 
@@ -200,12 +200,12 @@ static void smell_repeated_gather(interp *I, const tp_val *v, tp_redist_record *
         tp_redist_record *o = &I->a->comms[i];
         if (o->value != v->id || o->kind != c->kind || !tp_placement_eq(o->to, c->to, c->rank))
             continue;
-        tp_diag *g = report(I, TP_WARNING, c->cause ? entry_span(c->cause) : c->span, "repeated-gather", v, NULL,
-                            "the same tensor is %s again (%s already did)",
-                            c->kind == TP_REDIST_ALL_GATHER ? "all-gathered" : "redistributed",
-                            o->module ? o->module->fqn : "an earlier op");
+        tp_diag *g = tp_finding(I, TP_WARNING, c->cause ? tp_entry_span(c->cause) : c->span, "repeated-gather", v, NULL,
+                                "the same tensor is %s again (%s already did)",
+                                c->kind == TP_REDIST_ALL_GATHER ? "all-gathered" : "redistributed",
+                                o->module ? o->module->fqn : "an earlier op");
         if (g && o->cause)
-            tp_diag_note_at(g, entry_span(o->cause), "first %s here", tp_redist_name(o->kind));
+            tp_diag_note_at(g, tp_entry_span(o->cause), "first %s here", tp_redist_name(o->kind));
         if (g)
             tp_diag_help(g, "gather once: put PrepareModuleInput(...) on the parent module with the Shard -> Replicate "
                             "redistribution and keep these entries at their defaults");
@@ -218,12 +218,12 @@ static void smell_gather_then_slice(interp *I, const tp_val *v, int dim, const t
     if (v->gather_comm < 0 || v->gather_dim != dim)
         return;
     tp_redist_record *g0 = &I->a->comms[v->gather_comm];
-    tp_diag *g = report(I, TP_WARNING, cause ? entry_span(cause) : span, "gather-then-slice", v, NULL,
-                        "'%s' slices dimension %d again after '%s' all-gathered it: the ops in between act on "
-                        "each slice independently, so the gather and the replicated compute are wasted",
-                        cur_fqn(I), dim, g0->module ? g0->module->fqn : "an earlier op");
+    tp_diag *g = tp_finding(I, TP_WARNING, cause ? tp_entry_span(cause) : span, "gather-then-slice", v, NULL,
+                            "'%s' slices dimension %d again after '%s' all-gathered it: the ops in between act on "
+                            "each slice independently, so the gather and the replicated compute are wasted",
+                            tp_cur_fqn(I), dim, g0->module ? g0->module->fqn : "an earlier op");
     if (g && g0->cause && g0->cause != cause)
-        tp_diag_note_at(g, entry_span(g0->cause), "gathered here");
+        tp_diag_note_at(g, tp_entry_span(g0->cause), "gathered here");
     if (g) {
         /* what keeping it sharded saves: the gather's ring traffic, per rank */
         double saved = (double)g0->elems * 4 * (double)(I->tp - 1) / (double)I->tp;
@@ -243,7 +243,7 @@ static void record_reshard(interp *I, tp_redist_kind k, tp_val *v, tp_val *r, tp
         [TP_REDIST_REDUCE_SCATTER] = TP_OP_REDUCE_SCATTER, [TP_REDIST_ALL_TO_ALL] = TP_OP_ALL_TO_ALL,
         [TP_REDIST_LOCAL_SLICE] = TP_OP_SLICE, [TP_REDIST_LOCAL_DIVIDE] = TP_OP_SCALE,
     };
-    tp_gnode *n = record_redist(I, ops[k], v, r, tp_redist_name(k));
+    tp_gnode *n = tp_record_redist(I, ops[k], v, r, tp_redist_name(k));
     n->from = from;
     n->to = to;
     n->op.dim = from.kind == TP_SHARD ? from.dim : to.kind == TP_SHARD ? to.dim : 0;
@@ -255,7 +255,7 @@ static void record_reshard(interp *I, tp_redist_kind k, tp_val *v, tp_val *r, tp
     n->op.implicit = implicit;
 }
 
-tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *cause, tp_span span, bool implicit)
+tp_val *tp_redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *cause, tp_span span, bool implicit)
 {
     to = tp_placement_norm(to, v->rank);
     tp_redist_kind k = tp_redist_classify(v->pl, to, v->rank);
@@ -263,19 +263,19 @@ tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *caus
         return v;
     if (I->tp == 1 && k != TP_REDIST_INVALID) {
         /* one device: every placement holds the whole tensor, nothing moves */
-        tp_val *r = val_copy(I, v);
+        tp_val *r = tp_val_copy(I, v);
         r->pl = to;
         return r;
     }
 
     char a[24], b[24];
     if (k == TP_REDIST_INVALID) {
-        tp_diag *g = report(I, TP_ERROR, cause ? entry_span(cause) : span, "layout-mismatch", v, NULL,
-                            "redistribute from %s to %s is not supported (PyTorch raises at the first forward)",
-                            pl_str(v->pl, v->rank, a), pl_str(to, v->rank, b));
+        tp_diag *g = tp_finding(I, TP_ERROR, cause ? tp_entry_span(cause) : span, "layout-mismatch", v, NULL,
+                                "redistribute from %s to %s is not supported (PyTorch raises at the first forward)",
+                                tp_pl_str(v->pl, v->rank, a), tp_pl_str(to, v->rank, b));
         if (g)
             tp_diag_help(g, "a Shard can become Replicate or another Shard, never Partial");
-        tp_val *r = val_copy(I, v);
+        tp_val *r = tp_val_copy(I, v);
         r->pl = to;
         r->poisoned = true;
         return r;
@@ -287,17 +287,17 @@ tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *caus
         smell_gather_then_slice(I, v, to.dim, cause, span);
     tp_redist_record c = {k, dim, elems(v), cause, NULL, span, v->id, from, to, v->rank, implicit};
     c.module = I->cur;
-    int idx = record_comm(I, c);
+    int idx = tp_record_comm(I, c);
     if (tp_redist_communicates(k))
         smell_repeated_gather(I, v, &I->a->comms[idx], idx);
     if (implicit && tp_redist_communicates(k)) {
-        tp_diag *g = report(I, TP_WARNING, span, "implicit-redistribute", v, NULL,
-                            "DTensor sharding propagation inserts an %s here (%s -> %s)",
-                            tp_redist_name(k), pl_str(from, v->rank, a), pl_str(to, v->rank, b));
+        tp_diag *g = tp_finding(I, TP_WARNING, span, "implicit-redistribute", v, NULL,
+                                "DTensor sharding propagation inserts an %s here (%s -> %s)",
+                                tp_redist_name(k), tp_pl_str(from, v->rank, a), tp_pl_str(to, v->rank, b));
         if (g)
             tp_diag_help(g, "redistribute explicitly in the plan so the cost is visible");
     }
-    tp_val *r = val_copy(I, v);
+    tp_val *r = tp_val_copy(I, v);
     r->pl = to;
     r->redist_src = v->id;
     r->redist_from = from;
@@ -311,13 +311,13 @@ tp_val *redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *caus
     r->gather_comm = k == TP_REDIST_ALL_GATHER ? idx : -1;
     r->gather_dim = dim;
     if (to.kind == TP_SHARD)
-        check_shard_divisible(I, r, cause, span);
+        tp_check_shard_divisible(I, r, cause, span);
     return r;
 }
 
 /* Rows are reserved when a module is entered, so the table reads in call
  * order (a parent before its children), and completed when it returns. */
-int record_boundary(interp *I, tp_module *mod, char *inputs)
+int tp_record_boundary(interp *I, tp_module *mod, char *inputs)
 {
     tp_analysis *a = I->a;
     if (a->nrows == a->caprows) {
@@ -425,8 +425,8 @@ static iv eval_call(interp *I, frame *f, const tp_node *e)
             sub = local.mod;
         if (sub)
             return call_module(I, sub, args, nargs, kwnames, kwargs, nkw, e);
-        if (op_is_primitive(callee->name))
-            return op_apply(I, e, callee->name, args, nargs, kwnames, kwargs, nkw);
+        if (tp_op_is_primitive(callee->name))
+            return tp_op_apply(I, e, callee->name, args, nargs, kwnames, kwargs, nkw);
     }
     char *t = tp_expr_text(callee);
     tp_diag_add(I->d, TP_ERROR, callee->span, "model",
@@ -464,7 +464,7 @@ static iv eval(interp *I, frame *f, const tp_node *e)
                 iv b = eval(I, f, e->kids[1]);
                 if (b.kind != IV_TENSOR)
                     return fail(I, e, "both operands of a tensor operator must be tensors");
-                return op_binary(I, e, e->op, a.t, b.t);
+                return tp_op_binary(I, e, e->op, a.t, b.t);
             }
         }
         {
@@ -534,7 +534,7 @@ static char *describe_ivs(iv *v, int n, char **kwnames, iv *kw, int nkw)
         if (i >= n)
             tp_buf_appendf(&b, "%s=", kwnames[i - n]);
         if (x.kind == IV_TENSOR) {
-            char *d = val_describe(x.t);
+            char *d = tp_val_describe(x.t);
             tp_buf_append(&b, d);
             free(d);
         } else {
@@ -575,10 +575,10 @@ static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwn
         for (int i = 0; i < mod->nkids && !I->stop; i++)
             out = call_module(I, mod->kids[i], &out, 1, NULL, NULL, 0, site);
     } else {
-        int row = record_boundary(I, mod, describe_ivs(args, nargs, kwnames, kwargs, nkw));
-        hook_inputs(I, mod, args, nargs, kwnames, kwargs, nkw, site->span);
+        int row = tp_record_boundary(I, mod, describe_ivs(args, nargs, kwnames, kwargs, nkw));
+        tp_hook_inputs(I, mod, args, nargs, kwnames, kwargs, nkw, site->span);
         if (tp_module_is_leaf(mod)) {
-            out = leaf_forward(I, mod, args, nargs, site->span);
+            out = tp_leaf_forward(I, mod, args, nargs, site->span);
         } else {
             const tp_node *def = tp_module_forward(mod);
             frame f = {mod, NULL, NULL, 0, 0};
@@ -594,7 +594,7 @@ static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwn
         }
         I->cur = mod;
         if (!I->stop) {
-            out = hook_output(I, mod, out, site->span);
+            out = tp_hook_output(I, mod, out, site->span);
             /* the innermost module that returned the value is its producer:
              * that is where a fix-it can change what it returns */
             if (out.kind == IV_TENSOR && !out.t->producer)
@@ -627,10 +627,10 @@ static bool make_inputs(interp *I, const tp_node *def, iv *args, int *nargs)
                 return false;
             names[d] = l->kids[d]->kind == N_NAME ? l->kids[d]->name : "";
         }
-        tp_val *v = val_new(I, l->nkids, shape, names);
+        tp_val *v = tp_val_new(I, l->nkids, shape, names);
         v->is_index = true;
         v->span = prm->span;
-        int gv = record_value(I, v, prm->name);     /* may move graph.values */
+        int gv = tp_record_value(I, v, prm->name);     /* may move graph.values */
         I->a->graph.values[gv].input = true;
         args[(*nargs)++] = (iv){IV_TENSOR, v, NULL, 0, 0};
     }
@@ -651,7 +651,7 @@ void tp_check(tp_model *m, tp_plan *p, tp_config *c, tp_analysis *out)
     for (int i = 0; i < m->count; i++)
         for (int k = 0; k < m->all[i]->nparams; k++)
             m->all[i]->params[k].ir_index = -1;
-    check_params(&I);
+    tp_check_params(&I);
     const tp_node *def = tp_module_forward(m->root);
     iv args[TP_MAX_IO];
     int nargs;
@@ -667,7 +667,7 @@ void tp_check(tp_model *m, tp_plan *p, tp_config *c, tp_analysis *out)
             out->graph.values[loss.t->gv].output = true;
         }
     }
-    report_finish(&I);
+    tp_findings_finish(&I);
     for (int i = 0; i < I.nvals; i++)
         free(I.vals[i]);
     free(I.vals);

@@ -59,7 +59,7 @@ static const op_rule *find_rule(const char *name)
     return NULL;
 }
 
-bool op_is_primitive(const char *name) { return find_rule(name) != NULL; }
+bool tp_op_is_primitive(const char *name) { return find_rule(name) != NULL; }
 
 static const iv none_iv = {IV_NONE, NULL, NULL, 0, 0};
 
@@ -75,7 +75,7 @@ static int shard_dim(const tp_val *v)
 static tp_val *result_like(interp *I, const tp_val *x, int rank, const int64_t *shape, const char *const *names,
                            tp_span span)
 {
-    tp_val *r = val_new(I, rank, shape, names);
+    tp_val *r = tp_val_new(I, rank, shape, names);
     r->pl = x->pl;
     r->dtensor = x->dtensor;
     r->poisoned = x->poisoned;
@@ -90,8 +90,8 @@ static tp_val *result_like(interp *I, const tp_val *x, int rank, const int64_t *
 static tp_span style_or(const tp_val *x, tp_span span)
 {
     if (x->shard_cause)
-        return entry_span(x->shard_cause);
-    return x->partial_cause ? entry_span(x->partial_cause) : span;
+        return tp_entry_span(x->shard_cause);
+    return x->partial_cause ? tp_entry_span(x->partial_cause) : span;
 }
 
 /* A Partial value reaching a non-linear op: DTensor all-reduces it
@@ -101,15 +101,15 @@ static tp_val *resolve_partial(interp *I, tp_val *x, const char *op, tp_span spa
     if (!tp_placement_is_partial(x->pl))
         return x;
     if (x->dtensor)
-        return redistribute(I, x, tp_replicate(), NULL, span, true);
-    tp_diag *g = report(I, TP_ERROR, x->partial_cause ? entry_span(x->partial_cause) : span, "partial-nonlinear", x,
-                        NULL, "%s is applied to a plain tensor holding partial sums: every rank transforms its "
-                        "summand, and the results no longer add up", op);
+        return tp_redistribute(I, x, tp_replicate(), NULL, span, true);
+    tp_diag *g = tp_finding(I, TP_ERROR, x->partial_cause ? tp_entry_span(x->partial_cause) : span, "partial-nonlinear", x,
+                            NULL, "%s is applied to a plain tensor holding partial sums: every rank transforms its "
+                            "summand, and the results no longer add up", op);
     if (g && span.file >= 0)
         tp_diag_note_at(g, span, "%s is applied here", op);
     if (g)
         tp_diag_help(g, "reduce first: output_layouts=Replicate() (all-reduce) or Shard(d) (reduce-scatter)");
-    x = val_copy(I, x);
+    x = tp_val_copy(I, x);
     x->pl = tp_replicate();
     x->poisoned = true;
     return x;
@@ -120,9 +120,9 @@ static bool check_whole(interp *I, const op_rule *r, tp_val *x, tp_span span)
     int d = shard_dim(x);
     for (int i = 0; i < 3 && r->whole[i]; i++)
         if (d >= 0 && d == x->rank + r->whole[i]) {
-            tp_diag *g = report(I, TP_ERROR, style_or(x, span), r->check, x, NULL,
-                                "%s() gets a %s sharded on dimension %d (%s): %s",
-                                r->name, x->dtensor ? "DTensor" : "plain tensor", d, x->dimname[d], r->why);
+            tp_diag *g = tp_finding(I, TP_ERROR, style_or(x, span), r->check, x, NULL,
+                                    "%s() gets a %s sharded on dimension %d (%s): %s",
+                                    r->name, x->dtensor ? "DTensor" : "plain tensor", d, x->dimname[d], r->why);
             if (g && span.file >= 0)
                 tp_diag_note_at(g, span, "%s() is called here", r->name);
             if (g)
@@ -137,9 +137,9 @@ static bool mixed_ok(interp *I, const op_rule *r, tp_val *x, tp_span span)
 {
     if (r->dtensor_ok || !x->dtensor)
         return true;
-    tp_diag *g = report(I, TP_ERROR, style_or(x, span), "mixed-tensor", x, NULL,
-                        "%s() combines its input with plain tensors, but the input is a DTensor: "
-                        "PyTorch raises 'got mixed torch.Tensor and DTensor'", r->name);
+    tp_diag *g = tp_finding(I, TP_ERROR, style_or(x, span), "mixed-tensor", x, NULL,
+                            "%s() combines its input with plain tensors, but the input is a DTensor: "
+                            "PyTorch raises 'got mixed torch.Tensor and DTensor'", r->name);
     if (g && span.file >= 0)
         tp_diag_note_at(g, span, "%s() is called here", r->name);
     if (g)
@@ -170,17 +170,17 @@ static tp_val *view_heads(interp *I, tp_val *x, int64_t head_dim, tp_span span)
                        : tp_xstrdup("heads");
     names[x->rank - 1] = hname;
     names[x->rank] = "head_dim";
-    names[x->rank - 1] = intern(I, hname);
+    names[x->rank - 1] = tp_intern(I, hname);
     tp_val *r = result_like(I, x, x->rank + 1, shape, names, span);
     r->gather_comm = x->gather_comm;
     r->gather_dim = x->gather_dim;
     if (shard_dim(x) == x->rank - 1) {
         r->pl = tp_shard(x->rank - 1);
         if (heads % I->tp) {
-            tp_diag *g = report(I, TP_ERROR, style_or(x, span), "divisibility", x, NULL,
-                                "%lld %s do not split over %lld ranks: each rank would get %lld.%lld heads",
-                                (long long)heads, hname, (long long)I->tp, (long long)(heads / I->tp),
-                                (long long)((heads % I->tp) * 10 / I->tp));
+            tp_diag *g = tp_finding(I, TP_ERROR, style_or(x, span), "divisibility", x, NULL,
+                                    "%lld %s do not split over %lld ranks: each rank would get %lld.%lld heads",
+                                    (long long)heads, hname, (long long)I->tp, (long long)(heads / I->tp),
+                                    (long long)((heads % I->tp) * 10 / I->tp));
             if (g && span.file >= 0)
                 tp_diag_note_at(g, span, "the features are split into heads of %lld here", (long long)head_dim);
             if (g)
@@ -223,10 +223,10 @@ static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, tp_span spa
     if (!same) {
         char a[24], b[24];
         tp_val *odd = !tp_placement_eq(k->pl, q->pl, q->rank) || k->dtensor != q->dtensor ? k : v;
-        tp_diag *g = report(I, TP_ERROR, style_or(odd, span), "layout-mismatch", q, odd,
-                            "attention() gets q as %s %s but k/v as %s %s: the heads on each rank do not line up",
-                            pl_str(q->pl, q->rank, a), q->dtensor ? "DTensor" : "plain",
-                            pl_str(odd->pl, odd->rank, b), odd->dtensor ? "DTensor" : "plain");
+        tp_diag *g = tp_finding(I, TP_ERROR, style_or(odd, span), "layout-mismatch", q, odd,
+                                "attention() gets q as %s %s but k/v as %s %s: the heads on each rank do not line up",
+                                tp_pl_str(q->pl, q->rank, a), q->dtensor ? "DTensor" : "plain",
+                                tp_pl_str(odd->pl, odd->rank, b), odd->dtensor ? "DTensor" : "plain");
         if (g && span.file >= 0)
             tp_diag_note_at(g, span, "attention() is called here");
         if (g)
@@ -236,12 +236,12 @@ static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, tp_span spa
     out->poisoned |= !same || k->poisoned || v->poisoned;
     out->gather_comm = q->gather_comm;
     out->gather_dim = q->gather_dim;
-    tp_ir_op *op = &record_op(I, TP_OP_ATTENTION, out, "attention", q, in[1], in[2])->op;
-    op->m = local_size(I, q, 0);
-    op->n = local_size(I, q, 1);
-    op->heads = local_size(I, q, 2);
-    op->k = local_size(I, q, 3);
-    op->groups = local_size(I, in[1], 2);
+    tp_ir_op *op = &tp_record_op(I, TP_OP_ATTENTION, out, "attention", q, in[1], in[2])->op;
+    op->m = tp_local_size(I, q, 0);
+    op->n = tp_local_size(I, q, 1);
+    op->heads = tp_local_size(I, q, 2);
+    op->k = tp_local_size(I, q, 3);
+    op->groups = tp_local_size(I, in[1], 2);
     op->heads_global = q->shape[2];
     return out;
 }
@@ -249,7 +249,7 @@ static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, tp_span spa
 /* A [batch, seq] float intermediate of the vocab-parallel loss. */
 static tp_val *per_token(interp *I, const tp_val *labels, tp_span span)
 {
-    tp_val *v = val_new(I, labels->rank, labels->shape, labels->dimname);
+    tp_val *v = tp_val_new(I, labels->rank, labels->shape, labels->dimname);
     v->span = span;
     return v;
 }
@@ -262,28 +262,28 @@ static void reduce_piece(interp *I, tp_val *v, const char *what, bool max)
 {
     if (I->tp == 1)
         return;
-    tp_ir_op *op = &record_op(I, TP_OP_ALL_REDUCE, v, what, v, NULL, NULL)->op;
+    tp_ir_op *op = &tp_record_op(I, TP_OP_ALL_REDUCE, v, what, v, NULL, NULL)->op;
     op->reduce_max = max;
     op->elems = tp_gvalue_local_elems(&I->a->graph.values[v->gv]);
 }
 
 static void record_vocab_parallel_ce(interp *I, tp_val *logits, tp_val *labels, tp_val *loss, tp_span span)
 {
-    int64_t vl = local_size(I, logits, logits->rank - 1);
+    int64_t vl = tp_local_size(I, logits, logits->rank - 1);
     tp_val *mx = per_token(I, labels, span), *se = per_token(I, labels, span), *tg = per_token(I, labels, span);
-    tp_ir_op *op = &record_op(I, TP_OP_CE_MAX, mx, "ce_max", logits, NULL, NULL)->op;
+    tp_ir_op *op = &tp_record_op(I, TP_OP_CE_MAX, mx, "ce_max", logits, NULL, NULL)->op;
     op->vocab_local = vl;
     op->vocab_logical = logits->logical_last;
     reduce_piece(I, mx, "ce_max", true);
-    op = &record_op(I, TP_OP_CE_SUMEXP, se, "ce_sumexp", logits, mx, NULL)->op;
+    op = &tp_record_op(I, TP_OP_CE_SUMEXP, se, "ce_sumexp", logits, mx, NULL)->op;
     op->vocab_local = vl;
     op->vocab_logical = logits->logical_last;
     reduce_piece(I, se, "ce_sumexp", false);
-    op = &record_op(I, TP_OP_CE_TARGET, tg, "ce_target", logits, labels, NULL)->op;
+    op = &tp_record_op(I, TP_OP_CE_TARGET, tg, "ce_target", logits, labels, NULL)->op;
     op->vocab_local = vl;
     reduce_piece(I, tg, "ce_target", false);
-    op = &record_op(I, TP_OP_CE_LOSS, loss, "loss", se, mx, tg)->op;
-    op->in[op->nin++] = record_value(I, labels, "labels");
+    op = &tp_record_op(I, TP_OP_CE_LOSS, loss, "loss", se, mx, tg)->op;
+    op->in[op->nin++] = tp_record_value(I, labels, "labels");
     tp_val *f32[] = {mx, se, tg, loss};
     for (int i = 0; i < 4; i++)
         I->a->graph.values[f32[i]->gv].f32_only = true;
@@ -295,9 +295,9 @@ static void record_cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_v
     if (I->p->loss_parallel) {
         record_vocab_parallel_ce(I, logits, labels, loss, span);
     } else {
-        tp_ir_op *op = &record_op(I, TP_OP_CROSS_ENTROPY, loss, "loss", logits, labels, NULL)->op;
+        tp_ir_op *op = &tp_record_op(I, TP_OP_CROSS_ENTROPY, loss, "loss", logits, labels, NULL)->op;
         op->vocab_logical = logits->logical_last;
-        op->vocab_local = local_size(I, logits, logits->rank - 1);
+        op->vocab_local = tp_local_size(I, logits, logits->rank - 1);
         g->values[loss->gv].f32_only = true;
     }
     g->logits = logits->gv;
@@ -309,15 +309,15 @@ static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span 
 {
     tp_plan *p = I->p;
     int last = logits->rank - 1;
-    tp_val *out = val_new(I, 0, NULL, NULL);
+    tp_val *out = tp_val_new(I, 0, NULL, NULL);
     out->span = span;
     if (p->loss_parallel) {
         if (!logits->dtensor || shard_dim(logits) != last) {
             char a[24];
-            tp_diag *g = report(I, TP_ERROR, p->loss_parallel_span, "loss-parallel", logits, NULL,
-                                "loss_parallel() should be enabled only when the input tensor is sharded on dimension %d; "
-                                "the logits are a %s %s", last, logits->dtensor ? "DTensor" : "plain tensor",
-                                pl_str(logits->pl, logits->rank, a));
+            tp_diag *g = tp_finding(I, TP_ERROR, p->loss_parallel_span, "loss-parallel", logits, NULL,
+                                    "loss_parallel() should be enabled only when the input tensor is sharded on dimension %d; "
+                                    "the logits are a %s %s", last, logits->dtensor ? "DTensor" : "plain tensor",
+                                    tp_pl_str(logits->pl, logits->rank, a));
             if (g && span.file >= 0)
                 tp_diag_note_at(g, span, "the loss is computed here");
             if (g)
@@ -325,21 +325,21 @@ static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span 
                                 "with the default output_layouts=Shard(-1)");
         }
         if (labels->dtensor || labels->pl.kind != TP_REPLICATE)
-            report(I, TP_ERROR, span, "loss-parallel", labels, NULL, "loss_parallel() needs replicated labels");
+            tp_finding(I, TP_ERROR, span, "loss-parallel", labels, NULL, "loss_parallel() needs replicated labels");
         record_cross_entropy(I, logits, labels, out, span);
         return out;
     }
     logits = resolve_partial(I, logits, "cross_entropy", span);
     if (logits->dtensor) {
-        tp_diag *g = report(I, TP_ERROR, style_or(logits, span), "mixed-tensor", logits, NULL,
-                            "the logits reach cross_entropy() as a DTensor while the labels are a plain tensor: "
-                            "PyTorch raises 'got mixed torch.Tensor and DTensor'");
+        tp_diag *g = tp_finding(I, TP_ERROR, style_or(logits, span), "mixed-tensor", logits, NULL,
+                                "the logits reach cross_entropy() as a DTensor while the labels are a plain tensor: "
+                                "PyTorch raises 'got mixed torch.Tensor and DTensor'");
         if (g && span.file >= 0)
             tp_diag_note_at(g, span, "the loss is computed here");
         if (g)
             tp_diag_help(g, "add loss_parallel() to the plan, or return plain logits (use_local_output=True)");
         if (g && shard_dim(logits) == last)
-            fix_append_item(g, p, "loss_parallel()");
+            tp_fix_append_item(g, p, "loss_parallel()");
         return out;
     }
     check_whole(I, find_rule("cross_entropy"), logits, span);
@@ -422,8 +422,8 @@ static bool causal_only(interp *I, const tp_node *call, char **kwnames, iv *kwar
     return true;
 }
 
-iv op_apply(interp *I, const tp_node *call, const char *name, iv *args, int nargs, char **kwnames, iv *kwargs,
-            int nkw)
+iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int nargs, char **kwnames, iv *kwargs,
+               int nkw)
 {
     const op_rule *r = find_rule(name);
     tp_span span = call->span;
@@ -464,17 +464,17 @@ iv op_apply(interp *I, const tp_node *call, const char *name, iv *args, int narg
         out->gather_dim = x->gather_dim;
     }
     if (r->lowers_to == TP_OP_COUNT) {
-        record_view(I, out, x);
+        tp_record_view(I, out, x);
         return tensor_iv(out);
     }
-    tp_ir_op *op = &record_op(I, r->lowers_to, out, name, x, NULL, NULL)->op;
+    tp_ir_op *op = &tp_record_op(I, r->lowers_to, out, name, x, NULL, NULL)->op;
     int seq = r->lowers_to == TP_OP_ROPE ? x->rank - 3 : x->rank - 1;
     /* a sequence shard would start at rank * its length (rejected above
      * for RoPE; recorded so the schedule says what it assumed) */
-    op->pos_chunk = shard_dim(x) == seq ? local_size(I, x, seq) : 0;
+    op->pos_chunk = shard_dim(x) == seq ? tp_local_size(I, x, seq) : 0;
     if (r->lowers_to == TP_OP_ROPE) {
         op->theta = theta;
-        op->k = local_size(I, x, x->rank - 1);
+        op->k = tp_local_size(I, x, x->rank - 1);
     }
     return tensor_iv(out);
 }
@@ -511,22 +511,22 @@ static tp_placement dtensor_pointwise(interp *I, int op, tp_val **a, tp_val **b,
     bool pa = tp_placement_is_partial(A), pb = tp_placement_is_partial(B);
     if (pa && pb) {
         if (op == '*')          /* (sum a_i)(sum b_i): one side must be reduced */
-            *b = redistribute(I, *b, tp_replicate(), NULL, span, true);
+            *b = tp_redistribute(I, *b, tp_replicate(), NULL, span, true);
         return tp_partial();
     }
     if ((pa && B.kind == TP_REPLICATE) || (pb && A.kind == TP_REPLICATE)) {
         tp_val **r = pa ? b : a;
         if (op == '+')
-            *r = redistribute(I, *r, tp_partial(), NULL, span, true);   /* local divide */
+            *r = tp_redistribute(I, *r, tp_partial(), NULL, span, true);   /* local divide */
         return tp_partial();
     }
     target = nshards(*b) > nshards(*a) ? B : A;
-    *a = redistribute(I, *a, for_operand(target, (*a)->rank, big), NULL, span, true);
-    *b = redistribute(I, *b, for_operand(target, (*b)->rank, big), NULL, span, true);
+    *a = tp_redistribute(I, *a, for_operand(target, (*a)->rank, big), NULL, span, true);
+    *b = tp_redistribute(I, *b, for_operand(target, (*b)->rank, big), NULL, span, true);
     return target;
 }
 
-iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
+iv tp_op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
 {
     tp_span span = e->span;
     const char *opname = op == '+' ? "add" : op == '*' ? "mul" : "op";
@@ -542,14 +542,14 @@ iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
     if (a->dtensor != b->dtensor) {
         tp_val *plain = a->dtensor ? b : a, *dt = a->dtensor ? a : b;
         const tp_style *ps = dt->producer ? dt->producer->style : NULL;
-        tp_diag *g = report(I, TP_ERROR, ps ? entry_span(ps) : span, "mixed-tensor", a, b,
-                            "%s of a DTensor (%s, from '%s') and a plain tensor (%s): PyTorch raises "
-                            "'got mixed torch.Tensor and DTensor'", opname, pl_str(dt->pl, dt->rank, pa),
-                            dt->producer ? dt->producer->fqn : "an op", pl_str(plain->pl, plain->rank, pb));
+        tp_diag *g = tp_finding(I, TP_ERROR, ps ? tp_entry_span(ps) : span, "mixed-tensor", a, b,
+                                "%s of a DTensor (%s, from '%s') and a plain tensor (%s): PyTorch raises "
+                                "'got mixed torch.Tensor and DTensor'", opname, tp_pl_str(dt->pl, dt->rank, pa),
+                                dt->producer ? dt->producer->fqn : "an op", tp_pl_str(plain->pl, plain->rank, pb));
         if (g && span.file >= 0)
             tp_diag_note_at(g, span, "the %s is here", opname);
         if (g && plain->producer)
-            tp_diag_note_at(g, plain->producer->style ? entry_span(plain->producer->style) : plain->span,
+            tp_diag_note_at(g, plain->producer->style ? tp_entry_span(plain->producer->style) : plain->span,
                             "the plain tensor comes from '%s'", plain->producer->fqn);
         if (g)
             tp_diag_help(g, "make both operands the same kind: use_local_output=True on the DTensor's producer, "
@@ -558,14 +558,14 @@ iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
          * edit that makes both plain */
         if (g && ps && tp_call_kw(ps->call, "use_local_output") &&
             tp_call_kw(ps->call, "use_local_output")->kind == N_FALSE)
-            fix_set_kwarg(g, ps->call, "use_local_output", "True");
+            tp_fix_set_kwarg(g, ps->call, "use_local_output", "True");
         out->poisoned = true;
         return tensor_iv(out);
     }
     tp_placement A = broadcast_pl(a, big), B = broadcast_pl(b, big);
     if (a->dtensor) {
         out->pl = dtensor_pointwise(I, op, &a, &b, big, span);
-        record_op(I, op == '+' ? TP_OP_ADD : TP_OP_MUL, out, opname, a, b, NULL);
+        tp_record_op(I, op == '+' ? TP_OP_ADD : TP_OP_MUL, out, opname, a, b, NULL);
         return tensor_iv(out);
     }
     /* Plain tensors: each rank combines its local pieces, so the truths
@@ -581,24 +581,24 @@ iv op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
     }
     if (!ok) {
         tp_val *odd = small->pl.kind != TP_REPLICATE ? small : big;
-        tp_diag *g = report(I, TP_ERROR, style_or(odd, span), "layout-mismatch", a, b,
-                            "%s of two plain tensors that are laid out differently on the ranks (%s and %s): %s",
-                            opname, pl_str(A, big->rank, pa), pl_str(B, big->rank, pb),
-                            (A.kind == TP_SHARD || B.kind == TP_SHARD) ? "the local shapes differ, or broadcast silently"
+        tp_diag *g = tp_finding(I, TP_ERROR, style_or(odd, span), "layout-mismatch", a, b,
+                                "%s of two plain tensors that are laid out differently on the ranks (%s and %s): %s",
+                                opname, tp_pl_str(A, big->rank, pa), tp_pl_str(B, big->rank, pb),
+                                (A.kind == TP_SHARD || B.kind == TP_SHARD) ? "the local shapes differ, or broadcast silently"
                                                                       : "the partial sums are counted tp times");
         if (g && span.file >= 0)
             tp_diag_note_at(g, span, "the %s is here", opname);
         if (g && a->producer)
-            tp_diag_note_at(g, a->producer->style ? entry_span(a->producer->style) : a->span,
+            tp_diag_note_at(g, a->producer->style ? tp_entry_span(a->producer->style) : a->span,
                             "left operand (%s) from '%s'", pa, a->producer->fqn);
         if (g && b->producer)
-            tp_diag_note_at(g, b->producer->style ? entry_span(b->producer->style) : b->span,
+            tp_diag_note_at(g, b->producer->style ? tp_entry_span(b->producer->style) : b->span,
                             "right operand (%s) from '%s'", pb, b->producer->fqn);
         if (g)
             tp_diag_help(g, "give both operands the same layout, e.g. the same output_layouts on both producers");
         out->poisoned = true;
     }
-    record_op(I, op == '+' ? TP_OP_ADD : TP_OP_MUL, out, opname, a, b, NULL);
+    tp_record_op(I, op == '+' ? TP_OP_ADD : TP_OP_MUL, out, opname, a, b, NULL);
     return tensor_iv(out);
 }
 
@@ -609,9 +609,9 @@ static bool plain_module_gets_dtensor(interp *I, tp_module *mod, tp_val *x, tp_s
     if (!x->dtensor || mod->style)
         return false;
     char pl[24];
-    tp_diag *g = report(I, TP_ERROR, style_or(x, span), "mixed-tensor", x, NULL,
-                        "a DTensor (%s) reaches '%s', whose parameters are plain tensors (no plan entry): "
-                        "PyTorch raises 'got mixed torch.Tensor and DTensor'", pl_str(x->pl, x->rank, pl), mod->fqn);
+    tp_diag *g = tp_finding(I, TP_ERROR, style_or(x, span), "mixed-tensor", x, NULL,
+                            "a DTensor (%s) reaches '%s', whose parameters are plain tensors (no plan entry): "
+                            "PyTorch raises 'got mixed torch.Tensor and DTensor'", tp_pl_str(x->pl, x->rank, pl), mod->fqn);
     if (g && span.file >= 0)
         tp_diag_note_at(g, span, "'%s' is called here", mod->fqn);
     if (g)
@@ -627,7 +627,7 @@ static tp_val *expect_input(interp *I, tp_val *x, tp_placement want, tp_span spa
 {
     if (tp_placement_eq(x->pl, want, x->rank))
         return x;
-    return redistribute(I, x, want, NULL, span, true);
+    return tp_redistribute(I, x, want, NULL, span, true);
 }
 
 static tp_val *linear_layout(interp *I, tp_module *mod, tp_val **xp, const int64_t *shape, const char *const *names,
@@ -685,18 +685,18 @@ static tp_val *linear_layout(interp *I, tp_module *mod, tp_val **xp, const int64
     tp_val *r = result_like(I, x, x->rank, shape, names, span);
     int d = shard_dim(x);
     if (d == last) {
-        tp_diag *g = report(I, TP_ERROR, style_or(x, span), "layout-mismatch", x, NULL,
-                            "'%s' has a full (replicated) weight, but its plain input is sharded on the features it "
-                            "contracts (dimension %d, %s)", mod->fqn, last, x->dimname[last]);
+        tp_diag *g = tp_finding(I, TP_ERROR, style_or(x, span), "layout-mismatch", x, NULL,
+                                "'%s' has a full (replicated) weight, but its plain input is sharded on the features it "
+                                "contracts (dimension %d, %s)", mod->fqn, last, x->dimname[last]);
         if (g && span.file >= 0)
             tp_diag_note_at(g, span, "'%s' is called here", mod->fqn);
         if (g)
             tp_diag_help(g, "shard '%s' with RowwiseParallel() to match its sharded input", mod->fqn);
         r->poisoned = true;
     } else if (tp_placement_is_partial(x->pl) && tp_module_param(mod, "bias")) {
-        tp_diag *g = report(I, TP_ERROR, x->partial_cause ? entry_span(x->partial_cause) : span,
-                            "partial-nonlinear", x, NULL, "'%s' adds its bias to a plain tensor of partial sums: the bias is counted %lld times",
-                            mod->fqn, (long long)I->tp);
+        tp_diag *g = tp_finding(I, TP_ERROR, x->partial_cause ? tp_entry_span(x->partial_cause) : span,
+                                "partial-nonlinear", x, NULL, "'%s' adds its bias to a plain tensor of partial sums: the bias is counted %lld times",
+                                mod->fqn, (long long)I->tp);
         if (g)
             tp_diag_help(g, "reduce the input first (output_layouts=Replicate() upstream)");
         r->poisoned = true;
@@ -745,16 +745,16 @@ static tp_val *norm_forward(interp *I, tp_module *mod, tp_val **xp, tp_span span
     const tp_style *s = mod->style;
     if (!s || s->kind != TP_STYLE_SEQUENCE) {
         if (plain_module_gets_dtensor(I, mod, x, span)) {
-            tp_val *r = val_copy(I, x);
+            tp_val *r = tp_val_copy(I, x);
             r->poisoned = true;
             return r;
         }
         x = *xp = resolve_partial(I, x, mod->type, span);
     }
     if (shard_dim(x) == last) {
-        tp_diag *g = report(I, TP_ERROR, style_or(x, span), "layout-mismatch", x, NULL,
-                            "'%s' (%s) normalises over dimension %d (%s), which is sharded: each rank would "
-                            "normalise its own slice of the features", mod->fqn, mod->type, last, x->dimname[last]);
+        tp_diag *g = tp_finding(I, TP_ERROR, style_or(x, span), "layout-mismatch", x, NULL,
+                                "'%s' (%s) normalises over dimension %d (%s), which is sharded: each rank would "
+                                "normalise its own slice of the features", mod->fqn, mod->type, last, x->dimname[last]);
         if (g && span.file >= 0)
             tp_diag_note_at(g, span, "'%s' is called here", mod->fqn);
         if (g)
@@ -769,24 +769,24 @@ static int64_t rows_of(const interp *I, const tp_val *x)
 {
     int64_t m = 1;
     for (int d = 0; d < x->rank - 1; d++)
-        m *= local_size(I, x, d);
+        m *= tp_local_size(I, x, d);
     return m;
 }
 
 static void record_linear(interp *I, tp_module *mod, tp_val *x, tp_val *r)
 {
     tp_param *w = tp_module_param(mod, "weight"), *b = tp_module_param(mod, "bias");
-    tp_ir_op *op = &record_op(I, TP_OP_MATMUL, r, "out", x, NULL, NULL)->op;
-    op->weight = record_param(I, w);
+    tp_ir_op *op = &tp_record_op(I, TP_OP_MATMUL, r, "out", x, NULL, NULL)->op;
+    op->weight = tp_record_param(I, w);
     op->m = rows_of(I, x);
-    op->k = local_size(I, x, x->rank - 1);
-    op->n = local_size(I, r, r->rank - 1);
+    op->k = tp_local_size(I, x, x->rank - 1);
+    op->n = tp_local_size(I, r, r->rank - 1);
     if (!b)
         return;
-    op = &record_op(I, TP_OP_BIAS_ADD, r, "out", r, NULL, NULL)->op;
-    op->bias = record_param(I, b);
+    op = &tp_record_op(I, TP_OP_BIAS_ADD, r, "out", r, NULL, NULL)->op;
+    op->bias = tp_record_param(I, b);
     op->m = rows_of(I, r);
-    op->n = local_size(I, r, r->rank - 1);
+    op->n = tp_local_size(I, r, r->rank - 1);
     /* a replicated bias added to a Partial sum is divided by tp (DTensor's
      * addmm rule), so the reduction counts it once */
     op->scale = tp_placement_is_partial(r->pl) ? 1.0 / (double)I->tp : 1.0;
@@ -794,8 +794,8 @@ static void record_linear(interp *I, tp_module *mod, tp_val *x, tp_val *r)
 
 static void record_embedding(interp *I, tp_module *mod, tp_val *ids, tp_val *r)
 {
-    tp_ir_op *op = &record_op(I, TP_OP_EMBEDDING, r, "out", ids, NULL, NULL)->op;
-    op->weight = record_param(I, tp_module_param(mod, "weight"));
+    tp_ir_op *op = &tp_record_op(I, TP_OP_EMBEDDING, r, "out", ids, NULL, NULL)->op;
+    op->weight = tp_record_param(I, tp_module_param(mod, "weight"));
     op->vocab_local = I->a->graph.params[op->weight].local[0];
     op->masked = r->pl.kind == TP_MASK_PARTIAL;
     op->n = I->a->graph.params[op->weight].local[1];
@@ -804,15 +804,15 @@ static void record_embedding(interp *I, tp_module *mod, tp_val *ids, tp_val *r)
 static void record_norm(interp *I, tp_module *mod, tp_val *x, tp_val *r)
 {
     tp_param *b = tp_module_param(mod, "bias");
-    tp_ir_op *op = &record_op(I, mod->kind == TP_MOD_RMSNORM ? TP_OP_RMSNORM : TP_OP_LAYERNORM, r, "out", x, NULL, NULL)->op;
-    op->weight = record_param(I, tp_module_param(mod, "weight"));
-    op->bias = b ? record_param(I, b) : -1;
+    tp_ir_op *op = &tp_record_op(I, mod->kind == TP_MOD_RMSNORM ? TP_OP_RMSNORM : TP_OP_LAYERNORM, r, "out", x, NULL, NULL)->op;
+    op->weight = tp_record_param(I, tp_module_param(mod, "weight"));
+    op->bias = b ? tp_record_param(I, b) : -1;
     op->m = rows_of(I, x);
-    op->n = local_size(I, x, x->rank - 1);
+    op->n = tp_local_size(I, x, x->rank - 1);
     op->eps = mod->eps;
 }
 
-iv leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span span)
+iv tp_leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span span)
 {
     if (nargs < 1 || args[0].kind != IV_TENSOR) {
         tp_diag_add(I->d, TP_ERROR, span, "model", "'%s' (%s) takes one tensor argument", mod->fqn, mod->type);

@@ -9,7 +9,7 @@
 /* PyTorch's partition functions: Colwise shards Linear rows (out
  * features) and Embedding columns; Rowwise shards Linear columns (in
  * features, bias replicated) and Embedding rows (vocab). */
-tp_placement param_placement(const tp_param *prm)
+tp_placement tp_param_placement(const tp_param *prm)
 {
     const tp_module *m = prm->owner;
     const tp_style *s = m->style;
@@ -38,31 +38,31 @@ static const char *style_for(const tp_module *mod, tp_placement want)
 static void check_tie(interp *I, tp_param *prm)
 {
     tp_param *twin = prm->tied_to;
-    tp_placement a = param_placement(prm), b = param_placement(twin);
+    tp_placement a = tp_param_placement(prm), b = tp_param_placement(twin);
     if (tp_placement_eq(a, b, 2) || I->tp == 1)
         return;
     const tp_style *sa = prm->owner->style, *sb = twin->owner->style;
     char pa[24], pb[24];
-    tp_span at = sa ? entry_span(sa) : sb ? entry_span(sb) : prm->tie_span;
-    tp_diag *g = report(I, TP_ERROR, at, "tied-weights", NULL, NULL,
-                        "'%s' is tied to '%s', but the plan places them differently: %s vs %s",
-                        prm->fqn, twin->fqn, pl_str(a, 2, pa), pl_str(b, 2, pb));
+    tp_span at = sa ? tp_entry_span(sa) : sb ? tp_entry_span(sb) : prm->tie_span;
+    tp_diag *g = tp_finding(I, TP_ERROR, at, "tied-weights", NULL, NULL,
+                            "'%s' is tied to '%s', but the plan places them differently: %s vs %s",
+                            prm->fqn, twin->fqn, tp_pl_str(a, 2, pa), tp_pl_str(b, 2, pb));
     if (!g)
         return;
     if (sb)
-        tp_diag_note_at(g, entry_span(sb), "'%s' is %s here", twin->owner->fqn, sb->name);
+        tp_diag_note_at(g, tp_entry_span(sb), "'%s' is %s here", twin->owner->fqn, sb->name);
     tp_diag_note_at(g, prm->tie_span, "the weights are tied here");
     /* Prefer changing the embedding's style: its input is replicated token
      * ids, so Colwise <-> Rowwise keeps the rest of the plan valid. */
     tp_module *emb = prm->owner->kind == TP_MOD_EMBEDDING ? prm->owner : twin->owner;
     tp_module *other = emb == prm->owner ? twin->owner : prm->owner;
     tp_param *other_w = tp_module_param(other, "weight");
-    const char *fix = style_for(emb, param_placement(other_w));
+    const char *fix = style_for(emb, tp_param_placement(other_w));
     if (emb->style && fix && emb->kind == TP_MOD_EMBEDDING && strcmp(fix, emb->style->name)) {
         tp_diag_help(g, "make '%s' %s so both hold %s; a vocab-sharded embedding (RowwiseParallel) with a "
                         "column-parallel head keeps sequence parallelism with tied weights",
-                     emb->fqn, fix, pl_str(param_placement(other_w), 2, pa));
-        fix_rename_style(g, emb->style, fix);
+                     emb->fqn, fix, tp_pl_str(tp_param_placement(other_w), 2, pa));
+        tp_fix_rename_style(g, emb->style, fix);
     } else {
         tp_diag_help(g, "give both modules styles that shard the shared weight the same way: Embedding RowwiseParallel "
                         "(vocab rows, Shard(0)) pairs with Linear ColwiseParallel (Shard(0))");
@@ -71,14 +71,14 @@ static void check_tie(interp *I, tp_param *prm)
 
 static void check_param_divisible(interp *I, tp_param *prm)
 {
-    tp_placement p = param_placement(prm);
+    tp_placement p = tp_param_placement(prm);
     if (p.kind != TP_SHARD || prm->shape[p.dim] % I->tp == 0)
         return;
     const tp_style *s = prm->owner->style;
     int64_t n = prm->shape[p.dim];
-    tp_diag *g = report(I, TP_ERROR, entry_span(s), "divisibility", NULL, NULL,
-                        "%s shards '%s' on dimension %d (%s = %lld), which does not split over %lld ranks",
-                        s->name, prm->fqn, p.dim, prm->dimname[p.dim], (long long)n, (long long)I->tp);
+    tp_diag *g = tp_finding(I, TP_ERROR, tp_entry_span(s), "divisibility", NULL, NULL,
+                            "%s shards '%s' on dimension %d (%s = %lld), which does not split over %lld ranks",
+                            s->name, prm->fqn, p.dim, prm->dimname[p.dim], (long long)n, (long long)I->tp);
     if (!g)
         return;
     const tp_node *ctor = prm->owner->decl ? prm->owner->decl->kids[0] : NULL;
@@ -94,7 +94,7 @@ static void check_param_divisible(interp *I, tp_param *prm)
     }
 }
 
-void check_params(interp *I)
+void tp_check_params(interp *I)
 {
     for (int i = 0; i < I->m->count; i++) {
         tp_module *mod = I->m->all[i];

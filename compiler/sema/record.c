@@ -11,7 +11,7 @@
 #include "compiler/sema/check_impl.h"
 #include "util/xalloc.h"
 
-int record_value(interp *I, tp_val *v, const char *what)
+int tp_record_value(interp *I, tp_val *v, const char *what)
 {
     if (v->gv >= 0)
         return v->gv;
@@ -19,35 +19,35 @@ int record_value(interp *I, tp_val *v, const char *what)
     g.rank = v->rank;
     for (int d = 0; d < v->rank; d++) {
         g.shape[d] = v->shape[d];
-        g.local[d] = local_size(I, v, d);
+        g.local[d] = tp_local_size(I, v, d);
     }
     g.nmesh = 1;
     g.pl[0] = tp_placement_norm(v->pl, v->rank);
     g.dtensor = v->dtensor;
     g.dtype = v->is_index ? TP_I32 : TP_F32;
     g.alias_of = g.redirect = -1;
-    const char *fqn = cur_fqn(I);
+    const char *fqn = tp_cur_fqn(I);
     g.name = fqn[0] ? tp_xasprintf("%s.%s", fqn, what) : tp_xstrdup(what);
     return v->gv = tp_graph_add_value(&I->a->graph, &g);
 }
 
-void record_view(interp *I, tp_val *view, const tp_val *of)
+void tp_record_view(interp *I, tp_val *view, const tp_val *of)
 {
     view->gv = -1;
     if (of->gv < 0)
         return;
-    record_value(I, view, "view");
+    tp_record_value(I, view, "view");
     I->a->graph.values[view->gv].alias_of = of->gv;
 }
 
-int record_param(interp *I, tp_param *p)
+int tp_record_param(interp *I, tp_param *p)
 {
     p = tp_param_canonical(p);
     if (p->ir_index >= 0)
         return p->ir_index;
     tp_ir_param ip = {0};
     ip.param = p;
-    ip.pl = tp_placement_norm(param_placement(p), p->rank);
+    ip.pl = tp_placement_norm(tp_param_placement(p), p->rank);
     for (int d = 0; d < p->rank; d++)
         ip.local[d] = ip.pl.kind == TP_SHARD && ip.pl.dim == d ? p->shape[d] / I->tp : p->shape[d];
     return p->ir_index = tp_graph_add_param(&I->a->graph, &ip);
@@ -56,12 +56,12 @@ int record_param(interp *I, tp_param *p)
 static tp_gnode *record_node(interp *I, tp_gnode_kind kind, tp_op_kind op, tp_val *out, const char *what,
                              tp_val *a, tp_val *b, tp_val *c)
 {
-    int vout = out ? record_value(I, out, what) : -1;
+    int vout = out ? tp_record_value(I, out, what) : -1;
     tp_val *ins[] = {a, b, c};
     int vin[3], nin = 0;
     for (int i = 0; i < 3; i++)
         if (ins[i])
-            vin[nin++] = record_value(I, ins[i], "in");
+            vin[nin++] = tp_record_value(I, ins[i], "in");
     tp_gnode *n = tp_graph_add_node(&I->a->graph, kind, op);
     n->op.out = vout;
     for (int i = 0; i < nin; i++)
@@ -70,12 +70,12 @@ static tp_gnode *record_node(interp *I, tp_gnode_kind kind, tp_op_kind op, tp_va
     return n;
 }
 
-tp_gnode *record_op(interp *I, tp_op_kind kind, tp_val *out, const char *what, tp_val *a, tp_val *b, tp_val *c)
+tp_gnode *tp_record_op(interp *I, tp_op_kind kind, tp_val *out, const char *what, tp_val *a, tp_val *b, tp_val *c)
 {
     return record_node(I, TP_GNODE_OP, kind, out, what, a, b, c);
 }
 
-tp_gnode *record_redist(interp *I, tp_op_kind kind, tp_val *v, tp_val *r, const char *what)
+tp_gnode *tp_record_redist(interp *I, tp_op_kind kind, tp_val *v, tp_val *r, const char *what)
 {
     tp_gnode *n = record_node(I, TP_GNODE_REDIST, kind, r, what, v, NULL, NULL);
     n->src_id = v->id;
