@@ -6,7 +6,7 @@
 #include <unistd.h>
 #include "compiler/driver/compile.h"
 #include "compiler/report/report.h"
-#include "compiler/passes/emit.h"
+#include "sched/write.h"
 #include "sched/format.h"
 #include "util/hash.h"
 #include "util/xalloc.h"
@@ -221,8 +221,12 @@ static int compile_to_file(const cli *o, tp_unit *u, const char *path)
 {
     char producer[64], err[512];
     snprintf(producer, sizeof producer, "tpcc %s", TPCC_VERSION);
-    tp_schedule_meta meta = {producer, input_hash(u, o), o->dtype, &u->config, path};
-    if (tp_schedule_write(&u->ir, &meta, o->out, err, sizeof err) < 0) {
+    int nsettings;
+    tp_setting *settings = tp_config_settings(&u->config, &nsettings);
+    tp_schedule_meta meta = {producer, input_hash(u, o), o->dtype, settings, nsettings, path};
+    int rc = tp_schedule_write(&u->ir, &meta, o->out, err, sizeof err);
+    free(settings);
+    if (rc < 0) {
         fprintf(stderr, "tpcc: %s\n", err);
         return 2;
     }

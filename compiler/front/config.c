@@ -7,6 +7,7 @@
 #include "compiler/front/config.h"
 #include "compiler/diag/suggest.h"
 #include "util/xalloc.h"
+#include "sched/write.h"
 
 void tp_config_init(tp_config *c, tp_diags *diags)
 {
@@ -512,4 +513,33 @@ char *tp_expr_text(const tp_node *e)
     }
     default: return tp_xstrdup("<expr>");
     }
+}
+
+tp_setting *tp_config_settings(const tp_config *c, int *n)
+{
+    tp_setting *out = tp_xcalloc((size_t)c->count + 1, sizeof *out);
+    *n = 0;
+    for (int i = 0; i < c->count; i++) {
+        const tp_cfg_entry *e = &c->items[i];
+        bool seen = false;
+        for (int j = 0; j < i && !seen; j++)
+            seen = strcmp(c->items[j].name, e->name) == 0;
+        if (seen)
+            continue;
+        const tp_cfg_entry *v = e;
+        for (int j = i + 1; j < c->count; j++)
+            if (strcmp(c->items[j].name, e->name) == 0)
+                v = &c->items[j];
+        tp_setting *o = &out[(*n)++];
+        o->name = e->name;
+        if (v->state != 2)
+            o->kind = TP_SETTING_NULL;
+        else if (v->is_bool)
+            o->kind = TP_SETTING_BOOL, o->i = v->value;
+        else if (v->is_float)
+            o->kind = TP_SETTING_REAL, o->real = v->real;
+        else
+            o->kind = TP_SETTING_INT, o->i = v->value;
+    }
+    return out;
 }

@@ -73,6 +73,12 @@ bool tp_config_value(tp_config *c, const char *name, tp_span use, tp_cfg_value *
 bool tp_config_get(tp_config *c, const char *name, tp_span use, int64_t *out);
 bool tp_config_has(const tp_config *c, const char *name);
 
+/* The resolved configuration as a schedule records it: one setting per
+ * name, at the place the name was first bound, with its last value
+ * (unevaluated or failed values are null). Returns an array of *n the
+ * caller frees; names are borrowed from c. */
+struct tp_setting *tp_config_settings(const tp_config *c, int *n);
+
 /* Evaluate an expression: literals, config names, + - * / // %, unary -,
  * not/and/or, `a if c else b`, and the functions hf("key", default),
  * round_up(x, m), min, max. On integers / must divide exactly; + - * /

@@ -7,7 +7,7 @@
  * order, every layout change an explicit redistribution node with the plan
  * entry that asked for it. The passes (passes/) then work on the graph:
  * merging redistributions (-O1), removing dead nodes, and lowering to the
- * per-rank program a schedule describes (ir.h). A value here is storage:
+ * per-rank program a schedule describes (sched/program.h). A value here is storage:
  * PyTorch's views and relabels of a tensor (to_local, a layout label,
  * view_heads) share their source's value or alias it. */
 #ifndef TP_IR_GRAPH_H
@@ -15,7 +15,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "compiler/ir/ir.h"
+#include "sched/program.h"
 #include "sched/layout.h"
 
 struct tp_module;
@@ -44,9 +44,12 @@ typedef enum tp_gnode_kind {
 
 typedef struct tp_gnode {
     tp_gnode_kind kind;
-    /* kind, attributes and provenance; in[] and out are value indices,
-     * weight and bias indices in the graph's parameter table */
+    /* kind and attributes; in[] and out are value indices, weight and
+     * bias indices in the graph's parameter table; the provenance strings
+     * are filled in by lowering from the two fields below */
     tp_ir_op op;
+    const struct tp_module *module;   /* the module that ran it (NULL: none) */
+    const struct tp_style *entry;     /* the plan entry that caused it (NULL: the model) */
     /* TP_GNODE_REDIST: the layout change, and the forward pass's ids of
      * the tensor it changes and of the result (the merge pass matches
      * redistributions of the same tensor by them) */

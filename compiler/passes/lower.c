@@ -4,12 +4,15 @@
  * holds, numbered in the order the forward pass made them; a value merged
  * into another (-O1) becomes none: its readers read the value that
  * replaced it.
- * The weight table is the graph's, in order of first use. Ranks differ
+ * The weight table is the graph's, in order of first use. Names of
+ * modules, plan entries and transformer layers become strings. Ranks differ
  * only in which slice they hold, which the schedule writer materialises
  * per rank. */
 #include <stdlib.h>
 #include <string.h>
+#include "compiler/front/model.h"
 #include "compiler/passes/passes.h"
+#include "compiler/plan/plan.h"
 #include "util/xalloc.h"
 
 /* buffer_of[v]: the buffer of value v, or -1 for a merged value */
@@ -36,6 +39,26 @@ static void lower_values(const tp_graph *g, tp_ir *ir, int *buffer_of)
             ir->bufs[buffer_of[v]].alias_of = buffer_of[tp_graph_storage(g, g->values[v].alias_of)];
 }
 
+/* The transformer layer a module belongs to: its ancestor whose parent is
+ * the largest repeat() list, or NULL outside the layers. */
+static const tp_module *layer_of(const tp_graph *g, const tp_module *m)
+{
+    for (; m && m->parent; m = m->parent)
+        if (m->parent->kind == TP_MOD_LIST && m->parent->nkids == g->nlayers)
+            return m;
+    return NULL;
+}
+
+/* Provenance as the program keeps it: strings of the model and plan,
+ * which outlive the program. */
+static void name_provenance(const tp_graph *g, const tp_gnode *n, tp_ir_op *op)
+{
+    const tp_module *layer = layer_of(g, n->module);
+    op->module = n->module ? n->module->fqn : NULL;
+    op->entry = n->entry ? n->entry->pattern : NULL;
+    op->layer = layer ? layer->fqn : NULL;
+}
+
 static int buffer(const tp_graph *g, const int *buffer_of, int v)
 {
     return v < 0 ? -1 : buffer_of[tp_graph_resolve(g, v)];
@@ -57,6 +80,7 @@ void tp_pass_lower(const tp_graph *g, tp_ir *ir)
         if (n->removed)
             continue;
         tp_ir_op op = n->op;
+        name_provenance(g, n, &op);
         op.out = buffer(g, buffer_of, n->op.out);
         for (int k = 0; k < op.nin; k++)
             op.in[k] = buffer(g, buffer_of, n->op.in[k]);

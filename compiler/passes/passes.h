@@ -6,7 +6,7 @@
 
 #include <stdbool.h>
 #include "compiler/ir/graph.h"
-#include "compiler/ir/ir.h"
+#include "sched/program.h"
 
 typedef struct tp_passes_opts {
     bool merge;          /* -O1: merge redistributions of a tensor to one layout, drop undone ones */

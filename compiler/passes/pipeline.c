@@ -1,6 +1,6 @@
 /* pipeline.c: the passes, in the order they run (see passes.h). */
 #include <string.h>
-#include "compiler/passes/memplan.h"
+#include "sched/memplan.h"
 #include "compiler/passes/passes.h"
 
 void tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out)

@@ -24,16 +24,6 @@ double tp_ring_bytes(tp_op_kind kind, int64_t elems, size_t dsize, int64_t world
     }
 }
 
-/* The transformer layer an op belongs to: its ancestor whose parent is the
- * largest repeat() list, or NULL outside the layers. */
-static const tp_module *layer_of(const tp_ir *ir, const tp_module *m)
-{
-    for (; m && m->parent; m = m->parent)
-        if (m->parent->kind == TP_MOD_LIST && m->parent->nkids == ir->nlayers)
-            return m;
-    return NULL;
-}
-
 typedef struct comm_totals {
     int count[TP_OP_COUNT];
     double logical[TP_OP_COUNT], sent[TP_OP_COUNT];
@@ -53,7 +43,7 @@ static void totals_of(const tp_ir *ir, size_t dsize, comm_totals *t)
         t->logical[op->kind] += (double)op->elems * (double)dsize;
         t->sent[op->kind] += sent;
         t->step_sent += sent;
-        if (layer_of(ir, op->module))
+        if (op->layer)
             t->layer_sent += sent;
     }
 }
@@ -69,7 +59,7 @@ static int64_t param_bytes(const tp_ir *ir, size_t dsize)
 {
     int64_t n = 0;
     for (int i = 0; i < ir->nparams; i++)
-        n += ir->params[i].local[0] * (ir->params[i].param->rank > 1 ? ir->params[i].local[1] : 1);
+        n += ir->params[i].local[0] * (ir->params[i].rank > 1 ? ir->params[i].local[1] : 1);
     return n * (int64_t)dsize;
 }
 
@@ -190,7 +180,7 @@ static const char *human(double bytes, char *buf, size_t len)
 
 static const char *entry_name(const tp_ir_op *op)
 {
-    return op->entry ? op->entry->pattern : op->implicit ? "(implicit, DTensor)" : "(model)";
+    return op->entry ? op->entry : op->implicit ? "(implicit, DTensor)" : "(model)";
 }
 
 typedef struct entry_bytes {
@@ -206,7 +196,7 @@ static int group_by_entry(const tp_ir *ir, size_t dsize, entry_bytes **out)
     int n = 0;
     for (int i = 0; i < ir->nops; i++) {
         const tp_ir_op *op = &ir->ops[i];
-        if (op->dead || !tp_op_is_collective(op->kind) || !layer_of(ir, op->module))
+        if (op->dead || !tp_op_is_collective(op->kind) || !op->layer)
             continue;
         const char *name = entry_name(op);
         int k = 0;
@@ -270,7 +260,7 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
             int in_layers = 0;
             for (int i = 0; i < opt->nops; i++)
                 in_layers += !opt->ops[i].dead && opt->ops[i].kind == (tp_op_kind)k &&
-                             layer_of(opt, opt->ops[i].module) != NULL;
+                             opt->ops[i].layer != NULL;
             if (in_layers && tp_op_is_collective((tp_op_kind)k)) {
                 fprintf(out, "%s%g %s", first ? "" : " + ", (double)in_layers / opt->nlayers, tp_op_names[k]);
                 first = false;
@@ -300,7 +290,7 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
         fprintf(out, "  %-15s %12s %12s  %-40s %s\n", tp_op_names[op->kind],
                 human((double)op->elems * (double)ds, a, sizeof a),
                 human(tp_ring_bytes(op->kind, op->elems, ds, opt->world), b, sizeof b),
-                op->module && op->module->fqn[0] ? op->module->fqn : "(root)", entry_name(op));
+                op->module && op->module[0] ? op->module : "(root)", entry_name(op));
     }
 }
 
@@ -337,13 +327,12 @@ static void print_json(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
         const tp_ir_op *op = &opt->ops[i];
         if (op->dead || !tp_op_is_collective(op->kind))
             continue;
-        const tp_module *layer = layer_of(opt, op->module);
         json_array_append_new(list, json_pack("{s:s, s:I, s:f, s:s, s:s, s:o}", "kind", tp_op_names[op->kind],
                                               "bytes", (json_int_t)(op->elems * (int64_t)ds),
                                               "sent_bytes", tp_ring_bytes(op->kind, op->elems, ds, opt->world),
-                                              "module", op->module ? op->module->fqn : "",
+                                              "module", op->module ? op->module : "",
                                               "entry", entry_name(op),
-                                              "layer", layer ? json_string(layer->fqn) : json_null()));
+                                              "layer", op->layer ? json_string(op->layer) : json_null()));
     }
     json_object_set_new(root, "collectives", list);
     json_object_set_new(root, "totals", totals_json(&t));

@@ -4,7 +4,7 @@
 #define TPCC_REPORT_H
 
 #include <stdio.h>
-#include "compiler/ir/ir.h"
+#include "sched/program.h"
 #include "compiler/plan/plan.h"
 
 typedef enum tp_report_format { TP_REPORT_TEXT, TP_REPORT_JSON } tp_report_format;

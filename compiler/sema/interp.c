@@ -251,7 +251,7 @@ static void record_reshard(interp *I, tp_redist_kind k, tp_val *v, tp_val *r, tp
     n->op.parts = (int)I->tp;
     n->op.scale = k == TP_REDIST_LOCAL_DIVIDE ? 1.0 / (double)I->tp : 1.0;
     n->op.elems = elems(v);
-    n->op.entry = cause;
+    n->entry = cause;
     n->op.implicit = implicit;
 }
 

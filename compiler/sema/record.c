@@ -46,7 +46,10 @@ int tp_record_param(interp *I, tp_param *p)
     if (p->ir_index >= 0)
         return p->ir_index;
     tp_ir_param ip = {0};
-    ip.param = p;
+    ip.name = p->fqn;
+    ip.rank = p->rank;
+    memcpy(ip.shape, p->shape, sizeof ip.shape);
+    memcpy(ip.logical, p->logical, sizeof ip.logical);
     ip.pl = tp_placement_norm(tp_param_placement(p), p->rank);
     for (int d = 0; d < p->rank; d++)
         ip.local[d] = ip.pl.kind == TP_SHARD && ip.pl.dim == d ? p->shape[d] / I->tp : p->shape[d];
@@ -66,7 +69,7 @@ static tp_gnode *record_node(interp *I, tp_gnode_kind kind, tp_op_kind op, tp_va
     n->op.out = vout;
     for (int i = 0; i < nin; i++)
         n->op.in[n->op.nin++] = vin[i];
-    n->op.module = I->cur;
+    n->module = I->cur;
     return n;
 }
 

@@ -19,8 +19,8 @@
 #include "tests/support/process.h"
 
 extern "C" {
-#include "compiler/passes/emit.h"
-#include "compiler/passes/memplan.h"
+#include "sched/write.h"
+#include "sched/memplan.h"
 #include "sched/format.h"
 #include "sched/load.h"
 }
@@ -344,8 +344,11 @@ TEST_P(Program, ArenaDefBeforeUseAndMatchingCollectives)
     // the per-rank programs the runtime loads issue the same collectives in the same order
     TempDir dir;
     std::string path = dir.path + "/p.sched";
-    tp_schedule_meta meta = {"tpcc test", 0, TP_F32, &u.config, c.plan.c_str()};
+    int nsettings;
+    tp_setting *settings = tp_config_settings(&u.config, &nsettings);
+    tp_schedule_meta meta = {"tpcc test", 0, TP_F32, settings, nsettings, c.plan.c_str()};
     ASSERT_EQ(tp_schedule_write(ir, &meta, path.c_str(), err, sizeof err), 0) << err;
+    free(settings);
     std::vector<std::vector<std::string>> seq((size_t)c.tp);
     for (int r = 0; r < c.tp; r++) {
         tr_schedule s;

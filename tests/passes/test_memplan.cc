@@ -13,8 +13,8 @@
 #include <vector>
 
 extern "C" {
-#include "compiler/ir/ir.h"
-#include "compiler/passes/memplan.h"
+#include "sched/program.h"
+#include "sched/memplan.h"
 #include "util/xalloc.h"
 }
 

@@ -17,7 +17,7 @@
 #include "tests/support/process.h"
 
 extern "C" {
-#include "compiler/ir/ir.h"
+#include "sched/program.h"
 #include "compiler/report/report.h"
 #include "sched/format.h"
 #include "sched/load.h"

@@ -19,11 +19,11 @@
 
 extern "C" {
 #include "compiler/front/config.h"
-#include "compiler/ir/ir.h"
+#include "sched/program.h"
 #include "compiler/front/model.h"
 #include "compiler/plan/plan.h"
-#include "compiler/passes/emit.h"
-#include "compiler/passes/memplan.h"
+#include "sched/write.h"
+#include "sched/memplan.h"
 #include "sched/format.h"
 #include "util/hash.h"
 #include "util/xalloc.h"
@@ -84,28 +84,30 @@ char *dup(const char *s) { return tp_xstrdup(s); }
 // (padded 10 -> 12 rows), norm, a colwise q_proj, a view, RoPE, attention,
 // a gather, the lm_head and the vocab-parallel loss; plus a dead op.
 struct Fixture {
-    tp_module root{}, embed{}, layer{}, q_proj{}, lm_head{};
-    tp_param embed_w{}, norm_w{}, q_w{}, lm_w{};
-    tp_style embed_style{}, q_style{};
-    tp_cfg_entry items[5]{};
-    tp_config config{};
+    // modules and plan entries, as the program names them
+    const char *root = "", *embed = "model.embed_tokens", *layer = "model.layers.0.input_layernorm",
+               *q_proj = "model.layers.0.self_attn.q_proj", *lm_head = "lm_head";
+    const char *embed_style = "model.embed_tokens", *q_style = "model.layers.*.self_attn.q_proj";
+    tp_setting config[5]{};
     tp_ir ir{};
     tp_schedule_meta meta{};
 
-    static void param(tp_param &p, const char *fqn, int rank, int64_t d0, int64_t d1, int64_t l0)
-    {
-        p.fqn = const_cast<char *>(fqn);
-        p.rank = rank;
-        p.shape[0] = d0;
-        p.shape[1] = d1;
-        p.logical[0] = l0;
-        p.logical[1] = d1;
-        p.ir_index = -1;
-    }
-    int add_param(tp_param *p, tp_placement pl, int64_t l0, int64_t l1)
+    // a weight: global shape [d0, d1] (rank 1: [d0]), checkpoint rows l0, per-rank shape [local0, local1]
+    int add_param(const char *name, int rank, int64_t d0, int64_t d1, int64_t l0, tp_placement pl, int64_t local0,
+                  int64_t local1)
     {
         ir.params = (tp_ir_param *)tp_xreallocarray(ir.params, (size_t)ir.nparams + 1, sizeof *ir.params);
-        ir.params[ir.nparams] = tp_ir_param{p, pl, {l0, l1}};
+        tp_ir_param &ip = ir.params[ir.nparams];
+        ip = tp_ir_param{};
+        ip.name = name;
+        ip.rank = rank;
+        ip.shape[0] = d0;
+        ip.shape[1] = d1;
+        ip.logical[0] = l0;
+        ip.logical[1] = d1;
+        ip.pl = pl;
+        ip.local[0] = local0;
+        ip.local[1] = local1;
         return ir.nparams++;
     }
     int buf(const char *name, std::vector<int64_t> shape, tp_dtype dt = TP_F32, int alias = -1)
@@ -119,7 +121,7 @@ struct Fixture {
         b.alias_of = alias;
         return tp_ir_add_buf(&ir, &b);
     }
-    tp_ir_op &op(tp_op_kind k, std::vector<int> in, int out, const tp_module *mod, const tp_style *entry = nullptr)
+    tp_ir_op &op(tp_op_kind k, std::vector<int> in, int out, const char *mod, const char *entry = nullptr)
     {
         tp_ir_op o{};
         o.kind = k;
@@ -136,40 +138,18 @@ struct Fixture {
 
     Fixture()
     {
-        root.fqn = dup("");
-        embed.fqn = dup("model.embed_tokens");
-        layer.fqn = dup("model.layers.0.input_layernorm");
-        q_proj.fqn = dup("model.layers.0.self_attn.q_proj");
-        lm_head.fqn = dup("lm_head");
-        embed_style.pattern = dup("model.embed_tokens");
-        q_style.pattern = dup("model.layers.*.self_attn.q_proj");
-
-        param(embed_w, "model.embed_tokens.weight", 2, 12, 16, 10);
-        param(norm_w, "model.layers.0.input_layernorm.weight", 1, 16, 0, 16);
-        param(q_w, "model.layers.0.self_attn.q_proj.weight", 2, 16, 16, 16);
-        param(lm_w, "lm_head.weight", 2, 12, 16, 10);
-
-        const char *names[] = {"tp", "seq", "loss_parallel", "unused", "rope_theta"};
-        for (int i = 0; i < 5; i++) {
-            items[i].name = const_cast<char *>(names[i]);
-            items[i].state = 2;
-        }
-        items[0].value = 2;
-        items[1].value = 8;
-        items[2].value = 1;
-        items[2].is_bool = true;
-        items[3].state = 0;   // never evaluated
-        items[4].real = 500000.0;
-        items[4].is_float = true;
-        config.items = items;
-        config.count = 5;
+        config[0] = {"tp", TP_SETTING_INT, 2, 0};
+        config[1] = {"seq", TP_SETTING_INT, 8, 0};
+        config[2] = {"loss_parallel", TP_SETTING_BOOL, 1, 0};
+        config[3] = {"unused", TP_SETTING_NULL, 0, 0};   // never evaluated
+        config[4] = {"rope_theta", TP_SETTING_REAL, 0, 500000.0};
 
         ir.world = 2;
         ir.loss_buf = ir.logits_buf = -1;
-        int w_embed = add_param(&embed_w, tp_shard(0), 6, 16);
-        int w_norm = add_param(&norm_w, tp_replicate(), 16, 0);
-        int w_q = add_param(&q_w, tp_shard(0), 8, 16);
-        int w_lm = add_param(&lm_w, tp_shard(0), 6, 16);
+        int w_embed = add_param("model.embed_tokens.weight", 2, 12, 16, 10, tp_shard(0), 6, 16);
+        int w_norm = add_param("model.layers.0.input_layernorm.weight", 1, 16, 0, 16, tp_replicate(), 16, 0);
+        int w_q = add_param("model.layers.0.self_attn.q_proj.weight", 2, 16, 16, 16, tp_shard(0), 8, 16);
+        int w_lm = add_param("lm_head.weight", 2, 12, 16, 10, tp_shard(0), 6, 16);
 
         int ids = buf("input_ids", {2, 8}, TP_I32), labels = buf("labels", {2, 8}, TP_I32);
         ir.bufs[ids].input = ir.bufs[labels].input = true;
@@ -189,67 +169,67 @@ struct Fixture {
         int mx = buf("ce_max", {2, 8}), se = buf("ce_sumexp", {2, 8}), tg = buf("ce_target", {2, 8});
         int loss = buf("loss", {});
 
-        tp_ir_op *o = &op(TP_OP_POSITIONS, {}, pos, &root);
+        tp_ir_op *o = &op(TP_OP_POSITIONS, {}, pos, root);
         o->pos_chunk = 8;
-        o = &op(TP_OP_EMBEDDING, {ids}, e, &embed, &embed_style);
+        o = &op(TP_OP_EMBEDDING, {ids}, e, embed, embed_style);
         o->weight = w_embed;
         o->masked = true;
         o->vocab_local = 6;
-        o = &op(TP_OP_ALL_REDUCE, {e}, h, &embed, &embed_style);
+        o = &op(TP_OP_ALL_REDUCE, {e}, h, embed, embed_style);
         o->elems = 2 * 8 * 16;
-        o = &op(TP_OP_RMSNORM, {h}, n, &layer);
+        o = &op(TP_OP_RMSNORM, {h}, n, layer);
         o->weight = w_norm;
         o->m = 16;
         o->n = 16;
         o->eps = 1e-6;
-        o = &op(TP_OP_MATMUL, {n}, q, &q_proj, &q_style);
+        o = &op(TP_OP_MATMUL, {n}, q, q_proj, q_style);
         o->weight = w_q;
         o->m = 16;
         o->n = 8;
         o->k = 16;
-        o = &op(TP_OP_ROPE, {qv, pos}, qr, &q_proj);
+        o = &op(TP_OP_ROPE, {qv, pos}, qr, q_proj);
         o->theta = 500000.0;
         o->pos_chunk = 8;
         o->k = 4;
-        o = &op(TP_OP_ATTENTION, {qr, qr, qr}, at, &q_proj);
+        o = &op(TP_OP_ATTENTION, {qr, qr, qr}, at, q_proj);
         o->m = 2;
         o->n = 8;
         o->heads = 2;
         o->k = 4;
         o->groups = 1;
-        o = &op(TP_OP_SLICE, {n}, sl, &layer, &q_style);
+        o = &op(TP_OP_SLICE, {n}, sl, layer, q_style);
         o->dim = 1;
         o->parts = 2;
-        o = &op(TP_OP_SCALE, {n}, dead, &layer);
+        o = &op(TP_OP_SCALE, {n}, dead, layer);
         o->dead = true;
-        o = &op(TP_OP_ALL_GATHER, {n}, g, &layer, &q_style);
+        o = &op(TP_OP_ALL_GATHER, {n}, g, layer, q_style);
         o->dim = 2;
         o->elems = 2 * 8 * 16 * 2;
         o->implicit = true;
-        o = &op(TP_OP_SCALE, {g}, sc, &layer);
+        o = &op(TP_OP_SCALE, {g}, sc, layer);
         o->scale = 1.0 / 3.0;
-        o = &op(TP_OP_ADD, {sc, sl}, -1, &layer);   // keeps sl and sc read
-        o = &op(TP_OP_MATMUL, {sc}, logits, &lm_head);
+        o = &op(TP_OP_ADD, {sc, sl}, -1, layer);   // keeps sl and sc read
+        o = &op(TP_OP_MATMUL, {sc}, logits, lm_head);
         o->weight = w_lm;
         o->m = 16;
         o->n = 6;
         o->k = 16;
-        o = &op(TP_OP_CE_MAX, {logits}, mx, &root);
+        o = &op(TP_OP_CE_MAX, {logits}, mx, root);
         o->vocab_local = 6;
         o->vocab_logical = 10;
-        o = &op(TP_OP_ALL_REDUCE, {mx}, mx, &root);
+        o = &op(TP_OP_ALL_REDUCE, {mx}, mx, root);
         o->reduce_max = 1;
         o->elems = 16;
-        o = &op(TP_OP_CE_SUMEXP, {logits, mx}, se, &root);
+        o = &op(TP_OP_CE_SUMEXP, {logits, mx}, se, root);
         o->vocab_local = 6;
         o->vocab_logical = 10;
-        o = &op(TP_OP_ALL_REDUCE, {se}, se, &root);
+        o = &op(TP_OP_ALL_REDUCE, {se}, se, root);
         o->elems = 16;
-        o = &op(TP_OP_CE_TARGET, {logits, labels}, tg, &root);
+        o = &op(TP_OP_CE_TARGET, {logits, labels}, tg, root);
         o->vocab_local = 6;
-        o = &op(TP_OP_ALL_REDUCE, {tg}, tg, &root);
+        o = &op(TP_OP_ALL_REDUCE, {tg}, tg, root);
         o->elems = 16;
-        o = &op(TP_OP_CE_LOSS, {se, mx, tg}, loss, &root);
+        o = &op(TP_OP_CE_LOSS, {se, mx, tg}, loss, root);
         o->in[o->nin++] = labels;
         (void)at;
 
@@ -263,16 +243,11 @@ struct Fixture {
         meta.producer = "tpcc 0.1.0";
         meta.input_hash = tp_hash(TP_HASH_INIT, "abc", 3);
         meta.dtype = TP_F32;
-        meta.config = &config;
+        meta.config = config;
+        meta.nconfig = 5;
         meta.plan_path = "plans/tiny.plan";
     }
-    ~Fixture()
-    {
-        tp_ir_free(&ir);
-        for (char *s : {root.fqn, embed.fqn, layer.fqn, q_proj.fqn, lm_head.fqn, embed_style.pattern,
-                        q_style.pattern})
-            free(s);
-    }
+    ~Fixture() { tp_ir_free(&ir); }
     Fixture(const Fixture &) = delete;
     Fixture &operator=(const Fixture &) = delete;
 

@@ -1,4 +1,4 @@
-/* compiler/passes/emit.c: the lowered program as a versioned JSON schedule.
+/* write.c: a program as a versioned JSON schedule.
  *
  * The text is emitted directly into one growing buffer, with one buffer,
  * one weight and one op per line (keys in a fixed order, each real as the
@@ -24,10 +24,8 @@
 
 #include "util/atomic_write.h"
 #include "sched/layout.h"
-#include "compiler/front/model.h"
-#include "compiler/plan/plan.h"
-#include "compiler/passes/emit.h"
-#include "compiler/passes/memplan.h"
+#include "sched/memplan.h"
+#include "sched/write.h"
 #include "sched/format.h"
 #include "util/xalloc.h"
 
@@ -353,21 +351,21 @@ static void check_ir(writer *w)
     }
     for (int p = 0; p < ir->nparams; p++) {
         const tp_ir_param *ip = &ir->params[p];
-        if (!ip->param || ip->param->rank < 1 || ip->param->rank > 2) {
+        if (!ip->name || ip->rank < 1 || ip->rank > 2) {
             fail(w, "parameter %d has no checkpoint tensor of rank 1 or 2", p);
             continue;
         }
-        tp_placement pl = tp_placement_norm(ip->pl, ip->param->rank);
-        for (int d = 0; d < ip->param->rank; d++) {
+        tp_placement pl = tp_placement_norm(ip->pl, ip->rank);
+        for (int d = 0; d < ip->rank; d++) {
             bool sharded = pl.kind == TP_SHARD && pl.dim == d;
             int64_t want = sharded ? ip->local[d] * ir->world : ip->local[d];
-            if (ip->local[d] <= 0 || want != ip->param->shape[d])
+            if (ip->local[d] <= 0 || want != ip->shape[d])
                 fail(w, "parameter %d (%s): local size %" PRId64 " of dimension %d does not %s %" PRId64, p,
-                     ip->param->fqn, ip->local[d], d, sharded ? "split evenly into" : "equal", ip->param->shape[d]);
+                     ip->name, ip->local[d], d, sharded ? "split evenly into" : "equal", ip->shape[d]);
         }
-        if (pl.kind != TP_REPLICATE && !(pl.kind == TP_SHARD && pl.dim >= 0 && pl.dim < ip->param->rank)) {
+        if (pl.kind != TP_REPLICATE && !(pl.kind == TP_SHARD && pl.dim >= 0 && pl.dim < ip->rank)) {
             char buf[24];
-            fail(w, "parameter %d (%s) is %s; a weight is replicated or sharded", p, ip->param->fqn,
+            fail(w, "parameter %d (%s) is %s; a weight is replicated or sharded", p, ip->name,
                  tp_placement_str(pl, buf, sizeof buf));
         }
     }
@@ -400,7 +398,7 @@ static int64_t logits_vocab(const tp_ir *ir)
     for (int i = 0; i < ir->nops; i++) {
         const tp_ir_op *op = &ir->ops[i];
         if (!op->dead && op->out >= 0 && root_of(ir, op->out) == lr && op->weight >= 0)
-            return ir->params[op->weight].param->logical[0];
+            return ir->params[op->weight].logical[0];
     }
     return 0;
 }
@@ -431,37 +429,23 @@ static int64_t last_dim(const tp_ir *ir, const tp_ir_op *op)
 
 static void put_config(writer *w)
 {
-    const tp_config *c = w->meta->config;
     PUT(w, "{");
-    int n = 0;
-    for (int i = 0; c && i < c->count; i++) {
-        const tp_cfg_entry *e = &c->items[i];
-        /* jansson refused such a key, which was reported as out of memory */
-        if (!e->name || !utf8_valid((const unsigned char *)e->name, strlen(e->name)))
-            tp_out_of_memory();
-        /* A name bound twice keeps its first place and its last value, as
-         * json_object_set did. */
-        bool seen = false;
-        for (int j = 0; j < i && !seen; j++)
-            seen = strcmp(c->items[j].name, e->name) == 0;
-        if (seen)
-            continue;
-        const tp_cfg_entry *v = e;
-        for (int j = i + 1; j < c->count; j++)
-            if (c->items[j].name && strcmp(c->items[j].name, e->name) == 0)
-                v = &c->items[j];
-        if (n++)
+    for (int i = 0; i < w->meta->nconfig; i++) {
+        const tp_setting *v = &w->meta->config[i];
+        if (!v->name || !utf8_valid((const unsigned char *)v->name, strlen(v->name))) {
+            fail(w, "configuration value %d has a name that is not UTF-8", i);
+            return;
+        }
+        if (i)
             PUT(w, ", ");
-        put_escaped(w, e->name, strlen(e->name));
+        put_escaped(w, v->name, strlen(v->name));
         PUT(w, ": ");
-        if (v->state != 2)
-            PUT(w, "null");   /* never evaluated (unused) or failed */
-        else if (v->is_bool)
-            put_bool(w, v->value);
-        else if (v->is_float)
-            put_finite_real(w, v->real);   /* the evaluator keeps floats finite */
-        else
-            put_int(w, v->value);
+        switch (v->kind) {
+        case TP_SETTING_NULL: PUT(w, "null"); break;
+        case TP_SETTING_BOOL: put_bool(w, v->i); break;
+        case TP_SETTING_REAL: put_finite_real(w, v->real); break;
+        case TP_SETTING_INT: put_int(w, v->i); break;
+        }
     }
     PUT(w, "}");
 }
@@ -552,15 +536,14 @@ static void put_buffers(writer *w)
 
 static void put_weight(writer *w, const tp_ir_param *ip, int64_t rank)
 {
-    const tp_param *param = ip->param;
-    tp_placement pl = tp_placement_norm(ip->pl, param->rank);
+    tp_placement pl = tp_placement_norm(ip->pl, ip->rank);
     char buf[24];
     PUT(w, "{\"name\": ");
-    put_str(w, param->fqn);
+    put_str(w, ip->name);
     PUT(w, ", \"shape\": ");
-    put_ints(w, param->shape, param->rank);
+    put_ints(w, ip->shape, ip->rank);
     PUT(w, ", \"logical_shape\": ");
-    put_ints(w, param->logical, param->rank);
+    put_ints(w, ip->logical, ip->rank);
     PUT(w, ", \"dtype\": ");
     put_str(w, tp_dtype_name(w->meta->dtype));
     PUT(w, ", \"placement\": ");
@@ -662,11 +645,11 @@ static void put_op(writer *w, const tp_ir_op *op, int index, int64_t rank)
 
     if (op->module) {
         PUT(w, ", \"module\": ");
-        put_str(w, op->module->fqn);
+        put_str(w, op->module);
     }
-    if (op->entry && op->entry->pattern) {
+    if (op->entry) {
         PUT(w, ", \"entry\": ");
-        put_str(w, op->entry->pattern);
+        put_str(w, op->entry);
     }
     if (op->implicit)
         PUT(w, ", \"implicit\": true");

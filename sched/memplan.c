@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compiler/passes/memplan.h"
+#include "sched/memplan.h"
 #include "util/xalloc.h"
 #include "util/errmsg.h"
 

@@ -1,7 +1,7 @@
-/* ir.c: the lowered program's containers (see ir.h). */
+/* program.c: the program's containers (see program.h). */
 #include <stdlib.h>
 #include <string.h>
-#include "compiler/ir/ir.h"
+#include "sched/program.h"
 #include "util/xalloc.h"
 
 int64_t tp_ir_buf_elems(const tp_ir_buf *b)

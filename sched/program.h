@@ -1,21 +1,19 @@
-/* ir.h: the lowered program — ops and collectives on buffers, per rank.
+/* program.h: what a schedule describes, before it is written: ops and
+ * collectives on buffers, per rank.
  *
- * The symbolic forward pass (interp.c) records one SPMD program while it
- * checks the plan: every op, every layout change, each on buffers with
- * local shapes. Ranks differ only in which slice they hold, so an op
- * carries the per-rank part as a chunk index (the rank itself) and the
- * schedule writer materialises each rank's list. */
-#ifndef TPCC_IR_H
-#define TPCC_IR_H
+ * tpcc's lowering pass makes it from the global graph; the schedule
+ * writer (write.h) materialises each rank's list from it. Ranks differ only
+ * in which slice they hold, so an op carries the per-rank part as a chunk
+ * index (the rank itself). Everything here is the format's own vocabulary:
+ * names are strings, borrowed from whoever made the program (they must
+ * outlive it), so the writer needs nothing of the compiler. */
+#ifndef TP_SCHED_PROGRAM_H
+#define TP_SCHED_PROGRAM_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include "sched/layout.h"
 #include "sched/ops.h"
-
-struct tp_module;
-struct tp_style;
-struct tp_param;
 
 typedef struct tp_ir_buf {
     int rank;                  /* tensor rank */
@@ -45,14 +43,19 @@ typedef struct tp_ir_op {
     bool masked;               /* embedding: zero rows of ids outside the local range */
     double scale, eps, theta;
     int64_t elems;             /* collectives: elements of the full tensor */
-    const struct tp_module *module;   /* provenance */
-    const struct tp_style *entry;     /* the plan entry that caused it (NULL: the model) */
+    /* provenance, borrowed strings */
+    const char *module;        /* FQN of the module that ran it ("" for the root), or NULL */
+    const char *entry;         /* the plan entry that caused it, or NULL (the model) */
+    const char *layer;         /* FQN of the transformer layer it belongs to, or NULL */
     bool implicit;             /* a redistribution DTensor inserts on its own */
     bool dead;                 /* removed by optimisation */
 } tp_ir_op;
 
 typedef struct tp_ir_param {
-    const struct tp_param *param;     /* the checkpoint tensor (canonical for ties) */
+    const char *name;                 /* the checkpoint tensor (canonical for ties), borrowed */
+    int rank;
+    int64_t shape[2];                 /* global, padded where the model pads */
+    int64_t logical[2];               /* as in the checkpoint */
     tp_placement pl;                  /* Replicate or Shard(d) of the parameter */
     int64_t local[2];                 /* local shape */
 } tp_ir_param;
@@ -79,4 +82,4 @@ int64_t tp_ir_buf_elems(const tp_ir_buf *b);
  * records float32; token ids stay int32). Call before tp_memplan. */
 void tp_ir_set_dtype(tp_ir *ir, tp_dtype dtype);
 
-#endif /* TPCC_IR_H */
+#endif /* TP_SCHED_PROGRAM_H */
