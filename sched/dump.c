@@ -20,21 +20,10 @@
 #include "sched/format.h"
 #include "sched/ops.h"
 #include "util/xalloc.h"
+#include "util/errmsg.h"
 
 #define REGENERATE "regenerate it with 'tpcc PLAN -o FILE'"
 #define MAX_BODY 100   /* ops longer than this push their provenance right */
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    (void)vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- validation ---- */
 
@@ -56,7 +45,7 @@ static int check_rank(const schedule *s, json_int_t r, char *err, size_t errlen)
     const json_t *weights = json_object_get(rk, "weights"), *ops = json_object_get(rk, "ops");
     if (!json_is_object(rk) || json_integer_value(json_object_get(rk, "rank")) != r ||
         !json_is_integer(json_object_get(rk, "rank")) || !json_is_array(weights) || !json_is_array(ops)) {
-        set_err(err, errlen, "'%s' is not a valid schedule: entry %" JSON_INTEGER_FORMAT
+        tp_error(err, errlen, "'%s' is not a valid schedule: entry %" JSON_INTEGER_FORMAT
                 " of \"ranks\" is not {\"rank\": %" JSON_INTEGER_FORMAT ", \"weights\": [...], \"ops\": [...]}",
                 s->path, r, r);
         return -1;
@@ -66,7 +55,7 @@ static int check_rank(const schedule *s, json_int_t r, char *err, size_t errlen)
     const json_t *w;
     json_array_foreach(weights, i, w) {
         if (!json_is_object(w) || !json_is_string(json_object_get(w, "name"))) {
-            set_err(err, errlen, "'%s' is not a valid schedule: rank %" JSON_INTEGER_FORMAT
+            tp_error(err, errlen, "'%s' is not a valid schedule: rank %" JSON_INTEGER_FORMAT
                     " weight %zu has no name", s->path, r, i);
             return -1;
         }
@@ -92,7 +81,7 @@ static int check_rank(const schedule *s, json_int_t r, char *err, size_t errlen)
             if (!what && !is_index(b, s->nbufs))
                 what = "reads a buffer that does not exist";
         if (what) {
-            set_err(err, errlen, "'%s' is not a valid schedule: rank %" JSON_INTEGER_FORMAT " op %zu %s",
+            tp_error(err, errlen, "'%s' is not a valid schedule: rank %" JSON_INTEGER_FORMAT " op %zu %s",
                     s->path, r, i, what);
             return -1;
         }
@@ -106,7 +95,7 @@ static int load(schedule *s, const char *path, char *err, size_t errlen)
     s->path = path;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        set_err(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+        tp_error(err, errlen, "cannot read '%s': %s", path, strerror(errno));
         return -1;
     }
     json_error_t je;
@@ -115,38 +104,38 @@ static int load(schedule *s, const char *path, char *err, size_t errlen)
     fclose(f);
     if (!s->doc) {
         if (read_error)
-            set_err(err, errlen, "cannot read '%s': %s", path, je.text);
+            tp_error(err, errlen, "cannot read '%s': %s", path, je.text);
         else
-            set_err(err, errlen, "'%s' is not a valid schedule: invalid JSON at line %d, column %d: %s "
+            tp_error(err, errlen, "'%s' is not a valid schedule: invalid JSON at line %d, column %d: %s "
                     "(a truncated or corrupted file? %s)", path, je.line, je.column, je.text, REGENERATE);
         return -1;
     }
     json_t *d = s->doc;
     if (!json_is_object(d)) {
-        set_err(err, errlen, "'%s' is not a tpcc schedule: the top level is not a JSON object", path);
+        tp_error(err, errlen, "'%s' is not a tpcc schedule: the top level is not a JSON object", path);
         return -1;
     }
     const char *magic = json_string_value(json_object_get(d, "magic"));
     if (!magic || strcmp(magic, TP_SCHEDULE_MAGIC) != 0) {
-        set_err(err, errlen, "'%s' is not a tpcc schedule: \"magic\" is %s%s%s, expected \"%s\"", path,
+        tp_error(err, errlen, "'%s' is not a tpcc schedule: \"magic\" is %s%s%s, expected \"%s\"", path,
                 magic ? "\"" : "", magic ? magic : "missing", magic ? "\"" : "", TP_SCHEDULE_MAGIC);
         return -1;
     }
     const json_t *version = json_object_get(d, "format_version");
     if (!json_is_integer(version)) {
-        set_err(err, errlen, "'%s' is not a valid schedule: \"format_version\" is missing or not an integer", path);
+        tp_error(err, errlen, "'%s' is not a valid schedule: \"format_version\" is missing or not an integer", path);
         return -1;
     }
     json_int_t v = json_integer_value(version);
     if (v != TP_SCHEDULE_VERSION) {
-        set_err(err, errlen, "'%s' has schedule format version %" JSON_INTEGER_FORMAT
+        tp_error(err, errlen, "'%s' has schedule format version %" JSON_INTEGER_FORMAT
                 ", but this tpcc reads version %d only: %s", path, v, TP_SCHEDULE_VERSION,
                 v > TP_SCHEDULE_VERSION ? "use the tpcc that wrote it, or " REGENERATE : REGENERATE);
         return -1;
     }
     const json_t *world = json_object_get(d, "world_size");
     if (!json_is_integer(world) || json_integer_value(world) < 1) {
-        set_err(err, errlen, "'%s' is not a valid schedule: \"world_size\" is missing or not a positive integer",
+        tp_error(err, errlen, "'%s' is not a valid schedule: \"world_size\" is missing or not a positive integer",
                 path);
         return -1;
     }
@@ -154,12 +143,12 @@ static int load(schedule *s, const char *path, char *err, size_t errlen)
     s->buffers = json_object_get(d, "buffers");
     s->ranks = json_object_get(d, "ranks");
     if (!json_is_array(s->buffers)) {
-        set_err(err, errlen, "'%s' is not a valid schedule: \"buffers\" is missing or not a list", path);
+        tp_error(err, errlen, "'%s' is not a valid schedule: \"buffers\" is missing or not a list", path);
         return -1;
     }
     s->nbufs = (json_int_t)json_array_size(s->buffers);
     if (!json_is_array(s->ranks) || (json_int_t)json_array_size(s->ranks) != s->world) {
-        set_err(err, errlen, "'%s' is not a valid schedule: \"ranks\" does not hold one entry per rank "
+        tp_error(err, errlen, "'%s' is not a valid schedule: \"ranks\" does not hold one entry per rank "
                 "(world size %" JSON_INTEGER_FORMAT ")", path, s->world);
         return -1;
     }
@@ -442,7 +431,7 @@ int tp_schedule_dump(const char *path, int rank, FILE *out, char *err, size_t er
         return -1;
     }
     if (rank >= s.world) {
-        set_err(err, errlen, "rank %d is out of range: '%s' has world size %" JSON_INTEGER_FORMAT
+        tp_error(err, errlen, "rank %d is out of range: '%s' has world size %" JSON_INTEGER_FORMAT
                 " (ranks 0..%" JSON_INTEGER_FORMAT ")", rank, path, s.world, s.world - 1);
         json_decref(s.doc);
         return -1;

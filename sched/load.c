@@ -29,8 +29,7 @@ static int fail(loader *L, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(L->err, L->errlen, "%s: %s%s%s", L->path, L->where ? L->where : "", L->where ? ": " : "", msg);
-    return -1;
+    return tp_error(L->err, L->errlen, "%s: %s%s%s", L->path, L->where ? L->where : "", L->where ? ": " : "", msg);
 }
 
 static int get_int(loader *L, json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out)
@@ -354,6 +353,7 @@ static size_rule *const size_rules[TP_OP_COUNT] = {
 #define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
     [TP_OP_##NAME] = check_##sizes,
 #include "sched/ops.def"
+#include "util/errmsg.h"
 #undef OP
 };
 

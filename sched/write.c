@@ -71,18 +71,6 @@ typedef struct span {
 
 #define NO_HOLE SIZE_MAX
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    (void)vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static void fail(writer *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void fail(writer *w, const char *fmt, ...)
@@ -90,11 +78,9 @@ static void fail(writer *w, const char *fmt, ...)
     if (w->failed)
         return;
     w->failed = true;
-    if (!w->err || w->errlen == 0)
-        return;
     va_list ap;
     va_start(ap, fmt);
-    (void)vsnprintf(w->err, w->errlen, fmt, ap);
+    tp_verror(w->err, w->errlen, fmt, ap);
     va_end(ap);
 }
 
@@ -615,6 +601,7 @@ static void put_attrs(writer *w, const tp_ir_op *op, int index, int64_t rank)
         attrs break;
     switch (op->kind) {
 #include "sched/ops.def"
+#include "util/errmsg.h"
     case TP_OP_COUNT:
         break;
     }
@@ -833,7 +820,7 @@ static void put_document(writer *w)
 int tp_schedule_write(const tp_ir *ir, const tp_schedule_meta *meta, const char *path, char *err, size_t errlen)
 {
     if (!ir || !meta || !path || !path[0]) {
-        set_err(err, errlen, "cannot write a schedule: %s", !path || !path[0] ? "no output path" : "no program");
+        tp_error(err, errlen, "cannot write a schedule: %s", !path || !path[0] ? "no output path" : "no program");
         return -1;
     }
     writer w = {.ir = ir, .meta = meta, .err = err, .errlen = errlen};
