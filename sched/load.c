@@ -13,6 +13,7 @@
 #include "sched/format.h"
 #include "sched/load.h"
 #include "util/xalloc.h"
+#include "util/errmsg.h"
 
 typedef struct loader {
     const char *path;
@@ -353,7 +354,6 @@ static size_rule *const size_rules[TP_OP_COUNT] = {
 #define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
     [TP_OP_##NAME] = check_##sizes,
 #include "sched/ops.def"
-#include "util/errmsg.h"
 #undef OP
 };
 

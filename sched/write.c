@@ -28,6 +28,7 @@
 #include "sched/write.h"
 #include "sched/format.h"
 #include "util/xalloc.h"
+#include "util/errmsg.h"
 
 /* The text being built: like tp_buf, but with the room check inline and
  * no NUL kept after every append. */
@@ -601,7 +602,6 @@ static void put_attrs(writer *w, const tp_ir_op *op, int index, int64_t rank)
         attrs break;
     switch (op->kind) {
 #include "sched/ops.def"
-#include "util/errmsg.h"
     case TP_OP_COUNT:
         break;
     }
