@@ -92,8 +92,10 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
         return;
     tp_plan_build(&u->plan, u->plan_ast, u->plan_file, &u->model, &u->config);
     tp_check(&u->model, &u->plan, &u->config, &u->analysis);
-    tp_passes_opts passes = {opts->optimize, opts->dtype};
-    tp_passes_run(&u->analysis.graph, &passes, &u->ir);
+    if (opts->program) {
+        tp_passes_opts passes = {opts->optimize, opts->dtype};
+        tp_passes_run(&u->analysis.graph, &passes, &u->ir);
+    }
     u->built = true;
 }
 

@@ -17,6 +17,7 @@ typedef struct tp_compile_opts {
     const char *hf_config;                      /* --hf-config FILE or NULL */
     bool optimize;                              /* -O1 (merge and drop redistributions) */
     tp_dtype dtype;                             /* element type of the program (--dtype) */
+    bool program;                               /* run the passes: the per-rank program (ir) */
 } tp_compile_opts;
 
 typedef struct tp_unit {
@@ -28,7 +29,7 @@ typedef struct tp_unit {
     tp_model model;
     tp_plan plan;
     tp_analysis analysis;
-    tp_ir ir;            /* the per-rank program the passes made of analysis.graph */
+    tp_ir ir;            /* the per-rank program the passes made of analysis.graph (opts.program) */
     bool built;          /* model and plan were built (analysis and ir are valid) */
     bool io_error;       /* a file could not be read or a flag was bad: exit 2 */
 } tp_unit;

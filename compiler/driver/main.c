@@ -177,7 +177,8 @@ static int parse_args(cli *o, int argc, char **argv)
 
 static tp_compile_opts compile_opts(const cli *o, bool optimize)
 {
-    return (tp_compile_opts){o->defines, o->ndefines, o->hf, optimize, o->dtype};
+    bool program = o->mode == MODE_COMPILE || o->mode == MODE_REPORT;
+    return (tp_compile_opts){o->defines, o->ndefines, o->hf, optimize, o->dtype, program};
 }
 
 /* Render the unit's diagnostics; apply --fix. Returns the exit status. */
