@@ -279,14 +279,13 @@ static int check_positions(loader *L, const tr_schedule *s, const tr_op *op)
     return 0;
 }
 
-/* logits [batch, seq, vocab_local] and their labels to one loss. The
- * kernel reads the first batch x seq labels: a sequence shard of the
- * logits comes with all of them. */
+/* logits [batch, seq, vocab_local] and one label per position to one
+ * loss (the compiler refuses logits split over the positions). */
 static int check_cross_entropy(loader *L, const tr_schedule *s, const tr_op *op)
 {
     const tr_buf *x = &s->bufs[op->in[0]];
     if (x->rank != 3 || x->shape[2] != op->vocab_local || op->vocab_logical > op->vocab_local ||
-        elems_of(s, op->in[1]) < x->shape[0] * x->shape[1] || elems_of(s, op->out) != 1)
+        elems_of(s, op->in[1]) != x->shape[0] * x->shape[1] || elems_of(s, op->out) != 1)
         return fail(L, "expects logits [batch, seq, vocab_local], batch x seq labels and a scalar loss");
     return 0;
 }
@@ -305,7 +304,7 @@ static int check_ce_target(loader *L, const tr_schedule *s, const tr_op *op)
 {
     const tr_buf *x = &s->bufs[op->in[0]];
     int64_t tokens = x->shape[0] * x->shape[1];
-    if (x->rank != 3 || x->shape[2] != op->vocab_local || elems_of(s, op->in[1]) < tokens ||
+    if (x->rank != 3 || x->shape[2] != op->vocab_local || elems_of(s, op->in[1]) != tokens ||
         elems_of(s, op->out) != tokens)
         return fail(L, "expects logits [batch, seq, vocab_local], batch x seq labels and out [batch, seq]");
     return 0;

@@ -305,6 +305,34 @@ static void record_cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_v
     g->values[logits->gv].output = true;
 }
 
+/* Plain logits split over the batch or the positions, with the labels
+ * whole: each rank flattens its own rows against every label, which
+ * PyTorch's cross_entropy refuses ("Expected input batch_size ... to match
+ * target batch_size"). */
+static bool positions_line_up(interp *I, const tp_val *logits, const tp_val *labels, tp_span span)
+{
+    int d = shard_dim(logits), last = logits->rank - 1;
+    if (d < 0 || d == last || tp_placement_eq(labels->pl, logits->pl, labels->rank))
+        return true;
+    int64_t rows = 1, targets = 1;
+    for (int i = 0; i < last; i++)
+        rows *= tp_local_size(I, logits, i);
+    for (int i = 0; i < labels->rank; i++)
+        targets *= tp_local_size(I, labels, i);
+    char pl[24];
+    tp_diag *g = tp_finding(I, TP_ERROR, style_or(logits, span), "layout-mismatch", logits, labels,
+                            "cross_entropy() gets plain logits that are %s (dimension %d, %s, split over the ranks) "
+                            "with the whole labels: PyTorch raises 'Expected input batch_size (%lld) to match target "
+                            "batch_size (%lld)'", tp_pl_str(logits->pl, logits->rank, pl), d,
+                            logits->dimname[d][0] ? logits->dimname[d] : "?", (long long)rows, (long long)targets);
+    if (g && span.file >= 0)
+        tp_diag_note_at(g, span, "the loss is computed here");
+    if (g)
+        tp_diag_help(g, "gather the logits before the loss (output_layouts=Replicate() on the module that produces "
+                        "them), or keep them sharded on the vocabulary with loss_parallel()");
+    return false;
+}
+
 static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span span)
 {
     tp_plan *p = I->p;
@@ -343,6 +371,8 @@ static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span 
         return out;
     }
     check_whole(I, find_rule("cross_entropy"), logits, span);
+    if (!positions_line_up(I, logits, labels, span))
+        out->poisoned = true;
     record_cross_entropy(I, logits, labels, out, span);
     return out;
 }

@@ -184,12 +184,13 @@ protected:
 };
 
 // No shipped plan reshards with an all-to-all; this variant of llama-sp
-// does: lm_head's output, Shard(2) (vocab), is asked for as Shard(1)
-// (sequence). It goes through ncclSend / ncclRecv in one group.
+// does: the MLP's input, a sequence shard (Shard(1)), is asked for as a
+// feature shard (Shard(2)), which gate_proj and up_proj then gather. It
+// goes through ncclSend / ncclRecv in one group.
 std::string all_to_all_plan(const TempDir &dir)
 {
     std::string text = slurp(source_path("plans/llama-sp.plan"));
-    const std::string from = "output_layouts=Replicate()),", to = "output_layouts=Shard(1)),";
+    const std::string from = "desired_input_layouts=(Replicate(),),", to = "desired_input_layouts=(Shard(2),),";
     size_t at = text.rfind(from);
     EXPECT_NE(at, std::string::npos);
     text.replace(at, from.size(), to);
