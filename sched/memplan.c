@@ -210,10 +210,7 @@ typedef struct planner {
 static void collect(planner *P, const seglists *s, int node)
 {
     for (int e = s->head[node]; e >= 0; e = s->next[e]) {
-        if (P->nfound == P->capfound) {
-            P->capfound = P->capfound ? 2 * P->capfound : 256;
-            P->found = tp_xreallocarray(P->found, (size_t)P->capfound, sizeof *P->found);
-        }
+        P->found = tp_xgrow(P->found, P->nfound, &P->capfound, sizeof *P->found, 256);
         const group *g = &P->g[s->val[e]];
         P->found[P->nfound++] = (span_ref){g->offset, g->offset + g->size};
     }

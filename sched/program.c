@@ -21,20 +21,14 @@ void tp_ir_set_dtype(tp_ir *ir, tp_dtype dtype)
 
 int tp_ir_add_buf(tp_ir *ir, const tp_ir_buf *b)
 {
-    if (ir->nbufs == ir->capbufs) {
-        ir->capbufs = ir->capbufs ? 2 * ir->capbufs : 1024;
-        ir->bufs = tp_xreallocarray(ir->bufs, (size_t)ir->capbufs, sizeof *ir->bufs);
-    }
+    ir->bufs = tp_xgrow(ir->bufs, ir->nbufs, &ir->capbufs, sizeof *ir->bufs, 1024);
     ir->bufs[ir->nbufs] = *b;
     return ir->nbufs++;
 }
 
 int tp_ir_add_op(tp_ir *ir, const tp_ir_op *op)
 {
-    if (ir->nops == ir->capops) {
-        ir->capops = ir->capops ? 2 * ir->capops : 1024;
-        ir->ops = tp_xreallocarray(ir->ops, (size_t)ir->capops, sizeof *ir->ops);
-    }
+    ir->ops = tp_xgrow(ir->ops, ir->nops, &ir->capops, sizeof *ir->ops, 1024);
     ir->ops[ir->nops] = *op;
     return ir->nops++;
 }

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,6 +65,16 @@ void *tp_xreallocarray(void *p, size_t count, size_t size)
     if (size && count > SIZE_MAX / size)
         tp_out_of_memory();
     return tp_xrealloc(p, count * size);
+}
+
+void *tp_xgrow(void *p, int count, int *cap, size_t size, int first)
+{
+    if (count < *cap)
+        return p;
+    if (*cap > INT_MAX / 2)
+        tp_out_of_memory();
+    *cap = *cap ? 2 * *cap : first;
+    return tp_xreallocarray(p, (size_t)*cap, size);
 }
 
 char *tp_xstrdup(const char *s)

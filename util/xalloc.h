@@ -20,6 +20,10 @@ void *tp_xcalloc(size_t count, size_t size);
 void *tp_xrealloc(void *p, size_t size);
 /* realloc for arrays: checks count * size for overflow. */
 void *tp_xreallocarray(void *p, size_t count, size_t size);
+/* A growable array of `count` elements of `size` bytes with capacity
+ * *cap: room for one more, doubling the capacity (from `first`) when it is
+ * full. Returns the array, moved if it grew. */
+void *tp_xgrow(void *p, int count, int *cap, size_t size, int first);
 char *tp_xstrdup(const char *s);
 /* A NUL-terminated copy of at most the first n bytes of s (stops early
  * at a NUL in s). */

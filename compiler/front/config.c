@@ -41,10 +41,7 @@ static tp_cfg_entry *bind(tp_config *c, const char *name)
     tp_cfg_entry *e = find(c, name);
     if (e)
         return e;
-    if (c->count == c->cap) {
-        c->cap = c->cap ? 2 * c->cap : 32;
-        c->items = tp_xrealloc(c->items, (size_t)c->cap * sizeof *c->items);
-    }
+    c->items = tp_xgrow(c->items, c->count, &c->cap, sizeof *c->items, 32);
     e = &c->items[c->count++];
     memset(e, 0, sizeof *e);
     e->name = tp_xstrdup(name);

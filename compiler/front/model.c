@@ -52,10 +52,7 @@ const tp_node *tp_model_def(const tp_model *m, const char *type)
 
 static void register_module(tp_model *m, tp_module *mod)
 {
-    if (m->count == m->cap) {
-        m->cap = m->cap ? 2 * m->cap : 256;
-        m->all = tp_xrealloc(m->all, (size_t)m->cap * sizeof *m->all);
-    }
+    m->all = tp_xgrow(m->all, m->count, &m->cap, sizeof *m->all, 256);
     mod->index = m->count;
     m->all[m->count++] = mod;
 }

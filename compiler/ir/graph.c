@@ -23,30 +23,21 @@ void tp_graph_free(tp_graph *g)
 
 int tp_graph_add_value(tp_graph *g, const tp_gvalue *v)
 {
-    if (g->nvalues == g->capvalues) {
-        g->capvalues = g->capvalues ? 2 * g->capvalues : 1024;
-        g->values = tp_xreallocarray(g->values, (size_t)g->capvalues, sizeof *g->values);
-    }
+    g->values = tp_xgrow(g->values, g->nvalues, &g->capvalues, sizeof *g->values, 1024);
     g->values[g->nvalues] = *v;
     return g->nvalues++;
 }
 
 int tp_graph_add_param(tp_graph *g, const tp_ir_param *p)
 {
-    if (g->nparams == g->capparams) {
-        g->capparams = g->capparams ? 2 * g->capparams : 256;
-        g->params = tp_xreallocarray(g->params, (size_t)g->capparams, sizeof *g->params);
-    }
+    g->params = tp_xgrow(g->params, g->nparams, &g->capparams, sizeof *g->params, 256);
     g->params[g->nparams] = *p;
     return g->nparams++;
 }
 
 tp_gnode *tp_graph_add_node(tp_graph *g, tp_gnode_kind kind, tp_op_kind op)
 {
-    if (g->nnodes == g->capnodes) {
-        g->capnodes = g->capnodes ? 2 * g->capnodes : 1024;
-        g->nodes = tp_xreallocarray(g->nodes, (size_t)g->capnodes, sizeof *g->nodes);
-    }
+    g->nodes = tp_xgrow(g->nodes, g->nnodes, &g->capnodes, sizeof *g->nodes, 1024);
     tp_gnode *n = &g->nodes[g->nnodes++];
     memset(n, 0, sizeof *n);
     n->kind = kind;

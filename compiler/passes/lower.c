@@ -69,10 +69,7 @@ void tp_pass_lower(const tp_graph *g, tp_ir *ir)
     int *buffer_of = tp_xmalloc(((size_t)g->nvalues + 1) * sizeof *buffer_of);
     lower_values(g, ir, buffer_of);
     for (int i = 0; i < g->nparams; i++) {
-        if (ir->nparams == ir->capparams) {
-            ir->capparams = ir->capparams ? 2 * ir->capparams : 256;
-            ir->params = tp_xreallocarray(ir->params, (size_t)ir->capparams, sizeof *ir->params);
-        }
+        ir->params = tp_xgrow(ir->params, ir->nparams, &ir->capparams, sizeof *ir->params, 256);
         ir->params[ir->nparams++] = g->params[i];
     }
     for (int i = 0; i < g->nnodes; i++) {

@@ -35,10 +35,7 @@ tp_val *tp_val_new(interp *I, int rank, const int64_t *shape, const char *const 
     v->gather_comm = -1;
     v->gv = -1;
     v->span = TP_NO_SPAN;
-    if (I->nvals == I->capvals) {
-        I->capvals = I->capvals ? 2 * I->capvals : 1024;
-        I->vals = tp_xrealloc(I->vals, (size_t)I->capvals * sizeof *I->vals);
-    }
+    I->vals = tp_xgrow(I->vals, I->nvals, &I->capvals, sizeof *I->vals, 1024);
     I->vals[I->nvals++] = v;
     return v;
 }
@@ -109,10 +106,7 @@ tp_diag *tp_finding(interp *I, tp_diag_level lvl, tp_span span, const char *chec
     va_end(ap);
     tp_diag *g = tp_diag_add(I->d, lvl, span, check, "%s", msg);
     free(msg);
-    if (I->nseen == I->capseen) {
-        I->capseen = I->capseen ? 2 * I->capseen : 32;
-        I->seen = tp_xrealloc(I->seen, (size_t)I->capseen * sizeof *I->seen);
-    }
+    I->seen = tp_xgrow(I->seen, I->nseen, &I->capseen, sizeof *I->seen, 32);
     I->seen[I->nseen++] = (seen_diag){check, span.file, span.offset, I->d->count - 1, 0, NULL, NULL};
     return g;
 }
@@ -139,10 +133,7 @@ void tp_findings_finish(interp *I)
 int tp_record_comm(interp *I, tp_redist_record c)
 {
     tp_analysis *a = I->a;
-    if (a->ncomms == a->capcomms) {
-        a->capcomms = a->capcomms ? 2 * a->capcomms : 256;
-        a->comms = tp_xrealloc(a->comms, (size_t)a->capcomms * sizeof *a->comms);
-    }
+    a->comms = tp_xgrow(a->comms, a->ncomms, &a->capcomms, sizeof *a->comms, 256);
     a->comms[a->ncomms] = c;
     return a->ncomms++;
 }
@@ -320,10 +311,7 @@ tp_val *tp_redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *c
 int tp_record_boundary(interp *I, tp_module *mod, char *inputs)
 {
     tp_analysis *a = I->a;
-    if (a->nrows == a->caprows) {
-        a->caprows = a->caprows ? 2 * a->caprows : 256;
-        a->rows = tp_xrealloc(a->rows, (size_t)a->caprows * sizeof *a->rows);
-    }
+    a->rows = tp_xgrow(a->rows, a->nrows, &a->caprows, sizeof *a->rows, 256);
     a->rows[a->nrows] = (tp_boundary){tp_xstrdup(mod->fqn[0] ? mod->fqn : "(root)"), tp_xstrdup(mod->type),
                                       mod->style, inputs, NULL};
     return a->nrows++;
