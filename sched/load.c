@@ -239,6 +239,9 @@ static int check_rope(loader *L, const tr_schedule *s, const tr_op *op)
 {
     if (s->bufs[op->in[0]].rank != 4 || elems_of(s, op->out) != elems_of(s, op->in[0]))
         return fail(L, "expects a [batch, seq, heads, head_dim] buffer");
+    const char *why = tp_rope_scaling_invalid(&op->rope);
+    if (why)
+        return fail(L, "scaling \"%s\": %s", tp_rope_type_name(op->rope.type), why);
     return 0;
 }
 
@@ -443,6 +446,11 @@ static int read_attr(loader *L, json_t *o, const tp_op_attr *a, tr_op *op)
         if (!r || (strcmp(r, "sum") && strcmp(r, "max")))
             return fail(L, "'%s' must be \"sum\" or \"max\"", a->key);
         *(int *)field = !strcmp(r, "max");
+        break;
+    case TP_ATTR_ROPE_TYPE:
+        if (!r || tp_rope_type_parse(r) < 0)
+            return fail(L, "'%s' must be \"default\", \"linear\", \"dynamic\" or \"llama3\"", a->key);
+        *(tp_rope_type *)field = (tp_rope_type)tp_rope_type_parse(r);
         break;
     }
     return 0;

@@ -33,6 +33,7 @@ const char *const tp_op_names[TP_OP_COUNT] = {
 #define STORED_REAL double
 #define STORED_BOOL bool
 #define STORED_REDUCE int
+#define STORED_ROPE_TYPE tp_rope_type
 #define ATTR(key, type, field, value) \
     _Static_assert(_Generic(((tr_op *)0)->field, STORED_##type: 1, default: 0), "tr_op." #field " is not a " #type);
 #define TR_OP_INPUTS ((int)(sizeof ((tr_op *)0)->in / sizeof *((tr_op *)0)->in))

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include "sched/rope.h"
 
 typedef enum tp_dtype { TP_F32, TP_BF16, TP_I32 } tp_dtype;
 
@@ -27,6 +28,7 @@ typedef enum tp_attr_type {
     TP_ATTR_REAL,      /* double */
     TP_ATTR_BOOL,      /* bool */
     TP_ATTR_REDUCE,    /* int: "sum" is 0, "max" is 1 */
+    TP_ATTR_ROPE_TYPE, /* tp_rope_type: "default", "linear", "dynamic", "llama3" */
 } tp_attr_type;
 
 typedef struct tp_op_attr {

@@ -42,6 +42,7 @@ typedef struct tp_ir_op {
     int64_t pos_chunk;         /* rope / positions: offset = rank * pos_chunk */
     bool masked;               /* embedding: zero rows of ids outside the local range */
     double scale, eps, theta;
+    tp_rope_scaling rope;      /* rope: the frequency scaling */
     int64_t elems;             /* collectives: elements of the full tensor */
     /* provenance, borrowed strings */
     const char *module;        /* FQN of the module that ran it ("" for the root), or NULL */

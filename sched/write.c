@@ -432,6 +432,7 @@ static void put_config(writer *w)
         case TP_SETTING_BOOL: put_bool(w, v->i); break;
         case TP_SETTING_REAL: put_finite_real(w, v->real); break;
         case TP_SETTING_INT: put_int(w, v->i); break;
+        case TP_SETTING_STR: put_str(w, v->str); break;
         }
     }
     PUT(w, "}");
@@ -586,6 +587,7 @@ static int64_t kv_heads(writer *w, const tp_ir_op *op, int index)
 #define PUT_VALUE_REAL(w, v, key, index) put_real((w), (v), (key), (index))
 #define PUT_VALUE_BOOL(w, v, key, index) put_bool((w), (v))
 #define PUT_VALUE_REDUCE(w, v, key, index) put_str((w), (v) ? "max" : "sum")
+#define PUT_VALUE_ROPE_TYPE(w, v, key, index) put_str((w), tp_rope_type_name(v))
 
 /* The kind's attributes, as sched/ops.def lists them: each key with the
  * value the table gives for the IR op. */

@@ -9,12 +9,13 @@
 #include "sched/program.h"
 
 /* One resolved configuration value, recorded in the schedule's "config". */
-typedef enum tp_setting_kind { TP_SETTING_NULL, TP_SETTING_INT, TP_SETTING_BOOL, TP_SETTING_REAL } tp_setting_kind;
+typedef enum tp_setting_kind { TP_SETTING_NULL, TP_SETTING_INT, TP_SETTING_BOOL, TP_SETTING_REAL, TP_SETTING_STR } tp_setting_kind;
 typedef struct tp_setting {
     const char *name;           /* borrowed */
     tp_setting_kind kind;       /* NULL: never evaluated, or failed */
     int64_t i;                  /* INT, BOOL (0 or 1) */
     double real;                /* REAL (finite) */
+    const char *str;            /* STR, borrowed */
 } tp_setting;
 
 typedef struct tp_schedule_meta {

@@ -212,7 +212,7 @@ static uint64_t input_hash(tp_unit *u, const cli *o)
         tp_cfg_value v = {0};
         tp_config_value(&u->config, u->config.items[i].name, TP_NO_SPAN, &v);
         h = tp_hash(h, u->config.items[i].name, strlen(u->config.items[i].name));
-        h = v.is_float ? tp_hash(h, &v.f, sizeof v.f) : tp_hash(h, &v.i, sizeof v.i);
+        h = v.s ? tp_hash(h, v.s, strlen(v.s)) : v.is_float ? tp_hash(h, &v.f, sizeof v.f) : tp_hash(h, &v.i, sizeof v.i);
     }
     int flags[2] = {(int)o->dtype, o->optimize};
     return tp_hash(h, flags, sizeof flags);

@@ -84,8 +84,9 @@ void tp_config_bind_block(tp_config *c, const tp_node *block, tp_cfg_origin orig
     }
 }
 
-static tp_cfg_value int_value(int64_t i) { return (tp_cfg_value){false, i, 0}; }
-static tp_cfg_value float_value(double f) { return (tp_cfg_value){true, 0, f}; }
+static tp_cfg_value int_value(int64_t i) { return (tp_cfg_value){false, i, 0, NULL}; }
+static tp_cfg_value float_value(double f) { return (tp_cfg_value){true, 0, f, NULL}; }
+static tp_cfg_value string_value(const char *s) { return (tp_cfg_value){false, 0, 0, s}; }
 static bool truthy(tp_cfg_value v) { return v.is_float ? v.f != 0 : v.i != 0; }
 
 /* A float as -D writes it: the model language's form without digit groups
@@ -144,11 +145,12 @@ static void store(tp_cfg_entry *e, tp_cfg_value v)
     e->is_float = v.is_float;
     e->value = v.i;
     e->real = v.f;
+    e->str = v.s;
 }
 
 static tp_cfg_value stored(const tp_cfg_entry *e)
 {
-    return e->is_float ? float_value(e->real) : int_value(e->value);
+    return e->str ? string_value(e->str) : e->is_float ? float_value(e->real) : int_value(e->value);
 }
 
 int tp_config_override(tp_config *c, const char *assignment, char *err, size_t errlen)
@@ -256,6 +258,20 @@ static void report_float(tp_config *c, tp_span at, const char *what, double f, c
         tp_diag_note_at(g, e->span, "'%s' is defined here", what);
 }
 
+/* "'kind' is "llama", a string ("model_type" of config.json); <need>",
+ * naming the config.json key when the string came from one. */
+static bool report_string(tp_config *c, tp_span at, const char *what, const char *s, const char *need)
+{
+    const tp_cfg_entry *e = find(c, what);
+    const char *key = e ? hf_key(e->expr) : NULL;
+    if (key && c->hf_json)
+        tp_diag_add(c->diags, TP_ERROR, at, "config", "'%s' is \"%s\", a string (\"%s\" of %s); %s", what, s, key,
+                    c->hf_path, need);
+    else
+        tp_diag_add(c->diags, TP_ERROR, at, "config", "'%s' is \"%s\", a string; %s", what, s, need);
+    return false;
+}
+
 /* Expression e evaluated to the float f where `role` needs an integer. */
 static bool reject_float(tp_config *c, const tp_node *e, double f, const char *role)
 {
@@ -270,6 +286,8 @@ bool tp_config_get(tp_config *c, const char *name, tp_span use, int64_t *out)
     tp_cfg_value v;
     if (!tp_config_value(c, name, use, &v))
         return false;
+    if (v.s)
+        return report_string(c, use.file >= 0 ? use : find(c, name)->span, name, v.s, "it must be an integer");
     if (v.is_float) {
         report_float(c, use.file >= 0 ? use : find(c, name)->span, name, v.f, "it");
         return false;
@@ -284,11 +302,24 @@ static bool err_at(tp_config *c, const tp_node *e, const char *msg)
     return false;
 }
 
+/* A number or boolean: a string takes part in no arithmetic. */
+static bool eval_number(tp_config *c, const tp_node *e, tp_cfg_value *out)
+{
+    if (!tp_eval_value(c, e, out))
+        return false;
+    if (!out->s)
+        return true;
+    char *text = tp_expr_text(e);
+    report_string(c, e->span, text, out->s, "a number is needed here");
+    free(text);
+    return false;
+}
+
 /* An integer where `role` ("a size", "it") must be one. */
 static bool eval_integer(tp_config *c, const tp_node *e, const char *role, int64_t *out)
 {
     tp_cfg_value v;
-    if (!tp_eval_value(c, e, &v))
+    if (!eval_number(c, e, &v))
         return false;
     if (v.is_float)
         return reject_float(c, e, v.f, role);
@@ -315,24 +346,39 @@ bool tp_eval_size(tp_config *c, const tp_node *e, int64_t *out)
     return true;
 }
 
+/* The value at a dotted key ("rope_scaling.factor": member factor of
+ * object rope_scaling) of --hf-config; NULL when a step is missing or
+ * null (HF's rope_scaling: null), or is no object. */
+static json_t *hf_lookup(const tp_config *c, const char *key)
+{
+    json_t *v = (json_t *)c->hf_json;
+    char *path = tp_xstrdup(key), *rest = path;
+    for (char *step = strsep(&rest, "."); v && step; step = strsep(&rest, "."))
+        v = json_is_object(v) ? json_object_get(v, step) : NULL;
+    free(path);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
 /* hf("key", default): the value of key in --hf-config, else default. A
  * JSON integer stays an integer and a real is a float: a float context
  * takes either (rope_theta 10000 is 10000.0), an integer context rejects
- * the float where it is used. */
+ * the float where it is used. A string stays a string, for the arguments
+ * that name a choice (rope's scaling). */
 static bool eval_hf(tp_config *c, const tp_node *call, tp_cfg_value *out)
 {
     if (call->nkids != 3 || call->kids[1]->name || call->kids[2]->name ||
         call->kids[1]->kids[0]->kind != N_STR)
         return err_at(c, call, "hf() takes a key string and a default: hf(\"hidden_size\", 4096)");
     const char *key = call->kids[1]->kids[0]->str;
-    json_t *v = c->hf_json ? json_object_get((json_t *)c->hf_json, key) : NULL;
-    if (!v || json_is_null(v))
+    json_t *v = hf_lookup(c, key);
+    if (!v)
         return tp_eval_value(c, call->kids[2]->kids[0], out);
     if (json_is_integer(v)) { *out = int_value(json_integer_value(v)); return true; }
     if (json_is_real(v)) { *out = float_value(json_real_value(v)); return true; }
     if (json_is_boolean(v)) { *out = int_value(json_is_true(v)); return true; }
+    if (json_is_string(v)) { *out = string_value(json_string_value(v)); return true; }
     tp_diag_add(c->diags, TP_ERROR, call->span, "config",
-                "%s: \"%s\" must be a number or a boolean", c->hf_path, key);
+                "%s: \"%s\" must be a number, a boolean or a string", c->hf_path, key);
     return false;
 }
 
@@ -369,7 +415,7 @@ static bool eval_call(tp_config *c, const tp_node *e, tp_cfg_value *out)
     if (e->nkids != 3)
         return err_at(c, e, "expected two arguments");
     for (int i = 0; i < 2; i++)
-        if (!tp_eval_value(c, e->kids[i + 1]->kids[0], &a[i]))
+        if (!eval_number(c, e->kids[i + 1]->kids[0], &a[i]))
             return false;
     if (!strcmp(callee->name, "min")) { *out = min_max(a[0], a[1], false); return true; }
     if (!strcmp(callee->name, "max")) { *out = min_max(a[0], a[1], true); return true; }
@@ -429,11 +475,11 @@ static bool float_binop(tp_config *c, const tp_node *e, double a, double b, doub
 static bool eval_binop(tp_config *c, const tp_node *e, tp_cfg_value *out)
 {
     tp_cfg_value a, b;
-    if (!tp_eval_value(c, e->kids[0], &a))
+    if (!eval_number(c, e->kids[0], &a))
         return false;
     if (e->op == 'A' && !truthy(a)) { *out = int_value(0); return true; }   /* short-circuit and/or */
     if (e->op == 'O' && truthy(a)) { *out = int_value(1); return true; }
-    if (!tp_eval_value(c, e->kids[1], &b))
+    if (!eval_number(c, e->kids[1], &b))
         return false;
     if (e->op == 'A' || e->op == 'O') { *out = int_value(truthy(b)); return true; }
     /* // and % compute sizes and padding, where a float is a mistake */
@@ -450,7 +496,7 @@ static bool eval_binop(tp_config *c, const tp_node *e, tp_cfg_value *out)
 
 static bool eval_neg(tp_config *c, const tp_node *e, tp_cfg_value *out)
 {
-    if (!tp_eval_value(c, e->kids[0], out))
+    if (!eval_number(c, e->kids[0], out))
         return false;
     if (out->is_float) {
         out->f = -out->f;
@@ -469,20 +515,21 @@ bool tp_eval_value(tp_config *c, const tp_node *e, tp_cfg_value *out)
     case N_FLOAT: *out = float_value(e->fval); return true;
     case N_TRUE: *out = int_value(1); return true;
     case N_FALSE: *out = int_value(0); return true;
+    case N_STR: *out = string_value(e->str); return true;
     case N_NAME: return tp_config_value(c, e->name, e->span, out);
     case N_NEG: return eval_neg(c, e, out);
     case N_NOT:
-        if (!tp_eval_value(c, e->kids[0], out)) return false;
+        if (!eval_number(c, e->kids[0], out)) return false;
         *out = int_value(!truthy(*out));
         return true;
     case N_COND: {
         tp_cfg_value cond;
-        if (!tp_eval_value(c, e->kids[1], &cond)) return false;
+        if (!eval_number(c, e->kids[1], &cond)) return false;
         return tp_eval_value(c, e->kids[truthy(cond) ? 0 : 2], out);
     }
     case N_BINOP: return eval_binop(c, e, out);
     case N_CALL: return eval_call(c, e, out);
-    default: return err_at(c, e, "expected a number or boolean expression");
+    default: return err_at(c, e, "expected a number, boolean or string expression");
     }
 }
 
@@ -533,6 +580,8 @@ tp_setting *tp_config_settings(const tp_config *c, int *n)
             o->kind = TP_SETTING_NULL;
         else if (v->is_bool)
             o->kind = TP_SETTING_BOOL, o->i = v->value;
+        else if (v->str)
+            o->kind = TP_SETTING_STR, o->str = v->str;
         else if (v->is_float)
             o->kind = TP_SETTING_REAL, o->real = v->real;
         else

@@ -19,13 +19,16 @@ typedef enum tp_cfg_origin {
     TP_CFG_CMDLINE,    /* -D name=value */
 } tp_cfg_origin;
 
-/* A value: an integer (booleans are the integers 0 and 1) or a float.
- * Floats are finite: literals and arithmetic that leave a double's range
- * are errors. */
+/* A value: an integer (booleans are the integers 0 and 1), a float or a
+ * string. Floats are finite: literals and arithmetic that leave a double's
+ * range are errors. Strings (a literal, or a JSON string of --hf-config,
+ * such as rope_scaling.rope_type) take part in no arithmetic: only an
+ * argument that names a choice reads one. */
 typedef struct tp_cfg_value {
     bool is_float;
-    int64_t i;                /* when !is_float */
+    int64_t i;                /* when !is_float and !s */
     double f;                 /* when is_float */
+    const char *s;            /* a string, borrowed from the model text or the config.json; else NULL */
 } tp_cfg_value;
 
 /* A value as a double, for float contexts (eps, theta): an integer is
@@ -39,6 +42,7 @@ typedef struct tp_cfg_entry {
     double real;              /* floats */
     bool is_bool;             /* written True or False: the schedule records true/false */
     bool is_float;
+    const char *str;          /* strings (borrowed) */
     tp_span span;             /* where it was defined */
     tp_cfg_origin origin;
     int state;                /* 0 = not evaluated, 1 = evaluating (cycle guard), 2 = done, 3 = failed */

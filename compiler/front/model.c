@@ -147,6 +147,11 @@ static bool norm_eps(builder *b, const tp_node *ctor, const leaf_type *lt, doubl
         return true;
     if (!tp_eval_value(b->c, e, &v))
         return false;
+    if (v.s) {
+        tp_diag_add(b->d, TP_ERROR, e->span, "model", "%s() eps is the string \"%s\"; it must be a number",
+                    lt->name, v.s);
+        return false;
+    }
     *out = tp_cfg_real(v);
     if (*out < 0) {
         char *t = tp_expr_text(e);

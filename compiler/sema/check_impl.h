@@ -33,13 +33,14 @@ typedef struct tp_val {
 
 /* Interpreter values: tensors, modules, integers (booleans too), floats,
  * None. */
-typedef enum { IV_NONE, IV_TENSOR, IV_MODULE, IV_INT, IV_FLOAT } iv_kind;
+typedef enum { IV_NONE, IV_TENSOR, IV_MODULE, IV_INT, IV_FLOAT, IV_STR } iv_kind;
 typedef struct iv {
     iv_kind kind;
     tp_val *t;
     tp_module *mod;
     int64_t i;
     double f;
+    const char *s;         /* IV_STR, borrowed from the configuration */
 } iv;
 
 typedef struct seen_diag {

@@ -364,7 +364,7 @@ static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwn
                       const tp_node *site);
 static iv eval(interp *I, frame *f, const tp_node *e);
 
-static const iv none_iv = {IV_NONE, NULL, NULL, 0, 0};
+static const iv none_iv = {IV_NONE, NULL, NULL, 0, 0, NULL};
 
 static iv fail(interp *I, const tp_node *e, const char *msg)
 {
@@ -376,7 +376,9 @@ static iv fail(interp *I, const tp_node *e, const char *msg)
 /* A configuration value or literal as an interpreter value. */
 static iv number_iv(tp_cfg_value v)
 {
-    return v.is_float ? (iv){IV_FLOAT, NULL, NULL, 0, v.f} : (iv){IV_INT, NULL, NULL, v.i, 0};
+    if (v.s)
+        return (iv){IV_STR, NULL, NULL, 0, 0, v.s};
+    return v.is_float ? (iv){IV_FLOAT, NULL, NULL, 0, v.f, NULL} : (iv){IV_INT, NULL, NULL, v.i, 0, NULL};
 }
 
 static tp_module *member(const tp_module *mod, const char *name)
@@ -435,7 +437,7 @@ static iv eval(interp *I, frame *f, const tp_node *e)
             return v;
         tp_module *sub = member(f->mod, e->name);
         if (sub)
-            return (iv){IV_MODULE, NULL, sub, 0, 0};
+            return (iv){IV_MODULE, NULL, sub, 0, 0, NULL};
         if (tp_config_has(I->c, e->name)) {
             tp_cfg_value x;
             if (!tp_config_value(I->c, e->name, e->span, &x)) { I->stop = true; return none_iv; }
@@ -445,7 +447,7 @@ static iv eval(interp *I, frame *f, const tp_node *e)
         I->stop = true;
         return none_iv;
     }
-    case N_INT: case N_FLOAT: case N_TRUE: case N_FALSE: case N_BINOP: case N_NEG:
+    case N_INT: case N_FLOAT: case N_TRUE: case N_FALSE: case N_STR: case N_BINOP: case N_NEG:
         if (e->kind == N_BINOP) {
             iv a = eval(I, f, e->kids[0]);
             if (a.kind == IV_TENSOR) {
@@ -526,7 +528,7 @@ static char *describe_ivs(iv *v, int n, char **kwnames, iv *kw, int nkw)
             tp_buf_append(&b, d);
             free(d);
         } else {
-            tp_buf_append(&b, x.kind == IV_INT ? "int" : x.kind == IV_FLOAT ? "float" : "None");
+            tp_buf_append(&b, x.kind == IV_INT ? "int" : x.kind == IV_FLOAT ? "float" : x.kind == IV_STR ? "str" : "None");
         }
     }
     return tp_buf_take(&b);
@@ -620,7 +622,7 @@ static bool make_inputs(interp *I, const tp_node *def, iv *args, int *nargs)
         v->span = prm->span;
         int gv = tp_record_value(I, v, prm->name);     /* may move graph.values */
         I->a->graph.values[gv].input = true;
-        args[(*nargs)++] = (iv){IV_TENSOR, v, NULL, 0, 0};
+        args[(*nargs)++] = (iv){IV_TENSOR, v, NULL, 0, 0, NULL};
     }
     return true;
 }

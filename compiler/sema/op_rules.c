@@ -24,7 +24,8 @@ typedef struct op_rule {
     const char *const *keywords;   /* keyword arguments it takes; NULL: none */
 } op_rule;
 
-static const char *const rope_kw[] = {"theta", NULL};
+static const char *const rope_kw[] = {"theta", "scaling", "factor", "low_freq_factor", "high_freq_factor",
+                                      "original_max_position_embeddings", NULL};
 static const char *const attention_kw[] = {"causal", NULL};
 
 /* rope() without theta=: Hugging Face's default rope_theta (LlamaConfig,
@@ -61,9 +62,9 @@ static const op_rule *find_rule(const char *name)
 
 bool tp_op_is_primitive(const char *name) { return find_rule(name) != NULL; }
 
-static const iv none_iv = {IV_NONE, NULL, NULL, 0, 0};
+static const iv none_iv = {IV_NONE, NULL, NULL, 0, 0, NULL};
 
-static iv tensor_iv(tp_val *v) { return (iv){IV_TENSOR, v, NULL, 0, 0}; }
+static iv tensor_iv(tp_val *v) { return (iv){IV_TENSOR, v, NULL, 0, 0, NULL}; }
 
 static int shard_dim(const tp_val *v)
 {
@@ -438,6 +439,59 @@ static bool positive_kwarg(interp *I, const tp_node *call, const char *op, const
     return true;
 }
 
+/* The keyword argument named kw, or NULL. */
+static const iv *kwarg(const char *kw, char **kwnames, const iv *kwargs, int nkw)
+{
+    for (int k = 0; k < nkw; k++)
+        if (!strcmp(kwnames[k], kw))
+            return &kwargs[k];
+    return NULL;
+}
+
+static bool rope_error(interp *I, const tp_node *call, const char *kw, const char *fmt, const char *arg)
+{
+    const tp_node *at = kw ? tp_call_kw_arg(call, kw) : call;
+    tp_diag_add(I->d, TP_ERROR, at ? at->span : call->span, "model", fmt, arg);
+    I->stop = true;
+    return false;
+}
+
+/* rope(x, theta=, scaling=, factor=, low_freq_factor=, high_freq_factor=,
+ * original_max_position_embeddings=): Hugging Face's rope_scaling, its
+ * type a string ("default" when absent). A type tpcc does not compute
+ * (yarn, longrope, ...) is an error: ignoring it would change the logits. */
+static bool rope_scaling_kwargs(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw,
+                                tp_rope_scaling *r)
+{
+    *r = (tp_rope_scaling){TP_ROPE_DEFAULT, 1.0, 1.0, 4.0, 0};
+    const iv *type = kwarg("scaling", kwnames, kwargs, nkw);
+    if (type && type->kind != IV_STR)
+        return rope_error(I, call, "scaling", "rope(): %s must be a string, such as \"llama3\"", "scaling");
+    if (type) {
+        int t = tp_rope_type_parse(type->s);
+        if (t < 0)
+            return rope_error(I, call, "scaling",
+                              "rope(): RoPE scaling \"%s\" is not supported (tpcc computes default, linear, "
+                              "dynamic and llama3)", type->s);
+        r->type = (tp_rope_type)t;
+    }
+    double max_positions = 0;
+    if (!positive_kwarg(I, call, "rope", "factor", kwnames, kwargs, nkw, &r->factor) ||
+        !positive_kwarg(I, call, "rope", "low_freq_factor", kwnames, kwargs, nkw, &r->low_freq_factor) ||
+        !positive_kwarg(I, call, "rope", "high_freq_factor", kwnames, kwargs, nkw, &r->high_freq_factor) ||
+        !positive_kwarg(I, call, "rope", "original_max_position_embeddings", kwnames, kwargs, nkw, &max_positions))
+        return false;
+    const iv *max_arg = kwarg("original_max_position_embeddings", kwnames, kwargs, nkw);
+    if (max_arg && max_arg->kind != IV_INT)
+        return rope_error(I, call, "original_max_position_embeddings",
+                          "rope(): %s must be an integer", "original_max_position_embeddings");
+    r->original_max_positions = (int64_t)max_positions;
+    const char *why = tp_rope_scaling_invalid(r);
+    if (why)
+        return rope_error(I, call, NULL, "rope(): %s", why);
+    return true;
+}
+
 /* attention(q, k, v, causal=True): the runtime's attention is causal, so
  * causal=False would silently compute something else. */
 static bool causal_only(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw)
@@ -458,9 +512,11 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
     const op_rule *r = find_rule(name);
     tp_span span = call->span;
     double theta = ROPE_THETA_DEFAULT;
+    tp_rope_scaling scaling;
     if (!known_keywords(I, call, r, kwnames, nkw) || !causal_only(I, call, kwnames, kwargs, nkw))
         return none_iv;
-    if (r->lowers_to == TP_OP_ROPE && !positive_kwarg(I, call, name, "theta", kwnames, kwargs, nkw, &theta))
+    if (r->lowers_to == TP_OP_ROPE && (!positive_kwarg(I, call, name, "theta", kwnames, kwargs, nkw, &theta) ||
+                                       !rope_scaling_kwargs(I, call, kwnames, kwargs, nkw, &scaling)))
         return none_iv;
     if (!want_tensors(I, call, args, nargs, r->ntensors))
         return none_iv;
@@ -504,6 +560,7 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
     op->pos_chunk = shard_dim(x) == seq ? tp_local_size(I, x, seq) : 0;
     if (r->lowers_to == TP_OP_ROPE) {
         op->theta = theta;
+        op->rope = scaling;
         op->k = tp_local_size(I, x, x->rank - 1);
     }
     return tensor_iv(out);

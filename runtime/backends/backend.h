@@ -65,9 +65,10 @@ typedef struct tp_backend {
     /* out[i, :] = (x - mean) / sqrt(var + eps) * w + b   (b may be NULL) */
     void (*layernorm)(float *out, const float *x, const float *w, const float *b, int64_t m, int64_t n, float eps);
     /* Hugging Face Llama RoPE (rotate_half) on x[b, s, h, d], position of
-     * token j is pos_offset + j, inv_freq[i] = theta^(-2i/d) */
+     * token j is pos_offset + j, frequencies inv_freq[0 .. d/2) (host
+     * memory; sched/rope.h computes them from theta and the scaling) */
     void (*rope)(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t pos_offset,
-                 float theta);
+                 const double *inv_freq);
     /* causal softmax(q k^T / sqrt(d)) v; q, out [b, s, h, d]; k, v [b, s, g, d];
      * query head i reads kv head i / (h / g) */
     void (*attention)(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,

@@ -189,7 +189,11 @@ EXEC(layernorm)
 EXEC(rope)
 {
     const int64_t *shape = in_buf(x, op, 0)->shape;
-    x->be->rope(fout(x, op), fin(x, op, 0), shape[0], shape[1], shape[2], shape[3], op->pos_offset, (float)op->theta);
+    /* dynamic scaling depends on the positions seen: pos_offset + seq */
+    double *inv_freq = tp_xmalloc((size_t)(shape[3] / 2 + 1) * sizeof *inv_freq);
+    tp_rope_inv_freq(&op->rope, op->theta, shape[3], op->pos_offset + shape[1], inv_freq);
+    x->be->rope(fout(x, op), fin(x, op, 0), shape[0], shape[1], shape[2], shape[3], op->pos_offset, inv_freq);
+    free(inv_freq);
     return 0;
 }
 

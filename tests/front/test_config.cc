@@ -754,7 +754,7 @@ TEST(ConfigHf, StringValueIsAnError)
     char err[512] = "";
     ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), err, sizeof err), 0) << err;
     c.bind(hf_block, TP_CFG_MODEL);
-    c.expect_error("kind", "\"model_type\" must be a number or a boolean");
+    c.expect_error("kind", "'kind' is \"llama\", a string (\"model_type\" of ");
     EXPECT_NE(c.messages().find("hf-values.config.json"), std::string::npos) << "name the file:\n" << c.messages();
 }
 

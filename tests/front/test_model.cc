@@ -435,7 +435,7 @@ TEST(BrokenModel, NormEpsMustBeANonNegativeNumber)
                              std::string(tail));
     Unit u(bare_plan(dir, dir.path + "/m.model"));
     EXPECT_TRUE(u.has_error("model", "RMSNorm() eps '-1e-05' is negative; it must be 0 or more")) << u.text();
-    EXPECT_TRUE(u.has_error("config", "expected a number or boolean expression")) << u.text();
+    EXPECT_TRUE(u.has_error("model", "LayerNorm() eps is the string \"small\"; it must be a number")) << u.text();
 }
 
 TEST(BrokenModel, FloatSizeIsAnErrorAtTheUse)

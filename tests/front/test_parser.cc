@@ -126,7 +126,7 @@ TEST(ParserFiles, LlamaModel)
     ASSERT_EQ(root->kind, N_FILE);
     ASSERT_EQ(root->nkids, 6);
     EXPECT_EQ(root->kids[0]->kind, N_CONFIG);
-    EXPECT_EQ(root->kids[0]->nkids, 14);
+    EXPECT_EQ(root->kids[0]->nkids, 20);
     EXPECT_EQ(dump(root->kids[0]->kids[12]),
               "(ASSIGN rms_norm_eps (CALL (NAME hf) (ARG (STR \"rms_norm_eps\")) (ARG (FLOAT 1e-06))))");
     const tp_node *causal = root->kids[1];

@@ -248,7 +248,8 @@ TEST(Schedule, OpAttributesFromTheHfConfig)
     EXPECT_TRUE(json_is_real(json_object_get(cfg, "rms_norm_eps")));
     EXPECT_EQ(json_real_value(json_object_get(cfg, "rms_norm_eps")), 1e-5);
     EXPECT_EQ(json_real_value(json_object_get(cfg, "rope_theta")), 500000.0);
-    EXPECT_TRUE(contains(text, "\"rms_norm_eps\": 1e-05, \"rope_theta\": 500000.0}"));
+    EXPECT_TRUE(contains(text, "\"rms_norm_eps\": 1e-05, \"rope_theta\": 500000.0, \"rope_scaling\": \"default\""));
+    EXPECT_TRUE(contains(text, "\"scaling\": \"default\", \"factor\": 1.0")) << "no rope_scaling: the default";
 }
 
 TEST(Schedule, OpAttributesDefaultToHuggingFaces)

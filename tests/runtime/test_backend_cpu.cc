@@ -284,6 +284,15 @@ DVec ref_rope(const Vec &x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t 
     return out;
 }
 
+// The default frequencies, theta^(-2i/d), as the executor computes them.
+std::vector<double> default_freqs(int64_t d, double theta)
+{
+    const tp_rope_scaling none = {TP_ROPE_DEFAULT, 1.0, 1.0, 4.0, 0};
+    std::vector<double> f(d / 2);
+    tp_rope_inv_freq(&none, theta, d, 0, f.data());
+    return f;
+}
+
 TEST(BackendCpu, RopeMatchesHuggingFaceRotateHalf)
 {
     struct Case { int64_t b, s, h, d, off; float theta; };
@@ -291,12 +300,13 @@ TEST(BackendCpu, RopeMatchesHuggingFaceRotateHalf)
                    Case{1, 3, 2, 64, 4093, 500000}}) {
         Vec x = random_vec(c.b * c.s * c.h * c.d, 60 + (unsigned)c.d);
         Vec out(x.size());
-        be()->rope(out.data(), x.data(), c.b, c.s, c.h, c.d, c.off, c.theta);
+        const std::vector<double> f = default_freqs(c.d, c.theta);
+        be()->rope(out.data(), x.data(), c.b, c.s, c.h, c.d, c.off, f.data());
         // a rotation of a pair: two products and a sum, rounded once; the
         // angles are computed in double by both
         expect_close(out, ref_rope(x, c.b, c.s, c.h, c.d, c.off, c.theta), 4 * kU, 4 * kU, "rope");
         Vec inplace = x;
-        be()->rope(inplace.data(), inplace.data(), c.b, c.s, c.h, c.d, c.off, c.theta);
+        be()->rope(inplace.data(), inplace.data(), c.b, c.s, c.h, c.d, c.off, f.data());
         EXPECT_EQ(inplace, out);
     }
 }
@@ -307,10 +317,11 @@ TEST(BackendCpu, RopeWithOffsetEqualsTheMatchingSliceOfTheFullSequence)
 {
     const int64_t b = 1, s = 6, h = 2, d = 6;
     Vec x = random_vec(b * s * h * d, 61), full(x.size());
-    be()->rope(full.data(), x.data(), b, s, h, d, 0, 10000.0f);
+    const std::vector<double> f = default_freqs(d, 10000.0);
+    be()->rope(full.data(), x.data(), b, s, h, d, 0, f.data());
     const int64_t half = s / 2 * h * d;
     Vec second(x.begin() + half, x.end()), out(half);
-    be()->rope(out.data(), second.data(), b, s / 2, h, d, s / 2, 10000.0f);
+    be()->rope(out.data(), second.data(), b, s / 2, h, d, s / 2, f.data());
     EXPECT_EQ(out, Vec(full.begin() + half, full.end()));
 }
 

@@ -43,6 +43,7 @@ json_t *valid_value(const tp_op_attr &a)
     case TP_ATTR_REAL: return json_real(1.0);
     case TP_ATTR_BOOL: return json_false();
     case TP_ATTR_REDUCE: return json_string("sum");
+    case TP_ATTR_ROPE_TYPE: return json_string("default");
     }
     return json_null();
 }

@@ -138,11 +138,11 @@ struct Fixture {
 
     Fixture()
     {
-        config[0] = {"tp", TP_SETTING_INT, 2, 0};
-        config[1] = {"seq", TP_SETTING_INT, 8, 0};
-        config[2] = {"loss_parallel", TP_SETTING_BOOL, 1, 0};
-        config[3] = {"unused", TP_SETTING_NULL, 0, 0};   // never evaluated
-        config[4] = {"rope_theta", TP_SETTING_REAL, 0, 500000.0};
+        config[0] = {"tp", TP_SETTING_INT, 2, 0, nullptr};
+        config[1] = {"seq", TP_SETTING_INT, 8, 0, nullptr};
+        config[2] = {"loss_parallel", TP_SETTING_BOOL, 1, 0, nullptr};
+        config[3] = {"unused", TP_SETTING_NULL, 0, 0, nullptr};   // never evaluated
+        config[4] = {"rope_theta", TP_SETTING_REAL, 0, 500000.0, nullptr};
 
         ir.world = 2;
         ir.loss_buf = ir.logits_buf = -1;
@@ -763,15 +763,15 @@ TEST(ScheduleDump, RejectsFilesItCannotTrust)
     EXPECT_EQ(rc, -1);
     EXPECT_NE(msg.find("not a tpcc schedule"), std::string::npos) << msg;
 
-    std::string v2 = text;
-    size_t at = v2.find("\"format_version\": 1");
+    std::string v3 = text;
+    size_t at = v3.find("\"format_version\": 2");
     ASSERT_NE(at, std::string::npos);
-    v2.replace(at, 19, "\"format_version\": 2");
-    spit(dir.file("v2"), v2);
-    dump(dir.file("v2"), -1, &rc, &msg);
+    v3.replace(at, 19, "\"format_version\": 3");
+    spit(dir.file("v3"), v3);
+    dump(dir.file("v3"), -1, &rc, &msg);
     EXPECT_EQ(rc, -1);
-    EXPECT_NE(msg.find("format version 2"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("reads version 1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("format version 3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("reads version 2"), std::string::npos) << msg;
 
     spit(dir.file("truncated"), text.substr(0, text.size() / 2));
     dump(dir.file("truncated"), -1, &rc, &msg);

@@ -150,13 +150,13 @@ static void cpu_layernorm(float *out, const float *x, const float *w, const floa
  * adjacent elements, and cos/sin = cat(freqs, freqs), so
  *   out[i]       = x[i] cos(p f_i) - x[i + d/2] sin(p f_i)
  *   out[i + d/2] = x[i + d/2] cos(p f_i) + x[i] sin(p f_i)
- * with f_i = theta^(-2i/d). Angles are computed in double: in float, p f_i
+ * with f_i = inv_freq[i]. Angles are computed in double: in float, p f_i
  * at p ~ 8k is off by ~5e-4 rad. Each pair is read before it is written, so
  * out may equal x. A sequence shard passes pos_offset = rank * s. */
 static void cpu_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t pos_offset,
-                     float theta)
+                     const double *inv_freq)
 {
-    assert(d % 2 == 0 && theta > 0);
+    assert(d % 2 == 0);
     const int64_t half = d / 2;
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t j = 0; j < s; j++) {
@@ -164,7 +164,7 @@ static void cpu_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h
             const int64_t row = (bi * s + j) * h; /* first head of token j */
             for (int64_t i = 0; i < half; i++) {
                 /* one sin/cos per (position, frequency), shared by every head */
-                double ang = pos * pow((double)theta, -2.0 * (double)i / (double)d);
+                double ang = pos * inv_freq[i];
                 double c = cos(ang), sn = sin(ang);
                 for (int64_t hi = 0; hi < h; hi++) {
                     const float *xr = x + (row + hi) * d;

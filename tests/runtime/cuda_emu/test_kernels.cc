@@ -623,19 +623,26 @@ TEST_P(Kernels, Rope)
     const Tol tol = stored({1e-6, 1e-6}, t());
     struct Case {
         int64_t b, s, h, d, pos;
+        tp_rope_scaling scaling;
     };
-    for (Case c : {Case{1, 1, 1, 2, 0}, Case{2, 5, 3, 8, 0}, Case{1, 3, 2, 256, 8000}, Case{2, 7, 4, 6, 13},
-                   Case{1, 2, 2, 128, 131070}}) { // positions near a 128k context
+    const tp_rope_scaling none = {TP_ROPE_DEFAULT, 1.0, 1.0, 4.0, 0};
+    const tp_rope_scaling llama3 = {TP_ROPE_LLAMA3, 8.0, 1.0, 4.0, 8192};
+    for (Case c : {Case{1, 1, 1, 2, 0, none}, Case{2, 5, 3, 8, 0, none}, Case{1, 3, 2, 256, 8000, none},
+                   Case{2, 7, 4, 6, 13, none},
+                   Case{1, 2, 2, 128, 131070, none},      // positions near a 128k context
+                   Case{1, 3, 2, 128, 131070, llama3}}) { // Llama 3.1's scaling there
         const std::string what = label(t(), "rope b" + std::to_string(c.b) + " s" + std::to_string(c.s) + " h" +
                                                 std::to_string(c.h) + " d" + std::to_string(c.d) + " pos " +
-                                                std::to_string(c.pos));
+                                                std::to_string(c.pos) + " " + tp_rope_type_name(c.scaling.type));
+        std::vector<double> f(c.d / 2);
+        tp_rope_inv_freq(&c.scaling, 500000.0, c.d, c.pos + c.s, f.data());
         Vec x = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 8), t());
         Vec want(x.size());
-        cpu()->rope(want.data(), x.data(), c.b, c.s, c.h, c.d, c.pos, 10000.0f);
+        cpu()->rope(want.data(), x.data(), c.b, c.s, c.h, c.d, c.pos, f.data());
         Dev dx(t(), x), dout(t(), x.size());
-        tp_k_rope(nullptr, t(), dout.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, c.pos, 10000.0f);
+        tp_k_rope(nullptr, t(), dout.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, c.pos, f.data());
         expect_close(dout.download(), want, tol, what);
-        tp_k_rope(nullptr, t(), dx.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, c.pos, 10000.0f); // in place
+        tp_k_rope(nullptr, t(), dx.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, c.pos, f.data()); // in place
         expect_close(dx.download(), want, tol, what + " in place");
     }
 }

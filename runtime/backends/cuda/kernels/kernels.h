@@ -34,9 +34,10 @@ void tp_k_embedding(tp_stream s, tp_kernel_dtype t, void *out, const int32_t *id
 void tp_k_rmsnorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, int64_t m, int64_t n, float eps);
 void tp_k_layernorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, const void *b, int64_t m,
                     int64_t n, float eps);
-/* rope.cu */
+/* rope.cu: inv_freq, d/2 doubles in host memory (d/2 <= 256), travels
+ * with the launch */
 void tp_k_rope(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t b, int64_t seq, int64_t h, int64_t d,
-               int64_t pos_offset, float theta);
+               int64_t pos_offset, const double *inv_freq);
 /* attention.cu: causal, GQA */
 void tp_k_attention(tp_stream s, tp_kernel_dtype t, void *out, const void *q, const void *k, const void *v, int64_t b,
                     int64_t seq, int64_t h, int64_t g, int64_t d);

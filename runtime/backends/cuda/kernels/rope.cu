@@ -2,6 +2,13 @@
 // defines: tp_k_rope
 #include "common.cuh"
 
+// The frequencies, passed by value as a kernel parameter: 2 KiB of the
+// 4 KiB a launch may carry, so no device buffer has to be kept for them.
+#define ROPE_MAX_PAIRS 256
+struct rope_freqs {
+    double inv_freq[ROPE_MAX_PAIRS];
+};
+
 // ---- CUDA kernels
 
 // One block per token of x[b, s, h, d]; thread i owns the pair
@@ -9,12 +16,12 @@
 //   out[i]       = x[i] cos(p f_i) - x[i + d/2] sin(p f_i)
 //   out[i + d/2] = x[i + d/2] cos(p f_i) + x[i] sin(p f_i)
 // with p = pos_offset + (token's index in the sequence), f_i =
-// theta^(-2i/d). The angle and its sin/cos are double, as on the CPU: in
+// inv_freq[i] (theta and the scaling, sched/rope.h). The angle and its sin/cos are double, as on the CPU: in
 // float, p f_i at p ~ 8k is off by ~5e-4 rad. One sin/cos per (position,
 // frequency) serves all heads. Each pair is read before it is written by
 // the same thread, so out may equal x.
 template <typename T>
-__global__ void rope_kernel(T *out, const T *x, int64_t s, int64_t h, int64_t d, int64_t pos_offset, float theta)
+__global__ void rope_kernel(T *out, const T *x, int64_t s, int64_t h, int64_t d, int64_t pos_offset, rope_freqs f)
 {
     const int64_t tok = blockIdx.x;
     const double pos = (double)(pos_offset + tok % s);
@@ -22,7 +29,7 @@ __global__ void rope_kernel(T *out, const T *x, int64_t s, int64_t h, int64_t d,
     for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
         // sincospi(ang / pi): its argument reduction is exact and needs no
         // local memory, where sin/cos carry a slow path for huge angles
-        const double turns = pos * pow((double)theta, -2.0 * (double)i / (double)d) / 3.141592653589793;
+        const double turns = pos * f.inv_freq[i] / 3.141592653589793;
         double sd, cd;
         sincospi(turns, &sd, &cd);
         const float c = (float)cd, sn = (float)sd;
@@ -40,24 +47,27 @@ __global__ void rope_kernel(T *out, const T *x, int64_t s, int64_t h, int64_t d,
 
 template <typename T>
 static void launch_rope(tp_stream st, T *out, const T *x, int64_t b, int64_t s, int64_t h, int64_t d,
-                        int64_t pos_offset, float theta)
+                        int64_t pos_offset, const rope_freqs &f)
 {
     const int64_t half = d / 2;
     const int threads = half >= 128 ? 128 : (int)TP_CEIL_DIV(half, 32) * 32;
-    TP_LAUNCH(rope_kernel<T>, (unsigned)(b * s), threads, 0, st, out, x, s, h, d, pos_offset, theta);
+    TP_LAUNCH(rope_kernel<T>, (unsigned)(b * s), threads, 0, st, out, x, s, h, d, pos_offset, f);
 }
 
 extern "C" void tp_k_rope(tp_stream st, tp_kernel_dtype t, void *out, const void *x, int64_t b, int64_t s, int64_t h,
-                          int64_t d, int64_t pos_offset, float theta)
+                          int64_t d, int64_t pos_offset, const double *inv_freq)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
-    TP_KCHECK(d % 2 == 0 && theta > 0, "an even head dimension and a positive theta");
+    TP_KCHECK(d % 2 == 0 && d / 2 <= ROPE_MAX_PAIRS, "an even head dimension of at most 2 * 256");
     TP_KCHECK(b >= 0 && s >= 0 && h >= 0 && d >= 0 && pos_offset >= 0, "negative size");
     TP_KCHECK(b * s <= INT32_MAX, "one block per token: at most 2^31-1 tokens");
     if (b * s == 0 || h == 0 || d == 0)
         return;
+    rope_freqs f = {};
+    for (int64_t i = 0; i < d / 2; i++)
+        f.inv_freq[i] = inv_freq[i];
     if (t == TP_KERNEL_F32)
-        launch_rope(st, (float *)out, (const float *)x, b, s, h, d, pos_offset, theta);
+        launch_rope(st, (float *)out, (const float *)x, b, s, h, d, pos_offset, f);
     else
-        launch_rope(st, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, b, s, h, d, pos_offset, theta);
+        launch_rope(st, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, b, s, h, d, pos_offset, f);
 }

@@ -1,0 +1,44 @@
+/* rope.h: RoPE frequency scaling as Hugging Face computes it
+ * (transformers/modeling_rope_utils.py, ROPE_INIT_FUNCTIONS). The rope op
+ * of a schedule carries the scaling (docs/schedule.md); the runtime turns
+ * it into the inv_freq table that every backend's rope kernel reads. */
+#ifndef TP_SCHED_ROPE_H
+#define TP_SCHED_ROPE_H
+
+#include <stdint.h>
+
+/* The rope_type of a config's rope_scaling (or its legacy "type"). */
+typedef enum tp_rope_type {
+    TP_ROPE_DEFAULT,   /* no rope_scaling */
+    TP_ROPE_LINEAR,    /* positions divided by factor */
+    TP_ROPE_DYNAMIC,   /* NTK: a larger base beyond original_max_positions */
+    TP_ROPE_LLAMA3,    /* Llama 3.1: long wavelengths divided by factor, smoothed */
+    TP_ROPE_TYPES
+} tp_rope_type;
+
+/* What the rope op computes besides theta and the head size. */
+typedef struct tp_rope_scaling {
+    tp_rope_type type;
+    double factor;                   /* linear, dynamic, llama3 */
+    double low_freq_factor;          /* llama3 */
+    double high_freq_factor;         /* llama3 */
+    int64_t original_max_positions;  /* dynamic, llama3 */
+} tp_rope_scaling;
+
+/* "default", "linear", "dynamic", "llama3" */
+const char *tp_rope_type_name(tp_rope_type t);
+/* The type a rope_type string names; -1 for one tpcc does not compute
+ * (yarn, longrope, ...). */
+int tp_rope_type_parse(const char *name);
+
+/* NULL, or why the scaling's parameters are unusable (a factor that is not
+ * positive, llama3's high_freq_factor not above low_freq_factor, ...). */
+const char *tp_rope_scaling_invalid(const tp_rope_scaling *r);
+
+/* inv_freq[i], i < d/2, of a head of size d at theta, for a sequence of
+ * seq_len positions (dynamic scaling depends on it), as the matching
+ * _compute_*_rope_parameters of transformers gives it (in double where
+ * transformers computes float32). */
+void tp_rope_inv_freq(const tp_rope_scaling *r, double theta, int64_t d, int64_t seq_len, double *inv_freq);
+
+#endif /* TP_SCHED_ROPE_H */

@@ -1,0 +1,92 @@
+// tprun against transformers itself: tests/fixtures/hf/<name>/ holds a tiny
+// random LlamaForCausalLM, its hub-style config.json (RoPE scaling
+// included), tokens and the logits transformers computed
+// (tools/hf_fixtures.py). tpcc compiles plans/llama-sp.plan from that
+// config.json, tprun runs the checkpoint, and the logits must match within
+// 1e-4. No PyTorch needed.
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "tests/support/process.h"
+
+using tpcc_test::contains;
+using tpcc_test::kInstallMpich;
+using tpcc_test::on_path;
+using tpcc_test::Proc;
+using tpcc_test::TempDir;
+
+namespace {
+
+const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/hf/";
+constexpr int kTimeout = 120;
+
+struct Case {
+    const char *name;   // directory under tests/fixtures/hf
+    int tp;
+};
+
+// models/llama.model defaults num_key_value_heads to 8 where transformers
+// takes num_attention_heads: the config without the key says it here
+std::vector<std::string> extra_defines(const Case &c)
+{
+    if (std::string(c.name) == "mha")
+        return {"-D", "kv_heads=4"};
+    return {};
+}
+
+void PrintTo(const Case &c, std::ostream *os) { *os << c.name << " tp=" << c.tp; }
+
+// tp 4 needs kv heads divisible by 4: only the multi-head config has 4
+const Case kCases[] = {
+    {"llama2-gqa", 1}, {"llama2-gqa", 2}, {"llama3-scaled", 1}, {"llama3-scaled", 2}, {"linear-scaled", 1},
+    {"linear-scaled", 2}, {"mha", 1}, {"mha", 2}, {"mha", 4}, {"tied", 1}, {"tied", 2},
+};
+
+class HfParity : public ::testing::TestWithParam<Case> {};
+
+TEST_P(HfParity, LogitsMatchTransformers)
+{
+    const Case &c = GetParam();
+    if (c.tp > 1) {
+        ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
+    }
+    const std::string dir = kFixtures + c.name + "/";
+    TempDir tmp;
+    const std::string sched = tmp.path + "/model.sched";
+    std::vector<std::string> flags = {std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan",
+                                      "--hf-config", dir + "config.json", "-o", sched,
+                                      "-D", "tp=" + std::to_string(c.tp), "-D", "seq=16", "-D", "batch=2",
+                                      "-D", "vocab_multiple=1"};
+    for (const std::string &d : extra_defines(c))
+        flags.push_back(d);
+    Proc compile = tpcc_test::run_program(kTpcc, flags, {}, kTimeout);
+    ASSERT_EQ(compile.code(), 0) << "tpcc: " << compile.describe();
+    std::vector<std::string> args;
+    if (c.tp > 1)
+        args = {"-n", std::to_string(c.tp)};
+    for (const std::string &a : {sched, std::string("--weights"), dir + "model.safetensors", std::string("--tokens"),
+                                 dir + "tokens.npy", std::string("--out"), tmp.path + "/logits.npy",
+                                 std::string("--compare"), dir + "logits.npy", std::string("--tolerance"),
+                                 std::string("1e-4")})
+        args.push_back(a);
+    Proc run = tpcc_test::run_program(kTprun, args, {}, kTimeout);
+    ASSERT_EQ(run.code(), 0) << "tprun: " << run.describe();
+    EXPECT_TRUE(contains(run.out, "agreement")) << run.describe();
+    EXPECT_TRUE(contains(run.out, ": ok")) << run.describe();
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case> &info) {
+                             std::string n = info.param.name;
+                             for (char &ch : n)
+                                 if (ch == '-')
+                                     ch = '_';
+                             return n + "_tp" + std::to_string(info.param.tp);
+                         });
+
+}  // namespace
