@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -114,13 +115,19 @@ INSTANTIATE_TEST_SUITE_P(Shipped, Parity, ::testing::ValuesIn(shipped_plans()), 
 
 // --- against the NumPy reference -------------------------------------------------------
 
+// The value on the line that starts with "loss" (tprun's summary,
+// reference.py's output); a plan's path may contain "loss" too.
 std::string loss_of(const std::string &out)
 {
-    size_t at = out.find("loss");
-    if (at == std::string::npos)
-        return "";
-    std::string rest = out.substr(at + 4);
-    return rest.substr(rest.find_first_not_of(' '), rest.find('\n') - rest.find_first_not_of(' '));
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+        size_t at = line.find_first_not_of(' ');
+        if (at == std::string::npos || line.compare(at, 5, "loss ") != 0)
+            continue;
+        size_t value = line.find_first_not_of(' ', at + 5);
+        return value == std::string::npos ? "" : line.substr(value);
+    }
+    return "";
 }
 
 // tprun at `tp` ranks on a checkpoint against reference.py on the same one;
@@ -193,6 +200,25 @@ TEST(Reference, Gpt2EpsFromADefineMatchesNumPy)
                     {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "positions=32", "seq=16", "batch=2",
                      "layer_norm_epsilon=1e-3"},
                     2, {"-D", "layer_norm_epsilon=1e-3"});
+}
+
+// --- loss_parallel() ---------------------------------------------------------------------
+
+// loss_parallel() over plain replicated logits has no effect in PyTorch: the
+// schedule computes the ordinary loss, the same as the plan without it.
+TEST(LossParallel, PlainReplicatedLogitsGiveTheOrdinaryLoss)
+{
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
+    TempDir dir;
+    std::string ref = dir.path + "/plain.npy";
+    Proc plain = tprun(2, compile(dir, source_path("plans/llama-megatron.plan"), 2),
+                       {"--labels", "tokens", "--out", ref});
+    ASSERT_EQ(plain.code(), 0) << plain.describe();
+    Proc lp = tprun(2, compile(dir, source_path("tests/bad/loss-parallel-replicated-logits.plan"), 2),
+                    {"--labels", "tokens", "--compare", ref, "--tolerance", kTolerance});
+    EXPECT_EQ(lp.code(), 0) << lp.describe();
+    ASSERT_FALSE(loss_of(plain.out).empty()) << plain.describe();
+    EXPECT_NEAR(atof(loss_of(lp.out).c_str()), atof(loss_of(plain.out).c_str()), 1e-4) << plain.out << lp.out;
 }
 
 // --- the profile says what the schedule says --------------------------------------------
