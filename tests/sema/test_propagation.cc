@@ -351,6 +351,30 @@ TEST(PrepareModuleInput, UseLocalOutputTrueHandsOverPlainTensors)
     EXPECT_EQ(u.inputs("model.layers.0.mlp.gate_proj"), "Replicate() DTensor [1, 2048, 4096]");
 }
 
+// A keyword layout for a keyword the module is not called with: PyTorch
+// skips it; the warning names the call and what the value costs downstream.
+TEST(PrepareModuleInput, KeywordNotPassedIsSkippedWithAWarning)
+{
+    Unit u(source_path("tests/bad/ignored-layout-keyword-sharded.plan"), {"layers=2"});
+    ASSERT_TRUE(u.u.built) << u.text();
+    EXPECT_EQ(u.u.diags.errors, 0) << u.text();
+    const tp_diag *g = nullptr;
+    for (const tp_diag *d : u.diags("ignored-layout"))
+        g = d;
+    ASSERT_TRUE(g) << u.text();
+    EXPECT_EQ(g->level, TP_WARNING);
+    std::string m = g->message;
+    EXPECT_NE(m.find("'model.layers.0.mlp' is called with 1 positional argument and no keywords ('x' arrives "
+                     "positionally)"), std::string::npos) << m;
+    bool cost = false;
+    for (int i = 0; i < g->nnotes; i++)
+        cost |= std::string(g->notes[i].message).find("'x' stays a DTensor Shard(1) instead of becoming "
+                                                      "Replicate()") != std::string::npos;
+    EXPECT_TRUE(cost) << u.text();
+    // the value enters the MLP unconverted
+    EXPECT_EQ(u.inputs("model.layers.0.mlp.gate_proj"), "Shard(1) DTensor [1, 2048, 4096]");
+}
+
 // --- ColwiseParallel use_local_output -----------------------------------------------------
 
 TEST(Colwise, UseLocalOutputFalseKeepsTheDTensor)
