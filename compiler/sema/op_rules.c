@@ -377,6 +377,8 @@ static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span 
     int last = logits->rank - 1;
     tp_val *out = tp_val_new(I, 0, NULL, NULL);
     out->span = span;
+    for (int i = 0; i < labels->rank && i < last; i++)
+        tp_grown_meet(I, logits->shape[i], labels->shape[i], span, "cross_entropy()", "labels");
     if (p->loss_parallel && logits->dtensor) {
         vocab_parallel_loss(I, logits, labels, out, span);
         return out;
@@ -491,6 +493,8 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
     if (!want_tensors(I, call, args, nargs, r->ntensors))
         return none_iv;
     tp_val *x = args[0].t;
+    if (r->lowers_to == TP_OP_ROPE)
+        tp_grown_meet_rope(I, x, span);
     if (!strcmp(name, "attention"))
         return tensor_iv(attention(I, x, args[1].t, args[2].t, span));
     if (!strcmp(name, "cross_entropy"))
@@ -592,6 +596,9 @@ iv tp_op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
         return none_iv;
     }
     tp_val *big = a->rank >= b->rank ? a : b, *small = big == a ? b : a;
+    for (int i = 1; i <= small->rank; i++)
+        tp_grown_meet(I, big->shape[big->rank - i], small->shape[small->rank - i], span,
+                      op == '+' ? "an add" : "a mul", "a tensor");
     tp_val *out = result_like(I, big, big->rank, big->shape, big->dimname, span);
     out->poisoned = a->poisoned || b->poisoned;
     char pa[24], pb[24];
