@@ -208,6 +208,23 @@ static tp_val *merge_heads(interp *I, tp_val *x, tp_span span)
     return r;
 }
 
+/* DTensor's sharding strategies for scaled_dot_product_attention cover
+ * the CUDA flash and memory-efficient kernels only: the CPU kernel raises
+ * NotImplementedError on DTensors, the CUDA one shards by heads. */
+static void warn_dtensor_attention(interp *I, const tp_val *q, tp_span span)
+{
+    char a[24];
+    tp_diag *g = tp_finding(I, TP_WARNING, style_or(q, span), "dtensor-attention", q, NULL,
+                            "attention() gets q, k and v as DTensors (%s): PyTorch runs this on CUDA (flash and "
+                            "memory-efficient attention shard by heads), but its CPU attention has no DTensor "
+                            "sharding strategy and raises NotImplementedError", tp_pl_str(q->pl, q->rank, a));
+    if (g && span.file >= 0)
+        tp_diag_note_at(g, span, "attention() is called here");
+    if (g)
+        tp_diag_help(g, "to run on the CPU as well, hand attention plain tensors: use_local_output=True (the "
+                        "default) on the q, k and v projections");
+}
+
 static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, tp_span span)
 {
     const op_rule *r = find_rule("attention");
@@ -232,6 +249,8 @@ static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, tp_span spa
         if (g)
             tp_diag_help(g, "shard q, k and v the same way (ColwiseParallel() on all three projections)");
     }
+    if (same && q->dtensor)
+        warn_dtensor_attention(I, q, span);
     tp_val *out = result_like(I, q, q->rank, q->shape, q->dimname, span);
     out->poisoned |= !same || k->poisoned || v->poisoned;
     out->gather_comm = q->gather_comm;
