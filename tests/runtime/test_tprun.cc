@@ -113,6 +113,26 @@ INSTANTIATE_TEST_SUITE_P(Shipped, Parity, ::testing::ValuesIn(shipped_plans()), 
     return s;
 });
 
+// A vocabulary tp does not divide (129 at tp = 2 and 4) is padded to a
+// multiple of tp; the logits, padding dropped, are those of one rank.
+TEST(UnevenVocab, SameLogitsAtTp1_2_4)
+{
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
+    const std::string plan = source_path("plans/llama-megatron.plan");
+    const std::vector<std::string> vocab = {"-D", "vocab=129"};
+    TempDir dir;
+    std::string ref = dir.path + "/tp1.npy";
+    Proc one = tprun(1, compile(dir, plan, 1, vocab), {"--labels", "tokens", "--out", ref, "-q"});
+    ASSERT_EQ(one.code(), 0) << one.describe();
+    for (int tp : {2, 4}) {
+        Proc p = tprun(tp, compile(dir, plan, tp, vocab), {"--labels", "tokens", "--compare", ref, "--tolerance",
+                                                           kTolerance});
+        EXPECT_EQ(p.code(), 0) << "tp=" << tp << "\n" << p.describe();
+        EXPECT_TRUE(contains(p.out, "logits      [2, 16, 129]")) << p.describe();
+        EXPECT_TRUE(contains(p.out, ": ok")) << p.describe();
+    }
+}
+
 // --- against the NumPy reference -------------------------------------------------------
 
 // The value on the line that starts with "loss" (tprun's summary,
