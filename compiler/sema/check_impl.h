@@ -51,6 +51,16 @@ typedef struct seen_diag {
     char *first_fqn, *last_fqn;
 } seen_diag;
 
+/* A relabel that grew a dimension tp-fold: its diagnostic says what
+ * happens downstream once the walk meets the first op that sees the grown
+ * length next to the true one (hooks.c). */
+typedef struct grown_dim {
+    int diag;                 /* the relabel diagnostic, index in diags->items */
+    int64_t true_len, grown_len;
+    bool ids;                 /* the token ids grew: the positions derived from them grew with them */
+    bool met;
+} grown_dim;
+
 typedef struct interp {
     tp_model *m;
     tp_plan *p;
@@ -61,6 +71,7 @@ typedef struct interp {
     int next_id;
     tp_val **vals; int nvals, capvals;
     seen_diag *seen; int nseen, capseen;
+    grown_dim *grown; int ngrown, capgrown;
     tp_module *cur;               /* module being executed, or NULL */
     char **strings; int nstrings;  /* interned dimension names */
     int depth;
@@ -92,6 +103,9 @@ tp_val *tp_redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *c
 void tp_check_shard_divisible(interp *I, tp_val *v, const tp_style *cause, tp_span span);
 
 /* hooks (hooks.c) */
+void tp_grown_meet(interp *I, int64_t len_a, int64_t len_b, tp_span span, const char *op, const char *with);
+void tp_grown_meet_rope(interp *I, const tp_val *x, tp_span span);
+void tp_grown_finish(interp *I);
 void tp_hook_inputs(interp *I, tp_module *mod, iv *args, int nargs, char **kwnames, iv *kwargs,
                     int nkw, tp_span call_span);
 iv tp_hook_output(interp *I, tp_module *mod, iv out, tp_span call_span);

@@ -39,6 +39,69 @@ static void fix_upstream(interp *I, tp_diag *g, const tp_val *x, tp_placement wa
     }
 }
 
+static void track_growth(interp *I, const tp_diag *g, const tp_val *x, int dim)
+{
+    I->grown = tp_xgrow(I->grown, I->ngrown, &I->capgrown, sizeof *I->grown, 4);
+    I->grown[I->ngrown++] = (grown_dim){(int)(g - I->d->items), x->shape[dim], x->shape[dim] * I->tp, x->is_index,
+                                        false};
+}
+
+/* The grown tensor meets one of the true length: PyTorch fails there
+ * ("The size of tensor a must match the size of tensor b"). */
+static void met(interp *I, grown_dim *gd, tp_span span, const char *what)
+{
+    tp_diag *g = &I->d->items[gd->diag];
+    char *m = tp_xasprintf("%s; in this model PyTorch then fails at %s", g->message, what);
+    free(g->message);
+    g->message = m;
+    if (span.file >= 0)
+        tp_diag_note_at(g, span, "where the grown tensor meets the true length");
+    gd->met = true;
+}
+
+void tp_grown_meet(interp *I, int64_t len_a, int64_t len_b, tp_span span, const char *op, const char *with)
+{
+    for (int i = 0; i < I->ngrown; i++) {
+        grown_dim *gd = &I->grown[i];
+        if (gd->met || !((len_a == gd->grown_len && len_b == gd->true_len) ||
+                         (len_b == gd->grown_len && len_a == gd->true_len)))
+            continue;
+        char *at = tp_xasprintf("%s with %s of the true length (%lld)", op, with, (long long)gd->true_len);
+        met(I, gd, span, at);
+        free(at);
+    }
+}
+
+/* Hugging Face computes RoPE's cos/sin once from the embeddings' length:
+ * a tensor grown after them no longer lines up. */
+void tp_grown_meet_rope(interp *I, const tp_val *x, tp_span span)
+{
+    for (int i = 0; i < I->ngrown; i++) {
+        grown_dim *gd = &I->grown[i];
+        if (gd->met || gd->ids || x->rank < 3 || x->shape[x->rank - 3] != gd->grown_len)
+            continue;
+        char *at = tp_xasprintf("rope(), whose cos/sin cover the true %lld positions", (long long)gd->true_len);
+        met(I, gd, span, at);
+        free(at);
+    }
+}
+
+/* Growths nothing downstream noticed. */
+void tp_grown_finish(interp *I)
+{
+    for (int i = 0; i < I->ngrown; i++) {
+        tp_diag *g = &I->d->items[I->grown[i].diag];
+        if (I->grown[i].met)
+            continue;
+        char *m = tp_xasprintf("%s; it may fail later or compute on the wrong sequence", g->message);
+        free(g->message);
+        g->message = m;
+    }
+    free(I->grown);
+    I->grown = NULL;
+    I->ngrown = 0;
+}
+
 static void report_relabel(interp *I, const tp_val *x, tp_io_layout label, const tp_style *s, tp_span site,
                            const char *what)
 {
@@ -51,9 +114,11 @@ static void report_relabel(interp *I, const tp_val *x, tp_io_layout label, const
     if (T.kind == TP_REPLICATE && L.kind == TP_SHARD) {
         g = tp_finding(I, TP_ERROR, at, "relabel", x, NULL,
                        "%s labels %s as %s, but it is a plain tensor holding the full %s on every rank: "
-                       "PyTorch assumes it is already sharded, so dimension %d (%s) grows from %lld to %lld and nothing fails",
+                       "PyTorch assumes it is already sharded, so dimension %d (%s) grows from %lld to %lld",
                        what, x->is_index ? "the token ids" : "its input", lab, x->is_index ? "ids" : "tensor",
                        L.dim, x->dimname[L.dim], (long long)x->shape[L.dim], (long long)(x->shape[L.dim] * I->tp));
+        if (g)
+            track_growth(I, g, x, L.dim);
     } else if (tp_placement_is_partial(T)) {
         g = tp_finding(I, TP_ERROR, at, "relabel", x, NULL,
                        "%s labels its input %s, but the plain tensor holds partial sums (%s): the reduction is skipped",
@@ -214,6 +279,71 @@ static void poison_all(interp *I, iv *args, int nargs, iv *kwargs, int nkw)
     }
 }
 
+/* How a module was called, for a message: "1 positional argument and no
+ * keywords", "0 positional arguments and the keywords hidden_states". */
+static char *describe_call(int nargs, char **kwnames, int nkw)
+{
+    tp_buf b;
+    tp_buf_init(&b);
+    tp_buf_appendf(&b, "%d positional argument%s and ", nargs, nargs == 1 ? "" : "s");
+    if (!nkw)
+        tp_buf_append(&b, "no keywords");
+    for (int k = 0; k < nkw; k++)
+        tp_buf_appendf(&b, "%s%s", k ? ", " : nkw == 1 ? "the keyword " : "the keywords ", kwnames[k]);
+    return b.data;
+}
+
+/* The positional argument bound to forward parameter `name`, else NULL. */
+static const tp_val *positional_for(const tp_module *mod, const char *name, const iv *args, int nargs)
+{
+    const tp_node *def = tp_module_forward(mod);
+    for (int i = 0; def && i < def->nkids - 1 && i < nargs; i++)
+        if (!strcmp(def->kids[i]->name, name))
+            return args[i].kind == IV_TENSOR ? args[i].t : NULL;
+    return NULL;
+}
+
+/* What skipping the layout costs: a DTensor that is not what the layout
+ * wanted is redistributed later by DTensor's own propagation, where an op
+ * needs it; anything else enters as it is. */
+static void note_skipped_cost(tp_diag *g, const tp_val *x, tp_placement wanted, const char *kw)
+{
+    char have[24], want[24];
+    tp_pl_str(x->pl, x->rank, have);
+    tp_pl_str(wanted, x->rank, want);
+    if (x->dtensor && !tp_placement_eq(x->pl, wanted, x->rank))
+        tp_diag_note_at(g, TP_NO_SPAN, "'%s' stays a DTensor %s instead of becoming %s: DTensor's sharding "
+                        "propagation inserts the collectives implicitly where an op needs another layout (the "
+                        "implicit-redistribute warnings that follow)", kw, have, want);
+    else
+        tp_diag_note_at(g, TP_NO_SPAN, "'%s' enters as it is (a %s %s): the results are those of a plan without "
+                        "this layout", kw, x->dtensor ? "DTensor" : "plain tensor", have);
+}
+
+/* PyTorch walks the keyword arguments actually passed: a layout for a
+ * keyword the module is not called with is skipped, and the forward runs
+ * on what it gets. */
+static void warn_keyword_not_passed(interp *I, const tp_module *mod, int j, const iv *args, int nargs,
+                                    char **kwnames, int nkw, tp_span site)
+{
+    const tp_io_spec *in = &mod->style->in;
+    const tp_val *x = positional_for(mod, in->kw[j], args, nargs);
+    char *call = describe_call(nargs, kwnames, nkw);
+    char *how = x ? tp_xasprintf(" ('%s' arrives positionally)", in->kw[j]) : tp_xstrdup("");
+    tp_diag *g = tp_finding(I, TP_WARNING, in->kw_layout[j].node->span, "ignored-layout", x, NULL,
+                            "input_kwarg_layouts names '%s', but '%s' is called with %s%s: PyTorch only walks the "
+                            "keyword arguments passed and skips this layout", in->kw[j], mod->fqn, call, how);
+    free(call);
+    free(how);
+    if (!g)
+        return;
+    if (site.file >= 0)
+        tp_diag_note_at(g, site, "called here");
+    if (x)
+        note_skipped_cost(g, x, in->kw_desired[j].none ? in->kw_layout[j].pl : in->kw_desired[j].pl, in->kw[j]);
+    tp_diag_help(g, "use input_layouts=(...,) and desired_input_layouts=(...,) for positional inputs");
+}
+
 static void prepare_module_input(interp *I, tp_module *mod, iv *args, int nargs, char **kwnames, iv *kwargs,
                                  int nkw, tp_span site)
 {
@@ -245,14 +375,7 @@ static void prepare_module_input(interp *I, tp_module *mod, iv *args, int nargs,
         while (k < nkw && strcmp(kwnames[k], in->kw[j]))
             k++;
         if (k == nkw) {
-            /* PyTorch walks the kwargs actually passed: this layout is never applied */
-            tp_diag *g = tp_finding(I, TP_ERROR, in->kw_layout[j].node->span, "arity", NULL, NULL,
-                                    "input_kwarg_layouts names '%s', but '%s' is not called with %s= : "
-                                    "PyTorch silently skips this layout", in->kw[j], mod->fqn, in->kw[j]);
-            if (g && site.file >= 0)
-                tp_diag_note_at(g, site, "called here with %d positional argument%s", nargs, nargs == 1 ? "" : "s");
-            if (g)
-                tp_diag_help(g, "use input_layouts=(...,) and desired_input_layouts=(...,) for positional inputs");
+            warn_keyword_not_passed(I, mod, j, args, nargs, kwnames, nkw, site);
             continue;
         }
         if (kwargs[k].kind != IV_TENSOR)

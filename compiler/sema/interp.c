@@ -113,6 +113,7 @@ tp_diag *tp_finding(interp *I, tp_diag_level lvl, tp_span span, const char *chec
 
 void tp_findings_finish(interp *I)
 {
+    tp_grown_finish(I);
     for (int i = 0; i < I->nseen; i++) {
         seen_diag *s = &I->seen[i];
         if (s->repeats)

@@ -209,6 +209,23 @@ static tp_val *merge_heads(interp *I, tp_val *x, tp_span span)
     return r;
 }
 
+/* DTensor's sharding strategies for scaled_dot_product_attention cover
+ * the CUDA flash and memory-efficient kernels only: the CPU kernel raises
+ * NotImplementedError on DTensors, the CUDA one shards by heads. */
+static void warn_dtensor_attention(interp *I, const tp_val *q, tp_span span)
+{
+    char a[24];
+    tp_diag *g = tp_finding(I, TP_WARNING, style_or(q, span), "dtensor-attention", q, NULL,
+                            "attention() gets q, k and v as DTensors (%s): PyTorch runs this on CUDA (flash and "
+                            "memory-efficient attention shard by heads), but its CPU attention has no DTensor "
+                            "sharding strategy and raises NotImplementedError", tp_pl_str(q->pl, q->rank, a));
+    if (g && span.file >= 0)
+        tp_diag_note_at(g, span, "attention() is called here");
+    if (g)
+        tp_diag_help(g, "to run on the CPU as well, hand attention plain tensors: use_local_output=True (the "
+                        "default) on the q, k and v projections");
+}
+
 static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, tp_span span)
 {
     const op_rule *r = find_rule("attention");
@@ -233,6 +250,8 @@ static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, tp_span spa
         if (g)
             tp_diag_help(g, "shard q, k and v the same way (ColwiseParallel() on all three projections)");
     }
+    if (same && q->dtensor)
+        warn_dtensor_attention(I, q, span);
     tp_val *out = result_like(I, q, q->rank, q->shape, q->dimname, span);
     out->poisoned |= !same || k->poisoned || v->poisoned;
     out->gather_comm = q->gather_comm;
@@ -290,10 +309,11 @@ static void record_vocab_parallel_ce(interp *I, tp_val *logits, tp_val *labels, 
         I->a->graph.values[f32[i]->gv].f32_only = true;
 }
 
-static void record_cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_val *loss, tp_span span)
+static void record_cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_val *loss, bool vocab_parallel,
+                                 tp_span span)
 {
     tp_graph *g = &I->a->graph;
-    if (I->p->loss_parallel) {
+    if (vocab_parallel) {
         record_vocab_parallel_ce(I, logits, labels, loss, span);
     } else {
         tp_ir_op *op = &tp_record_op(I, TP_OP_CROSS_ENTROPY, loss, "loss", logits, labels, NULL)->op;
@@ -334,30 +354,57 @@ static bool positions_line_up(interp *I, const tp_val *logits, const tp_val *lab
     return false;
 }
 
+/* loss_parallel() only intercepts DTensor ops: plain logits get the
+ * ordinary cross-entropy, which is correct when they are whole. */
+static void warn_loss_parallel_unused(interp *I, const tp_val *logits, tp_span span)
+{
+    char a[24];
+    tp_diag *g = tp_finding(I, TP_WARNING, I->p->loss_parallel_span, "loss-parallel", logits, NULL,
+                            "loss_parallel() has no effect: the logits reach cross_entropy() as a plain tensor "
+                            "(%s), and the context only intercepts DTensor ops, so PyTorch computes the ordinary "
+                            "cross-entropy (costs nothing, saves nothing)", tp_pl_str(logits->pl, logits->rank, a));
+    if (g && span.file >= 0)
+        tp_diag_note_at(g, span, "the loss is computed here");
+    if (g)
+        tp_diag_help(g, "remove loss_parallel(), or keep the logits sharded on the vocabulary for it: "
+                        "ColwiseParallel(use_local_output=False) on lm_head with the default output_layouts=Shard(-1)");
+}
+
+/* loss_parallel() over DTensor logits: PyTorch's vocab-parallel loss,
+ * which asserts the logits are sharded on the vocabulary. */
+static void vocab_parallel_loss(interp *I, tp_val *logits, tp_val *labels, tp_val *out, tp_span span)
+{
+    int last = logits->rank - 1;
+    if (shard_dim(logits) != last) {
+        char a[24];
+        tp_diag *g = tp_finding(I, TP_ERROR, I->p->loss_parallel_span, "loss-parallel", logits, NULL,
+                                "loss_parallel() should be enabled only when the input tensor is sharded on dimension %d; "
+                                "the logits are a DTensor %s", last, tp_pl_str(logits->pl, logits->rank, a));
+        if (g && span.file >= 0)
+            tp_diag_note_at(g, span, "the loss is computed here");
+        if (g)
+            tp_diag_help(g, "keep the lm_head output sharded: ColwiseParallel(use_local_output=False) "
+                            "with the default output_layouts=Shard(-1)");
+    }
+    if (labels->dtensor || labels->pl.kind != TP_REPLICATE)
+        tp_finding(I, TP_ERROR, span, "loss-parallel", labels, NULL, "loss_parallel() needs replicated labels");
+    record_cross_entropy(I, logits, labels, out, true, span);
+}
+
 static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span span)
 {
     tp_plan *p = I->p;
     int last = logits->rank - 1;
     tp_val *out = tp_val_new(I, 0, NULL, NULL);
     out->span = span;
-    if (p->loss_parallel) {
-        if (!logits->dtensor || shard_dim(logits) != last) {
-            char a[24];
-            tp_diag *g = tp_finding(I, TP_ERROR, p->loss_parallel_span, "loss-parallel", logits, NULL,
-                                    "loss_parallel() should be enabled only when the input tensor is sharded on dimension %d; "
-                                    "the logits are a %s %s", last, logits->dtensor ? "DTensor" : "plain tensor",
-                                    tp_pl_str(logits->pl, logits->rank, a));
-            if (g && span.file >= 0)
-                tp_diag_note_at(g, span, "the loss is computed here");
-            if (g)
-                tp_diag_help(g, "keep the lm_head output sharded: ColwiseParallel(use_local_output=False) "
-                                "with the default output_layouts=Shard(-1)");
-        }
-        if (labels->dtensor || labels->pl.kind != TP_REPLICATE)
-            tp_finding(I, TP_ERROR, span, "loss-parallel", labels, NULL, "loss_parallel() needs replicated labels");
-        record_cross_entropy(I, logits, labels, out, span);
+    for (int i = 0; i < labels->rank && i < last; i++)
+        tp_grown_meet(I, logits->shape[i], labels->shape[i], span, "cross_entropy()", "labels");
+    if (p->loss_parallel && logits->dtensor) {
+        vocab_parallel_loss(I, logits, labels, out, span);
         return out;
     }
+    if (p->loss_parallel)
+        warn_loss_parallel_unused(I, logits, span);
     logits = resolve_partial(I, logits, "cross_entropy", span);
     if (logits->dtensor) {
         tp_diag *g = tp_finding(I, TP_ERROR, style_or(logits, span), "mixed-tensor", logits, NULL,
@@ -374,7 +421,7 @@ static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span 
     check_whole(I, find_rule("cross_entropy"), logits, span);
     if (!positions_line_up(I, logits, labels, span))
         out->poisoned = true;
-    record_cross_entropy(I, logits, labels, out, span);
+    record_cross_entropy(I, logits, labels, out, false, span);
     return out;
 }
 
@@ -521,6 +568,8 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
     if (!want_tensors(I, call, args, nargs, r->ntensors))
         return none_iv;
     tp_val *x = args[0].t;
+    if (r->lowers_to == TP_OP_ROPE)
+        tp_grown_meet_rope(I, x, span);
     if (!strcmp(name, "attention"))
         return tensor_iv(attention(I, x, args[1].t, args[2].t, span));
     if (!strcmp(name, "cross_entropy"))
@@ -623,6 +672,9 @@ iv tp_op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
         return none_iv;
     }
     tp_val *big = a->rank >= b->rank ? a : b, *small = big == a ? b : a;
+    for (int i = 1; i <= small->rank; i++)
+        tp_grown_meet(I, big->shape[big->rank - i], small->shape[small->rank - i], span,
+                      op == '+' ? "an add" : "a mul", "a tensor");
     tp_val *out = result_like(I, big, big->rank, big->shape, big->dimname, span);
     out->poisoned = a->poisoned || b->poisoned;
     char pa[24], pb[24];

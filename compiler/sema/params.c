@@ -69,11 +69,44 @@ static void check_tie(interp *I, tp_param *prm)
     }
 }
 
+/* The model declares this dimension paddable (pad_to=: a vocabulary, the
+ * rows of an Embedding or of a Linear's output), its padding zero and
+ * dropped from the outputs. */
+static bool paddable(const tp_param *prm, int dim)
+{
+    const tp_module *mod = prm->owner;
+    const tp_node *ctor = mod->decl ? mod->decl->kids[0] : NULL;
+    return dim == 0 && (mod->kind == TP_MOD_LINEAR || mod->kind == TP_MOD_EMBEDDING) && ctor &&
+           ctor->kind == N_CALL && tp_call_kw(ctor, "pad_to");
+}
+
+/* PyTorch shards a vocabulary tp does not divide unevenly (Shard(0) gives
+ * the first ranks a row more) and computes the right logits; the schedule
+ * holds equal shards, so the rows are padded to a multiple of tp, as
+ * pad_to= pads them. The shape is the model's own: tp_check runs once per
+ * unit, at one tp. */
+static void pad_for_tp(interp *I, tp_param *prm, int dim)
+{
+    int64_t n = prm->shape[dim], padded = (n + I->tp - 1) / I->tp * I->tp;
+    prm->shape[dim] = padded;
+    tp_diag *g = tp_finding(I, TP_NOTE, tp_entry_span(prm->owner->style), "divisibility", NULL, NULL,
+                            "%s shards '%s' on dimension %d (%s = %lld), which does not split over %lld ranks: "
+                            "PyTorch shards it unevenly; the schedule pads it to %lld (zero rows, dropped from "
+                            "the outputs)", prm->owner->style->name, prm->fqn, dim, prm->dimname[dim], (long long)n,
+                            (long long)I->tp, (long long)padded);
+    if (g && prm->owner->decl)
+        tp_diag_note_at(g, prm->owner->decl->span, "'%s' is declared here", prm->owner->fqn);
+}
+
 static void check_param_divisible(interp *I, tp_param *prm)
 {
     tp_placement p = tp_param_placement(prm);
     if (p.kind != TP_SHARD || prm->shape[p.dim] % I->tp == 0)
         return;
+    if (paddable(prm, p.dim)) {
+        pad_for_tp(I, prm, p.dim);
+        return;
+    }
     const tp_style *s = prm->owner->style;
     int64_t n = prm->shape[p.dim];
     tp_diag *g = tp_finding(I, TP_ERROR, tp_entry_span(s), "divisibility", NULL, NULL,
@@ -81,17 +114,9 @@ static void check_param_divisible(interp *I, tp_param *prm)
                             s->name, prm->fqn, p.dim, prm->dimname[p.dim], (long long)n, (long long)I->tp);
     if (!g)
         return;
-    const tp_node *ctor = prm->owner->decl ? prm->owner->decl->kids[0] : NULL;
-    const tp_node *pad = ctor && ctor->kind == N_CALL ? tp_call_kw(ctor, "pad_to") : NULL;
     if (prm->owner->decl)
         tp_diag_note_at(g, prm->owner->decl->span, "'%s' is declared here", prm->owner->fqn);
-    if (pad && pad->kind == N_NAME) {
-        int64_t padded = (prm->logical[p.dim] + I->tp - 1) / I->tp * I->tp;
-        tp_diag_help(g, "pad it: -D %s=%lld makes %s %lld (the padded rows are zero and dropped from the output)",
-                     pad->name, (long long)I->tp, prm->dimname[p.dim], (long long)padded);
-    } else {
-        tp_diag_help(g, "use a tp that divides %lld, or leave '%s' replicated", (long long)n, prm->owner->fqn);
-    }
+    tp_diag_help(g, "use a tp that divides %lld, or leave '%s' replicated", (long long)n, prm->owner->fqn);
 }
 
 void tp_check_params(interp *I)

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -112,15 +113,41 @@ INSTANTIATE_TEST_SUITE_P(Shipped, Parity, ::testing::ValuesIn(shipped_plans()), 
     return s;
 });
 
+// A vocabulary tp does not divide (129 at tp = 2 and 4) is padded to a
+// multiple of tp; the logits, padding dropped, are those of one rank.
+TEST(UnevenVocab, SameLogitsAtTp1_2_4)
+{
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
+    const std::string plan = source_path("plans/llama-megatron.plan");
+    const std::vector<std::string> vocab = {"-D", "vocab=129"};
+    TempDir dir;
+    std::string ref = dir.path + "/tp1.npy";
+    Proc one = tprun(1, compile(dir, plan, 1, vocab), {"--labels", "tokens", "--out", ref, "-q"});
+    ASSERT_EQ(one.code(), 0) << one.describe();
+    for (int tp : {2, 4}) {
+        Proc p = tprun(tp, compile(dir, plan, tp, vocab), {"--labels", "tokens", "--compare", ref, "--tolerance",
+                                                           kTolerance});
+        EXPECT_EQ(p.code(), 0) << "tp=" << tp << "\n" << p.describe();
+        EXPECT_TRUE(contains(p.out, "logits      [2, 16, 129]")) << p.describe();
+        EXPECT_TRUE(contains(p.out, ": ok")) << p.describe();
+    }
+}
+
 // --- against the NumPy reference -------------------------------------------------------
 
+// The value on the line that starts with "loss" (tprun's summary,
+// reference.py's output); a plan's path may contain "loss" too.
 std::string loss_of(const std::string &out)
 {
-    size_t at = out.find("loss");
-    if (at == std::string::npos)
-        return "";
-    std::string rest = out.substr(at + 4);
-    return rest.substr(rest.find_first_not_of(' '), rest.find('\n') - rest.find_first_not_of(' '));
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+        size_t at = line.find_first_not_of(' ');
+        if (at == std::string::npos || line.compare(at, 5, "loss ") != 0)
+            continue;
+        size_t value = line.find_first_not_of(' ', at + 5);
+        return value == std::string::npos ? "" : line.substr(value);
+    }
+    return "";
 }
 
 // tprun at `tp` ranks on a checkpoint against reference.py on the same one;
@@ -193,6 +220,25 @@ TEST(Reference, Gpt2EpsFromADefineMatchesNumPy)
                     {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "positions=32", "seq=16", "batch=2",
                      "layer_norm_epsilon=1e-3"},
                     2, {"-D", "layer_norm_epsilon=1e-3"});
+}
+
+// --- loss_parallel() ---------------------------------------------------------------------
+
+// loss_parallel() over plain replicated logits has no effect in PyTorch: the
+// schedule computes the ordinary loss, the same as the plan without it.
+TEST(LossParallel, PlainReplicatedLogitsGiveTheOrdinaryLoss)
+{
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
+    TempDir dir;
+    std::string ref = dir.path + "/plain.npy";
+    Proc plain = tprun(2, compile(dir, source_path("plans/llama-megatron.plan"), 2),
+                       {"--labels", "tokens", "--out", ref});
+    ASSERT_EQ(plain.code(), 0) << plain.describe();
+    Proc lp = tprun(2, compile(dir, source_path("tests/bad/loss-parallel-replicated-logits.plan"), 2),
+                    {"--labels", "tokens", "--compare", ref, "--tolerance", kTolerance});
+    EXPECT_EQ(lp.code(), 0) << lp.describe();
+    ASSERT_FALSE(loss_of(plain.out).empty()) << plain.describe();
+    EXPECT_NEAR(atof(loss_of(lp.out).c_str()), atof(loss_of(plain.out).c_str()), 1e-4) << plain.out << lp.out;
 }
 
 // --- the profile says what the schedule says --------------------------------------------

@@ -351,6 +351,30 @@ TEST(PrepareModuleInput, UseLocalOutputTrueHandsOverPlainTensors)
     EXPECT_EQ(u.inputs("model.layers.0.mlp.gate_proj"), "Replicate() DTensor [1, 2048, 4096]");
 }
 
+// A keyword layout for a keyword the module is not called with: PyTorch
+// skips it; the warning names the call and what the value costs downstream.
+TEST(PrepareModuleInput, KeywordNotPassedIsSkippedWithAWarning)
+{
+    Unit u(source_path("tests/bad/ignored-layout-keyword-sharded.plan"), {"layers=2"});
+    ASSERT_TRUE(u.u.built) << u.text();
+    EXPECT_EQ(u.u.diags.errors, 0) << u.text();
+    const tp_diag *g = nullptr;
+    for (const tp_diag *d : u.diags("ignored-layout"))
+        g = d;
+    ASSERT_TRUE(g) << u.text();
+    EXPECT_EQ(g->level, TP_WARNING);
+    std::string m = g->message;
+    EXPECT_NE(m.find("'model.layers.0.mlp' is called with 1 positional argument and no keywords ('x' arrives "
+                     "positionally)"), std::string::npos) << m;
+    bool cost = false;
+    for (int i = 0; i < g->nnotes; i++)
+        cost |= std::string(g->notes[i].message).find("'x' stays a DTensor Shard(1) instead of becoming "
+                                                      "Replicate()") != std::string::npos;
+    EXPECT_TRUE(cost) << u.text();
+    // the value enters the MLP unconverted
+    EXPECT_EQ(u.inputs("model.layers.0.mlp.gate_proj"), "Shard(1) DTensor [1, 2048, 4096]");
+}
+
 // --- ColwiseParallel use_local_output -----------------------------------------------------
 
 TEST(Colwise, UseLocalOutputFalseKeepsTheDTensor)
@@ -444,6 +468,44 @@ TEST(Relabel, RowwiseEmbeddingWithoutInputLayoutsLabelsTokenIds)
         EXPECT_NE(std::string(g->fixits[0].replacement).find("input_layouts=Replicate()"), std::string::npos)
             << g->fixits[0].replacement;
     }
+}
+
+// The message says where PyTorch then fails in this model: the first op
+// that meets the grown length next to the true one.
+TEST(Relabel, MessageNamesTheFirstOpThatMeetsTheTrueLength)
+{
+    const std::pair<const char *, const char *> cases[] = {
+        {"tests/bad/relabel-sp-plain-embedding.plan", "fails at rope(), whose cos/sin cover the true 2048 positions"},
+        {"tests/bad/relabel-prepare-input.plan", "fails at an add with a tensor of the true length (2048)"},
+        {"tests/bad/relabel-rowwise-embedding.plan", "fails at cross_entropy() with labels of the true length (2048)"},
+    };
+    for (const auto &[plan, downstream] : cases) {
+        SCOPED_TRACE(plan);
+        Unit u(source_path(plan), {"layers=2"});
+        ASSERT_TRUE(u.u.built) << u.text();
+        const tp_diag *g = only(u.diags("relabel"), u);
+        ASSERT_TRUE(g);
+        EXPECT_NE(std::string(g->message).find(downstream), std::string::npos) << g->message;
+    }
+}
+
+// Nothing after the growth meets the true length: the message cannot say more.
+TEST(Relabel, MessageWithoutADownstreamMismatch)
+{
+    Tree t;
+    t.write("tiny.model", "config {\n    vocab = 64\n    hidden = 16\n    seq = 8\n    batch = 1\n    tp = 2\n}\n"
+                          "module Tiny {\n    embed = Embedding(vocab, hidden)\n    norm = RMSNorm(hidden)\n"
+                          "    def forward(input_ids: [batch, seq]) {\n        return norm(embed(input_ids))\n    }\n}\n");
+    std::string plan = t.write("grown.plan", "model \"tiny.model\"\nmesh(tp = tp)\nparallelize \"\" {\n"
+                                             "    \"embed\": RowwiseParallel(input_layouts=Replicate()),\n"
+                                             "    \"norm\": SequenceParallel(),\n}\n");
+    Unit u(plan);
+    ASSERT_TRUE(u.u.built) << u.text();
+    const tp_diag *g = only(u.diags("relabel"), u);
+    ASSERT_TRUE(g);
+    std::string m = g->message;
+    EXPECT_NE(m.find("grows from 8 to 16; it may fail later or compute on the wrong sequence"), std::string::npos)
+        << m;
 }
 
 TEST(Relabel, CorrectLabelsAreSilent)

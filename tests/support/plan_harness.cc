@@ -78,14 +78,6 @@ bool tp_divides_sizes(tp_unit *u, int64_t tp)
         if (tp_config_has(&u->config, n) && tp_config_get(&u->config, n, TP_NO_SPAN, &v) && v % tp)
             return false;
     }
-    int64_t vocab, mult = 1;
-    if (tp_config_get(&u->config, "vocab", TP_NO_SPAN, &vocab)) {
-        if (tp_config_has(&u->config, "vocab_multiple"))
-            tp_config_get(&u->config, "vocab_multiple", TP_NO_SPAN, &mult);
-        int64_t padded = (vocab + mult - 1) / mult * mult;
-        if (padded % tp)
-            return false;
-    }
     return true;
 }
 

@@ -38,8 +38,9 @@ void compile(tp_unit *u, const std::string &plan, const std::vector<std::string>
 void configure(tp_unit *u, const std::string &plan, const std::vector<std::string> &defines = {});
 
 // Whether tp divides the sizes a plan shards (heads, kv_heads, ffn, hidden,
-// seq, the padded vocab) in a configured or compiled unit: the plan is
-// valid at that tp exactly then (Plans/ShippedPlan.ChecksCleanAtEveryDividingTp).
+// seq; a sharded vocab is padded to a multiple of tp) in a configured or
+// compiled unit: the plan is valid at that tp exactly then
+// (Plans/ShippedPlan.ChecksCleanAtEveryDividingTp).
 bool tp_divides_sizes(tp_unit *u, int64_t tp);
 
 // The errors and warnings of a compiled unit (notes are not findings).
