@@ -23,7 +23,7 @@ static const struct math_key {
     {"hidden_act", NULL}, {"hidden_activation", NULL}, {"activation_function", NULL},
     {"attention_bias", "false"}, {"mlp_bias", "false"}, {"qkv_bias", "false"}, {"use_bias", "false"},
     {"pretraining_tp", "1"}, {"parallel_attn", "false"}, {"use_parallel_residual", "false"},
-    {"alibi", "false"}, {"clip_qkv", NULL}, {"embedding_multiplier", "1.0"}, {"logits_scaling", "1.0"},
+    {"alibi", "false"}, {"use_mrope", "false"}, {"clip_qkv", NULL}, {"embedding_multiplier", "1.0"}, {"logits_scaling", "1.0"},
     {"residual_multiplier", "1.0"}, {"attention_multiplier", NULL}, {"scale_attn_weights", "true"},
     {"scale_attn_by_inverse_layer_idx", "false"}, {"num_key_value_heads", NULL}, {"head_dim", NULL},
     {"rope_theta", NULL}, {"rms_norm_eps", NULL}, {"layer_norm_eps", NULL}, {"layer_norm_epsilon", NULL},
