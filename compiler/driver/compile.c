@@ -88,6 +88,7 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     if (u->io_error)
         return;
     tp_hf_check_block(&u->config, u->model_ast);
+    tp_hf_check_plan(&u->config, u->plan_ast);
     if (opts->hf_config && !tp_hf_check_config(&u->config, &u->src, u->model_ast, u->plan_ast,
                                                u->src.files[u->model_file].path, ref->span))
         return;            /* another architecture: its sizes would only produce noise */

@@ -140,6 +140,14 @@ void tp_hf_check_block(tp_config *c, const tp_node *model_ast)
     }
 }
 
+void tp_hf_check_plan(tp_config *c, const tp_node *plan_ast)
+{
+    for (int i = 0; i < plan_ast->nkids; i++)
+        if (plan_ast->kids[i]->kind == N_HF)
+            tp_diag_add(c->diags, TP_ERROR, plan_ast->kids[i]->span, "plan",
+                        "hf { } says what a model file implements; move it into the model file");
+}
+
 /* ---- config.json as a source: spans of its keys ---- */
 
 /* The span of "key": in config.json's text, or TP_NO_SPAN. */

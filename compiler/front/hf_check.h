@@ -29,6 +29,9 @@
  * strings (requires: a dict keyed by strings). Errors go to c->diags. */
 void tp_hf_check_block(tp_config *c, const tp_node *model_ast);
 
+/* An hf { } block in a plan is an error: it describes a model file. */
+void tp_hf_check_plan(tp_config *c, const tp_node *plan_ast);
+
 /* Check c's config.json against the model file at model_path (as loaded
  * into src): the architecture (reported at model_ref, the plan's `model`
  * line) and every key. Call after all config blocks and -D are bound: it

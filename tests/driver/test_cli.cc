@@ -746,6 +746,30 @@ TEST(CliHfKeys, ModelWithoutHfBlockIsAWarning)
     EXPECT_TRUE(contains(r.err, "declares no hf { architectures = (...) }")) << r.describe();
 }
 
+TEST(CliHfArchitecture, PublishedGpt2ConfigChecksClean)
+{
+    std::string plan = source_path("plans/gpt2-sp-tied.plan");
+    for (const char *tp : {"2", "4"}) {
+        Proc r = run({"--check", "--hf-config", fixture("gpt2.config.json"), plan, "-D", std::string("tp=") + tp});
+        EXPECT_EQ(r.code(), 0) << "tp " << tp << "\n" << r.describe();
+        EXPECT_EQ(r.err, "") << "tp " << tp << ": every key is read or understood\n" << r.describe();
+    }
+    Proc r = run({"--check", "--hf-config", fixture("gpt2.config.json"), plan, "-D", "tp=8"});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "12 heads do not split over 8 ranks")) << r.describe();
+}
+
+TEST(CliHfKeys, HfBlockInAPlanIsAnError)
+{
+    TempDir dir;
+    std::string plan = slurp(kClean);
+    plan.replace(plan.find("../models/llama.model"), strlen("../models/llama.model"), source_path("models/llama.model"));
+    Proc r = run({"--check", dir.write("plan.plan", plan + "hf { architectures = (\"LlamaForCausalLM\",) }\n")});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "hf { } says what a model file implements; move it into the model file"))
+        << r.describe();
+}
+
 TEST(CliHfKeys, HfBlockFieldsAreChecked)
 {
     TempDir dir;
