@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/driver/compile.h"
+#include "compiler/front/hf_check.h"
 #include "compiler/front/parse.h"
 #include "util/xalloc.h"
 
@@ -32,8 +33,11 @@ static int load(tp_unit *u, const char *path, tp_span from)
 static void bind_config_blocks(tp_unit *u, const tp_node *file, tp_cfg_origin origin)
 {
     for (int i = 0; i < file->nkids; i++)
-        if (file->kids[i]->kind == N_CONFIG)
+        if (file->kids[i]->kind == N_CONFIG) {
+            if (origin == TP_CFG_PLAN)
+                tp_hf_check_overrides(&u->config, file->kids[i]);
             tp_config_bind_block(&u->config, file->kids[i], origin);
+        }
 }
 
 void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
@@ -83,6 +87,11 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     }
     if (u->io_error)
         return;
+    tp_hf_check_block(&u->config, u->model_ast);
+    tp_hf_check_plan(&u->config, u->plan_ast);
+    if (opts->hf_config && !tp_hf_check_config(&u->config, &u->src, u->model_ast, u->plan_ast,
+                                               u->src.files[u->model_file].path, ref->span))
+        return;            /* another architecture: its sizes would only produce noise */
     const tp_node *files[] = {u->model_ast};
     if (!tp_model_build(&u->model, files, 1, &u->config)) {
         tp_diag_add(&u->diags, TP_ERROR, ref->span, "model", "the model file defines no module");

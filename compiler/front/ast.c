@@ -72,6 +72,7 @@ static const char *const kind_names[] = {
     [N_PARALLELIZE] = "PARALLELIZE",
     [N_LOSS_PARALLEL] = "LOSS_PARALLEL",
     [N_MODULE] = "MODULE",
+    [N_HF] = "HF",
     [N_DEF] = "DEF",
     [N_PARAM] = "PARAM",
     [N_BLOCK] = "BLOCK",

@@ -19,6 +19,7 @@ typedef enum tp_node_kind {
                         str = module path ("" = root), name = mesh dim or NULL, kid0 = N_DICT */
     N_LOSS_PARALLEL, /* loss_parallel() */
     N_MODULE,        /* module Name { members }     name = type name, kids: members */
+    N_HF,            /* hf { architectures = (...) }  what a model file implements: kids: N_ASSIGN */
     /* ---- module members ---- */
     N_DEF,           /* def forward(a, b) { body }  name = "forward", kids: N_PARAM..., last kid N_BLOCK */
     N_PARAM,         /* name; kid0 = optional shape annotation (N_LIST of dim expressions) */

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <jansson.h>
 #include "compiler/front/config.h"
 #include "compiler/diag/suggest.h"
@@ -35,6 +36,7 @@ static tp_cfg_entry *find(const tp_config *c, const char *name)
 }
 
 bool tp_config_has(const tp_config *c, const char *name) { return find(c, name) != NULL; }
+const tp_cfg_entry *tp_config_entry(const tp_config *c, const char *name) { return find(c, name); }
 
 static tp_cfg_entry *bind(tp_config *c, const char *name)
 {
@@ -48,22 +50,35 @@ static tp_cfg_entry *bind(tp_config *c, const char *name)
     return e;
 }
 
-int tp_config_load_hf(tp_config *c, const char *path, char *err, size_t errlen)
+/* path, or path/config.json when path is a directory (a model as
+ * Hugging Face saves it); malloc'ed. */
+static char *config_json_path(const char *path)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return tp_xasprintf("%s%sconfig.json", path, path[strlen(path) - 1] == '/' ? "" : "/");
+    return tp_xstrdup(path);
+}
+
+int tp_config_load_hf(tp_config *c, const char *dir_or_file, char *err, size_t errlen)
+{
+    char *path = config_json_path(dir_or_file);
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         snprintf(err, errlen, "%s:%d:%d: cannot read Hugging Face config: %s",
                  path, jerr.line, jerr.column, jerr.text);
+        free(path);
         return -1;
     }
     if (!json_is_object(root)) {
         json_decref(root);
         snprintf(err, errlen, "%s: a Hugging Face config.json must be a JSON object", path);
+        free(path);
         return -1;
     }
     c->hf_json = root;
-    c->hf_path = tp_xstrdup(path);
+    c->hf_path = path;
     return 0;
 }
 
@@ -229,10 +244,9 @@ bool tp_config_value(tp_config *c, const char *name, tp_span use, tp_cfg_value *
     return ok;
 }
 
-/* The key of an hf("key", default) call, else NULL. */
-static const char *hf_key(const tp_node *e)
+const char *tp_config_hf_key(const tp_node *e)
 {
-    if (!e || e->kind != N_CALL || e->nkids != 3 || e->kids[0]->kind != N_NAME || strcmp(e->kids[0]->name, "hf") ||
+    if (!e || e->kind != N_CALL || e->nkids < 3 || e->kids[0]->kind != N_NAME || strcmp(e->kids[0]->name, "hf") ||
         e->kids[1]->kids[0]->kind != N_STR)
         return NULL;
     return e->kids[1]->kids[0]->str;
@@ -250,7 +264,7 @@ static void report_float(tp_config *c, tp_span at, const char *what, double f, c
     const tp_cfg_entry *e = find(c, what);
     if (!e || e->span.file < 0 || (e->span.file == at.file && e->span.offset == at.offset))
         return;
-    const char *key = hf_key(e->expr);
+    const char *key = tp_config_hf_key(e->expr);
     json_t *json = key && c->hf_json ? json_object_get((json_t *)c->hf_json, key) : NULL;
     if (json_is_real(json))
         tp_diag_note_at(g, e->span, "'%s' is defined here, as \"%s\" of %s (a JSON real)", what, key, c->hf_path);
@@ -263,7 +277,7 @@ static void report_float(tp_config *c, tp_span at, const char *what, double f, c
 static bool report_string(tp_config *c, tp_span at, const char *what, const char *s, const char *need)
 {
     const tp_cfg_entry *e = find(c, what);
-    const char *key = e ? hf_key(e->expr) : NULL;
+    const char *key = e ? tp_config_hf_key(e->expr) : NULL;
     if (key && c->hf_json)
         tp_diag_add(c->diags, TP_ERROR, at, "config", "'%s' is \"%s\", a string (\"%s\" of %s); %s", what, s, key,
                     c->hf_path, need);
@@ -359,16 +373,31 @@ static json_t *hf_lookup(const tp_config *c, const char *key)
     return v && !json_is_null(v) ? v : NULL;
 }
 
-/* hf("key", default): the value of key in --hf-config, else default. A
- * JSON integer stays an integer and a real is a float: a float context
+/* The standalone= argument of an hf() call, or NULL. */
+static const tp_node *hf_standalone(const tp_node *call)
+{
+    return call->nkids == 4 && call->kids[3]->name && !strcmp(call->kids[3]->name, "standalone")
+               ? call->kids[3]->kids[0] : NULL;
+}
+
+/* hf("key", default[, standalone=value]): the value of key in
+ * --hf-config ("a.b" reads member b of object a), else default, which is
+ * Hugging Face's own default for an absent or null key. Without
+ * --hf-config, standalone= (when given) is the model file's value
+ * instead: a small config that needs no config.json.
+ * A JSON integer stays an integer and a real is a float: a float context
  * takes either (rope_theta 10000 is 10000.0), an integer context rejects
  * the float where it is used. A string stays a string, for the arguments
  * that name a choice (rope's scaling). */
 static bool eval_hf(tp_config *c, const tp_node *call, tp_cfg_value *out)
 {
-    if (call->nkids != 3 || call->kids[1]->name || call->kids[2]->name ||
-        call->kids[1]->kids[0]->kind != N_STR)
-        return err_at(c, call, "hf() takes a key string and a default: hf(\"hidden_size\", 4096)");
+    bool shape_ok = (call->nkids == 3 || hf_standalone(call)) && !call->kids[1]->name &&
+                    !call->kids[2]->name && call->kids[1]->kids[0]->kind == N_STR;
+    if (!shape_ok)
+        return err_at(c, call, "hf() takes a key string, Hugging Face's default and optionally the value "
+                               "without a config.json: hf(\"num_key_value_heads\", heads, standalone=8)");
+    if (!c->hf_json)
+        return tp_eval_value(c, hf_standalone(call) ? hf_standalone(call) : call->kids[2]->kids[0], out);
     const char *key = call->kids[1]->kids[0]->str;
     json_t *v = hf_lookup(c, key);
     if (!v)

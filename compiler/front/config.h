@@ -58,7 +58,8 @@ typedef struct tp_config {
 void tp_config_init(tp_config *c, tp_diags *diags);
 void tp_config_free(tp_config *c);
 
-/* Load a Hugging Face config.json; returns 0, or -1 with a message in err. */
+/* Load a Hugging Face config.json, or the config.json of a model
+ * directory; returns 0, or -1 with a message in err. */
 int tp_config_load_hf(tp_config *c, const char *path, char *err, size_t errlen);
 
 /* Bind every assignment of an N_CONFIG block (later bindings override). */
@@ -76,6 +77,10 @@ bool tp_config_value(tp_config *c, const char *name, tp_span use, tp_cfg_value *
  * `use`, else where the name is defined. */
 bool tp_config_get(tp_config *c, const char *name, tp_span use, int64_t *out);
 bool tp_config_has(const tp_config *c, const char *name);
+/* The entry bound to name, or NULL. */
+const tp_cfg_entry *tp_config_entry(const tp_config *c, const char *name);
+/* The key of an hf("key", ...) call, else NULL. */
+const char *tp_config_hf_key(const tp_node *e);
 
 /* The resolved configuration as a schedule records it: one setting per
  * name, at the place the name was first bound, with its last value

@@ -273,7 +273,7 @@ static char *source_text(const tp_parse_ctx *ctx, tp_span at)
 %token <ival> INT "integer"
 %token <fval> FLOAT "float"
 %token MODEL "'model'" CONFIG "'config'" MESH "'mesh'" PARALLELIZE "'parallelize'"
-%token ON "'on'" LOSS_PARALLEL "'loss_parallel'" MODULE "'module'"
+%token ON "'on'" LOSS_PARALLEL "'loss_parallel'" MODULE "'module'" HF "'hf'"
 %token DEF "'def'" RETURN "'return'" IF "'if'" ELSE "'else'"
 %token NOT "'not'" AND "'and'" OR "'or'" TRUE "'True'" FALSE "'False'" NONE "'None'"
 %token DSLASH "'//'"
@@ -313,6 +313,8 @@ item
         { $$ = tp_node_new(N_LOSS_PARALLEL, @$); }
     | MODULE IDENT '{' members '}'
         { $$ = $4; $$->span = @$; $$->name = $2; }
+    | HF '{' assigns '}'
+        { $$ = $3; $$->span = @$; $$->kind = N_HF; }
     ;
 
 mesh_dim
@@ -528,13 +530,14 @@ kwargs
 opt_comma: %empty | ',' ;
 
 /* Item keywords other than `parallelize` are ordinary names everywhere but
- * at the start of an item: HF models have a member called `model`. */
+ * at the start of an item: HF models have a member called `model`, and
+ * model files call hf("key", default). */
 name
     : IDENT
     | keyword_name          { $$ = source_text(ctx, @1); }
     ;
 
-keyword_name: MODEL | CONFIG | MESH | ON | LOSS_PARALLEL | MODULE ;
+keyword_name: MODEL | CONFIG | MESH | ON | LOSS_PARALLEL | MODULE | HF ;
 
 %%
 
@@ -609,7 +612,8 @@ static int expects(const yysymbol_kind_t *expected, int n, yysymbol_kind_t sym)
 static int is_keyword_name(yysymbol_kind_t sym)
 {
     return sym == YYSYMBOL_MODEL || sym == YYSYMBOL_CONFIG || sym == YYSYMBOL_MESH ||
-           sym == YYSYMBOL_ON || sym == YYSYMBOL_LOSS_PARALLEL || sym == YYSYMBOL_MODULE;
+           sym == YYSYMBOL_ON || sym == YYSYMBOL_LOSS_PARALLEL || sym == YYSYMBOL_MODULE ||
+           sym == YYSYMBOL_HF;
 }
 
 /* Keep the expected tokens worth listing: never "end of file", and no
@@ -676,7 +680,7 @@ static int assignment_follows(const tp_parse_ctx *ctx, tp_span at)
 static int yyreport_syntax_error(const yypcontext_t *yyctx, yyscan_t scanner,
                                  tp_parse_ctx *ctx)
 {
-    enum { MAX_LISTED = 6 };   /* the six item keywords */
+    enum { MAX_LISTED = 7 };   /* the seven item keywords */
     yysymbol_kind_t tok = yypcontext_token(yyctx);
     tp_span at = *yypcontext_location(yyctx);
     if (tok == YYSYMBOL_INVALID) {

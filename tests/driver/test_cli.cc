@@ -598,4 +598,195 @@ TEST(CliHfConfig, StringValueIsAnErrorInThePlan)
     EXPECT_TRUE(contains(r.err, "hidden_size")) << r.describe();
 }
 
+// --- --hf-config against the model's hf { } block --------------------------------------------------------
+
+std::string fixture(const std::string &name) { return source_path("tests/fixtures/" + name); }
+
+// Megatron-style tensor parallelism over models/qwen2.model (same module paths as Llama).
+std::string qwen2_plan(const TempDir &dir)
+{
+    std::string plan = slurp(kClean);
+    plan.replace(plan.find("../models/llama.model"), strlen("../models/llama.model"),
+                 source_path("models/qwen2.model"));
+    return dir.write("qwen2-megatron.plan", plan);
+}
+
+TEST(CliHfArchitecture, MoeConfigIsAnotherArchitecture)
+{
+    Proc r = run({"--check", "--hf-config", fixture("mixtral.config.json"), kClean});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "mixtral.config.json is a MixtralForCausalLM (model_type 'mixtral'); ")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "models/llama.model implements LlamaForCausalLM (model_type 'llama')")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "MoE is not supported yet")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "llama-megatron.plan:5:1:")) << "at the plan's model line\n" << r.describe();
+    EXPECT_TRUE(contains(r.err, "[hf-architecture]")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "1 error generated.")) << "nothing after the architecture\n" << r.describe();
+}
+
+TEST(CliHfArchitecture, SuggestsTheShippedModelThatImplementsIt)
+{
+    Proc r = run({"--check", "--hf-config", fixture("qwen2.5-7b"), kClean});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "qwen2.5-7b/config.json is a Qwen2ForCausalLM (model_type 'qwen2'); ")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "models/llama.model implements LlamaForCausalLM")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "models/qwen2.model implements Qwen2ForCausalLM")) << r.describe();
+}
+
+TEST(CliHfArchitecture, UnimplementedFamilyAsksForAModelFile)
+{
+    Proc r = run({"--check", "--hf-config", fixture("mistral.config.json"), kClean});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "is a MistralForCausalLM (model_type 'mistral')")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "write a model file for it")) << r.describe();
+}
+
+TEST(CliHfArchitecture, RealQwen2ConfigDividesAsPublished)
+{
+    TempDir dir;
+    std::string plan = qwen2_plan(dir);
+    // 28 heads, 4 kv heads, hidden 3584, ffn 18944, vocab 152064; use_sliding_window false
+    for (const char *tp : {"2", "4"}) {
+        Proc r = run({"--check", "--hf-config", fixture("qwen2.5-7b"), plan, "-D", std::string("tp=") + tp});
+        EXPECT_EQ(r.code(), 0) << "tp " << tp << "\n" << r.describe();
+        EXPECT_EQ(r.err, "") << "tp " << tp << ": every key is read or understood\n" << r.describe();
+    }
+    Proc r = run({"--check", "--hf-config", fixture("qwen2.5-7b"), plan, "-D", "tp=8"});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "[divisibility]")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "28")) << "28 heads do not split over 8\n" << r.describe();
+    EXPECT_TRUE(contains(r.err, "k_proj")) << "4 kv heads do not split over 8\n" << r.describe();
+}
+
+TEST(CliHfKeys, SlidingWindowIsAnErrorOnlyBelowSeq)
+{
+    std::string cfg = fixture("llama-sliding.config.json");
+    Proc at_2048 = run({"--check", "--hf-config", cfg, kClean});
+    EXPECT_EQ(at_2048.code(), 0) << "a 4096 window at seq 2048 changes nothing\n" << at_2048.describe();
+    EXPECT_EQ(at_2048.err, "") << at_2048.describe();
+    Proc at_8192 = run({"--check", "--hf-config", cfg, kClean, "-D", "seq=8192"});
+    EXPECT_EQ(at_8192.code(), 1) << at_8192.describe();
+    EXPECT_TRUE(contains(at_8192.err, "llama-sliding.config.json:10:3: error: ")) << at_8192.describe();
+    EXPECT_TRUE(contains(at_8192.err, "sets sliding_window 4096, below seq 8192")) << at_8192.describe();
+    EXPECT_TRUE(contains(at_8192.err, "-D seq=4096 or less")) << at_8192.describe();
+}
+
+// Llama 3.1's llama3 RoPE scaling is computed (models/llama.model reads
+// rope_scaling); a type tpcc does not compute is refused by name.
+TEST(CliHfKeys, RopeScalingIsReadAndAnUnsupportedTypeIsAnError)
+{
+    Proc ok = run({"--check", "--hf-config", fixture("llama3-rope-scaling.config.json"), kClean, "-D", "tp=8"});
+    EXPECT_EQ(ok.code(), 0) << ok.describe();
+    EXPECT_FALSE(contains(ok.err, "rope_scaling")) << ok.describe();
+    Proc yarn = run({"--check", "--hf-config", fixture("llama-yarn.config.json"), kClean, "-D", "tp=8"});
+    EXPECT_EQ(yarn.code(), 1) << yarn.describe();
+    EXPECT_TRUE(contains(yarn.err, "RoPE scaling \"yarn\" is not supported")) << yarn.describe();
+    EXPECT_TRUE(contains(yarn.err, "1 error generated.")) << "the other keys are read or harmless\n" << yarn.describe();
+}
+
+TEST(CliHfKeys, KeysThatChangeTheMathAreErrors)
+{
+    std::string cfg = fixture("llama-math-keys.config.json");
+    Proc r = run({"--check", "--hf-config", cfg, kClean});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    for (const char *key : {"attention_bias", "attn_logit_softcapping", "final_logit_softcapping", "mlp_bias",
+                            "partial_rotary_factor", "qk_layernorm"})
+        EXPECT_TRUE(contains(r.err, std::string("sets ") + key + " to ")) << key << "\n" << r.describe();
+    EXPECT_TRUE(contains(r.err, "sets hidden_act to \"gelu\"; ")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "models/llama.model computes hidden_act = \"silu\" only")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "llama-math-keys.config.json:")) << r.describe();
+    // pretraining_tp 1 and rope_scaling null change nothing
+    EXPECT_FALSE(contains(r.err, "pretraining_tp")) << r.describe();
+    EXPECT_FALSE(contains(r.err, "rope_scaling")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "7 errors generated.")) << r.describe();
+}
+
+TEST(CliHfKeys, UnknownKeyIsAWarning)
+{
+    Proc r = run({"--check", "--hf-config", fixture("llama-unknown-key.config.json"), kClean});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_TRUE(contains(r.err, "llama-unknown-key.config.json:10:3: warning: ")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "key 'foo' is not used by ")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "models/llama.model [hf-key]")) << r.describe();
+}
+
+TEST(CliHfKeys, AbsentKvHeadsDefaultToTheHeads)
+{
+    Proc r = run({"--explain", "--hf-config", fixture("llama-no-kv-heads.config.json"), kClean});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    // 16 heads of 64 and 16 kv heads: k_proj is as wide as q_proj (the standalone 8 would give 512)
+    EXPECT_TRUE(contains(r.out, "model.layers.0.self_attn.k_proj")) << r.out;
+    EXPECT_TRUE(contains(r.out, "-> Shard(2) plain [1, 2048, 1024]")) << r.out;
+    EXPECT_FALSE(contains(r.out, "[1, 2048, 512]")) << r.out;
+}
+
+TEST(CliHfKeys, PlanValueOverConfigJsonIsAWarning)
+{
+    TempDir dir;
+    std::string plan = slurp(kClean);
+    plan.replace(plan.find("../models/llama.model"), strlen("../models/llama.model"), source_path("models/llama.model"));
+    plan.replace(plan.find("tp = 2"), strlen("tp = 2"), "tp = 2\n    kv_heads = 2");
+    std::string path = dir.write("override.plan", plan);
+    Proc r = run({"--check", "--hf-config", fixture("llama-small.config.json"), path});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_TRUE(contains(r.err, "override.plan:9:5: warning: the plan sets kv_heads = 2, and ")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "llama-small.config.json gives num_key_value_heads = 4: the plan's value wins "
+                                "[config-override]")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "-D kv_heads=... wins over both")) << r.describe();
+    Proc without = run({"--check", path});
+    EXPECT_EQ(without.err, "") << "no config.json, nothing overridden\n" << without.describe();
+}
+
+TEST(CliHfKeys, ModelWithoutHfBlockIsAWarning)
+{
+    TempDir dir;
+    std::string model = slurp(source_path("models/llama.model"));
+    model.erase(model.find("\nhf {"));
+    dir.write("llama.model", model);
+    std::string plan = slurp(kClean);
+    plan.replace(plan.find("../models/llama.model"), strlen("../models/llama.model"), "llama.model");
+    std::string path = dir.write("plan.plan", plan);
+    Proc r = run({"--check", "--hf-config", fixture("llama-small.config.json"), path});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_TRUE(contains(r.err, "declares no hf { architectures = (...) }")) << r.describe();
+}
+
+TEST(CliHfArchitecture, PublishedGpt2ConfigChecksClean)
+{
+    std::string plan = source_path("plans/gpt2-sp-tied.plan");
+    for (const char *tp : {"2", "4"}) {
+        Proc r = run({"--check", "--hf-config", fixture("gpt2.config.json"), plan, "-D", std::string("tp=") + tp});
+        EXPECT_EQ(r.code(), 0) << "tp " << tp << "\n" << r.describe();
+        EXPECT_EQ(r.err, "") << "tp " << tp << ": every key is read or understood\n" << r.describe();
+    }
+    Proc r = run({"--check", "--hf-config", fixture("gpt2.config.json"), plan, "-D", "tp=8"});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "12 heads do not split over 8 ranks")) << r.describe();
+}
+
+TEST(CliHfKeys, HfBlockInAPlanIsAnError)
+{
+    TempDir dir;
+    std::string plan = slurp(kClean);
+    plan.replace(plan.find("../models/llama.model"), strlen("../models/llama.model"), source_path("models/llama.model"));
+    Proc r = run({"--check", dir.write("plan.plan", plan + "hf { architectures = (\"LlamaForCausalLM\",) }\n")});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "hf { } says what a model file implements; move it into the model file"))
+        << r.describe();
+}
+
+TEST(CliHfKeys, HfBlockFieldsAreChecked)
+{
+    TempDir dir;
+    std::string model = slurp(source_path("models/llama.model"));
+    model.replace(model.find("model_types   = (\"llama\",)"), strlen("model_types   = (\"llama\",)"),
+                  "model_types   = \"llama\"\n    implements = (\"x\",)");
+    dir.write("llama.model", model);
+    std::string plan = slurp(kClean);
+    plan.replace(plan.find("../models/llama.model"), strlen("../models/llama.model"), "llama.model");
+    Proc r = run({"--check", dir.write("plan.plan", plan)});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "hf { model_types } must be a tuple of strings")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "hf { } has no field 'implements'")) << r.describe();
+}
+
 }  // namespace

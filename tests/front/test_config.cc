@@ -748,6 +748,49 @@ TEST(ConfigHf, ReadsPresentKeysAndFallsBackOnMissingAndNull)
     EXPECT_EQ(c.diags.count, 0) << c.messages();
 }
 
+// kv_heads = hf("num_key_value_heads", heads, standalone=8), as models/llama.model writes it.
+const char *const kv_heads_block = R"(config {
+    heads    = hf("num_attention_heads", 32)
+    kv_heads = hf("num_key_value_heads", heads, standalone=8)
+})";
+
+TEST(ConfigHf, StandaloneIsTheValueWithoutAConfigJson)
+{
+    Cfg c;
+    c.bind(kv_heads_block, TP_CFG_MODEL);
+    EXPECT_EQ(c.value("kv_heads"), 8);
+    EXPECT_EQ(c.diags.count, 0) << c.messages();
+}
+
+TEST(ConfigHf, AbsentKeyTakesHuggingFacesDefaultFromAnotherValue)
+{
+    Cfg c;
+    char err[512] = "";
+    // 16 heads and no num_key_value_heads: LlamaConfig makes it 16, not the standalone 8
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("llama-no-kv-heads.config.json").c_str(), err, sizeof err), 0) << err;
+    c.bind(kv_heads_block, TP_CFG_MODEL);
+    EXPECT_EQ(c.value("kv_heads"), 16);
+    EXPECT_EQ(c.diags.count, 0) << c.messages();
+}
+
+TEST(ConfigHf, ModelDirectoryMeansItsConfigJson)
+{
+    Cfg c;
+    char err[512] = "";
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("qwen2.5-7b").c_str(), err, sizeof err), 0) << err;
+    EXPECT_EQ(std::string(c.cfg.hf_path), fixture("qwen2.5-7b/config.json"));
+    c.bind(kv_heads_block, TP_CFG_MODEL);
+    EXPECT_EQ(c.value("heads"), 28);
+    EXPECT_EQ(c.value("kv_heads"), 4);
+}
+
+TEST(ConfigHf, StandaloneMustBeTheThirdArgument)
+{
+    Cfg c;
+    c.bind("config { x = hf(\"a\", 1, alone=2) }", TP_CFG_MODEL);
+    c.expect_error("x", "hf() takes a key string, Hugging Face's default and optionally");
+}
+
 TEST(ConfigHf, StringValueIsAnError)
 {
     Cfg c;

@@ -124,7 +124,9 @@ TEST(ParserFiles, LlamaModel)
     ASSERT_EQ(p.errors(), "");
     const tp_node *root = p.root();
     ASSERT_EQ(root->kind, N_FILE);
-    ASSERT_EQ(root->nkids, 6);
+    ASSERT_EQ(root->nkids, 7);
+    EXPECT_EQ(root->kids[6]->kind, N_HF);    // hf { architectures = ... }: what it implements
+    EXPECT_EQ(dump(root->kids[6]->kids[0]), "(ASSIGN architectures (TUPLE (STR \"LlamaForCausalLM\")))");
     EXPECT_EQ(root->kids[0]->kind, N_CONFIG);
     EXPECT_EQ(root->kids[0]->nkids, 20);
     EXPECT_EQ(dump(root->kids[0]->kids[12]),
@@ -420,7 +422,7 @@ TEST(ParserErrors, ThreeErrorsKeepTheValidItems)
               "2:19: unexpected '}', expected expression\n"
               "4:30: unexpected ')', expected expression\n"
               "5:1: unexpected identifier 'foo', expected 'model', 'config', 'mesh', "
-              "'parallelize', 'loss_parallel' or 'module'\n");
+              "'parallelize', 'loss_parallel', 'module' or 'hf'\n");
     EXPECT_EQ(p.tree(),
               "(FILE (MODEL_REF \"x.model\") (CONFIG) (MESH (ARG tp (NAME tp))) "
               "(PARALLELIZE \"a\" (DICT (PAIR (STR \"b\") (CALL (NAME Foo))) "
@@ -473,7 +475,7 @@ TEST(ParserErrors, Messages)
     EXPECT_EQ(Parsed("parallelize \"x\" { \"a\" B(), }\ntp = 4").errors(),
               "1:23: unexpected identifier 'B', expected ':'\n"
               "2:1: unexpected identifier 'tp', expected 'model', 'config', 'mesh', "
-              "'parallelize', 'loss_parallel' or 'module'\n");
+              "'parallelize', 'loss_parallel', 'module' or 'hf'\n");
     // ... but not when an item only seemed to end, inside brackets.
     EXPECT_EQ(Parsed("module M { def f(a b) { return a } }\nmesh(tp = 2)").diags().count, 1);
     EXPECT_EQ(Parsed("config { a = 1 }\nx = 1").diags().items[0].nhelps, 1);

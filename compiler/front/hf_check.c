@@ -1,0 +1,519 @@
+/* hf_check.c: config.json against the model file's hf { } block (see hf_check.h). */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <jansson.h>
+#include "compiler/front/hf_check.h"
+#include "compiler/front/parse.h"
+#include "util/xalloc.h"
+
+/* Keys that change what a model computes, with the JSON value that changes
+ * nothing (NULL: only null does). A model file that does not read such a
+ * key with hf() gets an error when config.json gives it another value. */
+static const struct math_key {
+    const char *key;
+    const char *neutral;
+} math_keys[] = {
+    {"num_local_experts", NULL}, {"num_experts", NULL}, {"num_experts_per_tok", NULL},
+    {"n_routed_experts", NULL}, {"n_shared_experts", NULL}, {"moe_intermediate_size", NULL},
+    {"shared_expert_intermediate_size", NULL},
+    {"sliding_window", NULL}, {"attn_logit_softcapping", NULL}, {"final_logit_softcapping", NULL},
+    {"query_pre_attn_scalar", NULL}, {"rope_scaling", NULL}, {"partial_rotary_factor", "1.0"},
+    {"rotary_pct", "1.0"}, {"rotary_dim", NULL}, {"qk_layernorm", "false"}, {"use_qk_norm", "false"},
+    {"hidden_act", NULL}, {"hidden_activation", NULL}, {"activation_function", NULL},
+    {"attention_bias", "false"}, {"mlp_bias", "false"}, {"qkv_bias", "false"}, {"use_bias", "false"},
+    {"pretraining_tp", "1"}, {"parallel_attn", "false"}, {"use_parallel_residual", "false"},
+    {"alibi", "false"}, {"use_mrope", "false"}, {"clip_qkv", NULL}, {"embedding_multiplier", "1.0"}, {"logits_scaling", "1.0"},
+    {"residual_multiplier", "1.0"}, {"attention_multiplier", NULL}, {"scale_attn_weights", "true"},
+    {"scale_attn_by_inverse_layer_idx", "false"}, {"num_key_value_heads", NULL}, {"head_dim", NULL},
+    {"rope_theta", NULL}, {"rms_norm_eps", NULL}, {"layer_norm_eps", NULL}, {"layer_norm_epsilon", NULL},
+    {"tie_word_embeddings", "false"},
+};
+
+/* Mixture-of-experts families: tpcc has no expert layers yet. */
+static const char *const moe_model_types[] = {
+    "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "phimoe",
+    "granitemoe", "jetmoe", "jamba",
+};
+static const char *const expert_keys[] = {"num_local_experts", "num_experts", "n_routed_experts"};
+
+/* What the check works on. */
+typedef struct hf_check {
+    tp_config *c;
+    tp_sources *src;
+    json_t *json;
+    int json_file;              /* config.json as a source, for spans; -1 if unreadable */
+    const tp_node *block;       /* the model's hf { }, or NULL */
+    const tp_node *model_ast, *plan_ast;
+    const char *model_path;
+} hf_check;
+
+static bool in_table(const char *s, const char *const *table, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(s, table[i]))
+            return true;
+    return false;
+}
+
+static const tp_node *find_hf_block(const tp_node *file)
+{
+    for (int i = 0; i < file->nkids; i++)
+        if (file->kids[i]->kind == N_HF)
+            return file->kids[i];
+    return NULL;
+}
+
+/* The value of field `name` in an hf { } block, or NULL. */
+static const tp_node *field(const tp_node *block, const char *name)
+{
+    const tp_node *found = NULL;
+    for (int i = 0; block && i < block->nkids; i++)
+        if (block->kids[i]->kind == N_ASSIGN && !strcmp(block->kids[i]->name, name))
+            found = block->kids[i]->kids[0];
+    return found;
+}
+
+/* Does the tuple of strings `list` hold s? */
+static bool lists(const tp_node *list, const char *s)
+{
+    for (int i = 0; list && i < list->nkids; i++)
+        if (list->kids[i]->kind == N_STR && !strcmp(list->kids[i]->str, s))
+            return true;
+    return false;
+}
+
+/* "A, B" of a tuple of strings; malloc'ed. */
+static char *joined(const tp_node *list)
+{
+    tp_buf b;
+    tp_buf_init(&b);
+    for (int i = 0; list && i < list->nkids; i++)
+        tp_buf_appendf(&b, "%s%s", i ? ", " : "", list->kids[i]->str);
+    return b.data ? tp_buf_take(&b) : tp_xstrdup("nothing");
+}
+
+static bool is_string_tuple(const tp_node *v)
+{
+    if (v->kind != N_TUPLE && v->kind != N_LIST)
+        return false;
+    for (int i = 0; i < v->nkids; i++)
+        if (v->kids[i]->kind != N_STR)
+            return false;
+    return true;
+}
+
+static bool is_requires_dict(const tp_node *v)
+{
+    if (v->kind != N_DICT)
+        return false;
+    for (int i = 0; i < v->nkids; i++)
+        if (v->kids[i]->kids[0]->kind != N_STR)
+            return false;
+    return true;
+}
+
+void tp_hf_check_block(tp_config *c, const tp_node *model_ast)
+{
+    const tp_node *block = find_hf_block(model_ast);
+    for (int i = 0; block && i < model_ast->nkids; i++)
+        if (model_ast->kids[i]->kind == N_HF && model_ast->kids[i] != block)
+            tp_diag_add(c->diags, TP_ERROR, model_ast->kids[i]->span, "model",
+                        "a model file has one hf { } block; merge this one into the first");
+    for (int i = 0; block && i < block->nkids; i++) {
+        const tp_node *a = block->kids[i];
+        if (a->kind != N_ASSIGN)
+            continue;
+        bool tuple_field = !strcmp(a->name, "architectures") || !strcmp(a->name, "model_types") ||
+                           !strcmp(a->name, "understands");
+        if (tuple_field && !is_string_tuple(a->kids[0]))
+            tp_diag_add(c->diags, TP_ERROR, a->kids[0]->span, "model",
+                        "hf { %s } must be a tuple of strings: %s = (\"...\",)", a->name, a->name);
+        else if (!strcmp(a->name, "requires") && !is_requires_dict(a->kids[0]))
+            tp_diag_add(c->diags, TP_ERROR, a->kids[0]->span, "model",
+                        "hf { requires } must be a dict from config.json keys to values: "
+                        "requires = {\"hidden_act\": \"silu\"}");
+        else if (!tuple_field && strcmp(a->name, "requires"))
+            tp_diag_add(c->diags, TP_ERROR, a->span, "model",
+                        "hf { } has no field '%s'; it takes architectures, model_types, understands "
+                        "and requires", a->name);
+    }
+}
+
+void tp_hf_check_plan(tp_config *c, const tp_node *plan_ast)
+{
+    for (int i = 0; i < plan_ast->nkids; i++)
+        if (plan_ast->kids[i]->kind == N_HF)
+            tp_diag_add(c->diags, TP_ERROR, plan_ast->kids[i]->span, "plan",
+                        "hf { } says what a model file implements; move it into the model file");
+}
+
+/* ---- config.json as a source: spans of its keys ---- */
+
+/* The span of "key": in config.json's text, or TP_NO_SPAN. */
+static tp_span key_span(const hf_check *k, const char *key)
+{
+    if (k->json_file < 0)
+        return TP_NO_SPAN;
+    const char *text = k->src->files[k->json_file].text;
+    char *quoted = tp_xasprintf("\"%s\"", key);
+    tp_span at = TP_NO_SPAN;
+    for (const char *p = strstr(text, quoted); p; p = strstr(p + 1, quoted)) {
+        const char *after = p + strlen(quoted);
+        after += strspn(after, " \t\r\n");
+        if (*after != ':')
+            continue;
+        at = (tp_span){k->json_file, 1, 1, (int)(p - text), (int)strlen(quoted)};
+        for (const char *q = text; q < p; q++) {
+            at.col = *q == '\n' ? 1 : at.col + 1;
+            at.line += *q == '\n';
+        }
+        break;
+    }
+    free(quoted);
+    return at;
+}
+
+/* A JSON value as a message shows it; malloc'ed. */
+static char *json_text(const json_t *v)
+{
+    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
+    return s ? s : tp_xstrdup("?");
+}
+
+static const char *json_string_at(const json_t *json, const char *key)
+{
+    return json_string_value(json_object_get(json, key));
+}
+
+/* ---- the architecture ---- */
+
+/* "a MixtralForCausalLM (model_type 'mixtral')"; malloc'ed. */
+static char *describe_config(const json_t *json)
+{
+    const json_t *archs = json_object_get(json, "architectures");
+    const char *arch = json_string_value(json_array_get(archs, 0));
+    const char *type = json_string_at(json, "model_type");
+    if (arch && type)
+        return tp_xasprintf("a %s (model_type '%s')", arch, type);
+    return arch ? tp_xasprintf("a %s", arch) : tp_xasprintf("model_type '%s'", type);
+}
+
+static bool config_is_moe(const json_t *json)
+{
+    const char *type = json_string_at(json, "model_type");
+    if (type && in_table(type, moe_model_types, sizeof moe_model_types / sizeof *moe_model_types))
+        return true;
+    for (size_t i = 0; i < sizeof expert_keys / sizeof *expert_keys; i++)
+        if (json_integer_value(json_object_get(json, expert_keys[i])) > 0)
+            return true;
+    return false;
+}
+
+/* Does the model file at path declare hf { architectures } with arch? */
+static bool file_implements(const char *path, const char *arch)
+{
+    tp_sources src;
+    tp_diags diags;
+    tp_sources_init(&src);
+    tp_diags_init(&diags);
+    char err[256];
+    bool found = false;
+    int id = tp_sources_load(&src, path, err, sizeof err);
+    if (id >= 0) {
+        tp_node *ast = tp_parse(&src, id, &diags);
+        found = lists(field(find_hf_block(ast), "architectures"), arch);
+        tp_node_free(ast);
+    }
+    tp_diags_free(&diags);
+    tp_sources_free(&src);
+    return found;
+}
+
+/* The first (by name) other .model file beside model_path that implements
+ * arch, or NULL; malloc'ed. */
+static char *sibling_implementing(const char *model_path, const char *arch)
+{
+    const char *slash = strrchr(model_path, '/');
+    char *dir = slash ? tp_xstrndup(model_path, (size_t)(slash - model_path)) : tp_xstrdup(".");
+    char *best = NULL;
+    DIR *d = opendir(dir);
+    for (struct dirent *ent; d && (ent = readdir(d));) {
+        size_t len = strlen(ent->d_name);
+        if (len < 7 || strcmp(ent->d_name + len - 6, ".model"))
+            continue;
+        char *path = slash ? tp_xasprintf("%s/%s", dir, ent->d_name) : tp_xstrdup(ent->d_name);
+        if (strcmp(path, model_path) && (!best || strcmp(path, best) < 0) && file_implements(path, arch)) {
+            free(best);
+            best = path;
+        } else {
+            free(path);
+        }
+    }
+    if (d)
+        closedir(d);
+    free(dir);
+    return best;
+}
+
+/* How to go on when config.json is another architecture. */
+static void help_other_architecture(const hf_check *k, tp_diag *g)
+{
+    const char *arch = json_string_value(json_array_get(json_object_get(k->json, "architectures"), 0));
+    if (config_is_moe(k->json)) {
+        tp_diag_help(g, "MoE is not supported yet: tpcc has no expert layers, so no model file can "
+                        "implement %s", arch ? arch : "a mixture-of-experts family");
+        return;
+    }
+    char *other = arch ? sibling_implementing(k->model_path, arch) : NULL;
+    if (other)
+        tp_diag_help(g, "%s implements %s: name it in the plan's model line", other, arch);
+    else
+        tp_diag_help(g, "write a model file for it, declaring hf { architectures = (\"%s\",) }",
+                     arch ? arch : "...");
+    free(other);
+}
+
+/* false when config.json names an architecture or model_type the model
+ * file does not implement. */
+static bool check_architecture(const hf_check *k, tp_span model_ref)
+{
+    const json_t *archs = json_object_get(k->json, "architectures");
+    const tp_node *implemented = field(k->block, "architectures");
+    bool arch_ok = json_array_size(archs) == 0;
+    for (size_t i = 0; i < json_array_size(archs); i++)
+        arch_ok |= json_is_string(json_array_get(archs, i)) &&
+                   lists(implemented, json_string_value(json_array_get(archs, i)));
+    const char *type = json_string_at(k->json, "model_type");
+    bool type_ok = !type || lists(field(k->block, "model_types"), type);
+    if (arch_ok && type_ok)
+        return true;
+    char *config = describe_config(k->json), *impl = joined(implemented);
+    char *types = joined(field(k->block, "model_types"));
+    tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, model_ref, "hf-architecture",
+                             "%s is %s; %s implements %s (model_type '%s')", k->c->hf_path, config,
+                             k->model_path, impl, types);
+    help_other_architecture(k, g);
+    free(config);
+    free(impl);
+    free(types);
+    return false;
+}
+
+/* ---- the keys ---- */
+
+/* Does e (a config expression) call hf("key", ...), or read a member of
+ * key (hf("key.member", ...): rope_scaling.factor reads rope_scaling)? */
+static bool expr_reads(const tp_node *e, const char *key)
+{
+    const char *read = tp_config_hf_key(e);
+    size_t n = strlen(key);
+    if (read && !strncmp(read, key, n) && (read[n] == '\0' || read[n] == '.'))
+        return true;
+    for (int i = 0; i < e->nkids; i++)
+        if (expr_reads(e->kids[i], key))
+            return true;
+    return false;
+}
+
+static bool file_reads(const tp_node *file, const char *key)
+{
+    for (int i = 0; file && i < file->nkids; i++)
+        if (file->kids[i]->kind == N_CONFIG && expr_reads(file->kids[i], key))
+            return true;
+    return false;
+}
+
+/* The value the model's hf { requires } gives key, or NULL. */
+static const tp_node *required_value(const hf_check *k, const char *key)
+{
+    const tp_node *dict = field(k->block, "requires");
+    for (int i = 0; dict && dict->kind == N_DICT && i < dict->nkids; i++)
+        if (dict->kids[i]->kids[0]->kind == N_STR && !strcmp(dict->kids[i]->kids[0]->str, key))
+            return dict->kids[i]->kids[1];
+    return NULL;
+}
+
+static const struct math_key *find_math_key(const char *key)
+{
+    for (size_t i = 0; i < sizeof math_keys / sizeof *math_keys; i++)
+        if (!strcmp(math_keys[i].key, key))
+            return &math_keys[i];
+    return NULL;
+}
+
+/* JSON values equal as Python compares them: 1 == 1.0. */
+static bool json_same(const json_t *a, const json_t *b)
+{
+    if (json_is_number(a) && json_is_number(b))
+        return json_number_value(a) == json_number_value(b);
+    return json_equal((json_t *)a, (json_t *)b);
+}
+
+/* Does config.json's v equal the value want of a requires entry? */
+static bool matches_required(tp_config *c, const json_t *v, const tp_node *want)
+{
+    switch (want->kind) {
+    case N_STR: return json_is_string(v) && !strcmp(json_string_value(v), want->str);
+    case N_NONE: return json_is_null(v);
+    case N_TRUE: case N_FALSE: return json_is_boolean(v) && json_is_true(v) == (want->kind == N_TRUE);
+    default: {
+        tp_cfg_value x;
+        return tp_eval_value(c, want, &x) && json_is_number(v) && json_number_value(v) == tp_cfg_real(x);
+    }
+    }
+}
+
+static void check_required(const hf_check *k, const char *key, const json_t *v, const tp_node *want)
+{
+    if (matches_required(k->c, v, want))
+        return;
+    char *got = json_text(v), *wanted = tp_expr_text(want);
+    tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, key), "hf-key",
+                             "%s sets %s to %s; %s computes %s = %s only", k->c->hf_path, key, got,
+                             k->model_path, key, wanted);
+    tp_diag_help(g, "use a model file that computes %s = %s, or correct %s", key, got, k->c->hf_path);
+    free(got);
+    free(wanted);
+}
+
+/* A sliding window shorter than seq masks what the model file attends to;
+ * one at least as long as seq changes nothing. Qwen2 turns it off with
+ * use_sliding_window false. */
+static void check_sliding_window(const hf_check *k, const json_t *v)
+{
+    int64_t seq = 0;
+    bool has_seq = tp_config_has(k->c, "seq") && tp_config_get(k->c, "seq", TP_NO_SPAN, &seq);
+    if (json_is_false(json_object_get(k->json, "use_sliding_window")) ||
+        (json_is_integer(v) && has_seq && json_integer_value(v) >= seq))
+        return;
+    char *window = json_text(v);
+    tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, "sliding_window"), "hf-key",
+                             "%s sets sliding_window %s, below seq %lld: each position attends to only "
+                             "the last %s, and %s attends to all of them", k->c->hf_path, window,
+                             (long long)seq, window, k->model_path);
+    tp_diag_help(g, "compile with -D seq=%s or less, or use a model file with sliding-window attention",
+                 window);
+    free(window);
+}
+
+static void check_rope_scaling(const hf_check *k, const json_t *v)
+{
+    const char *type = json_string_value(json_object_get(v, "rope_type"));
+    if (!type)
+        type = json_string_value(json_object_get(v, "type"));
+    if (type && !strcmp(type, "default"))
+        return;                 /* HF's name for unscaled RoPE */
+    tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, "rope_scaling"), "hf-key",
+                             "%s: unsupported rope_scaling type '%s'; %s computes unscaled RoPE",
+                             k->c->hf_path, type ? type : "?", k->model_path);
+    tp_diag_help(g, "use a model file that reads rope_scaling, or compile at a length the "
+                    "checkpoint supports without it");
+}
+
+static void check_math_key(const hf_check *k, const char *key, const json_t *v, const struct math_key *m)
+{
+    if (json_is_null(v))
+        return;                 /* HF's "off" */
+    if (!strcmp(key, "sliding_window")) {
+        check_sliding_window(k, v);
+        return;
+    }
+    if (!strcmp(key, "rope_scaling")) {
+        check_rope_scaling(k, v);
+        return;
+    }
+    json_t *neutral = m->neutral ? json_loads(m->neutral, JSON_DECODE_ANY, NULL) : NULL;
+    bool harmless = neutral && json_same(v, neutral);
+    json_decref(neutral);
+    if (harmless)
+        return;
+    char *value = json_text(v);
+    tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, key), "hf-key",
+                             "%s sets %s to %s, which changes what the model computes, and %s "
+                             "does not read it", k->c->hf_path, key, value, k->model_path);
+    if (in_table(key, expert_keys, sizeof expert_keys / sizeof *expert_keys))
+        tp_diag_help(g, "MoE is not supported yet: tpcc has no expert layers");
+    else
+        tp_diag_help(g, "use a model file that reads it with hf(\"%s\", ...), or remove it from %s "
+                        "if the checkpoint does not use it", key, k->c->hf_path);
+    free(value);
+}
+
+static void check_key(const hf_check *k, const char *key, const json_t *v)
+{
+    if (!strcmp(key, "architectures") || !strcmp(key, "model_type") ||   /* checked above */
+        file_reads(k->model_ast, key) || file_reads(k->plan_ast, key))
+        return;
+    const tp_node *want = required_value(k, key);
+    if (want) {
+        check_required(k, key, v, want);
+        return;
+    }
+    if (lists(field(k->block, "understands"), key))
+        return;
+    const struct math_key *m = find_math_key(key);
+    if (m) {
+        check_math_key(k, key, v, m);
+        return;
+    }
+    tp_diag *g = tp_diag_add(k->c->diags, TP_WARNING, key_span(k, key), "hf-key",
+                             "%s key '%s' is not used by %s", k->c->hf_path, key, k->model_path);
+    tp_diag_help(g, "if it changes nothing tpcc computes, list it in the model's hf { understands = (...) }");
+}
+
+static int compare_strings(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Every key, in name order so that the findings come out the same on every run. */
+static void check_keys(const hf_check *k)
+{
+    size_t n = json_object_size(k->json), i = 0;
+    const char **keys = tp_xcalloc(n + 1, sizeof *keys);
+    const char *key;
+    json_t *v;
+    json_object_foreach(k->json, key, v)
+        keys[i++] = key;
+    qsort(keys, n, sizeof *keys, compare_strings);
+    for (i = 0; i < n; i++)
+        check_key(k, keys[i], json_object_get(k->json, keys[i]));
+    free(keys);
+}
+
+bool tp_hf_check_config(tp_config *c, tp_sources *src, const tp_node *model_ast,
+                        const tp_node *plan_ast, const char *model_path, tp_span model_ref)
+{
+    char err[512];
+    hf_check k = {c, src, c->hf_json, tp_sources_load(src, c->hf_path, err, sizeof err),
+                  find_hf_block(model_ast), model_ast, plan_ast, model_path};
+    if (!k.block)
+        tp_diag_add(c->diags, TP_WARNING, model_ref, "hf-architecture",
+                    "%s declares no hf { architectures = (...) }: tpcc cannot check that %s describes it",
+                    model_path, c->hf_path);
+    else if (!check_architecture(&k, model_ref))
+        return false;
+    check_keys(&k);
+    return true;
+}
+
+void tp_hf_check_overrides(tp_config *c, const tp_node *plan_block)
+{
+    for (int i = 0; c->hf_json && i < plan_block->nkids; i++) {
+        const tp_node *a = plan_block->kids[i];
+        const tp_cfg_entry *e = tp_config_entry(c, a->kind == N_ASSIGN ? a->name : "");
+        const char *key = e && e->origin == TP_CFG_MODEL ? tp_config_hf_key(e->expr) : NULL;
+        const json_t *v = key ? json_object_get(c->hf_json, key) : NULL;
+        if (!v || json_is_null(v))
+            continue;
+        char *value = json_text(v), *plan = tp_expr_text(a->kids[0]);
+        tp_diag *g = tp_diag_add(c->diags, TP_WARNING, a->span, "config-override",
+                                 "the plan sets %s = %s, and %s gives %s = %s: the plan's value wins",
+                                 a->name, plan, c->hf_path, key, value);
+        tp_diag_help(g, "remove it from the plan's config block to use %s's value; -D %s=... wins over both",
+                     c->hf_path, a->name);
+        free(value);
+        free(plan);
+    }
+}

@@ -1,0 +1,47 @@
+/* hf_check.h: a Hugging Face config.json (--hf-config) against the model
+ * file it configures.
+ *
+ * A model file says what it implements in an `hf { }` block:
+ *
+ *     hf {
+ *         architectures = ("LlamaForCausalLM",)
+ *         model_types   = ("llama",)
+ *         understands   = ("torch_dtype", "bos_token_id", ...)   # change nothing tpcc computes
+ *         requires      = {"hidden_act": "silu"}                 # the only value it computes
+ *     }
+ *
+ * config.json must name one of those architectures, and every key in it
+ * must be read by an hf() call of the model's config block, be understood,
+ * or hold the value the model requires; a key known to change the math
+ * (MoE experts, softcapping, a RoPE scaling, a sliding window shorter than
+ * seq, ...) is an error unless it holds the value that changes nothing,
+ * and any other key is a warning: nothing config.json says is ignored
+ * silently. */
+#ifndef TPCC_HF_CHECK_H
+#define TPCC_HF_CHECK_H
+
+#include <stdbool.h>
+#include "compiler/front/ast.h"
+#include "compiler/front/config.h"
+#include "compiler/front/source.h"
+
+/* Check the hf { } block of a model file: known fields, each a tuple of
+ * strings (requires: a dict keyed by strings). Errors go to c->diags. */
+void tp_hf_check_block(tp_config *c, const tp_node *model_ast);
+
+/* An hf { } block in a plan is an error: it describes a model file. */
+void tp_hf_check_plan(tp_config *c, const tp_node *plan_ast);
+
+/* Check c's config.json against the model file at model_path (as loaded
+ * into src): the architecture (reported at model_ref, the plan's `model`
+ * line) and every key. Call after all config blocks and -D are bound: it
+ * reads `seq`. Returns false when config.json is another architecture,
+ * where every later finding would be noise. */
+bool tp_hf_check_config(tp_config *c, tp_sources *src, const tp_node *model_ast,
+                        const tp_node *plan_ast, const char *model_path, tp_span model_ref);
+
+/* Before the plan's config block is bound: warn (check config-override)
+ * at each of its assignments that replaces a value config.json gives. */
+void tp_hf_check_overrides(tp_config *c, const tp_node *plan_block);
+
+#endif /* TPCC_HF_CHECK_H */
