@@ -5,7 +5,8 @@ Hugging Face semantics, float64 throughout, nothing shared with the C runtime:
 the logits and loss it prints are what tprun's output is compared against.
 
   Llama: embed_tokens; per layer RMSNorm (eps rms_norm_eps) -> q/k/v -> rotate_half
-         RoPE (inv_freq = rope_theta^(-2i/d)) -> causal GQA attention -> o_proj,
+         RoPE (inv_freq = rope_theta^(-2i/d), scaled as rope_scaling says) -> causal
+         GQA attention -> o_proj,
          residual; RMSNorm -> down(silu(gate(x)) * up(x)), residual; norm;
          lm_head (tied to embed_tokens when lm_head.weight is absent).
          Biases on any projection are used when present (Qwen2's q/k/v).
@@ -38,11 +39,13 @@ except ImportError:
 # The .model files' defaults (hf(key, default)); --config overrides them.
 # tp and vocab_multiple are accepted so that tpcc's -D set can be passed
 # unchanged; they do not change the result. Float-valued keys (the norms'
-# eps, rope_theta) take floats.
+# eps, rope_theta, the RoPE scaling factors) take floats, rope_scaling (the
+# type: default, linear, dynamic, llama3) a string.
 DEFAULTS = {
     "llama": dict(vocab=32000, hidden=4096, layers=32, heads=32, kv_heads=8, ffn=11008, seq=2048, batch=1,
                   tie_embeddings=False, rms_norm_eps=1e-6, rope_theta=10000.0, head_dim=None, tp=1,
-                  vocab_multiple=1),
+                  vocab_multiple=1, rope_scaling="default", rope_factor=1.0, rope_low_freq_factor=1.0,
+                  rope_high_freq_factor=4.0, rope_original_max_positions=2048),
     "gpt2": dict(vocab=50257, hidden=768, layers=12, heads=12, ffn=None, positions=1024, seq=1024, batch=1,
                  tie_embeddings=True, layer_norm_epsilon=1e-5, tp=1, vocab_multiple=1),
 }
@@ -120,11 +123,35 @@ def layernorm(x, w, b, eps):
     return (x - mean) / np.sqrt(var + eps) * w + b
 
 
-def rope(x, theta):
+def rope_inv_freq(cfg, d, seq):
+    """inv_freq as transformers' ROPE_INIT_FUNCTIONS compute it
+    (modeling_rope_utils.py: default, linear, dynamic NTK, llama3)."""
+    theta, kind, factor = cfg["rope_theta"], cfg["rope_scaling"], cfg["rope_factor"]
+    old = cfg["rope_original_max_positions"]
+    exponents = np.arange(0, d, 2) / d
+    if kind == "dynamic" and seq > old:
+        theta = theta * ((factor * seq / old) - (factor - 1)) ** (d / (d - 2))
+    inv_freq = 1.0 / theta ** exponents
+    if kind in ("default", "dynamic"):
+        return inv_freq
+    if kind == "linear":
+        return inv_freq / factor
+    if kind != "llama3":
+        sys.exit(f"reference.py: RoPE scaling '{kind}' is not implemented")
+    low, high = cfg["rope_low_freq_factor"], cfg["rope_high_freq_factor"]
+    wavelen = 2 * np.pi / inv_freq
+    scaled = np.where(wavelen > old / low, inv_freq / factor, inv_freq)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+    return np.where(medium, smoothed, scaled)
+
+
+def rope(x, cfg):
     """HF apply_rotary_pos_emb on x [b, s, h, d]: cos/sin = cat(freqs, freqs),
     x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1)."""
     d = x.shape[-1]
-    inv_freq = 1.0 / theta ** (np.arange(0, d, 2) / d)
+    inv_freq = rope_inv_freq(cfg, d, x.shape[1])
     freqs = np.outer(np.arange(x.shape[1]), inv_freq)
     emb = np.concatenate([freqs, freqs], axis=-1)[None, :, None, :]
     x1, x2 = x[..., :d // 2], x[..., d // 2:]
@@ -175,8 +202,8 @@ def llama(W, ids, cfg):
     for n in range(cfg["layers"]):
         p = f"model.layers.{n}."
         x = rmsnorm(h, W[p + "input_layernorm.weight"], eps)
-        q = rope(heads(linear(W, x, p + "self_attn.q_proj", None), cfg["heads"]), cfg["rope_theta"])
-        k = rope(heads(linear(W, x, p + "self_attn.k_proj", None), cfg["kv_heads"]), cfg["rope_theta"])
+        q = rope(heads(linear(W, x, p + "self_attn.q_proj", None), cfg["heads"]), cfg)
+        k = rope(heads(linear(W, x, p + "self_attn.k_proj", None), cfg["kv_heads"]), cfg)
         v = heads(linear(W, x, p + "self_attn.v_proj", None), cfg["kv_heads"])
         h = h + linear(W, merge(attention(q, k, v)), p + "self_attn.o_proj", None)
         x = rmsnorm(h, W[p + "post_attention_layernorm.weight"], eps)
@@ -228,7 +255,7 @@ def parse_config(family, items):
         if val in ("True", "true", "False", "false"):
             cfg[key] = val in ("True", "true")
         else:
-            cfg[key] = float(val) if isinstance(cfg[key], float) else int(val)
+            cfg[key] = val if isinstance(cfg[key], str) else float(val) if isinstance(cfg[key], float) else int(val)
         given.add(key)
     if family == "gpt2" and cfg["ffn"] is None:
         cfg["ffn"] = 4 * cfg["hidden"]

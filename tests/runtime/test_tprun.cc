@@ -211,6 +211,33 @@ TEST(Reference, LlamaAttributesFromAConfigJsonMatchNumPy)
     }
 }
 
+// RoPE scaling from a config.json against the reference's own formulas of
+// transformers' llama3 and linear inv_freq: with original_max_position_embeddings
+// 8 at 16 positions (llama3), or factor 2 (linear), the scaling moves these
+// logits far beyond the tolerance.
+TEST(Reference, LlamaRopeScalingMatchesNumPy)
+{
+    std::vector<std::string> sizes = {"vocab=256", "hidden=64", "layers=2", "heads=8", "kv_heads=4", "ffn=128"};
+    struct Case {
+        const char *config;
+        std::vector<std::string> ref;
+    } cases[] = {
+        {"tests/fixtures/llama3-scaled-attrs.config.json",
+         {"rms_norm_eps=1e-5", "rope_theta=500000.0", "rope_scaling=llama3", "rope_factor=8.0",
+          "rope_low_freq_factor=1.0", "rope_high_freq_factor=4.0", "rope_original_max_positions=8"}},
+        {"tests/fixtures/llama-linear-attrs.config.json", {"rope_scaling=linear", "rope_factor=2.0"}},
+    };
+    for (const Case &c : cases)
+        for (int tp : {1, 2}) {
+            SCOPED_TRACE(std::string(c.config) + " tp=" + std::to_string(tp));
+            std::vector<std::string> ref = sizes;
+            ref.insert(ref.end(), {"seq=16", "batch=2"});
+            ref.insert(ref.end(), c.ref.begin(), c.ref.end());
+            check_reference("llama", "plans/llama-megatron.plan", sizes, ref, tp,
+                            {"--hf-config", source_path(c.config)});
+        }
+}
+
 // LayerNorm's eps from -D: 1e-5 (GPT-2's) instead of 1e-3 moves these
 // logits far beyond the tolerance.
 TEST(Reference, Gpt2EpsFromADefineMatchesNumPy)
