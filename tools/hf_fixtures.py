@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Fixtures for tests/runtime/test_hf_parity.cc: tiny random Llama models
-run by transformers itself (LlamaForCausalLM), so that tprun's logits are
-checked against Hugging Face's code, RoPE scaling included.
+"""Fixtures for tests/runtime/test_hf_parity.cc: tiny random Llama and Qwen2
+models run by transformers itself (LlamaForCausalLM, Qwen2ForCausalLM), so
+that tprun's logits are checked against Hugging Face's code, RoPE scaling
+and Qwen2's q/k/v biases included.
 
 For each config below, tests/fixtures/hf/<name>/ gets
   config.json        as on the Hugging Face hub (rope_theta and rope_scaling
@@ -11,7 +12,7 @@ For each config below, tests/fixtures/hf/<name>/ gets
   logits.npy         float32 [batch, seq, vocab]: transformers' forward
 
 Needs torch, transformers, safetensors and numpy:
-  python3 tools/hf_fixtures.py [OUT_DIR]
+  python3 tools/hf_fixtures.py [OUT_DIR [NAME...]]
 """
 import json
 import os
@@ -21,11 +22,11 @@ import tempfile
 
 import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 SEQ = 16
 BATCH = 2
-BASE = {
+LLAMA = {
     "architectures": ["LlamaForCausalLM"],
     "model_type": "llama",
     "vocab_size": 128,
@@ -39,33 +40,45 @@ BASE = {
     "mlp_bias": False,
 }
 
-# name -> the keys that differ from BASE. original_max_position_embeddings
+# Qwen2: the same sizes; q/k/v carry biases (always, in Qwen2's code), and
+# its sliding window is off as in every published Qwen2/2.5 config.
+QWEN2 = dict(LLAMA, architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_sliding_window=False,
+             sliding_window=None)
+for key in ("attention_bias", "mlp_bias"):
+    del QWEN2[key]
+
+# name -> (the family's base config, the keys that differ from it). original_max_position_embeddings
 # is 8, below the 16 positions run, so that Llama 3's scaling matters.
 CONFIGS = {
-    "llama2-gqa": {"num_key_value_heads": 2, "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
-                   "tie_word_embeddings": False},
-    "llama3-scaled": {"num_key_value_heads": 2, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
-                      "tie_word_embeddings": False,
-                      "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8}},
-    "linear-scaled": {"num_key_value_heads": 2, "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
-                      "tie_word_embeddings": False, "rope_scaling": {"type": "linear", "factor": 2.0}},
-    "mha": {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False},
-    "tied": {"num_key_value_heads": 2, "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "tie_word_embeddings": True},
+    "llama2-gqa": (LLAMA, {"num_key_value_heads": 2, "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+                           "tie_word_embeddings": False}),
+    "llama3-scaled": (LLAMA, {"num_key_value_heads": 2, "rope_theta": 500000.0, "rms_norm_eps": 1e-5,
+                              "tie_word_embeddings": False,
+                              "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                               "high_freq_factor": 4.0, "original_max_position_embeddings": 8}}),
+    "linear-scaled": (LLAMA, {"num_key_value_heads": 2, "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+                              "tie_word_embeddings": False, "rope_scaling": {"type": "linear", "factor": 2.0}}),
+    "mha": (LLAMA, {"rope_theta": 10000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": False}),
+    "tied": (LLAMA, {"num_key_value_heads": 2, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+                     "tie_word_embeddings": True}),
+    "qwen2-gqa": (QWEN2, {"num_key_value_heads": 2, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+                          "tie_word_embeddings": False}),
+    "qwen2-tied": (QWEN2, {"num_key_value_heads": 2, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+                           "tie_word_embeddings": True}),
 }
 
 
-def make(name, keys, out_root):
+def make(name, base, keys, out_root):
     out = os.path.join(out_root, name)
     os.makedirs(out, exist_ok=True)
-    hub = dict(BASE, **keys)
+    hub = dict(base, **keys)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(hub, f, indent=2)
         f.write("\n")
     # transformers reads the hub file the way it reads any checkpoint's
-    config = LlamaConfig.from_pretrained(out)
+    config = AutoConfig.from_pretrained(out)
     torch.manual_seed(0)
-    model = LlamaForCausalLM(config).float().eval()
+    model = AutoModelForCausalLM.from_config(config).float().eval()
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         shutil.copy(os.path.join(tmp, "model.safetensors"), os.path.join(out, "model.safetensors"))
@@ -81,8 +94,10 @@ def make(name, keys, out_root):
 def main():
     out_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "hf")
-    for name, keys in CONFIGS.items():
-        make(name, keys, out_root)
+    names = sys.argv[2:] or list(CONFIGS)
+    for name in names:
+        base, keys = CONFIGS[name]
+        make(name, base, keys, out_root)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 // tprun against transformers itself: tests/fixtures/hf/<name>/ holds a tiny
-// random LlamaForCausalLM, its hub-style config.json (RoPE scaling
-// included), tokens and the logits transformers computed
-// (tools/hf_fixtures.py). tpcc compiles plans/llama-sp.plan from that
+// random LlamaForCausalLM or Qwen2ForCausalLM, its hub-style config.json
+// (RoPE scaling included), tokens and the logits transformers computed
+// (tools/hf_fixtures.py). tpcc compiles the family's shipped plan from that
 // config.json, tprun runs the checkpoint, and the logits must match within
 // 1e-4. No PyTorch needed.
 #include <gtest/gtest.h>
@@ -27,24 +27,24 @@ constexpr int kTimeout = 120;
 
 struct Case {
     const char *name;   // directory under tests/fixtures/hf
+    const char *plan;   // the shipped plan of its family
     int tp;
 };
 
-// models/llama.model defaults num_key_value_heads to 8 where transformers
-// takes num_attention_heads: the config without the key says it here
-std::vector<std::string> extra_defines(const Case &c)
-{
-    if (std::string(c.name) == "mha")
-        return {"-D", "kv_heads=4"};
-    return {};
-}
-
 void PrintTo(const Case &c, std::ostream *os) { *os << c.name << " tp=" << c.tp; }
 
-// tp 4 needs kv heads divisible by 4: only the multi-head config has 4
+// tp 4 needs kv heads divisible by 4: only the multi-head config has 4 (its
+// config.json has no num_key_value_heads: transformers' default, the head
+// count, applies)
 const Case kCases[] = {
-    {"llama2-gqa", 1}, {"llama2-gqa", 2}, {"llama3-scaled", 1}, {"llama3-scaled", 2}, {"linear-scaled", 1},
-    {"linear-scaled", 2}, {"mha", 1}, {"mha", 2}, {"mha", 4}, {"tied", 1}, {"tied", 2},
+    {"llama2-gqa", "plans/llama-sp.plan", 1},    {"llama2-gqa", "plans/llama-sp.plan", 2},
+    {"llama3-scaled", "plans/llama-sp.plan", 1}, {"llama3-scaled", "plans/llama-sp.plan", 2},
+    {"linear-scaled", "plans/llama-sp.plan", 1}, {"linear-scaled", "plans/llama-sp.plan", 2},
+    {"mha", "plans/llama-sp.plan", 1},           {"mha", "plans/llama-sp.plan", 2},
+    {"mha", "plans/llama-sp.plan", 4},           {"tied", "plans/llama-sp.plan", 1},
+    {"tied", "plans/llama-sp.plan", 2},          {"qwen2-gqa", "plans/qwen2-sp.plan", 1},
+    {"qwen2-gqa", "plans/qwen2-sp.plan", 2},     {"qwen2-tied", "plans/qwen2-sp.plan", 1},
+    {"qwen2-tied", "plans/qwen2-sp.plan", 2},
 };
 
 class HfParity : public ::testing::TestWithParam<Case> {};
@@ -58,12 +58,10 @@ TEST_P(HfParity, LogitsMatchTransformers)
     const std::string dir = kFixtures + c.name + "/";
     TempDir tmp;
     const std::string sched = tmp.path + "/model.sched";
-    std::vector<std::string> flags = {std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan",
+    std::vector<std::string> flags = {std::string(TPCC_SOURCE_DIR) + "/" + c.plan,
                                       "--hf-config", dir + "config.json", "-o", sched,
                                       "-D", "tp=" + std::to_string(c.tp), "-D", "seq=16", "-D", "batch=2",
                                       "-D", "vocab_multiple=1"};
-    for (const std::string &d : extra_defines(c))
-        flags.push_back(d);
     Proc compile = tpcc_test::run_program(kTpcc, flags, {}, kTimeout);
     ASSERT_EQ(compile.code(), 0) << "tpcc: " << compile.describe();
     std::vector<std::string> args;
