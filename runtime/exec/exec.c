@@ -40,6 +40,23 @@ static size_t staging_bytes(const tr_schedule *s)
     return most;
 }
 
+/* Every rope op's inv_freq table: its attributes and shapes are fixed by
+ * the schedule, so it is computed here once, not at every run. Dynamic
+ * scaling depends on the positions seen: pos_offset + seq. */
+static double **rope_tables(const tr_schedule *s)
+{
+    double **tables = tp_xcalloc((size_t)s->nops + 1, sizeof *tables);
+    for (int i = 0; i < s->nops; i++) {
+        const tr_op *op = &s->ops[i];
+        if (op->kind != TP_OP_ROPE)
+            continue;
+        const int64_t *shape = s->bufs[op->in[0]].shape;
+        tables[i] = tp_xmalloc((size_t)(shape[3] / 2 + 1) * sizeof **tables);
+        tp_rope_inv_freq(&op->rope, op->theta, shape[3], op->pos_offset + shape[1], tables[i]);
+    }
+    return tables;
+}
+
 int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm *comm, char *err, size_t errlen)
 {
     memset(x, 0, sizeof *x);
@@ -59,6 +76,7 @@ int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm
     x->scratch[0] = be->alloc(x->scratch_bytes + 1);
     x->scratch[1] = be->alloc(x->scratch_bytes + 1);
     x->trace = tp_xcalloc((size_t)s->nops + 1, sizeof *x->trace);
+    x->rope_inv_freq = rope_tables(s);
     if (!x->arena || !x->weights || !x->scratch[0] || !x->scratch[1]) {
         snprintf(err, errlen, "cannot allocate %lld bytes of activations and %lld of weights on the %s backend",
                  (long long)s->arena_bytes, (long long)(s->weight_elems * (int64_t)tp_dtype_size(be->dtype)), be->name);
@@ -77,6 +95,9 @@ void tr_exec_free(tr_exec *x)
         x->be->release(x->scratch[1]);
     }
     free(x->trace);
+    for (int i = 0; x->rope_inv_freq && i < x->s->nops; i++)
+        free(x->rope_inv_freq[i]);
+    free(x->rope_inv_freq);
     memset(x, 0, sizeof *x);
 }
 
@@ -189,11 +210,8 @@ EXEC(layernorm)
 EXEC(rope)
 {
     const int64_t *shape = in_buf(x, op, 0)->shape;
-    /* dynamic scaling depends on the positions seen: pos_offset + seq */
-    double *inv_freq = tp_xmalloc((size_t)(shape[3] / 2 + 1) * sizeof *inv_freq);
-    tp_rope_inv_freq(&op->rope, op->theta, shape[3], op->pos_offset + shape[1], inv_freq);
-    x->be->rope(fout(x, op), fin(x, op, 0), shape[0], shape[1], shape[2], shape[3], op->pos_offset, inv_freq);
-    free(inv_freq);
+    x->be->rope(fout(x, op), fin(x, op, 0), shape[0], shape[1], shape[2], shape[3], op->pos_offset,
+                x->rope_inv_freq[op - x->s->ops]);
     return 0;
 }
 

@@ -31,6 +31,8 @@ typedef struct tr_exec {
     size_t scratch_bytes;
     tr_profile profile;
     tr_trace_event *trace;       /* one per op of the last run */
+    double **rope_inv_freq;      /* per op: RoPE's inverse frequencies (rope ops; else NULL),
+                                    computed once from the op's attributes */
     bool tracing;                /* op times wanted (profile, trace): an asynchronous
                                     backend is synchronised after every op */
 } tr_exec;
