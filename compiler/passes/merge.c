@@ -14,13 +14,21 @@
 #include "compiler/passes/passes.h"
 #include "util/xalloc.h"
 
+/* A kept redistribution of one tensor: to which layout, and its result. */
+typedef struct kept_move {
+    tp_placement to;
+    int result;          /* forward-pass id of the result */
+    int next;            /* the tensor's next kept move, or -1 */
+} kept_move;
+
 typedef struct merger {
     tp_graph *g;
     int *same_as;        /* forward-pass id -> id of the tensor it was merged into, or -1 */
     int *producer;       /* forward-pass id -> kept redistribution node that made it, or -1 */
     int *value_of;       /* forward-pass id -> graph value, for ids redistributions touch */
+    int *first_move;     /* forward-pass id -> its first kept move, or -1 */
     int nids;
-    int *done; int ndone, capdone;   /* (source id, placement key, result id) of kept nodes */
+    kept_move *moves; int nmoves, capmoves;
 } merger;
 
 static int canonical_id(const merger *m, int id)
@@ -30,25 +38,22 @@ static int canonical_id(const merger *m, int id)
     return id;
 }
 
-static int placement_key(tp_placement p) { return (int)p.kind * 16 + p.dim; }
-
-static int find_done(const merger *m, int src, tp_placement to)
+/* The result of a kept move of src to `to` (placements as recorded,
+ * normalised), or -1. Each tensor's moves are chained, so the lookup costs
+ * the few moves of one tensor, not every move so far. */
+static int find_move(const merger *m, int src, tp_placement to)
 {
-    for (int i = 0; i < m->ndone; i += 3)
-        if (m->done[i] == src && m->done[i + 1] == placement_key(to))
-            return m->done[i + 2];
+    for (int i = m->first_move[src]; i >= 0; i = m->moves[i].next)
+        if (m->moves[i].to.kind == to.kind && m->moves[i].to.dim == to.dim)
+            return m->moves[i].result;
     return -1;
 }
 
-static void remember_done(merger *m, int src, tp_placement to, int result)
+static void remember_move(merger *m, int src, tp_placement to, int result)
 {
-    if (m->ndone + 3 > m->capdone) {
-        m->capdone = m->capdone ? 2 * m->capdone : 192;
-        m->done = tp_xreallocarray(m->done, (size_t)m->capdone, sizeof *m->done);
-    }
-    m->done[m->ndone++] = src;
-    m->done[m->ndone++] = placement_key(to);
-    m->done[m->ndone++] = result;
+    m->moves = tp_xgrow(m->moves, m->nmoves, &m->capmoves, sizeof *m->moves, 64);
+    m->moves[m->nmoves] = (kept_move){to, result, m->first_move[src]};
+    m->first_move[src] = m->nmoves++;
 }
 
 /* The id the redistribution n would produce again, or -1. */
@@ -57,7 +62,7 @@ static int earlier_result(const merger *m, const tp_gnode *n, int src)
     int made_by = m->producer[src];
     if (made_by >= 0 && tp_placement_eq(m->g->nodes[made_by].from, n->to, m->g->values[n->op.in[0]].rank))
         return canonical_id(m, m->g->nodes[made_by].src_id);
-    return find_done(m, src, n->to);
+    return find_move(m, src, n->to);
 }
 
 /* Readers of `from` read `to`; what the forward pass said of `from` (a
@@ -82,8 +87,9 @@ void tp_pass_merge(tp_graph *g)
     m.same_as = tp_xmalloc(((size_t)m.nids + 1) * sizeof *m.same_as);
     m.producer = tp_xmalloc(((size_t)m.nids + 1) * sizeof *m.producer);
     m.value_of = tp_xmalloc(((size_t)m.nids + 1) * sizeof *m.value_of);
+    m.first_move = tp_xmalloc(((size_t)m.nids + 1) * sizeof *m.first_move);
     for (int i = 0; i < m.nids; i++)
-        m.same_as[i] = m.producer[i] = m.value_of[i] = -1;
+        m.same_as[i] = m.producer[i] = m.value_of[i] = m.first_move[i] = -1;
     for (int i = 0; i < g->nnodes; i++) {
         tp_gnode *n = &g->nodes[i];
         if (n->kind != TP_GNODE_REDIST)
@@ -100,10 +106,11 @@ void tp_pass_merge(tp_graph *g)
         }
         m.producer[n->result_id] = i;
         m.value_of[n->result_id] = n->op.out;
-        remember_done(&m, src, n->to, n->result_id);
+        remember_move(&m, src, n->to, n->result_id);
     }
     free(m.same_as);
     free(m.producer);
     free(m.value_of);
-    free(m.done);
+    free(m.first_move);
+    free(m.moves);
 }
