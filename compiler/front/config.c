@@ -590,21 +590,13 @@ char *tp_expr_text(const tp_node *e)
 
 tp_setting *tp_config_settings(const tp_config *c, int *n)
 {
+    /* bind() keeps one entry per name: its first place, its last value */
     tp_setting *out = tp_xcalloc((size_t)c->count + 1, sizeof *out);
-    *n = 0;
+    *n = c->count;
     for (int i = 0; i < c->count; i++) {
-        const tp_cfg_entry *e = &c->items[i];
-        bool seen = false;
-        for (int j = 0; j < i && !seen; j++)
-            seen = strcmp(c->items[j].name, e->name) == 0;
-        if (seen)
-            continue;
-        const tp_cfg_entry *v = e;
-        for (int j = i + 1; j < c->count; j++)
-            if (strcmp(c->items[j].name, e->name) == 0)
-                v = &c->items[j];
-        tp_setting *o = &out[(*n)++];
-        o->name = e->name;
+        const tp_cfg_entry *v = &c->items[i];
+        tp_setting *o = &out[i];
+        o->name = v->name;
         if (v->state != 2)
             o->kind = TP_SETTING_NULL;
         else if (v->is_bool)
