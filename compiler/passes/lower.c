@@ -69,7 +69,8 @@ void tp_pass_lower(const tp_graph *g, tp_ir *ir)
     int *buffer_of = tp_xmalloc(((size_t)g->nvalues + 1) * sizeof *buffer_of);
     lower_values(g, ir, buffer_of);
     ir->params = tp_xreallocarray(NULL, (size_t)g->nparams + 1, sizeof *ir->params);
-    memcpy(ir->params, g->params, (size_t)g->nparams * sizeof *ir->params);
+    if (g->nparams)    /* a graph without weights has no table to copy (params NULL) */
+        memcpy(ir->params, g->params, (size_t)g->nparams * sizeof *ir->params);
     ir->nparams = ir->capparams = g->nparams;
     for (int i = 0; i < g->nnodes; i++) {
         const tp_gnode *n = &g->nodes[i];
