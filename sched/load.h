@@ -38,6 +38,7 @@ typedef struct tr_op {
     int64_t m, n, k, batch, seq, heads, head_dim, kv_heads;
     int64_t vocab_start, vocab_local, vocab_logical, pos_offset;
     bool masked;
+    bool unit_offset, gelu_tanh;
     double scale, eps, theta;
     tp_rope_scaling rope;
     int64_t elems, bytes;          /* collectives: the full tensor */

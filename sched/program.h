@@ -41,6 +41,9 @@ typedef struct tp_ir_op {
     int64_t vocab_logical;     /* cross-entropy: columns that are real (padding dropped) */
     int64_t pos_chunk;         /* rope / positions: offset = rank * pos_chunk */
     bool masked;               /* embedding: zero rows of ids outside the local range */
+    bool unit_offset;          /* rmsnorm: scale by (1 + w) (Gemma) */
+    bool gelu_tanh;            /* gelu: the tanh approximation */
+    bool scale_in_dtype;       /* scale: the factor rounded to the schedule's dtype first */
     double scale, eps, theta;
     tp_rope_scaling rope;      /* rope: the frequency scaling */
     int64_t elems;             /* collectives: elements of the full tensor */
@@ -80,7 +83,8 @@ int tp_ir_add_buf(tp_ir *ir, const tp_ir_buf *b);
 int tp_ir_add_op(tp_ir *ir, const tp_ir_op *op);
 int64_t tp_ir_buf_elems(const tp_ir_buf *b);
 /* Give every floating-point buffer the schedule's element type (lowering
- * records float32; token ids stay int32). Call before tp_memplan. */
+ * records float32; token ids stay int32), and round the factor of every
+ * scale op that multiplies by a tensor of that type. Call before tp_memplan. */
 void tp_ir_set_dtype(tp_ir *ir, tp_dtype dtype);
 
 #endif /* TP_SCHED_PROGRAM_H */

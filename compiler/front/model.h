@@ -47,6 +47,7 @@ typedef struct tp_module {
     tp_param *params; int nparams;
     int index;                  /* position in tp_model.all */
     double eps;                 /* norms: added to the variance (eps=) */
+    bool unit_offset;           /* RMSNorm(unit_offset=True): scales by 1 + weight (Gemma) */
     struct tp_style *style;     /* the plan entry that applies to it, if any */
 } tp_module;
 

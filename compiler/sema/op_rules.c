@@ -27,6 +27,22 @@ typedef struct op_rule {
 static const char *const rope_kw[] = {"theta", "scaling", "factor", "low_freq_factor", "high_freq_factor",
                                       "original_max_position_embeddings", NULL};
 static const char *const attention_kw[] = {"causal", NULL};
+static const char *const gelu_kw[] = {"approximate", NULL};
+
+/* Hugging Face's activation names (transformers' ACT2FN) that tpcc
+ * computes, for activation(x, name): a model file passes config.json's
+ * hidden_act. Any other name is an error. */
+static const struct hf_activation {
+    const char *name;
+    tp_op_kind kind;
+    bool tanh;             /* GELU's tanh approximation */
+} hf_activations[] = {
+    {"silu", TP_OP_SILU, false},         {"swish", TP_OP_SILU, false},
+    {"relu", TP_OP_RELU, false},         {"gelu", TP_OP_GELU, false},
+    {"gelu_python", TP_OP_GELU, false},  {"gelu_new", TP_OP_GELU, true},
+    {"gelu_pytorch_tanh", TP_OP_GELU, true}, {"gelu_python_tanh", TP_OP_GELU, true},
+};
+#define NACTIVATIONS ((int)(sizeof hf_activations / sizeof *hf_activations))
 
 /* rope() without theta=: Hugging Face's default rope_theta (LlamaConfig,
  * Qwen2Config). Model files pass theta= from their config. */
@@ -34,7 +50,7 @@ static const char *const attention_kw[] = {"causal", NULL};
 
 static const op_rule rules[] = {
     {"silu", 1, false, true, {0}, NULL, NULL, TP_OP_SILU, NULL},
-    {"gelu", 1, false, true, {0}, NULL, NULL, TP_OP_GELU, NULL},
+    {"gelu", 1, false, true, {0}, NULL, NULL, TP_OP_GELU, gelu_kw},
     {"relu", 1, false, true, {0}, NULL, NULL, TP_OP_RELU, NULL},
     {"dropout", 1, true, true, {0}, NULL, NULL, TP_OP_COUNT, NULL},      /* inference: identity */
     {"view_heads", 1, true, true, {0}, NULL, NULL, TP_OP_COUNT, NULL},
@@ -49,6 +65,8 @@ static const op_rule rules[] = {
      "positions of a sequence shard would restart at 0 on every rank", TP_OP_POSITIONS, NULL},
     {"cross_entropy", 2, false, false, {-1}, "loss-parallel",
      "cross-entropy normalises over the whole vocabulary", TP_OP_CROSS_ENTROPY, NULL},
+    /* activation(x, name): the op of HF's ACT2FN[name] (hf_activations) */
+    {"activation", 1, false, true, {0}, NULL, NULL, TP_OP_COUNT, NULL},
 };
 #define NRULES ((int)(sizeof rules / sizeof *rules))
 
@@ -553,6 +571,53 @@ static bool causal_only(interp *I, const tp_node *call, char **kwnames, iv *kwar
     return true;
 }
 
+/* gelu(x, approximate="none"|"tanh"), as torch.nn.functional.gelu:
+ * *tanh is whether the tanh approximation is asked for. */
+static bool gelu_approximate(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw, bool *tanh)
+{
+    const iv *a = kwarg("approximate", kwnames, kwargs, nkw);
+    *tanh = false;
+    if (!a)
+        return true;
+    if (a->kind == IV_STR && (!strcmp(a->s, "none") || !strcmp(a->s, "tanh"))) {
+        *tanh = !strcmp(a->s, "tanh");
+        return true;
+    }
+    return rope_error(I, call, "approximate", "gelu(): approximate must be \"none\" or \"tanh\"%s",
+                      a->kind == IV_STR ? ", as in torch" : " (a string)");
+}
+
+/* activation(x, name): the op that transformers' ACT2FN[name] computes. */
+static bool hf_activation(interp *I, const tp_node *call, iv *args, int nargs, tp_op_kind *kind, bool *tanh)
+{
+    const tp_node *at = tp_call_pos(call, 1);
+    if (nargs != 2 || args[1].kind != IV_STR) {
+        tp_diag_add(I->d, TP_ERROR, at ? at->span : call->span, "model",
+                    "activation(x, name) takes a tensor and a Hugging Face activation name, such as hidden_act");
+        I->stop = true;
+        return false;
+    }
+    for (int i = 0; i < NACTIVATIONS; i++)
+        if (!strcmp(hf_activations[i].name, args[1].s)) {
+            *kind = hf_activations[i].kind;
+            *tanh = hf_activations[i].tanh;
+            return true;
+        }
+    tp_buf names;
+    tp_buf_init(&names);
+    for (int i = 0; i < NACTIVATIONS; i++)
+        tp_buf_appendf(&names, "%s%s", i ? ", " : "", hf_activations[i].name);
+    tp_diag *g = tp_diag_add(I->d, TP_ERROR, at->span, "model",
+                             "activation(): the Hugging Face activation \"%s\" is not supported; tpcc computes %s",
+                             args[1].s, names.data);
+    const tp_cfg_entry *e = at->kind == N_NAME ? tp_config_entry(I->c, at->name) : NULL;
+    if (g && e && e->span.file >= 0)
+        tp_diag_note_at(g, e->span, "'%s' is defined here", at->name);
+    tp_buf_free(&names);
+    I->stop = true;
+    return false;
+}
+
 iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int nargs, char **kwnames, iv *kwargs,
                int nkw)
 {
@@ -564,6 +629,12 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
         return none_iv;
     if (r->lowers_to == TP_OP_ROPE && (!positive_kwarg(I, call, name, "theta", kwnames, kwargs, nkw, &theta) ||
                                        !rope_scaling_kwargs(I, call, kwnames, kwargs, nkw, &scaling)))
+        return none_iv;
+    tp_op_kind kind = r->lowers_to;
+    bool gelu_tanh = false;
+    if (kind == TP_OP_GELU && !gelu_approximate(I, call, kwnames, kwargs, nkw, &gelu_tanh))
+        return none_iv;
+    if (!strcmp(name, "activation") && !hf_activation(I, call, args, nargs, &kind, &gelu_tanh))
         return none_iv;
     if (!want_tensors(I, call, args, nargs, r->ntensors))
         return none_iv;
@@ -598,11 +669,12 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
         out->gather_comm = x->gather_comm;
         out->gather_dim = x->gather_dim;
     }
-    if (r->lowers_to == TP_OP_COUNT) {
+    if (kind == TP_OP_COUNT) {
         tp_record_view(I, out, x);
         return tensor_iv(out);
     }
-    tp_ir_op *op = &tp_record_op(I, r->lowers_to, out, name, x, NULL, NULL)->op;
+    tp_ir_op *op = &tp_record_op(I, kind, out, name, x, NULL, NULL)->op;
+    op->gelu_tanh = gelu_tanh;
     int seq = r->lowers_to == TP_OP_ROPE ? x->rank - 3 : x->rank - 1;
     /* a sequence shard would start at rank * its length (rejected above
      * for RoPE; recorded so the schedule says what it assumed) */
@@ -660,6 +732,19 @@ static tp_placement dtensor_pointwise(interp *I, int op, tp_val **a, tp_val **b,
     *a = tp_redistribute(I, *a, for_operand(target, (*a)->rank, big), NULL, span, true);
     *b = tp_redistribute(I, *b, for_operand(target, (*b)->rank, big), NULL, span, true);
     return target;
+}
+
+iv tp_op_scale(interp *I, const tp_node *e, tp_val *x, double factor)
+{
+    tp_val *out = result_like(I, x, x->rank, x->shape, x->dimname, e->span);
+    out->gather_comm = x->gather_comm;
+    out->gather_dim = x->gather_dim;
+    tp_ir_op *op = &tp_record_op(I, TP_OP_SCALE, out, "scale", x, NULL, NULL)->op;
+    op->scale = factor;
+    /* the factor is a tensor of the activations' dtype, as Gemma makes its
+     * normaliser: torch.tensor(hidden ** 0.5, dtype=h.dtype) */
+    op->scale_in_dtype = true;
+    return tensor_iv(out);
 }
 
 iv tp_op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
@@ -949,6 +1034,7 @@ static void record_norm(interp *I, tp_module *mod, tp_val *x, tp_val *r)
     op->m = rows_of(I, x);
     op->n = tp_local_size(I, x, x->rank - 1);
     op->eps = mod->eps;
+    op->unit_offset = mod->unit_offset;
 }
 
 iv tp_leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span span)

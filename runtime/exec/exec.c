@@ -196,7 +196,8 @@ EXEC(bias_add)
 
 EXEC(rmsnorm)
 {
-    x->be->rmsnorm(fout(x, op), fin(x, op, 0), weight(x, op->weight), op->m, op->n, (float)op->eps);
+    x->be->rmsnorm(fout(x, op), fin(x, op, 0), weight(x, op->weight), op->m, op->n, (float)op->eps,
+                   op->unit_offset);
     return 0;
 }
 
@@ -229,7 +230,7 @@ static int unary(tr_exec *x, const tr_op *op, tp_unary f)
 }
 
 EXEC(silu) { return unary(x, op, TP_UNARY_SILU); }
-EXEC(gelu) { return unary(x, op, TP_UNARY_GELU); }
+EXEC(gelu) { return unary(x, op, op->gelu_tanh ? TP_UNARY_GELU_TANH : TP_UNARY_GELU_ERF); }
 EXEC(relu) { return unary(x, op, TP_UNARY_RELU); }
 
 static int binary(tr_exec *x, const tr_op *op, tp_binary f)

@@ -188,12 +188,18 @@ TEST(BackendCpu, BiasAddScalesAndMayWorkInPlace)
 // --- norms -------------------------------------------------------------------------
 
 // Both norms accumulate in double; the result is one float rounding of a
-// value computed in double, plus the product with w: a few ulp.
+// value computed in double, plus the product with w: a few ulp. With
+// unit_offset (Gemma) the scale is 1 + w, the weights stored around 0.
 TEST(BackendCpu, RmsNormMatchesReference)
 {
-    for (int64_t n : {1, 7, 33, 1000}) {
+    for (int64_t n : {1, 7, 33, 1000})
+    for (bool unit_offset : {false, true}) {
         const int64_t m = n == 1 ? 1 : 3;
         Vec x = random_vec(m * n, 40 + (unsigned)n, -3, 3), w = random_vec(n, 41, 0.5f, 1.5f);
+        if (unit_offset)
+            for (float &v : w)
+                v -= 1.0f;
+        const double offset = unit_offset ? 1.0 : 0.0;
         DVec ref(m * n);
         for (int64_t i = 0; i < m; i++) {
             double ss = 0;
@@ -201,13 +207,13 @@ TEST(BackendCpu, RmsNormMatchesReference)
                 ss += (double)x[i * n + j] * x[i * n + j];
             double rms = std::sqrt(ss / n + 1e-6);
             for (int64_t j = 0; j < n; j++)
-                ref[i * n + j] = x[i * n + j] / rms * w[j];
+                ref[i * n + j] = x[i * n + j] / rms * (offset + w[j]);
         }
         Vec out(m * n);
-        be()->rmsnorm(out.data(), x.data(), w.data(), m, n, 1e-6f);
-        expect_close(out, ref, 1e-12, 8 * kU, "rmsnorm");
+        be()->rmsnorm(out.data(), x.data(), w.data(), m, n, 1e-6f, unit_offset);
+        expect_close(out, ref, 1e-12, 8 * kU, unit_offset ? "rmsnorm (1 + w)" : "rmsnorm");
         Vec inplace = x;
-        be()->rmsnorm(inplace.data(), inplace.data(), w.data(), m, n, 1e-6f);
+        be()->rmsnorm(inplace.data(), inplace.data(), w.data(), m, n, 1e-6f, unit_offset);
         EXPECT_EQ(inplace, out);
     }
 }
@@ -384,12 +390,13 @@ TEST(BackendCpu, UnaryOpsMatchTheirDefinitions)
     for (float e : {0.0f, -0.0f, 1e-30f, 50.0f, -50.0f, 100.0f, -100.0f, -1e4f, 1e4f})
         x.push_back(e);
     const int64_t n = (int64_t)x.size();
-    DVec silu(n), gelu(n), relu(n);
+    DVec silu(n), gelu(n), gelu_erf(n), relu(n);
     const double pi = std::acos(-1.0);
     for (int64_t i = 0; i < n; i++) {
         double v = x[i];
         silu[i] = v * (1.0 / (1.0 + std::exp(-v)));
         gelu[i] = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / pi) * (v + 0.044715 * v * v * v)));
+        gelu_erf[i] = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
         relu[i] = v > 0 ? v : 0.0;
     }
     Vec out(n);
@@ -398,8 +405,16 @@ TEST(BackendCpu, UnaryOpsMatchTheirDefinitions)
     expect_close(out, silu, 1e-37, 2 * kU, "silu");
     for (float o : out)
         EXPECT_FALSE(std::isnan(o));
-    be()->unary(TP_UNARY_GELU, out.data(), x.data(), n);
+    be()->unary(TP_UNARY_GELU_TANH, out.data(), x.data(), n);
     expect_close(out, gelu, 1e-37, 2 * kU, "gelu");
+    be()->unary(TP_UNARY_GELU_ERF, out.data(), x.data(), n);
+    expect_close(out, gelu_erf, 1e-37, 2 * kU, "gelu (erf)");
+    // the two differ by up to ~5e-4 near |x| = 2: a test that cannot tell
+    // them apart would pass a model run with the wrong one
+    double apart = 0;
+    for (int64_t i = 0; i < n; i++)
+        apart = std::max(apart, std::fabs(gelu[i] - gelu_erf[i]));
+    EXPECT_GT(apart, 1e-4);
     be()->unary(TP_UNARY_RELU, out.data(), x.data(), n);
     expect_close(out, relu, 0, 0, "relu");
     float nan = std::nanf(""), r;

@@ -763,15 +763,15 @@ TEST(ScheduleDump, RejectsFilesItCannotTrust)
     EXPECT_EQ(rc, -1);
     EXPECT_NE(msg.find("not a tpcc schedule"), std::string::npos) << msg;
 
-    std::string v3 = text;
-    size_t at = v3.find("\"format_version\": 2");
+    std::string v4 = text;
+    size_t at = v4.find("\"format_version\": 3");
     ASSERT_NE(at, std::string::npos);
-    v3.replace(at, 19, "\"format_version\": 3");
-    spit(dir.file("v3"), v3);
-    dump(dir.file("v3"), -1, &rc, &msg);
+    v4.replace(at, 19, "\"format_version\": 4");
+    spit(dir.file("v4"), v4);
+    dump(dir.file("v4"), -1, &rc, &msg);
     EXPECT_EQ(rc, -1);
-    EXPECT_NE(msg.find("format version 3"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("reads version 2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("format version 4"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("reads version 3"), std::string::npos) << msg;
 
     spit(dir.file("truncated"), text.substr(0, text.size() / 2));
     dump(dir.file("truncated"), -1, &rc, &msg);

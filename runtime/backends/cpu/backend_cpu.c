@@ -100,9 +100,11 @@ static void cpu_bias_add(float *out, const float *x, const float *b, int64_t m, 
 /* ------------------------------------------------------------------------ */
 
 /* Statistics are read from the whole row before any element is written, so
- * out may equal x. */
-static void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps)
+ * out may equal x. unit_offset scales by (1 + w), Gemma's weights being
+ * stored as offsets from 1. */
+static void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps, bool unit_offset)
 {
+    const double offset = unit_offset ? 1.0 : 0.0;
     assert(n > 0);
     for (int64_t i = 0; i < m; i++) {
         const float *xr = x + i * n;
@@ -112,7 +114,7 @@ static void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t m, i
             ss += (double)xr[j] * xr[j];
         double inv = 1.0 / sqrt(ss / (double)n + (double)eps);
         for (int64_t j = 0; j < n; j++)
-            o[j] = (float)((double)xr[j] * inv * w[j]);
+            o[j] = (float)((double)xr[j] * inv * (offset + w[j]));
     }
 }
 
@@ -261,6 +263,13 @@ static float gelu_tanh(float x)
     return (float)(0.5 * xd * (1.0 + tanh(kc * (xd + 0.044715 * xd * xd * xd))));
 }
 
+static float gelu_erf(float x)
+{
+    /* torch's gelu(approximate="none"): 0.5 x (1 + erf(x / sqrt(2))) */
+    double xd = x;
+    return (float)(0.5 * xd * (1.0 + erf(xd * 0.7071067811865476)));
+}
+
 static void cpu_unary(tp_unary op, float *out, const float *x, int64_t n)
 {
     switch (op) {
@@ -268,9 +277,13 @@ static void cpu_unary(tp_unary op, float *out, const float *x, int64_t n)
         for (int64_t i = 0; i < n; i++)
             out[i] = silu(x[i]);
         break;
-    case TP_UNARY_GELU:
+    case TP_UNARY_GELU_TANH:
         for (int64_t i = 0; i < n; i++)
             out[i] = gelu_tanh(x[i]);
+        break;
+    case TP_UNARY_GELU_ERF:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = gelu_erf(x[i]);
         break;
     case TP_UNARY_RELU:
         /* written so that NaN propagates, as torch.relu does */

@@ -332,9 +332,9 @@ static void cuda_bias_add(float *out, const float *x, const float *b, int64_t m,
     done();
 }
 
-static void cuda_rmsnorm(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps)
+static void cuda_rmsnorm(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps, bool unit_offset)
 {
-    tp_k_rmsnorm(compute_stream(), gpu->kdt, out, x, w, m, n, eps);
+    tp_k_rmsnorm(compute_stream(), gpu->kdt, out, x, w, m, n, eps, unit_offset);
     done();
 }
 
@@ -360,7 +360,8 @@ static void cuda_attention(float *out, const float *q, const float *k, const flo
 
 static void cuda_unary(tp_unary op, float *out, const float *x, int64_t n)
 {
-    int kop = op == TP_UNARY_SILU ? 0 : op == TP_UNARY_GELU ? 1 : op == TP_UNARY_RELU ? 2 : -1;  /* kernels.h */
+    int kop = op == TP_UNARY_SILU ? 0 : op == TP_UNARY_GELU_TANH ? 1 : op == TP_UNARY_RELU ? 2
+            : op == TP_UNARY_GELU_ERF ? 3 : -1;  /* kernels.h */
     TP_GPU_ASSERT(kop >= 0);
     tp_k_unary(compute_stream(), gpu->kdt, kop, out, x, n);
     done();

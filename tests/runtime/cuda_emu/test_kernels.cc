@@ -581,16 +581,18 @@ TEST_P(Kernels, Embedding)
 TEST_P(Kernels, RmsNorm)
 {
     const Tol tol = stored({1e-6, 1e-5}, t());
-    for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 37}, {5, 1000}, {2, 4100}}) {
-        const std::string what = label(t(), "rmsnorm " + std::to_string(m) + "x" + std::to_string(n));
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 37}, {5, 1000}, {2, 4100}})
+    for (bool unit_offset : {false, true}) {   // Gemma's (1 + w), w stored around 0
+        const std::string what = label(t(), std::string(unit_offset ? "rmsnorm (1 + w) " : "rmsnorm ") +
+                                                 std::to_string(m) + "x" + std::to_string(n));
         Vec x = as_stored(random_vec((size_t)(m * n), 3, -2.0f, 2.0f), t());
-        Vec w = as_stored(random_vec((size_t)n, 4, 0.5f, 1.5f), t());
+        Vec w = as_stored(random_vec((size_t)n, 4, unit_offset ? -0.5f : 0.5f, unit_offset ? 0.5f : 1.5f), t());
         Vec want(x.size());
-        cpu()->rmsnorm(want.data(), x.data(), w.data(), m, n, 1e-5f);
+        cpu()->rmsnorm(want.data(), x.data(), w.data(), m, n, 1e-5f, unit_offset);
         Dev dx(t(), x), dw(t(), w), dout(t(), x.size());
-        tp_k_rmsnorm(nullptr, t(), dout.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-5f);
+        tp_k_rmsnorm(nullptr, t(), dout.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-5f, unit_offset);
         expect_close(dout.download(), want, tol, what);
-        tp_k_rmsnorm(nullptr, t(), dx.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-5f); // in place
+        tp_k_rmsnorm(nullptr, t(), dx.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-5f, unit_offset); // in place
         expect_close(dx.download(), want, tol, what + " in place");
     }
 }
@@ -679,11 +681,11 @@ TEST_P(Kernels, Attention)
 
 TEST_P(Kernels, Unary)
 {
-    // silu: expf and a division, a few ulps; gelu: tanhf's ulp becomes
-    // absolute error where 1 + tanh cancels (x ~ -4), hence atol
+    // silu: expf and a division, a few ulps; gelu: tanhf's (or erff's) ulp
+    // becomes absolute error where 1 + tanh cancels (x ~ -4), hence atol
     const Tol tol = stored({1e-6, 4e-6}, t());
-    const char *names[] = {"silu", "gelu", "relu"};
-    for (int op = 0; op < 3; op++) {
+    const char *names[] = {"silu", "gelu", "relu", "gelu (erf)"};   // kernels.h's op numbers
+    for (int op = 0; op < 4; op++) {
         for (int64_t n : {1, 257, 5000}) {
             const std::string what = label(t(), std::string(names[op]) + " n " + std::to_string(n));
             Vec x = random_vec((size_t)n, 12 + (unsigned)op, -12.0f, 12.0f);
@@ -928,7 +930,7 @@ TEST_P(Kernels, ResultsDoNotDependOnTheSchedule)
     for (uint64_t seed : {1, 2, 3}) {
         tp_emu_set_seed(seed);
         Dev dx(t(), x), dw(t(), w), dout(t(), x.size()), dq(t(), q), dattn(t(), q.size());
-        tp_k_rmsnorm(nullptr, t(), dout.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-6f);
+        tp_k_rmsnorm(nullptr, t(), dout.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-6f, false);
         tp_k_attention(nullptr, t(), dattn.ptr(), dq.ptr(), dq.ptr(), dq.ptr(), 1, s, h, h, d);
         const float loss = kernel_cross_entropy(t(), logits, labels, 1, m, n, n);
         if (seed == 1) {

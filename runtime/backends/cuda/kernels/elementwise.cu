@@ -3,7 +3,7 @@
 #include "common.cuh"
 
 // op numbers of tp_k_unary / tp_k_binary (= tp_unary / tp_binary of backend.h)
-enum { UNARY_SILU = 0, UNARY_GELU = 1, UNARY_RELU = 2 };
+enum { UNARY_SILU = 0, UNARY_GELU = 1, UNARY_RELU = 2, UNARY_GELU_ERF = 3 };
 enum { BINARY_ADD = 0, BINARY_MUL = 1 };
 
 #define ELEMENTWISE_THREADS 256
@@ -29,6 +29,12 @@ __device__ __forceinline__ float gelu_tanh(float x)
     return 0.5f * x * (1.0f + tanhf(kc * (x + 0.044715f * x * x * x)));
 }
 
+__device__ __forceinline__ float gelu_erf(float x)
+{
+    // torch's gelu(approximate="none"): 0.5 x (1 + erf(x / sqrt(2)))
+    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+
 template <typename T> __global__ void unary_kernel(int op, T *out, const T *x, int64_t n)
 {
     GRID_STRIDE(i, n)
@@ -39,6 +45,8 @@ template <typename T> __global__ void unary_kernel(int op, T *out, const T *x, i
             y = silu(v);
         else if (op == UNARY_GELU)
             y = gelu_tanh(v);
+        else if (op == UNARY_GELU_ERF)
+            y = gelu_erf(v);
         else
             y = v < 0.0f ? 0.0f : v; // NaN propagates, as torch.relu
         out[i] = tp_from_float<T>(y);
@@ -99,7 +107,7 @@ static void launch_bias_add(tp_stream s, T *out, const T *x, const T *b, int64_t
 extern "C" void tp_k_unary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *x, int64_t n)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
-    TP_KCHECK(op == UNARY_SILU || op == UNARY_GELU || op == UNARY_RELU, "unknown unary op");
+    TP_KCHECK(op == UNARY_SILU || op == UNARY_GELU || op == UNARY_RELU || op == UNARY_GELU_ERF, "unknown unary op");
     TP_KCHECK(n >= 0, "negative size");
     if (n == 0)
         return;
