@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Fixtures for tests/runtime/test_hf_parity.cc: tiny random Llama and Qwen2
-models run by transformers itself (LlamaForCausalLM, Qwen2ForCausalLM), so
-that tprun's logits are checked against Hugging Face's code, RoPE scaling
-and Qwen2's q/k/v biases included.
+"""Fixtures for tests/runtime/test_hf_parity.cc: tiny random Llama, Qwen2 and
+Gemma models run by transformers itself (LlamaForCausalLM, Qwen2ForCausalLM,
+GemmaForCausalLM), so that tprun's logits are checked against Hugging Face's
+code, RoPE scaling, Qwen2's q/k/v biases and Gemma's (1 + w) norms, GELU and
+embedding scale included.
 
 For each config below, tests/fixtures/hf/<name>/ gets
   config.json        as on the Hugging Face hub (rope_theta and rope_scaling
@@ -47,6 +48,22 @@ QWEN2 = dict(LLAMA, architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_
 for key in ("attention_bias", "mlp_bias"):
     del QWEN2[key]
 
+# Gemma: head_dim set apart from hidden // heads, as in the published models
+# (256 with hidden 3072 and 16 heads); the output head tied to the embedding.
+GEMMA = {
+    "architectures": ["GemmaForCausalLM"],
+    "model_type": "gemma",
+    "vocab_size": 128,
+    "hidden_size": 32,
+    "intermediate_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 64,
+    "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-6,
+    "initializer_range": 0.3,
+}
+
 # name -> (the family's base config, the keys that differ from it). original_max_position_embeddings
 # is 8, below the 16 positions run, so that Llama 3's scaling matters.
 CONFIGS = {
@@ -65,7 +82,28 @@ CONFIGS = {
                           "tie_word_embeddings": False}),
     "qwen2-tied": (QWEN2, {"num_key_value_heads": 2, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
                            "tie_word_embeddings": True}),
+    # MHA, head_dim 16 (hidden // heads is 8), the tanh GELU by its 5.x name
+    "gemma-mha": (GEMMA, {"num_key_value_heads": 4, "head_dim": 16, "hidden_act": "gelu_pytorch_tanh",
+                          "tie_word_embeddings": True}),
+    # GQA with the legacy "gelu" of the published configs (GemmaConfig makes it the tanh form)
+    "gemma-gqa": (GEMMA, {"num_key_value_heads": 2, "head_dim": 8, "hidden_act": "gelu",
+                          "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True}),
+    # untied, biased attention, eps 1e-5, GPT-2's gelu_new
+    "gemma-bias-untied": (GEMMA, {"num_key_value_heads": 2, "head_dim": 8, "hidden_act": "gelu_new",
+                                  "attention_bias": True, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}),
 }
+
+# GemmaRMSNorm's weights start at 0, where w and 1 + w give the same logits;
+# random weights tell them apart.
+RANDOM_NORMS = GEMMA
+
+
+def randomise_norms(model):
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=gen))
 
 
 def make(name, base, keys, out_root):
@@ -79,6 +117,8 @@ def make(name, base, keys, out_root):
     config = AutoConfig.from_pretrained(out)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config).float().eval()
+    if base is RANDOM_NORMS:
+        randomise_norms(model)
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         shutil.copy(os.path.join(tmp, "model.safetensors"), os.path.join(out, "model.safetensors"))

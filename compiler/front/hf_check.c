@@ -27,7 +27,7 @@ static const struct math_key {
     {"residual_multiplier", "1.0"}, {"attention_multiplier", NULL}, {"scale_attn_weights", "true"},
     {"scale_attn_by_inverse_layer_idx", "false"}, {"num_key_value_heads", NULL}, {"head_dim", NULL},
     {"rope_theta", NULL}, {"rms_norm_eps", NULL}, {"layer_norm_eps", NULL}, {"layer_norm_epsilon", NULL},
-    {"tie_word_embeddings", "false"},
+    {"tie_word_embeddings", "false"}, {"use_bidirectional_attention", "false"},
 };
 
 /* Mixture-of-experts families: tpcc has no expert layers yet. */

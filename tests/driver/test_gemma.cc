@@ -1,0 +1,131 @@
+// The Gemma family through the tpcc command line: published configs
+// against models/gemma.model and plans/gemma-sp.plan, what the schedule
+// computes (GELU form, (1 + w) norms, the embedding normaliser in the
+// schedule's dtype), and the config.json values it refuses.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/support/plan_harness.h"
+#include "tests/support/process.h"
+
+using tpcc_test::contains;
+using tpcc_test::Proc;
+using tpcc_test::slurp;
+using tpcc_test::source_path;
+using tpcc_test::TempDir;
+
+namespace {
+
+const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+const std::string kPlan = source_path("plans/gemma-sp.plan");
+const std::string kGemma7b = source_path("tests/fixtures/gemma-7b.config.json");
+
+Proc tpcc(const std::vector<std::string> &args) { return tpcc_test::run_program(kTpcc, args); }
+
+// Gemma-7B's config.json with `from` replaced by `to`, written into dir.
+std::string gemma7b_with(const TempDir &dir, const std::string &from, const std::string &to)
+{
+    std::string text = slurp(kGemma7b);
+    size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos)
+        text.replace(at, from.size(), to);
+    return dir.write("config.json", text);
+}
+
+// The schedule of one layer of Gemma-7B as `dtype`, as text.
+std::string schedule(const TempDir &dir, const std::string &config, const std::string &dtype)
+{
+    const std::string out = dir.path + "/gemma-" + dtype + ".sched";
+    Proc r = tpcc({kPlan, "--hf-config", config, "-D", "layers=1", "-D", "seq=16", "--dtype", dtype, "-o", out});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    return r.code() == 0 ? slurp(out) : "";
+}
+
+// The first op of `kind` in a schedule's text: its JSON object, "" if none.
+std::string first_op(const std::string &sched, const std::string &kind)
+{
+    size_t at = sched.find("{\"op\": \"" + kind + "\"");
+    return at == std::string::npos ? "" : sched.substr(at, sched.find('}', at) - at + 1);
+}
+
+TEST(GemmaHf, PublishedConfigsCheckWhereTheHeadsSplit)
+{
+    for (const char *tp : {"tp=1", "tp=2", "tp=4", "tp=8"}) {
+        Proc r = tpcc({"--check", kPlan, "--hf-config", kGemma7b, "-D", tp});
+        EXPECT_EQ(r.code(), 0) << tp << "\n" << r.describe();
+        EXPECT_EQ(r.err, "") << "every key of Gemma-7B's config is read or understood\n" << r.describe();
+    }
+    // Gemma-2B has one kv head
+    Proc r = tpcc({"--check", kPlan, "--hf-config", source_path("tests/fixtures/gemma-2b.config.json"), "-D", "tp=2"});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "1 kv_heads do not split over 2 ranks")) << r.describe();
+}
+
+// What the schedule computes: the tanh GELU for the legacy "gelu" (as
+// GemmaConfig reads it), Gemma's (1 + w) norms, and the normaliser
+// sqrt(3072) rounded to the dtype (55.5 in bf16, as transformers' own
+// comment on Gemma notes).
+TEST(GemmaHf, ScheduleComputesGemmasNumerics)
+{
+    TempDir dir;
+    std::string f32 = schedule(dir, kGemma7b, "fp32");
+    EXPECT_TRUE(contains(first_op(f32, "gelu"), "\"tanh\": true")) << first_op(f32, "gelu");
+    EXPECT_TRUE(contains(first_op(f32, "rmsnorm"), "\"eps\": 1e-06, \"unit_offset\": true")) << first_op(f32, "rmsnorm");
+    EXPECT_TRUE(contains(first_op(f32, "scale"), "\"scale\": 55.42562484741211,"))
+        << "float32(sqrt(3072)): " << first_op(f32, "scale");
+    std::string bf16 = schedule(dir, kGemma7b, "bf16");
+    EXPECT_TRUE(contains(first_op(bf16, "scale"), "\"scale\": 55.5,")) << "bf16(sqrt(3072)): " << first_op(bf16, "scale");
+    // gelu_python is transformers' exact GELU
+    std::string exact = schedule(dir, gemma7b_with(dir, "\"hidden_act\": \"gelu\"", "\"hidden_act\": \"gelu_python\""),
+                                 "fp32");
+    EXPECT_TRUE(contains(first_op(exact, "gelu"), "\"tanh\": false")) << first_op(exact, "gelu");
+}
+
+TEST(GemmaHf, AnActivationTpccDoesNotComputeIsNamed)
+{
+    TempDir dir;
+    Proc r = tpcc({"--check", kPlan, "--hf-config",
+                   gemma7b_with(dir, "\"hidden_act\": \"gelu\"", "\"hidden_act\": \"quick_gelu\"")});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "the Hugging Face activation \"quick_gelu\" is not supported; tpcc computes silu"))
+        << r.describe();
+    EXPECT_TRUE(contains(r.err, "note: 'hidden_act' is defined here")) << r.describe();
+}
+
+TEST(GemmaHf, BidirectionalAttentionIsAnError)
+{
+    TempDir dir;
+    Proc r = tpcc({"--check", kPlan, "--hf-config",
+                   gemma7b_with(dir, "\"use_cache\": true,", "\"use_cache\": true, \"use_bidirectional_attention\": true,")});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "sets use_bidirectional_attention to true, which changes what the model computes"))
+        << r.describe();
+    Proc off = tpcc({"--check", kPlan, "--hf-config",
+                     gemma7b_with(dir, "\"use_cache\": true,", "\"use_cache\": true, \"use_bidirectional_attention\": null,")});
+    EXPECT_EQ(off.code(), 0) << "null is GemmaConfig's default\n" << off.describe();
+}
+
+// gelu(x, approximate=) takes torch's two values; anything else is an error
+// at the argument, as torch raises.
+TEST(GemmaLanguage, GeluApproximateIsTorchs)
+{
+    TempDir dir;
+    std::string model = slurp(source_path("models/gemma.model"));
+    const std::string call = "activation(gate_proj(x), hidden_act)";
+    size_t at = model.find(call);
+    ASSERT_NE(at, std::string::npos);
+    model.replace(at, call.size(), "gelu(gate_proj(x), approximate=\"tanhh\")");
+    dir.write("gemma.model", model);
+    std::string plan = slurp(kPlan);
+    at = plan.find("../models/gemma.model");
+    ASSERT_NE(at, std::string::npos);
+    plan.replace(at, 21, "gemma.model");
+    Proc r = tpcc({"--check", dir.write("gemma-sp.plan", plan)});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "gelu(): approximate must be \"none\" or \"tanh\", as in torch")) << r.describe();
+}
+
+}  // namespace
