@@ -35,6 +35,12 @@ std::string gemma7b_with(const TempDir &dir, const std::string &from, const std:
     return dir.write("config.json", text);
 }
 
+// tpcc --check of the Gemma plan on Gemma-7B's config.json edited so.
+Proc check_with(const TempDir &dir, const std::string &from, const std::string &to)
+{
+    return tpcc({"--check", kPlan, "--hf-config", gemma7b_with(dir, from, to)});
+}
+
 // The schedule of one layer of Gemma-7B as `dtype`, as text.
 std::string schedule(const TempDir &dir, const std::string &config, const std::string &dtype)
 {
@@ -87,8 +93,7 @@ TEST(GemmaHf, ScheduleComputesGemmasNumerics)
 TEST(GemmaHf, AnActivationTpccDoesNotComputeIsNamed)
 {
     TempDir dir;
-    Proc r = tpcc({"--check", kPlan, "--hf-config",
-                   gemma7b_with(dir, "\"hidden_act\": \"gelu\"", "\"hidden_act\": \"quick_gelu\"")});
+    Proc r = check_with(dir, "\"hidden_act\": \"gelu\"", "\"hidden_act\": \"quick_gelu\"");
     EXPECT_EQ(r.code(), 1) << r.describe();
     EXPECT_TRUE(contains(r.err, "the Hugging Face activation \"quick_gelu\" is not supported; tpcc computes silu"))
         << r.describe();
@@ -98,13 +103,11 @@ TEST(GemmaHf, AnActivationTpccDoesNotComputeIsNamed)
 TEST(GemmaHf, BidirectionalAttentionIsAnError)
 {
     TempDir dir;
-    Proc r = tpcc({"--check", kPlan, "--hf-config",
-                   gemma7b_with(dir, "\"use_cache\": true,", "\"use_cache\": true, \"use_bidirectional_attention\": true,")});
+    Proc r = check_with(dir, "\"use_cache\": true,", "\"use_cache\": true, \"use_bidirectional_attention\": true,");
     EXPECT_EQ(r.code(), 1) << r.describe();
     EXPECT_TRUE(contains(r.err, "sets use_bidirectional_attention to true, which changes what the model computes"))
         << r.describe();
-    Proc off = tpcc({"--check", kPlan, "--hf-config",
-                     gemma7b_with(dir, "\"use_cache\": true,", "\"use_cache\": true, \"use_bidirectional_attention\": null,")});
+    Proc off = check_with(dir, "\"use_cache\": true,", "\"use_cache\": true, \"use_bidirectional_attention\": null,");
     EXPECT_EQ(off.code(), 0) << "null is GemmaConfig's default\n" << off.describe();
 }
 
