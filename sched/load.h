@@ -39,7 +39,7 @@ typedef struct tr_op {
     int64_t vocab_start, vocab_local, vocab_logical, pos_offset;
     bool masked;
     bool unit_offset, gelu_tanh;
-    double scale, eps, theta;
+    double scale, eps, theta, softcap;
     tp_rope_scaling rope;
     int64_t elems, bytes;          /* collectives: the full tensor */
     char *module, *entry;          /* provenance, for errors and profiles */

@@ -44,7 +44,8 @@ typedef struct tp_ir_op {
     bool unit_offset;          /* rmsnorm: scale by (1 + w) (Gemma) */
     bool gelu_tanh;            /* gelu: the tanh approximation */
     bool scale_in_dtype;       /* scale: the factor rounded to the schedule's dtype first */
-    double scale, eps, theta;
+    double scale, eps, theta;  /* attention: scale multiplies q k^T */
+    double softcap;            /* attention: score cap, 0 for none; softcap: the cap */
     tp_rope_scaling rope;      /* rope: the frequency scaling */
     int64_t elems;             /* collectives: elements of the full tensor */
     /* provenance, borrowed strings */

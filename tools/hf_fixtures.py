@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Fixtures for tests/runtime/test_hf_parity.cc: tiny random Llama, Qwen2 and
-Gemma models run by transformers itself (LlamaForCausalLM, Qwen2ForCausalLM,
-GemmaForCausalLM), so that tprun's logits are checked against Hugging Face's
-code, RoPE scaling, Qwen2's q/k/v biases and Gemma's (1 + w) norms, GELU and
-embedding scale included.
+Gemma (1 and 2) models run by transformers itself (LlamaForCausalLM,
+Qwen2ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM), so that tprun's
+logits are checked against Hugging Face's code, RoPE scaling, Qwen2's q/k/v
+biases, Gemma's (1 + w) norms, GELU and embedding scale, and Gemma 2's
+soft-capping and sandwich norms included.
 
 For each config below, tests/fixtures/hf/<name>/ gets
   config.json        as on the Hugging Face hub (rope_theta and rope_scaling
@@ -57,6 +58,10 @@ GEMMA = dict(LLAMA, architectures=["GemmaForCausalLM"], model_type="gemma", rope
 for key in ("hidden_act", "attention_bias", "mlp_bias"):
     del GEMMA[key]
 
+# Gemma 2: Gemma's sizes; the activation under Gemma2Config's own key.
+GEMMA2 = dict(GEMMA, architectures=["Gemma2ForCausalLM"], model_type="gemma2",
+              hidden_activation="gelu_pytorch_tanh")
+
 # name -> (the family's base config, the keys that differ from it). original_max_position_embeddings
 # is 8, below the 16 positions run, so that Llama 3's scaling matters.
 CONFIGS = {
@@ -84,11 +89,22 @@ CONFIGS = {
     # untied, biased attention, eps 1e-5, GPT-2's gelu_new
     "gemma-bias-untied": (GEMMA, {"num_key_value_heads": 2, "head_dim": 8, "hidden_act": "gelu_new",
                                   "attention_bias": True, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}),
+    # GQA; caps low enough to bite, query_pre_attn_scalar apart from head_dim,
+    # a sliding window of exactly seq (every key still seen)
+    "gemma2-gqa": (GEMMA2, {"num_key_value_heads": 2, "head_dim": 16, "query_pre_attn_scalar": 24,
+                            "attn_logit_softcapping": 10.0, "final_logit_softcapping": 5.0, "sliding_window": 16,
+                            "tie_word_embeddings": True}),
+    # MHA with Gemma2Config's defaults: caps 50 and 30, query_pre_attn_scalar 256, window 4096
+    "gemma2-mha": (GEMMA2, {"num_key_value_heads": 4, "head_dim": 8, "tie_word_embeddings": True}),
+    # capping off (null), untied
+    "gemma2-nocap": (GEMMA2, {"num_key_value_heads": 2, "head_dim": 8, "attn_logit_softcapping": None,
+                              "final_logit_softcapping": None,
+                              "tie_word_embeddings": False}),
 }
 
 # GemmaRMSNorm's weights start at 0, where w and 1 + w give the same logits;
 # random weights tell them apart.
-RANDOM_NORMS = GEMMA
+RANDOM_NORMS = (GEMMA, GEMMA2)
 
 
 def randomise_norms(model):
@@ -110,7 +126,7 @@ def make(name, base, keys, out_root):
     config = AutoConfig.from_pretrained(out)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config).float().eval()
-    if base is RANDOM_NORMS:
+    if any(base is family for family in RANDOM_NORMS):
         randomise_norms(model)
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp, safe_serialization=True)

@@ -6,6 +6,7 @@
  * Partial), whether PyTorch's implementation accepts a DTensor and the
  * keyword arguments it takes (its attributes: rope's theta). Shape
  * changes (head split and merge) are small functions. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/front/astutil.h"
@@ -26,7 +27,9 @@ typedef struct op_rule {
 
 static const char *const rope_kw[] = {"theta", "scaling", "factor", "low_freq_factor", "high_freq_factor",
                                       "original_max_position_embeddings", NULL};
-static const char *const attention_kw[] = {"causal", NULL};
+/* scale= as SDPA's (default head_dim ** -0.5); softcap= as FlashAttention's
+ * (0 or absent: none); sliding_window= as transformers' (checked against seq) */
+static const char *const attention_kw[] = {"causal", "scale", "softcap", "sliding_window", NULL};
 static const char *const gelu_kw[] = {"approximate", NULL};
 
 /* Hugging Face's activation names (transformers' ACT2FN) that tpcc
@@ -67,6 +70,8 @@ static const op_rule rules[] = {
      "cross-entropy normalises over the whole vocabulary", TP_OP_CROSS_ENTROPY, NULL},
     /* activation(x, name): the op of HF's ACT2FN[name] (hf_activations) */
     {"activation", 1, false, true, {0}, NULL, NULL, TP_OP_COUNT, NULL},
+    /* softcap(x, cap): cap * tanh(x / cap); cap 0 is none (x itself) */
+    {"softcap", 1, false, true, {0}, NULL, NULL, TP_OP_SOFTCAP, NULL},
 };
 #define NRULES ((int)(sizeof rules / sizeof *rules))
 
@@ -244,7 +249,13 @@ static void warn_dtensor_attention(interp *I, const tp_val *q, tp_span span)
                         "default) on the q, k and v projections");
 }
 
-static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, tp_span span)
+/* attention()'s keyword attributes; 0 for the ones not given */
+typedef struct attention_attrs {
+    double scale, softcap;
+    int64_t window;
+} attention_attrs;
+
+static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, const attention_attrs *at, tp_span span)
 {
     const op_rule *r = find_rule("attention");
     tp_val *in[3] = {q, k, v};
@@ -281,6 +292,8 @@ static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, tp_span spa
     op->k = tp_local_size(I, q, 3);
     op->groups = tp_local_size(I, in[1], 2);
     op->heads_global = q->shape[2];
+    op->scale = at->scale > 0 ? at->scale : 1.0 / sqrt((double)q->shape[3]);   /* SDPA's default */
+    op->softcap = at->softcap;
     return out;
 }
 
@@ -557,6 +570,45 @@ static bool rope_scaling_kwargs(interp *I, const tp_node *call, char **kwnames, 
     return true;
 }
 
+/* attention()'s softcap=, a number >= 0 (0 when absent: none). */
+static bool attention_softcap(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw, double *out)
+{
+    const iv *a = kwarg("softcap", kwnames, kwargs, nkw);
+    *out = !a ? 0 : a->kind == IV_FLOAT ? a->f : a->kind == IV_INT ? (double)a->i : -1;
+    if (*out >= 0)
+        return true;
+    return rope_error(I, call, "softcap", "attention(): %s must be a number, 0 for none", "softcap");
+}
+
+/* attention(q, k, v, causal=True, scale=, softcap=, sliding_window=). */
+static bool attention_kwargs(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw, attention_attrs *at)
+{
+    *at = (attention_attrs){0, 0, 0};
+    double window = 0;
+    if (!positive_kwarg(I, call, "attention", "scale", kwnames, kwargs, nkw, &at->scale) ||
+        !attention_softcap(I, call, kwnames, kwargs, nkw, &at->softcap) ||
+        !positive_kwarg(I, call, "attention", "sliding_window", kwnames, kwargs, nkw, &window))
+        return false;
+    at->window = (int64_t)window;
+    return true;
+}
+
+/* transformers' sliding window masks all but the last `window` keys; a
+ * window of at least seq masks nothing, and below it tpcc, which
+ * computes full causal attention, would be wrong. */
+static void window_covers_seq(interp *I, const tp_node *call, const attention_attrs *at, const tp_val *q)
+{
+    int64_t seq = q->shape[1];
+    if (!at->window || at->window >= seq)
+        return;
+    tp_diag *g = tp_diag_add(I->d, TP_ERROR, tp_call_kw_arg(call, "sliding_window")->span, "model",
+                             "attention(): a sliding window of %lld positions is below seq %lld, and tpcc computes "
+                             "full causal attention (each position attending to all earlier ones)",
+                             (long long)at->window, (long long)seq);
+    tp_diag_help(g, "compile with -D seq=%lld or less", (long long)at->window);
+    I->stop = true;
+}
+
 /* attention(q, k, v, causal=True): the runtime's attention is causal, so
  * causal=False would silently compute something else. */
 static bool causal_only(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw)
@@ -585,6 +637,19 @@ static bool gelu_approximate(interp *I, const tp_node *call, char **kwnames, iv 
     }
     return rope_error(I, call, "approximate", "gelu(): approximate must be \"none\" or \"tanh\"%s",
                       a->kind == IV_STR ? ", as in torch" : " (a string)");
+}
+
+/* softcap(x, cap): the cap, a number >= 0 (0: none, transformers' None). */
+static bool softcap_arg(interp *I, const tp_node *call, iv *args, int nargs, double *cap)
+{
+    const tp_node *at = tp_call_pos(call, 1);
+    *cap = nargs == 2 && args[1].kind == IV_FLOAT ? args[1].f : nargs == 2 && args[1].kind == IV_INT ? (double)args[1].i : -1;
+    if (*cap >= 0)
+        return true;
+    tp_diag_add(I->d, TP_ERROR, at ? at->span : call->span, "model",
+                "softcap(x, cap) takes a tensor and a number, the cap (0 for none)");
+    I->stop = true;
+    return false;
 }
 
 /* activation(x, name): the op that transformers' ACT2FN[name] computes. */
@@ -632,6 +697,12 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
         return none_iv;
     tp_op_kind kind = r->lowers_to;
     bool gelu_tanh = false;
+    attention_attrs attn;
+    double cap = 0;
+    if (kind == TP_OP_ATTENTION && !attention_kwargs(I, call, kwnames, kwargs, nkw, &attn))
+        return none_iv;
+    if (kind == TP_OP_SOFTCAP && !softcap_arg(I, call, args, nargs, &cap))
+        return none_iv;
     if (kind == TP_OP_GELU && !gelu_approximate(I, call, kwnames, kwargs, nkw, &gelu_tanh))
         return none_iv;
     if (!strcmp(name, "activation") && !hf_activation(I, call, args, nargs, &kind, &gelu_tanh))
@@ -641,8 +712,12 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
     tp_val *x = args[0].t;
     if (r->lowers_to == TP_OP_ROPE)
         tp_grown_meet_rope(I, x, span);
-    if (!strcmp(name, "attention"))
-        return tensor_iv(attention(I, x, args[1].t, args[2].t, span));
+    if (kind == TP_OP_ATTENTION) {
+        window_covers_seq(I, call, &attn, x);
+        return I->stop ? none_iv : tensor_iv(attention(I, x, args[1].t, args[2].t, &attn, span));
+    }
+    if (kind == TP_OP_SOFTCAP && cap == 0)
+        kind = TP_OP_COUNT;              /* transformers' None: no capping */
     if (!strcmp(name, "cross_entropy"))
         return tensor_iv(cross_entropy(I, x, args[1].t, span));
     if (!r->linear)
@@ -675,6 +750,7 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
     }
     tp_ir_op *op = &tp_record_op(I, kind, out, name, x, NULL, NULL)->op;
     op->gelu_tanh = gelu_tanh;
+    op->softcap = cap;
     int seq = r->lowers_to == TP_OP_ROPE ? x->rank - 3 : x->rank - 1;
     /* a sequence shard would start at rank * its length (rejected above
      * for RoPE; recorded so the schedule says what it assumed) */

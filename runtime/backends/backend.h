@@ -69,10 +69,13 @@ typedef struct tp_backend {
      * memory; sched/rope.h computes them from theta and the scaling) */
     void (*rope)(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t pos_offset,
                  const double *inv_freq);
-    /* causal softmax(q k^T / sqrt(d)) v; q, out [b, s, h, d]; k, v [b, s, g, d];
-     * query head i reads kv head i / (h / g) */
+    /* causal softmax(q k^T * scale) v; q, out [b, s, h, d]; k, v [b, s, g, d];
+     * query head i reads kv head i / (h / g); softcap > 0 caps each score
+     * as softcap * tanh(score / softcap) */
     void (*attention)(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
-                      int64_t g, int64_t d);
+                      int64_t g, int64_t d, double scale, double softcap);
+    /* out = cap * tanh(x / cap) */
+    void (*softcap)(float *out, const float *x, int64_t n, float cap);
     /* silu(x) = x * sigmoid(x); gelu: the tanh approximation (GPT-2's gelu_new) or the exact
      * 0.5 x (1 + erf(x / sqrt(2))) */
     void (*unary)(tp_unary op, float *out, const float *x, int64_t n);

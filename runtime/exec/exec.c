@@ -219,7 +219,7 @@ EXEC(rope)
 EXEC(attention)
 {
     x->be->attention(fout(x, op), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2), op->batch, op->seq, op->heads,
-                     op->kv_heads, op->head_dim);
+                     op->kv_heads, op->head_dim, op->scale, op->softcap);
     return 0;
 }
 
@@ -245,6 +245,12 @@ EXEC(mul) { return binary(x, op, TP_BINARY_MUL); }
 EXEC(scale)
 {
     x->be->scale(fout(x, op), fin(x, op, 0), in_elems(x, op, 0), (float)op->scale);
+    return 0;
+}
+
+EXEC(softcap)
+{
+    x->be->softcap(fout(x, op), fin(x, op, 0), in_elems(x, op, 0), (float)op->softcap);
     return 0;
 }
 

@@ -1,7 +1,8 @@
 // The Gemma family through the tpcc command line: published configs
-// against models/gemma.model and plans/gemma-sp.plan, what the schedule
-// computes (GELU form, (1 + w) norms, the embedding normaliser in the
-// schedule's dtype), and the config.json values it refuses.
+// against models/gemma.model and plans/gemma-sp.plan (and Gemma 2's), what
+// the schedule computes (GELU form, (1 + w) norms, the embedding normaliser
+// in the schedule's dtype, soft-capping), and the config.json values it
+// refuses.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -129,6 +130,31 @@ TEST(GemmaLanguage, GeluApproximateIsTorchs)
     Proc r = tpcc({"--check", dir.write("gemma-sp.plan", plan)});
     EXPECT_EQ(r.code(), 1) << r.describe();
     EXPECT_TRUE(contains(r.err, "gelu(): approximate must be \"none\" or \"tanh\", as in torch")) << r.describe();
+}
+
+// Gemma-2-2B: soft-capping and the attention scale in the schedule; its
+// 4096 window is exact at seq 4096 and refused above.
+TEST(Gemma2Hf, PublishedConfigComputesCappingAndRefusesAShortWindow)
+{
+    const std::string plan = source_path("plans/gemma2-sp.plan");
+    const std::string cfg = source_path("tests/fixtures/gemma-2-2b.config.json");
+    for (const char *tp : {"tp=1", "tp=2", "tp=4"}) {
+        Proc r = tpcc({"--check", plan, "--hf-config", cfg, "-D", tp});
+        EXPECT_EQ(r.code(), 0) << tp << "\n" << r.describe();
+        EXPECT_EQ(r.err, "") << "every key of Gemma-2-2B's config is read or understood\n" << r.describe();
+    }
+    TempDir dir;
+    const std::string out = dir.path + "/gemma2.sched";
+    Proc r = tpcc({plan, "--hf-config", cfg, "-D", "layers=1", "-D", "seq=4096", "-o", out});
+    ASSERT_EQ(r.code(), 0) << r.describe();
+    std::string sched = slurp(out);
+    EXPECT_TRUE(contains(first_op(sched, "attention"), "\"scale\": 0.0625, \"softcap\": 50.0"))
+        << "query_pre_attn_scalar 256: " << first_op(sched, "attention");
+    EXPECT_TRUE(contains(first_op(sched, "softcap"), "\"cap\": 30.0")) << first_op(sched, "softcap");
+    Proc longer = tpcc({"--check", plan, "--hf-config", cfg, "-D", "seq=4097"});
+    EXPECT_EQ(longer.code(), 1) << longer.describe();
+    EXPECT_TRUE(contains(longer.err, "a sliding window of 4096 positions is below seq 4097")) << longer.describe();
+    EXPECT_TRUE(contains(longer.err, "-D seq=4096 or less")) << longer.describe();
 }
 
 }  // namespace

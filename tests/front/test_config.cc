@@ -914,9 +914,31 @@ TEST(ConfigHf, DefinedOverridesBeatTheJson)
     EXPECT_EQ(c.value("layers"), 2);
 }
 
+// null= says what a null key means where it differs from the default for
+// an absent one (Gemma 2's softcapping: absent is 50.0, null is off)
+TEST(ConfigHf, NullArgumentIsTheValueOfANullKey)
+{
+    Cfg c;
+    char err[512] = "";
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), err, sizeof err), 0) << err;
+    c.bind(R"(config {
+        null_key = hf("head_dim", 50.0, null=0.0)
+        absent   = hf("attn_logit_softcapping", 50.0, null=0.0)
+        present  = hf("rope_theta", 1.0, null=0.0)
+        both     = hf("head_dim", 1, null=2, standalone=3)
+    })",
+           TP_CFG_MODEL);
+    EXPECT_EQ(c.real("null_key"), 0.0);
+    EXPECT_EQ(c.real("absent"), 50.0);
+    EXPECT_EQ(c.real("present"), 10000.0);
+    EXPECT_EQ(c.value("both"), 2);
+    EXPECT_EQ(c.diags.count, 0) << c.messages();
+}
+
 TEST(ConfigHf, BadArguments)
 {
-    for (const char *e : {"hf(1, 2)", "hf(\"hidden_size\")", "hf(\"hidden_size\", 1, 2)", "hf(key=\"a\", default=1)"}) {
+    for (const char *e : {"hf(1, 2)", "hf(\"hidden_size\")", "hf(\"hidden_size\", 1, 2)", "hf(key=\"a\", default=1)",
+                          "hf(\"a\", 1, nul=2)", "hf(\"a\", 1, null=2, null=3)"}) {
         Cfg c;
         c.bind(std::string("config { x = ") + e + " }", TP_CFG_MODEL);
         SCOPED_TRACE(e);

@@ -333,7 +333,8 @@ TEST(BackendCpu, RopeWithOffsetEqualsTheMatchingSliceOfTheFullSequence)
 
 // --- attention ---------------------------------------------------------------------
 
-DVec ref_attention(const Vec &q, const Vec &k, const Vec &v, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d)
+DVec ref_attention(const Vec &q, const Vec &k, const Vec &v, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d,
+                   double scale, double softcap)
 {
     DVec out(q.size());
     for (int64_t bi = 0; bi < b; bi++)
@@ -345,7 +346,9 @@ DVec ref_attention(const Vec &q, const Vec &k, const Vec &v, int64_t b, int64_t 
                     double dot = 0;
                     for (int64_t c = 0; c < d; c++)
                         dot += (double)q[((bi * s + t) * h + hi) * d + c] * k[((bi * s + j) * g + kh) * d + c];
-                    sc[j] = dot / std::sqrt((double)d);
+                    sc[j] = dot * scale;
+                    if (softcap > 0)
+                        sc[j] = softcap * std::tanh(sc[j] / softcap);
                 }
                 double mx = *std::max_element(sc.begin(), sc.end()), z = 0;
                 for (double &e : sc)
@@ -368,15 +371,17 @@ TEST(BackendCpu, AttentionIsCausalGqaSoftmax)
     // q scale makes the scores ~1e3, which overflow exp() without the max
     // subtraction
     for (Case c : {Case{1, 1, 1, 1, 1, 1}, Case{2, 7, 4, 2, 8, 1}, Case{1, 13, 4, 4, 5, 1}, Case{1, 11, 6, 1, 3, 1},
-                   Case{1, 300, 2, 1, 16, 1}, Case{1, 9, 4, 2, 7, 300}}) {
+                   Case{1, 300, 2, 1, 16, 1}, Case{1, 9, 4, 2, 7, 300}})
+    // SDPA's default scale, and Gemma 2's: another scale with the scores capped
+    for (auto [scale, softcap] : {std::pair<double, double>{1.0 / std::sqrt((double)c.d), 0.0}, {0.0625, 50.0}}) {
         Vec q = random_vec(c.b * c.s * c.h * c.d, 70 + (unsigned)c.s, -c.qscale, c.qscale);
         Vec k = random_vec(c.b * c.s * c.g * c.d, 71 + (unsigned)c.s);
         Vec v = random_vec(c.b * c.s * c.g * c.d, 72 + (unsigned)c.s);
         Vec out(q.size(), std::nanf(""));
-        be()->attention(out.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d);
+        be()->attention(out.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap);
         // outputs are convex combinations of |v| <= 1, computed in double and
         // rounded into the float output once per 128-key block
-        expect_close(out, ref_attention(q, k, v, c.b, c.s, c.h, c.g, c.d), 1e-6, 0,
+        expect_close(out, ref_attention(q, k, v, c.b, c.s, c.h, c.g, c.d, scale, softcap), 1e-6, 0,
                      ("attention s=" + std::to_string(c.s) + " h=" + std::to_string(c.h) + " g=" +
                       std::to_string(c.g)).c_str());
     }
@@ -448,6 +453,17 @@ TEST(BackendCpu, ScaleMultiplies)
     be()->scale(out.data(), x.data(), 19, 0.5f); // exact: a power of two
     for (int i = 0; i < 19; i++)
         EXPECT_EQ(out[i], x[i] * 0.5f);
+}
+
+// Gemma 2's final logit soft-capping, one float rounding of a double
+TEST(BackendCpu, SoftcapIsCapTimesTanh)
+{
+    Vec x = random_vec(40, 96, -200, 200), out(40);
+    DVec ref(40);
+    for (int i = 0; i < 40; i++)
+        ref[i] = 30.0 * std::tanh(x[i] / 30.0);
+    be()->softcap(out.data(), x.data(), 40, 30.0f);
+    expect_close(out, ref, 1e-37, 2 * kU, "softcap");
 }
 
 // --- layout ------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // tprun against transformers itself: tests/fixtures/hf/<name>/ holds a tiny
-// random LlamaForCausalLM, Qwen2ForCausalLM or GemmaForCausalLM, its hub-style config.json
+// random LlamaForCausalLM, Qwen2ForCausalLM, GemmaForCausalLM or
+// Gemma2ForCausalLM, its hub-style config.json
 // (RoPE scaling included), tokens and the logits transformers computed
 // (tools/hf_fixtures.py). tpcc compiles the family's shipped plan from that
 // config.json, tprun runs the checkpoint, and the logits must match within
@@ -52,6 +53,14 @@ const Case kCases[] = {
     {"gemma-mha", "plans/gemma-sp.plan", 4},        {"gemma-gqa", "plans/gemma-sp.plan", 1},
     {"gemma-gqa", "plans/gemma-sp.plan", 2},        {"gemma-bias-untied", "plans/gemma-sp.plan", 1},
     {"gemma-bias-untied", "plans/gemma-sp.plan", 2},
+    // Gemma 2: soft-capping low enough to bite (off by 0.65 without the
+    // attention cap, 4.7 without the final one), with Gemma2Config's
+    // defaults (50 and 30: 1.7e-3 and 0.21), and null (off: 0.19 if the
+    // defaults were applied); query_pre_attn_scalar and the sandwich norms
+    {"gemma2-gqa", "plans/gemma2-sp.plan", 1},      {"gemma2-gqa", "plans/gemma2-sp.plan", 2},
+    {"gemma2-mha", "plans/gemma2-sp.plan", 1},      {"gemma2-mha", "plans/gemma2-sp.plan", 2},
+    {"gemma2-mha", "plans/gemma2-sp.plan", 4},      {"gemma2-nocap", "plans/gemma2-sp.plan", 1},
+    {"gemma2-nocap", "plans/gemma2-sp.plan", 2},
 };
 
 class HfParity : public ::testing::TestWithParam<Case> {};

@@ -192,13 +192,12 @@ static void cpu_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h
 #define ATTN_BLOCK 128
 
 static void cpu_attention(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
-                          int64_t g, int64_t d)
+                          int64_t g, int64_t d, double scale, double softcap)
 {
     /* out is the running numerator: it must not overlap the inputs */
     assert(out != q && out != k && out != v);
     assert(g > 0 && h % g == 0 && d > 0);
     const int64_t group = h / g; /* query heads per kv head */
-    const double scale = 1.0 / sqrt((double)d);
     double p[ATTN_BLOCK];
 
     for (int64_t bi = 0; bi < b; bi++)
@@ -219,6 +218,8 @@ static void cpu_attention(float *out, const float *q, const float *k, const floa
                         for (int64_t c = 0; c < d; c++)
                             dot += (double)qr[c] * kr[c];
                         p[j] = dot * scale;
+                        if (softcap > 0)
+                            p[j] = softcap * tanh(p[j] / softcap);
                         if (p[j] > bmax)
                             bmax = p[j];
                     }
@@ -320,6 +321,12 @@ static void cpu_scale(float *out, const float *x, int64_t n, float s)
 {
     for (int64_t i = 0; i < n; i++)
         out[i] = x[i] * s;
+}
+
+static void cpu_softcap(float *out, const float *x, int64_t n, float cap)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (float)((double)cap * tanh((double)x[i] / cap));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -527,6 +534,7 @@ static const tp_backend cpu_backend = {
     .unary = cpu_unary,
     .binary = cpu_binary,
     .scale = cpu_scale,
+    .softcap = cpu_softcap,
     .slice = cpu_slice,
     .split_blocks = cpu_split_blocks,
     .join_blocks = cpu_join_blocks,

@@ -352,9 +352,9 @@ static void cuda_rope(float *out, const float *x, int64_t b, int64_t s, int64_t 
 }
 
 static void cuda_attention(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
-                           int64_t gk, int64_t d)
+                           int64_t gk, int64_t d, double scale, double softcap)
 {
-    tp_k_attention(compute_stream(), gpu->kdt, out, q, k, v, b, s, h, gk, d);
+    tp_k_attention(compute_stream(), gpu->kdt, out, q, k, v, b, s, h, gk, d, (float)scale, (float)softcap);
     done();
 }
 
@@ -378,6 +378,12 @@ static void cuda_binary(tp_binary op, float *out, const float *a, int64_t n, con
 static void cuda_scale(float *out, const float *x, int64_t n, float s)
 {
     tp_k_scale(compute_stream(), gpu->kdt, out, x, n, s);
+    done();
+}
+
+static void cuda_softcap(float *out, const float *x, int64_t n, float cap)
+{
+    tp_k_softcap(compute_stream(), gpu->kdt, out, x, n, cap);
     done();
 }
 
@@ -454,7 +460,7 @@ static void cuda_ce_loss(float *loss, const float *sumexp, const float *max, con
         .synchronize = cuda_synchronize, .begin_op = cuda_begin_op, .embedding = cuda_embedding,        \
         .matmul = cuda_matmul, .bias_add = cuda_bias_add, .rmsnorm = cuda_rmsnorm,                      \
         .layernorm = cuda_layernorm, .rope = cuda_rope, .attention = cuda_attention, .unary = cuda_unary, \
-        .binary = cuda_binary, .scale = cuda_scale, .slice = cuda_slice,                                \
+        .binary = cuda_binary, .scale = cuda_scale, .softcap = cuda_softcap, .slice = cuda_slice,       \
         .split_blocks = cuda_split_blocks, .join_blocks = cuda_join_blocks, .positions = cuda_positions, \
         .cross_entropy = cuda_cross_entropy, .ce_max = cuda_ce_max, .ce_sumexp = cuda_ce_sumexp,        \
         .ce_target = cuda_ce_target, .ce_loss = cuda_ce_loss,                                           \
