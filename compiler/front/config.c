@@ -360,10 +360,8 @@ bool tp_eval_size(tp_config *c, const tp_node *e, int64_t *out)
     return true;
 }
 
-/* The value at a dotted key ("rope_scaling.factor": member factor of
- * object rope_scaling) of --hf-config; NULL when a step is missing or is
- * no object. A JSON null comes back as it is: hf() decides what it means. */
-static json_t *hf_lookup(const tp_config *c, const char *key)
+/* A JSON null comes back as it is: hf() decides what it means. */
+void *tp_config_hf_lookup(const tp_config *c, const char *key)
 {
     json_t *v = (json_t *)c->hf_json;
     char *path = tp_xstrdup(key), *rest = path;
@@ -416,7 +414,7 @@ static bool eval_hf(tp_config *c, const tp_node *call, tp_cfg_value *out)
         return tp_eval_value(c, hf_keyword(call, "standalone") ? hf_keyword(call, "standalone")
                                                                 : call->kids[2]->kids[0], out);
     const char *key = call->kids[1]->kids[0]->str;
-    json_t *v = hf_lookup(c, key);
+    json_t *v = tp_config_hf_lookup(c, key);
     if (json_is_null(v) && hf_keyword(call, "null"))
         return tp_eval_value(c, hf_keyword(call, "null"), out);
     if (!v || json_is_null(v))

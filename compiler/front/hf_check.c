@@ -350,6 +350,15 @@ static bool json_same(const json_t *a, const json_t *b)
     return json_equal((json_t *)a, (json_t *)b);
 }
 
+/* Does v hold the value of math key m that changes nothing? */
+static bool is_neutral(const struct math_key *m, const json_t *v)
+{
+    json_t *neutral = m && m->neutral ? json_loads(m->neutral, JSON_DECODE_ANY, NULL) : NULL;
+    bool harmless = neutral && json_same(v, neutral);
+    json_decref(neutral);
+    return harmless;
+}
+
 /* Does config.json's v equal the value want of a requires entry? */
 static bool matches_required(tp_config *c, const json_t *v, const tp_node *want)
 {
@@ -483,10 +492,7 @@ static void check_math_key(const hf_check *k, const char *key, const json_t *v, 
         check_rope_parameters(k, v);
         return;
     }
-    json_t *neutral = m->neutral ? json_loads(m->neutral, JSON_DECODE_ANY, NULL) : NULL;
-    bool harmless = neutral && json_same(v, neutral);
-    json_decref(neutral);
-    if (harmless)
+    if (is_neutral(m, v))
         return;
     char *value = json_text(v);
     tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, key), "hf-key",
@@ -514,9 +520,7 @@ static void check_members(const hf_check *k, const char *key, const json_t *obje
     json_t *v;
     json_object_foreach((json_t *)object, member, v) {
         char *dotted = tp_xasprintf("%s.%s", key, member);
-        const struct math_key *m = find_math_key(member);
-        json_t *neutral = m && m->neutral ? json_loads(m->neutral, JSON_DECODE_ANY, NULL) : NULL;
-        if (!model_or_plan_reads(k, dotted) && !json_is_null(v) && !(neutral && json_same(v, neutral))) {
+        if (!model_or_plan_reads(k, dotted) && !json_is_null(v) && !is_neutral(find_math_key(member), v)) {
             char *value = json_text(v);
             tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, key), "hf-key",
                                      "%s sets %s to %s, and %s does not read it", k->c->hf_path, dotted, value,
@@ -525,7 +529,6 @@ static void check_members(const hf_check *k, const char *key, const json_t *obje
                             "if the checkpoint does not use it", dotted, k->c->hf_path);
             free(value);
         }
-        json_decref(neutral);
         free(dotted);
     }
 }
@@ -607,14 +610,26 @@ bool tp_hf_check_config(tp_config *c, tp_sources *src, const tp_node *model_ast,
     return true;
 }
 
+/* The key an hf() chain reads its value from: hf("a", hf("b", default))
+ * reads a, else b; NULL when config.json gives neither (or null). */
+static const char *chain_key(const tp_config *c, const tp_node *e, const json_t **value)
+{
+    for (const char *key = tp_config_hf_key(e); key; e = e->kids[2]->kids[0], key = tp_config_hf_key(e)) {
+        *value = tp_config_hf_lookup(c, key);
+        if (*value && !json_is_null(*value))
+            return key;
+    }
+    return NULL;
+}
+
 void tp_hf_check_overrides(tp_config *c, const tp_node *plan_block)
 {
     for (int i = 0; c->hf_json && i < plan_block->nkids; i++) {
         const tp_node *a = plan_block->kids[i];
         const tp_cfg_entry *e = tp_config_entry(c, a->kind == N_ASSIGN ? a->name : "");
-        const char *key = e && e->origin == TP_CFG_MODEL ? tp_config_hf_key(e->expr) : NULL;
-        const json_t *v = key ? json_object_get(c->hf_json, key) : NULL;
-        if (!v || json_is_null(v))
+        const json_t *v = NULL;
+        const char *key = e && e->origin == TP_CFG_MODEL ? chain_key(c, e->expr, &v) : NULL;
+        if (!key)
             continue;
         char *value = json_text(v), *plan = tp_expr_text(a->kids[0]);
         tp_diag *g = tp_diag_add(c->diags, TP_WARNING, a->span, "config-override",

@@ -6,7 +6,6 @@
 // once, a norm of the wrong width) is an error.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -70,15 +69,20 @@ TEST(RopeSpellings, BothCompileToTheSameSchedule)
     }
 }
 
-// A config.json of either generation with one edit; "" keeps the file as it is.
-std::string edited(const TempDir &dir, const std::string &fixture, const std::string &from, const std::string &to)
+// text with its first `from` replaced by `to`; `from` must occur.
+std::string replaced(std::string text, const std::string &from, const std::string &to)
 {
-    std::string text = slurp(hf_fixture(fixture + "/config.json"));
     size_t at = text.find(from);
-    EXPECT_NE(at, std::string::npos) << from << " is not in " << fixture;
+    EXPECT_NE(at, std::string::npos) << from << " is not in\n" << text;
     if (at != std::string::npos)
         text.replace(at, from.size(), to);
-    return dir.write("config.json", text);
+    return text;
+}
+
+// A fixture's config.json with one edit, written to dir.
+std::string edited(const TempDir &dir, const std::string &fixture, const std::string &from, const std::string &to)
+{
+    return dir.write("config.json", replaced(slurp(hf_fixture(fixture + "/config.json")), from, to));
 }
 
 TEST(RopeSpellings, BothAtOnceIsAnError)
@@ -130,6 +134,25 @@ TEST(RopeSpellings, AModelThatReadsNoRopeRefusesScaledRopeParameters)
     EXPECT_TRUE(contains(r.err, "sets rope_parameters.rope_theta to 500000.0")) << r.describe();
 }
 
+// the config-override warning follows the hf() chain to the key config.json gives
+TEST(RopeSpellings, APlanValueOverridingEitherSpellingWarns)
+{
+    TempDir dir;
+    std::string text = replaced(slurp(plan("llama-sp.plan")), "config {", "config {\n    rope_theta = 10000.0");
+    std::string p = dir.write("llama-sp.plan", replaced(text, "../models/", source_path("models") + "/"));
+    const struct {
+        const char *fixture, *key;
+    } cases[] = {{"llama3-scaled", "gives rope_theta = 500000.0"},
+                 {"llama3-scaled-saved", "gives rope_parameters.rope_theta = 500000.0"}};
+    for (const auto &c : cases) {
+        Proc r = tpcc({"--check", p, "--hf-config", hf_fixture(c.fixture)});
+        EXPECT_EQ(r.code(), 0) << r.describe();
+        EXPECT_TRUE(contains(r.err, "the plan sets rope_theta = 10000.0, and ")) << r.describe();
+        EXPECT_TRUE(contains(r.err, c.key)) << r.describe();
+        EXPECT_TRUE(contains(r.err, "[config-override]")) << r.describe();
+    }
+}
+
 TEST(LayerTypes, SlidingLayersAreAnErrorOnlyWhereTheWindowMasks)
 {
     TempDir dir;
@@ -137,11 +160,8 @@ TEST(LayerTypes, SlidingLayersAreAnErrorOnlyWhereTheWindowMasks)
     std::string sliding = edited(dir, "qwen2-gqa-saved", "\"full_attention\"\n", "\"sliding_attention\"\n");
     Proc off = tpcc({"--check", plan("qwen2-sp.plan"), "--hf-config", sliding});
     EXPECT_EQ(off.code(), 0) << "use_sliding_window false: no window\n" << off.describe();
-    std::string text = slurp(sliding);
-    text.replace(text.find("\"use_sliding_window\": false"), strlen("\"use_sliding_window\": false"),
-                 "\"use_sliding_window\": true");
-    text.replace(text.find("\"sliding_window\": null"), strlen("\"sliding_window\": null"), "\"sliding_window\": 8");
-    std::string on = dir.write("on.config.json", text);
+    std::string text = replaced(slurp(sliding), "\"use_sliding_window\": false", "\"use_sliding_window\": true");
+    std::string on = dir.write("on.config.json", replaced(text, "\"sliding_window\": null", "\"sliding_window\": 8"));
     Proc r = tpcc({"--check", plan("qwen2-sp.plan"), "--hf-config", on, "-D", "seq=16"});
     EXPECT_EQ(r.code(), 1) << r.describe();
     EXPECT_TRUE(contains(r.err, "layer_types[1] is \"sliding_attention\", and ")) << r.describe();
@@ -223,12 +243,9 @@ TEST(Qwen3, HeadNormsRunOnTheHeadShard)
 TEST(Qwen3, ANormOfTheWrongWidthIsAnError)
 {
     TempDir dir;
-    std::string model = slurp(source_path("models/qwen3.model"));
-    model.replace(model.find("q_norm = RMSNorm(head_dim"), strlen("q_norm = RMSNorm(head_dim"),
-                  "q_norm = RMSNorm(hidden");
-    dir.write("qwen3.model", model);
-    std::string text = slurp(plan("qwen3-sp.plan"));
-    text.replace(text.find("../models/qwen3.model"), strlen("../models/qwen3.model"), "qwen3.model");
+    dir.write("qwen3.model", replaced(slurp(source_path("models/qwen3.model")), "q_norm = RMSNorm(head_dim",
+                                      "q_norm = RMSNorm(hidden"));
+    std::string text = replaced(slurp(plan("qwen3-sp.plan")), "../models/qwen3.model", "qwen3.model");
     Proc r = tpcc({"--check", dir.write("qwen3-sp.plan", text)});
     EXPECT_EQ(r.code(), 1) << r.describe();
     EXPECT_TRUE(contains(r.err, "'model.layers.0.self_attn.q_norm' (RMSNorm) normalises 4096 features, gets 128 "
