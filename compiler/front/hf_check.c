@@ -427,6 +427,37 @@ static void check_rope_scaling(const hf_check *k, const char *key, const json_t 
                     "checkpoint supports without it");
 }
 
+static bool model_or_plan_reads(const hf_check *k, const char *key)
+{
+    return file_reads(k->model_ast, key) || file_reads(k->plan_ast, key);
+}
+
+/* An object the model reads member by member (rope_parameters,
+ * rope_scaling): a member it does not read is an error unless it holds the
+ * value that changes nothing (partial_rotary_factor 1.0, null). Members
+ * in `handled` (NULL-terminated, or NULL) are checked by the caller. */
+static void check_members(const hf_check *k, const char *key, const json_t *object, const char *const *handled)
+{
+    const char *member;
+    json_t *v;
+    json_object_foreach((json_t *)object, member, v) {
+        bool skip = false;
+        for (int i = 0; handled && handled[i]; i++)
+            skip |= !strcmp(member, handled[i]);
+        char *dotted = tp_xasprintf("%s.%s", key, member);
+        if (!skip && !model_or_plan_reads(k, dotted) && !json_is_null(v) && !is_neutral(find_math_key(member), v)) {
+            char *value = json_text(v);
+            tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, key), "hf-key",
+                                     "%s sets %s to %s, and %s does not read it", k->c->hf_path, dotted, value,
+                                     k->model_path);
+            tp_diag_help(g, "use a model file that reads it with hf(\"%s\", ...), or remove it from %s "
+                            "if the checkpoint does not use it", dotted, k->c->hf_path);
+            free(value);
+        }
+        free(dotted);
+    }
+}
+
 /* layer_types (transformers 5 writes it for Qwen2 and Qwen3): each layer's
  * attention. "full_attention" is what the model files compute; a
  * "sliding_attention" layer is too while its window masks nothing. */
@@ -460,8 +491,10 @@ static void check_layer_types(const hf_check *k, const json_t *v)
  * value: only plain RoPE at HF's default theta computes what it computes. */
 static void check_rope_parameters(const hf_check *k, const json_t *v)
 {
+    static const char *const handled[] = {"rope_type", "type", "rope_theta", NULL};
     const json_t *theta = json_object_get(v, "rope_theta");
     check_rope_scaling(k, "rope_parameters", v);
+    check_members(k, "rope_parameters", v, handled);
     if (theta && !(json_is_number(theta) && json_number_value(theta) == 10000.0)) {
         char *value = json_text(theta);
         tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, "rope_parameters"), "hf-key",
@@ -506,33 +539,6 @@ static void check_math_key(const hf_check *k, const char *key, const json_t *v, 
     free(value);
 }
 
-static bool model_or_plan_reads(const hf_check *k, const char *key)
-{
-    return file_reads(k->model_ast, key) || file_reads(k->plan_ast, key);
-}
-
-/* An object the model reads member by member (rope_parameters,
- * rope_scaling): a member it does not read is an error unless it holds the
- * value that changes nothing (partial_rotary_factor 1.0, null). */
-static void check_members(const hf_check *k, const char *key, const json_t *object)
-{
-    const char *member;
-    json_t *v;
-    json_object_foreach((json_t *)object, member, v) {
-        char *dotted = tp_xasprintf("%s.%s", key, member);
-        if (!model_or_plan_reads(k, dotted) && !json_is_null(v) && !is_neutral(find_math_key(member), v)) {
-            char *value = json_text(v);
-            tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, key), "hf-key",
-                                     "%s sets %s to %s, and %s does not read it", k->c->hf_path, dotted, value,
-                                     k->model_path);
-            tp_diag_help(g, "use a model file that reads it with hf(\"%s\", ...), or remove it from %s "
-                            "if the checkpoint does not use it", dotted, k->c->hf_path);
-            free(value);
-        }
-        free(dotted);
-    }
-}
-
 /* transformers 5 takes rope_scaling over rope_parameters when a config.json
  * gives both (convert_rope_params_to_dict), dropping rope_parameters'
  * rope_theta; the model files read rope_parameters first. */
@@ -553,7 +559,7 @@ static void check_key(const hf_check *k, const char *key, const json_t *v)
         return;
     if (model_or_plan_reads(k, key)) {
         if (json_is_object(v))
-            check_members(k, key, v);
+            check_members(k, key, v, NULL);
         return;
     }
     const tp_node *want = required_value(k, key);

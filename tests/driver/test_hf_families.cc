@@ -126,12 +126,15 @@ TEST(RopeSpellings, AModelThatReadsNoRopeRefusesScaledRopeParameters)
 {
     TempDir dir;
     std::string text = slurp(source_path("tests/fixtures/gpt2.config.json"));
-    text.insert(text.find('{') + 1, "\n  \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0},");
+    text.insert(text.find('{') + 1, "\n  \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0, "
+                                    "\"partial_rotary_factor\": 0.5},");
     std::string cfg = dir.write("config.json", text);
     Proc r = tpcc({"--check", plan("gpt2-sp-tied.plan"), "--hf-config", cfg});
     EXPECT_EQ(r.code(), 1) << r.describe();
     EXPECT_TRUE(contains(r.err, "unsupported rope_parameters type 'llama3'")) << r.describe();
     EXPECT_TRUE(contains(r.err, "sets rope_parameters.rope_theta to 500000.0")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "sets rope_parameters.partial_rotary_factor to 0.5")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "3 errors generated.")) << r.describe();
 }
 
 // the config-override warning follows the hf() chain to the key config.json gives
