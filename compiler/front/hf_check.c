@@ -423,8 +423,8 @@ static void check_rope_scaling(const hf_check *k, const char *key, const json_t 
     tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, key), "hf-key",
                              "%s: unsupported %s type '%s'; %s computes unscaled RoPE",
                              k->c->hf_path, key, type ? type : "?", k->model_path);
-    tp_diag_help(g, "use a model file that reads rope_scaling, or compile at a length the "
-                    "checkpoint supports without it");
+    tp_diag_help(g, "use a model file that reads %s, or compile at a length the checkpoint supports "
+                    "without it", key);
 }
 
 static bool model_or_plan_reads(const hf_check *k, const char *key)

@@ -196,6 +196,10 @@ TEST(Mistral, NullWindowIsOffAndAnAbsentOneIsMistralConfigs4096)
     Proc r = tpcc({"--check", plan("mistral-sp.plan"), "--hf-config", absent, "-D", "seq=8192"});
     EXPECT_EQ(r.code(), 1) << r.describe();
     EXPECT_TRUE(contains(r.err, "sliding_window 4096 is below seq 8192")) << r.describe();
+    std::string zero = edited(dir, "mistral-gqa", "\"sliding_window\": 4096", "\"sliding_window\": 0");
+    Proc z = tpcc({"--check", plan("mistral-sp.plan"), "--hf-config", zero});
+    EXPECT_EQ(z.code(), 1) << z.describe();
+    EXPECT_TRUE(contains(z.err, "attention(): sliding_window must be a positive integer")) << z.describe();
 }
 
 // The --explain row of a module: its line of the boundary table.
