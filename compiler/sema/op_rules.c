@@ -249,10 +249,9 @@ static void warn_dtensor_attention(interp *I, const tp_val *q, tp_span span)
                         "default) on the q, k and v projections");
 }
 
-/* attention()'s keyword attributes; 0 for the ones not given */
+/* attention()'s scale= and softcap=; 0 for the ones not given */
 typedef struct attention_attrs {
     double scale, softcap;
-    int64_t window;
 } attention_attrs;
 
 static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, const attention_attrs *at, tp_span span)
@@ -580,33 +579,13 @@ static bool attention_softcap(interp *I, const tp_node *call, char **kwnames, iv
     return rope_error(I, call, "softcap", "attention(): %s must be a number, 0 for none", "softcap");
 }
 
-/* attention(q, k, v, causal=True, scale=, softcap=, sliding_window=). */
+/* attention(q, k, v, causal=True, scale=, softcap=); sliding_window= is
+ * window_covers_seq's. */
 static bool attention_kwargs(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw, attention_attrs *at)
 {
-    *at = (attention_attrs){0, 0, 0};
-    double window = 0;
-    if (!positive_kwarg(I, call, "attention", "scale", kwnames, kwargs, nkw, &at->scale) ||
-        !attention_softcap(I, call, kwnames, kwargs, nkw, &at->softcap) ||
-        !positive_kwarg(I, call, "attention", "sliding_window", kwnames, kwargs, nkw, &window))
-        return false;
-    at->window = (int64_t)window;
-    return true;
-}
-
-/* transformers' sliding window masks all but the last `window` keys; a
- * window of at least seq masks nothing, and below it tpcc, which
- * computes full causal attention, would be wrong. */
-static void window_covers_seq(interp *I, const tp_node *call, const attention_attrs *at, const tp_val *q)
-{
-    int64_t seq = q->shape[1];
-    if (!at->window || at->window >= seq)
-        return;
-    tp_diag *g = tp_diag_add(I->d, TP_ERROR, tp_call_kw_arg(call, "sliding_window")->span, "model",
-                             "attention(): a sliding window of %lld positions is below seq %lld, and tpcc computes "
-                             "full causal attention (each position attending to all earlier ones)",
-                             (long long)at->window, (long long)seq);
-    tp_diag_help(g, "compile with -D seq=%lld or less", (long long)at->window);
-    I->stop = true;
+    *at = (attention_attrs){0, 0};
+    return positive_kwarg(I, call, "attention", "scale", kwnames, kwargs, nkw, &at->scale) &&
+           attention_softcap(I, call, kwnames, kwargs, nkw, &at->softcap);
 }
 
 /* attention(q, k, v, causal=True): the runtime's attention is causal, so
@@ -683,6 +662,35 @@ static bool hf_activation(interp *I, const tp_node *call, iv *args, int nargs, t
     return false;
 }
 
+/* attention(..., sliding_window=W): position i attends to positions
+ * j > i - W (Hugging Face's sliding_window_overlay). A window of at least
+ * the sequence length masks nothing; a shorter one would, and the runtime's
+ * attention has no window, so it is an error rather than other logits. */
+static bool window_covers_seq(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw,
+                              const tp_val *q)
+{
+    const iv *w = kwarg("sliding_window", kwnames, kwargs, nkw);
+    if (!w)
+        return true;
+    const tp_node *at = tp_call_kw_arg(call, "sliding_window");
+    if (w->kind != IV_INT || w->i <= 0) {
+        tp_diag_add(I->d, TP_ERROR, at->span, "model", "attention(): sliding_window must be a positive integer");
+        I->stop = true;
+        return false;
+    }
+    int64_t seq = q->rank > 1 ? q->shape[1] : 0;
+    if (w->i >= seq)
+        return true;
+    tp_diag *g = tp_diag_add(I->d, TP_ERROR, at->span, "model",
+                             "attention(): sliding_window %lld is below seq %lld: each position attends to only "
+                             "the last %lld positions, and tpcc's attention attends to all of them",
+                             (long long)w->i, (long long)seq, (long long)w->i);
+    tp_diag_help(g, "compile with -D seq=%lld or less: sliding-window attention is not supported yet",
+                 (long long)w->i);
+    I->stop = true;
+    return false;
+}
+
 iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int nargs, char **kwnames, iv *kwargs,
                int nkw)
 {
@@ -712,10 +720,10 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
     tp_val *x = args[0].t;
     if (r->lowers_to == TP_OP_ROPE)
         tp_grown_meet_rope(I, x, span);
-    if (kind == TP_OP_ATTENTION) {
-        window_covers_seq(I, call, &attn, x);
-        return I->stop ? none_iv : tensor_iv(attention(I, x, args[1].t, args[2].t, &attn, span));
-    }
+    if (kind == TP_OP_ATTENTION)
+        return window_covers_seq(I, call, kwnames, kwargs, nkw, x)
+                   ? tensor_iv(attention(I, x, args[1].t, args[2].t, &attn, span))
+                   : none_iv;
     if (kind == TP_OP_SOFTCAP && cap == 0)
         kind = TP_OP_COUNT;              /* transformers' None: no capping */
     if (!strcmp(name, "cross_entropy"))
@@ -1043,6 +1051,13 @@ static tp_val *norm_forward(interp *I, tp_module *mod, tp_val **xp, tp_span span
     tp_val *x = *xp;
     int last = x->rank - 1;
     const tp_style *s = mod->style;
+    int64_t features = tp_module_param(mod, "weight")->shape[0];
+    if (x->shape[last] != features && !x->poisoned) {
+        /* a norm over head_dim (Qwen3's q_norm) meets [b, s, heads, head_dim]: the last dim is the one */
+        tp_diag_add(I->d, TP_ERROR, span, "model", "'%s' (%s) normalises %lld features, gets %lld (dimension %d, %s)",
+                    mod->fqn, mod->type, (long long)features, (long long)x->shape[last], last, x->dimname[last]);
+        I->stop = true;
+    }
     if (!s || s->kind != TP_STYLE_SEQUENCE) {
         if (plain_module_gets_dtensor(I, mod, x, span)) {
             tp_val *r = tp_val_copy(I, x);

@@ -492,7 +492,6 @@ TEST(BrokenModel, OpAttributeValues)
         {"attention(x, x, x, causal=False)", "attention(): only causal=True is supported"},
         {"attention(x, x, x, scale=0)", "attention(): scale must be a positive number"},
         {"attention(x, x, x, softcap=-1)", "attention(): softcap must be a number, 0 for none"},
-        {"attention(x, x, x, sliding_window=0)", "attention(): sliding_window must be a positive number"},
         {"gelu(x, approximate=True)", "gelu(): approximate must be \"none\" or \"tanh\" (a string)"},
         {"activation(x, \"quick_gelu\")", "the Hugging Face activation \"quick_gelu\" is not supported"},
         {"activation(x)", "activation(x, name) takes a tensor and a Hugging Face activation name"},

@@ -1,7 +1,8 @@
 // tprun against transformers itself: tests/fixtures/hf/<name>/ holds a tiny
-// random LlamaForCausalLM, Qwen2ForCausalLM, GemmaForCausalLM or
-// Gemma2ForCausalLM, its hub-style config.json
-// (RoPE scaling included), tokens and the logits transformers computed
+// random LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
+// Qwen3ForCausalLM, GemmaForCausalLM or Gemma2ForCausalLM, its hub-style
+// config.json (RoPE scaling included) or the one transformers 5 saves,
+// tokens and the logits transformers computed
 // (tools/hf_fixtures.py). tpcc compiles the family's shipped plan from that
 // config.json, tprun runs the checkpoint, and the logits must match within
 // 1e-4. No PyTorch needed.
@@ -34,9 +35,9 @@ struct Case {
 
 void PrintTo(const Case &c, std::ostream *os) { *os << c.name << " tp=" << c.tp; }
 
-// tp 4 needs kv heads divisible by 4: only the multi-head config has 4 (its
+// tp 4 needs kv heads divisible by 4: the multi-head Llama config has 4 (its
 // config.json has no num_key_value_heads: transformers' default, the head
-// count, applies)
+// count, applies), and so do mistral-kv4 and qwen3-bias-tied
 const Case kCases[] = {
     {"llama2-gqa", "plans/llama-sp.plan", 1},    {"llama2-gqa", "plans/llama-sp.plan", 2},
     {"llama3-scaled", "plans/llama-sp.plan", 1}, {"llama3-scaled", "plans/llama-sp.plan", 2},
@@ -46,6 +47,19 @@ const Case kCases[] = {
     {"tied", "plans/llama-sp.plan", 2},          {"qwen2-gqa", "plans/qwen2-sp.plan", 1},
     {"qwen2-gqa", "plans/qwen2-sp.plan", 2},     {"qwen2-tied", "plans/qwen2-sp.plan", 1},
     {"qwen2-tied", "plans/qwen2-sp.plan", 2},
+    // Mistral (theta 1e6, eps 1e-5, random norm weights): 2 kv heads, and 4
+    // kv heads of 8 heads for tp 4
+    {"mistral-gqa", "plans/mistral-sp.plan", 1}, {"mistral-gqa", "plans/mistral-sp.plan", 2},
+    {"mistral-kv4", "plans/mistral-sp.plan", 1}, {"mistral-kv4", "plans/mistral-sp.plan", 2},
+    {"mistral-kv4", "plans/mistral-sp.plan", 4},
+    // Qwen3: q_norm/k_norm over head_dim 16 (not hidden / heads) with random
+    // weights; and with attention_bias, 4 kv heads and tied embeddings
+    {"qwen3-gqa", "plans/qwen3-sp.plan", 1}, {"qwen3-gqa", "plans/qwen3-sp.plan", 2},
+    {"qwen3-bias-tied", "plans/qwen3-sp.plan", 1}, {"qwen3-bias-tied", "plans/qwen3-sp.plan", 2},
+    {"qwen3-bias-tied", "plans/qwen3-sp.plan", 4},
+    // the config.json transformers 5 saves (rope_parameters, layer_types)
+    {"llama3-scaled-saved", "plans/llama-sp.plan", 1}, {"llama3-scaled-saved", "plans/llama-sp.plan", 2},
+    {"qwen2-gqa-saved", "plans/qwen2-sp.plan", 2}, {"mistral-gqa-saved", "plans/mistral-sp.plan", 2},
     // Gemma: random (1 + w) norm weights and large enough activations that
     // w instead of 1 + w, a missing normaliser or the erf GELU instead of
     // the tanh one are each off by 3e-3 or more (tools/hf_fixtures.py)
@@ -61,6 +75,8 @@ const Case kCases[] = {
     {"gemma2-mha", "plans/gemma2-sp.plan", 1},      {"gemma2-mha", "plans/gemma2-sp.plan", 2},
     {"gemma2-mha", "plans/gemma2-sp.plan", 4},      {"gemma2-nocap", "plans/gemma2-sp.plan", 1},
     {"gemma2-nocap", "plans/gemma2-sp.plan", 2},
+    // the config.json transformers 5 saves for Gemma and Gemma 2
+    {"gemma-gqa-saved", "plans/gemma-sp.plan", 2},  {"gemma2-mha-saved", "plans/gemma2-sp.plan", 2},
 };
 
 class HfParity : public ::testing::TestWithParam<Case> {};
