@@ -372,7 +372,8 @@ static void check_ir(writer *w)
 
 /* Columns of the logits that are real vocabulary: from the op that
  * consumes them, else the rows of the checkpoint weight that produced
- * them. 0 when neither is known. */
+ * them, followed back through the layout changes (a gathered lm_head
+ * output) and in-place ops (its bias). 0 when neither is known. */
 static int64_t logits_vocab(const tp_ir *ir)
 {
     int lr = root_of(ir, ir->logits_buf);
@@ -382,10 +383,17 @@ static int64_t logits_vocab(const tp_ir *ir)
             root_of(ir, op->in[0]) == lr && op->vocab_logical > 0)
             return op->vocab_logical;
     }
-    for (int i = 0; i < ir->nops; i++) {
+    for (int i = ir->nops - 1; i >= 0; i--) {
         const tp_ir_op *op = &ir->ops[i];
-        if (!op->dead && op->out >= 0 && root_of(ir, op->out) == lr && op->weight >= 0)
+        if (op->dead || op->out < 0 || root_of(ir, op->out) != lr)
+            continue;
+        if (op->weight >= 0)
             return ir->params[op->weight].logical[0];
+        bool in_place = op->nin > 0 && root_of(ir, op->in[0]) == lr;
+        bool moved = op->nin > 0 && (tp_op_is_collective(op->kind) || op->kind == TP_OP_SLICE || op->kind == TP_OP_SCALE);
+        if (!in_place && !moved)
+            return 0;
+        lr = root_of(ir, op->in[0]);
     }
     return 0;
 }

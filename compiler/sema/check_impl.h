@@ -117,6 +117,9 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
 iv tp_op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b);
 iv tp_leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span call_span);
 
+/* the root forward's result: the loss, or the logits (outputs.c) */
+void tp_model_output(interp *I, iv out, tp_span span);
+
 /* parameters (params.c) */
 tp_placement tp_param_placement(const tp_param *prm);
 void tp_check_params(interp *I);

@@ -47,6 +47,7 @@ static const op_rule rules[] = {
      "attention over a sequence shard only sees its own keys", TP_OP_ATTENTION, attention_kw},
     {"positions", 1, false, false, {-1}, "layout-mismatch",
      "positions of a sequence shard would restart at 0 on every rank", TP_OP_POSITIONS, NULL},
+    {"arange", 0, false, false, {0}, NULL, NULL, TP_OP_POSITIONS, NULL},
     {"cross_entropy", 2, false, false, {-1}, "loss-parallel",
      "cross-entropy normalises over the whole vocabulary", TP_OP_CROSS_ENTROPY, NULL},
 };
@@ -425,6 +426,26 @@ static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span 
     return out;
 }
 
+/* arange(n): torch.arange(0, n), the 1-D positions PyTorch's test
+ * Transformer feeds its position embedding. A plain tensor every rank
+ * computes whole; broadcasting lines its dimension 0 up with the sequence
+ * of [batch, seq, hidden], so its Shard(0) is a sequence shard. */
+static iv arange(interp *I, const tp_node *call, iv *args, int nargs)
+{
+    if (nargs != 1 || args[0].kind != IV_INT || args[0].i < 1) {
+        tp_diag_add(I->d, TP_ERROR, call->span, "model", "arange(n) takes one positive integer, the length");
+        I->stop = true;
+        return none_iv;
+    }
+    const tp_node *arg = call->kids[1]->kids[0];
+    const char *name = arg->kind == N_NAME ? tp_intern(I, arg->name) : "";
+    tp_val *out = tp_val_new(I, 1, &args[0].i, &name);
+    out->is_index = true;
+    out->span = call->span;
+    tp_record_op(I, TP_OP_POSITIONS, out, "arange", NULL, NULL, NULL);
+    return tensor_iv(out);
+}
+
 static bool want_tensors(interp *I, const tp_node *call, iv *args, int nargs, int n)
 {
     if (nargs < n) {
@@ -594,6 +615,8 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
     if (r->lowers_to == TP_OP_ROPE && (!positive_kwarg(I, call, name, "theta", kwnames, kwargs, nkw, &theta) ||
                                        !rope_scaling_kwargs(I, call, kwnames, kwargs, nkw, &scaling)))
         return none_iv;
+    if (!strcmp(name, "arange"))
+        return arange(I, call, args, nargs);
     if (!want_tensors(I, call, args, nargs, r->ntensors))
         return none_iv;
     tp_val *x = args[0].t;

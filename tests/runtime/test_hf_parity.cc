@@ -82,7 +82,7 @@ TEST_P(HfParity, LogitsMatchTransformers)
     if (c.tp > 1)
         args = {"-n", std::to_string(c.tp)};
     for (const std::string &a : {sched, std::string("--weights"), dir + "model.safetensors", std::string("--tokens"),
-                                 dir + "tokens.npy", std::string("--out"), tmp.path + "/logits.npy",
+                                 dir + "tokens.npy", std::string("--labels"), std::string("tokens"), std::string("--out"), tmp.path + "/logits.npy",
                                  std::string("--compare"), dir + "logits.npy", std::string("--tolerance"),
                                  std::string("1e-4")})
         args.push_back(a);
