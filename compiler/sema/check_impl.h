@@ -122,6 +122,9 @@ void tp_model_output(interp *I, iv out, tp_span span);
 
 /* parameters (params.c) */
 tp_placement tp_param_placement(const tp_param *prm);
+/* ranks that hold each slice of prm: tp / H under tpcc_replicate_heads=H
+ * at tp > H, else 1 */
+int64_t tp_head_replicas(const interp *I, const tp_param *prm);
 void tp_check_params(interp *I);
 
 /* fix-its on the plan (fixit_plan.c) */

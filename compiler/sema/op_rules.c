@@ -6,6 +6,7 @@
  * Partial), whether PyTorch's implementation accepts a DTensor and the
  * keyword arguments it takes (its attributes: rope's theta). Shape
  * changes (head split and merge) are small functions. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/front/astutil.h"
@@ -185,7 +186,15 @@ static tp_val *view_heads(interp *I, tp_val *x, int64_t head_dim, tp_span span)
                                     (long long)((heads % I->tp) * 10 / I->tp));
             if (g && span.file >= 0)
                 tp_diag_note_at(g, span, "the features are split into heads of %lld here", (long long)head_dim);
-            if (g)
+            char count[24];
+            snprintf(count, sizeof count, "%lld", (long long)heads);
+            const char *h = tp_config_has(I->c, hname) ? hname : count;
+            if (g && I->tp % heads == 0)
+                tp_diag_help(g, "use a tp that divides %lld (PyTorch's ColwiseParallel splits whole heads), or replicate "
+                                "each head over tp / %s = %lld ranks, as Megatron and vLLM do with kv heads: "
+                                "ColwiseParallel(tpcc_replicate_heads=%s) on this projection (a tpcc option, not "
+                                "PyTorch's)", (long long)heads, h, (long long)(I->tp / heads), h);
+            else if (g)
                 tp_diag_help(g, "use a tp that divides %lld (PyTorch's ColwiseParallel splits whole heads)", (long long)heads);
             r->poisoned = true;
         }

@@ -7,6 +7,7 @@
 // 1e-4. No PyTorch needed.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -27,16 +28,41 @@ const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/hf
 constexpr int kTimeout = 120;
 
 struct Case {
-    const char *name;   // directory under tests/fixtures/hf
-    const char *plan;   // the shipped plan of its family
+    const char *name;           // directory under tests/fixtures/hf
+    const char *plan;           // the shipped plan of its family
     int tp;
+    bool replicate_kv = false;  // k_proj and v_proj with tpcc_replicate_heads=kv_heads
 };
 
-void PrintTo(const Case &c, std::ostream *os) { *os << c.name << " tp=" << c.tp; }
+void PrintTo(const Case &c, std::ostream *os)
+{
+    *os << c.name << " tp=" << c.tp << (c.replicate_kv ? " replicating kv heads" : "");
+}
+
+// The plan with its k and v projections replicating kv heads
+// (ColwiseParallel(tpcc_replicate_heads=kv_heads)), written beside a link
+// to models/ so that its "../models/..." line resolves.
+std::string replicating_kv(const TempDir &tmp, const std::string &plan)
+{
+    std::string text = tpcc_test::slurp(std::string(TPCC_SOURCE_DIR) + "/" + plan);
+    for (const std::string proj : {"k_proj", "v_proj"}) {
+        const std::string from = "\"self_attn." + proj + "\": ColwiseParallel(),";
+        size_t at = text.find(from);
+        EXPECT_NE(at, std::string::npos) << from;
+        if (at != std::string::npos)
+            text.replace(at, from.size(),
+                         "\"self_attn." + proj + "\": ColwiseParallel(tpcc_replicate_heads=kv_heads),");
+    }
+    std::filesystem::create_directories(tmp.path + "/plans");
+    std::filesystem::create_directory_symlink(std::string(TPCC_SOURCE_DIR) + "/models", tmp.path + "/models");
+    return tmp.write("plans/replicating-kv.plan", text);
+}
 
 // tp 4 needs kv heads divisible by 4: the multi-head Llama config has 4 (its
 // config.json has no num_key_value_heads: transformers' default, the head
-// count, applies), and so do mistral-kv4 and qwen3-bias-tied
+// count, applies), and so do mistral-kv4 and qwen3-bias-tied. The GQA
+// configs (4 heads, 2 kv heads) run at tp 4 with each kv head replicated
+// over 2 ranks.
 const Case kCases[] = {
     {"llama2-gqa", "plans/llama-sp.plan", 1},    {"llama2-gqa", "plans/llama-sp.plan", 2},
     {"llama3-scaled", "plans/llama-sp.plan", 1}, {"llama3-scaled", "plans/llama-sp.plan", 2},
@@ -59,6 +85,10 @@ const Case kCases[] = {
     // the config.json transformers 5 saves (rope_parameters, layer_types)
     {"llama3-scaled-saved", "plans/llama-sp.plan", 1}, {"llama3-scaled-saved", "plans/llama-sp.plan", 2},
     {"qwen2-gqa-saved", "plans/qwen2-sp.plan", 2}, {"mistral-gqa-saved", "plans/mistral-sp.plan", 2},
+    // 2 kv heads at tp 4: ColwiseParallel(tpcc_replicate_heads=kv_heads) on k and v
+    {"llama2-gqa", "plans/llama-sp.plan", 4, true},    {"llama3-scaled", "plans/llama-sp.plan", 4, true},
+    {"tied", "plans/llama-sp.plan", 4, true},          {"qwen2-gqa", "plans/qwen2-sp.plan", 4, true},
+    {"llama2-gqa", "plans/llama-sp.plan", 2, true},    // the option at tp <= kv_heads: plain sharding
 };
 
 class HfParity : public ::testing::TestWithParam<Case> {};
@@ -72,12 +102,21 @@ TEST_P(HfParity, LogitsMatchTransformers)
     const std::string dir = kFixtures + c.name + "/";
     TempDir tmp;
     const std::string sched = tmp.path + "/model.sched";
-    std::vector<std::string> flags = {std::string(TPCC_SOURCE_DIR) + "/" + c.plan,
+    std::string plan = c.replicate_kv ? replicating_kv(tmp, c.plan) : std::string(TPCC_SOURCE_DIR) + "/" + c.plan;
+    std::vector<std::string> flags = {plan,
                                       "--hf-config", dir + "config.json", "-o", sched,
                                       "-D", "tp=" + std::to_string(c.tp), "-D", "seq=16", "-D", "batch=2",
                                       "-D", "vocab_multiple=1"};
     Proc compile = tpcc_test::run_program(kTpcc, flags, {}, kTimeout);
     ASSERT_EQ(compile.code(), 0) << "tpcc: " << compile.describe();
+    if (c.replicate_kv && c.tp == 4) {
+        // ranks 0, 1 hold kv head 0 (rows [0, 8) of head_dim 8), ranks 2, 3 kv head 1
+        for (int rank : {1, 2}) {
+            Proc dump = tpcc_test::run_program(kTpcc, {"--dump", sched, "--rank", std::to_string(rank)}, {}, kTimeout);
+            EXPECT_TRUE(contains(dump.out, rank == 1 ? "dim 0 [0, 8)  (shared by 2 ranks)" : "dim 0 [8, 16)  (shared by 2 ranks)"))
+                << dump.out;
+        }
+    }
     std::vector<std::string> args;
     if (c.tp > 1)
         args = {"-n", std::to_string(c.tp)};
@@ -98,7 +137,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity, ::testing::ValuesIn(kCases),
                              for (char &ch : n)
                                  if (ch == '-')
                                      ch = '_';
-                             return n + "_tp" + std::to_string(info.param.tp);
+                             return n + "_tp" + std::to_string(info.param.tp) +
+                                    (info.param.replicate_kv ? "_replicating_kv" : "");
                          });
 
 }  // namespace
