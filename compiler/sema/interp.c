@@ -549,7 +549,7 @@ static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwn
         /* a list has no hooks of its own: its modules' rows say it all. The
          * largest list holds the transformer layers: the report's bound is
          * per layer, on the size of what flows between them. */
-        if (mod->nkids > I->a->graph.nlayers && nargs == 1 && args[0].kind == IV_TENSOR) {
+        if (mod->nkids > I->a->graph.nlayers && nargs >= 1 && args[0].kind == IV_TENSOR) {
             tp_graph *g = &I->a->graph;
             g->nlayers = mod->nkids;
             g->layer_input_elems = elems(args[0].t);
