@@ -14,7 +14,8 @@ typedef struct tp_val {
     tp_placement pl;              /* the truth: what each rank holds */
     bool dtensor;                 /* DTensor, or plain torch.Tensor */
     bool poisoned;                /* derived from a reported error: stay quiet */
-    bool is_index;                /* token ids / labels */
+    bool is_index;                /* token ids / labels / positions */
+    bool is_position;             /* positions (positions(), arange()): not token ids */
     tp_span span;                 /* model expression that produced it */
     tp_module *producer;          /* module whose output it is (NULL: an op) */
     const tp_style *shard_cause;  /* plan entry whose sharding it inherits */

@@ -449,7 +449,7 @@ static iv arange(interp *I, const tp_node *call, iv *args, int nargs)
     const tp_node *arg = call->kids[1]->kids[0];
     const char *name = arg->kind == N_NAME ? tp_intern(I, arg->name) : "";
     tp_val *out = tp_val_new(I, 1, &args[0].i, &name);
-    out->is_index = true;
+    out->is_index = out->is_position = true;
     out->span = call->span;
     tp_record_op(I, TP_OP_POSITIONS, out, "arange", NULL, NULL, NULL);
     return tensor_iv(out);
@@ -653,7 +653,7 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
     } else {
         out = result_like(I, x, x->rank, x->shape, x->dimname, span);
         if (!strcmp(name, "positions")) {
-            out->is_index = true;
+            out->is_index = out->is_position = true;
             out->dtensor = false;
         }
         /* elementwise and RoPE act independently along heads: keep tracking a gather */
