@@ -50,7 +50,7 @@ static void logits_output(interp *I, tp_val *v, tp_span span)
             tp_diag_help(g, "remove loss_parallel()");
     }
     if (tp_placement_is_partial(v->pl) && v->dtensor)
-        v = tp_redistribute(I, v, tp_replicate(), NULL, span, false);   /* the caller's full_tensor() */
+        v = tp_redistribute(I, v, tp_replicate(), v->partial_cause, span, false);   /* the caller's full_tensor() */
     else if (tp_placement_is_partial(v->pl))
         partial_plain(I, v, span);
     else if (v->pl.kind == TP_SHARD && !v->dtensor && I->tp > 1)

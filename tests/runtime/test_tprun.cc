@@ -224,7 +224,8 @@ TEST(Labels, RequiredForALossRefusedForLogits)
 // PyTorch's test Transformer (tests/models/torch_transformer.model) as
 // PyTorch's tests parallelize it, with and without sequence parallelism:
 // 1-D positions from arange(seq), a Shard(0) position embedding added to a
-// Shard(1) token embedding, logits returned without a loss.
+// Shard(1) token embedding, logits returned without a loss; and returning
+// them as a Partial DTensor, which the caller's full_tensor() sums.
 class TorchTransformer : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TorchTransformer, SameLogitsAtTp1_2_4)
@@ -248,7 +249,13 @@ TEST_P(TorchTransformer, SameLogitsAtTp1_2_4)
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Plans, TorchTransformer, ::testing::Values("sp", "tp"));
+INSTANTIATE_TEST_SUITE_P(Plans, TorchTransformer, ::testing::Values("sp", "tp", "partial-output"),
+                         [](const auto &info) {
+                             std::string s = info.param;
+                             for (char &c : s)
+                                 c = c == '-' ? '_' : c;
+                             return s;
+                         });
 
 // --- against the NumPy reference -------------------------------------------------------
 
