@@ -74,5 +74,6 @@ void tp_model_output(interp *I, iv out, tp_span span)
         }
         return;
     }
-    logits_output(I, v, span);
+    if (v->rank == 3)   /* [batch, seq, vocab]; a result of another rank is no output of the schedule */
+        logits_output(I, v, span);
 }
