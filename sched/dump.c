@@ -343,6 +343,9 @@ static void print_weights(const json_t *weights, FILE *out)
             json_int_t len = json_integer_value(json_object_get(slice, "length"));
             fprintf(out, "dim %" JSON_INTEGER_FORMAT " [%" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT ")",
                     json_integer_value(json_object_get(slice, "dim")), off, off + len);
+            const json_t *replicas = json_object_get(slice, "replicas");
+            if (json_is_integer(replicas))
+                fprintf(out, "  (shared by %" JSON_INTEGER_FORMAT " ranks)", json_integer_value(replicas));
         } else {
             fprintf(out, "full");
         }

@@ -63,6 +63,10 @@ typedef struct tp_ir_param {
     int64_t logical[2];               /* as in the checkpoint */
     tp_placement pl;                  /* Replicate or Shard(d) of the parameter */
     int64_t local[2];                 /* local shape */
+    /* consecutive ranks holding the same slice (a kv head replicated over
+     * tp / kv_heads ranks); 0 or 1: every rank its own. `shape` then counts
+     * each replica: the checkpoint's dimension is shape / replicas */
+    int64_t replicas;
 } tp_ir_param;
 
 typedef struct tp_ir {
