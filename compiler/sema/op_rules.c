@@ -555,7 +555,9 @@ static const iv *kwarg(const char *kw, char **kwnames, const iv *kwargs, int nkw
     return NULL;
 }
 
-static bool rope_error(interp *I, const tp_node *call, const char *kw, const char *fmt, const char *arg)
+/* An error at keyword argument kw of an op call (at the call when kw is
+ * NULL): fmt with one string argument. Stops the walk; returns false. */
+static bool op_arg_error(interp *I, const tp_node *call, const char *kw, const char *fmt, const char *arg)
 {
     const tp_node *at = kw ? tp_call_kw_arg(call, kw) : call;
     tp_diag_add(I->d, TP_ERROR, at ? at->span : call->span, "model", fmt, arg);
@@ -573,11 +575,11 @@ static bool rope_scaling_kwargs(interp *I, const tp_node *call, char **kwnames, 
     *r = (tp_rope_scaling){TP_ROPE_DEFAULT, 1.0, 1.0, 4.0, 0};
     const iv *type = kwarg("scaling", kwnames, kwargs, nkw);
     if (type && type->kind != IV_STR)
-        return rope_error(I, call, "scaling", "rope(): %s must be a string, such as \"llama3\"", "scaling");
+        return op_arg_error(I, call, "scaling", "rope(): %s must be a string, such as \"llama3\"", "scaling");
     if (type) {
         int t = tp_rope_type_parse(type->s);
         if (t < 0)
-            return rope_error(I, call, "scaling",
+            return op_arg_error(I, call, "scaling",
                               "rope(): RoPE scaling \"%s\" is not supported (tpcc computes default, linear, "
                               "dynamic and llama3)", type->s);
         r->type = (tp_rope_type)t;
@@ -590,12 +592,12 @@ static bool rope_scaling_kwargs(interp *I, const tp_node *call, char **kwnames, 
         return false;
     const iv *max_arg = kwarg("original_max_position_embeddings", kwnames, kwargs, nkw);
     if (max_arg && max_arg->kind != IV_INT)
-        return rope_error(I, call, "original_max_position_embeddings",
+        return op_arg_error(I, call, "original_max_position_embeddings",
                           "rope(): %s must be an integer", "original_max_position_embeddings");
     r->original_max_positions = (int64_t)max_positions;
     const char *why = tp_rope_scaling_invalid(r);
     if (why)
-        return rope_error(I, call, NULL, "rope(): %s", why);
+        return op_arg_error(I, call, NULL, "rope(): %s", why);
     return true;
 }
 
@@ -606,7 +608,7 @@ static bool attention_softcap(interp *I, const tp_node *call, char **kwnames, iv
     *out = !a ? 0 : a->kind == IV_FLOAT ? a->f : a->kind == IV_INT ? (double)a->i : -1;
     if (*out >= 0)
         return true;
-    return rope_error(I, call, "softcap", "attention(): %s must be a number, 0 for none", "softcap");
+    return op_arg_error(I, call, "softcap", "attention(): %s must be a number, 0 for none", "softcap");
 }
 
 /* attention(q, k, v, causal=True, scale=, softcap=); sliding_window= is
@@ -644,7 +646,7 @@ static bool gelu_approximate(interp *I, const tp_node *call, char **kwnames, iv 
         *tanh = !strcmp(a->s, "tanh");
         return true;
     }
-    return rope_error(I, call, "approximate", "gelu(): approximate must be \"none\" or \"tanh\"%s",
+    return op_arg_error(I, call, "approximate", "gelu(): approximate must be \"none\" or \"tanh\"%s",
                       a->kind == IV_STR ? ", as in torch" : " (a string)");
 }
 
@@ -652,7 +654,9 @@ static bool gelu_approximate(interp *I, const tp_node *call, char **kwnames, iv 
 static bool softcap_arg(interp *I, const tp_node *call, iv *args, int nargs, double *cap)
 {
     const tp_node *at = tp_call_pos(call, 1);
-    *cap = nargs == 2 && args[1].kind == IV_FLOAT ? args[1].f : nargs == 2 && args[1].kind == IV_INT ? (double)args[1].i : -1;
+    *cap = -1;
+    if (nargs == 2 && (args[1].kind == IV_FLOAT || args[1].kind == IV_INT))
+        *cap = args[1].kind == IV_FLOAT ? args[1].f : (double)args[1].i;
     if (*cap >= 0)
         return true;
     tp_diag_add(I->d, TP_ERROR, at ? at->span : call->span, "model",

@@ -67,11 +67,13 @@ TEST(GemmaHf, ScheduleComputesGemmasNumerics)
     TempDir dir;
     std::string f32 = schedule(dir, kGemma7b, "fp32");
     EXPECT_TRUE(contains(first_op(f32, "gelu"), "\"tanh\": true")) << first_op(f32, "gelu");
-    EXPECT_TRUE(contains(first_op(f32, "rmsnorm"), "\"eps\": 1e-06, \"unit_offset\": true")) << first_op(f32, "rmsnorm");
+    EXPECT_TRUE(contains(first_op(f32, "rmsnorm"), "\"eps\": 1e-06, \"unit_offset\": true"))
+        << first_op(f32, "rmsnorm");
     EXPECT_TRUE(contains(first_op(f32, "scale"), "\"scale\": 55.42562484741211,"))
         << "float32(sqrt(3072)): " << first_op(f32, "scale");
     std::string bf16 = schedule(dir, kGemma7b, "bf16");
-    EXPECT_TRUE(contains(first_op(bf16, "scale"), "\"scale\": 55.5,")) << "bf16(sqrt(3072)): " << first_op(bf16, "scale");
+    EXPECT_TRUE(contains(first_op(bf16, "scale"), "\"scale\": 55.5,"))
+        << "bf16(sqrt(3072)): " << first_op(bf16, "scale");
     // gelu_python is transformers' exact GELU
     std::string exact = schedule(dir, gemma7b_with(dir, "\"hidden_act\": \"gelu\"", "\"hidden_act\": \"gelu_python\""),
                                  "fp32");

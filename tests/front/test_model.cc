@@ -467,7 +467,8 @@ TEST(BrokenModel, UnknownOpKeywordsListWhatTheOpTakes)
     } cases[] = {
         {"rope(x, base=500000.0)", "rope() has no argument 'base'; it takes theta", 24},
         {"silu(x, inplace=True)", "silu() has no argument 'inplace'; it takes no keyword arguments", 24},
-        {"attention(x, x, x, causal=True, dropout_p=0.5)", "attention() has no argument 'dropout_p'; it takes causal", 48},
+        {"attention(x, x, x, causal=True, dropout_p=0.5)", "attention() has no argument 'dropout_p'; it takes causal",
+         48},
     };
     for (const Case &k : cases) {
         SCOPED_TRACE(k.body);

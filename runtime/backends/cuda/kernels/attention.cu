@@ -132,7 +132,8 @@ extern "C" void tp_k_attention(tp_stream st, tp_kernel_dtype t, void *out, const
     if (b == 0 || s == 0 || h == 0)
         return;
     if (t == TP_KERNEL_F32)
-        launch_attention(st, (float *)out, (const float *)q, (const float *)k, (const float *)v, b, s, h, g, d, scale, softcap);
+        launch_attention(st, (float *)out, (const float *)q, (const float *)k, (const float *)v, b, s, h, g, d, scale,
+                         softcap);
     else
         launch_attention(st, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k,
                          (const __nv_bfloat16 *)v, b, s, h, g, d, scale, softcap);

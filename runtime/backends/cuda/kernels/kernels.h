@@ -31,8 +31,8 @@ typedef void *tp_stream;
 void tp_k_embedding(tp_stream s, tp_kernel_dtype t, void *out, const int32_t *ids, int64_t ntok, const void *w,
                     int64_t rows, int64_t dim, int64_t vocab_start, bool masked);
 /* norms.cu */
-void tp_k_rmsnorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, int64_t m, int64_t n, float eps,
-                  bool unit_offset);
+void tp_k_rmsnorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, int64_t m, int64_t n,
+                  float eps, bool unit_offset);
 void tp_k_layernorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, const void *b, int64_t m,
                     int64_t n, float eps);
 /* rope.cu: inv_freq, d/2 doubles in host memory (d/2 <= 256), travels
