@@ -580,8 +580,8 @@ static bool rope_scaling_kwargs(interp *I, const tp_node *call, char **kwnames, 
         int t = tp_rope_type_parse(type->s);
         if (t < 0)
             return op_arg_error(I, call, "scaling",
-                              "rope(): RoPE scaling \"%s\" is not supported (tpcc computes default, linear, "
-                              "dynamic and llama3)", type->s);
+                                "rope(): RoPE scaling \"%s\" is not supported (tpcc computes default, linear, "
+                                "dynamic and llama3)", type->s);
         r->type = (tp_rope_type)t;
     }
     double max_positions = 0;
@@ -593,7 +593,7 @@ static bool rope_scaling_kwargs(interp *I, const tp_node *call, char **kwnames, 
     const iv *max_arg = kwarg("original_max_position_embeddings", kwnames, kwargs, nkw);
     if (max_arg && max_arg->kind != IV_INT)
         return op_arg_error(I, call, "original_max_position_embeddings",
-                          "rope(): %s must be an integer", "original_max_position_embeddings");
+                            "rope(): %s must be an integer", "original_max_position_embeddings");
     r->original_max_positions = (int64_t)max_positions;
     const char *why = tp_rope_scaling_invalid(r);
     if (why)
@@ -647,7 +647,7 @@ static bool gelu_approximate(interp *I, const tp_node *call, char **kwnames, iv 
         return true;
     }
     return op_arg_error(I, call, "approximate", "gelu(): approximate must be \"none\" or \"tanh\"%s",
-                      a->kind == IV_STR ? ", as in torch" : " (a string)");
+                        a->kind == IV_STR ? ", as in torch" : " (a string)");
 }
 
 /* softcap(x, cap): the cap, a number >= 0 (0: none, transformers' None). */
