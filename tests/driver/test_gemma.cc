@@ -142,4 +142,24 @@ TEST(Gemma2Hf, PublishedConfigComputesCappingAndRefusesAShortWindow)
     EXPECT_TRUE(contains(longer.err, "-D seq=4096 or less")) << longer.describe();
 }
 
+// Gemma's head is tied to its embedding: a plan that shards them
+// differently (the embedding by columns, the head by rows of the same
+// weight) is a tied-weights error, as on GPT-2.
+TEST(GemmaLanguage, TiedHeadAndEmbeddingMustAgree)
+{
+    TempDir dir;
+    std::string plan = slurp(kPlan);
+    const std::string row = "\"model.embed_tokens\": RowwiseParallel(";
+    size_t at = plan.find(row);
+    ASSERT_NE(at, std::string::npos);
+    plan.replace(at, row.size(), "\"model.embed_tokens\": ColwiseParallel(");
+    at = plan.find("../models/gemma.model");
+    ASSERT_NE(at, std::string::npos);
+    plan.replace(at, 21, source_path("models/gemma.model"));
+    Proc r = tpcc({"--check", dir.write("gemma-sp.plan", plan)});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "'lm_head.weight' is tied to 'model.embed_tokens.weight'")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "[tied-weights]")) << r.describe();
+}
+
 }  // namespace
