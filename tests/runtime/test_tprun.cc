@@ -319,6 +319,24 @@ TEST(Reference, Gpt2MatchesNumPy)
                     {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "positions=32", "seq=16", "batch=2"});
 }
 
+// Gemma's (1 + w) norms (the checkpoint's ones make a scale of 2), its
+// sqrt(hidden) normaliser and tanh GELU, with head_dim apart from
+// hidden / heads; Gemma 2 adds its sandwich norms, the
+// query_pre_attn_scalar scale and soft-capping at Gemma2Config's 50 and 30.
+TEST(Reference, GemmaAndGemma2MatchNumPy)
+{
+    const std::vector<std::string> sizes = {"vocab=256", "hidden=64", "layers=2", "heads=8", "kv_heads=4",
+                                            "ffn=128",   "head_dim=16", "tie_embeddings=1"};
+    std::vector<std::string> ref = sizes;
+    ref.insert(ref.end(), {"seq=16", "batch=2"});
+    for (const char *family : {"gemma", "gemma2"})
+        for (int tp : {1, 2}) {
+            SCOPED_TRACE(std::string(family) + " tp=" + std::to_string(tp));
+            check_reference(family, std::string("plans/") + family + "-sp.plan", sizes, ref, tp,
+                            {"-D", "head_dim=16"});
+        }
+}
+
 // Llama 3's attributes from a config.json reach every rmsnorm and rope op.
 // On these weights eps 1e-6 instead of 1e-5 moves the logits by ~7e-3 and
 // theta 10000 instead of 500000 by ~2e-3, far beyond the tolerance, so a
