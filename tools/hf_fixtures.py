@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Fixtures for tests/runtime/test_hf_parity.cc: tiny random Llama and Qwen2
-models run by transformers itself (LlamaForCausalLM, Qwen2ForCausalLM), so
-that tprun's logits are checked against Hugging Face's code, RoPE scaling
-and Qwen2's q/k/v biases included.
+"""Fixtures for tests/runtime/test_hf_parity.cc: tiny random Llama, Qwen2 and
+Phi-3 models run by transformers itself (LlamaForCausalLM, Qwen2ForCausalLM,
+Phi3ForCausalLM), so that tprun's logits are checked against Hugging Face's
+code, RoPE scaling, Qwen2's q/k/v biases and Phi-3's fused projections and
+partial rotary included.
 
 For each config below, tests/fixtures/hf/<name>/ gets
   config.json        as on the Hugging Face hub (rope_theta and rope_scaling
@@ -47,6 +48,14 @@ QWEN2 = dict(LLAMA, architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_
 for key in ("attention_bias", "mlp_bias"):
     del QWEN2[key]
 
+# Phi-3: fused qkv_proj and gate_up_proj. Phi3Config's pad_token_id (32000)
+# would lie outside the tiny vocabulary, so the token ids are set as a small
+# checkpoint sets them.
+PHI3 = dict(LLAMA, architectures=["Phi3ForCausalLM"], model_type="phi3", bos_token_id=1, eos_token_id=2,
+            pad_token_id=None)
+for key in ("attention_bias", "mlp_bias"):
+    del PHI3[key]
+
 # name -> (the family's base config, the keys that differ from it). original_max_position_embeddings
 # is 8, below the 16 positions run, so that Llama 3's scaling matters.
 CONFIGS = {
@@ -65,6 +74,14 @@ CONFIGS = {
                           "tie_word_embeddings": False}),
     "qwen2-tied": (QWEN2, {"num_key_value_heads": 2, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
                            "tie_word_embeddings": True}),
+    "phi3-gqa": (PHI3, {"num_key_value_heads": 2, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+                        "tie_word_embeddings": False}),
+    # Phi-4-mini's partial rotary: the first half of each head's 8 dims rotate
+    "phi3-partial": (PHI3, {"num_key_value_heads": 2, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+                            "tie_word_embeddings": False, "partial_rotary_factor": 0.5}),
+    # 4 kv heads: q, k and v each split over 4 ranks
+    "phi3-mha": (PHI3, {"num_key_value_heads": 4, "rope_theta": 250000.0, "rms_norm_eps": 1e-6,
+                        "tie_word_embeddings": False, "partial_rotary_factor": 0.75}),
 }
 
 

@@ -48,7 +48,7 @@ typedef struct tp_style {
     tp_style_kind kind;
     const char *name;           /* "ColwiseParallel" */
     const tp_node *entry;       /* the N_PAIR in the plan dict */
-    const tp_node *call;        /* the constructor call */
+    const tp_node *call;        /* the constructor call, or the N_STR of a Hugging Face style */
     const tp_node *dict;        /* the dict it sits in */
     const tp_node *item;        /* the parallelize item */
     char *pattern;              /* absolute pattern, e.g. "model.layers.*.self_attn.q_proj" */
@@ -57,6 +57,9 @@ typedef struct tp_style {
      * PyTorch's defaults where not given. */
     tp_io_layout input, output;
     bool use_local_output;
+    /* Hugging Face's "packed_colwise": ColwiseParallel's hooks, each segment
+     * of the Linear's packed= output sharded separately */
+    bool packed;
     int sequence_dim;           /* SequenceParallel */
     tp_io_spec in, out;         /* PrepareModule* */
     int nmatched;

@@ -1,5 +1,5 @@
 // tprun against transformers itself: tests/fixtures/hf/<name>/ holds a tiny
-// random LlamaForCausalLM or Qwen2ForCausalLM, its hub-style config.json
+// random LlamaForCausalLM, Qwen2ForCausalLM or Phi3ForCausalLM, its hub-style config.json
 // (RoPE scaling included), tokens and the logits transformers computed
 // (tools/hf_fixtures.py). tpcc compiles the family's shipped plan from that
 // config.json, tprun runs the checkpoint, and the logits must match within
@@ -45,6 +45,11 @@ const Case kCases[] = {
     {"tied", "plans/llama-sp.plan", 2},          {"qwen2-gqa", "plans/qwen2-sp.plan", 1},
     {"qwen2-gqa", "plans/qwen2-sp.plan", 2},     {"qwen2-tied", "plans/qwen2-sp.plan", 1},
     {"qwen2-tied", "plans/qwen2-sp.plan", 2},
+    // fused qkv_proj / gate_up_proj under packed_colwise; partial rotary
+    {"phi3-gqa", "plans/phi3-sp.plan", 1},       {"phi3-gqa", "plans/phi3-sp.plan", 2},
+    {"phi3-partial", "plans/phi3-sp.plan", 1},   {"phi3-partial", "plans/phi3-sp.plan", 2},
+    {"phi3-mha", "plans/phi3-sp.plan", 1},       {"phi3-mha", "plans/phi3-sp.plan", 2},
+    {"phi3-mha", "plans/phi3-sp.plan", 4},
 };
 
 class HfParity : public ::testing::TestWithParam<Case> {};

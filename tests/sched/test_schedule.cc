@@ -763,15 +763,18 @@ TEST(ScheduleDump, RejectsFilesItCannotTrust)
     EXPECT_EQ(rc, -1);
     EXPECT_NE(msg.find("not a tpcc schedule"), std::string::npos) << msg;
 
-    std::string v3 = text;
-    size_t at = v3.find("\"format_version\": 2");
+    // a newer version than this reader knows
+    const std::string now = "\"format_version\": " + std::to_string(TP_SCHEDULE_VERSION);
+    const std::string next = std::to_string(TP_SCHEDULE_VERSION + 1);
+    std::string newer = text;
+    size_t at = newer.find(now);
     ASSERT_NE(at, std::string::npos);
-    v3.replace(at, 19, "\"format_version\": 3");
-    spit(dir.file("v3"), v3);
-    dump(dir.file("v3"), -1, &rc, &msg);
+    newer.replace(at, now.size(), "\"format_version\": " + next);
+    spit(dir.file("newer"), newer);
+    dump(dir.file("newer"), -1, &rc, &msg);
     EXPECT_EQ(rc, -1);
-    EXPECT_NE(msg.find("format version 3"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("reads version 2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("format version " + next), std::string::npos) << msg;
+    EXPECT_NE(msg.find("reads version " + std::to_string(TP_SCHEDULE_VERSION)), std::string::npos) << msg;
 
     spit(dir.file("truncated"), text.substr(0, text.size() / 2));
     dump(dir.file("truncated"), -1, &rc, &msg);
