@@ -23,6 +23,10 @@
 #include "tests/support/plan_harness.h"
 #include "tests/support/process.h"
 
+extern "C" {
+#include "sched/load.h"
+}
+
 using namespace tpcc_test;
 namespace fs = std::filesystem;
 
@@ -112,6 +116,41 @@ INSTANTIATE_TEST_SUITE_P(Shipped, Parity, ::testing::ValuesIn(shipped_plans()), 
             c = '_';
     return s;
 });
+
+// Phi-3's fused weights under packed_colwise: rank r reads its share of
+// each segment (q, k, v; gate, up) as ranges of rows; ranges that overlap
+// are refused.
+TEST(Weights, PackedSegmentsLoadAsRanges)
+{
+    TempDir dir;
+    std::string sched = compile(dir, source_path("plans/phi3-sp.plan"), 2);
+    tr_schedule s;
+    char err[512];
+    ASSERT_EQ(tr_schedule_load(&s, sched.c_str(), 1, 2, err, sizeof err), 0) << err;
+    int seen = 0;
+    for (int i = 0; i < s.nweights; i++) {
+        const tr_weight &w = s.weights[i];
+        if (!contains(w.name, "qkv_proj"))
+            continue;
+        seen++;   // q 8 heads x 8, k and v 4 heads x 8: rank 1 holds the second half of each
+        ASSERT_EQ(w.nsegments, 3) << w.name;
+        EXPECT_EQ(w.offset[0], 32);
+        EXPECT_EQ(w.offset[1], 64 + 16);
+        EXPECT_EQ(w.offset[2], 96 + 16);
+        EXPECT_EQ(w.length[0] + w.length[1] + w.length[2], 64);
+        EXPECT_EQ(w.local_elems, 64 * 64);
+    }
+    EXPECT_EQ(seen, 2);
+    tr_schedule_free(&s);
+
+    std::string text = tpcc_test::slurp(sched);
+    size_t at = text.find("{\"offset\": 80, ");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, 13, "{\"offset\": 60");   // into rank 1's q range [32, 64)
+    std::string bad = dir.write("overlap.sched", text);
+    EXPECT_EQ(tr_schedule_load(&s, bad.c_str(), 1, 2, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "segment 1 overlaps or precedes segment 0")) << err;
+}
 
 // A vocabulary tp does not divide (129 at tp = 2 and 4) is padded to a
 // multiple of tp; the logits, padding dropped, are those of one rank.

@@ -1,0 +1,203 @@
+// Fused projections: tuple unpacking, split()/chunk() with torch's sizes,
+// packed=, "packed_colwise", and the fused-shard check, on a small model
+// written next to each plan (one fused qkv and one fused gate/up).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/support/plan_harness.h"
+#include "tests/support/process.h"
+
+using tpcc_test::contains;
+using tpcc_test::TempDir;
+
+namespace {
+
+// A fused model whose body lines can be replaced: @ATTN@ (the attention
+// body after qkv = qkv_proj(x)), @MLP@ (the MLP body after gu =
+// gate_up_proj(x)) and @QKV@ (the qkv_proj declaration's extra arguments).
+// Without plan entries the model runs replicated.
+const char *const kModel = R"(config {
+    hidden = 64
+    heads = 4
+    kv_heads = 2
+    head_dim = 16
+    ffn = 128
+    seq = 8
+    batch = 1
+    tp = 2
+}
+module Fused {
+    qkv_proj = Linear(hidden, heads * head_dim + 2 * kv_heads * head_dim, bias=False@QKV@)
+    o_proj = Linear(heads * head_dim, hidden, bias=False)
+    gate_up_proj = Linear(hidden, 2 * ffn, bias=False, packed=(ffn, ffn))
+    down_proj = Linear(ffn, hidden, bias=False)
+    def forward(x: [batch, seq, hidden]) {
+        qkv = qkv_proj(x)
+        @ATTN@
+        gu = gate_up_proj(x + o_proj(merge_heads(a)))
+        @MLP@
+    }
+}
+)";
+
+const char *const kAttn =
+    "q, k, v = split(qkv, (heads * head_dim, kv_heads * head_dim, kv_heads * head_dim), dim=-1)\n"
+    "        a = attention(view_heads(q, head_dim), view_heads(k, head_dim), view_heads(v, head_dim))";
+const char *const kMlp = "gate, up = chunk(gu, 2, dim=-1)\n        return down_proj(silu(gate) * up)";
+const char *const kPacked = ", packed=(heads * head_dim, kv_heads * head_dim, kv_heads * head_dim)";
+
+std::string replaced(std::string text, const std::string &what, const std::string &with)
+{
+    size_t at = text.find(what);
+    EXPECT_NE(at, std::string::npos) << what;
+    if (at != std::string::npos)
+        text.replace(at, what.size(), with);
+    return text;
+}
+
+struct Case {
+    std::string attn = kAttn, mlp = kMlp, qkv = kPacked;
+    std::string qkv_style = "\"packed_colwise\"", gate_up_style = "\"packed_colwise\"";
+};
+
+// The diagnostics of the plan over the model the case describes.
+std::string diagnostics(const Case &c, int *errors = nullptr, int *warnings = nullptr)
+{
+    TempDir dir;
+    std::string model = replaced(replaced(replaced(kModel, "@ATTN@", c.attn), "@MLP@", c.mlp), "@QKV@", c.qkv);
+    dir.write("fused.model", model);
+    std::string entries;
+    if (!c.qkv_style.empty())
+        entries += "    \"qkv_proj\": " + c.qkv_style + ",\n    \"o_proj\": RowwiseParallel(),\n";
+    if (!c.gate_up_style.empty())
+        entries += "    \"gate_up_proj\": " + c.gate_up_style + ",\n    \"down_proj\": RowwiseParallel(),\n";
+    std::string plan =
+        dir.write("fused.plan", "model \"fused.model\"\nmesh(tp = tp)\nparallelize \"\" {\n" + entries + "}\n");
+    tp_unit u;
+    tpcc_test::compile(&u, plan);
+    std::string text = tpcc_test::rendered(&u);
+    if (errors)
+        *errors = u.diags.errors;
+    if (warnings)
+        *warnings = u.diags.warnings;
+    tp_unit_free(&u);
+    return text;
+}
+
+TEST(Fused, PackedColwiseChecksClean)
+{
+    int errors = -1, warnings = -1;
+    std::string text = diagnostics(Case{}, &errors, &warnings);
+    EXPECT_EQ(errors, 0) << text;
+    EXPECT_EQ(warnings, 0) << text;
+}
+
+TEST(Fused, ChunkOfAContiguousShardIsAnError)
+{
+    Case c;
+    c.gate_up_style = "ColwiseParallel()";
+    std::string text = diagnostics(c);
+    EXPECT_TRUE(contains(text, "ColwiseParallel shards 'gate_up_proj' contiguously")) << text;
+    EXPECT_TRUE(contains(text, "the pieces are silently wrong")) << text;
+    EXPECT_TRUE(contains(text, "[fused-shard]")) << text;
+    EXPECT_TRUE(contains(text, "\"packed_colwise\"")) << text;
+}
+
+TEST(Fused, SplitOfAContiguousShardIsAnErrorEvenWithoutPacked)
+{
+    Case c;
+    c.qkv = "";
+    c.qkv_style = "ColwiseParallel()";
+    std::string text = diagnostics(c);
+    EXPECT_TRUE(contains(text, "split_with_sizes expects split_sizes to sum exactly to 64")) << text;
+    EXPECT_TRUE(contains(text, "declare the segments in the model")) << text;
+}
+
+// DTensor's split rule replicates the split dim: PyTorch gathers and
+// computes the right pieces, at the cost of an all-gather.
+TEST(Fused, SplitOfADTensorShardGathersWithAWarning)
+{
+    Case c;
+    c.gate_up_style = "ColwiseParallel(use_local_output=False)";
+    c.mlp = "gate, up = chunk(gu, 2, dim=-1)\n        return down_proj(silu(gate) * up)";
+    int errors = -1, warnings = -1;
+    std::string text = diagnostics(c, &errors, &warnings);
+    EXPECT_EQ(errors, 0) << text;
+    EXPECT_TRUE(contains(text, "DTensor replicates that dimension first, an all_gather")) << text;
+    EXPECT_TRUE(contains(text, "[implicit-redistribute]")) << text;
+}
+
+TEST(Fused, PackedColwiseNeedsALinearWithSegments)
+{
+    Case c;
+    c.qkv = "";
+    std::string text = diagnostics(c);
+    EXPECT_TRUE(contains(text, "packed_colwise does not support 'qkv_proj'")) << text;
+    EXPECT_TRUE(contains(text, "packed=(...)")) << text;
+}
+
+TEST(Fused, UnknownHuggingFaceStyleSuggestsOne)
+{
+    Case c;
+    c.qkv_style = "\"packed_colwse\"";
+    std::string text = diagnostics(c);
+    EXPECT_TRUE(contains(text, "\"packed_colwse\" is not a Hugging Face tp_plan style tpcc reads")) << text;
+    EXPECT_TRUE(contains(text, "did you mean \"packed_colwise\"?")) << text;
+}
+
+TEST(Fused, PackedOutputUsedWithoutSplittingIsAnError)
+{
+    Case c;
+    c.mlp = "return down_proj(silu(gu))";
+    std::string text = diagnostics(c);
+    EXPECT_TRUE(contains(text, "the packed output of 'gate_up_proj'")) << text;
+    EXPECT_TRUE(contains(text, "reaches silu")) << text;
+}
+
+TEST(Fused, SplitIntoOtherPiecesThanTheSegmentsIsAnError)
+{
+    Case c;
+    c.mlp = "a, b, d, e = chunk(gu, 4, dim=-1)\n        return down_proj(silu(a))";
+    std::string text = diagnostics(c);
+    EXPECT_TRUE(contains(text, "chunk() cuts the packed output of 'gate_up_proj' into 4 pieces, but it packs 2")) << text;
+}
+
+TEST(Fused, UnpackingCountsAndSizesFollowPython)
+{
+    Case c;
+    c.mlp = "gate, up, extra = chunk(gu, 2, dim=-1)\n        return down_proj(gate)";
+    std::string text = diagnostics(c);
+    EXPECT_TRUE(contains(text, "3 names unpack 2 tensors: Python raises ValueError (not enough values")) << text;
+
+    c.mlp = "gate, up = split(gu, (100, 100), dim=-1)\n        return down_proj(gate)";
+    text = diagnostics(c);
+    EXPECT_TRUE(contains(text, "the sections add up to 200, but the dimension has 256")) << text;
+
+    c.mlp = "gate, up = gu\n        return down_proj(gate)";
+    text = diagnostics(c);
+    EXPECT_TRUE(contains(text, "only the tuples split() and chunk() return can be unpacked")) << text;
+
+    c.mlp = "gate, up = chunk(gu, 2, dims=-1)\n        return down_proj(gate)";
+    text = diagnostics(c);
+    EXPECT_TRUE(contains(text, "chunk() has no argument 'dims'; it takes chunks, dim")) << text;
+}
+
+// torch.chunk: pieces of ceil(n / chunks), the last smaller; torch.split
+// with an int: pieces of that size. Replicated here (no plan entries).
+TEST(Fused, ChunkAndSplitSizesAreTorchs)
+{
+    Case c;
+    c.qkv_style = c.gate_up_style = "";
+    c.mlp = "a, b, d = chunk(gu, 3, dim=-1)\n        return down_proj(silu(a) * b)";
+    std::string text = diagnostics(c);
+    // 256 in 3: 86, 86, 84; down_proj takes 128
+    EXPECT_TRUE(contains(text, "'down_proj' expects 128 input features, gets 86")) << text;
+
+    c.mlp = "a, b, d = split(gu, 100, dim=-1)\n        return down_proj(d)";
+    text = diagnostics(c);
+    EXPECT_TRUE(contains(text, "'down_proj' expects 128 input features, gets 56")) << text;
+}
+
+} // namespace
