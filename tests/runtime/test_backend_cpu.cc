@@ -460,32 +460,49 @@ TEST(BackendCpu, ScaleMultiplies)
 
 // --- layout ------------------------------------------------------------------------
 
-// torch.chunk(x, parts, dim)[index] on a [4, 6, 10] tensor holding its own
-// flat index, checked coordinate by coordinate.
-TEST(BackendCpu, SlicePicksTheRightChunkForEveryDim)
+// The [4, 6, 10] tensor the layout tests cut: each element holds its own
+// flat index.
+const int64_t kCutShape[3] = {4, 6, 10};
+
+Vec cut_source()
 {
-    const int64_t shape[3] = {4, 6, 10};
     Vec x(4 * 6 * 10);
     for (size_t i = 0; i < x.size(); i++)
         x[i] = (float)i;
-    for (int dim = 0; dim < 3; dim++)
-        for (int parts : {1, 2}) {
-            for (int index = 0; index < parts; index++) {
-                int64_t cs[3] = {shape[0], shape[1], shape[2]};
-                cs[dim] /= parts;
-                Vec out(cs[0] * cs[1] * cs[2], -1.0f);
-                be()->slice(out.data(), x.data(), shape, 3, dim, index, parts);
-                for (int64_t i = 0; i < cs[0]; i++)
-                    for (int64_t j = 0; j < cs[1]; j++)
-                        for (int64_t l = 0; l < cs[2]; l++) {
-                            int64_t src[3] = {i, j, l};
-                            src[dim] += index * cs[dim];
-                            float want = (float)((src[0] * shape[1] + src[1]) * shape[2] + src[2]);
-                            ASSERT_EQ(out[(i * cs[1] + j) * cs[2] + l], want)
-                                << "dim " << dim << " chunk " << index << "/" << parts;
-                        }
+    return x;
+}
+
+// out holds indices [start, start + length) of dim of cut_source(),
+// checked coordinate by coordinate.
+void expect_range(const Vec &out, int dim, int64_t start, int64_t length, const std::string &what)
+{
+    int64_t cs[3] = {kCutShape[0], kCutShape[1], kCutShape[2]};
+    cs[dim] = length;
+    for (int64_t i = 0; i < cs[0]; i++)
+        for (int64_t j = 0; j < cs[1]; j++)
+            for (int64_t l = 0; l < cs[2]; l++) {
+                int64_t src[3] = {i, j, l};
+                src[dim] += start;
+                float want = (float)((src[0] * kCutShape[1] + src[1]) * kCutShape[2] + src[2]);
+                ASSERT_EQ(out[(i * cs[1] + j) * cs[2] + l], want) << what;
             }
-        }
+}
+
+// torch.chunk(x, parts, dim)[index].
+TEST(BackendCpu, SlicePicksTheRightChunkForEveryDim)
+{
+    const int64_t *shape = kCutShape;
+    Vec x = cut_source();
+    for (int dim = 0; dim < 3; dim++)
+        for (int parts : {1, 2})
+            for (int index = 0; index < parts; index++) {
+                int64_t chunk = shape[dim] / parts;
+                Vec out(x.size() / parts, -1.0f);
+                be()->slice(out.data(), x.data(), shape, 3, dim, index, parts);
+                expect_range(out, dim, index * chunk, chunk,
+                             "dim " + std::to_string(dim) + " chunk " + std::to_string(index) + "/" +
+                                 std::to_string(parts));
+            }
     // odd splits: 3 of dim 1 (6), 5 of dim 2 (10); negative dims count from the end
     Vec a(4 * 2 * 10), bb(4 * 6 * 2), c(4 * 6 * 2);
     be()->slice(a.data(), x.data(), shape, 3, 1, 2, 3);
@@ -499,31 +516,19 @@ TEST(BackendCpu, SlicePicksTheRightChunkForEveryDim)
     EXPECT_EQ(bb[2], 18.0f);
 }
 
-// x.narrow(dim, start, length) on a [4, 6, 10] tensor holding its own flat
-// index: every range of every dim, checked coordinate by coordinate (the
-// pieces of split(x, (a, b, c), dim)).
+// x.narrow(dim, start, length): every range of every dim (the pieces of
+// split(x, (a, b, c), dim)); dim 2 is passed as -1.
 TEST(BackendCpu, NarrowKeepsTheRangeOfEveryDim)
 {
-    const int64_t shape[3] = {4, 6, 10};
-    Vec x(4 * 6 * 10);
-    for (size_t i = 0; i < x.size(); i++)
-        x[i] = (float)i;
+    Vec x = cut_source();
     for (int dim = 0; dim < 3; dim++)
-        for (int64_t start = 0; start < shape[dim]; start++)
-            for (int64_t length = 1; start + length <= shape[dim]; length++) {
-                int64_t cs[3] = {shape[0], shape[1], shape[2]};
-                cs[dim] = length;
-                Vec out(cs[0] * cs[1] * cs[2], -1.0f);
-                be()->narrow(out.data(), x.data(), shape, 3, dim - (dim == 2 ? 3 : 0), start, length);
-                for (int64_t i = 0; i < cs[0]; i++)
-                    for (int64_t j = 0; j < cs[1]; j++)
-                        for (int64_t l = 0; l < cs[2]; l++) {
-                            int64_t src[3] = {i, j, l};
-                            src[dim] += start;
-                            float want = (float)((src[0] * shape[1] + src[1]) * shape[2] + src[2]);
-                            ASSERT_EQ(out[(i * cs[1] + j) * cs[2] + l], want)
-                                << "dim " << dim << " start " << start << " length " << length;
-                        }
+        for (int64_t start = 0; start < kCutShape[dim]; start++)
+            for (int64_t length = 1; start + length <= kCutShape[dim]; length++) {
+                Vec out(x.size() / kCutShape[dim] * length, -1.0f);
+                be()->narrow(out.data(), x.data(), kCutShape, 3, dim - (dim == 2 ? 3 : 0), start, length);
+                expect_range(out, dim, start, length,
+                             "dim " + std::to_string(dim) + " start " + std::to_string(start) + " length " +
+                                 std::to_string(length));
             }
 }
 

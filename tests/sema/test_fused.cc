@@ -3,6 +3,7 @@
 // written next to each plan (one fused qkv and one fused gate/up).
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -94,15 +95,27 @@ TEST(Fused, PackedColwiseChecksClean)
     EXPECT_EQ(warnings, 0) << text;
 }
 
-TEST(Fused, ChunkOfAContiguousShardIsAnError)
+// The diagnostics of the case mention every one of `parts`.
+void expect_mentions(const Case &c, std::initializer_list<std::string> parts)
+{
+    std::string text = diagnostics(c);
+    for (const std::string &p : parts)
+        EXPECT_TRUE(contains(text, p)) << p << "\n" << text;
+}
+
+Case with_gate_up(const std::string &style, const std::string &mlp = kMlp)
 {
     Case c;
-    c.gate_up_style = "ColwiseParallel()";
-    std::string text = diagnostics(c);
-    EXPECT_TRUE(contains(text, "ColwiseParallel shards 'gate_up_proj' contiguously")) << text;
-    EXPECT_TRUE(contains(text, "the pieces are silently wrong")) << text;
-    EXPECT_TRUE(contains(text, "[fused-shard]")) << text;
-    EXPECT_TRUE(contains(text, "\"packed_colwise\"")) << text;
+    c.gate_up_style = style;
+    c.mlp = mlp;
+    return c;
+}
+
+TEST(Fused, ChunkOfAContiguousShardIsAnError)
+{
+    expect_mentions(with_gate_up("ColwiseParallel()"),
+                    {"ColwiseParallel shards 'gate_up_proj' contiguously", "the pieces are silently wrong",
+                     "[fused-shard]", "\"packed_colwise\""});
 }
 
 TEST(Fused, SplitOfAContiguousShardIsAnErrorEvenWithoutPacked)
@@ -110,20 +123,15 @@ TEST(Fused, SplitOfAContiguousShardIsAnErrorEvenWithoutPacked)
     Case c;
     c.qkv = "";
     c.qkv_style = "ColwiseParallel()";
-    std::string text = diagnostics(c);
-    EXPECT_TRUE(contains(text, "split_with_sizes expects split_sizes to sum exactly to 64")) << text;
-    EXPECT_TRUE(contains(text, "declare the segments in the model")) << text;
+    expect_mentions(c, {"split_with_sizes expects split_sizes to sum exactly to 64", "declare the segments in the model"});
 }
 
 // DTensor's split rule replicates the split dim: PyTorch gathers and
 // computes the right pieces, at the cost of an all-gather.
 TEST(Fused, SplitOfADTensorShardGathersWithAWarning)
 {
-    Case c;
-    c.gate_up_style = "ColwiseParallel(use_local_output=False)";
-    c.mlp = "gate, up = chunk(gu, 2, dim=-1)\n        return down_proj(silu(gate) * up)";
     int errors = -1, warnings = -1;
-    std::string text = diagnostics(c, &errors, &warnings);
+    std::string text = diagnostics(with_gate_up("ColwiseParallel(use_local_output=False)"), &errors, &warnings);
     EXPECT_EQ(errors, 0) << text;
     EXPECT_TRUE(contains(text, "DTensor replicates that dimension first, an all_gather")) << text;
     EXPECT_TRUE(contains(text, "[implicit-redistribute]")) << text;
@@ -133,55 +141,37 @@ TEST(Fused, PackedColwiseNeedsALinearWithSegments)
 {
     Case c;
     c.qkv = "";
-    std::string text = diagnostics(c);
-    EXPECT_TRUE(contains(text, "packed_colwise does not support 'qkv_proj'")) << text;
-    EXPECT_TRUE(contains(text, "packed=(...)")) << text;
+    expect_mentions(c, {"packed_colwise does not support 'qkv_proj'", "packed=(...)"});
 }
 
 TEST(Fused, UnknownHuggingFaceStyleSuggestsOne)
 {
     Case c;
     c.qkv_style = "\"packed_colwse\"";
-    std::string text = diagnostics(c);
-    EXPECT_TRUE(contains(text, "\"packed_colwse\" is not a Hugging Face tp_plan style tpcc reads")) << text;
-    EXPECT_TRUE(contains(text, "did you mean \"packed_colwise\"?")) << text;
+    expect_mentions(c, {"\"packed_colwse\" is not a Hugging Face tp_plan style tpcc reads",
+                        "did you mean \"packed_colwise\"?"});
 }
 
-TEST(Fused, PackedOutputUsedWithoutSplittingIsAnError)
+TEST(Fused, PackedOutputsAreReadOnlyBySplittingIntoTheirSegments)
 {
-    Case c;
-    c.mlp = "return down_proj(silu(gu))";
-    std::string text = diagnostics(c);
-    EXPECT_TRUE(contains(text, "the packed output of 'gate_up_proj'")) << text;
-    EXPECT_TRUE(contains(text, "reaches silu")) << text;
-}
-
-TEST(Fused, SplitIntoOtherPiecesThanTheSegmentsIsAnError)
-{
-    Case c;
-    c.mlp = "a, b, d, e = chunk(gu, 4, dim=-1)\n        return down_proj(silu(a))";
-    std::string text = diagnostics(c);
-    EXPECT_TRUE(contains(text, "chunk() cuts the packed output of 'gate_up_proj' into 4 pieces, but it packs 2")) << text;
+    const std::string packed = "\"packed_colwise\"";
+    expect_mentions(with_gate_up(packed, "return down_proj(silu(gu))"),
+                    {"the packed output of 'gate_up_proj'", "reaches silu"});
+    expect_mentions(with_gate_up(packed, "a, b, d, e = chunk(gu, 4, dim=-1)\n        return down_proj(silu(a))"),
+                    {"chunk() cuts the packed output of 'gate_up_proj' into 4 pieces, but it packs 2"});
 }
 
 TEST(Fused, UnpackingCountsAndSizesFollowPython)
 {
-    Case c;
-    c.mlp = "gate, up, extra = chunk(gu, 2, dim=-1)\n        return down_proj(gate)";
-    std::string text = diagnostics(c);
-    EXPECT_TRUE(contains(text, "3 names unpack 2 tensors: Python raises ValueError (not enough values")) << text;
-
-    c.mlp = "gate, up = split(gu, (100, 100), dim=-1)\n        return down_proj(gate)";
-    text = diagnostics(c);
-    EXPECT_TRUE(contains(text, "the sections add up to 200, but the dimension has 256")) << text;
-
-    c.mlp = "gate, up = gu\n        return down_proj(gate)";
-    text = diagnostics(c);
-    EXPECT_TRUE(contains(text, "only the tuples split() and chunk() return can be unpacked")) << text;
-
-    c.mlp = "gate, up = chunk(gu, 2, dims=-1)\n        return down_proj(gate)";
-    text = diagnostics(c);
-    EXPECT_TRUE(contains(text, "chunk() has no argument 'dims'; it takes chunks, dim")) << text;
+    const std::string packed = "\"packed_colwise\"";
+    expect_mentions(with_gate_up(packed, "gate, up, extra = chunk(gu, 2, dim=-1)\n        return down_proj(gate)"),
+                    {"3 names unpack 2 tensors: Python raises ValueError (not enough values"});
+    expect_mentions(with_gate_up(packed, "gate, up = split(gu, (100, 100), dim=-1)\n        return down_proj(gate)"),
+                    {"the sections add up to 200, but the dimension has 256"});
+    expect_mentions(with_gate_up(packed, "gate, up = gu\n        return down_proj(gate)"),
+                    {"only the tuples split() and chunk() return can be unpacked"});
+    expect_mentions(with_gate_up(packed, "gate, up = chunk(gu, 2, dims=-1)\n        return down_proj(gate)"),
+                    {"chunk() has no argument 'dims'; it takes chunks, dim"});
 }
 
 // torch.chunk: pieces of ceil(n / chunks), the last smaller; torch.split
@@ -191,13 +181,9 @@ TEST(Fused, ChunkAndSplitSizesAreTorchs)
     Case c;
     c.qkv_style = c.gate_up_style = "";
     c.mlp = "a, b, d = chunk(gu, 3, dim=-1)\n        return down_proj(silu(a) * b)";
-    std::string text = diagnostics(c);
-    // 256 in 3: 86, 86, 84; down_proj takes 128
-    EXPECT_TRUE(contains(text, "'down_proj' expects 128 input features, gets 86")) << text;
-
+    expect_mentions(c, {"'down_proj' expects 128 input features, gets 86"});   // 256 in 3: 86, 86, 84
     c.mlp = "a, b, d = split(gu, 100, dim=-1)\n        return down_proj(d)";
-    text = diagnostics(c);
-    EXPECT_TRUE(contains(text, "'down_proj' expects 128 input features, gets 56")) << text;
+    expect_mentions(c, {"'down_proj' expects 128 input features, gets 56"});
 }
 
 } // namespace
