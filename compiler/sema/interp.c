@@ -70,7 +70,9 @@ char *tp_val_describe(const tp_val *v)
     size_t n = 0;
     for (int i = 0; i < v->rank && n < sizeof shape - 24; i++)
         n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%lld", i ? ", " : "", (long long)v->shape[i]);
-    return tp_xasprintf("%s %s [%s]", tp_pl_str(v->pl, v->rank, pl), v->dtensor ? "DTensor" : "plain", shape);
+    /* a fused projection's packed output: each segment sharded on its own */
+    return tp_xasprintf("%s%s %s [%s]", tp_pl_str(v->pl, v->rank, pl), v->nsegments ? " packed" : "",
+                        v->dtensor ? "DTensor" : "plain", shape);
 }
 
 int64_t tp_local_size(const interp *I, const tp_val *v, int d)
