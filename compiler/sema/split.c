@@ -183,10 +183,13 @@ static tp_val *piece(interp *I, tp_val *x, int d, int64_t size, int64_t start, i
 {
     tp_val *r = tp_val_copy(I, x);
     r->shape[d] = size;
-    r->nsegments = 0;
+    tp_placement p = tp_placement_norm(x->pl, x->rank);
+    if (p.kind == TP_SHARD && p.dim == d) {   /* the segments are what was cut; along another dim they stay */
+        r->nsegments = 0;
+        r->producer = NULL;
+    }
     r->gv = -1;
     r->gather_comm = -1;
-    r->producer = NULL;
     r->span = span;
     if (d == r->rank - 1)
         r->logical_last = 0;

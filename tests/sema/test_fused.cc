@@ -159,6 +159,9 @@ TEST(Fused, PackedOutputsAreReadOnlyBySplittingIntoTheirSegments)
                     {"the packed output of 'gate_up_proj'", "reaches silu"});
     expect_mentions(with_gate_up(packed, "a, b, d, e = chunk(gu, 4, dim=-1)\n        return down_proj(silu(a))"),
                     {"chunk() cuts the packed output of 'gate_up_proj' into 4 pieces, but it packs 2"});
+    // cut along the sequence, each half is still packed
+    expect_mentions(with_gate_up(packed, "a, b = chunk(gu, 2, dim=1)\n        return down_proj(silu(a))"),
+                    {"the packed output of 'gate_up_proj'", "reaches silu"});
 }
 
 TEST(Fused, UnpackingCountsAndSizesFollowPython)
