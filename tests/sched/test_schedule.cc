@@ -722,8 +722,11 @@ TEST(ScheduleWrite, PackedWeightsListEachSegmentsRange)
         EXPECT_EQ(ival(json_array_get(segs, 0), "length"), 6);
         EXPECT_EQ(ival(json_array_get(segs, 1), "offset"), 12 + r * 2);
         EXPECT_EQ(ival(json_array_get(segs, 1), "length"), 2);
-
     }
+    int rc;
+    std::string listing = dump(dir.file("s"), 1, &rc);
+    ASSERT_EQ(rc, 0);
+    EXPECT_NE(listing.find("dim 0 [6, 12) [14, 16)"), std::string::npos) << listing;
     q.segments[0] = 13;   // 13 and 3 rows do not split over 2 ranks
     q.segments[1] = 3;
     std::string msg;
