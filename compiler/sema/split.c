@@ -221,8 +221,13 @@ iv tp_split_apply(interp *I, const tp_node *call, tp_val *x)
         I->stop = true;
         return none_iv;
     }
-    if (d < -x->rank || d >= x->rank)
-        return stop(I, de ? de->span : call->span, "%s(): dim is outside the tensor's dimensions", name);
+    if (d < -x->rank || d >= x->rank) {
+        tp_diag_add(I->d, TP_ERROR, de ? de->span : call->span, "model",
+                    "%s(): dim %lld is outside the tensor's %d dimensions (-%d to %d)", name, (long long)d, x->rank,
+                    x->rank, x->rank - 1);
+        I->stop = true;
+        return none_iv;
+    }
     d = d < 0 ? d + x->rank : d;
     int64_t sizes[TP_MAX_SEGMENTS];
     int n = pieces(I, call, name, x->shape[d], sizes);

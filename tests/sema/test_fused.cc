@@ -175,6 +175,8 @@ TEST(Fused, UnpackingCountsAndSizesFollowPython)
                     {"only the tuples split() and chunk() return can be unpacked"});
     expect_mentions(with_gate_up(packed, "gate, up = chunk(gu, 2, dims=-1)\n        return down_proj(gate)"),
                     {"chunk() has no argument 'dims'; it takes chunks, dim"});
+    expect_mentions(with_gate_up(packed, "gate, up = chunk(gu, 2, dim=3)\n        return down_proj(gate)"),
+                    {"chunk(): dim 3 is outside the tensor's 3 dimensions (-3 to 2)"});
 }
 
 // torch.chunk: pieces of ceil(n / chunks), the last smaller; torch.split
