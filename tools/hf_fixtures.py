@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Fixtures for tests/runtime/test_hf_parity.cc: tiny random Llama, Qwen2 and
-Phi-3 models run by transformers itself (LlamaForCausalLM, Qwen2ForCausalLM,
-Phi3ForCausalLM), so that tprun's logits are checked against Hugging Face's
-code, RoPE scaling, Qwen2's q/k/v biases and Phi-3's fused projections and
+"""Fixtures for tests/runtime/test_hf_parity.cc: tiny random Llama, Qwen2,
+Mistral, Qwen3 and Phi-3 models run by transformers itself (LlamaForCausalLM,
+Qwen2ForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM), so
+that tprun's logits are checked against Hugging Face's code, RoPE scaling,
+Qwen2's q/k/v biases, Qwen3's q_norm/k_norm and Phi-3's fused projections and
 partial rotary included.
 
 For each config below, tests/fixtures/hf/<name>/ gets
   config.json        as on the Hugging Face hub (rope_theta and rope_scaling
-                     at the top level, legacy keys as old checkpoints write them)
+                     at the top level, legacy keys as old checkpoints write them),
+                     or, for the *-saved names, as transformers 5 saves it
   model.safetensors  float32 weights (torch.manual_seed(0))
   tokens.npy         int32 [batch, seq]
   logits.npy         float32 [batch, seq, vocab]: transformers' forward
@@ -48,6 +50,17 @@ QWEN2 = dict(LLAMA, architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_
 for key in ("attention_bias", "mlp_bias"):
     del QWEN2[key]
 
+# Mistral: Llama's layout with MistralConfig's keys; its sliding window (4096
+# here) is far above the 16 positions run, so it masks nothing.
+MISTRAL = dict(LLAMA, architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=4096)
+for key in ("attention_bias", "mlp_bias"):
+    del MISTRAL[key]
+
+# Qwen3: head_dim its own key (16, not hidden // heads = 8), q_norm/k_norm
+# over it, biases only with attention_bias; sliding window off as published.
+QWEN3 = dict(LLAMA, architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=16, use_sliding_window=False,
+             sliding_window=None)
+del QWEN3["mlp_bias"]
 # Phi-3: fused qkv_proj and gate_up_proj. Phi3Config's pad_token_id (32000)
 # would lie outside the tiny vocabulary, so the token ids are set as a small
 # checkpoint sets them.
@@ -74,6 +87,14 @@ CONFIGS = {
                           "tie_word_embeddings": False}),
     "qwen2-tied": (QWEN2, {"num_key_value_heads": 2, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
                            "tie_word_embeddings": True}),
+    "mistral-gqa": (MISTRAL, {"num_key_value_heads": 2, "rope_theta": 1000000.0, "rms_norm_eps": 1e-5,
+                              "tie_word_embeddings": False}),
+    "mistral-kv4": (MISTRAL, {"num_attention_heads": 8, "num_key_value_heads": 4, "rope_theta": 1000000.0,
+                              "rms_norm_eps": 1e-5, "tie_word_embeddings": False}),
+    "qwen3-gqa": (QWEN3, {"num_key_value_heads": 2, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+                          "tie_word_embeddings": False}),
+    "qwen3-bias-tied": (QWEN3, {"num_key_value_heads": 4, "head_dim": 8, "attention_bias": True,
+                                "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True}),
     "phi3-gqa": (PHI3, {"num_key_value_heads": 2, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
                         "tie_word_embeddings": False}),
     # Phi-4-mini's partial rotary: the first half of each head's 8 dims rotate
@@ -83,6 +104,30 @@ CONFIGS = {
     "phi3-mha": (PHI3, {"num_key_value_heads": 4, "rope_theta": 250000.0, "rms_norm_eps": 1e-6,
                         "tie_word_embeddings": False, "partial_rotary_factor": 0.75}),
 }
+
+# The same models with the config.json transformers 5 itself saves
+# (save_pretrained): rope_parameters instead of rope_theta/rope_scaling,
+# head_dim, layer_types, dtype. Weights, tokens and logits equal the
+# hub-style fixture's (the same seed and config).
+SAVED_BY_TRANSFORMERS = {"llama3-scaled-saved": "llama3-scaled", "qwen2-gqa-saved": "qwen2-gqa",
+                         "mistral-gqa-saved": "mistral-gqa"}
+for saved, hub_style in SAVED_BY_TRANSFORMERS.items():
+    CONFIGS[saved] = CONFIGS[hub_style]
+
+# Fixtures whose RMSNorm weights and biases are drawn at random (transformers
+# initialises them to ones and zeros, which would hide a norm or bias applied
+# to the wrong slice).
+RANDOM_NORMS_AND_BIASES = {"mistral-gqa", "mistral-kv4", "qwen3-gqa", "qwen3-bias-tied", "mistral-gqa-saved"}
+
+
+def randomise_norms_and_biases(model):
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.5 * torch.randn(p.shape, generator=gen))
+            elif name.endswith(".bias"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=gen))
 
 
 def make(name, base, keys, out_root):
@@ -96,9 +141,13 @@ def make(name, base, keys, out_root):
     config = AutoConfig.from_pretrained(out)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config).float().eval()
+    if name in RANDOM_NORMS_AND_BIASES:
+        randomise_norms_and_biases(model)
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         shutil.copy(os.path.join(tmp, "model.safetensors"), os.path.join(out, "model.safetensors"))
+        if name in SAVED_BY_TRANSFORMERS:
+            shutil.copy(os.path.join(tmp, "config.json"), os.path.join(out, "config.json"))
     gen = torch.Generator().manual_seed(1)
     tokens = torch.randint(0, hub["vocab_size"], (BATCH, SEQ), generator=gen)
     with torch.no_grad():

@@ -360,47 +360,64 @@ bool tp_eval_size(tp_config *c, const tp_node *e, int64_t *out)
     return true;
 }
 
-/* The value at a dotted key ("rope_scaling.factor": member factor of
- * object rope_scaling) of --hf-config; NULL when a step is missing or
- * null (HF's rope_scaling: null), or is no object. */
-static json_t *hf_lookup(const tp_config *c, const char *key)
+/* A JSON null comes back as it is: hf() decides what it means. */
+void *tp_config_hf_lookup(const tp_config *c, const char *key)
 {
     json_t *v = (json_t *)c->hf_json;
     char *path = tp_xstrdup(key), *rest = path;
     for (char *step = strsep(&rest, "."); v && step; step = strsep(&rest, "."))
         v = json_is_object(v) ? json_object_get(v, step) : NULL;
     free(path);
-    return v && !json_is_null(v) ? v : NULL;
+    return v;
 }
 
-/* The standalone= argument of an hf() call, or NULL. */
-static const tp_node *hf_standalone(const tp_node *call)
+/* The keyword argument `name` (standalone= or null=) of an hf() call, or NULL. */
+static const tp_node *hf_keyword(const tp_node *call, const char *name)
 {
-    return call->nkids == 4 && call->kids[3]->name && !strcmp(call->kids[3]->name, "standalone")
-               ? call->kids[3]->kids[0] : NULL;
+    for (int i = 3; i < call->nkids; i++)
+        if (call->kids[i]->name && !strcmp(call->kids[i]->name, name))
+            return call->kids[i]->kids[0];
+    return NULL;
 }
 
-/* hf("key", default[, standalone=value]): the value of key in
+/* hf("key", default) with only standalone= and null= as keywords, each once. */
+static bool hf_call_well_formed(const tp_node *call)
+{
+    if (call->nkids < 3 || call->kids[1]->name || call->kids[2]->name || call->kids[1]->kids[0]->kind != N_STR)
+        return false;
+    for (int i = 3; i < call->nkids; i++) {
+        const char *kw = call->kids[i]->name;
+        if (!kw || (strcmp(kw, "standalone") && strcmp(kw, "null")) || hf_keyword(call, kw) != call->kids[i]->kids[0])
+            return false;
+    }
+    return true;
+}
+
+/* hf("key", default[, standalone=value][, null=value]): the value of key in
  * --hf-config ("a.b" reads member b of object a), else default, which is
- * Hugging Face's own default for an absent or null key. Without
- * --hf-config, standalone= (when given) is the model file's value
- * instead: a small config that needs no config.json.
+ * Hugging Face's own default for an absent key, and for a null one unless
+ * null= says what HF makes of null (Mistral's sliding_window defaults to
+ * 4096, and null turns it off). Without --hf-config, standalone= (when
+ * given) is the model file's value instead: a small config that needs no
+ * config.json.
  * A JSON integer stays an integer and a real is a float: a float context
  * takes either (rope_theta 10000 is 10000.0), an integer context rejects
  * the float where it is used. A string stays a string, for the arguments
  * that name a choice (rope's scaling). */
 static bool eval_hf(tp_config *c, const tp_node *call, tp_cfg_value *out)
 {
-    bool shape_ok = (call->nkids == 3 || hf_standalone(call)) && !call->kids[1]->name &&
-                    !call->kids[2]->name && call->kids[1]->kids[0]->kind == N_STR;
-    if (!shape_ok)
+    if (!hf_call_well_formed(call))
         return err_at(c, call, "hf() takes a key string, Hugging Face's default and optionally the value "
-                               "without a config.json: hf(\"num_key_value_heads\", heads, standalone=8)");
+                               "without a config.json and the value of a JSON null: "
+                               "hf(\"num_key_value_heads\", 8, standalone=8, null=heads)");
     if (!c->hf_json)
-        return tp_eval_value(c, hf_standalone(call) ? hf_standalone(call) : call->kids[2]->kids[0], out);
+        return tp_eval_value(c, hf_keyword(call, "standalone") ? hf_keyword(call, "standalone")
+                                                                : call->kids[2]->kids[0], out);
     const char *key = call->kids[1]->kids[0]->str;
-    json_t *v = hf_lookup(c, key);
-    if (!v)
+    json_t *v = tp_config_hf_lookup(c, key);
+    if (json_is_null(v) && hf_keyword(call, "null"))
+        return tp_eval_value(c, hf_keyword(call, "null"), out);
+    if (!v || json_is_null(v))
         return tp_eval_value(c, call->kids[2]->kids[0], out);
     if (json_is_integer(v)) { *out = int_value(json_integer_value(v)); return true; }
     if (json_is_real(v)) { *out = float_value(json_real_value(v)); return true; }

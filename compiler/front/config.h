@@ -81,6 +81,10 @@ bool tp_config_has(const tp_config *c, const char *name);
 const tp_cfg_entry *tp_config_entry(const tp_config *c, const char *name);
 /* The key of an hf("key", ...) call, else NULL. */
 const char *tp_config_hf_key(const tp_node *e);
+/* The json_t* at a dotted key ("rope_scaling.factor": member factor of
+ * object rope_scaling) of --hf-config, JSON null included; NULL when a
+ * step is missing or is no object. */
+void *tp_config_hf_lookup(const tp_config *c, const char *key);
 
 /* The resolved configuration as a schedule records it: one setting per
  * name, at the place the name was first bound, with its last value

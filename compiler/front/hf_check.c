@@ -27,7 +27,7 @@ static const struct math_key {
     {"residual_multiplier", "1.0"}, {"attention_multiplier", NULL}, {"scale_attn_weights", "true"},
     {"scale_attn_by_inverse_layer_idx", "false"}, {"num_key_value_heads", NULL}, {"head_dim", NULL},
     {"rope_theta", NULL}, {"rms_norm_eps", NULL}, {"layer_norm_eps", NULL}, {"layer_norm_epsilon", NULL},
-    {"tie_word_embeddings", "false"},
+    {"tie_word_embeddings", "false"}, {"rope_parameters", NULL}, {"layer_types", NULL},
 };
 
 /* Mixture-of-experts families: tpcc has no expert layers yet. */
@@ -350,6 +350,15 @@ static bool json_same(const json_t *a, const json_t *b)
     return json_equal((json_t *)a, (json_t *)b);
 }
 
+/* Does v hold the value of math key m that changes nothing? */
+static bool is_neutral(const struct math_key *m, const json_t *v)
+{
+    json_t *neutral = m && m->neutral ? json_loads(m->neutral, JSON_DECODE_ANY, NULL) : NULL;
+    bool harmless = neutral && json_same(v, neutral);
+    json_decref(neutral);
+    return harmless;
+}
+
 /* Does config.json's v equal the value want of a requires entry? */
 static bool matches_required(tp_config *c, const json_t *v, const tp_node *want)
 {
@@ -380,12 +389,17 @@ static void check_required(const hf_check *k, const char *key, const json_t *v, 
 /* A sliding window shorter than seq masks what the model file attends to;
  * one at least as long as seq changes nothing. Qwen2 turns it off with
  * use_sliding_window false. */
+static bool window_masks_nothing(const hf_check *k, const json_t *v, int64_t *seq)
+{
+    bool has_seq = tp_config_has(k->c, "seq") && tp_config_get(k->c, "seq", TP_NO_SPAN, seq);
+    return !v || json_is_null(v) || json_is_false(json_object_get(k->json, "use_sliding_window")) ||
+           (json_is_integer(v) && has_seq && json_integer_value(v) >= *seq);
+}
+
 static void check_sliding_window(const hf_check *k, const json_t *v)
 {
     int64_t seq = 0;
-    bool has_seq = tp_config_has(k->c, "seq") && tp_config_get(k->c, "seq", TP_NO_SPAN, &seq);
-    if (json_is_false(json_object_get(k->json, "use_sliding_window")) ||
-        (json_is_integer(v) && has_seq && json_integer_value(v) >= seq))
+    if (window_masks_nothing(k, v, &seq))
         return;
     char *window = json_text(v);
     tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, "sliding_window"), "hf-key",
@@ -397,18 +411,98 @@ static void check_sliding_window(const hf_check *k, const json_t *v)
     free(window);
 }
 
-static void check_rope_scaling(const hf_check *k, const json_t *v)
+/* rope_scaling or rope_parameters in a model file that does not read it:
+ * only HF's "default" type (absent in rope_parameters) is unscaled RoPE. */
+static void check_rope_scaling(const hf_check *k, const char *key, const json_t *v)
 {
     const char *type = json_string_value(json_object_get(v, "rope_type"));
     if (!type)
         type = json_string_value(json_object_get(v, "type"));
-    if (type && !strcmp(type, "default"))
+    if (type ? !strcmp(type, "default") : !strcmp(key, "rope_parameters"))
         return;                 /* HF's name for unscaled RoPE */
-    tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, "rope_scaling"), "hf-key",
-                             "%s: unsupported rope_scaling type '%s'; %s computes unscaled RoPE",
-                             k->c->hf_path, type ? type : "?", k->model_path);
-    tp_diag_help(g, "use a model file that reads rope_scaling, or compile at a length the "
-                    "checkpoint supports without it");
+    tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, key), "hf-key",
+                             "%s: unsupported %s type '%s'; %s computes unscaled RoPE",
+                             k->c->hf_path, key, type ? type : "?", k->model_path);
+    tp_diag_help(g, "use a model file that reads %s, or compile at a length the checkpoint supports "
+                    "without it", key);
+}
+
+static bool model_or_plan_reads(const hf_check *k, const char *key)
+{
+    return file_reads(k->model_ast, key) || file_reads(k->plan_ast, key);
+}
+
+/* An object the model reads member by member (rope_parameters,
+ * rope_scaling): a member it does not read is an error unless it holds the
+ * value that changes nothing (partial_rotary_factor 1.0, null). Members
+ * in `handled` (NULL-terminated, or NULL) are checked by the caller. */
+static void check_members(const hf_check *k, const char *key, const json_t *object, const char *const *handled)
+{
+    const char *member;
+    json_t *v;
+    json_object_foreach((json_t *)object, member, v) {
+        bool skip = false;
+        for (int i = 0; handled && handled[i]; i++)
+            skip |= !strcmp(member, handled[i]);
+        char *dotted = tp_xasprintf("%s.%s", key, member);
+        if (!skip && !model_or_plan_reads(k, dotted) && !json_is_null(v) && !is_neutral(find_math_key(member), v)) {
+            char *value = json_text(v);
+            tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, key), "hf-key",
+                                     "%s sets %s to %s, and %s does not read it", k->c->hf_path, dotted, value,
+                                     k->model_path);
+            tp_diag_help(g, "use a model file that reads it with hf(\"%s\", ...), or remove it from %s "
+                            "if the checkpoint does not use it", dotted, k->c->hf_path);
+            free(value);
+        }
+        free(dotted);
+    }
+}
+
+/* layer_types (transformers 5 writes it for Qwen2 and Qwen3): each layer's
+ * attention. "full_attention" is what the model files compute; a
+ * "sliding_attention" layer is too while its window masks nothing. */
+static void check_layer_types(const hf_check *k, const json_t *v)
+{
+    const json_t *window = json_object_get(k->json, "sliding_window");
+    int64_t seq = 0;
+    bool window_harmless = window_masks_nothing(k, window, &seq);
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const char *type = json_string_value(json_array_get(v, i));
+        if (type && (!strcmp(type, "full_attention") || (!strcmp(type, "sliding_attention") && window_harmless)))
+            continue;
+        char *what = json_text(json_array_get(v, i));
+        tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, "layer_types"), "hf-key",
+                                 "%s: layer_types[%zu] is %s, and %s computes full causal attention in every layer",
+                                 k->c->hf_path, i, what, k->model_path);
+        if (type && !strcmp(type, "sliding_attention"))
+            tp_diag_help(g, "that layer's sliding_window is below seq %lld: compile with a seq no longer "
+                            "than the window", (long long)seq);
+        else
+            tp_diag_help(g, "use a model file that computes it");
+        free(what);
+        return;
+    }
+    if (!json_is_array(v))
+        tp_diag_add(k->c->diags, TP_ERROR, key_span(k, "layer_types"), "hf-key",
+                    "%s: layer_types must be a list of strings", k->c->hf_path);
+}
+
+/* rope_parameters (transformers 5) in a model file that reads no RoPE
+ * value: only plain RoPE at HF's default theta computes what it computes. */
+static void check_rope_parameters(const hf_check *k, const json_t *v)
+{
+    static const char *const handled[] = {"rope_type", "type", "rope_theta", NULL};
+    const json_t *theta = json_object_get(v, "rope_theta");
+    check_rope_scaling(k, "rope_parameters", v);
+    check_members(k, "rope_parameters", v, handled);
+    if (theta && !(json_is_number(theta) && json_number_value(theta) == 10000.0)) {
+        char *value = json_text(theta);
+        tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, "rope_parameters"), "hf-key",
+                                 "%s sets rope_parameters.rope_theta to %s, and %s does not read it",
+                                 k->c->hf_path, value, k->model_path);
+        tp_diag_help(g, "use a model file that reads it with hf(\"rope_parameters.rope_theta\", ...)");
+        free(value);
+    }
 }
 
 static void check_math_key(const hf_check *k, const char *key, const json_t *v, const struct math_key *m)
@@ -419,14 +513,19 @@ static void check_math_key(const hf_check *k, const char *key, const json_t *v, 
         check_sliding_window(k, v);
         return;
     }
-    if (!strcmp(key, "rope_scaling")) {
-        check_rope_scaling(k, v);
+    if (!strcmp(key, "layer_types")) {
+        check_layer_types(k, v);
         return;
     }
-    json_t *neutral = m->neutral ? json_loads(m->neutral, JSON_DECODE_ANY, NULL) : NULL;
-    bool harmless = neutral && json_same(v, neutral);
-    json_decref(neutral);
-    if (harmless)
+    if (!strcmp(key, "rope_scaling")) {
+        check_rope_scaling(k, key, v);
+        return;
+    }
+    if (!strcmp(key, "rope_parameters")) {
+        check_rope_parameters(k, v);
+        return;
+    }
+    if (is_neutral(m, v))
         return;
     char *value = json_text(v);
     tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, key), "hf-key",
@@ -440,11 +539,29 @@ static void check_math_key(const hf_check *k, const char *key, const json_t *v, 
     free(value);
 }
 
+/* transformers 5 takes rope_scaling over rope_parameters when a config.json
+ * gives both (convert_rope_params_to_dict), dropping rope_parameters'
+ * rope_theta; the model files read rope_parameters first. */
+static void check_one_rope_spelling(const hf_check *k)
+{
+    const json_t *scaling = json_object_get(k->json, "rope_scaling");
+    if (!json_is_object(json_object_get(k->json, "rope_parameters")) || !scaling || json_is_null(scaling))
+        return;
+    tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, "rope_scaling"), "hf-key",
+                             "%s gives both rope_scaling and rope_parameters: transformers takes rope_scaling "
+                             "and drops rope_parameters (its rope_theta included)", k->c->hf_path);
+    tp_diag_help(g, "keep one: rope_parameters, as transformers 5 saves it, or rope_scaling and rope_theta");
+}
+
 static void check_key(const hf_check *k, const char *key, const json_t *v)
 {
-    if (!strcmp(key, "architectures") || !strcmp(key, "model_type") ||   /* checked above */
-        file_reads(k->model_ast, key) || file_reads(k->plan_ast, key))
+    if (!strcmp(key, "architectures") || !strcmp(key, "model_type"))   /* checked above */
         return;
+    if (model_or_plan_reads(k, key)) {
+        if (json_is_object(v))
+            check_members(k, key, v, NULL);
+        return;
+    }
     const tp_node *want = required_value(k, key);
     if (want) {
         check_required(k, key, v, want);
@@ -480,6 +597,7 @@ static void check_keys(const hf_check *k)
     for (i = 0; i < n; i++)
         check_key(k, keys[i], json_object_get(k->json, keys[i]));
     free(keys);
+    check_one_rope_spelling(k);
 }
 
 bool tp_hf_check_config(tp_config *c, tp_sources *src, const tp_node *model_ast,
@@ -498,14 +616,26 @@ bool tp_hf_check_config(tp_config *c, tp_sources *src, const tp_node *model_ast,
     return true;
 }
 
+/* The key an hf() chain reads its value from: hf("a", hf("b", default))
+ * reads a, else b; NULL when config.json gives neither (or null). */
+static const char *chain_key(const tp_config *c, const tp_node *e, const json_t **value)
+{
+    for (const char *key = tp_config_hf_key(e); key; e = e->kids[2]->kids[0], key = tp_config_hf_key(e)) {
+        *value = tp_config_hf_lookup(c, key);
+        if (*value && !json_is_null(*value))
+            return key;
+    }
+    return NULL;
+}
+
 void tp_hf_check_overrides(tp_config *c, const tp_node *plan_block)
 {
     for (int i = 0; c->hf_json && i < plan_block->nkids; i++) {
         const tp_node *a = plan_block->kids[i];
         const tp_cfg_entry *e = tp_config_entry(c, a->kind == N_ASSIGN ? a->name : "");
-        const char *key = e && e->origin == TP_CFG_MODEL ? tp_config_hf_key(e->expr) : NULL;
-        const json_t *v = key ? json_object_get(c->hf_json, key) : NULL;
-        if (!v || json_is_null(v))
+        const json_t *v = NULL;
+        const char *key = e && e->origin == TP_CFG_MODEL ? chain_key(c, e->expr, &v) : NULL;
+        if (!key)
             continue;
         char *value = json_text(v), *plan = tp_expr_text(a->kids[0]);
         tp_diag *g = tp_diag_add(c->diags, TP_WARNING, a->span, "config-override",

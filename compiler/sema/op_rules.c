@@ -26,7 +26,7 @@ typedef struct op_rule {
 
 static const char *const rope_kw[] = {"theta", "scaling", "factor", "low_freq_factor", "high_freq_factor",
                                       "original_max_position_embeddings", "partial_rotary_factor", NULL};
-static const char *const attention_kw[] = {"causal", NULL};
+static const char *const attention_kw[] = {"causal", "sliding_window", NULL};
 
 /* rope() without theta=: Hugging Face's default rope_theta (LlamaConfig,
  * Qwen2Config). Model files pass theta= from their config. */
@@ -569,6 +569,35 @@ static bool causal_only(interp *I, const tp_node *call, char **kwnames, iv *kwar
     return true;
 }
 
+/* attention(..., sliding_window=W): position i attends to positions
+ * j > i - W (Hugging Face's sliding_window_overlay). A window of at least
+ * the sequence length masks nothing; a shorter one would, and the runtime's
+ * attention has no window, so it is an error rather than other logits. */
+static bool window_covers_seq(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw,
+                              const tp_val *q)
+{
+    const iv *w = kwarg("sliding_window", kwnames, kwargs, nkw);
+    if (!w)
+        return true;
+    const tp_node *at = tp_call_kw_arg(call, "sliding_window");
+    if (w->kind != IV_INT || w->i <= 0) {
+        tp_diag_add(I->d, TP_ERROR, at->span, "model", "attention(): sliding_window must be a positive integer");
+        I->stop = true;
+        return false;
+    }
+    int64_t seq = q->rank > 1 ? q->shape[1] : 0;
+    if (w->i >= seq)
+        return true;
+    tp_diag *g = tp_diag_add(I->d, TP_ERROR, at->span, "model",
+                             "attention(): sliding_window %lld is below seq %lld: each position attends to only "
+                             "the last %lld positions, and tpcc's attention attends to all of them",
+                             (long long)w->i, (long long)seq, (long long)w->i);
+    tp_diag_help(g, "compile with -D seq=%lld or less: sliding-window attention is not supported yet",
+                 (long long)w->i);
+    I->stop = true;
+    return false;
+}
+
 iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int nargs, char **kwnames, iv *kwargs,
                int nkw)
 {
@@ -591,7 +620,8 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
     if (r->lowers_to == TP_OP_ROPE)
         tp_grown_meet_rope(I, x, span);
     if (!strcmp(name, "attention"))
-        return tensor_iv(attention(I, x, args[1].t, args[2].t, span));
+        return window_covers_seq(I, call, kwnames, kwargs, nkw, x) ? tensor_iv(attention(I, x, args[1].t, args[2].t, span))
+                                                                   : none_iv;
     if (!strcmp(name, "cross_entropy"))
         return tensor_iv(cross_entropy(I, x, args[1].t, span));
     if (!r->linear)
@@ -910,6 +940,13 @@ static tp_val *norm_forward(interp *I, tp_module *mod, tp_val **xp, tp_span span
     tp_val *x = *xp;
     int last = x->rank - 1;
     const tp_style *s = mod->style;
+    int64_t features = tp_module_param(mod, "weight")->shape[0];
+    if (x->shape[last] != features && !x->poisoned) {
+        /* a norm over head_dim (Qwen3's q_norm) meets [b, s, heads, head_dim]: the last dim is the one */
+        tp_diag_add(I->d, TP_ERROR, span, "model", "'%s' (%s) normalises %lld features, gets %lld (dimension %d, %s)",
+                    mod->fqn, mod->type, (long long)features, (long long)x->shape[last], last, x->dimname[last]);
+        I->stop = true;
+    }
     if (!s || s->kind != TP_STYLE_SEQUENCE) {
         if (plain_module_gets_dtensor(I, mod, x, span)) {
             tp_val *r = tp_val_copy(I, x);

@@ -634,10 +634,19 @@ TEST(CliHfArchitecture, SuggestsTheShippedModelThatImplementsIt)
 
 TEST(CliHfArchitecture, UnimplementedFamilyAsksForAModelFile)
 {
+    Proc r = run({"--check", "--hf-config", fixture("falcon.config.json"), kClean});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "is a FalconForCausalLM (model_type 'falcon')")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "write a model file for it")) << r.describe();
+}
+
+TEST(CliHfArchitecture, AnotherShippedFamilyIsNamed)
+{
     Proc r = run({"--check", "--hf-config", fixture("mistral.config.json"), kClean});
     EXPECT_EQ(r.code(), 1) << r.describe();
     EXPECT_TRUE(contains(r.err, "is a MistralForCausalLM (model_type 'mistral')")) << r.describe();
-    EXPECT_TRUE(contains(r.err, "write a model file for it")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "models/mistral.model implements MistralForCausalLM: name it in the plan's model line"))
+        << r.describe();
 }
 
 TEST(CliHfArchitecture, RealQwen2ConfigDividesAsPublished)

@@ -784,6 +784,32 @@ TEST(ConfigHf, ModelDirectoryMeansItsConfigJson)
     EXPECT_EQ(c.value("kv_heads"), 4);
 }
 
+// Mistral's sliding_window defaults to 4096 when absent, and null turns it
+// off: null= gives what Hugging Face makes of a JSON null.
+TEST(ConfigHf, NullTakesTheNullValueAndAbsenceTheDefault)
+{
+    Cfg c;
+    char err[512] = "";
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), err, sizeof err), 0) << err;
+    c.bind(R"(config {
+        seq = 2048
+        window = hf("head_dim", 4096, null=seq)
+        absent = hf("sliding_window", 4096, null=seq)
+        present = hf("num_attention_heads", 4096, null=seq, standalone=1)
+    })", TP_CFG_MODEL);
+    EXPECT_EQ(c.value("window"), 2048) << "head_dim is null in the fixture";
+    EXPECT_EQ(c.value("absent"), 4096);
+    EXPECT_EQ(c.value("present"), 16);
+    EXPECT_EQ(c.diags.count, 0) << c.messages();
+}
+
+TEST(ConfigHf, KeywordsAreStandaloneAndNullOnce)
+{
+    Cfg c;
+    c.bind("config { x = hf(\"a\", 1, null=2, null=3) }", TP_CFG_MODEL);
+    c.expect_error("x", "hf() takes a key string, Hugging Face's default and optionally");
+}
+
 TEST(ConfigHf, StandaloneMustBeTheThirdArgument)
 {
     Cfg c;

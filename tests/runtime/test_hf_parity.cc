@@ -1,6 +1,8 @@
 // tprun against transformers itself: tests/fixtures/hf/<name>/ holds a tiny
-// random LlamaForCausalLM, Qwen2ForCausalLM or Phi3ForCausalLM, its hub-style config.json
-// (RoPE scaling included), tokens and the logits transformers computed
+// random LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
+// Qwen3ForCausalLM or Phi3ForCausalLM, its hub-style config.json (RoPE
+// scaling included) or the one transformers 5 saves, tokens and the logits
+// transformers computed
 // (tools/hf_fixtures.py). tpcc compiles the family's shipped plan from that
 // config.json, tprun runs the checkpoint, and the logits must match within
 // 1e-4. No PyTorch needed.
@@ -33,9 +35,9 @@ struct Case {
 
 void PrintTo(const Case &c, std::ostream *os) { *os << c.name << " tp=" << c.tp; }
 
-// tp 4 needs kv heads divisible by 4: only the multi-head config has 4 (its
+// tp 4 needs kv heads divisible by 4: the multi-head Llama config has 4 (its
 // config.json has no num_key_value_heads: transformers' default, the head
-// count, applies)
+// count, applies), and so do mistral-kv4 and qwen3-bias-tied
 const Case kCases[] = {
     {"llama2-gqa", "plans/llama-sp.plan", 1},    {"llama2-gqa", "plans/llama-sp.plan", 2},
     {"llama3-scaled", "plans/llama-sp.plan", 1}, {"llama3-scaled", "plans/llama-sp.plan", 2},
@@ -45,6 +47,19 @@ const Case kCases[] = {
     {"tied", "plans/llama-sp.plan", 2},          {"qwen2-gqa", "plans/qwen2-sp.plan", 1},
     {"qwen2-gqa", "plans/qwen2-sp.plan", 2},     {"qwen2-tied", "plans/qwen2-sp.plan", 1},
     {"qwen2-tied", "plans/qwen2-sp.plan", 2},
+    // Mistral (theta 1e6, eps 1e-5, random norm weights): 2 kv heads, and 4
+    // kv heads of 8 heads for tp 4
+    {"mistral-gqa", "plans/mistral-sp.plan", 1}, {"mistral-gqa", "plans/mistral-sp.plan", 2},
+    {"mistral-kv4", "plans/mistral-sp.plan", 1}, {"mistral-kv4", "plans/mistral-sp.plan", 2},
+    {"mistral-kv4", "plans/mistral-sp.plan", 4},
+    // Qwen3: q_norm/k_norm over head_dim 16 (not hidden / heads) with random
+    // weights; and with attention_bias, 4 kv heads and tied embeddings
+    {"qwen3-gqa", "plans/qwen3-sp.plan", 1}, {"qwen3-gqa", "plans/qwen3-sp.plan", 2},
+    {"qwen3-bias-tied", "plans/qwen3-sp.plan", 1}, {"qwen3-bias-tied", "plans/qwen3-sp.plan", 2},
+    {"qwen3-bias-tied", "plans/qwen3-sp.plan", 4},
+    // the config.json transformers 5 saves (rope_parameters, layer_types)
+    {"llama3-scaled-saved", "plans/llama-sp.plan", 1}, {"llama3-scaled-saved", "plans/llama-sp.plan", 2},
+    {"qwen2-gqa-saved", "plans/qwen2-sp.plan", 2}, {"mistral-gqa-saved", "plans/mistral-sp.plan", 2},
     // fused qkv_proj / gate_up_proj under packed_colwise; partial rotary
     {"phi3-gqa", "plans/phi3-sp.plan", 1},       {"phi3-gqa", "plans/phi3-sp.plan", 2},
     {"phi3-partial", "plans/phi3-sp.plan", 1},   {"phi3-partial", "plans/phi3-sp.plan", 2},
