@@ -110,7 +110,7 @@ CONFIGS = {
 # head_dim, layer_types, dtype. Weights, tokens and logits equal the
 # hub-style fixture's (the same seed and config).
 SAVED_BY_TRANSFORMERS = {"llama3-scaled-saved": "llama3-scaled", "qwen2-gqa-saved": "qwen2-gqa",
-                         "mistral-gqa-saved": "mistral-gqa"}
+                         "mistral-gqa-saved": "mistral-gqa", "phi3-partial-saved": "phi3-partial"}
 for saved, hub_style in SAVED_BY_TRANSFORMERS.items():
     CONFIGS[saved] = CONFIGS[hub_style]
 

@@ -692,25 +692,24 @@ TEST(CliHfKeys, RopeScalingIsReadAndAnUnsupportedTypeIsAnError)
     EXPECT_TRUE(contains(yarn.err, "1 error generated.")) << "the other keys are read or harmless\n" << yarn.describe();
 }
 
-// Phi-3-mini-4k's published config: every key read or understood; its
-// sliding window (2047) is below the default seq, and it checks clean
-// below it at tp 2, 4 and 8. Phi-3's longrope scaling is refused by name.
-TEST(CliHfKeys, Phi3ChecksCleanBelowItsWindowAndLongropeIsAnError)
+// Phi-3's longrope scaling (Phi-3-mini-128k; the legacy su) is not
+// computed: its factor lists are keys phi3.model does not read, and the type
+// alone is refused by rope().
+TEST(CliHfKeys, Phi3LongropeIsAnError)
 {
     const std::string plan = source_path("plans/phi3-sp.plan");
-    std::string cfg = fixture("phi3-mini-4k.config.json");
-    for (const char *tp : {"2", "4", "8"}) {
-        Proc r = run({"--check", "--hf-config", cfg, plan, "-D", std::string("tp=") + tp, "-D", "seq=2040"});
-        EXPECT_EQ(r.code(), 0) << "tp=" << tp << "\n" << r.describe();
-        EXPECT_EQ(r.err, "") << r.describe();
-    }
-    Proc window = run({"--check", "--hf-config", cfg, plan});
-    EXPECT_EQ(window.code(), 1) << window.describe();
-    EXPECT_TRUE(contains(window.err, "sets sliding_window 2047, below seq 2048")) << window.describe();
-    Proc longrope = run({"--check", "--hf-config", fixture("phi3-longrope.config.json"), plan});
-    EXPECT_EQ(longrope.code(), 1) << longrope.describe();
-    EXPECT_TRUE(contains(longrope.err, "unsupported rope_scaling type 'longrope'")) << longrope.describe();
-    EXPECT_TRUE(contains(longrope.err, "1 error generated.")) << longrope.describe();
+    Proc lists = run({"--check", "--hf-config", fixture("phi3-longrope.config.json"), plan});
+    EXPECT_EQ(lists.code(), 1) << lists.describe();
+    EXPECT_TRUE(contains(lists.err, "sets rope_scaling.long_factor to ")) << lists.describe();
+    EXPECT_TRUE(contains(lists.err, "sets rope_scaling.short_factor to ")) << lists.describe();
+    TempDir dir;
+    std::string su = slurp(fixture("published/phi-3-mini-4k-instruct/config.json"));
+    size_t at = su.find("\"rope_scaling\": null");
+    ASSERT_NE(at, std::string::npos);
+    su.replace(at, 20, "\"rope_scaling\": {\"type\": \"su\"}");
+    Proc type = run({"--check", "--hf-config", dir.write("config.json", su), plan, "-D", "seq=2040"});
+    EXPECT_EQ(type.code(), 1) << type.describe();
+    EXPECT_TRUE(contains(type.err, "RoPE scaling \"su\" is not supported")) << type.describe();
 }
 
 TEST(CliHfKeys, KeysThatChangeTheMathAreErrors)

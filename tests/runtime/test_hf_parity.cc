@@ -64,7 +64,7 @@ const Case kCases[] = {
     {"phi3-gqa", "plans/phi3-sp.plan", 1},       {"phi3-gqa", "plans/phi3-sp.plan", 2},
     {"phi3-partial", "plans/phi3-sp.plan", 1},   {"phi3-partial", "plans/phi3-sp.plan", 2},
     {"phi3-mha", "plans/phi3-sp.plan", 1},       {"phi3-mha", "plans/phi3-sp.plan", 2},
-    {"phi3-mha", "plans/phi3-sp.plan", 4},
+    {"phi3-mha", "plans/phi3-sp.plan", 4},       {"phi3-partial-saved", "plans/phi3-sp.plan", 2},
 };
 
 class HfParity : public ::testing::TestWithParam<Case> {};
