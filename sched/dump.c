@@ -349,6 +349,9 @@ static void print_weights(const json_t *weights, FILE *out)
                 json_int_t len = json_integer_value(json_object_get(r, "length"));
                 fprintf(out, " [%" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT ")", off, off + len);
             }
+            const json_t *replicas = json_object_get(slice, "replicas");
+            if (json_is_integer(replicas))
+                fprintf(out, "  (shared by %" JSON_INTEGER_FORMAT " ranks)", json_integer_value(replicas));
         } else {
             fprintf(out, "full");
         }

@@ -61,6 +61,10 @@ typedef struct tp_ir_param {
     int64_t logical[2];               /* as in the checkpoint */
     tp_placement pl;                  /* Replicate or Shard(d) of the parameter */
     int64_t local[2];                 /* local shape */
+    /* consecutive ranks holding the same slice (a kv head replicated over
+     * tp / kv_heads ranks); 0 or 1: every rank its own. `shape` then counts
+     * each replica: the checkpoint's dimension is shape / replicas */
+    int64_t replicas;
     /* packed: rank r holds chunk r of each of these ranges of pl.dim, one
      * after another (a fused projection under packed_colwise); 0: one chunk */
     int nsegments;

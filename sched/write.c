@@ -67,7 +67,7 @@ typedef struct writer {
 typedef struct span {
     size_t at, len;
     size_t hole, hole_len;  /* hole == NO_HOLE: no rank-dependent field */
-    int64_t mul;
+    int64_t div, mul;       /* the field is (rank / div) * mul */
 } span;
 
 #define NO_HOLE SIZE_MAX
@@ -150,21 +150,25 @@ static void put_bool(writer *w, bool v)
         PUT(w, "false");
 }
 
-/* The one field of a weight or op that differs between ranks: rank * mul.
- * While rank 0 is recorded, notes where it is. */
-static void put_ranked(writer *w, int64_t rank, int64_t mul)
+/* The one field of a weight or op that differs between ranks:
+ * (rank / div) * mul, div consecutive ranks sharing a value. While rank 0
+ * is recorded, notes where it is. */
+static void put_ranked_div(writer *w, int64_t rank, int64_t div, int64_t mul)
 {
     span *s = w->rec;
     size_t before = w->out.len;
-    put_int(w, rank * mul);
+    put_int(w, rank / div * mul);
     if (!s)
         return;
     if (s->hole != NO_HOLE)
         w->replay_ok = false;   /* a second one: write every rank in full */
     s->hole = before - s->at;
     s->hole_len = w->out.len - before;
+    s->div = div;
     s->mul = mul;
 }
+
+static void put_ranked(writer *w, int64_t rank, int64_t mul) { put_ranked_div(w, rank, 1, mul); }
 
 /* ---- strings ---- */
 
@@ -379,7 +383,8 @@ static void check_ir(writer *w)
 
 /* Columns of the logits that are real vocabulary: from the op that
  * consumes them, else the rows of the checkpoint weight that produced
- * them. 0 when neither is known. */
+ * them, followed back through the layout changes (a gathered lm_head
+ * output) and in-place ops (its bias). 0 when neither is known. */
 static int64_t logits_vocab(const tp_ir *ir)
 {
     int lr = root_of(ir, ir->logits_buf);
@@ -389,10 +394,17 @@ static int64_t logits_vocab(const tp_ir *ir)
             root_of(ir, op->in[0]) == lr && op->vocab_logical > 0)
             return op->vocab_logical;
     }
-    for (int i = 0; i < ir->nops; i++) {
+    for (int i = ir->nops - 1; i >= 0; i--) {
         const tp_ir_op *op = &ir->ops[i];
-        if (!op->dead && op->out >= 0 && root_of(ir, op->out) == lr && op->weight >= 0)
+        if (op->dead || op->out < 0 || root_of(ir, op->out) != lr)
+            continue;
+        if (op->weight >= 0)
             return ir->params[op->weight].logical[0];
+        bool in_place = op->nin > 0 && root_of(ir, op->in[0]) == lr;
+        bool moved = op->nin > 0 && (tp_op_is_collective(op->kind) || op->kind == TP_OP_SLICE || op->kind == TP_OP_SCALE);
+        if (!in_place && !moved)
+            return 0;
+        lr = root_of(ir, op->in[0]);
     }
     return 0;
 }
@@ -532,11 +544,14 @@ static void put_buffers(writer *w)
 static void put_weight(writer *w, const tp_ir_param *ip, int64_t rank)
 {
     tp_placement pl = tp_placement_norm(ip->pl, ip->rank);
+    int64_t replicas = ip->replicas > 1 ? ip->replicas : 1, shape[2] = {ip->shape[0], ip->shape[1]};
     char buf[24];
+    if (pl.kind == TP_SHARD)
+        shape[pl.dim] /= replicas;   /* the checkpoint's extent: replicas share their slice */
     PUT(w, "{\"name\": ");
     put_str(w, ip->name);
     PUT(w, ", \"shape\": ");
-    put_ints(w, ip->shape, ip->rank);
+    put_ints(w, shape, ip->rank);
     PUT(w, ", \"logical_shape\": ");
     put_ints(w, ip->logical, ip->rank);
     PUT(w, ", \"dtype\": ");
@@ -565,9 +580,13 @@ static void put_weight(writer *w, const tp_ir_param *ip, int64_t rank)
         PUT(w, ", \"slice\": {\"dim\": ");
         put_int(w, pl.dim);
         PUT(w, ", \"offset\": ");
-        put_ranked(w, rank, ip->local[pl.dim]);
+        put_ranked_div(w, rank, replicas, ip->local[pl.dim]);
         PUT(w, ", \"length\": ");
         put_int(w, ip->local[pl.dim]);
+        if (replicas > 1) {
+            PUT(w, ", \"replicas\": ");
+            put_int(w, replicas);
+        }
         PUT(w, "}}");
     } else {
         PUT(w, ", \"slice\": null}");
@@ -701,7 +720,7 @@ static void replay_item(writer *w, const span *s, int64_t rank)
     }
     memcpy(w->out.data + w->out.len, w->out.data + s->at, s->hole);
     w->out.len += s->hole;
-    put_int(w, rank * s->mul);
+    put_int(w, rank / s->div * s->mul);
     size_t rest = s->hole + s->hole_len;
     memcpy(w->out.data + w->out.len, w->out.data + s->at + rest, s->len - rest);
     w->out.len += s->len - rest;

@@ -73,7 +73,7 @@ mkdir -p "$work"
 # Is a GPU usable? tprun says why not.
 "$tpcc" "$plan" -o "$work/probe.sched" -D vocab=256 -D hidden=64 -D layers=1 -D heads=8 -D kv_heads=4 -D ffn=128 \
     -D seq=16 -D batch=1 -D tp=1 >/dev/null
-if ! probe=$("$tprun" "$work/probe.sched" --backend cuda -q 2>&1); then
+if ! probe=$("$tprun" "$work/probe.sched" --backend cuda --labels tokens -q 2>&1); then
     echo "bench_gpu: $probe" >&2
     exit 1
 fi
@@ -137,7 +137,7 @@ print(math.prod(next(b for b in json.load(open(sys.argv[1]))["buffers"] if b["na
         times=()
         for ((r = 0; r < runs; r++)); do
             prof="$work/profile-$dt-tp$tp-$r.json"
-            args=("$sched" --backend cuda --profile-json "$prof" -q)
+            args=("$sched" --backend cuda --labels tokens --profile-json "$prof" -q)
             [[ "$tp" -gt 1 ]] && args=(-n "$tp" "${args[@]}")
             if ! CUDA_MODULE_LOADING=EAGER "$tprun" "${args[@]}"; then
                 echo "bench_gpu: tprun failed (dtype $dt, tp $tp)" >&2

@@ -175,7 +175,7 @@ for pname, plan in plans:
         prof = os.path.join(work, tag + ".profile.json")
         trace = os.path.join(work, tag + ".trace.json")
         cmd = [tprun] + (["-n", str(ranks)] if ranks > 1 else []) + [
-            "--threads", str(threads), "-q", "--profile-json", prof, "--trace", trace, path]
+            "--threads", str(threads), "--labels", "tokens", "-q", "--profile-json", prof, "--trace", trace, path]
         rank_flops = [flops_of(matmuls(sched, r)) for r in range(sched["world_size"])]
         configs.append(dict(plan=pname, tp=tp, ranks=ranks, threads=threads, cmd=cmd, prof=prof, trace=trace,
                             env=blas_env(threads), sched=sched, rank_flops=rank_flops,

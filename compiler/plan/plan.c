@@ -18,7 +18,10 @@ static const char *const style_names[] = {
 };
 #define NSTYLES ((int)(sizeof style_names / sizeof *style_names))
 
-/* Keyword arguments each constructor accepts, as in PyTorch 2.15. */
+/* Keyword arguments each constructor accepts, as in PyTorch 2.15, and
+ * tpcc's own `tpcc_` options, which PyTorch does not have. */
+static const char *const colwise_kw[] = {"input_layouts", "output_layouts", "use_local_output",
+                                         "tpcc_replicate_heads", NULL};
 static const char *const colrow_kw[] = {"input_layouts", "output_layouts", "use_local_output", NULL};
 static const char *const seq_kw[] = {"sequence_dim", "use_local_output", NULL};
 static const char *const pin_kw[] = {"input_layouts", "desired_input_layouts", "input_kwarg_layouts",
@@ -28,7 +31,7 @@ static const char *const pinout_kw[] = {"input_layouts", "desired_input_layouts"
                                         "desired_input_kwarg_layouts", "use_local_input",
                                         "output_layouts", "desired_output_layouts", "use_local_output", NULL};
 static const char *const *const style_kw[] = {
-    [TP_STYLE_COLWISE] = colrow_kw, [TP_STYLE_ROWWISE] = colrow_kw, [TP_STYLE_SEQUENCE] = seq_kw,
+    [TP_STYLE_COLWISE] = colwise_kw, [TP_STYLE_ROWWISE] = colrow_kw, [TP_STYLE_SEQUENCE] = seq_kw,
     [TP_STYLE_PREPARE_INPUT] = pin_kw, [TP_STYLE_PREPARE_OUTPUT] = pout_kw,
     [TP_STYLE_PREPARE_INPUT_OUTPUT] = pinout_kw,
 };
@@ -249,6 +252,21 @@ static bool check_keywords(reader *r, const tp_node *call, tp_style_kind k)
     return ok;
 }
 
+/* ColwiseParallel(tpcc_replicate_heads=kv_heads): the projection's output
+ * is that many heads, and where tp exceeds them each head is replicated
+ * over tp / heads ranks, as Megatron and vLLM do with kv heads
+ * (sema/params.c). */
+static bool read_replicate_heads(reader *r, const tp_node *e, int64_t *heads)
+{
+    if (!tp_eval_int(r->c, e, heads))
+        return false;
+    if (*heads < 1) {
+        bad(r, e, "plan", "tpcc_replicate_heads takes the number of heads the projection's output holds (at least 1)");
+        return false;
+    }
+    return true;
+}
+
 static tp_style *read_style(reader *r, const tp_node *call)
 {
     const char *fn = tp_call_name(call);
@@ -282,6 +300,8 @@ static tp_style *read_style(reader *r, const tp_node *call)
         if ((e = tp_call_kw(call, "output_layouts")) && e->kind != N_NONE)
             ok &= read_placement(r, e, false, &s->output);
         s->use_local_output = read_bool(r, call, "use_local_output", true);
+        if ((e = tp_call_kw(call, "tpcc_replicate_heads")))
+            ok &= read_replicate_heads(r, e, &s->replicate_heads);
         break;
     case TP_STYLE_SEQUENCE: {
         int64_t d = 1;

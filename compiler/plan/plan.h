@@ -57,6 +57,10 @@ typedef struct tp_style {
      * PyTorch's defaults where not given. */
     tp_io_layout input, output;
     bool use_local_output;
+    /* ColwiseParallel(tpcc_replicate_heads=H), not PyTorch's: the output
+     * holds H heads, each replicated over tp / H ranks when tp > H; 0 when
+     * not given */
+    int64_t replicate_heads;
     /* Hugging Face's "packed_colwise": ColwiseParallel's hooks, each segment
      * of the Linear's packed= output sharded separately */
     bool packed;

@@ -14,7 +14,8 @@ typedef struct tp_val {
     tp_placement pl;              /* the truth: what each rank holds */
     bool dtensor;                 /* DTensor, or plain torch.Tensor */
     bool poisoned;                /* derived from a reported error: stay quiet */
-    bool is_index;                /* token ids / labels */
+    bool is_index;                /* token ids / labels / positions */
+    bool is_position;             /* positions (positions(), arange()): not token ids */
     tp_span span;                 /* model expression that produced it */
     tp_module *producer;          /* module whose output it is (NULL: an op) */
     const tp_style *shard_cause;  /* plan entry whose sharding it inherits */
@@ -123,6 +124,9 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
 iv tp_op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b);
 iv tp_leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span call_span);
 
+/* the root forward's result: the loss, or the logits (outputs.c) */
+void tp_model_output(interp *I, iv out, tp_span span);
+
 /* split() and chunk() (split.c) */
 bool tp_split_is(const char *name);
 /* call is the N_CALL; x its first argument, evaluated. Returns IV_TUPLE. */
@@ -132,6 +136,9 @@ void tp_packed_misuse(interp *I, tp_val *x, const char *what, tp_span span);
 
 /* parameters (params.c) */
 tp_placement tp_param_placement(const tp_param *prm);
+/* ranks that hold each slice of prm: tp / H under tpcc_replicate_heads=H
+ * at tp > H, else 1 */
+int64_t tp_head_replicas(const interp *I, const tp_param *prm);
 void tp_check_params(interp *I);
 
 /* fix-its on the plan (fixit_plan.c) */

@@ -115,7 +115,8 @@ static void report_relabel(interp *I, const tp_val *x, tp_io_layout label, const
         g = tp_finding(I, TP_ERROR, at, "relabel", x, NULL,
                        "%s labels %s as %s, but it is a plain tensor holding the full %s on every rank: "
                        "PyTorch assumes it is already sharded, so dimension %d (%s) grows from %lld to %lld",
-                       what, x->is_index ? "the token ids" : "its input", lab, x->is_index ? "ids" : "tensor",
+                       what, x->is_position ? "the positions" : x->is_index ? "the token ids" : "its input", lab,
+                       x->is_position ? "positions" : x->is_index ? "ids" : "tensor",
                        L.dim, x->dimname[L.dim], (long long)x->shape[L.dim], (long long)(x->shape[L.dim] * I->tp));
         if (g)
             track_growth(I, g, x, L.dim);
@@ -133,7 +134,9 @@ static void report_relabel(interp *I, const tp_val *x, tp_io_layout label, const
     if (x->span.file >= 0 && x->producer)
         tp_diag_note_at(g, x->span, "the tensor is produced here by '%s'", x->producer->fqn);
     else if (x->span.file >= 0)
-        tp_diag_note_at(g, x->span, "%s here", x->is_index ? "the token ids enter the model" : "the tensor is produced");
+        tp_diag_note_at(g, x->span, "%s here", x->is_position ? "the positions are computed"
+                                               : x->is_index  ? "the token ids enter the model"
+                                                              : "the tensor is produced");
     if (site.file >= 0)
         tp_diag_note_at(g, site, "and labelled here, when '%s' is called", tp_cur_fqn(I));
     if (label.node && !tp_placement_is_partial(T)) {

@@ -581,22 +581,34 @@ static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwn
         /* a list has no hooks of its own: its modules' rows say it all. The
          * largest list holds the transformer layers: the report's bound is
          * per layer, on the size of what flows between them. */
-        if (mod->nkids > I->a->graph.nlayers && nargs == 1 && args[0].kind == IV_TENSOR) {
+        if (mod->nkids > I->a->graph.nlayers && nargs >= 1 && args[0].kind == IV_TENSOR) {
             tp_graph *g = &I->a->graph;
             g->nlayers = mod->nkids;
             g->layer_input_elems = elems(args[0].t);
             g->layer_input_rank = args[0].t->rank;
             memcpy(g->layer_input_shape, args[0].t->shape, sizeof g->layer_input_shape);
         }
-        /* a ModuleList applied to x runs its modules in order */
-        if (nargs != 1 || nkw) {
+        /* a ModuleList applied as `for layer in layers: h = layer(h, *rest,
+         * **kw)` (torchtitan's layer(h, freqs_cis), HF's
+         * position_embeddings=): the first argument is threaded from each
+         * module's output to the next one's input, the others reach every
+         * module unchanged, so each layer's hooks check them anew */
+        if (nargs < 1) {
             I->depth--;
             I->cur = outer;
-            return fail(I, site, "a repeat() list is applied to exactly one argument");
+            return fail(I, site, "a repeat() list is applied to the value it threads through its modules, "
+                                 "then any arguments every module takes");
         }
         out = args[0];
-        for (int i = 0; i < mod->nkids && !I->stop; i++)
-            out = call_module(I, mod->kids[i], &out, 1, NULL, NULL, 0, site);
+        for (int i = 0; i < mod->nkids && !I->stop; i++) {
+            /* a module's input hook rewrites its arguments: each gets fresh copies */
+            iv a[TP_MAX_IO * 2], kw[TP_MAX_IO * 2];
+            memcpy(a, args, (size_t)nargs * sizeof *a);
+            for (int k = 0; k < nkw; k++)
+                kw[k] = kwargs[k];
+            a[0] = out;
+            out = call_module(I, mod->kids[i], a, nargs, kwnames, kw, nkw, site);
+        }
     } else {
         int row = tp_record_boundary(I, mod, describe_ivs(args, nargs, kwnames, kwargs, nkw));
         tp_hook_inputs(I, mod, args, nargs, kwnames, kwargs, nkw, site->span);
@@ -660,6 +672,16 @@ static bool make_inputs(interp *I, const tp_node *def, iv *args, int *nargs)
     return true;
 }
 
+/* Where a forward body returns its result (the def when it has no return). */
+static tp_span return_span(const tp_node *def)
+{
+    const tp_node *body = def->kids[def->nkids - 1];
+    for (int i = body->nkids - 1; i >= 0; i--)
+        if (body->kids[i]->kind == N_RETURN)
+            return body->kids[i]->kids[0]->span;
+    return def->span;
+}
+
 void tp_check(tp_model *m, tp_plan *p, tp_config *c, tp_analysis *out)
 {
     interp I = {0};
@@ -684,11 +706,9 @@ void tp_check(tp_model *m, tp_plan *p, tp_config *c, tp_analysis *out)
         tp_diag_add(I.d, TP_ERROR, def->span, "model", "too many model inputs");
     } else if (make_inputs(&I, def, args, &nargs)) {
         tp_node site = {.kind = N_CALL, .span = def->span};
-        iv loss = call_module(&I, m->root, args, nargs, NULL, NULL, 0, &site);
-        if (loss.kind == IV_TENSOR && loss.t->gv >= 0) {
-            out->graph.loss = loss.t->gv;
-            out->graph.values[loss.t->gv].output = true;
-        }
+        iv result = call_module(&I, m->root, args, nargs, NULL, NULL, 0, &site);
+        if (!I.stop)
+            tp_model_output(&I, result, return_span(def));
     }
     tp_findings_finish(&I);
     for (int i = 0; i < I.nvals; i++)

@@ -6,6 +6,7 @@
  * Partial), whether PyTorch's implementation accepts a DTensor and the
  * keyword arguments it takes (its attributes: rope's theta). Shape
  * changes (head split and merge) are small functions. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/front/astutil.h"
@@ -47,6 +48,7 @@ static const op_rule rules[] = {
      "attention over a sequence shard only sees its own keys", TP_OP_ATTENTION, attention_kw},
     {"positions", 1, false, false, {-1}, "layout-mismatch",
      "positions of a sequence shard would restart at 0 on every rank", TP_OP_POSITIONS, NULL},
+    {"arange", 0, false, false, {0}, NULL, NULL, TP_OP_POSITIONS, NULL},
     {"cross_entropy", 2, false, false, {-1}, "loss-parallel",
      "cross-entropy normalises over the whole vocabulary", TP_OP_CROSS_ENTROPY, NULL},
 };
@@ -184,7 +186,15 @@ static tp_val *view_heads(interp *I, tp_val *x, int64_t head_dim, tp_span span)
                                     (long long)((heads % I->tp) * 10 / I->tp));
             if (g && span.file >= 0)
                 tp_diag_note_at(g, span, "the features are split into heads of %lld here", (long long)head_dim);
-            if (g)
+            char count[24];
+            snprintf(count, sizeof count, "%lld", (long long)heads);
+            const char *h = tp_config_has(I->c, hname) ? hname : count;
+            if (g && I->tp % heads == 0)
+                tp_diag_help(g, "use a tp that divides %lld (PyTorch's ColwiseParallel splits whole heads), or replicate "
+                                "each head over tp / %s = %lld ranks, as Megatron and vLLM do with kv heads: "
+                                "ColwiseParallel(tpcc_replicate_heads=%s) on this projection (a tpcc option, not "
+                                "PyTorch's)", (long long)heads, h, (long long)(I->tp / heads), h);
+            else if (g)
                 tp_diag_help(g, "use a tp that divides %lld (PyTorch's ColwiseParallel splits whole heads)", (long long)heads);
             r->poisoned = true;
         }
@@ -425,6 +435,26 @@ static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span 
     return out;
 }
 
+/* arange(n): torch.arange(0, n), the 1-D positions PyTorch's test
+ * Transformer feeds its position embedding. A plain tensor every rank
+ * computes whole; broadcasting lines its dimension 0 up with the sequence
+ * of [batch, seq, hidden], so its Shard(0) is a sequence shard. */
+static iv arange(interp *I, const tp_node *call, iv *args, int nargs)
+{
+    if (nargs != 1 || args[0].kind != IV_INT || args[0].i < 1) {
+        tp_diag_add(I->d, TP_ERROR, call->span, "model", "arange(n) takes one positive integer, the length");
+        I->stop = true;
+        return none_iv;
+    }
+    const tp_node *arg = call->kids[1]->kids[0];
+    const char *name = arg->kind == N_NAME ? tp_intern(I, arg->name) : "";
+    tp_val *out = tp_val_new(I, 1, &args[0].i, &name);
+    out->is_index = out->is_position = true;
+    out->span = call->span;
+    tp_record_op(I, TP_OP_POSITIONS, out, "arange", NULL, NULL, NULL);
+    return tensor_iv(out);
+}
+
 static bool want_tensors(interp *I, const tp_node *call, iv *args, int nargs, int n)
 {
     if (nargs < n) {
@@ -612,6 +642,8 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
                                                        &partial) ||
                                        !rope_scaling_kwargs(I, call, kwnames, kwargs, nkw, &scaling)))
         return none_iv;
+    if (!strcmp(name, "arange"))
+        return arange(I, call, args, nargs);
     if (!want_tensors(I, call, args, nargs, r->ntensors))
         return none_iv;
     for (int i = 0; i < r->ntensors; i++)
@@ -641,7 +673,7 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
     } else {
         out = result_like(I, x, x->rank, x->shape, x->dimname, span);
         if (!strcmp(name, "positions")) {
-            out->is_index = true;
+            out->is_index = out->is_position = true;
             out->dtensor = false;
         }
         /* elementwise and RoPE act independently along heads: keep tracking a gather */

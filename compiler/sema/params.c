@@ -142,11 +142,66 @@ static void check_param_divisible(interp *I, tp_param *prm)
     tp_diag_help(g, "use a tp that divides %lld, or leave '%s' replicated", (long long)n, prm->owner->fqn);
 }
 
+int64_t tp_head_replicas(const interp *I, const tp_param *prm)
+{
+    const tp_style *s = prm->owner->style;
+    if (!s || s->kind != TP_STYLE_COLWISE || !s->replicate_heads || I->tp <= s->replicate_heads ||
+        I->tp % s->replicate_heads)
+        return 1;
+    return I->tp / s->replicate_heads;
+}
+
+/* ColwiseParallel(tpcc_replicate_heads=H) at tp > H: each of the H heads
+ * of the output is replicated over tp / H ranks, as Megatron and vLLM do
+ * with kv heads, so rank r holds head r / (tp / H). The parameters become
+ * the expanded tensor of tp heads (head j is the checkpoint's head
+ * j / (tp / H)), sharded as usual: every layout rule after it sees tp
+ * heads split one per rank, and attention's grouping of query heads on a
+ * rank meets the kv head the checkpoint gives them. The schedule's slice
+ * names the checkpoint rows each rank reads (tp_head_replicas). At
+ * tp <= H the option changes nothing. */
+static bool replicate_heads(interp *I, tp_module *mod)
+{
+    const tp_style *s = mod->style;
+    int64_t heads = s->replicate_heads;
+    if (I->tp <= heads)
+        return true;
+    if (mod->kind != TP_MOD_LINEAR) {
+        tp_diag_add(I->d, TP_ERROR, tp_entry_span(s), "plan",
+                    "tpcc_replicate_heads replicates the heads of a Linear's output; '%s' is a %s", mod->fqn,
+                    mod->type);
+        return false;
+    }
+    if (I->tp % heads) {
+        tp_diag *g = tp_finding(I, TP_ERROR, tp_entry_span(s), "divisibility", NULL, NULL,
+                                "the %lld heads of '%s' cannot be replicated evenly over %lld ranks: each head "
+                                "goes to tp / heads ranks, so tp must be a multiple of %lld",
+                                (long long)heads, mod->fqn, (long long)I->tp, (long long)heads);
+        if (g)
+            tp_diag_help(g, "use a tp that divides %lld or is a multiple of it", (long long)heads);
+        return false;
+    }
+    for (int k = 0; k < mod->nparams; k++) {
+        tp_param *prm = &mod->params[k];
+        if (prm->shape[0] % heads) {
+            tp_diag_add(I->d, TP_ERROR, tp_entry_span(s), "plan",
+                        "tpcc_replicate_heads=%lld: '%s' has %lld output features, not a whole number of %lld heads",
+                        (long long)heads, prm->fqn, (long long)prm->shape[0], (long long)heads);
+            return false;
+        }
+    }
+    for (int k = 0; k < mod->nparams; k++)
+        mod->params[k].shape[0] = mod->params[k].shape[0] / heads * I->tp;
+    return true;
+}
+
 void tp_check_params(interp *I)
 {
     for (int i = 0; i < I->m->count; i++) {
         tp_module *mod = I->m->all[i];
         I->cur = mod;
+        if (mod->style && mod->style->replicate_heads && !replicate_heads(I, mod))
+            continue;
         for (int k = 0; k < mod->nparams; k++) {
             tp_param *prm = &mod->params[k];
             if (prm->tied_to)

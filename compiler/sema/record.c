@@ -51,6 +51,7 @@ int tp_record_param(interp *I, tp_param *p)
     memcpy(ip.shape, p->shape, sizeof ip.shape);
     memcpy(ip.logical, p->logical, sizeof ip.logical);
     ip.pl = tp_placement_norm(tp_param_placement(p), p->rank);
+    ip.replicas = tp_head_replicas(I, p);
     for (int d = 0; d < p->rank; d++)
         ip.local[d] = ip.pl.kind == TP_SHARD && ip.pl.dim == d ? p->shape[d] / I->tp : p->shape[d];
     const tp_module *owner = p->owner;

@@ -150,12 +150,28 @@ static int read_ids(job *j, const char *what, const char *arg, int32_t *dst, int
     return 0;
 }
 
+/* --labels goes with a loss: a schedule that computes one needs them, one
+ * whose model returns only logits has nothing to use them for. */
+static int labels_match_schedule(job *j)
+{
+    const tr_schedule *s = &j->s;
+    if (s->loss >= 0 && !j->o->labels)
+        return fail(j, "%s computes a loss: pass its labels with --labels IDS (or --labels tokens, the input ids)",
+                    j->o->schedule);
+    if (s->loss < 0 && j->o->labels)
+        return fail(j, "--labels: %s computes no loss (its model returns the logits); drop --labels, or compile a "
+                    "model whose forward returns cross_entropy(logits, labels)", j->o->schedule);
+    return 0;
+}
+
 static int read_inputs(job *j)
 {
     const tr_schedule *s = &j->s;
+    int rc = labels_match_schedule(j);
+    if (rc)
+        return rc;
     int64_t n = tr_buf_elems(&s->bufs[s->input_ids]);
     int32_t *ids = tp_xmalloc((size_t)n * sizeof *ids), *labels = tp_xmalloc((size_t)n * sizeof *labels);
-    int rc = 0;
     if (j->o->tokens) {
         rc = read_ids(j, "--tokens", j->o->tokens, ids, n);
     } else {
@@ -171,16 +187,15 @@ static int read_inputs(job *j)
                       (long long)j->vocab);
     if (!rc && j->o->labels && strcmp(j->o->labels, "tokens"))
         rc = read_ids(j, "--labels", j->o->labels, labels, n);
-    else
-        for (int64_t i = 0; i < n; i++)
-            labels[i] = j->o->labels ? ids[i] : -100;     /* no labels: every position ignored */
-    for (int64_t i = 0; i < n && !rc; i++)
+    else if (j->o->labels)
+        memcpy(labels, ids, (size_t)n * sizeof *labels);
+    for (int64_t i = 0; i < n && !rc && j->o->labels; i++)
         if (labels[i] != -100 && (labels[i] < 0 || labels[i] >= j->vocab))
             rc = fail(j, "label %d at position %lld is neither -100 nor in [0, %lld)", labels[i], (long long)i,
                       (long long)j->vocab);
     if (!rc) {
         tr_exec_write_buf(&j->x, s->input_ids, ids);
-        if (s->labels >= 0)
+        if (s->labels >= 0 && j->o->labels)
             tr_exec_write_buf(&j->x, s->labels, labels);
     }
     free(ids);

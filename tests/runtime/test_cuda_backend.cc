@@ -221,7 +221,7 @@ TEST_F(EmulatedRun, AllToAllAtTp2And4)
 TEST_F(EmulatedRun, ProfileBytesOfABf16ScheduleAreTheSchedules)
 {
     std::string sched = compile(dir, plan, 2, "bf16"), prof = dir.path + "/p.json", trace = dir.path + "/t.json";
-    Proc p = run(kEmulated, 2, sched, {"--backend", "cuda", "--profile-json", prof, "--trace", trace, "-q"});
+    Proc p = run(kEmulated, 2, sched, {"--backend", "cuda", "--labels", "tokens", "--profile-json", prof, "--trace", trace, "-q"});
     ASSERT_EQ(p.code(), 0) << p.describe();
     json_error_t e;
     json_t *s = json_load_file(sched.c_str(), 0, &e), *j = json_load_file(prof.c_str(), 0, &e);
@@ -245,10 +245,10 @@ TEST_F(EmulatedRun, ProfileBytesOfABf16ScheduleAreTheSchedules)
 TEST_F(EmulatedRun, DefaultBackendFollowsTheDevices)
 {
     std::string sched = compile(dir, plan, 1, "fp32");
-    Proc gpu = run(kEmulated, 1, sched, {});
+    Proc gpu = run(kEmulated, 1, sched, {"--labels", "tokens"});
     EXPECT_EQ(gpu.code(), 0) << gpu.describe();
     EXPECT_TRUE(contains(gpu.out, "cuda backend")) << gpu.describe();
-    Proc none = run(kEmulated, 1, sched, {}, {"TP_STANDIN_DEVICES=0"});
+    Proc none = run(kEmulated, 1, sched, {"--labels", "tokens"}, {"TP_STANDIN_DEVICES=0"});
     EXPECT_EQ(none.code(), 0) << none.describe();
     EXPECT_TRUE(contains(none.out, "cpu backend")) << none.describe();
 }
@@ -264,7 +264,7 @@ TEST_F(EmulatedRun, BackendCudaWithoutDeviceOrDriverSaysSo)
     EXPECT_EQ(nodriver.code(), 2) << nodriver.describe();
     EXPECT_TRUE(contains(nodriver.err, "no CUDA device: CUDA driver version is insufficient")) << nodriver.describe();
     // two ranks on a node with one GPU: NCCL needs one per rank
-    Proc one = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda"}, {"TP_STANDIN_DEVICES=1"}, 60);
+    Proc one = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda", "--labels", "tokens"}, {"TP_STANDIN_DEVICES=1"}, 60);
     EXPECT_FALSE(one.timed_out) << one.describe();
     EXPECT_NE(one.code(), 0) << one.describe();
     EXPECT_TRUE(contains(one.err, "2 ranks run on this node but it has 1 usable GPU")) << one.describe();
@@ -274,7 +274,7 @@ TEST_F(EmulatedRun, BackendCudaWithoutDeviceOrDriverSaysSo)
 // watchdog of TPRUN_NCCL_TIMEOUT ends every rank, naming the collective.
 TEST_F(EmulatedRun, StalledCollectiveEndsEveryRank)
 {
-    Proc p = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda"},
+    Proc p = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda", "--labels", "tokens"},
                  {"TP_STANDIN_NCCL_STALL_RANK=1", "TPRUN_NCCL_TIMEOUT=2"}, 60);
     EXPECT_FALSE(p.timed_out) << p.describe();
     EXPECT_NE(p.code(), 0) << p.describe();
@@ -285,7 +285,7 @@ TEST_F(EmulatedRun, StalledCollectiveEndsEveryRank)
 // An asynchronous NCCL error on one rank: reported with the op, every rank ends.
 TEST_F(EmulatedRun, AsyncNcclErrorEndsEveryRank)
 {
-    Proc p = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda"},
+    Proc p = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda", "--labels", "tokens"},
                  {"TP_STANDIN_NCCL_ERROR_RANK=1"}, 60);
     EXPECT_FALSE(p.timed_out) << p.describe();
     EXPECT_NE(p.code(), 0) << p.describe();
@@ -297,7 +297,7 @@ TEST_F(EmulatedRun, AsyncNcclErrorEndsEveryRank)
 // names the rank, the schedule op, the call and where it is; every rank ends.
 TEST_F(EmulatedRun, FailingGemmNamesTheOpAndEndsEveryRank)
 {
-    Proc p = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda"}, {"TP_STANDIN_GEMM_FAIL=1:3"}, 60);
+    Proc p = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda", "--labels", "tokens"}, {"TP_STANDIN_GEMM_FAIL=1:3"}, 60);
     EXPECT_FALSE(p.timed_out) << p.describe();
     EXPECT_NE(p.code(), 0) << p.describe();
     EXPECT_TRUE(contains(p.err, "tprun: rank 1: cuBLAS error in op ")) << p.describe();
@@ -312,14 +312,14 @@ TEST_F(EmulatedRun, SyncEachOpGivesTheSameLogits)
     std::string ref = dir.path + "/cpu.npy";
     cpu_reference(dir, plan, ref);
     Proc p = run(kEmulated, 2, compile(dir, plan, 2, "bf16"),
-                 {"--backend", "cuda", "--compare", ref, "--tolerance", kBf16Tolerance}, {"TPRUN_CUDA_SYNC=1"});
+                 {"--backend", "cuda", "--labels", "tokens", "--compare", ref, "--tolerance", kBf16Tolerance}, {"TPRUN_CUDA_SYNC=1"});
     EXPECT_EQ(p.code(), 0) << p.describe();
     EXPECT_TRUE(contains(p.out, ": ok")) << p.describe();
 }
 
 TEST_F(EmulatedRun, BadTimeoutIsRefused)
 {
-    Proc p = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda"}, {"TPRUN_NCCL_TIMEOUT=soon"}, 60);
+    Proc p = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda", "--labels", "tokens"}, {"TPRUN_NCCL_TIMEOUT=soon"}, 60);
     EXPECT_FALSE(p.timed_out) << p.describe();
     EXPECT_NE(p.code(), 0) << p.describe();
     EXPECT_TRUE(contains(p.err, "TPRUN_NCCL_TIMEOUT takes a positive number of seconds, not 'soon'")) << p.describe();
@@ -333,7 +333,7 @@ TEST_F(EmulatedRun, BadTimeoutIsRefused)
 TEST(Cli, BackendCudaWithoutAGpuSaysSo)
 {
     TempDir dir;
-    Proc p = run(kTprun, 1, compile(dir, source_path("plans/llama-tiny.plan"), 1, "fp32"), {"--backend", "cuda", "-q"},
+    Proc p = run(kTprun, 1, compile(dir, source_path("plans/llama-tiny.plan"), 1, "fp32"), {"--backend", "cuda", "--labels", "tokens", "-q"},
                  {"CUDA_VISIBLE_DEVICES="});
     EXPECT_EQ(p.code(), 2) << p.describe();
     EXPECT_TRUE(contains(p.err, "tprun: no CUDA device: ")) << p.describe();

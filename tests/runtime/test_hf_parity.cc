@@ -8,6 +8,7 @@
 // 1e-4. No PyTorch needed.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -28,16 +29,41 @@ const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/hf
 constexpr int kTimeout = 120;
 
 struct Case {
-    const char *name;   // directory under tests/fixtures/hf
-    const char *plan;   // the shipped plan of its family
+    const char *name;           // directory under tests/fixtures/hf
+    const char *plan;           // the shipped plan of its family
     int tp;
+    bool replicate_kv = false;  // k_proj and v_proj with tpcc_replicate_heads=kv_heads
 };
 
-void PrintTo(const Case &c, std::ostream *os) { *os << c.name << " tp=" << c.tp; }
+void PrintTo(const Case &c, std::ostream *os)
+{
+    *os << c.name << " tp=" << c.tp << (c.replicate_kv ? " replicating kv heads" : "");
+}
+
+// The plan with its k and v projections replicating kv heads
+// (ColwiseParallel(tpcc_replicate_heads=kv_heads)), written beside a link
+// to models/ so that its "../models/..." line resolves.
+std::string replicating_kv(const TempDir &tmp, const std::string &plan)
+{
+    std::string text = tpcc_test::slurp(std::string(TPCC_SOURCE_DIR) + "/" + plan);
+    for (const std::string proj : {"k_proj", "v_proj"}) {
+        const std::string from = "\"self_attn." + proj + "\": ColwiseParallel(),";
+        size_t at = text.find(from);
+        EXPECT_NE(at, std::string::npos) << from;
+        if (at != std::string::npos)
+            text.replace(at, from.size(),
+                         "\"self_attn." + proj + "\": ColwiseParallel(tpcc_replicate_heads=kv_heads),");
+    }
+    std::filesystem::create_directories(tmp.path + "/plans");
+    std::filesystem::create_directory_symlink(std::string(TPCC_SOURCE_DIR) + "/models", tmp.path + "/models");
+    return tmp.write("plans/replicating-kv.plan", text);
+}
 
 // tp 4 needs kv heads divisible by 4: the multi-head Llama config has 4 (its
 // config.json has no num_key_value_heads: transformers' default, the head
-// count, applies), and so do mistral-kv4 and qwen3-bias-tied
+// count, applies), and so do mistral-kv4 and qwen3-bias-tied. The GQA
+// configs (4 heads, 2 kv heads) run at tp 4 with each kv head replicated
+// over 2 ranks.
 const Case kCases[] = {
     {"llama2-gqa", "plans/llama-sp.plan", 1},    {"llama2-gqa", "plans/llama-sp.plan", 2},
     {"llama3-scaled", "plans/llama-sp.plan", 1}, {"llama3-scaled", "plans/llama-sp.plan", 2},
@@ -60,6 +86,11 @@ const Case kCases[] = {
     // the config.json transformers 5 saves (rope_parameters, layer_types)
     {"llama3-scaled-saved", "plans/llama-sp.plan", 1}, {"llama3-scaled-saved", "plans/llama-sp.plan", 2},
     {"qwen2-gqa-saved", "plans/qwen2-sp.plan", 2}, {"mistral-gqa-saved", "plans/mistral-sp.plan", 2},
+    // 2 kv heads at tp 4: ColwiseParallel(tpcc_replicate_heads=kv_heads) on k and v
+    {"llama2-gqa", "plans/llama-sp.plan", 4, true},    {"llama3-scaled", "plans/llama-sp.plan", 4, true},
+    {"tied", "plans/llama-sp.plan", 4, true},          {"qwen2-gqa", "plans/qwen2-sp.plan", 4, true},
+    {"mistral-gqa", "plans/mistral-sp.plan", 4, true}, {"qwen3-gqa", "plans/qwen3-sp.plan", 4, true},
+    {"llama2-gqa", "plans/llama-sp.plan", 2, true},    // the option at tp <= kv_heads: plain sharding
     // fused qkv_proj / gate_up_proj under packed_colwise; partial rotary
     {"phi3-gqa", "plans/phi3-sp.plan", 1},       {"phi3-gqa", "plans/phi3-sp.plan", 2},
     {"phi3-partial", "plans/phi3-sp.plan", 1},   {"phi3-partial", "plans/phi3-sp.plan", 2},
@@ -78,17 +109,29 @@ TEST_P(HfParity, LogitsMatchTransformers)
     const std::string dir = kFixtures + c.name + "/";
     TempDir tmp;
     const std::string sched = tmp.path + "/model.sched";
-    std::vector<std::string> flags = {std::string(TPCC_SOURCE_DIR) + "/" + c.plan,
+    std::string plan = c.replicate_kv ? replicating_kv(tmp, c.plan) : std::string(TPCC_SOURCE_DIR) + "/" + c.plan;
+    std::vector<std::string> flags = {plan,
                                       "--hf-config", dir + "config.json", "-o", sched,
                                       "-D", "tp=" + std::to_string(c.tp), "-D", "seq=16", "-D", "batch=2",
                                       "-D", "vocab_multiple=1"};
     Proc compile = tpcc_test::run_program(kTpcc, flags, {}, kTimeout);
     ASSERT_EQ(compile.code(), 0) << "tpcc: " << compile.describe();
+    if (c.replicate_kv && c.tp == 4) {
+        // ranks 0, 1 hold kv head 0 (rows [0, head_dim)), ranks 2, 3 kv head 1
+        for (int rank : {1, 2}) {
+            Proc dump = tpcc_test::run_program(kTpcc, {"--dump", sched, "--rank", std::to_string(rank)}, {}, kTimeout);
+            size_t at = dump.out.find("model.layers.0.self_attn.k_proj.weight");
+            ASSERT_NE(at, std::string::npos) << dump.out;
+            std::string line = dump.out.substr(at, dump.out.find('\n', at) - at);
+            EXPECT_TRUE(contains(line, "(shared by 2 ranks)")) << line;
+            EXPECT_EQ(contains(line, "dim 0 [0, "), rank == 1) << line;
+        }
+    }
     std::vector<std::string> args;
     if (c.tp > 1)
         args = {"-n", std::to_string(c.tp)};
     for (const std::string &a : {sched, std::string("--weights"), dir + "model.safetensors", std::string("--tokens"),
-                                 dir + "tokens.npy", std::string("--out"), tmp.path + "/logits.npy",
+                                 dir + "tokens.npy", std::string("--labels"), std::string("tokens"), std::string("--out"), tmp.path + "/logits.npy",
                                  std::string("--compare"), dir + "logits.npy", std::string("--tolerance"),
                                  std::string("1e-4")})
         args.push_back(a);
@@ -104,7 +147,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity, ::testing::ValuesIn(kCases),
                              for (char &ch : n)
                                  if (ch == '-')
                                      ch = '_';
-                             return n + "_tp" + std::to_string(info.param.tp);
+                             return n + "_tp" + std::to_string(info.param.tp) +
+                                    (info.param.replicate_kv ? "_replicating_kv" : "");
                          });
 
 }  // namespace

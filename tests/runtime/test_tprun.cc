@@ -172,6 +172,130 @@ TEST(UnevenVocab, SameLogitsAtTp1_2_4)
     }
 }
 
+// --- models that return logits ---------------------------------------------------------
+
+void replace_once(std::string &text, const std::string &from, const std::string &to)
+{
+    size_t at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    text.replace(at, from.size(), to);
+}
+
+// A shipped plan on the shipped Llama model called without labels: the
+// same file with the root forward returning the logits, as
+// LlamaForCausalLM does without labels. `lm_head` replaces the plan's
+// lm_head entry when given. The plan's "../models/llama.model" resolves to
+// the variant beside it.
+std::string logits_only(const TempDir &dir, const std::string &plan, const std::string &lm_head = "")
+{
+    std::string model = slurp(source_path("models/llama.model")), text = slurp(source_path(plan));
+    replace_once(model, "def forward(input_ids: [batch, seq], labels: [batch, seq]) {",
+                 "def forward(input_ids: [batch, seq]) {");
+    replace_once(model, "return cross_entropy(logits, labels)", "return logits");
+    if (!lm_head.empty()) {
+        size_t at = text.find("\"lm_head\": ");
+        EXPECT_NE(at, std::string::npos);
+        text.replace(at, text.find('\n', at) - at, "\"lm_head\": " + lm_head);
+    }
+    fs::create_directories(dir.path + "/models");
+    fs::create_directories(dir.path + "/plans");
+    dir.write("models/llama.model", model);
+    return dir.write("plans/" + fs::path(plan).filename().string(), text);
+}
+
+struct LogitsCase {
+    const char *plan;
+    const char *lm_head;   // "": the plan's own entry
+    const char *what;
+};
+
+void PrintTo(const LogitsCase &c, std::ostream *os) { *os << c.plan << " " << c.what; }
+
+class LogitsOnly : public ::testing::TestWithParam<LogitsCase> {};
+
+// The logits-only model's schedule outputs the logits the loss model
+// computes, at tp = 1, 2 and 4, however they leave lm_head: replicated,
+// a vocab-sharded DTensor (llama-tiny, under loss_parallel(), which then
+// has nothing to do) or a plain vocab shard (which PyTorch hands back per
+// rank; tprun gathers it).
+TEST_P(LogitsOnly, SameLogitsAsTheLossModelAtTp1_2_4)
+{
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
+    const LogitsCase &c = GetParam();
+    TempDir dir, variant;
+    std::string ref = dir.path + "/reference.npy";
+    Proc loss = tprun(1, compile(dir, source_path(c.plan), 1), {"--labels", "tokens", "--out", ref, "-q"});
+    ASSERT_EQ(loss.code(), 0) << loss.describe();
+    std::string plan = logits_only(variant, c.plan, c.lm_head);
+    for (int tp : {1, 2, 4}) {
+        std::string sched = compile(variant, plan, tp);
+        Proc dump = run_program(kTpcc, {"--dump", sched});
+        EXPECT_FALSE(contains(dump.out, "cross_entropy") || contains(dump.out, "ce_max")) << dump.out;
+        Proc p = tprun(tp, sched, {"--compare", ref, "--tolerance", kTolerance});
+        EXPECT_EQ(p.code(), 0) << "tp=" << tp << "\n" << p.describe();
+        EXPECT_TRUE(contains(p.out, ": ok")) << p.describe();
+        EXPECT_FALSE(contains(p.out, "\n  loss ")) << p.describe();
+    }
+}
+
+const LogitsCase kLogitsCases[] = {
+    {"plans/llama-sp.plan", "", "replicated"},
+    {"plans/llama-tiny.plan", "", "dtensor_vocab_shard"},
+    {"plans/llama-megatron.plan", "ColwiseParallel(),", "plain_vocab_shard"},
+};
+
+INSTANTIATE_TEST_SUITE_P(Llama, LogitsOnly, ::testing::ValuesIn(kLogitsCases),
+                         [](const auto &info) { return std::string(info.param.what); });
+
+// --labels goes with a loss and only with one.
+TEST(Labels, RequiredForALossRefusedForLogits)
+{
+    TempDir dir, variant;
+    Proc missing = tprun(1, compile(dir, source_path("plans/llama-sp.plan"), 1), {});
+    EXPECT_EQ(missing.code(), 1) << missing.describe();
+    EXPECT_TRUE(contains(missing.err, "computes a loss: pass its labels with --labels IDS")) << missing.describe();
+    Proc extra = tprun(1, compile(variant, logits_only(variant, "plans/llama-sp.plan"), 1), {"--labels", "tokens"});
+    EXPECT_EQ(extra.code(), 1) << extra.describe();
+    EXPECT_TRUE(contains(extra.err, "computes no loss (its model returns the logits); drop --labels"))
+        << extra.describe();
+}
+
+// PyTorch's test Transformer (tests/models/torch_transformer.model) as
+// PyTorch's tests parallelize it, with and without sequence parallelism:
+// 1-D positions from arange(seq), a Shard(0) position embedding added to a
+// Shard(1) token embedding, logits returned without a loss; and returning
+// them as a Partial DTensor, which the caller's full_tensor() sums.
+class TorchTransformer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TorchTransformer, SameLogitsAtTp1_2_4)
+{
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
+    TempDir dir;
+    std::string plan = source_path("tests/plans/torch-transformer-" + GetParam() + ".plan"), ref = dir.path + "/tp1.npy";
+    auto sched = [&](int tp) {
+        std::string out = dir.path + "/tp" + std::to_string(tp) + ".sched";
+        Proc p = run_program(kTpcc, {plan, "-o", out, "-D", "tp=" + std::to_string(tp)});
+        EXPECT_EQ(p.code(), 0) << p.describe();
+        return out;
+    };
+    Proc one = tprun(1, sched(1), {"--out", ref, "-q"});
+    ASSERT_EQ(one.code(), 0) << one.describe();
+    for (int tp : {2, 4}) {
+        Proc p = tprun(tp, sched(tp), {"--compare", ref, "--tolerance", kTolerance});
+        EXPECT_EQ(p.code(), 0) << "tp=" << tp << "\n" << p.describe();
+        EXPECT_TRUE(contains(p.out, "logits      [2, 16, 8]")) << p.describe();
+        EXPECT_TRUE(contains(p.out, ": ok")) << p.describe();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, TorchTransformer, ::testing::Values("sp", "tp", "partial-output"),
+                         [](const auto &info) {
+                             std::string s = info.param;
+                             for (char &c : s)
+                                 c = c == '-' ? '_' : c;
+                             return s;
+                         });
+
 // --- against the NumPy reference -------------------------------------------------------
 
 // The value on the line that starts with "loss" (tprun's summary,
@@ -214,7 +338,7 @@ void check_reference(const std::string &family, const std::string &plan, const s
     ref.insert(ref.end(), ref_config.begin(), ref_config.end());
     Proc r = run_program(py, ref);
     ASSERT_EQ(r.code(), 0) << r.describe();
-    Proc cmp = tprun(tp, sched, {"--weights", ckpt, "--tokens", tokens, "--compare", theirs, "--tolerance", kTolerance});
+    Proc cmp = tprun(tp, sched, {"--weights", ckpt, "--tokens", tokens, "--labels", "tokens", "--compare", theirs, "--tolerance", kTolerance});
     EXPECT_EQ(cmp.code(), 0) << cmp.describe();
     double a = atof(loss_of(t.out).c_str()), b = atof(loss_of(r.out).c_str());
     EXPECT_NEAR(a, b, 1e-4) << t.out << r.out;
@@ -332,7 +456,7 @@ double held_elems(json_t *w)
 void expect_profile_is_the_schedules(const TempDir &dir, const std::string &sched, const std::string &ckpt)
 {
     std::string prof = dir.path + "/p.json";
-    Proc p = tprun(2, sched, {"--weights", ckpt, "--profile-json", prof, "-q"});
+    Proc p = tprun(2, sched, {"--weights", ckpt, "--labels", "tokens", "--profile-json", prof, "-q"});
     ASSERT_EQ(p.code(), 0) << p.describe();
     json_error_t e;
     json_t *s = json_load_file(sched.c_str(), 0, &e), *j = json_load_file(prof.c_str(), 0, &e);
@@ -389,7 +513,7 @@ TEST(Trace, OneTrackPerRank)
     ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
     TempDir dir;
     std::string trace = dir.path + "/t.json";
-    Proc p = tprun(2, compile(dir, source_path("plans/llama-tiny.plan"), 2), {"--trace", trace, "-q"});
+    Proc p = tprun(2, compile(dir, source_path("plans/llama-tiny.plan"), 2), {"--labels", "tokens", "--trace", trace, "-q"});
     ASSERT_EQ(p.code(), 0) << p.describe();
     json_error_t e;
     json_t *t = json_load_file(trace.c_str(), 0, &e);
@@ -453,18 +577,18 @@ TEST(Failure, BadCheckpoints)
                                "vocab=256", "hidden=32", "layers=2", "heads=8", "kv_heads=4", "ffn=128"})
                   .code(),
               0);
-    Proc p = tprun(1, sched, {"--weights", wrong});
+    Proc p = tprun(1, sched, {"--weights", wrong, "--labels", "tokens"});
     EXPECT_EQ(p.code(), 1) << p.describe();
     EXPECT_TRUE(contains(p.err, "expected")) << p.describe();
     // a GPT-2 checkpoint lacks every Llama tensor
     std::string other = dir.path + "/gpt2.safetensors";
     ASSERT_EQ(run_program(py, {source_path("tools/make_checkpoint.py"), "--family", "gpt2", "--out", other}).code(), 0);
-    Proc q = tprun(1, sched, {"--weights", other});
+    Proc q = tprun(1, sched, {"--weights", other, "--labels", "tokens"});
     EXPECT_EQ(q.code(), 1) << q.describe();
     EXPECT_TRUE(contains(q.err, "model.embed_tokens.weight")) << q.describe();
     // truncated
     std::string bytes = slurp(wrong);
-    Proc r = tprun(1, sched, {"--weights", dir.write("cut.safetensors", bytes.substr(0, bytes.size() / 2))});
+    Proc r = tprun(1, sched, {"--weights", dir.write("cut.safetensors", bytes.substr(0, bytes.size() / 2)), "--labels", "tokens"});
     EXPECT_EQ(r.code(), 1) << r.describe();
     EXPECT_TRUE(contains(r.err, "cut.safetensors")) << r.describe();
 }
@@ -473,13 +597,13 @@ TEST(Failure, BadTokens)
 {
     TempDir dir;
     std::string sched = compile(dir, source_path("plans/llama-megatron.plan"), 1);
-    Proc p = tprun(1, sched, {"--tokens", "1,2,3"});
+    Proc p = tprun(1, sched, {"--tokens", "1,2,3", "--labels", "tokens"});
     EXPECT_EQ(p.code(), 1);
     EXPECT_TRUE(contains(p.err, "3 ids given")) << p.describe();
     std::string ids;
     for (int i = 0; i < 32; i++)
         ids += (i ? "," : "") + std::to_string(i == 5 ? 9999 : i);
-    Proc q = tprun(1, sched, {"--tokens", ids});
+    Proc q = tprun(1, sched, {"--tokens", ids, "--labels", "tokens"});
     EXPECT_EQ(q.code(), 1);
     EXPECT_TRUE(contains(q.err, "outside the vocabulary")) << q.describe();
 }
@@ -487,7 +611,7 @@ TEST(Failure, BadTokens)
 TEST(Failure, Bf16ScheduleOnTheCpu)
 {
     TempDir dir;
-    Proc p = tprun(1, compile(dir, source_path("plans/llama-megatron.plan"), 1, {"--dtype", "bf16"}), {});
+    Proc p = tprun(1, compile(dir, source_path("plans/llama-megatron.plan"), 1, {"--dtype", "bf16"}), {"--labels", "tokens"});
     EXPECT_EQ(p.code(), 1);
     EXPECT_TRUE(contains(p.err, "fp32")) << p.describe();
 }
@@ -499,7 +623,7 @@ TEST(Failure, OneRankFailingEndsEveryRank)
     ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
     TempDir dir;
     Proc p = tprun(2, compile(dir, source_path("plans/llama-tiny.plan"), 2),
-                   {"--out", "/nonexistent/dir/logits.npy", "--profile"}, 30);
+                   {"--labels", "tokens", "--out", "/nonexistent/dir/logits.npy", "--profile"}, 30);
     EXPECT_FALSE(p.timed_out) << p.describe();
     EXPECT_NE(p.code(), 0);
     EXPECT_TRUE(contains(p.err, "rank 0")) << p.describe();

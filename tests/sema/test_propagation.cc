@@ -616,4 +616,90 @@ TEST(ThirdFamily, PlansCheckClean)
     }
 }
 
+
+// --- repeat() with several arguments ------------------------------------------------
+
+// HF's layer(hidden_states, position_embeddings=...): the list threads the
+// first argument through its layers and hands each layer the others as
+// they were. Each layer's PrepareModuleInput slices the position
+// embeddings it is given; had one layer's slice reached the next layer,
+// that layer's Replicate() label would lie (a relabel error).
+const char kThreadedModel[] = R"(
+config {
+    vocab = 64
+    hidden = 16
+    layers = 3
+    seq = 8
+    batch = 2
+    tp = 2
+}
+
+module Root {
+    embed     = Embedding(vocab, hidden)
+    pos_embed = Embedding(seq, hidden)
+    layers    = repeat(Block(), layers)
+    head      = Linear(hidden, vocab, bias=False)
+
+    def forward(input_ids: [batch, seq]) {
+        p = pos_embed(arange(seq))
+        return head(layers(embed(input_ids), position_embeddings=p))
+    }
+}
+
+module Block {
+    proj = Linear(hidden, hidden, bias=False)
+
+    def forward(hidden_states, position_embeddings) {
+        return hidden_states + proj(hidden_states + position_embeddings)
+    }
+}
+)";
+
+const char kThreadedPlan[] = R"(
+model "threaded.model"
+mesh(tp = tp)
+parallelize "" {
+    "embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+    "pos_embed": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+    "head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
+}
+parallelize "layers.*" {
+    "": PrepareModuleInput(input_kwarg_layouts={"position_embeddings": Replicate()},
+                           desired_input_kwarg_layouts={"position_embeddings": Shard(0)},
+                           use_local_output=True),
+}
+)";
+
+TEST(Repeat, ThreadsTheFirstArgumentAndPassesTheOthersUnchanged)
+{
+    Tree t;
+    t.write("threaded.model", kThreadedModel);
+    Unit u(t.write("threaded.plan", kThreadedPlan));
+    EXPECT_EQ(u.u.diags.errors, 0) << u.text();
+    for (int l = 0; l < 3; l++) {
+        std::string fqn = "layers." + std::to_string(l);
+        EXPECT_EQ(u.inputs(fqn), "Shard(1) plain [2, 8, 16], position_embeddings=Replicate() plain [8, 16]")
+            << fqn << "\n" << u.text();
+        EXPECT_EQ(u.outputs(fqn), "Shard(1) plain [2, 8, 16]") << fqn;
+    }
+    int slices = 0;
+    for (int i = 0; i < u.a().ncomms; i++)
+        slices += u.a().comms[i].kind == TP_REDIST_LOCAL_SLICE && u.a().comms[i].rank == 2;
+    EXPECT_EQ(slices, 3) << all_comms(u.a());
+}
+
+// A list needs the value it threads.
+TEST(Repeat, NoArgumentIsAnError)
+{
+    Tree t;
+    std::string model = kThreadedModel;
+    model.replace(model.find("layers(embed(input_ids), position_embeddings=p)"),
+                  strlen("layers(embed(input_ids), position_embeddings=p)"), "layers(position_embeddings=p)");
+    t.write("threaded.model", model);
+    Unit u(t.write("threaded.plan", kThreadedPlan));
+    EXPECT_GT(u.u.diags.errors, 0);
+    EXPECT_NE(u.text().find("a repeat() list is applied to the value it threads through its modules"),
+              std::string::npos) << u.text();
+}
+
 }  // namespace

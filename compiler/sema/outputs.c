@@ -1,0 +1,79 @@
+/* outputs.c: what the root forward returns becomes the schedule's output.
+ *
+ * A scalar is the loss: cross_entropy() recorded the logits beside it. Any
+ * other tensor is the logits of a model called without labels (PyTorch's
+ * test Transformer returns `self.output(h)`, Hugging Face's forward
+ * without labels its logits). The caller gets what PyTorch hands back: a
+ * DTensor, whose full_tensor() is the logits, or a plain tensor, which is
+ * the logits only where every rank holds all of them. The schedule's
+ * output is that tensor with its placement; tprun gathers a shard. */
+#include "compiler/sema/check_impl.h"
+
+/* A plain tensor of partial sums: every rank returns its own summand, and
+ * nothing adds them up. */
+static void partial_plain(interp *I, const tp_val *v, tp_span span)
+{
+    char pl[24];
+    tp_diag *g = tp_finding(I, TP_ERROR, v->partial_cause ? tp_entry_span(v->partial_cause) : span, "logits-output",
+                            v, NULL, "the model returns its logits as a plain tensor of partial sums (%s): every rank "
+                            "returns its own summand, and nothing adds them up", tp_pl_str(v->pl, v->rank, pl));
+    if (g && span.file >= 0)
+        tp_diag_note_at(g, span, "the logits are returned here");
+    if (g)
+        tp_diag_help(g, "reduce them in the plan: output_layouts=Replicate() on the module that produces them");
+}
+
+/* A plain shard: PyTorch returns each rank's piece, which is not the
+ * logits, and nothing fails. */
+static void shard_plain(interp *I, const tp_val *v, tp_span span)
+{
+    char pl[24];
+    int d = tp_placement_norm(v->pl, v->rank).dim;
+    tp_diag *g = tp_finding(I, TP_WARNING, v->shard_cause ? tp_entry_span(v->shard_cause) : span, "logits-output",
+                            v, NULL, "the model returns its logits as a plain tensor that is %s (dimension %d, %s): "
+                            "PyTorch hands every rank only its own 1/%lld of them, with nothing saying it is a shard; "
+                            "tprun gathers the pieces for its output", tp_pl_str(v->pl, v->rank, pl), d,
+                            v->dimname[d][0] ? v->dimname[d] : "?", (long long)I->tp);
+    if (g && span.file >= 0)
+        tp_diag_note_at(g, span, "the logits are returned here");
+    if (g)
+        tp_diag_help(g, "return them whole (output_layouts=Replicate() on the module that produces them) or as a "
+                        "DTensor (use_local_output=False), whose full_tensor() gathers them");
+}
+
+static void logits_output(interp *I, tp_val *v, tp_span span)
+{
+    if (I->p->loss_parallel) {
+        tp_diag *g = tp_finding(I, TP_WARNING, I->p->loss_parallel_span, "loss-parallel", v, NULL,
+                                "loss_parallel() has no effect: the model computes no loss, it returns its logits");
+        if (g)
+            tp_diag_help(g, "remove loss_parallel()");
+    }
+    if (tp_placement_is_partial(v->pl) && v->dtensor)
+        v = tp_redistribute(I, v, tp_replicate(), v->partial_cause, span, false);   /* the caller's full_tensor() */
+    else if (tp_placement_is_partial(v->pl))
+        partial_plain(I, v, span);
+    else if (v->pl.kind == TP_SHARD && !v->dtensor && I->tp > 1)
+        shard_plain(I, v, span);
+    tp_graph *g = &I->a->graph;
+    int gv = tp_record_value(I, v, "logits");
+    g->logits = gv;
+    g->logits_pl = tp_placement_norm(v->pl, v->rank);
+    g->values[gv].output = true;
+}
+
+void tp_model_output(interp *I, iv out, tp_span span)
+{
+    if (out.kind != IV_TENSOR)
+        return;
+    tp_val *v = out.t;
+    if (v->rank == 0) {
+        if (v->gv >= 0) {
+            I->a->graph.loss = v->gv;
+            I->a->graph.values[v->gv].output = true;
+        }
+        return;
+    }
+    if (v->rank == 3)   /* [batch, seq, vocab]; a result of another rank is no output of the schedule */
+        logits_output(I, v, span);
+}
