@@ -339,10 +339,16 @@ static void print_weights(const json_t *weights, FILE *out)
                 shapes[i], wpl, str_or(json_object_get(w, "placement"), "?"));
         const json_t *slice = json_object_get(w, "slice");
         if (json_is_object(slice)) {
-            json_int_t off = json_integer_value(json_object_get(slice, "offset"));
-            json_int_t len = json_integer_value(json_object_get(slice, "length"));
-            fprintf(out, "dim %" JSON_INTEGER_FORMAT " [%" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT ")",
-                    json_integer_value(json_object_get(slice, "dim")), off, off + len);
+            /* one range, or a packed weight's range per segment */
+            const json_t *segs = json_object_get(slice, "segments");
+            size_t nsegs = json_is_array(segs) ? json_array_size(segs) : 1;
+            fprintf(out, "dim %" JSON_INTEGER_FORMAT, json_integer_value(json_object_get(slice, "dim")));
+            for (size_t k = 0; k < nsegs; k++) {
+                const json_t *r = json_is_array(segs) ? json_array_get(segs, k) : slice;
+                json_int_t off = json_integer_value(json_object_get(r, "offset"));
+                json_int_t len = json_integer_value(json_object_get(r, "length"));
+                fprintf(out, " [%" JSON_INTEGER_FORMAT ", %" JSON_INTEGER_FORMAT ")", off, off + len);
+            }
             const json_t *replicas = json_object_get(slice, "replicas");
             if (json_is_integer(replicas))
                 fprintf(out, "  (shared by %" JSON_INTEGER_FORMAT " ranks)", json_integer_value(replicas));

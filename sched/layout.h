@@ -15,6 +15,8 @@
 
 #define TP_MAX_MESH_DIMS 2
 #define TP_MAX_RANK 8
+/* Segments of a packed (fused) dimension: q/k/v, gate/up */
+#define TP_MAX_SEGMENTS 8
 
 typedef enum tp_placement_kind {
     TP_REPLICATE,

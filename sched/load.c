@@ -146,6 +146,47 @@ static int load_buffers(loader *L, tr_schedule *s, json_t *arr)
     return 0;
 }
 
+/* One range of dim: {"offset", "length"} inside the padded shape. */
+static int read_range(loader *L, json_t *o, const tr_weight *t, int dim, int64_t *offset, int64_t *length)
+{
+    return get_int(L, o, "offset", 0, t->shape[dim] - 1, offset) ||
+           get_int(L, o, "length", 1, t->shape[dim] - *offset, length);
+}
+
+/* {"dim", "offset", "length"}, or a packed weight's {"dim": 0, "segments":
+ * [{"offset", "length"}, ...]} in increasing order, not overlapping. */
+static int read_slice(loader *L, json_t *slice, tr_weight *t)
+{
+    int64_t dim, held = 0;
+    if (get_int(L, slice, "dim", 0, t->rank - 1, &dim))
+        return -1;
+    t->dim = (int)dim;
+    json_t *segs = json_object_get(slice, "segments");
+    if (!segs) {
+        t->nsegments = 1;
+        if (read_range(L, slice, t, t->dim, &t->offset[0], &t->length[0]))
+            return -1;
+        held = t->length[0];
+    } else {
+        if (!json_is_array(segs) || json_array_size(segs) < 1 || json_array_size(segs) > TP_MAX_SEGMENTS || dim != 0)
+            return fail(L, "'%s': 'segments' must be an array of 1 to %d ranges of dimension 0", t->name,
+                        TP_MAX_SEGMENTS);
+        t->nsegments = (int)json_array_size(segs);
+        for (int k = 0; k < t->nsegments; k++) {
+            json_t *o = json_array_get(segs, (size_t)k);
+            if (!json_is_object(o))
+                return fail(L, "'%s': segment %d must be an object", t->name, k);
+            if (read_range(L, o, t, 0, &t->offset[k], &t->length[k]))
+                return -1;
+            if (k && t->offset[k] < t->offset[k - 1] + t->length[k - 1])
+                return fail(L, "'%s': segment %d overlaps or precedes segment %d", t->name, k, k - 1);
+            held += t->length[k];
+        }
+    }
+    t->local_elems = t->local_elems / t->shape[dim] * held;
+    return 0;
+}
+
 static int load_weights(loader *L, tr_schedule *s, json_t *arr)
 {
     if (!json_is_array(arr) || json_array_size(arr) > (1u << 24))
@@ -166,18 +207,13 @@ static int load_weights(loader *L, tr_schedule *s, json_t *arr)
             return fail(L, "'%s': 'logical_shape' and 'shape' differ in rank", t->name);
         json_t *slice = json_object_get(w, "slice");
         t->dim = -1;
-        t->offset = 0;
+        t->nsegments = 0;
         t->local_elems = 1;
         for (int d = 0; d < t->rank; d++)
             t->local_elems *= t->shape[d];
         if (json_is_object(slice)) {
-            int64_t dim;
-            if (get_int(L, slice, "dim", 0, t->rank - 1, &dim) ||
-                get_int(L, slice, "offset", 0, t->shape[dim] - 1, &t->offset) ||
-                get_int(L, slice, "length", 1, t->shape[dim] - t->offset, &t->length))
+            if (read_slice(L, slice, t))
                 return -1;
-            t->dim = (int)dim;
-            t->local_elems = t->local_elems / t->shape[dim] * t->length;
         } else if (!json_is_null(slice)) {
             return fail(L, "'slice' must be an object or null");
         }
@@ -239,6 +275,8 @@ static int check_rope(loader *L, const tr_schedule *s, const tr_op *op)
 {
     if (s->bufs[op->in[0]].rank != 4 || elems_of(s, op->out) != elems_of(s, op->in[0]))
         return fail(L, "expects a [batch, seq, heads, head_dim] buffer");
+    if (op->rotary_dim % 2 || op->rotary_dim < 2 || op->rotary_dim > s->bufs[op->in[0]].shape[3])
+        return fail(L, "rotary_dim %lld must be even, at least 2 and at most head_dim", (long long)op->rotary_dim);
     const char *why = tp_rope_scaling_invalid(&op->rope);
     if (why)
         return fail(L, "scaling \"%s\": %s", tp_rope_type_name(op->rope.type), why);
@@ -269,6 +307,17 @@ static int check_slice(loader *L, const tr_schedule *s, const tr_op *op)
     if (op->dim >= x->rank || op->parts < 1 || op->index >= op->parts || x->shape[op->dim] % op->parts ||
         elems_of(s, op->out) * op->parts != tr_buf_elems(x))
         return fail(L, "dim=%d parts=%d does not match its buffers", op->dim, op->parts);
+    return 0;
+}
+
+/* The range lies inside x's dim, and out holds exactly that range. */
+static int check_narrow(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    const tr_buf *x = &s->bufs[op->in[0]];
+    if (op->dim >= x->rank || op->start + op->length > x->shape[op->dim] ||
+        elems_of(s, op->out) * x->shape[op->dim] != tr_buf_elems(x) * op->length)
+        return fail(L, "dim=%d start=%lld length=%lld does not match its buffers", op->dim, (long long)op->start,
+                    (long long)op->length);
     return 0;
 }
 

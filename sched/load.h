@@ -23,7 +23,10 @@ typedef struct tr_weight {
     int rank;
     int64_t shape[2], logical[2];   /* global, padded; checkpoint shape */
     int dim;                        /* sharded dim, -1 when replicated */
-    int64_t offset, length;         /* this rank's slice along dim */
+    /* this rank's ranges along dim, held one after another: one, or one
+     * per segment of a packed weight (dim 0 only) */
+    int nsegments;
+    int64_t offset[TP_MAX_SEGMENTS], length[TP_MAX_SEGMENTS];
     int64_t local_elems;
     int64_t region_offset;          /* in the rank's weight region, elements */
 } tr_weight;
@@ -37,6 +40,8 @@ typedef struct tr_op {
     int dim, dim2, index, parts, reduce_max;
     int64_t m, n, k, batch, seq, heads, head_dim, kv_heads;
     int64_t vocab_start, vocab_local, vocab_logical, pos_offset;
+    int64_t start, length;         /* narrow: the range of dim kept */
+    int64_t rotary_dim;            /* rope: the leading dims of each head it rotates */
     bool masked;
     bool unit_offset, gelu_tanh;
     double scale, eps, theta, softcap;

@@ -33,6 +33,7 @@ typedef struct tp_ir_op {
     int weight, bias;          /* parameter indices (tp_ir.params), -1 for none */
     int dim, dim2;             /* slice / gather / scatter / all-to-all dims */
     int parts;                 /* TP_OP_SLICE: number of chunks (index = rank) */
+    int64_t start, length;     /* TP_OP_NARROW: the range of dim kept */
     int reduce_max;            /* TP_OP_ALL_REDUCE: max instead of sum */
     int64_t m, n, k;           /* matmul sizes; attention: b, s, h (k = head dim) */
     int64_t heads, groups;     /* attention: local query heads, local kv heads */
@@ -40,6 +41,7 @@ typedef struct tp_ir_op {
     int64_t vocab_local;       /* embedding / CE: rows held; start = rank * vocab_local */
     int64_t vocab_logical;     /* cross-entropy: columns that are real (padding dropped) */
     int64_t pos_chunk;         /* rope / positions: offset = rank * pos_chunk */
+    int64_t rotary;            /* rope: the leading dims of each head it rotates; 0: all */
     bool masked;               /* embedding: zero rows of ids outside the local range */
     bool unit_offset;          /* rmsnorm: scale by (1 + w) (Gemma) */
     bool gelu_tanh;            /* gelu: the tanh approximation */
@@ -67,6 +69,10 @@ typedef struct tp_ir_param {
      * tp / kv_heads ranks); 0 or 1: every rank its own. `shape` then counts
      * each replica: the checkpoint's dimension is shape / replicas */
     int64_t replicas;
+    /* packed: rank r holds chunk r of each of these ranges of pl.dim, one
+     * after another (a fused projection under packed_colwise); 0: one chunk */
+    int nsegments;
+    int64_t segments[TP_MAX_SEGMENTS];
 } tp_ir_param;
 
 typedef struct tp_ir {

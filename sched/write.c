@@ -354,6 +354,13 @@ static void check_ir(writer *w)
                 fail(w, "parameter %d (%s): local size %" PRId64 " of dimension %d does not %s %" PRId64, p,
                      ip->name, ip->local[d], d, sharded ? "split evenly into" : "equal", ip->shape[d]);
         }
+        int64_t packed = 0;
+        for (int k = 0; k < ip->nsegments; k++)
+            packed += ip->segments[k] % ir->world ? -ip->shape[0] : ip->segments[k];
+        if (ip->nsegments && (ip->nsegments > TP_MAX_SEGMENTS || pl.kind != TP_SHARD || pl.dim != 0 ||
+                              packed != ip->shape[0]))
+            fail(w, "parameter %d (%s): its %d packed segments are not an even split of its rows", p, ip->name,
+                 ip->nsegments);
         if (pl.kind != TP_REPLICATE && !(pl.kind == TP_SHARD && pl.dim >= 0 && pl.dim < ip->rank)) {
             char buf[24];
             fail(w, "parameter %d (%s) is %s; a weight is replicated or sharded", p, ip->name,
@@ -551,7 +558,25 @@ static void put_weight(writer *w, const tp_ir_param *ip, int64_t rank)
     put_str(w, tp_dtype_name(w->meta->dtype));
     PUT(w, ", \"placement\": ");
     put_str(w, tp_placement_str(pl, buf, sizeof buf));
-    if (pl.kind == TP_SHARD) {
+    if (pl.kind == TP_SHARD && ip->nsegments) {
+        PUT(w, ", \"slice\": {\"dim\": ");
+        put_int(w, pl.dim);
+        PUT(w, ", \"segments\": [");
+        w->replay_ok = false;   /* offsets past each segment's start: write every rank in full */
+        int64_t start = 0;
+        for (int k = 0; k < ip->nsegments; k++) {
+            int64_t length = ip->segments[k] / w->ir->world;
+            if (k)
+                PUT(w, ", ");
+            PUT(w, "{\"offset\": ");
+            put_int(w, start + rank * length);
+            PUT(w, ", \"length\": ");
+            put_int(w, length);
+            PUT(w, "}");
+            start += ip->segments[k];
+        }
+        PUT(w, "]}}");
+    } else if (pl.kind == TP_SHARD) {
         PUT(w, ", \"slice\": {\"dim\": ");
         put_int(w, pl.dim);
         PUT(w, ", \"offset\": ");

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Fixtures for tests/runtime/test_hf_parity.cc: tiny random Llama, Qwen2,
-Mistral, Qwen3, Gemma and Gemma 2 models run by transformers itself
+Mistral, Qwen3, Phi-3, Gemma and Gemma 2 models run by transformers itself
 (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM, Qwen3ForCausalLM,
-GemmaForCausalLM, Gemma2ForCausalLM), so that tprun's logits are checked
-against Hugging Face's code, RoPE scaling, Qwen2's q/k/v biases, Qwen3's
-q_norm/k_norm, Gemma's (1 + w) norms, GELU and embedding scale, and Gemma 2's
-soft-capping and sandwich norms included.
+Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM), so that tprun's logits
+are checked against Hugging Face's code, RoPE scaling, Qwen2's q/k/v biases,
+Qwen3's q_norm/k_norm, Phi-3's fused projections and partial rotary, Gemma's
+(1 + w) norms, GELU and embedding scale, and Gemma 2's soft-capping and
+sandwich norms included.
 
 For each config below, tests/fixtures/hf/<name>/ gets
   config.json        as on the Hugging Face hub (rope_theta and rope_scaling
@@ -62,6 +63,13 @@ for key in ("attention_bias", "mlp_bias"):
 QWEN3 = dict(LLAMA, architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=16, use_sliding_window=False,
              sliding_window=None)
 del QWEN3["mlp_bias"]
+# Phi-3: fused qkv_proj and gate_up_proj. Phi3Config's pad_token_id (32000)
+# would lie outside the tiny vocabulary, so the token ids are set as a small
+# checkpoint sets them.
+PHI3 = dict(LLAMA, architectures=["Phi3ForCausalLM"], model_type="phi3", bos_token_id=1, eos_token_id=2,
+            pad_token_id=None)
+for key in ("attention_bias", "mlp_bias"):
+    del PHI3[key]
 
 # Gemma: head_dim set apart from hidden // heads, as in the published models
 # (256 with hidden 3072 and 16 heads); the output head tied to the embedding.
@@ -102,6 +110,14 @@ CONFIGS = {
                           "tie_word_embeddings": False}),
     "qwen3-bias-tied": (QWEN3, {"num_key_value_heads": 4, "head_dim": 8, "attention_bias": True,
                                 "rope_theta": 1000000.0, "rms_norm_eps": 1e-6, "tie_word_embeddings": True}),
+    "phi3-gqa": (PHI3, {"num_key_value_heads": 2, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+                        "tie_word_embeddings": False}),
+    # Phi-4-mini's partial rotary: the first half of each head's 8 dims rotate
+    "phi3-partial": (PHI3, {"num_key_value_heads": 2, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+                            "tie_word_embeddings": False, "partial_rotary_factor": 0.5}),
+    # 4 kv heads: q, k and v each split over 4 ranks
+    "phi3-mha": (PHI3, {"num_key_value_heads": 4, "rope_theta": 250000.0, "rms_norm_eps": 1e-6,
+                        "tie_word_embeddings": False, "partial_rotary_factor": 0.75}),
     # MHA, head_dim 16 (hidden // heads is 8), the tanh GELU by its 5.x name
     "gemma-mha": (GEMMA, {"num_key_value_heads": 4, "head_dim": 16, "hidden_act": "gelu_pytorch_tanh",
                           "tie_word_embeddings": True}),
@@ -129,8 +145,8 @@ CONFIGS = {
 # head_dim, layer_types, dtype. Weights, tokens and logits equal the
 # hub-style fixture's (the same seed and config).
 SAVED_BY_TRANSFORMERS = {"llama3-scaled-saved": "llama3-scaled", "qwen2-gqa-saved": "qwen2-gqa",
-                         "mistral-gqa-saved": "mistral-gqa", "gemma-gqa-saved": "gemma-gqa",
-                         "gemma2-mha-saved": "gemma2-mha"}
+                         "mistral-gqa-saved": "mistral-gqa", "phi3-partial-saved": "phi3-partial",
+                         "gemma-gqa-saved": "gemma-gqa", "gemma2-mha-saved": "gemma2-mha"}
 for saved, hub_style in SAVED_BY_TRANSFORMERS.items():
     CONFIGS[saved] = CONFIGS[hub_style]
 

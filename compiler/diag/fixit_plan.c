@@ -15,6 +15,8 @@ static tp_span at_offset(tp_span s, int offset)
 
 void tp_fix_set_kwarg(tp_diag *g, const tp_node *call, const char *kw, const char *text)
 {
+    if (call->kind != N_CALL)   /* a Hugging Face string style takes no arguments */
+        return;
     const tp_node *val = tp_call_kw(call, kw);
     if (val) {
         tp_diag_fixit(g, val->span, text);
@@ -73,5 +75,11 @@ void tp_fix_append_item(tp_diag *g, const tp_plan *p, const char *text)
 
 void tp_fix_rename_style(tp_diag *g, const tp_style *s, const char *new_name)
 {
+    if (s->call->kind != N_CALL) {   /* "packed_colwise" -> RowwiseParallel() */
+        char *text = tp_xasprintf("%s()", new_name);
+        tp_diag_fixit(g, s->call->span, text);
+        free(text);
+        return;
+    }
     tp_diag_fixit(g, s->call->kids[0]->span, new_name);
 }

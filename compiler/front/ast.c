@@ -79,6 +79,7 @@ static const char *const kind_names[] = {
     [N_ASSIGN] = "ASSIGN",
     [N_RETURN] = "RETURN",
     [N_EXPR_STMT] = "EXPR_STMT",
+    [N_UNPACK] = "UNPACK",
     [N_INT] = "INT",
     [N_FLOAT] = "FLOAT",
     [N_STR] = "STR",

@@ -27,6 +27,7 @@ typedef enum tp_node_kind {
     N_ASSIGN,        /* name = kid0 (also members: submodule declarations) */
     N_RETURN,        /* return kid0 */
     N_EXPR_STMT,     /* kid0 (a call used as a statement, e.g. tie(...)) */
+    N_UNPACK,        /* a, b = value   kids: N_NAME targets, last kid the value */
     /* ---- expressions ---- */
     N_INT,           /* ival */
     N_FLOAT,         /* fval (1e-5, 500000.0) */

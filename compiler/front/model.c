@@ -14,7 +14,7 @@ typedef struct leaf_type {
     double eps;                    /* norms: eps when eps= is not given */
 } leaf_type;
 
-static const char *const linear_kw[] = {"bias", "pad_to", NULL};
+static const char *const linear_kw[] = {"bias", "pad_to", "packed", NULL};
 static const char *const embedding_kw[] = {"pad_to", NULL};
 static const char *const norm_kw[] = {"eps", "bias", NULL};
 /* unit_offset=True: Gemma's GemmaRMSNorm, which scales by (1 + weight) */
@@ -164,6 +164,35 @@ static bool norm_eps(builder *b, const tp_node *ctor, const leaf_type *lt, doubl
     return true;
 }
 
+/* Linear(..., packed=(a, b, c)): the segments of a fused projection's
+ * output, in order; they add up to its out features. */
+static bool packed_segments(builder *b, const tp_node *ctor, int64_t out, int *n, int64_t *segments)
+{
+    const tp_node *e = tp_call_kw(ctor, "packed");
+    if (!e)
+        return true;
+    if (e->kind != N_TUPLE || e->nkids < 2 || e->nkids > TP_MAX_SEGMENTS || tp_call_kw(ctor, "pad_to")) {
+        tp_diag_add(b->d, TP_ERROR, e->span, "model",
+                    "Linear() packed= takes a tuple of 2 to %d segment sizes, such as (heads * head_dim, "
+                    "kv_heads * head_dim, kv_heads * head_dim), and no pad_to=", TP_MAX_SEGMENTS);
+        return false;
+    }
+    int64_t sum = 0;
+    for (int i = 0; i < e->nkids; i++) {
+        if (!tp_eval_size(b->c, e->kids[i], &segments[i]))
+            return false;
+        sum += segments[i];
+    }
+    *n = e->nkids;
+    if (sum != out) {
+        tp_diag_add(b->d, TP_ERROR, e->span, "model",
+                    "Linear() packed= segments add up to %lld, but the Linear has %lld out features",
+                    (long long)sum, (long long)out);
+        return false;
+    }
+    return true;
+}
+
 /* Linear(in, out, bias=True, pad_to=1): weight (out, in), bias (out,).
  * Embedding(num, dim, pad_to=1): weight (num, dim). Norms (dim, eps=,
  * bias=): weight (dim,). */
@@ -189,8 +218,14 @@ static tp_module *build_leaf(builder *b, const leaf_type *lt, const tp_node *cto
         tp_diag_add(b->d, TP_ERROR, ctor->span, "config", "'%s' would have more than 2^63 elements; check the sizes", fqn);
         return NULL;
     }
+    int nsegments = 0;
+    int64_t segments[TP_MAX_SEGMENTS];
+    if (lt->kind == TP_MOD_LINEAR && !packed_segments(b, ctor, size[1], &nsegments, segments))
+        return NULL;
     tp_module *mod = new_module(lt->kind, name, fqn, lt->name, parent, decl);
     mod->eps = eps;
+    mod->nsegments = nsegments;
+    memcpy(mod->segments, segments, (size_t)nsegments * sizeof *segments);
     mod->unit_offset = flag_arg(b, ctor, "unit_offset", false);
     tp_param *w;
     switch (lt->kind) {

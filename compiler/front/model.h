@@ -47,6 +47,10 @@ typedef struct tp_module {
     tp_param *params; int nparams;
     int index;                  /* position in tp_model.all */
     double eps;                 /* norms: added to the variance (eps=) */
+    /* Linear(packed=(a, b, c)): the output features are segments of a fused
+     * projection (q/k/v, gate/up), a packed style shards each of them */
+    int nsegments;              /* 0: not packed */
+    int64_t segments[TP_MAX_SEGMENTS];
     bool unit_offset;           /* RMSNorm(unit_offset=True): scales by 1 + weight (Gemma) */
     struct tp_style *style;     /* the plan entry that applies to it, if any */
 } tp_module;

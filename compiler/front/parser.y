@@ -282,7 +282,7 @@ static char *source_text(const tp_parse_ctx *ctx, tp_span at)
 
 %type <text> name mesh_dim
 %type <node> item assigns assign members member def params param_list param
-%type <node> block stmts stmt call_stmt
+%type <node> block stmts stmt call_stmt targets
 %type <val> expr disj conj negation comparison sum term unary postfix primary strings
 %type <val> list elems dict pairs pair args arg_list arg kwarg kwargs callee
 
@@ -380,8 +380,17 @@ stmts
 
 stmt
     : assign
+    | targets '=' expr      { $$ = $1; $$->span = @$; tp_node_add($$, $3.n); }
     | RETURN expr           { $$ = tp_node_new(N_RETURN, @$); tp_node_add($$, $2.n); }
     | call_stmt
+    ;
+
+/* Tuple unpacking, "q, k, v = split(qkv, (a, b, c), dim=-1)": two or more
+ * names (a bare name before '=' is an assignment). */
+targets
+    : name ',' name         { $$ = tp_node_new(N_UNPACK, @$); tp_node_add($$, named_node(N_NAME, @1, $1));
+                              tp_node_add($$, named_node(N_NAME, @3, $3)); }
+    | targets ',' name      { $$ = $1; $$->span = @$; tp_node_add($$, named_node(N_NAME, @3, $3)); }
     ;
 
 /* A call used as a statement, e.g. tie("a", "b"). Its callee starts with a

@@ -36,6 +36,12 @@ static const char *const *const style_kw[] = {
     [TP_STYLE_PREPARE_INPUT_OUTPUT] = pinout_kw,
 };
 
+/* Hugging Face's tp_plan strings (transformers/integrations/
+ * tensor_parallel.py, ParallelInterface) that tpcc reads, each with the
+ * style it is. A new one is a row here and its semantics in read_hf_style. */
+static const char *const hf_style_names[] = {"packed_colwise"};
+#define NHF_STYLES ((int)(sizeof hf_style_names / sizeof *hf_style_names))
+
 int64_t tp_plan_tp_size(const tp_plan *p) { return p->mesh_size[p->tp_dim]; }
 
 /* PyTorch splits the key on '.' and matches each part against the child
@@ -370,6 +376,34 @@ static void add_style(tp_plan *p, tp_style *s)
     p->styles[p->nstyles++] = s;
 }
 
+/* "packed_colwise": PackedColwiseParallel(), whose hooks are
+ * ColwiseParallel's defaults (input Replicate, local output Shard(-1)) and
+ * whose weight holds rank r's chunk of every segment. */
+static tp_style *read_hf_style(reader *r, const tp_node *str)
+{
+    int k = 0;
+    while (k < NHF_STYLES && strcmp(str->str, hf_style_names[k]))
+        k++;
+    if (k == NHF_STYLES) {
+        tp_diag *g = tp_diag_add(r->d, TP_ERROR, str->span, "plan",
+                                 "\"%s\" is not a Hugging Face tp_plan style tpcc reads; it reads \"packed_colwise\" "
+                                 "and PyTorch's constructors such as ColwiseParallel()", str->str);
+        const char *best = tp_suggest(str->str, hf_style_names, NHF_STYLES);
+        if (best)
+            tp_diag_help(g, "did you mean \"%s\"?", best);
+        return NULL;
+    }
+    tp_style *s = tp_xcalloc(1, sizeof *s);
+    s->kind = TP_STYLE_COLWISE;
+    s->name = hf_style_names[k];
+    s->call = str;
+    s->packed = true;
+    s->input.pl = tp_replicate();
+    s->output.pl = tp_shard(-1);
+    s->use_local_output = true;
+    return s;
+}
+
 static void read_parallelize(tp_plan *p, const tp_node *item, tp_config *c)
 {
     reader r = {c, c->diags, 0};
@@ -381,11 +415,11 @@ static void read_parallelize(tp_plan *p, const tp_node *item, tp_config *c)
             tp_diag_add(c->diags, TP_ERROR, key->span, "plan", "plan keys are module names in quotes");
             continue;
         }
-        if (val->kind != N_CALL) {
+        if (val->kind != N_CALL && val->kind != N_STR) {
             tp_diag_add(c->diags, TP_ERROR, val->span, "plan", "expected a parallel style such as ColwiseParallel()");
             continue;
         }
-        tp_style *s = read_style(&r, val);
+        tp_style *s = val->kind == N_STR ? read_hf_style(&r, val) : read_style(&r, val);
         if (!s)
             continue;
         s->entry = pair;
@@ -530,6 +564,9 @@ static bool supports(const tp_style *s, const tp_module *m)
 {
     switch (s->kind) {
     case TP_STYLE_COLWISE:
+        if (s->packed)
+            return m->kind == TP_MOD_LINEAR && m->nsegments > 0;
+        return m->kind == TP_MOD_LINEAR || m->kind == TP_MOD_EMBEDDING;
     case TP_STYLE_ROWWISE: return m->kind == TP_MOD_LINEAR || m->kind == TP_MOD_EMBEDDING;
     case TP_STYLE_SEQUENCE: return m->kind == TP_MOD_RMSNORM || m->kind == TP_MOD_LAYERNORM;
     default: return true;
@@ -623,7 +660,10 @@ static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
                 if (!unsupported) {
                     tp_diag *g = tp_diag_add(d, TP_ERROR, s->call->span, "unsupported-module",
                                              "%s does not support '%s', a %s", s->name, mod->fqn, mod->type);
-                    if (s->kind == TP_STYLE_SEQUENCE)
+                    if (s->packed)
+                        tp_diag_help(g, "packed_colwise shards the segments of a fused Linear declared with "
+                                        "packed=(...) in the model; use ColwiseParallel() for a plain Linear");
+                    else if (s->kind == TP_STYLE_SEQUENCE)
                         tp_diag_help(g, "SequenceParallel is for norms (LayerNorm, RMSNorm); shard a Linear with ColwiseParallel or RowwiseParallel");
                     else if (mod->kind == TP_MOD_RMSNORM || mod->kind == TP_MOD_LAYERNORM)
                         tp_diag_help(g, "use SequenceParallel() for a norm, or leave it replicated");

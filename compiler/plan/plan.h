@@ -48,7 +48,7 @@ typedef struct tp_style {
     tp_style_kind kind;
     const char *name;           /* "ColwiseParallel" */
     const tp_node *entry;       /* the N_PAIR in the plan dict */
-    const tp_node *call;        /* the constructor call */
+    const tp_node *call;        /* the constructor call, or the N_STR of a Hugging Face style */
     const tp_node *dict;        /* the dict it sits in */
     const tp_node *item;        /* the parallelize item */
     char *pattern;              /* absolute pattern, e.g. "model.layers.*.self_attn.q_proj" */
@@ -61,6 +61,9 @@ typedef struct tp_style {
      * holds H heads, each replicated over tp / H ranks when tp > H; 0 when
      * not given */
     int64_t replicate_heads;
+    /* Hugging Face's "packed_colwise": ColwiseParallel's hooks, each segment
+     * of the Linear's packed= output sharded separately */
+    bool packed;
     int sequence_dim;           /* SequenceParallel */
     tp_io_spec in, out;         /* PrepareModule* */
     int nmatched;

@@ -30,18 +30,24 @@ typedef struct tp_val {
     int gather_dim;
     int gv;                       /* its value in the graph, or -1 before an op uses it */
     int64_t logical_last;         /* real entries of the last dim (vocab padding), 0: all */
+    /* packed: the output of a fused projection under packed_colwise, its
+     * sharded dim holding each rank's share of every segment one after
+     * another; only split()/chunk() into these segments may read it */
+    int nsegments;                /* 0: a contiguous shard (or none) */
+    int64_t segments[TP_MAX_SEGMENTS];
 } tp_val;
 
 /* Interpreter values: tensors, modules, integers (booleans too), floats,
- * None. */
-typedef enum { IV_NONE, IV_TENSOR, IV_MODULE, IV_INT, IV_FLOAT, IV_STR } iv_kind;
+ * None, and the tuple of tensors split() and chunk() return. */
+typedef enum { IV_NONE, IV_TENSOR, IV_MODULE, IV_INT, IV_FLOAT, IV_STR, IV_TUPLE } iv_kind;
 typedef struct iv {
     iv_kind kind;
     tp_val *t;
     tp_module *mod;
-    int64_t i;
+    int64_t i;             /* IV_INT; IV_TUPLE: the number of items */
     double f;
     const char *s;         /* IV_STR, borrowed from the configuration */
+    tp_val *items[TP_MAX_SEGMENTS];   /* IV_TUPLE */
 } iv;
 
 typedef struct seen_diag {
@@ -122,6 +128,13 @@ iv tp_leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span call_
 
 /* the root forward's result: the loss, or the logits (outputs.c) */
 void tp_model_output(interp *I, iv out, tp_span span);
+
+/* split() and chunk() (split.c) */
+bool tp_split_is(const char *name);
+/* call is the N_CALL; x its first argument, evaluated. Returns IV_TUPLE. */
+iv tp_split_apply(interp *I, const tp_node *call, tp_val *x);
+/* A packed value reaching anything but split()/chunk() (`what`): an error. */
+void tp_packed_misuse(interp *I, tp_val *x, const char *what, tp_span span);
 
 /* parameters (params.c) */
 tp_placement tp_param_placement(const tp_param *prm);

@@ -70,7 +70,9 @@ char *tp_val_describe(const tp_val *v)
     size_t n = 0;
     for (int i = 0; i < v->rank && n < sizeof shape - 24; i++)
         n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%lld", i ? ", " : "", (long long)v->shape[i]);
-    return tp_xasprintf("%s %s [%s]", tp_pl_str(v->pl, v->rank, pl), v->dtensor ? "DTensor" : "plain", shape);
+    /* a fused projection's packed output: each segment sharded on its own */
+    return tp_xasprintf("%s%s %s [%s]", tp_pl_str(v->pl, v->rank, pl), v->nsegments ? " packed" : "",
+                        v->dtensor ? "DTensor" : "plain", shape);
 }
 
 int64_t tp_local_size(const interp *I, const tp_val *v, int d)
@@ -365,7 +367,7 @@ static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwn
                       const tp_node *site);
 static iv eval(interp *I, frame *f, const tp_node *e);
 
-static const iv none_iv = {IV_NONE, NULL, NULL, 0, 0, NULL};
+static const iv none_iv = {IV_NONE, NULL, NULL, 0, 0, NULL, {NULL}};
 
 static iv fail(interp *I, const tp_node *e, const char *msg)
 {
@@ -378,8 +380,8 @@ static iv fail(interp *I, const tp_node *e, const char *msg)
 static iv number_iv(tp_cfg_value v)
 {
     if (v.s)
-        return (iv){IV_STR, NULL, NULL, 0, 0, v.s};
-    return v.is_float ? (iv){IV_FLOAT, NULL, NULL, 0, v.f, NULL} : (iv){IV_INT, NULL, NULL, v.i, 0, NULL};
+        return (iv){IV_STR, NULL, NULL, 0, 0, v.s, {NULL}};
+    return v.is_float ? (iv){IV_FLOAT, NULL, NULL, 0, v.f, NULL, {NULL}} : (iv){IV_INT, NULL, NULL, v.i, 0, NULL, {NULL}};
 }
 
 static tp_module *member(const tp_module *mod, const char *name)
@@ -392,6 +394,15 @@ static tp_module *member(const tp_module *mod, const char *name)
 
 static iv eval_call(interp *I, frame *f, const tp_node *e)
 {
+    const tp_node *callee = e->kids[0];
+    /* split(x, (a, b), dim=...): sizes and dims are configuration values */
+    if (callee->kind == N_NAME && tp_split_is(callee->name) && !member(f->mod, callee->name)) {
+        const tp_node *x = tp_call_pos(e, 0);
+        iv v = x ? eval(I, f, x) : none_iv;
+        if (v.kind != IV_TENSOR)
+            return I->stop ? none_iv : fail(I, e, "split() and chunk() take a tensor first");
+        return tp_split_apply(I, e, v.t);
+    }
     int nargs = 0, nkw = 0;
     iv args[TP_MAX_IO * 2], kwargs[TP_MAX_IO * 2];
     char *kwnames[TP_MAX_IO * 2];
@@ -408,7 +419,6 @@ static iv eval_call(interp *I, frame *f, const tp_node *e)
     }
     if (I->stop)
         return none_iv;
-    const tp_node *callee = e->kids[0];
     if (callee->kind == N_NAME) {
         iv local;
         tp_module *sub = member(f->mod, callee->name);
@@ -450,7 +460,7 @@ static iv eval(interp *I, frame *f, const tp_node *e)
             return v;
         tp_module *sub = member(f->mod, e->name);
         if (sub)
-            return (iv){IV_MODULE, NULL, sub, 0, 0, NULL};
+            return (iv){IV_MODULE, NULL, sub, 0, 0, NULL, {NULL}};
         if (tp_config_has(I->c, e->name)) {
             tp_cfg_value x;
             if (!tp_config_value(I->c, e->name, e->span, &x)) { I->stop = true; return none_iv; }
@@ -511,6 +521,27 @@ static bool bind_params(interp *I, frame *f, const tp_node *def, iv *args, int n
     return true;
 }
 
+/* a, b = split(x, ...): as many names as the tuple has tensors. */
+static void unpack(interp *I, frame *f, const tp_node *s)
+{
+    int ntargets = s->nkids - 1;
+    iv v = eval(I, f, s->kids[ntargets]);
+    if (I->stop)
+        return;
+    if (v.kind != IV_TUPLE) {
+        fail(I, s->kids[ntargets], "only the tuples split() and chunk() return can be unpacked");
+        return;
+    }
+    if (v.i != ntargets) {
+        tp_diag_add(I->d, TP_ERROR, s->span, "model", "%d names unpack %lld tensors: Python raises ValueError (%s "
+                    "values to unpack)", ntargets, (long long)v.i, v.i > ntargets ? "too many" : "not enough");
+        I->stop = true;
+        return;
+    }
+    for (int k = 0; k < ntargets; k++)
+        frame_set(f, s->kids[k]->name, (iv){IV_TENSOR, v.items[k], NULL, 0, 0, NULL, {NULL}});
+}
+
 static iv run_body(interp *I, frame *f, const tp_node *block)
 {
     for (int i = 0; i < block->nkids && !I->stop; i++) {
@@ -519,6 +550,7 @@ static iv run_body(interp *I, frame *f, const tp_node *block)
         case N_ASSIGN: frame_set(f, s->name, eval(I, f, s->kids[0])); break;
         case N_RETURN: return eval(I, f, s->kids[0]);
         case N_EXPR_STMT: eval(I, f, s->kids[0]); break;
+        case N_UNPACK: unpack(I, f, s); break;
         default: break;
         }
     }
@@ -646,7 +678,7 @@ static bool make_inputs(interp *I, const tp_node *def, iv *args, int *nargs)
         v->span = prm->span;
         int gv = tp_record_value(I, v, prm->name);     /* may move graph.values */
         I->a->graph.values[gv].input = true;
-        args[(*nargs)++] = (iv){IV_TENSOR, v, NULL, 0, 0, NULL};
+        args[(*nargs)++] = (iv){IV_TENSOR, v, NULL, 0, 0, NULL, {NULL}};
     }
     return true;
 }

@@ -27,7 +27,7 @@ typedef struct op_rule {
 } op_rule;
 
 static const char *const rope_kw[] = {"theta", "scaling", "factor", "low_freq_factor", "high_freq_factor",
-                                      "original_max_position_embeddings", NULL};
+                                      "original_max_position_embeddings", "partial_rotary_factor", NULL};
 /* scale= as SDPA's (default head_dim ** -0.5); softcap= as FlashAttention's
  * (0 or absent: none); sliding_window= as transformers' (checked against seq) */
 static const char *const attention_kw[] = {"causal", "scale", "softcap", "sliding_window", NULL};
@@ -87,9 +87,9 @@ static const op_rule *find_rule(const char *name)
 
 bool tp_op_is_primitive(const char *name) { return find_rule(name) != NULL; }
 
-static const iv none_iv = {IV_NONE, NULL, NULL, 0, 0, NULL};
+static const iv none_iv = {IV_NONE, NULL, NULL, 0, 0, NULL, {NULL}};
 
-static iv tensor_iv(tp_val *v) { return (iv){IV_TENSOR, v, NULL, 0, 0, NULL}; }
+static iv tensor_iv(tp_val *v) { return (iv){IV_TENSOR, v, NULL, 0, 0, NULL, {NULL}}; }
 
 static int shard_dim(const tp_val *v)
 {
@@ -555,6 +555,22 @@ static const iv *kwarg(const char *kw, char **kwnames, const iv *kwargs, int nkw
     return NULL;
 }
 
+/* rope(partial_rotary_factor=f) rotates the first int(head_dim * f) dims
+ * of each head, as transformers' default RoPE init computes `dim`; they
+ * must pair up. */
+static bool rotary_dims(interp *I, const tp_node *call, int64_t head_dim, double partial, int64_t *out)
+{
+    *out = (int64_t)((double)head_dim * partial);
+    if (partial <= 1.0 && *out >= 2 && *out % 2 == 0)
+        return true;
+    const tp_node *at = tp_call_kw_arg(call, "partial_rotary_factor");
+    tp_diag_add(I->d, TP_ERROR, at ? at->span : call->span, "model",
+                "rope(): partial_rotary_factor %g of head_dim %lld rotates %lld dims; it must be at most 1 and rotate "
+                "an even number of at least 2", partial, (long long)head_dim, (long long)*out);
+    I->stop = true;
+    return false;
+}
+
 /* An error at keyword argument kw of an op call (at the call when kw is
  * NULL): fmt with one string argument. Stops the walk; returns false. */
 static bool op_arg_error(interp *I, const tp_node *call, const char *kw, const char *fmt, const char *arg)
@@ -730,11 +746,13 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
 {
     const op_rule *r = find_rule(name);
     tp_span span = call->span;
-    double theta = ROPE_THETA_DEFAULT;
+    double theta = ROPE_THETA_DEFAULT, partial = 1.0;
     tp_rope_scaling scaling;
     if (!known_keywords(I, call, r, kwnames, nkw) || !causal_only(I, call, kwnames, kwargs, nkw))
         return none_iv;
     if (r->lowers_to == TP_OP_ROPE && (!positive_kwarg(I, call, name, "theta", kwnames, kwargs, nkw, &theta) ||
+                                       !positive_kwarg(I, call, name, "partial_rotary_factor", kwnames, kwargs, nkw,
+                                                       &partial) ||
                                        !rope_scaling_kwargs(I, call, kwnames, kwargs, nkw, &scaling)))
         return none_iv;
     if (!strcmp(name, "arange"))
@@ -753,6 +771,8 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
         return none_iv;
     if (!want_tensors(I, call, args, nargs, r->ntensors))
         return none_iv;
+    for (int i = 0; i < r->ntensors; i++)
+        tp_packed_misuse(I, args[i].t, name, span);
     tp_val *x = args[0].t;
     if (r->lowers_to == TP_OP_ROPE)
         tp_grown_meet_rope(I, x, span);
@@ -803,6 +823,8 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
         op->theta = theta;
         op->rope = scaling;
         op->k = tp_local_size(I, x, x->rank - 1);
+        if (!rotary_dims(I, call, op->k, partial, &op->rotary))
+            return none_iv;
     }
     return tensor_iv(out);
 }
@@ -876,6 +898,8 @@ iv tp_op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
         I->stop = true;
         return none_iv;
     }
+    tp_packed_misuse(I, a, opname, span);
+    tp_packed_misuse(I, b, opname, span);
     tp_val *big = a->rank >= b->rank ? a : b, *small = big == a ? b : a;
     for (int i = 1; i <= small->rank; i++)
         tp_grown_meet(I, big->shape[big->rank - i], small->shape[small->rank - i], span,
@@ -1012,6 +1036,10 @@ static tp_val *linear_layout(interp *I, tp_module *mod, tp_val **xp, const int64
         tp_val *r = result_like(I, x, x->rank, shape, names, span);
         r->pl = tp_shard(last);
         r->shard_cause = s;
+        if (s->packed) {
+            r->nsegments = mod->nsegments;
+            memcpy(r->segments, mod->segments, sizeof r->segments);
+        }
         return r;
     }
     if (s && s->kind == TP_STYLE_ROWWISE) {
@@ -1172,6 +1200,7 @@ iv tp_leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span span)
         return none_iv;
     }
     tp_val *x = args[0].t, *r;
+    tp_packed_misuse(I, x, mod->fqn, span);
     switch (mod->kind) {
     case TP_MOD_LINEAR:
         r = linear_forward(I, mod, &x, span);

@@ -98,9 +98,32 @@ static void pad_for_tp(interp *I, tp_param *prm, int dim)
         tp_diag_note_at(g, prm->owner->decl->span, "'%s' is declared here", prm->owner->fqn);
 }
 
+/* packed_colwise shards every segment of the fused output (its rows). */
+static void check_segments_divisible(interp *I, tp_param *prm)
+{
+    const tp_module *mod = prm->owner;
+    for (int i = 0; i < mod->nsegments; i++) {
+        if (mod->segments[i] % I->tp == 0)
+            continue;
+        tp_diag *g = tp_finding(I, TP_ERROR, tp_entry_span(mod->style), "divisibility", NULL, NULL,
+                                "%s shards each segment of '%s' separately, but segment %d (%lld rows) does not split "
+                                "over %lld ranks", mod->style->name, prm->fqn, i, (long long)mod->segments[i],
+                                (long long)I->tp);
+        if (g && mod->decl)
+            tp_diag_note_at(g, mod->decl->span, "'%s' is declared here", mod->fqn);
+        if (g)
+            tp_diag_help(g, "use a tp that divides every segment, or leave '%s' replicated", mod->fqn);
+        return;
+    }
+}
+
 static void check_param_divisible(interp *I, tp_param *prm)
 {
     tp_placement p = tp_param_placement(prm);
+    if (prm->owner->style->packed) {
+        check_segments_divisible(I, prm);
+        return;
+    }
     if (p.kind != TP_SHARD || prm->shape[p.dim] % I->tp == 0)
         return;
     if (paddable(prm, p.dim)) {

@@ -54,6 +54,11 @@ int tp_record_param(interp *I, tp_param *p)
     ip.replicas = tp_head_replicas(I, p);
     for (int d = 0; d < p->rank; d++)
         ip.local[d] = ip.pl.kind == TP_SHARD && ip.pl.dim == d ? p->shape[d] / I->tp : p->shape[d];
+    const tp_module *owner = p->owner;
+    if (ip.pl.kind == TP_SHARD && owner->style && owner->style->packed) {
+        ip.nsegments = owner->nsegments;
+        memcpy(ip.segments, owner->segments, sizeof ip.segments);
+    }
     return p->ir_index = tp_graph_add_param(&I->a->graph, &ip);
 }
 

@@ -67,8 +67,9 @@ typedef struct tp_backend {
     /* Hugging Face Llama RoPE (rotate_half) on x[b, s, h, d], position of
      * token j is pos_offset + j, frequencies inv_freq[0 .. d/2) (host
      * memory; sched/rope.h computes them from theta and the scaling) */
-    void (*rope)(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t pos_offset,
-                 const double *inv_freq);
+    /* the first `rotary` of each head's d rotate (partial rotary), the rest pass through */
+    void (*rope)(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t rotary,
+                 int64_t pos_offset, const double *inv_freq);
     /* causal softmax(q k^T * scale) v; q, out [b, s, h, d]; k, v [b, s, g, d];
      * query head i reads kv head i / (h / g); softcap > 0 caps each score
      * as softcap * tanh(score / softcap) */
@@ -84,6 +85,9 @@ typedef struct tp_backend {
     void (*scale)(float *out, const float *x, int64_t n, float s);
     /* out = chunk `index` of `parts` of x (shape[rank]) along dim */
     void (*slice)(float *out, const float *x, const int64_t *shape, int rank, int dim, int index, int parts);
+    /* out = x.narrow(dim, start, length) (x's shape[rank]) */
+    void (*narrow)(float *out, const float *x, const int64_t *shape, int rank, int dim, int64_t start,
+                   int64_t length);
     /* Reshards: the `parts` chunks of x (shape[rank]) along dim, laid out one
      * after another, and the inverse, from such blocks back to one tensor
      * whose dim is parts times the block's (out's shape given). Collectives

@@ -51,8 +51,8 @@ static double **rope_tables(const tr_schedule *s)
         if (op->kind != TP_OP_ROPE)
             continue;
         const int64_t *shape = s->bufs[op->in[0]].shape;
-        tables[i] = tp_xmalloc((size_t)(shape[3] / 2 + 1) * sizeof **tables);
-        tp_rope_inv_freq(&op->rope, op->theta, shape[3], op->pos_offset + shape[1], tables[i]);
+        tables[i] = tp_xmalloc((size_t)(op->rotary_dim / 2 + 1) * sizeof **tables);
+        tp_rope_inv_freq(&op->rope, op->theta, op->rotary_dim, op->pos_offset + shape[1], tables[i]);
     }
     return tables;
 }
@@ -211,7 +211,7 @@ EXEC(layernorm)
 EXEC(rope)
 {
     const int64_t *shape = in_buf(x, op, 0)->shape;
-    x->be->rope(fout(x, op), fin(x, op, 0), shape[0], shape[1], shape[2], shape[3], op->pos_offset,
+    x->be->rope(fout(x, op), fin(x, op, 0), shape[0], shape[1], shape[2], shape[3], op->rotary_dim, op->pos_offset,
                 x->rope_inv_freq[op - x->s->ops]);
     return 0;
 }
@@ -258,6 +258,13 @@ EXEC(slice)
 {
     const tr_buf *in = in_buf(x, op, 0);
     x->be->slice(fout(x, op), fin(x, op, 0), in->shape, in->rank, op->dim, op->index, op->parts);
+    return 0;
+}
+
+EXEC(narrow)
+{
+    const tr_buf *in = in_buf(x, op, 0);
+    x->be->narrow(fout(x, op), fin(x, op, 0), in->shape, in->rank, op->dim, op->start, op->length);
     return 0;
 }
 

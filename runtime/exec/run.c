@@ -43,7 +43,8 @@ static bool rank0(const job *j) { return j->comm->rank == 0; }
 
 /* ---- weights ------------------------------------------------------------ */
 
-static tp_weight_slice slice_of(const job *j, const tr_weight *w)
+/* Segment k of the rank's slice of w (the whole tensor when replicated). */
+static tp_weight_slice slice_of(const job *j, const tr_weight *w, int k)
 {
     tp_weight_slice s = {0};
     s.name = w->name;
@@ -54,8 +55,10 @@ static tp_weight_slice slice_of(const job *j, const tr_weight *w)
         s.logical[d] = w->logical[d];
     }
     s.dim = w->dim;
-    s.offset = w->offset;
-    s.length = w->length;
+    if (w->nsegments) {
+        s.offset = w->offset[k];
+        s.length = w->length[k];
+    }
     return s;
 }
 
@@ -78,12 +81,18 @@ static int load_weights(job *j)
         return fail(j, "%s", why);
     float *host = tp_xmalloc((size_t)s->weight_elems * sizeof *host + 1);
     for (int i = 0; i < s->nweights; i++) {
-        tp_weight_slice ws = slice_of(j, &s->weights[i]);
-        float *dst = host + s->weights[i].region_offset;
-        if (j->ckpt ? tp_checkpoint_read(j->ckpt, &ws, dst, why, sizeof why) != 0
-                    : tp_weight_init_seeded(&ws, j->o->seed, dst) < 0) {
-            free(host);
-            return fail(j, "%s", j->ckpt ? why : "inconsistent weight slice in the schedule");
+        const tr_weight *w = &s->weights[i];
+        float *dst = host + w->region_offset;
+        /* a packed weight's segments are row ranges (dim 0), held one after another */
+        for (int k = 0; k < (w->nsegments ? w->nsegments : 1); k++) {
+            tp_weight_slice ws = slice_of(j, w, k);
+            int64_t n = j->ckpt ? (tp_checkpoint_read(j->ckpt, &ws, dst, why, sizeof why) ? -1 : tp_weight_slice_numel(&ws))
+                                : tp_weight_init_seeded(&ws, j->o->seed, dst);
+            if (n < 0) {
+                free(host);
+                return fail(j, "%s", j->ckpt ? why : "inconsistent weight slice in the schedule");
+            }
+            dst += n;
         }
         progress(j, i + 1, s->nweights);
     }

@@ -692,6 +692,26 @@ TEST(CliHfKeys, RopeScalingIsReadAndAnUnsupportedTypeIsAnError)
     EXPECT_TRUE(contains(yarn.err, "1 error generated.")) << "the other keys are read or harmless\n" << yarn.describe();
 }
 
+// Phi-3's longrope scaling (Phi-3-mini-128k; the legacy su) is not
+// computed: its factor lists are keys phi3.model does not read, and the type
+// alone is refused by rope().
+TEST(CliHfKeys, Phi3LongropeIsAnError)
+{
+    const std::string plan = source_path("plans/phi3-sp.plan");
+    Proc lists = run({"--check", "--hf-config", fixture("phi3-longrope.config.json"), plan});
+    EXPECT_EQ(lists.code(), 1) << lists.describe();
+    EXPECT_TRUE(contains(lists.err, "sets rope_scaling.long_factor to ")) << lists.describe();
+    EXPECT_TRUE(contains(lists.err, "sets rope_scaling.short_factor to ")) << lists.describe();
+    TempDir dir;
+    std::string su = slurp(fixture("published/phi-3-mini-4k-instruct/config.json"));
+    size_t at = su.find("\"rope_scaling\": null");
+    ASSERT_NE(at, std::string::npos);
+    su.replace(at, 20, "\"rope_scaling\": {\"type\": \"su\"}");
+    Proc type = run({"--check", "--hf-config", dir.write("config.json", su), plan, "-D", "seq=2040"});
+    EXPECT_EQ(type.code(), 1) << type.describe();
+    EXPECT_TRUE(contains(type.err, "RoPE scaling \"su\" is not supported")) << type.describe();
+}
+
 TEST(CliHfKeys, KeysThatChangeTheMathAreErrors)
 {
     std::string cfg = fixture("llama-math-keys.config.json");

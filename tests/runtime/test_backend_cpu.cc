@@ -307,14 +307,37 @@ TEST(BackendCpu, RopeMatchesHuggingFaceRotateHalf)
         Vec x = random_vec(c.b * c.s * c.h * c.d, 60 + (unsigned)c.d);
         Vec out(x.size());
         const std::vector<double> f = default_freqs(c.d, c.theta);
-        be()->rope(out.data(), x.data(), c.b, c.s, c.h, c.d, c.off, f.data());
+        be()->rope(out.data(), x.data(), c.b, c.s, c.h, c.d, c.d, c.off, f.data());
         // a rotation of a pair: two products and a sum, rounded once; the
         // angles are computed in double by both
         expect_close(out, ref_rope(x, c.b, c.s, c.h, c.d, c.off, c.theta), 4 * kU, 4 * kU, "rope");
         Vec inplace = x;
-        be()->rope(inplace.data(), inplace.data(), c.b, c.s, c.h, c.d, c.off, f.data());
+        be()->rope(inplace.data(), inplace.data(), c.b, c.s, c.h, c.d, c.d, c.off, f.data());
         EXPECT_EQ(inplace, out);
     }
+}
+
+// Partial rotary (Phi-3's partial_rotary_factor): the first r dims of each
+// head are RoPE over a head of r dims, the other d - r pass through.
+TEST(BackendCpu, PartialRopeRotatesTheLeadingDimsOnly)
+{
+    const int64_t b = 2, s = 5, h = 3, d = 10, r = 6, off = 3;
+    Vec x = random_vec(b * s * h * d, 62), out(x.size()), lead(b * s * h * r);
+    for (int64_t row = 0; row < b * s * h; row++)
+        for (int64_t i = 0; i < r; i++)
+            lead[row * r + i] = x[row * d + i];
+    const std::vector<double> f = default_freqs(r, 10000.0);
+    be()->rope(out.data(), x.data(), b, s, h, d, r, off, f.data());
+    DVec want = ref_rope(lead, b, s, h, r, off, 10000.0);
+    for (int64_t row = 0; row < b * s * h; row++) {
+        for (int64_t i = 0; i < r; i++)
+            EXPECT_NEAR(out[row * d + i], want[row * r + i], 4 * kU) << "row " << row << " dim " << i;
+        for (int64_t i = r; i < d; i++)
+            EXPECT_EQ(out[row * d + i], x[row * d + i]) << "row " << row << " dim " << i;
+    }
+    Vec inplace = x;
+    be()->rope(inplace.data(), inplace.data(), b, s, h, d, r, off, f.data());
+    EXPECT_EQ(inplace, out);
 }
 
 // A sequence shard (rank r holds positions [r*s/2, ...)) with pos_offset gives
@@ -324,10 +347,10 @@ TEST(BackendCpu, RopeWithOffsetEqualsTheMatchingSliceOfTheFullSequence)
     const int64_t b = 1, s = 6, h = 2, d = 6;
     Vec x = random_vec(b * s * h * d, 61), full(x.size());
     const std::vector<double> f = default_freqs(d, 10000.0);
-    be()->rope(full.data(), x.data(), b, s, h, d, 0, f.data());
+    be()->rope(full.data(), x.data(), b, s, h, d, d, 0, f.data());
     const int64_t half = s / 2 * h * d;
     Vec second(x.begin() + half, x.end()), out(half);
-    be()->rope(out.data(), second.data(), b, s / 2, h, d, s / 2, f.data());
+    be()->rope(out.data(), second.data(), b, s / 2, h, d, d, s / 2, f.data());
     EXPECT_EQ(out, Vec(full.begin() + half, full.end()));
 }
 
@@ -468,32 +491,49 @@ TEST(BackendCpu, SoftcapIsCapTimesTanh)
 
 // --- layout ------------------------------------------------------------------------
 
-// torch.chunk(x, parts, dim)[index] on a [4, 6, 10] tensor holding its own
-// flat index, checked coordinate by coordinate.
-TEST(BackendCpu, SlicePicksTheRightChunkForEveryDim)
+// The [4, 6, 10] tensor the layout tests cut: each element holds its own
+// flat index.
+const int64_t kCutShape[3] = {4, 6, 10};
+
+Vec cut_source()
 {
-    const int64_t shape[3] = {4, 6, 10};
     Vec x(4 * 6 * 10);
     for (size_t i = 0; i < x.size(); i++)
         x[i] = (float)i;
-    for (int dim = 0; dim < 3; dim++)
-        for (int parts : {1, 2}) {
-            for (int index = 0; index < parts; index++) {
-                int64_t cs[3] = {shape[0], shape[1], shape[2]};
-                cs[dim] /= parts;
-                Vec out(cs[0] * cs[1] * cs[2], -1.0f);
-                be()->slice(out.data(), x.data(), shape, 3, dim, index, parts);
-                for (int64_t i = 0; i < cs[0]; i++)
-                    for (int64_t j = 0; j < cs[1]; j++)
-                        for (int64_t l = 0; l < cs[2]; l++) {
-                            int64_t src[3] = {i, j, l};
-                            src[dim] += index * cs[dim];
-                            float want = (float)((src[0] * shape[1] + src[1]) * shape[2] + src[2]);
-                            ASSERT_EQ(out[(i * cs[1] + j) * cs[2] + l], want)
-                                << "dim " << dim << " chunk " << index << "/" << parts;
-                        }
+    return x;
+}
+
+// out holds indices [start, start + length) of dim of cut_source(),
+// checked coordinate by coordinate.
+void expect_range(const Vec &out, int dim, int64_t start, int64_t length, const std::string &what)
+{
+    int64_t cs[3] = {kCutShape[0], kCutShape[1], kCutShape[2]};
+    cs[dim] = length;
+    for (int64_t i = 0; i < cs[0]; i++)
+        for (int64_t j = 0; j < cs[1]; j++)
+            for (int64_t l = 0; l < cs[2]; l++) {
+                int64_t src[3] = {i, j, l};
+                src[dim] += start;
+                float want = (float)((src[0] * kCutShape[1] + src[1]) * kCutShape[2] + src[2]);
+                ASSERT_EQ(out[(i * cs[1] + j) * cs[2] + l], want) << what;
             }
-        }
+}
+
+// torch.chunk(x, parts, dim)[index].
+TEST(BackendCpu, SlicePicksTheRightChunkForEveryDim)
+{
+    const int64_t *shape = kCutShape;
+    Vec x = cut_source();
+    for (int dim = 0; dim < 3; dim++)
+        for (int parts : {1, 2})
+            for (int index = 0; index < parts; index++) {
+                int64_t chunk = shape[dim] / parts;
+                Vec out(x.size() / parts, -1.0f);
+                be()->slice(out.data(), x.data(), shape, 3, dim, index, parts);
+                expect_range(out, dim, index * chunk, chunk,
+                             "dim " + std::to_string(dim) + " chunk " + std::to_string(index) + "/" +
+                                 std::to_string(parts));
+            }
     // odd splits: 3 of dim 1 (6), 5 of dim 2 (10); negative dims count from the end
     Vec a(4 * 2 * 10), bb(4 * 6 * 2), c(4 * 6 * 2);
     be()->slice(a.data(), x.data(), shape, 3, 1, 2, 3);
@@ -505,6 +545,22 @@ TEST(BackendCpu, SlicePicksTheRightChunkForEveryDim)
     EXPECT_EQ(bb[0], 8.0f);
     EXPECT_EQ(bb[1], 9.0f);
     EXPECT_EQ(bb[2], 18.0f);
+}
+
+// x.narrow(dim, start, length): every range of every dim (the pieces of
+// split(x, (a, b, c), dim)); dim 2 is passed as -1.
+TEST(BackendCpu, NarrowKeepsTheRangeOfEveryDim)
+{
+    Vec x = cut_source();
+    for (int dim = 0; dim < 3; dim++)
+        for (int64_t start = 0; start < kCutShape[dim]; start++)
+            for (int64_t length = 1; start + length <= kCutShape[dim]; length++) {
+                Vec out(x.size() / kCutShape[dim] * length, -1.0f);
+                be()->narrow(out.data(), x.data(), kCutShape, 3, dim - (dim == 2 ? 3 : 0), start, length);
+                expect_range(out, dim, start, length,
+                             "dim " + std::to_string(dim) + " start " + std::to_string(start) + " length " +
+                                 std::to_string(length));
+            }
 }
 
 TEST(BackendCpu, PositionsCountFromTheOffset)

@@ -1,8 +1,8 @@
 // tprun against transformers itself: tests/fixtures/hf/<name>/ holds a tiny
 // random LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
-// Qwen3ForCausalLM, GemmaForCausalLM or Gemma2ForCausalLM, its hub-style
-// config.json (RoPE scaling included) or the one transformers 5 saves,
-// tokens and the logits transformers computed
+// Qwen3ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM or Gemma2ForCausalLM,
+// its hub-style config.json (RoPE scaling included) or the one transformers 5
+// saves, tokens and the logits transformers computed
 // (tools/hf_fixtures.py). tpcc compiles the family's shipped plan from that
 // config.json, tprun runs the checkpoint, and the logits must match within
 // 1e-4. No PyTorch needed.
@@ -109,6 +109,11 @@ const Case kCases[] = {
     {"mistral-gqa", "plans/mistral-sp.plan", 4, true}, {"qwen3-gqa", "plans/qwen3-sp.plan", 4, true},
     {"llama2-gqa", "plans/llama-sp.plan", 2, true},    // the option at tp <= kv_heads: plain sharding
     {"gemma-gqa", "plans/gemma-sp.plan", 4, true},   {"gemma2-gqa", "plans/gemma2-sp.plan", 4, true},
+    // fused qkv_proj / gate_up_proj under packed_colwise; partial rotary
+    {"phi3-gqa", "plans/phi3-sp.plan", 1},       {"phi3-gqa", "plans/phi3-sp.plan", 2},
+    {"phi3-partial", "plans/phi3-sp.plan", 1},   {"phi3-partial", "plans/phi3-sp.plan", 2},
+    {"phi3-mha", "plans/phi3-sp.plan", 1},       {"phi3-mha", "plans/phi3-sp.plan", 2},
+    {"phi3-mha", "plans/phi3-sp.plan", 4},       {"phi3-partial-saved", "plans/phi3-sp.plan", 2},
 };
 
 class HfParity : public ::testing::TestWithParam<Case> {};

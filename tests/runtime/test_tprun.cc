@@ -23,6 +23,10 @@
 #include "tests/support/plan_harness.h"
 #include "tests/support/process.h"
 
+extern "C" {
+#include "sched/load.h"
+}
+
 using namespace tpcc_test;
 namespace fs = std::filesystem;
 
@@ -112,6 +116,41 @@ INSTANTIATE_TEST_SUITE_P(Shipped, Parity, ::testing::ValuesIn(shipped_plans()), 
             c = '_';
     return s;
 });
+
+// Phi-3's fused weights under packed_colwise: rank r reads its share of
+// each segment (q, k, v; gate, up) as ranges of rows; ranges that overlap
+// are refused.
+TEST(Weights, PackedSegmentsLoadAsRanges)
+{
+    TempDir dir;
+    std::string sched = compile(dir, source_path("plans/phi3-sp.plan"), 2);
+    tr_schedule s;
+    char err[512];
+    ASSERT_EQ(tr_schedule_load(&s, sched.c_str(), 1, 2, err, sizeof err), 0) << err;
+    int seen = 0;
+    for (int i = 0; i < s.nweights; i++) {
+        const tr_weight &w = s.weights[i];
+        if (!contains(w.name, "qkv_proj"))
+            continue;
+        seen++;   // q 8 heads x 8, k and v 4 heads x 8: rank 1 holds the second half of each
+        ASSERT_EQ(w.nsegments, 3) << w.name;
+        EXPECT_EQ(w.offset[0], 32);
+        EXPECT_EQ(w.offset[1], 64 + 16);
+        EXPECT_EQ(w.offset[2], 96 + 16);
+        EXPECT_EQ(w.length[0] + w.length[1] + w.length[2], 64);
+        EXPECT_EQ(w.local_elems, 64 * 64);
+    }
+    EXPECT_EQ(seen, 2);
+    tr_schedule_free(&s);
+
+    std::string text = tpcc_test::slurp(sched);
+    size_t at = text.find("{\"offset\": 80, ");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, 13, "{\"offset\": 60");   // into rank 1's q range [32, 64)
+    std::string bad = dir.write("overlap.sched", text);
+    EXPECT_EQ(tr_schedule_load(&s, bad.c_str(), 1, 2, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "segment 1 overlaps or precedes segment 0")) << err;
+}
 
 // A vocabulary tp does not divide (129 at tp = 2 and 4) is padded to a
 // multiple of tp; the logits, padding dropped, are those of one rank.
@@ -412,17 +451,29 @@ TEST(LossParallel, PlainReplicatedLogitsGiveTheOrdinaryLoss)
 
 // --- the profile says what the schedule says --------------------------------------------
 
-TEST(Profile, BytesAreTheSchedules)
+// Elements of weight w a rank holds: its slice's length, or its packed
+// segments' lengths, times the other dims.
+double held_elems(json_t *w)
 {
-    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
-    std::string py = python_with_numpy();
-    ASSERT_FALSE(py.empty()) << kInstallNumpy;
-    TempDir dir;
-    std::string ckpt = dir.path + "/model.safetensors";
-    Proc m = run_program(py, {source_path("tools/make_checkpoint.py"), "--family", "llama", "--out", ckpt, "--config",
-                              "vocab=256", "hidden=64", "layers=2", "heads=8", "kv_heads=4", "ffn=128"});
-    ASSERT_EQ(m.code(), 0) << m.describe();
-    std::string sched = compile(dir, source_path("plans/llama-sp.plan"), 2), prof = dir.path + "/p.json";
+    double n = 1;
+    json_t *shape = json_object_get(w, "shape"), *slice = json_object_get(w, "slice");
+    for (size_t d = 0; d < json_array_size(shape); d++)
+        n *= (double)json_integer_value(json_array_get(shape, d));
+    if (!json_is_object(slice))
+        return n;
+    n /= (double)json_integer_value(json_array_get(shape, (size_t)json_integer_value(json_object_get(slice, "dim"))));
+    json_t *segs = json_object_get(slice, "segments");
+    double rows = 0;
+    for (size_t k = 0; k < (segs ? json_array_size(segs) : 1); k++)
+        rows += (double)json_integer_value(json_object_get(segs ? json_array_get(segs, k) : slice, "length"));
+    return n * rows;
+}
+
+// tprun's profile of `sched` on the f32 checkpoint `ckpt` at tp 2: each
+// rank reads exactly its slices and moves exactly the schedule's bytes.
+void expect_profile_is_the_schedules(const TempDir &dir, const std::string &sched, const std::string &ckpt)
+{
+    std::string prof = dir.path + "/p.json";
     Proc p = tprun(2, sched, {"--weights", ckpt, "--labels", "tokens", "--profile-json", prof, "-q"});
     ASSERT_EQ(p.code(), 0) << p.describe();
     json_error_t e;
@@ -435,16 +486,7 @@ TEST(Profile, BytesAreTheSchedules)
         size_t i;
         json_t *w, *op;
         json_array_foreach(json_object_get(rank, "weights"), i, w)
-        {
-            double n = 1;
-            json_t *shape = json_object_get(w, "shape"), *slice = json_object_get(w, "slice");
-            for (size_t d = 0; d < json_array_size(shape); d++)
-                n *= (double)json_integer_value(json_array_get(shape, d));
-            if (json_is_object(slice))
-                n = n / (double)json_integer_value(json_array_get(shape, (size_t)json_integer_value(json_object_get(slice, "dim")))) *
-                    (double)json_integer_value(json_object_get(slice, "length"));
-            weights += 4 * n;        // f32 checkpoint
-        }
+        weights += 4 * held_elems(w);   // f32 checkpoint
         json_array_foreach(json_object_get(rank, "ops"), i, op)
         if (json_object_get(op, "bytes"))
             comm += (double)json_integer_value(json_object_get(op, "bytes"));
@@ -455,6 +497,33 @@ TEST(Profile, BytesAreTheSchedules)
     }
     json_decref(s);
     json_decref(j);
+}
+
+TEST(Profile, BytesAreTheSchedules)
+{
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
+    std::string py = python_with_numpy();
+    ASSERT_FALSE(py.empty()) << kInstallNumpy;
+    TempDir dir;
+    std::string ckpt = dir.path + "/model.safetensors";
+    Proc m = run_program(py, {source_path("tools/make_checkpoint.py"), "--family", "llama", "--out", ckpt, "--config",
+                              "vocab=256", "hidden=64", "layers=2", "heads=8", "kv_heads=4", "ffn=128"});
+    ASSERT_EQ(m.code(), 0) << m.describe();
+    expect_profile_is_the_schedules(dir, compile(dir, source_path("plans/llama-sp.plan"), 2), ckpt);
+}
+
+// Phi-3's fused weights under packed_colwise: a rank reads its share of
+// each segment of transformers' own checkpoint, nothing more.
+TEST(Profile, PackedWeightsReadOnlyTheirSegments)
+{
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
+    TempDir dir;
+    const std::string fixture = source_path("tests/fixtures/hf/phi3-mha");
+    std::string sched = dir.path + "/phi3.sched";
+    Proc c = run_program(kTpcc, {source_path("plans/phi3-sp.plan"), "--hf-config", fixture, "-D", "tp=2", "-D",
+                                 "seq=16", "-D", "batch=2", "-o", sched});
+    ASSERT_EQ(c.code(), 0) << c.describe();
+    expect_profile_is_the_schedules(dir, sched, fixture + "/model.safetensors");
 }
 
 TEST(Trace, OneTrackPerRank)

@@ -37,7 +37,9 @@ json_t *valid_value(const tp_op_attr &a)
 {
     switch (a.type) {
     case TP_ATTR_SIZE:
-    case TP_ATTR_COUNT: return json_integer(1);
+    case TP_ATTR_COUNT:
+        /* a narrow keeps the one element from 0; RoPE rotates the pair */
+        return json_integer(!strcmp(a.key, "start") ? 0 : !strcmp(a.key, "rotary_dim") ? 2 : 1);
     case TP_ATTR_DIM: return json_integer(0);
     case TP_ATTR_CHUNK: return json_integer(strcmp(a.key, "parts") ? 0 : 1);
     case TP_ATTR_REAL: return json_real(1.0);
@@ -66,8 +68,9 @@ json_t *weight(const char *name)
                      "dtype", "f32", "placement", "Replicate()", "slice");
 }
 
-// Buffers: 0 int32 ids [1, 1]; 1 floats [1, 1, 1, 1]; 2 logits [1, 1, 1].
-enum { IDS_BUF, FLOAT_BUF, LOGITS_BUF };
+// Buffers: 0 int32 ids [1, 1]; 1 floats [1, 1, 1, 1]; 2 logits [1, 1, 1];
+// 3 one head of two floats [1, 1, 1, 2] (RoPE rotates pairs).
+enum { IDS_BUF, FLOAT_BUF, LOGITS_BUF, PAIR_BUF };
 
 // A complete op of `kind` on those buffers: its minimum inputs, its
 // output, weight 0 and bias 1 where it takes them, and every attribute.
@@ -77,11 +80,12 @@ json_t *complete_op(int kind)
     bool reads_logits = kind == TP_OP_CROSS_ENTROPY || kind == TP_OP_CE_TARGET;
     json_t *in = json_array();
     for (int i = 0; i < d.in_min; i++) {
-        int b = d.ids >> i & 1 ? IDS_BUF : i == 0 && reads_logits ? LOGITS_BUF : FLOAT_BUF;
+        int b = d.ids >> i & 1 ? IDS_BUF : i == 0 && reads_logits ? LOGITS_BUF : kind == TP_OP_ROPE ? PAIR_BUF : FLOAT_BUF;
         json_array_append_new(in, json_integer(b));
     }
     json_t *op =
-        json_pack("{s:s, s:o, s:i}", "op", tp_op_names[kind], "in", in, "out", d.out_ids ? IDS_BUF : FLOAT_BUF);
+        json_pack("{s:s, s:o, s:i}", "op", tp_op_names[kind], "in", in, "out",
+                  d.out_ids ? IDS_BUF : kind == TP_OP_ROPE ? PAIR_BUF : FLOAT_BUF);
     if (d.weight != TP_OPERAND_NONE)
         json_object_set_new(op, "weight", json_integer(0));
     if (d.bias != TP_OPERAND_NONE)
@@ -94,12 +98,12 @@ json_t *complete_op(int kind)
 // A one-rank schedule holding `op` (taken over).
 json_t *schedule_of(json_t *op)
 {
-    json_t *buffers = json_pack("[o, o, o]", buffer("ids", {1, 1}, "i32", 0), buffer("x", {1, 1, 1, 1}, "f32", 256),
-                                buffer("logits", {1, 1, 1}, "f32", 512));
+    json_t *buffers = json_pack("[o, o, o, o]", buffer("ids", {1, 1}, "i32", 0), buffer("x", {1, 1, 1, 1}, "f32", 256),
+                                buffer("logits", {1, 1, 1}, "f32", 512), buffer("pair", {1, 1, 1, 2}, "f32", 768));
     json_t *rank = json_pack("{s:i, s:[o, o], s:[o]}", "rank", 0, "weights", weight("w"), weight("b"), "ops", op);
     return json_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:i, s:{s:i, s:n}, s:{s:n, s:n}, s:o, s:[o]}", "magic",
                      TP_SCHEDULE_MAGIC, "format_version", TP_SCHEDULE_VERSION, "producer", "test", "input_hash", "0",
-                     "world_size", 1, "dtype", "f32", "arena_bytes", 768, "inputs", "input_ids", 0, "labels",
+                     "world_size", 1, "dtype", "f32", "arena_bytes", 1024, "inputs", "input_ids", 0, "labels",
                      "outputs", "loss", "logits", "buffers", buffers, "ranks", rank);
 }
 
@@ -182,8 +186,10 @@ TEST(OpTable, EveryKindLoadsWhenComplete)
         const tp_op_def &d = def_of(k);
         for (int a = 0; a < d.nattrs; a++) {   // each read into its field
             if (d.attrs[a].type == TP_ATTR_SIZE || d.attrs[a].type == TP_ATTR_COUNT) {
-                EXPECT_EQ(*(const int64_t *)((const char *)&r.op + d.attrs[a].field), 1)
+                json_t *want = valid_value(d.attrs[a]);
+                EXPECT_EQ(*(const int64_t *)((const char *)&r.op + d.attrs[a].field), json_integer_value(want))
                     << name_of(k) << "." << d.attrs[a].key;
+                json_decref(want);
             }
         }
     }

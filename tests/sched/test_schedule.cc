@@ -700,6 +700,40 @@ TEST(ScheduleWrite, RefusesUnevenShards)
     EXPECT_NE(msg.find("q_proj.weight"), std::string::npos) << msg;
 }
 
+// A packed weight (a fused projection under packed_colwise): each rank
+// holds its share of every segment, listed as ranges (the reader:
+// Weights.PackedSegmentsLoadAsRanges in tests/runtime/test_tprun.cc).
+TEST(ScheduleWrite, PackedWeightsListEachSegmentsRange)
+{
+    TempDir dir;
+    Fixture f;
+    tp_ir_param &q = f.ir.params[2];   // q_proj.weight [16, 16], Shard(0), 8 rows a rank
+    q.nsegments = 2;
+    q.segments[0] = 12;
+    q.segments[1] = 4;
+    ASSERT_EQ(f.write(dir.file("s")), 0);
+    Doc d(dir.file("s"));
+    for (json_int_t r = 0; r < 2; r++) {
+        SCOPED_TRACE("rank " + std::to_string(r));
+        json_t *w = json_array_get(json_object_get(json_array_get(d.get("ranks"), (size_t)r), "weights"), 2);
+        json_t *segs = json_object_get(json_object_get(w, "slice"), "segments");
+        ASSERT_EQ(json_array_size(segs), 2u);
+        EXPECT_EQ(ival(json_array_get(segs, 0), "offset"), r * 6);
+        EXPECT_EQ(ival(json_array_get(segs, 0), "length"), 6);
+        EXPECT_EQ(ival(json_array_get(segs, 1), "offset"), 12 + r * 2);
+        EXPECT_EQ(ival(json_array_get(segs, 1), "length"), 2);
+    }
+    int rc;
+    std::string listing = dump(dir.file("s"), 1, &rc);
+    ASSERT_EQ(rc, 0);
+    EXPECT_NE(listing.find("dim 0 [6, 12) [14, 16)"), std::string::npos) << listing;
+    q.segments[0] = 13;   // 13 and 3 rows do not split over 2 ranks
+    q.segments[1] = 3;
+    std::string msg;
+    EXPECT_EQ(f.write(dir.file("uneven"), &msg), -1);
+    EXPECT_NE(msg.find("packed segments"), std::string::npos) << msg;
+}
+
 // ---- the listing ----
 
 TEST(ScheduleDump, ListsEveryRank)
@@ -763,15 +797,18 @@ TEST(ScheduleDump, RejectsFilesItCannotTrust)
     EXPECT_EQ(rc, -1);
     EXPECT_NE(msg.find("not a tpcc schedule"), std::string::npos) << msg;
 
-    std::string v4 = text;
-    size_t at = v4.find("\"format_version\": 3");
+    // a newer version than this reader knows
+    const std::string now = "\"format_version\": " + std::to_string(TP_SCHEDULE_VERSION);
+    const std::string next = std::to_string(TP_SCHEDULE_VERSION + 1);
+    std::string newer = text;
+    size_t at = newer.find(now);
     ASSERT_NE(at, std::string::npos);
-    v4.replace(at, 19, "\"format_version\": 4");
-    spit(dir.file("v4"), v4);
-    dump(dir.file("v4"), -1, &rc, &msg);
+    newer.replace(at, now.size(), "\"format_version\": " + next);
+    spit(dir.file("newer"), newer);
+    dump(dir.file("newer"), -1, &rc, &msg);
     EXPECT_EQ(rc, -1);
-    EXPECT_NE(msg.find("format version 4"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("reads version 3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("format version " + next), std::string::npos) << msg;
+    EXPECT_NE(msg.find("reads version " + std::to_string(TP_SCHEDULE_VERSION)), std::string::npos) << msg;
 
     spit(dir.file("truncated"), text.substr(0, text.size() / 2));
     dump(dir.file("truncated"), -1, &rc, &msg);

@@ -148,18 +148,24 @@ static void cpu_layernorm(float *out, const float *x, const float *w, const floa
 /* rotary position embedding                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* Hugging Face's rotate_half convention: the pairs are (i, i + d/2), not
- * adjacent elements, and cos/sin = cat(freqs, freqs), so
- *   out[i]       = x[i] cos(p f_i) - x[i + d/2] sin(p f_i)
- *   out[i + d/2] = x[i + d/2] cos(p f_i) + x[i] sin(p f_i)
- * with f_i = inv_freq[i]. Angles are computed in double: in float, p f_i
- * at p ~ 8k is off by ~5e-4 rad. Each pair is read before it is written, so
- * out may equal x. A sequence shard passes pos_offset = rank * s. */
-static void cpu_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t pos_offset,
-                     const double *inv_freq)
+/* Hugging Face's rotate_half convention on the first r = `rotary` dims of
+ * each head: the pairs are (i, i + r/2), not adjacent elements, and cos/sin
+ * = cat(freqs, freqs), so
+ *   out[i]       = x[i] cos(p f_i) - x[i + r/2] sin(p f_i)
+ *   out[i + r/2] = x[i + r/2] cos(p f_i) + x[i] sin(p f_i)
+ * with f_i = inv_freq[i]; dims [r, d) pass through (partial rotary, as
+ * Phi-3's apply_rotary_pos_emb concatenates them back). Angles are computed
+ * in double: in float, p f_i at p ~ 8k is off by ~5e-4 rad. Each pair is
+ * read before it is written, so out may equal x. A sequence shard passes
+ * pos_offset = rank * s. */
+static void cpu_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t rotary,
+                     int64_t pos_offset, const double *inv_freq)
 {
-    assert(d % 2 == 0);
-    const int64_t half = d / 2;
+    assert(rotary % 2 == 0 && rotary <= d);
+    const int64_t half = rotary / 2;
+    if (out != x && rotary < d)
+        for (int64_t row = 0; row < b * s * h; row++)
+            memcpy(out + row * d + rotary, x + row * d + rotary, (size_t)(d - rotary) * sizeof *out);
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t j = 0; j < s; j++) {
             const double pos = (double)(pos_offset + j);
@@ -333,26 +339,35 @@ static void cpu_softcap(float *out, const float *x, int64_t n, float cap)
 /* layout                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* torch.chunk(x, parts, dim)[index] for an even split: the tensor is
- * outer x shape[dim] x inner, and each of the outer slabs contributes one
- * contiguous run of (shape[dim] / parts) * inner elements. */
-static void cpu_slice(float *out, const float *x, const int64_t *shape, int rank, int dim, int index, int parts)
+/* x.narrow(dim, start, length): the tensor is outer x shape[dim] x inner,
+ * and each of the outer slabs contributes one contiguous run of
+ * length * inner elements. */
+static void cpu_narrow(float *out, const float *x, const int64_t *shape, int rank, int dim, int64_t start,
+                       int64_t length)
 {
     if (dim < 0) /* Shard(-1) style dims count from the end */
         dim += rank;
-    assert(dim >= 0 && dim < rank && parts > 0 && index >= 0 && index < parts);
-    assert(shape[dim] % parts == 0 && "the compiler only emits even splits");
+    assert(dim >= 0 && dim < rank && start >= 0 && length >= 0 && start + length <= shape[dim]);
     int64_t outer = 1, inner = 1;
     for (int i = 0; i < dim; i++)
         outer *= shape[i];
     for (int i = dim + 1; i < rank; i++)
         inner *= shape[i];
-    const int64_t chunk = shape[dim] / parts;
-    const size_t run = (size_t)(chunk * inner) * sizeof *out;
+    const size_t run = (size_t)(length * inner) * sizeof *out;
     if (run == 0)
         return;
     for (int64_t o = 0; o < outer; o++)
-        memcpy(out + o * chunk * inner, x + (o * shape[dim] + (int64_t)index * chunk) * inner, run);
+        memcpy(out + o * length * inner, x + (o * shape[dim] + start) * inner, run);
+}
+
+/* torch.chunk(x, parts, dim)[index] for an even split. */
+static void cpu_slice(float *out, const float *x, const int64_t *shape, int rank, int dim, int index, int parts)
+{
+    int d = dim < 0 ? dim + rank : dim;
+    assert(d >= 0 && d < rank && parts > 0 && index >= 0 && index < parts);
+    assert(shape[d] % parts == 0 && "the compiler only emits even splits");
+    const int64_t chunk = shape[d] / parts;
+    cpu_narrow(out, x, shape, rank, d, index * chunk, chunk);
 }
 
 /* Position ids for learned position embeddings; a sequence shard passes
@@ -536,6 +551,7 @@ static const tp_backend cpu_backend = {
     .scale = cpu_scale,
     .softcap = cpu_softcap,
     .slice = cpu_slice,
+    .narrow = cpu_narrow,
     .split_blocks = cpu_split_blocks,
     .join_blocks = cpu_join_blocks,
     .copy = cpu_move,

@@ -344,10 +344,10 @@ static void cuda_layernorm(float *out, const float *x, const float *w, const flo
     done();
 }
 
-static void cuda_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t pos_offset,
-                      const double *inv_freq)
+static void cuda_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t rotary,
+                      int64_t pos_offset, const double *inv_freq)
 {
-    tp_k_rope(compute_stream(), gpu->kdt, out, x, b, s, h, d, pos_offset, inv_freq);
+    tp_k_rope(compute_stream(), gpu->kdt, out, x, b, s, h, d, rotary, pos_offset, inv_freq);
     done();
 }
 
@@ -390,6 +390,13 @@ static void cuda_softcap(float *out, const float *x, int64_t n, float cap)
 static void cuda_slice(float *out, const float *x, const int64_t *shape, int rank, int dim, int index, int parts)
 {
     tp_k_slice(compute_stream(), gpu->kdt, out, x, shape, rank, dim, index, parts);
+    done();
+}
+
+static void cuda_narrow(float *out, const float *x, const int64_t *shape, int rank, int dim, int64_t start,
+                        int64_t length)
+{
+    tp_k_narrow(compute_stream(), gpu->kdt, out, x, shape, rank, dim, start, length);
     done();
 }
 
@@ -460,7 +467,7 @@ static void cuda_ce_loss(float *loss, const float *sumexp, const float *max, con
         .synchronize = cuda_synchronize, .begin_op = cuda_begin_op, .embedding = cuda_embedding,        \
         .matmul = cuda_matmul, .bias_add = cuda_bias_add, .rmsnorm = cuda_rmsnorm,                      \
         .layernorm = cuda_layernorm, .rope = cuda_rope, .attention = cuda_attention, .unary = cuda_unary, \
-        .binary = cuda_binary, .scale = cuda_scale, .softcap = cuda_softcap, .slice = cuda_slice,       \
+        .binary = cuda_binary, .scale = cuda_scale, .softcap = cuda_softcap, .slice = cuda_slice, .narrow = cuda_narrow,        \
         .split_blocks = cuda_split_blocks, .join_blocks = cuda_join_blocks, .positions = cuda_positions, \
         .cross_entropy = cuda_cross_entropy, .ce_max = cuda_ce_max, .ce_sumexp = cuda_ce_sumexp,        \
         .ce_target = cuda_ce_target, .ce_loss = cuda_ce_loss,                                           \

@@ -626,25 +626,30 @@ TEST_P(Kernels, Rope)
     struct Case {
         int64_t b, s, h, d, pos;
         tp_rope_scaling scaling;
+        int64_t rotary;   // 0: the whole head
     };
     const tp_rope_scaling none = {TP_ROPE_DEFAULT, 1.0, 1.0, 4.0, 0};
     const tp_rope_scaling llama3 = {TP_ROPE_LLAMA3, 8.0, 1.0, 4.0, 8192};
-    for (Case c : {Case{1, 1, 1, 2, 0, none}, Case{2, 5, 3, 8, 0, none}, Case{1, 3, 2, 256, 8000, none},
-                   Case{2, 7, 4, 6, 13, none},
-                   Case{1, 2, 2, 128, 131070, none},      // positions near a 128k context
-                   Case{1, 3, 2, 128, 131070, llama3}}) { // Llama 3.1's scaling there
+    for (Case c : {Case{1, 1, 1, 2, 0, none, 0}, Case{2, 5, 3, 8, 0, none, 0}, Case{1, 3, 2, 256, 8000, none, 0},
+                   Case{2, 7, 4, 6, 13, none, 0},
+                   Case{1, 2, 2, 128, 131070, none, 0},      // positions near a 128k context
+                   Case{1, 3, 2, 128, 131070, llama3, 0},    // Llama 3.1's scaling there
+                   Case{2, 5, 3, 10, 7, none, 6},            // partial rotary (Phi-3): 6 of 10 rotate
+                   Case{1, 4, 2, 96, 0, none, 72}}) {
+        const int64_t r = c.rotary ? c.rotary : c.d;
         const std::string what = label(t(), "rope b" + std::to_string(c.b) + " s" + std::to_string(c.s) + " h" +
-                                                std::to_string(c.h) + " d" + std::to_string(c.d) + " pos " +
-                                                std::to_string(c.pos) + " " + tp_rope_type_name(c.scaling.type));
-        std::vector<double> f(c.d / 2);
-        tp_rope_inv_freq(&c.scaling, 500000.0, c.d, c.pos + c.s, f.data());
+                                                std::to_string(c.h) + " d" + std::to_string(c.d) + " r" +
+                                                std::to_string(r) + " pos " + std::to_string(c.pos) + " " +
+                                                tp_rope_type_name(c.scaling.type));
+        std::vector<double> f(r / 2);
+        tp_rope_inv_freq(&c.scaling, 500000.0, r, c.pos + c.s, f.data());
         Vec x = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 8), t());
         Vec want(x.size());
-        cpu()->rope(want.data(), x.data(), c.b, c.s, c.h, c.d, c.pos, f.data());
+        cpu()->rope(want.data(), x.data(), c.b, c.s, c.h, c.d, r, c.pos, f.data());
         Dev dx(t(), x), dout(t(), x.size());
-        tp_k_rope(nullptr, t(), dout.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, c.pos, f.data());
+        tp_k_rope(nullptr, t(), dout.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, r, c.pos, f.data());
         expect_close(dout.download(), want, tol, what);
-        tp_k_rope(nullptr, t(), dx.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, c.pos, f.data()); // in place
+        tp_k_rope(nullptr, t(), dx.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, r, c.pos, f.data()); // in place
         expect_close(dx.download(), want, tol, what + " in place");
     }
 }
@@ -789,6 +794,17 @@ TEST_P(Kernels, SliceSplitJoin)
             tp_k_slice(nullptr, t(), dout.ptr(), dx.ptr(), c.shape.data(), rank, c.dim, index, c.parts);
             expect_equal(dout.download(), want, what + " slice " + std::to_string(index));
         }
+        /* narrow: every range of dim (split's pieces, uneven ones included) */
+        const int d = c.dim < 0 ? c.dim + rank : c.dim;
+        for (int64_t start = 0; start < c.shape[d]; start++)
+            for (int64_t length = 1; start + length <= c.shape[d]; length++) {
+                Vec want((size_t)(n / c.shape[d] * length));
+                cpu()->narrow(want.data(), x.data(), c.shape.data(), rank, c.dim, start, length);
+                Dev dout(t(), want.size());
+                tp_k_narrow(nullptr, t(), dout.ptr(), dx.ptr(), c.shape.data(), rank, c.dim, start, length);
+                expect_equal(dout.download(), want,
+                             what + " narrow " + std::to_string(start) + "+" + std::to_string(length));
+            }
         Vec blocks((size_t)n), joined((size_t)n);
         cpu()->split_blocks(blocks.data(), x.data(), c.shape.data(), rank, c.dim, c.parts);
         Dev dblocks(t(), (size_t)n), djoined(t(), (size_t)n);

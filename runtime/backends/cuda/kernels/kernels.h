@@ -35,10 +35,11 @@ void tp_k_rmsnorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, cons
                   float eps, bool unit_offset);
 void tp_k_layernorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, const void *b, int64_t m,
                     int64_t n, float eps);
-/* rope.cu: inv_freq, d/2 doubles in host memory (d/2 <= 256), travels
+/* rope.cu: the first `rotary` dims of each head rotate, the rest pass
+ * through; inv_freq, rotary/2 doubles in host memory (<= 256), travels
  * with the launch */
 void tp_k_rope(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t b, int64_t seq, int64_t h, int64_t d,
-               int64_t pos_offset, const double *inv_freq);
+               int64_t rotary, int64_t pos_offset, const double *inv_freq);
 /* attention.cu: causal, GQA, scores times scale, capped when softcap > 0 */
 void tp_k_attention(tp_stream s, tp_kernel_dtype t, void *out, const void *q, const void *k, const void *v, int64_t b,
                     int64_t seq, int64_t h, int64_t g, int64_t d, float scale, float softcap);
@@ -52,6 +53,8 @@ void tp_k_bias_add(tp_stream s, tp_kernel_dtype t, void *out, const void *x, con
 /* reshard.cu: chunk copies for R -> S and for collectives along inner dims */
 void tp_k_slice(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const int64_t *shape, int rank, int dim,
                 int index, int parts);
+void tp_k_narrow(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const int64_t *shape, int rank, int dim,
+                 int64_t start, int64_t length);
 void tp_k_split_blocks(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const int64_t *shape, int rank, int dim,
                        int parts);
 void tp_k_join_blocks(tp_stream s, tp_kernel_dtype t, void *out, const void *blocks, const int64_t *shape, int rank,

@@ -1,6 +1,6 @@
 // reshard.cu: chunk copies for R -> S and for collectives along inner dims,
 // and position ids.
-// defines: tp_k_slice, tp_k_split_blocks, tp_k_join_blocks, tp_k_positions
+// defines: tp_k_slice, tp_k_narrow, tp_k_split_blocks, tp_k_join_blocks, tp_k_positions
 #include "common.cuh"
 
 #define RESHARD_THREADS 256
@@ -11,17 +11,18 @@
 // inner; chunk p holds, in each of the outer slabs, one contiguous run of
 // run = (shape[dim] / parts) * inner elements starting at p * run. Laid
 // out "as blocks", chunk p comes whole at p * (outer * run). Element e of
-// the block layout (from part first_part on) is element
-//   (e / run % outer) * shape[dim] * inner + (first_part + e / (outer * run)) * run + e % run
-// of the tensor; gather copies tensor -> blocks (slice, split), scatter
-// blocks -> tensor (join).
+// the block layout (from element `first` of a slab on) is element
+//   (e / run % outer) * shape[dim] * inner + first + e / (outer * run) * run + e % run
+// of the tensor; gather copies tensor -> blocks (slice, narrow, split),
+// scatter blocks -> tensor (join). A narrow is one block of
+// run = length * inner from first = start * inner.
 template <typename T>
 __global__ void chunk_copy_kernel(T *dst, const T *src, int64_t n, int64_t outer, int64_t run, int64_t slab,
-                                  int64_t first_part, bool gather)
+                                  int64_t first, bool gather)
 {
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t p = first_part + e / (outer * run), rem = e % (outer * run);
-        const int64_t idx = rem / run * slab + p * run + rem % run;
+        const int64_t rem = e % (outer * run);
+        const int64_t idx = rem / run * slab + first + e / (outer * run) * run + rem % run;
         if (gather)
             dst[e] = src[idx];
         else
@@ -61,22 +62,23 @@ static chunking measure(const int64_t *shape, int rank, int *dim, int parts)
 }
 
 template <typename T>
-static void launch_chunk_copy(tp_stream s, T *dst, const T *src, int64_t n, const chunking &c, int64_t first_part,
+static void launch_chunk_copy(tp_stream s, T *dst, const T *src, int64_t n, const chunking &c, int64_t first,
                               bool gather)
 {
     TP_LAUNCH(chunk_copy_kernel<T>, tp_elementwise_blocks(n, RESHARD_THREADS), RESHARD_THREADS, 0, s, dst, src, n,
-              c.outer, c.run, c.slab, first_part, gather);
+              c.outer, c.run, c.slab, first, gather);
 }
 
+// `first`: the element of each slab the first block starts at
 static void chunk_copy(tp_stream s, tp_kernel_dtype t, void *dst, const void *src, int64_t n, const chunking &c,
-                       int64_t first_part, bool gather)
+                       int64_t first, bool gather)
 {
     if (n == 0)
         return;
     if (t == TP_KERNEL_F32)
-        launch_chunk_copy(s, (float *)dst, (const float *)src, n, c, first_part, gather);
+        launch_chunk_copy(s, (float *)dst, (const float *)src, n, c, first, gather);
     else
-        launch_chunk_copy(s, (__nv_bfloat16 *)dst, (const __nv_bfloat16 *)src, n, c, first_part, gather);
+        launch_chunk_copy(s, (__nv_bfloat16 *)dst, (const __nv_bfloat16 *)src, n, c, first, gather);
 }
 
 // torch.chunk(x, parts, dim)[index] for an even split
@@ -86,7 +88,19 @@ extern "C" void tp_k_slice(tp_stream s, tp_kernel_dtype t, void *out, const void
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     const chunking c = measure(shape, rank, &dim, parts);
     TP_KCHECK(index >= 0 && index < parts, "chunk index within parts");
-    chunk_copy(s, t, out, x, c.outer * c.run, c, index, true);
+    chunk_copy(s, t, out, x, c.outer * c.run, c, index * c.run, true);
+}
+
+// x.narrow(dim, start, length)
+extern "C" void tp_k_narrow(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const int64_t *shape, int rank,
+                            int dim, int64_t start, int64_t length)
+{
+    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
+    chunking c = measure(shape, rank, &dim, 1);
+    TP_KCHECK(start >= 0 && length >= 0 && start + length <= shape[dim], "the range inside the dimension");
+    const int64_t inner = shape[dim] ? c.slab / shape[dim] : 0;
+    c.run = length * inner;
+    chunk_copy(s, t, out, x, c.outer * c.run, c, start * inner, true);
 }
 
 // the parts chunks of x one after another

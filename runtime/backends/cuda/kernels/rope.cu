@@ -12,20 +12,28 @@ struct rope_freqs {
 // ---- CUDA kernels
 
 // One block per token of x[b, s, h, d]; thread i owns the pair
-// (i, i + d/2) of every head (rotate_half: cos/sin = cat(freqs, freqs)):
-//   out[i]       = x[i] cos(p f_i) - x[i + d/2] sin(p f_i)
-//   out[i + d/2] = x[i + d/2] cos(p f_i) + x[i] sin(p f_i)
+// (i, i + r/2) of every head, r = rotary (rotate_half: cos/sin =
+// cat(freqs, freqs)):
+//   out[i]       = x[i] cos(p f_i) - x[i + r/2] sin(p f_i)
+//   out[i + r/2] = x[i + r/2] cos(p f_i) + x[i] sin(p f_i)
+// and dims [r, d) of every head pass through (partial rotary).
 // with p = pos_offset + (token's index in the sequence), f_i =
 // inv_freq[i] (theta and the scaling, sched/rope.h). The angle and its sin/cos are double, as on the CPU: in
 // float, p f_i at p ~ 8k is off by ~5e-4 rad. One sin/cos per (position,
 // frequency) serves all heads. Each pair is read before it is written by
 // the same thread, so out may equal x.
 template <typename T>
-__global__ void rope_kernel(T *out, const T *x, int64_t s, int64_t h, int64_t d, int64_t pos_offset, rope_freqs f)
+__global__ void rope_kernel(T *out, const T *x, int64_t s, int64_t h, int64_t d, int64_t rotary, int64_t pos_offset,
+                            rope_freqs f)
 {
     const int64_t tok = blockIdx.x;
     const double pos = (double)(pos_offset + tok % s);
-    const int64_t half = d / 2;
+    const int64_t half = rotary / 2;
+    if (out != x)
+        for (int64_t e = threadIdx.x; e < h * (d - rotary); e += blockDim.x) {
+            const int64_t at = (tok * h + e / (d - rotary)) * d + rotary + e % (d - rotary);
+            out[at] = x[at];
+        }
     for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
         // sincospi(ang / pi): its argument reduction is exact and needs no
         // local memory, where sin/cos carry a slow path for huge angles
@@ -46,28 +54,29 @@ __global__ void rope_kernel(T *out, const T *x, int64_t s, int64_t h, int64_t d,
 // ---- kernel launchers
 
 template <typename T>
-static void launch_rope(tp_stream st, T *out, const T *x, int64_t b, int64_t s, int64_t h, int64_t d,
+static void launch_rope(tp_stream st, T *out, const T *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t rotary,
                         int64_t pos_offset, const rope_freqs &f)
 {
-    const int64_t half = d / 2;
+    const int64_t half = rotary / 2;
     const int threads = half >= 128 ? 128 : (int)TP_CEIL_DIV(half, 32) * 32;
-    TP_LAUNCH(rope_kernel<T>, (unsigned)(b * s), threads, 0, st, out, x, s, h, d, pos_offset, f);
+    TP_LAUNCH(rope_kernel<T>, (unsigned)(b * s), threads, 0, st, out, x, s, h, d, rotary, pos_offset, f);
 }
 
 extern "C" void tp_k_rope(tp_stream st, tp_kernel_dtype t, void *out, const void *x, int64_t b, int64_t s, int64_t h,
-                          int64_t d, int64_t pos_offset, const double *inv_freq)
+                          int64_t d, int64_t rotary, int64_t pos_offset, const double *inv_freq)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
-    TP_KCHECK(d % 2 == 0 && d / 2 <= ROPE_MAX_PAIRS, "an even head dimension of at most 2 * 256");
+    TP_KCHECK(rotary % 2 == 0 && rotary / 2 <= ROPE_MAX_PAIRS && rotary <= d,
+              "an even rotary dimension of at most 2 * 256, within the head");
     TP_KCHECK(b >= 0 && s >= 0 && h >= 0 && d >= 0 && pos_offset >= 0, "negative size");
     TP_KCHECK(b * s <= INT32_MAX, "one block per token: at most 2^31-1 tokens");
-    if (b * s == 0 || h == 0 || d == 0)
+    if (b * s == 0 || h == 0 || rotary == 0)
         return;
     rope_freqs f = {};
-    for (int64_t i = 0; i < d / 2; i++)
+    for (int64_t i = 0; i < rotary / 2; i++)
         f.inv_freq[i] = inv_freq[i];
     if (t == TP_KERNEL_F32)
-        launch_rope(st, (float *)out, (const float *)x, b, s, h, d, pos_offset, f);
+        launch_rope(st, (float *)out, (const float *)x, b, s, h, d, rotary, pos_offset, f);
     else
-        launch_rope(st, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, b, s, h, d, pos_offset, f);
+        launch_rope(st, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, b, s, h, d, rotary, pos_offset, f);
 }
