@@ -234,7 +234,8 @@ iv tp_split_apply(interp *I, const tp_node *call, tp_val *x)
     if (!n)
         return none_iv;
     tp_placement p = tp_placement_norm(x->pl, x->rank);
-    bool on_dim = p.kind == TP_SHARD && p.dim == d;
+    /* at tp 1 the one shard is the whole tensor: every split of it is right */
+    bool on_dim = p.kind == TP_SHARD && p.dim == d && I->tp > 1;
     int64_t parts = on_dim ? I->tp : 1;   /* each piece's share on a rank */
     bool record = true;
     if (on_dim && x->nsegments && !same_segments(x->nsegments, x->segments, sizes, n)) {
