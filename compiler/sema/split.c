@@ -263,8 +263,10 @@ iv tp_split_apply(interp *I, const tp_node *call, tp_val *x)
         x = tp_redistribute(I, x, tp_replicate(), x->shard_cause, call->span, false);
         parts = 1;
     } else if (on_dim && !x->nsegments) {
+        /* the pieces' global shapes are right: checking goes on with them
+         * (unrecorded, as no schedule is written), so a second fused
+         * projection's mistake is reported in the same run */
         contiguous_shard(I, x, name, (int)d, sizes, n, call->span);
-        x->poisoned = true;
         record = false;
     }
     iv out = {IV_TUPLE, NULL, NULL, n, 0, NULL, {NULL}};
