@@ -109,6 +109,7 @@ static tp_val *result_like(interp *I, const tp_val *x, int rank, const int64_t *
     r->partial_cause = x->partial_cause;
     r->logical_last = x->logical_last;
     r->replicated_heads = x->replicated_heads;
+    r->heads_diag = x->heads_diag;
     r->span = span;
     return r;
 }
@@ -240,16 +241,11 @@ static tp_val *view_heads(interp *I, tp_val *x, int64_t head_dim, tp_span span)
                                     (long long)((heads % I->tp) * 10 / I->tp));
             if (g && span.file >= 0)
                 tp_diag_note_at(g, span, "the features are split into heads of %lld here", (long long)head_dim);
-            char count[24];
-            snprintf(count, sizeof count, "%lld", (long long)heads);
-            const char *h = tp_config_has(I->c, hname) ? hname : count;
-            if (g && I->tp % heads == 0)
-                tp_diag_help(g, "use a tp that divides %lld (PyTorch's ColwiseParallel splits whole heads), or replicate "
-                                "each head over tp / %s = %lld ranks, as Megatron and vLLM do with kv heads: "
-                                "ColwiseParallel(tpcc_replicate_heads=%s) on this projection (a tpcc option, not "
-                                "PyTorch's)", (long long)heads, h, (long long)(I->tp / heads), h);
-            else if (g)
+            if (g)
                 tp_diag_help(g, "use a tp that divides %lld (PyTorch's ColwiseParallel splits whole heads)", (long long)heads);
+            const tp_style *s = x->shard_cause;
+            if (g && s && s->kind == TP_STYLE_COLWISE && !s->packed && I->tp % heads == 0)
+                r->heads_diag = I->d->count - 1;   /* maybe kv heads: attention() tells */
             r->poisoned = true;
         }
     }
@@ -295,8 +291,28 @@ typedef struct attention_attrs {
     double scale, softcap;
 } attention_attrs;
 
+/* kv heads fewer than the ranks, beside query heads that split: replicating
+ * each kv head over tp / kv_heads ranks (Megatron's and vLLM's layout) puts
+ * it on the ranks of its query heads. Query heads that do not split cannot
+ * be helped so: o_proj would get whole heads on every rank. */
+static void suggest_replicated_heads(interp *I, const tp_val *q, const tp_val *kv)
+{
+    int h = kv->rank - 2;
+    if (kv->heads_diag < 0 || q->poisoned || shard_dim(q) != h || q->shape[h] % I->tp)
+        return;
+    char count[24];
+    snprintf(count, sizeof count, "%lld", (long long)kv->shape[h]);
+    const char *n = tp_config_has(I->c, kv->dimname[h]) ? kv->dimname[h] : count;
+    tp_diag_help(&I->d->items[kv->heads_diag], "or replicate each kv head over tp / %s = %lld ranks, as Megatron and "
+                 "vLLM do: ColwiseParallel(tpcc_replicate_heads=%s) on this projection (a tpcc option, not PyTorch's)",
+                 n, (long long)(I->tp / kv->shape[h]), n);
+}
+
 static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, const attention_attrs *at, tp_span span)
 {
+    suggest_replicated_heads(I, q, k);
+    if (v->heads_diag != k->heads_diag)
+        suggest_replicated_heads(I, q, v);
     const op_rule *r = find_rule("attention");
     tp_val *in[3] = {q, k, v};
     for (int i = 0; i < 3; i++) {

@@ -116,7 +116,7 @@ TEST(Fused, ChunkOfAContiguousShardIsAnError)
 {
     expect_mentions(with_gate_up("ColwiseParallel()"),
                     {"ColwiseParallel shards 'gate_up_proj' contiguously", "the pieces are silently wrong",
-                     "[fused-shard]", "\"packed_colwise\""});
+                     "[fused-shard]", "\"packed_colwise\"", "if every op after split() takes DTensors"});
 }
 
 // At tp 1 the contiguous shard is the whole tensor: split() and chunk() of

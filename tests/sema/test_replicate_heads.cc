@@ -56,4 +56,36 @@ TEST(ReplicateHeads, TheRightCountChecksCleanAtEveryTp)
     }
 }
 
+// Replicating kv heads lines them up with the query heads on each rank
+// only when the query heads split: the help offers it exactly then.
+TEST(ReplicateHeads, OfferedForKvHeadsBesideQueryHeadsThatSplit)
+{
+    std::string text = diagnostics("ColwiseParallel()", 8);   // 8 heads split, 4 kv heads do not
+    EXPECT_TRUE(contains(text, "4 kv_heads do not split over 8 ranks")) << text;
+    EXPECT_TRUE(contains(text, "ColwiseParallel(tpcc_replicate_heads=kv_heads) on this projection")) << text;
+}
+
+// With the query heads indivisible too, replicating them would leave
+// o_proj whole heads on every rank, and replicating k and v alone does
+// not line them up: no help names the option.
+TEST(ReplicateHeads, NotOfferedWhenTheQueryHeadsDoNotSplit)
+{
+    std::string text = diagnostics("ColwiseParallel()", 16);
+    EXPECT_TRUE(contains(text, "8 heads do not split over 16 ranks")) << text;
+    EXPECT_FALSE(contains(text, "tpcc_replicate_heads")) << text;
+}
+
+// The k piece of Phi-3's packed qkv_proj is named after its section
+// (kv_heads * head_dim), and packed_colwise takes no tpcc_replicate_heads.
+TEST(ReplicateHeads, NotOfferedForAPackedProjection)
+{
+    tp_unit u;
+    tpcc_test::compile(&u, tpcc_test::source_path("plans/phi3-sp.plan"),
+                       {"tp=4", "heads=8", "kv_heads=2", "hidden=256"});
+    std::string text = tpcc_test::rendered(&u);
+    tp_unit_free(&u);
+    EXPECT_TRUE(contains(text, "2 kv_heads do not split over 4 ranks")) << text;
+    EXPECT_FALSE(contains(text, "tpcc_replicate_heads")) << text;
+}
+
 } // namespace
