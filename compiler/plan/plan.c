@@ -258,6 +258,12 @@ static bool check_keywords(reader *r, const tp_node *call, tp_style_kind k)
  * (sema/params.c). */
 static bool read_replicate_heads(reader *r, const tp_node *e, int64_t *heads)
 {
+    /* True would read as 1 head (a Python bool is an int): one head
+     * replicated over every rank, whatever the projection holds */
+    const tp_cfg_entry *named = e->kind == N_NAME ? tp_config_entry(r->c, e->name) : NULL;
+    if (e->kind == N_TRUE || e->kind == N_FALSE || (named && named->is_bool))
+        return bad(r, e, "plan", "tpcc_replicate_heads takes the number of heads the projection's output holds "
+                   "(such as kv_heads), not True or False");
     if (!tp_eval_int(r->c, e, heads))
         return false;
     if (*heads < 1) {

@@ -30,6 +30,12 @@ typedef struct tp_val {
     int gather_dim;
     int gv;                       /* its value in the graph, or -1 before an op uses it */
     int64_t logical_last;         /* real entries of the last dim (vocab padding), 0: all */
+    /* the ColwiseParallel(tpcc_replicate_heads=H) whose output features
+     * these are, until view_heads() splits them into heads and checks H */
+    const tp_style *replicated_heads;
+    /* index in diags->items of this value's kv-heads divisibility error,
+     * whose help attention() completes once it sees the query heads; -1 */
+    int heads_diag;
     /* packed: the output of a fused projection under packed_colwise, its
      * sharded dim holding each rank's share of every segment one after
      * another; only split()/chunk() into these segments may read it */

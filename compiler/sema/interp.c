@@ -34,6 +34,7 @@ tp_val *tp_val_new(interp *I, int rank, const int64_t *shape, const char *const 
     v->redist_src = -1;
     v->gather_comm = -1;
     v->gv = -1;
+    v->heads_diag = -1;
     v->span = TP_NO_SPAN;
     I->vals = tp_xgrow(I->vals, I->nvals, &I->capvals, sizeof *I->vals, 1024);
     I->vals[I->nvals++] = v;

@@ -108,6 +108,8 @@ static tp_val *result_like(interp *I, const tp_val *x, int rank, const int64_t *
     r->shard_cause = x->shard_cause;
     r->partial_cause = x->partial_cause;
     r->logical_last = x->logical_last;
+    r->replicated_heads = x->replicated_heads;
+    r->heads_diag = x->heads_diag;
     r->span = span;
     return r;
 }
@@ -174,6 +176,34 @@ static bool mixed_ok(interp *I, const op_rule *r, tp_val *x, tp_span span)
     return false;
 }
 
+/* tpcc_replicate_heads=H made the weight tp / H copies of each of H heads
+ * (params.c); the features x holds are that expansion of the checkpoint's.
+ * H must be the heads the checkpoint's rows really are: any H that divides
+ * the rows compiles, and a wrong one cuts the rows into heads that are
+ * not the model's, pairing query heads with the wrong kv heads. */
+static void check_replicated_heads(interp *I, const tp_val *x, int64_t head_dim, const char *hname, tp_span span)
+{
+    const tp_style *s = x->replicated_heads;
+    if (!s)
+        return;
+    int64_t h = s->replicate_heads;
+    int64_t copies = I->tp > h && I->tp % h == 0 ? I->tp / h : 1;
+    int64_t features = x->shape[x->rank - 1] / copies;
+    if (features == h * head_dim)
+        return;
+    tp_diag *g = tp_finding(I, TP_ERROR, tp_entry_span(s), "plan", x, NULL,
+                            "tpcc_replicate_heads=%lld says the output holds %lld heads, but its %lld features are "
+                            "%lld %s of %lld: every rank would pair its query heads with the wrong kv head",
+                            (long long)h, (long long)h, (long long)features, (long long)(features / head_dim),
+                            hname, (long long)head_dim);
+    if (g && span.file >= 0)
+        tp_diag_note_at(g, span, "the features are split into heads of %lld here", (long long)head_dim);
+    if (g && tp_config_has(I->c, hname))
+        tp_diag_help(g, "tpcc_replicate_heads=%s (%lld here)", hname, (long long)(features / head_dim));
+    else if (g)
+        tp_diag_help(g, "tpcc_replicate_heads=%lld", (long long)(features / head_dim));
+}
+
 /* [..., h*d] -> [..., h, d]; a shard of the features becomes a shard of heads. */
 static tp_val *view_heads(interp *I, tp_val *x, int64_t head_dim, tp_span span)
 {
@@ -197,7 +227,9 @@ static tp_val *view_heads(interp *I, tp_val *x, int64_t head_dim, tp_span span)
     names[x->rank - 1] = hname;
     names[x->rank] = "head_dim";
     names[x->rank - 1] = tp_intern(I, hname);
+    check_replicated_heads(I, x, head_dim, hname, span);
     tp_val *r = result_like(I, x, x->rank + 1, shape, names, span);
+    r->replicated_heads = NULL;
     r->gather_comm = x->gather_comm;
     r->gather_dim = x->gather_dim;
     if (shard_dim(x) == x->rank - 1) {
@@ -209,16 +241,11 @@ static tp_val *view_heads(interp *I, tp_val *x, int64_t head_dim, tp_span span)
                                     (long long)((heads % I->tp) * 10 / I->tp));
             if (g && span.file >= 0)
                 tp_diag_note_at(g, span, "the features are split into heads of %lld here", (long long)head_dim);
-            char count[24];
-            snprintf(count, sizeof count, "%lld", (long long)heads);
-            const char *h = tp_config_has(I->c, hname) ? hname : count;
-            if (g && I->tp % heads == 0)
-                tp_diag_help(g, "use a tp that divides %lld (PyTorch's ColwiseParallel splits whole heads), or replicate "
-                                "each head over tp / %s = %lld ranks, as Megatron and vLLM do with kv heads: "
-                                "ColwiseParallel(tpcc_replicate_heads=%s) on this projection (a tpcc option, not "
-                                "PyTorch's)", (long long)heads, h, (long long)(I->tp / heads), h);
-            else if (g)
+            if (g)
                 tp_diag_help(g, "use a tp that divides %lld (PyTorch's ColwiseParallel splits whole heads)", (long long)heads);
+            const tp_style *s = x->shard_cause;
+            if (g && s && s->kind == TP_STYLE_COLWISE && !s->packed && I->tp % heads == 0)
+                r->heads_diag = I->d->count - 1;   /* maybe kv heads: attention() tells */
             r->poisoned = true;
         }
     }
@@ -264,8 +291,28 @@ typedef struct attention_attrs {
     double scale, softcap;
 } attention_attrs;
 
+/* kv heads fewer than the ranks, beside query heads that split: replicating
+ * each kv head over tp / kv_heads ranks (Megatron's and vLLM's layout) puts
+ * it on the ranks of its query heads. Query heads that do not split cannot
+ * be helped so: o_proj would get whole heads on every rank. */
+static void suggest_replicated_heads(interp *I, const tp_val *q, const tp_val *kv)
+{
+    int h = kv->rank - 2;
+    if (kv->heads_diag < 0 || q->poisoned || shard_dim(q) != h || q->shape[h] % I->tp)
+        return;
+    char count[24];
+    snprintf(count, sizeof count, "%lld", (long long)kv->shape[h]);
+    const char *n = tp_config_has(I->c, kv->dimname[h]) ? kv->dimname[h] : count;
+    tp_diag_help(&I->d->items[kv->heads_diag], "or replicate each kv head over tp / %s = %lld ranks, as Megatron and "
+                 "vLLM do: ColwiseParallel(tpcc_replicate_heads=%s) on this projection (a tpcc option, not PyTorch's)",
+                 n, (long long)(I->tp / kv->shape[h]), n);
+}
+
 static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, const attention_attrs *at, tp_span span)
 {
+    suggest_replicated_heads(I, q, k);
+    if (v->heads_diag != k->heads_diag)
+        suggest_replicated_heads(I, q, v);
     const op_rule *r = find_rule("attention");
     tp_val *in[3] = {q, k, v};
     for (int i = 0; i < 3; i++) {
@@ -1022,6 +1069,8 @@ static tp_val *linear_forward(interp *I, tp_module *mod, tp_val **xp, tp_span sp
     tp_val *r = linear_layout(I, mod, xp, shape, names, span);
     /* padded vocabulary rows produce logits the loss and the output drop */
     r->logical_last = w->logical[0];
+    const tp_style *s = mod->style;
+    r->replicated_heads = s && s->kind == TP_STYLE_COLWISE && s->replicate_heads ? s : NULL;
     return r;
 }
 

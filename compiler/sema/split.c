@@ -38,9 +38,11 @@ static const tp_node *arg(const tp_node *call, int pos, const char *kw)
 }
 
 /* torch's pieces of n along a dim: sections as given (they must add up to
- * n), or pieces of `size` with a smaller last one. Returns the count, or 0
- * after an error. */
-static int pieces(interp *I, const tp_node *call, const char *name, int64_t n, int64_t *sizes)
+ * n), or pieces of `size` with a smaller last one. Each section's text
+ * ("kv_heads * head_dim") names its piece's dimension, as a Linear's size
+ * names its output's; names[i] is NULL for pieces of a size. Returns the
+ * count, or 0 after an error. */
+static int pieces(interp *I, const tp_node *call, const char *name, int64_t n, int64_t *sizes, const char **names)
 {
     bool chunk = !strcmp(name, "chunk");
     const tp_node *e = arg(call, 1, chunk ? "chunks" : "split_size_or_sections");
@@ -60,6 +62,9 @@ static int pieces(interp *I, const tp_node *call, const char *name, int64_t n, i
                 I->stop = true;
                 return 0;
             }
+            char *text = tp_expr_text(e->kids[i]);
+            names[i] = tp_intern(I, text);
+            free(text);
             sum += sizes[i];
         }
         if (sum != n) {
@@ -87,6 +92,7 @@ static int pieces(interp *I, const tp_node *call, const char *name, int64_t n, i
             stop(I, e->span, "%s(): more than 8 pieces", name);
             return 0;
         }
+        names[count] = NULL;
         sizes[count++] = at + size <= n ? size : n - at;
     }
     return count;
@@ -147,9 +153,12 @@ static void contiguous_shard(interp *I, const tp_val *x, const char *name, int d
     for (int i = 0; i < x->rank; i++)
         gather *= i == d ? 1 : (double)tp_local_size(I, x, i);
     if (mod && same_segments(mod->nsegments, mod->segments, sizes, n)) {
+        /* the DTensor pieces then meet every op after split(): RoPE's
+         * plain cos/sin, for one, raise mixed-tensor */
         tp_diag_help(g, "shard each segment separately: \"packed_colwise\" (Hugging Face's PackedColwiseParallel); "
-                        "or ColwiseParallel(use_local_output=False), and DTensor all-gathers the whole output "
-                        "before splitting (%.2f MiB sent per rank in fp32, per call)", gather / (1 << 20));
+                        "or, if every op after split() takes DTensors, ColwiseParallel(use_local_output=False), and "
+                        "DTensor all-gathers the whole output before splitting (%.2f MiB sent per rank in fp32, per "
+                        "call)", gather / (1 << 20));
         if (s && s->call->kind == N_CALL && s->call->nkids == 1)
             tp_diag_fixit(g, s->call->span, "\"packed_colwise\"");
     } else {
@@ -176,13 +185,15 @@ void tp_packed_misuse(interp *I, tp_val *x, const char *what, tp_span span)
     x->poisoned = true;
 }
 
-/* One piece: x's layout facts, `size` along d, a narrow of the local
- * tensor from `start` (local) when recorded. */
-static tp_val *piece(interp *I, tp_val *x, int d, int64_t size, int64_t start, int64_t length, bool record,
-                     tp_span span)
+/* One piece: x's layout facts, `size` along d (named `name` unless NULL),
+ * a narrow of the local tensor from `start` (local) when recorded. */
+static tp_val *piece(interp *I, tp_val *x, int d, int64_t size, const char *name, int64_t start, int64_t length,
+                     bool record, tp_span span)
 {
     tp_val *r = tp_val_copy(I, x);
     r->shape[d] = size;
+    if (name)
+        r->dimname[d] = name;
     tp_placement p = tp_placement_norm(x->pl, x->rank);
     if (p.kind == TP_SHARD && p.dim == d) {   /* the segments are what was cut; along another dim they stay */
         r->nsegments = 0;
@@ -230,11 +241,13 @@ iv tp_split_apply(interp *I, const tp_node *call, tp_val *x)
     }
     d = d < 0 ? d + x->rank : d;
     int64_t sizes[TP_MAX_SEGMENTS];
-    int n = pieces(I, call, name, x->shape[d], sizes);
+    const char *names[TP_MAX_SEGMENTS];
+    int n = pieces(I, call, name, x->shape[d], sizes, names);
     if (!n)
         return none_iv;
     tp_placement p = tp_placement_norm(x->pl, x->rank);
-    bool on_dim = p.kind == TP_SHARD && p.dim == d;
+    /* at tp 1 the one shard is the whole tensor: every split of it is right */
+    bool on_dim = p.kind == TP_SHARD && p.dim == d && I->tp > 1;
     int64_t parts = on_dim ? I->tp : 1;   /* each piece's share on a rank */
     bool record = true;
     if (on_dim && x->nsegments && !same_segments(x->nsegments, x->segments, sizes, n)) {
@@ -262,14 +275,16 @@ iv tp_split_apply(interp *I, const tp_node *call, tp_val *x)
         x = tp_redistribute(I, x, tp_replicate(), x->shard_cause, call->span, false);
         parts = 1;
     } else if (on_dim && !x->nsegments) {
+        /* the pieces' global shapes are right: checking goes on with them
+         * (unrecorded, as no schedule is written), so a second fused
+         * projection's mistake is reported in the same run */
         contiguous_shard(I, x, name, (int)d, sizes, n, call->span);
-        x->poisoned = true;
         record = false;
     }
     iv out = {IV_TUPLE, NULL, NULL, n, 0, NULL, {NULL}};
     int64_t start = 0;
     for (int i = 0; i < n; i++) {
-        out.items[i] = piece(I, x, (int)d, sizes[i], start, sizes[i] / parts, record, call->span);
+        out.items[i] = piece(I, x, (int)d, sizes[i], names[i], start, sizes[i] / parts, record, call->span);
         start += sizes[i] / parts;
     }
     return out;

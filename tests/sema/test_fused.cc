@@ -61,6 +61,7 @@ std::string replaced(std::string text, const std::string &what, const std::strin
 struct Case {
     std::string attn = kAttn, mlp = kMlp, qkv = kPacked;
     std::string qkv_style = "\"packed_colwise\"", gate_up_style = "\"packed_colwise\"";
+    int tp = 2;
 };
 
 // The diagnostics of the plan over the model the case describes.
@@ -77,7 +78,7 @@ std::string diagnostics(const Case &c, int *errors = nullptr, int *warnings = nu
     std::string plan =
         dir.write("fused.plan", "model \"fused.model\"\nmesh(tp = tp)\nparallelize \"\" {\n" + entries + "}\n");
     tp_unit u;
-    tpcc_test::compile(&u, plan);
+    tpcc_test::compile(&u, plan, {"tp=" + std::to_string(c.tp)});
     std::string text = tpcc_test::rendered(&u);
     if (errors)
         *errors = u.diags.errors;
@@ -115,7 +116,24 @@ TEST(Fused, ChunkOfAContiguousShardIsAnError)
 {
     expect_mentions(with_gate_up("ColwiseParallel()"),
                     {"ColwiseParallel shards 'gate_up_proj' contiguously", "the pieces are silently wrong",
-                     "[fused-shard]", "\"packed_colwise\""});
+                     "[fused-shard]", "\"packed_colwise\"", "if every op after split() takes DTensors"});
+}
+
+// At tp 1 the contiguous shard is the whole tensor: split() and chunk() of
+// it are right, and PyTorch runs the plan.
+TEST(Fused, ContiguousShardAtTpOneIsRight)
+{
+    Case c;
+    c.qkv_style = c.gate_up_style = "ColwiseParallel()";
+    c.tp = 1;
+    int errors = -1, warnings = -1;
+    std::string text = diagnostics(c, &errors, &warnings);
+    EXPECT_EQ(errors, 0) << text;
+    EXPECT_EQ(warnings, 0) << text;
+    c.gate_up_style = "ColwiseParallel(use_local_output=False)";   // no all-gather to warn about
+    text = diagnostics(c, &errors, &warnings);
+    EXPECT_EQ(errors, 0) << text;
+    EXPECT_EQ(warnings, 0) << text;
 }
 
 TEST(Fused, SplitOfAContiguousShardIsAnErrorEvenWithoutPacked)
