@@ -43,7 +43,8 @@ typedef struct tr_op {
     int64_t start, length;         /* narrow: the range of dim kept */
     int64_t rotary_dim;            /* rope: the leading dims of each head it rotates */
     bool masked;
-    double scale, eps, theta;
+    bool unit_offset, gelu_tanh;
+    double scale, eps, theta, softcap;
     tp_rope_scaling rope;
     int64_t elems, bytes;          /* collectives: the full tensor */
     char *module, *entry;          /* provenance, for errors and profiles */

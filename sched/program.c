@@ -1,4 +1,6 @@
 /* program.c: the program's containers (see program.h). */
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "sched/program.h"
@@ -12,11 +14,28 @@ int64_t tp_ir_buf_elems(const tp_ir_buf *b)
     return n;
 }
 
+/* v as the nearest value of dtype (fp32, or bf16 rounded to nearest even
+ * from fp32, as torch casts). */
+static double round_to_dtype(double v, tp_dtype dtype)
+{
+    float f = (float)v;
+    if (dtype != TP_BF16 || !isfinite(f))
+        return f;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 void tp_ir_set_dtype(tp_ir *ir, tp_dtype dtype)
 {
     for (int i = 0; i < ir->nbufs; i++)
         if (ir->bufs[i].dtype != TP_I32 && !ir->bufs[i].f32_only)
             ir->bufs[i].dtype = dtype;
+    for (int i = 0; i < ir->nops; i++)
+        if (ir->ops[i].scale_in_dtype)
+            ir->ops[i].scale = round_to_dtype(ir->ops[i].scale, dtype);
 }
 
 int tp_ir_add_buf(tp_ir *ir, const tp_ir_buf *b)

@@ -43,7 +43,11 @@ typedef struct tp_ir_op {
     int64_t pos_chunk;         /* rope / positions: offset = rank * pos_chunk */
     int64_t rotary;            /* rope: the leading dims of each head it rotates; 0: all */
     bool masked;               /* embedding: zero rows of ids outside the local range */
-    double scale, eps, theta;
+    bool unit_offset;          /* rmsnorm: scale by (1 + w) (Gemma) */
+    bool gelu_tanh;            /* gelu: the tanh approximation */
+    bool scale_in_dtype;       /* scale: the factor rounded to the schedule's dtype first */
+    double scale, eps, theta;  /* attention: scale multiplies q k^T */
+    double softcap;            /* attention: score cap, 0 for none; softcap: the cap */
     tp_rope_scaling rope;      /* rope: the frequency scaling */
     int64_t elems;             /* collectives: elements of the full tensor */
     /* provenance, borrowed strings */
@@ -90,7 +94,8 @@ int tp_ir_add_buf(tp_ir *ir, const tp_ir_buf *b);
 int tp_ir_add_op(tp_ir *ir, const tp_ir_op *op);
 int64_t tp_ir_buf_elems(const tp_ir_buf *b);
 /* Give every floating-point buffer the schedule's element type (lowering
- * records float32; token ids stay int32). Call before tp_memplan. */
+ * records float32; token ids stay int32), and round the factor of every
+ * scale op that multiplies by a tensor of that type. Call before tp_memplan. */
 void tp_ir_set_dtype(tp_ir *ir, tp_dtype dtype);
 
 #endif /* TP_SCHED_PROGRAM_H */

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Fixtures for tests/runtime/test_hf_parity.cc: tiny random Llama, Qwen2,
-Mistral, Qwen3 and Phi-3 models run by transformers itself (LlamaForCausalLM,
-Qwen2ForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM), so
-that tprun's logits are checked against Hugging Face's code, RoPE scaling,
-Qwen2's q/k/v biases, Qwen3's q_norm/k_norm and Phi-3's fused projections and
-partial rotary included.
+Mistral, Qwen3, Phi-3, Gemma and Gemma 2 models run by transformers itself
+(LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM, Qwen3ForCausalLM,
+Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM), so that tprun's logits
+are checked against Hugging Face's code, RoPE scaling, Qwen2's q/k/v biases,
+Qwen3's q_norm/k_norm, Phi-3's fused projections and partial rotary, Gemma's
+(1 + w) norms, GELU and embedding scale, and Gemma 2's soft-capping and
+sandwich norms included.
 
 For each config below, tests/fixtures/hf/<name>/ gets
   config.json        as on the Hugging Face hub (rope_theta and rope_scaling
@@ -69,6 +71,19 @@ PHI3 = dict(LLAMA, architectures=["Phi3ForCausalLM"], model_type="phi3", bos_tok
 for key in ("attention_bias", "mlp_bias"):
     del PHI3[key]
 
+# Gemma: head_dim set apart from hidden // heads, as in the published models
+# (256 with hidden 3072 and 16 heads); the output head tied to the embedding.
+# initializer_range 0.3 makes the MLP's activations large enough that the
+# erf and tanh GELUs give logits 3e-3 apart.
+GEMMA = dict(LLAMA, architectures=["GemmaForCausalLM"], model_type="gemma", rope_theta=10000.0, rms_norm_eps=1e-6,
+             initializer_range=0.3)
+for key in ("hidden_act", "attention_bias", "mlp_bias"):
+    del GEMMA[key]
+
+# Gemma 2: Gemma's sizes; the activation under Gemma2Config's own key.
+GEMMA2 = dict(GEMMA, architectures=["Gemma2ForCausalLM"], model_type="gemma2",
+              hidden_activation="gelu_pytorch_tanh")
+
 # name -> (the family's base config, the keys that differ from it). original_max_position_embeddings
 # is 8, below the 16 positions run, so that Llama 3's scaling matters.
 CONFIGS = {
@@ -103,6 +118,26 @@ CONFIGS = {
     # 4 kv heads: q, k and v each split over 4 ranks
     "phi3-mha": (PHI3, {"num_key_value_heads": 4, "rope_theta": 250000.0, "rms_norm_eps": 1e-6,
                         "tie_word_embeddings": False, "partial_rotary_factor": 0.75}),
+    # MHA, head_dim 16 (hidden // heads is 8), the tanh GELU by its 5.x name
+    "gemma-mha": (GEMMA, {"num_key_value_heads": 4, "head_dim": 16, "hidden_act": "gelu_pytorch_tanh",
+                          "tie_word_embeddings": True}),
+    # GQA with the legacy "gelu" of the published configs (GemmaConfig makes it the tanh form)
+    "gemma-gqa": (GEMMA, {"num_key_value_heads": 2, "head_dim": 8, "hidden_act": "gelu",
+                          "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": True}),
+    # untied, biased attention, eps 1e-5, GPT-2's gelu_new
+    "gemma-bias-untied": (GEMMA, {"num_key_value_heads": 2, "head_dim": 8, "hidden_act": "gelu_new",
+                                  "attention_bias": True, "rms_norm_eps": 1e-5, "tie_word_embeddings": False}),
+    # GQA; caps low enough to bite, query_pre_attn_scalar apart from head_dim,
+    # a sliding window of exactly seq (every key still seen)
+    "gemma2-gqa": (GEMMA2, {"num_key_value_heads": 2, "head_dim": 16, "query_pre_attn_scalar": 24,
+                            "attn_logit_softcapping": 10.0, "final_logit_softcapping": 5.0, "sliding_window": 16,
+                            "tie_word_embeddings": True}),
+    # MHA with Gemma2Config's defaults: caps 50 and 30, query_pre_attn_scalar 256, window 4096
+    "gemma2-mha": (GEMMA2, {"num_key_value_heads": 4, "head_dim": 8, "tie_word_embeddings": True}),
+    # capping off (null), untied
+    "gemma2-nocap": (GEMMA2, {"num_key_value_heads": 2, "head_dim": 8, "attn_logit_softcapping": None,
+                              "final_logit_softcapping": None,
+                              "tie_word_embeddings": False}),
 }
 
 # The same models with the config.json transformers 5 itself saves
@@ -110,7 +145,8 @@ CONFIGS = {
 # head_dim, layer_types, dtype. Weights, tokens and logits equal the
 # hub-style fixture's (the same seed and config).
 SAVED_BY_TRANSFORMERS = {"llama3-scaled-saved": "llama3-scaled", "qwen2-gqa-saved": "qwen2-gqa",
-                         "mistral-gqa-saved": "mistral-gqa", "phi3-partial-saved": "phi3-partial"}
+                         "mistral-gqa-saved": "mistral-gqa", "phi3-partial-saved": "phi3-partial",
+                         "gemma-gqa-saved": "gemma-gqa", "gemma2-mha-saved": "gemma2-mha"}
 for saved, hub_style in SAVED_BY_TRANSFORMERS.items():
     CONFIGS[saved] = CONFIGS[hub_style]
 
@@ -119,14 +155,19 @@ for saved, hub_style in SAVED_BY_TRANSFORMERS.items():
 # to the wrong slice).
 RANDOM_NORMS_AND_BIASES = {"mistral-gqa", "mistral-kv4", "qwen3-gqa", "qwen3-bias-tied", "mistral-gqa-saved"}
 
+# Gemma's RMSNorms scale by 1 + w with w initialised to 0, where w and 1 + w
+# give the same logits: their weights are drawn around 0 (biases as
+# initialised).
+GEMMA_FAMILIES = (GEMMA, GEMMA2)
 
-def randomise_norms_and_biases(model):
+
+def randomise_norms_and_biases(model, norm_centre=1.0, biases=True):
     gen = torch.Generator().manual_seed(2)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.5 * torch.randn(p.shape, generator=gen))
-            elif name.endswith(".bias"):
+                p.copy_(norm_centre + 0.5 * torch.randn(p.shape, generator=gen))
+            elif biases and name.endswith(".bias"):
                 p.copy_(0.5 * torch.randn(p.shape, generator=gen))
 
 
@@ -143,6 +184,8 @@ def make(name, base, keys, out_root):
     model = AutoModelForCausalLM.from_config(config).float().eval()
     if name in RANDOM_NORMS_AND_BIASES:
         randomise_norms_and_biases(model)
+    elif any(base is family for family in GEMMA_FAMILIES):
+        randomise_norms_and_biases(model, norm_centre=0.0, biases=False)
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         shutil.copy(os.path.join(tmp, "model.safetensors"), os.path.join(out, "model.safetensors"))

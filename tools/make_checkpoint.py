@@ -186,6 +186,27 @@ def llama_tensors(cfg):
     return t, hf
 
 
+def gemma_tensors(cfg):
+    """Llama's tensors; Gemma's config. Norm weights are ones, which Gemma's
+    (1 + w) makes a scale of 2."""
+    t, hf = llama_tensors(cfg)
+    hf.update(architectures=["GemmaForCausalLM"], model_type="gemma", hidden_act="gelu_pytorch_tanh")
+    return t, hf
+
+
+def gemma2_tensors(cfg):
+    """Gemma's tensors plus each layer's pre_feedforward_layernorm and
+    post_feedforward_layernorm."""
+    t, hf = gemma_tensors(cfg)
+    for n in range(cfg["layers"]):
+        p = f"model.layers.{n}."
+        t += [(p + "pre_feedforward_layernorm.weight", (cfg["hidden"],)),
+              (p + "post_feedforward_layernorm.weight", (cfg["hidden"],))]
+    del hf["hidden_act"]
+    hf.update(architectures=["Gemma2ForCausalLM"], model_type="gemma2", hidden_activation="gelu_pytorch_tanh")
+    return t, hf
+
+
 def gpt2_tensors(cfg):
     hidden, layers, vocab = cfg["hidden"], cfg["layers"], cfg["vocab"]
     heads = cfg["heads"]
@@ -250,7 +271,7 @@ def write_atomic(path, data):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--family", required=True, choices=["llama", "gpt2"])
+    ap.add_argument("--family", required=True, choices=["llama", "gpt2", "gemma", "gemma2"])
     ap.add_argument("--out", required=True, help="a .safetensors file or a directory")
     ap.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE")
     ap.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"])
@@ -271,7 +292,8 @@ def main(argv=None):
             sys.exit(f"make_checkpoint.py: {k} must be positive")
     if args.shards < 1:
         sys.exit("make_checkpoint.py: --shards must be at least 1")
-    tensors, hf = (llama_tensors if args.family == "llama" else gpt2_tensors)(cfg)
+    tensors, hf = {"llama": llama_tensors, "gpt2": gpt2_tensors, "gemma": gemma_tensors,
+                   "gemma2": gemma2_tensors}[args.family](cfg)
     hf["torch_dtype"] = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}[args.dtype]
 
     entries = []

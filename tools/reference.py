@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Independent NumPy forward pass of models/llama.model and models/gpt2.model.
+"""Independent NumPy forward pass of models/llama.model, models/gpt2.model,
+models/gemma.model and models/gemma2.model.
 
 Hugging Face semantics, float64 throughout, nothing shared with the C runtime:
 the logits and loss it prints are what tprun's output is compared against.
@@ -14,6 +15,14 @@ the logits and loss it prints are what tprun's output is compared against.
          separate q/k/v Linear with biases (nn.Linear [out, in], not Conv1D)
          -> causal attention -> c_proj, residual; LayerNorm -> c_proj(gelu_tanh
          (c_fc(x))), residual; ln_f; lm_head tied to wte, no bias.
+  Gemma: Llama with RMSNorm scaling by (1 + w), embeddings times
+         float32(sqrt(hidden)), head_dim from the config and
+         down(gelu_tanh(gate(x)) * up(x)) (GemmaConfig's gelu_pytorch_tanh).
+  Gemma 2: Gemma with each sublayer's output normalised before its residual
+         add (post_attention_layernorm, post_feedforward_layernorm), the MLP's
+         input by pre_feedforward_layernorm, scores scaled by
+         query_pre_attn_scalar^-0.5 and capped as c tanh(s / c)
+         (attn_logit_softcapping), the logits capped (final_logit_softcapping).
 
 Example:
   tools/reference.py --family llama --weights tiny.safetensors \\
@@ -48,7 +57,14 @@ DEFAULTS = {
                   rope_high_freq_factor=4.0, rope_original_max_positions=2048),
     "gpt2": dict(vocab=50257, hidden=768, layers=12, heads=12, ffn=None, positions=1024, seq=1024, batch=1,
                  tie_embeddings=True, layer_norm_epsilon=1e-5, tp=1, vocab_multiple=1),
+    "gemma": dict(vocab=256000, hidden=3072, layers=28, heads=16, kv_heads=16, ffn=24576, seq=2048, batch=1,
+                  tie_embeddings=True, rms_norm_eps=1e-6, rope_theta=10000.0, head_dim=256, tp=1,
+                  vocab_multiple=1, rope_scaling="default", rope_factor=1.0, rope_low_freq_factor=1.0,
+                  rope_high_freq_factor=4.0, rope_original_max_positions=8192),
 }
+# Gemma2Config's defaults where they differ from GemmaConfig's
+DEFAULTS["gemma2"] = dict(DEFAULTS["gemma"], hidden=2304, layers=26, heads=8, kv_heads=4, ffn=9216,
+                          query_pre_attn_scalar=256, attn_logit_softcapping=50.0, final_logit_softcapping=30.0)
 IGNORE = -100
 
 
@@ -158,13 +174,20 @@ def rope(x, cfg):
     return x * np.cos(emb) + np.concatenate([-x2, x1], axis=-1) * np.sin(emb)
 
 
-def attention(q, k, v):
-    """Causal softmax(q k^T / sqrt(d)) v; q [b, s, h, d], k/v [b, s, g, d];
-    query head i reads kv head i // (h / g) (HF repeat_kv)."""
+def softcap(x, cap):
+    """cap * tanh(x / cap); 0 is none"""
+    return cap * np.tanh(x / cap) if cap else x
+
+
+def attention(q, k, v, scale=None, cap=0.0):
+    """Causal softmax(softcap(q k^T * scale)) v, scale 1/sqrt(d) by default;
+    q [b, s, h, d], k/v [b, s, g, d]; query head i reads kv head i // (h / g)
+    (HF repeat_kv)."""
     rep = q.shape[2] // k.shape[2]
     k, v = np.repeat(k, rep, axis=2), np.repeat(v, rep, axis=2)
     s = q.shape[1]
-    scores = np.einsum("bqhd,bkhd->bhqk", q, k) / np.sqrt(q.shape[-1])
+    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    scores = softcap(np.einsum("bqhd,bkhd->bhqk", q, k) * scale, cap)
     scores = np.where(np.tril(np.ones((s, s), dtype=bool)), scores, -np.inf)
     scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
     probs = scores / scores.sum(axis=-1, keepdims=True)
@@ -230,6 +253,32 @@ def gpt2(W, ids, cfg):
     return h @ lm_head(W, cfg, "transformer.wte.weight")[:cfg["vocab"]].T
 
 
+def gemma(W, ids, cfg, v2=False):
+    eps = cfg["rms_norm_eps"]
+
+    def norm(x, name):
+        return rmsnorm(x, 1.0 + W[name], eps)
+
+    h = W["model.embed_tokens.weight"][ids] * float(np.float32(np.sqrt(cfg["hidden"])))
+    scale = cfg["query_pre_attn_scalar"] ** -0.5 if v2 else None
+    cap = cfg["attn_logit_softcapping"] if v2 else 0.0
+    for n in range(cfg["layers"]):
+        p = f"model.layers.{n}."
+        x = norm(h, p + "input_layernorm.weight")
+        q = rope(heads(linear(W, x, p + "self_attn.q_proj", None), cfg["heads"]), cfg)
+        k = rope(heads(linear(W, x, p + "self_attn.k_proj", None), cfg["kv_heads"]), cfg)
+        v = heads(linear(W, x, p + "self_attn.v_proj", None), cfg["kv_heads"])
+        a = linear(W, merge(attention(q, k, v, scale, cap)), p + "self_attn.o_proj", None)
+        h = h + (norm(a, p + "post_attention_layernorm.weight") if v2 else a)
+        x = norm(h, p + ("pre_feedforward_layernorm.weight" if v2 else "post_attention_layernorm.weight"))
+        gate, up = linear(W, x, p + "mlp.gate_proj", False), linear(W, x, p + "mlp.up_proj", False)
+        y = linear(W, gelu_tanh(gate) * up, p + "mlp.down_proj", False)
+        h = h + (norm(y, p + "post_feedforward_layernorm.weight") if v2 else y)
+    h = norm(h, "model.norm.weight")
+    logits = h @ lm_head(W, cfg, "model.embed_tokens.weight")[:cfg["vocab"]].T
+    return softcap(logits, cfg["final_logit_softcapping"]) if v2 else logits
+
+
 def causal_lm_loss(logits, labels):
     """HF ForCausalLMLoss: logits[:, :-1] predict labels[:, 1:]; -100 ignored;
     the mean over the rest (NaN when nothing is left, as in torch)."""
@@ -259,7 +308,7 @@ def parse_config(family, items):
         given.add(key)
     if family == "gpt2" and cfg["ffn"] is None:
         cfg["ffn"] = 4 * cfg["hidden"]
-    if family == "llama" and cfg["head_dim"] is None:
+    if family in ("llama", "gemma", "gemma2") and cfg["head_dim"] is None:
         cfg["head_dim"] = cfg["hidden"] // cfg["heads"]
     return cfg, given
 
@@ -275,7 +324,7 @@ def check_shapes(W, cfg, family):
     """Catch a config that does not describe the checkpoint before numpy
     broadcasts something meaningless."""
     hd = cfg.get("head_dim") or cfg["hidden"] // cfg["heads"]
-    if family == "llama":
+    if family != "gpt2":
         emb, p = "model.embed_tokens.weight", "model.layers.0."
         want = {p + "self_attn.q_proj.weight": (cfg["heads"] * hd, cfg["hidden"]),
                 p + "self_attn.k_proj.weight": (cfg["kv_heads"] * hd, cfg["hidden"]),
@@ -319,7 +368,8 @@ def main():
     if ids.min() < 0 or ids.max() >= cfg["vocab"]:
         sys.exit(f"--tokens: ids must lie in [0, {cfg['vocab']})")
 
-    logits = (llama if args.family == "llama" else gpt2)(W, ids, cfg)
+    forward = {"llama": llama, "gpt2": gpt2, "gemma": gemma, "gemma2": lambda W, ids, cfg: gemma(W, ids, cfg, v2=True)}
+    logits = forward[args.family](W, ids, cfg)
     if args.out:
         np.save(args.out, logits.astype(np.float32))
     if args.labels:

@@ -146,6 +146,9 @@ static const char *op_text(int op)
 {
     switch (op) {
     case 'f': return "//";
+    case 'P': return "**";
+    case 'E': return "==";
+    case 'N': return "!=";
     case 'A': return "and";
     case 'O': return "or";
     case '+': return "+";

@@ -518,9 +518,52 @@ static bool float_binop(tp_config *c, const tp_node *e, double a, double b, doub
     return true;
 }
 
+/* a == b, a != b: strings by their text, numbers by value (1 == 1.0, as
+ * in Python); a string never equals a number. */
+static bool eval_equality(tp_config *c, const tp_node *e, tp_cfg_value *out)
+{
+    tp_cfg_value a, b;
+    if (!tp_eval_value(c, e->kids[0], &a) || !tp_eval_value(c, e->kids[1], &b))
+        return false;
+    bool eq;
+    if (a.s || b.s)
+        eq = a.s && b.s && !strcmp(a.s, b.s);
+    else if (!a.is_float && !b.is_float)
+        eq = a.i == b.i;
+    else
+        eq = tp_cfg_real(a) == tp_cfg_real(b);
+    *out = int_value(eq == (e->op == 'E'));
+    return true;
+}
+
+/* a ** b: an integer for integers and b >= 0, else a float, as in Python. */
+static bool eval_power(tp_config *c, const tp_node *e, tp_cfg_value a, tp_cfg_value b, tp_cfg_value *out)
+{
+    if (!a.is_float && !b.is_float && b.i >= 0) {
+        /* |a| >= 2 overflows within 63 steps; 0, 1 and -1 are settled at once */
+        int64_t r = a.i == -1 && b.i % 2 ? -1 : 1;
+        for (int64_t k = 0; k < b.i && a.i != 1 && a.i != -1 && r != 0; k++)
+            if (__builtin_mul_overflow(r, a.i, &r))
+                return err_at(c, e, "integer overflow");
+        *out = int_value(r);
+        return true;
+    }
+    double x = tp_cfg_real(a), y = tp_cfg_real(b);
+    if (x == 0 && y < 0)
+        return err_at(c, e, "division by zero");
+    if (x < 0 && y != floor(y))
+        return err_at(c, e, "a negative number to a fractional power is not a real number");
+    *out = float_value(pow(x, y));
+    if (!isfinite(out->f))
+        return err_at(c, e, "float overflow");
+    return true;
+}
+
 static bool eval_binop(tp_config *c, const tp_node *e, tp_cfg_value *out)
 {
     tp_cfg_value a, b;
+    if (e->op == 'E' || e->op == 'N')
+        return eval_equality(c, e, out);
     if (!eval_number(c, e->kids[0], &a))
         return false;
     if (e->op == 'A' && !truthy(a)) { *out = int_value(0); return true; }   /* short-circuit and/or */
@@ -528,6 +571,8 @@ static bool eval_binop(tp_config *c, const tp_node *e, tp_cfg_value *out)
     if (!eval_number(c, e->kids[1], &b))
         return false;
     if (e->op == 'A' || e->op == 'O') { *out = int_value(truthy(b)); return true; }
+    if (e->op == 'P')
+        return eval_power(c, e, a, b, out);
     /* // and % compute sizes and padding, where a float is a mistake */
     if ((e->op == 'f' || e->op == '%') && (a.is_float || b.is_float))
         return reject_float(c, e->kids[a.is_float ? 0 : 1], a.is_float ? a.f : b.f,

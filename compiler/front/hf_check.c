@@ -28,6 +28,7 @@ static const struct math_key {
     {"scale_attn_by_inverse_layer_idx", "false"}, {"num_key_value_heads", NULL}, {"head_dim", NULL},
     {"rope_theta", NULL}, {"rms_norm_eps", NULL}, {"layer_norm_eps", NULL}, {"layer_norm_epsilon", NULL},
     {"tie_word_embeddings", "false"}, {"rope_parameters", NULL}, {"layer_types", NULL},
+    {"use_bidirectional_attention", "false"},
 };
 
 /* Mixture-of-experts families: tpcc has no expert layers yet. */

@@ -17,13 +17,15 @@ typedef struct leaf_type {
 static const char *const linear_kw[] = {"bias", "pad_to", "packed", NULL};
 static const char *const embedding_kw[] = {"pad_to", NULL};
 static const char *const norm_kw[] = {"eps", "bias", NULL};
+/* unit_offset=True: Gemma's GemmaRMSNorm, which scales by (1 + weight) */
+static const char *const rmsnorm_kw[] = {"eps", "bias", "unit_offset", NULL};
 /* A norm without eps= gets the default of the class it stands for:
  * Hugging Face's LlamaRMSNorm (1e-6) and PyTorch's nn.LayerNorm (1e-5).
  * Model files pass eps= from their config, read with hf(). */
 static const leaf_type leaf_types[] = {
     {"Linear", TP_MOD_LINEAR, 2, linear_kw, 0},
     {"Embedding", TP_MOD_EMBEDDING, 2, embedding_kw, 0},
-    {"RMSNorm", TP_MOD_RMSNORM, 1, norm_kw, 1e-6},
+    {"RMSNorm", TP_MOD_RMSNORM, 1, rmsnorm_kw, 1e-6},
     {"LayerNorm", TP_MOD_LAYERNORM, 1, norm_kw, 1e-5},
 };
 
@@ -224,6 +226,7 @@ static tp_module *build_leaf(builder *b, const leaf_type *lt, const tp_node *cto
     mod->eps = eps;
     mod->nsegments = nsegments;
     memcpy(mod->segments, segments, (size_t)nsegments * sizeof *segments);
+    mod->unit_offset = flag_arg(b, ctor, "unit_offset", false);
     tp_param *w;
     switch (lt->kind) {
     case TP_MOD_LINEAR: {

@@ -51,6 +51,7 @@ typedef struct tp_module {
      * projection (q/k/v, gate/up), a packed style shards each of them */
     int nsegments;              /* 0: not packed */
     int64_t segments[TP_MAX_SEGMENTS];
+    bool unit_offset;           /* RMSNorm(unit_offset=True): scales by 1 + weight (Gemma) */
     struct tp_style *style;     /* the plan entry that applies to it, if any */
 } tp_module;
 

@@ -277,12 +277,13 @@ static char *source_text(const tp_parse_ctx *ctx, tp_span at)
 %token DEF "'def'" RETURN "'return'" IF "'if'" ELSE "'else'"
 %token NOT "'not'" AND "'and'" OR "'or'" TRUE "'True'" FALSE "'False'" NONE "'None'"
 %token DSLASH "'//'"
+%token POW "'**'" EQ "'=='" NE "'!='"
 %token INVALID "invalid character"
 
 %type <text> name mesh_dim
 %type <node> item assigns assign members member def params param_list param
 %type <node> block stmts stmt call_stmt targets
-%type <val> expr disj conj negation sum term unary postfix primary strings
+%type <val> expr disj conj negation comparison sum term unary postfix primary strings
 %type <val> list elems dict pairs pair args arg_list arg kwarg kwargs callee
 
 %destructor { free($$); } <text>
@@ -425,8 +426,16 @@ conj
     ;
 
 negation
-    : sum
+    : comparison
     | NOT negation          { $$ = wrap(ctx, N_NOT, @$, $2); }
+    ;
+
+/* one comparison, not Python's chains: a config compares a string read
+ * from config.json with a name (Gemma's legacy hidden_act "gelu") */
+comparison
+    : sum
+    | sum EQ sum            { $$ = binop(ctx, 'E', @$, $1, $3); }
+    | sum NE sum            { $$ = binop(ctx, 'N', @$, $1, $3); }
     ;
 
 sum
@@ -445,6 +454,7 @@ term
 
 unary
     : postfix
+    | postfix POW unary     { $$ = binop(ctx, 'P', @$, $1, $3); }
     | '-' unary             { $$ = negate(ctx, @$, $2); }
     ;
 
@@ -642,7 +652,7 @@ static int continues_expression(yysymbol_kind_t sym)
 {
     switch (sym) {
     case YYSYMBOL_STRING: case YYSYMBOL_IF: case YYSYMBOL_AND: case YYSYMBOL_OR:
-    case YYSYMBOL_DSLASH:
+    case YYSYMBOL_DSLASH: case YYSYMBOL_POW: case YYSYMBOL_EQ: case YYSYMBOL_NE:
         return 1;
     default:
         return sym == YYTRANSLATE('+') || sym == YYTRANSLATE('-') ||

@@ -122,6 +122,8 @@ bool tp_op_is_primitive(const char *name);
 iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int nargs,
                char **kwnames, iv *kwargs, int nkw);
 iv tp_op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b);
+/* x * factor: linear, so any layout passes through */
+iv tp_op_scale(interp *I, const tp_node *e, tp_val *x, double factor);
 iv tp_leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span call_span);
 
 /* the root forward's result: the loss, or the logits (outputs.c) */

@@ -437,6 +437,18 @@ static iv eval_call(interp *I, frame *f, const tp_node *e)
     return none_iv;
 }
 
+/* a + b, a * b with a tensor operand: two tensors, or a tensor times a
+ * number (Gemma's embedding normaliser: h * hidden ** 0.5). */
+static iv tensor_operator(interp *I, const tp_node *e, iv a, iv b)
+{
+    if (a.kind == IV_TENSOR && b.kind == IV_TENSOR)
+        return tp_op_binary(I, e, e->op, a.t, b.t);
+    iv t = a.kind == IV_TENSOR ? a : b, n = a.kind == IV_TENSOR ? b : a;
+    if (e->op != '*' || (n.kind != IV_INT && n.kind != IV_FLOAT))
+        return fail(I, e, "a tensor operator needs two tensors, or a tensor and a number to multiply it by");
+    return tp_op_scale(I, e, t.t, n.kind == IV_FLOAT ? n.f : (double)n.i);
+}
+
 static iv eval(interp *I, frame *f, const tp_node *e)
 {
     if (I->stop)
@@ -461,12 +473,11 @@ static iv eval(interp *I, frame *f, const tp_node *e)
     case N_INT: case N_FLOAT: case N_TRUE: case N_FALSE: case N_STR: case N_BINOP: case N_NEG:
         if (e->kind == N_BINOP) {
             iv a = eval(I, f, e->kids[0]);
-            if (a.kind == IV_TENSOR) {
-                iv b = eval(I, f, e->kids[1]);
-                if (b.kind != IV_TENSOR)
-                    return fail(I, e, "both operands of a tensor operator must be tensors");
-                return tp_op_binary(I, e, e->op, a.t, b.t);
-            }
+            iv b = I->stop ? none_iv : eval(I, f, e->kids[1]);
+            if (I->stop)
+                return none_iv;
+            if (a.kind == IV_TENSOR || b.kind == IV_TENSOR)
+                return tensor_operator(I, e, a, b);
         }
         {
             tp_cfg_value x;

@@ -7,6 +7,7 @@
  * keyword arguments it takes (its attributes: rope's theta). Shape
  * changes (head split and merge) are small functions. */
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/front/astutil.h"
@@ -27,7 +28,25 @@ typedef struct op_rule {
 
 static const char *const rope_kw[] = {"theta", "scaling", "factor", "low_freq_factor", "high_freq_factor",
                                       "original_max_position_embeddings", "partial_rotary_factor", NULL};
-static const char *const attention_kw[] = {"causal", "sliding_window", NULL};
+/* scale= as SDPA's (default head_dim ** -0.5); softcap= as FlashAttention's
+ * (0 or absent: none); sliding_window= as transformers' (checked against seq) */
+static const char *const attention_kw[] = {"causal", "scale", "softcap", "sliding_window", NULL};
+static const char *const gelu_kw[] = {"approximate", NULL};
+
+/* Hugging Face's activation names (transformers' ACT2FN) that tpcc
+ * computes, for activation(x, name): a model file passes config.json's
+ * hidden_act. Any other name is an error. */
+static const struct hf_activation {
+    const char *name;
+    tp_op_kind kind;
+    bool tanh;             /* GELU's tanh approximation */
+} hf_activations[] = {
+    {"silu", TP_OP_SILU, false},         {"swish", TP_OP_SILU, false},
+    {"relu", TP_OP_RELU, false},         {"gelu", TP_OP_GELU, false},
+    {"gelu_python", TP_OP_GELU, false},  {"gelu_new", TP_OP_GELU, true},
+    {"gelu_pytorch_tanh", TP_OP_GELU, true}, {"gelu_python_tanh", TP_OP_GELU, true},
+};
+#define NACTIVATIONS ((int)(sizeof hf_activations / sizeof *hf_activations))
 
 /* rope() without theta=: Hugging Face's default rope_theta (LlamaConfig,
  * Qwen2Config). Model files pass theta= from their config. */
@@ -35,7 +54,7 @@ static const char *const attention_kw[] = {"causal", "sliding_window", NULL};
 
 static const op_rule rules[] = {
     {"silu", 1, false, true, {0}, NULL, NULL, TP_OP_SILU, NULL},
-    {"gelu", 1, false, true, {0}, NULL, NULL, TP_OP_GELU, NULL},
+    {"gelu", 1, false, true, {0}, NULL, NULL, TP_OP_GELU, gelu_kw},
     {"relu", 1, false, true, {0}, NULL, NULL, TP_OP_RELU, NULL},
     {"dropout", 1, true, true, {0}, NULL, NULL, TP_OP_COUNT, NULL},      /* inference: identity */
     {"view_heads", 1, true, true, {0}, NULL, NULL, TP_OP_COUNT, NULL},
@@ -51,6 +70,10 @@ static const op_rule rules[] = {
     {"arange", 0, false, false, {0}, NULL, NULL, TP_OP_POSITIONS, NULL},
     {"cross_entropy", 2, false, false, {-1}, "loss-parallel",
      "cross-entropy normalises over the whole vocabulary", TP_OP_CROSS_ENTROPY, NULL},
+    /* activation(x, name): the op of HF's ACT2FN[name] (hf_activations) */
+    {"activation", 1, false, true, {0}, NULL, NULL, TP_OP_COUNT, NULL},
+    /* softcap(x, cap): cap * tanh(x / cap); cap 0 is none (x itself) */
+    {"softcap", 1, false, true, {0}, NULL, NULL, TP_OP_SOFTCAP, NULL},
 };
 #define NRULES ((int)(sizeof rules / sizeof *rules))
 
@@ -236,7 +259,12 @@ static void warn_dtensor_attention(interp *I, const tp_val *q, tp_span span)
                         "default) on the q, k and v projections");
 }
 
-static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, tp_span span)
+/* attention()'s scale= and softcap=; 0 for the ones not given */
+typedef struct attention_attrs {
+    double scale, softcap;
+} attention_attrs;
+
+static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, const attention_attrs *at, tp_span span)
 {
     const op_rule *r = find_rule("attention");
     tp_val *in[3] = {q, k, v};
@@ -273,6 +301,8 @@ static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, tp_span spa
     op->k = tp_local_size(I, q, 3);
     op->groups = tp_local_size(I, in[1], 2);
     op->heads_global = q->shape[2];
+    op->scale = at->scale > 0 ? at->scale : 1.0 / sqrt((double)q->shape[3]);   /* SDPA's default */
+    op->softcap = at->softcap;
     return out;
 }
 
@@ -541,7 +571,9 @@ static bool rotary_dims(interp *I, const tp_node *call, int64_t head_dim, double
     return false;
 }
 
-static bool rope_error(interp *I, const tp_node *call, const char *kw, const char *fmt, const char *arg)
+/* An error at keyword argument kw of an op call (at the call when kw is
+ * NULL): fmt with one string argument. Stops the walk; returns false. */
+static bool op_arg_error(interp *I, const tp_node *call, const char *kw, const char *fmt, const char *arg)
 {
     const tp_node *at = kw ? tp_call_kw_arg(call, kw) : call;
     tp_diag_add(I->d, TP_ERROR, at ? at->span : call->span, "model", fmt, arg);
@@ -559,13 +591,13 @@ static bool rope_scaling_kwargs(interp *I, const tp_node *call, char **kwnames, 
     *r = (tp_rope_scaling){TP_ROPE_DEFAULT, 1.0, 1.0, 4.0, 0};
     const iv *type = kwarg("scaling", kwnames, kwargs, nkw);
     if (type && type->kind != IV_STR)
-        return rope_error(I, call, "scaling", "rope(): %s must be a string, such as \"llama3\"", "scaling");
+        return op_arg_error(I, call, "scaling", "rope(): %s must be a string, such as \"llama3\"", "scaling");
     if (type) {
         int t = tp_rope_type_parse(type->s);
         if (t < 0)
-            return rope_error(I, call, "scaling",
-                              "rope(): RoPE scaling \"%s\" is not supported (tpcc computes default, linear, "
-                              "dynamic and llama3)", type->s);
+            return op_arg_error(I, call, "scaling",
+                                "rope(): RoPE scaling \"%s\" is not supported (tpcc computes default, linear, "
+                                "dynamic and llama3)", type->s);
         r->type = (tp_rope_type)t;
     }
     double max_positions = 0;
@@ -576,13 +608,32 @@ static bool rope_scaling_kwargs(interp *I, const tp_node *call, char **kwnames, 
         return false;
     const iv *max_arg = kwarg("original_max_position_embeddings", kwnames, kwargs, nkw);
     if (max_arg && max_arg->kind != IV_INT)
-        return rope_error(I, call, "original_max_position_embeddings",
-                          "rope(): %s must be an integer", "original_max_position_embeddings");
+        return op_arg_error(I, call, "original_max_position_embeddings",
+                            "rope(): %s must be an integer", "original_max_position_embeddings");
     r->original_max_positions = (int64_t)max_positions;
     const char *why = tp_rope_scaling_invalid(r);
     if (why)
-        return rope_error(I, call, NULL, "rope(): %s", why);
+        return op_arg_error(I, call, NULL, "rope(): %s", why);
     return true;
+}
+
+/* attention()'s softcap=, a number >= 0 (0 when absent: none). */
+static bool attention_softcap(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw, double *out)
+{
+    const iv *a = kwarg("softcap", kwnames, kwargs, nkw);
+    *out = !a ? 0 : a->kind == IV_FLOAT ? a->f : a->kind == IV_INT ? (double)a->i : -1;
+    if (*out >= 0)
+        return true;
+    return op_arg_error(I, call, "softcap", "attention(): %s must be a number, 0 for none", "softcap");
+}
+
+/* attention(q, k, v, causal=True, scale=, softcap=); sliding_window= is
+ * window_covers_seq's. */
+static bool attention_kwargs(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw, attention_attrs *at)
+{
+    *at = (attention_attrs){0, 0};
+    return positive_kwarg(I, call, "attention", "scale", kwnames, kwargs, nkw, &at->scale) &&
+           attention_softcap(I, call, kwnames, kwargs, nkw, &at->softcap);
 }
 
 /* attention(q, k, v, causal=True): the runtime's attention is causal, so
@@ -597,6 +648,68 @@ static bool causal_only(interp *I, const tp_node *call, char **kwnames, iv *kwar
             return false;
         }
     return true;
+}
+
+/* gelu(x, approximate="none"|"tanh"), as torch.nn.functional.gelu:
+ * *tanh is whether the tanh approximation is asked for. */
+static bool gelu_approximate(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw, bool *tanh)
+{
+    const iv *a = kwarg("approximate", kwnames, kwargs, nkw);
+    *tanh = false;
+    if (!a)
+        return true;
+    if (a->kind == IV_STR && (!strcmp(a->s, "none") || !strcmp(a->s, "tanh"))) {
+        *tanh = !strcmp(a->s, "tanh");
+        return true;
+    }
+    return op_arg_error(I, call, "approximate", "gelu(): approximate must be \"none\" or \"tanh\"%s",
+                        a->kind == IV_STR ? ", as in torch" : " (a string)");
+}
+
+/* softcap(x, cap): the cap, a number >= 0 (0: none, transformers' None). */
+static bool softcap_arg(interp *I, const tp_node *call, iv *args, int nargs, double *cap)
+{
+    const tp_node *at = tp_call_pos(call, 1);
+    *cap = -1;
+    if (nargs == 2 && (args[1].kind == IV_FLOAT || args[1].kind == IV_INT))
+        *cap = args[1].kind == IV_FLOAT ? args[1].f : (double)args[1].i;
+    if (*cap >= 0)
+        return true;
+    tp_diag_add(I->d, TP_ERROR, at ? at->span : call->span, "model",
+                "softcap(x, cap) takes a tensor and a number, the cap (0 for none)");
+    I->stop = true;
+    return false;
+}
+
+/* activation(x, name): the op that transformers' ACT2FN[name] computes. */
+static bool hf_activation(interp *I, const tp_node *call, iv *args, int nargs, tp_op_kind *kind, bool *tanh)
+{
+    const tp_node *at = tp_call_pos(call, 1);
+    if (nargs != 2 || args[1].kind != IV_STR) {
+        tp_diag_add(I->d, TP_ERROR, at ? at->span : call->span, "model",
+                    "activation(x, name) takes a tensor and a Hugging Face activation name, such as hidden_act");
+        I->stop = true;
+        return false;
+    }
+    for (int i = 0; i < NACTIVATIONS; i++)
+        if (!strcmp(hf_activations[i].name, args[1].s)) {
+            *kind = hf_activations[i].kind;
+            *tanh = hf_activations[i].tanh;
+            return true;
+        }
+    tp_buf names;
+    tp_buf_init(&names);
+    for (int i = 0; i < NACTIVATIONS; i++)
+        tp_buf_appendf(&names, "%s%s", i ? ", " : "", hf_activations[i].name);
+    tp_diag *g = tp_diag_add(I->d, TP_ERROR, at->span, "model",
+                             "activation(): the Hugging Face activation \"%s\" is not supported; tpcc computes %s",
+                             args[1].s, names.data);
+    const tp_cfg_entry *e = at->kind == N_NAME ? tp_config_entry(I->c, at->name) : NULL;
+    if (g && e && e->span.file >= 0)
+        tp_diag_note_at(g, e->span, "'%s' is defined here", at->name);
+    tp_buf_free(&names);
+    I->stop = true;
+    return false;
 }
 
 /* attention(..., sliding_window=W): position i attends to positions
@@ -644,6 +757,18 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
         return none_iv;
     if (!strcmp(name, "arange"))
         return arange(I, call, args, nargs);
+    tp_op_kind kind = r->lowers_to;
+    bool gelu_tanh = false;
+    attention_attrs attn;
+    double cap = 0;
+    if (kind == TP_OP_ATTENTION && !attention_kwargs(I, call, kwnames, kwargs, nkw, &attn))
+        return none_iv;
+    if (kind == TP_OP_SOFTCAP && !softcap_arg(I, call, args, nargs, &cap))
+        return none_iv;
+    if (kind == TP_OP_GELU && !gelu_approximate(I, call, kwnames, kwargs, nkw, &gelu_tanh))
+        return none_iv;
+    if (!strcmp(name, "activation") && !hf_activation(I, call, args, nargs, &kind, &gelu_tanh))
+        return none_iv;
     if (!want_tensors(I, call, args, nargs, r->ntensors))
         return none_iv;
     for (int i = 0; i < r->ntensors; i++)
@@ -651,9 +776,12 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
     tp_val *x = args[0].t;
     if (r->lowers_to == TP_OP_ROPE)
         tp_grown_meet_rope(I, x, span);
-    if (!strcmp(name, "attention"))
-        return window_covers_seq(I, call, kwnames, kwargs, nkw, x) ? tensor_iv(attention(I, x, args[1].t, args[2].t, span))
-                                                                   : none_iv;
+    if (kind == TP_OP_ATTENTION)
+        return window_covers_seq(I, call, kwnames, kwargs, nkw, x)
+                   ? tensor_iv(attention(I, x, args[1].t, args[2].t, &attn, span))
+                   : none_iv;
+    if (kind == TP_OP_SOFTCAP && cap == 0)
+        kind = TP_OP_COUNT;              /* transformers' None: no capping */
     if (!strcmp(name, "cross_entropy"))
         return tensor_iv(cross_entropy(I, x, args[1].t, span));
     if (!r->linear)
@@ -680,11 +808,13 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
         out->gather_comm = x->gather_comm;
         out->gather_dim = x->gather_dim;
     }
-    if (r->lowers_to == TP_OP_COUNT) {
+    if (kind == TP_OP_COUNT) {
         tp_record_view(I, out, x);
         return tensor_iv(out);
     }
-    tp_ir_op *op = &tp_record_op(I, r->lowers_to, out, name, x, NULL, NULL)->op;
+    tp_ir_op *op = &tp_record_op(I, kind, out, name, x, NULL, NULL)->op;
+    op->gelu_tanh = gelu_tanh;
+    op->softcap = cap;
     int seq = r->lowers_to == TP_OP_ROPE ? x->rank - 3 : x->rank - 1;
     /* a sequence shard would start at rank * its length (rejected above
      * for RoPE; recorded so the schedule says what it assumed) */
@@ -744,6 +874,19 @@ static tp_placement dtensor_pointwise(interp *I, int op, tp_val **a, tp_val **b,
     *a = tp_redistribute(I, *a, for_operand(target, (*a)->rank, big), NULL, span, true);
     *b = tp_redistribute(I, *b, for_operand(target, (*b)->rank, big), NULL, span, true);
     return target;
+}
+
+iv tp_op_scale(interp *I, const tp_node *e, tp_val *x, double factor)
+{
+    tp_val *out = result_like(I, x, x->rank, x->shape, x->dimname, e->span);
+    out->gather_comm = x->gather_comm;
+    out->gather_dim = x->gather_dim;
+    tp_ir_op *op = &tp_record_op(I, TP_OP_SCALE, out, "scale", x, NULL, NULL)->op;
+    op->scale = factor;
+    /* the factor is a tensor of the activations' dtype, as Gemma makes its
+     * normaliser: torch.tensor(hidden ** 0.5, dtype=h.dtype) */
+    op->scale_in_dtype = true;
+    return tensor_iv(out);
 }
 
 iv tp_op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
@@ -1046,6 +1189,7 @@ static void record_norm(interp *I, tp_module *mod, tp_val *x, tp_val *r)
     op->m = rows_of(I, x);
     op->n = tp_local_size(I, x, x->rank - 1);
     op->eps = mod->eps;
+    op->unit_offset = mod->unit_offset;
 }
 
 iv tp_leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span span)

@@ -27,7 +27,7 @@
 #include <stdint.h>
 #include "sched/ops.h"     /* tp_dtype */
 
-typedef enum tp_unary { TP_UNARY_SILU, TP_UNARY_GELU, TP_UNARY_RELU } tp_unary;
+typedef enum tp_unary { TP_UNARY_SILU, TP_UNARY_GELU_TANH, TP_UNARY_RELU, TP_UNARY_GELU_ERF } tp_unary;
 typedef enum tp_binary { TP_BINARY_ADD, TP_BINARY_MUL } tp_binary;
 
 typedef struct tp_backend {
@@ -60,8 +60,8 @@ typedef struct tp_backend {
     void (*matmul)(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k);
     /* out[i, j] = x[i, j] + scale * b[j]   (out may equal x) */
     void (*bias_add)(float *out, const float *x, const float *b, int64_t m, int64_t n, float scale);
-    /* out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * w */
-    void (*rmsnorm)(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps);
+    /* out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * w, or * (1 + w) with unit_offset */
+    void (*rmsnorm)(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps, bool unit_offset);
     /* out[i, :] = (x - mean) / sqrt(var + eps) * w + b   (b may be NULL) */
     void (*layernorm)(float *out, const float *x, const float *w, const float *b, int64_t m, int64_t n, float eps);
     /* Hugging Face Llama RoPE (rotate_half) on x[b, s, h, d], position of
@@ -70,11 +70,15 @@ typedef struct tp_backend {
     /* the first `rotary` of each head's d rotate (partial rotary), the rest pass through */
     void (*rope)(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t rotary,
                  int64_t pos_offset, const double *inv_freq);
-    /* causal softmax(q k^T / sqrt(d)) v; q, out [b, s, h, d]; k, v [b, s, g, d];
-     * query head i reads kv head i / (h / g) */
+    /* causal softmax(q k^T * scale) v; q, out [b, s, h, d]; k, v [b, s, g, d];
+     * query head i reads kv head i / (h / g); softcap > 0 caps each score
+     * as softcap * tanh(score / softcap) */
     void (*attention)(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
-                      int64_t g, int64_t d);
-    /* silu(x) = x * sigmoid(x); gelu = tanh approximation (GPT-2's gelu_new) */
+                      int64_t g, int64_t d, double scale, double softcap);
+    /* out = cap * tanh(x / cap) */
+    void (*softcap)(float *out, const float *x, int64_t n, float cap);
+    /* silu(x) = x * sigmoid(x); gelu: the tanh approximation (GPT-2's gelu_new) or the exact
+     * 0.5 x (1 + erf(x / sqrt(2))) */
     void (*unary)(tp_unary op, float *out, const float *x, int64_t n);
     /* out[i] = a[i] op b[i % nb]  (b broadcasts over leading dims) */
     void (*binary)(tp_binary op, float *out, const float *a, int64_t n, const float *b, int64_t nb);

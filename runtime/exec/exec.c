@@ -196,7 +196,8 @@ EXEC(bias_add)
 
 EXEC(rmsnorm)
 {
-    x->be->rmsnorm(fout(x, op), fin(x, op, 0), weight(x, op->weight), op->m, op->n, (float)op->eps);
+    x->be->rmsnorm(fout(x, op), fin(x, op, 0), weight(x, op->weight), op->m, op->n, (float)op->eps,
+                   op->unit_offset);
     return 0;
 }
 
@@ -218,7 +219,7 @@ EXEC(rope)
 EXEC(attention)
 {
     x->be->attention(fout(x, op), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2), op->batch, op->seq, op->heads,
-                     op->kv_heads, op->head_dim);
+                     op->kv_heads, op->head_dim, op->scale, op->softcap);
     return 0;
 }
 
@@ -229,7 +230,7 @@ static int unary(tr_exec *x, const tr_op *op, tp_unary f)
 }
 
 EXEC(silu) { return unary(x, op, TP_UNARY_SILU); }
-EXEC(gelu) { return unary(x, op, TP_UNARY_GELU); }
+EXEC(gelu) { return unary(x, op, op->gelu_tanh ? TP_UNARY_GELU_TANH : TP_UNARY_GELU_ERF); }
 EXEC(relu) { return unary(x, op, TP_UNARY_RELU); }
 
 static int binary(tr_exec *x, const tr_op *op, tp_binary f)
@@ -244,6 +245,12 @@ EXEC(mul) { return binary(x, op, TP_BINARY_MUL); }
 EXEC(scale)
 {
     x->be->scale(fout(x, op), fin(x, op, 0), in_elems(x, op, 0), (float)op->scale);
+    return 0;
+}
+
+EXEC(softcap)
+{
+    x->be->softcap(fout(x, op), fin(x, op, 0), in_elems(x, op, 0), (float)op->softcap);
     return 0;
 }
 

@@ -38,6 +38,8 @@ const char *const kMistral = "plans/mistral-sp.plan";
 const char *const kQwen2 = "plans/qwen2-sp.plan";
 const char *const kQwen3 = "plans/qwen3-sp.plan";
 const char *const kPhi3 = "plans/phi3-sp.plan";
+const char *const kGemma = "plans/gemma-sp.plan";
+const char *const kGemma2 = "plans/gemma2-sp.plan";
 
 // Qwen2.5-7B: 28 heads and 4 kv heads, so tp 8 splits neither
 const std::vector<std::string> kQwen25At8 = {
@@ -97,6 +99,22 @@ const Verdict kVerdicts[] = {
       "the plan's model line", "[hf-architecture]"}},
     {"published/mistral-7b-v0.3", kLlama, 2, nullptr, 1,
      {"is a MistralForCausalLM (model_type 'mistral'); ", "models/mistral.model implements MistralForCausalLM"}},
+    // Gemma-7B (legacy hidden_act "gelu", head_dim 256, 16 kv heads): clean up to tp 8
+    {"published/gemma-7b", kGemma, 2, nullptr, 0, {}},
+    {"published/gemma-7b", kGemma, 4, nullptr, 0, {}},
+    {"published/gemma-7b", kGemma, 8, nullptr, 0, {}},
+    // Gemma-2B has one kv head
+    {"published/gemma-2b", kGemma, 2, nullptr, 1,
+     {"error: 1 kv_heads do not split over 2 ranks: each rank would get 0.5 heads [divisibility]"}},
+    // Gemma-2-2B: 4 kv heads; soft-capping computed; its 4096 window refused above seq 4096
+    {"published/gemma-2-2b", kGemma2, 2, nullptr, 0, {}},
+    {"published/gemma-2-2b", kGemma2, 4, nullptr, 0, {}},
+    {"published/gemma-2-2b", kGemma2, 8, nullptr, 1,
+     {"error: 4 kv_heads do not split over 8 ranks: each rank would get 0.5 heads [divisibility]"}},
+    {"published/gemma-2-2b", kGemma2, 4, "8192", 1,
+     {"error: attention(): sliding_window 4096 is below seq 8192", "1 error generated."}},
+    {"published/gemma-2-2b", kGemma, 2, nullptr, 1,
+     {"is a Gemma2ForCausalLM (model_type 'gemma2'); ", "models/gemma2.model implements Gemma2ForCausalLM"}},
 };
 
 class Published : public ::testing::TestWithParam<Verdict> {};

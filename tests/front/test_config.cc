@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 #include <string>
 #include <utility>
@@ -521,6 +522,65 @@ TEST(ConfigFloat, ArithmeticFollowsPython)
     EXPECT_EQ(c.diags.count, 0) << c.messages();
 }
 
+// == and != compare strings by text and numbers by value; ** is Python's
+// power (Gemma's hidden ** 0.5, its legacy hidden_act "gelu").
+TEST(ConfigEval, ComparisonAndPowerFollowPython)
+{
+    Cfg c;
+    c.bind(R"(config {
+        act = "gelu"
+        legacy = "gelu_pytorch_tanh" if act == "gelu" else act
+        kept = "gelu_pytorch_tanh" if act == "silu" else act
+        s_eq = act == "gelu"
+        s_ne = act != "gelu"
+        str_num = act == 1
+        int_float = 1 == 1.0
+        ints_ne = 2 != 3
+        sqrt = 3072 ** 0.5
+        ipow = 2 ** 10
+        neg = -2 ** 2
+        inv = 2 ** -1
+        one = 1 ** 1000000000000
+        prec = 2 * 3 ** 2
+    })",
+           TP_CFG_MODEL);
+    tp_cfg_value v = {};
+    ASSERT_TRUE(tp_config_value(&c.cfg, "legacy", TP_NO_SPAN, &v)) << c.messages();
+    EXPECT_STREQ(v.s, "gelu_pytorch_tanh");
+    ASSERT_TRUE(tp_config_value(&c.cfg, "kept", TP_NO_SPAN, &v)) << c.messages();
+    EXPECT_STREQ(v.s, "gelu");
+    EXPECT_EQ(c.value("s_eq"), 1);
+    EXPECT_EQ(c.value("s_ne"), 0);
+    EXPECT_EQ(c.value("str_num"), 0) << "a string never equals a number";
+    EXPECT_EQ(c.value("int_float"), 1);
+    EXPECT_EQ(c.value("ints_ne"), 1);
+    EXPECT_EQ(c.real("sqrt"), sqrt(3072.0));
+    EXPECT_EQ(c.value("ipow"), 1024);
+    EXPECT_EQ(c.value("neg"), -4) << "-2 ** 2 is -(2 ** 2), as in Python";
+    EXPECT_EQ(c.real("inv"), 0.5) << "a negative integer exponent gives a float";
+    EXPECT_EQ(c.value("one"), 1);
+    EXPECT_EQ(c.value("prec"), 18);
+    EXPECT_EQ(c.diags.count, 0) << c.messages();
+}
+
+TEST(ConfigError, PowerOverflowAndNonRealResults)
+{
+    struct Case {
+        const char *expr, *message;
+    } cases[] = {
+        {"2 ** 63", "integer overflow"},
+        {"10.0 ** 400", "float overflow"},
+        {"0 ** -1", "division by zero"},
+        {"(-8) ** 0.5", "not a real number"},
+    };
+    for (const Case &k : cases) {
+        Cfg c;
+        c.bind(std::string("config { x = ") + k.expr + " }", TP_CFG_MODEL);
+        SCOPED_TRACE(k.expr);
+        c.expect_error("x", k.message);
+    }
+}
+
 TEST(ConfigFloat, FloorDivisionModuloAndRoundUpTakeIntegers)
 {
     struct Case {
@@ -880,9 +940,31 @@ TEST(ConfigHf, DefinedOverridesBeatTheJson)
     EXPECT_EQ(c.value("layers"), 2);
 }
 
+// null= says what a null key means where it differs from the default for
+// an absent one (Gemma 2's softcapping: absent is 50.0, null is off)
+TEST(ConfigHf, NullArgumentIsTheValueOfANullKey)
+{
+    Cfg c;
+    char err[512] = "";
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), err, sizeof err), 0) << err;
+    c.bind(R"(config {
+        null_key = hf("head_dim", 50.0, null=0.0)
+        absent   = hf("attn_logit_softcapping", 50.0, null=0.0)
+        present  = hf("rope_theta", 1.0, null=0.0)
+        both     = hf("head_dim", 1, null=2, standalone=3)
+    })",
+           TP_CFG_MODEL);
+    EXPECT_EQ(c.real("null_key"), 0.0);
+    EXPECT_EQ(c.real("absent"), 50.0);
+    EXPECT_EQ(c.real("present"), 10000.0);
+    EXPECT_EQ(c.value("both"), 2);
+    EXPECT_EQ(c.diags.count, 0) << c.messages();
+}
+
 TEST(ConfigHf, BadArguments)
 {
-    for (const char *e : {"hf(1, 2)", "hf(\"hidden_size\")", "hf(\"hidden_size\", 1, 2)", "hf(key=\"a\", default=1)"}) {
+    for (const char *e : {"hf(1, 2)", "hf(\"hidden_size\")", "hf(\"hidden_size\", 1, 2)", "hf(key=\"a\", default=1)",
+                          "hf(\"a\", 1, nul=2)", "hf(\"a\", 1, null=2, null=3)"}) {
         Cfg c;
         c.bind(std::string("config { x = ") + e + " }", TP_CFG_MODEL);
         SCOPED_TRACE(e);

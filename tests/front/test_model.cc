@@ -467,7 +467,8 @@ TEST(BrokenModel, UnknownOpKeywordsListWhatTheOpTakes)
     } cases[] = {
         {"rope(x, base=500000.0)", "rope() has no argument 'base'; it takes theta", 24},
         {"silu(x, inplace=True)", "silu() has no argument 'inplace'; it takes no keyword arguments", 24},
-        {"attention(x, x, x, causal=True, scale=0.5)", "attention() has no argument 'scale'; it takes causal", 48},
+        {"attention(x, x, x, causal=True, dropout_p=0.5)", "attention() has no argument 'dropout_p'; it takes causal",
+         48},
     };
     for (const Case &k : cases) {
         SCOPED_TRACE(k.body);
@@ -490,6 +491,13 @@ TEST(BrokenModel, OpAttributeValues)
         {"rope(x, theta=-1e4)", "rope(): theta must be a positive number"},
         {"rope(x, theta=None)", "rope(): theta must be a positive number"},
         {"attention(x, x, x, causal=False)", "attention(): only causal=True is supported"},
+        {"attention(x, x, x, scale=0)", "attention(): scale must be a positive number"},
+        {"attention(x, x, x, softcap=-1)", "attention(): softcap must be a number, 0 for none"},
+        {"gelu(x, approximate=True)", "gelu(): approximate must be \"none\" or \"tanh\" (a string)"},
+        {"activation(x, \"quick_gelu\")", "the Hugging Face activation \"quick_gelu\" is not supported"},
+        {"activation(x)", "activation(x, name) takes a tensor and a Hugging Face activation name"},
+        {"softcap(x, -2.0)", "softcap(x, cap) takes a tensor and a number, the cap (0 for none)"},
+        {"x * x * \"a\"", "a tensor operator needs two tensors, or a tensor and a number"},
     };
     for (const Case &k : cases) {
         SCOPED_TRACE(k.body);

@@ -188,12 +188,18 @@ TEST(BackendCpu, BiasAddScalesAndMayWorkInPlace)
 // --- norms -------------------------------------------------------------------------
 
 // Both norms accumulate in double; the result is one float rounding of a
-// value computed in double, plus the product with w: a few ulp.
+// value computed in double, plus the product with w: a few ulp. With
+// unit_offset (Gemma) the scale is 1 + w, the weights stored around 0.
 TEST(BackendCpu, RmsNormMatchesReference)
 {
-    for (int64_t n : {1, 7, 33, 1000}) {
+    for (int64_t n : {1, 7, 33, 1000})
+    for (bool unit_offset : {false, true}) {
         const int64_t m = n == 1 ? 1 : 3;
         Vec x = random_vec(m * n, 40 + (unsigned)n, -3, 3), w = random_vec(n, 41, 0.5f, 1.5f);
+        if (unit_offset)
+            for (float &v : w)
+                v -= 1.0f;
+        const double offset = unit_offset ? 1.0 : 0.0;
         DVec ref(m * n);
         for (int64_t i = 0; i < m; i++) {
             double ss = 0;
@@ -201,13 +207,13 @@ TEST(BackendCpu, RmsNormMatchesReference)
                 ss += (double)x[i * n + j] * x[i * n + j];
             double rms = std::sqrt(ss / n + 1e-6);
             for (int64_t j = 0; j < n; j++)
-                ref[i * n + j] = x[i * n + j] / rms * w[j];
+                ref[i * n + j] = x[i * n + j] / rms * (offset + w[j]);
         }
         Vec out(m * n);
-        be()->rmsnorm(out.data(), x.data(), w.data(), m, n, 1e-6f);
-        expect_close(out, ref, 1e-12, 8 * kU, "rmsnorm");
+        be()->rmsnorm(out.data(), x.data(), w.data(), m, n, 1e-6f, unit_offset);
+        expect_close(out, ref, 1e-12, 8 * kU, unit_offset ? "rmsnorm (1 + w)" : "rmsnorm");
         Vec inplace = x;
-        be()->rmsnorm(inplace.data(), inplace.data(), w.data(), m, n, 1e-6f);
+        be()->rmsnorm(inplace.data(), inplace.data(), w.data(), m, n, 1e-6f, unit_offset);
         EXPECT_EQ(inplace, out);
     }
 }
@@ -350,7 +356,8 @@ TEST(BackendCpu, RopeWithOffsetEqualsTheMatchingSliceOfTheFullSequence)
 
 // --- attention ---------------------------------------------------------------------
 
-DVec ref_attention(const Vec &q, const Vec &k, const Vec &v, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d)
+DVec ref_attention(const Vec &q, const Vec &k, const Vec &v, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d,
+                   double scale, double softcap)
 {
     DVec out(q.size());
     for (int64_t bi = 0; bi < b; bi++)
@@ -362,7 +369,9 @@ DVec ref_attention(const Vec &q, const Vec &k, const Vec &v, int64_t b, int64_t 
                     double dot = 0;
                     for (int64_t c = 0; c < d; c++)
                         dot += (double)q[((bi * s + t) * h + hi) * d + c] * k[((bi * s + j) * g + kh) * d + c];
-                    sc[j] = dot / std::sqrt((double)d);
+                    sc[j] = dot * scale;
+                    if (softcap > 0)
+                        sc[j] = softcap * std::tanh(sc[j] / softcap);
                 }
                 double mx = *std::max_element(sc.begin(), sc.end()), z = 0;
                 for (double &e : sc)
@@ -385,15 +394,17 @@ TEST(BackendCpu, AttentionIsCausalGqaSoftmax)
     // q scale makes the scores ~1e3, which overflow exp() without the max
     // subtraction
     for (Case c : {Case{1, 1, 1, 1, 1, 1}, Case{2, 7, 4, 2, 8, 1}, Case{1, 13, 4, 4, 5, 1}, Case{1, 11, 6, 1, 3, 1},
-                   Case{1, 300, 2, 1, 16, 1}, Case{1, 9, 4, 2, 7, 300}}) {
+                   Case{1, 300, 2, 1, 16, 1}, Case{1, 9, 4, 2, 7, 300}})
+    // SDPA's default scale, and Gemma 2's: another scale with the scores capped
+    for (auto [scale, softcap] : {std::pair<double, double>{1.0 / std::sqrt((double)c.d), 0.0}, {0.0625, 50.0}}) {
         Vec q = random_vec(c.b * c.s * c.h * c.d, 70 + (unsigned)c.s, -c.qscale, c.qscale);
         Vec k = random_vec(c.b * c.s * c.g * c.d, 71 + (unsigned)c.s);
         Vec v = random_vec(c.b * c.s * c.g * c.d, 72 + (unsigned)c.s);
         Vec out(q.size(), std::nanf(""));
-        be()->attention(out.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d);
+        be()->attention(out.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap);
         // outputs are convex combinations of |v| <= 1, computed in double and
         // rounded into the float output once per 128-key block
-        expect_close(out, ref_attention(q, k, v, c.b, c.s, c.h, c.g, c.d), 1e-6, 0,
+        expect_close(out, ref_attention(q, k, v, c.b, c.s, c.h, c.g, c.d, scale, softcap), 1e-6, 0,
                      ("attention s=" + std::to_string(c.s) + " h=" + std::to_string(c.h) + " g=" +
                       std::to_string(c.g)).c_str());
     }
@@ -407,12 +418,13 @@ TEST(BackendCpu, UnaryOpsMatchTheirDefinitions)
     for (float e : {0.0f, -0.0f, 1e-30f, 50.0f, -50.0f, 100.0f, -100.0f, -1e4f, 1e4f})
         x.push_back(e);
     const int64_t n = (int64_t)x.size();
-    DVec silu(n), gelu(n), relu(n);
+    DVec silu(n), gelu(n), gelu_erf(n), relu(n);
     const double pi = std::acos(-1.0);
     for (int64_t i = 0; i < n; i++) {
         double v = x[i];
         silu[i] = v * (1.0 / (1.0 + std::exp(-v)));
         gelu[i] = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / pi) * (v + 0.044715 * v * v * v)));
+        gelu_erf[i] = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
         relu[i] = v > 0 ? v : 0.0;
     }
     Vec out(n);
@@ -421,8 +433,16 @@ TEST(BackendCpu, UnaryOpsMatchTheirDefinitions)
     expect_close(out, silu, 1e-37, 2 * kU, "silu");
     for (float o : out)
         EXPECT_FALSE(std::isnan(o));
-    be()->unary(TP_UNARY_GELU, out.data(), x.data(), n);
+    be()->unary(TP_UNARY_GELU_TANH, out.data(), x.data(), n);
     expect_close(out, gelu, 1e-37, 2 * kU, "gelu");
+    be()->unary(TP_UNARY_GELU_ERF, out.data(), x.data(), n);
+    expect_close(out, gelu_erf, 1e-37, 2 * kU, "gelu (erf)");
+    // the two differ by up to ~5e-4 near |x| = 2: a test that cannot tell
+    // them apart would pass a model run with the wrong one
+    double apart = 0;
+    for (int64_t i = 0; i < n; i++)
+        apart = std::max(apart, std::fabs(gelu[i] - gelu_erf[i]));
+    EXPECT_GT(apart, 1e-4);
     be()->unary(TP_UNARY_RELU, out.data(), x.data(), n);
     expect_close(out, relu, 0, 0, "relu");
     float nan = std::nanf(""), r;
@@ -456,6 +476,17 @@ TEST(BackendCpu, ScaleMultiplies)
     be()->scale(out.data(), x.data(), 19, 0.5f); // exact: a power of two
     for (int i = 0; i < 19; i++)
         EXPECT_EQ(out[i], x[i] * 0.5f);
+}
+
+// Gemma 2's final logit soft-capping, one float rounding of a double
+TEST(BackendCpu, SoftcapIsCapTimesTanh)
+{
+    Vec x = random_vec(40, 96, -200, 200), out(40);
+    DVec ref(40);
+    for (int i = 0; i < 40; i++)
+        ref[i] = 30.0 * std::tanh(x[i] / 30.0);
+    be()->softcap(out.data(), x.data(), 40, 30.0f);
+    expect_close(out, ref, 1e-37, 2 * kU, "softcap");
 }
 
 // --- layout ------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 // tprun against transformers itself: tests/fixtures/hf/<name>/ holds a tiny
 // random LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
-// Qwen3ForCausalLM or Phi3ForCausalLM, its hub-style config.json (RoPE
-// scaling included) or the one transformers 5 saves, tokens and the logits
-// transformers computed
+// Qwen3ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM or Gemma2ForCausalLM,
+// its hub-style config.json (RoPE scaling included) or the one transformers 5
+// saves, tokens and the logits transformers computed
 // (tools/hf_fixtures.py). tpcc compiles the family's shipped plan from that
 // config.json, tprun runs the checkpoint, and the logits must match within
 // 1e-4. No PyTorch needed.
@@ -86,11 +86,29 @@ const Case kCases[] = {
     // the config.json transformers 5 saves (rope_parameters, layer_types)
     {"llama3-scaled-saved", "plans/llama-sp.plan", 1}, {"llama3-scaled-saved", "plans/llama-sp.plan", 2},
     {"qwen2-gqa-saved", "plans/qwen2-sp.plan", 2}, {"mistral-gqa-saved", "plans/mistral-sp.plan", 2},
+    // Gemma: random (1 + w) norm weights and large enough activations that
+    // w instead of 1 + w, a missing normaliser or the erf GELU instead of
+    // the tanh one are each off by 3e-3 or more (tools/hf_fixtures.py)
+    {"gemma-mha", "plans/gemma-sp.plan", 1},        {"gemma-mha", "plans/gemma-sp.plan", 2},
+    {"gemma-mha", "plans/gemma-sp.plan", 4},        {"gemma-gqa", "plans/gemma-sp.plan", 1},
+    {"gemma-gqa", "plans/gemma-sp.plan", 2},        {"gemma-bias-untied", "plans/gemma-sp.plan", 1},
+    {"gemma-bias-untied", "plans/gemma-sp.plan", 2},
+    // Gemma 2: soft-capping low enough to bite (off by 0.65 without the
+    // attention cap, 4.7 without the final one), with Gemma2Config's
+    // defaults (50 and 30: 1.7e-3 and 0.21), and null (off: 0.19 if the
+    // defaults were applied); query_pre_attn_scalar and the sandwich norms
+    {"gemma2-gqa", "plans/gemma2-sp.plan", 1},      {"gemma2-gqa", "plans/gemma2-sp.plan", 2},
+    {"gemma2-mha", "plans/gemma2-sp.plan", 1},      {"gemma2-mha", "plans/gemma2-sp.plan", 2},
+    {"gemma2-mha", "plans/gemma2-sp.plan", 4},      {"gemma2-nocap", "plans/gemma2-sp.plan", 1},
+    {"gemma2-nocap", "plans/gemma2-sp.plan", 2},
+    // the config.json transformers 5 saves for Gemma and Gemma 2
+    {"gemma-gqa-saved", "plans/gemma-sp.plan", 2},  {"gemma2-mha-saved", "plans/gemma2-sp.plan", 2},
     // 2 kv heads at tp 4: ColwiseParallel(tpcc_replicate_heads=kv_heads) on k and v
     {"llama2-gqa", "plans/llama-sp.plan", 4, true},    {"llama3-scaled", "plans/llama-sp.plan", 4, true},
     {"tied", "plans/llama-sp.plan", 4, true},          {"qwen2-gqa", "plans/qwen2-sp.plan", 4, true},
     {"mistral-gqa", "plans/mistral-sp.plan", 4, true}, {"qwen3-gqa", "plans/qwen3-sp.plan", 4, true},
     {"llama2-gqa", "plans/llama-sp.plan", 2, true},    // the option at tp <= kv_heads: plain sharding
+    {"gemma-gqa", "plans/gemma-sp.plan", 4, true},   {"gemma2-gqa", "plans/gemma2-sp.plan", 4, true},
     // fused qkv_proj / gate_up_proj under packed_colwise; partial rotary
     {"phi3-gqa", "plans/phi3-sp.plan", 1},       {"phi3-gqa", "plans/phi3-sp.plan", 2},
     {"phi3-partial", "plans/phi3-sp.plan", 1},   {"phi3-partial", "plans/phi3-sp.plan", 2},

@@ -44,7 +44,7 @@ std::vector<std::string> tiny(const std::string &plan, int tp)
 {
     std::vector<std::string> d = {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "seq=16", "batch=2",
                                   "tp=" + std::to_string(tp)};
-    if (contains(plan, "gpt2"))
+    if (contains(std::filesystem::path(plan).filename().string(), "gpt2"))
         d.push_back("positions=32");
     else
         d.push_back("kv_heads=4");
@@ -356,6 +356,24 @@ TEST(Reference, Gpt2MatchesNumPy)
     check_reference("gpt2", "plans/gpt2-sp-tied.plan",
                     {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "positions=32"},
                     {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "positions=32", "seq=16", "batch=2"});
+}
+
+// Gemma's (1 + w) norms (the checkpoint's ones make a scale of 2), its
+// sqrt(hidden) normaliser and tanh GELU, with head_dim apart from
+// hidden / heads; Gemma 2 adds its sandwich norms, the
+// query_pre_attn_scalar scale and soft-capping at Gemma2Config's 50 and 30.
+TEST(Reference, GemmaAndGemma2MatchNumPy)
+{
+    const std::vector<std::string> sizes = {"vocab=256", "hidden=64", "layers=2", "heads=8", "kv_heads=4",
+                                            "ffn=128",   "head_dim=16", "tie_embeddings=1"};
+    std::vector<std::string> ref = sizes;
+    ref.insert(ref.end(), {"seq=16", "batch=2"});
+    for (const char *family : {"gemma", "gemma2"})
+        for (int tp : {1, 2}) {
+            SCOPED_TRACE(std::string(family) + " tp=" + std::to_string(tp));
+            check_reference(family, std::string("plans/") + family + "-sp.plan", sizes, ref, tp,
+                            {"-D", "head_dim=16"});
+        }
 }
 
 // Llama 3's attributes from a config.json reach every rmsnorm and rope op.

@@ -100,9 +100,11 @@ static void cpu_bias_add(float *out, const float *x, const float *b, int64_t m, 
 /* ------------------------------------------------------------------------ */
 
 /* Statistics are read from the whole row before any element is written, so
- * out may equal x. */
-static void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps)
+ * out may equal x. unit_offset scales by (1 + w), Gemma's weights being
+ * stored as offsets from 1. */
+static void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps, bool unit_offset)
 {
+    const double offset = unit_offset ? 1.0 : 0.0;
     assert(n > 0);
     for (int64_t i = 0; i < m; i++) {
         const float *xr = x + i * n;
@@ -112,7 +114,7 @@ static void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t m, i
             ss += (double)xr[j] * xr[j];
         double inv = 1.0 / sqrt(ss / (double)n + (double)eps);
         for (int64_t j = 0; j < n; j++)
-            o[j] = (float)((double)xr[j] * inv * w[j]);
+            o[j] = (float)((double)xr[j] * inv * (offset + w[j]));
     }
 }
 
@@ -196,13 +198,12 @@ static void cpu_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h
 #define ATTN_BLOCK 128
 
 static void cpu_attention(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
-                          int64_t g, int64_t d)
+                          int64_t g, int64_t d, double scale, double softcap)
 {
     /* out is the running numerator: it must not overlap the inputs */
     assert(out != q && out != k && out != v);
     assert(g > 0 && h % g == 0 && d > 0);
     const int64_t group = h / g; /* query heads per kv head */
-    const double scale = 1.0 / sqrt((double)d);
     double p[ATTN_BLOCK];
 
     for (int64_t bi = 0; bi < b; bi++)
@@ -223,6 +224,8 @@ static void cpu_attention(float *out, const float *q, const float *k, const floa
                         for (int64_t c = 0; c < d; c++)
                             dot += (double)qr[c] * kr[c];
                         p[j] = dot * scale;
+                        if (softcap > 0)
+                            p[j] = softcap * tanh(p[j] / softcap);
                         if (p[j] > bmax)
                             bmax = p[j];
                     }
@@ -267,6 +270,13 @@ static float gelu_tanh(float x)
     return (float)(0.5 * xd * (1.0 + tanh(kc * (xd + 0.044715 * xd * xd * xd))));
 }
 
+static float gelu_erf(float x)
+{
+    /* torch's gelu(approximate="none"): 0.5 x (1 + erf(x / sqrt(2))) */
+    double xd = x;
+    return (float)(0.5 * xd * (1.0 + erf(xd * 0.7071067811865476)));
+}
+
 static void cpu_unary(tp_unary op, float *out, const float *x, int64_t n)
 {
     switch (op) {
@@ -274,9 +284,13 @@ static void cpu_unary(tp_unary op, float *out, const float *x, int64_t n)
         for (int64_t i = 0; i < n; i++)
             out[i] = silu(x[i]);
         break;
-    case TP_UNARY_GELU:
+    case TP_UNARY_GELU_TANH:
         for (int64_t i = 0; i < n; i++)
             out[i] = gelu_tanh(x[i]);
+        break;
+    case TP_UNARY_GELU_ERF:
+        for (int64_t i = 0; i < n; i++)
+            out[i] = gelu_erf(x[i]);
         break;
     case TP_UNARY_RELU:
         /* written so that NaN propagates, as torch.relu does */
@@ -313,6 +327,12 @@ static void cpu_scale(float *out, const float *x, int64_t n, float s)
 {
     for (int64_t i = 0; i < n; i++)
         out[i] = x[i] * s;
+}
+
+static void cpu_softcap(float *out, const float *x, int64_t n, float cap)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (float)((double)cap * tanh((double)x[i] / cap));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -529,6 +549,7 @@ static const tp_backend cpu_backend = {
     .unary = cpu_unary,
     .binary = cpu_binary,
     .scale = cpu_scale,
+    .softcap = cpu_softcap,
     .slice = cpu_slice,
     .narrow = cpu_narrow,
     .split_blocks = cpu_split_blocks,

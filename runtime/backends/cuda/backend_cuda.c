@@ -332,9 +332,9 @@ static void cuda_bias_add(float *out, const float *x, const float *b, int64_t m,
     done();
 }
 
-static void cuda_rmsnorm(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps)
+static void cuda_rmsnorm(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps, bool unit_offset)
 {
-    tp_k_rmsnorm(compute_stream(), gpu->kdt, out, x, w, m, n, eps);
+    tp_k_rmsnorm(compute_stream(), gpu->kdt, out, x, w, m, n, eps, unit_offset);
     done();
 }
 
@@ -352,15 +352,16 @@ static void cuda_rope(float *out, const float *x, int64_t b, int64_t s, int64_t 
 }
 
 static void cuda_attention(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
-                           int64_t gk, int64_t d)
+                           int64_t gk, int64_t d, double scale, double softcap)
 {
-    tp_k_attention(compute_stream(), gpu->kdt, out, q, k, v, b, s, h, gk, d);
+    tp_k_attention(compute_stream(), gpu->kdt, out, q, k, v, b, s, h, gk, d, (float)scale, (float)softcap);
     done();
 }
 
 static void cuda_unary(tp_unary op, float *out, const float *x, int64_t n)
 {
-    int kop = op == TP_UNARY_SILU ? 0 : op == TP_UNARY_GELU ? 1 : op == TP_UNARY_RELU ? 2 : -1;  /* kernels.h */
+    int kop = op == TP_UNARY_SILU ? 0 : op == TP_UNARY_GELU_TANH ? 1 : op == TP_UNARY_RELU ? 2
+            : op == TP_UNARY_GELU_ERF ? 3 : -1;  /* kernels.h */
     TP_GPU_ASSERT(kop >= 0);
     tp_k_unary(compute_stream(), gpu->kdt, kop, out, x, n);
     done();
@@ -377,6 +378,12 @@ static void cuda_binary(tp_binary op, float *out, const float *a, int64_t n, con
 static void cuda_scale(float *out, const float *x, int64_t n, float s)
 {
     tp_k_scale(compute_stream(), gpu->kdt, out, x, n, s);
+    done();
+}
+
+static void cuda_softcap(float *out, const float *x, int64_t n, float cap)
+{
+    tp_k_softcap(compute_stream(), gpu->kdt, out, x, n, cap);
     done();
 }
 
@@ -460,7 +467,8 @@ static void cuda_ce_loss(float *loss, const float *sumexp, const float *max, con
         .synchronize = cuda_synchronize, .begin_op = cuda_begin_op, .embedding = cuda_embedding,        \
         .matmul = cuda_matmul, .bias_add = cuda_bias_add, .rmsnorm = cuda_rmsnorm,                      \
         .layernorm = cuda_layernorm, .rope = cuda_rope, .attention = cuda_attention, .unary = cuda_unary, \
-        .binary = cuda_binary, .scale = cuda_scale, .slice = cuda_slice, .narrow = cuda_narrow,                                \
+        .binary = cuda_binary, .scale = cuda_scale, .softcap = cuda_softcap, .slice = cuda_slice,       \
+        .narrow = cuda_narrow,                                                                          \
         .split_blocks = cuda_split_blocks, .join_blocks = cuda_join_blocks, .positions = cuda_positions, \
         .cross_entropy = cuda_cross_entropy, .ce_max = cuda_ce_max, .ce_sumexp = cuda_ce_sumexp,        \
         .ce_target = cuda_ce_target, .ce_loss = cuda_ce_loss,                                           \

@@ -581,16 +581,18 @@ TEST_P(Kernels, Embedding)
 TEST_P(Kernels, RmsNorm)
 {
     const Tol tol = stored({1e-6, 1e-5}, t());
-    for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 37}, {5, 1000}, {2, 4100}}) {
-        const std::string what = label(t(), "rmsnorm " + std::to_string(m) + "x" + std::to_string(n));
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 37}, {5, 1000}, {2, 4100}})
+    for (bool unit_offset : {false, true}) {   // Gemma's (1 + w), w stored around 0
+        const std::string what = label(t(), std::string(unit_offset ? "rmsnorm (1 + w) " : "rmsnorm ") +
+                                                 std::to_string(m) + "x" + std::to_string(n));
         Vec x = as_stored(random_vec((size_t)(m * n), 3, -2.0f, 2.0f), t());
-        Vec w = as_stored(random_vec((size_t)n, 4, 0.5f, 1.5f), t());
+        Vec w = as_stored(random_vec((size_t)n, 4, unit_offset ? -0.5f : 0.5f, unit_offset ? 0.5f : 1.5f), t());
         Vec want(x.size());
-        cpu()->rmsnorm(want.data(), x.data(), w.data(), m, n, 1e-5f);
+        cpu()->rmsnorm(want.data(), x.data(), w.data(), m, n, 1e-5f, unit_offset);
         Dev dx(t(), x), dw(t(), w), dout(t(), x.size());
-        tp_k_rmsnorm(nullptr, t(), dout.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-5f);
+        tp_k_rmsnorm(nullptr, t(), dout.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-5f, unit_offset);
         expect_close(dout.download(), want, tol, what);
-        tp_k_rmsnorm(nullptr, t(), dx.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-5f); // in place
+        tp_k_rmsnorm(nullptr, t(), dx.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-5f, unit_offset); // in place
         expect_close(dx.download(), want, tol, what + " in place");
     }
 }
@@ -663,19 +665,23 @@ TEST_P(Kernels, Attention)
         int64_t b, s, h, g, d;
     };
     for (Case c : {Case{1, 1, 1, 1, 1}, Case{2, 19, 4, 2, 64}, Case{1, 67, 6, 1, 40}, Case{1, 20, 2, 2, 256},
-                   Case{1, 130, 2, 1, 128}, Case{1, 9, 3, 3, 33}}) {
+                   Case{1, 130, 2, 1, 128}, Case{1, 9, 3, 3, 33}})
+    // SDPA's head_dim ** -0.5, and Gemma 2's query_pre_attn_scalar ** -0.5 with
+    // scores capped at 2 (below the raw scores of a few units, so the cap bites)
+    for (auto [scale, softcap] : {std::pair<double, double>{1.0 / std::sqrt((double)c.d), 0.0}, {0.2, 2.0}}) {
         const std::string what = label(t(), "attention b" + std::to_string(c.b) + " s" + std::to_string(c.s) +
                                                 " h" + std::to_string(c.h) + " g" + std::to_string(c.g) + " d" +
-                                                std::to_string(c.d));
+                                                std::to_string(c.d) + (softcap > 0 ? " capped" : ""));
         // scores of a few units: the softmax is neither flat nor one-hot
         const float amp = 3.0f / std::sqrt(std::sqrt((float)c.d));
         Vec q = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 9, -amp, amp), t());
         Vec k = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 10, -amp, amp), t());
         Vec v = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 11), t());
         Vec want(q.size());
-        cpu()->attention(want.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d);
+        cpu()->attention(want.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap);
         Dev dq(t(), q), dk(t(), k), dv(t(), v), dout(t(), q.size());
-        tp_k_attention(nullptr, t(), dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d);
+        tp_k_attention(nullptr, t(), dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d, (float)scale,
+                       (float)softcap);
         expect_close(dout.download(), want, tol, what);
     }
 }
@@ -684,11 +690,11 @@ TEST_P(Kernels, Attention)
 
 TEST_P(Kernels, Unary)
 {
-    // silu: expf and a division, a few ulps; gelu: tanhf's ulp becomes
-    // absolute error where 1 + tanh cancels (x ~ -4), hence atol
+    // silu: expf and a division, a few ulps; gelu: tanhf's (or erff's) ulp
+    // becomes absolute error where 1 + tanh cancels (x ~ -4), hence atol
     const Tol tol = stored({1e-6, 4e-6}, t());
-    const char *names[] = {"silu", "gelu", "relu"};
-    for (int op = 0; op < 3; op++) {
+    const char *names[] = {"silu", "gelu", "relu", "gelu (erf)"};   // kernels.h's op numbers
+    for (int op = 0; op < 4; op++) {
         for (int64_t n : {1, 257, 5000}) {
             const std::string what = label(t(), std::string(names[op]) + " n " + std::to_string(n));
             Vec x = random_vec((size_t)n, 12 + (unsigned)op, -12.0f, 12.0f);
@@ -740,6 +746,12 @@ TEST_P(Kernels, ScaleAndBiasAdd)
         Dev dx(t(), x), dout(t(), x.size());
         tp_k_scale(nullptr, t(), dout.ptr(), dx.ptr(), n, 0.37f);
         expect_close(dout.download(), want, tol, label(t(), "scale n " + std::to_string(n)));
+        // softcap: tanhf against tanh, a few ulps of the cap
+        Vec big = as_stored(random_vec((size_t)n, 25, -90.0f, 90.0f), t());
+        cpu()->softcap(want.data(), big.data(), n, 30.0f);
+        Dev dbig(t(), big);
+        tp_k_softcap(nullptr, t(), dout.ptr(), dbig.ptr(), n, 30.0f);
+        expect_close(dout.download(), want, stored({1e-5, 1e-6}, t()), label(t(), "softcap n " + std::to_string(n)));
     }
     for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 37}, {17, 300}}) {
         const std::string what = label(t(), "bias_add " + std::to_string(m) + "x" + std::to_string(n));
@@ -944,8 +956,8 @@ TEST_P(Kernels, ResultsDoNotDependOnTheSchedule)
     for (uint64_t seed : {1, 2, 3}) {
         tp_emu_set_seed(seed);
         Dev dx(t(), x), dw(t(), w), dout(t(), x.size()), dq(t(), q), dattn(t(), q.size());
-        tp_k_rmsnorm(nullptr, t(), dout.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-6f);
-        tp_k_attention(nullptr, t(), dattn.ptr(), dq.ptr(), dq.ptr(), dq.ptr(), 1, s, h, h, d);
+        tp_k_rmsnorm(nullptr, t(), dout.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-6f, false);
+        tp_k_attention(nullptr, t(), dattn.ptr(), dq.ptr(), dq.ptr(), dq.ptr(), 1, s, h, h, d, 0.125f, 0.0f);
         const float loss = kernel_cross_entropy(t(), logits, labels, 1, m, n, n);
         if (seed == 1) {
             first_norm = dout.download();
@@ -970,7 +982,7 @@ TEST(KernelsDeath, PreconditionsAbortWithAMessage)
 {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     void *p = reinterpret_cast<void *>(16), *q = reinterpret_cast<void *>(32); // distinct, never dereferenced
-    EXPECT_DEATH(tp_k_attention(nullptr, TP_KERNEL_F32, p, q, q, q, 1, 4, 2, 2, 512),
+    EXPECT_DEATH(tp_k_attention(nullptr, TP_KERNEL_F32, p, q, q, q, 1, 4, 2, 2, 512, 0.125f, 0.0f),
                  "head dimension at most 256");
     int64_t shape[] = {5, 4};
     EXPECT_DEATH(tp_k_slice(nullptr, TP_KERNEL_F32, nullptr, nullptr, shape, 2, 0, 0, 2),

@@ -31,7 +31,7 @@
 template <typename T>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
     attention_kernel(T *out, const T *q, const T *k, const T *v, int64_t s, int64_t h, int64_t g, int64_t d,
-                     int keys_per_tile, float scale)
+                     int keys_per_tile, float scale, float softcap)
 {
     TP_SHARED(float, ktile, ATTN_TILE);
     TP_SHARED(float, vtile, ATTN_TILE);
@@ -71,7 +71,8 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
                     if (c < d)
                         dot += qr[i] * kr[c];
                 }
-                const float score = tp_warp_sum(dot) * scale;
+                const float raw = tp_warp_sum(dot) * scale;
+                const float score = softcap > 0.0f ? softcap * tanhf(raw / softcap) : raw;
                 if (score > mx) {
                     const float rescale = expf(mx - score); // 0 for the first key
                     denom = denom * rescale + 1.0f;
@@ -112,27 +113,28 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
 
 template <typename T>
 static void launch_attention(tp_stream st, T *out, const T *q, const T *k, const T *v, int64_t b, int64_t s,
-                             int64_t h, int64_t g, int64_t d)
+                             int64_t h, int64_t g, int64_t d, float scale, float softcap)
 {
     const int keys = ATTN_TILE / d < ATTN_MAX_KEYS ? (int)(ATTN_TILE / d) : ATTN_MAX_KEYS;
-    const float scale = (float)(1.0 / sqrt((double)d));
     const dim3 grid((unsigned)TP_CEIL_DIV(s, ATTN_WARPS), (unsigned)h, (unsigned)b);
-    TP_LAUNCH(attention_kernel<T>, grid, ATTN_WARPS * 32, 0, st, out, q, k, v, s, h, g, d, keys, scale);
+    TP_LAUNCH(attention_kernel<T>, grid, ATTN_WARPS * 32, 0, st, out, q, k, v, s, h, g, d, keys, scale, softcap);
 }
 
 extern "C" void tp_k_attention(tp_stream st, tp_kernel_dtype t, void *out, const void *q, const void *k, const void *v,
-                               int64_t b, int64_t s, int64_t h, int64_t g, int64_t d)
+                               int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, float scale, float softcap)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(out != q && out != k && out != v, "out must not overlap the inputs");
     TP_KCHECK(g > 0 && h % g == 0 && d > 0, "query heads in whole groups per kv head");
     TP_KCHECK(d <= ATTN_MAX_D, "head dimension at most 256");
     TP_KCHECK(b >= 0 && s >= 0 && b <= 65535 && h <= 65535, "grid: batch and heads at most 65535");
+    TP_KCHECK(scale > 0.0f && softcap >= 0.0f, "a positive scale, a cap of 0 (none) or more");
     if (b == 0 || s == 0 || h == 0)
         return;
     if (t == TP_KERNEL_F32)
-        launch_attention(st, (float *)out, (const float *)q, (const float *)k, (const float *)v, b, s, h, g, d);
+        launch_attention(st, (float *)out, (const float *)q, (const float *)k, (const float *)v, b, s, h, g, d, scale,
+                         softcap);
     else
         launch_attention(st, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k,
-                         (const __nv_bfloat16 *)v, b, s, h, g, d);
+                         (const __nv_bfloat16 *)v, b, s, h, g, d, scale, softcap);
 }

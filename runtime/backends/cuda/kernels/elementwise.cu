@@ -1,9 +1,9 @@
-// elementwise.cu: activations, broadcast add/mul, scale, bias add.
-// defines: tp_k_unary, tp_k_binary, tp_k_scale, tp_k_bias_add
+// elementwise.cu: activations, broadcast add/mul, scale, soft-capping, bias add.
+// defines: tp_k_unary, tp_k_binary, tp_k_scale, tp_k_softcap, tp_k_bias_add
 #include "common.cuh"
 
 // op numbers of tp_k_unary / tp_k_binary (= tp_unary / tp_binary of backend.h)
-enum { UNARY_SILU = 0, UNARY_GELU = 1, UNARY_RELU = 2 };
+enum { UNARY_SILU = 0, UNARY_GELU = 1, UNARY_RELU = 2, UNARY_GELU_ERF = 3 };
 enum { BINARY_ADD = 0, BINARY_MUL = 1 };
 
 #define ELEMENTWISE_THREADS 256
@@ -29,6 +29,12 @@ __device__ __forceinline__ float gelu_tanh(float x)
     return 0.5f * x * (1.0f + tanhf(kc * (x + 0.044715f * x * x * x)));
 }
 
+__device__ __forceinline__ float gelu_erf(float x)
+{
+    // torch's gelu(approximate="none"): 0.5 x (1 + erf(x / sqrt(2)))
+    return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
+}
+
 template <typename T> __global__ void unary_kernel(int op, T *out, const T *x, int64_t n)
 {
     GRID_STRIDE(i, n)
@@ -39,6 +45,8 @@ template <typename T> __global__ void unary_kernel(int op, T *out, const T *x, i
             y = silu(v);
         else if (op == UNARY_GELU)
             y = gelu_tanh(v);
+        else if (op == UNARY_GELU_ERF)
+            y = gelu_erf(v);
         else
             y = v < 0.0f ? 0.0f : v; // NaN propagates, as torch.relu
         out[i] = tp_from_float<T>(y);
@@ -55,9 +63,14 @@ template <typename T> __global__ void binary_kernel(int op, T *out, const T *a, 
     }
 }
 
-template <typename T> __global__ void scale_kernel(T *out, const T *x, int64_t n, float s)
+// out = x * s, then cap * tanh(out / cap) when cap > 0
+template <typename T> __global__ void scale_kernel(T *out, const T *x, int64_t n, float s, float cap)
 {
-    GRID_STRIDE(i, n) out[i] = tp_from_float<T>(tp_to_float(x[i]) * s);
+    GRID_STRIDE(i, n)
+    {
+        const float y = tp_to_float(x[i]) * s;
+        out[i] = tp_from_float<T>(cap > 0.0f ? cap * tanhf(y / cap) : y);
+    }
 }
 
 // out[i, j] = x[i, j] + scale * b[j]; scale is 1/tp for a bias added on
@@ -83,10 +96,22 @@ static void launch_binary(tp_stream s, int op, T *out, const T *a, int64_t n, co
               n, b, nb);
 }
 
-template <typename T> static void launch_scale(tp_stream st, T *out, const T *x, int64_t n, float s)
+template <typename T> static void launch_scale(tp_stream st, T *out, const T *x, int64_t n, float s, float cap)
 {
     TP_LAUNCH(scale_kernel<T>, tp_elementwise_blocks(n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, st, out, x, n,
-              s);
+              s, cap);
+}
+
+static void scale_capped(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t n, float scale, float cap)
+{
+    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
+    TP_KCHECK(n >= 0, "negative size");
+    if (n == 0)
+        return;
+    if (t == TP_KERNEL_F32)
+        launch_scale(s, (float *)out, (const float *)x, n, scale, cap);
+    else
+        launch_scale(s, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, n, scale, cap);
 }
 
 template <typename T>
@@ -99,7 +124,7 @@ static void launch_bias_add(tp_stream s, T *out, const T *x, const T *b, int64_t
 extern "C" void tp_k_unary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *x, int64_t n)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
-    TP_KCHECK(op == UNARY_SILU || op == UNARY_GELU || op == UNARY_RELU, "unknown unary op");
+    TP_KCHECK(op == UNARY_SILU || op == UNARY_GELU || op == UNARY_RELU || op == UNARY_GELU_ERF, "unknown unary op");
     TP_KCHECK(n >= 0, "negative size");
     if (n == 0)
         return;
@@ -125,14 +150,13 @@ extern "C" void tp_k_binary(tp_stream s, tp_kernel_dtype t, int op, void *out, c
 
 extern "C" void tp_k_scale(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t n, float scale)
 {
-    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
-    TP_KCHECK(n >= 0, "negative size");
-    if (n == 0)
-        return;
-    if (t == TP_KERNEL_F32)
-        launch_scale(s, (float *)out, (const float *)x, n, scale);
-    else
-        launch_scale(s, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, n, scale);
+    scale_capped(s, t, out, x, n, scale, 0.0f);
+}
+
+extern "C" void tp_k_softcap(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t n, float cap)
+{
+    TP_KCHECK(cap > 0.0f, "a positive cap");
+    scale_capped(s, t, out, x, n, 1.0f, cap);
 }
 
 extern "C" void tp_k_bias_add(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *b, int64_t m,

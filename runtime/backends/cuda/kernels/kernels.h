@@ -31,7 +31,8 @@ typedef void *tp_stream;
 void tp_k_embedding(tp_stream s, tp_kernel_dtype t, void *out, const int32_t *ids, int64_t ntok, const void *w,
                     int64_t rows, int64_t dim, int64_t vocab_start, bool masked);
 /* norms.cu */
-void tp_k_rmsnorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, int64_t m, int64_t n, float eps);
+void tp_k_rmsnorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, int64_t m, int64_t n,
+                  float eps, bool unit_offset);
 void tp_k_layernorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, const void *b, int64_t m,
                     int64_t n, float eps);
 /* rope.cu: the first `rotary` dims of each head rotate, the rest pass
@@ -39,13 +40,14 @@ void tp_k_layernorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, co
  * with the launch */
 void tp_k_rope(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t b, int64_t seq, int64_t h, int64_t d,
                int64_t rotary, int64_t pos_offset, const double *inv_freq);
-/* attention.cu: causal, GQA */
+/* attention.cu: causal, GQA, scores times scale, capped when softcap > 0 */
 void tp_k_attention(tp_stream s, tp_kernel_dtype t, void *out, const void *q, const void *k, const void *v, int64_t b,
-                    int64_t seq, int64_t h, int64_t g, int64_t d);
-/* elementwise.cu: op 0 silu, 1 gelu (tanh), 2 relu; binary 0 add, 1 mul (b broadcasts) */
+                    int64_t seq, int64_t h, int64_t g, int64_t d, float scale, float softcap);
+/* elementwise.cu: op 0 silu, 1 gelu (tanh), 2 relu, 3 gelu (erf); binary 0 add, 1 mul (b broadcasts) */
 void tp_k_unary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *x, int64_t n);
 void tp_k_binary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *a, int64_t n, const void *b, int64_t nb);
 void tp_k_scale(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t n, float scale);
+void tp_k_softcap(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t n, float cap);
 void tp_k_bias_add(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *b, int64_t m, int64_t n,
                    float scale);
 /* reshard.cu: chunk copies for R -> S and for collectives along inner dims */

@@ -8,10 +8,12 @@
 // (j = threadIdx.x + k * blockDim.x), and the statistics are complete
 // before any write, so out may equal x.
 
-// out = x / sqrt(mean(x^2) + eps) * w
+// out = x / sqrt(mean(x^2) + eps) * w, or * (1 + w) with unit_offset (Gemma:
+// the offset added in fp32, the product rounded once, as GemmaRMSNorm does)
 template <typename T>
-__global__ void rmsnorm_kernel(T *out, const T *x, const T *w, int64_t n, float eps)
+__global__ void rmsnorm_kernel(T *out, const T *x, const T *w, int64_t n, float eps, bool unit_offset)
 {
+    const float offset = unit_offset ? 1.0f : 0.0f;
     const T *xr = x + (int64_t)blockIdx.x * n;
     T *o = out + (int64_t)blockIdx.x * n;
     float ss = 0.0f;
@@ -22,7 +24,7 @@ __global__ void rmsnorm_kernel(T *out, const T *x, const T *w, int64_t n, float 
     ss = tp_block_sum(ss);
     const float inv = rsqrtf(ss / (float)n + eps);
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-        o[j] = tp_from_float<T>(tp_to_float(xr[j]) * inv * tp_to_float(w[j]));
+        o[j] = tp_from_float<T>(tp_to_float(xr[j]) * inv * (offset + tp_to_float(w[j])));
 }
 
 // out = (x - mean) / sqrt(var + eps) * w + b, b optional. Two passes (the
@@ -52,9 +54,10 @@ __global__ void layernorm_kernel(T *out, const T *x, const T *w, const T *b, int
 // ---- kernel launchers
 
 template <typename T>
-static void launch_rmsnorm(tp_stream s, T *out, const T *x, const T *w, int64_t m, int64_t n, float eps)
+static void launch_rmsnorm(tp_stream s, T *out, const T *x, const T *w, int64_t m, int64_t n, float eps,
+                           bool unit_offset)
 {
-    TP_LAUNCH(rmsnorm_kernel<T>, (unsigned)m, tp_rows_threads(n), 0, s, out, x, w, n, eps);
+    TP_LAUNCH(rmsnorm_kernel<T>, (unsigned)m, tp_rows_threads(n), 0, s, out, x, w, n, eps, unit_offset);
 }
 
 template <typename T>
@@ -64,7 +67,7 @@ static void launch_layernorm(tp_stream s, T *out, const T *x, const T *w, const 
 }
 
 extern "C" void tp_k_rmsnorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, int64_t m,
-                             int64_t n, float eps)
+                             int64_t n, float eps, bool unit_offset)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(n > 0 && m >= 0, "rows of at least one element");
@@ -72,9 +75,10 @@ extern "C" void tp_k_rmsnorm(tp_stream s, tp_kernel_dtype t, void *out, const vo
     if (m == 0)
         return;
     if (t == TP_KERNEL_F32)
-        launch_rmsnorm(s, (float *)out, (const float *)x, (const float *)w, m, n, eps);
+        launch_rmsnorm(s, (float *)out, (const float *)x, (const float *)w, m, n, eps, unit_offset);
     else
-        launch_rmsnorm(s, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w, m, n, eps);
+        launch_rmsnorm(s, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w, m, n, eps,
+                       unit_offset);
 }
 
 extern "C" void tp_k_layernorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, const void *b,
