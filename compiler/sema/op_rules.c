@@ -1078,10 +1078,29 @@ static tp_val *linear_layout(interp *I, tp_module *mod, tp_val **xp, const int64
     return r;
 }
 
+/* A learned position embedding (GPT-2's wpe) looked up at positions() or
+ * arange(): positions 0 .. n - 1 need n rows. PyTorch's embedding raises
+ * an IndexError past them; tprun would read beyond the weight. A sharded
+ * tensor's shape is not its positions' range, nor is a relabelled one's
+ * (it repeats them; poisoned, the relabel reported where it happens). */
+static void positions_fit(interp *I, const tp_module *mod, const tp_val *ids, const tp_param *w, tp_span span)
+{
+    if (!ids->is_position || ids->poisoned || shard_dim(ids) >= 0 || ids->rank < 1 ||
+        ids->shape[ids->rank - 1] <= w->logical[0])
+        return;
+    int64_t n = ids->shape[ids->rank - 1];
+    tp_diag *g = tp_diag_add(I->d, TP_ERROR, span, "model",
+                             "'%s' has %lld positions, but the sequence has %lld: positions %lld and above have no row",
+                             mod->fqn, (long long)w->logical[0], (long long)n, (long long)w->logical[0]);
+    tp_diag_help(g, "compile with -D seq=%lld or less", (long long)w->logical[0]);
+    I->stop = true;
+}
+
 static tp_val *embedding_forward(interp *I, tp_module *mod, tp_val **idsp, tp_span span)
 {
     tp_val *ids = *idsp;
     tp_param *w = tp_module_param(mod, "weight");
+    positions_fit(I, mod, ids, w, span);
     int64_t shape[TP_MAX_RANK];
     const char *names[TP_MAX_RANK];
     memcpy(shape, ids->shape, sizeof shape);

@@ -294,11 +294,11 @@ TEST(Gpt2Hf, ConfigKeysTheModelDoesNotComputeAreErrors)
     for (const auto &c : cases) {
         TempDir dir;
         std::string cfg = edited(dir, "gpt2-tied-saved", c.from, c.to);
-        Proc r = tpcc({"--check", plan("gpt2-hf-sp.plan"), "--hf-config", cfg});
+        Proc r = tpcc({"--check", plan("gpt2-hf-sp.plan"), "--hf-config", cfg, "-D", "seq=16"});
         EXPECT_EQ(r.code(), 1) << c.to << "\n" << r.describe();
         EXPECT_TRUE(contains(r.err, c.says)) << c.to << "\n" << r.describe();
     }
-    Proc ok = tpcc({"--check", plan("gpt2-hf-sp.plan"), "--hf-config", hf_fixture("gpt2-tied-saved")});
+    Proc ok = tpcc({"--check", plan("gpt2-hf-sp.plan"), "--hf-config", hf_fixture("gpt2-tied-saved"), "-D", "seq=16"});
     EXPECT_EQ(ok.code(), 0) << ok.describe();
     EXPECT_EQ(ok.err, "") << ok.describe();
 }

@@ -121,6 +121,10 @@ const Verdict kVerdicts[] = {
     {"published/gpt2", kGpt2, 2, nullptr, 0, {}},
     {"published/gpt2", kGpt2, 4, nullptr, 0, {}},
     {"published/gpt2", kGpt2, 8, nullptr, 0, {}},
+    // its learned position embedding has 1024 rows
+    {"published/gpt2", kGpt2, 2, "2048", 1,
+     {"error: 'transformer.wpe' has 1024 positions, but the sequence has 2048: positions 1024 and above have no row",
+      "fix: compile with -D seq=1024 or less", "1 error generated."}},
 };
 
 class Published : public ::testing::TestWithParam<Verdict> {};
