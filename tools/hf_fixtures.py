@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Fixtures for tests/runtime/test_hf_parity.cc: tiny random Llama, Qwen2,
-Mistral, Qwen3, Phi-3, Gemma and Gemma 2 models run by transformers itself
-(LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM, Qwen3ForCausalLM,
-Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM), so that tprun's logits
-are checked against Hugging Face's code, RoPE scaling, Qwen2's q/k/v biases,
-Qwen3's q_norm/k_norm, Phi-3's fused projections and partial rotary, Gemma's
-(1 + w) norms, GELU and embedding scale, and Gemma 2's soft-capping and
-sandwich norms included.
+Mistral, Qwen3, Phi-3, Gemma, Gemma 2 and GPT-2 models run by transformers
+itself (LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
+Qwen3ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM,
+GPT2LMHeadModel), so that tprun's logits are checked against Hugging Face's
+code, RoPE scaling, Qwen2's q/k/v biases, Qwen3's q_norm/k_norm, Phi-3's
+fused projections and partial rotary, Gemma's (1 + w) norms, GELU and
+embedding scale, Gemma 2's soft-capping and sandwich norms, and GPT-2's
+Conv1D projections and fused c_attn included.
 
 For each config below, tests/fixtures/hf/<name>/ gets
   config.json        as on the Hugging Face hub (rope_theta and rope_scaling
@@ -84,6 +85,20 @@ for key in ("hidden_act", "attention_bias", "mlp_bias"):
 GEMMA2 = dict(GEMMA, architectures=["Gemma2ForCausalLM"], model_type="gemma2",
               hidden_activation="gelu_pytorch_tanh")
 
+# GPT-2: GPT2Config's own keys (n_embd, n_layer, n_head, n_positions); n_inner
+# absent, so the MLP is 4 * n_embd wide. initializer_range 0.2 gives logits
+# large enough that the erf and tanh GELUs differ.
+GPT2 = {
+    "architectures": ["GPT2LMHeadModel"],
+    "model_type": "gpt2",
+    "vocab_size": 128,
+    "n_embd": 32,
+    "n_layer": 2,
+    "n_head": 4,
+    "n_positions": 64,
+    "initializer_range": 0.2,
+}
+
 # name -> (the family's base config, the keys that differ from it). original_max_position_embeddings
 # is 8, below the 16 positions run, so that Llama 3's scaling matters.
 CONFIGS = {
@@ -138,6 +153,11 @@ CONFIGS = {
     "gemma2-nocap": (GEMMA2, {"num_key_value_heads": 2, "head_dim": 8, "attn_logit_softcapping": None,
                               "final_logit_softcapping": None,
                               "tie_word_embeddings": False}),
+    # GPT2Config's defaults: gelu_new, eps 1e-5, lm_head tied to wte
+    "gpt2-tied": (GPT2, {}),
+    # untied, an n_inner of its own, the exact GELU, eps 1e-3
+    "gpt2-untied": (GPT2, {"n_inner": 48, "activation_function": "gelu", "layer_norm_epsilon": 1e-3,
+                           "tie_word_embeddings": False}),
 }
 
 # The same models with the config.json transformers 5 itself saves
@@ -146,14 +166,16 @@ CONFIGS = {
 # hub-style fixture's (the same seed and config).
 SAVED_BY_TRANSFORMERS = {"llama3-scaled-saved": "llama3-scaled", "qwen2-gqa-saved": "qwen2-gqa",
                          "mistral-gqa-saved": "mistral-gqa", "phi3-partial-saved": "phi3-partial",
-                         "gemma-gqa-saved": "gemma-gqa", "gemma2-mha-saved": "gemma2-mha"}
+                         "gemma-gqa-saved": "gemma-gqa", "gemma2-mha-saved": "gemma2-mha",
+                         "gpt2-tied-saved": "gpt2-tied"}
 for saved, hub_style in SAVED_BY_TRANSFORMERS.items():
     CONFIGS[saved] = CONFIGS[hub_style]
 
 # Fixtures whose RMSNorm weights and biases are drawn at random (transformers
 # initialises them to ones and zeros, which would hide a norm or bias applied
 # to the wrong slice).
-RANDOM_NORMS_AND_BIASES = {"mistral-gqa", "mistral-kv4", "qwen3-gqa", "qwen3-bias-tied", "mistral-gqa-saved"}
+RANDOM_NORMS_AND_BIASES = {"mistral-gqa", "mistral-kv4", "qwen3-gqa", "qwen3-bias-tied", "mistral-gqa-saved",
+                           "gpt2-tied", "gpt2-untied", "gpt2-tied-saved"}
 
 # Gemma's RMSNorms scale by 1 + w with w initialised to 0, where w and 1 + w
 # give the same logits: their weights are drawn around 0 (biases as
@@ -165,7 +187,7 @@ def randomise_norms_and_biases(model, norm_centre=1.0, biases=True):
     gen = torch.Generator().manual_seed(2)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
+            if name.endswith("norm.weight") or (".ln_" in name and name.endswith(".weight")):
                 p.copy_(norm_centre + 0.5 * torch.randn(p.shape, generator=gen))
             elif biases and name.endswith(".bias"):
                 p.copy_(0.5 * torch.randn(p.shape, generator=gen))

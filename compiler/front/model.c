@@ -16,6 +16,7 @@ typedef struct leaf_type {
 
 static const char *const linear_kw[] = {"bias", "pad_to", "packed", NULL};
 static const char *const embedding_kw[] = {"pad_to", NULL};
+static const char *const conv1d_kw[] = {NULL};
 static const char *const norm_kw[] = {"eps", "bias", NULL};
 /* unit_offset=True: Gemma's GemmaRMSNorm, which scales by (1 + weight) */
 static const char *const rmsnorm_kw[] = {"eps", "bias", "unit_offset", NULL};
@@ -24,6 +25,7 @@ static const char *const rmsnorm_kw[] = {"eps", "bias", "unit_offset", NULL};
  * Model files pass eps= from their config, read with hf(). */
 static const leaf_type leaf_types[] = {
     {"Linear", TP_MOD_LINEAR, 2, linear_kw, 0},
+    {"Conv1D", TP_MOD_CONV1D, 2, conv1d_kw, 0},
     {"Embedding", TP_MOD_EMBEDDING, 2, embedding_kw, 0},
     {"RMSNorm", TP_MOD_RMSNORM, 1, rmsnorm_kw, 1e-6},
     {"LayerNorm", TP_MOD_LAYERNORM, 1, norm_kw, 1e-5},
@@ -194,6 +196,8 @@ static bool packed_segments(builder *b, const tp_node *ctor, int64_t out, int *n
 }
 
 /* Linear(in, out, bias=True, pad_to=1): weight (out, in), bias (out,).
+ * Conv1D(nf, nx), transformers.pytorch_utils.Conv1D: out features first,
+ * weight (nx, nf) read as it is (y = x @ W + b), bias (nf,) always.
  * Embedding(num, dim, pad_to=1): weight (num, dim). Norms (dim, eps=,
  * bias=): weight (dim,). */
 static tp_module *build_leaf(builder *b, const leaf_type *lt, const tp_node *ctor, const char *name,
@@ -240,6 +244,12 @@ static tp_module *build_leaf(builder *b, const leaf_type *lt, const tp_node *cto
         }
         break;
     }
+    case TP_MOD_CONV1D:
+        w = add_param(mod, "weight", 2);
+        set_dim(w, 0, size[1], size[1], tp_call_pos(ctor, 1));
+        set_dim(w, 1, size[0], size[0], tp_call_pos(ctor, 0));
+        set_dim(add_param(mod, "bias", 1), 0, size[0], size[0], tp_call_pos(ctor, 0));
+        break;
     case TP_MOD_EMBEDDING:
         w = add_param(mod, "weight", 2);
         set_dim(w, 0, size[0], vocab_padded, tp_call_pos(ctor, 0));
@@ -363,7 +373,8 @@ static tp_module *instantiate(builder *b, const tp_node *ctor, const char *name,
     }
     if (!def) {
         tp_diag_add(b->d, TP_ERROR, ctor->kids[0]->span, "model",
-                    "unknown module type '%s'; define it with `module %s { ... }` or use Linear, Embedding, RMSNorm, LayerNorm, repeat",
+                    "unknown module type '%s'; define it with `module %s { ... }` or use Linear, Conv1D, Embedding, "
+                    "RMSNorm, LayerNorm, repeat",
                     type, type);
         return NULL;
     }

@@ -3,7 +3,7 @@
  *
  * The tree knows nothing of any model family: module types come from the
  * .model file; only the leaf types (PyTorch's nn.Linear, nn.Embedding,
- * nn.RMSNorm, nn.LayerNorm) and repeat() are built in. */
+ * nn.RMSNorm, nn.LayerNorm, transformers' Conv1D) and repeat() are built in. */
 #ifndef TPCC_MODEL_H
 #define TPCC_MODEL_H
 
@@ -17,6 +17,7 @@ typedef enum tp_module_kind {
     TP_MOD_USER,        /* a `module` from the model file */
     TP_MOD_LIST,        /* repeat(M(), n): children "0" .. "n-1", applied in order */
     TP_MOD_LINEAR,
+    TP_MOD_CONV1D,      /* transformers' Conv1D(nf, nx): weight [nx, nf] (in, out), y = x @ W + b */
     TP_MOD_EMBEDDING,
     TP_MOD_RMSNORM,
     TP_MOD_LAYERNORM,

@@ -651,6 +651,25 @@ static void report_duplicate(tp_diags *d, tp_style *s, tp_module *mod, int *repo
         mod->style = s;
 }
 
+/* Colwise and Rowwise on transformers' Conv1D (GPT-2's c_attn, c_proj,
+ * c_fc): PyTorch's styles refuse any module but nn.Linear and
+ * nn.Embedding, and transformers' "colwise" wants out_features. Sharding
+ * its [in, out] weight by dim 0 as "packed_colwise" does would split the
+ * input features: there is no faithful tensor-parallel form. */
+#define CONV1D_FIX                                                                                          \
+    "no tensor-parallel style shards a Conv1D faithfully: leave it replicated (remove the entry), as "     \
+    "plans/gpt2-hf-sp.plan does"
+
+static void conv1d_help(tp_diag *g, const tp_style *s)
+{
+    if (s->packed)
+        tp_diag_help(g, "transformers' packed_colwise shards a weight's dim 0, which is a Conv1D's input features "
+                        "(its weight is [in, out]); %s", CONV1D_FIX);
+    else
+        tp_diag_help(g, "PyTorch raises NotImplementedError(\"%s currently only support nn.Linear and "
+                        "nn.Embedding!\") on a Conv1D (its weight is [in, out]); %s", s->name, CONV1D_FIX);
+}
+
 static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
 {
     for (int si = 0; si < p->nstyles; si++) {
@@ -666,7 +685,9 @@ static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
                 if (!unsupported) {
                     tp_diag *g = tp_diag_add(d, TP_ERROR, s->call->span, "unsupported-module",
                                              "%s does not support '%s', a %s", s->name, mod->fqn, mod->type);
-                    if (s->packed)
+                    if (mod->kind == TP_MOD_CONV1D)
+                        conv1d_help(g, s);
+                    else if (s->packed)
                         tp_diag_help(g, "packed_colwise shards the segments of a fused Linear declared with "
                                         "packed=(...) in the model; use ColwiseParallel() for a plain Linear");
                     else if (s->kind == TP_STYLE_SEQUENCE)

@@ -1054,21 +1054,23 @@ static tp_val *linear_forward(interp *I, tp_module *mod, tp_val **xp, tp_span sp
 {
     tp_val *x = *xp;
     tp_param *w = tp_module_param(mod, "weight");
+    /* Linear's weight is [out, in], Conv1D's [in, out] */
+    int in = mod->kind == TP_MOD_CONV1D ? 0 : 1, out = 1 - in;
     int last = x->rank - 1;
     int64_t shape[TP_MAX_RANK];
     const char *names[TP_MAX_RANK];
     memcpy(shape, x->shape, sizeof shape);
     memcpy(names, x->dimname, sizeof names);
-    if (x->shape[last] != w->shape[1] && !x->poisoned) {
+    if (x->shape[last] != w->shape[in] && !x->poisoned) {
         tp_diag_add(I->d, TP_ERROR, span, "model", "'%s' expects %lld input features, gets %lld",
-                    mod->fqn, (long long)w->shape[1], (long long)x->shape[last]);
+                    mod->fqn, (long long)w->shape[in], (long long)x->shape[last]);
         I->stop = true;
     }
-    shape[last] = w->shape[0];
-    names[last] = w->dimname[0];
+    shape[last] = w->shape[out];
+    names[last] = w->dimname[out];
     tp_val *r = linear_layout(I, mod, xp, shape, names, span);
     /* padded vocabulary rows produce logits the loss and the output drop */
-    r->logical_last = w->logical[0];
+    r->logical_last = w->logical[out];
     const tp_style *s = mod->style;
     r->replicated_heads = s && s->kind == TP_STYLE_COLWISE && s->replicate_heads ? s : NULL;
     return r;
@@ -1125,10 +1127,29 @@ static tp_val *linear_layout(interp *I, tp_module *mod, tp_val **xp, const int64
     return r;
 }
 
+/* A learned position embedding (GPT-2's wpe) looked up at positions() or
+ * arange(): positions 0 .. n - 1 need n rows. PyTorch's embedding raises
+ * an IndexError past them; tprun would read beyond the weight. A sharded
+ * tensor's shape is not its positions' range, nor is a relabelled one's
+ * (it repeats them; poisoned, the relabel reported where it happens). */
+static void positions_fit(interp *I, const tp_module *mod, const tp_val *ids, const tp_param *w, tp_span span)
+{
+    if (!ids->is_position || ids->poisoned || shard_dim(ids) >= 0 || ids->rank < 1 ||
+        ids->shape[ids->rank - 1] <= w->logical[0])
+        return;
+    int64_t n = ids->shape[ids->rank - 1];
+    tp_diag *g = tp_diag_add(I->d, TP_ERROR, span, "model",
+                             "'%s' has %lld positions, but the sequence has %lld: positions %lld and above have no row",
+                             mod->fqn, (long long)w->logical[0], (long long)n, (long long)w->logical[0]);
+    tp_diag_help(g, "compile with -D seq=%lld or less", (long long)w->logical[0]);
+    I->stop = true;
+}
+
 static tp_val *embedding_forward(interp *I, tp_module *mod, tp_val **idsp, tp_span span)
 {
     tp_val *ids = *idsp;
     tp_param *w = tp_module_param(mod, "weight");
+    positions_fit(I, mod, ids, w, span);
     int64_t shape[TP_MAX_RANK];
     const char *names[TP_MAX_RANK];
     memcpy(shape, ids->shape, sizeof shape);
@@ -1204,7 +1225,8 @@ static int64_t rows_of(const interp *I, const tp_val *x)
 static void record_linear(interp *I, tp_module *mod, tp_val *x, tp_val *r)
 {
     tp_param *w = tp_module_param(mod, "weight"), *b = tp_module_param(mod, "bias");
-    tp_ir_op *op = &tp_record_op(I, TP_OP_MATMUL, r, "out", x, NULL, NULL)->op;
+    tp_op_kind kind = mod->kind == TP_MOD_CONV1D ? TP_OP_CONV1D : TP_OP_MATMUL;
+    tp_ir_op *op = &tp_record_op(I, kind, r, "out", x, NULL, NULL)->op;
     op->weight = tp_record_param(I, w);
     op->m = rows_of(I, x);
     op->k = tp_local_size(I, x, x->rank - 1);
@@ -1252,6 +1274,7 @@ iv tp_leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span span)
     tp_packed_misuse(I, x, mod->fqn, span);
     switch (mod->kind) {
     case TP_MOD_LINEAR:
+    case TP_MOD_CONV1D:
         r = linear_forward(I, mod, &x, span);
         record_linear(I, mod, x, r);
         break;

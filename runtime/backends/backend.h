@@ -58,6 +58,8 @@ typedef struct tp_backend {
                       int64_t vocab_start, bool masked);
     /* out[m, n] = x[m, k] . w[n, k]^T   (nn.Linear) */
     void (*matmul)(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k);
+    /* out[m,n] = x[m,k] . w[k,n]: transformers' Conv1D, its weight [in, out] */
+    void (*conv1d)(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k);
     /* out[i, j] = x[i, j] + scale * b[j]   (out may equal x) */
     void (*bias_add)(float *out, const float *x, const float *b, int64_t m, int64_t n, float scale);
     /* out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * w, or * (1 + w) with unit_offset */

@@ -188,6 +188,12 @@ EXEC(matmul)
     return 0;
 }
 
+EXEC(conv1d)
+{
+    x->be->conv1d(fout(x, op), fin(x, op, 0), weight(x, op->weight), op->m, op->n, op->k);
+    return 0;
+}
+
 EXEC(bias_add)
 {
     x->be->bias_add(fout(x, op), fin(x, op, 0), weight(x, op->bias), op->m, op->n, (float)op->scale);

@@ -275,4 +275,32 @@ TEST(Qwen3, AttentionBiasAddsBiasesToEveryProjection)
     EXPECT_FALSE(contains(slurp(sched), ".bias\"")) << "attention_bias false: no biases";
 }
 
+// Hugging Face's GPT-2: what GPT2Attention computes that the model file does
+// not (a per-layer scale, cross-attention blocks, no scaling) is refused by
+// name; an activation ACT2FN has but tprun does not compute is too
+TEST(Gpt2Hf, ConfigKeysTheModelDoesNotComputeAreErrors)
+{
+    const struct {
+        const char *from, *to, *says;
+    } cases[] = {
+        {"\"scale_attn_by_inverse_layer_idx\": false", "\"scale_attn_by_inverse_layer_idx\": true",
+         "models/gpt2-hf.model computes scale_attn_by_inverse_layer_idx = False only [hf-key]"},
+        {"\"add_cross_attention\": false", "\"add_cross_attention\": true",
+         "computes add_cross_attention = False only [hf-key]"},
+        {"\"scale_attn_weights\": true", "\"scale_attn_weights\": false",
+         "computes scale_attn_weights = True only [hf-key]"},
+        {"\"activation_function\": \"gelu_new\"", "\"activation_function\": \"quick_gelu\"", "quick_gelu"},
+    };
+    for (const auto &c : cases) {
+        TempDir dir;
+        std::string cfg = edited(dir, "gpt2-tied-saved", c.from, c.to);
+        Proc r = tpcc({"--check", plan("gpt2-hf-sp.plan"), "--hf-config", cfg, "-D", "seq=16"});
+        EXPECT_EQ(r.code(), 1) << c.to << "\n" << r.describe();
+        EXPECT_TRUE(contains(r.err, c.says)) << c.to << "\n" << r.describe();
+    }
+    Proc ok = tpcc({"--check", plan("gpt2-hf-sp.plan"), "--hf-config", hf_fixture("gpt2-tied-saved"), "-D", "seq=16"});
+    EXPECT_EQ(ok.code(), 0) << ok.describe();
+    EXPECT_EQ(ok.err, "") << ok.describe();
+}
+
 }  // namespace

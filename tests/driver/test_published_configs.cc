@@ -40,6 +40,7 @@ const char *const kQwen3 = "plans/qwen3-sp.plan";
 const char *const kPhi3 = "plans/phi3-sp.plan";
 const char *const kGemma = "plans/gemma-sp.plan";
 const char *const kGemma2 = "plans/gemma2-sp.plan";
+const char *const kGpt2 = "plans/gpt2-hf-sp.plan";
 
 // Qwen2.5-7B: 28 heads and 4 kv heads, so tp 8 splits neither
 const std::vector<std::string> kQwen25At8 = {
@@ -115,6 +116,15 @@ const Verdict kVerdicts[] = {
      {"error: attention(): sliding_window 4096 is below seq 8192", "1 error generated."}},
     {"published/gemma-2-2b", kGemma, 2, nullptr, 1,
      {"is a Gemma2ForCausalLM (model_type 'gemma2'); ", "models/gemma2.model implements Gemma2ForCausalLM"}},
+    // GPT-2 (124M) in Hugging Face's layout: Conv1D blocks replicated, sequence and vocabulary (padded to 128)
+    // sharded; clean up to tp 8
+    {"published/gpt2", kGpt2, 2, nullptr, 0, {}},
+    {"published/gpt2", kGpt2, 4, nullptr, 0, {}},
+    {"published/gpt2", kGpt2, 8, nullptr, 0, {}},
+    // its learned position embedding has 1024 rows
+    {"published/gpt2", kGpt2, 2, "2048", 1,
+     {"error: 'transformer.wpe' has 1024 positions, but the sequence has 2048: positions 1024 and above have no row",
+      "fix: compile with -D seq=1024 or less", "1 error generated."}},
 };
 
 class Published : public ::testing::TestWithParam<Verdict> {};

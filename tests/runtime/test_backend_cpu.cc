@@ -138,25 +138,31 @@ TEST(BackendCpu, EmbeddingMaskedZeroesOutOfRangeRowsAndSumsToFullLookup)
 // The reference is the exact product (in double) of the float inputs. The
 // float result of a length-k dot product is within k * u * sum |x_i w_i|
 // of it for any summation order sgemm picks (the standard gamma_k bound).
-TEST(BackendCpu, MatmulMatchesNnLinear)
+// w_in_out: the weight is [k, n] (transformers' Conv1D), else [n, k] (nn.Linear).
+void expect_matmul(bool w_in_out)
 {
     struct Case { int64_t m, n, k; };
     for (Case c : {Case{1, 1, 1}, Case{1, 7, 13}, Case{5, 9, 3}, Case{17, 31, 65}, Case{3, 100, 257}}) {
         Vec x = random_vec(c.m * c.k, 10 + (unsigned)c.k), w = random_vec(c.n * c.k, 20 + (unsigned)c.n);
         Vec out(c.m * c.n, std::nanf(""));
-        be()->matmul(out.data(), x.data(), w.data(), c.m, c.n, c.k);
+        (w_in_out ? be()->conv1d : be()->matmul)(out.data(), x.data(), w.data(), c.m, c.n, c.k);
         for (int64_t i = 0; i < c.m; i++)
             for (int64_t j = 0; j < c.n; j++) {
                 double ref = 0, mag = 0;
                 for (int64_t l = 0; l < c.k; l++) {
-                    ref += (double)x[i * c.k + l] * w[j * c.k + l];
-                    mag += std::fabs((double)x[i * c.k + l] * w[j * c.k + l]);
+                    double wl = w_in_out ? w[l * c.n + j] : w[j * c.k + l];
+                    ref += (double)x[i * c.k + l] * wl;
+                    mag += std::fabs((double)x[i * c.k + l] * wl);
                 }
                 EXPECT_NEAR(out[i * c.n + j], ref, (c.k + 1) * kU * mag + 1e-30)
                     << "m=" << c.m << " n=" << c.n << " k=" << c.k << " at " << i << "," << j;
             }
     }
 }
+
+TEST(BackendCpu, MatmulMatchesNnLinear) { expect_matmul(false); }
+
+TEST(BackendCpu, Conv1dMatchesTransformersConv1D) { expect_matmul(true); }
 
 TEST(BackendCpu, MatmulWithEmptyInnerDimIsZero)
 {

@@ -61,7 +61,7 @@ std::vector<std::string> tiny(const std::string &plan, int tp)
 {
     std::vector<std::string> d = {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "seq=16", "batch=2",
                                   "tp=" + std::to_string(tp)};
-    d.push_back(contains(plan, "gpt2") ? "positions=32" : "kv_heads=4");
+    d.push_back(contains(std::filesystem::path(plan).filename().string(), "gpt2") ? "positions=32" : "kv_heads=4");
     std::vector<std::string> flags;
     for (auto &x : d) {
         flags.push_back("-D");

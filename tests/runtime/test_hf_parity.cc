@@ -1,7 +1,7 @@
 // tprun against transformers itself: tests/fixtures/hf/<name>/ holds a tiny
 // random LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM,
-// Qwen3ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM or Gemma2ForCausalLM,
-// its hub-style config.json (RoPE scaling included) or the one transformers 5
+// Qwen3ForCausalLM, Phi3ForCausalLM, GemmaForCausalLM, Gemma2ForCausalLM or
+// GPT2LMHeadModel, its hub-style config.json (RoPE scaling included) or the one transformers 5
 // saves, tokens and the logits transformers computed
 // (tools/hf_fixtures.py). tpcc compiles the family's shipped plan from that
 // config.json, tprun runs the checkpoint, and the logits must match within
@@ -114,6 +114,12 @@ const Case kCases[] = {
     {"phi3-partial", "plans/phi3-sp.plan", 1},   {"phi3-partial", "plans/phi3-sp.plan", 2},
     {"phi3-mha", "plans/phi3-sp.plan", 1},       {"phi3-mha", "plans/phi3-sp.plan", 2},
     {"phi3-mha", "plans/phi3-sp.plan", 4},       {"phi3-partial-saved", "plans/phi3-sp.plan", 2},
+    // Hugging Face's GPT-2 layout: Conv1D projections (replicated), fused
+    // c_attn split in three, sequence and vocabulary sharded
+    {"gpt2-tied", "plans/gpt2-hf-sp.plan", 1},   {"gpt2-tied", "plans/gpt2-hf-sp.plan", 2},
+    {"gpt2-tied", "plans/gpt2-hf-sp.plan", 4},   {"gpt2-untied", "plans/gpt2-hf-sp.plan", 1},
+    {"gpt2-untied", "plans/gpt2-hf-sp.plan", 2}, {"gpt2-untied", "plans/gpt2-hf-sp.plan", 4},
+    {"gpt2-tied-saved", "plans/gpt2-hf-sp.plan", 2},
 };
 
 class HfParity : public ::testing::TestWithParam<Case> {};

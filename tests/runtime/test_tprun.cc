@@ -44,7 +44,7 @@ std::vector<std::string> tiny(const std::string &plan, int tp)
 {
     std::vector<std::string> d = {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "seq=16", "batch=2",
                                   "tp=" + std::to_string(tp)};
-    if (contains(plan, "gpt2"))
+    if (contains(std::filesystem::path(plan).filename().string(), "gpt2"))
         d.push_back("positions=32");
     else
         d.push_back("kv_heads=4");

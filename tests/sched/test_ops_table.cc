@@ -168,7 +168,7 @@ TEST(OpTable, FlopsCountMatmulsAndAttentionOnly)
         op.m = op.n = op.k = op.heads = 2;
         op.elems = 1000;
         double f = tp_op_flops(&op);
-        if (k == TP_OP_MATMUL)
+        if (k == TP_OP_MATMUL || k == TP_OP_CONV1D)
             EXPECT_EQ(f, 2.0 * 2 * 2 * 2);
         else if (k == TP_OP_ATTENTION)   // q k^T and p v: 2 * 2 * b * h * s * s * d
             EXPECT_EQ(f, 4.0 * 2 * 2 * 2 * 2 * 2);

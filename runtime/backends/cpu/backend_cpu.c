@@ -70,9 +70,10 @@ static void cpu_embedding(float *out, const int32_t *ids, int64_t ntok, const fl
 /* linear algebra                                                            */
 /* ------------------------------------------------------------------------ */
 
-/* nn.Linear: the weight is [n, k] (out_features, in_features), so the
- * product is x . w^T — sgemm with the second operand transposed. */
-static void cpu_matmul(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k)
+/* out[m, n] = x[m, k] . w, w stored [n, k] (nn.Linear: out_features,
+ * in_features; sgemm with the second operand transposed) or [k, n]
+ * (transformers' Conv1D: in, out). */
+static void cpu_gemm(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k, bool w_in_out)
 {
     /* the CBLAS interface takes int (blasint) sizes */
     assert(m >= 0 && n >= 0 && k >= 0 && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX);
@@ -82,8 +83,18 @@ static void cpu_matmul(float *out, const float *x, const float *w, int64_t m, in
         memset(out, 0, (size_t)(m * n) * sizeof *out);
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)k, 1.0f, x, (int)k, w, (int)k, 0.0f,
-                out, (int)n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, w_in_out ? CblasNoTrans : CblasTrans, (int)m, (int)n, (int)k, 1.0f, x,
+                (int)k, w, w_in_out ? (int)n : (int)k, 0.0f, out, (int)n);
+}
+
+static void cpu_matmul(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k)
+{
+    cpu_gemm(out, x, w, m, n, k, false);
+}
+
+static void cpu_conv1d(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k)
+{
+    cpu_gemm(out, x, w, m, n, k, true);
 }
 
 /* scale is 1 normally; a bias on a Partial tensor is added as b / tp by
@@ -541,6 +552,7 @@ static const tp_backend cpu_backend = {
     .to_host = cpu_copy,
     .embedding = cpu_embedding,
     .matmul = cpu_matmul,
+    .conv1d = cpu_conv1d,
     .bias_add = cpu_bias_add,
     .rmsnorm = cpu_rmsnorm,
     .layernorm = cpu_layernorm,

@@ -290,9 +290,11 @@ static void cuda_begin_op(int index, const char *kind, const char *module, const
  * column-major: a row-major [r, c] matrix is a column-major [c, r] one, so
  * the product is out^T[n, m] = w . x^T with w read transposed:
  *   gemm(OP_T, OP_N, n, m, k, w (ld k), x (ld k), out (ld n)).
+ * transformers' Conv1D stores w [k, n], a column-major [n, k]: read as it is,
+ *   gemm(OP_N, OP_N, n, m, k, w (ld n), x (ld k), out (ld n)).
  * fp32: cublasSgemm in fp32 (CUBLAS_DEFAULT_MATH, no TF32). bf16: bf16
  * operands and output, fp32 accumulation (CUBLAS_COMPUTE_32F). */
-static void cuda_matmul(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k)
+static void cuda_gemm(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k, bool w_in_out)
 {
     TP_GPU_ASSERT(m >= 0 && n >= 0 && k >= 0 && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX);
     if (m == 0 || n == 0)
@@ -302,14 +304,26 @@ static void cuda_matmul(float *out, const float *x, const float *w, int64_t m, i
         return;
     }
     const float one = 1.0f, zero = 0.0f;
+    cublasOperation_t op_w = w_in_out ? CUBLAS_OP_N : CUBLAS_OP_T;
+    int ld_w = w_in_out ? (int)n : (int)k;
     if (gpu->dtype == TP_BF16)
-        TP_CUBLAS_CHECK(cublasGemmEx(gpu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, w, CUDA_R_16BF,
-                                     (int)k, x, CUDA_R_16BF, (int)k, &zero, out, CUDA_R_16BF, (int)n,
-                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        TP_CUBLAS_CHECK(cublasGemmEx(gpu->blas, op_w, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, w, CUDA_R_16BF, ld_w,
+                                     x, CUDA_R_16BF, (int)k, &zero, out, CUDA_R_16BF, (int)n, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
     else
-        TP_CUBLAS_CHECK(cublasSgemm(gpu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, w, (int)k, x,
-                                    (int)k, &zero, out, (int)n));
+        TP_CUBLAS_CHECK(cublasSgemm(gpu->blas, op_w, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, w, ld_w, x, (int)k,
+                                    &zero, out, (int)n));
     done();
+}
+
+static void cuda_matmul(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k)
+{
+    cuda_gemm(out, x, w, m, n, k, false);
+}
+
+static void cuda_conv1d(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k)
+{
+    cuda_gemm(out, x, w, m, n, k, true);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -465,9 +479,10 @@ static void cuda_ce_loss(float *loss, const float *sumexp, const float *max, con
         .name = "cuda", .dtype = dt, .alloc = cuda_alloc, .release = cuda_release,                      \
         .to_device = cuda_to_device, .to_host = cuda_to_host, .copy = cuda_copy, .set_threads = NULL,   \
         .synchronize = cuda_synchronize, .begin_op = cuda_begin_op, .embedding = cuda_embedding,        \
-        .matmul = cuda_matmul, .bias_add = cuda_bias_add, .rmsnorm = cuda_rmsnorm,                      \
+        .matmul = cuda_matmul, .conv1d = cuda_conv1d, .bias_add = cuda_bias_add, .rmsnorm = cuda_rmsnorm, \
         .layernorm = cuda_layernorm, .rope = cuda_rope, .attention = cuda_attention, .unary = cuda_unary, \
-        .binary = cuda_binary, .scale = cuda_scale, .softcap = cuda_softcap, .slice = cuda_slice, .narrow = cuda_narrow,        \
+        .binary = cuda_binary, .scale = cuda_scale, .softcap = cuda_softcap, .slice = cuda_slice,       \
+        .narrow = cuda_narrow,                                                                          \
         .split_blocks = cuda_split_blocks, .join_blocks = cuda_join_blocks, .positions = cuda_positions, \
         .cross_entropy = cuda_cross_entropy, .ce_max = cuda_ce_max, .ce_sumexp = cuda_ce_sumexp,        \
         .ce_target = cuda_ce_target, .ce_loss = cuda_ce_loss,                                           \
