@@ -59,6 +59,7 @@ static void logits_output(interp *I, tp_val *v, tp_span span)
     int gv = tp_record_value(I, v, "logits");
     g->logits = gv;
     g->logits_pl = tp_placement_norm(v->pl, v->rank);
+    g->logits_vocab = v->logical_last > 0 ? v->logical_last : v->shape[2];
     g->values[gv].output = true;
 }
 

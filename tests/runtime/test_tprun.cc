@@ -296,6 +296,40 @@ INSTANTIATE_TEST_SUITE_P(Plans, TorchTransformer, ::testing::Values("sp", "tp", 
                              return s;
                          });
 
+// The test Transformer with its root forward's return replaced by `ret`;
+// the plan's "../models/torch_transformer.model" resolves to the variant
+// beside it.
+std::string torch_transformer_returning(const TempDir &dir, const std::string &plan, const std::string &ret)
+{
+    std::string model = slurp(source_path("tests/models/torch_transformer.model"));
+    replace_once(model, "return output(h)                  # the logits; no loss", "return " + ret);
+    fs::create_directories(dir.path + "/models");
+    fs::create_directories(dir.path + "/plans");
+    dir.write("models/torch_transformer.model", model);
+    return dir.write("plans/" + fs::path(plan).filename().string(), slurp(source_path(plan)));
+}
+
+// Logits computed by an elementwise op are traced to no weight: the
+// schedule still says how many columns they have, and tprun gives the
+// same logits at every tp.
+TEST(LogitsOutput, FromAnElementwiseOpRunAtTp1_2)
+{
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
+    TempDir dir;
+    std::string plan = torch_transformer_returning(dir, "tests/plans/torch-transformer-tp.plan",
+                                                   "output(h) + output(h)"),
+                ref = dir.path + "/tp1.npy";
+    for (int tp : {1, 2}) {
+        std::string sched = dir.path + "/tp" + std::to_string(tp) + ".sched";
+        Proc c = run_program(kTpcc, {plan, "-o", sched, "-D", "tp=" + std::to_string(tp)});
+        ASSERT_EQ(c.code(), 0) << c.describe();
+        EXPECT_TRUE(contains(slurp(sched), "\"vocab\": 8}")) << slurp(sched).substr(0, 2000);
+        Proc p = tprun(tp, sched, tp == 1 ? std::vector<std::string>{"--out", ref} : std::vector<std::string>{"--compare", ref, "--tolerance", kTolerance});
+        EXPECT_EQ(p.code(), 0) << "tp=" << tp << "\n" << p.describe();
+        EXPECT_TRUE(contains(p.out, "logits      [2, 16, 8]")) << p.describe();
+    }
+}
+
 // --- against the NumPy reference -------------------------------------------------------
 
 // The value on the line that starts with "loss" (tprun's summary,
