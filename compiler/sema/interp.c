@@ -719,7 +719,7 @@ void tp_check(tp_model *m, tp_plan *p, tp_config *c, tp_analysis *out)
         tp_node site = {.kind = N_CALL, .span = def->span};
         iv result = call_module(&I, m->root, args, nargs, NULL, NULL, 0, &site);
         if (!I.stop)
-            tp_model_output(&I, result, return_span(def));
+            tp_model_output(&I, result, nargs > 0 ? args[0].t : NULL, return_span(def));   /* the input ids */
     }
     tp_findings_finish(&I);
     for (int i = 0; i < I.nvals; i++)

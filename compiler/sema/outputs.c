@@ -63,18 +63,40 @@ static void logits_output(interp *I, tp_val *v, tp_span span)
     g->values[gv].output = true;
 }
 
-void tp_model_output(interp *I, iv out, tp_span span)
+/* What a model returns that is neither its loss nor its logits: a schedule
+ * outputs only those, so anything else would be computed and dropped, and
+ * tprun would have nothing to write or compare. */
+static void other_output(interp *I, iv out, tp_span span)
 {
-    if (out.kind != IV_TENSOR)
-        return;
-    tp_val *v = out.t;
-    if (v->rank == 0) {
+    char what[32 + 24 * TP_MAX_RANK] = "no tensor";
+    if (out.kind == IV_TUPLE)
+        snprintf(what, sizeof what, "a tuple");
+    else if (out.kind == IV_TENSOR) {
+        int n = snprintf(what, sizeof what, "a tensor of shape [");
+        for (int d = 0; d < out.t->rank; d++)
+            n += snprintf(what + n, sizeof what - (size_t)n, "%s%lld", d ? ", " : "", (long long)out.t->shape[d]);
+        snprintf(what + n, sizeof what - (size_t)n, "]");
+    }
+    tp_diag *g = tp_diag_add(I->d, TP_ERROR, span, "model-output",
+                             "the model returns %s: a schedule's output is a scalar loss or logits "
+                             "[batch, seq, vocab] whose batch and seq are those of the first input, the token ids",
+                             what);
+    if (g)
+        tp_diag_help(g, "return the loss (cross_entropy()) or the logits (the lm_head's output)");
+}
+
+void tp_model_output(interp *I, iv out, const tp_val *ids, tp_span span)
+{
+    tp_val *v = out.kind == IV_TENSOR ? out.t : NULL;
+    if (v && v->rank == 0) {
         if (v->gv >= 0) {
             I->a->graph.loss = v->gv;
             I->a->graph.values[v->gv].output = true;
         }
-        return;
-    }
-    if (v->rank == 3)   /* [batch, seq, vocab]; a result of another rank is no output of the schedule */
+    } else if (v && ids && ids->rank >= 2 && v->rank == 3 && v->shape[0] == ids->shape[0] &&
+               v->shape[1] == ids->shape[1]) {
         logits_output(I, v, span);
+    } else if (!(v && v->poisoned)) {   /* a poisoned result: its error is reported */
+        other_output(I, out, span);
+    }
 }

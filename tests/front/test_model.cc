@@ -507,7 +507,7 @@ TEST(BrokenModel, OpAttributeValues)
         EXPECT_TRUE(u.has_error("model", k.message)) << u.text();
     }
     TempDir dir;
-    dir.write("m.model", "config { rope_theta = 5e5 }\n" + op_model("rope(rope(x, theta=rope_theta), theta=1e4)"));
+    dir.write("m.model", "config { rope_theta = 5e5 }\n" + op_model("merge_heads(rope(rope(x, theta=rope_theta), theta=1e4))"));
     Unit u(bare_plan(dir, dir.path + "/m.model"));
     EXPECT_EQ(u.u.diags.errors, 0) << u.text();
 }

@@ -330,6 +330,46 @@ TEST(LogitsOutput, FromAnElementwiseOpRunAtTp1_2)
     }
 }
 
+// A result that is neither a loss nor logits [batch, seq, vocab] is no
+// output a schedule can hold: tpcc says so rather than dropping it.
+TEST(LogitsOutput, OtherResultsAreAnError)
+{
+    struct Case {
+        const char *ret, *says;
+    } cases[] = {
+        {"pos", "the model returns a tensor of shape [16]"},
+        {"p", "the model returns a tensor of shape [16, 16]"},
+    };
+    for (const Case &c : cases) {
+        TempDir d;
+        std::string plan = torch_transformer_returning(d, "tests/plans/torch-transformer-tp.plan", c.ret);
+        Proc r = run_program(kTpcc, {plan, "-o", d.path + "/s.sched"});
+        EXPECT_EQ(r.code(), 1) << r.describe();
+        EXPECT_TRUE(contains(r.err, c.says)) << r.describe();
+        EXPECT_TRUE(contains(r.err, "[model-output]")) << r.describe();
+        EXPECT_FALSE(fs::exists(d.path + "/s.sched")) << r.describe();
+    }
+}
+
+// A schedule without logits (a loss only) gives --out and --compare
+// nothing: tprun says so rather than exiting 0 having compared nothing.
+TEST(LogitsOutput, OutAndCompareNeedLogits)
+{
+    TempDir dir;
+    std::string sched = compile(dir, source_path("plans/llama-sp.plan"), 1), text = slurp(sched);
+    size_t at = text.find("\"logits\": {");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, text.find('}', at) + 1 - at, "\"logits\": null");
+    std::string loss_only = dir.write("loss-only.sched", text);
+    for (const char *flag : {"--out", "--compare"}) {
+        Proc p = tprun(1, loss_only, {"--labels", "tokens", flag, dir.path + "/l.npy"});
+        EXPECT_EQ(p.code(), 1) << p.describe();
+        EXPECT_TRUE(contains(p.err, "outputs no logits: " + std::string(flag) + " has nothing to")) << p.describe();
+    }
+    Proc ok = tprun(1, loss_only, {"--labels", "tokens", "-q"});
+    EXPECT_EQ(ok.code(), 0) << ok.describe();
+}
+
 // --- against the NumPy reference -------------------------------------------------------
 
 // The value on the line that starts with "loss" (tprun's summary,
