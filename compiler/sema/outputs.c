@@ -1,9 +1,10 @@
 /* outputs.c: what the root forward returns becomes the schedule's output.
  *
- * A scalar is the loss: cross_entropy() recorded the logits beside it. Any
- * other tensor is the logits of a model called without labels (PyTorch's
- * test Transformer returns `self.output(h)`, Hugging Face's forward
- * without labels its logits). The caller gets what PyTorch hands back: a
+ * A scalar is the loss: cross_entropy() recorded the logits beside it. A
+ * [batch, seq, vocab] tensor is the logits of a model called without
+ * labels (PyTorch's test Transformer returns `self.output(h)`, Hugging
+ * Face's forward without labels its logits); anything else is an error,
+ * as a schedule has no other output. The caller gets what PyTorch hands back: a
  * DTensor, whose full_tensor() is the logits, or a plain tensor, which is
  * the logits only where every rank holds all of them. The schedule's
  * output is that tensor with its placement; tprun gathers a shard. */
