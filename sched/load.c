@@ -599,6 +599,26 @@ static int load_rank(loader *L, tr_schedule *s, json_t *root)
     return 0;
 }
 
+/* tprun gathers the logits into [batch, seq, columns] and keeps the first
+ * vocab columns of each row: the placement must name one of the buffer's
+ * dims and vocab fit in the columns the ranks hold together. */
+static int check_logits(loader *L, const tr_schedule *s)
+{
+    const tr_buf *b = &s->bufs[s->logits];
+    if (b->rank != 3 || b->dtype == TP_I32)
+        return fail(L, "the logits are buffer %d, of rank %d and %s; they must be [batch, seq, vocab] floats",
+                    s->logits, b->rank, tp_dtype_name(b->dtype));
+    if (s->logits_pl.kind == TP_SHARD && s->logits_pl.dim >= b->rank)
+        return fail(L, "the logits' placement Shard(%d) names no dim of their rank-%d buffer", s->logits_pl.dim,
+                    b->rank);
+    int64_t columns = b->shape[b->rank - 1] * (s->logits_pl.kind == TP_SHARD && s->logits_pl.dim == b->rank - 1
+                                                   ? s->world : 1);
+    if (s->vocab > columns)
+        return fail(L, "the logits' vocab %lld is more than the %lld columns of buffer %d", (long long)s->vocab,
+                    (long long)columns, s->logits);
+    return 0;
+}
+
 static int load_io(loader *L, tr_schedule *s, json_t *root)
 {
     json_t *inputs = json_object_get(root, "inputs"), *outputs = json_object_get(root, "outputs");
@@ -626,6 +646,8 @@ static int load_io(loader *L, tr_schedule *s, json_t *root)
         }
         free(pl);
         s->logits = (int)logits;
+        if (check_logits(L, s))
+            return -1;
     }
     if (s->bufs[s->input_ids].dtype != TP_I32 || (s->labels >= 0 && s->bufs[s->labels].dtype != TP_I32))
         return fail(L, "input ids and labels must be i32 buffers");

@@ -82,6 +82,7 @@ typedef struct tp_ir {
     int64_t world;             /* tp degree (the mesh size) */
     int loss_buf, logits_buf;  /* -1 when absent */
     tp_placement logits_pl;    /* how the logits are laid out across ranks */
+    int64_t logits_vocab;      /* their real columns as the checker knows them; 0: unknown */
     int64_t arena_bytes;       /* peak of the activation arena */
     int64_t layer_input_elems; /* elements of a transformer layer's input (b*s*h), 0 if none */
     int layer_input_rank;

@@ -318,6 +318,35 @@ static int root_of(const tp_ir *ir, int b)
     return b;
 }
 
+/* Columns of the logits that are real vocabulary: from the op that
+ * consumes them, else the rows of the checkpoint weight that produced
+ * them, followed back through the layout changes (a gathered lm_head
+ * output) and in-place ops (its bias), else what the checker knew of the
+ * tensor the model returned (logits computed by an elementwise op). */
+static int64_t logits_vocab(const tp_ir *ir)
+{
+    int lr = root_of(ir, ir->logits_buf);
+    for (int i = 0; i < ir->nops; i++) {
+        const tp_ir_op *op = &ir->ops[i];
+        if (!op->dead && (op->kind == TP_OP_CROSS_ENTROPY || op->kind == TP_OP_CE_MAX) && op->nin > 0 &&
+            root_of(ir, op->in[0]) == lr && op->vocab_logical > 0)
+            return op->vocab_logical;
+    }
+    for (int i = ir->nops - 1; i >= 0; i--) {
+        const tp_ir_op *op = &ir->ops[i];
+        if (op->dead || op->out < 0 || root_of(ir, op->out) != lr)
+            continue;
+        if (op->weight >= 0)
+            return ir->params[op->weight].logical[0];
+        bool in_place = op->nin > 0 && root_of(ir, op->in[0]) == lr;
+        bool moved = op->nin > 0 && (tp_op_is_collective(op->kind) || op->kind == TP_OP_SLICE || op->kind == TP_OP_SCALE);
+        if (!in_place && !moved)
+            break;
+        lr = root_of(ir, op->in[0]);
+    }
+    return ir->logits_vocab;
+}
+
 static void check_ir(writer *w)
 {
     const tp_ir *ir = w->ir;
@@ -374,39 +403,13 @@ static void check_ir(writer *w)
         fail(w, "the program has %d inputs; a schedule has input_ids and labels only", ninputs);
     if (ir->loss_buf >= ir->nbufs || ir->logits_buf >= ir->nbufs)
         fail(w, "the loss or logits buffer is outside the %d buffers", ir->nbufs);
+    else if (ir->logits_buf >= 0 && logits_vocab(ir) <= 0)
+        fail(w, "the logits' vocabulary is unknown: no weight produced them and no loss reads them");
     if (!w->failed) {
         char msg[512];
         if (!tp_memplan_verify(ir, msg, sizeof msg))
             fail(w, "invalid memory plan: %s", msg);
     }
-}
-
-/* Columns of the logits that are real vocabulary: from the op that
- * consumes them, else the rows of the checkpoint weight that produced
- * them, followed back through the layout changes (a gathered lm_head
- * output) and in-place ops (its bias). 0 when neither is known. */
-static int64_t logits_vocab(const tp_ir *ir)
-{
-    int lr = root_of(ir, ir->logits_buf);
-    for (int i = 0; i < ir->nops; i++) {
-        const tp_ir_op *op = &ir->ops[i];
-        if (!op->dead && (op->kind == TP_OP_CROSS_ENTROPY || op->kind == TP_OP_CE_MAX) && op->nin > 0 &&
-            root_of(ir, op->in[0]) == lr && op->vocab_logical > 0)
-            return op->vocab_logical;
-    }
-    for (int i = ir->nops - 1; i >= 0; i--) {
-        const tp_ir_op *op = &ir->ops[i];
-        if (op->dead || op->out < 0 || root_of(ir, op->out) != lr)
-            continue;
-        if (op->weight >= 0)
-            return ir->params[op->weight].logical[0];
-        bool in_place = op->nin > 0 && root_of(ir, op->in[0]) == lr;
-        bool moved = op->nin > 0 && (tp_op_is_collective(op->kind) || op->kind == TP_OP_SLICE || op->kind == TP_OP_SCALE);
-        if (!in_place && !moved)
-            return 0;
-        lr = root_of(ir, op->in[0]);
-    }
-    return 0;
 }
 
 /* What a collective moves: its full tensor, in the dtype of its input. */
@@ -495,11 +498,7 @@ static void put_outputs(writer *w)
     PUT(w, ", \"placement\": ");
     put_str(w, pl_str(ir->logits_pl, ir->bufs[ir->logits_buf].rank, buf, sizeof buf));
     PUT(w, ", \"vocab\": ");
-    int64_t vocab = logits_vocab(ir);
-    if (vocab > 0)
-        put_int(w, vocab);
-    else
-        PUT(w, "null");
+    put_int(w, logits_vocab(ir));
     PUT(w, "}}");
 }
 

@@ -304,23 +304,24 @@ static bool check_architecture(const hf_check *k, tp_span model_ref)
 /* ---- the keys ---- */
 
 /* Does e (a config expression) call hf("key", ...), or read a member of
- * key (hf("key.member", ...): rope_scaling.factor reads rope_scaling)? */
-static bool expr_reads(const tp_node *e, const char *key)
+ * key (hf("key.member", ...): rope_scaling.factor reads rope_scaling)?
+ * With members_only, only the second. */
+static bool expr_reads(const tp_node *e, const char *key, bool members_only)
 {
     const char *read = tp_config_hf_key(e);
     size_t n = strlen(key);
-    if (read && !strncmp(read, key, n) && (read[n] == '\0' || read[n] == '.'))
+    if (read && !strncmp(read, key, n) && (read[n] == '.' || (read[n] == '\0' && !members_only)))
         return true;
     for (int i = 0; i < e->nkids; i++)
-        if (expr_reads(e->kids[i], key))
+        if (expr_reads(e->kids[i], key, members_only))
             return true;
     return false;
 }
 
-static bool file_reads(const tp_node *file, const char *key)
+static bool file_reads(const tp_node *file, const char *key, bool members_only)
 {
     for (int i = 0; file && i < file->nkids; i++)
-        if (file->kids[i]->kind == N_CONFIG && expr_reads(file->kids[i], key))
+        if (file->kids[i]->kind == N_CONFIG && expr_reads(file->kids[i], key, members_only))
             return true;
     return false;
 }
@@ -379,10 +380,12 @@ static void check_required(const hf_check *k, const char *key, const json_t *v, 
     if (matches_required(k->c, v, want))
         return;
     char *got = json_text(v), *wanted = tp_expr_text(want);
-    tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, key), "hf-key",
+    char *top = tp_xasprintf("%.*s", (int)strcspn(key, "."), key);   /* a member's object: where it is */
+    tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, top), "hf-key",
                              "%s sets %s to %s; %s computes %s = %s only", k->c->hf_path, key, got,
                              k->model_path, key, wanted);
     tp_diag_help(g, "use a model file that computes %s = %s, or correct %s", key, got, k->c->hf_path);
+    free(top);
     free(got);
     free(wanted);
 }
@@ -430,7 +433,12 @@ static void check_rope_scaling(const hf_check *k, const char *key, const json_t 
 
 static bool model_or_plan_reads(const hf_check *k, const char *key)
 {
-    return file_reads(k->model_ast, key) || file_reads(k->plan_ast, key);
+    return file_reads(k->model_ast, key, false) || file_reads(k->plan_ast, key, false);
+}
+
+static bool model_or_plan_reads_member(const hf_check *k, const char *key)
+{
+    return file_reads(k->model_ast, key, true) || file_reads(k->plan_ast, key, true);
 }
 
 /* An object the model reads member by member (rope_parameters,
@@ -554,13 +562,57 @@ static void check_one_rope_spelling(const hf_check *k)
     tp_diag_help(g, "keep one: rope_parameters, as transformers 5 saves it, or rope_scaling and rope_theta");
 }
 
+/* Factors transformers multiplies by (head_dim * partial_rotary_factor):
+ * null is no "absent" there but a TypeError, where hf() would read the
+ * default. */
+static const char *const factors[] = {"partial_rotary_factor"};
+
+static void check_null_factor(const hf_check *k, const char *key, const char *name, const json_t *v)
+{
+    if (!json_is_null(v) || !in_table(name, factors, sizeof factors / sizeof *factors))
+        return;
+    tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, name), "hf-key",
+                             "%s sets %s to null; transformers multiplies by it and fails (TypeError), "
+                             "and %s would read its default", k->c->hf_path, key, k->model_path);
+    tp_diag_help(g, "give %s a number, or remove it from %s for the default", key, k->c->hf_path);
+}
+
+/* A key the model reads: an object whose members it reads must be one (a
+ * string or a list would read as absent, every member at its default), and
+ * a member the model's hf { requires } names must hold that value. */
+static void check_read_key(const hf_check *k, const char *key, const json_t *v)
+{
+    check_null_factor(k, key, key, v);
+    if (!json_is_object(v)) {
+        if (!json_is_null(v) && model_or_plan_reads_member(k, key)) {
+            char *value = json_text(v);
+            tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, key), "hf-key",
+                                     "%s sets %s to %s; it must be an object (or null), as %s reads its members",
+                                     k->c->hf_path, key, value, k->model_path);
+            tp_diag_help(g, "correct %s: transformers refuses it too", k->c->hf_path);
+            free(value);
+        }
+        return;
+    }
+    check_members(k, key, v, NULL);
+    const char *member;
+    json_t *m;
+    json_object_foreach((json_t *)v, member, m) {
+        char *dotted = tp_xasprintf("%s.%s", key, member);
+        const tp_node *want = required_value(k, dotted);
+        if (want)
+            check_required(k, dotted, m, want);
+        check_null_factor(k, dotted, member, m);
+        free(dotted);
+    }
+}
+
 static void check_key(const hf_check *k, const char *key, const json_t *v)
 {
     if (!strcmp(key, "architectures") || !strcmp(key, "model_type"))   /* checked above */
         return;
     if (model_or_plan_reads(k, key)) {
-        if (json_is_object(v))
-            check_members(k, key, v, NULL);
+        check_read_key(k, key, v);
         return;
     }
     const tp_node *want = required_value(k, key);

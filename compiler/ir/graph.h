@@ -65,6 +65,7 @@ typedef struct tp_graph {
     int64_t world;             /* devices on the mesh dimension the plan shards over */
     int loss, logits;          /* value indices, -1 when absent */
     tp_placement logits_pl;    /* how the logits are laid out across ranks */
+    int64_t logits_vocab;      /* a returned logits' real columns (padding dropped); 0: unknown */
     /* the transformer layers, for the report's per-layer bound: the largest
      * repeat() list and the tensor flowing between its modules */
     int nlayers;

@@ -87,6 +87,7 @@ void tp_pass_lower(const tp_graph *g, tp_ir *ir)
     ir->loss_buf = buffer(g, buffer_of, g->loss);
     ir->logits_buf = buffer(g, buffer_of, g->logits);
     ir->logits_pl = g->logits_pl;
+    ir->logits_vocab = g->logits_vocab;
     ir->nlayers = g->nlayers;
     ir->layer_input_rank = g->layer_input_rank;
     memcpy(ir->layer_input_shape, g->layer_input_shape, sizeof ir->layer_input_shape);

@@ -133,7 +133,7 @@ iv tp_op_scale(interp *I, const tp_node *e, tp_val *x, double factor);
 iv tp_leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span call_span);
 
 /* the root forward's result: the loss, or the logits (outputs.c) */
-void tp_model_output(interp *I, iv out, tp_span span);
+void tp_model_output(interp *I, iv out, const tp_val *ids, tp_span span);
 
 /* split() and chunk() (split.c) */
 bool tp_split_is(const char *name);

@@ -275,6 +275,21 @@ tp_val *tp_redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *c
         r->poisoned = true;
         return r;
     }
+    if (v->is_index) {
+        /* PyTorch moves ids like any tensor; a schedule's slices and
+         * collectives carry floats only (sched/ops.def) */
+        tp_diag *g = tp_finding(I, TP_ERROR, cause ? tp_entry_span(cause) : span, "integer-redistribute", v, NULL,
+                                "the %s of integer %s (%s -> %s) is not supported: tprun moves only float tensors "
+                                "between layouts", tp_redist_name(k), v->is_position ? "positions" : "token ids",
+                                tp_pl_str(v->pl, v->rank, a), tp_pl_str(to, v->rank, b));
+        if (g)
+            tp_diag_help(g, "keep the ids in the layout they come in (Replicate()): redistribute the embedding's "
+                            "output instead, which moves the same rows as floats");
+        tp_val *r = tp_val_copy(I, v);
+        r->pl = to;
+        r->poisoned = true;
+        return r;
+    }
     bool undone = smell_undone(I, v, to, cause, span);
     tp_placement from = tp_placement_norm(v->pl, v->rank);
     int dim = to.kind == TP_SHARD ? to.dim : from.kind == TP_SHARD ? from.dim : -1;
@@ -720,7 +735,7 @@ void tp_check(tp_model *m, tp_plan *p, tp_config *c, tp_analysis *out)
         tp_node site = {.kind = N_CALL, .span = def->span};
         iv result = call_module(&I, m->root, args, nargs, NULL, NULL, 0, &site);
         if (!I.stop)
-            tp_model_output(&I, result, return_span(def));
+            tp_model_output(&I, result, nargs > 0 ? args[0].t : NULL, return_span(def));   /* the input ids */
     }
     tp_findings_finish(&I);
     for (int i = 0; i < I.nvals; i++)

@@ -611,9 +611,16 @@ static bool rotary_dims(interp *I, const tp_node *call, int64_t head_dim, double
     if (partial <= 1.0 && *out >= 2 && *out % 2 == 0)
         return true;
     const tp_node *at = tp_call_kw_arg(call, "partial_rotary_factor");
-    tp_diag_add(I->d, TP_ERROR, at ? at->span : call->span, "model",
-                "rope(): partial_rotary_factor %g of head_dim %lld rotates %lld dims; it must be at most 1 and rotate "
-                "an even number of at least 2", partial, (long long)head_dim, (long long)*out);
+    if (partial <= 1.0 && *out % 2)     /* transformers' arange(0, dim, 2) / dim, applied to cos's width */
+        tp_diag_add(I->d, TP_ERROR, at ? at->span : call->span, "model",
+                    "rope(): partial_rotary_factor %g of head_dim %lld gives an odd rotary dim %lld: transformers "
+                    "then rotates the first %lld dims with %lld frequencies at exponents 2i/%lld, which rope() does "
+                    "not compute", partial, (long long)head_dim, (long long)*out, (long long)*out + 1,
+                    (long long)(*out + 1) / 2, (long long)*out);
+    else
+        tp_diag_add(I->d, TP_ERROR, at ? at->span : call->span, "model",
+                    "rope(): partial_rotary_factor %g of head_dim %lld rotates %lld dims; it must be at most 1 and "
+                    "rotate an even number of at least 2", partial, (long long)head_dim, (long long)*out);
     I->stop = true;
     return false;
 }

@@ -1,9 +1,10 @@
 /* outputs.c: what the root forward returns becomes the schedule's output.
  *
- * A scalar is the loss: cross_entropy() recorded the logits beside it. Any
- * other tensor is the logits of a model called without labels (PyTorch's
- * test Transformer returns `self.output(h)`, Hugging Face's forward
- * without labels its logits). The caller gets what PyTorch hands back: a
+ * A scalar is the loss: cross_entropy() recorded the logits beside it. A
+ * [batch, seq, vocab] tensor is the logits of a model called without
+ * labels (PyTorch's test Transformer returns `self.output(h)`, Hugging
+ * Face's forward without labels its logits); anything else is an error,
+ * as a schedule has no other output. The caller gets what PyTorch hands back: a
  * DTensor, whose full_tensor() is the logits, or a plain tensor, which is
  * the logits only where every rank holds all of them. The schedule's
  * output is that tensor with its placement; tprun gathers a shard. */
@@ -59,21 +60,44 @@ static void logits_output(interp *I, tp_val *v, tp_span span)
     int gv = tp_record_value(I, v, "logits");
     g->logits = gv;
     g->logits_pl = tp_placement_norm(v->pl, v->rank);
+    g->logits_vocab = v->logical_last > 0 ? v->logical_last : v->shape[2];
     g->values[gv].output = true;
 }
 
-void tp_model_output(interp *I, iv out, tp_span span)
+/* What a model returns that is neither its loss nor its logits: a schedule
+ * outputs only those, so anything else would be computed and dropped, and
+ * tprun would have nothing to write or compare. */
+static void other_output(interp *I, iv out, tp_span span)
 {
-    if (out.kind != IV_TENSOR)
-        return;
-    tp_val *v = out.t;
-    if (v->rank == 0) {
+    char what[32 + 24 * TP_MAX_RANK] = "no tensor";
+    if (out.kind == IV_TUPLE)
+        snprintf(what, sizeof what, "a tuple");
+    else if (out.kind == IV_TENSOR) {
+        int n = snprintf(what, sizeof what, "a tensor of shape [");
+        for (int d = 0; d < out.t->rank; d++)
+            n += snprintf(what + n, sizeof what - (size_t)n, "%s%lld", d ? ", " : "", (long long)out.t->shape[d]);
+        snprintf(what + n, sizeof what - (size_t)n, "]");
+    }
+    tp_diag *g = tp_diag_add(I->d, TP_ERROR, span, "model-output",
+                             "the model returns %s: a schedule's output is a scalar loss or logits "
+                             "[batch, seq, vocab] whose batch and seq are those of the first input, the token ids",
+                             what);
+    if (g)
+        tp_diag_help(g, "return the loss (cross_entropy()) or the logits (the lm_head's output)");
+}
+
+void tp_model_output(interp *I, iv out, const tp_val *ids, tp_span span)
+{
+    tp_val *v = out.kind == IV_TENSOR ? out.t : NULL;
+    if (v && v->rank == 0) {
         if (v->gv >= 0) {
             I->a->graph.loss = v->gv;
             I->a->graph.values[v->gv].output = true;
         }
-        return;
-    }
-    if (v->rank == 3)   /* [batch, seq, vocab]; a result of another rank is no output of the schedule */
+    } else if (v && ids && ids->rank >= 2 && v->rank == 3 && v->shape[0] == ids->shape[0] &&
+               v->shape[1] == ids->shape[1]) {
         logits_output(I, v, span);
+    } else if (!(v && v->poisoned)) {   /* a poisoned result: its error is reported */
+        other_output(I, out, span);
+    }
 }

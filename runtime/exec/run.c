@@ -151,8 +151,9 @@ static int read_ids(job *j, const char *what, const char *arg, int32_t *dst, int
 }
 
 /* --labels goes with a loss: a schedule that computes one needs them, one
- * whose model returns only logits has nothing to use them for. */
-static int labels_match_schedule(job *j)
+ * whose model returns only logits has nothing to use them for. --out and
+ * --compare go with logits. */
+static int options_match_schedule(job *j)
 {
     const tr_schedule *s = &j->s;
     if (s->loss >= 0 && !j->o->labels)
@@ -161,13 +162,16 @@ static int labels_match_schedule(job *j)
     if (s->loss < 0 && j->o->labels)
         return fail(j, "--labels: %s computes no loss (its model returns the logits); drop --labels, or compile a "
                     "model whose forward returns cross_entropy(logits, labels)", j->o->schedule);
+    if (s->logits < 0 && (j->o->out || j->o->compare))
+        return fail(j, "%s outputs no logits: %s has nothing to %s", j->o->schedule,
+                    j->o->compare ? "--compare" : "--out", j->o->compare ? "compare" : "write");
     return 0;
 }
 
 static int read_inputs(job *j)
 {
     const tr_schedule *s = &j->s;
-    int rc = labels_match_schedule(j);
+    int rc = options_match_schedule(j);
     if (rc)
         return rc;
     int64_t n = tr_buf_elems(&s->bufs[s->input_ids]);

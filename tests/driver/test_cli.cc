@@ -694,7 +694,7 @@ TEST(CliHfKeys, RopeScalingIsReadAndAnUnsupportedTypeIsAnError)
 
 // Phi-3's longrope scaling (Phi-3-mini-128k; the legacy su) is not
 // computed: its factor lists are keys phi3.model does not read, and the type
-// alone is refused by rope().
+// alone is refused by phi3.model's hf { requires }.
 TEST(CliHfKeys, Phi3LongropeIsAnError)
 {
     const std::string plan = source_path("plans/phi3-sp.plan");
@@ -709,7 +709,59 @@ TEST(CliHfKeys, Phi3LongropeIsAnError)
     su.replace(at, 20, "\"rope_scaling\": {\"type\": \"su\"}");
     Proc type = run({"--check", "--hf-config", dir.write("config.json", su), plan, "-D", "seq=2040"});
     EXPECT_EQ(type.code(), 1) << type.describe();
-    EXPECT_TRUE(contains(type.err, "RoPE scaling \"su\" is not supported")) << type.describe();
+    EXPECT_TRUE(contains(type.err, "sets rope_scaling.type to \"su\"; ")) << type.describe();
+    EXPECT_TRUE(contains(type.err, "computes rope_scaling.type = \"default\" only")) << type.describe();
+}
+
+// What Phi3Config itself refuses is an error, never read as a default: a
+// RoPE type other than "default" and longrope (rope() would compute linear
+// scaling Phi-3 never runs), a null partial_rotary_factor (a TypeError in
+// transformers) and RoPE settings that are no object.
+TEST(CliHfKeys, Phi3ConfigsTransformersRefusesAreErrors)
+{
+    const std::string plan = source_path("plans/phi3-sp.plan");
+    const std::string published = slurp(fixture("published/phi-3-mini-4k-instruct/config.json"));
+    struct Case {
+        const char *from, *to, *says;
+    } cases[] = {
+        {"\"rope_scaling\": null", "\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 2.0}",
+         "sets rope_scaling.rope_type to \"linear\"; "},
+        {"\"rope_scaling\": null", "\"rope_scaling\": {\"type\": \"dynamic\", \"factor\": 2.0}",
+         "sets rope_scaling.type to \"dynamic\"; "},
+        {"\"rope_scaling\": null, \"rope_theta\": 10000.0",
+         "\"rope_parameters\": {\"rope_type\": \"linear\", \"factor\": 2.0, \"rope_theta\": 10000.0}",
+         "sets rope_parameters.rope_type to \"linear\"; "},
+        {"\"rope_scaling\": null", "\"rope_scaling\": null, \"partial_rotary_factor\": null",
+         "sets partial_rotary_factor to null; transformers multiplies by it and fails (TypeError)"},
+        {"\"rope_scaling\": null, \"rope_theta\": 10000.0",
+         "\"rope_parameters\": {\"rope_theta\": 10000.0, \"partial_rotary_factor\": null}",
+         "sets rope_parameters.partial_rotary_factor to null"},
+        {"\"rope_scaling\": null", "\"rope_scaling\": \"x\"", "sets rope_scaling to \"x\"; it must be an object"},
+        {"\"rope_scaling\": null, \"rope_theta\": 10000.0", "\"rope_parameters\": [1, 2]",
+         "sets rope_parameters to [1,2]; it must be an object"},
+        {"\"rope_scaling\": null, \"rope_theta\": 10000.0", "\"rope_parameters\": \"abc\"",
+         "sets rope_parameters to \"abc\"; it must be an object"},
+    };
+    for (const Case &c : cases) {
+        TempDir dir;
+        std::string cfg = published;
+        std::string from = c.from;
+        // the published file has one key a line: match across the line break
+        size_t at = from.find(", ");
+        if (at != std::string::npos)
+            from.replace(at, 2, ",\n  ");
+        at = cfg.find(from);
+        ASSERT_NE(at, std::string::npos) << from;
+        cfg.replace(at, from.size(), c.to);
+        Proc r = run({"--check", "--hf-config", dir.write("config.json", cfg), plan, "-D", "seq=2040"});
+        EXPECT_EQ(r.code(), 1) << c.to << "\n" << r.describe();
+        EXPECT_TRUE(contains(r.err, c.says)) << c.to << "\n" << r.describe();
+    }
+    TempDir dir;
+    std::string cfg = published;
+    cfg.replace(cfg.find("\"rope_scaling\": null"), 20, "\"rope_scaling\": {\"rope_type\": \"default\"}");
+    Proc ok = run({"--check", "--hf-config", dir.write("config.json", cfg), plan, "-D", "seq=2040"});
+    EXPECT_EQ(ok.code(), 0) << ok.describe();
 }
 
 TEST(CliHfKeys, KeysThatChangeTheMathAreErrors)

@@ -490,6 +490,10 @@ TEST(BrokenModel, OpAttributeValues)
         {"rope(x, theta=0)", "rope(): theta must be a positive number"},
         {"rope(x, theta=-1e4)", "rope(): theta must be a positive number"},
         {"rope(x, theta=None)", "rope(): theta must be a positive number"},
+        {"rope(x, partial_rotary_factor=0.75)", "rope(): partial_rotary_factor 0.75 of head_dim 4 gives an odd rotary "
+                                                "dim 3: transformers then rotates the first 4 dims with 2 frequencies "
+                                                "at exponents 2i/3, which rope() does not compute"},
+        {"rope(x, partial_rotary_factor=1.5)", "rotates 6 dims; it must be at most 1"},
         {"attention(x, x, x, causal=False)", "attention(): only causal=True is supported"},
         {"attention(x, x, x, scale=0)", "attention(): scale must be a positive number"},
         {"attention(x, x, x, softcap=-1)", "attention(): softcap must be a number, 0 for none"},
@@ -507,7 +511,7 @@ TEST(BrokenModel, OpAttributeValues)
         EXPECT_TRUE(u.has_error("model", k.message)) << u.text();
     }
     TempDir dir;
-    dir.write("m.model", "config { rope_theta = 5e5 }\n" + op_model("rope(rope(x, theta=rope_theta), theta=1e4)"));
+    dir.write("m.model", "config { rope_theta = 5e5 }\n" + op_model("merge_heads(rope(rope(x, theta=rope_theta), theta=1e4))"));
     Unit u(bare_plan(dir, dir.path + "/m.model"));
     EXPECT_EQ(u.u.diags.errors, 0) << u.text();
 }

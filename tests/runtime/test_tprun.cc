@@ -296,6 +296,80 @@ INSTANTIATE_TEST_SUITE_P(Plans, TorchTransformer, ::testing::Values("sp", "tp", 
                              return s;
                          });
 
+// The test Transformer with its root forward's return replaced by `ret`;
+// the plan's "../models/torch_transformer.model" resolves to the variant
+// beside it.
+std::string torch_transformer_returning(const TempDir &dir, const std::string &plan, const std::string &ret)
+{
+    std::string model = slurp(source_path("tests/models/torch_transformer.model"));
+    replace_once(model, "return output(h)                  # the logits; no loss", "return " + ret);
+    fs::create_directories(dir.path + "/models");
+    fs::create_directories(dir.path + "/plans");
+    dir.write("models/torch_transformer.model", model);
+    return dir.write("plans/" + fs::path(plan).filename().string(), slurp(source_path(plan)));
+}
+
+// Logits computed by an elementwise op are traced to no weight: the
+// schedule still says how many columns they have, and tprun gives the
+// same logits at every tp.
+TEST(LogitsOutput, FromAnElementwiseOpRunAtTp1_2)
+{
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
+    TempDir dir;
+    std::string plan = torch_transformer_returning(dir, "tests/plans/torch-transformer-tp.plan",
+                                                   "output(h) + output(h)"),
+                ref = dir.path + "/tp1.npy";
+    for (int tp : {1, 2}) {
+        std::string sched = dir.path + "/tp" + std::to_string(tp) + ".sched";
+        Proc c = run_program(kTpcc, {plan, "-o", sched, "-D", "tp=" + std::to_string(tp)});
+        ASSERT_EQ(c.code(), 0) << c.describe();
+        EXPECT_TRUE(contains(slurp(sched), "\"vocab\": 8}")) << slurp(sched).substr(0, 2000);
+        Proc p = tprun(tp, sched, tp == 1 ? std::vector<std::string>{"--out", ref} : std::vector<std::string>{"--compare", ref, "--tolerance", kTolerance});
+        EXPECT_EQ(p.code(), 0) << "tp=" << tp << "\n" << p.describe();
+        EXPECT_TRUE(contains(p.out, "logits      [2, 16, 8]")) << p.describe();
+    }
+}
+
+// A result that is neither a loss nor logits [batch, seq, vocab] is no
+// output a schedule can hold: tpcc says so rather than dropping it.
+TEST(LogitsOutput, OtherResultsAreAnError)
+{
+    struct Case {
+        const char *ret, *says;
+    } cases[] = {
+        {"pos", "the model returns a tensor of shape [16]"},
+        {"p", "the model returns a tensor of shape [16, 16]"},
+    };
+    for (const Case &c : cases) {
+        TempDir d;
+        std::string plan = torch_transformer_returning(d, "tests/plans/torch-transformer-tp.plan", c.ret);
+        Proc r = run_program(kTpcc, {plan, "-o", d.path + "/s.sched"});
+        EXPECT_EQ(r.code(), 1) << r.describe();
+        EXPECT_TRUE(contains(r.err, c.says)) << r.describe();
+        EXPECT_TRUE(contains(r.err, "[model-output]")) << r.describe();
+        EXPECT_FALSE(fs::exists(d.path + "/s.sched")) << r.describe();
+    }
+}
+
+// A schedule without logits (a loss only) gives --out and --compare
+// nothing: tprun says so rather than exiting 0 having compared nothing.
+TEST(LogitsOutput, OutAndCompareNeedLogits)
+{
+    TempDir dir;
+    std::string sched = compile(dir, source_path("plans/llama-sp.plan"), 1), text = slurp(sched);
+    size_t at = text.find("\"logits\": {");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, text.find('}', at) + 1 - at, "\"logits\": null");
+    std::string loss_only = dir.write("loss-only.sched", text);
+    for (const char *flag : {"--out", "--compare"}) {
+        Proc p = tprun(1, loss_only, {"--labels", "tokens", flag, dir.path + "/l.npy"});
+        EXPECT_EQ(p.code(), 1) << p.describe();
+        EXPECT_TRUE(contains(p.err, "outputs no logits: " + std::string(flag) + " has nothing to")) << p.describe();
+    }
+    Proc ok = tprun(1, loss_only, {"--labels", "tokens", "-q"});
+    EXPECT_EQ(ok.code(), 0) << ok.describe();
+}
+
 // --- against the NumPy reference -------------------------------------------------------
 
 // The value on the line that starts with "loss" (tprun's summary,

@@ -22,6 +22,7 @@ extern "C" {
 #include "sched/program.h"
 #include "compiler/front/model.h"
 #include "compiler/plan/plan.h"
+#include "sched/load.h"
 #include "sched/write.h"
 #include "sched/memplan.h"
 #include "sched/format.h"
@@ -833,6 +834,52 @@ TEST(ScheduleDump, RejectsFilesItCannotTrust)
     dump(dir.file("badref"), -1, &rc, &msg);
     EXPECT_EQ(rc, -1);
     EXPECT_NE(msg.find("rank 1 op 3 writes a buffer that does not exist"), std::string::npos) << msg;
+}
+
+// The loader's message for the schedule at path (rank 0 of 2); 0 or -1.
+int load(const std::string &path, std::string *msg)
+{
+    tr_schedule s;
+    char err[1024] = "";
+    int rc = tr_schedule_load(&s, path.c_str(), 0, 2, err, sizeof err);
+    if (!rc)
+        tr_schedule_free(&s);
+    *msg = err;
+    return rc;
+}
+
+// tprun keeps the first vocab columns of the gathered logits: a vocab
+// wider than the columns the ranks hold, or a placement naming no dim of
+// the buffer, would send it past the end of the logits.
+TEST(ScheduleLoad, RejectsLogitsOutsideTheirBuffer)
+{
+    TempDir dir;
+    Fixture f;
+    std::string good = dir.file("good"), msg;
+    ASSERT_EQ(f.write(good), 0);
+    struct Case {
+        const char *key;
+        json_t *value;
+        const char *says;
+    } cases[] = {
+        {"vocab", json_integer(13), "vocab 13 is more than the 12 columns"},
+        {"vocab", json_integer(100000), "vocab 100000 is more than the 12 columns"},
+        {"placement", json_string("Shard(3)"), "Shard(3) names no dim of their rank-3 buffer"},
+        {"placement", json_string("Replicate()"), "vocab 10 is more than the 6 columns"},
+        {"buffer", json_integer(0), "they must be [batch, seq, vocab] floats"},
+    };
+    for (const Case &c : cases) {
+        Doc d(good);
+        json_object_set_new(json_object_get(d.get("outputs"), "logits"), c.key, c.value);
+        ASSERT_EQ(json_dump_file(d.j, dir.file("bad").c_str(), 0), 0);
+        EXPECT_EQ(load(dir.file("bad"), &msg), -1) << c.key;
+        EXPECT_NE(msg.find(c.says), std::string::npos) << msg;
+    }
+    Doc d(good);
+    json_object_set_new(json_object_get(d.get("outputs"), "logits"), "vocab", json_integer(12));
+    ASSERT_EQ(json_dump_file(d.j, dir.file("widest").c_str(), 0), 0);
+    load(dir.file("widest"), &msg);   // the fixture's ops are not all runnable: only the outputs are read here
+    EXPECT_EQ(msg.find("logits"), std::string::npos) << msg;
 }
 
 }  // namespace
