@@ -114,10 +114,10 @@ TEST(RopeSpellings, AMemberTheModelDoesNotReadIsAnError)
 TEST(RopeSpellings, AnUnsupportedTypeInsideRopeParametersIsAnError)
 {
     TempDir dir;
-    std::string cfg = edited(dir, "llama3-scaled-saved", "\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"");
+    std::string cfg = edited(dir, "llama3-scaled-saved", "\"rope_type\": \"llama3\"", "\"rope_type\": \"longrope\"");
     Proc r = tpcc({"--check", plan("llama-sp.plan"), "--hf-config", cfg});
     EXPECT_EQ(r.code(), 1) << r.describe();
-    EXPECT_TRUE(contains(r.err, "RoPE scaling \"yarn\" is not supported")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "RoPE scaling \"longrope\" is not supported")) << r.describe();
 }
 
 // GPT-2's model file reads no RoPE value: only unscaled RoPE at HF's default

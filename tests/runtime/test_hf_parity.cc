@@ -114,6 +114,13 @@ const Case kCases[] = {
     {"phi3-partial", "plans/phi3-sp.plan", 1},   {"phi3-partial", "plans/phi3-sp.plan", 2},
     {"phi3-mha", "plans/phi3-sp.plan", 1},       {"phi3-mha", "plans/phi3-sp.plan", 2},
     {"phi3-mha", "plans/phi3-sp.plan", 4},       {"phi3-partial-saved", "plans/phi3-sp.plan", 2},
+    // RoPE scaling beyond the original context of 8: dynamic NTK (its base
+    // recomputed at seq_len 16), YaRN with betas, an untruncated ramp and
+    // the mscale ratio (also as transformers 5 saves it), Qwen2.5's YaRN
+    {"dynamic-scaled", "plans/llama-sp.plan", 1}, {"dynamic-scaled", "plans/llama-sp.plan", 2},
+    {"llama-yarn", "plans/llama-sp.plan", 1},     {"llama-yarn", "plans/llama-sp.plan", 2},
+    {"llama-yarn-saved", "plans/llama-sp.plan", 2}, {"qwen2-yarn", "plans/qwen2-sp.plan", 1},
+    {"qwen2-yarn", "plans/qwen2-sp.plan", 2},
 };
 
 class HfParity : public ::testing::TestWithParam<Case> {};
