@@ -28,7 +28,8 @@ typedef struct op_rule {
 
 static const char *const rope_kw[] = {"theta", "scaling", "factor", "low_freq_factor", "high_freq_factor",
                                       "original_max_position_embeddings", "partial_rotary_factor", "beta_fast",
-                                      "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate", NULL};
+                                      "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate",
+                                      "max_position_embeddings", NULL};
 /* scale= as SDPA's (default head_dim ** -0.5); softcap= as FlashAttention's
  * (0 or absent: none); sliding_window= as transformers' (checked against seq) */
 static const char *const attention_kw[] = {"causal", "scale", "softcap", "sliding_window", NULL};
@@ -613,10 +614,13 @@ static bool rope_yarn_kwargs(interp *I, const tp_node *call, char **kwnames, iv 
 }
 
 /* rope(x, theta=, scaling=, factor=, low_freq_factor=, high_freq_factor=,
- * original_max_position_embeddings=, and yarn's keywords): Hugging Face's
- * rope_scaling, its type a string ("default" when absent). A type tpcc
- * does not compute (longrope, ...) is an error: ignoring it would change
- * the logits. */
+ * original_max_position_embeddings=, max_position_embeddings=, and yarn's
+ * keywords): Hugging Face's rope_scaling, its type a string ("default"
+ * when absent). Dynamic NTK grows from max_position_embeddings (the
+ * config's, as _compute_dynamic_ntk_parameters reads it; an
+ * original_max_position_embeddings member is not its key), the others
+ * from original_max_position_embeddings. A type tpcc does not compute
+ * (longrope, ...) is an error: ignoring it would change the logits. */
 static bool rope_scaling_kwargs(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw,
                                 tp_rope_scaling *r)
 {
@@ -632,16 +636,18 @@ static bool rope_scaling_kwargs(interp *I, const tp_node *call, char **kwnames, 
                                 "dynamic, llama3 and yarn)", type->s);
         r->type = (tp_rope_type)t;
     }
+    const char *context = r->type == TP_ROPE_DYNAMIC && kwarg("max_position_embeddings", kwnames, kwargs, nkw)
+                              ? "max_position_embeddings"
+                              : "original_max_position_embeddings";
     double max_positions = 0;
     if (!positive_kwarg(I, call, "rope", "factor", kwnames, kwargs, nkw, &r->factor) ||
         !positive_kwarg(I, call, "rope", "low_freq_factor", kwnames, kwargs, nkw, &r->low_freq_factor) ||
         !positive_kwarg(I, call, "rope", "high_freq_factor", kwnames, kwargs, nkw, &r->high_freq_factor) ||
-        !positive_kwarg(I, call, "rope", "original_max_position_embeddings", kwnames, kwargs, nkw, &max_positions))
+        !positive_kwarg(I, call, "rope", context, kwnames, kwargs, nkw, &max_positions))
         return false;
-    const iv *max_arg = kwarg("original_max_position_embeddings", kwnames, kwargs, nkw);
+    const iv *max_arg = kwarg(context, kwnames, kwargs, nkw);
     if (max_arg && max_arg->kind != IV_INT)
-        return op_arg_error(I, call, "original_max_position_embeddings",
-                            "rope(): %s must be an integer", "original_max_position_embeddings");
+        return op_arg_error(I, call, context, "rope(): %s must be an integer", context);
     r->original_max_positions = (int64_t)max_positions;
     if (!rope_yarn_kwargs(I, call, kwnames, kwargs, nkw, r))
         return false;
