@@ -158,6 +158,25 @@ CONFIGS = {
     # untied, an n_inner of its own, the exact GELU, eps 1e-3
     "gpt2-untied": (GPT2, {"n_inner": 48, "activation_function": "gelu", "layer_norm_epsilon": 1e-3,
                            "tie_word_embeddings": False}),
+    # dynamic NTK: max_position_embeddings 8 below the 16 positions run, so
+    # the forward recomputes the base at seq_len 16; weights 10 times
+    # transformers' default scale, or attention would barely see positions
+    "dynamic-scaled": (LLAMA, {"num_key_value_heads": 2, "rope_theta": 10000.0, "rms_norm_eps": 1e-6,
+                               "max_position_embeddings": 8, "tie_word_embeddings": False,
+                               "initializer_range": 0.2,
+                               "rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}),
+    # YaRN over an original context of 8: betas apart from the defaults, an
+    # untruncated ramp and DeepSeek's mscale ratio for the attention factor
+    # (weights at 10 times the default scale, as above)
+    "llama-yarn": (LLAMA, {"num_key_value_heads": 2, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+                           "max_position_embeddings": 32, "tie_word_embeddings": False, "initializer_range": 0.2,
+                           "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8,
+                                            "beta_fast": 16.0, "beta_slow": 2.0, "truncate": False,
+                                            "mscale": 2.0, "mscale_all_dim": 1.0}}),
+    # Qwen2.5's long-context recipe (legacy "type", factor 4, the defaults)
+    "qwen2-yarn": (QWEN2, {"num_key_value_heads": 2, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+                           "max_position_embeddings": 32, "tie_word_embeddings": False,
+                           "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}}),
 }
 
 # The same models with the config.json transformers 5 itself saves
@@ -167,7 +186,7 @@ CONFIGS = {
 SAVED_BY_TRANSFORMERS = {"llama3-scaled-saved": "llama3-scaled", "qwen2-gqa-saved": "qwen2-gqa",
                          "mistral-gqa-saved": "mistral-gqa", "phi3-partial-saved": "phi3-partial",
                          "gemma-gqa-saved": "gemma-gqa", "gemma2-mha-saved": "gemma2-mha",
-                         "gpt2-tied-saved": "gpt2-tied"}
+                         "gpt2-tied-saved": "gpt2-tied", "llama-yarn-saved": "llama-yarn"}
 for saved, hub_style in SAVED_BY_TRANSFORMERS.items():
     CONFIGS[saved] = CONFIGS[hub_style]
 

@@ -36,6 +36,7 @@ with labels, the shifted causal-LM loss (-100 ignored) is printed as
 import argparse
 import glob
 import json
+import math
 import os
 import struct
 import sys
@@ -49,12 +50,14 @@ except ImportError:
 # tp and vocab_multiple are accepted so that tpcc's -D set can be passed
 # unchanged; they do not change the result. Float-valued keys (the norms'
 # eps, rope_theta, the RoPE scaling factors) take floats, rope_scaling (the
-# type: default, linear, dynamic, llama3) a string.
+# type: default, linear, dynamic, llama3, yarn) a string.
 DEFAULTS = {
     "llama": dict(vocab=32000, hidden=4096, layers=32, heads=32, kv_heads=8, ffn=11008, seq=2048, batch=1,
                   tie_embeddings=False, rms_norm_eps=1e-6, rope_theta=10000.0, head_dim=None, tp=1,
                   vocab_multiple=1, rope_scaling="default", rope_factor=1.0, rope_low_freq_factor=1.0,
-                  rope_high_freq_factor=4.0, rope_original_max_positions=2048),
+                  rope_high_freq_factor=4.0, rope_original_max_positions=2048, rope_beta_fast=32.0,
+                  rope_beta_slow=1.0, rope_truncate=True, rope_attention_factor=0.0, rope_mscale=0.0,
+                  rope_mscale_all_dim=0.0),
     "gpt2": dict(vocab=50257, hidden=768, layers=12, heads=12, ffn=None, positions=1024, seq=1024, batch=1,
                  tie_embeddings=True, layer_norm_epsilon=1e-5, tp=1, vocab_multiple=1),
     "gemma": dict(vocab=256000, hidden=3072, layers=28, heads=16, kv_heads=16, ffn=24576, seq=2048, batch=1,
@@ -141,7 +144,7 @@ def layernorm(x, w, b, eps):
 
 def rope_inv_freq(cfg, d, seq):
     """inv_freq as transformers' ROPE_INIT_FUNCTIONS compute it
-    (modeling_rope_utils.py: default, linear, dynamic NTK, llama3)."""
+    (modeling_rope_utils.py: default, linear, dynamic NTK, llama3, yarn)."""
     theta, kind, factor = cfg["rope_theta"], cfg["rope_scaling"], cfg["rope_factor"]
     old = cfg["rope_original_max_positions"]
     exponents = np.arange(0, d, 2) / d
@@ -152,6 +155,8 @@ def rope_inv_freq(cfg, d, seq):
         return inv_freq
     if kind == "linear":
         return inv_freq / factor
+    if kind == "yarn":
+        return yarn_inv_freq(cfg, inv_freq, d, theta)
     if kind != "llama3":
         sys.exit(f"reference.py: RoPE scaling '{kind}' is not implemented")
     low, high = cfg["rope_low_freq_factor"], cfg["rope_high_freq_factor"]
@@ -163,15 +168,50 @@ def rope_inv_freq(cfg, d, seq):
     return np.where(medium, smoothed, scaled)
 
 
+def yarn_inv_freq(cfg, inv_freq, d, theta):
+    """_compute_yarn_parameters: extrapolated below the correction range of
+    beta_fast/beta_slow rotations, interpolated (/ factor) above, a linear
+    ramp between."""
+    old = cfg["rope_original_max_positions"]
+
+    def correction_dim(rotations):
+        return d * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = correction_dim(cfg["rope_beta_fast"]), correction_dim(cfg["rope_beta_slow"])
+    if cfg["rope_truncate"]:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(d // 2) - low) / (high - low), 0, 1)
+    return inv_freq / cfg["rope_factor"] * ramp + inv_freq * (1 - ramp)
+
+
+def yarn_attention_factor(cfg):
+    """attention_factor as given, else get_mscale(factor), or the mscale /
+    mscale_all_dim ratio when both are set."""
+    def get_mscale(scale, mscale=1.0):
+        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+    factor, mscale, mscale_all_dim = cfg["rope_factor"], cfg["rope_mscale"], cfg["rope_mscale_all_dim"]
+    if cfg["rope_attention_factor"]:
+        return cfg["rope_attention_factor"]
+    if mscale and mscale_all_dim:
+        return get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+    return get_mscale(factor)
+
+
 def rope(x, cfg):
-    """HF apply_rotary_pos_emb on x [b, s, h, d]: cos/sin = cat(freqs, freqs),
-    x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1)."""
+    """HF apply_rotary_pos_emb on x [b, s, h, d]: cos/sin = cat(freqs, freqs)
+    (times yarn's attention factor), x * cos + rotate_half(x) * sin,
+    rotate_half(x) = cat(-x2, x1)."""
     d = x.shape[-1]
     inv_freq = rope_inv_freq(cfg, d, x.shape[1])
+    scale = yarn_attention_factor(cfg) if cfg["rope_scaling"] == "yarn" else 1.0
     freqs = np.outer(np.arange(x.shape[1]), inv_freq)
     emb = np.concatenate([freqs, freqs], axis=-1)[None, :, None, :]
     x1, x2 = x[..., :d // 2], x[..., d // 2:]
-    return x * np.cos(emb) + np.concatenate([-x2, x1], axis=-1) * np.sin(emb)
+    return scale * (x * np.cos(emb) + np.concatenate([-x2, x1], axis=-1) * np.sin(emb))
 
 
 def softcap(x, cap):

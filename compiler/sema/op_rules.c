@@ -27,7 +27,9 @@ typedef struct op_rule {
 } op_rule;
 
 static const char *const rope_kw[] = {"theta", "scaling", "factor", "low_freq_factor", "high_freq_factor",
-                                      "original_max_position_embeddings", "partial_rotary_factor", NULL};
+                                      "original_max_position_embeddings", "partial_rotary_factor", "beta_fast",
+                                      "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate",
+                                      "max_position_embeddings", NULL};
 /* scale= as SDPA's (default head_dim ** -0.5); softcap= as FlashAttention's
  * (0 or absent: none); sliding_window= as transformers' (checked against seq) */
 static const char *const attention_kw[] = {"causal", "scale", "softcap", "sliding_window", NULL};
@@ -572,25 +574,32 @@ static bool known_keywords(interp *I, const tp_node *call, const op_rule *r, cha
     return true;
 }
 
-/* Keyword argument `kw`, a positive number, into *out (left alone when
- * the call does not pass it); false (reported) when it is anything else. */
-static bool positive_kwarg(interp *I, const tp_node *call, const char *op, const char *kw, char **kwnames, iv *kwargs,
-                           int nkw, double *out)
+/* Keyword argument `kw`, a number above 0 (or at least 0 with zero_ok),
+ * into *out (left alone when the call does not pass it); false (reported)
+ * when it is anything else. */
+static bool number_kwarg(interp *I, const tp_node *call, const char *op, const char *kw, char **kwnames, iv *kwargs,
+                         int nkw, bool zero_ok, double *out)
 {
     for (int k = 0; k < nkw; k++) {
         if (strcmp(kwnames[k], kw))
             continue;
         if (kwargs[k].kind == IV_INT || kwargs[k].kind == IV_FLOAT) {
             *out = kwargs[k].kind == IV_FLOAT ? kwargs[k].f : (double)kwargs[k].i;
-            if (*out > 0)
+            if (*out > 0 || (zero_ok && *out == 0))
                 return true;
         }
-        tp_diag_add(I->d, TP_ERROR, tp_call_kw_arg(call, kw)->span, "model", "%s(): %s must be a positive number",
-                    op, kw);
+        tp_diag_add(I->d, TP_ERROR, tp_call_kw_arg(call, kw)->span, "model", "%s(): %s must be a %s number", op, kw,
+                    zero_ok ? "non-negative" : "positive");
         I->stop = true;
         return false;
     }
     return true;
+}
+
+static bool positive_kwarg(interp *I, const tp_node *call, const char *op, const char *kw, char **kwnames, iv *kwargs,
+                           int nkw, double *out)
+{
+    return number_kwarg(I, call, op, kw, kwnames, kwargs, nkw, false, out);
 }
 
 /* The keyword argument named kw, or NULL. */
@@ -635,14 +644,41 @@ static bool op_arg_error(interp *I, const tp_node *call, const char *kw, const c
     return false;
 }
 
+/* yarn's beta_fast=, beta_slow= (HF's 32 and 1 when absent), truncate=
+ * (True when absent) and attention_factor= (0 or absent: from factor, or
+ * from mscale= and mscale_all_dim= when both are non-zero, as
+ * _compute_yarn_parameters derives it). */
+static bool rope_yarn_kwargs(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw, tp_rope_scaling *r)
+{
+    double attention_factor = 0, mscale = 0, mscale_all_dim = 0;
+    if (!positive_kwarg(I, call, "rope", "beta_fast", kwnames, kwargs, nkw, &r->beta_fast) ||
+        !positive_kwarg(I, call, "rope", "beta_slow", kwnames, kwargs, nkw, &r->beta_slow) ||
+        !number_kwarg(I, call, "rope", "attention_factor", kwnames, kwargs, nkw, true, &attention_factor) ||
+        !number_kwarg(I, call, "rope", "mscale", kwnames, kwargs, nkw, true, &mscale) ||
+        !number_kwarg(I, call, "rope", "mscale_all_dim", kwnames, kwargs, nkw, true, &mscale_all_dim))
+        return false;
+    const iv *truncate = kwarg("truncate", kwnames, kwargs, nkw);
+    if (truncate && (truncate->kind != IV_INT || (truncate->i != 0 && truncate->i != 1)))
+        return op_arg_error(I, call, "truncate", "rope(): %s must be True or False", "truncate");
+    r->truncate = !truncate || truncate->i;
+    r->attention_factor = r->type != TP_ROPE_YARN ? 1.0
+                          : attention_factor > 0  ? attention_factor
+                                                  : tp_rope_yarn_attention_factor(r->factor, mscale, mscale_all_dim);
+    return true;
+}
+
 /* rope(x, theta=, scaling=, factor=, low_freq_factor=, high_freq_factor=,
- * original_max_position_embeddings=): Hugging Face's rope_scaling, its
- * type a string ("default" when absent). A type tpcc does not compute
- * (yarn, longrope, ...) is an error: ignoring it would change the logits. */
+ * original_max_position_embeddings=, max_position_embeddings=, and yarn's
+ * keywords): Hugging Face's rope_scaling, its type a string ("default"
+ * when absent). Dynamic NTK grows from max_position_embeddings (the
+ * config's, as _compute_dynamic_ntk_parameters reads it; an
+ * original_max_position_embeddings member is not its key), the others
+ * from original_max_position_embeddings. A type tpcc does not compute
+ * (longrope, ...) is an error: ignoring it would change the logits. */
 static bool rope_scaling_kwargs(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw,
                                 tp_rope_scaling *r)
 {
-    *r = (tp_rope_scaling){TP_ROPE_DEFAULT, 1.0, 1.0, 4.0, 0};
+    *r = (tp_rope_scaling){TP_ROPE_DEFAULT, 1.0, 1.0, 4.0, 0, 32.0, 1.0, 1.0, true};
     const iv *type = kwarg("scaling", kwnames, kwargs, nkw);
     if (type && type->kind != IV_STR)
         return op_arg_error(I, call, "scaling", "rope(): %s must be a string, such as \"llama3\"", "scaling");
@@ -651,20 +687,24 @@ static bool rope_scaling_kwargs(interp *I, const tp_node *call, char **kwnames, 
         if (t < 0)
             return op_arg_error(I, call, "scaling",
                                 "rope(): RoPE scaling \"%s\" is not supported (tpcc computes default, linear, "
-                                "dynamic and llama3)", type->s);
+                                "dynamic, llama3 and yarn)", type->s);
         r->type = (tp_rope_type)t;
     }
+    const char *context = r->type == TP_ROPE_DYNAMIC && kwarg("max_position_embeddings", kwnames, kwargs, nkw)
+                              ? "max_position_embeddings"
+                              : "original_max_position_embeddings";
     double max_positions = 0;
     if (!positive_kwarg(I, call, "rope", "factor", kwnames, kwargs, nkw, &r->factor) ||
         !positive_kwarg(I, call, "rope", "low_freq_factor", kwnames, kwargs, nkw, &r->low_freq_factor) ||
         !positive_kwarg(I, call, "rope", "high_freq_factor", kwnames, kwargs, nkw, &r->high_freq_factor) ||
-        !positive_kwarg(I, call, "rope", "original_max_position_embeddings", kwnames, kwargs, nkw, &max_positions))
+        !positive_kwarg(I, call, "rope", context, kwnames, kwargs, nkw, &max_positions))
         return false;
-    const iv *max_arg = kwarg("original_max_position_embeddings", kwnames, kwargs, nkw);
+    const iv *max_arg = kwarg(context, kwnames, kwargs, nkw);
     if (max_arg && max_arg->kind != IV_INT)
-        return op_arg_error(I, call, "original_max_position_embeddings",
-                            "rope(): %s must be an integer", "original_max_position_embeddings");
+        return op_arg_error(I, call, context, "rope(): %s must be an integer", context);
     r->original_max_positions = (int64_t)max_positions;
+    if (!rope_yarn_kwargs(I, call, kwnames, kwargs, nkw, r))
+        return false;
     const char *why = tp_rope_scaling_invalid(r);
     if (why)
         return op_arg_error(I, call, NULL, "rope(): %s", why);

@@ -68,10 +68,11 @@ typedef struct tp_backend {
     void (*layernorm)(float *out, const float *x, const float *w, const float *b, int64_t m, int64_t n, float eps);
     /* Hugging Face Llama RoPE (rotate_half) on x[b, s, h, d], position of
      * token j is pos_offset + j, frequencies inv_freq[0 .. d/2) (host
-     * memory; sched/rope.h computes them from theta and the scaling) */
+     * memory; sched/rope.h computes them from theta and the scaling),
+     * cos and sin multiplied by scale (yarn's attention_factor, else 1) */
     /* the first `rotary` of each head's d rotate (partial rotary), the rest pass through */
     void (*rope)(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t rotary,
-                 int64_t pos_offset, const double *inv_freq);
+                 int64_t pos_offset, const double *inv_freq, double scale);
     /* causal softmax(q k^T * scale) v; q, out [b, s, h, d]; k, v [b, s, g, d];
      * query head i reads kv head i / (h / g); softcap > 0 caps each score
      * as softcap * tanh(score / softcap) */

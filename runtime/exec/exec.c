@@ -218,7 +218,7 @@ EXEC(rope)
 {
     const int64_t *shape = in_buf(x, op, 0)->shape;
     x->be->rope(fout(x, op), fin(x, op, 0), shape[0], shape[1], shape[2], shape[3], op->rotary_dim, op->pos_offset,
-                x->rope_inv_freq[op - x->s->ops]);
+                x->rope_inv_freq[op - x->s->ops], tp_rope_cos_sin_scale(&op->rope));
     return 0;
 }
 

@@ -679,17 +679,30 @@ TEST(CliHfKeys, SlidingWindowIsAnErrorOnlyBelowSeq)
     EXPECT_TRUE(contains(at_8192.err, "-D seq=4096 or less")) << at_8192.describe();
 }
 
-// Llama 3.1's llama3 RoPE scaling is computed (models/llama.model reads
-// rope_scaling); a type tpcc does not compute is refused by name.
+// Llama 3.1's llama3 and YaRN RoPE scaling are computed (models/llama.model
+// reads rope_scaling); a member of it the model does not read and a type
+// tpcc does not compute are refused by name.
 TEST(CliHfKeys, RopeScalingIsReadAndAnUnsupportedTypeIsAnError)
 {
     Proc ok = run({"--check", "--hf-config", fixture("llama3-rope-scaling.config.json"), kClean, "-D", "tp=8"});
     EXPECT_EQ(ok.code(), 0) << ok.describe();
     EXPECT_FALSE(contains(ok.err, "rope_scaling")) << ok.describe();
+    const std::string yarn_cfg = slurp(fixture("llama-yarn.config.json"));
     Proc yarn = run({"--check", "--hf-config", fixture("llama-yarn.config.json"), kClean, "-D", "tp=8"});
-    EXPECT_EQ(yarn.code(), 1) << yarn.describe();
-    EXPECT_TRUE(contains(yarn.err, "RoPE scaling \"yarn\" is not supported")) << yarn.describe();
-    EXPECT_TRUE(contains(yarn.err, "1 error generated.")) << "the other keys are read or harmless\n" << yarn.describe();
+    EXPECT_EQ(yarn.code(), 0) << yarn.describe();
+    TempDir dir;
+    std::string member = yarn_cfg, longrope = yarn_cfg;
+    size_t at = member.find("\"rope_type\": \"yarn\"");
+    ASSERT_NE(at, std::string::npos);
+    member.insert(at, "\"ntk_alpha\": 2.0, ");
+    longrope.replace(longrope.find("\"yarn\""), 6, "\"longrope\"");
+    Proc unknown = run({"--check", "--hf-config", dir.write("member.json", member), kClean, "-D", "tp=8"});
+    EXPECT_EQ(unknown.code(), 1) << unknown.describe();
+    EXPECT_TRUE(contains(unknown.err, "sets rope_scaling.ntk_alpha to 2.0, and ")) << unknown.describe();
+    Proc type = run({"--check", "--hf-config", dir.write("longrope.json", longrope), kClean, "-D", "tp=8"});
+    EXPECT_EQ(type.code(), 1) << type.describe();
+    EXPECT_TRUE(contains(type.err, "RoPE scaling \"longrope\" is not supported")) << type.describe();
+    EXPECT_TRUE(contains(type.err, "1 error generated.")) << "the other keys are read or harmless\n" << type.describe();
 }
 
 // Phi-3's longrope scaling (Phi-3-mini-128k; the legacy su) is not

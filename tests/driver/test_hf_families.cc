@@ -6,6 +6,7 @@
 // once, a norm of the wrong width) is an error.
 #include <gtest/gtest.h>
 
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,8 @@ TEST(RopeSpellings, BothCompileToTheSameSchedule)
 {
     const Spelling cases[] = {{"llama3-scaled", "llama3-scaled-saved", "llama-sp.plan"},
                               {"qwen2-gqa", "qwen2-gqa-saved", "qwen2-sp.plan"},
-                              {"mistral-gqa", "mistral-gqa-saved", "mistral-sp.plan"}};
+                              {"mistral-gqa", "mistral-gqa-saved", "mistral-sp.plan"},
+                              {"llama-yarn", "llama-yarn-saved", "llama-sp.plan"}};
     for (const Spelling &c : cases) {
         TempDir dir;
         std::string scheds[2];
@@ -85,6 +87,34 @@ std::string edited(const TempDir &dir, const std::string &fixture, const std::st
     return dir.write("config.json", replaced(slurp(hf_fixture(fixture + "/config.json")), from, to));
 }
 
+// Dynamic NTK grows from max_position_embeddings, as transformers'
+// _compute_dynamic_ntk_parameters reads it: an original_max_position_embeddings
+// member (not a dynamic key; transformers warns and ignores it) changes
+// nothing, where the other scalings would start from it.
+TEST(RopeSpellings, DynamicIgnoresOriginalMaxPositionEmbeddings)
+{
+    TempDir dir;
+    const std::string scheds[2] = {dir.path + "/plain.sched", dir.path + "/member.sched"};
+    const std::string configs[2] = {
+        hf_fixture("dynamic-scaled/config.json"),
+        edited(dir, "dynamic-scaled", "\"rope_type\": \"dynamic\"",
+               "\"rope_type\": \"dynamic\", \"original_max_position_embeddings\": 4")};
+    for (int i = 0; i < 2; i++) {
+        Proc r = tpcc({plan("llama-sp.plan"), "--hf-config", configs[i], "-D", "seq=16", "-D", "batch=2", "-o",
+                       scheds[i]});
+        ASSERT_EQ(r.code(), 0) << configs[i] << "\n" << r.describe();
+    }
+    std::string rope_ops[2];    // the config block records either value; the ops must not
+    for (int i = 0; i < 2; i++) {
+        std::istringstream lines(slurp(scheds[i]));
+        for (std::string line; std::getline(lines, line);)
+            if (contains(line, "\"op\": \"rope\""))
+                rope_ops[i] += line + "\n";
+    }
+    EXPECT_TRUE(contains(rope_ops[0], "\"original_max_positions\": 8,")) << rope_ops[0];
+    EXPECT_EQ(rope_ops[0], rope_ops[1]);
+}
+
 TEST(RopeSpellings, BothAtOnceIsAnError)
 {
     TempDir dir;
@@ -114,10 +144,10 @@ TEST(RopeSpellings, AMemberTheModelDoesNotReadIsAnError)
 TEST(RopeSpellings, AnUnsupportedTypeInsideRopeParametersIsAnError)
 {
     TempDir dir;
-    std::string cfg = edited(dir, "llama3-scaled-saved", "\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"");
+    std::string cfg = edited(dir, "llama3-scaled-saved", "\"rope_type\": \"llama3\"", "\"rope_type\": \"longrope\"");
     Proc r = tpcc({"--check", plan("llama-sp.plan"), "--hf-config", cfg});
     EXPECT_EQ(r.code(), 1) << r.describe();
-    EXPECT_TRUE(contains(r.err, "RoPE scaling \"yarn\" is not supported")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "RoPE scaling \"longrope\" is not supported")) << r.describe();
 }
 
 // GPT-2's model file reads no RoPE value: only unscaled RoPE at HF's default

@@ -128,7 +128,7 @@ TEST(ParserFiles, LlamaModel)
     EXPECT_EQ(root->kids[6]->kind, N_HF);    // hf { architectures = ... }: what it implements
     EXPECT_EQ(dump(root->kids[6]->kids[0]), "(ASSIGN architectures (TUPLE (STR \"LlamaForCausalLM\")))");
     EXPECT_EQ(root->kids[0]->kind, N_CONFIG);
-    EXPECT_EQ(root->kids[0]->nkids, 20);
+    EXPECT_EQ(root->kids[0]->nkids, 26);
     EXPECT_EQ(dump(root->kids[0]->kids[12]),
               "(ASSIGN rms_norm_eps (CALL (NAME hf) (ARG (STR \"rms_norm_eps\")) (ARG (FLOAT 1e-06))))");
     const tp_node *causal = root->kids[1];

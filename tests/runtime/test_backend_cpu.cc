@@ -299,7 +299,7 @@ DVec ref_rope(const Vec &x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t 
 // The default frequencies, theta^(-2i/d), as the executor computes them.
 std::vector<double> default_freqs(int64_t d, double theta)
 {
-    const tp_rope_scaling none = {TP_ROPE_DEFAULT, 1.0, 1.0, 4.0, 0};
+    const tp_rope_scaling none = {TP_ROPE_DEFAULT, 1.0, 1.0, 4.0, 0, 32.0, 1.0, 1.0, true};
     std::vector<double> f(d / 2);
     tp_rope_inv_freq(&none, theta, d, 0, f.data());
     return f;
@@ -313,12 +313,12 @@ TEST(BackendCpu, RopeMatchesHuggingFaceRotateHalf)
         Vec x = random_vec(c.b * c.s * c.h * c.d, 60 + (unsigned)c.d);
         Vec out(x.size());
         const std::vector<double> f = default_freqs(c.d, c.theta);
-        be()->rope(out.data(), x.data(), c.b, c.s, c.h, c.d, c.d, c.off, f.data());
+        be()->rope(out.data(), x.data(), c.b, c.s, c.h, c.d, c.d, c.off, f.data(), 1.0);
         // a rotation of a pair: two products and a sum, rounded once; the
         // angles are computed in double by both
         expect_close(out, ref_rope(x, c.b, c.s, c.h, c.d, c.off, c.theta), 4 * kU, 4 * kU, "rope");
         Vec inplace = x;
-        be()->rope(inplace.data(), inplace.data(), c.b, c.s, c.h, c.d, c.d, c.off, f.data());
+        be()->rope(inplace.data(), inplace.data(), c.b, c.s, c.h, c.d, c.d, c.off, f.data(), 1.0);
         EXPECT_EQ(inplace, out);
     }
 }
@@ -333,7 +333,7 @@ TEST(BackendCpu, PartialRopeRotatesTheLeadingDimsOnly)
         for (int64_t i = 0; i < r; i++)
             lead[row * r + i] = x[row * d + i];
     const std::vector<double> f = default_freqs(r, 10000.0);
-    be()->rope(out.data(), x.data(), b, s, h, d, r, off, f.data());
+    be()->rope(out.data(), x.data(), b, s, h, d, r, off, f.data(), 1.0);
     DVec want = ref_rope(lead, b, s, h, r, off, 10000.0);
     for (int64_t row = 0; row < b * s * h; row++) {
         for (int64_t i = 0; i < r; i++)
@@ -342,8 +342,24 @@ TEST(BackendCpu, PartialRopeRotatesTheLeadingDimsOnly)
             EXPECT_EQ(out[row * d + i], x[row * d + i]) << "row " << row << " dim " << i;
     }
     Vec inplace = x;
-    be()->rope(inplace.data(), inplace.data(), b, s, h, d, r, off, f.data());
+    be()->rope(inplace.data(), inplace.data(), b, s, h, d, r, off, f.data(), 1.0);
     EXPECT_EQ(inplace, out);
+}
+
+// YaRN's attention_factor multiplies cos and sin (transformers'
+// attention_scaling): the rotated dims scale by it, partial-rotary tails don't.
+TEST(BackendCpu, RopeScaleMultipliesTheRotatedDimsOnly)
+{
+    const int64_t b = 1, s = 4, h = 2, d = 10, r = 6, off = 5;
+    const double scale = 1.1386294361119890;
+    Vec x = random_vec(b * s * h * d, 63), plain(x.size()), scaled(x.size());
+    const std::vector<double> f = default_freqs(r, 10000.0);
+    be()->rope(plain.data(), x.data(), b, s, h, d, r, off, f.data(), 1.0);
+    be()->rope(scaled.data(), x.data(), b, s, h, d, r, off, f.data(), scale);
+    for (int64_t row = 0; row < b * s * h; row++)
+        for (int64_t i = 0; i < d; i++)
+            EXPECT_NEAR(scaled[row * d + i], i < r ? plain[row * d + i] * scale : x[row * d + i], 4 * kU)
+                << "row " << row << " dim " << i;
 }
 
 // A sequence shard (rank r holds positions [r*s/2, ...)) with pos_offset gives
@@ -353,10 +369,10 @@ TEST(BackendCpu, RopeWithOffsetEqualsTheMatchingSliceOfTheFullSequence)
     const int64_t b = 1, s = 6, h = 2, d = 6;
     Vec x = random_vec(b * s * h * d, 61), full(x.size());
     const std::vector<double> f = default_freqs(d, 10000.0);
-    be()->rope(full.data(), x.data(), b, s, h, d, d, 0, f.data());
+    be()->rope(full.data(), x.data(), b, s, h, d, d, 0, f.data(), 1.0);
     const int64_t half = s / 2 * h * d;
     Vec second(x.begin() + half, x.end()), out(half);
-    be()->rope(out.data(), second.data(), b, s / 2, h, d, d, s / 2, f.data());
+    be()->rope(out.data(), second.data(), b, s / 2, h, d, d, s / 2, f.data(), 1.0);
     EXPECT_EQ(out, Vec(full.begin() + half, full.end()));
 }
 

@@ -120,6 +120,13 @@ const Case kCases[] = {
     {"gpt2-tied", "plans/gpt2-hf-sp.plan", 4},   {"gpt2-untied", "plans/gpt2-hf-sp.plan", 1},
     {"gpt2-untied", "plans/gpt2-hf-sp.plan", 2}, {"gpt2-untied", "plans/gpt2-hf-sp.plan", 4},
     {"gpt2-tied-saved", "plans/gpt2-hf-sp.plan", 2},
+    // RoPE scaling beyond the original context of 8: dynamic NTK (its base
+    // recomputed at seq_len 16), YaRN with betas, an untruncated ramp and
+    // the mscale ratio (also as transformers 5 saves it), Qwen2.5's YaRN
+    {"dynamic-scaled", "plans/llama-sp.plan", 1}, {"dynamic-scaled", "plans/llama-sp.plan", 2},
+    {"llama-yarn", "plans/llama-sp.plan", 1},     {"llama-yarn", "plans/llama-sp.plan", 2},
+    {"llama-yarn-saved", "plans/llama-sp.plan", 2}, {"qwen2-yarn", "plans/qwen2-sp.plan", 1},
+    {"qwen2-yarn", "plans/qwen2-sp.plan", 2},
 };
 
 class HfParity : public ::testing::TestWithParam<Case> {};

@@ -467,9 +467,9 @@ TEST(Reference, LlamaAttributesFromAConfigJsonMatchNumPy)
 }
 
 // RoPE scaling from a config.json against the reference's own formulas of
-// transformers' llama3 and linear inv_freq: with original_max_position_embeddings
-// 8 at 16 positions (llama3), or factor 2 (linear), the scaling moves these
-// logits far beyond the tolerance.
+// transformers' llama3, linear and yarn inv_freq: with original_max_position_embeddings
+// 8 at 16 positions (llama3, yarn with its attention factor), or factor 2
+// (linear), the scaling moves these logits far beyond the tolerance.
 TEST(Reference, LlamaRopeScalingMatchesNumPy)
 {
     std::vector<std::string> sizes = {"vocab=256", "hidden=64", "layers=2", "heads=8", "kv_heads=4", "ffn=128"};
@@ -481,6 +481,9 @@ TEST(Reference, LlamaRopeScalingMatchesNumPy)
          {"rms_norm_eps=1e-5", "rope_theta=500000.0", "rope_scaling=llama3", "rope_factor=8.0",
           "rope_low_freq_factor=1.0", "rope_high_freq_factor=4.0", "rope_original_max_positions=8"}},
         {"tests/fixtures/llama-linear-attrs.config.json", {"rope_scaling=linear", "rope_factor=2.0"}},
+        {"tests/fixtures/llama-yarn-attrs.config.json",
+         {"rope_scaling=yarn", "rope_factor=4.0", "rope_original_max_positions=8", "rope_beta_slow=2.0",
+          "rope_truncate=false", "rope_mscale=2.0", "rope_mscale_all_dim=1.0"}},
     };
     for (const Case &c : cases)
         for (int tp : {1, 2}) {

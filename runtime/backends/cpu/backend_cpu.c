@@ -164,13 +164,14 @@ static void cpu_layernorm(float *out, const float *x, const float *w, const floa
  * = cat(freqs, freqs), so
  *   out[i]       = x[i] cos(p f_i) - x[i + r/2] sin(p f_i)
  *   out[i + r/2] = x[i + r/2] cos(p f_i) + x[i] sin(p f_i)
- * with f_i = inv_freq[i]; dims [r, d) pass through (partial rotary, as
+ * with f_i = inv_freq[i], cos and sin times scale (yarn's attention_factor,
+ * as transformers multiplies them); dims [r, d) pass through (partial rotary, as
  * Phi-3's apply_rotary_pos_emb concatenates them back). Angles are computed
  * in double: in float, p f_i at p ~ 8k is off by ~5e-4 rad. Each pair is
  * read before it is written, so out may equal x. A sequence shard passes
  * pos_offset = rank * s. */
 static void cpu_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t rotary,
-                     int64_t pos_offset, const double *inv_freq)
+                     int64_t pos_offset, const double *inv_freq, double scale)
 {
     assert(rotary % 2 == 0 && rotary <= d);
     const int64_t half = rotary / 2;
@@ -184,7 +185,7 @@ static void cpu_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h
             for (int64_t i = 0; i < half; i++) {
                 /* one sin/cos per (position, frequency), shared by every head */
                 double ang = pos * inv_freq[i];
-                double c = cos(ang), sn = sin(ang);
+                double c = cos(ang) * scale, sn = sin(ang) * scale;
                 for (int64_t hi = 0; hi < h; hi++) {
                     const float *xr = x + (row + hi) * d;
                     float *o = out + (row + hi) * d;

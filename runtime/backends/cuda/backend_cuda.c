@@ -359,9 +359,9 @@ static void cuda_layernorm(float *out, const float *x, const float *w, const flo
 }
 
 static void cuda_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t rotary,
-                      int64_t pos_offset, const double *inv_freq)
+                      int64_t pos_offset, const double *inv_freq, double scale)
 {
-    tp_k_rope(compute_stream(), gpu->kdt, out, x, b, s, h, d, rotary, pos_offset, inv_freq);
+    tp_k_rope(compute_stream(), gpu->kdt, out, x, b, s, h, d, rotary, pos_offset, inv_freq, scale);
     done();
 }
 

@@ -628,12 +628,16 @@ TEST_P(Kernels, Rope)
         tp_rope_scaling scaling;
         int64_t rotary;   // 0: the whole head
     };
-    const tp_rope_scaling none = {TP_ROPE_DEFAULT, 1.0, 1.0, 4.0, 0};
-    const tp_rope_scaling llama3 = {TP_ROPE_LLAMA3, 8.0, 1.0, 4.0, 8192};
+    const tp_rope_scaling none = {TP_ROPE_DEFAULT, 1.0, 1.0, 4.0, 0, 32.0, 1.0, 1.0, true};
+    const tp_rope_scaling llama3 = {TP_ROPE_LLAMA3, 8.0, 1.0, 4.0, 8192, 32.0, 1.0, 1.0, true};
+    // Qwen2.5's long context: factor 4 over 32k, cos and sin times 0.1 ln 4 + 1
+    const tp_rope_scaling yarn = {TP_ROPE_YARN, 4.0, 1.0, 4.0, 32768, 32.0, 1.0, 1.1386294361119890, true};
     for (Case c : {Case{1, 1, 1, 2, 0, none, 0}, Case{2, 5, 3, 8, 0, none, 0}, Case{1, 3, 2, 256, 8000, none, 0},
                    Case{2, 7, 4, 6, 13, none, 0},
                    Case{1, 2, 2, 128, 131070, none, 0},      // positions near a 128k context
                    Case{1, 3, 2, 128, 131070, llama3, 0},    // Llama 3.1's scaling there
+                   Case{2, 3, 2, 128, 131000, yarn, 0},      // YaRN's frequencies and attention_factor
+                   Case{1, 4, 3, 10, 9, yarn, 6},            // ... on a partial rotary
                    Case{2, 5, 3, 10, 7, none, 6},            // partial rotary (Phi-3): 6 of 10 rotate
                    Case{1, 4, 2, 96, 0, none, 72}}) {
         const int64_t r = c.rotary ? c.rotary : c.d;
@@ -645,11 +649,12 @@ TEST_P(Kernels, Rope)
         tp_rope_inv_freq(&c.scaling, 500000.0, r, c.pos + c.s, f.data());
         Vec x = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 8), t());
         Vec want(x.size());
-        cpu()->rope(want.data(), x.data(), c.b, c.s, c.h, c.d, r, c.pos, f.data());
+        const double scale = tp_rope_cos_sin_scale(&c.scaling);
+        cpu()->rope(want.data(), x.data(), c.b, c.s, c.h, c.d, r, c.pos, f.data(), scale);
         Dev dx(t(), x), dout(t(), x.size());
-        tp_k_rope(nullptr, t(), dout.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, r, c.pos, f.data());
+        tp_k_rope(nullptr, t(), dout.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, r, c.pos, f.data(), scale);
         expect_close(dout.download(), want, tol, what);
-        tp_k_rope(nullptr, t(), dx.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, r, c.pos, f.data()); // in place
+        tp_k_rope(nullptr, t(), dx.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, r, c.pos, f.data(), scale); // in place
         expect_close(dx.download(), want, tol, what + " in place");
     }
 }

@@ -37,9 +37,9 @@ void tp_k_layernorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, co
                     int64_t n, float eps);
 /* rope.cu: the first `rotary` dims of each head rotate, the rest pass
  * through; inv_freq, rotary/2 doubles in host memory (<= 256), travels
- * with the launch */
+ * with the launch; cos and sin are multiplied by scale (yarn) */
 void tp_k_rope(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t b, int64_t seq, int64_t h, int64_t d,
-               int64_t rotary, int64_t pos_offset, const double *inv_freq);
+               int64_t rotary, int64_t pos_offset, const double *inv_freq, double scale);
 /* attention.cu: causal, GQA, scores times scale, capped when softcap > 0 */
 void tp_k_attention(tp_stream s, tp_kernel_dtype t, void *out, const void *q, const void *k, const void *v, int64_t b,
                     int64_t seq, int64_t h, int64_t g, int64_t d, float scale, float softcap);

@@ -7,6 +7,7 @@
 #define ROPE_MAX_PAIRS 256
 struct rope_freqs {
     double inv_freq[ROPE_MAX_PAIRS];
+    double scale;               // cos and sin are multiplied by it (yarn's attention_factor)
 };
 
 // ---- CUDA kernels
@@ -18,7 +19,8 @@ struct rope_freqs {
 //   out[i + r/2] = x[i + r/2] cos(p f_i) + x[i] sin(p f_i)
 // and dims [r, d) of every head pass through (partial rotary).
 // with p = pos_offset + (token's index in the sequence), f_i =
-// inv_freq[i] (theta and the scaling, sched/rope.h). The angle and its sin/cos are double, as on the CPU: in
+// inv_freq[i] (theta and the scaling, sched/rope.h), cos and sin times
+// f.scale. The angle and its sin/cos are double, as on the CPU: in
 // float, p f_i at p ~ 8k is off by ~5e-4 rad. One sin/cos per (position,
 // frequency) serves all heads. Each pair is read before it is written by
 // the same thread, so out may equal x.
@@ -40,7 +42,7 @@ __global__ void rope_kernel(T *out, const T *x, int64_t s, int64_t h, int64_t d,
         const double turns = pos * f.inv_freq[i] / 3.141592653589793;
         double sd, cd;
         sincospi(turns, &sd, &cd);
-        const float c = (float)cd, sn = (float)sd;
+        const float c = (float)(cd * f.scale), sn = (float)(sd * f.scale);
         for (int64_t hi = 0; hi < h; hi++) {
             const T *xr = x + (tok * h + hi) * d;
             T *o = out + (tok * h + hi) * d;
@@ -63,7 +65,7 @@ static void launch_rope(tp_stream st, T *out, const T *x, int64_t b, int64_t s, 
 }
 
 extern "C" void tp_k_rope(tp_stream st, tp_kernel_dtype t, void *out, const void *x, int64_t b, int64_t s, int64_t h,
-                          int64_t d, int64_t rotary, int64_t pos_offset, const double *inv_freq)
+                          int64_t d, int64_t rotary, int64_t pos_offset, const double *inv_freq, double scale)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(rotary % 2 == 0 && rotary / 2 <= ROPE_MAX_PAIRS && rotary <= d,
@@ -73,6 +75,7 @@ extern "C" void tp_k_rope(tp_stream st, tp_kernel_dtype t, void *out, const void
     if (b * s == 0 || h == 0 || rotary == 0)
         return;
     rope_freqs f = {};
+    f.scale = scale;
     for (int64_t i = 0; i < rotary / 2; i++)
         f.inv_freq[i] = inv_freq[i];
     if (t == TP_KERNEL_F32)
