@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path[:0] = [os.path.join(ROOT, "python"), os.path.join(ROOT, "python", "tests")]
 os.environ.setdefault("TPCC", os.path.join(ROOT, "build", "tpcc"))
 os.environ.setdefault("TPCC_MODELS", os.path.join(ROOT, "models"))
 
@@ -34,11 +34,10 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import transformers  # noqa: E402
 from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
-from torch.distributed.tensor import Replicate, Shard  # noqa: E402
-from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,  # noqa: E402
-                                               RowwiseParallel, SequenceParallel)
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel  # noqa: E402
 
 import tpcc  # noqa: E402
+from plans import megatron_plan, sp_layer_plan, sp_root_plan  # noqa: E402  (python/tests/plans.py)
 
 SEQ = 16
 # one rank computes what the unsharded model does, in a different order
@@ -62,42 +61,8 @@ def tiny_model():
     return transformers.AutoModelForCausalLM.from_config(tiny_config())
 
 
-def megatron_plan():
-    return {
-        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate()),
-        "model.layers.*.self_attn.q_proj": ColwiseParallel(),
-        "model.layers.*.self_attn.k_proj": ColwiseParallel(),
-        "model.layers.*.self_attn.v_proj": ColwiseParallel(),
-        "model.layers.*.self_attn.o_proj": RowwiseParallel(),
-        "model.layers.*.mlp.gate_proj": ColwiseParallel(),
-        "model.layers.*.mlp.up_proj": ColwiseParallel(),
-        "model.layers.*.mlp.down_proj": RowwiseParallel(),
-        "lm_head": ColwiseParallel(output_layouts=Replicate()),
-    }
-
-
 def sp_plan():
-    return {
-        "model.layers.*": {
-            "input_layernorm": SequenceParallel(),
-            "post_attention_layernorm": SequenceParallel(),
-            "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
-                                            desired_input_kwarg_layouts={"hidden_states": Replicate()}),
-            "self_attn.q_proj": ColwiseParallel(),
-            "self_attn.k_proj": ColwiseParallel(),
-            "self_attn.v_proj": ColwiseParallel(),
-            "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
-            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-            "mlp.gate_proj": ColwiseParallel(),
-            "mlp.up_proj": ColwiseParallel(),
-            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
-        },
-        "": {
-            "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
-            "model.norm": SequenceParallel(),
-            "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
-        },
-    }
+    return {"model.layers.*": sp_layer_plan(), "": sp_root_plan()}
 
 
 def check_fixture():

@@ -17,6 +17,8 @@ from torch.distributed.tensor import DeviceMesh, Partial, Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, ParallelStyle,
                                                RowwiseParallel, SequenceParallel)
 
+from plans import megatron_plan, sp_layer_plan, sp_root_plan
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 TPCC = os.environ["TPCC"]
 SEQ = 16
@@ -24,46 +26,6 @@ SEQ = 16
 
 def llama():
     return transformers.LlamaForCausalLM(transformers.LlamaConfig())
-
-
-def sp_layer_plan():
-    """plans/llama-sp.plan's per-block dict, as torchtitan writes it."""
-    return {
-        "input_layernorm": SequenceParallel(),
-        "post_attention_layernorm": SequenceParallel(),
-        "self_attn": PrepareModuleInput(input_kwarg_layouts={"hidden_states": Shard(1)},
-                                        desired_input_kwarg_layouts={"hidden_states": Replicate()}),
-        "self_attn.q_proj": ColwiseParallel(),
-        "self_attn.k_proj": ColwiseParallel(),
-        "self_attn.v_proj": ColwiseParallel(),
-        "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
-        "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-        "mlp.gate_proj": ColwiseParallel(),
-        "mlp.up_proj": ColwiseParallel(),
-        "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
-    }
-
-
-def sp_root_plan():
-    return {
-        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
-        "model.norm": SequenceParallel(),
-        "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
-    }
-
-
-def megatron_plan():
-    return {
-        "model.embed_tokens": RowwiseParallel(input_layouts=Replicate()),
-        "model.layers.*.self_attn.q_proj": ColwiseParallel(),
-        "model.layers.*.self_attn.k_proj": ColwiseParallel(),
-        "model.layers.*.self_attn.v_proj": ColwiseParallel(),
-        "model.layers.*.self_attn.o_proj": RowwiseParallel(),
-        "model.layers.*.mlp.gate_proj": ColwiseParallel(),
-        "model.layers.*.mlp.up_proj": ColwiseParallel(),
-        "model.layers.*.mlp.down_proj": RowwiseParallel(),
-        "lm_head": ColwiseParallel(output_layouts=Replicate()),
-    }
 
 
 def tpcc_cli(*args, cwd=None):
@@ -116,6 +78,11 @@ class Check(unittest.TestCase):
         layer["self_attn"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
         errs = errors(tpcc.check(llama(), {"model.layers.*": layer, "": sp_root_plan()}, tp=2, seq=SEQ))
         self.assertEqual({(d.key, d.check) for d in errs}, {("self_attn", "arity")})
+
+    def test_block_findings_name_the_path(self):
+        plan = {"model.layers.*.self_attn.q_proj": ColwiseParallel()}
+        d = next(d for d in tpcc.check(llama(), plan, tp=2, seq=SEQ) if d.check == "uncovered-parameter")
+        self.assertEqual((d.level, d.path, d.key), ("warning", "", None))
 
     def test_diagnostic_fields(self):
         plan = megatron_plan()

@@ -36,7 +36,8 @@ def _mesh(mesh, tp):
 
 def render(model_path, plan, tp=2, seq=None, loss_parallel=False, mesh=None):
     """(text, entries): the plan file, and for each line holding a plan
-    entry the (path, key) it came from."""
+    entry the (path, key) it came from ((path, None) for a block's first
+    line)."""
     dims, tp_name = _mesh(mesh, tp)
     lines = ["# rendered by tpcc.render_plan from a parallelize_module plan",
              f"model {_pystr(model_path)}", "", "config {"]
@@ -48,6 +49,7 @@ def render(model_path, plan, tp=2, seq=None, loss_parallel=False, mesh=None):
     entries = {}
     for path, d in blocks(plan):
         lines += ["", f"parallelize {_pystr(path)}{on} {{"]
+        entries[len(lines)] = (path, None)      # findings about the whole block
         for key, s in d.items():
             lines.append(f"    {_pystr(key)}: {style(key, s)},")
             entries[len(lines)] = (path, key)
