@@ -66,11 +66,16 @@ static const char *hf_style(const tp_unit *u, const tp_style *s)
 
 static void no_equivalent(tp_unit *u, const tp_style *s)
 {
+    char in[32], out[32], layouts[128];
+    snprintf(layouts, sizeof layouts, "no registered style takes input_layouts=%s with output_layouts=%s on a%s",
+             tp_placement_str(s->input.pl, in, sizeof in), tp_placement_str(s->output.pl, out, sizeof out),
+             matched_kind(u, s) == TP_MOD_EMBEDDING ? "n Embedding" : " Linear");
     const char *why = s->replicate_heads ? "tpcc_replicate_heads is tpcc's own keyword"
                     : s->kind == TP_STYLE_PREPARE_INPUT || s->kind == TP_STYLE_PREPARE_OUTPUT ||
                       s->kind == TP_STYLE_PREPARE_INPUT_OUTPUT ? "transformers registers no PrepareModule* style"
                     : !s->use_local_output ? "every transformers style hands on a plain tensor (use_local_output=True)"
-                    : "no registered style has these layouts";
+                    : s->kind == TP_STYLE_SEQUENCE ? "transformers' sequence_parallel shards dimension 1"
+                    : layouts;
     tp_diag *g = tp_diag_add(&u->diags, TP_ERROR, s->entry->span, "export",
                              "'%s': %s has no Hugging Face tp_plan equivalent: %s", s->pattern, s->name, why);
     tp_diag_help(g, "transformers 5.23 registers %s (see README, Python); export this plan with --export=pytorch",
