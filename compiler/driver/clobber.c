@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "compiler/driver/clobber.h"
+#include "sched/name.h"
 #include "util/xalloc.h"
 
 /* out resolved without requiring it to exist: realpath of its directory
@@ -23,7 +24,7 @@ static char *resolve_new_file(const char *out)
     return resolved;
 }
 
-static int same_file(const char *out, const struct stat *out_st, const char *out_resolved, const char *input)
+static int same_file(const struct stat *out_st, const char *out_resolved, const char *input)
 {
     struct stat in_st;
     if (out_st)
@@ -52,14 +53,16 @@ int tp_output_clobbers_input(const char *out, const tp_unit *u, char *msg, size_
     char *resolved = exists ? NULL : resolve_new_file(out);
     int found = -1;
     for (int i = 0; i < u->src.count && found < 0; i++)
-        if (same_file(out, exists ? &st : NULL, resolved, u->src.files[i].path))
+        if (same_file(exists ? &st : NULL, resolved, u->src.files[i].path))
             found = i;
-    int hf = found < 0 && u->config.hf_path && same_file(out, exists ? &st : NULL, resolved, u->config.hf_path);
+    int hf = found < 0 && u->config.hf_path && same_file(exists ? &st : NULL, resolved, u->config.hf_path);
     free(resolved);
     if (found < 0 && !hf)
         return 0;
+    char *suggested = tp_sched_name_for(u->plan_file >= 0 ? u->src.files[u->plan_file].path : out);
     snprintf(msg, msglen, "-o %s would overwrite %s '%s', an input: nothing was written; name the schedule "
-             "another file, such as NAME.sched", out, hf ? "the Hugging Face config" : role(u, found),
-             hf ? u->config.hf_path : u->src.files[found].path);
+             "another file, such as %s", out, hf ? "the Hugging Face config" : role(u, found),
+             hf ? u->config.hf_path : u->src.files[found].path, suggested);
+    free(suggested);
     return 1;
 }

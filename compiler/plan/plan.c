@@ -582,10 +582,10 @@ static bool supports(const tp_style *s, const tp_module *m)
     }
 }
 
-/* Why renaming s's key to `key` is not a fix --fix may apply, or NULL:
- * the modules the new key matches must all take the style and have no
- * entry yet (else the rename makes a duplicate-entry or an
- * unsupported-module error). */
+/* Why renaming s's key so that its absolute pattern becomes `pattern` is
+ * not a fix --fix may apply, or NULL: the modules the new pattern matches
+ * must all take the style and have no entry yet (else the rename makes a
+ * duplicate-entry or an unsupported-module error). */
 static const char *rename_blocked(const tp_model *m, const tp_style *s, const char *pattern)
 {
     for (int i = 0; i < m->count; i++) {

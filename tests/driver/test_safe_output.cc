@@ -155,7 +155,7 @@ void expect_refused(const Inputs &in, const std::vector<std::string> &args, cons
     Proc r = tpcc(args);
     EXPECT_EQ(r.code(), 2) << r.describe();
     EXPECT_TRUE(contains(r.err, "would overwrite " + role)) << r.describe();
-    EXPECT_TRUE(contains(r.err, "nothing was written")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "nothing was written; name the schedule another file, such as tiny.sched")) << r.describe();
     EXPECT_EQ(slurp(victim), before) << "the input was written over";
 }
 
@@ -205,6 +205,29 @@ TEST(NoClobber, RelativeToAnotherDirectory)
     fs::current_path(cwd);
     EXPECT_EQ(r.code(), 2) << r.describe();
     EXPECT_EQ(slurp(in.plan), before);
+}
+
+// ---- where a plan's model is found ----
+
+// Beside the plan first; else its file name in TPCC_MODEL_PATH (then the
+// installed models, which tests/install/test_install.sh checks).
+TEST(ModelPath, SearchedByFileNameInTpccModelPath)
+{
+    TempDir dir;
+    std::string text = slurp(source_path("plans/llama-tiny.plan"));
+    text.replace(text.find("../models/llama.model"), 21, "llama.model");
+    std::string plan = dir.write("mine.plan", text);
+    Proc missing = tpcc_test::run_program(kTpcc, {"--check", plan});
+    EXPECT_EQ(missing.code(), 2) << missing.describe();
+    EXPECT_TRUE(contains(missing.err, "llama.model")) << missing.describe();
+    Proc found = tpcc_test::run_program(kTpcc, {"--check", plan},
+                                        {"TPCC_MODEL_PATH=/nonexistent::" + source_path("models")});
+    EXPECT_EQ(found.code(), 0) << found.describe();
+    // a model beside the plan wins over the search path
+    dir.write("llama.model", "this is not a model");
+    Proc beside = tpcc_test::run_program(kTpcc, {"--check", plan}, {"TPCC_MODEL_PATH=" + source_path("models")});
+    EXPECT_EQ(beside.code(), 1) << beside.describe();
+    EXPECT_TRUE(contains(beside.err, dir.path + "/llama.model")) << beside.describe();
 }
 
 // ---- tprun given a plan ----
