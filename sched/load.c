@@ -12,6 +12,7 @@
 #include <string.h>
 #include "sched/format.h"
 #include "sched/load.h"
+#include "sched/name.h"
 #include "util/xalloc.h"
 #include "util/errmsg.h"
 
@@ -662,15 +663,23 @@ int tr_schedule_load(tr_schedule *s, const char *path, int rank, int world_expec
     json_error_t je;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        snprintf(err, errlen, "%s: cannot read schedule: %s (line %d); compile one with tpcc PLAN -o %s", path, je.text,
-                 je.line, path);
+        /* most often a plan given where its schedule belongs: name a .sched
+         * for it, never the file itself (tpcc -o refuses an input anyway) */
+        char *sched = tp_sched_name_for(path);
+        if (tp_is_sched_name(path))
+            snprintf(err, errlen, "%s: cannot read schedule: %s (line %d); compile it again with tpcc PLAN -o %s",
+                     path, je.text, je.line, path);
+        else
+            snprintf(err, errlen, "%s: cannot read schedule: %s (line %d); if it is a plan, compile it first: "
+                     "tpcc %s -o %s, then run that", path, je.text, je.line, path, sched);
+        free(sched);
         return -1;
     }
     int rc = -1;
     char *magic = NULL, *dtype = NULL;
     int64_t version, world;
     if (!json_is_object(root) || get_str(&L, root, "magic", &magic))
-        fail(&L, "not a tpcc schedule (no magic)");
+        fail(&L, "not a tpcc schedule (no magic); compile a plan with tpcc PLAN -o NAME.sched");
     else if (strcmp(magic, TP_SCHEDULE_MAGIC))
         fail(&L, "not a tpcc schedule (magic '%s')", magic);
     else if (get_int(&L, root, "format_version", 0, 1 << 20, &version))

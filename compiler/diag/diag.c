@@ -24,8 +24,10 @@ static void diag_free(tp_diag *g)
     for (int i = 0; i < g->nhelps; i++)
         free(g->helps[i]);
     free(g->helps);
-    for (int i = 0; i < g->nfixits; i++)
+    for (int i = 0; i < g->nfixits; i++) {
         free(g->fixits[i].replacement);
+        free(g->fixits[i].claim);
+    }
     free(g->fixits);
 }
 
@@ -94,6 +96,13 @@ void tp_diag_fixit(tp_diag *g, tp_span span, const char *replacement)
     tp_fixit *f = &g->fixits[g->nfixits++];
     f->span = span;
     f->replacement = tp_xstrdup(replacement);
+    f->claim = NULL;
+}
+
+void tp_diag_fixit_claim(tp_diag *g, tp_span span, const char *replacement, const char *claim)
+{
+    tp_diag_fixit(g, span, replacement);
+    g->fixits[g->nfixits - 1].claim = tp_xstrdup(claim);
 }
 
 /* qsort is not stable, so each item carries its original position as the

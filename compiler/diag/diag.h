@@ -15,6 +15,10 @@ typedef enum tp_diag_level { TP_ERROR, TP_WARNING, TP_NOTE } tp_diag_level;
 typedef struct tp_fixit {
     tp_span span;       /* the text to replace (length 0: insert at offset) */
     char *replacement;
+    /* What the edit creates that must stay unique, or NULL: a renamed plan
+     * key's absolute pattern. Two different edits with one claim (two keys
+     * renamed to the same new key) are both skipped. */
+    char *claim;
 } tp_fixit;
 
 typedef struct tp_diag_note {
@@ -49,6 +53,8 @@ void tp_diag_note_at(tp_diag *g, tp_span span, const char *fmt, ...)
 void tp_diag_help(tp_diag *g, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void tp_diag_fixit(tp_diag *g, tp_span span, const char *replacement);
+/* A fix-it with a claim (see tp_fixit). */
+void tp_diag_fixit_claim(tp_diag *g, tp_span span, const char *replacement, const char *claim);
 
 /* Sort by file, then offset, keeping insertion order for ties; drop exact
  * duplicates (same level, check, span, message). */
@@ -67,16 +73,39 @@ char *tp_diags_render_text(const tp_diags *d, const tp_sources *src, int color);
 char *tp_diags_render_json(const tp_diags *d, const tp_sources *src);
 char *tp_diags_render_sarif(const tp_diags *d, const tp_sources *src);
 
+/* What became of one fix-it (--fix). */
+typedef enum tp_fix_status {
+    TP_FIX_APPLIED,
+    TP_FIX_REPEATED,      /* the same edit as another fix-it: applied once, with it */
+    TP_FIX_OVERLAP,       /* its range overlaps another edit's: neither is applied */
+    TP_FIX_CLAIMED,       /* another edit creates the same thing (tp_fixit.claim): neither */
+    TP_FIX_WITH_OTHER,    /* another edit of the same diagnostic was skipped: half a fix is none */
+    TP_FIX_NOT_WRITABLE,  /* it edits a file other than the one that may be written */
+    TP_FIX_DEFERRED,      /* set by the caller: not in this round (never applied, no conflicts) */
+} tp_fix_status;
+
+/* Apply the fix-its of every diagnostic that are safe together, writing
+ * each edited file atomically (temp file + rename; every new content is
+ * written before any file is replaced). Only file `writable` is edited
+ * (-1: any). status (when not NULL) holds one entry per fix-it, in
+ * diagnostic then fix-it order: on entry TP_FIX_DEFERRED for the fix-its
+ * to leave out and TP_FIX_APPLIED for the others; on return what became of
+ * each. Returns the number of edits applied, or -1
+ * on an I/O error (message in err; no file changed). */
+int tp_diags_apply_safe_fixits(const tp_diags *d, const tp_sources *src, int writable,
+                               tp_fix_status *status, char *err, size_t errlen);
+const char *tp_fix_status_reason(tp_fix_status s);
+
 /* Apply every fix-it of every diagnostic to the files they edit, writing
  * each file atomically (temp file + rename). Overlapping edits in the same
- * file: the first one wins, later ones are skipped and counted. Returns the
- * number of edits applied, or -1 on an I/O error (message in err). */
+ * file are all skipped and counted. Returns the number of edits applied, or
+ * -1 on an I/O error (message in err). */
 int tp_diags_apply_fixits(const tp_diags *d, const tp_sources *src,
                           char *err, size_t errlen);
 
 /* tp_diags_apply_fixits, also storing in *skipped (when not NULL) how many
- * edits were skipped because they overlap an earlier one. An edit proposed
- * twice is applied once and not counted as skipped. */
+ * edits were skipped (overlapping or claiming what another creates). An
+ * edit proposed twice is applied once and not counted as skipped. */
 int tp_diags_apply_fixits_counted(const tp_diags *d, const tp_sources *src,
                                   int *skipped, char *err, size_t errlen);
 

@@ -1,7 +1,7 @@
 /* diag/fixit.c: applying fix-its to the files on disk.
  *
  * Edits are made against the text tpcc loaded (the spans point into it),
- * per file: conflicting edits are dropped, the rest spliced in, and the
+ * per file: conflicting edits are all dropped, the rest spliced in, and the
  * result written atomically. All new contents are written to temporary
  * files before any original is replaced, so an error while writing (full
  * disk, read-only directory) leaves every file as it was; only a rename
@@ -33,50 +33,142 @@ typedef struct pending {
     char *tmp_path;
 } pending;
 
+/* Every fix-it of a run, in diagnostic then fix-it order. */
+typedef struct flat_fixit {
+    int diag;
+    const tp_fixit *f;
+    int original;       /* TP_FIX_REPEATED: the index of the same edit proposed first */
+} flat_fixit;
+
 /* ---- choosing the edits ---- */
 
 /* Two edits conflict when their ranges overlap, or when one inserts at
  * the offset where the other starts: the order of the two texts would be
  * a guess. */
-static int conflicts(const edit *a, const edit *b)
+static int conflicts(const tp_fixit *a, const tp_fixit *b)
 {
-    if (a->offset == b->offset && (a->length == 0 || b->length == 0))
+    tp_span x = a->span, y = b->span;
+    if (x.file != y.file)
+        return 0;
+    if (x.offset == y.offset && (x.length == 0 || y.length == 0))
         return 1;
-    return a->offset < b->offset + b->length && b->offset < a->offset + a->length;
+    return x.offset < y.offset + y.length && y.offset < x.offset + x.length;
 }
 
-static int same_edit(const edit *a, const edit *b)
+static int same_edit(const tp_fixit *a, const tp_fixit *b)
 {
-    return a->offset == b->offset && a->length == b->length && strcmp(a->text, b->text) == 0;
+    return a->span.file == b->span.file && a->span.offset == b->span.offset &&
+           a->span.length == b->span.length && strcmp(a->replacement, b->replacement) == 0;
 }
 
-/* Edits of `file` in the order they were proposed, keeping the first of
- * any conflicting ones and one copy of repeated ones. Returns the count
- * kept; *skipped grows by the conflicts dropped. */
-static int select_edits(const tp_diags *d, int file, edit *kept, int *skipped)
+static int same_claim(const tp_fixit *a, const tp_fixit *b)
+{
+    return a->claim && b->claim && strcmp(a->claim, b->claim) == 0;
+}
+
+static int skipped_status(tp_fix_status s)
+{
+    return s != TP_FIX_APPLIED && s != TP_FIX_REPEATED;
+}
+
+static int count_fixits(const tp_diags *d)
 {
     int n = 0;
-    for (int i = 0; i < d->count; i++) {
-        const tp_diag *g = &d->items[i];
-        for (int j = 0; j < g->nfixits; j++) {
-            const tp_fixit *f = &g->fixits[j];
-            if (f->span.file != file)
-                continue;
-            edit e = {f->span.offset, f->span.length, f->replacement};
-            int keep = 1;
-            for (int k = 0; k < n && keep; k++) {
-                if (same_edit(&kept[k], &e))
-                    keep = 0;
-                else if (conflicts(&kept[k], &e)) {
-                    keep = 0;
-                    (*skipped)++;
-                }
+    for (int i = 0; i < d->count; i++)
+        n += d->items[i].nfixits;
+    return n;
+}
+
+static flat_fixit *flatten(const tp_diags *d, int n)
+{
+    flat_fixit *x = tp_xreallocarray(NULL, (size_t)n, sizeof *x);
+    int k = 0;
+    for (int i = 0; i < d->count; i++)
+        for (int j = 0; j < d->items[i].nfixits; j++)
+            x[k++] = (flat_fixit){i, &d->items[i].fixits[j], -1};
+    return x;
+}
+
+/* A diagnostic's fix is all its edits or none: skip the rest of a
+ * diagnostic one of whose edits is skipped, and a repeated edit with the
+ * edit it repeats. Returns whether anything changed. */
+static int spread_skips(flat_fixit *x, tp_fix_status *st, int n)
+{
+    int changed = 0;
+    for (int k = 0; k < n; k++) {
+        if (st[k] == TP_FIX_REPEATED && skipped_status(st[x[k].original])) {
+            st[k] = st[x[k].original];
+            changed = 1;
+        }
+        if (!skipped_status(st[k]))
+            continue;
+        for (int l = 0; l < n; l++)
+            if (x[l].diag == x[k].diag && st[l] == TP_FIX_APPLIED) {
+                st[l] = TP_FIX_WITH_OTHER;
+                changed = 1;
             }
-            if (keep)
-                kept[n++] = e;
+    }
+    return changed;
+}
+
+/* Decide every fix-it's fate: edits proposed twice are made once; edits
+ * that overlap, or that create the same thing, are all skipped (which one
+ * is right would be a guess); edits outside `writable` are skipped; a
+ * diagnostic whose fix is not whole is skipped entirely. */
+static void decide(flat_fixit *x, int n, int writable, tp_fix_status *st)
+{
+    for (int k = 0; k < n; k++) {
+        if (st[k] == TP_FIX_DEFERRED)
+            continue;
+        st[k] = TP_FIX_APPLIED;
+        for (int l = 0; l < k && st[k] == TP_FIX_APPLIED; l++)
+            if (st[l] != TP_FIX_REPEATED && st[l] != TP_FIX_DEFERRED && same_edit(x[l].f, x[k].f)) {
+                st[k] = TP_FIX_REPEATED;
+                x[k].original = l;
+            }
+        if (st[k] == TP_FIX_APPLIED && writable >= 0 && x[k].f->span.file != writable)
+            st[k] = TP_FIX_NOT_WRITABLE;
+    }
+    for (int k = 0; k < n; k++) {
+        for (int l = k + 1; l < n; l++) {
+            if (st[k] == TP_FIX_REPEATED || st[l] == TP_FIX_REPEATED || st[k] == TP_FIX_DEFERRED ||
+                st[l] == TP_FIX_DEFERRED)
+                continue;
+            tp_fix_status why = conflicts(x[k].f, x[l].f)    ? TP_FIX_OVERLAP
+                                : same_claim(x[k].f, x[l].f) ? TP_FIX_CLAIMED
+                                                             : TP_FIX_APPLIED;
+            if (why == TP_FIX_APPLIED)
+                continue;
+            if (st[k] == TP_FIX_APPLIED) st[k] = why;
+            if (st[l] == TP_FIX_APPLIED) st[l] = why;
         }
     }
-    return n;
+    while (spread_skips(x, st, n))
+        ;
+}
+
+/* The edits of `file` that are applied. */
+static int select_edits(const flat_fixit *x, const tp_fix_status *st, int n, int file, edit *kept)
+{
+    int m = 0;
+    for (int k = 0; k < n; k++)
+        if (st[k] == TP_FIX_APPLIED && x[k].f->span.file == file)
+            kept[m++] = (edit){x[k].f->span.offset, x[k].f->span.length, x[k].f->replacement};
+    return m;
+}
+
+const char *tp_fix_status_reason(tp_fix_status s)
+{
+    switch (s) {
+    case TP_FIX_APPLIED: return "applied";
+    case TP_FIX_REPEATED: return "applied (the same edit as another fix)";
+    case TP_FIX_OVERLAP: return "its edit overlaps another fix's: neither is applied";
+    case TP_FIX_CLAIMED: return "another fix makes the same key: neither is applied";
+    case TP_FIX_WITH_OTHER: return "part of its edit could not be applied, so none of it is";
+    case TP_FIX_NOT_WRITABLE: return "it edits a file --fix does not write (only plans are edited)";
+    case TP_FIX_DEFERRED: return "it was found with plan entries that are not right yet; run --fix again once they are";
+    }
+    return "?";
 }
 
 static int cmp_edit(const void *pa, const void *pb)
@@ -120,14 +212,6 @@ static int check_spans(const tp_diags *d, const tp_sources *src, char *err, size
         }
     }
     return 0;
-}
-
-static int count_fixits(const tp_diags *d)
-{
-    int n = 0;
-    for (int i = 0; i < d->count; i++)
-        n += d->items[i].nfixits;
-    return n;
 }
 
 /* ---- writing ---- */
@@ -235,13 +319,13 @@ static int check_distinct(const pending *p, int n, char *err, size_t errlen)
 
 /* Build and write the new contents of every edited file to temporary
  * files. Returns the number of edits they contain, or -1. */
-static int prepare_all(const tp_diags *d, const tp_sources *src, pending *p, int *npending,
-                       int *skipped, char *err, size_t errlen)
+static int prepare_all(const flat_fixit *x, const tp_fix_status *st, int nfix, const tp_sources *src,
+                       pending *p, int *npending, char *err, size_t errlen)
 {
-    edit *edits = tp_xreallocarray(NULL, (size_t)count_fixits(d), sizeof *edits);
+    edit *edits = tp_xreallocarray(NULL, (size_t)nfix, sizeof *edits);
     int applied = 0;
     for (int file = 0; file < src->count; file++) {
-        int n = select_edits(d, file, edits, skipped);
+        int n = select_edits(x, st, nfix, file, edits);
         if (n == 0)
             continue;
         size_t len;
@@ -261,20 +345,26 @@ static int prepare_all(const tp_diags *d, const tp_sources *src, pending *p, int
     return applied;
 }
 
-int tp_diags_apply_fixits_counted(const tp_diags *d, const tp_sources *src,
-                                  int *skipped, char *err, size_t errlen)
+int tp_diags_apply_safe_fixits(const tp_diags *d, const tp_sources *src, int writable,
+                               tp_fix_status *status, char *err, size_t errlen)
 {
-    int skipped_here = 0;
-    if (skipped)
-        *skipped = 0;
-    if (count_fixits(d) == 0)
+    int nfix = count_fixits(d);
+    if (nfix == 0)
         return 0;
     if (check_spans(d, src, err, errlen) != 0)
         return -1;
+    flat_fixit *x = flatten(d, nfix);
+    tp_fix_status *st = status;
+    if (!st) {
+        st = tp_xreallocarray(NULL, (size_t)nfix, sizeof *st);
+        for (int k = 0; k < nfix; k++)
+            st[k] = TP_FIX_APPLIED;
+    }
+    decide(x, nfix, writable, st);
 
     pending *p = tp_xcalloc((size_t)src->count, sizeof *p);
     int npending = 0;
-    int applied = prepare_all(d, src, p, &npending, &skipped_here, err, errlen);
+    int applied = prepare_all(x, st, nfix, src, p, &npending, err, errlen);
     for (int i = 0; i < npending && applied >= 0; i++) {
         if (rename(p[i].tmp_path, p[i].real_path) != 0) {
             tp_error(err, errlen, "cannot replace '%s': %s", p[i].path, strerror(errno));
@@ -285,8 +375,26 @@ int tp_diags_apply_fixits_counted(const tp_diags *d, const tp_sources *src,
         p[i].tmp_path = NULL;
     }
     discard_pending(p, npending);
-    if (applied >= 0 && skipped)
-        *skipped = skipped_here;
+    free(x);
+    if (st != status)
+        free(st);
+    return applied;
+}
+
+int tp_diags_apply_fixits_counted(const tp_diags *d, const tp_sources *src,
+                                  int *skipped, char *err, size_t errlen)
+{
+    int nfix = count_fixits(d);
+    tp_fix_status *st = tp_xreallocarray(NULL, (size_t)nfix + 1, sizeof *st);
+    for (int k = 0; k < nfix; k++)
+        st[k] = TP_FIX_APPLIED;
+    int applied = tp_diags_apply_safe_fixits(d, src, -1, st, err, errlen);
+    if (skipped) {
+        *skipped = 0;
+        for (int k = 0; applied >= 0 && k < nfix; k++)
+            *skipped += skipped_status(st[k]);
+    }
+    free(st);
     return applied;
 }
 

@@ -1,4 +1,5 @@
 /* suggest.c: did-you-mean suggestions (see suggest.h). */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/diag/suggest.h"
@@ -38,5 +39,69 @@ const char *tp_suggest(const char *word, const char *const *candidates, int n)
         int d = tp_edit_distance(word, candidates[i]);
         if (d < best_d) { best_d = d; best = candidates[i]; }
     }
+    return best;
+}
+
+/* a and b equal once case and underscores are ignored */
+static bool same_folded(const char *a, const char *b)
+{
+    for (;;) {
+        while (*a == '_') a++;
+        while (*b == '_') b++;
+        if (!*a || !*b)
+            return !*a && !*b;
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
+            return false;
+        a++, b++;
+    }
+}
+
+static int components(const char *s)
+{
+    int n = 1;
+    for (; *s; s++)
+        n += *s == '.';
+    return n;
+}
+
+/* The one distinct candidate that folds to word, or NULL (none, or two). */
+static const char *folded_match(const char *word, const char *const *candidates, int n)
+{
+    const char *found = NULL;
+    for (int i = 0; i < n; i++) {
+        if (!same_folded(word, candidates[i]) || (found && !strcmp(found, candidates[i])))
+            continue;
+        if (found)
+            return NULL;
+        found = candidates[i];
+    }
+    return found;
+}
+
+const char *tp_suggest_sure(const char *word, const char *const *candidates, int n)
+{
+    const char *folded = folded_match(word, candidates, n);
+    if (folded)
+        return strcmp(folded, word) ? folded : NULL;
+    int limit = (int)strlen(word) / 4;
+    if (limit < 1) limit = 1;
+    if (limit > 3) limit = 3;
+    const char *best = NULL;
+    int best_d = -1, second_d = -1;
+    for (int i = 0; i < n; i++) {
+        if (best && !strcmp(best, candidates[i]))
+            continue;
+        int d = tp_edit_distance(word, candidates[i]);
+        if (!best || d < best_d) {
+            second_d = best_d;
+            best_d = d;
+            best = candidates[i];
+        } else if (second_d < 0 || d < second_d) {
+            second_d = d;
+        }
+    }
+    if (!best || best_d < 1 || best_d > limit || (second_d >= 0 && second_d <= best_d) ||
+        components(best) != components(word))
+        return NULL;
     return best;
 }

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/driver/compile.h"
+#include "compiler/driver/model_path.h"
 #include "compiler/front/hf_check.h"
 #include "compiler/front/parse.h"
 #include "util/xalloc.h"
@@ -60,7 +61,7 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     }
     if (nrefs > 1)
         tp_diag_add(&u->diags, TP_ERROR, ref->span, "plan", "a plan applies to one model; it names %d", nrefs);
-    char *model_path = tp_path_relative_to(plan_path, ref->str);
+    char *model_path = tp_find_model(plan_path, ref->str);
     u->model_file = load(u, model_path, ref->span);
     free(model_path);
     if (u->model_file < 0)

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "compiler/driver/clobber.h"
 #include "compiler/driver/compile.h"
+#include "compiler/driver/fix.h"
 #include "compiler/export/export.h"
 #include "compiler/report/report.h"
 #include "sched/write.h"
@@ -39,7 +41,8 @@ static const char usage[] =
     "  -D name=value              override a configuration value (tp, seq, hidden, ...)\n"
     "  --hf-config FILE|DIR       read hf(key, default) values from a Hugging Face config.json\n"
     "                             (or a model directory's), checked against the model's hf { }\n"
-    "  --fix                      apply the machine-applicable fixes to the plan files\n"
+    "  --fix                      apply the fixes that are sure to the plan files (never the\n"
+    "                             model or config.json), then check the plans again\n"
     "  --diagnostics-format=FMT   text (default), json or sarif (SARIF 2.1.0)\n"
     "  --color=WHEN               auto (default), always or never\n"
     "  -h, --help                 show this help\n"
@@ -197,8 +200,8 @@ static tp_compile_opts compile_opts(const cli *o, bool optimize)
     return (tp_compile_opts){o->defines, o->ndefines, o->hf, optimize, o->dtype, program};
 }
 
-/* Render the unit's diagnostics; apply --fix. Returns the exit status. */
-static int finish_diagnostics(const cli *o, tp_unit *u, const char *path, int color)
+/* Render the unit's diagnostics. Returns the exit status. */
+static int finish_diagnostics(const cli *o, tp_unit *u, int color)
 {
     tp_diags_sort(&u->diags);
     int rc = u->io_error ? 2 : u->diags.errors ? 1 : 0;
@@ -206,17 +209,18 @@ static int finish_diagnostics(const cli *o, tp_unit *u, const char *path, int co
     FILE *to = o->format == TP_FMT_TEXT || o->mode == MODE_EXPORT ? stderr : stdout;
     if (tp_diags_render(&u->diags, &u->src, o->format, color, to) < 0)
         rc = 2;
-    if (o->fix) {
-        char err[512];
-        int n = tp_diags_apply_fixits(&u->diags, &u->src, err, sizeof err);
-        if (n < 0) {
-            fprintf(stderr, "tpcc: --fix: %s\n", err);
-            rc = 2;
-        } else if (n > 0) {
-            fprintf(stderr, "tpcc: applied %d fix%s to %s\n", n, n == 1 ? "" : "es", path);
-        }
-    }
     return rc;
+}
+
+/* --fix: edit the plan, then u holds the plan as fixed (what is left).
+ * Returns 0, or 2 when the plan could not be written. */
+static int fix(tp_unit *u, const char *path, const tp_compile_opts *opts)
+{
+    char err[512];
+    if (tp_fix_plan(u, path, opts, stderr, err, sizeof err) >= 0)
+        return 0;
+    fprintf(stderr, "tpcc: --fix: %s\n", err);
+    return 2;
 }
 
 /* What determines the schedule: the sources, every resolved config value,
@@ -262,10 +266,10 @@ static int report(const cli *o, tp_unit *u, const char *path)
     return rc;
 }
 
-static int write_export(const tp_unit *u, const char *text, const char *out)
+static int write_export(const char *text, const char *out)
 {
     char err[512];
-    if (tp_export_write(u, text, out, err, sizeof err) < 0) {
+    if (tp_export_write(text, out, err, sizeof err) < 0) {
         fprintf(stderr, "tpcc: %s\n", err);
         return 2;
     }
@@ -278,6 +282,14 @@ static int run_plan(const cli *o, const char *path, int color)
     tp_compile_opts opts = compile_opts(o, o->optimize);
     tp_unit u;
     tp_compile(&u, path, &opts);
+    char msg[1024];
+    bool writes_out = o->mode == MODE_COMPILE || (o->mode == MODE_EXPORT && o->out && strcmp(o->out, "-"));
+    if (writes_out && tp_output_clobbers_input(o->out, &u, o->mode == MODE_COMPILE, msg, sizeof msg)) {
+        fprintf(stderr, "tpcc: %s\n", msg);
+        tp_unit_free(&u);
+        return 2;
+    }
+    int fix_rc = o->fix ? fix(&u, path, &opts) : 0;
     if (o->mode == MODE_EXPLAIN && u.built)
         tp_explain_print(&u.analysis, &u.plan, stdout);
     char *exported = NULL;
@@ -288,9 +300,11 @@ static int run_plan(const cli *o, const char *path, int color)
             u.io_error = true;
         }
     }
-    int rc = finish_diagnostics(o, &u, path, color);
+    int rc = finish_diagnostics(o, &u, color);
+    if (fix_rc > rc)
+        rc = fix_rc;
     if (rc == 0 && exported)
-        rc = write_export(&u, exported, o->out);
+        rc = write_export(exported, o->out);
     free(exported);
     if (rc == 0 && o->mode == MODE_COMPILE)
         rc = compile_to_file(o, &u, path);

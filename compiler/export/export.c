@@ -1,8 +1,6 @@
-/* export.c: --export: pick the format, and write the result where -o says
- * without ever replacing an input. */
+/* export.c: --export: pick the format, and write the result where -o says. */
 #include <errno.h>
 #include <string.h>
-#include <sys/stat.h>
 #include "compiler/export/export.h"
 #include "util/atomic_write.h"
 
@@ -34,15 +32,7 @@ void tp_export_pystr(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* Same file: the same device and inode (a path spelled differently, a
- * hard or symbolic link). */
-static bool same_file(const char *a, const struct stat *bst)
-{
-    struct stat ast;
-    return stat(a, &ast) == 0 && ast.st_dev == bst->st_dev && ast.st_ino == bst->st_ino;
-}
-
-int tp_export_write(const tp_unit *u, const char *text, const char *out, char *err, size_t errlen)
+int tp_export_write(const char *text, const char *out, char *err, size_t errlen)
 {
     size_t len = strlen(text);
     if (!out || !strcmp(out, "-")) {
@@ -51,16 +41,6 @@ int tp_export_write(const tp_unit *u, const char *text, const char *out, char *e
             return -1;
         }
         return 0;
-    }
-    struct stat ost;
-    if (stat(out, &ost) == 0) {
-        /* the sources hold the plan, its model files and --hf-config's config.json */
-        for (int i = 0; i < u->src.count; i++)
-            if (same_file(u->src.files[i].path, &ost)) {
-                snprintf(err, errlen, "-o %s is an input (%s); the export goes to a new file, such as "
-                         "parallelize_plan.py", out, u->src.files[i].path);
-                return -1;
-            }
     }
     tp_bytes piece = {text, len};
     return tp_write_file_atomic(out, &piece, 1, err, errlen);

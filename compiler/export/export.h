@@ -21,10 +21,10 @@ int tp_export_format_parse(const char *name);
  * when an entry has no equivalent (each reported in u->diags). */
 char *tp_export(tp_unit *u, const char *plan_path, tp_export_format fmt);
 
-/* Write `text` to stdout (out NULL or "-") or atomically to `out`, which
- * must not be one of the unit's inputs (the plan, its model files or
- * config.json). Returns 0, or -1 with a message in err. */
-int tp_export_write(const tp_unit *u, const char *text, const char *out, char *err, size_t errlen);
+/* Write `text` to stdout (out NULL or "-") or atomically to `out` (the
+ * driver has checked that out is none of the inputs: driver/clobber.h).
+ * Returns 0, or -1 with a message in err. */
+int tp_export_write(const char *text, const char *out, char *err, size_t errlen);
 
 /* --- shared by the formats ---------------------------------------------- */
 

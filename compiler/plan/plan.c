@@ -282,9 +282,12 @@ static tp_style *read_style(reader *r, const tp_node *call)
     if (!fn || k == NSTYLES) {
         tp_diag *g = tp_diag_add(r->d, TP_ERROR, call->span, "plan",
                                  "expected a parallel style such as ColwiseParallel()");
-        const char *best = fn ? tp_suggest(fn, style_names, NSTYLES) : NULL;
+        const char *sure = fn ? tp_suggest_sure(fn, style_names, NSTYLES) : NULL;
+        const char *best = sure ? sure : fn ? tp_suggest(fn, style_names, NSTYLES) : NULL;
         if (best)
             tp_diag_help(g, "did you mean '%s'?", best);
+        if (sure)
+            tp_diag_fixit(g, call->kids[0]->span, sure);
         return NULL;
     }
     if (!check_keywords(r, call, (tp_style_kind)k))
@@ -579,7 +582,30 @@ static bool supports(const tp_style *s, const tp_module *m)
     }
 }
 
-static void suggest_module(tp_plan *p, tp_model *m, tp_style *s, tp_diag *g)
+/* Why renaming s's key so that its absolute pattern becomes `pattern` is
+ * not a fix --fix may apply, or NULL: the modules the new pattern matches
+ * must all take the style and have no entry yet (else the rename makes a
+ * duplicate-entry or an unsupported-module error). */
+static const char *rename_blocked(const tp_model *m, const tp_style *s, const char *pattern)
+{
+    for (int i = 0; i < m->count; i++) {
+        const tp_module *mod = m->all[i];
+        if (!tp_pattern_match(pattern, mod->fqn))
+            continue;
+        if (mod->style)
+            return "another entry already parallelizes it";
+        if (!supports(s, mod))
+            return "the style does not support it";
+    }
+    return NULL;
+}
+
+static char *absolute_pattern(const char *base, const char *key)
+{
+    return base[0] ? tp_xasprintf("%s.%s", base, key) : tp_xstrdup(key);
+}
+
+static void suggest_module(const tp_model *m, const tp_style *s, tp_diag *g)
 {
     /* Candidates: every module name written relative to the parallelize path. */
     const char **names = tp_xmalloc((size_t)m->count * sizeof *names);
@@ -614,17 +640,26 @@ static void suggest_module(tp_plan *p, tp_model *m, tp_style *s, tp_diag *g)
         n++;
     }
     const char *best = tp_suggest(key, names, n);
-    if (best) {
+    const char *sure = tp_suggest_sure(key, names, n);
+    if (sure) {
+        char *pattern = absolute_pattern(s->base, sure);
+        const char *blocked = rename_blocked(m, s, pattern);
+        if (blocked) {
+            tp_diag_help(g, "did you mean '%s'? (--fix leaves it: %s)", sure, blocked);
+        } else {
+            tp_diag_help(g, "did you mean '%s'?", sure);
+            char *quoted = tp_xasprintf("\"%s\"", sure);
+            tp_diag_fixit_claim(g, s->entry->kids[0]->span, quoted, pattern);
+            free(quoted);
+        }
+        free(pattern);
+    } else if (best) {
         tp_diag_help(g, "did you mean '%s'?", best);
-        char *quoted = tp_xasprintf("\"%s\"", best);
-        tp_diag_fixit(g, s->entry->kids[0]->span, quoted);
-        free(quoted);
     }
     for (int i = 0; i < n; i++)
         free(owned[i]);
     free(owned);
     free(names);
-    (void)p;
 }
 
 static int wildcards(const char *pattern)
@@ -707,10 +742,14 @@ static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
             else
                 mod->style = s;
         }
+    }
+    /* after every entry is resolved, so a rename is checked against them all */
+    for (int si = 0; si < p->nstyles; si++) {
+        tp_style *s = p->styles[si];
         if (s->nmatched == 0) {
             tp_diag *g = tp_diag_add(d, TP_ERROR, s->entry->kids[0]->span, "unmatched-entry",
                                      "plan key '%s' matches no module", s->pattern);
-            suggest_module(p, m, s, g);
+            suggest_module(m, s, g);
         }
     }
 }

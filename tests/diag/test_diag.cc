@@ -540,17 +540,60 @@ TEST_F(DiagFixitTest, EditsInProposalOrderAcrossDiagnostics)
     EXPECT_EQ(read("a.plan"), "AbcdEF");
 }
 
-TEST_F(DiagFixitTest, OverlappingEditsAreSkipped)
+TEST_F(DiagFixitTest, OverlappingEditsAreAllSkipped)
 {
     int f = load("a.plan", "0123456789");
     tp_diag_fixit(diag(), span_at(&src_, f, 1, 3, 4), "X");    // 2..5
-    tp_diag_fixit(diag(), span_at(&src_, f, 1, 5, 3), "Y");    // 4..6 overlaps: skipped
-    tp_diag_fixit(diag(), span_at(&src_, f, 1, 3, 0), "Z");    // insert at its start: skipped
-    tp_diag_fixit(diag(), span_at(&src_, f, 1, 7, 0), "W");    // insert at its end: fine
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 5, 2), "Y");    // 4..5 overlaps: both skipped
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 3, 0), "Z");    // insert at X's start: skipped too
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 7, 0), "W");    // insert at X's and Y's end: fine
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 10, 1), "N");   // apart from all: fine
     int skipped = -1;
     EXPECT_EQ(apply(&skipped), 2) << err_;
-    EXPECT_EQ(skipped, 2);
-    EXPECT_EQ(read("a.plan"), "01XW6789");
+    EXPECT_EQ(skipped, 3);
+    EXPECT_EQ(read("a.plan"), "012345W678N");
+}
+
+// Two edits that create the same thing (two keys renamed to one new key):
+// neither is applied, and the status says why.
+TEST_F(DiagFixitTest, EditsClaimingTheSameKeyAreBothSkipped)
+{
+    int f = load("a.plan", "\"w11\": A,\n\"w1x\": B,\n\"w22\": C,\n");
+    tp_diag_fixit_claim(diag(), span_at(&src_, f, 1, 1, 5), "\"w1\"", "layers.*.w1");
+    tp_diag_fixit_claim(diag(), span_at(&src_, f, 2, 1, 5), "\"w1\"", "layers.*.w1");
+    tp_diag_fixit_claim(diag(), span_at(&src_, f, 3, 1, 5), "\"w2\"", "layers.*.w2");
+    tp_fix_status st[3] = {TP_FIX_APPLIED, TP_FIX_APPLIED, TP_FIX_APPLIED};
+    EXPECT_EQ(tp_diags_apply_safe_fixits(&diags_, &src_, -1, st, err_, sizeof err_), 1) << err_;
+    EXPECT_EQ(st[0], TP_FIX_CLAIMED);
+    EXPECT_EQ(st[1], TP_FIX_CLAIMED);
+    EXPECT_EQ(st[2], TP_FIX_APPLIED);
+    EXPECT_EQ(read("a.plan"), "\"w11\": A,\n\"w1x\": B,\n\"w2\": C,\n");
+}
+
+// A diagnostic's fix is whole or not made; deferred fix-its are left out
+// and collide with nothing; only the writable file is edited.
+TEST_F(DiagFixitTest, WholeFixesDeferredAndWritable)
+{
+    int f = load("a.plan", "0123456789");
+    int g = load("b.model", "abc");
+    tp_diag *d1 = diag();
+    tp_diag_fixit(d1, span_at(&src_, f, 1, 1, 1), "A");        // fine alone ...
+    tp_diag_fixit(d1, span_at(&src_, f, 1, 5, 1), "E");        // ... but this overlaps the next
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 5, 2), "F");
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 8, 1), "D");    // deferred by the caller
+    tp_diag_fixit(diag(), span_at(&src_, f, 1, 8, 1), "H");    // would overlap D, which is out
+    tp_diag_fixit(diag(), span_at(&src_, g, 1, 1, 1), "M");    // the model: never written
+    tp_fix_status st[6] = {TP_FIX_APPLIED, TP_FIX_APPLIED, TP_FIX_APPLIED, TP_FIX_DEFERRED,
+                           TP_FIX_APPLIED, TP_FIX_APPLIED};
+    EXPECT_EQ(tp_diags_apply_safe_fixits(&diags_, &src_, f, st, err_, sizeof err_), 1) << err_;
+    EXPECT_EQ(st[0], TP_FIX_WITH_OTHER);
+    EXPECT_EQ(st[1], TP_FIX_OVERLAP);
+    EXPECT_EQ(st[2], TP_FIX_OVERLAP);
+    EXPECT_EQ(st[3], TP_FIX_DEFERRED);
+    EXPECT_EQ(st[4], TP_FIX_APPLIED);
+    EXPECT_EQ(st[5], TP_FIX_NOT_WRITABLE);
+    EXPECT_EQ(read("a.plan"), "0123456H89");
+    EXPECT_EQ(read("b.model"), "abc");
 }
 
 TEST_F(DiagFixitTest, DuplicateEditAppliedOnce)

@@ -1,0 +1,14 @@
+/* model_path.h: where a plan's `model "..."` file is found. */
+#ifndef TPCC_MODEL_PATH_H
+#define TPCC_MODEL_PATH_H
+
+/* The model file a plan at plan_path names as ref: ref relative to the
+ * plan's directory (absolute refs as they are) when that file exists;
+ * else, for a relative ref, its file name in each directory of
+ * TPCC_MODEL_PATH (colon-separated), then in the models directory of
+ * this installation (BIN/../share/tpcc/models, next to the running tpcc),
+ * the first that exists; else the plan-relative path, so the error names
+ * it. malloc'ed. */
+char *tp_find_model(const char *plan_path, const char *ref);
+
+#endif /* TPCC_MODEL_PATH_H */
