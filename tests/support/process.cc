@@ -134,14 +134,17 @@ bool on_path(const std::string &program)
     return false;
 }
 
+std::string python_with(const std::string &module)
+{
+    for (const char *py : {"python3", "/usr/bin/python3"})
+        if (run_program(py, {"-c", "import " + module}).code() == 0)
+            return py;
+    return "";
+}
+
 std::string python_with_numpy()
 {
-    static const std::string found = [] {
-        for (const char *py : {"python3", "/usr/bin/python3"})
-            if (run_program(py, {"-c", "import numpy"}).code() == 0)
-                return std::string(py);
-        return std::string();
-    }();
+    static const std::string found = python_with("numpy");
     return found;
 }
 

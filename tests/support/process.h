@@ -52,6 +52,9 @@ bool on_path(const std::string &program);
 // /usr/bin/python3, which a pyenv or venv python3 on PATH may hide), or ""
 // when there is none.
 std::string python_with_numpy();
+// The same for any module (jsonschema, yaml: python3-jsonschema,
+// python3-yaml).
+std::string python_with(const std::string &module);
 extern const char *const kInstallMpich;
 extern const char *const kInstallNumpy;
 
