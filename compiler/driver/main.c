@@ -1,6 +1,5 @@
 /* main.c: the tpcc command line. The only place that exits. */
 #include <getopt.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 
+#include "tests/support/json_doc.h"
 #include "tests/support/plan_harness.h"
 #include "tests/support/process.h"
 
@@ -301,24 +302,7 @@ TEST(CliInfo, Version)
 
 // --- machine-readable output ---------------------------------------------------------------------------
 
-struct Json {
-    explicit Json(const std::string &text)
-    {
-        json_error_t e;
-        root = json_loads(text.c_str(), 0, &e);
-        if (!root)
-            error = std::string(e.text) + " at line " + std::to_string(e.line);
-    }
-    ~Json()
-    {
-        if (root)
-            json_decref(root);
-    }
-    Json(const Json &) = delete;
-    Json &operator=(const Json &) = delete;
-    json_t *root = nullptr;
-    std::string error;
-};
+using Json = tpcc_test::JsonDoc;
 
 TEST(CliJson, BadPlanListsChecks)
 {

@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "tests/support/json_doc.h"
 #include "tests/support/plan_harness.h"
 #include "tests/support/process.h"
 
@@ -25,6 +26,7 @@ extern "C" {
 
 namespace fs = std::filesystem;
 using tpcc_test::contains;
+using tpcc_test::JsonDoc;
 using tpcc_test::Proc;
 using tpcc_test::slurp;
 using tpcc_test::source_path;
@@ -32,7 +34,6 @@ using tpcc_test::TempDir;
 
 namespace {
 
-const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
 const std::string kWarns = source_path("plans/llama-sp-input-layouts.plan");
 const std::string kBad = source_path("tests/bad/relabel-rowwise-embedding.plan");
 const std::string kSuppressed = source_path("tests/lint/suppressed.plan");
@@ -40,7 +41,7 @@ const std::string kSuppressedError = source_path("tests/lint/suppressed-error.pl
 
 Proc tpcc(const std::vector<std::string> &args)
 {
-    return tpcc_test::run_program(kTpcc, args);
+    return tpcc_test::run_tpcc(args);
 }
 
 // Output with the source directory's prefix removed, so goldens hold
@@ -52,26 +53,6 @@ std::string relative(std::string s)
         s.erase(at, prefix.size());
     return s;
 }
-
-// A parsed document, released at scope exit.
-struct Doc {
-    explicit Doc(const std::string &text)
-    {
-        json_error_t e;
-        root = json_loads(text.c_str(), 0, &e);   // one document: trailing text is an error
-        if (!root)
-            error = std::string(e.text) + " at line " + std::to_string(e.line);
-    }
-    ~Doc()
-    {
-        if (root)
-            json_decref(root);
-    }
-    Doc(const Doc &) = delete;
-    Doc &operator=(const Doc &) = delete;
-    json_t *root = nullptr;
-    std::string error;
-};
 
 json_t *at(json_t *v, const std::string &dotted)
 {
@@ -119,7 +100,7 @@ TEST(LintSarif, ManyPlansAreOneSchemaValidDocument)
     args.push_back(dir.path + "/missing.plan");
     Proc r = tpcc(args);
     EXPECT_EQ(r.code(), 2) << r.describe();   // the missing plan
-    Doc doc(r.out);
+    JsonDoc doc(r.out);
     ASSERT_TRUE(doc.root) << doc.error << "\n" << r.out.substr(0, 2000);
     ASSERT_EQ(json_array_size(at(doc.root, "runs")), 1u);
     json_t *results = at(doc.root, "runs.0.results");
@@ -170,7 +151,7 @@ TEST(LintJson, ManyPlansAreOneDocument)
     TempDir dir;
     Proc r = tpcc({"--diagnostics-format=json", "-D", "layers=2", kBad, kWarns, dir.path + "/missing.plan"});
     EXPECT_EQ(r.code(), 2) << r.describe();
-    Doc doc(r.out);
+    JsonDoc doc(r.out);
     ASSERT_TRUE(doc.root) << doc.error << "\n" << r.describe();
     EXPECT_EQ(json_integer_value(at(doc.root, "version")), 1);
     EXPECT_EQ(json_array_size(at(doc.root, "plans")), 3u);
@@ -202,6 +183,12 @@ TEST(LintText, IoErrorPointsAtTheFile)
     EXPECT_EQ(r.err.rfind(dir.path + "/missing.plan:1:1: error: cannot open", 0), 0u) << r.describe();
     EXPECT_FALSE(contains(r.err, "-1")) << r.describe();
     EXPECT_TRUE(contains(r.err, "[io]")) << r.describe();
+    // the same for a config.json that is not there
+    Proc hf = tpcc({"--hf-config", dir.path + "/none.json", kWarns});
+    EXPECT_EQ(hf.code(), 2);
+    EXPECT_EQ(hf.err.rfind(dir.path + "/none.json:1:1: error: cannot read Hugging Face config", 0), 0u)
+        << hf.describe();
+    EXPECT_FALSE(contains(hf.err, "-1")) << hf.describe();
 }
 
 // --- URIs and fingerprints ------------------------------------------------------------------------
@@ -209,7 +196,7 @@ TEST(LintText, IoErrorPointsAtTheFile)
 TEST(LintSarif, UrisAreRelativeToTheSarifRoot)
 {
     Proc r = tpcc({"--diagnostics-format=sarif", "--sarif-root", source_path("tests"), kBad});
-    Doc doc(r.out);
+    JsonDoc doc(r.out);
     ASSERT_TRUE(doc.root) << doc.error << "\n" << r.describe();
     json_t *art = at(doc.root, "runs.0.results.0.locations.0.physicalLocation.artifactLocation");
     EXPECT_EQ(str(at(art, "uri")), "bad/relabel-rowwise-embedding.plan");
@@ -228,7 +215,7 @@ TEST(LintSarif, UrisAreRelativeToTheSarifRoot)
 
 std::vector<std::string> fingerprints(const std::string &sarif, std::vector<long long> *lines = nullptr)
 {
-    Doc doc(sarif);
+    JsonDoc doc(sarif);
     std::vector<std::string> out;
     json_t *results = at(doc.root, "runs.0.results");
     for (size_t i = 0; i < json_array_size(results); i++) {
@@ -281,7 +268,7 @@ TEST(LintLevels, WerrorMakesWarningsErrors)
     // also in SARIF
     Proc s = tpcc({kWarns, "-D", "layers=2", "-Werror", "--diagnostics-format=sarif"});
     EXPECT_EQ(s.code(), 1);
-    Doc doc(s.out);
+    JsonDoc doc(s.out);
     EXPECT_EQ(str(at(doc.root, "runs.0.results.0.level")), "error");
 }
 
@@ -349,7 +336,7 @@ TEST(LintSuppress, SarifReportsThemSuppressedAndJsonCountsThem)
 {
     Proc r = tpcc({kSuppressed, "-D", "layers=2", "--diagnostics-format=sarif", "--sarif-root", TPCC_SOURCE_DIR});
     EXPECT_EQ(r.code(), 0);
-    Doc doc(r.out);
+    JsonDoc doc(r.out);
     ASSERT_TRUE(doc.root) << doc.error;
     json_t *results = at(doc.root, "runs.0.results");
     std::vector<std::string> seen;
@@ -377,7 +364,7 @@ TEST(LintSuppress, SarifReportsThemSuppressedAndJsonCountsThem)
     EXPECT_EQ(seen, want) << r.out.substr(0, 3000);
 
     Proc j = tpcc({kSuppressed, "-D", "layers=2", "--diagnostics-format=json"});
-    Doc jdoc(j.out);
+    JsonDoc jdoc(j.out);
     ASSERT_TRUE(jdoc.root) << jdoc.error;
     EXPECT_EQ(json_integer_value(at(jdoc.root, "suppressed")), 2);
     EXPECT_EQ(json_integer_value(at(jdoc.root, "warnings")), 4);

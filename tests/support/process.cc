@@ -112,6 +112,11 @@ Proc run_program(const std::string &program, const std::vector<std::string> &arg
     return r;
 }
 
+Proc run_tpcc(const std::vector<std::string> &args)
+{
+    return run_program(std::string(TPCC_BINARY_DIR) + "/tpcc", args);
+}
+
 const char *const kInstallMpich =
     "mpiexec is not on PATH: install MPICH (Debian: apt-get install mpich; tools/setup.sh installs it)";
 const char *const kInstallNumpy =

@@ -41,6 +41,10 @@ struct Proc {
 Proc run_program(const std::string &program, const std::vector<std::string> &args,
                  const std::vector<std::string> &env_extra = {}, int timeout_s = 120);
 
+// The tpcc binary of this build (TPCC_BINARY_DIR) with `args`, as
+// run_program runs it.
+Proc run_tpcc(const std::vector<std::string> &args);
+
 bool contains(const std::string &s, const std::string &part);
 
 // The tools the runtime tests run: mpiexec (MPICH) and a python3 with
