@@ -7,6 +7,7 @@
 #include "compiler/diag/lint.h"
 #include "compiler/driver/compile.h"
 #include "compiler/driver/output.h"
+#include "compiler/export/export.h"
 #include "compiler/report/report.h"
 #include "sched/write.h"
 #include "sched/format.h"
@@ -19,6 +20,7 @@ static const char usage[] =
     "       tpcc [options] --explain PLAN        show every value's layout\n"
     "       tpcc [options] --report PLAN         what the plan costs\n"
     "       tpcc --dump OUT.sched [--rank R]     print a schedule\n"
+    "       tpcc --export=FMT PLAN [-o FILE]     write the checked plan for PyTorch or transformers\n"
     "\n"
     "Check tensor-parallel plans (PyTorch parallelize_module semantics) and compile them\n"
     "to static per-rank schedules for tprun.\n"
@@ -31,6 +33,8 @@ static const char usage[] =
     "                             against the Megatron bound\n"
     "  --report-format=FMT        text (default) or json\n"
     "  --dump FILE                print a schedule's per-rank program; --rank R for one rank\n"
+    "  --export=pytorch|hf        a Python module applying the plan with parallelize_module, or\n"
+    "                             the Hugging Face tp_plan dict (JSON); -o FILE, never an input\n"
     "  -O0, -O1                   -O1 (default) merges redistributions of the same tensor and drops\n"
     "                             ones immediately undone; -O0 keeps every one\n"
     "  --dtype fp32|bf16          element type of the schedule (default fp32)\n"
@@ -57,10 +61,10 @@ static const char usage[] =
 
 enum {
     OPT_CHECK = 256, OPT_EXPLAIN, OPT_HF, OPT_FIX, OPT_FORMAT, OPT_COLOR, OPT_VERSION, OPT_REPORT,
-    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_SARIF_ROOT,
+    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT,
 };
 
-typedef enum mode { MODE_CHECK, MODE_COMPILE, MODE_EXPLAIN, MODE_REPORT, MODE_DUMP } mode;
+typedef enum mode { MODE_CHECK, MODE_COMPILE, MODE_EXPLAIN, MODE_REPORT, MODE_DUMP, MODE_EXPORT } mode;
 
 typedef struct cli {
     mode mode;
@@ -74,6 +78,7 @@ typedef struct cli {
     tp_dtype dtype;
     int color;                  /* -1 auto */
     int rank;                   /* --rank, -1 for all */
+    tp_export_format export_format;
 } cli;
 
 static int set_mode(cli *o, mode m)
@@ -108,7 +113,14 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
     case OPT_EXPLAIN: return set_mode(o, MODE_EXPLAIN);
     case OPT_REPORT: return set_mode(o, MODE_REPORT);
     case OPT_DUMP: o->dump = arg; return set_mode(o, MODE_DUMP);
-    case 'o': o->out = arg; return set_mode(o, MODE_COMPILE);
+    case 'o': o->out = arg; return 0;   /* a mode of its own unless --export */
+    case OPT_EXPORT: {
+        int f = tp_export_format_parse(arg);
+        if (f < 0)
+            return bad_usage("--export must be pytorch or hf, not '%s'", arg);
+        o->export_format = (tp_export_format)f;
+        return set_mode(o, MODE_EXPORT);
+    }
     case OPT_HF: o->hf = arg; return 0;
     case OPT_SARIF_ROOT: o->sarif_root = arg; return 0;
     case 'W': {
@@ -173,6 +185,7 @@ static int parse_args(cli *o, int argc, char **argv)
         {"sarif-root", required_argument, 0, OPT_SARIF_ROOT},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, OPT_VERSION},
+        {"export", required_argument, 0, OPT_EXPORT},
         {0, 0, 0, 0},
     };
     int c;
@@ -182,14 +195,16 @@ static int parse_args(cli *o, int argc, char **argv)
         if (r)
             return r;
     }
+    if (o->out && o->mode != MODE_EXPORT)
+        set_mode(o, MODE_COMPILE);
     if (o->modes > 1)
-        return bad_usage("%s", "choose one of -o, --check, --explain, --report and --dump");
+        return bad_usage("%s", "choose one of -o, --check, --explain, --report, --dump and --export");
     if (o->mode == MODE_DUMP)
         return optind < argc ? bad_usage("--dump takes a schedule, not a plan: '%s'", argv[optind]) : 0;
     if (optind >= argc)
         return bad_usage("%s", "no plan given");
     if (o->mode != MODE_CHECK && argc - optind != 1)
-        return bad_usage("%s", "-o, --explain and --report take one plan");
+        return bad_usage("%s", "-o, --explain, --report and --export take one plan");
     return 0;
 }
 
@@ -264,6 +279,16 @@ static int report(const cli *o, tp_unit *u, const char *path)
     return rc;
 }
 
+static int write_export(const tp_unit *u, const char *text, const char *out)
+{
+    char err[512];
+    if (tp_export_write(u, text, out, err, sizeof err) < 0) {
+        fprintf(stderr, "tpcc: %s\n", err);
+        return 2;
+    }
+    return 0;
+}
+
 /* Run one plan in the selected mode; returns its exit status. */
 static int run_plan(const cli *o, const char *path, tp_output *output)
 {
@@ -272,7 +297,18 @@ static int run_plan(const cli *o, const char *path, tp_output *output)
     tp_compile(&u, path, &opts);
     if (o->mode == MODE_EXPLAIN && u.built)
         tp_explain_print(&u.analysis, &u.plan, stdout);
+    char *exported = NULL;
+    if (o->mode == MODE_EXPORT && u.built && !u.diags.errors && !u.io_error) {
+        exported = tp_export(&u, path, o->export_format);
+        if (!exported && !u.diags.errors) {
+            fprintf(stderr, "tpcc: --export: out of memory\n");
+            u.io_error = true;
+        }
+    }
     int rc = finish_diagnostics(o, &u, path, output);
+    if (rc == 0 && exported)
+        rc = write_export(&u, exported, o->out);
+    free(exported);
     if (rc == 0 && o->mode == MODE_COMPILE)
         rc = compile_to_file(o, &u, path);
     else if (rc == 0 && o->mode == MODE_REPORT)
@@ -306,7 +342,9 @@ int main(int argc, char **argv)
     tp_output output;
     char err[512];
     int rc = 0;
-    if (tp_output_init(&output, o.format, color, o.sarif_root, err, sizeof err) < 0) {
+    /* an export on stdout keeps stdout for itself */
+    FILE *docs = o.mode == MODE_EXPORT ? stderr : stdout;
+    if (tp_output_init(&output, o.format, color, docs, o.sarif_root, err, sizeof err) < 0) {
         fprintf(stderr, "tpcc: %s\n", err);
         rc = 2;
     } else {
