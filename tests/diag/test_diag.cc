@@ -614,8 +614,12 @@ TEST_F(DiagTest, LintAppliesToWarningsOnly)
     tp_diag_add(&diags_, TP_WARNING, span_at(&src_, f, 1, 1, 1), "repeated-gather", "w1");
     tp_diag_add(&diags_, TP_WARNING, span_at(&src_, f, 2, 1, 1), "repeated-gather", "w2");
     tp_diag_add(&diags_, TP_WARNING, span_at(&src_, f, 3, 1, 1), "uncovered-parameter", "w3");
-    tp_lint_comment(&diags_, &src_, span_at(&src_, f, 2, 3, 32), src_.files[f].text + 4, 32);
+    const char *comment = strchr(src_.files[f].text, '#');
+    int len = int(strcspn(comment, "\n"));
+    tp_lint_comment(&diags_, &src_, span_at(&src_, f, 2, 3, len), comment, len);
     ASSERT_EQ(diags_.nsupps, 1);
+    EXPECT_EQ(diags_.supps[0].line, 2);               // after code: its own line
+    EXPECT_STREQ(diags_.supps[0].justification, "");
     tp_lint l = {};
     char err[256];
     ASSERT_EQ(tp_lint_option(&l, "error", err, sizeof err), 0);
