@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Install the build dependencies of tpcc and tprun from Debian's packages
-# (python3-numpy for the reference tests) and build both into build/.
+# (python3-numpy for the reference tests, python3-jsonschema and python3-yaml
+# for the SARIF schema and CI-file tests) and build both into build/.
 # Idempotent: re-running only rebuilds what changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config flex bison libjansson-dev libgtest-dev
-          libopenblas-dev libmpich-dev mpich python3-numpy)
+          libopenblas-dev libmpich-dev mpich python3-numpy python3-jsonschema python3-yaml)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

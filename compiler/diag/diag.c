@@ -29,6 +29,17 @@ static void diag_free(tp_diag *g)
         free(g->fixits[i].claim);
     }
     free(g->fixits);
+    free(g->promoted);
+}
+
+static void suppression_free(tp_suppression *s)
+{
+    for (int i = 0; i < s->nchecks; i++)
+        free(s->checks[i]);
+    free(s->checks);
+    free(s->spans);
+    free(s->used);
+    free(s->justification);
 }
 
 void tp_diags_free(tp_diags *d)
@@ -36,14 +47,19 @@ void tp_diags_free(tp_diags *d)
     for (int i = 0; i < d->count; i++)
         diag_free(&d->items[i]);
     free(d->items);
+    for (int i = 0; i < d->nsupps; i++)
+        suppression_free(&d->supps[i]);
+    free(d->supps);
     tp_diags_init(d);
 }
 
-static void count_level(tp_diags *d, tp_diag_level level)
+static void count_level(tp_diags *d, const tp_diag *g)
 {
-    if (level == TP_ERROR)
+    if (g->suppression)
+        d->suppressed++;
+    else if (g->level == TP_ERROR)
         d->errors++;
-    else if (level == TP_WARNING)
+    else if (g->level == TP_WARNING)
         d->warnings++;
 }
 
@@ -63,7 +79,7 @@ tp_diag *tp_diag_add(tp_diags *d, tp_diag_level level, tp_span span,
     va_start(ap, fmt);
     g->message = tp_xvasprintf(fmt, ap);
     va_end(ap);
-    count_level(d, level);
+    count_level(d, g);
     return g;
 }
 
@@ -160,7 +176,7 @@ void tp_diags_sort(tp_diags *d)
     qsort(k, (size_t)d->count, sizeof *k, cmp_keyed);
 
     int n = 0, run_start = 0;
-    d->errors = d->warnings = 0;
+    d->errors = d->warnings = d->suppressed = 0;
     for (int i = 0; i < d->count; i++) {
         tp_diag *g = &k[i].diag;
         if (n > 0 && (d->items[n - 1].span.file != g->span.file ||
@@ -171,31 +187,50 @@ void tp_diags_sort(tp_diags *d)
             continue;
         }
         d->items[n++] = *g;
-        count_level(d, g->level);
+        count_level(d, g);
     }
     d->count = n;
     free(k);
 }
 
-int tp_diags_render(const tp_diags *d, const tp_sources *src, tp_diag_format fmt,
-                    int color, FILE *out)
+void tp_diags_drop(tp_diags *d, const unsigned char *drop)
 {
-    char *s;
-    switch (fmt) {
-    case TP_FMT_JSON:
-        s = tp_diags_render_json(d, src);
-        break;
-    case TP_FMT_SARIF:
-        s = tp_diags_render_sarif(d, src);
-        break;
-    default:
-        s = tp_diags_render_text(d, src, color);
-        break;
+    int n = 0;
+    d->errors = d->warnings = d->suppressed = 0;
+    for (int i = 0; i < d->count; i++) {
+        if (drop[i]) {
+            diag_free(&d->items[i]);
+            continue;
+        }
+        d->items[n] = d->items[i];
+        count_level(d, &d->items[n++]);
     }
-    size_t len = strlen(s);
+    d->count = n;
+}
+
+int tp_diags_render(const tp_diag_unit *units, int n, tp_diag_format fmt,
+                    const tp_render_opts *opts, FILE *out)
+{
+    tp_buf b;
+    tp_buf_init(&b);
+    if (fmt == TP_FMT_JSON) {
+        char *s = tp_diags_render_json(units, n);
+        tp_buf_append(&b, s);
+        free(s);
+    } else if (fmt == TP_FMT_SARIF) {
+        char *s = tp_diags_render_sarif(units, n, opts);
+        tp_buf_append(&b, s);
+        free(s);
+    } else {
+        for (int i = 0; i < n; i++) {
+            char *s = tp_diags_render_text(units[i].diags, units[i].src, opts->color);
+            tp_buf_append(&b, s);
+            free(s);
+        }
+    }
     /* One write, then a flush, so a full disk or closed pipe is noticed
      * here rather than lost at exit. */
-    int ok = fwrite(s, 1, len, out) == len && fflush(out) == 0;
-    free(s);
+    int ok = fwrite(b.data ? b.data : "", 1, b.len, out) == b.len && fflush(out) == 0;
+    tp_buf_free(&b);
     return ok ? 0 : -1;
 }

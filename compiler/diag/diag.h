@@ -7,6 +7,7 @@
 #ifndef TPCC_DIAG_H
 #define TPCC_DIAG_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include "compiler/front/source.h"
 
@@ -34,11 +35,27 @@ typedef struct tp_diag {
     tp_diag_note *notes; int nnotes;
     char **helps; int nhelps;        /* "fix: ..." lines, human readable */
     tp_fixit *fixits; int nfixits;   /* machine-applicable edits */
+    int suppression;        /* 1 + index of the "# tpcc: ignore" that silences it; 0: none */
+    char *promoted;         /* the -W option that made this warning an error, or NULL */
 } tp_diag;
+
+/* A "# tpcc: ignore[CHECK, ...]" comment (diag/lint.c). */
+typedef struct tp_suppression {
+    tp_span at;             /* the comment */
+    int line;               /* the line whose warnings it silences */
+    char **checks; tp_span *spans; int nchecks;   /* the known check names it lists */
+    unsigned char *used;    /* per name: TP_SUPPRESSION_USED, _ERROR_ONLY, or 0 */
+    char *justification;    /* the text after ']', or "" */
+} tp_suppression;
+
+enum { TP_SUPPRESSION_USED = 1, TP_SUPPRESSION_ERROR_ONLY = 2 };
 
 typedef struct tp_diags {
     tp_diag *items; int count, cap;
-    int errors, warnings;
+    int errors, warnings;   /* suppressed diagnostics are not counted */
+    int suppressed;
+    tp_suppression *supps; int nsupps;
+    bool linted;            /* tp_lint_apply has run */
 } tp_diags;
 
 void tp_diags_init(tp_diags *d);
@@ -60,18 +77,36 @@ void tp_diag_fixit_claim(tp_diag *g, tp_span span, const char *replacement, cons
  * duplicates (same level, check, span, message). */
 void tp_diags_sort(tp_diags *d);
 
+/* Remove the diagnostics whose drop[i] is set and count the rest again. */
+void tp_diags_drop(tp_diags *d, const unsigned char *drop);
+
 typedef enum tp_diag_format { TP_FMT_TEXT, TP_FMT_JSON, TP_FMT_SARIF } tp_diag_format;
 
-/* Render all diagnostics. color: use ANSI colours (text only). Returns 0,
- * or -1 when writing to out fails. */
-int tp_diags_render(const tp_diags *d, const tp_sources *src, tp_diag_format fmt,
-                    int color, FILE *out);
+/* One plan's findings. JSON and SARIF render any number of these as one
+ * document; text renders each in turn. */
+typedef struct tp_diag_unit {
+    const char *plan;           /* the plan path as given */
+    const tp_diags *diags;
+    const tp_sources *src;
+    int status;                 /* the plan's exit status (0, 1, 2) */
+} tp_diag_unit;
 
-/* The same renderings as malloc'ed strings (tp_diags_render writes these).
+typedef struct tp_render_opts {
+    int color;                  /* ANSI colours (text only) */
+    const char *cwd;            /* absolute: relative paths are relative to it (SARIF) */
+    const char *root;           /* absolute: SARIF URIs are relative to it (%SRCROOT%) */
+} tp_render_opts;
+
+/* Render the units' diagnostics to out. Returns 0, or -1 when writing to
+ * out fails. Suppressed diagnostics appear in SARIF only. */
+int tp_diags_render(const tp_diag_unit *units, int n, tp_diag_format fmt,
+                    const tp_render_opts *opts, FILE *out);
+
+/* The renderings as malloc'ed strings (tp_diags_render writes these).
  * Never NULL. */
 char *tp_diags_render_text(const tp_diags *d, const tp_sources *src, int color);
-char *tp_diags_render_json(const tp_diags *d, const tp_sources *src);
-char *tp_diags_render_sarif(const tp_diags *d, const tp_sources *src);
+char *tp_diags_render_json(const tp_diag_unit *units, int n);
+char *tp_diags_render_sarif(const tp_diag_unit *units, int n, const tp_render_opts *opts);
 
 /* What became of one fix-it (--fix). */
 typedef enum tp_fix_status {

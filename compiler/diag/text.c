@@ -119,7 +119,7 @@ static const char *level_color(tp_diag_level level)
  * diagnostic is attributed to "tpcc:" like clang's driver errors, while a
  * note (attached) just follows the diagnostic it belongs to. */
 static void header(const text_ctx *c, tp_span sp, tp_diag_level level, int attached,
-                   const char *message, const char *check)
+                   const char *message, const char *check, const char *promoted)
 {
     char *loc = NULL;
     if (span_in_file(c, sp))
@@ -134,7 +134,9 @@ static void header(const text_ctx *c, tp_span sp, tp_diag_level level, int attac
     put_colored(c, level_color(level), label);
     free(label);
 
-    char *text = check && *check ? tp_xasprintf("%s [%s]", message, check)
+    /* a warning made an error says by which option, as clang's [-Werror,-Wx] */
+    char *text = check && *check && promoted ? tp_xasprintf("%s [%s, %s]", message, check, promoted)
+               : check && *check ? tp_xasprintf("%s [%s]", message, check)
                                  : tp_xstrdup(message);
     /* clang prints the message of errors and warnings in bold. */
     if (level == TP_NOTE)
@@ -302,10 +304,10 @@ static void snippet(const text_ctx *c, tp_span sp, const tp_diag *g)
 
 static void render_diag(const text_ctx *c, const tp_diag *g)
 {
-    header(c, g->span, g->level, 0, g->message, g->check);
+    header(c, g->span, g->level, 0, g->message, g->check, g->promoted);
     snippet(c, g->span, g);
     for (int i = 0; i < g->nnotes; i++) {
-        header(c, g->notes[i].span, TP_NOTE, 1, g->notes[i].message, NULL);
+        header(c, g->notes[i].span, TP_NOTE, 1, g->notes[i].message, NULL, NULL);
         snippet(c, g->notes[i].span, NULL);
     }
     for (int i = 0; i < g->nhelps; i++) {
@@ -337,13 +339,16 @@ char *tp_diags_render_text(const tp_diags *d, const tp_sources *src, int color)
     tp_buf out;
     tp_buf_init(&out);
     text_ctx c = {&out, src, color};
+    int shown = 0;
     for (int i = 0; i < d->count; i++) {
-        if (i > 0)
+        if (d->items[i].suppression)
+            continue;      /* silenced by a "# tpcc: ignore" comment: SARIF only */
+        if (shown++ > 0)
             tp_buf_append(&out, "\n");
         render_diag(&c, &d->items[i]);
     }
     if (d->errors > 0 || d->warnings > 0) {
-        if (d->count > 0)
+        if (shown > 0)
             tp_buf_append(&out, "\n");
         summary(&out, d->errors, d->warnings);
     }

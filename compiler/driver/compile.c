@@ -20,14 +20,22 @@ static const tp_node *find_item(const tp_node *file, tp_node_kind kind, int *cou
     return first;
 }
 
+/* An I/O error points at `from` (the line that names the file), or at
+ * the unreadable file itself. */
+static void io_error(tp_unit *u, const char *path, tp_span from, const char *err)
+{
+    if (from.file < 0)
+        from = (tp_span){tp_sources_add_unread(&u->src, path), 1, 1, 0, 0};
+    tp_diag_add(&u->diags, TP_ERROR, from, "io", "%s", err);
+    u->io_error = true;
+}
+
 static int load(tp_unit *u, const char *path, tp_span from)
 {
     char err[512];
     int id = tp_sources_load(&u->src, path, err, sizeof err);
-    if (id < 0) {
-        tp_diag_add(&u->diags, TP_ERROR, from, "io", "%s", err);
-        u->io_error = true;
-    }
+    if (id < 0)
+        io_error(u, path, from, err);
     return id;
 }
 
@@ -72,8 +80,7 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     if (opts->hf_config) {
         char err[512];
         if (tp_config_load_hf(&u->config, opts->hf_config, err, sizeof err) < 0) {
-            tp_diag_add(&u->diags, TP_ERROR, TP_NO_SPAN, "io", "%s", err);
-            u->io_error = true;
+            io_error(u, opts->hf_config, TP_NO_SPAN, err);
             return;
         }
     }

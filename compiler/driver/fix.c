@@ -103,11 +103,13 @@ static int plan_round(const tp_diags *d, tp_fix_status *st)
  * so fixes that undo each other cannot loop. */
 enum { MAX_ROUNDS = 4 };
 
-int tp_fix_plan(tp_unit *u, const char *path, const tp_compile_opts *opts, FILE *log,
-                char *err, size_t errlen)
+int tp_fix_plan(tp_unit *u, const char *path, const tp_compile_opts *opts, const tp_lint *lint,
+                FILE *log, char *err, size_t errlen)
 {
     int total = 0;
     for (int round = 0; round < MAX_ROUNDS; round++) {
+        tp_diags_sort(&u->diags);
+        tp_lint_apply(&u->diags, lint);
         int nfix = 0;
         for (int i = 0; i < u->diags.count; i++)
             nfix += u->diags.items[i].nfixits;

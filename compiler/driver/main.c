@@ -4,9 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "compiler/diag/lint.h"
 #include "compiler/driver/clobber.h"
 #include "compiler/driver/compile.h"
 #include "compiler/driver/fix.h"
+#include "compiler/driver/output.h"
 #include "compiler/export/export.h"
 #include "compiler/report/report.h"
 #include "sched/write.h"
@@ -43,10 +45,18 @@ static const char usage[] =
     "                             (or a model directory's), checked against the model's hf { }\n"
     "  --fix                      apply the fixes that are sure to the plan files (never the\n"
     "                             model or config.json), then check the plans again\n"
-    "  --diagnostics-format=FMT   text (default), json or sarif (SARIF 2.1.0)\n"
+    "  --diagnostics-format=FMT   text (default), json or sarif (SARIF 2.1.0): one document\n"
+    "                             for all the plans\n"
+    "  --sarif-root DIR           SARIF URIs relative to DIR (default: the working directory)\n"
+    "  -Werror                    report warnings as errors (exit status 1)\n"
+    "  -W no-CHECK                drop CHECK's warnings (errors cannot be dropped)\n"
+    "  -W CHECK=error|warning     report CHECK's warnings as errors, or as warnings under -Werror\n"
     "  --color=WHEN               auto (default), always or never\n"
     "  -h, --help                 show this help\n"
     "  --version                  show the version\n"
+    "\n"
+    "A comment '# tpcc: ignore[CHECK]' on a line (or alone on the line above it)\n"
+    "silences CHECK's warnings there.\n"
     "\n"
     "Exit status: 0 when no plan has errors (warnings allowed), 1 when a plan has\n"
     "errors, 2 for usage errors and unreadable files.\n"
@@ -54,7 +64,7 @@ static const char usage[] =
 
 enum {
     OPT_CHECK = 256, OPT_EXPLAIN, OPT_HF, OPT_FIX, OPT_FORMAT, OPT_COLOR, OPT_VERSION, OPT_REPORT,
-    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT,
+    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT,
 };
 
 typedef enum mode { MODE_CHECK, MODE_COMPILE, MODE_EXPLAIN, MODE_REPORT, MODE_DUMP, MODE_EXPORT } mode;
@@ -64,7 +74,8 @@ typedef struct cli {
     int modes;                  /* how many mode flags were given */
     bool fix, optimize;
     const char **defines; int ndefines;
-    const char *hf, *out, *dump;
+    const char *hf, *out, *dump, *sarif_root;
+    tp_lint lint;               /* -W, -Werror */
     tp_diag_format format;
     tp_report_format report_format;
     tp_dtype dtype;
@@ -114,6 +125,11 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
         return set_mode(o, MODE_EXPORT);
     }
     case OPT_HF: o->hf = arg; return 0;
+    case OPT_SARIF_ROOT: o->sarif_root = arg; return 0;
+    case 'W': {
+        char err[512];
+        return tp_lint_option(&o->lint, arg, err, sizeof err) < 0 ? bad_usage("%s", err) : 0;
+    }
     case OPT_FIX: o->fix = true; return 0;
     case 'D':
         o->defines = tp_xreallocarray(o->defines, (size_t)o->ndefines + 1, sizeof *o->defines);
@@ -169,6 +185,7 @@ static int parse_args(cli *o, int argc, char **argv)
         {"fix", no_argument, 0, OPT_FIX},
         {"diagnostics-format", required_argument, 0, OPT_FORMAT},
         {"color", required_argument, 0, OPT_COLOR},
+        {"sarif-root", required_argument, 0, OPT_SARIF_ROOT},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, OPT_VERSION},
         {"export", required_argument, 0, OPT_EXPORT},
@@ -176,7 +193,7 @@ static int parse_args(cli *o, int argc, char **argv)
     };
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "hD:o:O:", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "hD:o:O:W:", longs, NULL)) != -1) {
         int r = parse_option(o, c, optarg, argv);
         if (r)
             return r;
@@ -200,24 +217,24 @@ static tp_compile_opts compile_opts(const cli *o, bool optimize)
     return (tp_compile_opts){o->defines, o->ndefines, o->hf, optimize, o->dtype, program};
 }
 
-/* Render the unit's diagnostics. Returns the exit status. */
-static int finish_diagnostics(const cli *o, tp_unit *u, int color)
+/* Apply -W and suppressions to the unit's diagnostics, apply --fix, then
+ * hand them to the output. Returns the exit status. */
+static int finish_diagnostics(const cli *o, tp_unit *u, const char *path, tp_output *output)
 {
     tp_diags_sort(&u->diags);
+    tp_lint_apply(&u->diags, &o->lint);
     int rc = u->io_error ? 2 : u->diags.errors ? 1 : 0;
-    /* an export on stdout keeps stdout for itself */
-    FILE *to = o->format == TP_FMT_TEXT || o->mode == MODE_EXPORT ? stderr : stdout;
-    if (tp_diags_render(&u->diags, &u->src, o->format, color, to) < 0)
+    if (tp_output_add(output, path, &u->diags, &u->src, rc) < 0)
         rc = 2;
     return rc;
 }
 
 /* --fix: edit the plan, then u holds the plan as fixed (what is left).
  * Returns 0, or 2 when the plan could not be written. */
-static int fix(tp_unit *u, const char *path, const tp_compile_opts *opts)
+static int fix(tp_unit *u, const char *path, const tp_compile_opts *opts, const tp_lint *lint)
 {
     char err[512];
-    if (tp_fix_plan(u, path, opts, stderr, err, sizeof err) >= 0)
+    if (tp_fix_plan(u, path, opts, lint, stderr, err, sizeof err) >= 0)
         return 0;
     fprintf(stderr, "tpcc: --fix: %s\n", err);
     return 2;
@@ -277,7 +294,7 @@ static int write_export(const char *text, const char *out)
 }
 
 /* Run one plan in the selected mode; returns its exit status. */
-static int run_plan(const cli *o, const char *path, int color)
+static int run_plan(const cli *o, const char *path, tp_output *output)
 {
     tp_compile_opts opts = compile_opts(o, o->optimize);
     tp_unit u;
@@ -289,7 +306,7 @@ static int run_plan(const cli *o, const char *path, int color)
         tp_unit_free(&u);
         return 2;
     }
-    int fix_rc = o->fix ? fix(&u, path, &opts) : 0;
+    int fix_rc = o->fix ? fix(&u, path, &opts, &o->lint) : 0;
     if (o->mode == MODE_EXPLAIN && u.built)
         tp_explain_print(&u.analysis, &u.plan, stdout);
     char *exported = NULL;
@@ -300,7 +317,7 @@ static int run_plan(const cli *o, const char *path, int color)
             u.io_error = true;
         }
     }
-    int rc = finish_diagnostics(o, &u, color);
+    int rc = finish_diagnostics(o, &u, path, output);
     if (fix_rc > rc)
         rc = fix_rc;
     if (rc == 0 && exported)
@@ -322,6 +339,7 @@ int main(int argc, char **argv)
     o.optimize = true;
     int r = parse_args(&o, argc, argv);
     if (r != 0) {
+        tp_lint_free(&o.lint);
         free(o.defines);
         return r < 0 ? 2 : 0;
     }
@@ -330,16 +348,30 @@ int main(int argc, char **argv)
         int rc = tp_schedule_dump(o.dump, o.rank, stdout, err, sizeof err);
         if (rc < 0)
             fprintf(stderr, "tpcc: %s\n", err);
+        tp_lint_free(&o.lint);
         free(o.defines);
         return rc < 0 ? 2 : 0;
     }
     int color = o.color < 0 ? isatty(STDERR_FILENO) && !getenv("NO_COLOR") : o.color;
+    tp_output output;
+    char err[512];
     int rc = 0;
-    for (int i = optind; i < argc; i++) {
-        int one = run_plan(&o, argv[i], color);
-        if (one > rc)
-            rc = one;
+    /* an export on stdout keeps stdout for itself */
+    FILE *docs = o.mode == MODE_EXPORT ? stderr : stdout;
+    if (tp_output_init(&output, o.format, color, docs, o.sarif_root, err, sizeof err) < 0) {
+        fprintf(stderr, "tpcc: %s\n", err);
+        rc = 2;
+    } else {
+        for (int i = optind; i < argc; i++) {
+            int one = run_plan(&o, argv[i], &output);
+            if (one > rc)
+                rc = one;
+        }
+        if (tp_output_finish(&output) < 0)
+            rc = 2;
     }
+    tp_output_free(&output);
+    tp_lint_free(&o.lint);
     free(o.defines);
     return rc;
 }

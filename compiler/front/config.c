@@ -66,8 +66,13 @@ int tp_config_load_hf(tp_config *c, const char *dir_or_file, char *err, size_t e
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        snprintf(err, errlen, "%s:%d:%d: cannot read Hugging Face config: %s",
-                 path, jerr.line, jerr.column, jerr.text);
+        /* jansson gives a position only for a parse error (-1 when the
+         * file cannot be opened) */
+        if (jerr.line > 0)
+            snprintf(err, errlen, "%s:%d:%d: cannot read Hugging Face config: %s",
+                     path, jerr.line, jerr.column, jerr.text);
+        else
+            snprintf(err, errlen, "cannot read Hugging Face config '%s': %s", path, jerr.text);
         free(path);
         return -1;
     }

@@ -67,6 +67,8 @@ static int find_loaded(const tp_sources *s, const char *path)
     char *want = normalize_path(path);
     int found = -1;
     for (int i = 0; i < s->count && found < 0; i++) {
+        if (s->files[i].unread)
+            continue;
         char *have = normalize_path(s->files[i].path);
         if (strcmp(have, want) == 0)
             found = i;
@@ -87,7 +89,15 @@ static int add_owned(tp_sources *s, const char *path, char *text, size_t size)
     f->path = tp_xstrdup(path);
     f->text = text;
     f->size = size;
+    f->unread = false;
     return s->count++;
+}
+
+int tp_sources_add_unread(tp_sources *s, const char *path)
+{
+    int id = add_owned(s, path, tp_xstrdup(""), 0);
+    s->files[id].unread = true;
+    return id;
 }
 
 int tp_sources_add(tp_sources *s, const char *path, const char *text, size_t size)
@@ -196,7 +206,7 @@ int tp_source_line(const tp_sources *s, int file, int line, const char **start, 
 {
     *start = NULL;
     *len = 0;
-    if (file < 0 || file >= s->count || line < 1)
+    if (file < 0 || file >= s->count || line < 1 || s->files[file].unread)
         return 0;
     const tp_source_file *f = &s->files[file];
     const char *p = f->text, *end = f->text + f->size;

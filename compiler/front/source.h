@@ -6,6 +6,7 @@
 #ifndef TPCC_SOURCE_H
 #define TPCC_SOURCE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* A half-open byte range [offset, offset+length) in file `file`, with the
@@ -23,6 +24,7 @@ typedef struct tp_source_file {
     char *path;      /* as given by the user (or resolved relative to the includer) */
     char *text;      /* contents, NUL-terminated */
     size_t size;     /* bytes, excluding the NUL */
+    bool unread;     /* could not be read: a path for diagnostics to point at, no text */
 } tp_source_file;
 
 typedef struct tp_sources {
@@ -37,6 +39,11 @@ void tp_sources_free(tp_sources *s);
  * when it cannot be read or is not text (NUL bytes). Loading the same path
  * twice returns the first id. */
 int tp_sources_load(tp_sources *s, const char *path, char *err, size_t errlen);
+
+/* Add a file that could not be read, so that the error saying so points
+ * at it (line 1) like any other finding. It has no lines, and loading the
+ * path again tries the file again. Returns its id. */
+int tp_sources_add_unread(tp_sources *s, const char *path);
 
 /* Add an in-memory buffer (tests, fuzzing, -D values). */
 int tp_sources_add(tp_sources *s, const char *path, const char *text, size_t size);

@@ -16,7 +16,10 @@
 #include <unistd.h>
 
 extern "C" {
+#include "compiler/diag/checks.h"
 #include "compiler/diag/diag.h"
+#include "compiler/diag/fingerprint.h"
+#include "compiler/diag/lint.h"
 #include "compiler/front/source.h"
 }
 
@@ -65,6 +68,20 @@ protected:
         return tp_sources_add(&src_, path, text.data(), text.size());
     }
     std::string text(int color = 0) { return take(tp_diags_render_text(&diags_, &src_, color)); }
+    // This fixture's diagnostics as the one plan of a run.
+    tp_diag_unit unit(int status = 0) const { return tp_diag_unit{"plans/bad.plan", &diags_, &src_, status}; }
+    std::string json()
+    {
+        tp_diag_unit u = unit();
+        return take(tp_diags_render_json(&u, 1));
+    }
+    // SARIF as if run in /work with the root /work.
+    std::string sarif(const char *root = "/work")
+    {
+        tp_diag_unit u = unit();
+        tp_render_opts opts = {0, "/work", root};
+        return take(tp_diags_render_sarif(&u, 1, &opts));
+    }
 
     // The diagnostic of the golden test: an error with a fix-it, a note in
     // another file and a help line.
@@ -75,7 +92,7 @@ protected:
         int model = add("models/llama.model",
                         repeat("#\n", 39) + "        h = embed_tokens(input_ids)\n");
         tp_diag *g = tp_diag_add(&diags_, TP_ERROR, span_at(&src_, plan, 12, 5, 12),
-                                 "check-name", "%s", "message");
+                                 "relabel", "%s", "message");
         tp_diag_fixit(g, span_at(&src_, plan, 12, 36, 0), "input_layouts=Replicate()");
         tp_diag_note_at(g, span_at(&src_, model, 40, 13, 23), "the producer of this value");
         tp_diag_help(g, "write RowwiseParallel(%s)", "input_layouts=Replicate()");
@@ -91,7 +108,7 @@ TEST_F(DiagTest, TextGolden)
 {
     add_golden();
     EXPECT_EQ(text(),
-              "plans/bad.plan:12:5: error: message [check-name]\n"
+              "plans/bad.plan:12:5: error: message [relabel]\n"
               "   12 |     \"model.norm\": SequenceParallel(),\n"
               "      |     ^~~~~~~~~~~~\n"
               "      |                                    input_layouts=Replicate()\n"
@@ -204,7 +221,7 @@ TEST_F(DiagTest, TextColor)
     add_golden();
     std::string out = text(1);
     EXPECT_EQ(out.rfind("\033[1mplans/bad.plan:12:5: \033[0m\033[0;1;31merror: \033[0m"
-                        "\033[1mmessage [check-name]\033[0m\n", 0), 0u);
+                        "\033[1mmessage [relabel]\033[0m\n", 0), 0u);
     EXPECT_NE(out.find("      |     \033[0;1;32m^~~~~~~~~~~~\033[0m\n"), std::string::npos);
     EXPECT_NE(out.find("\033[0;1;36mnote: \033[0mthe producer"), std::string::npos);
     EXPECT_NE(out.find("\033[0;32m"), std::string::npos);
@@ -226,7 +243,9 @@ TEST_F(DiagTest, RenderWritesToStream)
     size_t len = 0;
     FILE *out = open_memstream(&buf, &len);
     ASSERT_NE(out, nullptr);
-    EXPECT_EQ(tp_diags_render(&diags_, &src_, TP_FMT_TEXT, 0, out), 0);
+    tp_diag_unit u = unit();
+    tp_render_opts opts = {};
+    EXPECT_EQ(tp_diags_render(&u, 1, TP_FMT_TEXT, &opts, out), 0);
     fclose(out);
     EXPECT_EQ(std::string(buf, len), text());
     free(buf);
@@ -237,7 +256,9 @@ TEST_F(DiagTest, RenderReportsWriteFailure)
     add_golden();
     FILE *full = fopen("/dev/full", "w");    // every write fails with ENOSPC (Linux)
     ASSERT_NE(full, nullptr) << "cannot open /dev/full: " << strerror(errno);
-    EXPECT_EQ(tp_diags_render(&diags_, &src_, TP_FMT_TEXT, 0, full), -1);
+    tp_diag_unit u = unit();
+    tp_render_opts opts = {};
+    EXPECT_EQ(tp_diags_render(&u, 1, TP_FMT_TEXT, &opts, full), -1);
     fclose(full);
 }
 
@@ -297,23 +318,24 @@ std::string str(json_t *v)
 TEST_F(DiagTest, Json)
 {
     add_golden();
-    tp_diag_add(&diags_, TP_WARNING, TP_NO_SPAN, "flags", "bad \xff byte");
-    std::string out = take(tp_diags_render_json(&diags_, &src_));
+    tp_diag_add(&diags_, TP_WARNING, TP_NO_SPAN, "config", "bad \xff byte");
+    std::string out = json();
     ASSERT_EQ(out.back(), '\n');
     EXPECT_EQ(out.rfind("{\n  \"version\": 1,\n  \"diagnostics\": [\n", 0), 0u);
 
     json_t *root = parse(out);
     ASSERT_NE(root, nullptr);
-    EXPECT_EQ(keys(root), "version,diagnostics,errors,warnings");
+    EXPECT_EQ(keys(root), "version,diagnostics,errors,warnings,suppressed,plans");
     EXPECT_EQ(json_integer_value(json_object_get(root, "errors")), 1);
     EXPECT_EQ(json_integer_value(json_object_get(root, "warnings")), 1);
     json_t *list = json_object_get(root, "diagnostics");
     ASSERT_EQ(json_array_size(list), 2u);
 
     json_t *g = json_array_get(list, 0);
-    EXPECT_EQ(keys(g), "level,check,message,file,line,column,offset,length,notes,help,fixits");
+    EXPECT_EQ(keys(g), "level,check,message,file,line,column,offset,length,notes,help,fixits,plan");
+    EXPECT_EQ(str(json_object_get(g, "plan")), "plans/bad.plan");
     EXPECT_EQ(str(json_object_get(g, "level")), "error");
-    EXPECT_EQ(str(json_object_get(g, "check")), "check-name");
+    EXPECT_EQ(str(json_object_get(g, "check")), "relabel");
     EXPECT_EQ(str(json_object_get(g, "message")), "message");
     EXPECT_EQ(str(json_object_get(g, "file")), "plans/bad.plan");
     EXPECT_EQ(json_integer_value(json_object_get(g, "line")), 12);
@@ -345,7 +367,7 @@ TEST_F(DiagTest, Json)
 
 TEST_F(DiagTest, JsonEmpty)
 {
-    json_t *root = parse(take(tp_diags_render_json(&diags_, &src_)));
+    json_t *root = parse(json());
     ASSERT_NE(root, nullptr);
     EXPECT_EQ(json_array_size(json_object_get(root, "diagnostics")), 0u);
     EXPECT_EQ(json_integer_value(json_object_get(root, "errors")), 0);
@@ -377,14 +399,14 @@ long long num(json_t *root, const std::string &dotted)
 TEST_F(DiagTest, Sarif)
 {
     add_golden();
-    tp_diag_add(&diags_, TP_WARNING, TP_NO_SPAN, "flags", "global");
+    tp_diag_add(&diags_, TP_WARNING, TP_NO_SPAN, "config", "global");
     int plan = 0;
-    tp_diag *g = tp_diag_add(&diags_, TP_ERROR, span_at(&src_, plan, 12, 19, 16), "check-name",
+    tp_diag *g = tp_diag_add(&diags_, TP_ERROR, span_at(&src_, plan, 12, 19, 16), "relabel",
                              "again");
     tp_diag_fixit(g, span_at(&src_, plan, 12, 19, 16), "RowwiseParallel");
     tp_diag_note_at(g, TP_NO_SPAN, "no location");
 
-    json_t *root = parse(take(tp_diags_render_sarif(&diags_, &src_)));
+    json_t *root = parse(sarif());
     ASSERT_NE(root, nullptr);
     EXPECT_EQ(str(path(root, "$schema")), "https://json.schemastore.org/sarif-2.1.0.json");
     EXPECT_EQ(str(path(root, "version")), "2.1.0");
@@ -394,12 +416,24 @@ TEST_F(DiagTest, Sarif)
     EXPECT_TRUE(json_is_string(path(run, "tool.driver.version")));
     EXPECT_EQ(str(path(run, "tool.driver.informationUri")), "https://github.com/tpcc/tpcc");
 
-    // One rule per distinct check, and every result points at its own.
+    // Every check is a rule, described, with help and a link to its README
+    // section; every result points at its own rule by id and index.
     json_t *rules = path(run, "tool.driver.rules");
-    ASSERT_EQ(json_array_size(rules), 2u);
-    EXPECT_EQ(str(path(rules, "0.id")), "check-name");
-    EXPECT_EQ(str(path(rules, "1.id")), "flags");
-    EXPECT_TRUE(json_is_string(path(rules, "0.shortDescription.text")));
+    ASSERT_EQ(json_array_size(rules), size_t(tp_ncheck));
+    for (size_t i = 0; i < json_array_size(rules); i++) {
+        json_t *rule = json_array_get(rules, i);
+        std::string id = str(path(rule, "id"));
+        EXPECT_EQ(id, tp_checks[i].name);
+        EXPECT_TRUE(json_is_string(path(rule, "name")));
+        EXPECT_TRUE(json_is_string(path(rule, "shortDescription.text"))) << id;
+        EXPECT_TRUE(json_is_string(path(rule, "fullDescription.text"))) << id;
+        EXPECT_TRUE(json_is_string(path(rule, "help.text"))) << id;
+        EXPECT_NE(str(path(rule, "help.markdown")).find("#check-" + id), std::string::npos) << id;
+        EXPECT_EQ(str(path(rule, "helpUri")), "https://github.com/tpcc/tpcc#check-" + id);
+    }
+    EXPECT_EQ(str(path(rules, std::to_string(tp_check_index("layout-mismatch")) + ".name")), "LayoutMismatch");
+    // relative URIs are relative to %SRCROOT%, which the run resolves
+    EXPECT_EQ(str(path(run, "originalUriBaseIds.%SRCROOT%.uri")), "file:///work/");
     json_t *results = path(run, "results");
     ASSERT_EQ(json_array_size(results), 3u);
     for (size_t i = 0; i < 3; i++) {
@@ -415,6 +449,7 @@ TEST_F(DiagTest, Sarif)
     EXPECT_EQ(str(path(r0, "message.text")), "message");
     json_t *loc = path(r0, "locations.0.physicalLocation");
     EXPECT_EQ(str(path(loc, "artifactLocation.uri")), "plans/bad.plan");
+    EXPECT_EQ(str(path(loc, "artifactLocation.uriBaseId")), "%SRCROOT%");
     EXPECT_EQ(num(loc, "region.startLine"), 12);
     EXPECT_EQ(num(loc, "region.startColumn"), 5);
     EXPECT_EQ(num(loc, "region.endLine"), 12);
@@ -434,12 +469,14 @@ TEST_F(DiagTest, Sarif)
     EXPECT_EQ(str(path(r0, "properties.help.0")),
               "write RowwiseParallel(input_layouts=Replicate())");
 
+    // without a location of its own, a result is located at the plan
     json_t *r1 = json_array_get(results, 1);
     EXPECT_EQ(str(path(r1, "level")), "warning");
-    EXPECT_EQ(path(r1, "locations"), nullptr);
+    EXPECT_EQ(str(path(r1, "locations.0.physicalLocation.artifactLocation.uri")), "plans/bad.plan");
+    EXPECT_EQ(num(r1, "locations.0.physicalLocation.region.startLine"), 1);
 
     json_t *r2 = json_array_get(results, 2);
-    EXPECT_EQ(num(r2, "ruleIndex"), 0);
+    EXPECT_EQ(num(r2, "ruleIndex"), tp_check_index("relabel"));
     EXPECT_EQ(num(r2, "fixes.0.artifactChanges.0.replacements.0.deletedRegion.byteLength"), 16);
     EXPECT_EQ(path(r2, "relatedLocations.0.physicalLocation"), nullptr);
     EXPECT_EQ(str(path(r2, "relatedLocations.0.message.text")), "no location");
@@ -450,16 +487,164 @@ TEST_F(DiagTest, SarifColumnsCountCodePoints)
 {
     int f = add("/abs dir/é.plan", "x = \"é\" + y\n");
     tp_diag_add(&diags_, TP_ERROR, span_at(&src_, f, 1, 11, 1), "c", "y");   // byte col 11
-    json_t *root = parse(take(tp_diags_render_sarif(&diags_, &src_)));
+    json_t *root = parse(sarif());
     ASSERT_NE(root, nullptr);
     json_t *loc = path(root, "runs.0.results.0.locations.0.physicalLocation");
     EXPECT_EQ(str(path(root, "runs.0.columnKind")), "unicodeCodePoints");
     EXPECT_EQ(num(loc, "region.startColumn"), 10);
     EXPECT_EQ(num(loc, "region.endColumn"), 11);
     EXPECT_EQ(num(loc, "region.byteOffset"), 10);
-    // A URI, not a path: absolute paths get file://, the rest is encoded.
+    // A URI, not a path: a file outside the root gets an absolute file://
+    // URI and no uriBaseId; the rest is encoded.
     EXPECT_EQ(str(path(loc, "artifactLocation.uri")), "file:///abs%20dir/%C3%A9.plan");
+    EXPECT_EQ(path(loc, "artifactLocation.uriBaseId"), nullptr);
     json_decref(root);
+}
+
+TEST_F(DiagTest, SarifUrisAreRelativeToTheRoot)
+{
+    add("plans/../models/m.model", "x\n");
+    tp_diag_add(&diags_, TP_ERROR, span_at(&src_, 0, 1, 1, 1), "model", "m");
+    tp_diag_unit u = unit();
+    auto uri_with = [&](const char *cwd, const char *root, std::string *base) {
+        tp_render_opts opts = {0, cwd, root};
+        json_t *doc = parse(take(tp_diags_render_sarif(&u, 1, &opts)));
+        json_t *art = path(doc, "runs.0.results.0.locations.0.physicalLocation.artifactLocation");
+        std::string uri = str(path(art, "uri"));
+        *base = json_is_string(path(art, "uriBaseId")) ? str(path(art, "uriBaseId")) : "";
+        json_decref(doc);
+        return uri;
+    };
+    std::string base;
+    EXPECT_EQ(uri_with("/work/repo", "/work/repo", &base), "models/m.model");
+    EXPECT_EQ(base, "%SRCROOT%");
+    EXPECT_EQ(uri_with("/work/repo", "/work", &base), "repo/models/m.model");
+    EXPECT_EQ(uri_with("/work/repo", "/", &base), "work/repo/models/m.model");
+    EXPECT_EQ(uri_with("/work/repo", "/work/rep", &base), "file:///work/repo/models/m.model");
+    EXPECT_EQ(base, "");
+}
+
+// Two plans, one document: one run holds both plans' results, the counts
+// add up, and identical findings are told apart by their occurrence.
+TEST_F(DiagTest, ManyPlansOneDocument)
+{
+    int f = add("a.plan", "x\n");
+    tp_diag_add(&diags_, TP_WARNING, span_at(&src_, f, 1, 1, 1), "repeated-gather", "w");
+    tp_sources src2;
+    tp_diags diags2;
+    tp_sources_init(&src2);
+    tp_diags_init(&diags2);
+    int g = tp_sources_add(&src2, "a.plan", "\n\nx\n", 4);
+    tp_diag_add(&diags2, TP_WARNING, span_at(&src2, g, 3, 1, 1), "repeated-gather", "w");
+    tp_diag_add(&diags2, TP_ERROR, span_at(&src2, g, 3, 1, 1), "relabel", "e at 3:1, line 3");
+    tp_diag_unit units[2] = {{"a.plan", &diags_, &src_, 0}, {"b.plan", &diags2, &src2, 1}};
+
+    json_t *doc = parse(take(tp_diags_render_json(units, 2)));
+    ASSERT_NE(doc, nullptr);
+    EXPECT_EQ(json_array_size(path(doc, "diagnostics")), 3u);
+    EXPECT_EQ(num(doc, "errors"), 1);
+    EXPECT_EQ(num(doc, "warnings"), 2);
+    EXPECT_EQ(str(path(doc, "plans.1.plan")), "b.plan");
+    EXPECT_EQ(num(doc, "plans.1.status"), 1);
+    EXPECT_EQ(str(path(doc, "diagnostics.2.plan")), "b.plan");
+    json_decref(doc);
+
+    tp_render_opts opts = {0, "/work", "/work"};
+    doc = parse(take(tp_diags_render_sarif(units, 2, &opts)));
+    ASSERT_NE(doc, nullptr);
+    ASSERT_EQ(json_array_size(path(doc, "runs")), 1u);
+    ASSERT_EQ(json_array_size(path(doc, "runs.0.results")), 3u);
+    // the same warning two lines lower: the same fingerprint, a later occurrence
+    std::string w1 = str(path(doc, "runs.0.results.0.partialFingerprints.tpcc/v1"));
+    std::string w2 = str(path(doc, "runs.0.results.1.partialFingerprints.tpcc/v1"));
+    EXPECT_EQ(w1.substr(w1.size() - 2), ":0");
+    EXPECT_EQ(w2.substr(0, w2.size() - 2), w1.substr(0, w1.size() - 2));
+    EXPECT_EQ(w2.substr(w2.size() - 2), ":1");
+    EXPECT_TRUE(json_is_true(path(doc, "runs.0.invocations.0.executionSuccessful")));
+    json_decref(doc);
+    tp_diags_free(&diags2);
+    tp_sources_free(&src2);
+}
+
+// The fingerprint leaves out line and column numbers, in the location and
+// in the message, and folds blanks; it keeps the check, the file, the text
+// pointed at and the rest of the message.
+TEST_F(DiagTest, FingerprintIgnoresPositions)
+{
+    int f = add("a.plan", "  \"k\":   S(),\n");
+    int g = add("b.plan", "\n\n\"k\": S(),\n");
+    tp_diag *a = tp_diag_add(&diags_, TP_ERROR, span_at(&src_, f, 1, 3, 11), "relabel", "at 1:3 (line 1) of 2048");
+    tp_diag a_copy = *a;
+    tp_diag *b = tp_diag_add(&diags_, TP_ERROR, span_at(&src_, g, 3, 1, 9), "relabel", "at 3:1 (line 3) of 2048");
+    tp_diag b_copy = *b;
+    EXPECT_EQ(tp_fingerprint(&a_copy, &src_, "p.plan"), tp_fingerprint(&b_copy, &src_, "p.plan"));
+    EXPECT_NE(tp_fingerprint(&a_copy, &src_, "p.plan"), tp_fingerprint(&a_copy, &src_, "q.plan"));
+    tp_diag c = b_copy;
+    c.message = (char *)"at 3:1 (line 3) of 4096";
+    EXPECT_NE(tp_fingerprint(&b_copy, &src_, "p.plan"), tp_fingerprint(&c, &src_, "p.plan"));
+    c = b_copy;
+    c.check = (char *)"layout-mismatch";
+    EXPECT_NE(tp_fingerprint(&b_copy, &src_, "p.plan"), tp_fingerprint(&c, &src_, "p.plan"));
+}
+
+TEST(Lint, OptionsNameKnownChecks)
+{
+    tp_lint l = {};
+    char err[256];
+    EXPECT_EQ(tp_lint_option(&l, "error", err, sizeof err), 0);
+    EXPECT_TRUE(l.werror);
+    EXPECT_EQ(tp_lint_option(&l, "no-repeated-gather", err, sizeof err), 0);
+    EXPECT_EQ(tp_lint_option(&l, "uncovered-parameter=error", err, sizeof err), 0);
+    EXPECT_EQ(tp_lint_option(&l, "uncovered-parameter=warning", err, sizeof err), 0);
+    EXPECT_EQ(l.actions[tp_check_index("repeated-gather")], TP_LINT_OFF);
+    EXPECT_EQ(l.actions[tp_check_index("uncovered-parameter")], TP_LINT_WARNING);   // the last wins
+    EXPECT_EQ(tp_lint_option(&l, "no-repeated-gathr", err, sizeof err), -1);
+    EXPECT_NE(std::string(err).find("did you mean 'repeated-gather'"), std::string::npos) << err;
+    EXPECT_EQ(tp_lint_option(&l, "relabel=fatal", err, sizeof err), -1);
+    EXPECT_EQ(tp_lint_option(&l, "relabel", err, sizeof err), -1);
+    tp_lint_free(&l);
+}
+
+// -W and -Werror change warnings only, and a suppressed warning stays a
+// warning (it is not counted) whatever -Werror says.
+TEST_F(DiagTest, LintAppliesToWarningsOnly)
+{
+    int f = add("a.plan", "a\nb # tpcc: ignore[repeated-gather]\nc\n");
+    tp_diag_add(&diags_, TP_ERROR, span_at(&src_, f, 1, 1, 1), "relabel", "e");
+    tp_diag_add(&diags_, TP_WARNING, span_at(&src_, f, 1, 1, 1), "repeated-gather", "w1");
+    tp_diag_add(&diags_, TP_WARNING, span_at(&src_, f, 2, 1, 1), "repeated-gather", "w2");
+    tp_diag_add(&diags_, TP_WARNING, span_at(&src_, f, 3, 1, 1), "uncovered-parameter", "w3");
+    const char *comment = strchr(src_.files[f].text, '#');
+    int len = int(strcspn(comment, "\n"));
+    tp_lint_comment(&diags_, &src_, span_at(&src_, f, 2, 3, len), comment, len);
+    ASSERT_EQ(diags_.nsupps, 1);
+    EXPECT_EQ(diags_.supps[0].line, 2);               // after code: its own line
+    EXPECT_STREQ(diags_.supps[0].justification, "");
+    tp_lint l = {};
+    char err[256];
+    ASSERT_EQ(tp_lint_option(&l, "error", err, sizeof err), 0);
+    ASSERT_EQ(tp_lint_option(&l, "no-relabel", err, sizeof err), 0);
+    ASSERT_EQ(tp_lint_option(&l, "uncovered-parameter=warning", err, sizeof err), 0);
+    tp_diags_sort(&diags_);
+    tp_lint_apply(&diags_, &l);
+    EXPECT_EQ(diags_.errors, 2);       // relabel stays, w1 promoted
+    EXPECT_EQ(diags_.warnings, 1);     // w3 kept a warning
+    EXPECT_EQ(diags_.suppressed, 1);   // w2
+    EXPECT_EQ(text(),
+              "a.plan:1:1: error: e [relabel]\n"
+              "    1 | a\n"
+              "      | ^\n"
+              "\n"
+              "a.plan:1:1: error: w1 [repeated-gather, -Werror]\n"
+              "    1 | a\n"
+              "      | ^\n"
+              "\n"
+              "a.plan:3:1: warning: w3 [uncovered-parameter]\n"
+              "    3 | c\n"
+              "      | ^\n"
+              "\n"
+              "2 errors, 1 warning generated.\n");
+    tp_lint_free(&l);
 }
 
 // ---- fix-its ----

@@ -112,6 +112,11 @@ Proc run_program(const std::string &program, const std::vector<std::string> &arg
     return r;
 }
 
+Proc run_tpcc(const std::vector<std::string> &args)
+{
+    return run_program(std::string(TPCC_BINARY_DIR) + "/tpcc", args);
+}
+
 const char *const kInstallMpich =
     "mpiexec is not on PATH: install MPICH (Debian: apt-get install mpich; tools/setup.sh installs it)";
 const char *const kInstallNumpy =
@@ -134,14 +139,17 @@ bool on_path(const std::string &program)
     return false;
 }
 
+std::string python_with(const std::string &module)
+{
+    for (const char *py : {"python3", "/usr/bin/python3"})
+        if (run_program(py, {"-c", "import " + module}).code() == 0)
+            return py;
+    return "";
+}
+
 std::string python_with_numpy()
 {
-    static const std::string found = [] {
-        for (const char *py : {"python3", "/usr/bin/python3"})
-            if (run_program(py, {"-c", "import numpy"}).code() == 0)
-                return std::string(py);
-        return std::string();
-    }();
+    static const std::string found = python_with("numpy");
     return found;
 }
 

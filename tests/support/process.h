@@ -41,6 +41,10 @@ struct Proc {
 Proc run_program(const std::string &program, const std::vector<std::string> &args,
                  const std::vector<std::string> &env_extra = {}, int timeout_s = 120);
 
+// The tpcc binary of this build (TPCC_BINARY_DIR) with `args`, as
+// run_program runs it.
+Proc run_tpcc(const std::vector<std::string> &args);
+
 bool contains(const std::string &s, const std::string &part);
 
 // The tools the runtime tests run: mpiexec (MPICH) and a python3 with
@@ -52,6 +56,9 @@ bool on_path(const std::string &program);
 // /usr/bin/python3, which a pyenv or venv python3 on PATH may hide), or ""
 // when there is none.
 std::string python_with_numpy();
+// The same for any module (jsonschema, yaml: python3-jsonschema,
+// python3-yaml).
+std::string python_with(const std::string &module);
 extern const char *const kInstallMpich;
 extern const char *const kInstallNumpy;
 

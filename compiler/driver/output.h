@@ -1,0 +1,44 @@
+/* output.h: where the diagnostics of a command line go. Text is written
+ * to stderr plan by plan; JSON and SARIF are one document for all the
+ * plans (on stdout, unless stdout carries an export), written at the
+ * end, so each plan's diagnostics and sources are kept until then. */
+#ifndef TPCC_OUTPUT_H
+#define TPCC_OUTPUT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "compiler/diag/diag.h"
+
+/* A plan's diagnostics kept for the document. */
+typedef struct tp_kept_plan {
+    char *plan;
+    tp_diags diags;
+    tp_sources src;
+    int status;
+} tp_kept_plan;
+
+typedef struct tp_output {
+    tp_diag_format format;
+    FILE *docs;                 /* where JSON and SARIF go */
+    tp_render_opts render;      /* cwd and root owned */
+    tp_kept_plan *kept;         /* JSON, SARIF: the plans so far */
+    int count;
+} tp_output;
+
+/* docs: where JSON and SARIF go; sarif_root: --sarif-root or NULL (the
+ * working directory). Returns 0, or -1 with a message in err when a
+ * directory cannot be resolved. */
+int tp_output_init(tp_output *o, tp_diag_format format, int color, FILE *docs,
+                   const char *sarif_root, char *err, size_t errlen);
+
+/* One plan's diagnostics, with its exit status: text is written now, JSON
+ * and SARIF take *diags and *src (leaving them empty). Returns 0, or -1
+ * when writing fails. */
+int tp_output_add(tp_output *o, const char *plan, tp_diags *diags, tp_sources *src, int status);
+
+/* Write the JSON or SARIF document (nothing for text). Returns 0 or -1. */
+int tp_output_finish(tp_output *o);
+void tp_output_free(tp_output *o);
+
+#endif /* TPCC_OUTPUT_H */
