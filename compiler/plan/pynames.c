@@ -485,7 +485,7 @@ static bool desugar(tp_pynames *n, tp_node **e)
         free(module);
         tp_node_free(x->kids[0]);
         x->kids[0] = name;
-        for (int i = 1; i < x->nkids && ok; i++)
+        for (int i = 1; i < x->nkids; i++)
             ok &= desugar(n, &x->kids[i]);
         return ok;
     }

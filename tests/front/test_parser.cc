@@ -187,6 +187,27 @@ TEST(ParserDump, Items)
               "(FILE (MODULE M (DEF f (BLOCK (RETURN (INT 1))))))");
 }
 
+// Python's import lines and names for classes, as a plan pasted from a
+// training script has them (compiler/plan/pynames.c reads them).
+TEST(ParserDump, ImportsAndNames)
+{
+    Parsed p("from torch.distributed.tensor.parallel import ColwiseParallel as colwise_parallel, RowwiseParallel\n"
+             "from torch.distributed.tensor import (\n  Shard,\n  Replicate,\n)\n"
+             "import torch.nn as nn\nimport torch\n"
+             "a, b = (A, B)\nc = x.y.C\n");
+    EXPECT_EQ(p.errors(), "");
+    EXPECT_EQ(p.tree(),
+              "(FILE (FROM_IMPORT \"torch.distributed.tensor.parallel\" (ALIAS ColwiseParallel \"colwise_parallel\") "
+              "(ALIAS RowwiseParallel)) (FROM_IMPORT \"torch.distributed.tensor\" (ALIAS Shard) (ALIAS Replicate)) "
+              "(IMPORT nn \"torch.nn\") (IMPORT \"torch\") (UNPACK (NAME a) (NAME b) (TUPLE (NAME A) (NAME B))) "
+              "(ASSIGN c (ATTR C (ATTR y (NAME x)))))");
+    // a number where a class belongs is a configuration value out of place
+    EXPECT_EQ(Parsed("x = 4").errors(),
+              "1:5: a top-level assignment may only give a PyTorch class another name "
+              "(colwise_parallel = ColwiseParallel)\n");
+    EXPECT_EQ(Parsed("from torch import *").errors(), "1:19: unexpected '*', expected identifier or '('\n");
+}
+
 TEST(ParserDump, Separators)
 {
     EXPECT_EQ(Parsed("config { a = 1, b = 2; c = 3 d = 4 }").tree(),
