@@ -79,6 +79,18 @@ TEST(Torchtitan, SameLogitsAsLlamaOnTheSameWeights)
         }
 }
 
+// torchtitan's plan as pasted: exit status 0, the two keys for the
+// Identity q_norm/k_norm reported as PyTorch reports them, nothing else.
+TEST(Torchtitan, PlanChecksWithPyTorchsWarningsOnly)
+{
+    Proc p = run_program(kTpcc, {"--check", source_path("plans/llama-torchtitan.plan")});
+    EXPECT_EQ(p.code(), 0) << p.describe();
+    EXPECT_TRUE(contains(p.err, "Parallelize plan key 'q_norm' could not be resolved: no submodule matching token "
+                                "'q_norm' in module Attention(...), skipping this plan entry.")) << p.err;
+    EXPECT_TRUE(contains(p.err, "2 warnings generated.")) << p.err;
+    EXPECT_FALSE(contains(p.err, "error")) << p.err;
+}
+
 // The same model with the wrong projection order (torchtitan's w3 is up,
 // w2 down) would not match: the test above can fail.
 TEST(Torchtitan, SwappedUpAndGateDiffer)
