@@ -9,6 +9,8 @@
 #include "compiler/diag/suggest.h"
 #include "util/xalloc.h"
 
+/* A class name added here also goes in plan_classes and in the lists of
+ * the modules that define it in pynames.c (what Python names resolve to). */
 static const char *const style_names[] = {
     [TP_STYLE_COLWISE] = "ColwiseParallel",
     [TP_STYLE_ROWWISE] = "RowwiseParallel",

@@ -55,8 +55,9 @@ static const known_module known[] = {
  * listed does not exist (Python's ModuleNotFoundError). */
 static const char *const owned_packages[] = {"torch.distributed.tensor", "torch.distributed._tensor"};
 
-/* The classes a plan's values construct, and where PyTorch defines them
- * (what the help of a wrong import names). */
+/* The classes a plan's values construct (plan.c's style_names and the
+ * placements read_placement reads), and where PyTorch defines them (what
+ * the help of a wrong import names). */
 static const char *const plan_classes[] = {
     "ColwiseParallel", "RowwiseParallel", "SequenceParallel", "PrepareModuleInput", "PrepareModuleOutput",
     "PrepareModuleInputOutput", "Shard", "Replicate", "Partial", NULL};
