@@ -125,8 +125,7 @@ void tp_pynames_free(tp_pynames *n)
 }
 
 /* Later bindings replace earlier ones, as Python rebinds a name. */
-static void bind(tp_pynames *n, const char *name, tp_pyname_kind kind, const char *module, const char *target,
-                 const tp_node *where)
+static void bind(tp_pynames *n, const char *name, tp_pyname_kind kind, const char *module, const char *target)
 {
     tp_pyname *b = NULL;
     for (int i = 0; i < n->count && !b; i++)
@@ -144,7 +143,6 @@ static void bind(tp_pynames *n, const char *name, tp_pyname_kind kind, const cha
     b->kind = kind;
     b->module = module ? tp_xstrdup(module) : NULL;
     b->target = target ? tp_xstrdup(target) : NULL;
-    b->where = where;
 }
 
 static const tp_pyname *lookup(const tp_pynames *n, const char *name)
@@ -201,7 +199,7 @@ static void bind_from(tp_pynames *n, const tp_node *item)
         const tp_node *a = item->kids[i];
         const char *as = a->str ? a->str : a->name;
         if (!m) {
-            bind(n, as, TP_PYNAME_FOREIGN, item->str, a->name, a);
+            bind(n, as, TP_PYNAME_FOREIGN, item->str, a->name);
             continue;
         }
         if (!in_list(m->names, a->name)) {
@@ -210,9 +208,9 @@ static void bind_from(tp_pynames *n, const tp_node *item)
         }
         char *sub = tp_xasprintf("%s.%s", m->path, a->name);
         if (find_module(sub))
-            bind(n, as, TP_PYNAME_MODULE, sub, NULL, a);
+            bind(n, as, TP_PYNAME_MODULE, sub, NULL);
         else
-            bind(n, as, TP_PYNAME_CLASS, m->path, a->name, a);
+            bind(n, as, TP_PYNAME_CLASS, m->path, a->name);
         free(sub);
     }
 }
@@ -226,14 +224,14 @@ static void bind_import(tp_pynames *n, const tp_node *item)
         return;
     }
     if (item->name) {
-        bind(n, item->name, TP_PYNAME_MODULE, item->str, NULL, item);
+        bind(n, item->name, TP_PYNAME_MODULE, item->str, NULL);
         return;
     }
     char *head = tp_xstrdup(item->str);
     char *dot = strchr(head, '.');
     if (dot)
         *dot = '\0';
-    bind(n, head, TP_PYNAME_MODULE, head, NULL, item);
+    bind(n, head, TP_PYNAME_MODULE, head, NULL);
     free(head);
 }
 
@@ -547,7 +545,7 @@ static void bind_assignment(tp_pynames *n, const tp_node *item)
         }
         if (!resolve(n, elem, &cls, &module, &foreign))
             continue;
-        bind(n, target, foreign ? TP_PYNAME_FOREIGN : TP_PYNAME_CLASS, module, cls, item);
+        bind(n, target, foreign ? TP_PYNAME_FOREIGN : TP_PYNAME_CLASS, module, cls);
         free(cls);
         free(module);
     }

@@ -31,7 +31,6 @@ typedef struct tp_pyname {
     tp_pyname_kind kind;
     char *module;        /* where it comes from: "torch.distributed.tensor.parallel" */
     char *target;        /* the class or function's own name ("ColwiseParallel"); NULL for a module */
-    const tp_node *where;
 } tp_pyname;
 
 typedef struct tp_pynames {
