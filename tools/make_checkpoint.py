@@ -22,6 +22,12 @@ Tensor names and layouts are Hugging Face's (nn.Linear weights are
          transformer.ln_f.{weight,bias}; the head is tied to wte (no lm_head.weight)
          unless tie_embeddings=0
 
+With --names torchtitan, llama's tensors (the same values: each is drawn
+under its Hugging Face name) are written under torchtitan's names
+(models/llama-torchtitan.model): tok_embeddings, layers.N.attention_norm,
+layers.N.attention.{wq,wk,wv,wo}, layers.N.ffn_norm,
+layers.N.feed_forward.{w1 (gate), w2 (down), w3 (up)}, norm, output.
+
 Config keys (defaults: plans/llama-tiny.plan's sizes): hidden (64), heads (4),
 kv_heads (llama; 2), layers (2), ffn (llama 128, gpt2 4*hidden), vocab (256),
 head_dim (llama; hidden // heads), tie_embeddings (llama 0, gpt2 1: with 0,
@@ -243,6 +249,28 @@ def gpt2_tensors(cfg):
     return t, hf
 
 
+TORCHTITAN_NAMES = [
+    (r"model\.embed_tokens\.", "tok_embeddings."),
+    (r"model\.layers\.(\d+)\.input_layernorm\.", r"layers.\1.attention_norm."),
+    (r"model\.layers\.(\d+)\.self_attn\.([qkvo])_proj\.", r"layers.\1.attention.w\2."),
+    (r"model\.layers\.(\d+)\.post_attention_layernorm\.", r"layers.\1.ffn_norm."),
+    (r"model\.layers\.(\d+)\.mlp\.gate_proj\.", r"layers.\1.feed_forward.w1."),
+    (r"model\.layers\.(\d+)\.mlp\.down_proj\.", r"layers.\1.feed_forward.w2."),
+    (r"model\.layers\.(\d+)\.mlp\.up_proj\.", r"layers.\1.feed_forward.w3."),
+    (r"model\.norm\.", "norm."),
+    (r"lm_head\.", "output."),
+]
+
+
+def torchtitan_name(name):
+    """A Llama tensor's name in torchtitan's Transformer."""
+    for pattern, repl in TORCHTITAN_NAMES:
+        renamed, n = re.subn("^" + pattern, repl, name)
+        if n:
+            return renamed
+    sys.exit(f"make_checkpoint.py: no torchtitan name for '{name}'")
+
+
 def safetensors_bytes(entries):
     """entries: list of (name, dtype_name, shape, bytes) -> the file's bytes."""
     header = {"__metadata__": {"format": "pt"}}
@@ -277,7 +305,11 @@ def main(argv=None):
     ap.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"])
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--names", default="hf", choices=["hf", "torchtitan"],
+                    help="tensor names: Hugging Face's, or torchtitan's (llama only)")
     args = ap.parse_args(argv)
+    if args.names == "torchtitan" and args.family != "llama":
+        sys.exit("make_checkpoint.py: --names torchtitan is for --family llama")
 
     cfg = parse_config(args.config)
     known = {"hidden", "heads", "kv_heads", "layers", "ffn", "vocab", "head_dim", "tie_embeddings", "positions"}
@@ -299,7 +331,7 @@ def main(argv=None):
     entries = []
     for name, shape in tensors:
         dt, data = encode(seeded_values(name, shape, args.seed), args.dtype)
-        entries.append((name, dt, shape, data))
+        entries.append((torchtitan_name(name) if args.names == "torchtitan" else name, dt, shape, data))
 
     single_file = args.out.endswith(".safetensors")
     if single_file and args.shards > 1:

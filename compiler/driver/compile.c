@@ -5,6 +5,7 @@
 #include "compiler/driver/model_path.h"
 #include "compiler/front/hf_check.h"
 #include "compiler/front/parse.h"
+#include "compiler/plan/pynames.h"
 #include "util/xalloc.h"
 
 static const tp_node *find_item(const tp_node *file, tp_node_kind kind, int *count)
@@ -75,6 +76,7 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     if (u->model_file < 0)
         return;
     u->model_ast = tp_parse(&u->src, u->model_file, &u->diags);
+    tp_pynames_reject_in_model(u->model_ast, &u->diags);
     if (u->diags.errors)
         return;            /* a broken file would only produce noise further on */
     if (opts->hf_config) {

@@ -73,6 +73,9 @@ static const char *const kind_names[] = {
     [N_LOSS_PARALLEL] = "LOSS_PARALLEL",
     [N_MODULE] = "MODULE",
     [N_HF] = "HF",
+    [N_FROM_IMPORT] = "FROM_IMPORT",
+    [N_IMPORT] = "IMPORT",
+    [N_ALIAS] = "ALIAS",
     [N_DEF] = "DEF",
     [N_PARAM] = "PARAM",
     [N_BLOCK] = "BLOCK",
@@ -188,6 +191,19 @@ static void dump_node(tp_buf *b, const tp_node *n)
         dump_node(b, n->kids[i]);
     }
     tp_buf_append(b, ")");
+}
+
+tp_node *tp_node_clone(const tp_node *n)
+{
+    tp_node *c = tp_node_new(n->kind, n->span);
+    c->name = n->name ? tp_xstrdup(n->name) : NULL;
+    c->str = n->str ? tp_xstrdup(n->str) : NULL;
+    c->ival = n->ival;
+    c->fval = n->fval;
+    c->op = n->op;
+    for (int i = 0; i < n->nkids; i++)
+        tp_node_add(c, tp_node_clone(n->kids[i]));
+    return c;
 }
 
 char *tp_node_dump(const tp_node *n)

@@ -20,14 +20,19 @@ typedef enum tp_node_kind {
     N_LOSS_PARALLEL, /* loss_parallel() */
     N_MODULE,        /* module Name { members }     name = type name, kids: members */
     N_HF,            /* hf { architectures = (...) }  what a model file implements: kids: N_ASSIGN */
+    N_FROM_IMPORT,   /* from a.b import C as d, E    str = module path, kids: N_ALIAS */
+    N_IMPORT,        /* import a.b [as c]            str = module path, name = alias or NULL */
+    N_ALIAS,         /* C [as d] of a from-import    name = imported name, str = alias or NULL */
     /* ---- module members ---- */
     N_DEF,           /* def forward(a, b) { body }  name = "forward", kids: N_PARAM..., last kid N_BLOCK */
     N_PARAM,         /* name; kid0 = optional shape annotation (N_LIST of dim expressions) */
     N_BLOCK,         /* kids: statements */
-    N_ASSIGN,        /* name = kid0 (also members: submodule declarations) */
+    N_ASSIGN,        /* name = kid0 (also members: submodule declarations; in a plan,
+                        at the top level, a name for a PyTorch class: x = ColwiseParallel) */
     N_RETURN,        /* return kid0 */
     N_EXPR_STMT,     /* kid0 (a call used as a statement, e.g. tie(...)) */
-    N_UNPACK,        /* a, b = value   kids: N_NAME targets, last kid the value */
+    N_UNPACK,        /* a, b = value   kids: N_NAME targets, last kid the value (also at a
+                        plan's top level, as N_ASSIGN) */
     /* ---- expressions ---- */
     N_INT,           /* ival */
     N_FLOAT,         /* fval (1e-5, 500000.0) */
@@ -64,6 +69,8 @@ tp_node *tp_node_new(tp_node_kind kind, tp_span span);
 void tp_node_add(tp_node *parent, tp_node *kid);   /* kid may be NULL: ignored */
 void tp_node_free(tp_node *n);
 const char *tp_node_kind_name(tp_node_kind kind);
+/* A deep copy, spans included. */
+tp_node *tp_node_clone(const tp_node *n);
 
 /* Print the tree as an S-expression (tests and debugging). Returns a
  * malloc'ed string. */

@@ -249,6 +249,35 @@ static int at_top_level(const tp_parse_ctx *ctx)
     return ctx->depth - ctx->pop_pending == 0;
 }
 
+/* A plan's top-level `x = ...` names PyTorch classes (torchtitan's
+ * `rowwise_parallel, colwise_parallel = (RowwiseParallel, ColwiseParallel)`);
+ * a number or a string there is a configuration value put in the wrong
+ * place. */
+static int names_something(const tp_node *v)
+{
+    switch (v->kind) {
+    case N_NAME: case N_ATTR: return 1;
+    case N_COND: return names_something(v->kids[0]) && names_something(v->kids[2]);
+    case N_TUPLE:
+        for (int i = 0; i < v->nkids; i++)
+            if (!names_something(v->kids[i]))
+                return 0;
+        return 1;
+    default: return 0;
+    }
+}
+
+static void top_level_binding(tp_parse_ctx *ctx, const tp_node *item)
+{
+    const tp_node *value = item->kids[item->nkids - 1];
+    if (names_something(value))
+        return;
+    tp_diag *d = tp_syntax_error(ctx, value->span, "a top-level assignment may only give a PyTorch class "
+                                 "another name (colwise_parallel = ColwiseParallel)");
+    if (d)
+        tp_diag_help(d, "top-level assignments go inside config { ... }");
+}
+
 /* Keywords usable as names ("model = LlamaModel()") arrive without text. */
 static char *source_text(const tp_parse_ctx *ctx, tp_span at)
 {
@@ -274,15 +303,16 @@ static char *source_text(const tp_parse_ctx *ctx, tp_span at)
 %token <fval> FLOAT "float"
 %token MODEL "'model'" CONFIG "'config'" MESH "'mesh'" PARALLELIZE "'parallelize'"
 %token ON "'on'" LOSS_PARALLEL "'loss_parallel'" MODULE "'module'" HF "'hf'"
+%token FROM "'from'" IMPORT "'import'" AS "'as'"
 %token DEF "'def'" RETURN "'return'" IF "'if'" ELSE "'else'"
 %token NOT "'not'" AND "'and'" OR "'or'" TRUE "'True'" FALSE "'False'" NONE "'None'"
 %token DSLASH "'//'"
 %token POW "'**'" EQ "'=='" NE "'!='"
 %token INVALID "invalid character"
 
-%type <text> name mesh_dim
+%type <text> name mesh_dim dotted
 %type <node> item assigns assign members member def params param_list param
-%type <node> block stmts stmt call_stmt targets
+%type <node> block stmts stmt call_stmt targets top_targets imported imported_list
 %type <val> expr disj conj negation comparison sum term unary postfix primary strings
 %type <val> list elems dict pairs pair args arg_list arg kwarg kwargs callee
 
@@ -316,6 +346,44 @@ item
         { $$ = $4; $$->span = @$; $$->name = $2; }
     | HF '{' assigns '}'
         { $$ = $3; $$->span = @$; $$->kind = N_HF; }
+    /* Python's import lines and names for PyTorch's classes, as a plan
+     * pasted from Python has them (compiler/plan/pynames.c gives them
+     * their meaning) */
+    | FROM dotted IMPORT imported_list
+        { $$ = $4; $$->span = @$; $$->str = $2; }
+    | FROM dotted IMPORT '(' imported_list opt_comma ')'
+        { $$ = $5; $$->span = @$; $$->str = $2; }
+    | IMPORT dotted
+        { $$ = tp_node_new(N_IMPORT, @$); $$->str = $2; }
+    | IMPORT dotted AS IDENT
+        { $$ = named_node(N_IMPORT, @$, $4); $$->str = $2; }
+    | IDENT '=' expr
+        { $$ = named_node(N_ASSIGN, @$, $1); tp_node_add($$, $3.n); top_level_binding(ctx, $$); }
+    | top_targets '=' expr
+        { $$ = $1; $$->span = @$; tp_node_add($$, $3.n); top_level_binding(ctx, $$); }
+    ;
+
+/* a, b = ...: identifiers (keywords start items here) */
+top_targets
+    : IDENT ',' IDENT       { $$ = tp_node_new(N_UNPACK, @$); tp_node_add($$, named_node(N_NAME, @1, $1));
+                              tp_node_add($$, named_node(N_NAME, @3, $3)); }
+    | top_targets ',' IDENT { $$ = $1; $$->span = @$; tp_node_add($$, named_node(N_NAME, @3, $3)); }
+    ;
+
+/* a.b.c, as the text it is */
+dotted
+    : IDENT
+    | dotted '.' IDENT      { $$ = tp_xasprintf("%s.%s", $1, $3); free($1); free($3); }
+    ;
+
+imported_list
+    : imported              { $$ = tp_node_new(N_FROM_IMPORT, @$); tp_node_add($$, $1); }
+    | imported_list ',' imported  { $$ = $1; tp_node_add($$, $3); }
+    ;
+
+imported
+    : IDENT                 { $$ = named_node(N_ALIAS, @$, $1); }
+    | IDENT AS IDENT        { $$ = named_node(N_ALIAS, @$, $1); $$->str = $3; }
     ;
 
 mesh_dim
@@ -636,12 +704,16 @@ static int is_keyword_name(yysymbol_kind_t sym)
 }
 
 /* Keep the expected tokens worth listing: never "end of file", and no
- * keywords that are only expected as names when "identifier" says it. */
+ * keywords that are only expected as names when "identifier" says it. At
+ * the top level the item keywords are listed and the identifier that
+ * starts a name for a PyTorch class is not. */
 static int worth_listing(yysymbol_kind_t *expected, int n)
 {
-    int ident = expects(expected, n, YYSYMBOL_IDENT), kept = 0;
+    int top = expects(expected, n, YYSYMBOL_PARALLELIZE);
+    int ident = !top && expects(expected, n, YYSYMBOL_IDENT), kept = 0;
     for (int i = 0; i < n; i++)
-        if (expected[i] != YYSYMBOL_YYEOF && !(ident && is_keyword_name(expected[i])))
+        if (expected[i] != YYSYMBOL_YYEOF && !(ident && is_keyword_name(expected[i])) &&
+            !(top && expected[i] == YYSYMBOL_IDENT))
             expected[kept++] = expected[i];
     return kept;
 }
@@ -699,7 +771,7 @@ static int assignment_follows(const tp_parse_ctx *ctx, tp_span at)
 static int yyreport_syntax_error(const yypcontext_t *yyctx, yyscan_t scanner,
                                  tp_parse_ctx *ctx)
 {
-    enum { MAX_LISTED = 7 };   /* the seven item keywords */
+    enum { MAX_LISTED = 9 };   /* the nine item keywords */
     yysymbol_kind_t tok = yypcontext_token(yyctx);
     tp_span at = *yypcontext_location(yyctx);
     if (tok == YYSYMBOL_INVALID) {

@@ -5,9 +5,12 @@
 #include <string.h>
 #include "compiler/front/astutil.h"
 #include "compiler/plan/plan.h"
+#include "compiler/plan/pynames.h"
 #include "compiler/diag/suggest.h"
 #include "util/xalloc.h"
 
+/* A class name added here also goes in plan_classes and in the lists of
+ * the modules that define it in pynames.c (what Python names resolve to). */
 static const char *const style_names[] = {
     [TP_STYLE_COLWISE] = "ColwiseParallel",
     [TP_STYLE_ROWWISE] = "RowwiseParallel",
@@ -146,7 +149,9 @@ static bool read_bool(reader *r, const tp_node *call, const char *kw, bool dflt)
     int64_t v;
     if (!e)
         return dflt;
-    if (e->kind != N_TRUE && e->kind != N_FALSE) {
+    /* a flag of the configuration (use_local_output=loss_parallel) reads as it */
+    bool flag = e->kind == N_NAME && tp_config_has(r->c, e->name);
+    if (e->kind != N_TRUE && e->kind != N_FALSE && !flag) {
         bad(r, e, "plan", "expected True or False");
         return dflt;
     }
@@ -413,7 +418,15 @@ static tp_style *read_hf_style(reader *r, const tp_node *str)
     return s;
 }
 
-static void read_parallelize(tp_plan *p, const tp_node *item, tp_config *c)
+/* The desugared values live as long as the plan: styles point into them. */
+static const tp_node *keep_value(tp_plan *p, tp_node *value)
+{
+    p->values = tp_xrealloc(p->values, (size_t)(p->nvalues + 1) * sizeof *p->values);
+    p->values[p->nvalues++] = value;
+    return value;
+}
+
+static void read_parallelize(tp_plan *p, const tp_node *item, tp_config *c, tp_pynames *names)
 {
     reader r = {c, c->diags, 0};
     const tp_node *dict = item->kids[0];
@@ -423,6 +436,12 @@ static void read_parallelize(tp_plan *p, const tp_node *item, tp_config *c)
         if (key->kind != N_STR) {
             tp_diag_add(c->diags, TP_ERROR, key->span, "plan", "plan keys are module names in quotes");
             continue;
+        }
+        if (val->kind == N_CALL || val->kind == N_COND) {
+            tp_node *plain = tp_pynames_desugar(names, val);
+            if (!plain)
+                continue;
+            val = keep_value(p, plain);
         }
         if (val->kind != N_CALL && val->kind != N_STR) {
             tp_diag_add(c->diags, TP_ERROR, val->span, "plan", "expected a parallel style such as ColwiseParallel()");
@@ -705,6 +724,72 @@ static void conv1d_help(tp_diag *g, const tp_style *s)
                         "nn.Embedding!\") on a Conv1D (its weight is [in, out]); %s", s->name, CONV1D_FIX);
 }
 
+/* The deepest module the first `depth` components of pattern name, or
+ * NULL (the root for depth 0). */
+static const tp_module *module_at(const tp_model *m, const char *pattern, int depth)
+{
+    if (depth == 0)
+        return m->root;
+    const char *end = pattern;
+    for (int k = 0; k < depth; k++) {
+        end = strchr(end, '.');
+        if (!end)
+            break;
+        if (k + 1 < depth)
+            end++;
+    }
+    char *prefix = end ? tp_xstrndup(pattern, (size_t)(end - pattern)) : tp_xstrdup(pattern);
+    const tp_module *found = NULL;
+    for (int i = 0; i < m->count && !found; i++)
+        if (tp_pattern_match(prefix, m->all[i]->fqn))
+            found = m->all[i];
+    free(prefix);
+    return found;
+}
+
+static int components(const char *path)
+{
+    int n = *path != '\0';
+    for (; *path; path++)
+        n += *path == '.';
+    return n;
+}
+
+/* A key that matches no module. PyTorch's parallelize_module walks the key
+ * one component at a time and, at the first that names no child, warns
+ * "Parallelize plan key '<rest>' could not be resolved: no submodule
+ * matching token '<token>' in module <module>, skipping this plan entry."
+ * and goes on (torch/distributed/tensor/parallel/api.py): a warning here
+ * too, with the same words. Where the parallelize path itself names no
+ * module, the training script's loop over it would find nothing to apply
+ * the dict to: an error. */
+static void report_unmatched(tp_plan *p, tp_model *m, tp_style *s, tp_diags *d)
+{
+    int depth = 0, total = components(s->pattern), base = components(s->base);
+    while (depth < total && module_at(m, s->pattern, depth + 1))
+        depth++;
+    tp_span at = s->entry->kids[0]->span;
+    if (depth < base) {
+        tp_diag *g = tp_diag_add(d, TP_ERROR, at, "unmatched-entry",
+                                 "plan key '%s' matches no module: the parallelize path '%s' names none",
+                                 s->pattern, s->base);
+        suggest_module(m, s, g);
+        return;
+    }
+    const char *rest = s->pattern;
+    for (int k = 0; k < depth; k++)
+        rest = strchr(rest, '.') + 1;
+    const char *dot = strchr(rest, '.');
+    int token_len = dot ? (int)(dot - rest) : (int)strlen(rest);
+    const tp_module *parent = module_at(m, s->pattern, depth);
+    tp_diag *g = tp_diag_add(d, TP_WARNING, at, "unmatched-entry",
+                             "plan key '%s' matches no module: PyTorch warns \"Parallelize plan key '%s' could not "
+                             "be resolved: no submodule matching token '%.*s' in module %s(...), skipping this plan "
+                             "entry.\" and applies the rest of the plan",
+                             s->pattern, rest, token_len, rest, parent ? parent->type : "?");
+    suggest_module(m, s, g);
+}
+
 static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
 {
     for (int si = 0; si < p->nstyles; si++) {
@@ -744,14 +829,9 @@ static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
         }
     }
     /* after every entry is resolved, so a rename is checked against them all */
-    for (int si = 0; si < p->nstyles; si++) {
-        tp_style *s = p->styles[si];
-        if (s->nmatched == 0) {
-            tp_diag *g = tp_diag_add(d, TP_ERROR, s->entry->kids[0]->span, "unmatched-entry",
-                                     "plan key '%s' matches no module", s->pattern);
-            suggest_module(m, s, g);
-        }
-    }
+    for (int si = 0; si < p->nstyles; si++)
+        if (p->styles[si]->nmatched == 0)
+            report_unmatched(p, m, p->styles[si], d);
 }
 
 /* layers.7.mlp -> layers.*.mlp: one name for a module of every layer. */
@@ -843,9 +923,16 @@ bool tp_plan_build(tp_plan *p, const tp_node *file, int file_id, tp_model *m, tp
         if (!strcmp(p->mesh_name[i], "tp"))
             p->tp_dim = i;
     choose_tp_dim(p, file, c->diags);
-    for (int i = 0; i < file->nkids; i++)
-        if (file->kids[i]->kind == N_PARALLELIZE)
-            read_parallelize(p, file->kids[i], c);
+    /* Python's order: a name holds from the line that binds it */
+    tp_pynames names;
+    tp_pynames_init(&names, file, c);
+    for (int i = 0; i < file->nkids; i++) {
+        if (tp_pynames_is_binding(file->kids[i]))
+            tp_pynames_bind(&names, file->kids[i]);
+        else if (file->kids[i]->kind == N_PARALLELIZE)
+            read_parallelize(p, file->kids[i], c, &names);
+    }
+    tp_pynames_free(&names);
     resolve(p, m, c->diags);
     warn_uncovered(p, m, c->diags);
     return true;
@@ -862,6 +949,9 @@ void tp_plan_free(tp_plan *p)
         free(s);
     }
     free(p->styles);
+    for (int i = 0; i < p->nvalues; i++)
+        tp_node_free(p->values[i]);
+    free(p->values);
     for (int i = 0; i < p->mesh_ndim; i++)
         free(p->mesh_name[i]);
     memset(p, 0, sizeof *p);

@@ -81,6 +81,9 @@ typedef struct tp_plan {
     bool loss_parallel;
     tp_span loss_parallel_span;
     tp_style **styles; int nstyles;
+    /* plan values with their Python names resolved and conditions
+     * evaluated (plan/pynames.h); styles point into them */
+    tp_node **values; int nvalues;
 } tp_plan;
 
 /* Read the mesh and styles of a plan file and resolve them against the

@@ -187,6 +187,27 @@ TEST(ParserDump, Items)
               "(FILE (MODULE M (DEF f (BLOCK (RETURN (INT 1))))))");
 }
 
+// Python's import lines and names for classes, as a plan pasted from a
+// training script has them (compiler/plan/pynames.c reads them).
+TEST(ParserDump, ImportsAndNames)
+{
+    Parsed p("from torch.distributed.tensor.parallel import ColwiseParallel as colwise_parallel, RowwiseParallel\n"
+             "from torch.distributed.tensor import (\n  Shard,\n  Replicate,\n)\n"
+             "import torch.nn as nn\nimport torch\n"
+             "a, b = (A, B)\nc = x.y.C\n");
+    EXPECT_EQ(p.errors(), "");
+    EXPECT_EQ(p.tree(),
+              "(FILE (FROM_IMPORT \"torch.distributed.tensor.parallel\" (ALIAS ColwiseParallel \"colwise_parallel\") "
+              "(ALIAS RowwiseParallel)) (FROM_IMPORT \"torch.distributed.tensor\" (ALIAS Shard) (ALIAS Replicate)) "
+              "(IMPORT nn \"torch.nn\") (IMPORT \"torch\") (UNPACK (NAME a) (NAME b) (TUPLE (NAME A) (NAME B))) "
+              "(ASSIGN c (ATTR C (ATTR y (NAME x)))))");
+    // a number where a class belongs is a configuration value out of place
+    EXPECT_EQ(Parsed("x = 4").errors(),
+              "1:5: a top-level assignment may only give a PyTorch class another name "
+              "(colwise_parallel = ColwiseParallel)\n");
+    EXPECT_EQ(Parsed("from torch import *").errors(), "1:19: unexpected '*', expected identifier or '('\n");
+}
+
 TEST(ParserDump, Separators)
 {
     EXPECT_EQ(Parsed("config { a = 1, b = 2; c = 3 d = 4 }").tree(),
@@ -421,12 +442,12 @@ TEST(ParserErrors, ThreeErrorsKeepTheValidItems)
     EXPECT_EQ(p.errors(),
               "2:19: unexpected '}', expected expression\n"
               "4:30: unexpected ')', expected expression\n"
-              "5:1: unexpected identifier 'foo', expected 'model', 'config', 'mesh', "
-              "'parallelize', 'loss_parallel', 'module' or 'hf'\n");
+              "5:7: a top-level assignment may only give a PyTorch class another name "
+              "(colwise_parallel = ColwiseParallel)\n");
     EXPECT_EQ(p.tree(),
               "(FILE (MODEL_REF \"x.model\") (CONFIG) (MESH (ARG tp (NAME tp))) "
               "(PARALLELIZE \"a\" (DICT (PAIR (STR \"b\") (CALL (NAME Foo))) "
-              "(PAIR (STR \"c\") (CALL (NAME Bar))))) "
+              "(PAIR (STR \"c\") (CALL (NAME Bar))))) (ASSIGN foo (INT 3)) "
               "(MODULE M (ASSIGN x (CALL (NAME Linear)))))");
     for (int i = 0; i < p.diags().count; i++) {
         EXPECT_STREQ(p.diags().items[i].check, "syntax");
@@ -472,10 +493,10 @@ TEST(ParserErrors, Messages)
     EXPECT_EQ(Parsed("module M { def f(a b) {} }").errors(),
               "1:20: unexpected identifier 'b', expected ')' to close '(' at 1:17\n");
     // Back at the top level, the next error counts even right away...
-    EXPECT_EQ(Parsed("parallelize \"x\" { \"a\" B(), }\ntp = 4").errors(),
+    EXPECT_EQ(Parsed("parallelize \"x\" { \"a\" B(), }\n= 4").errors(),
               "1:23: unexpected identifier 'B', expected ':'\n"
-              "2:1: unexpected identifier 'tp', expected 'model', 'config', 'mesh', "
-              "'parallelize', 'loss_parallel', 'module' or 'hf'\n");
+              "2:1: unexpected '=', expected 'model', 'config', 'mesh', "
+              "'parallelize', 'loss_parallel', 'module', 'hf', 'from' or 'import'\n");
     // ... but not when an item only seemed to end, inside brackets.
     EXPECT_EQ(Parsed("module M { def f(a b) { return a } }\nmesh(tp = 2)").diags().count, 1);
     EXPECT_EQ(Parsed("config { a = 1 }\nx = 1").diags().items[0].nhelps, 1);

@@ -109,7 +109,10 @@ std::string loss_of(const std::string &out)
 // its loss.
 std::string cpu_reference(const TempDir &dir, const std::string &plan, const std::string &ref)
 {
-    Proc p = run(kTprun, 1, compile(dir, plan, 1, "fp32"), {"--backend", "cpu", "--labels", "tokens", "--out", ref});
+    std::string sched = compile(dir, plan, 1, "fp32");
+    std::vector<std::string> args = labels_for(kTpcc, sched);
+    args.insert(args.end(), {"--backend", "cpu", "--out", ref});
+    Proc p = run(kTprun, 1, sched, args);
     EXPECT_EQ(p.code(), 0) << p.describe();
     return loss_of(p.out);
 }
@@ -145,8 +148,10 @@ void check_against_cpu(const std::string &program, const std::string &plan, cons
     for (int tp : tps)
         for (std::string dtype : {"fp32", "bf16"}) {
             const char *tol = dtype == "fp32" ? kFp32Tolerance : kBf16Tolerance;
-            Proc p = run(program, tp, compile(dir, plan, tp, dtype),
-                         {"--backend", "cuda", "--labels", "tokens", "--compare", ref, "--tolerance", tol});
+            std::string sched = compile(dir, plan, tp, dtype);
+            std::vector<std::string> args = labels_for(kTpcc, sched);
+            args.insert(args.end(), {"--backend", "cuda", "--compare", ref, "--tolerance", tol});
+            Proc p = run(program, tp, sched, args);
             if (gpu_run && (contains(p.err, "no CUDA device") || contains(p.err, "usable GPU")))
                 GTEST_SKIP() << "tp=" << tp << ": " << p.err;
             EXPECT_EQ(p.code(), 0) << "tp=" << tp << " " << dtype << "\n" << p.describe();

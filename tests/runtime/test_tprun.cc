@@ -80,21 +80,29 @@ Proc tprun(int ranks, const std::string &sched, const std::vector<std::string> &
 
 class Parity : public ::testing::TestWithParam<std::string> {};
 
+std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string> &b)
+{
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+}
+
 TEST_P(Parity, SameLogitsAtTp1_2_4AndAtO0)
 {
     ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
     const std::string plan = GetParam();
     TempDir dir;
     std::string ref = dir.path + "/tp1.npy";
-    Proc one = tprun(1, compile(dir, plan, 1), {"--labels", "tokens", "--out", ref, "-q"});
+    std::string sched1 = compile(dir, plan, 1);
+    const std::vector<std::string> labels = labels_for(kTpcc, sched1);
+    Proc one = tprun(1, sched1, with(labels, {"--out", ref, "-q"}));
     ASSERT_EQ(one.code(), 0) << one.describe();
     for (int tp : {2, 4}) {
-        Proc p = tprun(tp, compile(dir, plan, tp), {"--labels", "tokens", "--compare", ref, "--tolerance", kTolerance});
+        Proc p = tprun(tp, compile(dir, plan, tp), with(labels, {"--compare", ref, "--tolerance", kTolerance}));
         EXPECT_EQ(p.code(), 0) << "tp=" << tp << "\n" << p.describe();
         EXPECT_TRUE(contains(p.out, ": ok")) << p.describe();
     }
     std::string o0 = compile(dir, plan, 2, {"-O0"});
-    Proc p = tprun(2, o0, {"--labels", "tokens", "--compare", ref, "--tolerance", kTolerance});
+    Proc p = tprun(2, o0, with(labels, {"--compare", ref, "--tolerance", kTolerance}));
     EXPECT_EQ(p.code(), 0) << "-O0\n" << p.describe();
 }
 

@@ -153,4 +153,12 @@ std::string python_with_numpy()
     return found;
 }
 
+std::vector<std::string> labels_for(const std::string &tpcc, const std::string &sched)
+{
+    Proc dump = run_program(tpcc, {"--dump", sched});
+    if (dump.code() == 0 && !contains(dump.out, " cross_entropy ") && !contains(dump.out, " ce_loss "))
+        return {};
+    return {"--labels", "tokens"};
+}
+
 }  // namespace tpcc_test

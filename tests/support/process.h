@@ -47,6 +47,11 @@ Proc run_tpcc(const std::vector<std::string> &args);
 
 bool contains(const std::string &s, const std::string &part);
 
+// tprun's --labels for a schedule: {"--labels", "tokens"} when its model
+// computes a loss, none when it returns the logits (torchtitan's
+// Transformer), which tprun refuses labels for. `tpcc` dumps it.
+std::vector<std::string> labels_for(const std::string &tpcc, const std::string &sched);
+
 // The tools the runtime tests run: mpiexec (MPICH) and a python3 with
 // NumPy. tools/setup.sh installs both. A test that needs one fails where
 // it is missing, with kInstallMpich or kInstallNumpy saying what to

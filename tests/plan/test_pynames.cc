@@ -1,0 +1,141 @@
+// Python pasted as written (compiler/plan/pynames.c): what import lines and
+// top-level names bind, that a binding shadows the bare class name and
+// holds from its line on, that conditions read the configuration (-D
+// included), and that a model file refuses imports. The errors themselves
+// are in tests/bad/python-*.plan.
+#include <gtest/gtest.h>
+
+#include "tests/support/plan_harness.h"
+#include "tests/support/process.h"
+
+using namespace tpcc_test;
+
+namespace {
+
+// A Llama plan whose entries for q_proj and o_proj are `q` and `o`, after
+// the lines `head`.
+std::string plan_text(const std::string &head, const std::string &q, const std::string &o,
+                      const std::string &lm_head = "ColwiseParallel(output_layouts=Replicate())")
+{
+    return "model \"" + source_path("models/llama.model") + "\"\n" + head +
+           "\nconfig { tp = 2 loss_parallel = True layers = 2 }\n"
+           "parallelize \"model.layers.*\" {\n"
+           "    \"self_attn.q_proj\": " + q + ",\n"
+           "    \"self_attn.k_proj\": ColwiseParallel(),\n"
+           "    \"self_attn.v_proj\": ColwiseParallel(),\n"
+           "    \"self_attn.o_proj\": " + o + ",\n"
+           "    \"mlp.gate_proj\": ColwiseParallel(),\n"
+           "    \"mlp.up_proj\": ColwiseParallel(),\n"
+           "    \"mlp.down_proj\": RowwiseParallel(),\n"
+           "}\n"
+           "parallelize \"\" {\n"
+           "    \"model.embed_tokens\": RowwiseParallel(input_layouts=Replicate()),\n"
+           "    \"lm_head\": " + lm_head + ",\n"
+           "}\n";
+}
+
+struct Checked {
+    int errors = 0, warnings = 0;
+    std::string text;
+    std::string q_style, o_style;   // the style each entry became
+};
+
+Checked check(const std::string &text, const std::vector<std::string> &defines = {})
+{
+    TempDir dir;
+    std::string path = dir.write("p.plan", text);
+    tp_unit u;
+    compile(&u, path, defines);
+    Checked c;
+    c.errors = u.diags.errors;
+    c.warnings = u.diags.warnings;
+    c.text = rendered(&u);
+    for (int i = 0; i < u.plan.nstyles; i++) {
+        const tp_style *s = u.plan.styles[i];
+        if (std::string(s->pattern) == "model.layers.*.self_attn.q_proj")
+            c.q_style = s->name;
+        if (std::string(s->pattern) == "model.layers.*.self_attn.o_proj")
+            c.o_style = s->name;
+    }
+    tp_unit_free(&u);
+    return c;
+}
+
+TEST(PyNames, AliasesFromImportLinesAndAssignments)
+{
+    Checked c = check(plan_text("from torch.distributed.tensor.parallel import ColwiseParallel as colwise_parallel, "
+                                "RowwiseParallel\n"
+                                "from torch.distributed.tensor import (\n    Shard,\n    Replicate,\n)\n"
+                                "import torch.distributed.tensor.parallel as tp\n"
+                                "rowwise_parallel, prepare = (tp.RowwiseParallel, tp.PrepareModuleInput)\n",
+                                "colwise_parallel()", "rowwise_parallel()"));
+    EXPECT_EQ(c.errors, 0) << c.text;
+    EXPECT_EQ(c.q_style, "ColwiseParallel");
+    EXPECT_EQ(c.o_style, "RowwiseParallel");
+}
+
+TEST(PyNames, OldAndPlacementModulesImport)
+{
+    Checked c = check(plan_text("from torch.distributed._tensor import Replicate as R\n"
+                                "from torch.distributed.tensor.placement_types import Shard\n"
+                                "import torch\n",
+                                "torch.distributed.tensor.parallel.ColwiseParallel(input_layouts=R())",
+                                "RowwiseParallel(input_layouts=Shard(-1))"));
+    EXPECT_EQ(c.errors, 0) << c.text;
+    EXPECT_EQ(c.q_style, "ColwiseParallel");
+}
+
+// As in Python, a name bound in the file hides the class of that name.
+TEST(PyNames, ABindingShadowsTheBareName)
+{
+    Checked c = check(plan_text("from torch.distributed.tensor.parallel import ColwiseParallel as RowwiseParallel\n",
+                                "ColwiseParallel()", "RowwiseParallel()"));
+    EXPECT_EQ(c.o_style, "ColwiseParallel") << c.text;
+    EXPECT_GT(c.errors, 0) << "o_proj colwise breaks the layer";
+}
+
+TEST(PyNames, ConditionsReadTheConfigAndDefines)
+{
+    const std::string lm_head =
+        "ColwiseParallel(output_layouts=Shard(-1) if loss_parallel else Replicate(), "
+        "use_local_output=not loss_parallel)";
+    std::string text = plan_text("", "ColwiseParallel()", "RowwiseParallel()", lm_head) + "loss_parallel()\n";
+    Checked on = check(text);
+    EXPECT_EQ(on.errors, 0) << on.text;
+    EXPECT_EQ(on.warnings, 0) << on.text;
+    // off: lm_head's output is a plain Replicate tensor, which loss_parallel() leaves alone
+    Checked off = check(text, {"loss_parallel=false"});
+    EXPECT_EQ(off.errors, 0) << off.text;
+    EXPECT_NE(off.text.find("loss_parallel() has no effect"), std::string::npos) << off.text;
+}
+
+TEST(PyNames, ConditionChoosesTheTupleABindingGets)
+{
+    std::string head = "from torchao.float8.float8_tensor_parallel import Float8ColwiseParallel, Float8RowwiseParallel\n"
+                       "colwise, rowwise = (Float8ColwiseParallel, Float8RowwiseParallel) if float8 "
+                       "else (ColwiseParallel, RowwiseParallel)\n";
+    std::string text = plan_text(head, "colwise()", "rowwise()");
+    text.replace(text.find("layers = 2 }"), 12, "layers = 2 float8 = False }");
+    Checked plain = check(text);
+    EXPECT_EQ(plain.errors, 0) << plain.text;
+    Checked float8 = check(text, {"float8=true"});
+    EXPECT_NE(float8.text.find("Float8ColwiseParallel comes from torchao.float8.float8_tensor_parallel"),
+              std::string::npos)
+        << float8.text;
+}
+
+TEST(PyNames, ModelFilesTakeNoImports)
+{
+    TempDir dir;
+    std::string model = slurp(source_path("tests/models/torch_transformer.model"));
+    dir.write("m.model", "from torch.distributed.tensor import Shard\n" + model);
+    std::string plan = dir.write("p.plan", "model \"m.model\"\n");
+    tp_unit u;
+    compile(&u, plan);
+    EXPECT_EQ(u.diags.errors, 1) << rendered(&u);
+    EXPECT_NE(rendered(&u).find("imports and names for PyTorch's classes belong in plan files"), std::string::npos)
+        << rendered(&u);
+    tp_unit_free(&u);
+}
+
+}  // namespace
