@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "compiler/driver/auto_plan.h"
 #include "compiler/driver/compile.h"
 #include "compiler/report/report.h"
 #include "sched/write.h"
@@ -17,6 +18,7 @@ static const char usage[] =
     "       tpcc [options] --explain PLAN        show every value's layout\n"
     "       tpcc [options] --report PLAN         what the plan costs\n"
     "       tpcc --dump OUT.sched [--rank R]     print a schedule\n"
+    "       tpcc [mode] --tp-plan auto --hf-config DIR   the plan transformers applies (tp_plan=\"auto\")\n"
     "\n"
     "Check tensor-parallel plans (PyTorch parallelize_module semantics) and compile them\n"
     "to static per-rank schedules for tprun.\n"
@@ -35,6 +37,8 @@ static const char usage[] =
     "  -D name=value              override a configuration value (tp, seq, hidden, ...)\n"
     "  --hf-config FILE|DIR       read hf(key, default) values from a Hugging Face config.json\n"
     "                             (or a model directory's), checked against the model's hf { }\n"
+    "  --tp-plan auto             with --hf-config and no plan file: the plan transformers itself\n"
+    "                             applies for config.json's model_type (plans/hf/<model_type>.plan)\n"
     "  --fix                      apply the machine-applicable fixes to the plan files\n"
     "  --diagnostics-format=FMT   text (default), json or sarif (SARIF 2.1.0)\n"
     "  --color=WHEN               auto (default), always or never\n"
@@ -47,7 +51,7 @@ static const char usage[] =
 
 enum {
     OPT_CHECK = 256, OPT_EXPLAIN, OPT_HF, OPT_FIX, OPT_FORMAT, OPT_COLOR, OPT_VERSION, OPT_REPORT,
-    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE,
+    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_TP_PLAN,
 };
 
 typedef enum mode { MODE_CHECK, MODE_COMPILE, MODE_EXPLAIN, MODE_REPORT, MODE_DUMP } mode;
@@ -56,6 +60,7 @@ typedef struct cli {
     mode mode;
     int modes;                  /* how many mode flags were given */
     bool fix, optimize;
+    bool auto_plan;             /* --tp-plan auto */
     const char **defines; int ndefines;
     const char *hf, *out, *dump;
     tp_diag_format format;
@@ -99,6 +104,12 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
     case OPT_DUMP: o->dump = arg; return set_mode(o, MODE_DUMP);
     case 'o': o->out = arg; return set_mode(o, MODE_COMPILE);
     case OPT_HF: o->hf = arg; return 0;
+    case OPT_TP_PLAN:
+        if (strcmp(arg, "auto"))
+            return bad_usage("--tp-plan takes 'auto' (the plan transformers applies), not '%s'; give a plan "
+                             "file as an argument instead", arg);
+        o->auto_plan = true;
+        return 0;
     case OPT_FIX: o->fix = true; return 0;
     case 'D':
         o->defines = tp_xreallocarray(o->defines, (size_t)o->ndefines + 1, sizeof *o->defines);
@@ -139,6 +150,19 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
     }
 }
 
+/* --tp-plan auto stands for the plan file: it needs the config.json that
+ * picks the plan, and a shipped plan is never rewritten. */
+static int check_auto_plan(const cli *o, int argc, char **argv)
+{
+    if (!o->hf)
+        return bad_usage("%s", "--tp-plan auto needs --hf-config FILE|DIR: config.json's model_type picks the plan");
+    if (optind < argc)
+        return bad_usage("--tp-plan auto takes no plan file ('%s'): give one or the other", argv[optind]);
+    if (o->fix)
+        return bad_usage("%s", "--fix does not rewrite the shipped plan --tp-plan auto reads; copy it and fix the copy");
+    return 0;
+}
+
 /* Returns 0 to run, 1 to exit successfully (help, version), -1 on a usage error. */
 static int parse_args(cli *o, int argc, char **argv)
 {
@@ -152,6 +176,7 @@ static int parse_args(cli *o, int argc, char **argv)
         {"dtype", required_argument, 0, OPT_DTYPE},
         {"hf-config", required_argument, 0, OPT_HF},
         {"fix", no_argument, 0, OPT_FIX},
+        {"tp-plan", required_argument, 0, OPT_TP_PLAN},
         {"diagnostics-format", required_argument, 0, OPT_FORMAT},
         {"color", required_argument, 0, OPT_COLOR},
         {"help", no_argument, 0, 'h'},
@@ -169,6 +194,8 @@ static int parse_args(cli *o, int argc, char **argv)
         return bad_usage("%s", "choose one of -o, --check, --explain, --report and --dump");
     if (o->mode == MODE_DUMP)
         return optind < argc ? bad_usage("--dump takes a schedule, not a plan: '%s'", argv[optind]) : 0;
+    if (o->auto_plan)
+        return check_auto_plan(o, argc, argv);
     if (optind >= argc)
         return bad_usage("%s", "no plan given");
     if (o->mode != MODE_CHECK && argc - optind != 1)
@@ -283,6 +310,18 @@ int main(int argc, char **argv)
     }
     int color = o.color < 0 ? isatty(STDERR_FILENO) && !getenv("NO_COLOR") : o.color;
     int rc = 0;
+    if (o.auto_plan) {
+        char err[1024];
+        char *plan = tp_auto_plan(o.hf, tp_plans_dir(), err, sizeof err);
+        if (plan)
+            rc = run_plan(&o, plan, color);
+        else
+            fprintf(stderr, "tpcc: --tp-plan auto: %s\n", err);
+        rc = plan ? rc : 2;
+        free(plan);
+        free(o.defines);
+        return rc;
+    }
     for (int i = optind; i < argc; i++) {
         int one = run_plan(&o, argv[i], color);
         if (one > rc)
