@@ -257,7 +257,7 @@ static void prepare_colrow(interp *I, tp_module *mod, iv *args, int nargs, tp_sp
     tp_io_layout desired = {false, tp_replicate(), NULL};
     if (s->kind == TP_STYLE_ROWWISE && mod->kind == TP_MOD_LINEAR)
         desired.pl = tp_shard(-1);
-    char *what = tp_xasprintf("%s on '%s'", s->name, mod->fqn);
+    char *what = s->hf ? tp_xasprintf("\"%s\" on '%s'", s->name, mod->fqn) : tp_xasprintf("%s on '%s'", s->name, mod->fqn);
     args[0].t = prepare_arg(I, args[0].t, s->input, desired, false, s, site, what);
     free(what);
 }
@@ -274,7 +274,7 @@ static void prepare_sequence(interp *I, tp_module *mod, iv *args, int nargs, tp_
                    s->sequence_dim, x->rank);
         return;
     }
-    char *what = tp_xasprintf("SequenceParallel on '%s'", mod->fqn);
+    char *what = tp_xasprintf("%s on '%s'", s->hf ? "\"sequence_parallel\"" : "SequenceParallel", mod->fqn);
     if (x->dtensor)       /* PyTorch >= 2.5: a DTensor is redistributed to Shard(sequence_dim) */
         args[0].t = tp_redistribute(I, x, seq.pl, s, site, false);
     else

@@ -135,6 +135,8 @@ const Case kCases[] = {
     {"qwen3-gqa", "auto", 1},   {"qwen3-gqa", "auto", 2},   {"phi3-gqa", "auto", 1},
     {"phi3-gqa", "auto", 2},    {"phi3-mha", "auto", 4},    {"gemma-bias-untied", "auto", 1},
     {"gemma-bias-untied", "auto", 2}, {"gemma2-nocap", "auto", 1}, {"gemma2-nocap", "auto", 2},
+    // transformers 4.56's hookless local_colwise / local_rowwise under "gather"
+    {"llama2-gqa", "tests/plans/llama-hf-local.plan", 2},
 };
 
 class HfParity : public ::testing::TestWithParam<Case> {};
@@ -189,10 +191,20 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity, ::testing::ValuesIn(kCases),
                              for (char &ch : n)
                                  if (ch == '-')
                                      ch = '_';
+                             // transformers' plans: by --tp-plan auto, as plans/hf/ files, as test plans
                              std::string plan = info.param.plan;
+                             std::string how;
+                             if (plan == "auto")
+                                 how = "_hf_auto";
+                             else if (plan.find("/hf/") != std::string::npos)
+                                 how = "_hf_plan";
+                             else if (plan.rfind("tests/plans/", 0) == 0)
+                                 how = "_" + std::filesystem::path(plan).stem().string();
+                             for (char &ch : how)
+                                 if (ch == '-')
+                                     ch = '_';
                              return n + "_tp" + std::to_string(info.param.tp) +
-                                    (info.param.replicate_kv ? "_replicating_kv" : "") +
-                                    (plan == "auto" ? "_hf_auto" : plan.find("/hf/") != std::string::npos ? "_hf_plan" : "");
+                                    (info.param.replicate_kv ? "_replicating_kv" : "") + how;
                          });
 
 }  // namespace
