@@ -192,6 +192,8 @@ static int parse_args(cli *o, int argc, char **argv)
     }
     if (o->modes > 1)
         return bad_usage("%s", "choose one of -o, --check, --explain, --report and --dump");
+    if (o->mode == MODE_DUMP && o->auto_plan)
+        return bad_usage("%s", "--dump reads a schedule; --tp-plan auto is for checking and compiling");
     if (o->mode == MODE_DUMP)
         return optind < argc ? bad_usage("--dump takes a schedule, not a plan: '%s'", argv[optind]) : 0;
     if (o->auto_plan)

@@ -161,6 +161,7 @@ TEST(TpPlanAuto, UsageErrors)
          "--tp-plan auto takes no plan file"},
         {{"--check", "--tp-plan", "manual", "--hf-config", cfg}, "--tp-plan takes 'auto'"},
         {{"--check", "--fix", "--tp-plan", "auto", "--hf-config", cfg}, "--fix does not rewrite the shipped plan"},
+        {{"--dump", "x.sched", "--tp-plan", "auto", "--hf-config", cfg}, "--dump reads a schedule"},
         {{"--check", "--tp-plan", "auto", "--hf-config", hf_fixture("gpt2-tied")},
          "model_type 'gpt2' has no Hugging Face plan shipped"},
     };
