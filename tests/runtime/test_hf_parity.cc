@@ -128,13 +128,16 @@ const Case kCases[] = {
     {"llama-yarn-saved", "plans/llama-sp.plan", 2}, {"qwen2-yarn", "plans/qwen2-sp.plan", 1},
     {"qwen2-yarn", "plans/qwen2-sp.plan", 2},
     // transformers' own plans (tp_plan="auto": its string styles), by
-    // --tp-plan auto and as a file; Gemma's attention biases on o_proj are
-    // added after "rowwise"'s all-reduce, as transformers adds them
+    // --tp-plan auto and as a file; Gemma's and Qwen3's attention biases on
+    // o_proj are added after "rowwise"'s all-reduce, as transformers adds them
     {"llama2-gqa", "auto", 1},  {"llama2-gqa", "auto", 2},  {"qwen2-gqa", "plans/hf/qwen2.plan", 1},
     {"qwen2-gqa", "plans/hf/qwen2.plan", 2}, {"mistral-gqa", "auto", 1}, {"mistral-gqa", "auto", 2},
     {"qwen3-gqa", "auto", 1},   {"qwen3-gqa", "auto", 2},   {"phi3-gqa", "auto", 1},
     {"phi3-gqa", "auto", 2},    {"phi3-mha", "auto", 4},    {"gemma-bias-untied", "auto", 1},
     {"gemma-bias-untied", "auto", 2}, {"gemma2-nocap", "auto", 1}, {"gemma2-nocap", "auto", 2},
+    // tied heads: embed_tokens "embedding_rowwise" and lm_head share the rows
+    {"tied", "auto", 2},        {"gemma-gqa", "auto", 1},   {"gemma-gqa", "auto", 2},
+    {"gemma2-gqa", "auto", 2},  {"qwen3-bias-tied", "auto", 2}, {"mha", "auto", 4},
     // transformers 4.56's hookless local_colwise / local_rowwise under "gather"
     {"llama2-gqa", "tests/plans/llama-hf-local.plan", 2},
 };
