@@ -101,7 +101,8 @@ static const tp_hf_style styles[] = {
     {"local", "4.56", "IsolatedParallel()",
      "a DTensor input becomes its local tensor (only the first positional input is kept); the output is "
      "left alone; its own parameters are divided by tp",
-     TP_HF_IDENTITY, TP_HF_NO_PARAMS, .input = R, .output = R, .use_local_output = false, .local_input = true},
+     TP_HF_IDENTITY, TP_HF_NO_PARAMS, .input = R, .output = R, .use_local_output = false, .local_input = true,
+     .first_input_only = true},
     {"gather", "4.56", "GatherParallel()",
      "a DTensor input becomes its local tensor; the plain output is all-reduced (summed) in place",
      TP_HF_IDENTITY, TP_HF_ANY, .input = R, .output = R, .use_local_output = true, .local_input = true, .reduce_output = true},

@@ -43,6 +43,8 @@ typedef struct tp_hf_style {
     bool packed;                    /* each packed= segment sharded separately */
     bool no_hooks;                  /* 4.56's use_dtensor=False: plain local shards, no hooks at all */
     bool local_input;               /* a DTensor first input becomes its local tensor */
+    bool first_input_only;          /* the pre-hook returns the first positional input alone, always
+                                     * (local_input styles otherwise do so for a DTensor input) */
     bool reduce_output;             /* a plain output is all-reduced (labelled Partial, to Replicate) */
     bool bias_after_reduce;         /* a Linear's bias is added once, after the output's all-reduce */
     const char *needs_config;       /* a config value the style needs (mla_kv_a_proj's qk_rope_head_dim) */

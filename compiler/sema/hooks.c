@@ -443,7 +443,7 @@ static void local_input(interp *I, tp_module *mod, iv *args, int nargs, tp_span 
     if (nargs < 1 || args[0].kind != IV_TENSOR)
         return;
     bool dtensor = args[0].t->dtensor;
-    if (nargs > 1 && (dtensor || !strcmp(s->name, "local"))) {
+    if (nargs > 1 && (dtensor || s->hf->first_input_only)) {
         tp_diag *g = tp_finding(I, TP_ERROR, tp_entry_span(s), "arity", NULL, NULL,
                                 "\"%s\" returns only the first positional input from its pre-hook, so '%s', called "
                                 "with %d, loses the others: Python raises TypeError", s->name, mod->fqn, nargs);
