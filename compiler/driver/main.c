@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include "compiler/driver/auto_plan.h"
 #include "compiler/driver/compile.h"
+#include "compiler/export/export.h"
 #include "compiler/report/report.h"
 #include "sched/write.h"
 #include "sched/format.h"
@@ -18,6 +19,7 @@ static const char usage[] =
     "       tpcc [options] --explain PLAN        show every value's layout\n"
     "       tpcc [options] --report PLAN         what the plan costs\n"
     "       tpcc --dump OUT.sched [--rank R]     print a schedule\n"
+    "       tpcc --export=FMT PLAN [-o FILE]     write the checked plan for PyTorch or transformers\n"
     "       tpcc [mode] --tp-plan auto --hf-config DIR   the plan transformers applies (tp_plan=\"auto\")\n"
     "\n"
     "Check tensor-parallel plans (PyTorch parallelize_module semantics) and compile them\n"
@@ -31,6 +33,8 @@ static const char usage[] =
     "                             against the Megatron bound\n"
     "  --report-format=FMT        text (default) or json\n"
     "  --dump FILE                print a schedule's per-rank program; --rank R for one rank\n"
+    "  --export=pytorch|hf        a Python module applying the plan with parallelize_module, or\n"
+    "                             the Hugging Face tp_plan dict (JSON); -o FILE, never an input\n"
     "  -O0, -O1                   -O1 (default) merges redistributions of the same tensor and drops\n"
     "                             ones immediately undone; -O0 keeps every one\n"
     "  --dtype fp32|bf16          element type of the schedule (default fp32)\n"
@@ -51,10 +55,10 @@ static const char usage[] =
 
 enum {
     OPT_CHECK = 256, OPT_EXPLAIN, OPT_HF, OPT_FIX, OPT_FORMAT, OPT_COLOR, OPT_VERSION, OPT_REPORT,
-    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_TP_PLAN,
+    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_TP_PLAN,
 };
 
-typedef enum mode { MODE_CHECK, MODE_COMPILE, MODE_EXPLAIN, MODE_REPORT, MODE_DUMP } mode;
+typedef enum mode { MODE_CHECK, MODE_COMPILE, MODE_EXPLAIN, MODE_REPORT, MODE_DUMP, MODE_EXPORT } mode;
 
 typedef struct cli {
     mode mode;
@@ -68,6 +72,7 @@ typedef struct cli {
     tp_dtype dtype;
     int color;                  /* -1 auto */
     int rank;                   /* --rank, -1 for all */
+    tp_export_format export_format;
 } cli;
 
 static int set_mode(cli *o, mode m)
@@ -102,7 +107,14 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
     case OPT_EXPLAIN: return set_mode(o, MODE_EXPLAIN);
     case OPT_REPORT: return set_mode(o, MODE_REPORT);
     case OPT_DUMP: o->dump = arg; return set_mode(o, MODE_DUMP);
-    case 'o': o->out = arg; return set_mode(o, MODE_COMPILE);
+    case 'o': o->out = arg; return 0;   /* a mode of its own unless --export */
+    case OPT_EXPORT: {
+        int f = tp_export_format_parse(arg);
+        if (f < 0)
+            return bad_usage("--export must be pytorch or hf, not '%s'", arg);
+        o->export_format = (tp_export_format)f;
+        return set_mode(o, MODE_EXPORT);
+    }
     case OPT_HF: o->hf = arg; return 0;
     case OPT_TP_PLAN:
         if (strcmp(arg, "auto"))
@@ -181,6 +193,7 @@ static int parse_args(cli *o, int argc, char **argv)
         {"color", required_argument, 0, OPT_COLOR},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, OPT_VERSION},
+        {"export", required_argument, 0, OPT_EXPORT},
         {0, 0, 0, 0},
     };
     int c;
@@ -190,8 +203,10 @@ static int parse_args(cli *o, int argc, char **argv)
         if (r)
             return r;
     }
+    if (o->out && o->mode != MODE_EXPORT)
+        set_mode(o, MODE_COMPILE);
     if (o->modes > 1)
-        return bad_usage("%s", "choose one of -o, --check, --explain, --report and --dump");
+        return bad_usage("%s", "choose one of -o, --check, --explain, --report, --dump and --export");
     if (o->mode == MODE_DUMP && o->auto_plan)
         return bad_usage("%s", "--dump reads a schedule; --tp-plan auto is for checking and compiling");
     if (o->mode == MODE_DUMP)
@@ -201,7 +216,7 @@ static int parse_args(cli *o, int argc, char **argv)
     if (optind >= argc)
         return bad_usage("%s", "no plan given");
     if (o->mode != MODE_CHECK && argc - optind != 1)
-        return bad_usage("%s", "-o, --explain and --report take one plan");
+        return bad_usage("%s", "-o, --explain, --report and --export take one plan");
     return 0;
 }
 
@@ -216,7 +231,9 @@ static int finish_diagnostics(const cli *o, tp_unit *u, const char *path, int co
 {
     tp_diags_sort(&u->diags);
     int rc = u->io_error ? 2 : u->diags.errors ? 1 : 0;
-    if (tp_diags_render(&u->diags, &u->src, o->format, color, o->format == TP_FMT_TEXT ? stderr : stdout) < 0)
+    /* an export on stdout keeps stdout for itself */
+    FILE *to = o->format == TP_FMT_TEXT || o->mode == MODE_EXPORT ? stderr : stdout;
+    if (tp_diags_render(&u->diags, &u->src, o->format, color, to) < 0)
         rc = 2;
     if (o->fix) {
         char err[512];
@@ -274,6 +291,16 @@ static int report(const cli *o, tp_unit *u, const char *path)
     return rc;
 }
 
+static int write_export(const tp_unit *u, const char *text, const char *out)
+{
+    char err[512];
+    if (tp_export_write(u, text, out, err, sizeof err) < 0) {
+        fprintf(stderr, "tpcc: %s\n", err);
+        return 2;
+    }
+    return 0;
+}
+
 /* Run one plan in the selected mode; returns its exit status. */
 static int run_plan(const cli *o, const char *path, int color)
 {
@@ -282,7 +309,18 @@ static int run_plan(const cli *o, const char *path, int color)
     tp_compile(&u, path, &opts);
     if (o->mode == MODE_EXPLAIN && u.built)
         tp_explain_print(&u.analysis, &u.plan, stdout);
+    char *exported = NULL;
+    if (o->mode == MODE_EXPORT && u.built && !u.diags.errors && !u.io_error) {
+        exported = tp_export(&u, path, o->export_format);
+        if (!exported && !u.diags.errors) {
+            fprintf(stderr, "tpcc: --export: out of memory\n");
+            u.io_error = true;
+        }
+    }
     int rc = finish_diagnostics(o, &u, path, color);
+    if (rc == 0 && exported)
+        rc = write_export(&u, exported, o->out);
+    free(exported);
     if (rc == 0 && o->mode == MODE_COMPILE)
         rc = compile_to_file(o, &u, path);
     else if (rc == 0 && o->mode == MODE_REPORT)

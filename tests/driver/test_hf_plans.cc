@@ -194,3 +194,25 @@ TEST(TpPlanAuto, ConfigWithoutModelTypeOrUnreadable)
 }
 
 }  // namespace
+
+namespace {
+
+// --export=hf of transformers' plan gives its strings back as written;
+// --export=pytorch refuses the ones no torch ParallelStyle does.
+TEST(HfPlans, ExportHfGivesTheStringsBack)
+{
+    Proc r = tpcc({"--export=hf", source_path("plans/hf/qwen3.plan")});
+    ASSERT_EQ(r.code(), 0) << r.describe();
+    for (const char *entry : {"\"model.embed_tokens\": \"embedding_rowwise\"",
+                              "\"model.layers.*.self_attn.q_norm\": \"replicated_with_grad_allreduce\"",
+                              "\"model.layers.*.self_attn.o_proj\": \"rowwise\"", "\"lm_head\": \"colwise_gather_output\""})
+        EXPECT_TRUE(contains(r.out, entry)) << entry << "\n" << r.out;
+    Proc py = tpcc({"--export=pytorch", source_path("plans/hf/qwen3.plan")});
+    EXPECT_EQ(py.code(), 1) << py.describe();
+    EXPECT_TRUE(contains(py.err, "\"replicated_with_grad_allreduce\" is transformers 5.23's")) << py.err;
+    Proc old = tpcc({"--export=hf", source_path("tests/plans/llama-hf-local.plan")});
+    EXPECT_EQ(old.code(), 1) << old.describe();
+    EXPECT_TRUE(contains(old.err, "transformers 4.56 registered it; 5.23 no longer does")) << old.err;
+}
+
+}  // namespace

@@ -1,0 +1,270 @@
+/* pytorch.c: --export=pytorch. A Python module that applies a checked plan
+ * with PyTorch's parallelize_module: PLAN lists the parallelize blocks as
+ * (path, dict) pairs, every style written with all its arguments (PyTorch's
+ * defaults included, so the file says exactly what was checked), and
+ * parallelize(model, mesh) calls parallelize_module once per block for
+ * every module its path names. */
+#include <stdlib.h>
+#include <string.h>
+#include "compiler/export/export.h"
+
+/* The names the module imports: placements and styles it uses. */
+enum {
+    USES_REPLICATE = 1 << 0, USES_SHARD = 1 << 1, USES_PARTIAL = 1 << 2,
+    USES_STYLE = 1 << 3,        /* then 1 << (3 + tp_style_kind) */
+};
+
+static const char *const style_class[] = {
+    [TP_STYLE_COLWISE] = "ColwiseParallel", [TP_STYLE_ROWWISE] = "RowwiseParallel",
+    [TP_STYLE_SEQUENCE] = "SequenceParallel", [TP_STYLE_PREPARE_INPUT] = "PrepareModuleInput",
+    [TP_STYLE_PREPARE_OUTPUT] = "PrepareModuleOutput",
+    [TP_STYLE_PREPARE_INPUT_OUTPUT] = "PrepareModuleInputOutput",
+};
+#define NSTYLE_CLASSES ((int)(sizeof style_class / sizeof *style_class))
+
+typedef struct writer {
+    FILE *f;
+    unsigned uses;
+} writer;
+
+static void put_layout(writer *w, const tp_io_layout *l)
+{
+    char buf[32];
+    if (l->none) {
+        fputs("None", w->f);
+        return;
+    }
+    w->uses |= l->pl.kind == TP_SHARD ? USES_SHARD : l->pl.kind == TP_REPLICATE ? USES_REPLICATE : USES_PARTIAL;
+    fputs(tp_placement_str(l->pl, buf, sizeof buf), w->f);
+}
+
+/* (a, b) or (a,): PyTorch keeps every layouts argument as a tuple. */
+static void put_tuple(writer *w, const char *name, const tp_io_layout *l, int n)
+{
+    fprintf(w->f, "%s=(", name);
+    for (int i = 0; i < n; i++) {
+        if (i)
+            fputs(", ", w->f);
+        put_layout(w, &l[i]);
+    }
+    fputs(n == 1 ? ",), " : "), ", w->f);
+}
+
+static void put_kw_dict(writer *w, const char *name, char *const *kw, const tp_io_layout *l, int n)
+{
+    fprintf(w->f, "%s={", name);
+    for (int i = 0; i < n; i++) {
+        if (i)
+            fputs(", ", w->f);
+        tp_export_pystr(w->f, kw[i]);
+        fputs(": ", w->f);
+        put_layout(w, &l[i]);
+    }
+    fputs("}, ", w->f);
+}
+
+static void put_inputs(writer *w, const tp_io_spec *in)
+{
+    if (in->n >= 0) {
+        put_tuple(w, "input_layouts", in->layout, in->n);
+        put_tuple(w, "desired_input_layouts", in->desired, in->n);
+    }
+    if (in->nkw > 0) {
+        put_kw_dict(w, "input_kwarg_layouts", in->kw, in->kw_layout, in->nkw);
+        put_kw_dict(w, "desired_input_kwarg_layouts", in->kw, in->kw_desired, in->nkw);
+    }
+}
+
+static void put_outputs(writer *w, const tp_io_spec *out)
+{
+    put_tuple(w, "output_layouts", out->layout, out->n);
+    put_tuple(w, "desired_output_layouts", out->desired, out->n);
+}
+
+static const char *py_bool(bool b) { return b ? "True" : "False"; }
+
+/* One style as its constructor call with every argument; false (reported)
+ * when it is not PyTorch's. */
+static bool put_style(writer *w, tp_diags *d, const tp_style *s)
+{
+    if (s->packed || s->replicate_heads) {
+        tp_diag *g = tp_diag_add(d, TP_ERROR, s->entry->span, "export",
+                                 "'%s' has no PyTorch equivalent: %s is %s, not a torch ParallelStyle",
+                                 s->pattern, s->packed ? s->name : "tpcc_replicate_heads",
+                                 s->packed ? "transformers' PackedColwiseParallel" : "tpcc's own keyword");
+        tp_diag_help(g, "%s", s->packed ? "export it with --export=hf, or shard the fused projection's pieces "
+                                          "as separate ColwiseParallel() Linears"
+                                        : "drop tpcc_replicate_heads (tp at most kv_heads) to export to PyTorch");
+        return false;
+    }
+    if (s->hf && (s->kind == TP_STYLE_IDENTITY || s->hf->no_hooks)) {
+        tp_diag *g = tp_diag_add(d, TP_ERROR, s->entry->span, "export",
+                                 "'%s' has no PyTorch equivalent: \"%s\" is transformers %s's %s, which no torch "
+                                 "ParallelStyle does (%s)", s->pattern, s->name, s->hf->version,
+                                 s->hf->transformers, s->hf->does);
+        tp_diag_help(g, "export it with --export=hf, or leave the module out of a PyTorch plan");
+        return false;
+    }
+    w->uses |= USES_STYLE << s->kind;
+    fprintf(w->f, "%s(", style_class[s->kind]);
+    switch (s->kind) {
+    case TP_STYLE_COLWISE:
+    case TP_STYLE_ROWWISE:
+        /* one placement each: the constructors wrap it in a tuple themselves */
+        fputs("input_layouts=", w->f);
+        put_layout(w, &s->input);
+        fputs(", output_layouts=", w->f);
+        put_layout(w, &s->output);
+        fputs(", ", w->f);
+        fprintf(w->f, "use_local_output=%s", py_bool(s->use_local_output));
+        break;
+    case TP_STYLE_SEQUENCE:
+        fprintf(w->f, "sequence_dim=%d, use_local_output=%s", s->sequence_dim, py_bool(s->use_local_output));
+        break;
+    case TP_STYLE_PREPARE_INPUT:
+        put_inputs(w, &s->in);
+        fprintf(w->f, "use_local_output=%s", py_bool(s->in.use_local));
+        break;
+    case TP_STYLE_PREPARE_OUTPUT:
+        put_outputs(w, &s->out);
+        fprintf(w->f, "use_local_output=%s", py_bool(s->out.use_local));
+        break;
+    case TP_STYLE_PREPARE_INPUT_OUTPUT:
+        put_inputs(w, &s->in);
+        fprintf(w->f, "use_local_input=%s, ", py_bool(s->in.use_local));
+        put_outputs(w, &s->out);
+        fprintf(w->f, "use_local_output=%s", py_bool(s->out.use_local));
+        break;
+    case TP_STYLE_IDENTITY:     /* refused above */
+        break;
+    }
+    fputs(")", w->f);
+    return true;
+}
+
+/* PLAN = [(path, {key: style, ...}), ...] in the plan's order. */
+static bool put_blocks(writer *w, tp_unit *u)
+{
+    const tp_plan *p = &u->plan;
+    bool ok = true;
+    fputs("PLAN = [\n", w->f);
+    for (int i = 0; i < p->nstyles; i++) {
+        const tp_style *s = p->styles[i];
+        if (i == 0 || p->styles[i - 1]->item != s->item) {
+            fputs("    (", w->f);
+            tp_export_pystr(w->f, s->base);
+            fputs(", {\n", w->f);
+        }
+        fputs("        ", w->f);
+        tp_export_pystr(w->f, tp_export_key(s));
+        fputs(": ", w->f);
+        ok &= put_style(w, &u->diags, s);
+        fputs(",\n", w->f);
+        if (i + 1 == p->nstyles || p->styles[i + 1]->item != s->item)
+            fputs("    }),\n", w->f);
+    }
+    fputs("]\n", w->f);
+    return ok;
+}
+
+static void put_imports(FILE *f, unsigned uses)
+{
+    static const char *const placements[] = {"Partial", "Replicate", "Shard"};
+    static const unsigned placement_use[] = {USES_PARTIAL, USES_REPLICATE, USES_SHARD};
+    fputs("import fnmatch\n\n", f);
+    const char *sep = "from torch.distributed.tensor import ";
+    for (int i = 0; i < 3; i++)
+        if (uses & placement_use[i]) {
+            fprintf(f, "%s%s", sep, placements[i]);
+            sep = ", ";
+        }
+    if (uses & (USES_PARTIAL | USES_REPLICATE | USES_SHARD))
+        fputc('\n', f);
+    fputs("from torch.distributed.tensor.parallel import (\n", f);
+    /* alphabetical, as an import sorter would keep them */
+    const char *names[NSTYLE_CLASSES + 1];
+    int n = 0;
+    for (int k = 0; k < NSTYLE_CLASSES; k++)
+        if (uses & (USES_STYLE << k))
+            names[n++] = style_class[k];
+    names[n++] = "parallelize_module";
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
+            const char *t = names[j];
+            names[j] = names[j - 1];
+            names[j - 1] = t;
+        }
+    for (int i = 0; i < n; i++)
+        fprintf(f, "    %s,\n", names[i]);
+    fputs(")\n", f);
+}
+
+static const char modules_at_fn[] =
+    "def modules_at(model, path):\n"
+    "    \"\"\"The modules `path` names: \"\" is the model itself; otherwise every\n"
+    "    submodule whose dotted name matches it one component at a time with\n"
+    "    fnmatch, as parallelize_module matches its plan's keys.\"\"\"\n"
+    "    if not path:\n"
+    "        return [model]\n"
+    "    atoms = path.split(\".\")\n"
+    "    found = []\n"
+    "    for name, module in model.named_modules():\n"
+    "        parts = name.split(\".\") if name else []\n"
+    "        if len(parts) == len(atoms) and all(fnmatch.fnmatch(n, a) for n, a in zip(parts, atoms)):\n"
+    "            found.append(module)\n"
+    "    return found\n";
+
+char *tp_export_pytorch(tp_unit *u, const char *plan_path)
+{
+    char *body = NULL, *text = NULL;
+    size_t body_len = 0, text_len = 0;
+    writer w = {open_memstream(&body, &body_len), 0};
+    if (!w.f)
+        return NULL;
+    bool ok = put_blocks(&w, u);
+    fclose(w.f);
+    if (!ok) {
+        free(body);
+        return NULL;
+    }
+    const tp_plan *p = &u->plan;
+    FILE *f = open_memstream(&text, &text_len);
+    if (!f) {
+        free(body);
+        return NULL;
+    }
+    fprintf(f, "# Generated by tpcc %s --export=pytorch from %s, which checks without\n"
+               "# errors on a tp mesh of %lld. parallelize(model, mesh) applies it with PyTorch's\n"
+               "# parallelize_module; every style is written with all its arguments.\n",
+            TPCC_VERSION, plan_path, (long long)tp_plan_tp_size(p));
+    put_imports(f, w.uses);
+    fputs("\n# (module path, plan): parallelize_module(module, mesh, plan) for every module\n"
+          "# the path names, in this order (the plan's parallelize blocks)\n", f);
+    fputs(body, f);
+    free(body);
+    fprintf(f, "\n# %s\nLOSS_PARALLEL = %s\n\n\n",
+            p->loss_parallel ? "The plan computes the loss under loss_parallel(): run the loss inside\n"
+                               "# `with torch.distributed.tensor.parallel.loss_parallel():`."
+                             : "The plan computes an ordinary loss (no loss_parallel()).",
+            py_bool(p->loss_parallel));
+    fputs(modules_at_fn, f);
+    fputs("\n\ndef parallelize(model, mesh):\n", f);
+    if (p->mesh_ndim > 1) {
+        fputs("    \"\"\"Apply PLAN to `model` on the mesh dimension ", f);
+        tp_export_pystr(f, p->mesh_name[p->tp_dim]);
+        fputs(" of `mesh`.\"\"\"\n    tp_mesh = mesh[", f);
+        tp_export_pystr(f, p->mesh_name[p->tp_dim]);
+        fputs("]\n", f);
+    } else {
+        fputs("    \"\"\"Apply PLAN to `model` on the 1-D tp `mesh`.\"\"\"\n    tp_mesh = mesh\n", f);
+    }
+    fputs("    for path, plan in PLAN:\n"
+          "        for module in modules_at(model, path):\n"
+          "            parallelize_module(module, tp_mesh, plan)\n"
+          "    return model\n", f);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
