@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include "compiler/diag/lint.h"
 #include "compiler/driver/clobber.h"
+#include "compiler/driver/auto_plan.h"
 #include "compiler/driver/compile.h"
 #include "compiler/driver/fix.h"
 #include "compiler/driver/output.h"
@@ -23,6 +24,7 @@ static const char usage[] =
     "       tpcc [options] --report PLAN         what the plan costs\n"
     "       tpcc --dump OUT.sched [--rank R]     print a schedule\n"
     "       tpcc --export=FMT PLAN [-o FILE]     write the checked plan for PyTorch or transformers\n"
+    "       tpcc [mode] --tp-plan auto --hf-config DIR   the plan transformers applies (tp_plan=\"auto\")\n"
     "\n"
     "Check tensor-parallel plans (PyTorch parallelize_module semantics) and compile them\n"
     "to static per-rank schedules for tprun.\n"
@@ -43,6 +45,8 @@ static const char usage[] =
     "  -D name=value              override a configuration value (tp, seq, hidden, ...)\n"
     "  --hf-config FILE|DIR       read hf(key, default) values from a Hugging Face config.json\n"
     "                             (or a model directory's), checked against the model's hf { }\n"
+    "  --tp-plan auto             with --hf-config and no plan file: the plan transformers itself\n"
+    "                             applies for config.json's model_type (plans/hf/<model_type>.plan)\n"
     "  --fix                      apply the fixes that are sure to the plan files (never the\n"
     "                             model or config.json), then check the plans again\n"
     "  --diagnostics-format=FMT   text (default), json or sarif (SARIF 2.1.0): one document\n"
@@ -64,7 +68,7 @@ static const char usage[] =
 
 enum {
     OPT_CHECK = 256, OPT_EXPLAIN, OPT_HF, OPT_FIX, OPT_FORMAT, OPT_COLOR, OPT_VERSION, OPT_REPORT,
-    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT,
+    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT, OPT_TP_PLAN,
 };
 
 typedef enum mode { MODE_CHECK, MODE_COMPILE, MODE_EXPLAIN, MODE_REPORT, MODE_DUMP, MODE_EXPORT } mode;
@@ -73,6 +77,7 @@ typedef struct cli {
     mode mode;
     int modes;                  /* how many mode flags were given */
     bool fix, optimize;
+    bool auto_plan;             /* --tp-plan auto */
     const char **defines; int ndefines;
     const char *hf, *out, *dump, *sarif_root;
     tp_lint lint;               /* -W, -Werror */
@@ -130,6 +135,12 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
         char err[512];
         return tp_lint_option(&o->lint, arg, err, sizeof err) < 0 ? bad_usage("%s", err) : 0;
     }
+    case OPT_TP_PLAN:
+        if (strcmp(arg, "auto"))
+            return bad_usage("--tp-plan takes 'auto' (the plan transformers applies), not '%s'; give a plan "
+                             "file as an argument instead", arg);
+        o->auto_plan = true;
+        return 0;
     case OPT_FIX: o->fix = true; return 0;
     case 'D':
         o->defines = tp_xreallocarray(o->defines, (size_t)o->ndefines + 1, sizeof *o->defines);
@@ -170,6 +181,19 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
     }
 }
 
+/* --tp-plan auto stands for the plan file: it needs the config.json that
+ * picks the plan, and a shipped plan is never rewritten. */
+static int check_auto_plan(const cli *o, int argc, char **argv)
+{
+    if (!o->hf)
+        return bad_usage("%s", "--tp-plan auto needs --hf-config FILE|DIR: config.json's model_type picks the plan");
+    if (optind < argc)
+        return bad_usage("--tp-plan auto takes no plan file ('%s'): give one or the other", argv[optind]);
+    if (o->fix)
+        return bad_usage("%s", "--fix does not rewrite the shipped plan --tp-plan auto reads; copy it and fix the copy");
+    return 0;
+}
+
 /* Returns 0 to run, 1 to exit successfully (help, version), -1 on a usage error. */
 static int parse_args(cli *o, int argc, char **argv)
 {
@@ -183,6 +207,7 @@ static int parse_args(cli *o, int argc, char **argv)
         {"dtype", required_argument, 0, OPT_DTYPE},
         {"hf-config", required_argument, 0, OPT_HF},
         {"fix", no_argument, 0, OPT_FIX},
+        {"tp-plan", required_argument, 0, OPT_TP_PLAN},
         {"diagnostics-format", required_argument, 0, OPT_FORMAT},
         {"color", required_argument, 0, OPT_COLOR},
         {"sarif-root", required_argument, 0, OPT_SARIF_ROOT},
@@ -202,8 +227,12 @@ static int parse_args(cli *o, int argc, char **argv)
         set_mode(o, MODE_COMPILE);
     if (o->modes > 1)
         return bad_usage("%s", "choose one of -o, --check, --explain, --report, --dump and --export");
+    if (o->mode == MODE_DUMP && o->auto_plan)
+        return bad_usage("%s", "--dump reads a schedule; --tp-plan auto is for checking and compiling");
     if (o->mode == MODE_DUMP)
         return optind < argc ? bad_usage("--dump takes a schedule, not a plan: '%s'", argv[optind]) : 0;
+    if (o->auto_plan)
+        return check_auto_plan(o, argc, argv);
     if (optind >= argc)
         return bad_usage("%s", "no plan given");
     if (o->mode != MODE_CHECK && argc - optind != 1)
@@ -362,6 +391,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "tpcc: %s\n", err);
         rc = 2;
     } else {
+        if (o.auto_plan) {
+            char *plan = tp_auto_plan(o.hf, tp_plans_dir(), err, sizeof err);
+            if (plan)
+                rc = run_plan(&o, plan, &output);
+            else
+                fprintf(stderr, "tpcc: --tp-plan auto: %s\n", err);
+            rc = plan ? rc : 2;
+            free(plan);
+        }
         for (int i = optind; i < argc; i++) {
             int one = run_plan(&o, argv[i], &output);
             if (one > rc)

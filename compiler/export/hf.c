@@ -39,6 +39,9 @@ static tp_module_kind matched_kind(const tp_unit *u, const tp_style *s)
  * every one with use_local_output=True. */
 static const char *hf_style(const tp_unit *u, const tp_style *s)
 {
+    /* a string transformers 5.23 registers is itself; 4.56's are gone there */
+    if (s->hf)
+        return strcmp(s->hf->version, "5.23") ? NULL : s->hf->name;
     if (s->packed)
         return "packed_colwise";
     if (s->replicate_heads)
@@ -70,7 +73,8 @@ static void no_equivalent(tp_unit *u, const tp_style *s)
     snprintf(layouts, sizeof layouts, "no registered style takes input_layouts=%s with output_layouts=%s on a%s",
              tp_placement_str(s->input.pl, in, sizeof in), tp_placement_str(s->output.pl, out, sizeof out),
              matched_kind(u, s) == TP_MOD_EMBEDDING ? "n Embedding" : " Linear");
-    const char *why = s->replicate_heads ? "tpcc_replicate_heads is tpcc's own keyword"
+    const char *why = s->hf ? "transformers 4.56 registered it; 5.23 no longer does"
+                    : s->replicate_heads ? "tpcc_replicate_heads is tpcc's own keyword"
                     : s->kind == TP_STYLE_PREPARE_INPUT || s->kind == TP_STYLE_PREPARE_OUTPUT ||
                       s->kind == TP_STYLE_PREPARE_INPUT_OUTPUT ? "transformers registers no PrepareModule* style"
                     : !s->use_local_output ? "every transformers style hands on a plain tensor (use_local_output=True)"

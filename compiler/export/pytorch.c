@@ -97,6 +97,14 @@ static bool put_style(writer *w, tp_diags *d, const tp_style *s)
                                         : "drop tpcc_replicate_heads (tp at most kv_heads) to export to PyTorch");
         return false;
     }
+    if (s->hf && (s->kind == TP_STYLE_IDENTITY || s->hf->no_hooks)) {
+        tp_diag *g = tp_diag_add(d, TP_ERROR, s->entry->span, "export",
+                                 "'%s' has no PyTorch equivalent: \"%s\" is transformers %s's %s, which no torch "
+                                 "ParallelStyle does (%s)", s->pattern, s->name, s->hf->version,
+                                 s->hf->transformers, s->hf->does);
+        tp_diag_help(g, "export it with --export=hf, or leave the module out of a PyTorch plan");
+        return false;
+    }
     w->uses |= USES_STYLE << s->kind;
     fprintf(w->f, "%s(", style_class[s->kind]);
     switch (s->kind) {
@@ -126,6 +134,8 @@ static bool put_style(writer *w, tp_diags *d, const tp_style *s)
         fprintf(w->f, "use_local_input=%s, ", py_bool(s->in.use_local));
         put_outputs(w, &s->out);
         fprintf(w->f, "use_local_output=%s", py_bool(s->out.use_local));
+        break;
+    case TP_STYLE_IDENTITY:     /* refused above */
         break;
     }
     fputs(")", w->f);

@@ -50,9 +50,7 @@ static tp_cfg_entry *bind(tp_config *c, const char *name)
     return e;
 }
 
-/* path, or path/config.json when path is a directory (a model as
- * Hugging Face saves it); malloc'ed. */
-static char *config_json_path(const char *path)
+char *tp_config_json_path(const char *path)
 {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
@@ -62,7 +60,7 @@ static char *config_json_path(const char *path)
 
 int tp_config_load_hf(tp_config *c, const char *dir_or_file, char *err, size_t errlen)
 {
-    char *path = config_json_path(dir_or_file);
+    char *path = tp_config_json_path(dir_or_file);
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {

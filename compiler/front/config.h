@@ -62,6 +62,10 @@ void tp_config_free(tp_config *c);
  * directory; returns 0, or -1 with a message in err. */
 int tp_config_load_hf(tp_config *c, const char *path, char *err, size_t errlen);
 
+/* path, or path/config.json when path is a directory (a model as
+ * Hugging Face saves it); malloc'ed. */
+char *tp_config_json_path(const char *path);
+
 /* Bind every assignment of an N_CONFIG block (later bindings override). */
 void tp_config_bind_block(tp_config *c, const tp_node *block, tp_cfg_origin origin);
 

@@ -6,6 +6,7 @@
 #include "compiler/front/astutil.h"
 #include "compiler/plan/plan.h"
 #include "compiler/plan/pynames.h"
+#include "compiler/plan/hf_styles.h"
 #include "compiler/diag/suggest.h"
 #include "util/xalloc.h"
 
@@ -38,12 +39,6 @@ static const char *const *const style_kw[] = {
     [TP_STYLE_PREPARE_INPUT] = pin_kw, [TP_STYLE_PREPARE_OUTPUT] = pout_kw,
     [TP_STYLE_PREPARE_INPUT_OUTPUT] = pinout_kw,
 };
-
-/* Hugging Face's tp_plan strings (transformers/integrations/
- * tensor_parallel.py, ParallelInterface) that tpcc reads, each with the
- * style it is. A new one is a row here and its semantics in read_hf_style. */
-static const char *const hf_style_names[] = {"packed_colwise"};
-#define NHF_STYLES ((int)(sizeof hf_style_names / sizeof *hf_style_names))
 
 int64_t tp_plan_tp_size(const tp_plan *p) { return p->mesh_size[p->tp_dim]; }
 
@@ -341,6 +336,8 @@ static tp_style *read_style(reader *r, const tp_node *call)
         s->in.use_local = read_bool(r, call, "use_local_input", false);
         s->out.use_local = read_bool(r, call, "use_local_output", true);
         break;
+    case TP_STYLE_IDENTITY:     /* only Hugging Face strings are hookless */
+        break;
     }
     if (!ok) {
         for (int i = 0; i < s->in.nkw; i++)
@@ -390,31 +387,81 @@ static void add_style(tp_plan *p, tp_style *s)
     p->styles[p->nstyles++] = s;
 }
 
-/* "packed_colwise": PackedColwiseParallel(), whose hooks are
- * ColwiseParallel's defaults (input Replicate, local output Shard(-1)) and
- * whose weight holds rank r's chunk of every segment. */
+/* A name transformers does not register: the nearest one, if any. */
+static void unknown_hf_style(reader *r, const tp_node *str)
+{
+    const char **names;
+    int n = tp_hf_style_names(&names);
+    tp_diag *g = tp_diag_add(r->d, TP_ERROR, str->span, "plan",
+                             "\"%s\" is not a Hugging Face tp_plan style: transformers 5.23 registers none by "
+                             "that name (ALL_PARALLEL_STYLES), nor did 4.56", str->str);
+    const char *best = tp_suggest(str->str, names, n);
+    if (best) {
+        tp_diag_help(g, "did you mean \"%s\"?", best);
+        char *quoted = tp_xasprintf("\"%s\"", best);
+        tp_diag_fixit(g, str->span, quoted);
+        free(quoted);
+    } else {
+        tp_diag_help(g, "use one of transformers' strings (\"colwise\", \"rowwise\", \"colwise_gather_output\", "
+                        "...; README, \"Hugging Face string styles\") or a PyTorch constructor such as "
+                        "ColwiseParallel()");
+    }
+}
+
+/* A style transformers defines that tpcc cannot apply faithfully. */
+static bool refused_hf_style(reader *r, const tp_node *str, const tp_hf_style *h)
+{
+    if (h->hooks == TP_HF_REFUSED) {
+        tp_diag *g = tp_diag_add(r->d, TP_ERROR, str->span, "hf-style", "\"%s\" (transformers %s: %s) %s: %s",
+                                 h->name, h->version, h->transformers, h->does, h->refusal);
+        tp_diag_help(g, "leave the module out of the plan (replicated), or shard it with a style tpcc supports");
+        return true;
+    }
+    if (h->needs_config && !tp_config_has(r->c, h->needs_config)) {
+        tp_diag *g = tp_diag_add(r->d, TP_ERROR, str->span, "hf-style",
+                                 "\"%s\" (transformers %s: %s) reads the config's %s, which this model does not "
+                                 "define: transformers raises AttributeError", h->name, h->version, h->transformers,
+                                 h->needs_config);
+        tp_diag_help(g, "it is for multi-head latent attention (DeepSeek-V2 style), which this model does not have; "
+                        "remove the entry");
+        return true;
+    }
+    return false;
+}
+
+/* A Hugging Face string style (plan/hf_styles.c): transformers' class
+ * with the arguments its registry gives the name, as tpcc's hooks. */
 static tp_style *read_hf_style(reader *r, const tp_node *str)
 {
-    int k = 0;
-    while (k < NHF_STYLES && strcmp(str->str, hf_style_names[k]))
-        k++;
-    if (k == NHF_STYLES) {
-        tp_diag *g = tp_diag_add(r->d, TP_ERROR, str->span, "plan",
-                                 "\"%s\" is not a Hugging Face tp_plan style tpcc reads; it reads \"packed_colwise\" "
-                                 "and PyTorch's constructors such as ColwiseParallel()", str->str);
-        const char *best = tp_suggest(str->str, hf_style_names, NHF_STYLES);
-        if (best)
-            tp_diag_help(g, "did you mean \"%s\"?", best);
+    const tp_hf_style *h = tp_hf_style_find(str->str);
+    if (!h) {
+        unknown_hf_style(r, str);
         return NULL;
     }
+    if (refused_hf_style(r, str, h))
+        return NULL;
     tp_style *s = tp_xcalloc(1, sizeof *s);
-    s->kind = TP_STYLE_COLWISE;
-    s->name = hf_style_names[k];
+    static const tp_style_kind kinds[] = {
+        [TP_HF_COLWISE] = TP_STYLE_COLWISE, [TP_HF_ROWWISE] = TP_STYLE_ROWWISE,
+        [TP_HF_SEQUENCE] = TP_STYLE_SEQUENCE, [TP_HF_IDENTITY] = TP_STYLE_IDENTITY,
+    };
+    s->hf = h;
+    s->kind = kinds[h->hooks];
+    s->name = h->name;
     s->call = str;
-    s->packed = true;
-    s->input.pl = tp_replicate();
-    s->output.pl = tp_shard(-1);
-    s->use_local_output = true;
+    s->packed = h->packed;
+    s->input.pl = h->input;
+    s->output.pl = h->output;
+    s->use_local_output = h->use_local_output;
+    s->sequence_dim = 1;
+    s->out.n = -1;
+    if (h->reduce_output) {
+        /* AllReduceParallel / GatherParallel: the output is partial sums to reduce */
+        s->out.n = 1;
+        s->out.layout[0].pl = tp_partial();
+        s->out.desired[0].pl = tp_replicate();
+        s->out.use_local = true;
+    }
     return s;
 }
 
@@ -588,8 +635,23 @@ static void choose_tp_dim(tp_plan *p, const tp_node *file, tp_diags *d)
 
 /* --- resolution and coverage ------------------------------------------ */
 
+static bool hf_supports(const tp_hf_style *h, const tp_module *m)
+{
+    switch (h->modules) {
+    case TP_HF_LINEAR: return m->kind == TP_MOD_LINEAR;
+    case TP_HF_EMBEDDING: return m->kind == TP_MOD_EMBEDDING;
+    case TP_HF_PACKED: return m->kind == TP_MOD_LINEAR && m->nsegments > 0;
+    case TP_HF_NORM: return m->kind == TP_MOD_RMSNORM || m->kind == TP_MOD_LAYERNORM;
+    case TP_HF_NO_PARAMS: return m->nparams == 0;
+    case TP_HF_ANY: return true;
+    }
+    return false;
+}
+
 static bool supports(const tp_style *s, const tp_module *m)
 {
+    if (s->hf)
+        return hf_supports(s->hf, m);
     switch (s->kind) {
     case TP_STYLE_COLWISE:
         if (s->packed)
@@ -790,6 +852,37 @@ static void report_unmatched(tp_plan *p, tp_model *m, tp_style *s, tp_diags *d)
     suggest_module(m, s, g);
 }
 
+/* Why a Hugging Face string style does not fit the module, as
+ * transformers itself fails or misbehaves on it. */
+static void hf_unsupported_help(tp_diag *g, const tp_hf_style *h, const tp_module *mod)
+{
+    switch (h->modules) {
+    case TP_HF_LINEAR:
+        tp_diag_help(g, "transformers %s's %s shards linear layers: it raises ValueError(\"%s has no `%s`\") "
+                        "on anything else%s", h->version, h->transformers, mod->type,
+                     h->hooks == TP_HF_COLWISE ? "out_features" : "in_features",
+                     mod->kind == TP_MOD_EMBEDDING ? "; for an nn.Embedding use \"embedding_rowwise\" (vocabulary) "
+                                                     "or \"embedding_colwise\""
+                     : mod->kind == TP_MOD_CONV1D ? "; " CONV1D_FIX : "");
+        break;
+    case TP_HF_EMBEDDING:
+        tp_diag_help(g, "\"%s\" is transformers' %s, for an nn.Embedding; shard a Linear with \"colwise\" or "
+                        "\"rowwise\"", h->name, h->transformers);
+        break;
+    case TP_HF_NORM:
+        tp_diag_help(g, "\"sequence_parallel\" is for norms (LayerNorm, RMSNorm)");
+        break;
+    case TP_HF_NO_PARAMS:
+        tp_diag_help(g, "transformers 4.56's IsolatedParallel divides the module's own parameters by tp "
+                        "(partition_tensor: param / device_mesh.size()), for a bias that a \"gather\" parent "
+                        "sums back; tpcc does not compute divided weights: use it on a module without parameters");
+        break;
+    case TP_HF_PACKED:
+    case TP_HF_ANY:
+        break;
+    }
+}
+
 static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
 {
     for (int si = 0; si < p->nstyles; si++) {
@@ -805,7 +898,9 @@ static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
                 if (!unsupported) {
                     tp_diag *g = tp_diag_add(d, TP_ERROR, s->call->span, "unsupported-module",
                                              "%s does not support '%s', a %s", s->name, mod->fqn, mod->type);
-                    if (mod->kind == TP_MOD_CONV1D)
+                    if (s->hf && !s->packed)
+                        hf_unsupported_help(g, s->hf, mod);
+                    else if (mod->kind == TP_MOD_CONV1D)
                         conv1d_help(g, s);
                     else if (s->packed)
                         tp_diag_help(g, "packed_colwise shards the segments of a fused Linear declared with "

@@ -13,6 +13,7 @@
 #include "compiler/front/config.h"
 #include "sched/layout.h"
 #include "compiler/front/model.h"
+#include "compiler/plan/hf_styles.h"
 
 typedef enum tp_style_kind {
     TP_STYLE_COLWISE,
@@ -21,6 +22,7 @@ typedef enum tp_style_kind {
     TP_STYLE_PREPARE_INPUT,
     TP_STYLE_PREPARE_OUTPUT,
     TP_STYLE_PREPARE_INPUT_OUTPUT,
+    TP_STYLE_IDENTITY,          /* Hugging Face styles with no forward hook of their own ("replicate") */
 } tp_style_kind;
 
 #define TP_MAX_IO 8
@@ -61,11 +63,14 @@ typedef struct tp_style {
      * holds H heads, each replicated over tp / H ranks when tp > H; 0 when
      * not given */
     int64_t replicate_heads;
+    /* a Hugging Face string style: its row (plan/hf_styles.c); NULL for
+     * PyTorch's constructors */
+    const tp_hf_style *hf;
     /* Hugging Face's "packed_colwise": ColwiseParallel's hooks, each segment
      * of the Linear's packed= output sharded separately */
     bool packed;
     int sequence_dim;           /* SequenceParallel */
-    tp_io_spec in, out;         /* PrepareModule* */
+    tp_io_spec in, out;         /* PrepareModule*; "all_reduce" and "gather" (out) */
     int nmatched;
 } tp_style;
 

@@ -131,6 +131,10 @@ iv tp_op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b);
 /* x * factor: linear, so any layout passes through */
 iv tp_op_scale(interp *I, const tp_node *e, tp_val *x, double factor);
 iv tp_leaf_forward(interp *I, tp_module *mod, iv *args, int nargs, tp_span call_span);
+/* transformers' rowwise strings add a Linear's bias after the reduction:
+ * record_linear leaves it out and the output hook adds it. */
+bool tp_bias_after_reduce(const tp_module *mod);
+void tp_record_bias_add(interp *I, tp_module *mod, tp_val *v);
 
 /* the root forward's result: the loss, or the logits (outputs.c) */
 void tp_model_output(interp *I, iv out, const tp_val *ids, tp_span span);

@@ -4,6 +4,25 @@
 #include <string.h>
 #include "compiler/sema/check.h"
 
+/* What each Hugging Face string the plan uses is in transformers, and
+ * what it does, once per string. */
+static void print_hf_styles(const tp_plan *p, FILE *out)
+{
+    bool header = false;
+    for (int i = 0; i < p->nstyles; i++) {
+        const tp_hf_style *h = p->styles[i]->hf;
+        bool seen = !h;
+        for (int k = 0; k < i && !seen; k++)
+            seen = p->styles[k]->hf == h;
+        if (seen)
+            continue;
+        if (!header)
+            fprintf(out, "\nHugging Face string styles:\n");
+        header = true;
+        fprintf(out, "  \"%s\" (transformers %s: %s): %s\n", h->name, h->version, h->transformers, h->does);
+    }
+}
+
 void tp_explain_print(const tp_analysis *a, const tp_plan *p, FILE *out)
 {
     fprintf(out, "mesh:");
@@ -21,6 +40,7 @@ void tp_explain_print(const tp_analysis *a, const tp_plan *p, FILE *out)
         fprintf(out, "%-*s  %-24s  %s -> %s\n", w, r->fqn, r->style ? r->style->name : "-",
                 r->inputs, r->outputs ? r->outputs : "(not reached)");
     }
+    print_hf_styles(p, out);
     fprintf(out, "\ncollectives and local reshards (forward):\n");
     for (int i = 0; i < a->ncomms; i++) {
         const tp_redist_record *c = &a->comms[i];

@@ -142,7 +142,7 @@ static void report_relabel(interp *I, const tp_val *x, tp_io_layout label, const
     if (label.node && !tp_placement_is_partial(T)) {
         tp_diag_help(g, "declare what the tensor really is: %s", truth);
         tp_diag_fixit(g, label.node->span, truth);
-    } else if (!label.node && (s->kind == TP_STYLE_COLWISE || s->kind == TP_STYLE_ROWWISE) &&
+    } else if (!label.node && !s->hf && (s->kind == TP_STYLE_COLWISE || s->kind == TP_STYLE_ROWWISE) &&
                !tp_placement_is_partial(T)) {
         char dflt[24];
         tp_diag_help(g, "%s defaults to input_layouts=%s; pass input_layouts=%s", s->name,
@@ -198,9 +198,54 @@ static tp_val *prepare_arg(interp *I, tp_val *x, tp_io_layout layout, tp_io_layo
     return use_local ? to_local(I, dt) : dt;
 }
 
+/* transformers 4.56's local_colwise / local_rowwise (use_dtensor=False):
+ * plain local weight shards and no hook, so the module multiplies what
+ * arrives. That is right only for a plain tensor already laid out as the
+ * weight expects: whole for colwise, the feature shard for rowwise. */
+static void local_linear_input(interp *I, tp_module *mod, iv *args, tp_span site)
+{
+    const tp_style *s = mod->style;
+    tp_val *x = args[0].t;
+    int last = x->rank - 1;
+    tp_placement want = s->kind == TP_STYLE_COLWISE ? tp_replicate() : tp_shard(last);
+    char have[24], need[24];
+    tp_pl_str(x->pl, x->rank, have);
+    tp_pl_str(want, x->rank, need);
+    tp_diag *g = NULL;
+    if (x->dtensor)
+        g = tp_finding(I, TP_ERROR, tp_entry_span(s), "mixed-tensor", x, NULL,
+                       "\"%s\" on '%s' installs no hook and keeps plain local weights, but its input is a DTensor "
+                       "(%s): PyTorch raises 'got mixed torch.Tensor and DTensor'", s->name, mod->fqn, have);
+    else if (!tp_placement_eq(x->pl, want, x->rank))
+        g = tp_finding(I, TP_ERROR, tp_entry_span(s), "layout-mismatch", x, NULL,
+                       "\"%s\" on '%s' installs no hook: it multiplies its plain input as it arrives, which is %s, "
+                       "and its weight shard needs %s", s->name, mod->fqn, have, need);
+    else if (s->kind == TP_STYLE_ROWWISE && tp_module_param(mod, "bias") && I->tp > 1)
+        g = tp_finding(I, TP_ERROR, tp_entry_span(s), "partial-nonlinear", x, NULL,
+                       "\"%s\" on '%s' adds its whole bias on every rank to partial sums: reduced, the bias counts "
+                       "%lld times", s->name, mod->fqn, (long long)I->tp);
+    else
+        return;
+    if (g && site.file >= 0)
+        tp_diag_note_at(g, site, "'%s' is called here", mod->fqn);
+    if (g)
+        tp_diag_help(g, "use transformers 5.23's \"%s\", whose hooks lay the input out and reduce the output",
+                     s->kind == TP_STYLE_COLWISE ? "colwise" : "rowwise");
+    tp_val *v = tp_val_copy(I, x);
+    v->dtensor = false;
+    v->pl = want;
+    v->poisoned = true;
+    args[0].t = v;
+}
+
 static void prepare_colrow(interp *I, tp_module *mod, iv *args, int nargs, tp_span site)
 {
     const tp_style *s = mod->style;
+    if (s->hf && s->hf->no_hooks) {
+        if (nargs >= 1 && args[0].kind == IV_TENSOR)
+            local_linear_input(I, mod, args, site);
+        return;
+    }
     if (nargs < 1 || args[0].kind != IV_TENSOR) {
         tp_diag *g = tp_finding(I, TP_ERROR, tp_entry_span(s), "arity", NULL, NULL,
                                 "%s reads the module's first positional input, but '%s' is called without one",
@@ -212,7 +257,7 @@ static void prepare_colrow(interp *I, tp_module *mod, iv *args, int nargs, tp_sp
     tp_io_layout desired = {false, tp_replicate(), NULL};
     if (s->kind == TP_STYLE_ROWWISE && mod->kind == TP_MOD_LINEAR)
         desired.pl = tp_shard(-1);
-    char *what = tp_xasprintf("%s on '%s'", s->name, mod->fqn);
+    char *what = s->hf ? tp_xasprintf("\"%s\" on '%s'", s->name, mod->fqn) : tp_xasprintf("%s on '%s'", s->name, mod->fqn);
     args[0].t = prepare_arg(I, args[0].t, s->input, desired, false, s, site, what);
     free(what);
 }
@@ -229,7 +274,7 @@ static void prepare_sequence(interp *I, tp_module *mod, iv *args, int nargs, tp_
                    s->sequence_dim, x->rank);
         return;
     }
-    char *what = tp_xasprintf("SequenceParallel on '%s'", mod->fqn);
+    char *what = tp_xasprintf("%s on '%s'", s->hf ? "\"sequence_parallel\"" : "SequenceParallel", mod->fqn);
     if (x->dtensor)       /* PyTorch >= 2.5: a DTensor is redistributed to Shard(sequence_dim) */
         args[0].t = tp_redistribute(I, x, seq.pl, s, site, false);
     else
@@ -389,6 +434,25 @@ static void prepare_module_input(interp *I, tp_module *mod, iv *args, int nargs,
     }
 }
 
+/* transformers 4.56's IsolatedParallel and GatherParallel: a DTensor
+ * first input becomes its local tensor, and the hook returns that one
+ * tensor in place of the arguments (IsolatedParallel always). */
+static void local_input(interp *I, tp_module *mod, iv *args, int nargs, tp_span site)
+{
+    const tp_style *s = mod->style;
+    if (nargs < 1 || args[0].kind != IV_TENSOR)
+        return;
+    bool dtensor = args[0].t->dtensor;
+    if (nargs > 1 && (dtensor || s->hf->first_input_only)) {
+        tp_diag *g = tp_finding(I, TP_ERROR, tp_entry_span(s), "arity", NULL, NULL,
+                                "\"%s\" returns only the first positional input from its pre-hook, so '%s', called "
+                                "with %d, loses the others: Python raises TypeError", s->name, mod->fqn, nargs);
+        if (g && site.file >= 0)
+            tp_diag_note_at(g, site, "called here");
+    }
+    args[0].t = to_local(I, args[0].t);
+}
+
 void tp_hook_inputs(interp *I, tp_module *mod, iv *args, int nargs, char **kwnames, iv *kwargs, int nkw,
                     tp_span site)
 {
@@ -402,7 +466,21 @@ void tp_hook_inputs(interp *I, tp_module *mod, iv *args, int nargs, char **kwnam
     case TP_STYLE_PREPARE_INPUT:
     case TP_STYLE_PREPARE_INPUT_OUTPUT: prepare_module_input(I, mod, args, nargs, kwnames, kwargs, nkw, site); break;
     case TP_STYLE_PREPARE_OUTPUT: break;
+    case TP_STYLE_IDENTITY:
+        if (s->hf->local_input)
+            local_input(I, mod, args, nargs, site);
+        break;
     }
+}
+
+static tp_val *prepare_output(interp *I, tp_module *mod, tp_val *v, tp_span site)
+{
+    const tp_style *s = mod->style;
+    char *what = s->hf ? tp_xasprintf("\"%s\" on '%s' (its output)", s->name, mod->fqn)
+                       : tp_xasprintf("PrepareModuleOutput on '%s'", mod->fqn);
+    v = prepare_arg(I, v, s->out.layout[0], s->out.desired[0], s->out.use_local, s, site, what);
+    free(what);
+    return v;
 }
 
 iv tp_hook_output(interp *I, tp_module *mod, iv out, tp_span site)
@@ -414,9 +492,13 @@ iv tp_hook_output(interp *I, tp_module *mod, iv out, tp_span site)
     switch (s->kind) {
     case TP_STYLE_COLWISE:
     case TP_STYLE_ROWWISE:
+        if (s->hf && s->hf->no_hooks)
+            break;
         /* _prepare_output_fn compares the output's real placement */
         if (v->dtensor && !tp_placement_eq(v->pl, s->output.pl, v->rank))
             v = tp_redistribute(I, v, s->output.pl, s, site, false);
+        if (tp_bias_after_reduce(mod))
+            tp_record_bias_add(I, mod, v);
         if (s->use_local_output)
             v = to_local(I, v);
         break;
@@ -424,19 +506,21 @@ iv tp_hook_output(interp *I, tp_module *mod, iv out, tp_span site)
         if (s->use_local_output)
             v = to_local(I, v);
         break;
+    case TP_STYLE_IDENTITY:
+        /* "all_reduce" and "gather" label a plain output Partial and reduce it */
+        if (s->out.n == 1)
+            v = prepare_output(I, mod, v, site);
+        break;
     case TP_STYLE_PREPARE_OUTPUT:
-    case TP_STYLE_PREPARE_INPUT_OUTPUT: {
+    case TP_STYLE_PREPARE_INPUT_OUTPUT:
         if (s->out.n != 1) {
             tp_finding(I, TP_ERROR, tp_entry_span(s), "arity", NULL, NULL,
                        "module outputs and output_layouts should have same length! '%s' returns 1 output, "
                        "output_layouts has %d", mod->fqn, s->out.n);
             break;
         }
-        char *what = tp_xasprintf("PrepareModuleOutput on '%s'", mod->fqn);
-        v = prepare_arg(I, v, s->out.layout[0], s->out.desired[0], s->out.use_local, s, site, what);
-        free(what);
+        v = prepare_output(I, mod, v, site);
         break;
-    }
     case TP_STYLE_PREPARE_INPUT:
         break;
     }

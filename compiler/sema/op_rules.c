@@ -1068,7 +1068,8 @@ iv tp_op_binary(interp *I, const tp_node *e, int op, tp_val *a, tp_val *b)
 
 static bool plain_module_gets_dtensor(interp *I, tp_module *mod, tp_val *x, tp_span span)
 {
-    if (!x->dtensor || mod->style)
+    /* a style other than the hookless Hugging Face ones makes the parameters DTensors */
+    if (!x->dtensor || (mod->style && mod->style->kind != TP_STYLE_IDENTITY))
         return false;
     char pl[24];
     tp_diag *g = tp_finding(I, TP_ERROR, style_or(x, span), "mixed-tensor", x, NULL,
@@ -1278,7 +1279,7 @@ static void record_linear(interp *I, tp_module *mod, tp_val *x, tp_val *r)
     op->m = rows_of(I, x);
     op->k = tp_local_size(I, x, x->rank - 1);
     op->n = tp_local_size(I, r, r->rank - 1);
-    if (!b)
+    if (!b || tp_bias_after_reduce(mod))
         return;
     op = &tp_record_op(I, TP_OP_BIAS_ADD, r, "out", r, NULL, NULL)->op;
     op->bias = tp_record_param(I, b);
@@ -1287,6 +1288,24 @@ static void record_linear(interp *I, tp_module *mod, tp_val *x, tp_val *r)
     /* a replicated bias added to a Partial sum is divided by tp (DTensor's
      * addmm rule), so the reduction counts it once */
     op->scale = tp_placement_is_partial(r->pl) ? 1.0 / (double)I->tp : 1.0;
+}
+
+/* transformers' rowwise styles hide a Linear's bias during the local
+ * matmul and add it once after the all-reduce (RowwiseParallel.
+ * context_around_forward and transform_output_post_forward). */
+bool tp_bias_after_reduce(const tp_module *mod)
+{
+    const tp_style *s = mod->style;
+    return s && s->hf && s->hf->bias_after_reduce && mod->kind == TP_MOD_LINEAR && tp_module_param(mod, "bias");
+}
+
+void tp_record_bias_add(interp *I, tp_module *mod, tp_val *v)
+{
+    tp_ir_op *op = &tp_record_op(I, TP_OP_BIAS_ADD, v, "out", v, NULL, NULL)->op;
+    op->bias = tp_record_param(I, tp_module_param(mod, "bias"));
+    op->m = rows_of(I, v);
+    op->n = tp_local_size(I, v, v->rank - 1);
+    op->scale = 1.0;
 }
 
 static void record_embedding(interp *I, tp_module *mod, tp_val *ids, tp_val *r)

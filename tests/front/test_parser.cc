@@ -108,7 +108,9 @@ TEST(ParserFiles, ShippedModelsAndPlansParseWithoutDiagnostics)
     int files = 0;
     for (const char *dir : {"models", "plans"}) {
         for (const auto &entry :
-             std::filesystem::directory_iterator(std::filesystem::path(TPCC_SOURCE_DIR) / dir)) {
+             std::filesystem::recursive_directory_iterator(std::filesystem::path(TPCC_SOURCE_DIR) / dir)) {
+            if (entry.is_directory())
+                continue;           // plans/hf/: transformers' own plans
             Parsed p(File{entry.path().string()});
             EXPECT_EQ(p.errors(), "") << entry.path();
             EXPECT_GT(p.root()->nkids, 0) << entry.path();

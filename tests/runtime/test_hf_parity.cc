@@ -30,7 +30,7 @@ constexpr int kTimeout = 120;
 
 struct Case {
     const char *name;           // directory under tests/fixtures/hf
-    const char *plan;           // the shipped plan of its family
+    const char *plan;           // the shipped plan of its family; "auto": --tp-plan auto (plans/hf/)
     int tp;
     bool replicate_kv = false;  // k_proj and v_proj with tpcc_replicate_heads=kv_heads
 };
@@ -127,6 +127,19 @@ const Case kCases[] = {
     {"llama-yarn", "plans/llama-sp.plan", 1},     {"llama-yarn", "plans/llama-sp.plan", 2},
     {"llama-yarn-saved", "plans/llama-sp.plan", 2}, {"qwen2-yarn", "plans/qwen2-sp.plan", 1},
     {"qwen2-yarn", "plans/qwen2-sp.plan", 2},
+    // transformers' own plans (tp_plan="auto": its string styles), by
+    // --tp-plan auto and as a file; Gemma's and Qwen3's attention biases on
+    // o_proj are added after "rowwise"'s all-reduce, as transformers adds them
+    {"llama2-gqa", "auto", 1},  {"llama2-gqa", "auto", 2},  {"qwen2-gqa", "plans/hf/qwen2.plan", 1},
+    {"qwen2-gqa", "plans/hf/qwen2.plan", 2}, {"mistral-gqa", "auto", 1}, {"mistral-gqa", "auto", 2},
+    {"qwen3-gqa", "auto", 1},   {"qwen3-gqa", "auto", 2},   {"phi3-gqa", "auto", 1},
+    {"phi3-gqa", "auto", 2},    {"phi3-mha", "auto", 4},    {"gemma-bias-untied", "auto", 1},
+    {"gemma-bias-untied", "auto", 2}, {"gemma2-nocap", "auto", 1}, {"gemma2-nocap", "auto", 2},
+    // tied heads: embed_tokens "embedding_rowwise" and lm_head share the rows
+    {"tied", "auto", 2},        {"gemma-gqa", "auto", 1},   {"gemma-gqa", "auto", 2},
+    {"gemma2-gqa", "auto", 2},  {"qwen3-bias-tied", "auto", 2}, {"mha", "auto", 4},
+    // transformers 4.56's hookless local_colwise / local_rowwise under "gather"
+    {"llama2-gqa", "tests/plans/llama-hf-local.plan", 2},
 };
 
 class HfParity : public ::testing::TestWithParam<Case> {};
@@ -140,7 +153,10 @@ TEST_P(HfParity, LogitsMatchTransformers)
     const std::string dir = kFixtures + c.name + "/";
     TempDir tmp;
     const std::string sched = tmp.path + "/model.sched";
-    std::string plan = c.replicate_kv ? replicating_kv(tmp, c.plan) : std::string(TPCC_SOURCE_DIR) + "/" + c.plan;
+    const bool auto_plan = std::string(c.plan) == "auto";
+    std::string plan = auto_plan      ? "--tp-plan=auto"
+                       : c.replicate_kv ? replicating_kv(tmp, c.plan)
+                                        : std::string(TPCC_SOURCE_DIR) + "/" + c.plan;
     std::vector<std::string> flags = {plan,
                                       "--hf-config", dir + "config.json", "-o", sched,
                                       "-D", "tp=" + std::to_string(c.tp), "-D", "seq=16", "-D", "batch=2",
@@ -178,8 +194,20 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HfParity, ::testing::ValuesIn(kCases),
                              for (char &ch : n)
                                  if (ch == '-')
                                      ch = '_';
+                             // transformers' plans: by --tp-plan auto, as plans/hf/ files, as test plans
+                             std::string plan = info.param.plan;
+                             std::string how;
+                             if (plan == "auto")
+                                 how = "_hf_auto";
+                             else if (plan.find("/hf/") != std::string::npos)
+                                 how = "_hf_plan";
+                             else if (plan.rfind("tests/plans/", 0) == 0)
+                                 how = "_" + std::filesystem::path(plan).stem().string();
+                             for (char &ch : how)
+                                 if (ch == '-')
+                                     ch = '_';
                              return n + "_tp" + std::to_string(info.param.tp) +
-                                    (info.param.replicate_kv ? "_replicating_kv" : "");
+                                    (info.param.replicate_kv ? "_replicating_kv" : "") + how;
                          });
 
 }  // namespace

@@ -166,7 +166,7 @@ TEST(Fused, UnknownHuggingFaceStyleSuggestsOne)
 {
     Case c;
     c.qkv_style = "\"packed_colwse\"";
-    expect_mentions(c, {"\"packed_colwse\" is not a Hugging Face tp_plan style tpcc reads",
+    expect_mentions(c, {"\"packed_colwse\" is not a Hugging Face tp_plan style",
                         "did you mean \"packed_colwise\"?"});
 }
 

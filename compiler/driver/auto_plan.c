@@ -1,0 +1,99 @@
+/* auto_plan.c: the shipped Hugging Face plan of a config.json's family
+ * (see auto_plan.h). */
+#include <dirent.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "compiler/driver/auto_plan.h"
+#include "compiler/front/config.h"
+#include "util/xalloc.h"
+
+const char *tp_plans_dir(void)
+{
+    const char *env = getenv("TPCC_PLANS_DIR");
+    return env && *env ? env : TPCC_PLANS_DIR;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* "gemma, gemma2, llama, ...": the model types plans/hf/ has a plan for. */
+static char *shipped_types(const char *hf_dir)
+{
+    DIR *d = opendir(hf_dir);
+    if (!d)
+        return tp_xasprintf("none: %s cannot be read", hf_dir);
+    char **names = NULL;
+    int n = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len <= 5 || strcmp(e->d_name + len - 5, ".plan"))
+            continue;
+        names = tp_xgrow(names, n, &cap, sizeof *names, 16);
+        names[n++] = tp_xstrndup(e->d_name, len - 5);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, by_name);
+    tp_buf b;
+    tp_buf_init(&b);
+    for (int i = 0; i < n; i++) {
+        tp_buf_appendf(&b, "%s%s", i ? ", " : "", names[i]);
+        free(names[i]);
+    }
+    free(names);
+    if (!n)
+        tp_buf_appendf(&b, "none in %s", hf_dir);
+    return b.data;
+}
+
+/* A model_type names a file: only the characters Hugging Face's use. */
+static bool plain_name(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
+              *s == '-'))
+            return false;
+    return true;
+}
+
+char *tp_auto_plan(const char *hf_config, const char *plans_dir, char *err, size_t errlen)
+{
+    char *path = tp_config_json_path(hf_config);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        snprintf(err, errlen, "%s:%d:%d: cannot read Hugging Face config: %s", path, jerr.line, jerr.column, jerr.text);
+        free(path);
+        return NULL;
+    }
+    char *hf_dir = tp_xasprintf("%s/hf", plans_dir);
+    char *plan = NULL;
+    const char *type = json_string_value(json_object_get(root, "model_type"));
+    if (!type) {
+        char *have = shipped_types(hf_dir);
+        snprintf(err, errlen, "%s has no model_type string, which --tp-plan auto picks the plan by (shipped: %s)",
+                 path, have);
+        free(have);
+    } else {
+        char *candidate = tp_xasprintf("%s/%s.plan", hf_dir, type);
+        if (plain_name(type) && access(candidate, R_OK) == 0) {
+            plan = candidate;
+        } else {
+            char *have = shipped_types(hf_dir);
+            snprintf(err, errlen, "%s: model_type '%s' has no Hugging Face plan shipped in %s (shipped: %s); "
+                     "give a plan file instead of --tp-plan auto", path, type, hf_dir, have);
+            free(have);
+            free(candidate);
+        }
+    }
+    json_decref(root);
+    free(hf_dir);
+    free(path);
+    return plan;
+}
