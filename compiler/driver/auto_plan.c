@@ -7,13 +7,20 @@
 #include <string.h>
 #include <unistd.h>
 #include "compiler/driver/auto_plan.h"
+#include "compiler/driver/model_path.h"
 #include "compiler/front/config.h"
 #include "util/xalloc.h"
 
-const char *tp_plans_dir(void)
+char *tp_plans_dir(void)
 {
     const char *env = getenv("TPCC_PLANS_DIR");
-    return env && *env ? env : TPCC_PLANS_DIR;
+    if (env && *env)
+        return tp_xstrdup(env);
+    char *installed = tp_installed_dir("plans");
+    if (installed && access(installed, R_OK) == 0)
+        return installed;
+    free(installed);
+    return tp_xstrdup(TPCC_PLANS_DIR);
 }
 
 static int by_name(const void *a, const void *b)

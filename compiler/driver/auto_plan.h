@@ -7,9 +7,10 @@
 
 #include <stddef.h>
 
-/* Where the shipped plans are: $TPCC_PLANS_DIR, else the source tree's
- * plans/ (TPCC_PLANS_DIR at build time). */
-const char *tp_plans_dir(void);
+/* Where the shipped plans are: $TPCC_PLANS_DIR, else the installation's
+ * share/tpcc/plans beside the running tpcc when it exists, else the source
+ * tree's plans/ (TPCC_PLANS_DIR at build time). malloc'ed. */
+char *tp_plans_dir(void);
 
 /* The shipped plan for the config.json at `hf_config` (a file, or a
  * directory holding config.json), chosen by its model_type: a malloc'ed

@@ -392,7 +392,9 @@ int main(int argc, char **argv)
         rc = 2;
     } else {
         if (o.auto_plan) {
-            char *plan = tp_auto_plan(o.hf, tp_plans_dir(), err, sizeof err);
+            char *plans_dir = tp_plans_dir();
+            char *plan = tp_auto_plan(o.hf, plans_dir, err, sizeof err);
+            free(plans_dir);
             if (plan)
                 rc = run_plan(&o, plan, &output);
             else

@@ -26,9 +26,7 @@ static char *in_dir(const char *dir, size_t dirlen, const char *name)
     return NULL;
 }
 
-/* share/tpcc/models beside the bin/ directory holding the running tpcc
- * (Linux: /proc/self/exe), so an installation works under any prefix. */
-static char *installed_models_dir(void)
+char *tp_installed_dir(const char *what)
 {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -39,7 +37,7 @@ static char *installed_models_dir(void)
     if (!slash)
         return NULL;
     *slash = '\0';
-    char *dir = tp_xasprintf("%s/../share/tpcc/models", exe);
+    char *dir = tp_xasprintf("%s/../share/tpcc/%s", exe, what);
     char *tidy = tp_path_tidy(dir);   /* exe is resolved: bin/.. is its parent */
     free(dir);
     return tidy;
@@ -58,7 +56,7 @@ char *tp_find_model(const char *plan_path, const char *ref)
         found = in_dir(dir, len, name);
         dir = dir[len] ? dir + len + 1 : NULL;
     }
-    char *installed = found ? NULL : installed_models_dir();
+    char *installed = found ? NULL : tp_installed_dir("models");
     if (installed)
         found = in_dir(installed, strlen(installed), name);
     free(installed);

@@ -11,4 +11,10 @@
  * it. malloc'ed. */
 char *tp_find_model(const char *plan_path, const char *ref);
 
+/* BIN/../share/tpcc/<what> beside the bin/ directory holding the running
+ * tpcc (Linux: /proc/self/exe), so an installation works under any
+ * prefix; it may not exist. malloc'ed, or NULL when the executable's path
+ * is unknown. */
+char *tp_installed_dir(const char *what);
+
 #endif /* TPCC_MODEL_PATH_H */

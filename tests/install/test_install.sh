@@ -28,9 +28,15 @@ mkdir "$tmp/elsewhere"
 cd "$tmp/elsewhere"
 "$P/bin/tpcc" --version | grep -q '^tpcc ' || fail "tpcc --version"
 "$P/bin/tpcc" --check "$P/share/tpcc/plans/llama-sp.plan" || fail "the installed llama-sp.plan does not check"
-for plan in "$P"/share/tpcc/plans/*.plan; do
+for plan in "$P"/share/tpcc/plans/*.plan "$P"/share/tpcc/plans/hf/*.plan; do
     "$P/bin/tpcc" --check "$plan" 2>"$tmp/check.log" || { cat "$tmp/check.log" >&2; fail "$plan does not check"; }
 done
+
+# --tp-plan auto reads the installed plans/hf/, not the source tree's
+src=$(cd "$(dirname "$0")/../.." && pwd)
+"$P/bin/tpcc" --check --tp-plan auto --hf-config "$src/tests/fixtures/hf/llama2-gqa/config.json" \
+    --diagnostics-format=json >auto.json || fail "--tp-plan auto with the installed plans"
+grep -q "$P/share/tpcc/plans/hf/llama.plan" auto.json || { cat auto.json >&2; fail "--tp-plan auto did not read the installed plan"; }
 
 # a plan of one's own naming a shipped model by its file name
 sed 's|"../models/llama.model"|"llama.model"|' "$P/share/tpcc/plans/llama-tiny.plan" >mine.plan

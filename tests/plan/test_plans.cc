@@ -89,7 +89,7 @@ INSTANTIATE_TEST_SUITE_P(Plans, ShippedPlan, ::testing::ValuesIn(shipped()),
 // at more than the cost of the tests themselves.
 // BadPlan.ReportsExactlyTheExpectedDiagnostics keeps the list exact.
 const std::set<std::string> kWithFixIts = {
-    "arity-positional-for-keyword", "coverage", "dtensor-logits-without-loss-parallel", "fused-contiguous-both",
+    "arity-positional-for-keyword", "dtensor-logits-without-loss-parallel", "fused-contiguous-both",
     "fused-contiguous-gate-up", "fused-contiguous-qkv", "hf-style-strings", "mixed-residual", "python-name-undefined",
     "relabel-1d-positions", "relabel-prepare-input", "relabel-rowwise-embedding", "relabel-sp-plain-embedding",
     "tied-mismatch",
