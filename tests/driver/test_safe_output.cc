@@ -91,6 +91,8 @@ const FixCase kFixCases[] = {
      {"--fix: applied", "duplicate-entry"}},
     {"existing-key", 0, {"did you mean 'feed_forward.w1'? (--fix leaves it: another entry already parallelizes it)"},
      {"--fix: applied", "duplicate-entry"}},
+    // "# tpcc: ignore[unmatched-entry]" on the key: its rename is not applied
+    {"suppressed-key", 0, {"fixed [relabel]"}, {"fixed [unmatched-entry]", "feed_forward.w11\" ->"}},
     {"tie", 1, {"'layers.*.attention.wx' matches no module"}, {"--fix: applied"}},
     {"fixed-and-left", 1, {"fixed [plan]: 'colwise_parallel' -> 'ColwiseParallel'", "checked again, 1 error left",
                            "ColwiseParallel does not support 'layers.0.attention_norm'"}, {"relabel"}},
