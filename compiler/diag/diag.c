@@ -14,6 +14,17 @@ void tp_diags_init(tp_diags *d)
     memset(d, 0, sizeof *d);
 }
 
+void tp_diag_drop_fixits(tp_diag *g)
+{
+    for (int i = 0; i < g->nfixits; i++) {
+        free(g->fixits[i].replacement);
+        free(g->fixits[i].claim);
+    }
+    free(g->fixits);
+    g->fixits = NULL;
+    g->nfixits = 0;
+}
+
 static void diag_free(tp_diag *g)
 {
     free(g->check);
@@ -24,11 +35,7 @@ static void diag_free(tp_diag *g)
     for (int i = 0; i < g->nhelps; i++)
         free(g->helps[i]);
     free(g->helps);
-    for (int i = 0; i < g->nfixits; i++) {
-        free(g->fixits[i].replacement);
-        free(g->fixits[i].claim);
-    }
-    free(g->fixits);
+    tp_diag_drop_fixits(g);
     free(g->promoted);
 }
 

@@ -70,6 +70,8 @@ void tp_diag_note_at(tp_diag *g, tp_span span, const char *fmt, ...)
 void tp_diag_help(tp_diag *g, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void tp_diag_fixit(tp_diag *g, tp_span span, const char *replacement);
+/* Remove g's fix-its (a suppressed finding's are never applied). */
+void tp_diag_drop_fixits(tp_diag *g);
 /* A fix-it with a claim (see tp_fixit). */
 void tp_diag_fixit_claim(tp_diag *g, tp_span span, const char *replacement, const char *claim);
 

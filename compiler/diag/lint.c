@@ -213,15 +213,6 @@ static void report_unused(tp_diags *d)
 }
 
 /* A suppressed finding is accepted as it is: --fix leaves it alone. */
-static void drop_fixits(tp_diag *g)
-{
-    for (int i = 0; i < g->nfixits; i++)
-        free(g->fixits[i].replacement);
-    free(g->fixits);
-    g->fixits = NULL;
-    g->nfixits = 0;
-}
-
 static tp_lint_action action_for(const tp_lint *l, const char *check)
 {
     int i = l->actions ? tp_check_index(check) : -1;
@@ -243,7 +234,7 @@ void tp_lint_apply(tp_diags *d, const tp_lint *l)
     for (int i = 0; i < d->count; i++) {
         tp_diag *g = &d->items[i];
         if (g->suppression) {
-            drop_fixits(g);
+            tp_diag_drop_fixits(g);
             continue;
         }
         if (g->level != TP_WARNING)
