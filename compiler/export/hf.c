@@ -35,16 +35,16 @@ static tp_module_kind matched_kind(const tp_unit *u, const tp_style *s)
  *                          the partial lookups all-reduced)
  *   embedding_colwise      ColwiseParallel(output_layouts=Replicate())  on an Embedding
  *   sequence_parallel      SequenceParallel(use_local_output=True)
- *   packed_colwise         itself
+ *   packed_colwise         itself (ColwiseParallel(tpcc_packed=True) has no string)
  * every one with use_local_output=True. */
 static const char *hf_style(const tp_unit *u, const tp_style *s)
 {
     /* a string transformers 5.23 registers is itself; 4.56's are gone there */
     if (s->hf)
         return strcmp(s->hf->version, "5.23") ? NULL : s->hf->name;
-    if (s->packed)
-        return "packed_colwise";
-    if (s->replicate_heads)
+    /* tpcc_packed=True shards any segments; transformers' packed_colwise
+     * only two equal halves */
+    if (s->packed || s->replicate_heads)
         return NULL;
     bool embedding = matched_kind(u, s) == TP_MOD_EMBEDDING;
     switch (s->kind) {

@@ -90,11 +90,13 @@ static bool put_style(writer *w, tp_diags *d, const tp_style *s)
     if (s->packed || s->replicate_heads) {
         tp_diag *g = tp_diag_add(d, TP_ERROR, s->entry->span, "export",
                                  "'%s' has no PyTorch equivalent: %s is %s, not a torch ParallelStyle",
-                                 s->pattern, s->packed ? s->name : "tpcc_replicate_heads",
-                                 s->packed ? "transformers' PackedColwiseParallel" : "tpcc's own keyword");
-        tp_diag_help(g, "%s", s->packed ? "export it with --export=hf, or shard the fused projection's pieces "
-                                          "as separate ColwiseParallel() Linears"
-                                        : "drop tpcc_replicate_heads (tp at most kv_heads) to export to PyTorch");
+                                 s->pattern, !s->packed ? "tpcc_replicate_heads" : s->hf ? s->name : "tpcc_packed=True",
+                                 s->packed && s->hf ? "transformers' PackedColwiseParallel" : "tpcc's own keyword");
+        tp_diag_help(g, "%s", !s->packed ? "drop tpcc_replicate_heads (tp at most kv_heads) to export to PyTorch"
+                              : s->hf    ? "export it with --export=hf, or shard the fused projection's pieces "
+                                           "as separate ColwiseParallel() Linears"
+                                         : "shard the fused projection's pieces as separate ColwiseParallel() "
+                                           "Linears");
         return false;
     }
     if (s->hf && (s->kind == TP_STYLE_IDENTITY || s->hf->no_hooks)) {

@@ -45,8 +45,9 @@ static const tp_hf_style styles[] = {
      "Replicate tensor",
      TP_HF_COLWISE, TP_HF_EMBEDDING, .input = R, .output = R, .use_local_output = true},
     {"packed_colwise", "5.23", "PackedColwiseParallel()",
-     "each segment of a fused Linear (packed=) sharded separately; input made Replicate and used locally; "
-     "output the plain local share of every segment",
+     "weight _StridedShard(dim=0, split_factor=2): each of two equal halves of a fused Linear (packed=(a, a), "
+     "no bias: gate and up) sharded separately; input made Replicate and used locally; output the plain local "
+     "share of both halves",
      TP_HF_COLWISE, TP_HF_PACKED, .input = R, .output = S_LAST, .use_local_output = true, .packed = true},
     {"sequence_parallel", "5.23", "SequenceParallel(use_local_output=True)",
      "parameters replicated; input labelled (plain) or redistributed (DTensor) to Shard(1); output the plain "

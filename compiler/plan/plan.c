@@ -25,7 +25,7 @@ static const char *const style_names[] = {
 /* Keyword arguments each constructor accepts, as in PyTorch 2.15, and
  * tpcc's own `tpcc_` options, which PyTorch does not have. */
 static const char *const colwise_kw[] = {"input_layouts", "output_layouts", "use_local_output",
-                                         "tpcc_replicate_heads", NULL};
+                                         "tpcc_replicate_heads", "tpcc_packed", NULL};
 static const char *const colrow_kw[] = {"input_layouts", "output_layouts", "use_local_output", NULL};
 static const char *const seq_kw[] = {"sequence_dim", "use_local_output", NULL};
 static const char *const pin_kw[] = {"input_layouts", "desired_input_layouts", "input_kwarg_layouts",
@@ -311,6 +311,8 @@ static tp_style *read_style(reader *r, const tp_node *call)
         s->use_local_output = read_bool(r, call, "use_local_output", true);
         if ((e = tp_call_kw(call, "tpcc_replicate_heads")))
             ok &= read_replicate_heads(r, e, &s->replicate_heads);
+        if (s->kind == TP_STYLE_COLWISE)
+            s->packed = read_bool(r, call, "tpcc_packed", false);
         break;
     case TP_STYLE_SEQUENCE: {
         int64_t d = 1;
@@ -883,6 +885,42 @@ static void hf_unsupported_help(tp_diag *g, const tp_hf_style *h, const tp_modul
     }
 }
 
+bool tp_packed_halves(const tp_module *m)
+{
+    if (m->nsegments != 2 || m->segments[0] != m->segments[1])
+        return false;
+    for (int i = 0; i < m->nparams; i++)
+        if (!strcmp(m->params[i].name, "bias"))
+            return false;
+    return true;
+}
+
+const char *tp_packed_style_for(const tp_module *m)
+{
+    return tp_packed_halves(m) ? "\"packed_colwise\"" : "ColwiseParallel(tpcc_packed=True)";
+}
+
+/* transformers 5.23's PackedColwiseParallel shards a weight as
+ * _StridedShard(dim=0, split_factor=2): two equal halves (gate and up),
+ * each sharded, and a bias as a contiguous Shard(0). Any other packing
+ * (q/k/v, unequal or three segments) or a bias gives each rank rows of
+ * the wrong pieces, silently. */
+static void report_unequal_packing(tp_diags *d, const tp_style *s, const tp_module *mod)
+{
+    tp_diag *g = tp_diag_add(d, TP_ERROR, s->call->span, "hf-style",
+                             "\"packed_colwise\" on '%s': transformers' PackedColwiseParallel shards its weight as "
+                             "_StridedShard(dim=0, split_factor=2), two equal halves, %s: each rank would hold rows "
+                             "of the wrong segments", mod->fqn,
+                             mod->nsegments != 2 || mod->segments[0] != mod->segments[1]
+                                 ? "and its packed= segments are not two equal ones"
+                                 : "and its bias is sharded contiguously (Shard(0)), not by halves");
+    tp_diag_help(g, "shard each segment separately with ColwiseParallel(tpcc_packed=True) (tpcc's own keyword: "
+                    "vLLM's QKVParallelLinear layout; PyTorch has no style for it), or gather the output as "
+                    "transformers' Phi-3 plan does: \"colwise_gather_output\" with \"rowwise_split_input\"");
+    if (mod->decl)
+        tp_diag_note_at(g, mod->decl->span, "'%s' is declared here", mod->fqn);
+}
+
 static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
 {
     for (int si = 0; si < p->nstyles; si++) {
@@ -903,8 +941,9 @@ static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
                     else if (mod->kind == TP_MOD_CONV1D)
                         conv1d_help(g, s);
                     else if (s->packed)
-                        tp_diag_help(g, "packed_colwise shards the segments of a fused Linear declared with "
-                                        "packed=(...) in the model; use ColwiseParallel() for a plain Linear");
+                        tp_diag_help(g, "%s shards the segments of a fused Linear declared with packed=(...) in "
+                                        "the model; use ColwiseParallel() for a plain Linear",
+                                     s->hf ? "packed_colwise" : "tpcc_packed=True");
                     else if (s->kind == TP_STYLE_SEQUENCE)
                         tp_diag_help(g, "SequenceParallel is for norms (LayerNorm, RMSNorm); shard a Linear with ColwiseParallel or RowwiseParallel");
                     else if (mod->kind == TP_MOD_RMSNORM || mod->kind == TP_MOD_LAYERNORM)
@@ -917,6 +956,8 @@ static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
                 unsupported = true;
                 continue;
             }
+            if (s->hf && s->packed && !tp_packed_halves(mod))
+                report_unequal_packing(d, s, mod);
             if (mod->style)
                 report_duplicate(d, s, mod, &duplicates);
             else

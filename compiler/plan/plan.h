@@ -66,8 +66,9 @@ typedef struct tp_style {
     /* a Hugging Face string style: its row (plan/hf_styles.c); NULL for
      * PyTorch's constructors */
     const tp_hf_style *hf;
-    /* Hugging Face's "packed_colwise": ColwiseParallel's hooks, each segment
-     * of the Linear's packed= output sharded separately */
+    /* "packed_colwise" (two equal segments: transformers' strided halves)
+     * or ColwiseParallel(tpcc_packed=True) (any segments): ColwiseParallel's
+     * hooks, each segment of the Linear's packed= output sharded separately */
     bool packed;
     int sequence_dim;           /* SequenceParallel */
     tp_io_spec in, out;         /* PrepareModule*; "all_reduce" and "gather" (out) */
@@ -100,6 +101,16 @@ void tp_plan_free(tp_plan *p);
 /* The size of the dimension the styles act on. Every other dimension holds
  * one device (tp_plan_build refuses the rest), so this is the world size. */
 int64_t tp_plan_tp_size(const tp_plan *p);
+
+/* Whether transformers' "packed_colwise" shards m right: its
+ * _StridedShard(split_factor=2) halves are m's packed= segments (two equal
+ * ones, no bias). */
+bool tp_packed_halves(const tp_module *m);
+
+/* The style that shards each packed= segment of m separately:
+ * "\"packed_colwise\"" where tp_packed_halves(m), else
+ * "ColwiseParallel(tpcc_packed=True)". */
+const char *tp_packed_style_for(const tp_module *m);
 
 /* Component-wise fnmatch of a dotted pattern against a dotted name. */
 bool tp_pattern_match(const char *pattern, const char *fqn);

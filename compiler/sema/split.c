@@ -155,15 +155,16 @@ static void contiguous_shard(interp *I, const tp_val *x, const char *name, int d
     if (mod && same_segments(mod->nsegments, mod->segments, sizes, n)) {
         /* the DTensor pieces then meet every op after split(): RoPE's
          * plain cos/sin, for one, raise mixed-tensor */
-        tp_diag_help(g, "shard each segment separately: \"packed_colwise\" (Hugging Face's PackedColwiseParallel); "
-                        "or, if every op after split() takes DTensors, ColwiseParallel(use_local_output=False), and "
-                        "DTensor all-gathers the whole output before splitting (%.2f MiB sent per rank in fp32, per "
-                        "call)", gather / (1 << 20));
+        const char *packed = tp_packed_style_for(mod);
+        tp_diag_help(g, "shard each segment separately: %s; or, if every op after split() takes DTensors, "
+                        "ColwiseParallel(use_local_output=False), and DTensor all-gathers the whole output before "
+                        "splitting (%.2f MiB sent per rank in fp32, per call)", packed, gather / (1 << 20));
         if (s && s->call->kind == N_CALL && s->call->nkids == 1)
-            tp_diag_fixit(g, s->call->span, "\"packed_colwise\"");
+            tp_diag_fixit(g, s->call->span, packed);
     } else {
         tp_diag_help(g, "declare the segments in the model (Linear(..., packed=(%s...))) and shard them with "
-                        "\"packed_colwise\", or leave '%s' replicated", n > 0 ? "a, b, " : "",
+                        "ColwiseParallel(tpcc_packed=True) (\"packed_colwise\" for two equal ones), or leave '%s' "
+                        "replicated", n > 0 ? "a, b, " : "",
                      mod ? mod->fqn : "the producer");
     }
 }
@@ -271,7 +272,8 @@ iv tp_split_apply(interp *I, const tp_node *call, tp_val *x)
                                 "dimension first, an all_gather of the whole tensor (%.2f MiB sent per rank in fp32)",
                                 name, (double)bytes * (double)(I->tp - 1) / (double)I->tp / (1 << 20));
         if (g && x->producer && x->producer->nsegments)
-            tp_diag_help(g, "shard each segment separately with \"packed_colwise\" and keep the pieces sharded");
+            tp_diag_help(g, "shard each segment separately with %s and keep the pieces sharded",
+                         tp_packed_style_for(x->producer));
         x = tp_redistribute(I, x, tp_replicate(), x->shard_cause, call->span, false);
         parts = 1;
     } else if (on_dim && !x->nsegments) {

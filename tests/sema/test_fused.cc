@@ -60,7 +60,9 @@ std::string replaced(std::string text, const std::string &what, const std::strin
 
 struct Case {
     std::string attn = kAttn, mlp = kMlp, qkv = kPacked;
-    std::string qkv_style = "\"packed_colwise\"", gate_up_style = "\"packed_colwise\"";
+    // q, k and v differ in size: tpcc's per-segment style; gate and up are
+    // two equal halves, transformers' packed_colwise
+    std::string qkv_style = "ColwiseParallel(tpcc_packed=True)", gate_up_style = "\"packed_colwise\"";
     int tp = 2;
 };
 
@@ -155,10 +157,58 @@ TEST(Fused, SplitOfADTensorShardGathersWithAWarning)
     EXPECT_TRUE(contains(text, "[implicit-redistribute]")) << text;
 }
 
+// transformers' PackedColwiseParallel cuts the weight in two equal halves
+// (_StridedShard(dim=0, split_factor=2)): on q/k/v (3 segments of
+// different sizes) each rank would hold rows of the wrong pieces.
+TEST(Fused, PackedColwiseOnUnequalSegmentsIsAnError)
+{
+    Case c;
+    c.qkv_style = "\"packed_colwise\"";
+    int errors = -1;
+    std::string text = diagnostics(c, &errors);
+    EXPECT_EQ(errors, 1) << text;
+    for (const char *p : {"\"packed_colwise\" on 'qkv_proj'", "_StridedShard(dim=0, split_factor=2)",
+                          "not two equal ones", "[hf-style]", "ColwiseParallel(tpcc_packed=True)"})
+        EXPECT_TRUE(contains(text, p)) << p << "\n" << text;
+}
+
+// ... and a bias would be sharded contiguously, not by halves
+TEST(Fused, PackedHalvesAreTwoEqualSegmentsWithoutABias)
+{
+    tp_param bias = {};
+    bias.name = const_cast<char *>("bias");
+    tp_module m = {};
+    m.nsegments = 2;
+    m.segments[0] = m.segments[1] = 64;
+    EXPECT_TRUE(tp_packed_halves(&m));
+    EXPECT_STREQ(tp_packed_style_for(&m), "\"packed_colwise\"");
+    m.params = &bias;
+    m.nparams = 1;
+    EXPECT_FALSE(tp_packed_halves(&m));
+    m.nparams = 0;
+    m.segments[1] = 32;
+    EXPECT_FALSE(tp_packed_halves(&m));
+    EXPECT_STREQ(tp_packed_style_for(&m), "ColwiseParallel(tpcc_packed=True)");
+    m.nsegments = 3;
+    m.segments[1] = m.segments[2] = 64;
+    EXPECT_FALSE(tp_packed_halves(&m));
+}
+
+// tpcc_packed is ColwiseParallel's only: RowwiseParallel does not take it
+TEST(Fused, TpccPackedIsForColwiseOnly)
+{
+    Case c;
+    c.qkv_style = "RowwiseParallel(tpcc_packed=True)";
+    EXPECT_TRUE(contains(diagnostics(c), "tpcc_packed")) << diagnostics(c);
+}
+
 TEST(Fused, PackedColwiseNeedsALinearWithSegments)
 {
     Case c;
     c.qkv = "";
+    expect_mentions(c, {"ColwiseParallel does not support 'qkv_proj'", "tpcc_packed=True shards the segments",
+                        "packed=(...)"});
+    c.qkv_style = "\"packed_colwise\"";
     expect_mentions(c, {"packed_colwise does not support 'qkv_proj'", "packed=(...)"});
 }
 
