@@ -42,8 +42,7 @@ const char *tp_suggest(const char *word, const char *const *candidates, int n)
     return best;
 }
 
-/* a and b equal once case and underscores are ignored */
-static bool same_folded(const char *a, const char *b)
+bool tp_same_folded(const char *a, const char *b)
 {
     for (;;) {
         while (*a == '_') a++;
@@ -69,7 +68,7 @@ static const char *folded_match(const char *word, const char *const *candidates,
 {
     const char *found = NULL;
     for (int i = 0; i < n; i++) {
-        if (!same_folded(word, candidates[i]) || (found && !strcmp(found, candidates[i])))
+        if (!tp_same_folded(word, candidates[i]) || (found && !strcmp(found, candidates[i])))
             continue;
         if (found)
             return NULL;

@@ -11,6 +11,10 @@
 const char *tp_suggest(const char *word, const char *const *candidates, int n);
 int tp_edit_distance(const char *a, const char *b);
 
+/* a and b are equal once case and underscores are ignored
+ * (colwise_parallel and ColwiseParallel). */
+bool tp_same_folded(const char *a, const char *b);
+
 /* The candidate a machine may put in the place of `word`, or NULL. Sure
  * means one of:
  *   - exactly one distinct candidate equals `word` once case and

@@ -312,8 +312,8 @@ static char *source_text(const tp_parse_ctx *ctx, tp_span at)
 
 %type <text> name mesh_dim dotted
 %type <node> item assigns assign members member def params param_list param
-%type <node> block stmts stmt call_stmt targets top_targets imported imported_list
-%type <val> expr disj conj negation comparison sum term unary postfix primary strings
+%type <node> block stmts stmt call_stmt targets top_targets unpack_head imported imported_list
+%type <val> top_value expr disj conj negation comparison sum term unary postfix primary strings
 %type <val> list elems dict pairs pair args arg_list arg kwarg kwargs callee
 
 %destructor { free($$); } <text>
@@ -355,25 +355,38 @@ item
         { $$ = $5; $$->span = @$; $$->str = $2; }
     | IMPORT dotted
         { $$ = tp_node_new(N_IMPORT, @$); $$->str = $2; }
-    | IMPORT dotted AS IDENT
+    | IMPORT dotted AS name
         { $$ = named_node(N_IMPORT, @$, $4); $$->str = $2; }
-    | IDENT '=' expr
+    | IDENT '=' top_value
         { $$ = named_node(N_ASSIGN, @$, $1); tp_node_add($$, $3.n); top_level_binding(ctx, $$); }
-    | top_targets '=' expr
+    | top_targets '=' top_value
         { $$ = $1; $$->span = @$; tp_node_add($$, $3.n); top_level_binding(ctx, $$); }
     ;
 
-/* a, b = ...: identifiers (keywords start items here) */
+/* Python's target lists: a, b / a, b, / a, (one name, unpacked).
+ * Identifiers only: keywords start items here. */
 top_targets
-    : IDENT ',' IDENT       { $$ = tp_node_new(N_UNPACK, @$); tp_node_add($$, named_node(N_NAME, @1, $1));
-                              tp_node_add($$, named_node(N_NAME, @3, $3)); }
-    | top_targets ',' IDENT { $$ = $1; $$->span = @$; tp_node_add($$, named_node(N_NAME, @3, $3)); }
+    : unpack_head
+    | unpack_head IDENT     { $$ = $1; $$->span = @$; tp_node_add($$, named_node(N_NAME, @2, $2)); }
+    ;
+
+unpack_head
+    : IDENT ','             { $$ = tp_node_new(N_UNPACK, @$); tp_node_add($$, named_node(N_NAME, @1, $1)); }
+    | unpack_head IDENT ',' { $$ = $1; $$->span = @$; tp_node_add($$, named_node(N_NAME, @2, $2)); }
+    ;
+
+/* A, B without parentheses is a tuple, as in Python. Not A, (a trailing
+ * comma): newlines mean nothing here, so the next item's first name would
+ * read as the tuple's next element. */
+top_value
+    : expr
+    | expr ',' elems        { $$ = prepend(ctx, $3, $1, @$); $$.n->kind = N_TUPLE; }
     ;
 
 /* a.b.c, as the text it is */
 dotted
-    : IDENT
-    | dotted '.' IDENT      { $$ = tp_xasprintf("%s.%s", $1, $3); free($1); free($3); }
+    : name
+    | dotted '.' name       { $$ = tp_xasprintf("%s.%s", $1, $3); free($1); free($3); }
     ;
 
 imported_list
@@ -381,9 +394,10 @@ imported_list
     | imported_list ',' imported  { $$ = $1; tp_node_add($$, $3); }
     ;
 
+/* Names as Python has them: loss_parallel, or a class imported as mesh. */
 imported
-    : IDENT                 { $$ = named_node(N_ALIAS, @$, $1); }
-    | IDENT AS IDENT        { $$ = named_node(N_ALIAS, @$, $1); $$->str = $3; }
+    : name                  { $$ = named_node(N_ALIAS, @$, $1); }
+    | name AS name          { $$ = named_node(N_ALIAS, @$, $1); $$->str = $3; }
     ;
 
 mesh_dim

@@ -1,6 +1,5 @@
 /* pynames.c: import lines, names for PyTorch's classes and conditions over
  * the configuration in plan files (see pynames.h). */
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/diag/suggest.h"
@@ -8,13 +7,14 @@
 #include "util/xalloc.h"
 
 /* ---- the modules tpcc knows, with what `from M import X` finds in each
- * (torch 2.15: the public names of each module, dir() less the modules it
- * imports for itself). A submodule is a name too: from
- * torch.distributed.tensor import parallel. */
+ * (torch 2.15: the public names of each module, dir() less the modules and
+ * the typing and standard-library names it imports for itself). A
+ * submodule is a name too (from torch.distributed.tensor import parallel):
+ * every module below is found whether or not its package lists it. */
 
 typedef struct known_module {
     const char *path;
-    const char *const *names;
+    const char *const *names;   /* NULL: a private module, whose names tpcc does not read */
 } known_module;
 
 static const char *const tp_parallel_names[] = {
@@ -24,30 +24,102 @@ static const char *const tp_style_names[] = {
     "ColwiseParallel", "ParallelStyle", "PrepareModuleInput", "PrepareModuleInputOutput", "PrepareModuleOutput",
     "RowwiseParallel", "SequenceParallel", "DTensor", "DeviceMesh", "Placement", "Replicate", "Shard",
     "distribute_module", "distribute_tensor", NULL};
+static const char *const tp_api_names[] = {"DeviceMesh", "ParallelStyle", "parallelize_module", NULL};
+static const char *const tp_loss_names[] = {
+    "DTensor", "DTensorSpec", "DeviceMesh", "Partial", "Placement", "Reduction", "Replicate", "Shard", "Tensor",
+    "TensorMeta", "customized_loss_ops", "loss_parallel", "normalize_dim", "replicate_reduction_dims", NULL};
+static const char *const tp_input_reshard_names[] = {"DTensor", "DeviceMesh", "Replicate", "Shard", "input_reshard",
+                                                     NULL};
+static const char *const tp_ddp_names[] = {NULL};
+static const char *const tp_fsdp_names[] = {
+    "ChunkShardingSpec", "DShard", "DTensor", "DTensorExtensions", "DeviceMesh", "FSDPExtensions", "Replicate",
+    "Shard", "ShardMetadata", "ShardedTensor", "ShardedTensorMetadata", "TensorProperties", NULL};
 static const char *const tensor_names[] = {
     "DTensor", "DeviceMesh", "Partial", "Placement", "Replicate", "Shard", "distribute_module",
     "distribute_tensor", "empty", "full", "init_device_mesh", "linspace", "logspace", "ones", "rand", "randn",
     "zeros", "device_mesh", "parallel", "placement_types", NULL};
-static const char *const placement_names[] = {"DeviceMesh", "MaskBuffer", "Partial", "Placement", "Replicate",
-                                              "Shard", NULL};
+static const char *const placement_names[] = {
+    "DeviceMesh", "IntLikeType", "MaskBuffer", "Partial", "Placement", "RankType", "Replicate", "Shard",
+    "fill_empty_tensor_to_shards", "maybe_run_for_local_tensor", "mesh_broadcast", "mesh_scatter", "pad_tensor",
+    "shard_dim_alltoall", "unpad_tensor", NULL};
+static const char *const experimental_names[] = {"DTensor", "context_parallel", "implicit_replication", "local_map",
+                                                 "register_sharding", NULL};
+static const char *const debug_names[] = {"CommDebugMode", "visualize_sharding", NULL};
 static const char *const old_tensor_names[] = {
     "DTensor", "DeviceMesh", "Partial", "Placement", "Replicate", "Shard", "distribute_module",
     "distribute_tensor", "empty", "full", "init_device_mesh", "ones", "rand", "randn", "zeros",
     "placement_types", "device_mesh", NULL};
-static const char *const old_placement_names[] = {"DTensorSpec", "DeviceMesh", "Partial", "Placement", "Replicate",
-                                                  "Shard", "TensorMeta", NULL};
+static const char *const old_api_names[] = {"DTensor", "distribute_module", "distribute_tensor", "empty", "full",
+                                            "linspace", "logspace", "ones", "rand", "randn", "zeros", NULL};
+static const char *const old_placement_names[] = {
+    "DTensorSpec", "DeviceMesh", "Partial", "Placement", "Replicate", "Shard", "ShardOrder", "ShardOrderEntry",
+    "TensorMeta", "dtype_abbrs", NULL};
 static const char *const mesh_names[] = {"DeviceMesh", "init_device_mesh", NULL};
 
 static const known_module known[] = {
     {"torch.distributed.tensor.parallel", tp_parallel_names},
     {"torch.distributed.tensor.parallel.style", tp_style_names},
+    {"torch.distributed.tensor.parallel.api", tp_api_names},
+    {"torch.distributed.tensor.parallel.loss", tp_loss_names},
+    {"torch.distributed.tensor.parallel.input_reshard", tp_input_reshard_names},
+    {"torch.distributed.tensor.parallel.ddp", tp_ddp_names},
+    {"torch.distributed.tensor.parallel.fsdp", tp_fsdp_names},
     {"torch.distributed.tensor", tensor_names},
     {"torch.distributed.tensor.placement_types", placement_names},
     {"torch.distributed.tensor.device_mesh", mesh_names},
+    {"torch.distributed.tensor.experimental", experimental_names},
+    {"torch.distributed.tensor.debug", debug_names},
     {"torch.distributed._tensor", old_tensor_names},
+    {"torch.distributed._tensor.api", old_api_names},
     {"torch.distributed._tensor.placement_types", old_placement_names},
     {"torch.distributed._tensor.device_mesh", mesh_names},
+    {"torch.distributed._tensor.experimental", experimental_names},
     {"torch.distributed.device_mesh", mesh_names},
+    /* private modules: they exist, and what comes from them is foreign */
+    {"torch.distributed.tensor._api", NULL},
+    {"torch.distributed.tensor._collective_utils", NULL},
+    {"torch.distributed.tensor._decompositions", NULL},
+    {"torch.distributed.tensor._dispatch", NULL},
+    {"torch.distributed.tensor._dtensor_spec", NULL},
+    {"torch.distributed.tensor._nonlinear_redux", NULL},
+    {"torch.distributed.tensor._op_schema", NULL},
+    {"torch.distributed.tensor._ops", NULL},
+    {"torch.distributed.tensor._ops._common_rules", NULL},
+    {"torch.distributed.tensor._ops._conv_ops", NULL},
+    {"torch.distributed.tensor._ops._einsum_strategy", NULL},
+    {"torch.distributed.tensor._ops._embedding_ops", NULL},
+    {"torch.distributed.tensor._ops._mask_buffer", NULL},
+    {"torch.distributed.tensor._ops._math_ops", NULL},
+    {"torch.distributed.tensor._ops._matrix_ops", NULL},
+    {"torch.distributed.tensor._ops._pointwise_ops", NULL},
+    {"torch.distributed.tensor._ops._random_ops", NULL},
+    {"torch.distributed.tensor._ops._tensor_ops", NULL},
+    {"torch.distributed.tensor._ops._view_ops", NULL},
+    {"torch.distributed.tensor._ops.autogen", NULL},
+    {"torch.distributed.tensor._ops.single_dim_strategy", NULL},
+    {"torch.distributed.tensor._ops.strategy_validation", NULL},
+    {"torch.distributed.tensor._ops.utils", NULL},
+    {"torch.distributed.tensor._random", NULL},
+    {"torch.distributed.tensor._redistribute", NULL},
+    {"torch.distributed.tensor._sharding_prop", NULL},
+    {"torch.distributed.tensor._shards_wrapper", NULL},
+    {"torch.distributed.tensor._tp_conv", NULL},
+    {"torch.distributed.tensor._utils", NULL},
+    {"torch.distributed.tensor.debug._comm_mode", NULL},
+    {"torch.distributed.tensor.debug._op_coverage", NULL},
+    {"torch.distributed.tensor.debug._visualize_sharding", NULL},
+    {"torch.distributed.tensor.experimental._attention", NULL},
+    {"torch.distributed.tensor.experimental._context_parallel", NULL},
+    {"torch.distributed.tensor.experimental._context_parallel._attention", NULL},
+    {"torch.distributed.tensor.experimental._context_parallel._cp_custom_ops", NULL},
+    {"torch.distributed.tensor.experimental._context_parallel._load_balancer", NULL},
+    {"torch.distributed.tensor.experimental._context_parallel._sharding_rules", NULL},
+    {"torch.distributed.tensor.experimental._func_map", NULL},
+    {"torch.distributed.tensor.experimental._register_sharding", NULL},
+    {"torch.distributed.tensor.experimental._tp_transform", NULL},
+    {"torch.distributed.tensor.parallel._data_parallel_utils", NULL},
+    {"torch.distributed._tensor._shards_wrapper", NULL},
+    {"torch.distributed._tensor._utils", NULL},
 };
 #define NKNOWN ((int)(sizeof known / sizeof *known))
 
@@ -198,17 +270,13 @@ static void bind_from(tp_pynames *n, const tp_node *item)
     for (int i = 0; i < item->nkids; i++) {
         const tp_node *a = item->kids[i];
         const char *as = a->str ? a->str : a->name;
-        if (!m) {
-            bind(n, as, TP_PYNAME_FOREIGN, item->str, a->name);
-            continue;
-        }
-        if (!in_list(m->names, a->name)) {
-            report_not_in_module(n, a, m, a->name);
-            continue;
-        }
-        char *sub = tp_xasprintf("%s.%s", m->path, a->name);
+        char *sub = tp_xasprintf("%s.%s", item->str, a->name);
         if (find_module(sub))
             bind(n, as, TP_PYNAME_MODULE, sub, NULL);
+        else if (!m || !m->names)
+            bind(n, as, TP_PYNAME_FOREIGN, item->str, a->name);
+        else if (!in_list(m->names, a->name))
+            report_not_in_module(n, a, m, a->name);
         else
             bind(n, as, TP_PYNAME_CLASS, m->path, a->name);
         free(sub);
@@ -237,18 +305,21 @@ static void bind_import(tp_pynames *n, const tp_node *item)
 
 /* ---- names in values ---- */
 
-/* colwise_parallel and ColwiseParallel: the same letters, case and
- * underscores aside. */
-static bool same_letters(const char *a, const char *b)
+/* The k-th name the binding item `it` gives (with its alias node for an
+ * import line, else NULL), or NULL past the last. `import a.b` binds a,
+ * which a plan's values never use by itself: it counts for nothing here. */
+static const char *bound_name(const tp_node *it, int k, const tp_node **alias)
 {
-    for (;;) {
-        while (*a == '_') a++;
-        while (*b == '_') b++;
-        if (!*a || !*b)
-            return !*a && !*b;
-        if (tolower((unsigned char)*a++) != tolower((unsigned char)*b++))
-            return false;
+    *alias = NULL;
+    if (it->kind == N_FROM_IMPORT) {
+        if (k >= it->nkids)
+            return NULL;
+        *alias = it->kids[k];
+        return it->kids[k]->str ? it->kids[k]->str : it->kids[k]->name;
     }
+    if (it->kind == N_ASSIGN || it->kind == N_IMPORT)
+        return k == 0 ? it->name : NULL;
+    return k + 1 < it->nkids ? it->kids[k]->name : NULL;
 }
 
 /* The line of a binding of `name` after the point `at`, or 0. */
@@ -258,20 +329,37 @@ static int bound_later(const tp_pynames *n, const char *name, tp_span at)
         const tp_node *it = n->file->kids[i];
         if (!tp_pynames_is_binding(it) || it->span.offset < at.offset)
             continue;
-        if (it->kind == N_FROM_IMPORT) {
-            for (int k = 0; k < it->nkids; k++)
-                if (!strcmp(it->kids[k]->str ? it->kids[k]->str : it->kids[k]->name, name))
-                    return it->span.line;
-        } else if (it->kind == N_ASSIGN || it->kind == N_IMPORT) {
-            if (it->name && !strcmp(it->name, name))
+        const tp_node *alias;
+        const char *bound;
+        for (int k = 0; (bound = bound_name(it, k, &alias)); k++)
+            if (!strcmp(bound, name))
                 return it->span.line;
-        } else {
-            for (int k = 0; k + 1 < it->nkids; k++)
-                if (!strcmp(it->kids[k]->name, name))
-                    return it->span.line;
-        }
     }
     return 0;
+}
+
+/* Whether the class name `cls` means PyTorch's class everywhere in the
+ * file: bound nowhere, or only by importing it under its own name from a
+ * module that has it. A file that binds it to anything else, at any line
+ * (RowwiseParallel as ColwiseParallel), makes a rename to it a change of
+ * meaning, not a fix. */
+static bool means_the_class(const tp_pynames *n, const char *cls)
+{
+    for (int i = 0; i < n->file->nkids; i++) {
+        const tp_node *it = n->file->kids[i];
+        if (!tp_pynames_is_binding(it))
+            continue;
+        const tp_node *alias;
+        const char *bound;
+        for (int k = 0; (bound = bound_name(it, k, &alias)); k++) {
+            if (strcmp(bound, cls))
+                continue;
+            const known_module *m = alias ? find_module(it->str) : NULL;
+            if (!m || !m->names || strcmp(alias->name, cls) || !in_list(m->names, cls))
+                return false;
+        }
+    }
+    return true;
 }
 
 /* NameError, with the name meant: a class of the same letters (fixed by
@@ -287,10 +375,13 @@ static void report_undefined(tp_pynames *n, const tp_node *use)
         return;
     }
     for (const char *const *c = plan_classes; *c; c++)
-        if (same_letters(name, *c)) {
+        if (tp_same_folded(name, *c)) {
             tp_diag_help(g, "did you mean '%s'? (or bind '%s' first: from %s import %s as %s)", *c, name,
                          home_of(*c), *c, name);
-            tp_diag_fixit(g, use->span, *c);
+            if (means_the_class(n, *c))
+                tp_diag_fixit(g, use->span, *c);
+            else
+                tp_diag_help(g, "--fix leaves it: this file binds '%s' to something else", *c);
             return;
         }
     int count = list_len(plan_classes);
@@ -378,7 +469,7 @@ static bool resolve(tp_pynames *n, const tp_node *callee, char **cls, char **mod
     char *path = tp_xasprintf("%s%s", b->module, text + strlen(head->name));
     const known_module *m = find_module(path);
     bool ok = true;
-    if (m && !in_list(m->names, last + 1)) {
+    if (m && m->names && !in_list(m->names, last + 1)) {
         tp_diag *g = tp_diag_add(n->d, TP_ERROR, callee->span, "plan", "module '%s' has no attribute '%s'", path,
                                  last + 1);
         const char *best = in_list(plan_classes, last + 1) ? NULL : tp_suggest(last + 1, m->names, list_len(m->names));
@@ -393,7 +484,7 @@ static bool resolve(tp_pynames *n, const tp_node *callee, char **cls, char **mod
     } else {
         *cls = tp_xstrdup(last + 1);
         *module = tp_xstrdup(path);
-        *foreign = !m;
+        *foreign = !m || !m->names;
     }
     free(path);
     free(text);
@@ -523,7 +614,15 @@ static void bind_assignment(tp_pynames *n, const tp_node *item)
         v = chosen;
     }
     int ntargets = item->kind == N_UNPACK ? item->nkids - 1 : 1;
-    int nvalues = item->kind == N_UNPACK ? (v->kind == N_TUPLE ? v->nkids : 1) : 1;
+    if (item->kind == N_UNPACK && v->kind != N_TUPLE) {
+        /* a class is not a sequence: Python's TypeError */
+        tp_diag_add(n->d, TP_ERROR, value->span, "plan",
+                    "cannot unpack a single value into %d name%s: unpacking takes a tuple, a, b = (ColwiseParallel, "
+                    "RowwiseParallel)", ntargets, ntargets == 1 ? "" : "s");
+        tp_node_free(v);
+        return;
+    }
+    int nvalues = item->kind == N_UNPACK ? v->nkids : 1;
     if (item->kind == N_UNPACK && nvalues != ntargets) {
         if (nvalues > ntargets)
             tp_diag_add(n->d, TP_ERROR, value->span, "plan", "too many values to unpack (expected %d)", ntargets);
@@ -534,7 +633,7 @@ static void bind_assignment(tp_pynames *n, const tp_node *item)
         return;
     }
     for (int i = 0; i < ntargets; i++) {
-        const tp_node *elem = item->kind == N_UNPACK && v->kind == N_TUPLE ? v->kids[i] : v;
+        const tp_node *elem = item->kind == N_UNPACK ? v->kids[i] : v;
         const char *target = item->kind == N_UNPACK ? item->kids[i]->name : item->name;
         char *cls, *module;
         bool foreign;

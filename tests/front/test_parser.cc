@@ -208,6 +208,15 @@ TEST(ParserDump, ImportsAndNames)
               "1:5: a top-level assignment may only give a PyTorch class another name "
               "(colwise_parallel = ColwiseParallel)\n");
     EXPECT_EQ(Parsed("from torch import *").errors(), "1:19: unexpected '*', expected identifier or '('\n");
+    // the plan language's words are Python's names in an import line
+    EXPECT_EQ(Parsed("from a.model import loss_parallel, B as mesh, C as config\nimport a.b as model\n").tree(),
+              "(FILE (FROM_IMPORT \"a.model\" (ALIAS loss_parallel) (ALIAS B \"mesh\") (ALIAS C \"config\")) "
+              "(IMPORT model \"a.b\"))");
+    // Python's target lists and unparenthesized tuples
+    EXPECT_EQ(Parsed("a, b = A, B\nc, = (C,)\nd, e, = D, x.E\nf = F, G\n").tree(),
+              "(FILE (UNPACK (NAME a) (NAME b) (TUPLE (NAME A) (NAME B))) (UNPACK (NAME c) (TUPLE (NAME C))) "
+              "(UNPACK (NAME d) (NAME e) (TUPLE (NAME D) (ATTR E (NAME x)))) (ASSIGN f (TUPLE (NAME F) (NAME G))))");
+    EXPECT_EQ(Parsed("a, b = A, B\nmesh(tp = 2)\n").errors(), "");
 }
 
 TEST(ParserDump, Separators)

@@ -38,6 +38,7 @@ struct Checked {
     int errors = 0, warnings = 0;
     std::string text;
     std::string q_style, o_style;   // the style each entry became
+    int undefined_fixits = -1;      // fix-its of the "is not defined" error, if there is one
 };
 
 Checked check(const std::string &text, const std::vector<std::string> &defines = {})
@@ -50,6 +51,9 @@ Checked check(const std::string &text, const std::vector<std::string> &defines =
     c.errors = u.diags.errors;
     c.warnings = u.diags.warnings;
     c.text = rendered(&u);
+    for (int i = 0; i < u.diags.count; i++)
+        if (std::string(u.diags.items[i].message).find("is not defined") != std::string::npos)
+            c.undefined_fixits = u.diags.items[i].nfixits;
     for (int i = 0; i < u.plan.nstyles; i++) {
         const tp_style *s = u.plan.styles[i];
         if (std::string(s->pattern) == "model.layers.*.self_attn.q_proj")
@@ -92,6 +96,105 @@ TEST(PyNames, ABindingShadowsTheBareName)
                                 "ColwiseParallel()", "RowwiseParallel()"));
     EXPECT_EQ(c.o_style, "ColwiseParallel") << c.text;
     EXPECT_GT(c.errors, 0) << "o_proj colwise breaks the layer";
+}
+
+// loss_parallel, mesh, model and config are words of the plan language;
+// in an import line they are Python's names: imported, or an alias that
+// then names the style.
+TEST(PyNames, KeywordsAsImportedNamesAndAliases)
+{
+    Checked c = check(plan_text("from torch.distributed.tensor.parallel import ColwiseParallel, loss_parallel\n"
+                                "from torch.distributed.tensor.parallel import ColwiseParallel as mesh, "
+                                "RowwiseParallel as model\n"
+                                "from torch.distributed.tensor.parallel.style import PrepareModuleInput as config\n"
+                                "import torch.distributed.tensor.parallel as hf\n",
+                                "mesh()", "model()"));
+    EXPECT_EQ(c.errors, 0) << c.text;
+    EXPECT_EQ(c.q_style, "ColwiseParallel");
+    EXPECT_EQ(c.o_style, "RowwiseParallel");
+}
+
+// Every module of torch 2.15's torch.distributed.tensor and _tensor
+// imports; a name it does not have, or a module it does not have, is
+// Python's error.
+TEST(PyNames, TorchSubmodulesImport)
+{
+    Checked c = check(plan_text("from torch.distributed.tensor.parallel.style import ColwiseParallel as C\n"
+                                "from torch.distributed.tensor.parallel.api import parallelize_module\n"
+                                "from torch.distributed.tensor.parallel.loss import loss_parallel\n"
+                                "from torch.distributed.tensor.parallel.input_reshard import input_reshard\n"
+                                "import torch.distributed.tensor.parallel.ddp\n"
+                                "from torch.distributed.tensor.parallel import fsdp, ddp, input_reshard\n"
+                                "from torch.distributed.tensor.parallel.fsdp import DTensorExtensions\n"
+                                "from torch.distributed.tensor.experimental import local_map, context_parallel\n"
+                                "from torch.distributed.tensor.debug import CommDebugMode, visualize_sharding\n"
+                                "from torch.distributed.tensor._api import DTensor\n"
+                                "from torch.distributed.tensor import _api, experimental, debug\n"
+                                "from torch.distributed.tensor._ops._view_ops import view_groups\n"
+                                "from torch.distributed._tensor.api import distribute_tensor\n"
+                                "from torch.distributed._tensor.experimental import implicit_replication\n"
+                                "import torch.distributed._tensor._utils as u\n"
+                                "from torch.distributed.tensor.parallel import style\n",
+                                "C()", "style.RowwiseParallel()"));
+    EXPECT_EQ(c.errors, 0) << c.text;
+    EXPECT_EQ(c.q_style, "ColwiseParallel");
+
+    Checked bad = check(plan_text("from torch.distributed.tensor.debug import ColwiseParallel\n"
+                                  "from torch.distributed._tensor.debug import CommDebugMode\n"
+                                  "from torch.distributed.tensor.parallel.api import RowwiseParallel\n"
+                                  "from torch.distributed.tensor._api import X as Y\n",
+                                  "Y()", "RowwiseParallel()"));
+    EXPECT_NE(bad.text.find("cannot import name 'ColwiseParallel' from 'torch.distributed.tensor.debug'"),
+              std::string::npos) << bad.text;
+    EXPECT_NE(bad.text.find("No module named 'torch.distributed._tensor.debug'"), std::string::npos) << bad.text;
+    EXPECT_NE(bad.text.find("cannot import name 'RowwiseParallel' from 'torch.distributed.tensor.parallel.api'"),
+              std::string::npos) << bad.text;
+    EXPECT_NE(bad.text.find("X comes from torch.distributed.tensor._api, which tpcc does not read"),
+              std::string::npos) << bad.text;
+}
+
+// colwise_parallel -> ColwiseParallel is a sure fix only while
+// ColwiseParallel means PyTorch's class: here the file rebinds it.
+TEST(PyNames, NoRenameToAClassNameTheFileRebinds)
+{
+    Checked plain = check(plan_text("from torch.distributed.tensor.parallel import ColwiseParallel\n",
+                                    "colwise_parallel()", "RowwiseParallel()"));
+    EXPECT_EQ(plain.undefined_fixits, 1) << plain.text;
+
+    for (const char *head : {"from torch.distributed.tensor.parallel import RowwiseParallel as ColwiseParallel\n",
+                             "from mylib import ColwiseParallel\n",
+                             "ColwiseParallel, = (RowwiseParallel,)\n"}) {
+        Checked c = check(plan_text(head, "colwise_parallel()", "RowwiseParallel()"));
+        EXPECT_EQ(c.undefined_fixits, 0) << head << c.text;
+        EXPECT_NE(c.text.find("did you mean 'ColwiseParallel'?"), std::string::npos) << c.text;
+        EXPECT_NE(c.text.find("--fix leaves it: this file binds 'ColwiseParallel' to something else"),
+                  std::string::npos) << c.text;
+    }
+    // a rebinding after the use counts too: the file means something else by the name
+    Checked after = check(plan_text("", "colwise_parallel()", "RowwiseParallel()") +
+                          "ColwiseParallel = RowwiseParallel\n");
+    EXPECT_EQ(after.undefined_fixits, 0) << after.text;
+}
+
+// Python's unpacking without parentheses and of one element.
+TEST(PyNames, TupleUnpackingForms)
+{
+    Checked c = check(plan_text("q, o = ColwiseParallel, RowwiseParallel\n"
+                                "one, = (ColwiseParallel,)\n"
+                                "x, y, = ColwiseParallel, RowwiseParallel\n",
+                                "q()", "o()"));
+    EXPECT_EQ(c.errors, 0) << c.text;
+    EXPECT_EQ(c.q_style, "ColwiseParallel");
+    EXPECT_EQ(c.o_style, "RowwiseParallel");
+    Checked one = check(plan_text("one, = (ColwiseParallel,)\n", "one()", "RowwiseParallel()"));
+    EXPECT_EQ(one.errors, 0) << one.text;
+    EXPECT_EQ(one.q_style, "ColwiseParallel");
+
+    Checked single = check(plan_text("q, = ColwiseParallel\n", "ColwiseParallel()", "RowwiseParallel()"));
+    EXPECT_NE(single.text.find("cannot unpack a single value into 1 name"), std::string::npos) << single.text;
+    Checked more = check(plan_text("q, o = ColwiseParallel, RowwiseParallel, ColwiseParallel\n",
+                                   "ColwiseParallel()", "RowwiseParallel()"));
+    EXPECT_NE(more.text.find("too many values to unpack (expected 2)"), std::string::npos) << more.text;
 }
 
 TEST(PyNames, ConditionsReadTheConfigAndDefines)
