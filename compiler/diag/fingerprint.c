@@ -64,10 +64,11 @@ static uint64_t hash_span_text(uint64_t h, const tp_diag *g, const tp_sources *s
     return h;
 }
 
-uint64_t tp_fingerprint(const tp_diag *g, const tp_sources *src, const char *where)
+uint64_t tp_fingerprint(const tp_diag *g, const tp_sources *src, const char *where, const char *plan)
 {
     uint64_t h = tp_hash(TP_HASH_INIT, g->check, strlen(g->check) + 1);
     h = tp_hash(h, where, strlen(where) + 1);
+    h = tp_hash(h, plan, strlen(plan) + 1);
     h = hash_span_text(h, g, src);
     h = tp_hash(h, "", 1);
     char *message = without_positions(g->message);

@@ -12,8 +12,8 @@
 
 int tp_lint_option(tp_lint *l, const char *arg, char *err, size_t errlen)
 {
-    if (strcmp(arg, "error") == 0) {
-        l->werror = true;
+    if (strcmp(arg, "error") == 0 || strcmp(arg, "no-error") == 0) {
+        l->werror = arg[0] == 'e';
         return 0;
     }
     tp_lint_action action;
@@ -22,10 +22,15 @@ int tp_lint_option(tp_lint *l, const char *arg, char *err, size_t errlen)
         action = TP_LINT_OFF;
         arg += 3;
         n = strlen(arg);
+    } else if (strncmp(arg, "error=", 6) == 0) {    /* gcc's -Werror=CHECK */
+        action = TP_LINT_ERROR;
+        arg += 6;
+        n = strlen(arg);
     } else {
         const char *eq = strchr(arg, '=');
         if (!eq || (strcmp(eq, "=error") && strcmp(eq, "=warning")))
-            return tp_error(err, errlen, "-W takes error, no-CHECK, CHECK=error or CHECK=warning, not '%s'", arg);
+            return tp_error(err, errlen, "-W takes error, no-error, no-CHECK, CHECK=error (or error=CHECK) or "
+                            "CHECK=warning, not '%s'", arg);
         action = strcmp(eq, "=error") == 0 ? TP_LINT_ERROR : TP_LINT_WARNING;
         n = (size_t)(eq - arg);
     }

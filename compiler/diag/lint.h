@@ -25,8 +25,9 @@ typedef struct tp_lint {
     tp_lint_action *actions;    /* per check of tp_checks, NULL until a -W names one */
 } tp_lint;
 
-/* Read one -W argument: "error" (-Werror), "no-CHECK", "CHECK=error",
- * "CHECK=warning". Later ones override earlier ones. Returns 0, or -1 with
+/* Read one -W argument: "error" (-Werror), "no-error" (undoes it),
+ * "no-CHECK", "CHECK=error" (or gcc's "error=CHECK"), "CHECK=warning".
+ * Later ones override earlier ones. Returns 0, or -1 with
  * a message (an unknown check with did-you-mean) in err. */
 int tp_lint_option(tp_lint *l, const char *arg, char *err, size_t errlen);
 void tp_lint_free(tp_lint *l);

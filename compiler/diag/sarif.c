@@ -8,7 +8,11 @@
  *   diagnostic          a result (ruleId and ruleIndex), located in its
  *                       file; one without a file (a -D error) at line 1
  *                       of the plan it came from
- *   notes               relatedLocations
+ *   notes               relatedLocations; a result outside the plan
+ *                       that found it (in its model) one more, at the
+ *                       plan's line 1
+ *   the plan            result.properties.plan: the URI of the plan
+ *                       whose check found it
  *   fix-its             one fix
  *   help lines          result.properties.help
  *   "# tpcc: ignore"    a result with suppressions [{"kind": "inSource"}]
@@ -17,8 +21,10 @@
  * directory) with uriBaseId %SRCROOT%, which originalUriBaseIds resolves;
  * a file outside the root gets an absolute file:// URI and no uriBaseId
  * (SARIF: a uriBaseId goes with a relative uri only).
- * partialFingerprints["tpcc/v1"] is fingerprint.c's hash and, after a
- * ':', how many earlier results of the document have the same hash. */
+ * partialFingerprints["tpcc/v1"] is fingerprint.c's hash (of the plan's
+ * URI too: a model finding is one per plan, in any order of the plans)
+ * and, after a ':', how many earlier results of the document have the
+ * same hash. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -306,12 +312,12 @@ static json_t *sarif_locations(const sarif_ctx *c, const tp_diag *g, const tp_di
     return locs;
 }
 
-static json_t *sarif_fingerprints(sarif_ctx *c, const tp_diag *g, const tp_diag_unit *u)
+static json_t *sarif_fingerprints(sarif_ctx *c, const tp_diag *g, const tp_diag_unit *u, const char *plan_uri)
 {
     const char *path = tp_json_has_file(u->src, g->span) ? u->src->files[g->span.file].path : u->plan;
     int relative;
     char *uri = path_uri(c, path, &relative);
-    uint64_t h = tp_fingerprint(g, u->src, uri);
+    uint64_t h = tp_fingerprint(g, u->src, uri, plan_uri);
     free(uri);
     int seen = 0;
     for (int i = 0; i < c->nhashes; i++)
@@ -323,6 +329,33 @@ static json_t *sarif_fingerprints(sarif_ctx *c, const tp_diag *g, const tp_diag_
     tp_json_set(o, "tpcc/v1", tp_json_str(value));
     free(value);
     return o;
+}
+
+/* Whether the result lies outside the plan that found it (in its model,
+ * its config.json). */
+static int outside_plan(const sarif_ctx *c, const tp_diag *g, const tp_diag_unit *u, const char *plan_uri)
+{
+    if (!tp_json_has_file(u->src, g->span))
+        return 0;                       /* located in the plan itself */
+    int relative;
+    char *uri = path_uri(c, u->src->files[g->span.file].path, &relative);
+    int outside = strcmp(uri, plan_uri) != 0;
+    free(uri);
+    return outside;
+}
+
+/* A result outside its plan says which plan found it: a related location
+ * at the plan's line 1, after the notes' (ids go on from theirs). */
+static json_t *sarif_plan_location(const sarif_ctx *c, const tp_diag *g, const tp_diag_unit *u)
+{
+    json_t *loc = tp_json_obj(), *phys = tp_json_obj(), *region = tp_json_obj();
+    tp_json_set(loc, "id", tp_json_int(g->nnotes));
+    tp_json_set(phys, "artifactLocation", artifact_at(c, u->plan));
+    tp_json_set(region, "startLine", tp_json_int(1));
+    tp_json_set(phys, "region", region);
+    tp_json_set(loc, "physicalLocation", phys);
+    tp_json_set(loc, "message", tp_json_text("found checking this plan"));
+    return loc;
 }
 
 static json_t *sarif_suppressions(const sarif_ctx *c, const tp_diag *g, const tp_diag_unit *u)
@@ -350,9 +383,16 @@ static json_t *sarif_result(sarif_ctx *c, const tp_diag *g, const tp_diag_unit *
     tp_json_set(res, "level", tp_json_str(tp_json_level(g->level)));
     tp_json_set(res, "message", tp_json_text(g->message));
     tp_json_set(res, "locations", sarif_locations(c, g, u));
-    if (g->nnotes > 0)
-        tp_json_set(res, "relatedLocations", sarif_related(c, g, u->src));
-    tp_json_set(res, "partialFingerprints", sarif_fingerprints(c, g, u));
+    int relative;
+    char *plan_uri = path_uri(c, u->plan, &relative);
+    json_t *related = sarif_related(c, g, u->src);
+    if (outside_plan(c, g, u, plan_uri))
+        tp_json_push(related, sarif_plan_location(c, g, u));
+    if (json_array_size(related) > 0)
+        tp_json_set(res, "relatedLocations", related);
+    else
+        json_decref(related);
+    tp_json_set(res, "partialFingerprints", sarif_fingerprints(c, g, u, plan_uri));
     if (g->suppression)
         tp_json_set(res, "suppressions", sarif_suppressions(c, g, u));
     json_t *fix = sarif_fix(c, g, u->src);
@@ -361,14 +401,16 @@ static json_t *sarif_result(sarif_ctx *c, const tp_diag *g, const tp_diag_unit *
         tp_json_push(fixes, fix);
         tp_json_set(res, "fixes", fixes);
     }
+    json_t *props = tp_json_obj();
+    tp_json_set(props, "plan", tp_json_str(plan_uri));
+    free(plan_uri);
     if (g->nhelps > 0) {
         json_t *helps = tp_json_arr();
         for (int i = 0; i < g->nhelps; i++)
             tp_json_push(helps, tp_json_str(g->helps[i]));
-        json_t *props = tp_json_obj();
         tp_json_set(props, "help", helps);
-        tp_json_set(res, "properties", props);
     }
+    tp_json_set(res, "properties", props);
     return res;
 }
 

@@ -1,14 +1,13 @@
 /* auto_plan.c: the shipped Hugging Face plan of a config.json's family
  * (see auto_plan.h). */
 #include <dirent.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "compiler/driver/auto_plan.h"
 #include "compiler/driver/model_path.h"
-#include "compiler/front/config.h"
+#include "compiler/front/hf_json.h"
 #include "util/xalloc.h"
 
 char *tp_plans_dir(void)
@@ -69,23 +68,23 @@ static bool plain_name(const char *s)
     return true;
 }
 
-char *tp_auto_plan(const char *hf_config, const char *plans_dir, char *err, size_t errlen)
+char *tp_auto_plan(const char *config_path, const char *plans_dir, tp_sources *src, tp_diags *diags)
 {
-    char *path = tp_config_json_path(hf_config);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    char err[512];
+    int line, col;
+    json_t *root = tp_hf_json_read(config_path, &line, &col, err, sizeof err);
     if (!root) {
-        snprintf(err, errlen, "%s:%d:%d: cannot read Hugging Face config: %s", path, jerr.line, jerr.column, jerr.text);
-        free(path);
+        tp_hf_json_error(src, diags, config_path, line, col, "io", err);
         return NULL;
     }
     char *hf_dir = tp_xasprintf("%s/hf", plans_dir);
-    char *plan = NULL;
+    char *plan = NULL, *message = NULL;
+    const char *check = "config";
     const char *type = json_string_value(json_object_get(root, "model_type"));
     if (!type) {
         char *have = shipped_types(hf_dir);
-        snprintf(err, errlen, "%s has no model_type string, which --tp-plan auto picks the plan by (shipped: %s)",
-                 path, have);
+        message = tp_xasprintf("config.json has no model_type string, which --tp-plan auto picks the plan by "
+                               "(shipped: %s)", have);
         free(have);
     } else {
         char *candidate = tp_xasprintf("%s/%s.plan", hf_dir, type);
@@ -93,14 +92,17 @@ char *tp_auto_plan(const char *hf_config, const char *plans_dir, char *err, size
             plan = candidate;
         } else {
             char *have = shipped_types(hf_dir);
-            snprintf(err, errlen, "%s: model_type '%s' has no Hugging Face plan shipped in %s (shipped: %s); "
-                     "give a plan file instead of --tp-plan auto", path, type, hf_dir, have);
+            message = tp_xasprintf("model_type '%s' has no Hugging Face plan shipped in %s (shipped: %s); "
+                                   "give a plan file instead of --tp-plan auto", type, hf_dir, have);
+            check = "plan";
             free(have);
             free(candidate);
         }
     }
+    if (message)
+        tp_hf_json_error(src, diags, config_path, 1, 1, check, message);
+    free(message);
     json_decref(root);
     free(hf_dir);
-    free(path);
     return plan;
 }

@@ -5,17 +5,18 @@
 #ifndef TPCC_AUTO_PLAN_H
 #define TPCC_AUTO_PLAN_H
 
-#include <stddef.h>
+#include "compiler/diag/diag.h"
 
 /* Where the shipped plans are: $TPCC_PLANS_DIR, else the installation's
  * share/tpcc/plans beside the running tpcc when it exists, else the source
  * tree's plans/ (TPCC_PLANS_DIR at build time). malloc'ed. */
 char *tp_plans_dir(void);
 
-/* The shipped plan for the config.json at `hf_config` (a file, or a
- * directory holding config.json), chosen by its model_type: a malloc'ed
- * path, or NULL with a message in err (no model_type, or no plan shipped
- * for it: the message lists the ones there are). */
-char *tp_auto_plan(const char *hf_config, const char *plans_dir, char *err, size_t errlen);
+/* The shipped plan for the config.json at `config_path`, chosen by its
+ * model_type: a malloc'ed path, or NULL with an error in diags pointing
+ * into config.json (added to src): "io" when it cannot be read, "config"
+ * without a model_type, "plan" when no plan is shipped for it (the message
+ * lists the ones there are). */
+char *tp_auto_plan(const char *config_path, const char *plans_dir, tp_sources *src, tp_diags *diags);
 
 #endif /* TPCC_AUTO_PLAN_H */

@@ -79,12 +79,9 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     tp_pynames_reject_in_model(u->model_ast, &u->diags);
     if (u->diags.errors)
         return;            /* a broken file would only produce noise further on */
-    if (opts->hf_config) {
-        char err[512];
-        if (tp_config_load_hf(&u->config, opts->hf_config, err, sizeof err) < 0) {
-            io_error(u, opts->hf_config, TP_NO_SPAN, err);
-            return;
-        }
+    if (opts->hf_config && tp_config_load_hf(&u->config, opts->hf_config, &u->src) < 0) {
+        u->io_error = true;
+        return;
     }
     bind_config_blocks(u, u->model_ast, TP_CFG_MODEL);
     bind_config_blocks(u, u->plan_ast, TP_CFG_PLAN);

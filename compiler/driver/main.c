@@ -1,4 +1,5 @@
 /* main.c: the tpcc command line. The only place that exits. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "compiler/driver/fix.h"
 #include "compiler/driver/output.h"
 #include "compiler/export/export.h"
+#include "compiler/front/config.h"
 #include "compiler/report/report.h"
 #include "sched/write.h"
 #include "sched/format.h"
@@ -52,9 +54,10 @@ static const char usage[] =
     "  --diagnostics-format=FMT   text (default), json or sarif (SARIF 2.1.0): one document\n"
     "                             for all the plans\n"
     "  --sarif-root DIR           SARIF URIs relative to DIR (default: the working directory)\n"
-    "  -Werror                    report warnings as errors (exit status 1)\n"
-    "  -W no-CHECK                drop CHECK's warnings (errors cannot be dropped)\n"
-    "  -W CHECK=error|warning     report CHECK's warnings as errors, or as warnings under -Werror\n"
+    "  -Werror                    report warnings as errors (exit status 1); -Wno-error undoes it\n"
+    "  -W no-CHECK, -Wno-CHECK    drop CHECK's warnings (errors cannot be dropped)\n"
+    "  -W CHECK=error|warning     report CHECK's warnings as errors, or as warnings under -Werror;\n"
+    "                             -Werror=CHECK is -W CHECK=error\n"
     "  --color=WHEN               auto (default), always or never\n"
     "  -h, --help                 show this help\n"
     "  --version                  show the version\n"
@@ -177,6 +180,7 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
         return 0;
     case 'h': fputs(usage, stdout); return 1;
     case OPT_VERSION: printf("tpcc %s\n", TPCC_VERSION); return 1;
+    case ':': return bad_usage("option '%s' requires an argument", argv[optind - 1]);
     default: return bad_usage("unknown option '%s'", argv[optind - 1]);
     }
 }
@@ -218,7 +222,7 @@ static int parse_args(cli *o, int argc, char **argv)
     };
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "hD:o:O:W:", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":hD:o:O:W:", longs, NULL)) != -1) {
         int r = parse_option(o, c, optarg, argv);
         if (r)
             return r;
@@ -302,12 +306,23 @@ static int compile_to_file(const cli *o, tp_unit *u, const char *path)
     return 0;
 }
 
+/* A write to f failed just now (errno says why): say so, and clear the
+ * error so that check_stdout does not say it again. Returns 2. */
+static int write_failed(FILE *f, const char *what)
+{
+    fprintf(stderr, "tpcc: cannot write %s: %s\n", what, strerror(errno));
+    clearerr(f);
+    return 2;
+}
+
 static int report(const cli *o, tp_unit *u, const char *path)
 {
     tp_compile_opts opts = compile_opts(o, false);
     tp_unit unopt;
     tp_compile(&unopt, path, &opts);
-    int rc = tp_report(&u->ir, &unopt.ir, &u->plan, path, o->dtype, o->report_format, stdout) < 0 ? 2 : 0;
+    int rc = 0;
+    if (tp_report(&u->ir, &unopt.ir, &u->plan, path, o->dtype, o->report_format, stdout) < 0)
+        rc = write_failed(stdout, "the report");
     tp_unit_free(&unopt);
     return rc;
 }
@@ -360,7 +375,31 @@ static int run_plan(const cli *o, const char *path, tp_output *output)
     return rc;
 }
 
-int main(int argc, char **argv)
+/* --tp-plan auto: the shipped plan config.json's model_type picks, or an
+ * error in config.json saying why there is none. */
+static int run_auto_plan(const cli *o, tp_output *output)
+{
+    char *config = tp_config_json_path(o->hf);
+    char *plans_dir = tp_plans_dir();
+    tp_sources src;
+    tp_diags diags;
+    tp_sources_init(&src);
+    tp_diags_init(&diags);
+    char *plan = tp_auto_plan(config, plans_dir, &src, &diags);
+    int rc = 2;
+    if (plan)
+        rc = run_plan(o, plan, output);
+    else
+        tp_output_add(output, config, &diags, &src, rc);
+    tp_diags_free(&diags);
+    tp_sources_free(&src);
+    free(plan);
+    free(plans_dir);
+    free(config);
+    return rc;
+}
+
+static int run(int argc, char **argv)
 {
     cli o = {0};
     o.color = -1;
@@ -391,27 +430,34 @@ int main(int argc, char **argv)
         fprintf(stderr, "tpcc: %s\n", err);
         rc = 2;
     } else {
-        if (o.auto_plan) {
-            char *plans_dir = tp_plans_dir();
-            char *plan = tp_auto_plan(o.hf, plans_dir, err, sizeof err);
-            free(plans_dir);
-            if (plan)
-                rc = run_plan(&o, plan, &output);
-            else
-                fprintf(stderr, "tpcc: --tp-plan auto: %s\n", err);
-            rc = plan ? rc : 2;
-            free(plan);
-        }
+        if (o.auto_plan)
+            rc = run_auto_plan(&o, &output);
         for (int i = optind; i < argc; i++) {
             int one = run_plan(&o, argv[i], &output);
             if (one > rc)
                 rc = one;
         }
         if (tp_output_finish(&output) < 0)
-            rc = 2;
+            rc = write_failed(docs, "the diagnostics");
     }
     tp_output_free(&output);
     tp_lint_free(&o.lint);
     free(o.defines);
     return rc;
+}
+
+/* Whatever went to stdout (a document, --explain, --report, --dump,
+ * --help) must have arrived: a full disk or a closed pipe is an error. */
+static int check_stdout(int rc)
+{
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return rc;
+    fprintf(stderr, "tpcc: cannot write to standard output: %s\n", strerror(errno ? errno : EIO));
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    return check_stdout(run(argc, argv));
 }

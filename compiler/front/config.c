@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <jansson.h>
 #include "compiler/front/config.h"
+#include "compiler/front/hf_json.h"
 #include "compiler/diag/suggest.h"
 #include "util/xalloc.h"
 #include "sched/write.h"
@@ -58,25 +59,14 @@ char *tp_config_json_path(const char *path)
     return tp_xstrdup(path);
 }
 
-int tp_config_load_hf(tp_config *c, const char *dir_or_file, char *err, size_t errlen)
+int tp_config_load_hf(tp_config *c, const char *dir_or_file, tp_sources *src)
 {
     char *path = tp_config_json_path(dir_or_file);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    char err[512];
+    int line, col;
+    json_t *root = tp_hf_json_read(path, &line, &col, err, sizeof err);
     if (!root) {
-        /* jansson gives a position only for a parse error (-1 when the
-         * file cannot be opened) */
-        if (jerr.line > 0)
-            snprintf(err, errlen, "%s:%d:%d: cannot read Hugging Face config: %s",
-                     path, jerr.line, jerr.column, jerr.text);
-        else
-            snprintf(err, errlen, "cannot read Hugging Face config '%s': %s", path, jerr.text);
-        free(path);
-        return -1;
-    }
-    if (!json_is_object(root)) {
-        json_decref(root);
-        snprintf(err, errlen, "%s: a Hugging Face config.json must be a JSON object", path);
+        tp_hf_json_error(src, c->diags, path, line, col, "io", err);
         free(path);
         return -1;
     }

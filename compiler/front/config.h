@@ -59,8 +59,9 @@ void tp_config_init(tp_config *c, tp_diags *diags);
 void tp_config_free(tp_config *c);
 
 /* Load a Hugging Face config.json, or the config.json of a model
- * directory; returns 0, or -1 with a message in err. */
-int tp_config_load_hf(tp_config *c, const char *path, char *err, size_t errlen);
+ * directory; returns 0, or -1 with an "io" error in c->diags where jansson
+ * stopped (the file is added to src). */
+int tp_config_load_hf(tp_config *c, const char *path, tp_sources *src);
 
 /* path, or path/config.json when path is a directory (a model as
  * Hugging Face saves it); malloc'ed. */

@@ -549,8 +549,10 @@ TEST_F(DiagTest, ManyPlansOneDocument)
     EXPECT_EQ(str(path(doc, "diagnostics.2.plan")), "b.plan");
     json_decref(doc);
 
+    // a.plan given twice: the same findings, told apart by occurrence
+    tp_diag_unit twice[2] = {units[0], {"a.plan", &diags2, &src2, 1}};
     tp_render_opts opts = {0, "/work", "/work"};
-    doc = parse(take(tp_diags_render_sarif(units, 2, &opts)));
+    doc = parse(take(tp_diags_render_sarif(twice, 2, &opts)));
     ASSERT_NE(doc, nullptr);
     ASSERT_EQ(json_array_size(path(doc, "runs")), 1u);
     ASSERT_EQ(json_array_size(path(doc, "runs.0.results")), 3u);
@@ -567,8 +569,8 @@ TEST_F(DiagTest, ManyPlansOneDocument)
 }
 
 // The fingerprint leaves out line and column numbers, in the location and
-// in the message, and folds blanks; it keeps the check, the file, the text
-// pointed at and the rest of the message.
+// in the message, and folds blanks; it keeps the check, the file, the plan,
+// the text pointed at and the rest of the message.
 TEST_F(DiagTest, FingerprintIgnoresPositions)
 {
     int f = add("a.plan", "  \"k\":   S(),\n");
@@ -577,14 +579,16 @@ TEST_F(DiagTest, FingerprintIgnoresPositions)
     tp_diag a_copy = *a;
     tp_diag *b = tp_diag_add(&diags_, TP_ERROR, span_at(&src_, g, 3, 1, 9), "relabel", "at 3:1 (line 3) of 2048");
     tp_diag b_copy = *b;
-    EXPECT_EQ(tp_fingerprint(&a_copy, &src_, "p.plan"), tp_fingerprint(&b_copy, &src_, "p.plan"));
-    EXPECT_NE(tp_fingerprint(&a_copy, &src_, "p.plan"), tp_fingerprint(&a_copy, &src_, "q.plan"));
+    EXPECT_EQ(tp_fingerprint(&a_copy, &src_, "p.plan", "x.plan"), tp_fingerprint(&b_copy, &src_, "p.plan", "x.plan"));
+    EXPECT_NE(tp_fingerprint(&a_copy, &src_, "p.plan", "x.plan"), tp_fingerprint(&a_copy, &src_, "q.plan", "x.plan"));
+    // the same model finding through two plans: two findings
+    EXPECT_NE(tp_fingerprint(&a_copy, &src_, "p.plan", "x.plan"), tp_fingerprint(&a_copy, &src_, "p.plan", "y.plan"));
     tp_diag c = b_copy;
     c.message = (char *)"at 3:1 (line 3) of 4096";
-    EXPECT_NE(tp_fingerprint(&b_copy, &src_, "p.plan"), tp_fingerprint(&c, &src_, "p.plan"));
+    EXPECT_NE(tp_fingerprint(&b_copy, &src_, "p.plan", "x.plan"), tp_fingerprint(&c, &src_, "p.plan", "x.plan"));
     c = b_copy;
     c.check = (char *)"layout-mismatch";
-    EXPECT_NE(tp_fingerprint(&b_copy, &src_, "p.plan"), tp_fingerprint(&c, &src_, "p.plan"));
+    EXPECT_NE(tp_fingerprint(&b_copy, &src_, "p.plan", "x.plan"), tp_fingerprint(&c, &src_, "p.plan", "x.plan"));
 }
 
 TEST(Lint, OptionsNameKnownChecks)

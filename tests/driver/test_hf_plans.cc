@@ -190,7 +190,59 @@ TEST(TpPlanAuto, ConfigWithoutModelTypeOrUnreadable)
     EXPECT_TRUE(contains(r.err, "model_type '../llama' has no Hugging Face plan")) << r.err;
     r = tpcc({"--check", "--tp-plan", "auto", "--hf-config", dir.path + "/missing.json"});
     EXPECT_EQ(r.code(), 2) << r.describe();
-    EXPECT_TRUE(contains(r.err, "cannot read Hugging Face config")) << r.err;
+    EXPECT_EQ(r.err.rfind(dir.path + "/missing.json:1:1: error: cannot read Hugging Face config", 0), 0u)
+        << r.describe();
+    EXPECT_FALSE(contains(r.err, "-1")) << r.describe();
+}
+
+// Why --tp-plan auto has no plan is a diagnostic in config.json like any
+// other: in text, JSON and SARIF, exit status 2, SARIF's run unsuccessful.
+TEST(TpPlanAuto, FailuresAreDiagnostics)
+{
+    TempDir dir;
+    struct Case {
+        std::string config, check, says;
+        int line, col;
+    } cases[] = {
+        {dir.path + "/missing.json", "io", "cannot read Hugging Face config: unable to open", 1, 1},
+        {dir.write("bad.json", "{\n  \"model_type\": \"llama\",\n}\n"), "io", "cannot read Hugging Face config: ", 3,
+         1},
+        {dir.write("none.json", "{\"architectures\": [\"LlamaForCausalLM\"]}"), "config", "has no model_type string",
+         1, 1},
+        {hf_fixture("gpt2-tied") + "/config.json", "plan", "model_type 'gpt2' has no Hugging Face plan shipped in", 1,
+         1},
+    };
+    for (const Case &k : cases) {
+        SCOPED_TRACE(k.config);
+        Proc text = tpcc({"--check", "--tp-plan", "auto", "--hf-config", k.config});
+        EXPECT_EQ(text.code(), 2) << text.describe();
+        const std::string at = k.config + ":" + std::to_string(k.line) + ":" + std::to_string(k.col) + ": error: ";
+        EXPECT_EQ(text.err.rfind(at, 0), 0u) << text.describe();
+        EXPECT_TRUE(contains(text.err, k.says)) << text.describe();
+        EXPECT_TRUE(contains(text.err, "[" + k.check + "]")) << text.describe();
+
+        Proc json = tpcc({"--check", "--tp-plan", "auto", "--hf-config", k.config, "--diagnostics-format=json"});
+        EXPECT_EQ(json.code(), 2) << json.describe();
+        json_error_t jerr;
+        json_t *doc = json_loads(json.out.c_str(), 0, &jerr);
+        ASSERT_NE(doc, nullptr) << json.describe();
+        json_t *d = json_array_get(json_object_get(doc, "diagnostics"), 0);
+        EXPECT_STREQ(json_string_value(json_object_get(d, "check")), k.check.c_str());
+        EXPECT_EQ(json_integer_value(json_object_get(d, "line")), k.line);
+        json_decref(doc);
+
+        Proc sarif = tpcc({"--check", "--tp-plan", "auto", "--hf-config", k.config, "--diagnostics-format=sarif"});
+        EXPECT_EQ(sarif.code(), 2) << sarif.describe();
+        doc = json_loads(sarif.out.c_str(), 0, &jerr);
+        ASSERT_NE(doc, nullptr) << sarif.describe();
+        json_t *run = json_array_get(json_object_get(doc, "runs"), 0);
+        json_t *results = json_object_get(run, "results");
+        ASSERT_EQ(json_array_size(results), 1u) << sarif.out;
+        EXPECT_STREQ(json_string_value(json_object_get(json_array_get(results, 0), "ruleId")), k.check.c_str());
+        json_t *inv = json_array_get(json_object_get(run, "invocations"), 0);
+        EXPECT_TRUE(json_is_false(json_object_get(inv, "executionSuccessful"))) << sarif.out;
+        json_decref(doc);
+    }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <string>
@@ -83,6 +84,19 @@ std::vector<std::string> plans_in(const std::string &dir)
     return out;
 }
 
+const std::string kSarifSchema = source_path("tests/fixtures/sarif/sarif-schema-2.1.0.json");
+const std::string kValidateSarif = source_path("tests/support/validate_sarif.py");
+
+// The document is valid SARIF 2.1.0, as a code-scanning upload checks it.
+void expect_valid_sarif(const std::string &sarif)
+{
+    std::string py = tpcc_test::python_with("jsonschema");
+    ASSERT_FALSE(py.empty()) << "no python3 with jsonschema: install python3-jsonschema (tools/setup.sh does)";
+    TempDir dir;
+    Proc v = tpcc_test::run_program(py, {kValidateSarif, kSarifSchema, dir.write("doc.sarif", sarif)});
+    EXPECT_EQ(v.code(), 0) << v.describe();
+}
+
 // --- one document for many plans ---------------------------------------------------------------
 
 // Every bad plan, the lint plans (suppressed results), a clean plan and a
@@ -128,20 +142,15 @@ TEST(LintSarif, ManyPlansAreOneSchemaValidDocument)
     EXPECT_TRUE(files.count("tests/bad/relabel-rowwise-embedding.plan"));
     EXPECT_FALSE(json_is_true(at(doc.root, "runs.0.invocations.0.executionSuccessful")));
 
+    expect_valid_sarif(r.out);
     std::string py = tpcc_test::python_with("jsonschema");
-    ASSERT_FALSE(py.empty()) << "no python3 with jsonschema: install python3-jsonschema (tools/setup.sh does)";
-    const std::string schema = source_path("tests/fixtures/sarif/sarif-schema-2.1.0.json");
-    const std::string validate = source_path("tests/support/validate_sarif.py");
-    std::string path = dir.write("all.sarif", r.out);
-    Proc v = tpcc_test::run_program(py, {validate, schema, path});
-    EXPECT_EQ(v.code(), 0) << v.describe();
 
     // the validator is not a rubber stamp: a result without its message fails
     json_object_del(json_array_get(results, 0), "message");
     char *broken = json_dumps(doc.root, 0);
     std::string bad = dir.write("broken.sarif", broken);
     free(broken);
-    Proc b = tpcc_test::run_program(py, {validate, schema, bad});
+    Proc b = tpcc_test::run_program(py, {kValidateSarif, kSarifSchema, bad});
     EXPECT_EQ(b.code(), 1) << b.describe();
     EXPECT_TRUE(contains(b.err, "'message' is a required property")) << b.describe();
 }
@@ -189,6 +198,36 @@ TEST(LintText, IoErrorPointsAtTheFile)
     EXPECT_EQ(hf.err.rfind(dir.path + "/none.json:1:1: error: cannot read Hugging Face config", 0), 0u)
         << hf.describe();
     EXPECT_FALSE(contains(hf.err, "-1")) << hf.describe();
+}
+
+// An unparsable config.json: at jansson's line and column, the file not
+// repeated in the message.
+TEST(LintText, UnparsableConfigAtJanssonsPosition)
+{
+    TempDir dir;
+    std::string cfg = dir.write("bad.json", "{\n  \"a\": 1,\n  \"b\":\n}\n");
+    Proc r = tpcc({"--hf-config", cfg, kWarns});
+    EXPECT_EQ(r.code(), 2);
+    EXPECT_EQ(r.err.rfind(cfg + ":4:1: error: cannot read Hugging Face config: ", 0), 0u) << r.describe();
+    EXPECT_EQ(r.err.find(cfg), r.err.rfind(cfg)) << "the file once, as the location: " << r.describe();
+}
+
+// Writing stdout fails (a full disk): said, exit status 2, for every mode
+// that writes there.
+TEST(LintOutput, WriteFailuresAreErrors)
+{
+    const std::string tpcc_bin = std::string(TPCC_BINARY_DIR) + "/tpcc";
+    const std::string good = source_path("plans/llama-megatron.plan");
+    const std::vector<std::string> modes = {"--check --diagnostics-format=json", "--check --diagnostics-format=sarif",
+                                            "--explain", "--report", "--help"};
+    for (const std::string &mode : modes) {
+        SCOPED_TRACE(mode);
+        Proc r = tpcc_test::run_program("/bin/sh", {"-c", tpcc_bin + " " + mode + " -D layers=2 " + good +
+                                                              " > /dev/full"});
+        EXPECT_EQ(r.code(), 2) << r.describe();
+        EXPECT_TRUE(contains(r.err, "tpcc: cannot write ")) << r.describe();
+        EXPECT_TRUE(contains(r.err, ": No space left on device\n")) << r.describe();
+    }
 }
 
 // --- URIs and fingerprints ------------------------------------------------------------------------
@@ -252,6 +291,80 @@ TEST(LintSarif, FingerprintsSurviveRunsAndInsertedLines)
         EXPECT_EQ(after_lines[i], before_lines[i] + 1);
 }
 
+// A model file's finding through two plans: each result names its plan
+// (properties.plan and a related location), and the fingerprints differ
+// by plan, not by the plans' order.
+TEST(LintSarif, ModelFindingsNameTheirPlan)
+{
+    TempDir dir;
+    const std::string text = "model \"" + source_path("models/llama.model") +
+                             "\"\nparallelize \"model.layers.*\" {\n    \"self_attn.q_proj\": ColwiseParallel()\n}\n";
+    dir.write("aa.plan", text);
+    dir.write("zz.plan", text);
+    auto run = [&](const std::vector<std::string> &plans) {
+        std::vector<std::string> args = {"--check", "--diagnostics-format=sarif", "--sarif-root", dir.path};
+        for (const std::string &p : plans)
+            args.push_back(dir.path + "/" + p);
+        return tpcc(args);
+    };
+    Proc r = run({"aa.plan", "zz.plan"});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    JsonDoc doc(r.out);
+    ASSERT_TRUE(doc.root) << doc.error << "\n" << r.describe();
+    json_t *results = at(doc.root, "runs.0.results");
+    ASSERT_EQ(json_array_size(results), 2u) << r.out;
+    std::map<std::string, std::string> by_plan;
+    for (size_t i = 0; i < 2; i++) {
+        json_t *res = json_array_get(results, i);
+        EXPECT_EQ(str(at(res, "ruleId")), "layout-mismatch");
+        EXPECT_EQ(str(at(res, "locations.0.physicalLocation.artifactLocation.uri")),
+                  "file://" + source_path("models/llama.model"));
+        std::string plan = str(at(res, "properties.plan"));
+        json_t *related = at(res, "relatedLocations");
+        json_t *last = json_array_get(related, json_array_size(related) - 1);
+        EXPECT_EQ(str(at(last, "physicalLocation.artifactLocation.uri")), plan);
+        EXPECT_EQ(str(at(last, "physicalLocation.artifactLocation.uriBaseId")), "%SRCROOT%");
+        EXPECT_EQ(json_integer_value(at(last, "physicalLocation.region.startLine")), 1);
+        std::string fp = str(at(res, "partialFingerprints.tpcc/v1"));
+        EXPECT_EQ(fp.substr(fp.size() - 2), ":0") << "two plans, two findings, not one found twice";
+        by_plan[plan] = fp;
+    }
+    EXPECT_EQ(by_plan.size(), 2u);
+    EXPECT_TRUE(by_plan.count("aa.plan") && by_plan.count("zz.plan")) << r.out;
+    EXPECT_NE(by_plan["aa.plan"], by_plan["zz.plan"]);
+    expect_valid_sarif(r.out);
+
+    // the other order: each plan's finding keeps its fingerprint
+    JsonDoc swapped(run({"zz.plan", "aa.plan"}).out);
+    json_t *sr = at(swapped.root, "runs.0.results");
+    ASSERT_EQ(json_array_size(sr), 2u);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *res = json_array_get(sr, i);
+        EXPECT_EQ(str(at(res, "partialFingerprints.tpcc/v1")), by_plan[str(at(res, "properties.plan"))]);
+    }
+
+    // a finding in the plan itself names the plan, with no extra location
+    JsonDoc own(tpcc({"--diagnostics-format=sarif", "--sarif-root", source_path("tests"), kBad}).out);
+    EXPECT_EQ(str(at(own.root, "runs.0.results.0.properties.plan")), "bad/relabel-rowwise-embedding.plan");
+    json_t *own_related = at(own.root, "runs.0.results.0.relatedLocations");
+    for (size_t i = 0; i < json_array_size(own_related); i++)
+        EXPECT_NE(str(at(json_array_get(own_related, i), "message.text")), "found checking this plan");
+}
+
+// --tp-plan auto without a plan: a located, valid result, the run unsuccessful.
+TEST(LintSarif, AutoPlanFailureIsAResult)
+{
+    TempDir dir;
+    Proc r = tpcc({"--check", "--tp-plan", "auto", "--hf-config", dir.path + "/none", "--diagnostics-format=sarif"});
+    EXPECT_EQ(r.code(), 2) << r.describe();
+    JsonDoc doc(r.out);
+    ASSERT_TRUE(doc.root) << doc.error << "\n" << r.describe();
+    EXPECT_EQ(str(at(doc.root, "runs.0.results.0.ruleId")), "io");
+    EXPECT_EQ(json_integer_value(at(doc.root, "runs.0.results.0.locations.0.physicalLocation.region.startLine")), 1);
+    EXPECT_FALSE(json_is_true(at(doc.root, "runs.0.invocations.0.executionSuccessful")));
+    expect_valid_sarif(r.out);
+}
+
 // --- -Werror and -W ---------------------------------------------------------------------------------
 
 TEST(LintLevels, WerrorMakesWarningsErrors)
@@ -305,6 +418,29 @@ TEST(LintLevels, UnknownCheckIsAUsageError)
     Proc level = tpcc({kWarns, "-W", "relabel=fatal"});
     EXPECT_EQ(level.code(), 2);
     EXPECT_TRUE(contains(level.err, "CHECK=warning")) << level.describe();
+}
+
+TEST(LintLevels, MissingValueIsSaid)
+{
+    for (const char *option : {"-W", "--tp-plan", "--hf-config"}) {
+        Proc r = tpcc({kWarns, option});
+        EXPECT_EQ(r.code(), 2);
+        EXPECT_TRUE(contains(r.err, std::string("option '") + option + "' requires an argument")) << r.describe();
+        EXPECT_FALSE(contains(r.err, "unknown option")) << r.describe();
+    }
+}
+
+// gcc's spellings: -Wno-error, -Werror=CHECK, -Wno-CHECK.
+TEST(LintLevels, GccSpellings)
+{
+    EXPECT_EQ(tpcc({kWarns, "-D", "layers=2", "-Werror", "-Wno-error"}).code(), 0);
+    Proc err = tpcc({kWarns, "-D", "layers=2", "-Werror=repeated-gather"});
+    EXPECT_EQ(err.code(), 1) << err.describe();
+    EXPECT_TRUE(contains(err.err, "[repeated-gather, -W repeated-gather=error]")) << err.describe();
+    Proc off = tpcc({kWarns, "-D", "layers=2", "-Wno-repeated-gather"});
+    EXPECT_EQ(off.code(), 0);
+    EXPECT_EQ(off.err, "") << off.describe();
+    EXPECT_EQ(tpcc({kWarns, "-Werror=repeated-gathr"}).code(), 2);
 }
 
 // --- suppression comments -------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 // fixture config.json, floats, and the evaluator's errors.
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -795,8 +797,7 @@ TEST(ConfigHf, DefaultsWithoutAConfigJson)
 TEST(ConfigHf, ReadsPresentKeysAndFallsBackOnMissingAndNull)
 {
     Cfg c;
-    char err[512] = "";
-    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), err, sizeof err), 0) << err;
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), &c.src), 0) << c.messages();
     c.bind(hf_block, TP_CFG_MODEL);
     EXPECT_EQ(c.value("hidden"), 1024);                 // present
     EXPECT_EQ(c.value("heads"), 16);
@@ -825,9 +826,8 @@ TEST(ConfigHf, StandaloneIsTheValueWithoutAConfigJson)
 TEST(ConfigHf, AbsentKeyTakesHuggingFacesDefaultFromAnotherValue)
 {
     Cfg c;
-    char err[512] = "";
     // 16 heads and no num_key_value_heads: LlamaConfig makes it 16, not the standalone 8
-    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("llama-no-kv-heads.config.json").c_str(), err, sizeof err), 0) << err;
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("llama-no-kv-heads.config.json").c_str(), &c.src), 0) << c.messages();
     c.bind(kv_heads_block, TP_CFG_MODEL);
     EXPECT_EQ(c.value("kv_heads"), 16);
     EXPECT_EQ(c.diags.count, 0) << c.messages();
@@ -836,8 +836,7 @@ TEST(ConfigHf, AbsentKeyTakesHuggingFacesDefaultFromAnotherValue)
 TEST(ConfigHf, ModelDirectoryMeansItsConfigJson)
 {
     Cfg c;
-    char err[512] = "";
-    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("qwen2.5-7b").c_str(), err, sizeof err), 0) << err;
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("qwen2.5-7b").c_str(), &c.src), 0) << c.messages();
     EXPECT_EQ(std::string(c.cfg.hf_path), fixture("qwen2.5-7b/config.json"));
     c.bind(kv_heads_block, TP_CFG_MODEL);
     EXPECT_EQ(c.value("heads"), 28);
@@ -849,8 +848,7 @@ TEST(ConfigHf, ModelDirectoryMeansItsConfigJson)
 TEST(ConfigHf, NullTakesTheNullValueAndAbsenceTheDefault)
 {
     Cfg c;
-    char err[512] = "";
-    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), err, sizeof err), 0) << err;
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), &c.src), 0) << c.messages();
     c.bind(R"(config {
         seq = 2048
         window = hf("head_dim", 4096, null=seq)
@@ -880,8 +878,7 @@ TEST(ConfigHf, StandaloneMustBeTheThirdArgument)
 TEST(ConfigHf, StringValueIsAnError)
 {
     Cfg c;
-    char err[512] = "";
-    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), err, sizeof err), 0) << err;
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), &c.src), 0) << c.messages();
     c.bind(hf_block, TP_CFG_MODEL);
     c.expect_error("kind", "'kind' is \"llama\", a string (\"model_type\" of ");
     EXPECT_NE(c.messages().find("hf-values.config.json"), std::string::npos) << "name the file:\n" << c.messages();
@@ -890,8 +887,7 @@ TEST(ConfigHf, StringValueIsAnError)
 TEST(ConfigHf, RealsAreFloatsAndIntegersStayIntegers)
 {
     Cfg c;
-    char err[512] = "";
-    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("llama3-attrs.config.json").c_str(), err, sizeof err), 0) << err;
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("llama3-attrs.config.json").c_str(), &c.src), 0) << c.messages();
     c.bind(R"(config {
         rms_norm_eps = hf("rms_norm_eps", 1e-6)
         rope_theta = hf("rope_theta", 10000.0)
@@ -902,7 +898,7 @@ TEST(ConfigHf, RealsAreFloatsAndIntegersStayIntegers)
     EXPECT_EQ(c.real("rope_theta"), 500000.0);
     EXPECT_EQ(c.real("missing"), 1.0);
     Cfg i;
-    ASSERT_EQ(tp_config_load_hf(&i.cfg, fixture("hf-values.config.json").c_str(), err, sizeof err), 0) << err;
+    ASSERT_EQ(tp_config_load_hf(&i.cfg, fixture("hf-values.config.json").c_str(), &i.src), 0) << i.messages();
     i.bind("config { theta = hf(\"hidden_size\", 10000.0) }", TP_CFG_MODEL);
     EXPECT_EQ(i.value("theta"), 1024) << "a JSON integer where the default is a float stays an integer";
     EXPECT_EQ(c.diags.count + i.diags.count, 0) << c.messages() << i.messages();
@@ -911,8 +907,7 @@ TEST(ConfigHf, RealsAreFloatsAndIntegersStayIntegers)
 TEST(ConfigHf, RealWhereAnIntegerIsNeededIsAnError)
 {
     Cfg c;
-    char err[512] = "";
-    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), err, sizeof err), 0) << err;
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), &c.src), 0) << c.messages();
     c.bind("config {\n  layers = hf(\"rope_theta\", 32)\n  n = layers\n}", TP_CFG_MODEL);
     int64_t v;
     EXPECT_FALSE(c.size("n", &v));
@@ -929,8 +924,7 @@ TEST(ConfigHf, RealWhereAnIntegerIsNeededIsAnError)
 TEST(ConfigHf, DefinedOverridesBeatTheJson)
 {
     Cfg c;
-    char err[512] = "";
-    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("llama-small.config.json").c_str(), err, sizeof err), 0) << err;
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("llama-small.config.json").c_str(), &c.src), 0) << c.messages();
     c.bind(hf_block, TP_CFG_MODEL);
     c.bind("config { heads = 8 }", TP_CFG_PLAN);
     EXPECT_EQ(c.define("layers=2"), "");
@@ -945,8 +939,7 @@ TEST(ConfigHf, DefinedOverridesBeatTheJson)
 TEST(ConfigHf, NullArgumentIsTheValueOfANullKey)
 {
     Cfg c;
-    char err[512] = "";
-    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), err, sizeof err), 0) << err;
+    ASSERT_EQ(tp_config_load_hf(&c.cfg, fixture("hf-values.config.json").c_str(), &c.src), 0) << c.messages();
     c.bind(R"(config {
         null_key = hf("head_dim", 50.0, null=0.0)
         absent   = hf("attn_logit_softcapping", 50.0, null=0.0)
@@ -972,20 +965,33 @@ TEST(ConfigHf, BadArguments)
     }
 }
 
-TEST(ConfigHf, LoadErrorsNameTheFile)
+TEST(ConfigHf, LoadErrorsPointIntoTheFile)
 {
     struct Case {
         std::string path, text;
+        int line, col;
     } cases[] = {
-        {fixture("malformed.config.json"), "malformed.config.json"},
-        {fixture("array.config.json"), "must be a JSON object"},
-        {fixture("no-such-file.json"), "no-such-file.json"},
+        {fixture("malformed.config.json"), "cannot read Hugging Face config", 0, 0},
+        {fixture("array.config.json"), "must be a JSON object", 1, 1},
+        {fixture("no-such-file.json"), "unable to open", 1, 1},
     };
     for (const auto &k : cases) {
         Cfg c;
-        char err[512] = "";
-        EXPECT_EQ(tp_config_load_hf(&c.cfg, k.path.c_str(), err, sizeof err), -1) << k.path;
-        EXPECT_NE(std::string(err).find(k.text), std::string::npos) << err;
+        EXPECT_EQ(tp_config_load_hf(&c.cfg, k.path.c_str(), &c.src), -1) << k.path;
+        ASSERT_EQ(c.diags.count, 1) << k.path;
+        const tp_diag &g = c.diags.items[0];
+        EXPECT_STREQ(g.check, "io");
+        EXPECT_NE(std::string(g.message).find(k.text), std::string::npos) << g.message;
+        // the file is the location, never repeated in the message
+        EXPECT_FALSE(std::regex_search(g.message, std::regex("\\.json:[0-9]"))) << g.message;
+        ASSERT_GE(g.span.file, 0);
+        EXPECT_EQ(std::string(c.src.files[g.span.file].path), k.path);
+        if (k.line) {
+            EXPECT_EQ(g.span.line, k.line) << k.path;
+            EXPECT_EQ(g.span.col, k.col) << k.path;
+        } else {
+            EXPECT_GT(g.span.line, 1) << "jansson's line, not line 1";
+        }
         EXPECT_EQ(c.cfg.hf_json, nullptr) << "a failed load must not leave a config behind";
     }
 }
