@@ -41,20 +41,23 @@ static void sync_dir(const char *path)
     free(dir);
 }
 
-int tp_write_file_atomic(const char *path, const tp_bytes *pieces, int npieces, char *err, size_t errlen)
+char *tp_write_temp(const char *path, int mode, const tp_bytes *pieces, int npieces, char *err, size_t errlen)
 {
     char *tmp = tp_xasprintf("%s.tmp.XXXXXX", path);
     int fd = mkstemp(tmp);
     if (fd < 0) {
         int e = errno;
         free(tmp);
-        return tp_error(err, errlen, "cannot write '%s': cannot create a temporary file next to it: %s", path,
-                    strerror(e));
+        tp_error(err, errlen, "cannot write '%s': cannot create a temporary file next to it: %s", path, strerror(e));
+        return NULL;
     }
-    mode_t mask = umask(0);   /* a new file gets the usual 0666 & ~umask, not mkstemp's 0600 */
-    umask(mask);
+    if (mode < 0) {
+        mode_t mask = umask(0);   /* a new file gets the usual 0666 & ~umask, not mkstemp's 0600 */
+        umask(mask);
+        mode = (int)(0666 & ~mask);
+    }
     const char *failed = NULL;
-    if (fchmod(fd, 0666 & ~mask) != 0)
+    if (fchmod(fd, (mode_t)mode) != 0)
         failed = "set the mode of";
     for (int i = 0; i < npieces && !failed; i++)
         if (write_all(fd, pieces[i].data, pieces[i].len) != 0)
@@ -66,18 +69,25 @@ int tp_write_file_atomic(const char *path, const tp_bytes *pieces, int npieces, 
         failed = "write";
         saved = errno;
     }
-    if (!failed && rename(tmp, path) != 0) {
-        saved = errno;
+    if (!failed)
+        return tmp;
+    tp_error(err, errlen, "cannot write '%s': cannot %s the temporary file %s: %s", path, failed, tmp,
+             strerror(saved));
+    (void)unlink(tmp);   /* best effort: the error above is what matters */
+    free(tmp);
+    return NULL;
+}
+
+int tp_write_file_atomic(const char *path, const tp_bytes *pieces, int npieces, char *err, size_t errlen)
+{
+    char *tmp = tp_write_temp(path, -1, pieces, npieces, err, errlen);
+    if (!tmp)
+        return -1;
+    if (rename(tmp, path) != 0) {
+        int saved = errno;
         (void)unlink(tmp);
         free(tmp);
         return tp_error(err, errlen, "cannot write '%s': cannot replace it: %s", path, strerror(saved));
-    }
-    if (failed) {
-        tp_error(err, errlen, "cannot write '%s': cannot %s the temporary file %s: %s", path, failed, tmp,
-             strerror(saved));
-        (void)unlink(tmp);   /* best effort: the error above is what matters */
-        free(tmp);
-        return -1;
     }
     free(tmp);
     sync_dir(path);

@@ -16,4 +16,11 @@ typedef struct tp_bytes {
  * is untouched, and -1 is returned with "cannot write 'path': ..." in err. */
 int tp_write_file_atomic(const char *path, const tp_bytes *pieces, int npieces, char *err, size_t errlen);
 
+/* The first half of it, for replacing several files together (--fix):
+ * write the pieces to a new, synced temporary file next to `path` with
+ * permissions `mode` (-1: 0666 less the umask) and return its malloc'ed
+ * name, for the caller to rename over path or unlink; NULL with a message
+ * in err, nothing left behind. */
+char *tp_write_temp(const char *path, int mode, const tp_bytes *pieces, int npieces, char *err, size_t errlen);
+
 #endif /* TPCC_ATOMIC_WRITE_H */

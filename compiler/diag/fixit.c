@@ -6,10 +6,9 @@
  * files before any original is replaced, so an error while writing (full
  * disk, read-only directory) leaves every file as it was; only a rename
  * failing after that can leave the files renamed before it edited. */
-#define _XOPEN_SOURCE 700   /* realpath, mkstemp, fchmod, fsync */
+#define _XOPEN_SOURCE 700   /* realpath */
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 
 #include "compiler/diag/diag.h"
+#include "util/atomic_write.h"
 #include "util/xalloc.h"
 #include "util/errmsg.h"
 
@@ -216,55 +216,6 @@ static int check_spans(const tp_diags *d, const tp_sources *src, char *err, size
 
 /* ---- writing ---- */
 
-static int write_all(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, data, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        data += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Write data to a new temporary file next to real_path, with the mode of
- * the original, and make it durable before it may replace the original.
- * Returns the temporary path, or NULL with err set (nothing left behind). */
-static char *write_temp(const char *path, const char *real_path, mode_t mode,
-                        const char *data, size_t len, char *err, size_t errlen)
-{
-    char *tmp = tp_xasprintf("%s.tmp.XXXXXX", real_path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        tp_error(err, errlen, "cannot create a temporary file for '%s': %s", path,
-                strerror(errno));
-        free(tmp);
-        return NULL;
-    }
-    const char *failed = NULL;
-    if (fchmod(fd, mode) != 0)
-        failed = "set the mode of";
-    else if (write_all(fd, data, len) != 0)
-        failed = "write";
-    else if (fsync(fd) != 0)
-        failed = "sync";
-    int saved = errno;
-    if (close(fd) != 0 && !failed) {
-        failed = "write";
-        saved = errno;
-    }
-    if (!failed)
-        return tmp;
-    tp_error(err, errlen, "cannot %s a temporary copy of '%s': %s", failed, path,
-            strerror(saved));
-    (void)unlink(tmp);   /* best effort: the error above is what matters */
-    free(tmp);
-    return NULL;
-}
-
 /* Resolve symlinks so the link's target is edited, not replaced by a
  * regular file, and keep the target's permissions. */
 static int prepare_file(const tp_source_file *f, const char *data, size_t len,
@@ -285,8 +236,8 @@ static int prepare_file(const tp_source_file *f, const char *data, size_t len,
         tp_error(err, errlen, "cannot write '%s': not a regular file", f->path);
         return -1;
     }
-    p->tmp_path = write_temp(f->path, p->real_path, st.st_mode & 07777, data, len,
-                             err, errlen);
+    tp_bytes piece = {data, len};
+    p->tmp_path = tp_write_temp(p->real_path, (int)(st.st_mode & 07777), &piece, 1, err, errlen);
     return p->tmp_path ? 0 : -1;
 }
 
