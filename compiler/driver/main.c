@@ -399,6 +399,12 @@ static int run_auto_plan(const cli *o, tp_output *output)
     return rc;
 }
 
+static void cli_free(cli *o)
+{
+    tp_lint_free(&o->lint);
+    free(o->defines);
+}
+
 static int run(int argc, char **argv)
 {
     cli o = {0};
@@ -407,8 +413,7 @@ static int run(int argc, char **argv)
     o.optimize = true;
     int r = parse_args(&o, argc, argv);
     if (r != 0) {
-        tp_lint_free(&o.lint);
-        free(o.defines);
+        cli_free(&o);
         return r < 0 ? 2 : 0;
     }
     if (o.mode == MODE_DUMP) {
@@ -416,8 +421,7 @@ static int run(int argc, char **argv)
         int rc = tp_schedule_dump(o.dump, o.rank, stdout, err, sizeof err);
         if (rc < 0)
             fprintf(stderr, "tpcc: %s\n", err);
-        tp_lint_free(&o.lint);
-        free(o.defines);
+        cli_free(&o);
         return rc < 0 ? 2 : 0;
     }
     int color = o.color < 0 ? isatty(STDERR_FILENO) && !getenv("NO_COLOR") : o.color;
@@ -441,8 +445,7 @@ static int run(int argc, char **argv)
             rc = write_failed(docs, "the diagnostics");
     }
     tp_output_free(&output);
-    tp_lint_free(&o.lint);
-    free(o.defines);
+    cli_free(&o);
     return rc;
 }
 
