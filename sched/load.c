@@ -373,6 +373,89 @@ static int check_ce_loss(loader *L, const tr_schedule *s, const tr_op *op)
     return 0;
 }
 
+/* out[n,k] = a[m,n]^T b[m,k]: a holds m x n, b m x k. */
+static int check_matmul_tn(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    if (elems_of(s, op->in[0]) != op->m * op->n || elems_of(s, op->in[1]) != op->m * op->k ||
+        elems_of(s, op->out) != op->n * op->k)
+        return fail(L, "sizes m=%lld n=%lld k=%lld do not match its buffers", (long long)op->m, (long long)op->n,
+                    (long long)op->k);
+    return 0;
+}
+
+/* m rows of n in, n out. */
+static int check_sum_rows(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    if (elems_of(s, op->in[0]) != op->m * op->n || elems_of(s, op->out) != op->n)
+        return fail(L, "sizes m=%lld n=%lld do not match its buffers", (long long)op->m, (long long)op->n);
+    return 0;
+}
+
+/* x and dy of m x n; dx of m x n (with a weight of n), or dw of n. */
+static int check_norm_grad(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    int64_t mn = op->m * op->n;
+    int64_t out = op->weight >= 0 ? mn : op->n;
+    if (elems_of(s, op->in[0]) != mn || elems_of(s, op->in[1]) != mn || elems_of(s, op->out) != out ||
+        (op->weight >= 0 && s->weights[op->weight].local_elems != op->n))
+        return fail(L, "sizes m=%lld n=%lld do not match its buffers", (long long)op->m, (long long)op->n);
+    return 0;
+}
+
+/* q, k, v and dy as the forward attention's; out like q (dq) or like k (dk, dv). */
+static int check_attention_grad(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    int64_t q = op->batch * op->seq * op->heads * op->head_dim, kv = op->batch * op->seq * op->kv_heads * op->head_dim;
+    int64_t out = op->kind == TP_OP_ATTENTION_DQ ? q : kv;
+    if (elems_of(s, op->in[0]) != q || elems_of(s, op->in[1]) != kv || elems_of(s, op->in[2]) != kv ||
+        elems_of(s, op->in[3]) != q || elems_of(s, op->out) != out || op->heads % op->kv_heads)
+        return fail(L, "sizes do not match its buffers");
+    return 0;
+}
+
+/* dy holds one row of the table's width per id; out is the rank's table. */
+static int check_embedding_grad(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    int64_t ids = elems_of(s, op->in[0]), dy = elems_of(s, op->in[1]), out = elems_of(s, op->out);
+    if (ids == 0 || dy % ids || out != op->vocab_local * (dy / ids))
+        return fail(L, "sizes do not match its ids, gradient and table of vocab_local=%lld rows",
+                    (long long)op->vocab_local);
+    return 0;
+}
+
+/* out is dy widened along dim: dy holds [start, start + length) of it. */
+static int check_narrow_grad(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    const tr_buf *out = &s->bufs[op->out];
+    if (op->dim >= out->rank || op->start + op->length > out->shape[op->dim] ||
+        elems_of(s, op->in[0]) * out->shape[op->dim] != tr_buf_elems(out) * op->length)
+        return fail(L, "dim=%d start=%lld length=%lld does not match its buffers", op->dim, (long long)op->start,
+                    (long long)op->length);
+    return 0;
+}
+
+/* logits [batch, seq, vocab_local], one label per position, out like the logits. */
+static int check_cross_entropy_grad(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    const tr_buf *x = &s->bufs[op->in[0]];
+    if (x->rank != 3 || x->shape[2] != op->vocab_local || op->vocab_logical > op->vocab_local ||
+        elems_of(s, op->in[1]) != x->shape[0] * x->shape[1] || elems_of(s, op->out) != tr_buf_elems(x))
+        return fail(L, "expects logits [batch, seq, vocab_local], batch x seq labels and out like the logits");
+    return 0;
+}
+
+/* cross_entropy_grad's rule, with the max and sumexp of every row. */
+static int check_ce_grad(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    const tr_buf *x = &s->bufs[op->in[0]];
+    int64_t tokens = x->rank == 3 ? x->shape[0] * x->shape[1] : -1;
+    if (x->rank != 3 || x->shape[2] != op->vocab_local || elems_of(s, op->in[1]) != tokens ||
+        elems_of(s, op->in[2]) != tokens || elems_of(s, op->in[3]) != tokens || elems_of(s, op->out) != tr_buf_elems(x))
+        return fail(L, "expects logits [batch, seq, vocab_local], a max, a sumexp and a label per position, and "
+                       "out like the logits");
+    return 0;
+}
+
 static int collective_mismatch(loader *L, const tr_schedule *s, const tr_op *op)
 {
     return fail(L, "along dim %d does not match its buffers for %d ranks", op->dim, s->world);
@@ -655,6 +738,30 @@ static int load_io(loader *L, tr_schedule *s, json_t *root)
     return 0;
 }
 
+/* A training schedule's "grads": one float buffer per weight, of the
+ * weight's local size, with a place in the arena (the optimizer reads it
+ * after the last op). */
+static int load_grads(loader *L, tr_schedule *s, json_t *root)
+{
+    json_t *grads = json_object_get(json_object_get(root, "outputs"), "grads");
+    if (!grads)
+        return 0;
+    if (!json_is_array(grads) || (int)json_array_size(grads) != s->nweights)
+        return fail(L, "'outputs.grads' must list one buffer per weight (%d)", s->nweights);
+    s->grads = tp_xcalloc((size_t)s->nweights + 1, sizeof *s->grads);
+    for (int i = 0; i < s->nweights; i++) {
+        json_t *b = json_array_get(grads, (size_t)i);
+        if (!json_is_integer(b) || json_integer_value(b) < 0 || json_integer_value(b) >= s->nbufs)
+            return fail(L, "'outputs.grads'[%d] is not a buffer", i);
+        const tr_buf *buf = &s->bufs[json_integer_value(b)];
+        if (buf->dtype == TP_I32 || buf->offset < 0 || tr_buf_elems(buf) != s->weights[i].local_elems)
+            return fail(L, "'outputs.grads'[%d]: buffer %d is not a float buffer of weight %s's %lld local elements",
+                        i, (int)json_integer_value(b), s->weights[i].name, (long long)s->weights[i].local_elems);
+        s->grads[i] = (int)json_integer_value(b);
+    }
+    return 0;
+}
+
 int tr_schedule_load(tr_schedule *s, const char *path, int rank, int world_expected, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
@@ -702,7 +809,8 @@ int tr_schedule_load(tr_schedule *s, const char *path, int rank, int world_expec
         s->world = (int)world;
         json_t *plan = json_object_get(root, "plan");
         s->plan = tp_xstrdup(json_is_string(plan) ? json_string_value(plan) : "");
-        if (!load_buffers(&L, s, json_object_get(root, "buffers")) && !load_io(&L, s, root) && !load_rank(&L, s, root))
+        if (!load_buffers(&L, s, json_object_get(root, "buffers")) && !load_io(&L, s, root) && !load_rank(&L, s, root) &&
+            !load_grads(&L, s, root))
             rc = 0;
     }
     free(magic);
@@ -726,6 +834,7 @@ void tr_schedule_free(tr_schedule *s)
     free(s->bufs);
     free(s->weights);
     free(s->ops);
+    free(s->grads);
     free(s->producer);
     free(s->input_hash);
     free(s->plan);

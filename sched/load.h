@@ -44,6 +44,7 @@ typedef struct tr_op {
     int64_t rotary_dim;            /* rope: the leading dims of each head it rotates */
     bool masked;
     bool unit_offset, gelu_tanh;
+    bool inverse;                  /* rope: by minus the angle (the backward) */
     double scale, eps, theta, softcap;
     tp_rope_scaling rope;
     int64_t elems, bytes;          /* collectives: the full tensor */
@@ -59,6 +60,7 @@ typedef struct tr_schedule {
     int input_ids, labels, loss, logits;   /* buffer indices, -1 when absent */
     tp_placement logits_pl;
     int64_t vocab;                          /* real logits columns (padding dropped on output) */
+    int *grads;                             /* per weight: its gradient's buffer; NULL: no backward */
     int rank;                               /* the rank loaded */
     tr_weight *weights; int nweights;
     int64_t weight_elems;                   /* this rank's weight region */

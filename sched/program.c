@@ -59,5 +59,6 @@ void tp_ir_free(tp_ir *ir)
     free(ir->bufs);
     free(ir->ops);
     free(ir->params);
+    free(ir->grad_buf);
     memset(ir, 0, sizeof *ir);
 }

@@ -45,6 +45,7 @@ typedef struct tp_ir_op {
     bool masked;               /* embedding: zero rows of ids outside the local range */
     bool unit_offset;          /* rmsnorm: scale by (1 + w) (Gemma) */
     bool gelu_tanh;            /* gelu: the tanh approximation */
+    bool inverse;              /* rope: rotate by minus the angle (the backward pass) */
     bool scale_in_dtype;       /* scale: the factor rounded to the schedule's dtype first */
     double scale, eps, theta;  /* attention: scale multiplies q k^T */
     double softcap;            /* attention: score cap, 0 for none; softcap: the cap */
@@ -81,6 +82,7 @@ typedef struct tp_ir {
     tp_ir_param *params; int nparams, capparams;
     int64_t world;             /* tp degree (the mesh size) */
     int loss_buf, logits_buf;  /* -1 when absent */
+    int *grad_buf;             /* per parameter: its gradient's buffer (tpcc --train), or NULL */
     tp_placement logits_pl;    /* how the logits are laid out across ranks */
     int64_t logits_vocab;      /* their real columns as the checker knows them; 0: unknown */
     int64_t arena_bytes;       /* peak of the activation arena */

@@ -401,6 +401,12 @@ static void check_ir(writer *w)
         ninputs += ir->bufs[b].input;
     if (ninputs > 2)
         fail(w, "the program has %d inputs; a schedule has input_ids and labels only", ninputs);
+    for (int p = 0; ir->grad_buf && p < ir->nparams; p++) {
+        int b = ir->grad_buf[p];
+        int64_t local = ir->params[p].local[0] * (ir->params[p].rank > 1 ? ir->params[p].local[1] : 1);
+        if (b < 0 || b >= ir->nbufs || ir->bufs[b].dtype == TP_I32 || tp_ir_buf_elems(&ir->bufs[b]) != local)
+            fail(w, "parameter %d (%s): its gradient is not a float buffer of its local size", p, ir->params[p].name);
+    }
     if (ir->loss_buf >= ir->nbufs || ir->logits_buf >= ir->nbufs)
         fail(w, "the loss or logits buffer is outside the %d buffers", ir->nbufs);
     else if (ir->logits_buf >= 0 && logits_vocab(ir) <= 0)
@@ -488,6 +494,15 @@ static void put_outputs(writer *w)
         put_int(w, ir->loss_buf);
     else
         PUT(w, "null");
+    if (ir->grad_buf) {
+        PUT(w, ", \"grads\": [");
+        for (int p = 0; p < ir->nparams; p++) {
+            if (p)
+                PUT(w, ", ");
+            put_int(w, ir->grad_buf[p]);
+        }
+        PUT(w, "]");
+    }
     if (ir->logits_buf < 0) {
         PUT(w, ", \"logits\": null}");
         return;

@@ -29,6 +29,15 @@
 
 typedef enum tp_unary { TP_UNARY_SILU, TP_UNARY_GELU_TANH, TP_UNARY_RELU, TP_UNARY_GELU_ERF } tp_unary;
 typedef enum tp_binary { TP_BINARY_ADD, TP_BINARY_MUL } tp_binary;
+/* which input of the attention a backward kernel differentiates */
+typedef enum tp_attention_grad { TP_ATTENTION_DQ, TP_ATTENTION_DK, TP_ATTENTION_DV } tp_attention_grad;
+
+/* One AdamW step as torch.optim.AdamW takes it (decoupled weight decay,
+ * bias-corrected moments; step counts from 1). */
+typedef struct tp_adamw_step {
+    double lr, beta1, beta2, eps, weight_decay;
+    int64_t step;
+} tp_adamw_step;
 
 typedef struct tp_backend {
     const char *name;
@@ -117,6 +126,49 @@ typedef struct tp_backend {
     /* loss = mean over valid (b, t < s-1) of log(sumexp) + max - target */
     void (*ce_loss)(float *loss, const float *sumexp, const float *max, const float *target, const int32_t *labels,
                     int64_t b, int64_t s);
+
+    /* ---- training (tpcc --train): the backward kernels, each the gradient
+     * of the forward kernel above it names, and the optimizer. Every one
+     * writes its whole output. A backend without them (NULL) runs forward
+     * schedules only; the executor says so before running. ---- */
+
+    /* out[n, k] = a[m, n]^T . b[m, k] */
+    void (*matmul_tn)(float *out, const float *a, const float *b, int64_t m, int64_t n, int64_t k);
+    /* out[j] = scale * sum_i x[i, j] */
+    void (*sum_rows)(float *out, const float *x, int64_t m, int64_t n, float scale);
+    /* rmsnorm's gradients: dx (weight w, unit_offset as the forward) and dw */
+    void (*rmsnorm_dx)(float *dx, const float *x, const float *dy, const float *w, int64_t m, int64_t n, float eps,
+                       bool unit_offset);
+    void (*rmsnorm_dw)(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps);
+    /* layernorm's gradients: dx (weight w) and dw (the bias's is sum_rows) */
+    void (*layernorm_dx)(float *dx, const float *x, const float *dy, const float *w, int64_t m, int64_t n, float eps);
+    void (*layernorm_dw)(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps);
+    /* the gradient of attention's q, k or v (shapes and arguments as attention) */
+    void (*attention_grad)(tp_attention_grad which, float *out, const float *q, const float *k, const float *v,
+                           const float *dy, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, double scale,
+                           double softcap);
+    /* dx = dy * f'(x) */
+    void (*unary_grad)(tp_unary op, float *dx, const float *x, const float *dy, int64_t n);
+    void (*softcap_grad)(float *dx, const float *x, const float *dy, int64_t n, float cap);
+    /* dw[r, :] = sum of dy[t, :] over the tokens t with ids[t] == vocab_start + r
+     * (dw [rows, dim]; masked: other ids add nothing; unmasked ids are in range) */
+    void (*embedding_grad)(float *dw, const int32_t *ids, const float *dy, int64_t ntok, int64_t rows, int64_t dim,
+                           int64_t vocab_start, bool masked);
+    /* out (shape[rank]) = zeros, with dy at [start, start + length) along dim */
+    void (*narrow_grad)(float *out, const float *dy, const int64_t *shape, int rank, int dim, int64_t start,
+                        int64_t length);
+    /* d loss / d logits of cross_entropy (d loss = 1): (softmax - onehot(label))
+     * / valid tokens at rows t < s-1 with a label, 0 elsewhere and in padded columns */
+    void (*cross_entropy_grad)(float *dlogits, const float *logits, const int32_t *labels, int64_t b, int64_t s,
+                               int64_t v, int64_t vocab);
+    /* the same over the rank's columns [vocab_start, vocab_start + v), with the
+     * all-reduced max and sumexp of each row */
+    void (*ce_grad)(float *dlogits, const float *logits, const float *max, const float *sumexp, const int32_t *labels,
+                    int64_t b, int64_t s, int64_t v, int64_t vocab_start, int64_t vocab);
+    /* the optimizer on n elements: w, m, v updated in place from g */
+    void (*adamw)(float *w, const float *g, float *m, float *v, int64_t n, const tp_adamw_step *step);
+    /* sum of x[i]^2, in double, returned to the host */
+    double (*sum_squares)(const float *x, int64_t n);
 } tp_backend;
 
 const tp_backend *tp_backend_cpu(void);

@@ -53,8 +53,49 @@ static double **rope_tables(const tr_schedule *s)
         const int64_t *shape = s->bufs[op->in[0]].shape;
         tables[i] = tp_xmalloc((size_t)(op->rotary_dim / 2 + 1) * sizeof **tables);
         tp_rope_inv_freq(&op->rope, op->theta, op->rotary_dim, op->pos_offset + shape[1], tables[i]);
+        /* the backward rotates by minus each angle: cos stays, sin flips */
+        for (int64_t f = 0; op->inverse && f < op->rotary_dim / 2; f++)
+            tables[i][f] = -tables[i][f];
     }
     return tables;
+}
+
+/* The kernel a training op needs, or NULL when the backend has none. */
+static const void *training_kernel(const tp_backend *be, tp_op_kind k)
+{
+    switch (k) {
+    case TP_OP_MATMUL_TN: return (const void *)be->matmul_tn;
+    case TP_OP_SUM_ROWS: return (const void *)be->sum_rows;
+    case TP_OP_RMSNORM_DX: return (const void *)be->rmsnorm_dx;
+    case TP_OP_RMSNORM_DW: return (const void *)be->rmsnorm_dw;
+    case TP_OP_LAYERNORM_DX: return (const void *)be->layernorm_dx;
+    case TP_OP_LAYERNORM_DW: return (const void *)be->layernorm_dw;
+    case TP_OP_ATTENTION_DQ:
+    case TP_OP_ATTENTION_DK:
+    case TP_OP_ATTENTION_DV: return (const void *)be->attention_grad;
+    case TP_OP_SILU_GRAD:
+    case TP_OP_GELU_GRAD:
+    case TP_OP_RELU_GRAD: return (const void *)be->unary_grad;
+    case TP_OP_SOFTCAP_GRAD: return (const void *)be->softcap_grad;
+    case TP_OP_EMBEDDING_GRAD: return (const void *)be->embedding_grad;
+    case TP_OP_NARROW_GRAD: return (const void *)be->narrow_grad;
+    case TP_OP_CROSS_ENTROPY_GRAD: return (const void *)be->cross_entropy_grad;
+    case TP_OP_CE_GRAD: return (const void *)be->ce_grad;
+    default: return (const void *)be;     /* a forward op: every backend has it */
+    }
+}
+
+/* A schedule whose ops the backend cannot all run is refused before
+ * anything runs. */
+static int check_kernels(const tr_schedule *s, const tp_backend *be, char *err, size_t errlen)
+{
+    for (int i = 0; i < s->nops; i++)
+        if (!training_kernel(be, s->ops[i].kind)) {
+            snprintf(err, errlen, "the %s backend has no %s kernel (op %d): it runs forward schedules only; run this "
+                     "training schedule with --backend cpu", be->name, tp_op_names[s->ops[i].kind], i);
+            return -1;
+        }
+    return 0;
 }
 
 int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm *comm, char *err, size_t errlen)
@@ -70,6 +111,8 @@ int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm
                  s->dtype == TP_BF16 ? " (or run it with --backend cuda)" : "");
         return -1;
     }
+    if (check_kernels(s, be, err, errlen))
+        return -1;
     x->scratch_bytes = staging_bytes(s);
     x->arena = be->alloc((size_t)s->arena_bytes + 1);
     x->weights = be->alloc((size_t)s->weight_elems * tp_dtype_size(be->dtype) + 1);
@@ -317,6 +360,104 @@ EXEC(ce_loss)
     const tr_buf *labels = in_buf(x, op, 3);
     x->be->ce_loss(fout(x, op), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2), iin(x, op, 3), labels->shape[0],
                    labels->rank > 1 ? labels->shape[1] : 1);
+    return 0;
+}
+
+/* ---- the backward ops ---- */
+
+EXEC(matmul_tn)
+{
+    x->be->matmul_tn(fout(x, op), fin(x, op, 0), fin(x, op, 1), op->m, op->n, op->k);
+    return 0;
+}
+
+EXEC(sum_rows)
+{
+    x->be->sum_rows(fout(x, op), fin(x, op, 0), op->m, op->n, (float)op->scale);
+    return 0;
+}
+
+EXEC(rmsnorm_dx)
+{
+    x->be->rmsnorm_dx(fout(x, op), fin(x, op, 0), fin(x, op, 1), weight(x, op->weight), op->m, op->n, (float)op->eps,
+                      op->unit_offset);
+    return 0;
+}
+
+EXEC(rmsnorm_dw)
+{
+    x->be->rmsnorm_dw(fout(x, op), fin(x, op, 0), fin(x, op, 1), op->m, op->n, (float)op->eps);
+    return 0;
+}
+
+EXEC(layernorm_dx)
+{
+    x->be->layernorm_dx(fout(x, op), fin(x, op, 0), fin(x, op, 1), weight(x, op->weight), op->m, op->n,
+                        (float)op->eps);
+    return 0;
+}
+
+EXEC(layernorm_dw)
+{
+    x->be->layernorm_dw(fout(x, op), fin(x, op, 0), fin(x, op, 1), op->m, op->n, (float)op->eps);
+    return 0;
+}
+
+static int attention_grad(tr_exec *x, const tr_op *op, tp_attention_grad which)
+{
+    x->be->attention_grad(which, fout(x, op), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2), fin(x, op, 3), op->batch,
+                          op->seq, op->heads, op->kv_heads, op->head_dim, op->scale, op->softcap);
+    return 0;
+}
+
+EXEC(attention_dq) { return attention_grad(x, op, TP_ATTENTION_DQ); }
+EXEC(attention_dk) { return attention_grad(x, op, TP_ATTENTION_DK); }
+EXEC(attention_dv) { return attention_grad(x, op, TP_ATTENTION_DV); }
+
+static int unary_grad(tr_exec *x, const tr_op *op, tp_unary f)
+{
+    x->be->unary_grad(f, fout(x, op), fin(x, op, 0), fin(x, op, 1), in_elems(x, op, 0));
+    return 0;
+}
+
+EXEC(silu_grad) { return unary_grad(x, op, TP_UNARY_SILU); }
+EXEC(gelu_grad) { return unary_grad(x, op, op->gelu_tanh ? TP_UNARY_GELU_TANH : TP_UNARY_GELU_ERF); }
+EXEC(relu_grad) { return unary_grad(x, op, TP_UNARY_RELU); }
+
+EXEC(softcap_grad)
+{
+    x->be->softcap_grad(fout(x, op), fin(x, op, 0), fin(x, op, 1), in_elems(x, op, 0), (float)op->softcap);
+    return 0;
+}
+
+EXEC(embedding_grad)
+{
+    int64_t ntok = in_elems(x, op, 0);
+    x->be->embedding_grad(fout(x, op), iin(x, op, 0), fin(x, op, 1), ntok, op->vocab_local, in_elems(x, op, 1) / ntok,
+                          op->vocab_start, op->masked);
+    return 0;
+}
+
+EXEC(narrow_grad)
+{
+    const tr_buf *out = &x->s->bufs[op->out];
+    x->be->narrow_grad(fout(x, op), fin(x, op, 0), out->shape, out->rank, op->dim, op->start, op->length);
+    return 0;
+}
+
+EXEC(cross_entropy_grad)
+{
+    const int64_t *shape = in_buf(x, op, 0)->shape;
+    x->be->cross_entropy_grad(fout(x, op), fin(x, op, 0), iin(x, op, 1), shape[0], shape[1], shape[2],
+                              op->vocab_logical);
+    return 0;
+}
+
+EXEC(ce_grad)
+{
+    const int64_t *shape = in_buf(x, op, 0)->shape;
+    x->be->ce_grad(fout(x, op), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2), iin(x, op, 3), shape[0], shape[1],
+                   op->vocab_local, op->vocab_start, op->vocab_logical);
     return 0;
 }
 

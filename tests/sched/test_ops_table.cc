@@ -77,7 +77,9 @@ enum { IDS_BUF, FLOAT_BUF, LOGITS_BUF, PAIR_BUF };
 json_t *complete_op(int kind)
 {
     const tp_op_def &d = def_of(kind);
-    bool reads_logits = kind == TP_OP_CROSS_ENTROPY || kind == TP_OP_CE_TARGET;
+    bool reads_logits = kind == TP_OP_CROSS_ENTROPY || kind == TP_OP_CE_TARGET || kind == TP_OP_CROSS_ENTROPY_GRAD ||
+                        kind == TP_OP_CE_GRAD;
+    bool writes_logits = kind == TP_OP_CROSS_ENTROPY_GRAD || kind == TP_OP_CE_GRAD;   // their gradient
     json_t *in = json_array();
     for (int i = 0; i < d.in_min; i++) {
         int b = d.ids >> i & 1 ? IDS_BUF : i == 0 && reads_logits ? LOGITS_BUF : kind == TP_OP_ROPE ? PAIR_BUF : FLOAT_BUF;
@@ -85,7 +87,7 @@ json_t *complete_op(int kind)
     }
     json_t *op =
         json_pack("{s:s, s:o, s:i}", "op", tp_op_names[kind], "in", in, "out",
-                  d.out_ids ? IDS_BUF : kind == TP_OP_ROPE ? PAIR_BUF : FLOAT_BUF);
+                  d.out_ids ? IDS_BUF : kind == TP_OP_ROPE ? PAIR_BUF : writes_logits ? LOGITS_BUF : FLOAT_BUF);
     if (d.weight != TP_OPERAND_NONE)
         json_object_set_new(op, "weight", json_integer(0));
     if (d.bias != TP_OPERAND_NONE)
@@ -168,9 +170,10 @@ TEST(OpTable, FlopsCountMatmulsAndAttentionOnly)
         op.m = op.n = op.k = op.heads = 2;
         op.elems = 1000;
         double f = tp_op_flops(&op);
-        if (k == TP_OP_MATMUL || k == TP_OP_CONV1D)
+        if (k == TP_OP_MATMUL || k == TP_OP_CONV1D || k == TP_OP_MATMUL_TN)
             EXPECT_EQ(f, 2.0 * 2 * 2 * 2);
-        else if (k == TP_OP_ATTENTION)   // q k^T and p v: 2 * 2 * b * h * s * s * d
+        else if (k == TP_OP_ATTENTION || k == TP_OP_ATTENTION_DQ || k == TP_OP_ATTENTION_DK || k == TP_OP_ATTENTION_DV)
+            // q k^T and p v: 2 * 2 * b * h * s * s * d (each gradient recomputes the scores and takes one product)
             EXPECT_EQ(f, 4.0 * 2 * 2 * 2 * 2 * 2);
         else
             EXPECT_EQ(f, 0.0) << name_of(k) << (tp_op_is_collective((tp_op_kind)k) ? " (a collective)" : "");
