@@ -109,10 +109,10 @@ CONFIGS = {
 TIED = {"gpt2-tied": ("transformer.wte.weight", "lm_head.weight")}
 
 
-def build(keys):
+def build(keys, attention="eager"):
     config = AutoConfig.for_model(**keys)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").float()
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=attention).float()
     randomise_norms_and_biases(model)
     return model
 
