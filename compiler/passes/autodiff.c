@@ -32,9 +32,15 @@
 #include "compiler/passes/passes.h"
 #include "util/xalloc.h"
 
+/* One op's contribution to a gradient. Partial shares are reduced per
+ * group: NULL for shares of a tensor PyTorch holds as a DTensor (its
+ * autograd sums them before the one redistribution), else the module whose
+ * input hook labelled a plain tensor (from_local's backward reduces there,
+ * one collective per module). -O1 puts every share in one group. */
 typedef struct contrib {
     int value;
     bool partial;
+    const void *group;
 } contrib;
 
 typedef struct contribs {
@@ -45,6 +51,7 @@ typedef struct contribs {
 typedef struct autodiff {
     tp_graph *g;
     int nvalues, nforward;  /* the forward graph's values and nodes */
+    bool merge;             /* -O1: one reduction per gradient */
     contribs *to_value;     /* by storage value */
     contribs *to_param;     /* by parameter */
     bool *needs;            /* by storage value: it depends on a weight */
@@ -78,10 +85,10 @@ static int64_t global_elems(const autodiff *A, int v)
     return n;
 }
 
-static void push(contribs *c, int v, bool partial)
+static void push(contribs *c, int v, bool partial, const void *group)
 {
     c->at = tp_xgrow(c->at, c->n, &c->cap, sizeof *c->at, 4);
-    c->at[c->n++] = (contrib){v, partial};
+    c->at[c->n++] = (contrib){v, partial, group};
 }
 
 /* ---- values and nodes of the backward ---- */
@@ -125,6 +132,7 @@ static tp_ir_op *emit(autodiff *A, tp_op_kind kind, int out, int nin, const int 
     tp_gnode *n = tp_graph_add_node(A->g, TP_GNODE_OP, kind);
     n->module = module;
     n->entry = entry;
+    n->op.phase = fwd ? TP_PHASE_BACKWARD : TP_PHASE_GRAD_SYNC;
     n->op.out = out;
     for (int i = 0; i < nin; i++)
         n->op.in[n->op.nin++] = in[i];
@@ -165,41 +173,62 @@ static bool partial_share(const autodiff *A, const tp_gnode *n, tp_placement pl)
 static void to_value(autodiff *A, const tp_gnode *n, int v, int grad)
 {
     int s = storage(A, v);
-    if (s >= 0 && s < A->nvalues && A->needs[s])
-        push(&A->to_value[s], grad, partial_share(A, n, value(A, v)->pl[0]));
+    if (s < 0 || s >= A->nvalues || !A->needs[s])
+        return;
+    bool shared = A->merge || value(A, v)->dtensor;
+    push(&A->to_value[s], grad, partial_share(A, n, value(A, v)->pl[0]), shared ? NULL : n->module);
 }
 
-static void to_param(autodiff *A, int p, int grad, bool partial) { push(&A->to_param[p], grad, partial); }
+static void to_param(autodiff *A, int p, int grad, bool partial) { push(&A->to_param[p], grad, partial, NULL); }
 
-/* The contributions of a list summed by kind: *whole the complete ones,
- * *partial the partial ones (-1 when there are none); the list becomes
- * those two. */
-static void collect(autodiff *A, contribs *c, const tp_gvalue *like, int *whole, int *partial)
+/* The contributions of a list summed: the complete ones first (the entry
+ * returned, -1 when there are none), then one partial sum per group. */
+static int collect(autodiff *A, contribs *c, const tp_gvalue *like)
 {
-    *whole = *partial = -1;
+    contribs sums = {0};
+    int whole = -1;
     for (int i = 0; i < c->n; i++) {
-        int *sum = c->at[i].partial ? partial : whole;
-        *sum = *sum < 0 ? c->at[i].value : add(A, like, *sum, c->at[i].value);
+        contrib x = c->at[i];
+        if (!x.partial) {
+            whole = whole < 0 ? x.value : add(A, like, whole, x.value);
+            continue;
+        }
+        int k = 0;
+        while (k < sums.n && sums.at[k].group != x.group)
+            k++;
+        if (k == sums.n)
+            push(&sums, x.value, true, x.group);
+        else
+            sums.at[k].value = add(A, like, sums.at[k].value, x.value);
     }
     c->n = 0;
-    if (*whole >= 0)
-        push(c, *whole, false);
-    if (*partial >= 0)
-        push(c, *partial, true);
+    if (whole >= 0)
+        push(c, whole, false, NULL);
+    for (int k = 0; k < sums.n; k++)
+        push(c, sums.at[k].value, true, sums.at[k].group);
+    free(sums.at);
+    return whole;
 }
 
-/* The whole gradient of a list: the partial sum all-reduced once, added to
- * the complete ones; -1 when nothing contributed. A gradient held under
- * another shape (a view's) becomes a view of the template's shape. */
+/* A partial sum all-reduced (Partial -> Replicate). */
+static int reduced(autodiff *A, const tp_gvalue *like, int partial)
+{
+    int out = new_value(A, like, "grad_reduced");
+    emit(A, TP_OP_ALL_REDUCE, out, 1, &partial)->elems = tp_gvalue_local_elems(like);
+    return out;
+}
+
+/* The whole gradient of a list: each group's partial sum all-reduced,
+ * added to the complete ones; -1 when nothing contributed. A gradient held
+ * under another shape (a view's) becomes a view of the template's shape. */
 static int complete(autodiff *A, contribs *c, const tp_gvalue *like)
 {
-    int whole, partial;
-    collect(A, c, like, &whole, &partial);
-    if (partial >= 0) {
-        int reduced = new_value(A, like, "grad_reduced");
-        emit(A, TP_OP_ALL_REDUCE, reduced, 1, &partial)->elems = tp_gvalue_local_elems(like);
-        whole = whole < 0 ? reduced : add(A, like, whole, reduced);
-    }
+    int whole = collect(A, c, like);
+    for (int k = 0; k < c->n; k++)
+        if (c->at[k].partial) {
+            int r = reduced(A, like, c->at[k].value);
+            whole = whole < 0 ? r : add(A, like, whole, r);
+        }
     if (whole < 0)
         return -1;
     const tp_gvalue *got = value(A, whole);
@@ -209,7 +238,7 @@ static int complete(autodiff *A, contribs *c, const tp_gvalue *like)
         whole = view;
     }
     c->n = 0;
-    push(c, whole, false);
+    push(c, whole, false, NULL);
     return whole;
 }
 
@@ -423,21 +452,29 @@ static int redist_backward(autodiff *A, const tp_gnode *n)
     tp_gvalue like = like_value(A, src);
     contribs *c = &A->to_value[storage(A, f->out)];
     if (f->kind == TP_OP_ALL_GATHER) {
-        /* a partial gradient is reduce-scattered, a whole one sliced */
-        int whole, partial;
+        /* the partial sum of the gathered DTensor is reduce-scattered; the
+         * plain tensor's shares, all-reduced where PyTorch reduces them, and
+         * the whole gradient are sliced */
         tp_gvalue result = like_value(A, storage(A, f->out));
-        collect(A, c, &result, &whole, &partial);
-        if (partial >= 0) {
+        int whole = collect(A, c, &result);
+        for (int k = 0; k < c->n; k++) {
+            if (!c->at[k].partial)
+                continue;
+            if (c->at[k].group) {
+                int r = reduced(A, &result, c->at[k].value);
+                whole = whole < 0 ? r : add(A, &result, whole, r);
+                continue;
+            }
             int out = new_value(A, &like, "grad");
-            tp_ir_op *op = emit(A, TP_OP_REDUCE_SCATTER, out, 1, &partial);
+            tp_ir_op *op = emit(A, TP_OP_REDUCE_SCATTER, out, 1, &c->at[k].value);
             op->dim = f->dim, op->elems = global_elems(A, src);
-            push(&A->to_value[storage(A, src)], out, false);
+            push(&A->to_value[storage(A, src)], out, false, NULL);
         }
         if (whole >= 0) {
             int out = new_value(A, &like, "grad");
             tp_ir_op *op = emit(A, TP_OP_SLICE, out, 1, &whole);
             op->dim = f->dim, op->parts = (int)A->g->world;
-            push(&A->to_value[storage(A, src)], out, false);
+            push(&A->to_value[storage(A, src)], out, false, NULL);
         }
         return 0;
     }
@@ -465,7 +502,7 @@ static int redist_backward(autodiff *A, const tp_gnode *n)
     default:
         return fail(A, "tpcc cannot differentiate the redistribution %s yet", tp_op_names[f->kind]);
     }
-    push(&A->to_value[storage(A, src)], out, false);
+    push(&A->to_value[storage(A, src)], out, false, NULL);
     return 0;
 }
 
@@ -531,11 +568,11 @@ static int weight_grads(autodiff *A)
     return 0;
 }
 
-int tp_pass_autodiff(tp_graph *g, tp_autodiff_error *err)
+int tp_pass_autodiff(tp_graph *g, bool merge, tp_autodiff_error *err)
 {
     err->node = -1;
     err->message[0] = '\0';
-    autodiff A = {g, g->nvalues, g->nnodes, NULL, NULL, NULL, g->nnodes - 1, err};
+    autodiff A = {g, g->nvalues, g->nnodes, merge, NULL, NULL, NULL, g->nnodes - 1, err};
     if (g->loss < 0) {
         A.at = -1;
         snprintf(err->message, sizeof err->message, "the model computes no loss: --train needs a root forward that "

@@ -28,9 +28,11 @@ void tp_pass_merge(tp_graph *g);
 void tp_pass_dce(tp_graph *g);
 /* autodiff.c: --train. Appends the backward to the graph (the loss's
  * gradient, then every node's in reverse, each layout change's
- * conjugate collective) and sets g->param_grad. Returns 0, or -1 with
- * *err filled. */
-int tp_pass_autodiff(tp_graph *g, tp_autodiff_error *err);
+ * conjugate collective) and sets g->param_grad. With merge (-O1), every
+ * gradient's partial shares are reduced once; without, where PyTorch
+ * reduces them (one all-reduce per module whose hook labelled a plain
+ * tensor). Returns 0, or -1 with *err filled. */
+int tp_pass_autodiff(tp_graph *g, bool merge, tp_autodiff_error *err);
 /* lower.c: the per-rank program: one buffer per value (local shapes), a
  * weight table in order of first use, the live and dead nodes as ops. */
 void tp_pass_lower(const tp_graph *g, tp_ir *out);

@@ -9,7 +9,7 @@ int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodi
     if (opts->merge)
         tp_pass_merge(g);
     tp_pass_dce(g);
-    if (opts->train && tp_pass_autodiff(g, err))
+    if (opts->train && tp_pass_autodiff(g, opts->merge, err))
         return -1;
     tp_pass_lower(g, out);
     tp_ir_set_dtype(out, opts->dtype);
