@@ -38,6 +38,7 @@ static const char usage[] =
     "  --report                   per-rank parameters, activation arena, FLOPs and every collective,\n"
     "                             against the Megatron bound\n"
     "  --report-format=FMT        text (default) or json\n"
+    "  --device-memory SIZE       with --report --train: whether a step fits (80GiB, 40GB, ...)\n"
     "  --dump FILE                print a schedule's per-rank program; --rank R for one rank\n"
     "  --export=pytorch|hf        a Python module applying the plan with parallelize_module, or\n"
     "                             the Hugging Face tp_plan dict (JSON); -o FILE, never an input\n"
@@ -74,7 +75,7 @@ static const char usage[] =
 
 enum {
     OPT_CHECK = 256, OPT_EXPLAIN, OPT_HF, OPT_FIX, OPT_FORMAT, OPT_COLOR, OPT_VERSION, OPT_REPORT,
-    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT, OPT_TP_PLAN, OPT_TRAIN,
+    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT, OPT_TP_PLAN, OPT_TRAIN, OPT_DEVICE_MEMORY,
 };
 
 typedef enum mode { MODE_CHECK, MODE_COMPILE, MODE_EXPLAIN, MODE_REPORT, MODE_DUMP, MODE_EXPORT } mode;
@@ -84,6 +85,7 @@ typedef struct cli {
     int modes;                  /* how many mode flags were given */
     bool fix, optimize;
     bool train;                 /* --train */
+    int64_t device_memory;      /* --device-memory, bytes; 0: not given */
     bool auto_plan;             /* --tp-plan auto */
     const char **defines; int ndefines;
     const char *hf, *out, *dump, *sarif_root;
@@ -164,6 +166,9 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
         else return bad_usage("--dtype must be fp32 or bf16, not '%s'", arg);
         return 0;
     case OPT_TRAIN: o->train = true; return 0;
+    case OPT_DEVICE_MEMORY:
+        o->device_memory = tp_parse_bytes(arg);
+        return o->device_memory > 0 ? 0 : bad_usage("--device-memory takes a size such as 80GiB or 40GB, not '%s'", arg);
     case OPT_RANK:
         return parse_rank(arg, &o->rank) ? bad_usage("--rank takes a rank number, not '%s'", arg) : 0;
     case OPT_FORMAT:
@@ -224,6 +229,7 @@ static int parse_args(cli *o, int argc, char **argv)
         {"version", no_argument, 0, OPT_VERSION},
         {"export", required_argument, 0, OPT_EXPORT},
         {"train", no_argument, 0, OPT_TRAIN},
+        {"device-memory", required_argument, 0, OPT_DEVICE_MEMORY},
         {0, 0, 0, 0},
     };
     int c;
@@ -240,6 +246,8 @@ static int parse_args(cli *o, int argc, char **argv)
     if (o->train && o->dtype != TP_F32)
         return bad_usage("%s", "--train compiles fp32 schedules only (bf16 training with fp32 master weights is not "
                                "implemented yet): drop --dtype bf16");
+    if (o->device_memory && !(o->train && o->mode == MODE_REPORT))
+        return bad_usage("%s", "--device-memory goes with --report --train");
     if (o->train && (o->mode == MODE_DUMP || o->mode == MODE_EXPORT || o->mode == MODE_EXPLAIN))
         return bad_usage("%s", "--train goes with -o, --check or --report");
     if (o->mode == MODE_DUMP && o->auto_plan)
@@ -333,7 +341,7 @@ static int report(const cli *o, tp_unit *u, const char *path)
     tp_unit unopt;
     tp_compile(&unopt, path, &opts);
     int rc = 0;
-    if (tp_report(&u->ir, &unopt.ir, &u->plan, path, o->dtype, o->report_format, stdout) < 0)
+    if (tp_report(&u->ir, &unopt.ir, &u->plan, path, o->dtype, o->device_memory, o->report_format, stdout) < 0)
         rc = write_failed(stdout, "the report");
     tp_unit_free(&unopt);
     return rc;

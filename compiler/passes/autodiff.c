@@ -285,6 +285,7 @@ static void same_attrs(tp_ir_op *op, const tp_ir_op *f)
     memcpy(op->in, keep.in, sizeof op->in);
     op->weight = keep.weight;
     op->bias = keep.bias;
+    op->phase = keep.phase;
     op->dead = false;
 }
 

@@ -5,8 +5,11 @@
  * is Megatron's (research/sharding-compilers.md §2): per transformer layer
  * and forward step, tensor parallelism all-reduces the layer's b*s*h
  * activation twice, sequence parallelism all-gathers and reduce-scatters it
- * twice; with ring algorithms both send 4 (t-1)/t * b*s*h*d bytes per rank. */
+ * twice; with ring algorithms both send 4 (t-1)/t * b*s*h*d bytes per rank.
+ * A training step's backward conjugates each of them: the same again. */
 #include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "compiler/front/model.h"
 #include "compiler/report/report.h"
@@ -31,12 +34,13 @@ typedef struct comm_totals {
     double step_sent;
 } comm_totals;
 
-static void totals_of(const tp_ir *ir, size_t dsize, comm_totals *t)
+/* The collectives of one phase, or of all of them (phase < 0). */
+static void phase_totals(const tp_ir *ir, size_t dsize, int phase, comm_totals *t)
 {
     memset(t, 0, sizeof *t);
     for (int i = 0; i < ir->nops; i++) {
         const tp_ir_op *op = &ir->ops[i];
-        if (op->dead || !tp_op_is_collective(op->kind))
+        if (op->dead || !tp_op_is_collective(op->kind) || (phase >= 0 && op->phase != (tp_phase)phase))
             continue;
         double sent = tp_ring_bytes(op->kind, op->elems, dsize, ir->world);
         t->count[op->kind]++;
@@ -47,6 +51,10 @@ static void totals_of(const tp_ir *ir, size_t dsize, comm_totals *t)
             t->layer_sent += sent;
     }
 }
+
+static void totals_of(const tp_ir *ir, size_t dsize, comm_totals *t) { phase_totals(ir, dsize, -1, t); }
+
+static bool training(const tp_ir *ir) { return ir->grad_buf != NULL; }
 
 /* Megatron's bytes per rank for one layer's forward step. */
 static double bound_per_layer(const tp_ir *ir, size_t dsize)
@@ -77,13 +85,29 @@ double tp_op_flops(const tp_ir_op *op)
     return 0;
 }
 
-static double forward_flops(const tp_ir *ir)
+static double phase_flops(const tp_ir *ir, tp_phase phase)
 {
     double f = 0;
     for (int i = 0; i < ir->nops; i++)
-        if (!ir->ops[i].dead)
+        if (!ir->ops[i].dead && ir->ops[i].phase == phase)
             f += tp_op_flops(&ir->ops[i]);
     return f;
+}
+
+/* A training step's memory per rank: the weights, their gradients,
+ * AdamW's two moments (fp32), and the arena, which holds the activations
+ * saved for the backward. */
+typedef struct step_memory {
+    int64_t params, grads, optimizer, activations, total;
+} step_memory;
+
+static step_memory memory_of(const tp_ir *ir, size_t dsize)
+{
+    step_memory m = {param_bytes(ir, dsize), param_bytes(ir, dsize), 2 * param_bytes(ir, 4), ir->arena_bytes, 0};
+    /* the gradients live in the arena (outputs.grads), counted once */
+    m.activations = ir->arena_bytes - m.grads;
+    m.total = m.params + m.grads + m.optimizer + m.activations;
+    return m;
 }
 
 static int root_of(const tp_ir *ir, int b)
@@ -218,14 +242,51 @@ static int group_by_entry(const tp_ir *ir, size_t dsize, entry_bytes **out)
     return n;
 }
 
+/* The bound of the whole step a program computes: a training step's
+ * backward moves what its forward does. */
+static double step_bound_per_layer(const tp_ir *ir, size_t dsize)
+{
+    return bound_per_layer(ir, dsize) * (training(ir) ? 2 : 1);
+}
+
 static double ratio_of(const tp_ir *ir, const comm_totals *t, size_t dsize)
 {
-    double bound = bound_per_layer(ir, dsize) * ir->nlayers;
+    double bound = step_bound_per_layer(ir, dsize) * ir->nlayers;
     return bound > 0 ? t->layer_sent / bound : 0;
 }
 
+static void print_training(const tp_ir *ir, size_t ds, int64_t device_memory, FILE *out)
+{
+    char a[32], b[32];
+    step_memory m = memory_of(ir, ds);
+    fprintf(out, "\ntraining step, memory per rank\n");
+    fprintf(out, "  parameters        %s\n", human((double)m.params, a, sizeof a));
+    fprintf(out, "  gradients         %s\n", human((double)m.grads, a, sizeof a));
+    fprintf(out, "  optimizer state   %s  (AdamW's two moments, fp32)\n", human((double)m.optimizer, a, sizeof a));
+    fprintf(out, "  activations       %s  (the arena less the gradients: what the backward reads)\n",
+            human((double)m.activations, a, sizeof a));
+    fprintf(out, "  total             %s", human((double)m.total, a, sizeof a));
+    if (device_memory > 0)
+        fprintf(out, "  %s %s of device memory", m.total <= device_memory ? "fits in" : "DOES NOT FIT in",
+                human((double)device_memory, b, sizeof b));
+    fprintf(out, "\n\ncommunication per phase, bytes each rank sends with ring algorithms\n");
+    fprintf(out, "  %-10s %6s %14s %14s\n", "phase", "count", "sent", "bound");
+    double bound = ir->world > 1 && ir->layer_input_elems ? bound_per_layer(ir, ds) * ir->nlayers : 0;
+    for (int ph = 0; ph < TP_PHASE_COUNT; ph++) {
+        comm_totals t;
+        phase_totals(ir, ds, ph, &t);
+        int count = 0;
+        for (int k = 0; k < TP_OP_COUNT; k++)
+            count += t.count[k];
+        bool bounded = ph != TP_PHASE_GRAD_SYNC && bound > 0;
+        fprintf(out, "  %-10s %6d %14s %14s\n", tp_phase_names[ph], count, human(t.step_sent, a, sizeof a),
+                bounded ? human(bound, b, sizeof b) : "-");
+    }
+    fprintf(out, "  %-10s %6d %14s %14s  (AdamW updates each rank's own slice)\n", "optimizer", 0, "0 B", "-");
+}
+
 static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, const char *plan_path,
-                       tp_dtype dtype, FILE *out)
+                       tp_dtype dtype, int64_t device_memory, FILE *out)
 {
     size_t ds = tp_dtype_size(dtype);
     char a[32], b[32], c[32];
@@ -239,14 +300,19 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     fprintf(out, "  activation arena  %s  (analytic minimum %s, ratio %.2f; -O0 arena %s)\n",
             human((double)opt->arena_bytes, a, sizeof a), human((double)minimum, b, sizeof b),
             minimum ? (double)opt->arena_bytes / (double)minimum : 0, human((double)unopt->arena_bytes, c, sizeof c));
-    fprintf(out, "  forward FLOPs     %.3g (matmuls and attention)\n", forward_flops(opt));
+    fprintf(out, "  forward FLOPs     %.3g (matmuls and attention)\n", phase_flops(opt, TP_PHASE_FORWARD));
+    if (training(opt))
+        fprintf(out, "  backward FLOPs    %.3g\n", phase_flops(opt, TP_PHASE_BACKWARD));
     double paper = paper_activation_bytes(opt, p);
     if (paper > 0)
         fprintf(out, "  reference         %s per layer, %s for %d layers: training activations, 16-bit "
                      "(Korthikanti et al., Table 2)\n",
                 human(paper, a, sizeof a), human(paper * opt->nlayers, b, sizeof b), opt->nlayers);
+    if (training(opt))
+        print_training(opt, ds, device_memory, out);
 
-    fprintf(out, "\ncommunication, forward step, bytes each rank sends with ring algorithms\n");
+    fprintf(out, "\ncommunication, %s step, bytes each rank sends with ring algorithms\n",
+            training(opt) ? "training" : "forward");
     fprintf(out, "  %-15s %6s %14s %14s %8s\n", "kind", "count", "logical", "sent", "-O0 count");
     for (int k = 0; k < TP_OP_COUNT; k++)
         if (t.count[k] || t0.count[k])
@@ -270,8 +336,9 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     }
     if (opt->world > 1 && opt->nlayers && opt->layer_input_elems) {
         double r = ratio_of(opt, &t, ds), r0 = ratio_of(unopt, &t0, ds);
-        fprintf(out, "  bound (Megatron TP or TP+SP): 4(t-1)/t * b*s*h*d = %s per layer; ratio %.2f (-O0: %.2f)\n",
-                human(bound_per_layer(opt, ds), a, sizeof a), r, r0);
+        fprintf(out, "  bound (Megatron TP or TP+SP): %s4(t-1)/t * b*s*h*d = %s per layer; ratio %.2f (-O0: %.2f)\n",
+                training(opt) ? "forward + backward, 2 x " : "", human(step_bound_per_layer(opt, ds), a, sizeof a),
+                r, r0);
         if (r > 1.005) {
             entry_bytes *e;
             int n = group_by_entry(opt, ds, &e);
@@ -281,7 +348,7 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
             free(e);
         }
     }
-    fprintf(out, "\ncollectives (forward step, in order)\n");
+    fprintf(out, "\ncollectives (%s step, in order)\n", training(opt) ? "training" : "forward");
     fprintf(out, "  %-15s %12s %12s  %-40s %s\n", "kind", "logical", "sent", "module", "plan entry");
     for (int i = 0; i < opt->nops; i++) {
         const tp_ir_op *op = &opt->ops[i];
@@ -305,8 +372,36 @@ static json_t *totals_json(const comm_totals *t)
     return o;
 }
 
+static json_t *training_json(const tp_ir *ir, size_t ds, int64_t device_memory)
+{
+    step_memory m = memory_of(ir, ds);
+    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I}", "param_bytes", (json_int_t)m.params, "grad_bytes",
+                          (json_int_t)m.grads, "optimizer_bytes", (json_int_t)m.optimizer, "activation_bytes",
+                          (json_int_t)m.activations, "total_bytes", (json_int_t)m.total);
+    tp_xcheck(o);
+    if (device_memory > 0) {
+        json_object_set_new(o, "device_memory_bytes", json_integer(device_memory));
+        json_object_set_new(o, "fits", json_boolean(m.total <= device_memory));
+    }
+    json_object_set_new(o, "flops", json_pack("{s:f, s:f}", "forward", phase_flops(ir, TP_PHASE_FORWARD), "backward",
+                                              phase_flops(ir, TP_PHASE_BACKWARD)));
+    json_t *phases = tp_xcheck(json_object());
+    double bound = ir->world > 1 && ir->layer_input_elems ? bound_per_layer(ir, ds) * ir->nlayers : 0;
+    for (int ph = 0; ph < TP_PHASE_COUNT; ph++) {
+        comm_totals t;
+        phase_totals(ir, ds, ph, &t);
+        json_t *p = json_pack("{s:o, s:f}", "totals", totals_json(&t), "sent_bytes", t.step_sent);
+        if (ph != TP_PHASE_GRAD_SYNC && bound > 0)
+            json_object_set_new(p, "bound_bytes", json_real(bound));
+        json_object_set_new(phases, tp_phase_names[ph], p);
+    }
+    json_object_set_new(phases, "optimizer", json_pack("{s:o, s:f}", "totals", json_object(), "sent_bytes", 0.0));
+    json_object_set_new(o, "phases", phases);
+    return o;
+}
+
 static void print_json(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, const char *plan_path,
-                       tp_dtype dtype, FILE *out)
+                       tp_dtype dtype, int64_t device_memory, FILE *out)
 {
     size_t ds = tp_dtype_size(dtype);
     comm_totals t, t0;
@@ -320,7 +415,9 @@ static void print_json(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     json_object_set_new(root, "arena_bytes", json_integer(opt->arena_bytes));
     json_object_set_new(root, "arena_min_bytes", json_integer(live_peak(opt)));
     json_object_set_new(root, "arena_bytes_O0", json_integer(unopt->arena_bytes));
-    json_object_set_new(root, "forward_flops", json_real(forward_flops(opt)));
+    json_object_set_new(root, "forward_flops", json_real(phase_flops(opt, TP_PHASE_FORWARD)));
+    if (training(opt))
+        json_object_set_new(root, "training", training_json(opt, ds, device_memory));
     json_object_set_new(root, "paper_activation_bytes_per_layer", json_real(paper_activation_bytes(opt, p)));
     json_t *list = tp_xcheck(json_array());
     for (int i = 0; i < opt->nops; i++) {
@@ -340,7 +437,7 @@ static void print_json(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     json_object_set_new(root, "layers", json_integer(opt->nlayers));
     json_object_set_new(root, "layer_sent_bytes", json_real(t.layer_sent));
     if (opt->world > 1 && opt->nlayers && opt->layer_input_elems) {
-        json_object_set_new(root, "bound_bytes_per_layer", json_real(bound_per_layer(opt, ds)));
+        json_object_set_new(root, "bound_bytes_per_layer", json_real(step_bound_per_layer(opt, ds)));
         json_object_set_new(root, "ratio", json_real(ratio_of(opt, &t, ds)));
         json_object_set_new(root, "ratio_O0", json_real(ratio_of(unopt, &t0, ds)));
     }
@@ -351,11 +448,27 @@ static void print_json(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
 }
 
 int tp_report(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, const char *plan_path, tp_dtype dtype,
-              tp_report_format fmt, FILE *out)
+              int64_t device_memory, tp_report_format fmt, FILE *out)
 {
     if (fmt == TP_REPORT_JSON)
-        print_json(opt, unopt, p, plan_path, dtype, out);
+        print_json(opt, unopt, p, plan_path, dtype, device_memory, out);
     else
-        print_text(opt, unopt, p, plan_path, dtype, out);
+        print_text(opt, unopt, p, plan_path, dtype, device_memory, out);
     return fflush(out) == 0 && !ferror(out) ? 0 : -1;
+}
+
+int64_t tp_parse_bytes(const char *s)
+{
+    static const struct { const char *unit; double scale; } units[] = {
+        {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+    };
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !isfinite(v) || v < 0)
+        return -1;
+    for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+        if (!strcmp(end, units[i].unit) && v * units[i].scale < 9.2e18)
+            return (int64_t)(v * units[i].scale);
+    return -1;
 }

@@ -1,5 +1,7 @@
 /* report.h: what a plan costs — parameters, activation memory, FLOPs and
- * every collective of a forward step, against the Megatron bound. */
+ * every collective of a forward step, against the Megatron bound; for a
+ * training step (tpcc --train) also gradients, optimizer state, backward
+ * FLOPs and communication per phase. */
 #ifndef TPCC_REPORT_H
 #define TPCC_REPORT_H
 
@@ -9,9 +11,14 @@
 
 typedef enum tp_report_format { TP_REPORT_TEXT, TP_REPORT_JSON } tp_report_format;
 
-/* `opt` is the program at -O1, `unopt` at -O0 (both memory-planned). */
+/* `opt` is the program at -O1, `unopt` at -O0 (both memory-planned).
+ * device_memory > 0: say whether a training step fits in that many bytes. */
 int tp_report(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, const char *plan_path, tp_dtype dtype,
-              tp_report_format fmt, FILE *out);
+              int64_t device_memory, tp_report_format fmt, FILE *out);
+
+/* "80GiB", "80GB", "512MiB", "1e9": a byte count (GiB = 2^30, GB = 10^9);
+ * -1 when it is not one. */
+int64_t tp_parse_bytes(const char *s);
 
 /* Bytes one rank sends for a collective of `elems` full-tensor elements
  * over `world` ranks with a ring algorithm. */

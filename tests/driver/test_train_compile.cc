@@ -223,3 +223,51 @@ TEST(TrainCompile, TrainIsFp32AndGoesWithCompiling)
 }
 
 }  // namespace
+
+namespace {
+
+// --report --train: memory per rank (weights, gradients, AdamW's moments,
+// activations), backward FLOPs, communication per phase against the bound.
+TEST(TrainReport, MemoryFlopsAndCommunicationPerPhase)
+{
+    std::vector<std::string> args = {source_path("plans/llama-megatron.plan"), "--train", "--report",
+                                     "--report-format=json", "--device-memory", "1MiB"};
+    std::vector<std::string> sizes = tiny(2);
+    args.insert(args.end(), sizes.begin(), sizes.end());
+    Proc p = tpcc_test::run_program(kTpcc, args);
+    ASSERT_EQ(p.code(), 0) << p.err;
+    json_error_t err;
+    json_t *root = json_loads(p.out.c_str(), 0, &err);
+    ASSERT_NE(root, nullptr) << err.text;
+    json_t *t = json_object_get(root, "training");
+    ASSERT_NE(t, nullptr) << p.out;
+    json_int_t params = json_integer_value(json_object_get(root, "param_bytes"));
+    EXPECT_EQ(json_integer_value(json_object_get(t, "grad_bytes")), params);
+    EXPECT_EQ(json_integer_value(json_object_get(t, "optimizer_bytes")), 2 * params);
+    EXPECT_EQ(json_integer_value(json_object_get(t, "total_bytes")),
+              params * 4 + json_integer_value(json_object_get(t, "activation_bytes")));
+    EXPECT_TRUE(json_is_true(json_object_get(t, "fits")) ==
+                (json_integer_value(json_object_get(t, "total_bytes")) <= (1 << 20)));
+    json_t *flops = json_object_get(t, "flops");
+    // the backward takes two matmuls per forward matmul, and three attention products per forward one
+    EXPECT_GT(json_real_value(json_object_get(flops, "backward")), 1.9 * json_real_value(json_object_get(flops, "forward")));
+    json_t *phases = json_object_get(t, "phases");
+    double bound = json_real_value(json_object_get(json_object_get(phases, "forward"), "bound_bytes"));
+    EXPECT_GT(bound, 0);
+    // Megatron's plan at -O1: the backward moves exactly the forward's layer traffic, plus the head's input gradient
+    EXPECT_GE(json_real_value(json_object_get(json_object_get(phases, "backward"), "sent_bytes")), bound);
+    EXPECT_DOUBLE_EQ(json_real_value(json_object_get(root, "ratio")), 1.0);
+    json_decref(root);
+}
+
+TEST(TrainReport, DeviceMemoryNeedsATrainingReport)
+{
+    Proc p = tpcc_test::run_program(kTpcc, {source_path("plans/llama-sp.plan"), "--report", "--device-memory", "80GiB"});
+    EXPECT_EQ(p.code(), 2);
+    Proc bad = tpcc_test::run_program(kTpcc, {source_path("plans/llama-sp.plan"), "--train", "--report",
+                                              "--device-memory", "lots"});
+    EXPECT_EQ(bad.code(), 2);
+    EXPECT_TRUE(contains(bad.err, "80GiB")) << bad.err;
+}
+
+}  // namespace
