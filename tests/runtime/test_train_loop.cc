@@ -19,7 +19,9 @@
 extern "C" {
 #include "runtime/io/safetensors_write.h"
 #include "runtime/io/weights.h"
+#include "runtime/train/gather.h"
 #include "runtime/train/lr.h"
+#include "runtime/train/optim.h"
 #include "runtime/train/options.h"
 #include "runtime/train/tokens.h"
 }
@@ -290,6 +292,75 @@ TEST(TrainCli, TrainingOptionsNeedATrainingSchedule)
     tpcc_test::Proc bad = tpcc_test::run_program(kTprun, {sched, "--schedule", "linear"});
     EXPECT_EQ(bad.code(), 2);
     EXPECT_TRUE(contains(bad.err, "tprun: --schedule takes cosine or constant, not 'linear'")) << bad.describe();
+}
+
+// A two-rank gather inside one process: rank 0's view, with rank 1's
+// bytes supplied by the test.
+const void *g_rank1_bytes;
+
+int fake_gather(tp_comm *, void *out, const void *in, size_t bytes, char *, size_t)
+{
+    std::memcpy(out, in, bytes);
+    std::memcpy(static_cast<char *>(out) + bytes, g_rank1_bytes, bytes);
+    return 0;
+}
+
+// Each rank's region filled with its seeded slices (tp_weight_init_seeded:
+// any slice equals the same region of the full tensor, padding zero).
+std::vector<float> seeded_region(const tr_schedule &s)
+{
+    std::vector<float> region(size_t(s.weight_elems));
+    for (int i = 0; i < s.nweights; i++) {
+        const tr_weight &w = s.weights[i];
+        float *dst = region.data() + w.region_offset;
+        for (int k = 0; k < (w.nsegments ? w.nsegments : 1); k++) {
+            tp_weight_slice ws = {w.name, s.rank, {w.shape[0], w.shape[1]}, {w.logical[0], w.logical[1]}, w.dim,
+                                  w.nsegments ? w.offset[k] : 0, w.nsegments ? w.length[k] : 0, w.rank};
+            dst += tp_weight_init_seeded(&ws, 7, dst);
+        }
+    }
+    return region;
+}
+
+// tp 2 under llama-sp: rows (dim 0) and columns (dim 1) shards, replicated
+// norms, and the vocabulary padded from 128 to 192 rows.
+TEST(TrainGather, SlicesOfEveryKindMakeTheFullLogicalTensors)
+{
+    TempDir d;
+    std::string dir = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama/";
+    std::string sched = d.path + "/t.sched";
+    tpcc_test::Proc c = tpcc_test::run_tpcc({std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan", "--hf-config",
+                                             dir + "config.json", "-D", "tp=2", "-D", "seq=16", "-D", "batch=2", "-D",
+                                             "vocab_multiple=96", "--train", "-o", sched});
+    ASSERT_EQ(c.code(), 0) << c.describe();
+    tp_comm_ops ops = {};
+    ops.gather_bytes = fake_gather;
+    tp_comm comm = {&ops, 0, 2, nullptr};
+    tr_layouts l;
+    char err[800] = "";
+    ASSERT_EQ(tr_layouts_load(&l, sched.c_str(), &comm, err, sizeof err), 0) << err;
+    std::vector<float> r0 = seeded_region(l.ranks[0]), r1 = seeded_region(l.ranks[1]);
+    g_rank1_bytes = r1.data();
+    float **full = nullptr;
+    ASSERT_EQ(tr_gather_region(&comm, &l, r0.data(), l.ranks[0].weight_elems, &full, err, sizeof err), 0) << err;
+    const tr_schedule &s = l.ranks[0];
+    int seen_dims[3] = {0, 0, 0};
+    for (int i = 0; i < s.nweights; i++) {
+        const tr_weight &w = s.weights[i];
+        seen_dims[w.dim + 1]++;
+        tp_weight_slice whole = {w.name, 0, {w.logical[0], w.logical[1]}, {0, 0}, -1, 0, 0, w.rank};
+        std::vector<float> expect(size_t(tp_weight_slice_numel(&whole)));
+        tp_weight_init_seeded(&whole, 7, expect.data());
+        EXPECT_EQ(std::vector<float>(full[i], full[i] + expect.size()), expect) << w.name;
+        EXPECT_EQ(tr_weight_replicas(&w, 2), w.dim < 0 ? 2 : 1) << w.name;
+    }
+    EXPECT_EQ(s.weights[0].shape[0], 192);     // the padding was there, and is gone
+    EXPECT_EQ(s.weights[0].logical[0], 128);
+    EXPECT_GT(seen_dims[0], 0);
+    EXPECT_GT(seen_dims[1], 0);
+    EXPECT_GT(seen_dims[2], 0);
+    tr_full_free(full, s.nweights);
+    tr_layouts_free(&l);
 }
 
 }  // namespace
