@@ -63,7 +63,12 @@ static const char usage[] =
     "  --max-grad-norm C    clip the global gradient norm to C (default 1.0; 0: no clipping)\n"
     "  --log-json FILE      {\"steps\": [{\"step\", \"loss\", \"lr\", \"grad_norm\", \"seconds\"}...]}\n"
     "  --grads-out FILE     the first step's full gradients (before clipping) as safetensors,\n"
-    "                       under the checkpoint's names\n";
+    "                       under the checkpoint's names\n"
+    "  --save DIR           after the last step, a Hugging Face checkpoint (model.safetensors,\n"
+    "                       config.json from --weights DIR) with optimizer.safetensors and\n"
+    "                       trainer_state.json, written atomically\n"
+    "  --resume DIR         weights, optimizer state and step count from a --save directory;\n"
+    "                       training goes on to --steps, the data from where it stopped\n";
 
 enum { OPT_WEIGHTS = 256, OPT_SEED, OPT_TOKENS, OPT_LABELS, OPT_OUT, OPT_COMPARE, OPT_TOL, OPT_PROFILE,
        OPT_PROFILE_JSON, OPT_TRACE, OPT_THREADS, OPT_BACKEND, OPT_VERSION, OPT_TRAIN };
@@ -82,6 +87,7 @@ static int parse_args(tr_options *o, int argc, char **argv)
         {"schedule", required_argument, 0, OPT_TRAIN}, {"weight-decay", required_argument, 0, OPT_TRAIN},
         {"decay-all", no_argument, 0, OPT_TRAIN}, {"max-grad-norm", required_argument, 0, OPT_TRAIN},
         {"log-json", required_argument, 0, OPT_TRAIN}, {"grads-out", required_argument, 0, OPT_TRAIN},
+        {"save", required_argument, 0, OPT_TRAIN}, {"resume", required_argument, 0, OPT_TRAIN},
         {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
     };
@@ -153,6 +159,12 @@ static int parse_args(tr_options *o, int argc, char **argv)
         return -1;
     }
     o->schedule = argv[optind];
+    if (o->train.resume && o->weights) {
+        fprintf(stderr, "tprun: --resume DIR loads the weights from DIR; drop --weights\n");
+        return -1;
+    }
+    if (o->train.resume)
+        o->weights = o->train.resume;
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #include "runtime/io/npy.h"
 #include "runtime/exec/run.h"
 #include "runtime/io/weights.h"
+#include "runtime/train/gather.h"
 #include "runtime/train/train.h"
 #include "util/xalloc.h"
 
@@ -44,25 +45,6 @@ static bool rank0(const job *j) { return j->comm->rank == 0; }
 
 /* ---- weights ------------------------------------------------------------ */
 
-/* Segment k of the rank's slice of w (the whole tensor when replicated). */
-static tp_weight_slice slice_of(const job *j, const tr_weight *w, int k)
-{
-    tp_weight_slice s = {0};
-    s.name = w->name;
-    s.rank = j->comm->rank;
-    s.ndim = w->rank;
-    for (int d = 0; d < w->rank; d++) {
-        s.shape[d] = w->shape[d];
-        s.logical[d] = w->logical[d];
-    }
-    s.dim = w->dim;
-    if (w->nsegments) {
-        s.offset = w->offset[k];
-        s.length = w->length[k];
-    }
-    return s;
-}
-
 static void progress(const job *j, int done, int total)
 {
     if (!rank0(j) || j->o->quiet || !isatty(STDERR_FILENO))
@@ -86,7 +68,7 @@ static int load_weights(job *j)
         float *dst = host + w->region_offset;
         /* a packed weight's segments are row ranges (dim 0), held one after another */
         for (int k = 0; k < (w->nsegments ? w->nsegments : 1); k++) {
-            tp_weight_slice ws = slice_of(j, w, k);
+            tp_weight_slice ws = tr_weight_slice(w, j->comm->rank, k);
             int64_t n = j->ckpt ? (tp_checkpoint_read(j->ckpt, &ws, dst, why, sizeof why) ? -1 : tp_weight_slice_numel(&ws))
                                 : tp_weight_init_seeded(&ws, j->o->seed, dst);
             if (n < 0) {
@@ -460,7 +442,8 @@ static int options_match_training(job *j)
 {
     const tr_options *o = j->o;
     if (!j->s.grads) {
-        if (o->train.steps || o->train.data || o->train.log_json || o->train.grads_out)
+        if (o->train.steps || o->train.data || o->train.log_json || o->train.grads_out || o->train.save ||
+            o->train.resume)
             return fail(j, "%s is a forward schedule: --data, --steps and the other training options go with a "
                         "schedule compiled with tpcc PLAN --train -o FILE.sched", o->schedule);
         return 0;

@@ -1,6 +1,7 @@
 /* safetensors_write.c: see safetensors_write.h. */
 #include "runtime/io/safetensors_write.h"
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "util/atomic_write.h"
@@ -96,6 +97,72 @@ int tp_safetensors_write(const char *path, const tp_st_tensor *tensors, int n, c
     int rc = tp_write_file_atomic(path, pieces, n + 2, err, errlen);
     free(pieces);
     free(header);
+    free(order);
+    return rc;
+}
+
+static int64_t tensor_bytes(const tp_st_tensor *t) { return numel(t) * 4; }
+
+static int write_index(const char *dir, const tp_st_tensor **order, const int *file_of, int n, int nfiles,
+                       int64_t total, char *err, size_t errlen)
+{
+    json_t *map = json_object();
+    for (int i = 0; i < n; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", file_of[i] + 1, nfiles);
+        json_object_set_new(map, order[i]->name, json_string(name));
+    }
+    json_t *root = json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total, "weight_map", map);
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    json_decref(root);
+    if (!text)
+        return tp_error(err, errlen, "cannot encode the checkpoint index (out of memory)");
+    char *path = tp_xasprintf("%s/model.safetensors.index.json", dir);
+    tp_bytes pieces[2] = {{text, strlen(text)}, {"\n", 1}};
+    int rc = tp_write_file_atomic(path, pieces, 2, err, errlen);
+    free(path);
+    free(text);
+    return rc;
+}
+
+int tp_safetensors_write_sharded(const char *dir, const tp_st_tensor *tensors, int n, int64_t shard_bytes, char *err,
+                                 size_t errlen)
+{
+    const tp_st_tensor **order = sorted(tensors, n);
+    int *file_of = tp_xcalloc((size_t)n + 1, sizeof *file_of);
+    int nfiles = n ? 1 : 0;
+    int64_t total = 0, in_file = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t b = tensor_bytes(order[i]);
+        if (in_file > 0 && in_file + b > shard_bytes) {
+            nfiles++;
+            in_file = 0;
+        }
+        file_of[i] = nfiles - 1;
+        in_file += b;
+        total += b;
+    }
+    int rc = 0;
+    if (total <= shard_bytes) {
+        char *path = tp_xasprintf("%s/model.safetensors", dir);
+        rc = tp_safetensors_write(path, tensors, n, err, errlen);
+        free(path);
+    } else {
+        tp_st_tensor *part = tp_xcalloc((size_t)n + 1, sizeof *part);
+        for (int f = 0; f < nfiles && !rc; f++) {
+            int k = 0;
+            for (int i = 0; i < n; i++)
+                if (file_of[i] == f)
+                    part[k++] = *order[i];
+            char *path = tp_xasprintf("%s/model-%05d-of-%05d.safetensors", dir, f + 1, nfiles);
+            rc = tp_safetensors_write(path, part, k, err, errlen);
+            free(path);
+        }
+        free(part);
+        if (!rc)
+            rc = write_index(dir, order, file_of, n, nfiles, total, err, errlen);
+    }
+    free(file_of);
     free(order);
     return rc;
 }

@@ -31,6 +31,15 @@ typedef struct tp_st_tensor {
 int tp_safetensors_write(const char *path, const tp_st_tensor *tensors, int n, char *err, size_t errlen);
 
 
+/* A Hugging Face checkpoint's weights in directory dir, as
+ * save_pretrained writes them: model.safetensors when the tensors' bytes
+ * are at most shard_bytes, else model-0000i-of-0000n.safetensors, each
+ * filled in name order up to shard_bytes (a larger tensor alone), with
+ * model.safetensors.index.json {"metadata": {"total_size": bytes},
+ * "weight_map": {name: file}}. Returns 0 or -1 with a message. */
+int tp_safetensors_write_sharded(const char *dir, const tp_st_tensor *tensors, int n, int64_t shard_bytes, char *err,
+                                 size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,24 @@
 #include "util/errmsg.h"
 #include "util/xalloc.h"
 
+tp_weight_slice tr_weight_slice(const tr_weight *w, int rank, int k)
+{
+    tp_weight_slice s = {0};
+    s.name = w->name;
+    s.rank = rank;
+    s.ndim = w->rank;
+    for (int d = 0; d < w->rank; d++) {
+        s.shape[d] = w->shape[d];
+        s.logical[d] = w->logical[d];
+    }
+    s.dim = w->dim;
+    if (w->nsegments) {
+        s.offset = w->offset[k];
+        s.length = w->length[k];
+    }
+    return s;
+}
+
 int tr_layouts_load(tr_layouts *l, const char *path, const tp_comm *comm, char *err, size_t errlen)
 {
     *l = (tr_layouts){.world = comm->world};

@@ -9,12 +9,18 @@
 #define TPRUN_TRAIN_GATHER_H
 
 #include "runtime/comm/comm.h"
+#include "runtime/io/weights.h"
 #include "sched/load.h"
 
 typedef struct tr_layouts {
     tr_schedule *ranks;     /* rank 0: every rank's schedule; elsewhere NULL */
     int world;
 } tr_layouts;
+
+/* What rank `rank` holds of w as a checkpoint slice: segment k of a packed
+ * weight (dim 0), else its one range, or the whole tensor when replicated.
+ * The name is w's. */
+tp_weight_slice tr_weight_slice(const tr_weight *w, int rank, int k);
 
 /* Returns 0 or -1 with a message. */
 int tr_layouts_load(tr_layouts *l, const char *path, const tp_comm *comm, char *err, size_t errlen);

@@ -42,6 +42,10 @@ int tr_train_option(tr_train_options *t, const char *name, const char *arg, char
         t->log_json = arg;
     else if (!strcmp(name, "grads-out"))
         t->grads_out = arg;
+    else if (!strcmp(name, "save"))
+        t->save = arg;
+    else if (!strcmp(name, "resume"))
+        t->resume = arg;
     else if (!strcmp(name, "decay-all"))
         t->decay_all = true;
     else if (!strcmp(name, "steps"))

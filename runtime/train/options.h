@@ -18,6 +18,7 @@ typedef struct tr_train_options {
     bool decay_all;
     double max_grad_norm;        /* 0: no clipping */
     const char *log_json, *grads_out;
+    const char *save, *resume;   /* Hugging Face checkpoint directories (save.h) */
 } tr_train_options;
 
 /* The defaults: torch.optim.AdamW's lr, transformers' max_grad_norm 1.0,
@@ -26,7 +27,7 @@ tr_train_options tr_train_defaults(void);
 
 /* One training option of tprun's command line, by its long name ("data",
  * "steps", "lr", "warmup", "schedule", "weight-decay", "decay-all",
- * "max-grad-norm", "log-json", "grads-out"), with its argument (NULL for a
+ * "max-grad-norm", "log-json", "grads-out", "save", "resume"), with its argument (NULL for a
  * flag). Returns 0, or -1 with a message saying what the option takes. */
 int tr_train_option(tr_train_options *t, const char *name, const char *arg, char *err, size_t errlen);
 

@@ -8,6 +8,7 @@
 #include "runtime/train/gather.h"
 #include "runtime/train/log.h"
 #include "runtime/train/optim.h"
+#include "runtime/train/save.h"
 #include "runtime/train/tokens.h"
 #include "util/errmsg.h"
 #include "util/xalloc.h"
@@ -22,6 +23,7 @@ typedef struct trainer {
     int64_t per_step;          /* tokens per step: B·S */
     tr_optim optim;
     tr_layouts layouts;        /* for the files gathered on rank 0 */
+    char *config;              /* --save: the config.json it copies */
     tr_train_log log;
 } trainer;
 
@@ -34,7 +36,7 @@ static double now(void)
 
 /* What the schedule and the backend must provide, checked before the data
  * is read. */
-static int check_setup(const trainer *tr, char *err, size_t errlen)
+static int check_setup(trainer *tr, char *err, size_t errlen)
 {
     const tr_schedule *s = tr->s;
     const tp_backend *be = tr->x->be;
@@ -48,7 +50,7 @@ static int check_setup(const trainer *tr, char *err, size_t errlen)
     if (!be->adamw || !be->sum_squares)
         return tp_error(err, errlen, "the %s backend has no optimizer kernels (adamw, sum_squares); train with "
                         "--backend cpu", be->name);
-    return 0;
+    return tr->t->save ? tr_save_check(tr->t->save, tr->o->weights, &tr->config, err, errlen) : 0;
 }
 
 /* The stream, checked to hold every step before step 1. Data parallelism
@@ -64,7 +66,7 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
     return tr_tokens_require(&tr->tokens, tr->t->data, tr->per_step, tr->t->steps, err, errlen);
 }
 
-/* --grads-out: the full gradients of the first step, before clipping,
+/* --grads-out: the full gradients of the first step taken, before clipping,
  * gathered to rank 0 and written under the checkpoint's names. */
 static int write_grads(trainer *tr, char *err, size_t errlen)
 {
@@ -93,7 +95,7 @@ static int write_grads(trainer *tr, char *err, size_t errlen)
 }
 
 /* Step i: the batch, forward and backward, norm, clipping, AdamW. */
-static int step(trainer *tr, int64_t i, tr_step_record *r, char *err, size_t errlen)
+static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err, size_t errlen)
 {
     const tr_schedule *s = tr->s;
     tr_exec *x = tr->x;
@@ -108,7 +110,7 @@ static int step(trainer *tr, int64_t i, tr_step_record *r, char *err, size_t err
     double norm;
     if (tr_optim_grad_norm(&tr->optim, &norm, err, errlen))
         return -1;
-    if (i == 0 && tr->t->grads_out && write_grads(tr, err, errlen))
+    if (first && tr->t->grads_out && write_grads(tr, err, errlen))
         return -1;
     tr_optim_clip(&tr->optim, norm, tr->t->max_grad_norm);
     double lr = tr->t->lr * tr_lr_lambda(tr->t->schedule, i, tr->t->warmup, tr->t->steps);
@@ -119,6 +121,19 @@ static int step(trainer *tr, int64_t i, tr_step_record *r, char *err, size_t err
     return 0;
 }
 
+/* --resume: the moments and the step count; training goes on from the
+ * next step, and so does the data stream. */
+static int resume(trainer *tr, char *err, size_t errlen)
+{
+    if (tr_resume(&tr->optim, tr->t->resume, err, errlen))
+        return -1;
+    if (tr->optim.step >= tr->t->steps)
+        return tp_error(err, errlen, "--resume: %s has taken %lld steps already, --steps %lld asks for no more; "
+                        "--steps counts every step, those before resuming included", tr->t->resume,
+                        (long long)tr->optim.step, (long long)tr->t->steps);
+    return 0;
+}
+
 int tr_train(const tr_options *o, tp_comm *comm, tr_exec *x, int64_t vocab, char *err, size_t errlen)
 {
     trainer tr = {.o = o, .t = &o->train, .comm = comm, .x = x, .s = x->s};
@@ -126,24 +141,30 @@ int tr_train(const tr_options *o, tp_comm *comm, tr_exec *x, int64_t vocab, char
     int rc = check_setup(&tr, err, errlen);
     if (!rc)
         rc = open_data(&tr, vocab, err, errlen);
-    if (!rc && o->train.grads_out)
+    if (!rc && (o->train.grads_out || o->train.save))
         rc = tr_layouts_load(&tr.layouts, o->schedule, comm, err, errlen);
     if (!rc)
         rc = tr_optim_init(&tr.optim, x, err, errlen);
-    for (int64_t i = 0; !rc && i < o->train.steps; i++) {
+    if (!rc && o->train.resume)
+        rc = resume(&tr, err, errlen);
+    int64_t first = tr.optim.step;
+    for (int64_t i = first; !rc && i < o->train.steps; i++) {
         tr_step_record r;
-        rc = step(&tr, i, &r, err, errlen);
+        rc = step(&tr, i, i == first, &r, err, errlen);
         if (rc)
             break;
         tr_log_add(&tr.log, &r);
         if (rank0 && !o->quiet)
             tr_log_print(stdout, tty, &r, o->train.steps, tr.per_step);
     }
+    if (!rc && o->train.save)
+        rc = tr_save(&tr.optim, &tr.layouts, o->train.save, tr.config, o->train.steps, o->train.lr, err, errlen);
     if (!rc && rank0 && o->train.log_json)
         rc = tr_log_write_json(&tr.log, o->train.log_json, err, errlen);
     tr_log_free(&tr.log);
     tr_optim_free(&tr.optim);
     tr_layouts_free(&tr.layouts);
     tr_tokens_free(&tr.tokens);
+    free(tr.config);
     return rc;
 }

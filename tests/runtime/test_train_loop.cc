@@ -22,6 +22,7 @@ extern "C" {
 #include "runtime/train/gather.h"
 #include "runtime/train/lr.h"
 #include "runtime/train/optim.h"
+#include "runtime/train/save.h"
 #include "runtime/train/options.h"
 #include "runtime/train/tokens.h"
 }
@@ -294,6 +295,55 @@ TEST(TrainCli, TrainingOptionsNeedATrainingSchedule)
     EXPECT_TRUE(contains(bad.err, "tprun: --schedule takes cosine or constant, not 'linear'")) << bad.describe();
 }
 
+TEST(SafetensorsWrite, ShardedWithAnIndexAboveTheShardSize)
+{
+    TempDir d;
+    std::vector<float> a(10, 1.5f), b(6, -2.0f), c(3, 4.0f);
+    tp_st_tensor t[3] = {{"b", 1, {6}, b.data()}, {"a", 2, {2, 5}, a.data()}, {"c", 1, {3}, c.data()}};
+    char err[400] = "";
+    // 40 + 24 bytes fit a 64-byte shard, c's 12 go to a second file
+    ASSERT_EQ(tp_safetensors_write_sharded(d.path.c_str(), t, 3, 64, err, sizeof err), 0) << err;
+    std::string index = tpcc_test::slurp(d.path + "/model.safetensors.index.json");
+    EXPECT_TRUE(contains(index, "\"total_size\": 76")) << index;
+    EXPECT_TRUE(contains(index, "\"a\": \"model-00001-of-00002.safetensors\"")) << index;
+    EXPECT_TRUE(contains(index, "\"c\": \"model-00002-of-00002.safetensors\"")) << index;
+    tp_checkpoint *ck;
+    ASSERT_EQ(tp_checkpoint_open(&ck, d.path.c_str(), err, sizeof err), 0) << err;
+    std::vector<float> got(3);
+    tp_weight_slice cs = {"c", 0, {3, 0}, {0, 0}, -1, 0, 0, 1};
+    ASSERT_EQ(tp_checkpoint_read(ck, &cs, got.data(), err, sizeof err), 0) << err;
+    EXPECT_EQ(got, c);
+    tp_checkpoint_close(ck);
+
+    TempDir one;   // at or under the size: one model.safetensors, no index
+    ASSERT_EQ(tp_safetensors_write_sharded(one.path.c_str(), t, 3, 76, err, sizeof err), 0) << err;
+    EXPECT_TRUE(std::ifstream(one.path + "/model.safetensors").good());
+    EXPECT_FALSE(std::ifstream(one.path + "/model.safetensors.index.json").good());
+}
+
+TEST(TrainSave, RefusedBeforeTrainingWithoutAConfigOrOverAFile)
+{
+    TempDir d;
+    char *config = nullptr;
+    char err[600] = "";
+    std::string file = d.write("file", "x");
+    EXPECT_EQ(tr_save_check(file.c_str(), d.path.c_str(), &config, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "exists and is not a directory")) << err;
+    std::string out = d.path + "/out";
+    EXPECT_EQ(tr_save_check(out.c_str(), nullptr, &config, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "pass --weights DIR of a Hugging Face checkpoint")) << err;
+    EXPECT_EQ(tr_save_check(out.c_str(), d.path.c_str(), &config, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "no config.json beside --weights")) << err;
+    std::string cfg = d.write("config.json", "{}");
+    ASSERT_EQ(tr_save_check(out.c_str(), d.path.c_str(), &config, err, sizeof err), 0) << err;
+    EXPECT_EQ(std::string(config), cfg);
+    free(config);
+    // a weights file: the config.json beside it
+    ASSERT_EQ(tr_save_check(out.c_str(), file.c_str(), &config, err, sizeof err), 0) << err;
+    EXPECT_EQ(std::string(config), cfg);
+    free(config);
+}
+
 // A two-rank gather inside one process: rank 0's view, with rank 1's
 // bytes supplied by the test.
 const void *g_rank1_bytes;
@@ -314,8 +364,7 @@ std::vector<float> seeded_region(const tr_schedule &s)
         const tr_weight &w = s.weights[i];
         float *dst = region.data() + w.region_offset;
         for (int k = 0; k < (w.nsegments ? w.nsegments : 1); k++) {
-            tp_weight_slice ws = {w.name, s.rank, {w.shape[0], w.shape[1]}, {w.logical[0], w.logical[1]}, w.dim,
-                                  w.nsegments ? w.offset[k] : 0, w.nsegments ? w.length[k] : 0, w.rank};
+            tp_weight_slice ws = tr_weight_slice(&w, s.rank, k);
             dst += tp_weight_init_seeded(&ws, 7, dst);
         }
     }
