@@ -47,10 +47,31 @@ static const char usage[] =
     "  --backend B          cuda (bf16 or fp32 schedules; one GPU per rank) or cpu (fp32);\n"
     "                       default: cuda when a GPU is usable, else cpu\n"
     "  -q, --quiet          print nothing but errors\n"
-    "  -h, --help, --version\n";
+    "  -h, --help, --version\n"
+    "\n"
+    "Training (a schedule from `tpcc PLAN --train -o FILE.sched`; fp32, CPU backend):\n"
+    "  --data TOKENS        the token stream: a 1-D .npy (int32, int64, uint16, uint32) or an\n"
+    "                       llm.c .bin; step i takes the next batch x seq tokens as input ids\n"
+    "                       and labels (the loss shifts them, as Hugging Face does)\n"
+    "  --steps N            optimizer steps to take\n"
+    "  --lr LR              peak learning rate (default 1e-3)\n"
+    "  --warmup W           linear warm-up steps (default 0)\n"
+    "  --schedule S         cosine (default; transformers' get_cosine_schedule_with_warmup)\n"
+    "                       or constant (after the warm-up)\n"
+    "  --weight-decay WD    AdamW's decoupled weight decay on 2-D weights (default 0.01)\n"
+    "  --decay-all          decay norms and biases too\n"
+    "  --max-grad-norm C    clip the global gradient norm to C (default 1.0; 0: no clipping)\n"
+    "  --log-json FILE      {\"steps\": [{\"step\", \"loss\", \"lr\", \"grad_norm\", \"seconds\"}...]}\n"
+    "  --grads-out FILE     the first step's full gradients (before clipping) as safetensors,\n"
+    "                       under the checkpoint's names\n"
+    "  --save DIR           after the last step, a Hugging Face checkpoint (model.safetensors,\n"
+    "                       config.json from --weights DIR) with optimizer.safetensors and\n"
+    "                       trainer_state.json, written atomically\n"
+    "  --resume DIR         weights, optimizer state and step count from a --save directory;\n"
+    "                       training goes on to --steps, the data from where it stopped\n";
 
 enum { OPT_WEIGHTS = 256, OPT_SEED, OPT_TOKENS, OPT_LABELS, OPT_OUT, OPT_COMPARE, OPT_TOL, OPT_PROFILE,
-       OPT_PROFILE_JSON, OPT_TRACE, OPT_THREADS, OPT_BACKEND, OPT_VERSION };
+       OPT_PROFILE_JSON, OPT_TRACE, OPT_THREADS, OPT_BACKEND, OPT_VERSION, OPT_TRAIN };
 
 static int parse_args(tr_options *o, int argc, char **argv)
 {
@@ -61,13 +82,19 @@ static int parse_args(tr_options *o, int argc, char **argv)
         {"tolerance", required_argument, 0, OPT_TOL}, {"profile", no_argument, 0, OPT_PROFILE},
         {"profile-json", required_argument, 0, OPT_PROFILE_JSON}, {"trace", required_argument, 0, OPT_TRACE},
         {"threads", required_argument, 0, OPT_THREADS}, {"backend", required_argument, 0, OPT_BACKEND},
+        {"data", required_argument, 0, OPT_TRAIN}, {"steps", required_argument, 0, OPT_TRAIN},
+        {"lr", required_argument, 0, OPT_TRAIN}, {"warmup", required_argument, 0, OPT_TRAIN},
+        {"schedule", required_argument, 0, OPT_TRAIN}, {"weight-decay", required_argument, 0, OPT_TRAIN},
+        {"decay-all", no_argument, 0, OPT_TRAIN}, {"max-grad-norm", required_argument, 0, OPT_TRAIN},
+        {"log-json", required_argument, 0, OPT_TRAIN}, {"grads-out", required_argument, 0, OPT_TRAIN},
+        {"save", required_argument, 0, OPT_TRAIN}, {"resume", required_argument, 0, OPT_TRAIN},
         {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
     };
-    int c;
-    char *end;
+    int c, li;
+    char *end, why[300];
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "n:qh", longs, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "n:qh", longs, &li)) != -1) {
         switch (c) {
         case 'n':
             o->launch = (int)strtol(optarg, &end, 10);
@@ -113,6 +140,12 @@ static int parse_args(tr_options *o, int argc, char **argv)
             }
             o->backend = optarg;
             break;
+        case OPT_TRAIN:
+            if (tr_train_option(&o->train, longs[li].name, optarg, why, sizeof why)) {
+                fprintf(stderr, "tprun: %s\n", why);
+                return -1;
+            }
+            break;
         case 'q': o->quiet = true; break;
         case 'h': fputs(usage, stdout); return 1;
         case OPT_VERSION: printf("tprun %s\n", TPCC_VERSION); return 1;
@@ -126,6 +159,12 @@ static int parse_args(tr_options *o, int argc, char **argv)
         return -1;
     }
     o->schedule = argv[optind];
+    if (o->train.resume && o->weights) {
+        fprintf(stderr, "tprun: --resume DIR loads the weights from DIR; drop --weights\n");
+        return -1;
+    }
+    if (o->train.resume)
+        o->weights = o->train.resume;
     return 0;
 }
 
@@ -166,7 +205,7 @@ static bool under_mpi(void)
 int main(int argc, char **argv)
 {
     tp_set_program_name("tprun");
-    tr_options o = {0};
+    tr_options o = {.train = tr_train_defaults()};
     o.threads = 1;
     o.tolerance = 1e-4;
     int r = parse_args(&o, argc, argv);

@@ -198,6 +198,9 @@ void tr_exec_read_buf(tr_exec *x, int b, void *dst)
     free(h);
 }
 
+float *tr_exec_buf(const tr_exec *x, int b) { return fbuf(x, b); }
+float *tr_exec_weight(const tr_exec *x, int w) { return weight(x, w); }
+
 void tr_exec_write_weights(tr_exec *x, const float *host)
 {
     upload(x, x->weights, host, x->s->weight_elems, x->be->dtype);

@@ -51,6 +51,11 @@ void tr_exec_read_buf(tr_exec *x, int b, void *dst);
  * out by region_offset), converted to the backend's dtype. */
 void tr_exec_write_weights(tr_exec *x, const float *host);
 
+/* Where buffer b and weight w's slice live in backend memory, for the
+ * optimizer, which updates weights from the gradient buffers in place. */
+float *tr_exec_buf(const tr_exec *x, int b);
+float *tr_exec_weight(const tr_exec *x, int w);
+
 /* Run every op once. On failure the message names the rank, the op, its
  * module and plan entry. */
 int tr_exec_run(tr_exec *x, char *err, size_t errlen);

@@ -10,6 +10,8 @@
 #include "runtime/io/npy.h"
 #include "runtime/exec/run.h"
 #include "runtime/io/weights.h"
+#include "runtime/train/gather.h"
+#include "runtime/train/train.h"
 #include "util/xalloc.h"
 
 typedef struct job {
@@ -43,25 +45,6 @@ static bool rank0(const job *j) { return j->comm->rank == 0; }
 
 /* ---- weights ------------------------------------------------------------ */
 
-/* Segment k of the rank's slice of w (the whole tensor when replicated). */
-static tp_weight_slice slice_of(const job *j, const tr_weight *w, int k)
-{
-    tp_weight_slice s = {0};
-    s.name = w->name;
-    s.rank = j->comm->rank;
-    s.ndim = w->rank;
-    for (int d = 0; d < w->rank; d++) {
-        s.shape[d] = w->shape[d];
-        s.logical[d] = w->logical[d];
-    }
-    s.dim = w->dim;
-    if (w->nsegments) {
-        s.offset = w->offset[k];
-        s.length = w->length[k];
-    }
-    return s;
-}
-
 static void progress(const job *j, int done, int total)
 {
     if (!rank0(j) || j->o->quiet || !isatty(STDERR_FILENO))
@@ -85,7 +68,7 @@ static int load_weights(job *j)
         float *dst = host + w->region_offset;
         /* a packed weight's segments are row ranges (dim 0), held one after another */
         for (int k = 0; k < (w->nsegments ? w->nsegments : 1); k++) {
-            tp_weight_slice ws = slice_of(j, w, k);
+            tp_weight_slice ws = tr_weight_slice(w, j->comm->rank, k);
             int64_t n = j->ckpt ? (tp_checkpoint_read(j->ckpt, &ws, dst, why, sizeof why) ? -1 : tp_weight_slice_numel(&ws))
                                 : tp_weight_init_seeded(&ws, j->o->seed, dst);
             if (n < 0) {
@@ -453,6 +436,26 @@ static int report(job *j)
     return rc;
 }
 
+/* A training schedule takes --data and --steps and nothing of a forward
+ * run's inputs and outputs; a forward schedule takes no training option. */
+static int options_match_training(job *j)
+{
+    const tr_options *o = j->o;
+    if (!j->s.grads) {
+        if (o->train.steps || o->train.data || o->train.log_json || o->train.grads_out || o->train.save ||
+            o->train.resume)
+            return fail(j, "%s is a forward schedule: --data, --steps and the other training options go with a "
+                        "schedule compiled with tpcc PLAN --train -o FILE.sched", o->schedule);
+        return 0;
+    }
+    if (!o->train.steps || !o->train.data)
+        return fail(j, "%s is a training schedule (tpcc --train): give it --data TOKENS and --steps N", o->schedule);
+    if (o->tokens || o->labels || o->out || o->compare || o->profile || o->profile_json || o->trace)
+        return fail(j, "%s is a training schedule: --tokens, --labels, --out, --compare, --profile and --trace go "
+                    "with forward schedules; it reads its batches from --data", o->schedule);
+    return 0;
+}
+
 int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
 {
     job j = {0};
@@ -464,8 +467,8 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
     char why[900];
     if (tr_schedule_load(&j.s, o->schedule, comm->rank, comm->world > 1 ? comm->world : 0, why, sizeof why))
         return fail(&j, "%s", why);
-    int rc = 0;
-    if (comm->world == 1 && j.s.world > 1)
+    int rc = options_match_training(&j);
+    if (!rc && comm->world == 1 && j.s.world > 1)
         rc = fail(&j, "%s is a schedule for %d ranks: run it with tprun -n %d %s", o->schedule, j.s.world, j.s.world,
                   o->schedule);
     const tp_backend *be = tp_backend_cpu();
@@ -480,14 +483,19 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
         j.vocab = vocab_of(&j.s);
         rc = load_weights(&j);
     }
-    if (!rc)
-        rc = read_inputs(&j);
-    if (!rc && tr_exec_run(&j.x, why, sizeof why))
-        rc = fail(&j, "%s", why);
-    if (!rc)
-        rc = outputs(&j);
-    if (!rc)
-        rc = report(&j);
+    if (!rc && j.s.grads) {
+        if (tr_train(o, comm, &j.x, j.vocab, why, sizeof why))
+            rc = fail(&j, "%s", why);
+    } else {
+        if (!rc)
+            rc = read_inputs(&j);
+        if (!rc && tr_exec_run(&j.x, why, sizeof why))
+            rc = fail(&j, "%s", why);
+        if (!rc)
+            rc = outputs(&j);
+        if (!rc)
+            rc = report(&j);
+    }
     if (j.ckpt)
         tp_checkpoint_close(j.ckpt);
     tr_exec_free(&j.x);

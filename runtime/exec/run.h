@@ -1,12 +1,14 @@
 /* run.h: one tprun job on one rank: load the schedule and this rank's
  * weights, read the inputs, run the forward step, and produce the outputs
- * (logits, loss, summary, profile, trace), gathered on rank 0. */
+ * (logits, loss, summary, profile, trace), gathered on rank 0; or, for a
+ * training schedule, hand the loaded weights to the training loop. */
 #ifndef TPRUN_RUN_H
 #define TPRUN_RUN_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include "runtime/comm/comm.h"
+#include "runtime/train/options.h"
 
 typedef struct tr_options {
     const char *schedule;
@@ -20,6 +22,7 @@ typedef struct tr_options {
     const char *profile_json, *trace;
     int threads;
     const char *backend;        /* "cpu" or "cuda" (tprun resolves the default) */
+    tr_train_options train;     /* a training schedule's run (runtime/train/) */
 } tr_options;
 
 /* Returns 0, or an exit status with a message (naming this rank) in err.

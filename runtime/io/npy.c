@@ -348,13 +348,28 @@ done:
     return rc;
 }
 
+/* The integer dtypes token ids come in: NumPy's int32 and int64, and the
+ * uint16 and uint32 that tokenised corpora are stored as (GPT-2's 50257
+ * ids fit uint16; Llama 3's 128256 need uint32). */
+static const struct { const char *descr; size_t size; bool is_signed; } token_dtypes[] = {
+    {"<i4", 4, true}, {"<i8", 8, true}, {"<u2", 2, false}, {"<u4", 4, false},
+};
+
+static int token_dtype(const char *descr)
+{
+    for (int i = 0; i < (int)(sizeof token_dtypes / sizeof token_dtypes[0]); i++)
+        if (!strcmp(descr, token_dtypes[i].descr))
+            return i;
+    return -1;
+}
+
 static size_t check_tokens(const char *path, const hdr *h, char *err, size_t errlen)
 {
-    size_t isz = strcmp(h->descr, "<i4") == 0 ? 4 : strcmp(h->descr, "<i8") == 0 ? 8 : 0;
-    if (!isz) {
+    int t = token_dtype(h->descr);
+    if (t < 0) {
         tp_error(err, errlen,
-             "%s: token ids must be int32 ('<i4') or int64 ('<i8'), but the array has dtype '%s'%s; convert with "
-             "ids.astype(np.int32)",
+             "%s: token ids must be int32 ('<i4'), int64 ('<i8'), uint16 ('<u2') or uint32 ('<u4'), but the array "
+             "has dtype '%s'%s; convert with ids.astype(np.int32)",
              path, h->descr, dtype_hint(h->descr));
         return 0;
     }
@@ -364,7 +379,7 @@ static size_t check_tokens(const char *path, const hdr *h, char *err, size_t err
         tp_error(err, errlen, "%s: token ids must be 1-D [seq] or 2-D [batch, seq], but the array has shape %s", path, sh);
         return 0;
     }
-    return isz;
+    return token_dtypes[t].size;
 }
 
 int tp_npy_read_tokens(const char *path, int32_t **out, int64_t shape[2], int *ndim, char *err, size_t errlen)
@@ -376,20 +391,21 @@ int tp_npy_read_tokens(const char *path, int32_t **out, int64_t shape[2], int *n
     if (npy_load(path, check_tokens, &h, &raw, &count, &isz, err, errlen) != 0)
         return -1;
     int32_t *ids = tp_xmalloc(count ? count * 4 : 4);
-    if (isz == 4) {
-        memcpy(ids, raw, count * 4);
-    } else {
-        for (size_t i = 0; i < count; i++) {
-            int64_t v;
-            memcpy(&v, (char *)raw + 8 * i, 8);
-            if (v < INT32_MIN || v > INT32_MAX) {
-                tp_error(err, errlen, "%s: token id %" PRId64 " at flat index %zu does not fit in int32", path, v, i);
-                free(ids);
-                free(raw);
-                return -1;
-            }
-            ids[i] = (int32_t)v;
+    bool is_signed = token_dtypes[token_dtype(h.descr)].is_signed;
+    for (size_t i = 0; i < count; i++) {
+        const unsigned char *p = (const unsigned char *)raw + isz * i;
+        uint64_t u = 0;
+        for (size_t b = 0; b < isz; b++)        /* little-endian, whatever the host */
+            u |= (uint64_t)p[b] << (8 * b);
+        int64_t v = is_signed && isz == 4 ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
+        if (v < INT32_MIN || v > INT32_MAX) {
+            tp_error(err, errlen, "%s: token id %" PRId64 "%s at flat index %zu does not fit in int32", path, v,
+                     is_signed ? "" : " (unsigned)", i);
+            free(ids);
+            free(raw);
+            return -1;
         }
+        ids[i] = (int32_t)v;
     }
     free(raw);
     *out = ids;

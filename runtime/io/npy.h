@@ -11,7 +11,7 @@
  *
  * Reading accepts versions 1.0, 2.0 and 3.0 and C order (Fortran order
  * only where it is the same bytes: at most one dimension above 1). Token
- * ids: dtype '<i4' or '<i8' (int64 values must fit in int32), 1-D [n] or
+ * ids: dtype '<i4', '<i8', '<u2' or '<u4' (values must fit in int32), 1-D [n] or
  * 2-D [batch, seq]. Float arrays: '<f4' or '<f8'. Big-endian and other
  * dtypes are rejected, like everything else, with a message naming the file
  * and the problem. The reader checks the file size against the shape

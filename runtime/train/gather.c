@@ -1,0 +1,118 @@
+/* gather.c: see gather.h. */
+#include "runtime/train/gather.h"
+#include <stdlib.h>
+#include <string.h>
+#include "util/errmsg.h"
+#include "util/xalloc.h"
+
+tp_weight_slice tr_weight_slice(const tr_weight *w, int rank, int k)
+{
+    tp_weight_slice s = {0};
+    s.name = w->name;
+    s.rank = rank;
+    s.ndim = w->rank;
+    for (int d = 0; d < w->rank; d++) {
+        s.shape[d] = w->shape[d];
+        s.logical[d] = w->logical[d];
+    }
+    s.dim = w->dim;
+    if (w->nsegments) {
+        s.offset = w->offset[k];
+        s.length = w->length[k];
+    }
+    return s;
+}
+
+int tr_layouts_load(tr_layouts *l, const char *path, const tp_comm *comm, char *err, size_t errlen)
+{
+    *l = (tr_layouts){.world = comm->world};
+    if (comm->rank != 0)
+        return 0;
+    l->ranks = tp_xcalloc((size_t)comm->world, sizeof *l->ranks);
+    for (int r = 0; r < comm->world; r++)
+        if (tr_schedule_load(&l->ranks[r], path, r, comm->world > 1 ? comm->world : 0, err, errlen)) {
+            l->world = r;           /* the ones loaded */
+            tr_layouts_free(l);
+            return -1;
+        }
+    for (int r = 1; r < comm->world; r++)
+        if (l->ranks[r].weight_elems != l->ranks[0].weight_elems || l->ranks[r].nweights != l->ranks[0].nweights) {
+            tr_layouts_free(l);
+            return tp_error(err, errlen, "%s: rank %d's weight region differs in size from rank 0's; gathering needs "
+                            "equal slices (recompile the schedule)", path, r);
+        }
+    return 0;
+}
+
+void tr_layouts_free(tr_layouts *l)
+{
+    for (int r = 0; l->ranks && r < l->world; r++)
+        tr_schedule_free(&l->ranks[r]);
+    free(l->ranks);
+    *l = (tr_layouts){0};
+}
+
+/* Rows and columns of w seen as a matrix (a vector is one column). */
+static int64_t cols_of(const tr_weight *w) { return w->rank == 2 ? w->shape[1] : 1; }
+
+/* Copies one rank's slice `src` of w into the padded tensor `full`. */
+static void place(const tr_weight *w, const float *src, float *full)
+{
+    int64_t cols = cols_of(w);
+    if (w->dim < 0) {
+        memcpy(full, src, (size_t)w->local_elems * sizeof *src);
+    } else if (w->dim == 0) {
+        for (int k = 0; k < w->nsegments; k++) {
+            memcpy(full + w->offset[k] * cols, src, (size_t)(w->length[k] * cols) * sizeof *src);
+            src += w->length[k] * cols;
+        }
+    } else {
+        for (int64_t r = 0; r < w->shape[0]; r++)
+            memcpy(full + r * cols + w->offset[0], src + r * w->length[0], (size_t)w->length[0] * sizeof *src);
+    }
+}
+
+/* The logical tensor: the padded one without its padding rows and columns. */
+static float *unpad(const tr_weight *w, const float *padded)
+{
+    int64_t rows = w->logical[0], cols = w->rank == 2 ? w->logical[1] : 1;
+    float *out = tp_xmalloc((size_t)(rows * cols) * sizeof *out + 1);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(out + r * cols, padded + r * cols_of(w), (size_t)cols * sizeof *out);
+    return out;
+}
+
+int tr_gather_region(tp_comm *comm, const tr_layouts *l, const float *mine, int64_t elems, float ***full, char *err,
+                     size_t errlen)
+{
+    *full = NULL;
+    float *all = comm->rank == 0 ? tp_xmalloc((size_t)(elems * comm->world) * sizeof *all + 1) : NULL;
+    if (comm->ops->gather_bytes(comm, all, mine, (size_t)elems * sizeof *mine, err, errlen)) {
+        free(all);
+        return -1;
+    }
+    if (comm->rank != 0)
+        return 0;
+    const tr_schedule *s0 = &l->ranks[0];
+    float **out = tp_xcalloc((size_t)s0->nweights + 1, sizeof *out);
+    for (int i = 0; i < s0->nweights; i++) {
+        const tr_weight *w0 = &s0->weights[i];
+        float *padded = tp_xcalloc((size_t)(w0->shape[0] * cols_of(w0)) + 1, sizeof *padded);
+        for (int r = 0; r < l->world; r++) {
+            const tr_weight *w = &l->ranks[r].weights[i];
+            place(w, all + (size_t)r * (size_t)elems + w->region_offset, padded);
+        }
+        out[i] = unpad(w0, padded);
+        free(padded);
+    }
+    free(all);
+    *full = out;
+    return 0;
+}
+
+void tr_full_free(float **full, int n)
+{
+    for (int i = 0; full && i < n; i++)
+        free(full[i]);
+    free(full);
+}

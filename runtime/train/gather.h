@@ -1,0 +1,37 @@
+/* gather.h: full tensors on rank 0 from every rank's slices, for the files
+ * a training run writes (--grads-out, --save): gradients, weights and
+ * optimizer state are each held in a region laid out like the rank's
+ * weight region (weight i at region_offset, its slice's segments one after
+ * another). Rank 0 loads the schedule once per rank to know where each
+ * rank's slice goes (the layout docs/schedule.md describes), places every
+ * slice into the padded global tensor, and drops the vocabulary padding. */
+#ifndef TPRUN_TRAIN_GATHER_H
+#define TPRUN_TRAIN_GATHER_H
+
+#include "runtime/comm/comm.h"
+#include "runtime/io/weights.h"
+#include "sched/load.h"
+
+typedef struct tr_layouts {
+    tr_schedule *ranks;     /* rank 0: every rank's schedule; elsewhere NULL */
+    int world;
+} tr_layouts;
+
+/* What rank `rank` holds of w as a checkpoint slice: segment k of a packed
+ * weight (dim 0), else its one range, or the whole tensor when replicated.
+ * The name is w's. */
+tp_weight_slice tr_weight_slice(const tr_weight *w, int rank, int k);
+
+/* Returns 0 or -1 with a message. */
+int tr_layouts_load(tr_layouts *l, const char *path, const tp_comm *comm, char *err, size_t errlen);
+void tr_layouts_free(tr_layouts *l);
+
+/* Collective: every rank passes its region (weight_elems floats, host
+ * memory). On rank 0 *full receives one malloc'ed tensor per weight in its
+ * logical (checkpoint) shape, row-major (free with tr_full_free); NULL
+ * elsewhere. Returns 0 or -1 with a message. */
+int tr_gather_region(tp_comm *comm, const tr_layouts *l, const float *mine, int64_t elems, float ***full, char *err,
+                     size_t errlen);
+void tr_full_free(float **full, int n);
+
+#endif /* TPRUN_TRAIN_GATHER_H */

@@ -1,0 +1,57 @@
+/* log.c: see log.h. */
+#include "runtime/train/log.h"
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "util/atomic_write.h"
+#include "util/errmsg.h"
+#include "util/xalloc.h"
+
+void tr_log_add(tr_train_log *log, const tr_step_record *r)
+{
+    if (log->n == log->cap) {
+        log->cap = log->cap ? 2 * log->cap : 64;
+        log->steps = tp_xrealloc(log->steps, (size_t)log->cap * sizeof *log->steps);
+    }
+    log->steps[log->n++] = *r;
+}
+
+void tr_log_free(tr_train_log *log)
+{
+    free(log->steps);
+    *log = (tr_train_log){0};
+}
+
+void tr_log_print(FILE *f, bool tty, const tr_step_record *r, int64_t total, int64_t tokens)
+{
+    fprintf(f, "%sstep %lld/%lld  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s  %.1f ms%s", tty ? "\r" : "",
+            (long long)r->step, (long long)total, r->loss, r->lr, r->grad_norm,
+            r->seconds > 0 ? (double)tokens / r->seconds : 0, r->seconds * 1e3,
+            tty && r->step < total ? "\033[K" : "\n");
+    fflush(f);
+}
+
+/* JSON has no NaN or infinity: a diverged step's values are null. */
+static json_t *number(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+int tr_log_write_json(const tr_train_log *log, const char *path, char *err, size_t errlen)
+{
+    json_t *steps = json_array();
+    for (int64_t i = 0; i < log->n; i++) {
+        const tr_step_record *r = &log->steps[i];
+        json_array_append_new(steps, json_pack("{s:I, s:o, s:o, s:o, s:o}", "step", (json_int_t)r->step, "loss",
+                                               number(r->loss), "lr", number(r->lr), "grad_norm", number(r->grad_norm),
+                                               "seconds", number(r->seconds)));
+    }
+    json_t *root = json_pack("{s:o}", "steps", steps);
+    char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
+    json_decref(root);
+    if (!text)
+        return tp_error(err, errlen, "--log-json: cannot encode the record (out of memory)");
+    size_t len = strlen(text);
+    tp_bytes pieces[2] = {{text, len}, {"\n", 1}};
+    int rc = tp_write_file_atomic(path, pieces, 2, err, errlen);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,34 @@
+/* log.h: what a training run reports per step: one line on rank 0
+ *   step 3/100  loss 4.1234  lr 1.00e-03  grad_norm 1.234  12345 tok/s  45.6 ms
+ * (rewritten in place on a terminal, one line each otherwise), and the
+ * --log-json record, written at the end:
+ *   {"steps": [{"step": 1, "loss": .., "lr": .., "grad_norm": .., "seconds": ..}, ...]} */
+#ifndef TPRUN_TRAIN_LOG_H
+#define TPRUN_TRAIN_LOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct tr_step_record {
+    int64_t step;          /* from 1 */
+    double loss, lr, grad_norm, seconds;
+} tr_step_record;
+
+typedef struct tr_train_log {
+    tr_step_record *steps;
+    int64_t n, cap;
+} tr_train_log;
+
+void tr_log_add(tr_train_log *log, const tr_step_record *r);
+void tr_log_free(tr_train_log *log);
+
+/* The step's line on f; `tty` rewrites one progress line (the last step
+ * ends it). */
+void tr_log_print(FILE *f, bool tty, const tr_step_record *r, int64_t total, int64_t tokens);
+
+/* Writes the record atomically. Returns 0 or -1 with a message. */
+int tr_log_write_json(const tr_train_log *log, const char *path, char *err, size_t errlen);
+
+#endif /* TPRUN_TRAIN_LOG_H */

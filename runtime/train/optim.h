@@ -1,0 +1,44 @@
+/* optim.h: the optimizer step after a training schedule's backward: the
+ * global gradient norm, clipping, and AdamW, on the gradient buffers and
+ * the weight region in backend memory, as torch does it:
+ *   norm = sqrt(sum over every parameter of sum(g^2))     (clip_grad_norm_)
+ *   g *= max_norm / (norm + 1e-6)   when that factor is below 1
+ *   AdamW(lr, betas (0.9, 0.999), eps 1e-8, weight_decay) per parameter.
+ *
+ * Across ranks each parameter counts once: a rank adds its slice of a
+ * sharded weight, and a weight held whole (replicated) or by several ranks
+ * (replicated kv heads) is counted on the first rank of each group holding
+ * the same slice only; the sum is then all-reduced. */
+#ifndef TPRUN_TRAIN_OPTIM_H
+#define TPRUN_TRAIN_OPTIM_H
+
+#include <stdbool.h>
+#include "runtime/exec/exec.h"
+
+typedef struct tr_optim {
+    tr_exec *x;
+    float *m, *v;          /* backend memory: exp_avg, exp_avg_sq, laid out like the weight region (fp32) */
+    float *sum;            /* backend memory: the 2-float all-reduce of the squared norm */
+    int64_t step;          /* AdamW steps taken */
+} tr_optim;
+
+/* Allocates the zeroed moments. Returns 0 or -1 with a message. */
+int tr_optim_init(tr_optim *o, tr_exec *x, char *err, size_t errlen);
+void tr_optim_free(tr_optim *o);
+
+/* How many ranks hold the same slice of weight w (1 for a plain shard, the
+ * world for a replicated weight). */
+int tr_weight_replicas(const tr_weight *w, int world);
+
+/* The global L2 norm of the gradients. Returns 0 or -1 with a message. */
+int tr_optim_grad_norm(tr_optim *o, double *norm, char *err, size_t errlen);
+
+/* Scales the gradients as clip_grad_norm_(max_norm) does, given their
+ * norm; max_norm 0 leaves them. */
+void tr_optim_clip(tr_optim *o, double norm, double max_norm);
+
+/* One AdamW step at learning rate lr; weight decay wd on weights of rank
+ * >= 2 (norms and biases get none) or on all with decay_all. */
+void tr_optim_adamw(tr_optim *o, double lr, double wd, bool decay_all);
+
+#endif /* TPRUN_TRAIN_OPTIM_H */

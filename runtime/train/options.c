@@ -1,0 +1,68 @@
+/* options.c: see options.h. */
+#include "runtime/train/options.h"
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "util/errmsg.h"
+
+tr_train_options tr_train_defaults(void)
+{
+    return (tr_train_options){.lr = 1e-3, .schedule = TR_LR_COSINE, .weight_decay = 0.01, .max_grad_norm = 1.0};
+}
+
+static int number(const char *name, const char *arg, double *out, char *err, size_t errlen)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end);
+    if (errno || end == arg || *end || !isfinite(v) || v < 0)
+        return tp_error(err, errlen, "--%s takes a non-negative number, not '%s'", name, arg);
+    *out = v;
+    return 0;
+}
+
+static int count(const char *name, const char *arg, int64_t min, int64_t *out, char *err, size_t errlen)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(arg, &end, 10);
+    if (errno || end == arg || *end || v < min)
+        return tp_error(err, errlen, "--%s takes a whole number of steps of at least %lld, not '%s'", name,
+                        (long long)min, arg);
+    *out = v;
+    return 0;
+}
+
+int tr_train_option(tr_train_options *t, const char *name, const char *arg, char *err, size_t errlen)
+{
+    if (!strcmp(name, "data"))
+        t->data = arg;
+    else if (!strcmp(name, "log-json"))
+        t->log_json = arg;
+    else if (!strcmp(name, "grads-out"))
+        t->grads_out = arg;
+    else if (!strcmp(name, "save"))
+        t->save = arg;
+    else if (!strcmp(name, "resume"))
+        t->resume = arg;
+    else if (!strcmp(name, "decay-all"))
+        t->decay_all = true;
+    else if (!strcmp(name, "steps"))
+        return count(name, arg, 1, &t->steps, err, errlen);
+    else if (!strcmp(name, "warmup"))
+        return count(name, arg, 0, &t->warmup, err, errlen);
+    else if (!strcmp(name, "lr"))
+        return number(name, arg, &t->lr, err, errlen);
+    else if (!strcmp(name, "weight-decay"))
+        return number(name, arg, &t->weight_decay, err, errlen);
+    else if (!strcmp(name, "max-grad-norm"))
+        return number(name, arg, &t->max_grad_norm, err, errlen);
+    else if (!strcmp(name, "schedule")) {
+        if (strcmp(arg, "cosine") && strcmp(arg, "constant"))
+            return tp_error(err, errlen, "--schedule takes cosine or constant, not '%s'", arg);
+        t->schedule = !strcmp(arg, "cosine") ? TR_LR_COSINE : TR_LR_CONSTANT;
+    } else
+        return tp_error(err, errlen, "--%s is not a training option", name);
+    return 0;
+}

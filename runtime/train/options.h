@@ -1,0 +1,34 @@
+/* options.h: what tprun's command line says about training (tprun
+ * --help lists them with their defaults). */
+#ifndef TPRUN_TRAIN_OPTIONS_H
+#define TPRUN_TRAIN_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "runtime/train/lr.h"
+
+typedef struct tr_train_options {
+    const char *data;            /* --data: the token stream */
+    int64_t steps;               /* --steps: 0 when not training */
+    double lr;                   /* peak learning rate */
+    int64_t warmup;
+    tr_lr_schedule schedule;
+    double weight_decay;         /* for weights of rank >= 2, or all with decay_all */
+    bool decay_all;
+    double max_grad_norm;        /* 0: no clipping */
+    const char *log_json, *grads_out;
+    const char *save, *resume;   /* Hugging Face checkpoint directories (save.h) */
+} tr_train_options;
+
+/* The defaults: torch.optim.AdamW's lr, transformers' max_grad_norm 1.0,
+ * weight decay 0.01, cosine with no warm-up; no training. */
+tr_train_options tr_train_defaults(void);
+
+/* One training option of tprun's command line, by its long name ("data",
+ * "steps", "lr", "warmup", "schedule", "weight-decay", "decay-all",
+ * "max-grad-norm", "log-json", "grads-out", "save", "resume"), with its argument (NULL for a
+ * flag). Returns 0, or -1 with a message saying what the option takes. */
+int tr_train_option(tr_train_options *t, const char *name, const char *arg, char *err, size_t errlen);
+
+#endif /* TPRUN_TRAIN_OPTIONS_H */

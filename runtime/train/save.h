@@ -1,0 +1,37 @@
+/* save.h: --save DIR and --resume DIR.
+ *
+ * --save writes, after the last step, a Hugging Face checkpoint that
+ * transformers' from_pretrained and tprun's --weights read:
+ *   model.safetensors            the full weights, float32, checkpoint names
+ *                                and shapes (sharded with an index above 2 GiB)
+ *   config.json                  the --weights checkpoint's, unchanged
+ *   optimizer.safetensors        AdamW's moments, full: NAME.exp_avg, NAME.exp_avg_sq
+ *   trainer_state.json           {"step": steps taken, "max_steps": --steps,
+ *                                 "learning_rate": --lr}
+ * into DIR.tmp.XXXXXX, renamed to DIR at the end (an existing directory
+ * DIR is replaced; anything else there is refused before training).
+ * --resume DIR loads the weights from DIR (it is a --weights), and the
+ * moments and the step count from these files. */
+#ifndef TPRUN_TRAIN_SAVE_H
+#define TPRUN_TRAIN_SAVE_H
+
+#include "runtime/train/gather.h"
+#include "runtime/train/optim.h"
+
+#define TR_SAVE_SHARD_BYTES ((int64_t)2 << 30)
+
+/* Before training: the config.json --save copies (weights' directory, or
+ * the directory of a weights file), in *config (malloc'ed), and a DIR that
+ * is not a file. Returns 0 or -1 with a message. */
+int tr_save_check(const char *dir, const char *weights, char **config, char *err, size_t errlen);
+
+/* Collective, after the last step: gathers weights and moments to rank 0,
+ * which writes DIR. Returns 0 or -1 with a message. */
+int tr_save(tr_optim *o, const tr_layouts *l, const char *dir, const char *config, int64_t max_steps, double lr,
+            char *err, size_t errlen);
+
+/* --resume: this rank's slices of the moments into o, and o->step.
+ * Returns 0 or -1 with a message. */
+int tr_resume(tr_optim *o, const char *dir, char *err, size_t errlen);
+
+#endif /* TPRUN_TRAIN_SAVE_H */

@@ -1,0 +1,170 @@
+/* train.c: see train.h. */
+#include "runtime/train/train.h"
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "runtime/io/safetensors_write.h"
+#include "runtime/train/gather.h"
+#include "runtime/train/log.h"
+#include "runtime/train/optim.h"
+#include "runtime/train/save.h"
+#include "runtime/train/tokens.h"
+#include "util/errmsg.h"
+#include "util/xalloc.h"
+
+typedef struct trainer {
+    const tr_options *o;
+    const tr_train_options *t;
+    tp_comm *comm;
+    tr_exec *x;
+    const tr_schedule *s;
+    tr_tokens tokens;
+    int64_t per_step;          /* tokens per step: B·S */
+    tr_optim optim;
+    tr_layouts layouts;        /* for the files gathered on rank 0 */
+    char *config;              /* --save: the config.json it copies */
+    tr_train_log log;
+} trainer;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* What the schedule and the backend must provide, checked before the data
+ * is read. */
+static int check_setup(trainer *tr, char *err, size_t errlen)
+{
+    const tr_schedule *s = tr->s;
+    const tp_backend *be = tr->x->be;
+    if (s->dtype != TP_F32)
+        return tp_error(err, errlen, "%s is a %s schedule: training keeps fp32 weights and optimizer state, which a "
+                        "%s schedule does not hold yet; compile it with tpcc --train --dtype fp32", tr->o->schedule,
+                        tp_dtype_name(s->dtype), tp_dtype_name(s->dtype));
+    if (s->loss < 0 || s->labels < 0 || s->input_ids < 0)
+        return tp_error(err, errlen, "%s has no loss over input ids and labels to train on; its model must return "
+                        "cross_entropy(logits, labels)", tr->o->schedule);
+    if (!be->adamw || !be->sum_squares)
+        return tp_error(err, errlen, "the %s backend has no optimizer kernels (adamw, sum_squares); train with "
+                        "--backend cpu", be->name);
+    return tr->t->save ? tr_save_check(tr->t->save, tr->o->weights, &tr->config, err, errlen) : 0;
+}
+
+/* The stream, checked to hold every step before step 1. Data parallelism
+ * will go here: with dp groups, step i of group g reads tokens
+ * [(i·dp + g)·B·S, (i·dp + g + 1)·B·S), so the groups see disjoint slices
+ * of each global batch; today every rank is one tp group reading the
+ * whole batch. */
+static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
+{
+    tr->per_step = tr_buf_elems(&tr->s->bufs[tr->s->input_ids]);
+    if (tr_tokens_open(&tr->tokens, tr->t->data, vocab, err, errlen))
+        return -1;
+    return tr_tokens_require(&tr->tokens, tr->t->data, tr->per_step, tr->t->steps, err, errlen);
+}
+
+/* --grads-out: the full gradients of the first step taken, before clipping,
+ * gathered to rank 0 and written under the checkpoint's names. */
+static int write_grads(trainer *tr, char *err, size_t errlen)
+{
+    const tr_schedule *s = tr->s;
+    float *mine = tp_xmalloc((size_t)s->weight_elems * sizeof *mine + 1);
+    for (int i = 0; i < s->nweights; i++)
+        tr_exec_read_buf(tr->x, s->grads[i], mine + s->weights[i].region_offset);
+    float **full;
+    int rc = tr_gather_region(tr->comm, &tr->layouts, mine, s->weight_elems, &full, err, errlen);
+    free(mine);
+    if (rc || !full)
+        return rc;
+    tp_st_tensor *t = tp_xcalloc((size_t)s->nweights + 1, sizeof *t);
+    for (int i = 0; i < s->nweights; i++) {
+        const tr_weight *w = &s->weights[i];
+        t[i] = (tp_st_tensor){.name = w->name, .ndim = w->rank, .data = full[i]};
+        memcpy(t[i].shape, w->logical, sizeof w->logical);
+    }
+    char why[600];
+    rc = tp_safetensors_write(tr->t->grads_out, t, s->nweights, why, sizeof why);
+    if (rc)
+        tp_error(err, errlen, "--grads-out: %s", why);
+    free(t);
+    tr_full_free(full, s->nweights);
+    return rc;
+}
+
+/* Step i: the batch, forward and backward, norm, clipping, AdamW. */
+static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err, size_t errlen)
+{
+    const tr_schedule *s = tr->s;
+    tr_exec *x = tr->x;
+    double t0 = now();
+    const int32_t *ids = tr->tokens.ids + i * tr->per_step;
+    tr_exec_write_buf(x, s->input_ids, ids);
+    tr_exec_write_buf(x, s->labels, ids);
+    if (tr_exec_run(x, err, errlen))
+        return -1;
+    float loss;
+    tr_exec_read_buf(x, s->loss, &loss);
+    double norm;
+    if (tr_optim_grad_norm(&tr->optim, &norm, err, errlen))
+        return -1;
+    if (first && tr->t->grads_out && write_grads(tr, err, errlen))
+        return -1;
+    tr_optim_clip(&tr->optim, norm, tr->t->max_grad_norm);
+    double lr = tr->t->lr * tr_lr_lambda(tr->t->schedule, i, tr->t->warmup, tr->t->steps);
+    tr_optim_adamw(&tr->optim, lr, tr->t->weight_decay, tr->t->decay_all);
+    if (x->be->synchronize)
+        x->be->synchronize();
+    *r = (tr_step_record){.step = i + 1, .loss = loss, .lr = lr, .grad_norm = norm, .seconds = now() - t0};
+    return 0;
+}
+
+/* --resume: the moments and the step count; training goes on from the
+ * next step, and so does the data stream. */
+static int resume(trainer *tr, char *err, size_t errlen)
+{
+    if (tr_resume(&tr->optim, tr->t->resume, err, errlen))
+        return -1;
+    if (tr->optim.step >= tr->t->steps)
+        return tp_error(err, errlen, "--resume: %s has taken %lld steps already, --steps %lld asks for no more; "
+                        "--steps counts every step, those before resuming included", tr->t->resume,
+                        (long long)tr->optim.step, (long long)tr->t->steps);
+    return 0;
+}
+
+int tr_train(const tr_options *o, tp_comm *comm, tr_exec *x, int64_t vocab, char *err, size_t errlen)
+{
+    trainer tr = {.o = o, .t = &o->train, .comm = comm, .x = x, .s = x->s};
+    bool rank0 = comm->rank == 0, tty = isatty(STDOUT_FILENO);
+    int rc = check_setup(&tr, err, errlen);
+    if (!rc)
+        rc = open_data(&tr, vocab, err, errlen);
+    if (!rc && (o->train.grads_out || o->train.save))
+        rc = tr_layouts_load(&tr.layouts, o->schedule, comm, err, errlen);
+    if (!rc)
+        rc = tr_optim_init(&tr.optim, x, err, errlen);
+    if (!rc && o->train.resume)
+        rc = resume(&tr, err, errlen);
+    int64_t first = tr.optim.step;
+    for (int64_t i = first; !rc && i < o->train.steps; i++) {
+        tr_step_record r;
+        rc = step(&tr, i, i == first, &r, err, errlen);
+        if (rc)
+            break;
+        tr_log_add(&tr.log, &r);
+        if (rank0 && !o->quiet)
+            tr_log_print(stdout, tty, &r, o->train.steps, tr.per_step);
+    }
+    if (!rc && o->train.save)
+        rc = tr_save(&tr.optim, &tr.layouts, o->train.save, tr.config, o->train.steps, o->train.lr, err, errlen);
+    if (!rc && rank0 && o->train.log_json)
+        rc = tr_log_write_json(&tr.log, o->train.log_json, err, errlen);
+    tr_log_free(&tr.log);
+    tr_optim_free(&tr.optim);
+    tr_layouts_free(&tr.layouts);
+    tr_tokens_free(&tr.tokens);
+    free(tr.config);
+    return rc;
+}

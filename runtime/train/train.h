@@ -1,0 +1,22 @@
+/* train.h: tprun's training loop, for a schedule compiled with tpcc
+ * --train (a forward with a loss, the backward, and every weight's
+ * gradient in outputs.grads).
+ *
+ * Step i (from 0) reads tokens [i·B·S, (i+1)·B·S) of the stream as the
+ * input ids [B, S] of the schedule's input buffer, and the same ids as the
+ * labels (the loss shifts them, as Hugging Face's does); runs the forward
+ * and the backward; takes the global gradient norm, clips, and applies
+ * AdamW at the learning rate of step i (lr.h). The recipe is the one of
+ * torch.optim.AdamW + torch.nn.utils.clip_grad_norm_ +
+ * transformers.get_cosine_schedule_with_warmup. */
+#ifndef TPRUN_TRAIN_TRAIN_H
+#define TPRUN_TRAIN_TRAIN_H
+
+#include "runtime/exec/exec.h"
+#include "runtime/exec/run.h"
+
+/* Trains o->train.steps steps on the loaded weights (x's weight region).
+ * Returns 0, or -1 with a message in err. */
+int tr_train(const tr_options *o, tp_comm *comm, tr_exec *x, int64_t vocab, char *err, size_t errlen);
+
+#endif /* TPRUN_TRAIN_TRAIN_H */

@@ -1,0 +1,415 @@
+// The training loop's parts that need no training schedule:
+// runtime/train/tokens.c (the token stream: .npy of four integer dtypes,
+// llm.c's .bin of both kinds, every way they can be wrong),
+// runtime/train/lr.c (against values worked out by hand from
+// transformers' get_cosine_schedule_with_warmup and
+// get_constant_schedule_with_warmup), runtime/train/options.c, and
+// runtime/io/safetensors_write.c (round trip through the checkpoint
+// reader, and the header's layout byte by byte).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/process.h"
+extern "C" {
+#include "runtime/io/safetensors_write.h"
+#include "runtime/io/weights.h"
+#include "runtime/train/gather.h"
+#include "runtime/train/lr.h"
+#include "runtime/train/optim.h"
+#include "runtime/train/save.h"
+#include "runtime/train/options.h"
+#include "runtime/train/tokens.h"
+}
+
+namespace {
+
+using tpcc_test::contains;
+using tpcc_test::TempDir;
+
+template <typename T> std::string raw(const std::vector<T> &v)
+{
+    return std::string(reinterpret_cast<const char *>(v.data()), v.size() * sizeof(T));
+}
+
+// A version 1.0 .npy of a 1-D (or given) shape, header padded as NumPy pads it.
+std::string npy(const std::string &descr, const std::string &data, const std::string &shape)
+{
+    std::string h = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+    while ((10 + h.size() + 1) % 64)
+        h += ' ';
+    h += '\n';
+    std::string out = "\x93NUMPY";
+    out += '\x01';
+    out += '\x00';
+    out += char(h.size() & 0xff);
+    out += char(h.size() >> 8);
+    return out + h + data;
+}
+
+// llm.c's write_datafile: 256 int32 of header, then the tokens.
+template <typename T> std::string llmc(int32_t magic, int32_t version, const std::vector<T> &toks, int32_t count = -1)
+{
+    std::vector<int32_t> header(256, 0);
+    header[0] = magic;
+    header[1] = version;
+    header[2] = count < 0 ? int32_t(toks.size()) : count;
+    return raw(header) + raw(toks);
+}
+
+struct Opened {
+    int rc;
+    std::vector<int32_t> ids;
+    std::string err;
+};
+
+Opened open_tokens(const std::string &path, int64_t vocab)
+{
+    tr_tokens t;
+    char err[800] = "";
+    Opened o{tr_tokens_open(&t, path.c_str(), vocab, err, sizeof err), {}, err};
+    if (o.rc == 0) {
+        o.ids.assign(t.ids, t.ids + t.count);
+        tr_tokens_free(&t);
+    }
+    return o;
+}
+
+const std::vector<int32_t> kIds = {5, 0, 127, 3, 64, 1};
+
+TEST(TrainTokens, NpyOfEveryIntegerDtype)
+{
+    TempDir d;
+    std::vector<int64_t> i8(kIds.begin(), kIds.end());
+    std::vector<uint16_t> u2(kIds.begin(), kIds.end());
+    std::vector<uint32_t> u4(kIds.begin(), kIds.end());
+    for (auto [name, bytes] : std::vector<std::pair<std::string, std::string>>{
+             {"i4.npy", npy("<i4", raw(kIds), "(6,)")}, {"i8.npy", npy("<i8", raw(i8), "(6,)")},
+             {"u2.npy", npy("<u2", raw(u2), "(6,)")}, {"u4.npy", npy("<u4", raw(u4), "(6,)")}}) {
+        Opened o = open_tokens(d.write(name, bytes), 128);
+        ASSERT_EQ(o.rc, 0) << name << ": " << o.err;
+        EXPECT_EQ(o.ids, kIds) << name;
+    }
+}
+
+TEST(TrainTokens, LlmcBinOfBothKinds)
+{
+    TempDir d;
+    std::vector<uint16_t> u2(kIds.begin(), kIds.end());
+    std::vector<uint32_t> u4(kIds.begin(), kIds.end());
+    u4[2] = 70000;          // beyond uint16: the llama-3 kind's reason to exist
+    Opened gpt2 = open_tokens(d.write("gpt2.bin", llmc(20240520, 1, u2)), 128);
+    ASSERT_EQ(gpt2.rc, 0) << gpt2.err;
+    EXPECT_EQ(gpt2.ids, kIds);
+    Opened llama = open_tokens(d.write("llama3.bin", llmc(20240801, 7, u4)), 128256);
+    ASSERT_EQ(llama.rc, 0) << llama.err;
+    EXPECT_EQ(llama.ids[2], 70000);
+    EXPECT_EQ(llama.ids[5], 1);
+}
+
+TEST(TrainTokens, EveryFaultIsAnErrorNamingTheFile)
+{
+    TempDir d;
+    std::vector<uint16_t> u2(kIds.begin(), kIds.end());
+    struct Case {
+        std::string name, bytes, expect;
+    };
+    std::vector<Case> cases = {
+        {"magic.bin", llmc(20240326, 1, u2), "not an llm.c token file (magic 20240326"},
+        {"version.bin", llmc(20240520, 2, u2), "not an llm.c token file"},
+        {"short.bin", llmc(20240520, 1, u2, 7), "the header says 7 tokens (14 bytes after the header), the file holds 12"},
+        {"long.bin", llmc(20240520, 1, u2, 5), "the header says 5 tokens"},
+        {"header.bin", std::string(100, '\0'), "shorter than llm.c's 1024-byte header"},
+        {"vocab.npy", npy("<i4", raw(kIds), "(6,)"), "token 2 is 127, outside the model's vocabulary [0, 100)"},
+        {"neg.npy", npy("<i4", raw(std::vector<int32_t>{1, -1}), "(2,)"), "token 1 is -1, outside"},
+        {"two_d.npy", npy("<i4", raw(kIds), "(2, 3)"), "a token stream is a 1-D array, this one is [2, 3]"},
+        {"float.npy", npy("<f4", raw(std::vector<float>{1, 2}), "(2,)"), "token ids must be int32"},
+        {"big.npy", npy("<u4", raw(std::vector<uint32_t>{3000000000u}), "(1,)"), "does not fit in int32"},
+    };
+    for (const Case &c : cases) {
+        std::string path = d.write(c.name, c.bytes);
+        Opened o = open_tokens(path, 100);
+        EXPECT_EQ(o.rc, -1) << c.name;
+        EXPECT_TRUE(contains(o.err, c.expect)) << c.name << ": " << o.err;
+        EXPECT_TRUE(contains(o.err, path)) << c.name << ": " << o.err;
+    }
+    Opened missing = open_tokens(d.path + "/none.bin", 100);
+    EXPECT_EQ(missing.rc, -1);
+    EXPECT_TRUE(contains(missing.err, "cannot open")) << missing.err;
+}
+
+TEST(TrainTokens, AStreamTooShortSaysHowManyStepsItHolds)
+{
+    tr_tokens t = {};
+    std::vector<int32_t> ids(100, 1);
+    t.ids = ids.data();
+    t.count = 100;
+    char err[400] = "";
+    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 32, 3, err, sizeof err), 0);
+    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 32, 4, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "c.bin: its 100 tokens hold 3 steps of 32 (batch x seq), --steps asks for 4")) << err;
+}
+
+// transformers.get_cosine_schedule_with_warmup(opt, W, N) and
+// get_constant_schedule_with_warmup(opt, W): the factor LambdaLR gives
+// step i, worked out by hand for W = 4, N = 20.
+TEST(TrainLr, CosineAndConstantWithWarmupAsTransformers)
+{
+    const double pi = 3.14159265358979323846;
+    struct Row {
+        int64_t i;
+        double cosine, constant;
+    } rows[] = {
+        {0, 0.0, 0.0},
+        {1, 0.25, 0.25},
+        {3, 0.75, 0.75},
+        {4, 1.0, 1.0},                                        // progress 0
+        {8, 0.5 * (1 + std::cos(pi * 4.0 / 16.0)), 1.0},      // progress 1/4: 0.853553...
+        {12, 0.5, 1.0},                                       // progress 1/2
+        {19, 0.5 * (1 + std::cos(pi * 15.0 / 16.0)), 1.0},    // 0.009607...
+        {20, 0.0, 1.0},
+        // past the end transformers' cosine rises again (max(0, .) clamps
+        // negatives only); tprun never asks for a step beyond N
+        {30, 0.5 * (1 + std::cos(pi * 26.0 / 16.0)), 1.0},
+    };
+    for (const Row &r : rows) {
+        EXPECT_NEAR(tr_lr_lambda(TR_LR_COSINE, r.i, 4, 20), r.cosine, 1e-15) << "step " << r.i;
+        EXPECT_NEAR(tr_lr_lambda(TR_LR_CONSTANT, r.i, 4, 20), r.constant, 1e-15) << "step " << r.i;
+    }
+    EXPECT_NEAR(tr_lr_lambda(TR_LR_COSINE, 8, 4, 20), 0.8535533905932737, 1e-15);
+    // no warm-up: the first step at the full rate; max(1, N - W) for one step
+    EXPECT_EQ(tr_lr_lambda(TR_LR_COSINE, 0, 0, 10), 1.0);
+    EXPECT_EQ(tr_lr_lambda(TR_LR_COSINE, 0, 0, 1), 1.0);
+    EXPECT_NEAR(tr_lr_lambda(TR_LR_COSINE, 5, 0, 10), 0.5, 1e-15);
+}
+
+TEST(TrainOptions, ParsedAndRefused)
+{
+    tr_train_options t = tr_train_defaults();
+    EXPECT_EQ(t.lr, 1e-3);
+    EXPECT_EQ(t.weight_decay, 0.01);
+    EXPECT_EQ(t.max_grad_norm, 1.0);
+    EXPECT_EQ(t.schedule, TR_LR_COSINE);
+    char err[300];
+    EXPECT_EQ(tr_train_option(&t, "steps", "20", err, sizeof err), 0);
+    EXPECT_EQ(tr_train_option(&t, "lr", "3e-4", err, sizeof err), 0);
+    EXPECT_EQ(tr_train_option(&t, "schedule", "constant", err, sizeof err), 0);
+    EXPECT_EQ(tr_train_option(&t, "max-grad-norm", "0", err, sizeof err), 0);
+    EXPECT_EQ(tr_train_option(&t, "decay-all", nullptr, err, sizeof err), 0);
+    EXPECT_EQ(t.steps, 20);
+    EXPECT_EQ(t.lr, 3e-4);
+    EXPECT_EQ(t.schedule, TR_LR_CONSTANT);
+    EXPECT_EQ(t.max_grad_norm, 0.0);
+    EXPECT_TRUE(t.decay_all);
+    struct Bad {
+        const char *name, *arg, *expect;
+    } bad[] = {
+        {"steps", "0", "--steps takes a whole number of steps of at least 1, not '0'"},
+        {"steps", "3x", "not '3x'"},
+        {"warmup", "-1", "--warmup takes"},
+        {"lr", "-1e-3", "--lr takes a non-negative number"},
+        {"lr", "nan", "--lr takes"},
+        {"schedule", "linear", "--schedule takes cosine or constant, not 'linear'"},
+    };
+    for (const Bad &b : bad) {
+        EXPECT_EQ(tr_train_option(&t, b.name, b.arg, err, sizeof err), -1) << b.name << " " << b.arg;
+        EXPECT_TRUE(contains(err, b.expect)) << err;
+    }
+}
+
+TEST(SafetensorsWrite, RoundTripsThroughTheCheckpointReader)
+{
+    TempDir d;
+    std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {-0.5f, 0.25f, 1e-30f}, empty;
+    // given out of order: the file holds them sorted
+    tp_st_tensor t[3] = {{"z.weight", 2, {2, 3}, a.data()}, {"a.bias", 1, {3}, b.data()},
+                         {"m.empty", 2, {0, 4}, empty.data()}};
+    std::string path = d.path + "/g.safetensors";
+    char err[400] = "";
+    ASSERT_EQ(tp_safetensors_write(path.c_str(), t, 3, err, sizeof err), 0) << err;
+
+    std::string bytes = tpcc_test::slurp(path);
+    uint64_t hlen = 0;
+    std::memcpy(&hlen, bytes.data(), 8);
+    EXPECT_EQ(hlen % 8, 0u);
+    std::string header = bytes.substr(8, hlen);
+    EXPECT_EQ(header.rfind("{\"__metadata__\":{\"format\":\"pt\"},\"a.bias\":{\"data_offsets\":[0,12],"
+                           "\"dtype\":\"F32\",\"shape\":[3]},\"m.empty\":{\"data_offsets\":[12,12],",
+                           0),
+              0u)
+        << header;
+    EXPECT_EQ(bytes.size(), 8 + hlen + 36);
+
+    tp_checkpoint *c;
+    ASSERT_EQ(tp_checkpoint_open(&c, path.c_str(), err, sizeof err), 0) << err;
+    EXPECT_EQ(tp_checkpoint_num_tensors(c), 3u);
+    std::vector<float> got(6);
+    tp_weight_slice whole = {"z.weight", 0, {2, 3}, {0, 0}, -1, 0, 0, 2};
+    ASSERT_EQ(tp_checkpoint_read(c, &whole, got.data(), err, sizeof err), 0) << err;
+    EXPECT_EQ(got, a);
+    tp_weight_slice bias = {"a.bias", 0, {3, 0}, {0, 0}, -1, 0, 0, 1};
+    ASSERT_EQ(tp_checkpoint_read(c, &bias, got.data(), err, sizeof err), 0) << err;
+    EXPECT_EQ(std::vector<float>(got.begin(), got.begin() + 3), b);
+    const char *dtype;
+    int ndim;
+    int64_t shape[8];
+    ASSERT_EQ(tp_checkpoint_tensor_info(c, "m.empty", &dtype, &ndim, shape), 0);
+    EXPECT_STREQ(dtype, "F32");
+    EXPECT_EQ(ndim, 2);
+    EXPECT_EQ(shape[1], 4);
+    tp_checkpoint_close(c);
+}
+
+TEST(SafetensorsWrite, DuplicateNamesAreRefusedAndNothingIsWritten)
+{
+    TempDir d;
+    std::vector<float> a = {1};
+    tp_st_tensor t[2] = {{"w", 1, {1}, a.data()}, {"w", 1, {1}, a.data()}};
+    std::string path = d.path + "/dup.safetensors";
+    char err[400] = "";
+    EXPECT_EQ(tp_safetensors_write(path.c_str(), t, 2, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "tensor 'w': the name is taken twice")) << err;
+    EXPECT_FALSE(std::ifstream(path).good());
+}
+
+const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+
+TEST(TrainCli, TrainingOptionsNeedATrainingSchedule)
+{
+    TempDir d;
+    std::string sched = d.path + "/fwd.sched";
+    tpcc_test::Proc c = tpcc_test::run_tpcc({std::string(TPCC_SOURCE_DIR) + "/plans/llama-tiny.plan", "-o", sched});
+    ASSERT_EQ(c.code(), 0) << c.describe();
+    std::string data = d.write("t.npy", npy("<i4", raw(kIds), "(6,)"));
+    tpcc_test::Proc r = tpcc_test::run_program(kTprun, {sched, "--data", data, "--steps", "2"});
+    EXPECT_NE(r.code(), 0);
+    EXPECT_TRUE(contains(r.err, "is a forward schedule: --data, --steps and the other training options go with a "
+                                "schedule compiled with tpcc PLAN --train")) << r.describe();
+    tpcc_test::Proc bad = tpcc_test::run_program(kTprun, {sched, "--schedule", "linear"});
+    EXPECT_EQ(bad.code(), 2);
+    EXPECT_TRUE(contains(bad.err, "tprun: --schedule takes cosine or constant, not 'linear'")) << bad.describe();
+}
+
+TEST(SafetensorsWrite, ShardedWithAnIndexAboveTheShardSize)
+{
+    TempDir d;
+    std::vector<float> a(10, 1.5f), b(6, -2.0f), c(3, 4.0f);
+    tp_st_tensor t[3] = {{"b", 1, {6}, b.data()}, {"a", 2, {2, 5}, a.data()}, {"c", 1, {3}, c.data()}};
+    char err[400] = "";
+    // 40 + 24 bytes fit a 64-byte shard, c's 12 go to a second file
+    ASSERT_EQ(tp_safetensors_write_sharded(d.path.c_str(), t, 3, 64, err, sizeof err), 0) << err;
+    std::string index = tpcc_test::slurp(d.path + "/model.safetensors.index.json");
+    EXPECT_TRUE(contains(index, "\"total_size\": 76")) << index;
+    EXPECT_TRUE(contains(index, "\"a\": \"model-00001-of-00002.safetensors\"")) << index;
+    EXPECT_TRUE(contains(index, "\"c\": \"model-00002-of-00002.safetensors\"")) << index;
+    tp_checkpoint *ck;
+    ASSERT_EQ(tp_checkpoint_open(&ck, d.path.c_str(), err, sizeof err), 0) << err;
+    std::vector<float> got(3);
+    tp_weight_slice cs = {"c", 0, {3, 0}, {0, 0}, -1, 0, 0, 1};
+    ASSERT_EQ(tp_checkpoint_read(ck, &cs, got.data(), err, sizeof err), 0) << err;
+    EXPECT_EQ(got, c);
+    tp_checkpoint_close(ck);
+
+    TempDir one;   // at or under the size: one model.safetensors, no index
+    ASSERT_EQ(tp_safetensors_write_sharded(one.path.c_str(), t, 3, 76, err, sizeof err), 0) << err;
+    EXPECT_TRUE(std::ifstream(one.path + "/model.safetensors").good());
+    EXPECT_FALSE(std::ifstream(one.path + "/model.safetensors.index.json").good());
+}
+
+TEST(TrainSave, RefusedBeforeTrainingWithoutAConfigOrOverAFile)
+{
+    TempDir d;
+    char *config = nullptr;
+    char err[600] = "";
+    std::string file = d.write("file", "x");
+    EXPECT_EQ(tr_save_check(file.c_str(), d.path.c_str(), &config, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "exists and is not a directory")) << err;
+    std::string out = d.path + "/out";
+    EXPECT_EQ(tr_save_check(out.c_str(), nullptr, &config, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "pass --weights DIR of a Hugging Face checkpoint")) << err;
+    EXPECT_EQ(tr_save_check(out.c_str(), d.path.c_str(), &config, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "no config.json beside --weights")) << err;
+    std::string cfg = d.write("config.json", "{}");
+    ASSERT_EQ(tr_save_check(out.c_str(), d.path.c_str(), &config, err, sizeof err), 0) << err;
+    EXPECT_EQ(std::string(config), cfg);
+    free(config);
+    // a weights file: the config.json beside it
+    ASSERT_EQ(tr_save_check(out.c_str(), file.c_str(), &config, err, sizeof err), 0) << err;
+    EXPECT_EQ(std::string(config), cfg);
+    free(config);
+}
+
+// A two-rank gather inside one process: rank 0's view, with rank 1's
+// bytes supplied by the test.
+const void *g_rank1_bytes;
+
+int fake_gather(tp_comm *, void *out, const void *in, size_t bytes, char *, size_t)
+{
+    std::memcpy(out, in, bytes);
+    std::memcpy(static_cast<char *>(out) + bytes, g_rank1_bytes, bytes);
+    return 0;
+}
+
+// Each rank's region filled with its seeded slices (tp_weight_init_seeded:
+// any slice equals the same region of the full tensor, padding zero).
+std::vector<float> seeded_region(const tr_schedule &s)
+{
+    std::vector<float> region(size_t(s.weight_elems));
+    for (int i = 0; i < s.nweights; i++) {
+        const tr_weight &w = s.weights[i];
+        float *dst = region.data() + w.region_offset;
+        for (int k = 0; k < (w.nsegments ? w.nsegments : 1); k++) {
+            tp_weight_slice ws = tr_weight_slice(&w, s.rank, k);
+            dst += tp_weight_init_seeded(&ws, 7, dst);
+        }
+    }
+    return region;
+}
+
+// tp 2 under llama-sp: rows (dim 0) and columns (dim 1) shards, replicated
+// norms, and the vocabulary padded from 128 to 192 rows.
+TEST(TrainGather, SlicesOfEveryKindMakeTheFullLogicalTensors)
+{
+    TempDir d;
+    std::string dir = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama/";
+    std::string sched = d.path + "/t.sched";
+    tpcc_test::Proc c = tpcc_test::run_tpcc({std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan", "--hf-config",
+                                             dir + "config.json", "-D", "tp=2", "-D", "seq=16", "-D", "batch=2", "-D",
+                                             "vocab_multiple=96", "--train", "-o", sched});
+    ASSERT_EQ(c.code(), 0) << c.describe();
+    tp_comm_ops ops = {};
+    ops.gather_bytes = fake_gather;
+    tp_comm comm = {&ops, 0, 2, nullptr};
+    tr_layouts l;
+    char err[800] = "";
+    ASSERT_EQ(tr_layouts_load(&l, sched.c_str(), &comm, err, sizeof err), 0) << err;
+    std::vector<float> r0 = seeded_region(l.ranks[0]), r1 = seeded_region(l.ranks[1]);
+    g_rank1_bytes = r1.data();
+    float **full = nullptr;
+    ASSERT_EQ(tr_gather_region(&comm, &l, r0.data(), l.ranks[0].weight_elems, &full, err, sizeof err), 0) << err;
+    const tr_schedule &s = l.ranks[0];
+    int seen_dims[3] = {0, 0, 0};
+    for (int i = 0; i < s.nweights; i++) {
+        const tr_weight &w = s.weights[i];
+        seen_dims[w.dim + 1]++;
+        tp_weight_slice whole = {w.name, 0, {w.logical[0], w.logical[1]}, {0, 0}, -1, 0, 0, w.rank};
+        std::vector<float> expect(size_t(tp_weight_slice_numel(&whole)));
+        tp_weight_init_seeded(&whole, 7, expect.data());
+        EXPECT_EQ(std::vector<float>(full[i], full[i] + expect.size()), expect) << w.name;
+        EXPECT_EQ(tr_weight_replicas(&w, 2), w.dim < 0 ? 2 : 1) << w.name;
+    }
+    EXPECT_EQ(s.weights[0].shape[0], 192);     // the padding was there, and is gone
+    EXPECT_EQ(s.weights[0].logical[0], 128);
+    EXPECT_GT(seen_dims[0], 0);
+    EXPECT_GT(seen_dims[1], 0);
+    EXPECT_GT(seen_dims[2], 0);
+    tr_full_free(full, s.nweights);
+    tr_layouts_free(&l);
+}
+
+}  // namespace

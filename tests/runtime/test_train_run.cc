@@ -1,0 +1,213 @@
+// tprun training end to end on the transformers fixtures of
+// tests/fixtures/train/ (tools/train_fixtures.py): each step's loss, rate
+// and gradient norm against torch.optim.AdamW + clip_grad_norm_ +
+// get_cosine_schedule_with_warmup, the first step's gathered gradients
+// against PyTorch autograd, the same at tp 1 and 2, and a loss that goes
+// down over 20 steps of an llm.c token file.
+#include <gtest/gtest.h>
+
+#include <jansson.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tests/support/process.h"
+extern "C" {
+#include "runtime/backends/backend.h"
+#include "runtime/io/weights.h"
+#include "sched/load.h"
+}
+
+namespace {
+
+using tpcc_test::contains;
+using tpcc_test::Proc;
+using tpcc_test::TempDir;
+
+const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/";
+
+// The CPU backend's backward and optimizer kernels land separately from
+// the loop; until then there is nothing to run.
+#define REQUIRE_TRAINING_KERNELS()                                                                    \
+    do {                                                                                              \
+        if (!tp_backend_cpu()->adamw || !tp_backend_cpu()->cross_entropy_grad)                        \
+            GTEST_SKIP() << "the CPU backend has no training kernels (adamw, the backward) yet";      \
+    } while (0)
+
+std::string compile(const TempDir &d, const std::string &fixture, int tp)
+{
+    std::string sched = d.path + "/" + fixture + "-tp" + std::to_string(tp) + ".sched";
+    Proc c = tpcc_test::run_tpcc({std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan", "--hf-config",
+                                  kFixtures + fixture + "/config.json", "-D", "tp=" + std::to_string(tp), "-D", "seq=16",
+                                  "-D", "batch=2", "-D", "vocab_multiple=1", "--train", "-o", sched});
+    EXPECT_EQ(c.code(), 0) << c.describe();
+    return sched;
+}
+
+Proc train(const std::string &sched, int tp, const std::vector<std::string> &extra)
+{
+    std::vector<std::string> args = {"-n", std::to_string(tp), sched};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return tpcc_test::run_program(kTprun, args, {}, 300);
+}
+
+// The file's tensors under the schedule's weight names, in logical shape.
+std::vector<std::vector<float>> read_all(const std::string &file, const std::string &sched)
+{
+    tr_schedule s;
+    char err[800] = "";
+    std::vector<std::vector<float>> out;
+    EXPECT_EQ(tr_schedule_load(&s, sched.c_str(), 0, 0, err, sizeof err), 0) << err;
+    tp_checkpoint *c;
+    EXPECT_EQ(tp_checkpoint_open(&c, file.c_str(), err, sizeof err), 0) << err;
+    for (int i = 0; i < s.nweights; i++) {
+        const tr_weight &w = s.weights[i];
+        tp_weight_slice whole = {w.name, 0, {w.logical[0], w.logical[1]}, {0, 0}, -1, 0, 0, w.rank};
+        std::vector<float> v(size_t(tp_weight_slice_numel(&whole)));
+        EXPECT_EQ(tp_checkpoint_read(c, &whole, v.data(), err, sizeof err), 0) << w.name << ": " << err;
+        out.push_back(v);
+    }
+    EXPECT_EQ(tp_checkpoint_num_tensors(c), size_t(s.nweights));
+    tp_checkpoint_close(c);
+    tr_schedule_free(&s);
+    return out;
+}
+
+// Largest max|a - b| / max|b| over the tensors: each difference against
+// its tensor's scale (gradients span orders of magnitude within a tensor).
+double worst_relative(const std::vector<std::vector<float>> &a, const std::vector<std::vector<float>> &b)
+{
+    double worst = 0;
+    for (size_t t = 0; t < a.size() && t < b.size(); t++) {
+        double diff = 0, scale = 0;
+        for (size_t i = 0; i < a[t].size() && i < b[t].size(); i++) {
+            diff = std::max(diff, std::fabs(double(a[t][i]) - b[t][i]));
+            scale = std::max(scale, std::fabs(double(b[t][i])));
+        }
+        worst = std::max(worst, scale > 0 ? diff / scale : diff);
+    }
+    return worst;
+}
+
+double num(json_t *step, const char *key) { return json_number_value(json_object_get(step, key)); }
+
+// transformers' and torch's five steps (train.json) at tp 1 and 2.
+TEST(TrainRun, MatchesPyTorchStepByStepAtTp1And2)
+{
+    REQUIRE_TRAINING_KERNELS();
+    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
+    TempDir d;
+    std::string dir = kFixtures + "llama/";
+    json_error_t e;
+    json_t *ref = json_load_file((dir + "train.json").c_str(), 0, &e);
+    ASSERT_TRUE(ref) << e.text;
+    std::vector<std::vector<std::vector<float>>> grads;
+    for (int tp : {1, 2}) {
+        std::string sched = compile(d, "llama", tp), log = d.path + "/log.json",
+                    g = d.path + "/g" + std::to_string(tp) + ".safetensors";
+        Proc r = train(sched, tp, {"--weights", dir, "--data", dir + "tokens.npy", "--steps", "5", "--warmup", "2",
+                                   "--log-json", log, "--grads-out", g, "-q"});
+        ASSERT_EQ(r.code(), 0) << r.describe();
+        EXPECT_EQ(r.out, "");     // -q
+        json_t *got = json_load_file(log.c_str(), 0, &e);
+        ASSERT_TRUE(got) << e.text;
+        json_t *steps = json_object_get(got, "steps"), *want = json_object_get(ref, "steps");
+        ASSERT_EQ(json_array_size(steps), 5u);
+        for (size_t i = 0; i < 5; i++) {
+            json_t *s = json_array_get(steps, i), *w = json_array_get(want, i);
+            EXPECT_EQ(json_integer_value(json_object_get(s, "step")), json_integer_value(json_object_get(w, "step")));
+            // fp32 sums in another order than torch's: 1e-5 relative on the loss, 1e-4 on the norm
+            EXPECT_NEAR(num(s, "loss"), num(w, "loss"), 1e-5 * num(w, "loss")) << "tp " << tp << " step " << i + 1;
+            EXPECT_NEAR(num(s, "grad_norm"), num(w, "grad_norm"), 1e-4 * num(w, "grad_norm")) << "step " << i + 1;
+            EXPECT_DOUBLE_EQ(num(s, "lr"), num(w, "lr")) << "step " << i + 1;
+            EXPECT_GT(num(s, "seconds"), 0);
+        }
+        json_decref(got);
+        grads.push_back(read_all(g, sched));
+        EXPECT_LT(worst_relative(grads.back(), read_all(dir + "grads.safetensors", sched)), 1e-4) << "tp " << tp;
+    }
+    EXPECT_LT(worst_relative(grads[1], grads[0]), 1e-4);
+    json_decref(ref);
+}
+
+double worst_absolute(const std::vector<std::vector<float>> &a, const std::vector<std::vector<float>> &b)
+{
+    double worst = 0;
+    for (size_t t = 0; t < a.size() && t < b.size(); t++)
+        for (size_t i = 0; i < a[t].size() && i < b[t].size(); i++)
+            worst = std::max(worst, std::fabs(double(a[t][i]) - b[t][i]));
+    return worst;
+}
+
+// --save after five steps holds torch's final weights; three steps saved
+// and resumed to five give the same checkpoint as five in one go.
+TEST(TrainRun, SaveHoldsTorchsWeightsAndResumeContinues)
+{
+    REQUIRE_TRAINING_KERNELS();
+    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
+    TempDir d;
+    std::string dir = kFixtures + "llama/", sched = compile(d, "llama", 2);
+    std::vector<std::string> common = {"--data", dir + "tokens.npy", "--warmup", "2", "-q"};
+    auto run = [&](std::vector<std::string> extra) {
+        extra.insert(extra.end(), common.begin(), common.end());
+        return train(sched, 2, extra);
+    };
+    Proc whole = run({"--weights", dir, "--steps", "5", "--save", d.path + "/five"});
+    ASSERT_EQ(whole.code(), 0) << whole.describe();
+    // each step moves a weight by at most about lr (1e-3): 2e-5 is a
+    // hundredth of the five steps' movement, a wrong update is off by more
+    EXPECT_LT(worst_absolute(read_all(d.path + "/five", sched), read_all(dir + "final.safetensors", sched)), 2e-5);
+    EXPECT_EQ(tpcc_test::slurp(d.path + "/five/config.json"), tpcc_test::slurp(dir + "config.json"));
+    EXPECT_TRUE(contains(tpcc_test::slurp(d.path + "/five/trainer_state.json"), "\"step\": 5"));
+
+    Proc first = run({"--weights", dir, "--steps", "5", "--save", d.path + "/three"});
+    ASSERT_EQ(first.code(), 0) << first.describe();
+    Proc three = run({"--weights", dir, "--steps", "3", "--save", d.path + "/three"});   // replaces the directory
+    ASSERT_EQ(three.code(), 0) << three.describe();
+    EXPECT_TRUE(contains(tpcc_test::slurp(d.path + "/three/trainer_state.json"), "\"step\": 3"));
+    Proc rest = run({"--resume", d.path + "/three", "--steps", "5", "--save", d.path + "/resumed"});
+    ASSERT_EQ(rest.code(), 0) << rest.describe();
+    EXPECT_LT(worst_absolute(read_all(d.path + "/resumed", sched), read_all(d.path + "/five", sched)), 1e-6);
+    Proc done = run({"--resume", d.path + "/five", "--steps", "5"});
+    EXPECT_NE(done.code(), 0);
+    EXPECT_TRUE(contains(done.err, "has taken 5 steps already")) << done.describe();
+}
+
+// 20 steps on one batch repeated, from an llm.c .bin: the loss falls.
+TEST(TrainRun, LossGoesDownOverTwentyStepsOfAnLlmcFile)
+{
+    REQUIRE_TRAINING_KERNELS();
+    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
+    TempDir d;
+    std::vector<int32_t> header(256, 0);
+    std::vector<uint16_t> toks;
+    for (int i = 0; i < 20 * 32; i++)
+        toks.push_back(uint16_t((i % 32) * 7 % 128));
+    header[0] = 20240520;
+    header[1] = 1;
+    header[2] = int32_t(toks.size());
+    std::string bin = d.write("tokens.bin", std::string(reinterpret_cast<char *>(header.data()), 1024) +
+                                                std::string(reinterpret_cast<char *>(toks.data()), toks.size() * 2));
+    std::string sched = compile(d, "llama", 2), log = d.path + "/log.json";
+    Proc r = train(sched, 2, {"--weights", kFixtures + "llama/", "--data", bin, "--steps", "20", "--log-json", log});
+    ASSERT_EQ(r.code(), 0) << r.describe();
+    EXPECT_TRUE(contains(r.out, "step 20/20  loss ")) << r.out;
+    json_error_t e;
+    json_t *got = json_load_file(log.c_str(), 0, &e);
+    ASSERT_TRUE(got) << e.text;
+    json_t *steps = json_object_get(got, "steps");
+    ASSERT_EQ(json_array_size(steps), 20u);
+    double first = num(json_array_get(steps, 0), "loss"), last = num(json_array_get(steps, 19), "loss");
+    EXPECT_LT(last, 0.5 * first) << first << " -> " << last;
+    json_decref(got);
+
+    Proc shortr = train(sched, 2, {"--weights", kFixtures + "llama/", "--data", bin, "--steps", "21"});
+    EXPECT_NE(shortr.code(), 0);
+    EXPECT_TRUE(contains(shortr.err, "its 640 tokens hold 20 steps of 32 (batch x seq), --steps asks for 21"))
+        << shortr.describe();
+}
+
+}  // namespace
