@@ -15,7 +15,6 @@
 
 #include "tests/support/process.h"
 extern "C" {
-#include "runtime/backends/backend.h"
 #include "runtime/io/weights.h"
 #include "sched/load.h"
 }
@@ -28,14 +27,6 @@ using tpcc_test::TempDir;
 
 const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
 const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/";
-
-// The CPU backend's backward and optimizer kernels land separately from
-// the loop; until then there is nothing to run.
-#define REQUIRE_TRAINING_KERNELS()                                                                    \
-    do {                                                                                              \
-        if (!tp_backend_cpu()->adamw || !tp_backend_cpu()->cross_entropy_grad)                        \
-            GTEST_SKIP() << "the CPU backend has no training kernels (adamw, the backward) yet";      \
-    } while (0)
 
 std::string compile(const TempDir &d, const std::string &fixture, int tp)
 {
@@ -97,7 +88,6 @@ double num(json_t *step, const char *key) { return json_number_value(json_object
 // transformers' and torch's five steps (train.json) at tp 1 and 2.
 TEST(TrainRun, MatchesPyTorchStepByStepAtTp1And2)
 {
-    REQUIRE_TRAINING_KERNELS();
     ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
     TempDir d;
     std::string dir = kFixtures + "llama/";
@@ -146,7 +136,6 @@ double worst_absolute(const std::vector<std::vector<float>> &a, const std::vecto
 // and resumed to five give the same checkpoint as five in one go.
 TEST(TrainRun, SaveHoldsTorchsWeightsAndResumeContinues)
 {
-    REQUIRE_TRAINING_KERNELS();
     ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
     TempDir d;
     std::string dir = kFixtures + "llama/", sched = compile(d, "llama", 2);
@@ -179,7 +168,6 @@ TEST(TrainRun, SaveHoldsTorchsWeightsAndResumeContinues)
 // 20 steps on one batch repeated, from an llm.c .bin: the loss falls.
 TEST(TrainRun, LossGoesDownOverTwentyStepsOfAnLlmcFile)
 {
-    REQUIRE_TRAINING_KERNELS();
     ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
     TempDir d;
     std::vector<int32_t> header(256, 0);
