@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tests/support/process.h"
+#include "tests/support/token_files.h"
 extern "C" {
 #include "runtime/io/safetensors_write.h"
 #include "runtime/io/weights.h"
@@ -30,37 +31,10 @@ extern "C" {
 namespace {
 
 using tpcc_test::contains;
+using tpcc_test::llmc;
+using tpcc_test::npy;
+using tpcc_test::raw;
 using tpcc_test::TempDir;
-
-template <typename T> std::string raw(const std::vector<T> &v)
-{
-    return std::string(reinterpret_cast<const char *>(v.data()), v.size() * sizeof(T));
-}
-
-// A version 1.0 .npy of a 1-D (or given) shape, header padded as NumPy pads it.
-std::string npy(const std::string &descr, const std::string &data, const std::string &shape)
-{
-    std::string h = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
-    while ((10 + h.size() + 1) % 64)
-        h += ' ';
-    h += '\n';
-    std::string out = "\x93NUMPY";
-    out += '\x01';
-    out += '\x00';
-    out += char(h.size() & 0xff);
-    out += char(h.size() >> 8);
-    return out + h + data;
-}
-
-// llm.c's write_datafile: 256 int32 of header, then the tokens.
-template <typename T> std::string llmc(int32_t magic, int32_t version, const std::vector<T> &toks, int32_t count = -1)
-{
-    std::vector<int32_t> header(256, 0);
-    header[0] = magic;
-    header[1] = version;
-    header[2] = count < 0 ? int32_t(toks.size()) : count;
-    return raw(header) + raw(toks);
-}
 
 struct Opened {
     int rc;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/support/process.h"
+#include "tests/support/token_files.h"
 extern "C" {
 #include "runtime/io/weights.h"
 #include "sched/load.h"
@@ -28,14 +29,23 @@ using tpcc_test::TempDir;
 const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
 const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/";
 
-std::string compile(const TempDir &d, const std::string &fixture, int tp)
+// A training step of `plan` on the checkpoint directory `dir`'s config.json.
+std::string compile_plan(const TempDir &d, const std::string &dir, const std::string &plan, int tp,
+                         const std::vector<std::string> &extra)
 {
-    std::string sched = d.path + "/" + fixture + "-tp" + std::to_string(tp) + ".sched";
-    Proc c = tpcc_test::run_tpcc({std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan", "--hf-config",
-                                  kFixtures + fixture + "/config.json", "-D", "tp=" + std::to_string(tp), "-D", "seq=16",
-                                  "-D", "batch=2", "-D", "vocab_multiple=1", "--train", "-o", sched});
+    std::string sched = d.path + "/step-tp" + std::to_string(tp) + "-" + std::to_string(extra.size()) + ".sched";
+    std::vector<std::string> args = {std::string(TPCC_SOURCE_DIR) + "/" + plan, "--hf-config", dir + "config.json",
+                                     "-D", "tp=" + std::to_string(tp), "-D", "seq=16", "-D", "batch=2", "--train",
+                                     "-o", sched};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Proc c = tpcc_test::run_tpcc(args);
     EXPECT_EQ(c.code(), 0) << c.describe();
     return sched;
+}
+
+std::string compile(const TempDir &d, const std::string &fixture, int tp)
+{
+    return compile_plan(d, kFixtures + fixture + "/", "plans/llama-sp.plan", tp, {"-D", "vocab_multiple=1"});
 }
 
 Proc train(const std::string &sched, int tp, const std::vector<std::string> &extra)
@@ -170,15 +180,10 @@ TEST(TrainRun, LossGoesDownOverTwentyStepsOfAnLlmcFile)
 {
     ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
     TempDir d;
-    std::vector<int32_t> header(256, 0);
     std::vector<uint16_t> toks;
     for (int i = 0; i < 20 * 32; i++)
         toks.push_back(uint16_t((i % 32) * 7 % 128));
-    header[0] = 20240520;
-    header[1] = 1;
-    header[2] = int32_t(toks.size());
-    std::string bin = d.write("tokens.bin", std::string(reinterpret_cast<char *>(header.data()), 1024) +
-                                                std::string(reinterpret_cast<char *>(toks.data()), toks.size() * 2));
+    std::string bin = d.write("tokens.bin", tpcc_test::llmc(20240520, 1, toks));
     std::string sched = compile(d, "llama", 2), log = d.path + "/log.json";
     Proc r = train(sched, 2, {"--weights", kFixtures + "llama/", "--data", bin, "--steps", "20", "--log-json", log});
     ASSERT_EQ(r.code(), 0) << r.describe();
@@ -197,5 +202,83 @@ TEST(TrainRun, LossGoesDownOverTwentyStepsOfAnLlmcFile)
     EXPECT_TRUE(contains(shortr.err, "its 640 tokens hold 20 steps of 32 (batch x seq), --steps asks for 21"))
         << shortr.describe();
 }
+
+// ---- gradients across tp, -O0/-O1 and against autograd ----
+
+struct GradCase {
+    const char *dir;     // under tests/fixtures: train/<name> (with torch's grads.safetensors) or hf/<name>
+    const char *plan;
+    std::vector<int> tps;
+    std::vector<std::string> defines;   // sizes a plan's own config block sets otherwise
+};
+
+void PrintTo(const GradCase &c, std::ostream *os) { *os << c.dir << " " << c.plan; }
+
+class TrainGrads : public testing::TestWithParam<GradCase> {};
+
+// One step's gathered gradients at every tp degree (-O1), and at the
+// largest with -O0, equal the first's within 1e-4 of each tensor's scale;
+// where the fixture has them, equal PyTorch autograd's on the same
+// transformers checkpoint and tokens.
+TEST_P(TrainGrads, EqualAcrossTpAndOptimisationAndToAutograd)
+{
+    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
+    const GradCase &c = GetParam();
+    std::string dir = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/" + c.dir + "/";
+    TempDir d;
+    std::vector<uint16_t> toks;
+    for (int i = 0; i < 32; i++)
+        toks.push_back(uint16_t((i * 37 + 11) % 128));
+    std::string data = d.write("tokens.bin", tpcc_test::llmc(20240520, 1, toks));
+    bool torch = std::string(c.dir).rfind("train/", 0) == 0;
+    if (torch)
+        data = dir + "tokens.npy";   // its first batch is the one autograd saw
+    std::vector<std::pair<std::string, std::vector<std::string>>> runs;
+    for (int tp : c.tps)
+        runs.push_back({std::to_string(tp), c.defines});
+    std::vector<std::string> o0 = c.defines;
+    o0.push_back("-O0");
+    runs.push_back({std::to_string(c.tps.back()), o0});
+    std::vector<std::vector<float>> first;
+    for (size_t i = 0; i < runs.size(); i++) {
+        int tp = std::stoi(runs[i].first);
+        std::string sched = compile_plan(d, dir, c.plan, tp, runs[i].second), g = d.path + "/g.safetensors";
+        Proc r = train(sched, tp, {"--weights", dir, "--data", data, "--steps", "1", "--grads-out", g, "-q"});
+        ASSERT_EQ(r.code(), 0) << r.describe();
+        std::vector<std::vector<float>> grads = read_all(g, sched);
+        std::string what = "tp " + runs[i].first + (i + 1 == runs.size() ? " -O0" : "");
+        if (i == 0) {
+            first = grads;
+        } else {
+            EXPECT_LT(worst_relative(grads, first), 1e-4) << what << " against tp " << c.tps[0];
+        }
+        if (torch) {
+            EXPECT_LT(worst_relative(grads, read_all(dir + "grads.safetensors", sched)), 1e-4) << what;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Plans, TrainGrads,
+    testing::Values(GradCase{"train/llama", "plans/llama-sp.plan", {1, 2, 4}, {}},
+                    GradCase{"train/llama", "plans/llama-megatron.plan", {1, 2, 4}, {}},
+                    GradCase{"train/llama", "plans/llama-tiny.plan", {1, 2, 4},   // vocab-parallel loss
+                             {"-D", "vocab=128", "-D", "hidden=32", "-D", "layers=2", "-D", "heads=4", "-D",
+                              "kv_heads=4", "-D", "ffn=64"}},
+                    GradCase{"train/llama-gqa", "plans/llama-sp.plan", {1, 2}, {}},
+                    GradCase{"train/gpt2-tied", "plans/gpt2-hf-sp.plan", {1, 2, 4}, {}},
+                    GradCase{"train/qwen3", "plans/qwen3-sp.plan", {1, 2, 4}, {}},
+                    GradCase{"hf/mistral-kv4", "plans/mistral-sp.plan", {1, 2, 4}, {}},
+                    GradCase{"hf/qwen2-gqa", "plans/qwen2-sp.plan", {1, 2}, {}},
+                    GradCase{"hf/phi3-mha", "plans/phi3-sp.plan", {1, 2, 4}, {}},
+                    GradCase{"hf/gemma-mha", "plans/gemma-sp.plan", {1, 2, 4}, {}},
+                    GradCase{"hf/gemma2-mha", "plans/gemma2-sp.plan", {1, 2, 4}, {}}),
+    [](const testing::TestParamInfo<GradCase> &i) {
+        std::string n = std::string(i.param.dir) + "_" + i.param.plan;
+        for (char &ch : n)
+            if (!isalnum((unsigned char)ch))
+                ch = '_';
+        return n;
+    });
 
 }  // namespace
