@@ -160,6 +160,17 @@ TEST(TrainRun, SaveHoldsTorchsWeightsAndResumeContinues)
     // hundredth of the five steps' movement, a wrong update is off by more
     EXPECT_LT(worst_absolute(read_all(d.path + "/five", sched), read_all(dir + "final.safetensors", sched)), 2e-5);
     EXPECT_EQ(tpcc_test::slurp(d.path + "/five/config.json"), tpcc_test::slurp(dir + "config.json"));
+    // the saved checkpoint runs forward as transformers runs the final model (logits.npy, the first batch)
+    std::string fixture_tokens = tpcc_test::slurp(dir + "tokens.npy");
+    size_t header = 10 + size_t((unsigned char)fixture_tokens[8]) + (size_t((unsigned char)fixture_tokens[9]) << 8);
+    std::string batch = d.write("batch.npy", tpcc_test::npy("<i4", fixture_tokens.substr(header, 32 * 4), "(2, 16)"));
+    std::string fwd = d.path + "/forward.sched";
+    Proc c = tpcc_test::run_tpcc({std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan", "--hf-config",
+                                  dir + "config.json", "-D", "tp=2", "-D", "seq=16", "-D", "batch=2", "-o", fwd});
+    ASSERT_EQ(c.code(), 0) << c.describe();
+    Proc logits = train(fwd, 2, {"--weights", d.path + "/five", "--tokens", batch, "--labels", "tokens", "--compare",
+                                 dir + "logits.npy", "--tolerance", "1e-4"});
+    EXPECT_EQ(logits.code(), 0) << logits.describe();
     EXPECT_TRUE(contains(tpcc_test::slurp(d.path + "/five/trainer_state.json"), "\"step\": 5"));
 
     Proc first = run({"--weights", dir, "--steps", "5", "--save", d.path + "/three"});
