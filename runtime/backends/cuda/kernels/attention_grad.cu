@@ -96,15 +96,26 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
     }
 }
 
+// Which of dk and dv a key-major kernel computes, with the storage type:
+// a compile-time choice, so dv's kernel holds no dP terms in registers.
+template <typename T, bool DK> struct kv_grad {
+    typedef T type;
+    static constexpr bool dk = DK;
+};
+
 // Block (key tile, kv head, batch), a warp per key j: over the query heads
 // hi of the kv head and the queries t >= j,
 //   dv_j = sum P_tj dy_t,   dk_j = scale * sum dS_tj q_t.
-template <typename T>
-__global__ void __launch_bounds__(ATTN_WARPS * 32)
-    attention_dkv_kernel(T *out, const T *q, const T *k, const T *v, const T *dy, const float *lse, const float *dsum,
-                         int64_t s, int64_t h, int64_t g, int64_t d, int rows_per_tile, float scale, float softcap,
-                         bool dk)
+// (at least one block per SM: left to itself ptxas caps dk's kernel at 64
+// registers and spills)
+template <typename G>
+__global__ void __launch_bounds__(ATTN_WARPS * 32, 1)
+    attention_dkv_kernel(typename G::type *out, const typename G::type *q, const typename G::type *k,
+                         const typename G::type *v, const typename G::type *dy, const float *lse, const float *dsum,
+                         int64_t s, int64_t h, int64_t g, int64_t d, int rows_per_tile, float scale, float softcap)
 {
+    typedef typename G::type T;
+    constexpr bool dk = G::dk;
     TP_SHARED(float, qtile, ATTN_TILE);
     TP_SHARED(float, dytile, ATTN_TILE);
     const int lane = threadIdx.x % 32;
@@ -158,9 +169,15 @@ static void launch_attention_grad(tp_stream st, int which, T *out, const T *q, c
                   per_tile, scale, softcap);
         return;
     }
+    typedef kv_grad<T, true> dk_grad;
+    typedef kv_grad<T, false> dv_grad;
     const dim3 keys((unsigned)TP_CEIL_DIV(s, ATTN_WARPS), (unsigned)g, (unsigned)b);
-    TP_LAUNCH(attention_dkv_kernel<T>, keys, ATTN_WARPS * 32, 0, st, out, q, k, v, dy, lse, dsum, s, h, g, d,
-              per_tile, scale, softcap, which == GRAD_K);
+    if (which == GRAD_K)
+        TP_LAUNCH(attention_dkv_kernel<dk_grad>, keys, ATTN_WARPS * 32, 0, st, out, q, k, v, dy, lse, dsum, s, h, g, d,
+                  per_tile, scale, softcap);
+    else
+        TP_LAUNCH(attention_dkv_kernel<dv_grad>, keys, ATTN_WARPS * 32, 0, st, out, q, k, v, dy, lse, dsum, s, h, g, d,
+                  per_tile, scale, softcap);
 }
 
 extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, int which, void *out, const void *q,
