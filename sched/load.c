@@ -640,6 +640,16 @@ static int read_op(loader *L, const tr_schedule *s, json_t *o, tr_op *op)
     json_t *mod = json_object_get(o, "module"), *entry = json_object_get(o, "entry");
     op->module = tp_xstrdup(json_is_string(mod) ? json_string_value(mod) : "");
     op->entry = json_is_string(entry) ? tp_xstrdup(json_string_value(entry)) : NULL;
+    json_t *phase = json_object_get(o, "phase");
+    if (phase) {
+        const char *name = json_string_value(phase);
+        int p = 0;
+        while (name && p < TP_PHASE_COUNT && strcmp(name, tp_phase_names[p]))
+            p++;
+        if (!name || p == TP_PHASE_COUNT)
+            return fail(L, "'phase' must be \"forward\", \"backward\" or \"grad_sync\"");
+        op->phase = (tp_phase)p;
+    }
     return size_rules[op->kind](L, s, op);
 }
 

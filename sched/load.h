@@ -49,6 +49,7 @@ typedef struct tr_op {
     tp_rope_scaling rope;
     int64_t elems, bytes;          /* collectives: the full tensor */
     char *module, *entry;          /* provenance, for errors and profiles */
+    tp_phase phase;                /* forward, backward or grad_sync */
 } tr_op;
 
 typedef struct tr_schedule {

@@ -60,6 +60,9 @@ const tp_op_def tp_ops[TP_OP_COUNT] = {
 #undef OP
 };
 
+const char *const tp_phase_names[TP_PHASE_COUNT] = {
+    [TP_PHASE_FORWARD] = "forward", [TP_PHASE_BACKWARD] = "backward", [TP_PHASE_GRAD_SYNC] = "grad_sync"};
+
 bool tp_op_is_collective(tp_op_kind k) { return tp_ops[k].collective; }
 
 tp_op_kind tp_op_kind_named(const char *name)

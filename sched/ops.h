@@ -11,6 +11,11 @@
 
 typedef enum tp_dtype { TP_F32, TP_BF16, TP_I32 } tp_dtype;
 
+/* Which part of a training step an op belongs to (a forward schedule's
+ * ops are all TP_PHASE_FORWARD): the schedule's "phase" key. */
+typedef enum tp_phase { TP_PHASE_FORWARD, TP_PHASE_BACKWARD, TP_PHASE_GRAD_SYNC, TP_PHASE_COUNT } tp_phase;
+extern const char *const tp_phase_names[TP_PHASE_COUNT];   /* "forward", "backward", "grad_sync" */
+
 /* TP_OP_EMBEDDING, TP_OP_MATMUL, ...: the rows of sched/ops.def. */
 typedef enum tp_op_kind {
 #define OP(NAME, ...) TP_OP_##NAME,

@@ -56,6 +56,7 @@ typedef struct tp_ir_op {
     const char *entry;         /* the plan entry that caused it, or NULL (the model) */
     const char *layer;         /* FQN of the transformer layer it belongs to, or NULL */
     bool implicit;             /* a redistribution DTensor inserts on its own */
+    tp_phase phase;            /* forward, backward or the gradients' synchronisation */
     bool dead;                 /* removed by optimisation */
 } tp_ir_op;
 

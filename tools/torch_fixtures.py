@@ -385,11 +385,9 @@ def matching_modules(model, pattern):
     return out
 
 
-def apply_plan(model, mesh, plan_path, family):
+def parallelize_blocks(model, mesh, plan_path, text):
+    """parallelize_module with each `parallelize` block of the plan text."""
     from torch.distributed.tensor.parallel import parallelize_module
-    text = open(plan_path).read()
-    if plan_uses_loss_parallel(text):
-        sys.exit(f"{plan_path}: loss_parallel() is not supported by this script")
     blocks = plan_blocks(text)
     if not blocks:
         sys.exit(f"{plan_path}: no parallelize blocks")
@@ -400,6 +398,13 @@ def apply_plan(model, mesh, plan_path, family):
             sys.exit(f"{plan_path}: parallelize \"{path}\" matches no module")
         for _, mod in mods:
             parallelize_module(mod, mesh, plan)
+
+
+def apply_plan(model, mesh, plan_path, family):
+    text = open(plan_path).read()
+    if plan_uses_loss_parallel(text):
+        sys.exit(f"{plan_path}: loss_parallel() is not supported by this script")
+    parallelize_blocks(model, mesh, plan_path, text)
     # parallelize_module replaces each module's Parameter by a DTensor one, so
     # a tie made before it is broken: tie again, as PyTorch's tests do.
     if family == "gpt2":

@@ -108,9 +108,19 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
         return;
     tp_plan_build(&u->plan, u->plan_ast, u->plan_file, &u->model, &u->config);
     tp_check(&u->model, &u->plan, &u->config, &u->analysis);
-    if (opts->program) {
-        tp_passes_opts passes = {opts->optimize, opts->dtype};
-        tp_passes_run(&u->analysis.graph, &passes, &u->ir);
+    if (opts->program && !u->diags.errors) {
+        tp_passes_opts passes = {opts->optimize, opts->dtype, opts->train};
+        tp_autodiff_error err;
+        if (tp_passes_run(&u->analysis.graph, &passes, &u->ir, &err)) {
+            /* at the plan entry that made the node, else at the model the plan names */
+            const tp_gnode *n = err.node >= 0 ? &u->analysis.graph.nodes[err.node] : NULL;
+            tp_span at = n && n->entry ? tp_entry_span(n->entry) : ref->span;
+            tp_diag *d = n && n->module
+                             ? tp_diag_add(&u->diags, TP_ERROR, at, "backward", "%s (in '%s')", err.message,
+                                           n->module->fqn)
+                             : tp_diag_add(&u->diags, TP_ERROR, at, "backward", "%s", err.message);
+            tp_diag_help(d, "compile the forward step without --train, or change the plan so the op is supported");
+        }
     }
     u->built = true;
 }

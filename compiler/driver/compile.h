@@ -18,6 +18,7 @@ typedef struct tp_compile_opts {
     bool optimize;                              /* -O1 (merge and drop redistributions) */
     tp_dtype dtype;                             /* element type of the program (--dtype) */
     bool program;                               /* run the passes: the per-rank program (ir) */
+    bool train;                                 /* --train: the backward pass and the weights' gradients */
 } tp_compile_opts;
 
 typedef struct tp_unit {

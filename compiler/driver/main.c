@@ -44,6 +44,9 @@ static const char usage[] =
     "  -O0, -O1                   -O1 (default) merges redistributions of the same tensor and drops\n"
     "                             ones immediately undone; -O0 keeps every one\n"
     "  --dtype fp32|bf16          element type of the schedule (default fp32)\n"
+    "  --train                    a training step: the forward, the backward derived from it (each\n"
+    "                             collective's conjugate, the weights' gradient all-reduces) and\n"
+    "                             every weight's gradient; tprun --steps trains with it\n"
     "  -D name=value              override a configuration value (tp, seq, hidden, ...)\n"
     "  --hf-config FILE|DIR       read hf(key, default) values from a Hugging Face config.json\n"
     "                             (or a model directory's), checked against the model's hf { }\n"
@@ -71,7 +74,7 @@ static const char usage[] =
 
 enum {
     OPT_CHECK = 256, OPT_EXPLAIN, OPT_HF, OPT_FIX, OPT_FORMAT, OPT_COLOR, OPT_VERSION, OPT_REPORT,
-    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT, OPT_TP_PLAN,
+    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT, OPT_TP_PLAN, OPT_TRAIN,
 };
 
 typedef enum mode { MODE_CHECK, MODE_COMPILE, MODE_EXPLAIN, MODE_REPORT, MODE_DUMP, MODE_EXPORT } mode;
@@ -80,6 +83,7 @@ typedef struct cli {
     mode mode;
     int modes;                  /* how many mode flags were given */
     bool fix, optimize;
+    bool train;                 /* --train */
     bool auto_plan;             /* --tp-plan auto */
     const char **defines; int ndefines;
     const char *hf, *out, *dump, *sarif_root;
@@ -159,6 +163,7 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
         else if (!strcmp(arg, "bf16")) o->dtype = TP_BF16;
         else return bad_usage("--dtype must be fp32 or bf16, not '%s'", arg);
         return 0;
+    case OPT_TRAIN: o->train = true; return 0;
     case OPT_RANK:
         return parse_rank(arg, &o->rank) ? bad_usage("--rank takes a rank number, not '%s'", arg) : 0;
     case OPT_FORMAT:
@@ -218,6 +223,7 @@ static int parse_args(cli *o, int argc, char **argv)
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, OPT_VERSION},
         {"export", required_argument, 0, OPT_EXPORT},
+        {"train", no_argument, 0, OPT_TRAIN},
         {0, 0, 0, 0},
     };
     int c;
@@ -231,6 +237,11 @@ static int parse_args(cli *o, int argc, char **argv)
         set_mode(o, MODE_COMPILE);
     if (o->modes > 1)
         return bad_usage("%s", "choose one of -o, --check, --explain, --report, --dump and --export");
+    if (o->train && o->dtype != TP_F32)
+        return bad_usage("%s", "--train compiles fp32 schedules only (bf16 training with fp32 master weights is not "
+                               "implemented yet): drop --dtype bf16");
+    if (o->train && (o->mode == MODE_DUMP || o->mode == MODE_EXPORT || o->mode == MODE_EXPLAIN))
+        return bad_usage("%s", "--train goes with -o, --check or --report");
     if (o->mode == MODE_DUMP && o->auto_plan)
         return bad_usage("%s", "--dump reads a schedule; --tp-plan auto is for checking and compiling");
     if (o->mode == MODE_DUMP)
@@ -246,8 +257,9 @@ static int parse_args(cli *o, int argc, char **argv)
 
 static tp_compile_opts compile_opts(const cli *o, bool optimize)
 {
-    bool program = o->mode == MODE_COMPILE || o->mode == MODE_REPORT;
-    return (tp_compile_opts){o->defines, o->ndefines, o->hf, optimize, o->dtype, program};
+    /* --check --train derives the backward too: what it cannot differentiate is an error there */
+    bool program = o->mode == MODE_COMPILE || o->mode == MODE_REPORT || (o->mode == MODE_CHECK && o->train);
+    return (tp_compile_opts){o->defines, o->ndefines, o->hf, optimize, o->dtype, program, o->train};
 }
 
 /* Apply -W and suppressions to the unit's diagnostics, apply --fix, then

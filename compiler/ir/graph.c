@@ -18,6 +18,7 @@ void tp_graph_free(tp_graph *g)
     free(g->values);
     free(g->nodes);
     free(g->params);
+    free(g->param_grad);
     memset(g, 0, sizeof *g);
 }
 

@@ -64,6 +64,7 @@ typedef struct tp_graph {
     tp_ir_param *params; int nparams, capparams;   /* in order of first use */
     int64_t world;             /* devices on the mesh dimension the plan shards over */
     int loss, logits;          /* value indices, -1 when absent */
+    int *param_grad;           /* per parameter: the value of its gradient (autodiff), or NULL */
     tp_placement logits_pl;    /* how the logits are laid out across ranks */
     int64_t logits_vocab;      /* a returned logits' real columns (padding dropped); 0: unknown */
     /* the transformer layers, for the report's per-layer bound: the largest

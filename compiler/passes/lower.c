@@ -84,6 +84,11 @@ void tp_pass_lower(const tp_graph *g, tp_ir *ir)
         tp_ir_add_op(ir, &op);
     }
     ir->world = g->world;
+    if (g->param_grad) {
+        ir->grad_buf = tp_xreallocarray(NULL, (size_t)g->nparams + 1, sizeof *ir->grad_buf);
+        for (int p = 0; p < g->nparams; p++)
+            ir->grad_buf[p] = buffer(g, buffer_of, g->param_grad[p]);
+    }
     ir->loss_buf = buffer(g, buffer_of, g->loss);
     ir->logits_buf = buffer(g, buffer_of, g->logits);
     ir->logits_pl = g->logits_pl;

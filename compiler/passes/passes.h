@@ -11,19 +11,36 @@
 typedef struct tp_passes_opts {
     bool merge;          /* -O1: merge redistributions of a tensor to one layout, drop undone ones */
     tp_dtype dtype;      /* element type of the schedule's floating-point buffers */
+    bool train;          /* --train: the backward pass and every weight's gradient */
 } tp_passes_opts;
+
+/* Why the backward pass could not be derived: the forward node it was
+ * differentiating (-1: none in particular) and what is missing. */
+typedef struct tp_autodiff_error {
+    int node;
+    char message[400];
+} tp_autodiff_error;
 
 /* merge.c: -O1. Marks merged redistribution nodes removed and redirects
  * their results to the kept ones. */
 void tp_pass_merge(tp_graph *g);
 /* dce.c: marks nodes whose results nobody reads dead (op.dead). */
 void tp_pass_dce(tp_graph *g);
+/* autodiff.c: --train. Appends the backward to the graph (the loss's
+ * gradient, then every node's in reverse, each layout change's
+ * conjugate collective) and sets g->param_grad. With merge (-O1), every
+ * gradient's partial shares are reduced once; without, where PyTorch
+ * reduces them (one all-reduce per module whose hook labelled a plain
+ * tensor). Returns 0, or -1 with *err filled. */
+int tp_pass_autodiff(tp_graph *g, bool merge, tp_autodiff_error *err);
 /* lower.c: the per-rank program: one buffer per value (local shapes), a
  * weight table in order of first use, the live and dead nodes as ops. */
 void tp_pass_lower(const tp_graph *g, tp_ir *out);
 
-/* The whole pipeline: merge (when asked), dead code, lower, the element
- * type, the memory plan (memplan.h). `out` is zeroed first. */
-void tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out);
+/* The whole pipeline: merge (when asked), dead code, the backward (when
+ * training), lower, the element type, the memory plan (memplan.h). `out`
+ * is zeroed first. Returns 0, or -1 when the backward cannot be derived
+ * (*err says why; `out` is then empty). */
+int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodiff_error *err);
 
 #endif /* TP_PASSES_PASSES_H */

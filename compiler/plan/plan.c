@@ -1092,3 +1092,5 @@ void tp_plan_free(tp_plan *p)
         free(p->mesh_name[i]);
     memset(p, 0, sizeof *p);
 }
+
+tp_span tp_entry_span(const tp_style *s) { return s->entry->kids[0]->span; }

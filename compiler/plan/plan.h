@@ -112,6 +112,9 @@ bool tp_packed_halves(const tp_module *m);
  * "ColwiseParallel(tpcc_packed=True)". */
 const char *tp_packed_style_for(const tp_module *m);
 
+/* The key of a plan entry, where its findings point. */
+tp_span tp_entry_span(const tp_style *s);
+
 /* Component-wise fnmatch of a dotted pattern against a dotted name. */
 bool tp_pattern_match(const char *pattern, const char *fqn);
 

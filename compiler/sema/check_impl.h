@@ -108,7 +108,6 @@ tp_diag *tp_finding(interp *I, tp_diag_level lvl, tp_span span, const char *chec
                     const tp_val *a, const tp_val *b, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
 void tp_findings_finish(interp *I);
-tp_span tp_entry_span(const tp_style *s);   /* the key of a plan entry */
 
 /* layout changes */
 tp_val *tp_redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *cause, tp_span span,

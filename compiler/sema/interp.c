@@ -86,8 +86,6 @@ int64_t tp_local_size(const interp *I, const tp_val *v, int d)
 
 /* ---- diagnostics --------------------------------------------------------- */
 
-tp_span tp_entry_span(const tp_style *s) { return s->entry->kids[0]->span; }
-
 tp_diag *tp_finding(interp *I, tp_diag_level lvl, tp_span span, const char *check,
                     const tp_val *a, const tp_val *b, const char *fmt, ...)
 {

@@ -15,6 +15,9 @@
  * the table has no way to report a failure, so scratch space lives on the
  * stack in small fixed blocks. */
 #include "runtime/backends/backend.h"
+#include "runtime/backends/cpu/ce_rows.h"
+#include "runtime/backends/cpu/cpu_training.h"
+#include "runtime/backends/cpu/narrow_dims.h"
 
 #include <assert.h>
 #include <cblas.h>
@@ -351,25 +354,17 @@ static void cpu_softcap(float *out, const float *x, int64_t n, float cap)
 /* layout                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* x.narrow(dim, start, length): the tensor is outer x shape[dim] x inner,
- * and each of the outer slabs contributes one contiguous run of
- * length * inner elements. */
+/* x.narrow(dim, start, length): one contiguous run from each of the outer
+ * slabs (narrow_dims.h). */
 static void cpu_narrow(float *out, const float *x, const int64_t *shape, int rank, int dim, int64_t start,
                        int64_t length)
 {
-    if (dim < 0) /* Shard(-1) style dims count from the end */
-        dim += rank;
-    assert(dim >= 0 && dim < rank && start >= 0 && length >= 0 && start + length <= shape[dim]);
-    int64_t outer = 1, inner = 1;
-    for (int i = 0; i < dim; i++)
-        outer *= shape[i];
-    for (int i = dim + 1; i < rank; i++)
-        inner *= shape[i];
-    const size_t run = (size_t)(length * inner) * sizeof *out;
+    const narrow_dims nd = narrow_dims_of(shape, rank, dim, start, length);
+    const size_t run = (size_t)(length * nd.inner) * sizeof *out;
     if (run == 0)
         return;
-    for (int64_t o = 0; o < outer; o++)
-        memcpy(out + o * length * inner, x + (o * shape[dim] + start) * inner, run);
+    for (int64_t o = 0; o < nd.outer; o++)
+        memcpy(out + o * length * nd.inner, x + (o * nd.extent + start) * nd.inner, run);
 }
 
 /* torch.chunk(x, parts, dim)[index] for an even split. */
@@ -396,25 +391,8 @@ static void cpu_positions(int32_t *out, int64_t b, int64_t s, int64_t pos_offset
 /* cross-entropy                                                             */
 /* ------------------------------------------------------------------------ */
 
-/* Hugging Face's causal-LM loss shifts: position t predicts token t+1, so
- * the label of row (b, t) is labels[b, t+1] and the last position of each
- * sequence has none. Labels equal to -100 are ignored; the mean is over the
- * remaining rows, and is NaN (0/0) when there are none, as in torch. */
-#define CE_IGNORE (-100)
-
-static int32_t shifted_label(const int32_t *labels, int64_t bi, int64_t t, int64_t s)
-{
-    return t + 1 < s ? labels[bi * s + t + 1] : CE_IGNORE;
-}
-
-/* Columns [vocab_start, vocab_start + v) are local; those at or beyond
- * `vocab` are padding (a vocabulary padded to a multiple of tp) and must not
- * take part in the softmax. Returns how many local columns are real. */
-static int64_t real_columns(int64_t v, int64_t vocab_start, int64_t vocab)
-{
-    int64_t n = vocab - vocab_start;
-    return n < 0 ? 0 : n > v ? v : n;
-}
+/* The rows and columns the loss reads: ce_rows.h. The mean is over the
+ * rows with a label, and is NaN (0/0) when there are none, as in torch. */
 
 static void cpu_cross_entropy(float *loss, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
                               int64_t vocab)
@@ -429,15 +407,9 @@ static void cpu_cross_entropy(float *loss, const float *logits, const int32_t *l
                 continue;
             assert(label >= 0 && label < vocab && "label outside the vocabulary");
             const float *row = logits + (bi * s + t) * v;
-            double mx = -INFINITY;
-            for (int64_t c = 0; c < vocab; c++)
-                if (row[c] > mx)
-                    mx = row[c];
-            double sum = 0.0;
-            for (int64_t c = 0; c < vocab; c++)
-                sum += exp((double)row[c] - mx);
+            const ce_row st = ce_row_of(row, vocab);
             /* -log softmax = log sum exp(l - max) + max - l[label] */
-            total += log(sum) + mx - (double)row[label];
+            total += log(st.sumexp) + st.max - (double)row[label];
             count++;
         }
     *loss = (float)(total / (double)count);
@@ -575,6 +547,22 @@ static const tp_backend cpu_backend = {
     .ce_sumexp = cpu_ce_sumexp,
     .ce_target = cpu_ce_target,
     .ce_loss = cpu_ce_loss,
+    /* training: backward.c, attention_grad.c, optimizer.c */
+    .matmul_tn = tp_cpu_matmul_tn,
+    .sum_rows = tp_cpu_sum_rows,
+    .rmsnorm_dx = tp_cpu_rmsnorm_dx,
+    .rmsnorm_dw = tp_cpu_rmsnorm_dw,
+    .layernorm_dx = tp_cpu_layernorm_dx,
+    .layernorm_dw = tp_cpu_layernorm_dw,
+    .attention_grad = tp_cpu_attention_grad,
+    .unary_grad = tp_cpu_unary_grad,
+    .softcap_grad = tp_cpu_softcap_grad,
+    .embedding_grad = tp_cpu_embedding_grad,
+    .narrow_grad = tp_cpu_narrow_grad,
+    .cross_entropy_grad = tp_cpu_cross_entropy_grad,
+    .ce_grad = tp_cpu_ce_grad,
+    .adamw = tp_cpu_adamw,
+    .sum_squares = tp_cpu_sum_squares,
 };
 
 const tp_backend *tp_backend_cpu(void) { return &cpu_backend; }

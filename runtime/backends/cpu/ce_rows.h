@@ -1,0 +1,47 @@
+/* ce_rows.h: which rows and columns of the logits the cross-entropy reads,
+ * and a row's softmax statistics, shared by the loss (backend_cpu.c) and
+ * its gradient (backward.c) so that the two can never disagree about them.
+ *
+ * Hugging Face's causal-LM loss shifts: position t predicts token t+1, so
+ * the label of row (b, t) is labels[b, t+1] and the last position of each
+ * sequence has none. Labels equal to -100 are ignored. */
+#ifndef TPRUN_CPU_CE_ROWS_H
+#define TPRUN_CPU_CE_ROWS_H
+
+#include <math.h>
+#include <stdint.h>
+
+#define CE_IGNORE (-100)
+
+static inline int32_t shifted_label(const int32_t *labels, int64_t bi, int64_t t, int64_t s)
+{
+    return t + 1 < s ? labels[bi * s + t + 1] : CE_IGNORE;
+}
+
+/* Columns [vocab_start, vocab_start + v) are local; those at or beyond
+ * `vocab` are padding (a vocabulary padded to a multiple of tp) and must not
+ * take part in the softmax. Returns how many local columns are real. */
+static inline int64_t real_columns(int64_t v, int64_t vocab_start, int64_t vocab)
+{
+    int64_t n = vocab - vocab_start;
+    return n < 0 ? 0 : n > v ? v : n;
+}
+
+/* A row's softmax over its first n (real) columns: the max, and the sum of
+ * exp(l - max) in double. */
+typedef struct ce_row {
+    double max, sumexp;
+} ce_row;
+
+static inline ce_row ce_row_of(const float *row, int64_t n)
+{
+    ce_row r = {-INFINITY, 0.0};
+    for (int64_t c = 0; c < n; c++)
+        if (row[c] > r.max)
+            r.max = row[c];
+    for (int64_t c = 0; c < n; c++)
+        r.sumexp += exp((double)row[c] - r.max);
+    return r;
+}
+
+#endif /* TPRUN_CPU_CE_ROWS_H */

@@ -1,0 +1,225 @@
+// tpcc --train through the command line: the backward's collectives per
+// phase against PyTorch's own count (tests/fixtures/train/comm_counts.json,
+// CommDebugMode on the same plans, tools/comm_counts.py), against the
+// Megatron bound at -O1, none at tp 1, a gradient for every weight, and a
+// located error for what cannot be differentiated.
+#include <gtest/gtest.h>
+
+#include <jansson.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/support/plan_harness.h"
+#include "tests/support/process.h"
+
+using tpcc_test::contains;
+using tpcc_test::Proc;
+using tpcc_test::source_path;
+using tpcc_test::TempDir;
+
+namespace {
+
+const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+
+// The tiny Llama of tests/fixtures/train/llama (2 layers), at `tp`.
+std::vector<std::string> tiny(int tp)
+{
+    return {"-D", "layers=2", "-D", "hidden=32", "-D", "heads=4", "-D", "kv_heads=4", "-D", "ffn=64",
+            "-D", "vocab=128", "-D", "seq=16", "-D", "batch=2", "-D", "tp=" + std::to_string(tp)};
+}
+
+// phase -> collective -> count, from rank 0 of a compiled schedule.
+using Counts = std::map<std::string, std::map<std::string, int>>;
+
+struct Compiled {
+    Proc proc;
+    json_t *root = nullptr;
+    ~Compiled() { json_decref(root); }
+};
+
+void compile(Compiled &c, const TempDir &tmp, const std::string &plan, const std::vector<std::string> &extra)
+{
+    std::vector<std::string> args = {source_path(plan), "--train", "-o", tmp.path + "/t.sched"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    c.proc = tpcc_test::run_program(kTpcc, args);
+    ASSERT_EQ(c.proc.code(), 0) << c.proc.err;
+    json_error_t err;
+    c.root = json_load_file((tmp.path + "/t.sched").c_str(), 0, &err);
+    ASSERT_NE(c.root, nullptr) << err.text;
+}
+
+json_t *rank0_ops(const Compiled &c)
+{
+    return json_object_get(json_array_get(json_object_get(c.root, "ranks"), 0), "ops");
+}
+
+Counts collectives(const Compiled &c)
+{
+    Counts out;
+    size_t i;
+    json_t *op;
+    json_array_foreach(rank0_ops(c), i, op) {
+        std::string kind = json_string_value(json_object_get(op, "op"));
+        json_t *phase = json_object_get(op, "phase");
+        if (kind == "all_reduce" || kind == "all_gather" || kind == "reduce_scatter" || kind == "all_to_all")
+            out[phase ? json_string_value(phase) : "forward"][kind]++;
+    }
+    return out;
+}
+
+// PyTorch's names for the same collectives.
+std::string torch_name(const std::string &kind)
+{
+    if (kind == "all_gather_into_tensor") return "all_gather";
+    if (kind == "reduce_scatter_tensor") return "reduce_scatter";
+    return kind;
+}
+
+Counts torch_counts(const std::string &plan)
+{
+    Counts out;
+    json_error_t err;
+    json_t *root = json_load_file(source_path("tests/fixtures/train/comm_counts.json").c_str(), 0, &err);
+    EXPECT_NE(root, nullptr) << err.text;
+    json_t *entry = json_object_get(root, plan.c_str());
+    EXPECT_NE(entry, nullptr) << plan;
+    for (const char *phase : {"forward", "backward", "grad_sync"}) {
+        const char *key;
+        json_t *n;
+        json_object_foreach(json_object_get(entry, phase), key, n) out[phase][torch_name(key)] = (int)json_integer_value(n);
+    }
+    json_decref(root);
+    return out;
+}
+
+class TorchCounts : public testing::TestWithParam<const char *> {};
+
+// -O0 keeps every collective PyTorch runs: the same count in every phase.
+TEST_P(TorchCounts, MinusO0MatchesCommDebugModePerPhase)
+{
+    TempDir tmp;
+    Compiled c;
+    std::vector<std::string> args = tiny(2);
+    args.push_back("-O0");
+    compile(c, tmp, std::string("plans/") + GetParam() + ".plan", args);
+    if (c.root) {
+        EXPECT_EQ(collectives(c), torch_counts(GetParam()));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, TorchCounts, testing::Values("llama-megatron", "llama-sp", "llama-tiny"));
+
+// -O1 sums every gradient's partial shares before the one reduction:
+// Megatron's bound, two all-reduces per layer in the backward (the
+// attention's and the MLP's input gradients), plus the head's input.
+TEST(TrainCompile, MinusO1ReachesTheMegatronBound)
+{
+    TempDir tmp;
+    Compiled c;
+    compile(c, tmp, "plans/llama-megatron.plan", tiny(2));
+    if (!c.root)
+        return;
+    Counts n = collectives(c);
+    EXPECT_EQ(n["backward"], (std::map<std::string, int>{{"all_reduce", 2 * 2 + 1}}));
+    EXPECT_TRUE(n["grad_sync"].empty()) << "every weight is sharded or sees replicated activations";
+}
+
+// Sequence parallelism: the norms' weights see sequence shards, so each
+// rank's gradient is a share; they are all-reduced after the backward.
+TEST(TrainCompile, SequenceParallelNormWeightsAreAllReduced)
+{
+    TempDir tmp;
+    Compiled c;
+    compile(c, tmp, "plans/llama-sp.plan", tiny(2));
+    if (!c.root)
+        return;
+    json_t *grads = json_object_get(json_object_get(c.root, "outputs"), "grads");
+    json_t *weights = json_object_get(json_array_get(json_object_get(c.root, "ranks"), 0), "weights");
+    ASSERT_EQ(json_array_size(grads), json_array_size(weights));
+    std::map<int, std::string> synced;   // buffer -> weight
+    size_t i;
+    json_t *op;
+    json_array_foreach(rank0_ops(c), i, op) {
+        json_t *phase = json_object_get(op, "phase");
+        if (phase && std::string(json_string_value(phase)) == "grad_sync")
+            synced[(int)json_integer_value(json_object_get(op, "out"))] = "";
+    }
+    std::vector<std::string> names;
+    for (size_t w = 0; w < json_array_size(grads); w++)
+        if (synced.count((int)json_integer_value(json_array_get(grads, w))))
+            names.push_back(json_string_value(json_object_get(json_array_get(weights, w), "name")));
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"model.layers.0.input_layernorm.weight",
+                                                "model.layers.0.post_attention_layernorm.weight",
+                                                "model.layers.1.input_layernorm.weight",
+                                                "model.layers.1.post_attention_layernorm.weight",
+                                                "model.norm.weight"}));
+}
+
+TEST(TrainCompile, OneRankHasNoCollectives)
+{
+    TempDir tmp;
+    Compiled c;
+    compile(c, tmp, "plans/llama-sp.plan", tiny(1));
+    if (c.root) {
+        EXPECT_TRUE(collectives(c).empty());
+    }
+}
+
+// Every shipped plan whose model computes a loss compiles a training step.
+TEST(TrainCompile, EveryShippedPlanWithALossTrains)
+{
+    for (const char *plan : {"llama-sp", "llama-megatron", "llama-tiny", "qwen2-sp", "mistral-sp", "qwen3-sp",
+                             "phi3-sp", "gemma-sp", "gemma2-sp", "gpt2-sp-tied", "gpt2-hf-sp"}) {
+        TempDir tmp;
+        Proc p = tpcc_test::run_program(kTpcc, {source_path(std::string("plans/") + plan + ".plan"), "--train", "-o",
+                                                tmp.path + "/t.sched"});
+        EXPECT_EQ(p.code(), 0) << plan << ": " << p.err;
+    }
+}
+
+TEST(TrainCompile, AModelWithoutALossIsALocatedError)
+{
+    TempDir tmp;
+    Proc p = tpcc_test::run_program(kTpcc, {source_path("plans/llama-torchtitan.plan"), "--train", "-o",
+                                            tmp.path + "/t.sched"});
+    EXPECT_EQ(p.code(), 1);
+    EXPECT_TRUE(contains(p.err, "llama-torchtitan.plan:")) << p.err;
+    EXPECT_TRUE(contains(p.err, "the model computes no loss")) << p.err;
+    EXPECT_TRUE(contains(p.err, "[backward]")) << p.err;
+}
+
+TEST(TrainCompile, ReplicatedHeadsAreRefusedAtTheirEntry)
+{
+    TempDir tmp;
+    std::string text = tpcc_test::slurp(source_path("plans/llama-megatron.plan"));
+    for (const std::string proj : {"k_proj", "v_proj"}) {
+        const std::string from = "\"self_attn." + proj + "\": ColwiseParallel(),";
+        size_t at = text.find(from);
+        ASSERT_NE(at, std::string::npos) << from;
+        text.replace(at, from.size(), "\"self_attn." + proj + "\": ColwiseParallel(tpcc_replicate_heads=kv_heads),");
+    }
+    text.replace(text.find("model \""), 7, "model \"" + source_path("plans") + "/");   // ../models from plans/
+    std::string plan = tmp.write("kv.plan", text);
+    Proc p = tpcc_test::run_program(kTpcc, {plan, "--train", "-o", tmp.path + "/t.sched", "-D", "tp=4", "-D",
+                                            "kv_heads=2", "-D", "heads=8"});
+    EXPECT_EQ(p.code(), 1) << p.err;
+    EXPECT_TRUE(contains(p.err, "replicated over 2 ranks")) << p.err;
+    EXPECT_FALSE(std::filesystem::exists(tmp.path + "/t.sched"));
+}
+
+TEST(TrainCompile, TrainIsFp32AndGoesWithCompiling)
+{
+    Proc bf16 = tpcc_test::run_program(kTpcc, {source_path("plans/llama-sp.plan"), "--train", "--dtype", "bf16",
+                                               "-o", "/dev/null"});
+    EXPECT_EQ(bf16.code(), 2);
+    EXPECT_TRUE(contains(bf16.err, "fp32")) << bf16.err;
+    Proc explain = tpcc_test::run_program(kTpcc, {source_path("plans/llama-sp.plan"), "--train", "--explain"});
+    EXPECT_EQ(explain.code(), 2);
+}
+
+}  // namespace
