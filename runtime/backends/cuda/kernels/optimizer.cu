@@ -29,15 +29,16 @@ static __device__ double sumsq_partial[SUMSQ_BLOCKS];
 
 // torch.optim.AdamW's single-tensor step, in its order: w *= 1 - lr wd;
 // m = m.lerp(g, 1 - beta1); v = beta2 v + (1 - beta2) g^2;
-// w -= step_size * m / (sqrt(v) / sqrt(bc2) + eps). torch's lerp computes
-// m + wt (g - m) for a weight below 0.5, else g - (g - m)(1 - wt).
+// w -= step_size * m / (sqrt(v) / sqrt(bc2) + eps). torch's lerp is one
+// fused multiply-add from the nearer end: fma(wt, g - m, m) for a weight
+// below 0.5, else fma(wt - 1, g - m, g) (the CPU backend's too).
 template <typename T> __global__ void adamw_kernel(T *w, const T *g, T *m, T *v, int64_t n, adamw_consts k)
 {
     TP_GRID_STRIDE(i, n)
     {
         const float gi = tp_to_float(g[i]), mi = tp_to_float(m[i]);
         const float wi = tp_to_float(w[i]) * k.decay;
-        const float mn = k.beta1_w < 0.5f ? mi + k.beta1_w * (gi - mi) : gi - (gi - mi) * (1.0f - k.beta1_w);
+        const float mn = k.beta1_w < 0.5f ? fmaf(k.beta1_w, gi - mi, mi) : fmaf(k.beta1_w - 1.0f, gi - mi, gi);
         const float vn = k.beta2 * tp_to_float(v[i]) + k.beta2_w * gi * gi;
         m[i] = tp_from_float<T>(mn);
         v[i] = tp_from_float<T>(vn);
