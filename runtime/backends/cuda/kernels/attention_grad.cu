@@ -56,6 +56,30 @@ __device__ __forceinline__ float attn_ds(float score, float lse, float dsum, flo
     return p * (dp - dsum) * capped;
 }
 
+// A lane's share of acc += w * row (a staged row)
+__device__ __forceinline__ void grad_axpy(float *acc, float w, const float *row, int64_t d)
+{
+    const int lane = threadIdx.x % 32;
+    TP_UNROLL
+    for (int i = 0; i < ATTN_PER_LANE; i++) {
+        const int64_t c = lane + 32 * i;
+        if (c < d)
+            acc[i] += w * row[c];
+    }
+}
+
+// A lane's share of out = scale * acc
+template <typename T> __device__ __forceinline__ void grad_store(T *out, const float *acc, float scale, int64_t d)
+{
+    const int lane = threadIdx.x % 32;
+    TP_UNROLL
+    for (int i = 0; i < ATTN_PER_LANE; i++) {
+        const int64_t c = lane + 32 * i;
+        if (c < d)
+            out[c] = tp_from_float<T>(scale * acc[i]);
+    }
+}
+
 // Block (query tile, head, batch), a warp per query t: dq_t = scale * sum
 // over keys j <= t of dS_tj k_j.
 template <typename T>
@@ -65,7 +89,6 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
 {
     TP_SHARED(float, ktile, ATTN_TILE);
     TP_SHARED(float, vtile, ATTN_TILE);
-    const int lane = threadIdx.x % 32;
     const int64_t bi = blockIdx.z, hi = blockIdx.y, kh = hi / (h / g);
     const int64_t first = (int64_t)blockIdx.x * ATTN_WARPS, t = first + threadIdx.x / 32;
     const bool active = t < s;
@@ -79,21 +102,10 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
               [&](const float *kr, const float *vr, int64_t) {
                   const float ds = attn_ds(attn_score(attn_dot(qr, kr, d), scale, softcap), l, dsumt,
                                            attn_dot(dyr, vr, d), softcap);
-                  TP_UNROLL
-                  for (int i = 0; i < ATTN_PER_LANE; i++) {
-                      const int64_t c = lane + 32 * i;
-                      if (c < d)
-                          acc[i] += ds * kr[c];
-                  }
+                  grad_axpy(acc, ds, kr, d);
               });
-    if (!active)
-        return;
-    TP_UNROLL
-    for (int i = 0; i < ATTN_PER_LANE; i++) {
-        const int64_t c = lane + 32 * i;
-        if (c < d)
-            dq[row * d + c] = tp_from_float<T>(scale * acc[i]);
-    }
+    if (active)
+        grad_store(dq + row * d, acc, scale, d);
 }
 
 // Which of dk and dv a key-major kernel computes, with the storage type:
@@ -114,11 +126,9 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, 1)
                          const typename G::type *v, const typename G::type *dy, const float *lse, const float *dsum,
                          int64_t s, int64_t h, int64_t g, int64_t d, int rows_per_tile, float scale, float softcap)
 {
-    typedef typename G::type T;
     constexpr bool dk = G::dk;
     TP_SHARED(float, qtile, ATTN_TILE);
     TP_SHARED(float, dytile, ATTN_TILE);
-    const int lane = threadIdx.x % 32;
     const int64_t bi = blockIdx.z, kh = blockIdx.y, group = h / g;
     const int64_t first = (int64_t)blockIdx.x * ATTN_WARPS, j = first + threadIdx.x / 32;
     const bool active = j < s;
@@ -133,23 +143,11 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, 1)
                       const float score = attn_score(attn_dot(kr, qt, d), scale, softcap);
                       const float w = dk ? attn_ds(score, hl[t], hd[t], attn_dot(vr, dyt, d), softcap)
                                          : expf(score - hl[t]);
-                      const float *src = dk ? qt : dyt;
-                      TP_UNROLL
-                      for (int i = 0; i < ATTN_PER_LANE; i++) {
-                          const int64_t c = lane + 32 * i;
-                          if (c < d)
-                              acc[i] += w * src[c];
-                      }
+                      grad_axpy(acc, w, dk ? qt : dyt, d);
                   });
     }
-    if (!active)
-        return;
-    TP_UNROLL
-    for (int i = 0; i < ATTN_PER_LANE; i++) {
-        const int64_t c = lane + 32 * i;
-        if (c < d)
-            out[row * d + c] = tp_from_float<T>(dk ? scale * acc[i] : acc[i]);
-    }
+    if (active)
+        grad_store(out + row * d, acc, dk ? scale : 1.0f, d);
 }
 
 // ---- kernel launchers
