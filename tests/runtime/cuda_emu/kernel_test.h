@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/random_vec.h"
 #include "runtime/backends/cuda/kernels/kernels.h"
 #include "runtime/backends/cuda/kernels/launch.h"
 extern "C" {
@@ -27,15 +28,7 @@ using IVec = std::vector<int32_t>;
 
 inline const tp_backend *cpu() { return tp_backend_cpu(); }
 
-inline Vec random_vec(size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f)
-{
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    Vec v(n);
-    for (float &x : v)
-        x = dist(gen);
-    return v;
-}
+using tpcc_test::random_vec;
 
 inline float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
 

@@ -21,20 +21,13 @@ extern "C" {
 #include "runtime/backends/gpu.h"
 #include "runtime/exec/exec.h"
 }
+#include "tests/support/random_vec.h"
 
 namespace {
 
 using Vec = std::vector<float>;
 
-Vec random_vec(size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f)
-{
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    Vec v(n);
-    for (float &x : v)
-        x = dist(gen);
-    return v;
-}
+using tpcc_test::random_vec;
 
 // bfloat16: the upper half of a float, rounded to nearest even
 uint16_t bf16_bits(float f)
