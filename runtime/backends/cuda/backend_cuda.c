@@ -210,6 +210,10 @@ void tp_gpu_shutdown(void)
     TP_CUDA_CHECK(cudaStreamSynchronize(gpu->stream));
     TP_CUBLAS_CHECK(cublasDestroy(gpu->blas));
     TP_CUDA_CHECK(cudaFree(gpu->blas_workspace));
+    if (gpu->scratch)
+        TP_CUDA_CHECK(cudaFree(gpu->scratch));
+    gpu->scratch = NULL;
+    gpu->scratch_bytes = 0;
     TP_CUDA_CHECK(cudaStreamDestroy(gpu->stream));
 }
 
@@ -286,44 +290,56 @@ static void cuda_begin_op(int index, const char *kind, const char *module, const
 /* linear algebra: cuBLAS                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* nn.Linear, row-major out[m, n] = x[m, k] . w[n, k]^T. cuBLAS is
- * column-major: a row-major [r, c] matrix is a column-major [c, r] one, so
- * the product is out^T[n, m] = w . x^T with w read transposed:
- *   gemm(OP_T, OP_N, n, m, k, w (ld k), x (ld k), out (ld n)).
- * transformers' Conv1D stores w [k, n], a column-major [n, k]: read as it is,
- *   gemm(OP_N, OP_N, n, m, k, w (ld n), x (ld k), out (ld n)).
- * fp32: cublasSgemm in fp32 (CUBLAS_DEFAULT_MATH, no TF32). bf16: bf16
- * operands and output, fp32 accumulation (CUBLAS_COMPUTE_32F). */
-static void cuda_gemm(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k, bool w_in_out)
+/* One column-major GEMM C[M, N] = op(A)[M, K] . op(B)[K, N] with leading
+ * dimensions lda, ldb, ldc. fp32: cublasSgemm in fp32 (CUBLAS_DEFAULT_MATH,
+ * no TF32). bf16: bf16 operands and output, fp32 accumulation
+ * (CUBLAS_COMPUTE_32F). K = 0 is an empty sum: C is zeroed. */
+static void blas_gemm(cublasOperation_t op_a, cublasOperation_t op_b, int64_t M, int64_t N, int64_t K, const float *A,
+                      int64_t lda, const float *B, int64_t ldb, float *C, int64_t ldc)
 {
-    TP_GPU_ASSERT(m >= 0 && n >= 0 && k >= 0 && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX);
-    if (m == 0 || n == 0)
+    TP_GPU_ASSERT(M >= 0 && N >= 0 && K >= 0 && M <= INT_MAX && N <= INT_MAX && K <= INT_MAX);
+    TP_GPU_ASSERT(lda <= INT_MAX && ldb <= INT_MAX && ldc <= INT_MAX);
+    if (M == 0 || N == 0)
         return;
-    if (k == 0) {      /* an empty sum */
-        TP_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)(m * n) * elem_size(), gpu->stream));
+    if (K == 0) {
+        TP_CUDA_CHECK(cudaMemsetAsync(C, 0, (size_t)(M * N) * elem_size(), gpu->stream));
         return;
     }
     const float one = 1.0f, zero = 0.0f;
-    cublasOperation_t op_w = w_in_out ? CUBLAS_OP_N : CUBLAS_OP_T;
-    int ld_w = w_in_out ? (int)n : (int)k;
     if (gpu->dtype == TP_BF16)
-        TP_CUBLAS_CHECK(cublasGemmEx(gpu->blas, op_w, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, w, CUDA_R_16BF, ld_w,
-                                     x, CUDA_R_16BF, (int)k, &zero, out, CUDA_R_16BF, (int)n, CUBLAS_COMPUTE_32F,
+        TP_CUBLAS_CHECK(cublasGemmEx(gpu->blas, op_a, op_b, (int)M, (int)N, (int)K, &one, A, CUDA_R_16BF, (int)lda, B,
+                                     CUDA_R_16BF, (int)ldb, &zero, C, CUDA_R_16BF, (int)ldc, CUBLAS_COMPUTE_32F,
                                      CUBLAS_GEMM_DEFAULT));
     else
-        TP_CUBLAS_CHECK(cublasSgemm(gpu->blas, op_w, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, w, ld_w, x, (int)k,
-                                    &zero, out, (int)n));
+        TP_CUBLAS_CHECK(cublasSgemm(gpu->blas, op_a, op_b, (int)M, (int)N, (int)K, &one, A, (int)lda, B, (int)ldb,
+                                    &zero, C, (int)ldc));
     done();
 }
 
+/* cuBLAS is column-major: a row-major [r, c] matrix is a column-major
+ * [c, r] one, so each row-major product is computed transposed.
+ *
+ * nn.Linear, out[m, n] = x[m, k] . w[n, k]^T: out^T[n, m] = w . x^T with w
+ * read transposed: gemm(OP_T, OP_N, n, m, k, w (ld k), x (ld k), out (ld n)). */
 static void cuda_matmul(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k)
 {
-    cuda_gemm(out, x, w, m, n, k, false);
+    blas_gemm(CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, w, k, x, k, out, n);
 }
 
+/* transformers' Conv1D stores w [k, n], a column-major [n, k]: read as it is,
+ *   gemm(OP_N, OP_N, n, m, k, w (ld n), x (ld k), out (ld n)). */
 static void cuda_conv1d(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k)
 {
-    cuda_gemm(out, x, w, m, n, k, true);
+    blas_gemm(CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, w, n, x, k, out, n);
+}
+
+/* A weight's gradient, out[n, k] = a[m, n]^T . b[m, k]: out^T[k, n] =
+ * b^T . a, where b is a column-major [k, m] (ld k) and a a column-major
+ * [n, m] (ld n) read transposed:
+ *   gemm(OP_N, OP_T, k, n, m, b (ld k), a (ld n), out (ld k)). */
+static void cuda_matmul_tn(float *out, const float *a, const float *b, int64_t m, int64_t n, int64_t k)
+{
+    blas_gemm(CUBLAS_OP_N, CUBLAS_OP_T, k, n, m, b, k, a, n, out, k);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -372,12 +388,18 @@ static void cuda_attention(float *out, const float *q, const float *k, const flo
     done();
 }
 
-static void cuda_unary(tp_unary op, float *out, const float *x, int64_t n)
+/* tp_k_unary's and tp_k_unary_grad's op numbers (kernels.h) */
+static int kernel_unary(tp_unary op)
 {
     int kop = op == TP_UNARY_SILU ? 0 : op == TP_UNARY_GELU_TANH ? 1 : op == TP_UNARY_RELU ? 2
-            : op == TP_UNARY_GELU_ERF ? 3 : -1;  /* kernels.h */
+            : op == TP_UNARY_GELU_ERF ? 3 : -1;
     TP_GPU_ASSERT(kop >= 0);
-    tp_k_unary(compute_stream(), gpu->kdt, kop, out, x, n);
+    return kop;
+}
+
+static void cuda_unary(tp_unary op, float *out, const float *x, int64_t n)
+{
+    tp_k_unary(compute_stream(), gpu->kdt, kernel_unary(op), out, x, n);
     done();
 }
 
@@ -469,6 +491,137 @@ static void cuda_ce_loss(float *loss, const float *sumexp, const float *max, con
 }
 
 /* ------------------------------------------------------------------------ */
+/* training: the backward kernels and the optimizer                          */
+/* ------------------------------------------------------------------------ */
+
+/* The scratch a launcher asks for (kernels.h), grown to the largest request
+ * and kept: a training schedule's first step sizes it, a forward schedule
+ * never allocates it. The old buffer is freed only once the work queued
+ * before, which may read it, is done. */
+static void *scratch(size_t bytes)
+{
+    if (bytes > gpu->scratch_bytes) {
+        if (gpu->scratch) {
+            TP_CUDA_CHECK(cudaStreamSynchronize(gpu->stream));
+            TP_CUDA_CHECK(cudaFree(gpu->scratch));
+        }
+        gpu->scratch = NULL;
+        gpu->scratch_bytes = 0;
+        TP_CUDA_CHECK(cudaMalloc(&gpu->scratch, bytes));
+        gpu->scratch_bytes = bytes;
+    }
+    return gpu->scratch;
+}
+
+static float *scratch_floats(int64_t n)
+{
+    TP_GPU_ASSERT(n >= 0);
+    return scratch((size_t)(n > 0 ? n : 1) * sizeof(float));
+}
+
+static void cuda_sum_rows(float *out, const float *x, int64_t m, int64_t n, float scale)
+{
+    tp_k_sum_rows(compute_stream(), gpu->kdt, out, x, m, n, scale);
+    done();
+}
+
+static void cuda_rmsnorm_dx(float *dx, const float *x, const float *dy, const float *w, int64_t m, int64_t n, float eps,
+                            bool unit_offset)
+{
+    tp_k_rmsnorm_dx(compute_stream(), gpu->kdt, dx, x, dy, w, m, n, eps, unit_offset);
+    done();
+}
+
+static void cuda_rmsnorm_dw(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps)
+{
+    tp_k_rmsnorm_dw(compute_stream(), gpu->kdt, dw, x, dy, scratch_floats(m), m, n, eps);
+    done();
+}
+
+static void cuda_layernorm_dx(float *dx, const float *x, const float *dy, const float *w, int64_t m, int64_t n,
+                              float eps)
+{
+    tp_k_layernorm_dx(compute_stream(), gpu->kdt, dx, x, dy, w, m, n, eps);
+    done();
+}
+
+static void cuda_layernorm_dw(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps)
+{
+    tp_k_layernorm_dw(compute_stream(), gpu->kdt, dw, x, dy, scratch_floats(2 * m), m, n, eps);
+    done();
+}
+
+static void cuda_attention_grad(tp_attention_grad which, float *out, const float *q, const float *k, const float *v,
+                                const float *dy, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, double scale,
+                                double softcap)
+{
+    int kwhich = which == TP_ATTENTION_DQ ? 0 : which == TP_ATTENTION_DK ? 1 : which == TP_ATTENTION_DV ? 2 : -1;
+    TP_GPU_ASSERT(kwhich >= 0 && b >= 0 && s >= 0 && h >= 0);
+    tp_k_attention_grad(compute_stream(), gpu->kdt, kwhich, out, q, k, v, dy, scratch_floats(2 * b * h * s), b, s, h,
+                        g, d, (float)scale, (float)softcap);
+    done();
+}
+
+static void cuda_unary_grad(tp_unary op, float *dx, const float *x, const float *dy, int64_t n)
+{
+    tp_k_unary_grad(compute_stream(), gpu->kdt, kernel_unary(op), dx, x, dy, n);
+    done();
+}
+
+static void cuda_softcap_grad(float *dx, const float *x, const float *dy, int64_t n, float cap)
+{
+    tp_k_softcap_grad(compute_stream(), gpu->kdt, dx, x, dy, n, cap);
+    done();
+}
+
+static void cuda_embedding_grad(float *dw, const int32_t *ids, const float *dy, int64_t ntok, int64_t rows,
+                                int64_t dim, int64_t vocab_start, bool masked)
+{
+    tp_k_embedding_grad(compute_stream(), gpu->kdt, dw, ids, dy, ntok, rows, dim, vocab_start, masked);
+    done();
+}
+
+static void cuda_narrow_grad(float *out, const float *dy, const int64_t *shape, int rank, int dim, int64_t start,
+                             int64_t length)
+{
+    tp_k_narrow_grad(compute_stream(), gpu->kdt, out, dy, shape, rank, dim, start, length);
+    done();
+}
+
+static void cuda_cross_entropy_grad(float *dlogits, const float *logits, const int32_t *labels, int64_t b, int64_t s,
+                                    int64_t v, int64_t vocab)
+{
+    tp_k_cross_entropy_grad(compute_stream(), gpu->kdt, dlogits, logits, labels, b, s, v, vocab);
+    done();
+}
+
+/* max and sumexp are float32 (backend.h); the logits and their gradient
+ * are in the storage dtype */
+static void cuda_ce_grad(float *dlogits, const float *logits, const float *max, const float *sumexp,
+                         const int32_t *labels, int64_t b, int64_t s, int64_t v, int64_t vocab_start, int64_t vocab)
+{
+    tp_k_ce_grad(compute_stream(), gpu->kdt, dlogits, logits, max, sumexp, labels, b, s, v, vocab_start, vocab);
+    done();
+}
+
+static void cuda_adamw(float *w, const float *g, float *m, float *v, int64_t n, const tp_adamw_step *step)
+{
+    tp_k_adamw(compute_stream(), gpu->kdt, w, g, m, v, n, step->lr, step->beta1, step->beta2, step->eps,
+               step->weight_decay, step->step);
+    done();
+}
+
+/* The host waits for the sum: clipping needs the norm before the update. */
+static double cuda_sum_squares(const float *x, int64_t n)
+{
+    double *sum = scratch(sizeof(double)), host = 0.0;
+    tp_k_sum_squares(compute_stream(), gpu->kdt, sum, x, n);
+    TP_CUDA_CHECK(cudaMemcpyAsync(&host, sum, sizeof host, cudaMemcpyDeviceToHost, gpu->stream));
+    TP_CUDA_CHECK(cudaStreamSynchronize(gpu->stream));
+    return host;
+}
+
+/* ------------------------------------------------------------------------ */
 /* the tables                                                                */
 /* ------------------------------------------------------------------------ */
 
@@ -486,6 +639,13 @@ static void cuda_ce_loss(float *loss, const float *sumexp, const float *max, con
         .split_blocks = cuda_split_blocks, .join_blocks = cuda_join_blocks, .positions = cuda_positions, \
         .cross_entropy = cuda_cross_entropy, .ce_max = cuda_ce_max, .ce_sumexp = cuda_ce_sumexp,        \
         .ce_target = cuda_ce_target, .ce_loss = cuda_ce_loss,                                           \
+        .matmul_tn = cuda_matmul_tn, .sum_rows = cuda_sum_rows, .rmsnorm_dx = cuda_rmsnorm_dx,          \
+        .rmsnorm_dw = cuda_rmsnorm_dw, .layernorm_dx = cuda_layernorm_dx,                               \
+        .layernorm_dw = cuda_layernorm_dw, .attention_grad = cuda_attention_grad,                       \
+        .unary_grad = cuda_unary_grad, .softcap_grad = cuda_softcap_grad,                               \
+        .embedding_grad = cuda_embedding_grad, .narrow_grad = cuda_narrow_grad,                         \
+        .cross_entropy_grad = cuda_cross_entropy_grad, .ce_grad = cuda_ce_grad, .adamw = cuda_adamw,    \
+        .sum_squares = cuda_sum_squares,                                                                \
     }
 
 static const tp_backend cuda_f32 = CUDA_TABLE(TP_F32);

@@ -27,6 +27,10 @@ typedef struct tp_gpu {
     cublasHandle_t blas;
     void *blas_workspace;          /* given to cuBLAS once: no allocation while running */
     size_t blas_workspace_bytes;
+    /* device memory the backward kernels pass row and query statistics
+     * through (kernels.h's scratch arguments); grown to the largest request */
+    void *scratch;
+    size_t scratch_bytes;
     tp_dtype dtype;                /* the storage of float tensors */
     tp_kernel_dtype kdt;           /* the same, for the kernels */
     bool sync_each;                /* TPRUN_CUDA_SYNC=1: check after every backend call */

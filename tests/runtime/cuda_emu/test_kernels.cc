@@ -28,11 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backends/cuda/kernels/kernels.h"
-#include "runtime/backends/cuda/kernels/launch.h"
-extern "C" {
-#include "runtime/backends/backend.h"
-}
+#include "kernel_test.h"
 
 // A failed CUDA call in a launcher goes to tp_gpu_fatal (cuda_check.h),
 // which tprun's backend defines; this binary has no backend: report the
@@ -46,137 +42,9 @@ extern "C" void tp_gpu_fatal(const char *lib, const char *expr, const char *func
 
 namespace {
 
-using Vec = std::vector<float>;
-using IVec = std::vector<int32_t>;
-
-const tp_backend *cpu() { return tp_backend_cpu(); }
+using namespace tp_ktest;
 
 constexpr unsigned kFullMask = 0xffffffffu;
-
-Vec random_vec(size_t n, unsigned seed, float lo = -1.0f, float hi = 1.0f)
-{
-    std::mt19937 gen(seed);
-    std::uniform_real_distribution<float> dist(lo, hi);
-    Vec v(n);
-    for (float &x : v)
-        x = dist(gen);
-    return v;
-}
-
-float bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
-
-// The values a kernel of storage type t sees: bf16-rounded for bf16.
-Vec as_stored(Vec v, tp_kernel_dtype t)
-{
-    if (t == TP_KERNEL_BF16)
-        for (float &x : v)
-            x = bf16_round(x);
-    return v;
-}
-
-const char *dtype_name(tp_kernel_dtype t) { return t == TP_KERNEL_F32 ? "f32" : "bf16"; }
-
-} // namespace
-
-// gtest prints a parameter with PrintTo: the dtype's name, not its number.
-// In tp_kernel_dtype's namespace (the global one), where gtest looks.
-void PrintTo(tp_kernel_dtype t, std::ostream *os) { *os << dtype_name(t); }
-
-namespace {
-
-// ---- "device" buffers: poisoned on allocation, guards checked on release
-
-class Dev {
-  public:
-    Dev(tp_kernel_dtype t, size_t n) : t_(t), n_(n), p_(tp_emu_alloc(n * esize())) {}
-    Dev(tp_kernel_dtype t, const Vec &v) : Dev(t, v.size()) { upload(v); }
-    ~Dev() { EXPECT_TRUE(tp_emu_free(p_)) << "a kernel wrote outside a buffer"; }
-    Dev(const Dev &) = delete;
-    Dev &operator=(const Dev &) = delete;
-
-    void *ptr() const { return p_; }
-    size_t esize() const { return t_ == TP_KERNEL_F32 ? 4 : 2; }
-
-    void upload(const Vec &v)
-    {
-        ASSERT_EQ(v.size(), n_);
-        for (size_t i = 0; i < n_; i++) {
-            if (t_ == TP_KERNEL_F32)
-                static_cast<float *>(p_)[i] = v[i];
-            else
-                static_cast<__nv_bfloat16 *>(p_)[i] = __float2bfloat16(v[i]);
-        }
-    }
-    Vec download() const
-    {
-        Vec v(n_);
-        for (size_t i = 0; i < n_; i++)
-            v[i] = t_ == TP_KERNEL_F32 ? static_cast<const float *>(p_)[i]
-                                       : __bfloat162float(static_cast<const __nv_bfloat16 *>(p_)[i]);
-        return v;
-    }
-
-  private:
-    tp_kernel_dtype t_;
-    size_t n_;
-    void *p_;
-};
-
-// int32 and float32-only buffers (ids, labels, positions, loss pieces)
-template <typename E> class DevOf {
-  public:
-    explicit DevOf(size_t n) : n_(n), p_(static_cast<E *>(tp_emu_alloc(n * sizeof(E)))) {}
-    explicit DevOf(const std::vector<E> &v) : DevOf(v.size())
-    {
-        if (!v.empty())
-            std::memcpy(p_, v.data(), v.size() * sizeof(E));
-    }
-    ~DevOf() { EXPECT_TRUE(tp_emu_free(p_)) << "a kernel wrote outside a buffer"; }
-    DevOf(const DevOf &) = delete;
-    DevOf &operator=(const DevOf &) = delete;
-    E *ptr() const { return p_; }
-    std::vector<E> download() const { return std::vector<E>(p_, p_ + n_); }
-
-  private:
-    size_t n_;
-    E *p_;
-};
-
-// ---- comparison
-
-struct Tol {
-    double atol, rtol;
-};
-
-// 2^-8: the kernel's one rounding of an fp32 result to bf16 at the store
-constexpr double kBf16Store = 1.0 / 256.0;
-
-Tol stored(Tol f32, tp_kernel_dtype t) { return t == TP_KERNEL_BF16 ? Tol{f32.atol, f32.rtol + kBf16Store} : f32; }
-
-// |got - want| <= atol + rtol |want|; NaN must meet NaN, inf the same inf.
-void expect_close(const Vec &got, const Vec &want, Tol tol, const std::string &what)
-{
-    ASSERT_EQ(got.size(), want.size()) << what;
-    int bad = 0;
-    for (size_t i = 0; i < got.size() && bad < 5; i++) {
-        const double g = got[i], w = want[i];
-        bool ok;
-        if (std::isnan(w) || std::isnan(g))
-            ok = std::isnan(w) && std::isnan(g);
-        else if (std::isinf(w) || std::isinf(g))
-            ok = g == w;
-        else
-            ok = std::fabs(g - w) <= tol.atol + tol.rtol * std::fabs(w);
-        if (!ok) {
-            ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i];
-            bad++;
-        }
-    }
-}
-
-void expect_equal(const Vec &got, const Vec &want, const std::string &what) { expect_close(got, want, {0, 0}, what); }
-
-std::string label(tp_kernel_dtype t, const std::string &shape) { return std::string(dtype_name(t)) + " " + shape; }
 
 // ==================================================================================
 // The emulator

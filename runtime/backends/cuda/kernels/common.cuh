@@ -1,7 +1,7 @@
 // common.cuh: what every kernel source of runtime/backends/cuda/kernels shares.
 // defines: TP_KCHECK, TP_CEIL_DIV, TP_UNROLL, tp_to_float / tp_from_float<T>
 // (the storage types: float, __nv_bfloat16), tp_warp_sum / tp_warp_max,
-// tp_block_sum / tp_block_max, tp_rows_threads.
+// tp_block_sum / tp_block_max, tp_rows_threads, TP_GRID_STRIDE, tp_elementwise_blocks.
 //
 // Kernels are 1-D blocks of a multiple of 32 threads (the reductions rely
 // on whole warps). All arithmetic is fp32; T is only how values are stored.
@@ -55,7 +55,8 @@ template <> __device__ __forceinline__ __nv_bfloat16 tp_from_float<__nv_bfloat16
 // each step adds the same two numbers on both lanes of a pair. So the
 // results are identical across lanes and warps, whatever the schedule.
 
-__device__ __forceinline__ float tp_warp_sum(float v)
+// F: float, or double where a sum must not lose bits (sum_squares)
+template <typename F> __device__ __forceinline__ F tp_warp_sum(F v)
 {
     TP_UNROLL
     for (int off = 16; off > 0; off >>= 1)
@@ -73,15 +74,15 @@ __device__ __forceinline__ float tp_warp_max(float v)
 
 // The sum over the block, returned to every thread. Every thread of the
 // block must call it (it has barriers); it may be called again at once.
-__device__ __forceinline__ float tp_block_sum(float v)
+template <typename F> __device__ __forceinline__ F tp_block_sum(F v)
 {
-    TP_SHARED(float, tp_partial_sum, 32);
+    TP_SHARED(F, tp_partial_sum, 32);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
     v = tp_warp_sum(v);
     if (lane == 0)
         tp_partial_sum[warp] = v;
     __syncthreads();
-    v = lane < nwarps ? tp_partial_sum[lane] : 0.0f;
+    v = lane < nwarps ? tp_partial_sum[lane] : (F)0;
     v = tp_warp_sum(v);
     __syncthreads(); // the next call rewrites tp_partial_sum
     return v;
@@ -113,6 +114,10 @@ static inline int tp_rows_threads(int64_t n)
         threads *= 2;
     return threads;
 }
+
+// A grid-stride loop over n elements with 64-bit indices, and its blocks.
+#define TP_GRID_STRIDE(i, n)                                                                             \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
 // Blocks for a grid-stride elementwise kernel over n elements.
 static inline unsigned tp_elementwise_blocks(int64_t n, int threads)

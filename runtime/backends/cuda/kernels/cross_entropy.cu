@@ -6,9 +6,8 @@
 // labels[b, t+1], the last position has none, and -100 is ignored. Columns
 // at or beyond `vocab` are padding and take no part in the softmax. Losses
 // are float32 whatever the storage type of the logits.
-#include "common.cuh"
+#include "cross_entropy.cuh"
 
-#define CE_IGNORE (-100)
 // Blocks of the whole-vocabulary loss; each leaves a partial sum and count
 // in the arrays below, which a second one-block kernel adds up in a fixed
 // order, so the loss is deterministic. The arrays are static device memory
@@ -21,29 +20,6 @@
 
 static __device__ float ce_partial_loss[CE_BLOCKS];
 static __device__ float ce_partial_count[CE_BLOCKS];
-
-__device__ __forceinline__ int32_t shifted_label(const int32_t *labels, int64_t row, int64_t s)
-{
-    return row % s + 1 < s ? labels[row + 1] : CE_IGNORE;
-}
-
-// max over row[0, n) (-inf for n = 0), to every thread of the block
-template <typename T> __device__ float row_max(const T *row, int64_t n)
-{
-    float mx = -INFINITY;
-    for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
-        mx = fmaxf(mx, tp_to_float(row[c]));
-    return tp_block_max(mx);
-}
-
-// sum of exp(row[c] - mx) over row[0, n), to every thread of the block
-template <typename T> __device__ float row_sumexp(const T *row, int64_t n, float mx)
-{
-    float sum = 0.0f;
-    for (int64_t c = threadIdx.x; c < n; c += blockDim.x)
-        sum += expf(tp_to_float(row[c]) - mx);
-    return tp_block_sum(sum);
-}
 
 // Block i takes rows i, i + gridDim.x, ...: -log softmax(row)[label] =
 // log sum exp(l - max) + max - l[label], summed in row order.
@@ -132,13 +108,6 @@ __global__ void ce_loss_kernel(float *loss, const float *sumexp, const float *ma
 }
 
 // ---- kernel launchers
-
-// Local columns [vocab_start, vocab_start + v) that are real (< vocab).
-static int64_t real_columns(int64_t v, int64_t vocab_start, int64_t vocab)
-{
-    const int64_t n = vocab - vocab_start;
-    return n < 0 ? 0 : n > v ? v : n;
-}
 
 template <typename T>
 static void launch_cross_entropy(tp_stream st, float *loss, const T *logits, const int32_t *labels, int64_t rows,

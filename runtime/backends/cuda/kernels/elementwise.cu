@@ -10,10 +10,8 @@ enum { BINARY_ADD = 0, BINARY_MUL = 1 };
 
 // ---- CUDA kernels
 
-// Grid-stride loops with 64-bit indices; every element is read and written
-// by one thread, so out may equal an input.
-#define GRID_STRIDE(i, n)                                                                                \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+// Grid-stride loops (TP_GRID_STRIDE): every element is read and written by
+// one thread, so out may equal an input.
 
 __device__ __forceinline__ float silu(float x)
 {
@@ -37,7 +35,7 @@ __device__ __forceinline__ float gelu_erf(float x)
 
 template <typename T> __global__ void unary_kernel(int op, T *out, const T *x, int64_t n)
 {
-    GRID_STRIDE(i, n)
+    TP_GRID_STRIDE(i, n)
     {
         const float v = tp_to_float(x[i]);
         float y;
@@ -56,7 +54,7 @@ template <typename T> __global__ void unary_kernel(int op, T *out, const T *x, i
 // out[i] = a[i] op b[i % nb]
 template <typename T> __global__ void binary_kernel(int op, T *out, const T *a, int64_t n, const T *b, int64_t nb)
 {
-    GRID_STRIDE(i, n)
+    TP_GRID_STRIDE(i, n)
     {
         const float x = tp_to_float(a[i]), y = tp_to_float(b[i % nb]);
         out[i] = tp_from_float<T>(op == BINARY_ADD ? x + y : x * y);
@@ -66,7 +64,7 @@ template <typename T> __global__ void binary_kernel(int op, T *out, const T *a, 
 // out = x * s, then cap * tanh(out / cap) when cap > 0
 template <typename T> __global__ void scale_kernel(T *out, const T *x, int64_t n, float s, float cap)
 {
-    GRID_STRIDE(i, n)
+    TP_GRID_STRIDE(i, n)
     {
         const float y = tp_to_float(x[i]) * s;
         out[i] = tp_from_float<T>(cap > 0.0f ? cap * tanhf(y / cap) : y);
@@ -78,7 +76,7 @@ template <typename T> __global__ void scale_kernel(T *out, const T *x, int64_t n
 template <typename T>
 __global__ void bias_add_kernel(T *out, const T *x, const T *b, int64_t total, int64_t n, float scale)
 {
-    GRID_STRIDE(i, total) out[i] = tp_from_float<T>(tp_to_float(x[i]) + scale * tp_to_float(b[i % n]));
+    TP_GRID_STRIDE(i, total) out[i] = tp_from_float<T>(tp_to_float(x[i]) + scale * tp_to_float(b[i % n]));
 }
 
 // ---- kernel launchers

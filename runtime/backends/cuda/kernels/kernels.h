@@ -72,6 +72,45 @@ void tp_k_ce_target(tp_stream s, tp_kernel_dtype t, float *out, const void *logi
 void tp_k_ce_loss(tp_stream s, float *loss, const float *sumexp, const float *max, const float *target,
                   const int32_t *labels, int64_t b, int64_t seq);
 
+/* ---- training: the gradients of the kernels above and the optimizer. A
+ * `scratch` argument is device memory the launcher's kernels pass data
+ * through, of the size given; the caller owns it. */
+
+/* norms_grad.cu: scratch m floats (rmsnorm_dw) or 2 m (layernorm_dw) */
+void tp_k_rmsnorm_dx(tp_stream s, tp_kernel_dtype t, void *dx, const void *x, const void *dy, const void *w, int64_t m,
+                     int64_t n, float eps, bool unit_offset);
+void tp_k_rmsnorm_dw(tp_stream s, tp_kernel_dtype t, void *dw, const void *x, const void *dy, float *scratch, int64_t m,
+                     int64_t n, float eps);
+void tp_k_layernorm_dx(tp_stream s, tp_kernel_dtype t, void *dx, const void *x, const void *dy, const void *w, int64_t m,
+                       int64_t n, float eps);
+void tp_k_layernorm_dw(tp_stream s, tp_kernel_dtype t, void *dw, const void *x, const void *dy, float *scratch,
+                       int64_t m, int64_t n, float eps);
+void tp_k_sum_rows(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t m, int64_t n, float scale);
+/* attention_grad.cu: which 0 dq, 1 dk, 2 dv (= tp_attention_grad); scratch 2 b h seq floats */
+void tp_k_attention_grad(tp_stream s, tp_kernel_dtype t, int which, void *out, const void *q, const void *k,
+                         const void *v, const void *dy, float *scratch, int64_t b, int64_t seq, int64_t h, int64_t g,
+                         int64_t d, float scale, float softcap);
+/* elementwise_grad.cu: op as tp_k_unary */
+void tp_k_unary_grad(tp_stream s, tp_kernel_dtype t, int op, void *dx, const void *x, const void *dy, int64_t n);
+void tp_k_softcap_grad(tp_stream s, tp_kernel_dtype t, void *dx, const void *x, const void *dy, int64_t n, float cap);
+/* embedding_grad.cu */
+void tp_k_embedding_grad(tp_stream s, tp_kernel_dtype t, void *dw, const int32_t *ids, const void *dy, int64_t ntok,
+                         int64_t rows, int64_t dim, int64_t vocab_start, bool masked);
+/* reshard.cu */
+void tp_k_narrow_grad(tp_stream s, tp_kernel_dtype t, void *out, const void *dy, const int64_t *shape, int rank, int dim,
+                      int64_t start, int64_t length);
+/* cross_entropy_grad.cu: max and sumexp are float32 */
+void tp_k_cross_entropy_grad(tp_stream s, tp_kernel_dtype t, void *dlogits, const void *logits, const int32_t *labels,
+                             int64_t b, int64_t seq, int64_t v, int64_t vocab);
+void tp_k_ce_grad(tp_stream s, tp_kernel_dtype t, void *dlogits, const void *logits, const float *max,
+                  const float *sumexp, const int32_t *labels, int64_t b, int64_t seq, int64_t v, int64_t vocab_start,
+                  int64_t vocab);
+/* optimizer.cu: w, g, m, v in the storage type; the sum of squares is
+ * written to *out (device memory) */
+void tp_k_adamw(tp_stream s, tp_kernel_dtype t, void *w, const void *g, void *m, void *v, int64_t n, double lr,
+                double beta1, double beta2, double eps, double weight_decay, int64_t step);
+void tp_k_sum_squares(tp_stream s, tp_kernel_dtype t, double *out, const void *x, int64_t n);
+
 #ifdef __cplusplus
 }
 #endif

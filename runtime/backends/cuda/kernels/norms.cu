@@ -1,6 +1,6 @@
 // norms.cu: RMSNorm and LayerNorm over the last dimension.
 // defines: tp_k_rmsnorm, tp_k_layernorm
-#include "common.cuh"
+#include "norms.cuh"
 
 // ---- CUDA kernels
 
@@ -16,35 +16,19 @@ __global__ void rmsnorm_kernel(T *out, const T *x, const T *w, int64_t n, float 
     const float offset = unit_offset ? 1.0f : 0.0f;
     const T *xr = x + (int64_t)blockIdx.x * n;
     T *o = out + (int64_t)blockIdx.x * n;
-    float ss = 0.0f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-        const float v = tp_to_float(xr[j]);
-        ss += v * v;
-    }
-    ss = tp_block_sum(ss);
-    const float inv = rsqrtf(ss / (float)n + eps);
+    const float inv = tp_row_rms_inv(xr, n, eps);
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
         o[j] = tp_from_float<T>(tp_to_float(xr[j]) * inv * (offset + tp_to_float(w[j])));
 }
 
-// out = (x - mean) / sqrt(var + eps) * w + b, b optional. Two passes (the
-// mean, then the mean squared deviation, biased as in nn.LayerNorm) rather
-// than E[x^2] - E[x]^2, which cancels when |mean| >> std.
+// out = (x - mean) / sqrt(var + eps) * w + b, b optional
 template <typename T>
 __global__ void layernorm_kernel(T *out, const T *x, const T *w, const T *b, int64_t n, float eps)
 {
     const T *xr = x + (int64_t)blockIdx.x * n;
     T *o = out + (int64_t)blockIdx.x * n;
-    float sum = 0.0f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-        sum += tp_to_float(xr[j]);
-    const float mean = tp_block_sum(sum) / (float)n;
-    float sq = 0.0f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-        const float d = tp_to_float(xr[j]) - mean;
-        sq += d * d;
-    }
-    const float inv = rsqrtf(tp_block_sum(sq) / (float)n + eps);
+    float mean;
+    const float inv = tp_row_mean_inv(xr, n, eps, &mean);
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
         const float y = (tp_to_float(xr[j]) - mean) * inv * tp_to_float(w[j]);
         o[j] = tp_from_float<T>(b ? y + tp_to_float(b[j]) : y);

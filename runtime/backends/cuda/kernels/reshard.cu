@@ -1,6 +1,6 @@
 // reshard.cu: chunk copies for R -> S and for collectives along inner dims,
 // and position ids.
-// defines: tp_k_slice, tp_k_narrow, tp_k_split_blocks, tp_k_join_blocks, tp_k_positions
+// defines: tp_k_slice, tp_k_narrow, tp_k_narrow_grad, tp_k_split_blocks, tp_k_join_blocks, tp_k_positions
 #include "common.cuh"
 
 #define RESHARD_THREADS 256
@@ -27,6 +27,20 @@ __global__ void chunk_copy_kernel(T *dst, const T *src, int64_t n, int64_t outer
             dst[e] = src[idx];
         else
             dst[idx] = src[e];
+    }
+}
+
+// narrow's gradient: out (outer x len x inner) is dy (outer x length x
+// inner) at [start, start + length) of the middle dimension, zeros around
+template <typename T>
+__global__ void narrow_grad_kernel(T *out, const T *dy, int64_t n, int64_t len, int64_t inner, int64_t start,
+                                   int64_t length)
+{
+    TP_GRID_STRIDE(e, n)
+    {
+        const int64_t p = e / inner % len - start;
+        out[e] = p >= 0 && p < length ? dy[(e / (inner * len) * length + p) * inner + e % inner]
+                                      : tp_from_float<T>(0.0f);
     }
 }
 
@@ -101,6 +115,31 @@ extern "C" void tp_k_narrow(tp_stream s, tp_kernel_dtype t, void *out, const voi
     const int64_t inner = shape[dim] ? c.slab / shape[dim] : 0;
     c.run = length * inner;
     chunk_copy(s, t, out, x, c.outer * c.run, c, start * inner, true);
+}
+
+template <typename T>
+static void launch_narrow_grad(tp_stream s, T *out, const T *dy, int64_t n, int64_t len, int64_t inner, int64_t start,
+                               int64_t length)
+{
+    TP_LAUNCH(narrow_grad_kernel<T>, tp_elementwise_blocks(n, RESHARD_THREADS), RESHARD_THREADS, 0, s, out, dy, n, len,
+              inner, start, length);
+}
+
+// out (shape) = zeros with dy at [start, start + length) along dim
+extern "C" void tp_k_narrow_grad(tp_stream s, tp_kernel_dtype t, void *out, const void *dy, const int64_t *shape,
+                                 int rank, int dim, int64_t start, int64_t length)
+{
+    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
+    const chunking c = measure(shape, rank, &dim, 1);
+    TP_KCHECK(start >= 0 && length >= 0 && start + length <= shape[dim], "the range inside the dimension");
+    if (c.total == 0)
+        return;
+    const int64_t inner = c.slab / shape[dim];
+    if (t == TP_KERNEL_F32)
+        launch_narrow_grad(s, (float *)out, (const float *)dy, c.total, shape[dim], inner, start, length);
+    else
+        launch_narrow_grad(s, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)dy, c.total, shape[dim], inner, start,
+                           length);
 }
 
 // the parts chunks of x one after another

@@ -1,0 +1,198 @@
+// attention_grad.cu: the gradients of attention (attention.cu) with
+// respect to q, k and v.
+// defines: tp_k_attention_grad
+//
+// With P the causal softmax of the (scaled, capped) scores S and O = P V,
+// for each query t:
+//   dP = dy V^T,  D_t = sum_j P_tj dP_tj = dy_t . O_t,
+//   dS = P (dP - D) * (1 - (S / cap)^2 when capped),
+//   dq = scale dS K,  dk = scale dS^T Q,  dv = P^T dy,
+// dk and dv summed over the query heads of each kv head. Each op
+// recomputes the softmax: a first kernel writes every query's log-sum-exp
+// and D (as the forward does, plus a dot product) to scratch, then dq walks
+// the keys of each query, and dk / dv the queries of each key. Every sum
+// runs in a fixed order: the results do not depend on the schedule.
+#include "attention.cuh"
+
+// op numbers of tp_k_attention_grad (= tp_attention_grad of backend.h)
+enum { GRAD_Q = 0, GRAD_K = 1, GRAD_V = 2 };
+
+// ---- CUDA kernels
+
+// Block (query tile, head, batch), as the forward: lse[(bi h + hi) s + t]
+// = mx + log(denom), and D at the same index of dsum.
+template <typename T>
+__global__ void __launch_bounds__(ATTN_WARPS * 32)
+    attention_stats_kernel(float *lse, float *dsum, const T *q, const T *k, const T *v, const T *dy, int64_t s,
+                           int64_t h, int64_t g, int64_t d, int keys_per_tile, float scale, float softcap)
+{
+    TP_SHARED(float, ktile, ATTN_TILE);
+    TP_SHARED(float, vtile, ATTN_TILE);
+    attn_online o;
+    int64_t t;
+    if (!attn_forward_row(o, q, k, v, s, h, g, d, keys_per_tile, scale, softcap, ktile, vtile, &t))
+        return;
+    const int64_t row = ((int64_t)blockIdx.z * s + t) * h + blockIdx.y;
+    float dyr[ATTN_PER_LANE];
+    attn_load(dyr, dy + row * d, d, true);
+    float dot = 0.0f;
+    TP_UNROLL
+    for (int i = 0; i < ATTN_PER_LANE; i++)
+        dot += dyr[i] * (o.acc[i] / o.denom);
+    dot = tp_warp_sum(dot);
+    if (threadIdx.x % 32 == 0) {
+        const int64_t at = ((int64_t)blockIdx.z * h + blockIdx.y) * s + t;
+        lse[at] = o.mx + logf(o.denom);
+        dsum[at] = dot;
+    }
+}
+
+// dS of one (query, key) pair from the score, the query's statistics and
+// dP = dy_t . v_j
+__device__ __forceinline__ float attn_ds(float score, float lse, float dsum, float dp, float softcap)
+{
+    const float p = expf(score - lse);
+    const float capped = softcap > 0.0f ? 1.0f - (score / softcap) * (score / softcap) : 1.0f;
+    return p * (dp - dsum) * capped;
+}
+
+// A lane's share of acc += w * row (a staged row)
+__device__ __forceinline__ void grad_axpy(float *acc, float w, const float *row, int64_t d)
+{
+    const int lane = threadIdx.x % 32;
+    TP_UNROLL
+    for (int i = 0; i < ATTN_PER_LANE; i++) {
+        const int64_t c = lane + 32 * i;
+        if (c < d)
+            acc[i] += w * row[c];
+    }
+}
+
+// A lane's share of out = scale * acc
+template <typename T> __device__ __forceinline__ void grad_store(T *out, const float *acc, float scale, int64_t d)
+{
+    const int lane = threadIdx.x % 32;
+    TP_UNROLL
+    for (int i = 0; i < ATTN_PER_LANE; i++) {
+        const int64_t c = lane + 32 * i;
+        if (c < d)
+            out[c] = tp_from_float<T>(scale * acc[i]);
+    }
+}
+
+// Block (query tile, head, batch), a warp per query t: dq_t = scale * sum
+// over keys j <= t of dS_tj k_j.
+template <typename T>
+__global__ void __launch_bounds__(ATTN_WARPS * 32)
+    attention_dq_kernel(T *dq, const T *q, const T *k, const T *v, const T *dy, const float *lse, const float *dsum,
+                        int64_t s, int64_t h, int64_t g, int64_t d, int keys_per_tile, float scale, float softcap)
+{
+    TP_SHARED(float, ktile, ATTN_TILE);
+    TP_SHARED(float, vtile, ATTN_TILE);
+    const int64_t bi = blockIdx.z, hi = blockIdx.y, kh = hi / (h / g);
+    const int64_t first = (int64_t)blockIdx.x * ATTN_WARPS, t = first + threadIdx.x / 32;
+    const bool active = t < s;
+    const int64_t kend = first + ATTN_WARPS < s ? first + ATTN_WARPS : s;
+    const int64_t row = (bi * s + t) * h + hi, at = (bi * h + hi) * s + t;
+    float qr[ATTN_PER_LANE], dyr[ATTN_PER_LANE], acc[ATTN_PER_LANE] = {};
+    attn_load(qr, q + row * d, d, active);
+    attn_load(dyr, dy + row * d, d, active);
+    const float l = active ? lse[at] : 0.0f, dsumt = active ? dsum[at] : 0.0f;
+    attn_walk(k, v, g, kh, bi, s, d, 0, kend, keys_per_tile, ktile, vtile, active, 0, t + 1,
+              [&](const float *kr, const float *vr, int64_t) {
+                  const float ds = attn_ds(attn_score(attn_dot(qr, kr, d), scale, softcap), l, dsumt,
+                                           attn_dot(dyr, vr, d), softcap);
+                  grad_axpy(acc, ds, kr, d);
+              });
+    if (active)
+        grad_store(dq + row * d, acc, scale, d);
+}
+
+// Which of dk and dv a key-major kernel computes, with the storage type:
+// a compile-time choice, so dv's kernel holds no dP terms in registers.
+template <typename T, bool DK> struct kv_grad {
+    typedef T type;
+    static constexpr bool dk = DK;
+};
+
+// Block (key tile, kv head, batch), a warp per key j: over the query heads
+// hi of the kv head and the queries t >= j,
+//   dv_j = sum P_tj dy_t,   dk_j = scale * sum dS_tj q_t.
+// (at least one block per SM: left to itself ptxas caps dk's kernel at 64
+// registers and spills)
+template <typename G>
+__global__ void __launch_bounds__(ATTN_WARPS * 32, 1)
+    attention_dkv_kernel(typename G::type *out, const typename G::type *q, const typename G::type *k,
+                         const typename G::type *v, const typename G::type *dy, const float *lse, const float *dsum,
+                         int64_t s, int64_t h, int64_t g, int64_t d, int rows_per_tile, float scale, float softcap)
+{
+    constexpr bool dk = G::dk;
+    TP_SHARED(float, qtile, ATTN_TILE);
+    TP_SHARED(float, dytile, ATTN_TILE);
+    const int64_t bi = blockIdx.z, kh = blockIdx.y, group = h / g;
+    const int64_t first = (int64_t)blockIdx.x * ATTN_WARPS, j = first + threadIdx.x / 32;
+    const bool active = j < s;
+    const int64_t row = (bi * s + j) * g + kh;
+    float kr[ATTN_PER_LANE], vr[ATTN_PER_LANE], acc[ATTN_PER_LANE] = {};
+    attn_load(kr, k + row * d, d, active);
+    attn_load(vr, v + row * d, d, active);
+    for (int64_t hi = kh * group; hi < (kh + 1) * group; hi++) {
+        const float *hl = lse + (bi * h + hi) * s, *hd = dsum + (bi * h + hi) * s;
+        attn_walk(q, dy, h, hi, bi, s, d, first, s, rows_per_tile, qtile, dytile, active, j, s,
+                  [&](const float *qt, const float *dyt, int64_t t) {
+                      const float score = attn_score(attn_dot(kr, qt, d), scale, softcap);
+                      const float w = dk ? attn_ds(score, hl[t], hd[t], attn_dot(vr, dyt, d), softcap)
+                                         : expf(score - hl[t]);
+                      grad_axpy(acc, w, dk ? qt : dyt, d);
+                  });
+    }
+    if (active)
+        grad_store(out + row * d, acc, dk ? scale : 1.0f, d);
+}
+
+// ---- kernel launchers
+
+template <typename T>
+static void launch_attention_grad(tp_stream st, int which, T *out, const T *q, const T *k, const T *v, const T *dy,
+                                  float *scratch, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, float scale,
+                                  float softcap)
+{
+    float *lse = scratch, *dsum = scratch + b * h * s;
+    const int per_tile = attn_rows_per_tile(d);
+    const dim3 queries((unsigned)TP_CEIL_DIV(s, ATTN_WARPS), (unsigned)h, (unsigned)b);
+    TP_LAUNCH(attention_stats_kernel<T>, queries, ATTN_WARPS * 32, 0, st, lse, dsum, q, k, v, dy, s, h, g, d, per_tile,
+              scale, softcap);
+    if (which == GRAD_Q) {
+        TP_LAUNCH(attention_dq_kernel<T>, queries, ATTN_WARPS * 32, 0, st, out, q, k, v, dy, lse, dsum, s, h, g, d,
+                  per_tile, scale, softcap);
+        return;
+    }
+    typedef kv_grad<T, true> dk_grad;
+    typedef kv_grad<T, false> dv_grad;
+    const dim3 keys((unsigned)TP_CEIL_DIV(s, ATTN_WARPS), (unsigned)g, (unsigned)b);
+    if (which == GRAD_K)
+        TP_LAUNCH(attention_dkv_kernel<dk_grad>, keys, ATTN_WARPS * 32, 0, st, out, q, k, v, dy, lse, dsum, s, h, g, d,
+                  per_tile, scale, softcap);
+    else
+        TP_LAUNCH(attention_dkv_kernel<dv_grad>, keys, ATTN_WARPS * 32, 0, st, out, q, k, v, dy, lse, dsum, s, h, g, d,
+                  per_tile, scale, softcap);
+}
+
+extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, int which, void *out, const void *q,
+                                    const void *k, const void *v, const void *dy, float *scratch, int64_t b, int64_t s,
+                                    int64_t h, int64_t g, int64_t d, float scale, float softcap)
+{
+    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
+    TP_KCHECK(which == GRAD_Q || which == GRAD_K || which == GRAD_V, "unknown attention gradient");
+    TP_KCHECK(out != q && out != k && out != v && out != dy, "out must not overlap the inputs");
+    attn_check(b, s, h, g, d, scale, softcap);
+    if (b == 0 || s == 0 || h == 0)
+        return;
+    if (t == TP_KERNEL_F32)
+        launch_attention_grad(st, which, (float *)out, (const float *)q, (const float *)k, (const float *)v,
+                              (const float *)dy, scratch, b, s, h, g, d, scale, softcap);
+    else
+        launch_attention_grad(st, which, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k,
+                              (const __nv_bfloat16 *)v, (const __nv_bfloat16 *)dy, scratch, b, s, h, g, d, scale,
+                              softcap);
+}

@@ -1,0 +1,403 @@
+// The backward kernels of runtime/backends/cuda/kernels (the gradients and
+// the optimizer), under the emulator, against the CPU backend's: random
+// inputs, ragged sizes, GQA, soft-capping, repeated and masked ids, padded
+// vocabularies, ignored labels, both storage types. Each comparison prints
+// its largest error ("max error ..."). As in test_kernels.cc,
+// bf16 inputs are rounded first and the reference runs on the rounded
+// values, so bf16 adds only the kernel's one rounding at the store.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "kernel_test.h"
+
+namespace {
+
+using namespace tp_ktest;
+
+// the reference: the CPU backend's kernels
+const tp_backend &ref() { return *cpu(); }
+
+// The largest |got - want| (for the record of what the tolerances leave).
+double max_error(const Vec &got, const Vec &want)
+{
+    double e = 0.0;
+    for (size_t i = 0; i < got.size() && i < want.size(); i++)
+        e = std::max(e, std::fabs((double)got[i] - (double)want[i]));
+    return e;
+}
+
+void compare(const Vec &got, const Vec &want, Tol tol, const std::string &what)
+{
+    expect_close(got, want, tol, what);
+    std::printf("max error %-60s %.3g\n", what.c_str(), max_error(got, want));
+}
+
+class GradKernels : public ::testing::TestWithParam<tp_kernel_dtype> {
+  protected:
+    tp_kernel_dtype t() const { return GetParam(); }
+};
+
+std::string dims(std::initializer_list<int64_t> v)
+{
+    std::string s;
+    for (int64_t x : v)
+        s += (s.empty() ? "" : "x") + std::to_string(x);
+    return s;
+}
+
+// ---- column sums: fp32 over up to 1000 rows in a fixed tree against the
+// reference's sums; 1e-5 relative to the result plus 1e-5 absolute where
+// terms of both signs cancel
+
+TEST_P(GradKernels, SumRows)
+{
+    const Tol tol = stored({1e-5, 1e-5}, t());
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {7, 33}, {1000, 5}, {3, 300}, {0, 4}}) {
+        Vec x = as_stored(random_vec((size_t)(m * n), 70), t());
+        Vec want((size_t)n);
+        ref().sum_rows(want.data(), x.data(), m, n, 0.5f);
+        Dev dx(t(), x), dout(t(), (size_t)n);
+        tp_k_sum_rows(nullptr, t(), dout.ptr(), dx.ptr(), m, n, 0.5f);
+        compare(dout.download(), want, tol, label(t(), "sum_rows " + dims({m, n})));
+    }
+}
+
+// ---- norms: the statistics in fp32 block sums (as the forward), dx with
+// one cancelling sum over the row; dw sums over rows of O(1) terms
+
+TEST_P(GradKernels, RmsNorm)
+{
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 37}, {5, 1000}, {300, 64}})
+        for (bool unit_offset : {false, true}) {
+            const std::string what = label(t(), std::string(unit_offset ? "rmsnorm (1 + w) " : "rmsnorm ") + dims({m, n}));
+            Vec x = as_stored(random_vec((size_t)(m * n), 71, -2.0f, 2.0f), t());
+            Vec dy = as_stored(random_vec((size_t)(m * n), 72), t());
+            Vec w = as_stored(random_vec((size_t)n, 73, 0.5f, 1.5f), t());
+            Vec want_dx(x.size()), want_dw((size_t)n);
+            ref().rmsnorm_dx(want_dx.data(), x.data(), dy.data(), w.data(), m, n, 1e-5f, unit_offset);
+            ref().rmsnorm_dw(want_dw.data(), x.data(), dy.data(), m, n, 1e-5f);
+            Dev dx(t(), x), ddy(t(), dy), dw(t(), w), dout(t(), x.size()), dgw(t(), (size_t)n);
+            DevOf<float> scratch((size_t)m);
+            tp_k_rmsnorm_dx(nullptr, t(), dout.ptr(), dx.ptr(), ddy.ptr(), dw.ptr(), m, n, 1e-5f, unit_offset);
+            compare(dout.download(), want_dx, stored({2e-5, 1e-5}, t()), what + " dx");
+            tp_k_rmsnorm_dw(nullptr, t(), dgw.ptr(), dx.ptr(), ddy.ptr(), scratch.ptr(), m, n, 1e-5f);
+            compare(dgw.download(), want_dw, stored({2e-5 * std::sqrt((double)m), 1e-5}, t()), what + " dw");
+        }
+}
+
+TEST_P(GradKernels, LayerNorm)
+{
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 37}, {4, 1000}, {300, 64}}) {
+        const std::string what = label(t(), "layernorm " + dims({m, n}));
+        // a mean far from zero: the two-pass variance matters
+        Vec x = as_stored(random_vec((size_t)(m * n), 74, 9.0f, 11.0f), t());
+        Vec dy = as_stored(random_vec((size_t)(m * n), 75), t());
+        Vec w = as_stored(random_vec((size_t)n, 76, 0.5f, 1.5f), t());
+        Vec want_dx(x.size()), want_dw((size_t)n);
+        ref().layernorm_dx(want_dx.data(), x.data(), dy.data(), w.data(), m, n, 1e-5f);
+        ref().layernorm_dw(want_dw.data(), x.data(), dy.data(), m, n, 1e-5f);
+        Dev dx(t(), x), ddy(t(), dy), dw(t(), w), dout(t(), x.size()), dgw(t(), (size_t)n);
+        DevOf<float> scratch((size_t)(2 * m));
+        tp_k_layernorm_dx(nullptr, t(), dout.ptr(), dx.ptr(), ddy.ptr(), dw.ptr(), m, n, 1e-5f);
+        // x^ is (x - mean) r with r ~ 1/0.58: fp32's mean of values near 10
+        // is off by ~1e-6, which r turns into 2e-6 on x^
+        compare(dout.download(), want_dx, stored({5e-5, 1e-5}, t()), what + " dx");
+        tp_k_layernorm_dw(nullptr, t(), dgw.ptr(), dx.ptr(), ddy.ptr(), scratch.ptr(), m, n, 1e-5f);
+        compare(dgw.download(), want_dw, stored({5e-5 * std::sqrt((double)m), 1e-5}, t()), what + " dw");
+    }
+}
+
+// ---- attention: fp32 scores, an fp32 log-sum-exp and D = dy . O, sums
+// over up to 130 keys (dq) or queries times heads (dk, dv) against the
+// reference; gradients of O(0.1 .. 1), absolute error ~1e-6
+
+TEST_P(GradKernels, Attention)
+{
+    struct Case {
+        int64_t b, s, h, g, d;
+    };
+    const char *names[] = {"dq", "dk", "dv"};
+    for (Case c : {Case{1, 1, 1, 1, 1}, Case{2, 19, 4, 2, 64}, Case{1, 67, 6, 1, 40}, Case{1, 20, 2, 2, 256},
+                   Case{1, 130, 2, 1, 128}, Case{1, 9, 3, 3, 33}})
+        for (auto [scale, softcap] : {std::pair<double, double>{1.0 / std::sqrt((double)c.d), 0.0}, {0.2, 2.0}}) {
+            const std::string shape = "attention b" + std::to_string(c.b) + " s" + std::to_string(c.s) + " h" +
+                                      std::to_string(c.h) + " g" + std::to_string(c.g) + " d" + std::to_string(c.d) +
+                                      (softcap > 0 ? " capped" : "");
+            const float amp = 3.0f / std::sqrt(std::sqrt((float)c.d));
+            Vec q = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 77, -amp, amp), t());
+            Vec k = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 78, -amp, amp), t());
+            Vec v = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 79), t());
+            Vec dy = as_stored(random_vec(q.size(), 80), t());
+            Dev dq(t(), q), dk(t(), k), dv(t(), v), ddy(t(), dy);
+            DevOf<float> scratch((size_t)(2 * c.b * c.h * c.s));
+            for (int which = 0; which < 3; which++) {
+                const Vec &like = which == 0 ? q : k;
+                Vec want(like.size());
+                ref().attention_grad((tp_attention_grad)which, want.data(), q.data(), k.data(), v.data(), dy.data(),
+                                     c.b, c.s, c.h, c.g, c.d, scale, softcap);
+                Dev dout(t(), like.size());
+                tp_k_attention_grad(nullptr, t(), which, dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(),
+                                    scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)scale, (float)softcap);
+                compare(dout.download(), want, stored({1e-5, 1e-5}, t()), label(t(), shape + " " + names[which]));
+            }
+        }
+}
+
+// ---- elementwise: a few fp32 operations per element
+
+TEST_P(GradKernels, Activations)
+{
+    const char *names[] = {"silu", "gelu_tanh", "relu", "gelu_erf"};
+    for (int op = 0; op < 4; op++)
+        for (int64_t n : {1, 1000}) {
+            Vec x = random_vec((size_t)n, 81, -6.0f, 6.0f);
+            if (n > 4) {
+                x[0] = -100.0f; // silu: e^-x overflows, the gradient is 0
+                x[1] = 100.0f;
+                x[2] = 0.0f;
+            }
+            x = as_stored(x, t());
+            Vec dy = as_stored(random_vec((size_t)n, 82), t());
+            Vec want(x.size());
+            ref().unary_grad((tp_unary)op, want.data(), x.data(), dy.data(), n);
+            Dev dx(t(), x), ddy(t(), dy), dout(t(), x.size());
+            tp_k_unary_grad(nullptr, t(), op, dout.ptr(), dx.ptr(), ddy.ptr(), n);
+            compare(dout.download(), want, stored({1e-6, 1e-5}, t()),
+                    label(t(), std::string(names[op]) + "_grad n " + std::to_string(n)));
+        }
+    for (int64_t n : {1, 300}) {
+        Vec x = as_stored(random_vec((size_t)n, 83, -90.0f, 90.0f), t()), dy = as_stored(random_vec((size_t)n, 84), t());
+        Vec want(x.size());
+        ref().softcap_grad(want.data(), x.data(), dy.data(), n, 30.0f);
+        Dev dx(t(), x), ddy(t(), dy), dout(t(), x.size());
+        tp_k_softcap_grad(nullptr, t(), dout.ptr(), dx.ptr(), ddy.ptr(), n, 30.0f);
+        compare(dout.download(), want, stored({1e-6, 1e-5}, t()), label(t(), "softcap_grad n " + std::to_string(n)));
+    }
+}
+
+// ---- embedding: sums of a few rows of dy, in token order
+
+TEST_P(GradKernels, Embedding)
+{
+    struct Case {
+        int64_t ntok, rows, dim, vocab_start;
+        bool masked;
+    };
+    // one token; repeated ids over more tokens than a block (300 > 256);
+    // more columns than a block covers (1100 > 1024); masked shards
+    for (Case c : {Case{1, 1, 1, 0, false}, Case{300, 7, 37, 0, false}, Case{9, 5, 1100, 0, false},
+                   Case{40, 10, 33, 5, true}, Case{6, 3, 2, 100, true}}) {
+        const std::string what = label(t(), "embedding_grad ntok " + std::to_string(c.ntok) + " rows " +
+                                                 std::to_string(c.rows) + " dim " + std::to_string(c.dim) +
+                                                 (c.masked ? " masked" : ""));
+        IVec ids((size_t)c.ntok);
+        std::mt19937 gen(85);
+        const int64_t lo = c.masked ? 0 : c.vocab_start, hi = c.vocab_start + c.rows + (c.masked ? 10 : 0);
+        for (int32_t &id : ids)
+            id = (int32_t)(lo + (int64_t)(gen() % (uint64_t)(hi - lo)));
+        Vec dy = as_stored(random_vec((size_t)(c.ntok * c.dim), 86), t());
+        Vec want((size_t)(c.rows * c.dim));
+        ref().embedding_grad(want.data(), ids.data(), dy.data(), c.ntok, c.rows, c.dim, c.vocab_start, c.masked);
+        Dev ddy(t(), dy), dout(t(), want.size());
+        DevOf<int32_t> dids(ids);
+        tp_k_embedding_grad(nullptr, t(), dout.ptr(), dids.ptr(), ddy.ptr(), c.ntok, c.rows, c.dim, c.vocab_start,
+                            c.masked);
+        compare(dout.download(), want, stored({1e-6, 1e-6}, t()), what);
+    }
+}
+
+// ---- narrow's gradient: a copy into zeros, exact
+
+TEST_P(GradKernels, NarrowGrad)
+{
+    struct Case {
+        std::vector<int64_t> shape;
+        int dim;
+    };
+    for (const Case &c : {Case{{2, 6, 5}, 1}, Case{{2, 6, 5}, -1}, Case{{4, 3}, 0}, Case{{7}, 0}, Case{{2, 3, 4, 6}, 3}}) {
+        const int rank = (int)c.shape.size(), d = c.dim < 0 ? c.dim + rank : c.dim;
+        int64_t n = 1;
+        for (int64_t e : c.shape)
+            n *= e;
+        for (int64_t start = 0; start < c.shape[d]; start++)
+            for (int64_t length = 1; start + length <= c.shape[d]; length++) {
+                Vec dy = as_stored(random_vec((size_t)(n / c.shape[d] * length), 87), t());
+                Vec want((size_t)n);
+                ref().narrow_grad(want.data(), dy.data(), c.shape.data(), rank, c.dim, start, length);
+                Dev ddy(t(), dy), dout(t(), (size_t)n);
+                tp_k_narrow_grad(nullptr, t(), dout.ptr(), ddy.ptr(), c.shape.data(), rank, c.dim, start, length);
+                expect_equal(dout.download(), want,
+                             label(t(), "narrow_grad dim " + std::to_string(c.dim) + " " + std::to_string(start) +
+                                            "+" + std::to_string(length)));
+            }
+    }
+}
+
+// ---- cross-entropy: softmax in fp32 against the reference's, divided by
+// the number of labelled rows; entries ~1/(N vocab), so the tolerance is
+// relative with a small absolute floor
+
+IVec random_labels(int64_t b, int64_t s, int64_t vocab, unsigned seed, int ignore_every)
+{
+    std::mt19937 gen(seed);
+    IVec labels((size_t)(b * s));
+    for (size_t i = 0; i < labels.size(); i++)
+        labels[i] = ignore_every && i % (size_t)ignore_every == 1 ? -100 : (int32_t)(gen() % (uint64_t)vocab);
+    return labels;
+}
+
+TEST_P(GradKernels, CrossEntropy)
+{
+    struct Case {
+        int64_t b, s, v, vocab;
+        int ignore_every;
+    };
+    for (Case c : {Case{2, 9, 37, 31, 3}, Case{1, 2, 1, 1, 0}, Case{3, 40, 16, 13, 5}, Case{1, 5, 1000, 1000, 0}}) {
+        const std::string what = label(t(), "cross_entropy_grad " + dims({c.b, c.s, c.v}) + " vocab " +
+                                                 std::to_string(c.vocab));
+        Vec logits = as_stored(random_vec((size_t)(c.b * c.s * c.v), 88, -4.0f, 4.0f), t());
+        IVec labels = random_labels(c.b, c.s, c.vocab, 89, c.ignore_every);
+        Vec want(logits.size());
+        ref().cross_entropy_grad(want.data(), logits.data(), labels.data(), c.b, c.s, c.v, c.vocab);
+        Dev dl(t(), logits), dout(t(), logits.size());
+        DevOf<int32_t> dlab(labels);
+        tp_k_cross_entropy_grad(nullptr, t(), dout.ptr(), dl.ptr(), dlab.ptr(), c.b, c.s, c.v, c.vocab);
+        compare(dout.download(), want, stored({1e-8, 1e-5}, t()), what);
+    }
+}
+
+// The vocab-parallel gradient on simulated ranks: each rank's columns from
+// the global max and sum of exp must be that rank's columns of the whole
+// gradient.
+TEST_P(GradKernels, CeGradPieces)
+{
+    struct Case {
+        int64_t b, s, vocab, tp, vl;
+    };
+    for (Case c : {Case{2, 9, 31, 4, 8}, Case{1, 6, 20, 4, 8}, Case{3, 1, 5, 1, 5}}) {
+        const int64_t rows = c.b * c.s, vpad = c.vl * c.tp;
+        const std::string what = label(t(), "ce_grad " + dims({c.b, c.s}) + " vocab " + std::to_string(c.vocab) +
+                                                 " tp " + std::to_string(c.tp));
+        Vec full = as_stored(random_vec((size_t)(rows * vpad), 90, -4.0f, 4.0f), t());
+        IVec labels = random_labels(c.b, c.s, c.vocab, 91, 4);
+        Vec whole(full.size());
+        ref().cross_entropy_grad(whole.data(), full.data(), labels.data(), c.b, c.s, vpad, c.vocab);
+        // the all-reduced statistics, from the real columns
+        Vec gmax((size_t)rows, -INFINITY), gsum((size_t)rows, 0.0f);
+        for (int64_t i = 0; i < rows; i++) {
+            for (int64_t col = 0; col < c.vocab; col++)
+                gmax[(size_t)i] = std::max(gmax[(size_t)i], full[(size_t)(i * vpad + col)]);
+            double sum = 0.0;
+            for (int64_t col = 0; col < c.vocab; col++)
+                sum += std::exp((double)full[(size_t)(i * vpad + col)] - gmax[(size_t)i]);
+            gsum[(size_t)i] = (float)sum;
+        }
+        DevOf<int32_t> dlab(labels);
+        DevOf<float> dmax(gmax), dsum(gsum);
+        for (int64_t r = 0; r < c.tp; r++) {
+            Vec local((size_t)(rows * c.vl)), want_local(local.size());
+            for (int64_t i = 0; i < rows; i++) {
+                std::copy_n(full.begin() + i * vpad + r * c.vl, c.vl, local.begin() + i * c.vl);
+                std::copy_n(whole.begin() + i * vpad + r * c.vl, c.vl, want_local.begin() + i * c.vl);
+            }
+            Vec want(local.size());
+            ref().ce_grad(want.data(), local.data(), gmax.data(), gsum.data(), labels.data(), c.b, c.s, c.vl, r * c.vl,
+                          c.vocab);
+            Dev dlocal(t(), local), dout(t(), local.size());
+            tp_k_ce_grad(nullptr, t(), dout.ptr(), dlocal.ptr(), dmax.ptr(), dsum.ptr(), dlab.ptr(), c.b, c.s, c.vl,
+                         r * c.vl, c.vocab);
+            const std::string rk = what + " rank " + std::to_string(r);
+            compare(dout.download(), want, stored({1e-8, 1e-5}, t()), rk);
+            compare(dout.download(), want_local, stored({1e-8, 1e-5}, t()), rk + " = cross_entropy_grad");
+        }
+    }
+}
+
+// ---- AdamW: three steps of torch's update order in fp32 against the
+// reference; |w| ~ 1 and steps ~ lr, so 1e-6 absolute is a few ulps
+
+TEST_P(GradKernels, AdamW)
+{
+    const int64_t n = 1000;
+    Vec w = as_stored(random_vec((size_t)n, 92), t()), m((size_t)n, 0.0f), v((size_t)n, 0.0f);
+    Dev dw(t(), w), dm(t(), m), dv(t(), v);
+    for (int64_t step = 1; step <= 3; step++) {
+        Vec g = as_stored(random_vec((size_t)n, 93 + (unsigned)step, -0.1f, 0.1f), t());
+        const tp_adamw_step st = {1e-2, 0.9, 0.999, 1e-8, 0.1, step}; // torch's betas
+        ref().adamw(w.data(), g.data(), m.data(), v.data(), n, &st);
+        Dev dg(t(), g);
+        tp_k_adamw(nullptr, t(), dw.ptr(), dg.ptr(), dm.ptr(), dv.ptr(), n, st.lr, st.beta1, st.beta2, st.eps,
+                   st.weight_decay, st.step);
+        const std::string what = label(t(), "adamw step " + std::to_string(step));
+        compare(dw.download(), w, stored({1e-6, 1e-6}, t()), what + " w");
+        compare(dm.download(), m, stored({1e-8, 1e-6}, t()), what + " m");
+        compare(dv.download(), v, stored({1e-10, 1e-6}, t()), what + " v");
+        if (t() == TP_KERNEL_BF16) { // continue from the same stored state
+            w = dw.download();
+            m = dm.download();
+            v = dv.download();
+        }
+    }
+}
+
+// ---- the sum of squares: double accumulation, so the same as the
+// reference's to double rounding
+
+TEST_P(GradKernels, SumSquares)
+{
+    for (int64_t n : {0, 1, 1000, 300000}) {
+        Vec x = as_stored(random_vec((size_t)n, 97), t());
+        const double want = ref().sum_squares(x.data(), n);
+        Dev dx(t(), x);
+        DevOf<double> dout(1);
+        tp_k_sum_squares(nullptr, t(), dout.ptr(), dx.ptr(), n);
+        const double got = dout.download()[0];
+        EXPECT_NEAR(got, want, 1e-12 * (want + 1.0)) << label(t(), "sum_squares n " + std::to_string(n));
+    }
+}
+
+// ---- determinism: fixed reduction orders, so the schedule (the seed)
+// must not change a bit
+
+TEST_P(GradKernels, ResultsDoNotDependOnTheSchedule)
+{
+    const int64_t s = 21, h = 4, g = 2, d = 40, m = 50, n = 70;
+    Vec q = as_stored(random_vec((size_t)(s * h * d), 98), t()), k = as_stored(random_vec((size_t)(s * g * d), 99), t());
+    Vec x = as_stored(random_vec((size_t)(m * n), 100), t()), dy = as_stored(random_vec((size_t)(m * n), 101), t());
+    IVec ids((size_t)m);
+    for (size_t i = 0; i < ids.size(); i++)
+        ids[i] = (int32_t)(i * 7 % 5);
+    std::vector<Vec> first;
+    for (uint64_t seed : {1, 2, 3}) {
+        tp_emu_set_seed(seed);
+        Dev dq(t(), q), dk(t(), k), dx(t(), x), ddy(t(), dy), dattn(t(), k.size()), dw(t(), (size_t)n),
+            demb(t(), (size_t)(5 * n));
+        DevOf<float> scratch((size_t)std::max<int64_t>(2 * h * s, m));
+        DevOf<int32_t> dids(ids);
+        tp_k_attention_grad(nullptr, t(), 1, dattn.ptr(), dq.ptr(), dk.ptr(), dk.ptr(), dq.ptr(), scratch.ptr(), 1, s,
+                            h, g, d, 0.15f, 0.0f);
+        tp_k_rmsnorm_dw(nullptr, t(), dw.ptr(), dx.ptr(), ddy.ptr(), scratch.ptr(), m, n, 1e-6f);
+        tp_k_embedding_grad(nullptr, t(), demb.ptr(), dids.ptr(), ddy.ptr(), m, 5, n, 0, false);
+        std::vector<Vec> now = {dattn.download(), dw.download(), demb.download()};
+        if (seed == 1) {
+            first = now;
+            continue;
+        }
+        for (size_t i = 0; i < now.size(); i++)
+            EXPECT_EQ(std::memcmp(first[i].data(), now[i].data(), now[i].size() * 4), 0) << "result " << i << " seed "
+                                                                                         << seed;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GradKernels, ::testing::Values(TP_KERNEL_F32, TP_KERNEL_BF16),
+                         [](const ::testing::TestParamInfo<tp_kernel_dtype> &info) {
+                             return std::string(dtype_name(info.param));
+                         });
+
+} // namespace
