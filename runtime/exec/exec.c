@@ -91,8 +91,8 @@ static int check_kernels(const tr_schedule *s, const tp_backend *be, char *err, 
 {
     for (int i = 0; i < s->nops; i++)
         if (!training_kernel(be, s->ops[i].kind)) {
-            snprintf(err, errlen, "the %s backend has no %s kernel (op %d): it runs forward schedules only; run this "
-                     "training schedule with --backend cpu", be->name, tp_op_names[s->ops[i].kind], i);
+            snprintf(err, errlen, "the %s backend has no %s kernel (op %d): it runs forward schedules only, not this "
+                     "training schedule", be->name, tp_op_names[s->ops[i].kind], i);
             return -1;
         }
     return 0;
