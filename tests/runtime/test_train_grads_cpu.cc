@@ -22,6 +22,7 @@ extern "C" {
 #include "runtime/exec/exec.h"
 #include "runtime/io/npy.h"
 #include "runtime/io/weights.h"
+#include "runtime/train/gather.h"
 #include "sched/load.h"
 }
 
@@ -39,18 +40,7 @@ void read_slices(tp_checkpoint *c, const tr_weight *w, float *dst)
 {
     char err[1024];
     for (int k = 0; k < (w->nsegments ? w->nsegments : 1); k++) {
-        tp_weight_slice s = {};
-        s.name = w->name;
-        s.ndim = w->rank;
-        for (int d = 0; d < w->rank; d++) {
-            s.shape[d] = w->shape[d];
-            s.logical[d] = w->logical[d];
-        }
-        s.dim = w->dim;
-        if (w->nsegments) {
-            s.offset = w->offset[k];
-            s.length = w->length[k];
-        }
+        tp_weight_slice s = tr_weight_slice(w, 0, k);
         ASSERT_EQ(tp_checkpoint_read(c, &s, dst, err, sizeof err), 0) << err;
         dst += tp_weight_slice_numel(&s);
     }
