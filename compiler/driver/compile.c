@@ -6,6 +6,7 @@
 #include "compiler/front/hf_check.h"
 #include "compiler/front/parse.h"
 #include "compiler/plan/pynames.h"
+#include "compiler/sema/unreduced_grad.h"
 #include "util/xalloc.h"
 
 static const tp_node *find_item(const tp_node *file, tp_node_kind kind, int *count)
@@ -120,6 +121,8 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
                                            n->module->fqn)
                              : tp_diag_add(&u->diags, TP_ERROR, at, "backward", "%s", err.message);
             tp_diag_help(d, "compile the forward step without --train, or change the plan so the op is supported");
+        } else if (opts->train) {
+            tp_check_unreduced_grads(&u->model, &u->plan, &u->analysis.graph, &u->diags);
         }
     }
     u->built = true;

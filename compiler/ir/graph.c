@@ -19,6 +19,7 @@ void tp_graph_free(tp_graph *g)
     free(g->nodes);
     free(g->params);
     free(g->param_grad);
+    free(g->param_partial_at);
     memset(g, 0, sizeof *g);
 }
 

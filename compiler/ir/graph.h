@@ -65,6 +65,10 @@ typedef struct tp_graph {
     int64_t world;             /* devices on the mesh dimension the plan shards over */
     int loss, logits;          /* value indices, -1 when absent */
     int *param_grad;           /* per parameter: the value of its gradient (autodiff), or NULL */
+    /* per parameter: the first forward node whose contribution to its
+     * gradient is each rank's share only (autodiff), -1 when none is; NULL
+     * without --train. The unreduced-grad check reads it. */
+    int *param_partial_at;
     tp_placement logits_pl;    /* how the logits are laid out across ranks */
     int64_t logits_vocab;      /* a returned logits' real columns (padding dropped); 0: unknown */
     /* the transformer layers, for the report's per-layer bound: the largest

@@ -179,7 +179,12 @@ static void to_value(autodiff *A, const tp_gnode *n, int v, int grad)
     push(&A->to_value[s], grad, partial_share(A, n, value(A, v)->pl[0]), shared ? NULL : n->module);
 }
 
-static void to_param(autodiff *A, int p, int grad, bool partial) { push(&A->to_param[p], grad, partial, NULL); }
+static void to_param(autodiff *A, int p, int grad, bool partial)
+{
+    if (partial && A->g->param_partial_at[p] < 0)
+        A->g->param_partial_at[p] = A->at;
+    push(&A->to_param[p], grad, partial, NULL);
+}
 
 /* The contributions of a list summed: the complete ones first (the entry
  * returned, -1 when there are none), then one partial sum per group. */
@@ -583,6 +588,9 @@ int tp_pass_autodiff(tp_graph *g, bool merge, tp_autodiff_error *err)
     A.to_value = tp_xcalloc((size_t)g->nvalues + 1, sizeof *A.to_value);
     A.to_param = tp_xcalloc((size_t)g->nparams + 1, sizeof *A.to_param);
     A.needs = tp_xcalloc((size_t)g->nvalues + 1, sizeof *A.needs);
+    g->param_partial_at = tp_xreallocarray(NULL, (size_t)g->nparams + 1, sizeof *g->param_partial_at);
+    for (int p = 0; p < g->nparams; p++)
+        g->param_partial_at[p] = -1;
     mark_needs(&A);
     int rc = refuse_unsupported_weights(&A);
     if (!rc)

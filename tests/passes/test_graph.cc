@@ -213,8 +213,9 @@ TEST(Passes, DiagnosticsAreTheSameAtO0AndO1)
     for (const auto &plan : plans) {
         tp_unit a, b;
         std::vector<const char *> none;
-        tp_compile_opts o1 = {none.data(), 0, nullptr, true, TP_F32, true, false};
-        tp_compile_opts o0 = {none.data(), 0, nullptr, false, TP_F32, true, false};
+        bool train = is_train_plan(plan);
+        tp_compile_opts o1 = {none.data(), 0, nullptr, true, TP_F32, true, train};
+        tp_compile_opts o0 = {none.data(), 0, nullptr, false, TP_F32, true, train};
         tp_compile(&a, plan.c_str(), &o1);
         tp_compile(&b, plan.c_str(), &o0);
         EXPECT_EQ(rendered(&a), rendered(&b)) << plan;

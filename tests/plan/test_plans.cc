@@ -92,7 +92,7 @@ const std::set<std::string> kWithFixIts = {
     "arity-positional-for-keyword", "dtensor-logits-without-loss-parallel", "fused-contiguous-both",
     "fused-contiguous-gate-up", "fused-contiguous-qkv", "hf-style-strings", "mixed-residual", "python-name-undefined",
     "relabel-1d-positions", "relabel-prepare-input", "relabel-rowwise-embedding", "relabel-sp-plain-embedding",
-    "tied-mismatch",
+    "tied-mismatch", "train-unreduced-grad-hf",
 };
 
 bool has_fixits(const std::string &plan) { return kWithFixIts.count(fs::path(plan).stem().string()) > 0; }
@@ -113,7 +113,7 @@ TEST_P(BadPlan, ReportsExactlyTheExpectedDiagnostics)
     auto want = expectations(GetParam());
     ASSERT_FALSE(want.empty()) << "a bad plan must state its expected diagnostics";
     tp_unit u;
-    compile(&u, GetParam());
+    compile(&u, GetParam(), {}, is_train_plan(GetParam()));
     auto got = findings(&u);
     std::string missing, unexpected;
     for (const auto &f : want)
@@ -152,7 +152,7 @@ TEST_P(FixableBadPlan, FixItsLeaveOnlyUnfixableErrors)
 {
     std::string copy = scratch_copy(GetParam());
     tp_unit u;
-    compile(&u, copy);
+    compile(&u, copy, {}, is_train_plan(copy));
     std::multiset<std::string> unfixable;
     for (int i = 0; i < u.diags.count; i++) {
         const tp_diag &g = u.diags.items[i];
@@ -164,7 +164,7 @@ TEST_P(FixableBadPlan, FixItsLeaveOnlyUnfixableErrors)
     ASSERT_GT(tp_diags_apply_fixits(&u.diags, &u.src, err, sizeof err), 0) << err;
     tp_unit_free(&u);
     tp_unit v;
-    compile(&v, copy);
+    compile(&v, copy, {}, is_train_plan(copy));
     std::multiset<std::string> after;
     for (int i = 0; i < v.diags.count; i++)
         if (v.diags.items[i].level == TP_ERROR)

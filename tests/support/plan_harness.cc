@@ -21,15 +21,17 @@ namespace tpcc_test {
 
 std::string source_path(const std::string &rel) { return std::string(TPCC_SOURCE_DIR) + "/" + rel; }
 
-void compile(tp_unit *u, const std::string &plan, const std::vector<std::string> &defines)
+void compile(tp_unit *u, const std::string &plan, const std::vector<std::string> &defines, bool train)
 {
     std::vector<const char *> d;
     for (const auto &s : defines)
         d.push_back(s.c_str());
-    tp_compile_opts opts = {d.data(), int(d.size()), nullptr, true, TP_F32, true, false};
+    tp_compile_opts opts = {d.data(), int(d.size()), nullptr, true, TP_F32, true, train};
     tp_compile(u, plan.c_str(), &opts);
     tp_diags_sort(&u->diags);
 }
+
+bool is_train_plan(const std::string &plan) { return fs::path(plan).filename().string().rfind("train-", 0) == 0; }
 
 void configure(tp_unit *u, const std::string &plan, const std::vector<std::string> &defines)
 {

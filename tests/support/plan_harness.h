@@ -27,8 +27,12 @@ struct Finding {
     std::string str() const { return where + ": " + level + "[" + check + "]"; }
 };
 
-// Compile a plan; the unit must be freed with tp_unit_free.
-void compile(tp_unit *u, const std::string &plan, const std::vector<std::string> &defines = {});
+// Compile a plan (with --train when `train`); the unit must be freed with tp_unit_free.
+void compile(tp_unit *u, const std::string &plan, const std::vector<std::string> &defines = {}, bool train = false);
+
+// Bad plans named train-*.plan hold checks that only a training step has:
+// their tests compile them with --train.
+bool is_train_plan(const std::string &plan);
 
 // Only configure a plan: parse it and its model and bind their config
 // blocks and `defines`, without building the model or checking the plan.
