@@ -318,8 +318,8 @@ Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::s
 
 // dp = 2 replicas of batch 2 (at tp 2 and tp 1) take the same steps as one
 // rank with the global batch of 4: the losses, the first step's gradients
-// and the saved weights; -n other than dp x tp and a dp mesh without
-// --train are refused.
+// and the saved weights; resuming restores every replica; -n other than
+// dp x tp and a dp mesh without --train are refused.
 TEST(TrainRun, DataParallelEqualsOneRankOnTheGlobalBatch)
 {
     ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
@@ -344,7 +344,7 @@ TEST(TrainRun, DataParallelEqualsOneRankOnTheGlobalBatch)
         if (ref_sched.empty())
             ref_sched = sched;
         Proc t = train(sched, r.dp * r.tp, {"--weights", dir, "--data", data, "--steps", "3", "--log-json", log,
-                                            "--grads-out", g, "--save", save});
+                                            "--grads-out", g, "--save", save, "--schedule", "constant"});
         ASSERT_EQ(t.code(), 0) << tag << ": " << t.describe();
         EXPECT_TRUE(contains(t.out, "step 3/3  loss ")) << t.out;
         json_error_t e;
@@ -366,7 +366,17 @@ TEST(TrainRun, DataParallelEqualsOneRankOnTheGlobalBatch)
         EXPECT_LT(worst_relative(finals[k], finals[0]), 1e-5) << "run " << k;
     }
 
-    std::string dp2 = d.path + "/dp2tp2.sched";
+    // two steps saved and resumed to three on every replica: the same weights
+    // (a constant rate: the cosine's depends on --steps)
+    std::string dp2 = d.path + "/dp2tp2.sched", part = d.path + "/part", rest = d.path + "/rest";
+    Proc first = train(dp2, 4, {"--weights", dir, "--data", data, "--steps", "2", "--save", part, "--schedule",
+                                   "constant", "-q"});
+    ASSERT_EQ(first.code(), 0) << first.describe();
+    Proc resumed = train(dp2, 4, {"--resume", part, "--data", data, "--steps", "3", "--save", rest, "--schedule",
+                                     "constant", "-q"});
+    ASSERT_EQ(resumed.code(), 0) << resumed.describe();
+    EXPECT_LT(worst_relative(read_all(rest + "/model.safetensors", ref_sched), finals[1]), 1e-6);
+
     Proc wrong = train(dp2, 2, {"--weights", dir, "--data", data, "--steps", "1"});
     EXPECT_NE(wrong.code(), 0);
     EXPECT_TRUE(contains(wrong.err, "the schedule is for 4 ranks (2 data-parallel replicas of 2 tensor-parallel "
