@@ -794,7 +794,7 @@ int tr_schedule_load(tr_schedule *s, const char *path, int rank, int world_expec
     }
     int rc = -1;
     char *magic = NULL, *dtype = NULL;
-    int64_t version, world;
+    int64_t version, world, dp = 1;
     if (!json_is_object(root) || get_str(&L, root, "magic", &magic))
         fail(&L, "not a tpcc schedule (no magic); compile a plan with tpcc PLAN -o NAME.sched");
     else if (strcmp(magic, TP_SCHEDULE_MAGIC))
@@ -806,17 +806,25 @@ int tr_schedule_load(tr_schedule *s, const char *path, int rank, int world_expec
              TP_SCHEDULE_VERSION);
     else if (get_int(&L, root, "world_size", 1, 1 << 20, &world))
         ;
-    else if (world_expected > 0 && world != world_expected)
+    else if (json_object_get(root, "data_parallel") && get_int(&L, root, "data_parallel", 2, 1 << 20, &dp))
+        ;
+    else if (world_expected > 0 && dp > 1 && dp * world != world_expected)
+        fail(&L, "the schedule is for %lld ranks (%lld data-parallel replicas of %lld tensor-parallel ranks) but %d "
+                 "were launched: run it with tprun -n %lld", (long long)(dp * world), (long long)dp, (long long)world,
+                 world_expected, (long long)(dp * world));
+    else if (world_expected > 0 && dp == 1 && world != world_expected)
         fail(&L, "the schedule is for %lld ranks but %d were launched: run it with tprun -n %lld, or recompile with "
                  "tpcc -D tp=%d", (long long)world, world_expected, (long long)world, world_expected);
-    else if (rank < 0 || rank >= world)
-        fail(&L, "rank %d is outside the schedule's %lld ranks", rank, (long long)world);
+    else if (rank < 0 || rank >= dp * world)
+        fail(&L, "rank %d is outside the schedule's %lld ranks", rank, (long long)(dp * world));
     else if (get_str(&L, root, "dtype", &dtype) || parse_dtype(&L, dtype, &s->dtype) ||
              get_int(&L, root, "arena_bytes", 0, (int64_t)1 << 50, &s->arena_bytes) ||
              get_str(&L, root, "producer", &s->producer) || get_str(&L, root, "input_hash", &s->input_hash))
         ;
     else {
         s->world = (int)world;
+        s->data_parallel = (int)dp;
+        s->rank = rank % (int)world;
         json_t *plan = json_object_get(root, "plan");
         s->plan = tp_xstrdup(json_is_string(plan) ? json_string_value(plan) : "");
         if (!load_buffers(&L, s, json_object_get(root, "buffers")) && !load_io(&L, s, root) && !load_rank(&L, s, root) &&

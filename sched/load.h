@@ -54,7 +54,8 @@ typedef struct tr_op {
 
 typedef struct tr_schedule {
     char *producer, *input_hash, *plan;
-    int world;
+    int world;                              /* ranks of one tensor-parallel group */
+    int data_parallel;                      /* replicas of that group (1: none); the job runs data_parallel x world */
     tp_dtype dtype;
     int64_t arena_bytes;
     tr_buf *bufs; int nbufs;
@@ -62,13 +63,15 @@ typedef struct tr_schedule {
     tp_placement logits_pl;
     int64_t vocab;                          /* real logits columns (padding dropped on output) */
     int *grads;                             /* per weight: its gradient's buffer; NULL: no backward */
-    int rank;                               /* the rank loaded */
+    int rank;                               /* the rank loaded, within its tensor-parallel group */
     tr_weight *weights; int nweights;
     int64_t weight_elems;                   /* this rank's weight region */
     tr_op *ops; int nops;
 } tr_schedule;
 
-/* Load `path` for `rank`. world_expected > 0 checks the launch size.
+/* Load `path` for launch rank `rank`. world_expected > 0 checks the launch
+ * size: data_parallel x world. With data parallelism, rank r runs rank
+ * r % world of the schedule (replica r / world).
  * Returns 0, or -1 with a message saying what is wrong and how to fix it. */
 int tr_schedule_load(tr_schedule *s, const char *path, int rank, int world_expected, char *err, size_t errlen);
 void tr_schedule_free(tr_schedule *s);

@@ -864,6 +864,10 @@ static void put_document(writer *w)
         PUT(w, "null");
     PUT(w, ",\n  \"world_size\": ");
     put_int(w, ir->world);
+    if (m->data_parallel > 1) {
+        PUT(w, ",\n  \"data_parallel\": ");
+        put_int(w, m->data_parallel);
+    }
     PUT(w, ",\n  \"dtype\": ");
     put_str(w, tp_dtype_name(m->dtype));
     PUT(w, ",\n  \"config\": ");

@@ -25,6 +25,7 @@ typedef struct tp_schedule_meta {
     const tp_setting *config;   /* the resolved configuration, in order, names unique */
     int nconfig;
     const char *plan_path;      /* recorded for provenance */
+    int64_t data_parallel;      /* replicas of the tp group (tpcc --train); 0 or 1: none */
 } tp_schedule_meta;
 
 /* Write the schedule; on any error nothing is left at `path` (the previous

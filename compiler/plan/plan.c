@@ -579,31 +579,49 @@ static char *dim_decl(const tp_plan *p, int dim)
 }
 
 /* A dimension no block is on replicates the model over its devices: data
- * parallelism, each group on its own batch. Compiling the tensor-parallel
- * dimension alone would run the plan on a fraction of the ranks declared,
- * so it is refused until data parallelism lands with training. */
-static void report_data_parallel(const tp_plan *p, int dim, tp_diags *d)
+ * parallelism, each replica on its own batch. A forward schedule has no
+ * use for replicas (nothing couples them), so only tpcc --train, whose
+ * runtime averages the gradients over them, accepts one. */
+void tp_plan_refuse_data_parallel(const tp_plan *p, tp_diags *d)
 {
+    int dim = p->dp_dim;
     const char *dp = p->mesh_name[dim], *tp = p->mesh_name[p->tp_dim];
     long long n = (long long)p->mesh_size[dim];
     const tp_node *arg = p->mesh_arg[dim];
     tp_diag *g = tp_diag_add(d, TP_ERROR, arg ? arg->span : p->mesh_span, "mesh",
                              "mesh dimension '%s' (size %lld) is data parallel: no parallelize block is on it, "
-                             "and tpcc compiles tensor-parallel forward schedules over one mesh dimension ('%s'); "
-                             "a %s x %s schedule (each %s group its own batch, world size %lld) is not supported yet",
+                             "and a forward schedule runs the tensor-parallel plan over one mesh dimension ('%s'); "
+                             "a %s x %s mesh (each %s replica its own batch, world size %lld) is supported by "
+                             "tpcc --train only",
                              dp, n, tp, dp, tp, dp, n * (long long)p->mesh_size[p->tp_dim]);
     char *keep = dim_decl(p, p->tp_dim);
     if (arg && arg->kids[0]->kind == N_NAME)
-        tp_diag_help(g, "compile for one %s replica with -D %s=1 (or mesh(%s)) and launch %lld copies yourself, "
-                        "each on its own batch", dp, arg->kids[0]->name, keep, n);
+        tp_diag_help(g, "compile with --train to train on the %s x %s mesh, or for one %s replica with -D %s=1 "
+                        "(or mesh(%s))", dp, tp, dp, arg->kids[0]->name, keep);
     else
-        tp_diag_help(g, "compile for one %s replica with mesh(%s) (or %s = 1) and launch %lld copies yourself, "
-                        "each on its own batch", dp, keep, dp, n);
+        tp_diag_help(g, "compile with --train to train on the %s x %s mesh, or for one %s replica with mesh(%s) "
+                        "(or %s = 1)", dp, tp, dp, keep, dp);
     free(keep);
 }
 
-/* The first block's dimension carries the plan. Every other dimension must
- * hold one device, or the schedule would silently cover less than the mesh. */
+/* Ranks are laid out as torch's init_device_mesh lays out a mesh: the last
+ * dimension fastest. tprun takes the tensor-parallel group of rank r to be
+ * ranks r - r % T .. + T, so the tp dimension must be the last one that
+ * holds more than one device. */
+static void report_dp_after_tp(const tp_plan *p, int dim, tp_diags *d)
+{
+    const tp_node *arg = p->mesh_arg[dim];
+    tp_diag *g = tp_diag_add(d, TP_ERROR, arg ? arg->span : p->mesh_span, "mesh",
+                             "data-parallel mesh dimension '%s' comes after the tensor-parallel one '%s': tprun "
+                             "lays ranks out with the tensor-parallel dimension fastest (the last one)",
+                             p->mesh_name[dim], p->mesh_name[p->tp_dim]);
+    tp_diag_help(g, "declare the mesh as mesh(%s = ..., %s = ...)", p->mesh_name[dim], p->mesh_name[p->tp_dim]);
+}
+
+/* The first block's dimension carries the plan. Every other dimension of
+ * more than one device is data parallel (dp_dim, data_parallel), which
+ * only a training schedule may be (tp_plan_refuse_data_parallel), or the
+ * schedule would silently cover less than the mesh. */
 static void choose_tp_dim(tp_plan *p, const tp_node *file, tp_diags *d)
 {
     const tp_node *first[TP_MAX_MESH_DIMS] = {0};   /* the first block on each dimension */
@@ -630,9 +648,15 @@ static void choose_tp_dim(tp_plan *p, const tp_node *file, tp_diags *d)
     }
     if (!resolved)
         return;             /* which dimensions the plan uses is unknown: no guessing */
-    for (int i = 0; i < p->mesh_ndim; i++)
-        if (!first[i] && i != p->tp_dim && p->mesh_size[i] > 1)
-            report_data_parallel(p, i, d);
+    for (int i = 0; i < p->mesh_ndim; i++) {
+        if (first[i] || i == p->tp_dim || p->mesh_size[i] <= 1)
+            continue;
+        if (i > p->tp_dim)
+            report_dp_after_tp(p, i, d);
+        if (p->dp_dim < 0)
+            p->dp_dim = i;
+        p->data_parallel *= p->mesh_size[i];
+    }
 }
 
 /* --- resolution and coverage ------------------------------------------ */
@@ -1033,6 +1057,8 @@ bool tp_plan_build(tp_plan *p, const tp_node *file, int file_id, tp_model *m, tp
     p->file = file;
     p->file_id = file_id;
     p->mesh_span = TP_NO_SPAN;
+    p->dp_dim = -1;
+    p->data_parallel = 1;
     for (int i = 0; i < file->nkids; i++) {
         const tp_node *it = file->kids[i];
         if (it->kind == N_MESH) {

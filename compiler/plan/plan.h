@@ -84,6 +84,8 @@ typedef struct tp_plan {
     const tp_node *mesh_arg[TP_MAX_MESH_DIMS];  /* `dp = 2` in mesh(...); NULL when no mesh is declared */
     tp_span mesh_span;          /* the mesh(...) statement, for notes pointing at it */
     int tp_dim;                 /* the mesh dimension the styles act on */
+    int dp_dim;                 /* the first dimension of size > 1 no block is on; -1: none */
+    int64_t data_parallel;      /* replicas: the product of those dimensions' sizes (1: none) */
     bool loss_parallel;
     tp_span loss_parallel_span;
     tp_style **styles; int nstyles;
@@ -98,8 +100,13 @@ typedef struct tp_plan {
 bool tp_plan_build(tp_plan *p, const tp_node *file, int file_id, tp_model *m, tp_config *c);
 void tp_plan_free(tp_plan *p);
 
-/* The size of the dimension the styles act on. Every other dimension holds
- * one device (tp_plan_build refuses the rest), so this is the world size. */
+/* The error for a data-parallel dimension (p->dp_dim >= 0) where the
+ * schedule is not a training one. */
+void tp_plan_refuse_data_parallel(const tp_plan *p, tp_diags *d);
+
+/* The size of the dimension the styles act on: the world size of one
+ * replica. Every other dimension holds one device or is data parallel
+ * (dp_dim, data_parallel). */
 int64_t tp_plan_tp_size(const tp_plan *p);
 
 /* Whether transformers' "packed_colwise" shards m right: its

@@ -41,7 +41,12 @@ struct tp_comm_ops {
     /* end every rank now, with status; prints nothing. (optional: NULL
      * for a single process, whose main simply returns) */
     void (*abort)(tp_comm *c, int status);
+    /* a group communicator's finalize releases the group only */
     void (*finalize)(tp_comm *c);
+    /* out = the ranks of c that pass the same color, ordered by key
+     * (MPI_Comm_split); collective over c. (optional: NULL where the
+     * communicator cannot split, which then refuses data parallelism) */
+    int (*split)(tp_comm *c, int color, int key, tp_comm *out, char *err, size_t errlen);
 };
 
 /* A single process: every collective is a copy. */

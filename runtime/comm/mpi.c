@@ -2,10 +2,12 @@
  *
  * Errors are returned, not fatal: MPI_ERRORS_RETURN is set on the world
  * communicator so the executor can say which op and rank failed before it
- * aborts the job. */
+ * aborts the job. A group split off the world (data parallelism) keeps its
+ * MPI_Comm in impl; the world's impl is NULL. */
 #include <mpi.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "runtime/comm/comm.h"
 
@@ -19,6 +21,11 @@ static int check(int rc, const char *what, char *err, size_t errlen)
         snprintf(msg, sizeof msg, "MPI error %d", rc);
     snprintf(err, errlen, "%s failed: %s", what, msg);
     return -1;
+}
+
+static MPI_Comm comm_of(const tp_comm *c)
+{
+    return c->impl ? *(MPI_Comm *)c->impl : MPI_COMM_WORLD;
 }
 
 /* MPI counts are int: a larger collective is refused with a message */
@@ -51,53 +58,48 @@ static int type_of(tp_dtype t, bool reduce, MPI_Datatype *out, char *err, size_t
 
 static int all_gather(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
 {
-    (void)c;
     int cnt;
     MPI_Datatype ty;
     if (count_of(n, &cnt, err, errlen) || type_of(t, false, &ty, err, errlen))
         return -1;
-    return check(MPI_Allgather(in, cnt, ty, out, cnt, ty, MPI_COMM_WORLD), "MPI_Allgather", err, errlen);
+    return check(MPI_Allgather(in, cnt, ty, out, cnt, ty, comm_of(c)), "MPI_Allgather", err, errlen);
 }
 
 static int reduce_scatter(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
 {
-    (void)c;
     int cnt;
     MPI_Datatype ty;
     if (count_of(n, &cnt, err, errlen) || type_of(t, true, &ty, err, errlen))
         return -1;
-    return check(MPI_Reduce_scatter_block(in, out, cnt, ty, MPI_SUM, MPI_COMM_WORLD),
+    return check(MPI_Reduce_scatter_block(in, out, cnt, ty, MPI_SUM, comm_of(c)),
                  "MPI_Reduce_scatter_block", err, errlen);
 }
 
 static int all_reduce(tp_comm *c, tp_dtype t, void *buf, int64_t n, int max, char *err, size_t errlen)
 {
-    (void)c;
     int cnt;
     MPI_Datatype ty;
     if (count_of(n, &cnt, err, errlen) || type_of(t, true, &ty, err, errlen))
         return -1;
-    return check(MPI_Allreduce(MPI_IN_PLACE, buf, cnt, ty, max ? MPI_MAX : MPI_SUM, MPI_COMM_WORLD),
+    return check(MPI_Allreduce(MPI_IN_PLACE, buf, cnt, ty, max ? MPI_MAX : MPI_SUM, comm_of(c)),
                  "MPI_Allreduce", err, errlen);
 }
 
 static int all_to_all(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
 {
-    (void)c;
     int cnt;
     MPI_Datatype ty;
     if (count_of(n, &cnt, err, errlen) || type_of(t, false, &ty, err, errlen))
         return -1;
-    return check(MPI_Alltoall(in, cnt, ty, out, cnt, ty, MPI_COMM_WORLD), "MPI_Alltoall", err, errlen);
+    return check(MPI_Alltoall(in, cnt, ty, out, cnt, ty, comm_of(c)), "MPI_Alltoall", err, errlen);
 }
 
 static int gather_bytes(tp_comm *c, void *out, const void *in, size_t bytes, char *err, size_t errlen)
 {
-    (void)c;
     int cnt;
     if (count_of((int64_t)bytes, &cnt, err, errlen))
         return -1;
-    return check(MPI_Gather(in, cnt, MPI_BYTE, out, cnt, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Gather", err, errlen);
+    return check(MPI_Gather(in, cnt, MPI_BYTE, out, cnt, MPI_BYTE, 0, comm_of(c)), "MPI_Gather", err, errlen);
 }
 
 static void abort_all(tp_comm *c, int status)
@@ -108,12 +110,36 @@ static void abort_all(tp_comm *c, int status)
 
 static void finalize(tp_comm *c)
 {
-    (void)c;
-    MPI_Finalize();
+    if (!c->impl) {
+        MPI_Finalize();
+        return;
+    }
+    MPI_Comm_free((MPI_Comm *)c->impl);     /* a group: nothing to report at the end of the run */
+    free(c->impl);
+    c->impl = NULL;
+}
+
+static int split(tp_comm *c, int color, int key, tp_comm *out, char *err, size_t errlen)
+{
+    MPI_Comm *group = malloc(sizeof *group);
+    if (!group) {
+        snprintf(err, errlen, "out of memory splitting the MPI communicator");
+        return -1;
+    }
+    if (check(MPI_Comm_split(comm_of(c), color, key, group), "MPI_Comm_split", err, errlen) ||
+        check(MPI_Comm_set_errhandler(*group, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", err, errlen) ||
+        check(MPI_Comm_rank(*group, &out->rank), "MPI_Comm_rank", err, errlen) ||
+        check(MPI_Comm_size(*group, &out->world), "MPI_Comm_size", err, errlen)) {
+        free(group);
+        return -1;
+    }
+    out->ops = c->ops;
+    out->impl = group;
+    return 0;
 }
 
 static const tp_comm_ops mpi_ops = {
-    "mpi", all_gather, reduce_scatter, all_reduce, all_to_all, gather_bytes, abort_all, finalize,
+    "mpi", all_gather, reduce_scatter, all_reduce, all_to_all, gather_bytes, abort_all, finalize, split,
 };
 
 int tp_comm_mpi(tp_comm *c, int *argc, char ***argv, char *err, size_t errlen)

@@ -27,8 +27,15 @@ static int gather_bytes(tp_comm *c, void *out, const void *in, size_t bytes, cha
 
 static void finalize(tp_comm *c) { (void)c; }
 
+static int split(tp_comm *c, int color, int key, tp_comm *out, char *err, size_t errlen)
+{
+    (void)color; (void)key; (void)err; (void)errlen;
+    *out = *c;
+    return 0;
+}
+
 static const tp_comm_ops single_ops = {
-    "single", copy, copy, reduce_in_place, copy, gather_bytes, NULL, finalize,
+    "single", copy, copy, reduce_in_place, copy, gather_bytes, NULL, finalize, split,
 };
 
 int tp_comm_single(tp_comm *c)

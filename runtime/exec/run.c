@@ -9,6 +9,7 @@
 #include "runtime/backends/gpu.h"
 #include "runtime/io/npy.h"
 #include "runtime/exec/run.h"
+#include "runtime/train/dp.h"
 #include "runtime/io/weights.h"
 #include "runtime/train/gather.h"
 #include "runtime/train/train.h"
@@ -68,7 +69,7 @@ static int load_weights(job *j)
         float *dst = host + w->region_offset;
         /* a packed weight's segments are row ranges (dim 0), held one after another */
         for (int k = 0; k < (w->nsegments ? w->nsegments : 1); k++) {
-            tp_weight_slice ws = tr_weight_slice(w, j->comm->rank, k);
+            tp_weight_slice ws = tr_weight_slice(w, s->rank, k);
             int64_t n = j->ckpt ? (tp_checkpoint_read(j->ckpt, &ws, dst, why, sizeof why) ? -1 : tp_weight_slice_numel(&ws))
                                 : tp_weight_init_seeded(&ws, j->o->seed, dst);
             if (n < 0) {
@@ -81,7 +82,7 @@ static int load_weights(job *j)
     }
     tr_exec_write_weights(&j->x, host);
     free(host);
-    j->weight_bytes_read = j->ckpt ? tp_checkpoint_bytes_read_rank(j->ckpt, j->comm->rank) : 0;
+    j->weight_bytes_read = j->ckpt ? tp_checkpoint_bytes_read_rank(j->ckpt, s->rank) : 0;
     return 0;
 }
 
@@ -467,16 +468,22 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
     char why[900];
     if (tr_schedule_load(&j.s, o->schedule, comm->rank, comm->world > 1 ? comm->world : 0, why, sizeof why))
         return fail(&j, "%s", why);
-    int rc = options_match_training(&j);
-    if (!rc && comm->world == 1 && j.s.world > 1)
-        rc = fail(&j, "%s is a schedule for %d ranks: run it with tprun -n %d %s", o->schedule, j.s.world, j.s.world,
+    int rc = options_match_training(&j), ranks = j.s.world * j.s.data_parallel;
+    if (!rc && comm->world == 1 && ranks > 1)
+        rc = fail(&j, "%s is a schedule for %d ranks: run it with tprun -n %d %s", o->schedule, ranks, ranks,
                   o->schedule);
+    tr_dp groups = {0};
+    if (!rc && j.s.data_parallel > 1 && !j.s.grads)
+        rc = fail(&j, "%s has data_parallel %d but no backward: only training schedules (tpcc --train) have "
+                  "data-parallel replicas; recompile it", o->schedule, j.s.data_parallel);
+    if (!rc && tr_dp_init(&groups, comm, j.s.world, j.s.data_parallel, why, sizeof why))
+        rc = fail(&j, "%s", why);
     const tp_backend *be = tp_backend_cpu();
     if (!rc && o->backend && !strcmp(o->backend, "cuda") && !(be = tp_backend_cuda(j.s.dtype)))
         rc = fail(&j, "the cuda backend computes in fp32 or bf16, the schedule is %s", tp_dtype_name(j.s.dtype));
     if (!rc && be->set_threads)
         be->set_threads(o->threads);
-    if (!rc && tr_exec_init(&j.x, &j.s, be, comm, why, sizeof why))
+    if (!rc && tr_exec_init(&j.x, &j.s, be, &groups.tp, why, sizeof why))
         rc = fail(&j, "%s", why);
     if (!rc) {
         j.x.tracing = o->profile || o->profile_json || o->trace;
@@ -484,7 +491,7 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
         rc = load_weights(&j);
     }
     if (!rc && j.s.grads) {
-        if (tr_train(o, comm, &j.x, j.vocab, why, sizeof why))
+        if (tr_train(o, &groups, &j.x, j.vocab, why, sizeof why))
             rc = fail(&j, "%s", why);
     } else {
         if (!rc)
@@ -499,6 +506,7 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
     if (j.ckpt)
         tp_checkpoint_close(j.ckpt);
     tr_exec_free(&j.x);
+    tr_dp_free(&groups);
     tr_schedule_free(&j.s);
     return rc;
 }

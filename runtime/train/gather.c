@@ -29,8 +29,10 @@ int tr_layouts_load(tr_layouts *l, const char *path, const tp_comm *comm, char *
     if (comm->rank != 0)
         return 0;
     l->ranks = tp_xcalloc((size_t)comm->world, sizeof *l->ranks);
+    /* the launch size was checked when the schedule was loaded to run; with
+     * data parallelism it is not the tp group's, so it is not checked again */
     for (int r = 0; r < comm->world; r++)
-        if (tr_schedule_load(&l->ranks[r], path, r, comm->world > 1 ? comm->world : 0, err, errlen)) {
+        if (tr_schedule_load(&l->ranks[r], path, r, 0, err, errlen)) {
             l->world = r;           /* the ones loaded */
             tr_layouts_free(l);
             return -1;

@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "runtime/io/safetensors_write.h"
+#include "runtime/train/dp.h"
 #include "runtime/train/gather.h"
 #include "runtime/train/log.h"
 #include "runtime/train/optim.h"
@@ -16,11 +17,12 @@
 typedef struct trainer {
     const tr_options *o;
     const tr_train_options *t;
-    tp_comm *comm;
+    tp_comm *comm;             /* the tensor-parallel group */
+    tp_comm *dp;               /* the replicas of this rank's shard */
     tr_exec *x;
     const tr_schedule *s;
     tr_tokens tokens;
-    int64_t per_step;          /* tokens per step: B·S */
+    int64_t per_step;          /* tokens per step and replica: B·S */
     tr_optim optim;
     tr_layouts layouts;        /* for the files gathered on rank 0 */
     char *config;              /* --save: the config.json it copies */
@@ -53,17 +55,14 @@ static int check_setup(trainer *tr, char *err, size_t errlen)
     return tr->t->save ? tr_save_check(tr->t->save, tr->o->weights, &tr->config, err, errlen) : 0;
 }
 
-/* The stream, checked to hold every step before step 1. Data parallelism
- * will go here: with dp groups, step i of group g reads tokens
- * [(i·dp + g)·B·S, (i·dp + g + 1)·B·S), so the groups see disjoint slices
- * of each global batch; today every rank is one tp group reading the
- * whole batch. */
+/* The stream, checked to hold every step before step 1: D·B·S tokens a
+ * step, replica d's slice at (i·D + d)·B·S (step). */
 static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
 {
     tr->per_step = tr_buf_elems(&tr->s->bufs[tr->s->input_ids]);
     if (tr_tokens_open(&tr->tokens, tr->t->data, vocab, err, errlen))
         return -1;
-    return tr_tokens_require(&tr->tokens, tr->t->data, tr->per_step, tr->t->steps, err, errlen);
+    return tr_tokens_require(&tr->tokens, tr->t->data, tr->per_step * tr->dp->world, tr->t->steps, err, errlen);
 }
 
 /* --grads-out: the full gradients of the first step taken, before clipping,
@@ -94,23 +93,27 @@ static int write_grads(trainer *tr, char *err, size_t errlen)
     return rc;
 }
 
-/* Step i: the batch, forward and backward, norm, clipping, AdamW. */
+/* Step i: the batch, forward and backward, the gradients averaged over
+ * the replicas (which then take identical optimizer steps), norm,
+ * clipping, AdamW. */
 static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err, size_t errlen)
 {
     const tr_schedule *s = tr->s;
     tr_exec *x = tr->x;
     double t0 = now();
-    const int32_t *ids = tr->tokens.ids + i * tr->per_step;
+    const int32_t *ids = tr->tokens.ids + (i * tr->dp->world + tr->dp->rank) * tr->per_step;
     tr_exec_write_buf(x, s->input_ids, ids);
     tr_exec_write_buf(x, s->labels, ids);
     if (tr_exec_run(x, err, errlen))
         return -1;
     float loss;
     tr_exec_read_buf(x, s->loss, &loss);
+    if (tr_dp_average_grads(tr->dp, x, err, errlen) || tr_dp_mean(tr->dp, x, tr->optim.sum, &loss, err, errlen))
+        return -1;
     double norm;
     if (tr_optim_grad_norm(&tr->optim, &norm, err, errlen))
         return -1;
-    if (first && tr->t->grads_out && write_grads(tr, err, errlen))
+    if (first && tr->t->grads_out && tr->dp->rank == 0 && write_grads(tr, err, errlen))
         return -1;
     tr_optim_clip(&tr->optim, norm, tr->t->max_grad_norm);
     double lr = tr->t->lr * tr_lr_lambda(tr->t->schedule, i, tr->t->warmup, tr->t->steps);
@@ -134,10 +137,11 @@ static int resume(trainer *tr, char *err, size_t errlen)
     return 0;
 }
 
-int tr_train(const tr_options *o, tp_comm *comm, tr_exec *x, int64_t vocab, char *err, size_t errlen)
+int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, int64_t vocab, char *err, size_t errlen)
 {
-    trainer tr = {.o = o, .t = &o->train, .comm = comm, .x = x, .s = x->s};
-    bool rank0 = comm->rank == 0, tty = isatty(STDOUT_FILENO);
+    tp_comm *comm = &groups->tp;
+    trainer tr = {.o = o, .t = &o->train, .comm = comm, .dp = &groups->dp, .x = x, .s = x->s};
+    bool rank0 = comm->rank == 0 && tr.dp->rank == 0, tty = isatty(STDOUT_FILENO);
     int rc = check_setup(&tr, err, errlen);
     if (!rc)
         rc = open_data(&tr, vocab, err, errlen);
@@ -155,9 +159,9 @@ int tr_train(const tr_options *o, tp_comm *comm, tr_exec *x, int64_t vocab, char
             break;
         tr_log_add(&tr.log, &r);
         if (rank0 && !o->quiet)
-            tr_log_print(stdout, tty, &r, o->train.steps, tr.per_step);
+            tr_log_print(stdout, tty, &r, o->train.steps, tr.per_step * tr.dp->world);
     }
-    if (!rc && o->train.save)
+    if (!rc && o->train.save && tr.dp->rank == 0)     /* the replicas hold the same state */
         rc = tr_save(&tr.optim, &tr.layouts, o->train.save, tr.config, o->train.steps, o->train.lr, err, errlen);
     if (!rc && rank0 && o->train.log_json)
         rc = tr_log_write_json(&tr.log, o->train.log_json, err, errlen);

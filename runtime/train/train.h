@@ -3,7 +3,9 @@
  * gradient in outputs.grads).
  *
  * Step i (from 0) reads tokens [i·B·S, (i+1)·B·S) of the stream as the
- * input ids [B, S] of the schedule's input buffer, and the same ids as the
+ * input ids [B, S] of the schedule's input buffer (with D data-parallel
+ * replicas, replica d reads [(i·D + d)·B·S, (i·D + d + 1)·B·S) and the
+ * gradients are averaged over the replicas: dp.h), and the same ids as the
  * labels (the loss shifts them, as Hugging Face's does); runs the forward
  * and the backward; takes the global gradient norm, clips, and applies
  * AdamW at the learning rate of step i (lr.h). The recipe is the one of
@@ -14,9 +16,11 @@
 
 #include "runtime/exec/exec.h"
 #include "runtime/exec/run.h"
+#include "runtime/train/dp.h"
 
-/* Trains o->train.steps steps on the loaded weights (x's weight region).
+/* Trains o->train.steps steps on the loaded weights (x's weight region);
+ * x runs on groups->tp.
  * Returns 0, or -1 with a message in err. */
-int tr_train(const tr_options *o, tp_comm *comm, tr_exec *x, int64_t vocab, char *err, size_t errlen);
+int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, int64_t vocab, char *err, size_t errlen);
 
 #endif /* TPRUN_TRAIN_TRAIN_H */

@@ -133,6 +133,7 @@ TEST(CliExit, DataParallelMeshIsRefusedAndWritesNothing)
     EXPECT_TRUE(contains(c.err, "world size 4")) << c.describe();
     EXPECT_TRUE(contains(c.err, "[mesh]")) << c.describe();
     EXPECT_TRUE(contains(c.err, "mesh(tp = 2) (or dp = 1)")) << c.describe();
+    EXPECT_TRUE(contains(c.err, "supported by tpcc --train only")) << c.describe();
 
     TempDir dir;
     std::string out = dir.path + "/x.sched";
@@ -140,6 +141,29 @@ TEST(CliExit, DataParallelMeshIsRefusedAndWritesNothing)
     EXPECT_EQ(o.code(), 1) << o.describe();
     EXPECT_FALSE(fs::exists(out));
     EXPECT_TRUE(fs::is_empty(dir.path));
+}
+
+// With --train the dp dimension is data parallelism: the schedule is one
+// tp group's with "data_parallel"; a dp dimension after tp is refused.
+TEST(CliExit, DataParallelMeshCompilesForTraining)
+{
+    TempDir dir;
+    std::string out = dir.path + "/x.sched";
+    Proc o = run({source_path("tests/bad/mesh-dp-unused.plan"), "--train", "-o", out, "-D", "layers=2"});
+    ASSERT_EQ(o.code(), 0) << o.describe();
+    std::string text = tpcc_test::slurp(out);
+    EXPECT_TRUE(contains(text, "\"world_size\": 2,\n  \"data_parallel\": 2,")) << text.substr(0, 400);
+
+    std::string p = dir.write("tp-dp.plan", "model \"" + source_path("models/llama.model") + "\"\n"
+                                            "mesh(tp = 2, dp = 2)\n"
+                                            "parallelize \"model.layers.*\" on \"tp\" {\n"
+                                            "    \"mlp.down_proj\": RowwiseParallel(),\n"
+                                            "}\n");
+    Proc r = run({p, "--train", "-D", "layers=2", "-o", dir.path + "/y.sched"});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "data-parallel mesh dimension 'dp' comes after the tensor-parallel one 'tp'"))
+        << r.describe();
+    EXPECT_TRUE(contains(r.err, "mesh(dp = ..., tp = ...)")) << r.describe();
 }
 
 // dp given by a config value: the fix is a define, and the define works.

@@ -20,6 +20,7 @@
 extern "C" {
 #include "runtime/io/safetensors_write.h"
 #include "runtime/io/weights.h"
+#include "runtime/train/dp.h"
 #include "runtime/train/gather.h"
 #include "runtime/train/lr.h"
 #include "runtime/train/optim.h"
@@ -347,6 +348,23 @@ std::vector<float> seeded_region(const tr_schedule &s)
 
 // tp 2 under llama-sp: rows (dim 0) and columns (dim 1) shards, replicated
 // norms, and the vocabulary padded from 128 to 192 rows.
+// A communicator that cannot split (NCCL's, for now) refuses data
+// parallelism with the way out; one replica needs no split.
+TEST(TrainDataParallel, CommunicatorWithoutSplitIsRefused)
+{
+    tp_comm_ops ops = {};
+    ops.name = "nccl";
+    tp_comm world = {&ops, 0, 4, nullptr};
+    tr_dp g;
+    char err[400] = "";
+    EXPECT_EQ(tr_dp_init(&g, &world, 2, 2, err, sizeof err), -1);
+    EXPECT_NE(std::string(err).find("the nccl one cannot yet: train it with --backend cpu"), std::string::npos) << err;
+    ASSERT_EQ(tr_dp_init(&g, &world, 4, 1, err, sizeof err), 0) << err;
+    EXPECT_EQ(g.tp.world, 4);
+    EXPECT_EQ(g.dp.world, 1);
+    tr_dp_free(&g);
+}
+
 TEST(TrainGather, SlicesOfEveryKindMakeTheFullLogicalTensors)
 {
     TempDir d;

@@ -292,4 +292,111 @@ INSTANTIATE_TEST_SUITE_P(
         return n;
     });
 
+// ---- data parallelism: a dp x tp mesh ----
+
+// plans/llama-sp.plan on a mesh(dp = dp, tp = tp), written into d (the
+// model path made absolute) as `plan`.
+void dp_plan(const TempDir &d, std::string &plan)
+{
+    std::string text = tpcc_test::slurp(std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan");
+    auto swap = [&](const std::string &from, const std::string &to) {
+        size_t at = text.find(from);
+        EXPECT_NE(at, std::string::npos) << from;
+        if (at != std::string::npos)
+            text.replace(at, from.size(), to);
+    };
+    swap("model \"../models/", "model \"" + std::string(TPCC_SOURCE_DIR) + "/models/");
+    swap("    tp = 2\n", "    tp = 2\n    dp = 1\n");
+    swap("mesh(tp = tp)", "mesh(dp = dp, tp = tp)");
+    // on a 2-D mesh each block names its dimension
+    for (size_t at = text.find("\nparallelize \""); at != std::string::npos; at = text.find("\nparallelize \"", at + 1)) {
+        size_t open = text.find("\" {", at + 14);
+        ASSERT_NE(open, std::string::npos);
+        text.insert(open + 1, " on \"tp\"");
+    }
+    plan = d.write("llama-dp.plan", text);
+}
+
+Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::string &sched, bool train = true)
+{
+    std::vector<std::string> args = {plan, "--hf-config", kFixtures + "llama/config.json", "-D", "vocab_multiple=1",
+                                     "-D", "dp=" + std::to_string(dp), "-D", "tp=" + std::to_string(tp), "-D",
+                                     "seq=16", "-D", "batch=" + std::to_string(batch), "-o", sched};
+    if (train)
+        args.push_back("--train");
+    return tpcc_test::run_tpcc(args);
+}
+
+// dp = 2 replicas of batch 2 (at tp 2 and tp 1) take the same steps as one
+// rank with the global batch of 4: the losses, the first step's gradients
+// and the saved weights; resuming restores every replica; -n other than
+// dp x tp and a dp mesh without --train are refused.
+TEST(TrainRun, DataParallelEqualsOneRankOnTheGlobalBatch)
+{
+    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
+    TempDir d;
+    std::string plan, dir = kFixtures + "llama/";
+    ASSERT_NO_FATAL_FAILURE(dp_plan(d, plan));
+    std::vector<int32_t> toks;
+    for (int i = 0; i < 3 * 64; i++)
+        toks.push_back(int32_t((i * 37 + i / 16) % 128));     // three steps of 4 x 16
+    std::string data = d.write("tokens.bin", tpcc_test::llmc(20240801, 7, toks));
+
+    struct Run { int dp, tp, batch; };
+    std::vector<std::vector<double>> losses;
+    std::vector<std::vector<std::vector<float>>> grads, finals;
+    std::string ref_sched;
+    for (Run r : {Run{1, 1, 4}, Run{2, 2, 2}, Run{2, 1, 2}}) {
+        std::string tag = "dp" + std::to_string(r.dp) + "tp" + std::to_string(r.tp),
+                    sched = d.path + "/" + tag + ".sched", log = d.path + "/" + tag + ".json",
+                    g = d.path + "/" + tag + "-grads.safetensors", save = d.path + "/" + tag + "-save";
+        Proc c = compile_dp(plan, r.dp, r.tp, r.batch, sched);
+        ASSERT_EQ(c.code(), 0) << c.describe();
+        if (ref_sched.empty())
+            ref_sched = sched;
+        Proc t = train(sched, r.dp * r.tp, {"--weights", dir, "--data", data, "--steps", "3", "--log-json", log,
+                                            "--grads-out", g, "--save", save, "--schedule", "constant"});
+        ASSERT_EQ(t.code(), 0) << tag << ": " << t.describe();
+        EXPECT_TRUE(contains(t.out, "step 3/3  loss ")) << t.out;
+        json_error_t e;
+        json_t *got = json_load_file(log.c_str(), 0, &e);
+        ASSERT_TRUE(got) << e.text;
+        json_t *steps = json_object_get(got, "steps");
+        ASSERT_EQ(json_array_size(steps), 3u) << tag;
+        losses.push_back({});
+        for (size_t i = 0; i < 3; i++)
+            losses.back().push_back(num(json_array_get(steps, i), "loss"));
+        json_decref(got);
+        grads.push_back(read_all(g, ref_sched));
+        finals.push_back(read_all(save + "/model.safetensors", ref_sched));
+    }
+    for (size_t k = 1; k < losses.size(); k++) {
+        for (size_t i = 0; i < 3; i++)
+            EXPECT_NEAR(losses[k][i], losses[0][i], 1e-5 * losses[0][i]) << "run " << k << " step " << i + 1;
+        EXPECT_LT(worst_relative(grads[k], grads[0]), 1e-4) << "run " << k;
+        EXPECT_LT(worst_relative(finals[k], finals[0]), 1e-5) << "run " << k;
+    }
+
+    // two steps saved and resumed to three on every replica: the same weights
+    // (a constant rate: the cosine's depends on --steps)
+    std::string dp2 = d.path + "/dp2tp2.sched", part = d.path + "/part", rest = d.path + "/rest";
+    Proc first = train(dp2, 4, {"--weights", dir, "--data", data, "--steps", "2", "--save", part, "--schedule",
+                                   "constant", "-q"});
+    ASSERT_EQ(first.code(), 0) << first.describe();
+    Proc resumed = train(dp2, 4, {"--resume", part, "--data", data, "--steps", "3", "--save", rest, "--schedule",
+                                     "constant", "-q"});
+    ASSERT_EQ(resumed.code(), 0) << resumed.describe();
+    EXPECT_LT(worst_relative(read_all(rest + "/model.safetensors", ref_sched), finals[1]), 1e-6);
+
+    Proc wrong = train(dp2, 2, {"--weights", dir, "--data", data, "--steps", "1"});
+    EXPECT_NE(wrong.code(), 0);
+    EXPECT_TRUE(contains(wrong.err, "the schedule is for 4 ranks (2 data-parallel replicas of 2 tensor-parallel "
+                                    "ranks) but 2 were launched: run it with tprun -n 4"))
+        << wrong.describe();
+
+    Proc forward = compile_dp(plan, 2, 2, 2, d.path + "/forward.sched", false);
+    EXPECT_NE(forward.code(), 0);
+    EXPECT_TRUE(contains(forward.err, "is supported by tpcc --train only")) << forward.describe();
+}
+
 }  // namespace

@@ -345,6 +345,7 @@ static void finalize(tp_comm *c)
 
 static const tp_comm_ops nccl_ops = {
     "nccl", all_gather, reduce_scatter, all_reduce, all_to_all, gather_bytes, abort_all, finalize,
+    NULL,   /* split: no ncclCommSplit yet, so no data parallelism on GPUs */
 };
 
 /* ------------------------------------------------------------------------ */
