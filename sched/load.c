@@ -332,13 +332,20 @@ static int check_positions(loader *L, const tr_schedule *s, const tr_op *op)
     return 0;
 }
 
-/* logits [batch, seq, vocab_local] and one label per position to one
- * loss (the compiler refuses logits split over the positions). */
-static int check_cross_entropy(loader *L, const tr_schedule *s, const tr_op *op)
+/* The positions of logits [batch, seq, vocab_local] in in[0] (batch x
+ * seq), or -1 when in[0] is not such a buffer: the loss's ops read them. */
+static int64_t logits_positions(const tr_schedule *s, const tr_op *op)
 {
     const tr_buf *x = &s->bufs[op->in[0]];
-    if (x->rank != 3 || x->shape[2] != op->vocab_local || op->vocab_logical > op->vocab_local ||
-        elems_of(s, op->in[1]) != x->shape[0] * x->shape[1] || elems_of(s, op->out) != 1)
+    return x->rank == 3 && x->shape[2] == op->vocab_local ? x->shape[0] * x->shape[1] : -1;
+}
+
+/* logits and one label per position to one loss (the compiler refuses
+ * logits split over the positions). */
+static int check_cross_entropy(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    int64_t n = logits_positions(s, op);
+    if (n < 0 || op->vocab_logical > op->vocab_local || elems_of(s, op->in[1]) != n || elems_of(s, op->out) != 1)
         return fail(L, "expects logits [batch, seq, vocab_local], batch x seq labels and a scalar loss");
     return 0;
 }
@@ -355,10 +362,8 @@ static int check_ce_rows(loader *L, const tr_schedule *s, const tr_op *op)
 /* Like cross_entropy's: one target per token of the logits. */
 static int check_ce_target(loader *L, const tr_schedule *s, const tr_op *op)
 {
-    const tr_buf *x = &s->bufs[op->in[0]];
-    int64_t tokens = x->shape[0] * x->shape[1];
-    if (x->rank != 3 || x->shape[2] != op->vocab_local || elems_of(s, op->in[1]) != tokens ||
-        elems_of(s, op->out) != tokens)
+    int64_t n = logits_positions(s, op);
+    if (n < 0 || elems_of(s, op->in[1]) != n || elems_of(s, op->out) != n)
         return fail(L, "expects logits [batch, seq, vocab_local], batch x seq labels and out [batch, seq]");
     return 0;
 }
@@ -437,9 +442,9 @@ static int check_narrow_grad(loader *L, const tr_schedule *s, const tr_op *op)
 /* logits [batch, seq, vocab_local], one label per position, out like the logits. */
 static int check_cross_entropy_grad(loader *L, const tr_schedule *s, const tr_op *op)
 {
-    const tr_buf *x = &s->bufs[op->in[0]];
-    if (x->rank != 3 || x->shape[2] != op->vocab_local || op->vocab_logical > op->vocab_local ||
-        elems_of(s, op->in[1]) != x->shape[0] * x->shape[1] || elems_of(s, op->out) != tr_buf_elems(x))
+    int64_t n = logits_positions(s, op);
+    if (n < 0 || op->vocab_logical > op->vocab_local || elems_of(s, op->in[1]) != n ||
+        elems_of(s, op->out) != elems_of(s, op->in[0]))
         return fail(L, "expects logits [batch, seq, vocab_local], batch x seq labels and out like the logits");
     return 0;
 }
@@ -447,10 +452,9 @@ static int check_cross_entropy_grad(loader *L, const tr_schedule *s, const tr_op
 /* cross_entropy_grad's rule, with the max and sumexp of every row. */
 static int check_ce_grad(loader *L, const tr_schedule *s, const tr_op *op)
 {
-    const tr_buf *x = &s->bufs[op->in[0]];
-    int64_t tokens = x->rank == 3 ? x->shape[0] * x->shape[1] : -1;
-    if (x->rank != 3 || x->shape[2] != op->vocab_local || elems_of(s, op->in[1]) != tokens ||
-        elems_of(s, op->in[2]) != tokens || elems_of(s, op->in[3]) != tokens || elems_of(s, op->out) != tr_buf_elems(x))
+    int64_t n = logits_positions(s, op);
+    if (n < 0 || elems_of(s, op->in[1]) != n || elems_of(s, op->in[2]) != n || elems_of(s, op->in[3]) != n ||
+        elems_of(s, op->out) != elems_of(s, op->in[0]))
         return fail(L, "expects logits [batch, seq, vocab_local], a max, a sumexp and a label per position, and "
                        "out like the logits");
     return 0;
