@@ -36,6 +36,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 
+#include "tests/support/grad_files.h"
 #include "tests/support/plan_harness.h"
 #include "tests/support/process.h"
 
@@ -357,5 +358,100 @@ TEST(Gpu, CudaMatchesCpuAtTp1) { check_against_cpu(kTprun, gpu_plan(), {1}, true
 TEST(Gpu, CudaMatchesCpuAtTp2) { check_against_cpu(kTprun, gpu_plan(), {2}, true); }
 
 TEST(Gpu, Gpt2MatchesCpuAtTp1) { check_against_cpu(kTprun, source_path("plans/gpt2-sp-tied.plan"), {1}, true); }
+
+// Training on a GPU against PyTorch: the fixtures of tests/fixtures/train/
+// (tools/train_fixtures.py: transformers' model, torch's autograd, AdamW,
+// clip_grad_norm_ and cosine schedule), run by the real tprun with
+// --backend cuda, fp32 (cuBLAS without TF32), with test_train_run.cc's
+// tolerances for the CPU backend: the kernels sum in another order than
+// torch, not in another precision.
+const std::string kTrainFixtures = source_path("tests/fixtures/train/");
+
+std::string compile_training(const TempDir &dir, const std::string &fixture, const std::string &plan,
+                             const std::vector<std::string> &defines)
+{
+    std::string sched = dir.path + "/" + fixture + "-" + fs::path(plan).stem().string() + ".sched";
+    std::vector<std::string> args = {source_path(plan), "--hf-config", kTrainFixtures + fixture + "/config.json",
+                                     "-D", "tp=1", "-D", "seq=16", "-D", "batch=2", "--train", "-o", sched};
+    args.insert(args.end(), defines.begin(), defines.end());
+    Proc c = run_program(kTpcc, args);
+    EXPECT_EQ(c.code(), 0) << c.describe();
+    return sched;
+}
+
+// Runs a training schedule on the GPU; false (and the test skips) where
+// none is usable.
+bool train_on_gpu(const std::string &sched, const std::vector<std::string> &args, Proc &p)
+{
+    std::vector<std::string> a = {"--backend", "cuda", "-q"};
+    a.insert(a.end(), args.begin(), args.end());
+    p = run(kTprun, 1, sched, a);
+    return !(contains(p.err, "no CUDA device") || contains(p.err, "usable GPU"));
+}
+
+double step_value(json_t *steps, size_t i, const char *key)
+{
+    return json_number_value(json_object_get(json_array_get(steps, i), key));
+}
+
+TEST(Gpu, TrainingMatchesPyTorchStepByStep)
+{
+    TempDir dir;
+    std::string fixture = kTrainFixtures + "llama/", sched = compile_training(dir, "llama", "plans/llama-sp.plan",
+                                                                            {"-D", "vocab_multiple=1"});
+    std::string log = dir.path + "/log.json", grads = dir.path + "/grads.safetensors", save = dir.path + "/five";
+    Proc p;
+    if (!train_on_gpu(sched, {"--weights", fixture, "--data", fixture + "tokens.npy", "--steps", "5", "--warmup", "2",
+                              "--log-json", log, "--grads-out", grads, "--save", save},
+                      p))
+        GTEST_SKIP() << p.err;
+    ASSERT_EQ(p.code(), 0) << p.describe();
+    json_error_t e;
+    json_t *got = json_load_file(log.c_str(), 0, &e), *want = json_load_file((fixture + "train.json").c_str(), 0, &e);
+    ASSERT_TRUE(got && want) << e.text;
+    json_t *gs = json_object_get(got, "steps"), *ws = json_object_get(want, "steps");
+    ASSERT_EQ(json_array_size(gs), 5u);
+    for (size_t i = 0; i < 5; i++) {
+        EXPECT_NEAR(step_value(gs, i, "loss"), step_value(ws, i, "loss"), 1e-5 * step_value(ws, i, "loss")) << i;
+        EXPECT_NEAR(step_value(gs, i, "grad_norm"), step_value(ws, i, "grad_norm"), 1e-4 * step_value(ws, i, "grad_norm"))
+            << i;
+        EXPECT_DOUBLE_EQ(step_value(gs, i, "lr"), step_value(ws, i, "lr")) << i;
+    }
+    json_decref(got);
+    json_decref(want);
+    EXPECT_LT(worst_relative(read_weights_of(grads, sched), read_weights_of(fixture + "grads.safetensors", sched)), 1e-4);
+    EXPECT_LT(worst_absolute(read_weights_of(save, sched), read_weights_of(fixture + "final.safetensors", sched)), 2e-5);
+}
+
+// One step's gathered gradients against autograd's, for each family with
+// a torch fixture, and the vocab-parallel loss (llama-tiny).
+TEST(Gpu, TrainingGradientsMatchAutograd)
+{
+    struct Case {
+        std::string fixture, plan;
+        std::vector<std::string> defines;
+    };
+    std::vector<Case> cases = {
+        {"llama-gqa", "plans/llama-sp.plan", {}},
+        {"gpt2-tied", "plans/gpt2-hf-sp.plan", {}},
+        {"qwen3", "plans/qwen3-sp.plan", {}},
+        {"llama", "plans/llama-tiny.plan",
+         {"-D", "vocab=128", "-D", "hidden=32", "-D", "layers=2", "-D", "heads=4", "-D", "kv_heads=4", "-D", "ffn=64"}},
+    };
+    TempDir dir;
+    for (const Case &c : cases) {
+        std::string fixture = kTrainFixtures + c.fixture + "/", sched = compile_training(dir, c.fixture, c.plan, c.defines);
+        std::string grads = dir.path + "/" + c.fixture + ".safetensors";
+        Proc p;
+        if (!train_on_gpu(sched, {"--weights", fixture, "--data", fixture + "tokens.npy", "--steps", "1", "--grads-out",
+                                  grads},
+                          p))
+            GTEST_SKIP() << p.err;
+        ASSERT_EQ(p.code(), 0) << c.fixture << "\n" << p.describe();
+        EXPECT_LT(worst_relative(read_weights_of(grads, sched), read_weights_of(fixture + "grads.safetensors", sched)),
+                  1e-4)
+            << c.fixture << " " << c.plan;
+    }
+}
 
 }  // namespace

@@ -13,16 +13,16 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/grad_files.h"
 #include "tests/support/process.h"
 #include "tests/support/token_files.h"
-extern "C" {
-#include "runtime/io/weights.h"
-#include "sched/load.h"
-}
 
 namespace {
 
 using tpcc_test::contains;
+using tpcc_test::read_weights_of;
+using tpcc_test::worst_absolute;
+using tpcc_test::worst_relative;
 using tpcc_test::Proc;
 using tpcc_test::TempDir;
 
@@ -53,44 +53,6 @@ Proc train(const std::string &sched, int tp, const std::vector<std::string> &ext
     std::vector<std::string> args = {"-n", std::to_string(tp), sched};
     args.insert(args.end(), extra.begin(), extra.end());
     return tpcc_test::run_program(kTprun, args, {}, 300);
-}
-
-// The file's tensors under the schedule's weight names, in logical shape.
-std::vector<std::vector<float>> read_all(const std::string &file, const std::string &sched)
-{
-    tr_schedule s;
-    char err[800] = "";
-    std::vector<std::vector<float>> out;
-    EXPECT_EQ(tr_schedule_load(&s, sched.c_str(), 0, 0, err, sizeof err), 0) << err;
-    tp_checkpoint *c;
-    EXPECT_EQ(tp_checkpoint_open(&c, file.c_str(), err, sizeof err), 0) << err;
-    for (int i = 0; i < s.nweights; i++) {
-        const tr_weight &w = s.weights[i];
-        tp_weight_slice whole = {w.name, 0, {w.logical[0], w.logical[1]}, {0, 0}, -1, 0, 0, w.rank};
-        std::vector<float> v(size_t(tp_weight_slice_numel(&whole)));
-        EXPECT_EQ(tp_checkpoint_read(c, &whole, v.data(), err, sizeof err), 0) << w.name << ": " << err;
-        out.push_back(v);
-    }
-    EXPECT_EQ(tp_checkpoint_num_tensors(c), size_t(s.nweights));
-    tp_checkpoint_close(c);
-    tr_schedule_free(&s);
-    return out;
-}
-
-// Largest max|a - b| / max|b| over the tensors: each difference against
-// its tensor's scale (gradients span orders of magnitude within a tensor).
-double worst_relative(const std::vector<std::vector<float>> &a, const std::vector<std::vector<float>> &b)
-{
-    double worst = 0;
-    for (size_t t = 0; t < a.size() && t < b.size(); t++) {
-        double diff = 0, scale = 0;
-        for (size_t i = 0; i < a[t].size() && i < b[t].size(); i++) {
-            diff = std::max(diff, std::fabs(double(a[t][i]) - b[t][i]));
-            scale = std::max(scale, std::fabs(double(b[t][i])));
-        }
-        worst = std::max(worst, scale > 0 ? diff / scale : diff);
-    }
-    return worst;
 }
 
 double num(json_t *step, const char *key) { return json_number_value(json_object_get(step, key)); }
@@ -126,20 +88,11 @@ TEST(TrainRun, MatchesPyTorchStepByStepAtTp1And2)
             EXPECT_GT(num(s, "seconds"), 0);
         }
         json_decref(got);
-        grads.push_back(read_all(g, sched));
-        EXPECT_LT(worst_relative(grads.back(), read_all(dir + "grads.safetensors", sched)), 1e-4) << "tp " << tp;
+        grads.push_back(read_weights_of(g, sched));
+        EXPECT_LT(worst_relative(grads.back(), read_weights_of(dir + "grads.safetensors", sched)), 1e-4) << "tp " << tp;
     }
     EXPECT_LT(worst_relative(grads[1], grads[0]), 1e-4);
     json_decref(ref);
-}
-
-double worst_absolute(const std::vector<std::vector<float>> &a, const std::vector<std::vector<float>> &b)
-{
-    double worst = 0;
-    for (size_t t = 0; t < a.size() && t < b.size(); t++)
-        for (size_t i = 0; i < a[t].size() && i < b[t].size(); i++)
-            worst = std::max(worst, std::fabs(double(a[t][i]) - b[t][i]));
-    return worst;
 }
 
 // --save after five steps holds torch's final weights; three steps saved
@@ -158,7 +111,7 @@ TEST(TrainRun, SaveHoldsTorchsWeightsAndResumeContinues)
     ASSERT_EQ(whole.code(), 0) << whole.describe();
     // each step moves a weight by at most about lr (1e-3): 2e-5 is a
     // hundredth of the five steps' movement, a wrong update is off by more
-    EXPECT_LT(worst_absolute(read_all(d.path + "/five", sched), read_all(dir + "final.safetensors", sched)), 2e-5);
+    EXPECT_LT(worst_absolute(read_weights_of(d.path + "/five", sched), read_weights_of(dir + "final.safetensors", sched)), 2e-5);
     EXPECT_EQ(tpcc_test::slurp(d.path + "/five/config.json"), tpcc_test::slurp(dir + "config.json"));
     // the saved checkpoint runs forward as transformers runs the final model (logits.npy, the first batch)
     std::string fixture_tokens = tpcc_test::slurp(dir + "tokens.npy");
@@ -180,7 +133,7 @@ TEST(TrainRun, SaveHoldsTorchsWeightsAndResumeContinues)
     EXPECT_TRUE(contains(tpcc_test::slurp(d.path + "/three/trainer_state.json"), "\"step\": 3"));
     Proc rest = run({"--resume", d.path + "/three", "--steps", "5", "--save", d.path + "/resumed"});
     ASSERT_EQ(rest.code(), 0) << rest.describe();
-    EXPECT_LT(worst_absolute(read_all(d.path + "/resumed", sched), read_all(d.path + "/five", sched)), 1e-6);
+    EXPECT_LT(worst_absolute(read_weights_of(d.path + "/resumed", sched), read_weights_of(d.path + "/five", sched)), 1e-6);
     Proc done = run({"--resume", d.path + "/five", "--steps", "5"});
     EXPECT_NE(done.code(), 0);
     EXPECT_TRUE(contains(done.err, "has taken 5 steps already")) << done.describe();
@@ -256,7 +209,7 @@ TEST_P(TrainGrads, EqualAcrossTpAndOptimisationAndToAutograd)
         std::string sched = compile_plan(d, dir, c.plan, tp, runs[i].second), g = d.path + "/g.safetensors";
         Proc r = train(sched, tp, {"--weights", dir, "--data", data, "--steps", "1", "--grads-out", g, "-q"});
         ASSERT_EQ(r.code(), 0) << r.describe();
-        std::vector<std::vector<float>> grads = read_all(g, sched);
+        std::vector<std::vector<float>> grads = read_weights_of(g, sched);
         std::string what = "tp " + runs[i].first + (i + 1 == runs.size() ? " -O0" : "");
         if (i == 0) {
             first = grads;
@@ -264,7 +217,7 @@ TEST_P(TrainGrads, EqualAcrossTpAndOptimisationAndToAutograd)
             EXPECT_LT(worst_relative(grads, first), 1e-4) << what << " against tp " << c.tps[0];
         }
         if (torch) {
-            EXPECT_LT(worst_relative(grads, read_all(dir + "grads.safetensors", sched)), 1e-4) << what;
+            EXPECT_LT(worst_relative(grads, read_weights_of(dir + "grads.safetensors", sched)), 1e-4) << what;
         }
     }
 }
@@ -370,8 +323,8 @@ TEST(TrainRun, DataParallelEqualsOneRankOnTheGlobalBatch)
         for (size_t i = 0; i < 3; i++)
             losses.back().push_back(num(json_array_get(steps, i), "loss"));
         json_decref(got);
-        grads.push_back(read_all(g, ref_sched));
-        finals.push_back(read_all(save + "/model.safetensors", ref_sched));
+        grads.push_back(read_weights_of(g, ref_sched));
+        finals.push_back(read_weights_of(save + "/model.safetensors", ref_sched));
     }
     for (size_t k = 1; k < losses.size(); k++) {
         for (size_t i = 0; i < 3; i++)
@@ -389,7 +342,7 @@ TEST(TrainRun, DataParallelEqualsOneRankOnTheGlobalBatch)
     Proc resumed = train(dp2, 4, {"--resume", part, "--data", data, "--steps", "3", "--save", rest, "--schedule",
                                      "constant", "-q"});
     ASSERT_EQ(resumed.code(), 0) << resumed.describe();
-    EXPECT_LT(worst_relative(read_all(rest + "/model.safetensors", ref_sched), finals[1]), 1e-6);
+    EXPECT_LT(worst_relative(read_weights_of(rest + "/model.safetensors", ref_sched), finals[1]), 1e-6);
 
     Proc wrong = train(dp2, 2, {"--weights", dir, "--data", data, "--steps", "1"});
     EXPECT_NE(wrong.code(), 0);

@@ -1,0 +1,59 @@
+#include "tests/support/grad_files.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+extern "C" {
+#include "runtime/io/weights.h"
+#include "sched/load.h"
+}
+
+namespace tpcc_test {
+
+std::vector<std::vector<float>> read_weights_of(const std::string &file, const std::string &sched)
+{
+    tr_schedule s;
+    char err[800] = "";
+    std::vector<std::vector<float>> out;
+    EXPECT_EQ(tr_schedule_load(&s, sched.c_str(), 0, 0, err, sizeof err), 0) << err;
+    tp_checkpoint *c;
+    EXPECT_EQ(tp_checkpoint_open(&c, file.c_str(), err, sizeof err), 0) << err;
+    for (int i = 0; i < s.nweights; i++) {
+        const tr_weight &w = s.weights[i];
+        tp_weight_slice whole = {w.name, 0, {w.logical[0], w.logical[1]}, {0, 0}, -1, 0, 0, w.rank};
+        std::vector<float> v(size_t(tp_weight_slice_numel(&whole)));
+        EXPECT_EQ(tp_checkpoint_read(c, &whole, v.data(), err, sizeof err), 0) << w.name << ": " << err;
+        out.push_back(v);
+    }
+    EXPECT_EQ(tp_checkpoint_num_tensors(c), size_t(s.nweights));
+    tp_checkpoint_close(c);
+    tr_schedule_free(&s);
+    return out;
+}
+
+double worst_relative(const std::vector<std::vector<float>> &a, const std::vector<std::vector<float>> &b)
+{
+    double worst = 0;
+    for (size_t t = 0; t < a.size() && t < b.size(); t++) {
+        double diff = 0, scale = 0;
+        for (size_t i = 0; i < a[t].size() && i < b[t].size(); i++) {
+            diff = std::max(diff, std::fabs(double(a[t][i]) - b[t][i]));
+            scale = std::max(scale, std::fabs(double(b[t][i])));
+        }
+        worst = std::max(worst, scale > 0 ? diff / scale : diff);
+    }
+    return worst;
+}
+
+double worst_absolute(const std::vector<std::vector<float>> &a, const std::vector<std::vector<float>> &b)
+{
+    double worst = 0;
+    for (size_t t = 0; t < a.size() && t < b.size(); t++)
+        for (size_t i = 0; i < a[t].size() && i < b[t].size(); i++)
+            worst = std::max(worst, std::fabs(double(a[t][i]) - b[t][i]));
+    return worst;
+}
+
+}  // namespace tpcc_test
