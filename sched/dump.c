@@ -430,6 +430,12 @@ static void print_header(const schedule *s, FILE *out)
     fprintf(out, "  input hash  %s\n", str_or(json_object_get(d, "input_hash"), "?"));
     fprintf(out, "  plan        %s\n", str_or(json_object_get(d, "plan"), "-"));
     fprintf(out, "  world size  %" JSON_INTEGER_FORMAT "\n", s->world);
+    /* a dp x tp training schedule: the ranks above form one replica */
+    const json_t *dp = json_object_get(d, "data_parallel");
+    if (json_is_integer(dp))
+        fprintf(out, "  data parallel  %" JSON_INTEGER_FORMAT " replicas of the %" JSON_INTEGER_FORMAT
+                     " ranks above (tprun -n %" JSON_INTEGER_FORMAT ")\n",
+                json_integer_value(dp), s->world, json_integer_value(dp) * s->world);
     fprintf(out, "  dtype       %s\n", str_or(json_object_get(d, "dtype"), "?"));
     json_int_t arena = json_integer_value(json_object_get(d, "arena_bytes"));
     fprintf(out, "  arena       %.1f KiB (%" JSON_INTEGER_FORMAT " bytes) for %" JSON_INTEGER_FORMAT " buffers\n",

@@ -53,6 +53,7 @@ python3 - "$out" "$steps" "$seq" "$batch" "$dtype" <<'EOF'
 import json, statistics, sys, time
 import numpy as np
 import torch
+import transformers
 from transformers import AutoModelForCausalLM, get_cosine_schedule_with_warmup
 
 out, steps, seq, batch, dtype = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
@@ -93,6 +94,7 @@ for i, (a, b) in enumerate(zip(ours, torch_log)):
 t_ours = statistics.median(s["seconds"] for s in ours[2:])
 t_torch = statistics.median(s["seconds"] for s in torch_log[2:])
 tokens_per_step = batch * seq
+print("torch %s, transformers %s" % (torch.__version__, transformers.__version__))
 print("%s, %s, seq %d x batch %d: tprun %.1f ms/step (%.0f tok/s), PyTorch eager %.1f ms/step (%.0f tok/s), "
       "tprun/PyTorch throughput %.2f" % (torch.cuda.get_device_name() if device == "cuda" else "CPU", dtype, seq, batch, t_ours * 1e3,
                                          tokens_per_step / t_ours, t_torch * 1e3, tokens_per_step / t_torch,

@@ -255,7 +255,25 @@ static double ratio_of(const tp_ir *ir, const comm_totals *t, size_t dsize)
     return bound > 0 ? t->layer_sent / bound : 0;
 }
 
-static void print_training(const tp_ir *ir, size_t ds, int64_t device_memory, FILE *out)
+/* tprun's gradient averaging over the data-parallel replicas: one
+ * all-reduce of each gradient over dp ranks (runtime/train/dp.c); the
+ * step's loss and norm add two floats. */
+typedef struct dp_average {
+    int count;
+    double sent;
+} dp_average;
+
+static dp_average dp_average_of(const tp_ir *ir, size_t ds, int64_t dp)
+{
+    dp_average a = {0, 0};
+    if (dp <= 1)
+        return a;
+    a.count = ir->nparams;
+    a.sent = tp_ring_bytes(TP_OP_ALL_REDUCE, param_bytes(ir, 1), ds, dp);
+    return a;
+}
+
+static void print_training(const tp_ir *ir, size_t ds, int64_t dp, int64_t device_memory, FILE *out)
 {
     char a[32], b[32];
     step_memory m = memory_of(ir, ds);
@@ -282,7 +300,12 @@ static void print_training(const tp_ir *ir, size_t ds, int64_t device_memory, FI
         fprintf(out, "  %-10s %6d %14s %14s\n", tp_phase_names[ph], count, human(t.step_sent, a, sizeof a),
                 bounded ? human(bound, b, sizeof b) : "-");
     }
-    fprintf(out, "  %-10s %6d %14s %14s  (AdamW updates each rank's own slice)\n", "optimizer", 0, "0 B", "-");
+    dp_average avg = dp_average_of(ir, ds, dp);
+    if (dp > 1)
+        fprintf(out, "  %-10s %6d %14s %14s  (each gradient all-reduced over the %lld dp replicas, then / %lld)\n",
+                "dp average", avg.count, human(avg.sent, a, sizeof a), "-", (long long)dp, (long long)dp);
+    fprintf(out, "  %-10s %6d %14s %14s  (AdamW updates each rank's own slice%s)\n", "optimizer", 0, "0 B", "-",
+            dp > 1 ? "; its state is replicated over dp" : "");
 }
 
 static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, const char *plan_path,
@@ -294,7 +317,11 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     totals_of(opt, ds, &t);
     totals_of(unopt, ds, &t0);
     int64_t minimum = live_peak(opt);
-    fprintf(out, "tpcc report: %s (tp=%lld, %s)\n\n", plan_path, (long long)opt->world, tp_dtype_name(dtype));
+    if (p->data_parallel > 1)
+        fprintf(out, "tpcc report: %s (tp=%lld, dp=%lld: %lld ranks, %s)\n\n", plan_path, (long long)opt->world,
+                (long long)p->data_parallel, (long long)(opt->world * p->data_parallel), tp_dtype_name(dtype));
+    else
+        fprintf(out, "tpcc report: %s (tp=%lld, %s)\n\n", plan_path, (long long)opt->world, tp_dtype_name(dtype));
     fprintf(out, "per rank\n");
     fprintf(out, "  parameters        %s\n", human((double)param_bytes(opt, ds), a, sizeof a));
     fprintf(out, "  activation arena  %s  (analytic minimum %s, ratio %.2f; -O0 arena %s)\n",
@@ -309,7 +336,7 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
                      "(Korthikanti et al., Table 2)\n",
                 human(paper, a, sizeof a), human(paper * opt->nlayers, b, sizeof b), opt->nlayers);
     if (training(opt))
-        print_training(opt, ds, device_memory, out);
+        print_training(opt, ds, p->data_parallel, device_memory, out);
 
     fprintf(out, "\ncommunication, %s step, bytes each rank sends with ring algorithms\n",
             training(opt) ? "training" : "forward");
@@ -372,7 +399,7 @@ static json_t *totals_json(const comm_totals *t)
     return o;
 }
 
-static json_t *training_json(const tp_ir *ir, size_t ds, int64_t device_memory)
+static json_t *training_json(const tp_ir *ir, size_t ds, int64_t dp, int64_t device_memory)
 {
     step_memory m = memory_of(ir, ds);
     json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I}", "param_bytes", (json_int_t)m.params, "grad_bytes",
@@ -395,6 +422,12 @@ static json_t *training_json(const tp_ir *ir, size_t ds, int64_t device_memory)
             json_object_set_new(p, "bound_bytes", json_real(bound));
         json_object_set_new(phases, tp_phase_names[ph], p);
     }
+    if (dp > 1) {
+        dp_average avg = dp_average_of(ir, ds, dp);
+        json_object_set_new(phases, "dp_average",
+                            json_pack("{s:{s:{s:i, s:f}}, s:f}", "totals", "all_reduce", "count", avg.count,
+                                      "bytes", (double)param_bytes(ir, ds), "sent_bytes", avg.sent));
+    }
     json_object_set_new(phases, "optimizer", json_pack("{s:o, s:f}", "totals", json_object(), "sent_bytes", 0.0));
     json_object_set_new(o, "phases", phases);
     return o;
@@ -410,6 +443,7 @@ static void print_json(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     json_t *root = tp_xcheck(json_object());
     json_object_set_new(root, "plan", json_string(plan_path));
     json_object_set_new(root, "world_size", json_integer(opt->world));
+    json_object_set_new(root, "data_parallel", json_integer(p->data_parallel));
     json_object_set_new(root, "dtype", json_string(tp_dtype_name(dtype)));
     json_object_set_new(root, "param_bytes", json_integer(param_bytes(opt, ds)));
     json_object_set_new(root, "arena_bytes", json_integer(opt->arena_bytes));
@@ -417,7 +451,7 @@ static void print_json(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     json_object_set_new(root, "arena_bytes_O0", json_integer(unopt->arena_bytes));
     json_object_set_new(root, "forward_flops", json_real(phase_flops(opt, TP_PHASE_FORWARD)));
     if (training(opt))
-        json_object_set_new(root, "training", training_json(opt, ds, device_memory));
+        json_object_set_new(root, "training", training_json(opt, ds, p->data_parallel, device_memory));
     json_object_set_new(root, "paper_activation_bytes_per_layer", json_real(paper_activation_bytes(opt, p)));
     json_t *list = tp_xcheck(json_array());
     for (int i = 0; i < opt->nops; i++) {

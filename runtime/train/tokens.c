@@ -113,13 +113,16 @@ void tr_tokens_free(tr_tokens *t)
     t->count = 0;
 }
 
-int tr_tokens_require(const tr_tokens *t, const char *path, int64_t per_step, int64_t steps, char *err,
-                      size_t errlen)
+int tr_tokens_require(const tr_tokens *t, const char *path, int replicas, int64_t per_replica, int64_t steps,
+                      char *err, size_t errlen)
 {
-    int64_t holds = per_step > 0 ? t->count / per_step : 0;
+    int64_t per_step = replicas * per_replica, holds = per_step > 0 ? t->count / per_step : 0;
     if (holds >= steps)
         return 0;
-    return tp_error(err, errlen, "%s: its %" PRId64 " tokens hold %" PRId64 " step%s of %" PRId64 " (batch x seq), "
+    char shape[80] = "batch x seq";
+    if (replicas > 1)
+        snprintf(shape, sizeof shape, "%d data-parallel replicas x %" PRId64 " of batch x seq", replicas, per_replica);
+    return tp_error(err, errlen, "%s: its %" PRId64 " tokens hold %" PRId64 " step%s of %" PRId64 " (%s), "
                     "--steps asks for %" PRId64 "; pass more data or fewer steps", path, t->count, holds,
-                    holds == 1 ? "" : "s", per_step, steps);
+                    holds == 1 ? "" : "s", per_step, shape, steps);
 }

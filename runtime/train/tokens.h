@@ -35,10 +35,11 @@ typedef struct tr_tokens {
 int tr_tokens_open(tr_tokens *t, const char *path, int64_t vocab, char *err, size_t errlen);
 void tr_tokens_free(tr_tokens *t);
 
-/* 0 when the stream holds `steps` steps of `per_step` tokens each, else -1
- * with a message saying how many it holds. */
-int tr_tokens_require(const tr_tokens *t, const char *path, int64_t per_step, int64_t steps, char *err,
-                      size_t errlen);
+/* 0 when the stream holds `steps` steps of `replicas` x `per_replica`
+ * tokens each (data-parallel replicas x batch x seq), else -1 with a
+ * message saying how many it holds. */
+int tr_tokens_require(const tr_tokens *t, const char *path, int replicas, int64_t per_replica, int64_t steps,
+                      char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

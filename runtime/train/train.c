@@ -62,7 +62,7 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
     tr->per_step = tr_buf_elems(&tr->s->bufs[tr->s->input_ids]);
     if (tr_tokens_open(&tr->tokens, tr->t->data, vocab, err, errlen))
         return -1;
-    return tr_tokens_require(&tr->tokens, tr->t->data, tr->per_step * tr->dp->world, tr->t->steps, err, errlen);
+    return tr_tokens_require(&tr->tokens, tr->t->data, tr->dp->world, tr->per_step, tr->t->steps, err, errlen);
 }
 
 /* --grads-out: the full gradients of the first step taken, before clipping,

@@ -260,6 +260,74 @@ TEST(TrainReport, MemoryFlopsAndCommunicationPerPhase)
     json_decref(root);
 }
 
+// tests/plans/llama-megatron-dp1.plan with dp replicas, written into tmp
+// (the model path made absolute).
+std::string megatron_on_dp(const TempDir &tmp, int dp)
+{
+    std::string text = tpcc_test::slurp(source_path("tests/plans/llama-megatron-dp1.plan"));
+    auto swap = [&](const std::string &from, const std::string &to) {
+        size_t at = text.find(from);
+        EXPECT_NE(at, std::string::npos) << from;
+        if (at != std::string::npos)
+            text.replace(at, from.size(), to);
+    };
+    swap("\"../../models/", "\"" + source_path("models") + "/");
+    swap("mesh(dp = 1,", "mesh(dp = " + std::to_string(dp) + ",");
+    return tmp.write("dp" + std::to_string(dp) + ".plan", text);
+}
+
+// --dump says how many replicas of the tp group a dp x tp schedule runs.
+TEST(TrainCompile, DumpShowsTheDataParallelReplicas)
+{
+    TempDir tmp;
+    std::vector<std::string> args = {megatron_on_dp(tmp, 2), "--train", "-o", tmp.path + "/dp.sched"};
+    std::vector<std::string> sizes = tiny(2);
+    args.insert(args.end(), sizes.begin(), sizes.end());
+    Proc c = tpcc_test::run_program(kTpcc, args);
+    ASSERT_EQ(c.code(), 0) << c.err;
+    Proc d = tpcc_test::run_program(kTpcc, {"--dump", tmp.path + "/dp.sched", "--rank", "0"});
+    ASSERT_EQ(d.code(), 0) << d.err;
+    EXPECT_TRUE(contains(d.out, "  data parallel  2 replicas of the 2 ranks above (tprun -n 4)\n")) << d.out;
+}
+
+// On a dp x tp mesh each rank holds what it holds at dp = 1 (the optimizer
+// state is replicated over dp) and sends, besides the tp collectives, one
+// all-reduce of each gradient over the dp replicas: 2 (dp-1)/dp of the
+// gradients' bytes with a ring.
+TEST(TrainReport, DataParallelAddsTheGradientAverage)
+{
+    TempDir tmp;
+    auto report = [&](int dp, const std::string &format) {
+        std::vector<std::string> args = {megatron_on_dp(tmp, dp), "--train", "--report", "--report-format=" + format};
+        std::vector<std::string> sizes = tiny(2);
+        args.insert(args.end(), sizes.begin(), sizes.end());
+        return tpcc_test::run_program(kTpcc, args);
+    };
+    Proc one = report(1, "json"), two = report(2, "json"), text = report(2, "text");
+    ASSERT_EQ(one.code(), 0) << one.err;
+    ASSERT_EQ(two.code(), 0) << two.err;
+    ASSERT_EQ(text.code(), 0) << text.err;
+    EXPECT_TRUE(contains(text.out, "(tp=2, dp=2: 4 ranks, f32)")) << text.out;
+    EXPECT_TRUE(contains(text.out, "each gradient all-reduced over the 2 dp replicas")) << text.out;
+    json_error_t err;
+    json_t *a = json_loads(one.out.c_str(), 0, &err), *b = json_loads(two.out.c_str(), 0, &err);
+    ASSERT_TRUE(a && b) << err.text;
+    EXPECT_EQ(json_integer_value(json_object_get(a, "data_parallel")), 1);
+    EXPECT_EQ(json_integer_value(json_object_get(b, "data_parallel")), 2);
+    json_t *ta = json_object_get(a, "training"), *tb = json_object_get(b, "training");
+    EXPECT_EQ(json_integer_value(json_object_get(ta, "total_bytes")), json_integer_value(json_object_get(tb, "total_bytes")));
+    EXPECT_EQ(json_object_get(json_object_get(ta, "phases"), "dp_average"), nullptr);
+    json_t *avg = json_object_get(json_object_get(tb, "phases"), "dp_average");
+    ASSERT_NE(avg, nullptr) << two.out;
+    double grads = double(json_integer_value(json_object_get(tb, "grad_bytes")));
+    EXPECT_DOUBLE_EQ(json_real_value(json_object_get(avg, "sent_bytes")), 2 * grads * (2 - 1) / 2);
+    // one all-reduce per weight: 2 layers x (7 projections + 2 norms) + embedding, final norm, head
+    EXPECT_EQ(json_integer_value(json_object_get(json_object_get(json_object_get(avg, "totals"), "all_reduce"), "count")),
+              2 * 9 + 3);
+    json_decref(a);
+    json_decref(b);
+}
+
 TEST(TrainReport, DeviceMemoryNeedsATrainingReport)
 {
     Proc p = tpcc_test::run_program(kTpcc, {source_path("plans/llama-sp.plan"), "--report", "--device-memory", "80GiB"});
