@@ -10,10 +10,15 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include "runtime/exec/exec.h"
 #include "runtime/backends/gpu.h"
 #include "runtime/io/npy.h"
@@ -171,38 +176,100 @@ static int parse_args(tr_options *o, int argc, char **argv)
     return 0;
 }
 
-/* -n N: run the same command line under mpiexec, without -n. */
+/* the launched mpiexec, for the signal handler */
+static volatile pid_t launched;
+static volatile sig_atomic_t interrupted;
+
+static void forward_signal(int sig)
+{
+    interrupted = sig;
+    if (launched > 0)
+        kill(launched, sig);
+}
+
+/* -n N: run the same command line under mpiexec, every argument as given
+ * (the ranks, under MPI, take -n as said and launch nothing). `argv` is
+ * the command line before getopt reordered it. mpiexec runs as a child,
+ * not in tprun's place: SIGINT and SIGTERM are passed on to it and make
+ * the exit status non-zero whatever mpiexec returns (it can return 0 when
+ * the signal came before the ranks started), and it is killed with tprun
+ * (PR_SET_PDEATHSIG survives exec). An ignored SIGINT stays ignored. */
 static int launch(const tr_options *o, int argc, char **argv)
 {
     char **args = tp_xcalloc((size_t)argc + 4, sizeof *args);
     char n[16];
-    int k = 0;
     snprintf(n, sizeof n, "%d", o->launch);
-    args[k++] = "mpiexec";
-    args[k++] = "-n";
-    args[k++] = n;
-    args[k++] = argv[0];
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-n")) {
-            i++;                        /* and its value */
-            continue;
-        }
-        if (!strncmp(argv[i], "-n", 2))
-            continue;                   /* -n4 */
-        args[k++] = argv[i];
+    args[0] = "mpiexec";
+    args[1] = "-n";
+    args[2] = n;
+    for (int i = 0; i < argc; i++)
+        args[3 + i] = argv[i];
+    /* SIGINT stays ignored where it was (a background job of a script) */
+    struct sigaction forward = {.sa_handler = forward_signal}, was;
+    sigemptyset(&forward.sa_mask);
+    if (sigaction(SIGINT, NULL, &was) || (was.sa_handler != SIG_IGN && sigaction(SIGINT, &forward, NULL)) ||
+        sigaction(SIGTERM, &forward, NULL)) {
+        fprintf(stderr, "tprun: sigaction failed: %s\n", strerror(errno));
+        free(args);
+        return 2;
     }
-    args[k] = NULL;
     fflush(NULL);
-    execvp("mpiexec", args);
-    fprintf(stderr, "tprun: cannot start mpiexec: %s; install MPICH (Debian: mpich) or launch the ranks yourself\n",
-            strerror(errno));
+    pid_t child = fork();
+    if (child == 0) {
+#ifdef __linux__
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+        execvp("mpiexec", args);
+        fprintf(stderr, "tprun: cannot start mpiexec: %s; install MPICH (Debian: mpich) or launch the ranks "
+                        "yourself\n", strerror(errno));
+        _exit(2);
+    }
     free(args);
-    return 2;
+    if (child < 0) {
+        fprintf(stderr, "tprun: cannot start mpiexec: fork failed: %s\n", strerror(errno));
+        return 2;
+    }
+    launched = child;
+    if (interrupted)                       /* a signal before launched was set */
+        kill(child, interrupted);
+    int status;
+    while (waitpid(child, &status, 0) < 0)
+        if (errno != EINTR) {
+            fprintf(stderr, "tprun: waiting for mpiexec failed: %s\n", strerror(errno));
+            return 2;
+        }
+    if (interrupted) {
+        fprintf(stderr, "tprun: interrupted (%s): the job did not finish\n", interrupted == SIGINT ? "SIGINT" : "SIGTERM");
+        return 128 + interrupted;
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 static bool under_mpi(void)
 {
     return getenv("PMI_RANK") || getenv("PMI_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK");
+}
+
+/* A rank ends with its launcher (mpiexec's proxy, its parent): killed
+ * with SIGKILL, the launcher cannot end it, and a rank left behind would
+ * wait in a collective for peers that are gone. */
+static int end_with_launcher(char *err, size_t errlen)
+{
+#ifdef __linux__
+    pid_t launcher = getppid();
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+        snprintf(err, errlen, "prctl(PR_SET_PDEATHSIG) failed: %s", strerror(errno));
+        return -1;
+    }
+    if (getppid() != launcher) {     /* it died before the signal was armed */
+        snprintf(err, errlen, "the launcher (process %d) has exited", (int)launcher);
+        return -1;
+    }
+#else
+    (void)err;
+    (void)errlen;
+#endif
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -211,9 +278,14 @@ int main(int argc, char **argv)
     tr_options o = {.train = tr_train_defaults()};
     o.threads = 1;
     o.tolerance = 1e-4;
+    /* getopt_long reorders argv; -n relaunches the command line as given */
+    char **given = tp_xcalloc((size_t)argc + 1, sizeof *given);
+    memcpy(given, argv, (size_t)argc * sizeof *given);
     int r = parse_args(&o, argc, argv);
-    if (r)
+    if (r) {
+        free(given);
         return r < 0 ? 2 : 0;
+    }
     /* the backend: asked for, or cuda where a GPU is usable (--backend cpu
      * never touches the CUDA runtime) */
     char why[512] = "";
@@ -222,14 +294,18 @@ int main(int argc, char **argv)
         o.backend = gpus > 0 ? "cuda" : "cpu";
     else if (!strcmp(o.backend, "cuda") && gpus <= 0) {
         fprintf(stderr, "tprun: no CUDA device: %s (driver not found / no GPU); use --backend cpu\n", why);
+        free(given);
         return 2;
     }
-    if (o.launch && !under_mpi())
-        return launch(&o, argc, argv);
+    r = o.launch && !under_mpi() ? launch(&o, argc, given) : -1;
+    free(given);
+    if (r >= 0)
+        return r;
 
     tp_comm comm;
     char err[1024];
-    if (under_mpi() ? tp_comm_mpi(&comm, &argc, &argv, err, sizeof err) : tp_comm_single(&comm)) {
+    if (under_mpi() ? end_with_launcher(err, sizeof err) || tp_comm_mpi(&comm, &argc, &argv, err, sizeof err)
+                    : tp_comm_single(&comm)) {
         fprintf(stderr, "tprun: %s\n", err);
         return 2;
     }

@@ -2,14 +2,23 @@
  *
  * Errors are returned, not fatal: MPI_ERRORS_RETURN is set on the world
  * communicator so the executor can say which op and rank failed before it
- * aborts the job. A group split off the world (data parallelism) keeps its
- * MPI_Comm in impl; the world's impl is NULL. */
+ * aborts the job. A group split off the world (data parallelism) has its
+ * own MPI_Comm and shares the world's stall watchdog (stall.h), which ends
+ * the job when a collective waits longer than TPRUN_TIMEOUT. */
 #include <mpi.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "runtime/comm/comm.h"
+#include "runtime/comm/stall.h"
+
+typedef struct mpi_comm {
+    MPI_Comm comm;
+    tp_stall_watch *watch;     /* the world's; NULL for one rank (nobody to wait for) */
+    bool world;                /* the world owns the watchdog; a group only its MPI_Comm */
+} mpi_comm;
 
 static int check(int rc, const char *what, char *err, size_t errlen)
 {
@@ -23,9 +32,20 @@ static int check(int rc, const char *what, char *err, size_t errlen)
     return -1;
 }
 
-static MPI_Comm comm_of(const tp_comm *c)
+static MPI_Comm comm_of(const tp_comm *c) { return ((mpi_comm *)c->impl)->comm; }
+
+/* A collective's return code, with the watchdog told it ran from here to now. */
+static tp_stall_watch *entering(tp_comm *c, const char *what, int64_t n)
 {
-    return c->impl ? *(MPI_Comm *)c->impl : MPI_COMM_WORLD;
+    tp_stall_watch *w = ((mpi_comm *)c->impl)->watch;
+    tp_stall_enter(w, what, n);
+    return w;
+}
+
+static int left(tp_stall_watch *w, int rc, const char *what, char *err, size_t errlen)
+{
+    tp_stall_leave(w);
+    return check(rc, what, err, errlen);
 }
 
 /* MPI counts are int: a larger collective is refused with a message */
@@ -62,7 +82,8 @@ static int all_gather(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t
     MPI_Datatype ty;
     if (count_of(n, &cnt, err, errlen) || type_of(t, false, &ty, err, errlen))
         return -1;
-    return check(MPI_Allgather(in, cnt, ty, out, cnt, ty, comm_of(c)), "MPI_Allgather", err, errlen);
+    tp_stall_watch *w = entering(c, "MPI_Allgather", n);
+    return left(w, MPI_Allgather(in, cnt, ty, out, cnt, ty, comm_of(c)), "MPI_Allgather", err, errlen);
 }
 
 static int reduce_scatter(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
@@ -71,8 +92,9 @@ static int reduce_scatter(tp_comm *c, tp_dtype t, void *out, const void *in, int
     MPI_Datatype ty;
     if (count_of(n, &cnt, err, errlen) || type_of(t, true, &ty, err, errlen))
         return -1;
-    return check(MPI_Reduce_scatter_block(in, out, cnt, ty, MPI_SUM, comm_of(c)),
-                 "MPI_Reduce_scatter_block", err, errlen);
+    tp_stall_watch *w = entering(c, "MPI_Reduce_scatter_block", n);
+    return left(w, MPI_Reduce_scatter_block(in, out, cnt, ty, MPI_SUM, comm_of(c)), "MPI_Reduce_scatter_block",
+                err, errlen);
 }
 
 static int all_reduce(tp_comm *c, tp_dtype t, void *buf, int64_t n, int max, char *err, size_t errlen)
@@ -81,8 +103,9 @@ static int all_reduce(tp_comm *c, tp_dtype t, void *buf, int64_t n, int max, cha
     MPI_Datatype ty;
     if (count_of(n, &cnt, err, errlen) || type_of(t, true, &ty, err, errlen))
         return -1;
-    return check(MPI_Allreduce(MPI_IN_PLACE, buf, cnt, ty, max ? MPI_MAX : MPI_SUM, comm_of(c)),
-                 "MPI_Allreduce", err, errlen);
+    tp_stall_watch *w = entering(c, "MPI_Allreduce", n);
+    return left(w, MPI_Allreduce(MPI_IN_PLACE, buf, cnt, ty, max ? MPI_MAX : MPI_SUM, comm_of(c)), "MPI_Allreduce",
+                err, errlen);
 }
 
 static int all_to_all(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
@@ -91,7 +114,8 @@ static int all_to_all(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t
     MPI_Datatype ty;
     if (count_of(n, &cnt, err, errlen) || type_of(t, false, &ty, err, errlen))
         return -1;
-    return check(MPI_Alltoall(in, cnt, ty, out, cnt, ty, comm_of(c)), "MPI_Alltoall", err, errlen);
+    tp_stall_watch *w = entering(c, "MPI_Alltoall", n);
+    return left(w, MPI_Alltoall(in, cnt, ty, out, cnt, ty, comm_of(c)), "MPI_Alltoall", err, errlen);
 }
 
 static int gather_bytes(tp_comm *c, void *out, const void *in, size_t bytes, char *err, size_t errlen)
@@ -99,7 +123,8 @@ static int gather_bytes(tp_comm *c, void *out, const void *in, size_t bytes, cha
     int cnt;
     if (count_of((int64_t)bytes, &cnt, err, errlen))
         return -1;
-    return check(MPI_Gather(in, cnt, MPI_BYTE, out, cnt, MPI_BYTE, 0, comm_of(c)), "MPI_Gather", err, errlen);
+    tp_stall_watch *w = entering(c, "MPI_Gather", (int64_t)bytes);
+    return left(w, MPI_Gather(in, cnt, MPI_BYTE, out, cnt, MPI_BYTE, 0, comm_of(c)), "MPI_Gather", err, errlen);
 }
 
 static void abort_all(tp_comm *c, int status)
@@ -110,29 +135,32 @@ static void abort_all(tp_comm *c, int status)
 
 static void finalize(tp_comm *c)
 {
-    if (!c->impl) {
+    mpi_comm *m = c->impl;
+    if (m->world) {
+        tp_stall_watch_stop(m->watch);
         MPI_Finalize();
-        return;
+    } else {
+        MPI_Comm_free(&m->comm);     /* a group: nothing to report at the end of the run */
     }
-    MPI_Comm_free((MPI_Comm *)c->impl);     /* a group: nothing to report at the end of the run */
-    free(c->impl);
+    free(m);
     c->impl = NULL;
 }
 
 static int split(tp_comm *c, int color, int key, tp_comm *out, char *err, size_t errlen)
 {
-    MPI_Comm *group = malloc(sizeof *group);
+    mpi_comm *group = calloc(1, sizeof *group);
     if (!group) {
         snprintf(err, errlen, "out of memory splitting the MPI communicator");
         return -1;
     }
-    if (check(MPI_Comm_split(comm_of(c), color, key, group), "MPI_Comm_split", err, errlen) ||
-        check(MPI_Comm_set_errhandler(*group, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", err, errlen) ||
-        check(MPI_Comm_rank(*group, &out->rank), "MPI_Comm_rank", err, errlen) ||
-        check(MPI_Comm_size(*group, &out->world), "MPI_Comm_size", err, errlen)) {
+    if (check(MPI_Comm_split(comm_of(c), color, key, &group->comm), "MPI_Comm_split", err, errlen) ||
+        check(MPI_Comm_set_errhandler(group->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", err, errlen) ||
+        check(MPI_Comm_rank(group->comm, &out->rank), "MPI_Comm_rank", err, errlen) ||
+        check(MPI_Comm_size(group->comm, &out->world), "MPI_Comm_size", err, errlen)) {
         free(group);
         return -1;
     }
+    group->watch = ((mpi_comm *)c->impl)->watch;
     out->ops = c->ops;
     out->impl = group;
     return 0;
@@ -142,8 +170,23 @@ static const tp_comm_ops mpi_ops = {
     "mpi", all_gather, reduce_scatter, all_reduce, all_to_all, gather_bytes, abort_all, finalize, split,
 };
 
+/* The watchdog's way to end the job: MPI_Abort, from its own thread
+ * (MPICH's abort does not depend on the calling thread), after a moment
+ * for mpiexec to forward the message (an abort discards what it has not
+ * forwarded yet). */
+static void abort_stalled(void *ctx)
+{
+    (void)ctx;
+    usleep(300 * 1000);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    _exit(1);
+}
+
 int tp_comm_mpi(tp_comm *c, int *argc, char ***argv, char *err, size_t errlen)
 {
+    double timeout;
+    if (tp_stall_timeout(&timeout, err, errlen))
+        return -1;
     int provided;
     if (check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", err, errlen))
         return -1;
@@ -151,7 +194,18 @@ int tp_comm_mpi(tp_comm *c, int *argc, char ***argv, char *err, size_t errlen)
         check(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank), "MPI_Comm_rank", err, errlen) ||
         check(MPI_Comm_size(MPI_COMM_WORLD, &c->world), "MPI_Comm_size", err, errlen))
         return -1;
+    mpi_comm *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, errlen, "out of memory setting up MPI");
+        return -1;
+    }
+    m->comm = MPI_COMM_WORLD;
+    m->world = true;
+    if (c->world > 1 && tp_stall_watch_start(&m->watch, c->rank, timeout, abort_stalled, NULL, err, errlen)) {
+        free(m);
+        return -1;
+    }
     c->ops = &mpi_ops;
-    c->impl = NULL;
+    c->impl = m;
     return 0;
 }
