@@ -19,6 +19,7 @@
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
+#include "runtime/exec/clobber.h"
 #include "runtime/exec/exec.h"
 #include "runtime/backends/gpu.h"
 #include "runtime/io/npy.h"
@@ -282,6 +283,11 @@ int main(int argc, char **argv)
     char **given = tp_xcalloc((size_t)argc + 1, sizeof *given);
     memcpy(given, argv, (size_t)argc * sizeof *given);
     int r = parse_args(&o, argc, argv);
+    char err[1024];
+    if (!r && tr_outputs_spare_inputs(&o, err, sizeof err)) {
+        fprintf(stderr, "tprun: %s\n", err);
+        r = -1;
+    }
     if (r) {
         free(given);
         return r < 0 ? 2 : 0;
@@ -303,7 +309,6 @@ int main(int argc, char **argv)
         return r;
 
     tp_comm comm;
-    char err[1024];
     if (under_mpi() ? end_with_launcher(err, sizeof err) || tp_comm_mpi(&comm, &argc, &argv, err, sizeof err)
                     : tp_comm_single(&comm)) {
         fprintf(stderr, "tprun: %s\n", err);

@@ -78,18 +78,62 @@ char *tp_write_temp(const char *path, int mode, const tp_bytes *pieces, int npie
     return NULL;
 }
 
+/* A character device or a FIFO named as the output is written through
+ * (`-o /dev/stdout`, a pipe): renaming a file over it would replace the
+ * device node. A FIFO nobody reads is an error, not a hang (O_NONBLOCK
+ * makes the open fail with ENXIO instead of waiting for a reader). */
+static int write_through(const char *path, const tp_bytes *pieces, int npieces, char *err, size_t errlen)
+{
+    int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return tp_error(err, errlen, "cannot write '%s': %s", path,
+                        errno == ENXIO ? "it is a FIFO and no process reads it" : strerror(errno));
+    int flags = fcntl(fd, F_GETFL);
+    int rc = flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 ? -1 : 0;
+    for (int i = 0; i < npieces && !rc; i++)
+        rc = write_all(fd, pieces[i].data, pieces[i].len);
+    int saved = errno;
+    if (close(fd) != 0 && !rc) {
+        rc = -1;
+        saved = errno;
+    }
+    return rc ? tp_error(err, errlen, "cannot write '%s': %s", path, strerror(saved)) : 0;
+}
+
 int tp_write_file_atomic(const char *path, const tp_bytes *pieces, int npieces, char *err, size_t errlen)
 {
-    char *tmp = tp_write_temp(path, -1, pieces, npieces, err, errlen);
-    if (!tmp)
-        return -1;
-    if (rename(tmp, path) != 0) {
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))
+            return write_through(path, pieces, npieces, err, errlen);
+        if (!S_ISREG(st.st_mode))
+            return tp_error(err, errlen, "cannot write '%s': it is %s, not a regular file; name a file", path,
+                            S_ISDIR(st.st_mode) ? "a directory" : S_ISBLK(st.st_mode) ? "a block device" : "a socket");
+    }
+    /* a link is followed: the file it names is replaced, not the link */
+    char *target = NULL;
+    struct stat lst;
+    if (lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode) && !(target = realpath(path, NULL)))
+        return tp_error(err, errlen, "cannot write '%s': it is a symbolic link to a missing file", path);
+    const char *dest = target ? target : path;
+    char *tmp = tp_write_temp(dest, -1, pieces, npieces, err, errlen);
+    int rc = 0;
+    if (!tmp) {
+        rc = -1;
+    } else if (rename(tmp, dest) != 0) {
         int saved = errno;
         (void)unlink(tmp);
-        free(tmp);
-        return tp_error(err, errlen, "cannot write '%s': cannot replace it: %s", path, strerror(saved));
+        rc = tp_error(err, errlen, "cannot write '%s': cannot replace it: %s", path, strerror(saved));
+    } else {
+        sync_dir(dest);
     }
     free(tmp);
-    sync_dir(path);
-    return 0;
+    free(target);
+    return rc;
+}
+
+bool tp_same_file(const char *a, const char *b)
+{
+    struct stat x, y;
+    return a && b && stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }

@@ -4,6 +4,7 @@
 #ifndef TPCC_ATOMIC_WRITE_H
 #define TPCC_ATOMIC_WRITE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct tp_bytes {
@@ -13,8 +14,16 @@ typedef struct tp_bytes {
 
 /* Write the pieces, in order, as the new contents of `path` (mode 0666
  * less the umask). On any error nothing is left behind, the previous file
- * is untouched, and -1 is returned with "cannot write 'path': ..." in err. */
+ * is untouched, and -1 is returned with "cannot write 'path': ..." in err.
+ * Only a regular file (or a new path) is replaced; a symbolic link's
+ * target is; a character device or FIFO is written through (a FIFO
+ * without a reader is an error, never a wait); a directory, block device
+ * or socket is refused. */
 int tp_write_file_atomic(const char *path, const tp_bytes *pieces, int npieces, char *err, size_t errlen);
+
+/* Whether both paths exist and name the same file (an output that would
+ * replace one of the run's inputs). */
+bool tp_same_file(const char *a, const char *b);
 
 /* The first half of it, for replacing several files together (--fix):
  * write the pieces to a new, synced temporary file next to `path` with

@@ -1,0 +1,56 @@
+/* clobber.c: see clobber.h. */
+#include "runtime/exec/clobber.h"
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "util/atomic_write.h"
+#include "util/errmsg.h"
+#include "util/xalloc.h"
+
+typedef struct named {
+    const char *option, *path;
+} named;
+
+static bool ends_with(const char *s, const char *end)
+{
+    size_t n = strlen(s), m = strlen(end);
+    return n >= m && !strcmp(s + n - m, end);
+}
+
+/* A file of a checkpoint directory that a run reads: its tensors and
+ * config (model.safetensors, shards, the index, config.json). */
+static bool in_checkpoint(const char *dir, const char *out)
+{
+    struct stat st;
+    if (!dir || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return false;
+    const char *slash = strrchr(out, '/');
+    const char *name = slash ? slash + 1 : out;
+    char *parent = slash ? tp_xstrndup(out, slash == out ? 1 : (size_t)(slash - out)) : tp_xstrdup(".");
+    bool inside = tp_same_file(parent, dir) &&
+                  (ends_with(name, ".safetensors") || ends_with(name, ".index.json") || !strcmp(name, "config.json"));
+    free(parent);
+    return inside;
+}
+
+int tr_outputs_spare_inputs(const tr_options *o, char *err, size_t errlen)
+{
+    const named outputs[] = {{"--out", o->out}, {"--log-json", o->train.log_json},
+                             {"--grads-out", o->train.grads_out}, {"--profile-json", o->profile_json},
+                             {"--trace", o->trace}};
+    const named inputs[] = {{"the schedule", o->schedule}, {"--weights", o->weights}, {"--tokens", o->tokens},
+                            {"--labels", o->labels}, {"--compare", o->compare}, {"--data", o->train.data},
+                            {"--resume", o->train.resume}};
+    for (size_t i = 0; i < sizeof outputs / sizeof *outputs; i++) {
+        if (!outputs[i].path)
+            continue;
+        for (size_t k = 0; k < sizeof inputs / sizeof *inputs; k++)
+            if (tp_same_file(outputs[i].path, inputs[k].path) || in_checkpoint(inputs[k].path, outputs[i].path))
+                return tp_error(err, errlen, "%s %s would overwrite %s%s '%s', an input of this run: nothing was "
+                                "run; name another output file", outputs[i].option, outputs[i].path,
+                                inputs[k].option[0] == '-' ? "the file of " : "", inputs[k].option, inputs[k].path);
+    }
+    return 0;
+}

@@ -1,0 +1,51 @@
+// tprun's outputs never replace one of the run's inputs: the schedule,
+// token and data files, the reference logits, the checkpoint's tensors.
+// The run stops before it starts, with a message naming both.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/support/process.h"
+
+namespace {
+
+using tpcc_test::contains;
+using tpcc_test::Proc;
+using tpcc_test::TempDir;
+
+const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+
+TEST(TprunOutputs, NeverReplaceAnInput)
+{
+    TempDir d;
+    std::string sched = d.path + "/s.sched", fixture = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama";
+    Proc c = tpcc_test::run_tpcc({std::string(TPCC_SOURCE_DIR) + "/plans/llama-tiny.plan", "-D", "tp=1", "-o", sched});
+    ASSERT_EQ(c.code(), 0) << c.describe();
+    std::string before = tpcc_test::slurp(sched);
+    struct Case {
+        std::vector<std::string> args;
+        std::string says;
+    };
+    std::string tokens = d.write("tokens.npy", tpcc_test::slurp(fixture + "/tokens.npy"));
+    for (const Case &k : std::vector<Case>{
+             {{"--labels", "tokens", "--out", sched}, "--out " + sched + " would overwrite the schedule '" + sched},
+             {{"--labels", "tokens", "--profile-json", sched}, "--profile-json " + sched + " would overwrite the schedule"},
+             {{"--labels", "tokens", "--trace", tokens, "--tokens", tokens}, "--trace " + tokens +
+                                                                                 " would overwrite the file of --tokens"},
+             {{"--weights", fixture, "--out", fixture + "/model.safetensors"},
+              "would overwrite the file of --weights '" + fixture + "'"},
+         }) {
+        std::vector<std::string> args = {sched, "-q"};
+        args.insert(args.end(), k.args.begin(), k.args.end());
+        Proc p = tpcc_test::run_program(kTprun, args);
+        EXPECT_EQ(p.code(), 2) << p.describe();
+        EXPECT_TRUE(contains(p.err, k.says)) << p.describe();
+        EXPECT_TRUE(contains(p.err, "an input of this run: nothing was run; name another output file")) << p.err;
+    }
+    EXPECT_EQ(tpcc_test::slurp(sched), before);
+    // a device is written through, and stays a device
+    Proc ok = tpcc_test::run_program(kTprun, {sched, "-q", "--labels", "tokens", "--out", "/dev/null"});
+    EXPECT_EQ(ok.code(), 0) << ok.describe();
+}
+
+}  // namespace
