@@ -116,7 +116,7 @@ static int parse_args(tr_options *o, int argc, char **argv)
         case OPT_SEED:
             errno = 0;
             o->seed = strtoull(optarg, &end, 10);
-            if (errno || *end) {
+            if (errno || *end || end == optarg || strchr(optarg, '-')) {     /* strtoull wraps "-1" */
                 fprintf(stderr, "tprun: --seed takes a non-negative integer, not '%s'\n", optarg);
                 return -1;
             }

@@ -97,9 +97,11 @@ static int64_t vocab_of(const tr_schedule *s)
     return INT32_MAX;
 }
 
-/* "1,2,3" or a .npy file of n ids. */
+/* "1,2,3" or a .npy file of n ids: 1-D, or 2-D of the input's [batch,
+ * seq] (a [seq, batch] array holds as many ids, in another order). */
 static int read_ids(job *j, const char *what, const char *arg, int32_t *dst, int64_t n)
 {
+    const tr_buf *input = &j->s.bufs[j->s.input_ids];
     char why[600];
     size_t len = strlen(arg);
     if (len > 4 && !strcmp(arg + len - 4, ".npy")) {
@@ -109,6 +111,12 @@ static int read_ids(job *j, const char *what, const char *arg, int32_t *dst, int
         if (tp_npy_read_tokens(arg, &v, shape, &ndim, why, sizeof why))
             return fail(j, "%s: %s", what, why);
         int64_t count = shape[0] * (ndim == 2 ? shape[1] : 1);
+        if (ndim == 2 && input->rank == 2 && count == n && shape[0] != input->shape[0]) {
+            free(v);
+            return fail(j, "%s: %s has shape [%lld, %lld], the schedule takes [%lld, %lld] (batch, seq)", what, arg,
+                        (long long)shape[0], (long long)shape[1], (long long)input->shape[0],
+                        (long long)input->shape[1]);
+        }
         if (count != n) {
             free(v);
             return fail(j, "%s: %s holds %lld ids, the schedule takes %lld (batch x seq)", what, arg, (long long)count,

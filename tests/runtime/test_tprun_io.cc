@@ -1,11 +1,15 @@
-// tprun's outputs never replace one of the run's inputs: the schedule,
-// token and data files, the reference logits, the checkpoint's tensors.
-// The run stops before it starts, with a message naming both.
+// tprun's inputs and outputs at the edges: an output never replaces one
+// of the run's inputs (the schedule, token and data files, the reference
+// logits, the checkpoint's tensors): the run stops before it starts, with
+// a message naming both; a token array of another shape than the
+// schedule's [batch, seq] and a negative seed are refused, not
+// reinterpreted.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "tests/support/process.h"
+#include "tests/support/token_files.h"
 
 namespace {
 
@@ -46,6 +50,30 @@ TEST(TprunOutputs, NeverReplaceAnInput)
     // a device is written through, and stays a device
     Proc ok = tpcc_test::run_program(kTprun, {sched, "-q", "--labels", "tokens", "--out", "/dev/null"});
     EXPECT_EQ(ok.code(), 0) << ok.describe();
+}
+
+TEST(TprunInputs, TokensOfAnotherShapeAndNegativeSeedsAreRefused)
+{
+    TempDir d;
+    std::string sched = d.path + "/s.sched";
+    Proc c = tpcc_test::run_tpcc({std::string(TPCC_SOURCE_DIR) + "/plans/llama-tiny.plan", "-D", "tp=1", "-D",
+                                  "batch=2", "-D", "seq=16", "-o", sched});
+    ASSERT_EQ(c.code(), 0) << c.describe();
+    std::string ids(32 * 4, '\0');
+    std::string seq_batch = d.write("t.npy", tpcc_test::npy("<i4", ids, "(16, 2)"));
+    std::string batch_seq = d.write("u.npy", tpcc_test::npy("<i4", ids, "(2, 16)"));
+    std::string flat = d.write("v.npy", tpcc_test::npy("<i4", ids, "(32,)"));
+    Proc bad = tpcc_test::run_program(kTprun, {sched, "-q", "--labels", "tokens", "--tokens", seq_batch});
+    EXPECT_EQ(bad.code(), 1) << bad.describe();
+    EXPECT_TRUE(contains(bad.err, "--tokens: " + seq_batch + " has shape [16, 2], the schedule takes [2, 16] (batch, seq)"))
+        << bad.err;
+    for (const std::string &good : {batch_seq, flat}) {
+        Proc p = tpcc_test::run_program(kTprun, {sched, "-q", "--labels", "tokens", "--tokens", good});
+        EXPECT_EQ(p.code(), 0) << p.describe();
+    }
+    Proc seed = tpcc_test::run_program(kTprun, {sched, "-q", "--seed", "-1"});
+    EXPECT_EQ(seed.code(), 2) << seed.describe();
+    EXPECT_TRUE(contains(seed.err, "--seed takes a non-negative integer, not '-1'")) << seed.err;
 }
 
 }  // namespace
