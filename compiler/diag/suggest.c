@@ -5,21 +5,27 @@
 #include "compiler/diag/suggest.h"
 #include "util/xalloc.h"
 
-int tp_edit_distance(const char *a, const char *b)
+int tp_edit_distance_within(const char *a, const char *b, int k)
 {
-    size_t la = strlen(a), lb = strlen(b);
+    size_t la = strlen(a), lb = strlen(b), band = (size_t)k;
+    int far = k + 1;
+    if (la > TP_SUGGEST_MAX_LENGTH || lb > TP_SUGGEST_MAX_LENGTH || (la > lb ? la - lb : lb - la) > band)
+        return far;
+    /* Levenshtein's rows, only the cells within k of the diagonal: a path
+     * through any other cell costs more than k. Cells outside hold far. */
     int *row = tp_xmalloc((lb + 1) * sizeof *row);
     for (size_t j = 0; j <= lb; j++)
-        row[j] = (int)j;
+        row[j] = j <= band ? (int)j : far;
     for (size_t i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
+        size_t lo = i > band ? i - band : 1, hi = i + band < lb ? i + band : lb;
+        int diag = row[lo - 1];
+        row[lo - 1] = lo == 1 && i <= band ? (int)i : far;
+        for (size_t j = lo; j <= hi; j++) {
             int up = row[j];
             int best = diag + (a[i - 1] != b[j - 1]);
             if (up + 1 < best) best = up + 1;
             if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
+            row[j] = best < far ? best : far;
             diag = up;
         }
     }
@@ -36,7 +42,7 @@ const char *tp_suggest(const char *word, const char *const *candidates, int n)
     const char *best = NULL;
     int best_d = limit + 1;
     for (int i = 0; i < n; i++) {
-        int d = tp_edit_distance(word, candidates[i]);
+        int d = tp_edit_distance_within(word, candidates[i], limit);
         if (d < best_d) { best_d = d; best = candidates[i]; }
     }
     return best;
@@ -90,7 +96,7 @@ const char *tp_suggest_sure(const char *word, const char *const *candidates, int
     for (int i = 0; i < n; i++) {
         if (best && !strcmp(best, candidates[i]))
             continue;
-        int d = tp_edit_distance(word, candidates[i]);
+        int d = tp_edit_distance_within(word, candidates[i], limit);
         if (!best || d < best_d) {
             second_d = best_d;
             best_d = d;

@@ -9,7 +9,15 @@
  * is at most a third of the word's length (at least 1, at most 4);
  * NULL otherwise. For help text: a human reads it and decides. */
 const char *tp_suggest(const char *word, const char *const *candidates, int n);
-int tp_edit_distance(const char *a, const char *b);
+
+/* Words longer than this get no suggestion (no name in a model or plan is
+ * that long; it bounds the work an adversarial input can ask for). */
+#define TP_SUGGEST_MAX_LENGTH 256
+
+/* The Levenshtein distance of a and b when it is at most k, else k + 1
+ * (also when either is longer than TP_SUGGEST_MAX_LENGTH): O(k * length)
+ * time, O(length) memory. */
+int tp_edit_distance_within(const char *a, const char *b, int k);
 
 /* a and b are equal once case and underscores are ignored
  * (colwise_parallel and ColwiseParallel). */

@@ -256,16 +256,17 @@ TEST(Pattern, LongComponentsStillMatchThemselves)
 
 TEST(Suggest, EditDistance)
 {
-    EXPECT_EQ(tp_edit_distance("", ""), 0);
-    EXPECT_EQ(tp_edit_distance("abc", "abc"), 0);
-    EXPECT_EQ(tp_edit_distance("", "abc"), 3);
-    EXPECT_EQ(tp_edit_distance("abc", ""), 3);
-    EXPECT_EQ(tp_edit_distance("kitten", "sitting"), 3);
-    EXPECT_EQ(tp_edit_distance("sitting", "kitten"), 3);
-    EXPECT_EQ(tp_edit_distance("flaw", "lawn"), 2);
-    EXPECT_EQ(tp_edit_distance("hiden", "hidden"), 1);
-    EXPECT_EQ(tp_edit_distance("q_prj", "q_proj"), 1);
-    EXPECT_EQ(tp_edit_distance("ab", "ba"), 2);   // Levenshtein, not Damerau
+    EXPECT_EQ(tp_edit_distance_within("", "", 4), 0);
+    EXPECT_EQ(tp_edit_distance_within("abc", "abc", 4), 0);
+    EXPECT_EQ(tp_edit_distance_within("", "abc", 4), 3);
+    EXPECT_EQ(tp_edit_distance_within("abc", "", 4), 3);
+    EXPECT_EQ(tp_edit_distance_within("kitten", "sitting", 4), 3);
+    EXPECT_EQ(tp_edit_distance_within("sitting", "kitten", 4), 3);
+    EXPECT_EQ(tp_edit_distance_within("flaw", "lawn", 4), 2);
+    EXPECT_EQ(tp_edit_distance_within("hiden", "hidden", 4), 1);
+    EXPECT_EQ(tp_edit_distance_within("q_prj", "q_proj", 4), 1);
+    EXPECT_EQ(tp_edit_distance_within("ab", "ba", 4), 2);   // Levenshtein, not Damerau
+    EXPECT_EQ(tp_edit_distance_within("kitten", "sitting", 2), 3);   // past the limit: limit + 1
 }
 
 TEST(Suggest, PicksTheClosestCandidate)
