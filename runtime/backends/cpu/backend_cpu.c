@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "util/xalloc.h"
 
 /* ------------------------------------------------------------------------ */
 /* memory                                                                    */
@@ -204,66 +205,91 @@ static void cpu_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h
 /* attention                                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* Keys are visited in blocks of ATTN_BLOCK with an online softmax
- * (running max and running denominator, rescaling what was accumulated
- * when the max grows), so the scratch is a fixed stack array whatever the
- * sequence length. Scores, probabilities and the per-block weighted sums of
- * v are double; the output row holds the running numerator between blocks,
- * so it is rounded to float only once per block. */
-#define ATTN_BLOCK 128
+/* Flash-style: for each query head and block of ATTN_QBLOCK queries, the
+ * keys are visited in blocks of ATTN_KBLOCK with an online softmax (a
+ * running max and denominator per query, rescaling what was accumulated
+ * when the max grows), so no s x s matrix is formed and key blocks past
+ * the query block's last position (causal) are never touched. The scores
+ * of a block are one SGEMM (Q . K^T, the head's rows read in place at
+ * stride h*d and g*d) and the weighted values another (P . V, accumulated
+ * into the output rows), in fp32 as PyTorch's CPU attention computes
+ * them; the denominators are summed in double. Causal masking and
+ * soft-capping act on the block of scores between the two. */
+#define ATTN_QBLOCK 64
+#define ATTN_KBLOCK 256
 
 static void cpu_attention(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
                           int64_t g, int64_t d, double scale, double softcap)
 {
-    /* out is the running numerator: it must not overlap the inputs */
+    /* out accumulates the weighted values: it must not overlap the inputs */
     assert(out != q && out != k && out != v);
     assert(g > 0 && h % g == 0 && d > 0);
     const int64_t group = h / g; /* query heads per kv head */
-    double p[ATTN_BLOCK];
+    float *p = tp_xmalloc((size_t)ATTN_QBLOCK * ATTN_KBLOCK * sizeof *p);
+    float mx[ATTN_QBLOCK];
+    double denom[ATTN_QBLOCK];
 
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t hi = 0; hi < h; hi++) {
             const int64_t kh = hi / group;
-            for (int64_t t = 0; t < s; t++) {
-                const float *qr = q + ((bi * s + t) * h + hi) * d;
-                float *o = out + ((bi * s + t) * h + hi) * d;
-                double mx = -INFINITY, denom = 0.0;
-                memset(o, 0, (size_t)d * sizeof *o);
-                /* causal: query t sees keys 0..t */
-                for (int64_t kb = 0; kb <= t; kb += ATTN_BLOCK) {
-                    const int64_t nk = (t + 1 - kb < ATTN_BLOCK) ? t + 1 - kb : ATTN_BLOCK;
-                    double bmax = -INFINITY;
-                    for (int64_t j = 0; j < nk; j++) {
-                        const float *kr = k + ((bi * s + kb + j) * g + kh) * d;
-                        double dot = 0.0;
-                        for (int64_t c = 0; c < d; c++)
-                            dot += (double)qr[c] * kr[c];
-                        p[j] = dot * scale;
-                        if (softcap > 0)
-                            p[j] = softcap * tanh(p[j] / softcap);
-                        if (p[j] > bmax)
-                            bmax = p[j];
-                    }
-                    const double nmax = bmax > mx ? bmax : mx;
-                    /* exp(-inf) = 0 on the first block: nothing to rescale */
-                    const double rescale = exp(mx - nmax);
-                    denom *= rescale;
-                    for (int64_t j = 0; j < nk; j++) {
-                        p[j] = exp(p[j] - nmax);
-                        denom += p[j];
-                    }
-                    for (int64_t c = 0; c < d; c++) {
-                        double acc = 0.0;
-                        for (int64_t j = 0; j < nk; j++)
-                            acc += p[j] * v[((bi * s + kb + j) * g + kh) * d + c];
-                        o[c] = (float)((double)o[c] * rescale + acc);
-                    }
-                    mx = nmax;
+            const float *kbase = k + (bi * s * g + kh) * d, *vbase = v + (bi * s * g + kh) * d;
+            for (int64_t q0 = 0; q0 < s; q0 += ATTN_QBLOCK) {
+                const int64_t nq = s - q0 < ATTN_QBLOCK ? s - q0 : ATTN_QBLOCK;
+                const float *qrows = q + ((bi * s + q0) * h + hi) * d;
+                float *orows = out + ((bi * s + q0) * h + hi) * d;
+                for (int64_t i = 0; i < nq; i++) {
+                    mx[i] = -INFINITY;
+                    denom[i] = 0;
+                    memset(orows + i * h * d, 0, (size_t)d * sizeof *orows);
                 }
-                for (int64_t c = 0; c < d; c++)
-                    o[c] = (float)((double)o[c] / denom);
+                /* causal: the block's queries see keys 0 .. q0 + nq - 1 */
+                for (int64_t k0 = 0; k0 < q0 + nq; k0 += ATTN_KBLOCK) {
+                    const int64_t nk = q0 + nq - k0 < ATTN_KBLOCK ? q0 + nq - k0 : ATTN_KBLOCK;
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)d, (float)scale, qrows,
+                                (int)(h * d), kbase + k0 * g * d, (int)(g * d), 0.0f, p, (int)nk);
+                    for (int64_t i = 0; i < nq; i++) {
+                        float *row = p + i * nk, *o = orows + i * h * d;
+                        /* query q0 + i sees keys k0 .. q0 + i of this block */
+                        const int64_t seen = q0 + i - k0 + 1 < nk ? q0 + i - k0 + 1 : nk;
+                        float bmax = -INFINITY;
+                        for (int64_t j = 0; j < seen; j++) {
+                            if (softcap > 0)
+                                row[j] = (float)(softcap * tanh(row[j] / softcap));
+                            if (row[j] > bmax)
+                                bmax = row[j];
+                        }
+                        if (seen <= 0) {
+                            memset(row, 0, (size_t)nk * sizeof *row);
+                            continue;
+                        }
+                        const float nmax = bmax > mx[i] ? bmax : mx[i];
+                        /* exp(-inf) = 0 on the first block: nothing to rescale */
+                        const float rescale = expf(mx[i] - nmax);
+                        double sum = 0;
+                        for (int64_t j = 0; j < seen; j++) {
+                            row[j] = expf(row[j] - nmax);
+                            sum += row[j];
+                        }
+                        for (int64_t j = seen; j < nk; j++)
+                            row[j] = 0;
+                        denom[i] = denom[i] * rescale + sum;
+                        if (rescale != 1.0f)
+                            for (int64_t c = 0; c < d; c++)
+                                o[c] *= rescale;
+                        mx[i] = nmax;
+                    }
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)d, (int)nk, 1.0f, p, (int)nk,
+                                vbase + k0 * g * d, (int)(g * d), 1.0f, orows, (int)(h * d));
+                }
+                for (int64_t i = 0; i < nq; i++) {
+                    float *o = orows + i * h * d;
+                    const float inv = (float)(1.0 / denom[i]);
+                    for (int64_t c = 0; c < d; c++)
+                        o[c] *= inv;
+                }
             }
         }
+    free(p);
 }
 
 /* ------------------------------------------------------------------------ */
