@@ -6,8 +6,10 @@
 // host emulation of tests/runtime/cuda_emu) — against host stand-ins of the CUDA
 // runtime, cuBLAS and NCCL (tests/runtime/cuda_standin: host memory, OpenBLAS, MPI).
 // They need no GPU and no nvcc. Every shipped plan at tp = 1 and 2, in fp32
-// and bf16, must give the CPU backend's logits and loss; failures of the
-// collectives (an error, a stall) must end every rank with a message.
+// and bf16, must give the CPU backend's logits and loss; training on a
+// dp x tp mesh (NCCL communicators split per group) the CPU backend's
+// steps; failures of the collectives (an error, a stall), in any group,
+// must end every rank with a message.
 //
 // Gpu.* (ctest label gpu) run the real tprun with --backend cuda and skip
 // where no GPU is usable; tp = 2 also skips with fewer than 2 GPUs. These
@@ -38,6 +40,8 @@
 
 #include "tests/support/plan_harness.h"
 #include "tests/support/process.h"
+#include "tests/support/token_files.h"
+#include "tests/support/train_harness.h"
 
 using namespace tpcc_test;
 namespace fs = std::filesystem;
@@ -328,6 +332,102 @@ TEST_F(EmulatedRun, BadTimeoutIsRefused)
     EXPECT_FALSE(p.timed_out) << p.describe();
     EXPECT_NE(p.code(), 0) << p.describe();
     EXPECT_TRUE(contains(p.err, "TPRUN_NCCL_TIMEOUT takes a positive number of seconds, not 'soon'")) << p.describe();
+}
+
+// ---- data parallelism: NCCL communicators split per dp and tp group ----
+
+// The dp x tp variant of llama-sp on the llama training fixture, its
+// weights and two steps of tokens (dp 2 x batch 2 x seq 16 each).
+class EmulatedDataParallel : public EmulatedRun {
+protected:
+    void SetUp() override
+    {
+        ASSERT_NO_FATAL_FAILURE(EmulatedRun::SetUp());
+        ASSERT_NO_FATAL_FAILURE(dp_plan(dir, dp));
+        std::vector<int32_t> toks;
+        for (int i = 0; i < 2 * 64; i++)
+            toks.push_back(int32_t((i * 37 + i / 16) % 128));
+        data = dir.write("tokens.bin", llmc(20240801, 7, toks));
+    }
+    std::string sched(int dp_size, int tp, int batch)
+    {
+        std::string out = dir.path + "/dp" + std::to_string(dp_size) + "tp" + std::to_string(tp) + ".sched";
+        Proc c = compile_dp(dp, dp_size, tp, batch, out);
+        EXPECT_EQ(c.code(), 0) << c.describe();
+        return out;
+    }
+    std::vector<std::string> train_args(int steps) const
+    {
+        return {"--weights", weights, "--data", data, "--steps", std::to_string(steps), "--schedule", "constant"};
+    }
+    std::string dp, data, weights = source_path("tests/fixtures/train/llama/");
+};
+
+// dp 2 x tp 2 on 4 ranks and dp 2 x tp 1 on 2 ranks of the CUDA backend
+// (the tp collectives on each replica's group, the gradient averaging on
+// each tp rank's) take the steps the CPU backend takes on one rank with
+// the global batch of 4: tolerances of TrainRun.DataParallelEqualsOneRank
+// OnTheGlobalBatch (losses 1e-5 relative, first-step gradients 1e-4 of
+// each tensor's largest entry).
+TEST_F(EmulatedDataParallel, TrainingEqualsTheCpuOnOneRank)
+{
+    struct Case { std::string program; int dp, tp, batch; };
+    std::vector<std::vector<double>> losses;
+    std::vector<std::vector<std::vector<float>>> grads;
+    std::string ref;
+    for (const Case &c : {Case{kTprun, 1, 1, 4}, Case{kEmulated, 2, 2, 2}, Case{kEmulated, 2, 1, 2}}) {
+        std::string tag = "dp" + std::to_string(c.dp) + "tp" + std::to_string(c.tp), s = sched(c.dp, c.tp, c.batch),
+                    log = dir.path + "/" + tag + ".json", g = dir.path + "/" + tag + "-grads.safetensors";
+        if (ref.empty())
+            ref = s;
+        std::vector<std::string> args = train_args(2);
+        args.insert(args.end(), {"--backend", c.program == kTprun ? "cpu" : "cuda", "--log-json", log, "--grads-out",
+                                 g, "-q"});
+        Proc t = run(c.program, c.dp * c.tp, s, args);
+        ASSERT_EQ(t.code(), 0) << tag << ": " << t.describe();
+        losses.push_back(logged_losses(log));
+        ASSERT_EQ(losses.back().size(), 2u) << tag;
+        grads.push_back(read_all(g, ref));
+    }
+    for (size_t k = 1; k < losses.size(); k++) {
+        for (size_t i = 0; i < 2; i++)
+            EXPECT_NEAR(losses[k][i], losses[0][i], 1e-5 * losses[0][i]) << "run " << k << " step " << i + 1;
+        double worst = worst_relative(grads[k], grads[0]);
+        EXPECT_LT(worst, 1e-4) << "run " << k;
+        std::printf("run %zu: first-step gradients within %.3g of each tensor's largest entry\n", k, worst);
+    }
+}
+
+// A collective of a dp group that never completes (rank 1 stalls in its
+// first gradient all-reduce: the third communicator it makes, after the
+// world's and its tp group's) ends every rank, naming the group.
+TEST_F(EmulatedDataParallel, StallInADpGroupEndsEveryRank)
+{
+    std::vector<std::string> args = train_args(1);
+    args.insert(args.end(), {"--backend", "cuda", "-q"});
+    Proc p = run(kEmulated, 4, sched(2, 2, 2), args,
+                 {"TP_STANDIN_NCCL_STALL_RANK=1", "TP_STANDIN_NCCL_FAULT_COMM=2", "TPRUN_NCCL_TIMEOUT=2"}, 120);
+    EXPECT_FALSE(p.timed_out) << p.describe();
+    EXPECT_NE(p.code(), 0) << p.describe();
+    EXPECT_TRUE(contains(p.err, "rank 1: collective 0 (all_reduce) in group 1 (rank 0 of 2) has not completed after 2 s"))
+        << p.describe();
+    EXPECT_TRUE(contains(p.err, "aborting NCCL and ending every rank")) << p.describe();
+}
+
+// An asynchronous NCCL error in rank 3's dp group: reported with the rank
+// and the group, every rank ends.
+TEST_F(EmulatedDataParallel, NcclErrorInADpGroupEndsEveryRank)
+{
+    std::vector<std::string> args = train_args(1);
+    args.insert(args.end(), {"--backend", "cuda", "-q"});
+    Proc p = run(kEmulated, 4, sched(2, 2, 2), args, {"TP_STANDIN_NCCL_ERROR_RANK=3", "TP_STANDIN_NCCL_FAULT_COMM=2"},
+                 120);
+    EXPECT_FALSE(p.timed_out) << p.describe();
+    EXPECT_NE(p.code(), 0) << p.describe();
+    EXPECT_TRUE(contains(p.err, "tprun: rank 3: averaging the gradient of ")) << p.describe();
+    EXPECT_TRUE(contains(p.err, " over the 2 data-parallel replicas: NCCL reports an asynchronous error in group 1 "
+                                "(rank 1 of 2): remote process exited"))
+        << p.describe();
 }
 
 // ---- the real tprun on this machine ------------------------------------------------------

@@ -15,16 +15,17 @@
 
 #include "tests/support/process.h"
 #include "tests/support/token_files.h"
-extern "C" {
-#include "runtime/io/weights.h"
-#include "sched/load.h"
-}
+#include "tests/support/train_harness.h"
 
 namespace {
 
 using tpcc_test::contains;
 using tpcc_test::Proc;
 using tpcc_test::TempDir;
+using tpcc_test::compile_dp;
+using tpcc_test::dp_plan;
+using tpcc_test::read_all;
+using tpcc_test::worst_relative;
 
 const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
 const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/";
@@ -53,44 +54,6 @@ Proc train(const std::string &sched, int tp, const std::vector<std::string> &ext
     std::vector<std::string> args = {"-n", std::to_string(tp), sched};
     args.insert(args.end(), extra.begin(), extra.end());
     return tpcc_test::run_program(kTprun, args, {}, 300);
-}
-
-// The file's tensors under the schedule's weight names, in logical shape.
-std::vector<std::vector<float>> read_all(const std::string &file, const std::string &sched)
-{
-    tr_schedule s;
-    char err[800] = "";
-    std::vector<std::vector<float>> out;
-    EXPECT_EQ(tr_schedule_load(&s, sched.c_str(), 0, 0, err, sizeof err), 0) << err;
-    tp_checkpoint *c;
-    EXPECT_EQ(tp_checkpoint_open(&c, file.c_str(), err, sizeof err), 0) << err;
-    for (int i = 0; i < s.nweights; i++) {
-        const tr_weight &w = s.weights[i];
-        tp_weight_slice whole = {w.name, 0, {w.logical[0], w.logical[1]}, {0, 0}, -1, 0, 0, w.rank};
-        std::vector<float> v(size_t(tp_weight_slice_numel(&whole)));
-        EXPECT_EQ(tp_checkpoint_read(c, &whole, v.data(), err, sizeof err), 0) << w.name << ": " << err;
-        out.push_back(v);
-    }
-    EXPECT_EQ(tp_checkpoint_num_tensors(c), size_t(s.nweights));
-    tp_checkpoint_close(c);
-    tr_schedule_free(&s);
-    return out;
-}
-
-// Largest max|a - b| / max|b| over the tensors: each difference against
-// its tensor's scale (gradients span orders of magnitude within a tensor).
-double worst_relative(const std::vector<std::vector<float>> &a, const std::vector<std::vector<float>> &b)
-{
-    double worst = 0;
-    for (size_t t = 0; t < a.size() && t < b.size(); t++) {
-        double diff = 0, scale = 0;
-        for (size_t i = 0; i < a[t].size() && i < b[t].size(); i++) {
-            diff = std::max(diff, std::fabs(double(a[t][i]) - b[t][i]));
-            scale = std::max(scale, std::fabs(double(b[t][i])));
-        }
-        worst = std::max(worst, scale > 0 ? diff / scale : diff);
-    }
-    return worst;
 }
 
 double num(json_t *step, const char *key) { return json_number_value(json_object_get(step, key)); }
@@ -297,39 +260,6 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- data parallelism: a dp x tp mesh ----
 
-// plans/llama-sp.plan on a mesh(dp = dp, tp = tp), written into d (the
-// model path made absolute) as `plan`.
-void dp_plan(const TempDir &d, std::string &plan)
-{
-    std::string text = tpcc_test::slurp(std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan");
-    auto swap = [&](const std::string &from, const std::string &to) {
-        size_t at = text.find(from);
-        EXPECT_NE(at, std::string::npos) << from;
-        if (at != std::string::npos)
-            text.replace(at, from.size(), to);
-    };
-    swap("model \"../models/", "model \"" + std::string(TPCC_SOURCE_DIR) + "/models/");
-    swap("    tp = 2\n", "    tp = 2\n    dp = 1\n");
-    swap("mesh(tp = tp)", "mesh(dp = dp, tp = tp)");
-    // on a 2-D mesh each block names its dimension
-    for (size_t at = text.find("\nparallelize \""); at != std::string::npos; at = text.find("\nparallelize \"", at + 1)) {
-        size_t open = text.find("\" {", at + 14);
-        ASSERT_NE(open, std::string::npos);
-        text.insert(open + 1, " on \"tp\"");
-    }
-    plan = d.write("llama-dp.plan", text);
-}
-
-Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::string &sched, bool train = true)
-{
-    std::vector<std::string> args = {plan, "--hf-config", kFixtures + "llama/config.json", "-D", "vocab_multiple=1",
-                                     "-D", "dp=" + std::to_string(dp), "-D", "tp=" + std::to_string(tp), "-D",
-                                     "seq=16", "-D", "batch=" + std::to_string(batch), "-o", sched};
-    if (train)
-        args.push_back("--train");
-    return tpcc_test::run_tpcc(args);
-}
-
 // dp = 2 replicas of batch 2 (at tp 2 and tp 1) take the same steps as one
 // rank with the global batch of 4: the losses, the first step's gradients
 // and the saved weights; resuming restores every replica; -n other than
@@ -361,15 +291,8 @@ TEST(TrainRun, DataParallelEqualsOneRankOnTheGlobalBatch)
                                             "--grads-out", g, "--save", save, "--schedule", "constant"});
         ASSERT_EQ(t.code(), 0) << tag << ": " << t.describe();
         EXPECT_TRUE(contains(t.out, "step 3/3  loss ")) << t.out;
-        json_error_t e;
-        json_t *got = json_load_file(log.c_str(), 0, &e);
-        ASSERT_TRUE(got) << e.text;
-        json_t *steps = json_object_get(got, "steps");
-        ASSERT_EQ(json_array_size(steps), 3u) << tag;
-        losses.push_back({});
-        for (size_t i = 0; i < 3; i++)
-            losses.back().push_back(num(json_array_get(steps, i), "loss"));
-        json_decref(got);
+        losses.push_back(tpcc_test::logged_losses(log));
+        ASSERT_EQ(losses.back().size(), 3u) << tag;
         grads.push_back(read_all(g, ref_sched));
         finals.push_back(read_all(save + "/model.safetensors", ref_sched));
     }
