@@ -41,8 +41,10 @@ const tp_backend *tp_backend_cuda(tp_dtype dtype);
  * `host` (MPI); gather_bytes (host memory) and the final abort go through
  * `host`, which the new communicator takes over (its finalize finalizes
  * host). A watchdog ends every rank when a collective fails or does not
- * complete within TPRUN_NCCL_TIMEOUT seconds (default 300). After
- * tp_gpu_init. Returns 0 or -1 with a message. */
+ * complete within TPRUN_NCCL_TIMEOUT seconds (default 300). Its split
+ * (ncclCommSplit, with `host` split alongside) makes the groups of data
+ * parallelism, each watched the same way. After tp_gpu_init. Returns 0 or
+ * -1 with a message. */
 int tp_comm_nccl(tp_comm *c, const tp_comm *host, char *err, size_t errlen);
 
 #endif /* TPRUN_GPU_H */

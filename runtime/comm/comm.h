@@ -1,7 +1,7 @@
 /* comm.h: the table of collectives a communicator provides.
  *
  * MPI on the CPU; NCCL on GPUs. Every call is collective over the whole
- * world. Buffers are contiguous, in the backend's memory, of element type
+ * communicator: the world, or a group split off it. Buffers are contiguous, in the backend's memory, of element type
  * `t` (TP_F32, or TP_BF16 for the activations of a bf16 schedule, whose
  * loss pieces stay TP_F32); counts are elements. The executor rearranges
  * data so that the gathered or scattered dimension is the outermost one.

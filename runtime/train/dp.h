@@ -21,7 +21,7 @@ typedef struct tr_dp {
 
 /* Splits `world` into the groups of a dp x tp job (dp == 1: tp is the
  * world itself and dp a single rank). Collective over world. Returns 0, or
- * -1 with a message (a communicator that cannot split: NCCL). */
+ * -1 with a message (a communicator that cannot split: NCCL before 2.18). */
 int tr_dp_init(tr_dp *g, tp_comm *world, int tp, int dp, char *err, size_t errlen);
 void tr_dp_free(tr_dp *g);
 

@@ -6,8 +6,10 @@
 // host emulation of tests/runtime/cuda_emu) — against host stand-ins of the CUDA
 // runtime, cuBLAS and NCCL (tests/runtime/cuda_standin: host memory, OpenBLAS, MPI).
 // They need no GPU and no nvcc. Every shipped plan at tp = 1 and 2, in fp32
-// and bf16, must give the CPU backend's logits and loss; failures of the
-// collectives (an error, a stall) must end every rank with a message.
+// and bf16, must give the CPU backend's logits and loss; training on a
+// dp x tp mesh (NCCL communicators split per group) the CPU backend's
+// steps; failures of the collectives (an error, a stall), in any group,
+// must end every rank with a message.
 //
 // Gpu.* (ctest label gpu) run the real tprun with --backend cuda and skip
 // where no GPU is usable; tp = 2 also skips with fewer than 2 GPUs. These
@@ -30,6 +32,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,8 @@
 #include "tests/support/grad_files.h"
 #include "tests/support/plan_harness.h"
 #include "tests/support/process.h"
+#include "tests/support/token_files.h"
+#include "tests/support/train_harness.h"
 
 using namespace tpcc_test;
 namespace fs = std::filesystem;
@@ -329,6 +334,113 @@ TEST_F(EmulatedRun, BadTimeoutIsRefused)
     EXPECT_FALSE(p.timed_out) << p.describe();
     EXPECT_NE(p.code(), 0) << p.describe();
     EXPECT_TRUE(contains(p.err, "TPRUN_NCCL_TIMEOUT takes a positive number of seconds, not 'soon'")) << p.describe();
+}
+
+// ---- data parallelism: NCCL communicators split per dp and tp group ----
+
+// The dp x tp variant of llama-sp on the llama training fixture, its
+// weights and two steps of tokens (dp 2 x batch 2 x seq 16 each).
+class EmulatedDataParallel : public EmulatedRun {
+protected:
+    void SetUp() override
+    {
+        ASSERT_NO_FATAL_FAILURE(EmulatedRun::SetUp());
+        ASSERT_NO_FATAL_FAILURE(dp_plan(dir, dp));
+        std::vector<int32_t> toks;
+        for (int i = 0; i < 2 * 64; i++)
+            toks.push_back(int32_t((i * 37 + i / 16) % 128));
+        data = dir.write("tokens.bin", llmc(20240801, 7, toks));
+    }
+    std::string sched(int dp_size, int tp, int batch)
+    {
+        std::string out = dir.path + "/dp" + std::to_string(dp_size) + "tp" + std::to_string(tp) + ".sched";
+        Proc c = compile_dp(dp, dp_size, tp, batch, out);
+        EXPECT_EQ(c.code(), 0) << c.describe();
+        return out;
+    }
+    std::vector<std::string> train_args(int steps) const
+    {
+        return {"--weights", weights, "--data", data, "--steps", std::to_string(steps), "--schedule", "constant"};
+    }
+    // Two steps of `program` on the dp x tp schedule (the CPU on one rank:
+    // dp 1, tp 1, the global batch of 4): the losses, and the first step's
+    // full gradients.
+    struct Steps {
+        std::vector<double> losses;
+        std::vector<std::vector<float>> grads;
+    };
+    Steps two_steps(const std::string &program, int dp_size, int tp)
+    {
+        std::string tag = "dp" + std::to_string(dp_size) + "tp" + std::to_string(tp),
+                    s = sched(dp_size, tp, 4 / dp_size), log = dir.path + "/" + tag + ".json",
+                    g = dir.path + "/" + tag + "-grads.safetensors";
+        std::vector<std::string> args = train_args(2);
+        args.insert(args.end(),
+                    {"--backend", program == kTprun ? "cpu" : "cuda", "--log-json", log, "--grads-out", g, "-q"});
+        Proc t = run(program, dp_size * tp, s, args);
+        EXPECT_EQ(t.code(), 0) << tag << ": " << t.describe();
+        if (t.code())
+            return {};
+        return {logged_losses(log), read_weights_of(g, s)};
+    }
+    // The CUDA backend's steps at dp 2 x tp against the CPU's on one rank.
+    void check_against_cpu(int tp)
+    {
+        Steps want = two_steps(kTprun, 1, 1), got = two_steps(kEmulated, 2, tp);
+        ASSERT_EQ(want.losses.size(), 2u);
+        ASSERT_EQ(got.losses.size(), 2u);
+        for (size_t i = 0; i < 2; i++)
+            EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * want.losses[i]) << "step " << i + 1;
+        double worst = worst_relative(got.grads, want.grads);
+        EXPECT_LT(worst, 1e-4);
+        std::printf("first-step gradients within %.3g of each tensor's largest entry\n", worst);
+    }
+    std::string dp, data, weights = source_path("tests/fixtures/train/llama/");
+};
+
+// dp 2 x tp 2 on 4 ranks and dp 2 x tp 1 on 2 ranks of the CUDA backend
+// (the tp collectives on each replica's group, the gradient averaging on
+// each tp rank's) take the steps the CPU backend takes on one rank with
+// the global batch of 4: tolerances of TrainRun.DataParallelEqualsOneRank
+// OnTheGlobalBatch (losses 1e-5 relative, first-step gradients 1e-4 of
+// each tensor's largest entry).
+TEST_F(EmulatedDataParallel, Dp2Tp2EqualsTheCpuOnOneRank) { check_against_cpu(2); }
+
+TEST_F(EmulatedDataParallel, Dp2Tp1EqualsTheCpuOnOneRank) { check_against_cpu(1); }
+
+// A collective of a dp group that never completes (rank 1 stalls in its
+// first gradient all-reduce: the third communicator it makes, after the
+// world's and its tp group's) ends every rank, naming the group. Whichever
+// watchdog fires first ends the job: rank 1's or its dp peer's (rank 3),
+// or a tp peer's waiting on rank 1 in a later collective.
+TEST_F(EmulatedDataParallel, StallInADpGroupEndsEveryRank)
+{
+    std::vector<std::string> args = train_args(1);
+    args.insert(args.end(), {"--backend", "cuda", "-q"});
+    Proc p = run(kEmulated, 4, sched(2, 2, 2), args,
+                 {"TP_STANDIN_NCCL_STALL_RANK=1", "TP_STANDIN_NCCL_FAULT_COMM=2", "TPRUN_NCCL_TIMEOUT=2"}, 120);
+    EXPECT_FALSE(p.timed_out) << p.describe();
+    EXPECT_NE(p.code(), 0) << p.describe();
+    EXPECT_TRUE(std::regex_search(p.err, std::regex("rank [0-3]: collective [0-9]+ \\([^)]*\\) in group [01] "
+                                                   "\\(rank [01] of 2\\) has not completed after 2 s")))
+        << p.describe();
+    EXPECT_TRUE(contains(p.err, "aborting NCCL and ending every rank")) << p.describe();
+}
+
+// An asynchronous NCCL error in rank 3's dp group: reported with the rank
+// and the group, every rank ends.
+TEST_F(EmulatedDataParallel, NcclErrorInADpGroupEndsEveryRank)
+{
+    std::vector<std::string> args = train_args(1);
+    args.insert(args.end(), {"--backend", "cuda", "-q"});
+    Proc p = run(kEmulated, 4, sched(2, 2, 2), args, {"TP_STANDIN_NCCL_ERROR_RANK=3", "TP_STANDIN_NCCL_FAULT_COMM=2"},
+                 120);
+    EXPECT_FALSE(p.timed_out) << p.describe();
+    EXPECT_NE(p.code(), 0) << p.describe();
+    EXPECT_TRUE(contains(p.err, "tprun: rank 3: averaging the gradient of ")) << p.describe();
+    EXPECT_TRUE(contains(p.err, " over the 2 data-parallel replicas: NCCL reports an asynchronous error in group 1 "
+                                "(rank 1 of 2): remote process exited"))
+        << p.describe();
 }
 
 // ---- the real tprun on this machine ------------------------------------------------------

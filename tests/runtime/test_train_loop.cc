@@ -352,7 +352,7 @@ std::vector<float> seeded_region(const tr_schedule &s)
 
 // tp 2 under llama-sp: rows (dim 0) and columns (dim 1) shards, replicated
 // norms, and the vocabulary padded from 128 to 192 rows.
-// A communicator that cannot split (NCCL's, for now) refuses data
+// A communicator that cannot split (NCCL's before 2.18) refuses data
 // parallelism with the way out; one replica needs no split.
 TEST(TrainDataParallel, CommunicatorWithoutSplitIsRefused)
 {
@@ -362,7 +362,7 @@ TEST(TrainDataParallel, CommunicatorWithoutSplitIsRefused)
     tr_dp g;
     char err[400] = "";
     EXPECT_EQ(tr_dp_init(&g, &world, 2, 2, err, sizeof err), -1);
-    EXPECT_NE(std::string(err).find("the nccl one cannot yet: train it with --backend cpu"), std::string::npos) << err;
+    EXPECT_NE(std::string(err).find("the nccl communicator of this build cannot: train it with --backend cpu"), std::string::npos) << err;
     ASSERT_EQ(tr_dp_init(&g, &world, 4, 1, err, sizeof err), 0) << err;
     EXPECT_EQ(g.tp.world, 4);
     EXPECT_EQ(g.dp.world, 1);

@@ -16,6 +16,7 @@
 #include "tests/support/grad_files.h"
 #include "tests/support/process.h"
 #include "tests/support/token_files.h"
+#include "tests/support/train_harness.h"
 
 namespace {
 
@@ -25,6 +26,8 @@ using tpcc_test::worst_absolute;
 using tpcc_test::worst_relative;
 using tpcc_test::Proc;
 using tpcc_test::TempDir;
+using tpcc_test::compile_dp;
+using tpcc_test::dp_plan;
 
 const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
 const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/";
@@ -250,39 +253,6 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- data parallelism: a dp x tp mesh ----
 
-// plans/llama-sp.plan on a mesh(dp = dp, tp = tp), written into d (the
-// model path made absolute) as `plan`.
-void dp_plan(const TempDir &d, std::string &plan)
-{
-    std::string text = tpcc_test::slurp(std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan");
-    auto swap = [&](const std::string &from, const std::string &to) {
-        size_t at = text.find(from);
-        EXPECT_NE(at, std::string::npos) << from;
-        if (at != std::string::npos)
-            text.replace(at, from.size(), to);
-    };
-    swap("model \"../models/", "model \"" + std::string(TPCC_SOURCE_DIR) + "/models/");
-    swap("    tp = 2\n", "    tp = 2\n    dp = 1\n");
-    swap("mesh(tp = tp)", "mesh(dp = dp, tp = tp)");
-    // on a 2-D mesh each block names its dimension
-    for (size_t at = text.find("\nparallelize \""); at != std::string::npos; at = text.find("\nparallelize \"", at + 1)) {
-        size_t open = text.find("\" {", at + 14);
-        ASSERT_NE(open, std::string::npos);
-        text.insert(open + 1, " on \"tp\"");
-    }
-    plan = d.write("llama-dp.plan", text);
-}
-
-Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::string &sched, bool train = true)
-{
-    std::vector<std::string> args = {plan, "--hf-config", kFixtures + "llama/config.json", "-D", "vocab_multiple=1",
-                                     "-D", "dp=" + std::to_string(dp), "-D", "tp=" + std::to_string(tp), "-D",
-                                     "seq=16", "-D", "batch=" + std::to_string(batch), "-o", sched};
-    if (train)
-        args.push_back("--train");
-    return tpcc_test::run_tpcc(args);
-}
-
 // dp = 2 replicas of batch 2 (at tp 2 and tp 1) take the same steps as one
 // rank with the global batch of 4: the losses, the first step's gradients
 // and the saved weights; resuming restores every replica; -n other than
@@ -314,15 +284,8 @@ TEST(TrainRun, DataParallelEqualsOneRankOnTheGlobalBatch)
                                             "--grads-out", g, "--save", save, "--schedule", "constant"});
         ASSERT_EQ(t.code(), 0) << tag << ": " << t.describe();
         EXPECT_TRUE(contains(t.out, "step 3/3  loss ")) << t.out;
-        json_error_t e;
-        json_t *got = json_load_file(log.c_str(), 0, &e);
-        ASSERT_TRUE(got) << e.text;
-        json_t *steps = json_object_get(got, "steps");
-        ASSERT_EQ(json_array_size(steps), 3u) << tag;
-        losses.push_back({});
-        for (size_t i = 0; i < 3; i++)
-            losses.back().push_back(num(json_array_get(steps, i), "loss"));
-        json_decref(got);
+        losses.push_back(tpcc_test::logged_losses(log));
+        ASSERT_EQ(losses.back().size(), 3u) << tag;
         grads.push_back(read_weights_of(g, ref_sched));
         finals.push_back(read_weights_of(save + "/model.safetensors", ref_sched));
     }

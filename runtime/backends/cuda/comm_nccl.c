@@ -6,6 +6,15 @@
  * ncclUniqueId and broadcasts it over MPI; every rank joins with
  * ncclCommInitRank on its own device (tp_gpu_init chose it).
  *
+ * Groups (data parallelism: a tp and a dp communicator per rank, dp.h)
+ * are split off with ncclCommSplit (NCCL 2.18), collective over the parent
+ * as MPI_Comm_split is, and the host communicator is split alongside it
+ * with the same color and key, so rank r of the group is rank r of both.
+ * ncclCommSplit needs no id exchange over the group and lets NCCL order the
+ * group's ranks itself; NCCL before 2.18 has no split, and the table's split
+ * is NULL there (dp.c then refuses data parallelism with the way out). Each
+ * group has its own comm stream, events and watchdog, as the world's has.
+ *
  * Ordering, without the host waiting: each collective is queued on a
  * separate comm stream after an event recorded on the compute stream
  * (cudaEventRecord + cudaStreamWaitEvent), and the compute stream waits, in
@@ -22,10 +31,14 @@
  *     event completes; after TPRUN_NCCL_TIMEOUT seconds (default 300)
  *     without progress — a rank died, stalled, or runs another schedule —
  *     it prints which collective is stuck, aborts the NCCL communicator
- *     and ends the job through MPI. The id exchange and ncclCommInitRank
- *     are timed the same way.
+ *     and ends the job through MPI. The id exchange and ncclCommInitRank,
+ *     and each split, are timed the same way.
  *   - a fatal error in the backend (backend_cuda.c) aborts the
  *     communicator and the job through the same path (tp_gpu.on_fatal).
+ *   - whatever fails, every communicator of the process (the world's and
+ *     its groups') is aborted, not only the one that failed: a collective of
+ *     another group queued on the device would otherwise keep it, and the
+ *     teardown of the failing run, waiting.
  * The watchdog calls MPI_Abort from its own thread, outside the
  * MPI_THREAD_FUNNELED contract comm/mpi.c asks for: it is the last call the
  * process makes, and MPICH's abort does not depend on the calling thread.
@@ -53,7 +66,10 @@
 #define DEFAULT_TIMEOUT_S 300.0
 
 typedef struct nccl_comm {
-    tp_comm host;                  /* MPI (or single): the id, host gathers, the job's abort */
+    tp_comm host;                  /* MPI (or single; a group's MPI group): the id, host gathers */
+    tp_comm job;                   /* the world's host communicator: the job's abort */
+    bool root;                     /* the world's: finalizing it releases the GPU and MPI */
+    char label[64];                /* "" for the world, " in group C (rank R of N)" for a split */
     ncclComm_t nccl;               /* NULL for one rank */
     _Atomic(ncclComm_t) live;      /* nccl once initialised: what the watchdog may poll */
     cudaStream_t stream;           /* the collectives */
@@ -65,10 +81,17 @@ typedef struct nccl_comm {
     atomic_long started;           /* collectives queued (or being queued) */
     atomic_long recorded;          /* collectives whose done event is recorded */
     double timeout;                /* seconds */
+    int events;                    /* of done[] created */
     pthread_t watchdog;
     bool watching;
     atomic_int stop;
 } nccl_comm;
+
+/* Every communicator of the process with its watchdog running: what a
+ * failure aborts. */
+#define MAX_COMMS 16
+static nccl_comm *comms[MAX_COMMS];
+static pthread_mutex_t comms_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static double now_seconds(void)
 {
@@ -87,21 +110,33 @@ static ncclDataType_t nccl_type(tp_dtype t)
 /* ending every rank                                                         */
 /* ------------------------------------------------------------------------ */
 
-/* Abort NCCL (unblocking a rank stuck in a collective), then the job. */
-static void end_job(nccl_comm *m, int status)
+/* Abort every NCCL communicator of the process (unblocking a rank stuck in
+ * a collective of any group); `report` says whether a failing abort is
+ * worth a line (not when it follows the failure being reported). */
+static void abort_every_comm(bool report)
 {
-    ncclComm_t nc = atomic_exchange(&m->live, NULL);
-    if (nc) {
+    pthread_mutex_lock(&comms_lock);
+    for (int i = 0; i < MAX_COMMS; i++) {
+        ncclComm_t nc = comms[i] ? atomic_exchange(&comms[i]->live, NULL) : NULL;
+        if (!nc)
+            continue;
         ncclResult_t r = ncclCommAbort(nc);
-        if (r != ncclSuccess)     /* reported, not fatal: the job is ending anyway */
+        if (r != ncclSuccess && report)     /* not fatal: the job is ending anyway */
             fprintf(stderr, "tprun: %sncclCommAbort failed: %s\n", tp_gpu_rank_prefix(), ncclGetErrorString(r));
     }
+    pthread_mutex_unlock(&comms_lock);
+}
+
+/* Abort NCCL, then the job. */
+static void end_job(nccl_comm *m, int status)
+{
+    abort_every_comm(true);
     fflush(NULL);
-    if (m->host.world > 1 && m->host.ops->abort) {
+    if (m->job.world > 1 && m->job.ops->abort) {
         /* mpiexec forwards output asynchronously and an abort discards
          * what it has not forwarded yet */
         usleep(300 * 1000);
-        m->host.ops->abort(&m->host, status);
+        m->job.ops->abort(&m->job, status);
     }
 }
 
@@ -125,6 +160,16 @@ static _Noreturn void watchdog_fail(nccl_comm *m, const char *fmt, ...)
 /* the watchdog                                                              */
 /* ------------------------------------------------------------------------ */
 
+/* "all_reduce, op 12" for an op of the schedule; the kind alone outside
+ * them (bring-up, a split, data parallelism's averages) */
+static const char *what(const nccl_comm *m, int slot, char *buf, size_t len)
+{
+    if (m->op[slot] < 0)
+        return m->kind[slot];
+    snprintf(buf, len, "%s, op %d", m->kind[slot], m->op[slot]);
+    return buf;
+}
+
 static void *watchdog_main(void *arg)
 {
     nccl_comm *m = arg;
@@ -135,6 +180,7 @@ static void *watchdog_main(void *arg)
     double poll = m->timeout / 10 < 0.05 ? m->timeout / 10 : 0.05;
     struct timespec ts = {0, (long)(poll * 1e9)};
     long oldest = 0;               /* the first collective not seen complete */
+    char buf[128];
     double progress = now_seconds();
     while (!atomic_load(&m->stop)) {
         nanosleep(&ts, NULL);
@@ -142,9 +188,9 @@ static void *watchdog_main(void *arg)
         if (nc) {
             ncclResult_t async = ncclSuccess, r = ncclCommGetAsyncError(nc, &async);
             if (r != ncclSuccess)
-                watchdog_fail(m, "ncclCommGetAsyncError failed: %s", ncclGetErrorString(r));
+                watchdog_fail(m, "ncclCommGetAsyncError%s failed: %s", m->label, ncclGetErrorString(r));
             if (async != ncclSuccess && async != ncclInProgress)
-                watchdog_fail(m, "NCCL reports an asynchronous error: %s", ncclGetErrorString(async));
+                watchdog_fail(m, "NCCL reports an asynchronous error%s: %s", m->label, ncclGetErrorString(async));
         }
         long started = atomic_load(&m->started), recorded = atomic_load(&m->recorded);
         while (oldest < recorded) {
@@ -152,8 +198,8 @@ static void *watchdog_main(void *arg)
             if (q == cudaErrorNotReady)
                 break;
             if (q != cudaSuccess)
-                watchdog_fail(m, "collective %ld (%s, op %d) failed: %s", oldest, m->kind[oldest % RING],
-                              m->op[oldest % RING], cudaGetErrorString(q));
+                watchdog_fail(m, "collective %ld (%s)%s failed: %s", oldest,
+                              what(m, (int)(oldest % RING), buf, sizeof buf), m->label, cudaGetErrorString(q));
             oldest++;
             progress = now_seconds();
         }
@@ -162,9 +208,9 @@ static void *watchdog_main(void *arg)
             double since = progress > m->issued_at[slot] ? progress : m->issued_at[slot];
             if (now_seconds() - since > m->timeout)
                 watchdog_fail(m,
-                              "collective %ld (%s, op %d) has not completed after %g s: another rank failed, "
+                              "collective %ld (%s)%s has not completed after %g s: another rank failed, "
                               "stalled or runs another schedule (TPRUN_NCCL_TIMEOUT=%g)",
-                              oldest, m->kind[slot], m->op[slot], m->timeout, m->timeout);
+                              oldest, what(m, slot, buf, sizeof buf), m->label, m->timeout, m->timeout);
         }
     }
     return NULL;
@@ -174,15 +220,31 @@ static void *watchdog_main(void *arg)
 /* queueing a collective                                                     */
 /* ------------------------------------------------------------------------ */
 
-/* The comm stream waits for everything queued on the compute stream. */
-static int begin(nccl_comm *m, const char *kind, char *err, size_t errlen)
+/* The watchdog's clock starts for the next collective (or blocking call:
+ * bring-up, a split). */
+static void clock_start(nccl_comm *m, const char *kind, int op)
 {
     long i = atomic_load(&m->started);
     int slot = (int)(i % RING);
     m->issued_at[slot] = now_seconds();
     m->kind[slot] = kind;
-    m->op[slot] = tp_gpu_ctx.op_index;
+    m->op[slot] = op;
     atomic_store(&m->started, i + 1);   /* publishes the three above */
+}
+
+/* ... and stops when the comm stream reaches this point. */
+static int clock_stop(nccl_comm *m, char *err, size_t errlen)
+{
+    long i = atomic_load(&m->started) - 1;
+    TP_CUDA_TRY(cudaEventRecord(m->done[i % RING], m->stream));
+    atomic_store(&m->recorded, i + 1);
+    return 0;
+}
+
+/* The comm stream waits for everything queued on the compute stream. */
+static int begin(nccl_comm *m, const char *kind, char *err, size_t errlen)
+{
+    clock_start(m, kind, tp_gpu_ctx.op_index);
     TP_CUDA_TRY(cudaEventRecord(m->compute_done, tp_gpu_ctx.stream));
     TP_CUDA_TRY(cudaStreamWaitEvent(m->stream, m->compute_done, 0));
     return 0;
@@ -192,15 +254,14 @@ static int begin(nccl_comm *m, const char *kind, char *err, size_t errlen)
  * read (no wait). */
 static int finish(nccl_comm *m, char *err, size_t errlen)
 {
-    long i = atomic_load(&m->started) - 1;
-    cudaEvent_t ev = m->done[i % RING];
-    TP_CUDA_TRY(cudaEventRecord(ev, m->stream));
-    atomic_store(&m->recorded, i + 1);
+    cudaEvent_t ev = m->done[(atomic_load(&m->started) - 1) % RING];
+    if (clock_stop(m, err, errlen))
+        return -1;
     TP_CUDA_TRY(cudaStreamWaitEvent(tp_gpu_ctx.stream, ev, 0));
     ncclResult_t async = ncclSuccess;
     TP_NCCL_TRY(ncclCommGetAsyncError(m->nccl, &async));
     if (async != ncclSuccess && async != ncclInProgress) {
-        snprintf(err, errlen, "NCCL reports an asynchronous error: %s", ncclGetErrorString(async));
+        snprintf(err, errlen, "NCCL reports an asynchronous error%s: %s", m->label, ncclGetErrorString(async));
         return -1;
     }
     return 0;
@@ -266,38 +327,35 @@ static int all_to_all_queue(tp_comm *c, tp_dtype t, void *out, const void *in, i
 }
 
 /* A collective that failed leaves the communicator in an unknown state, and
- * the job is ending: abort NCCL now, so nothing waits for it on the way out
- * (the executor frees device memory first, and cudaFree waits for the
- * device). tprun then aborts the job. */
-static int failed(tp_comm *c, int rc)
+ * the job is ending: abort NCCL now, every communicator of the process, so
+ * nothing waits for one on the way out (the executor frees device memory
+ * first, and cudaFree waits for the device; the groups are finalized).
+ * tprun then aborts the job. */
+static int failed(int rc)
 {
-    if (rc) {
-        nccl_comm *m = c->impl;
-        ncclComm_t nc = atomic_exchange(&m->live, NULL);
-        if (nc)
-            (void)ncclCommAbort(nc);   /* the failure being reported is the collective's */
-    }
+    if (rc)
+        abort_every_comm(false);   /* the failure being reported is the collective's */
     return rc;
 }
 
 static int all_gather(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
 {
-    return failed(c, all_gather_queue(c, t, out, in, n, err, errlen));
+    return failed(all_gather_queue(c, t, out, in, n, err, errlen));
 }
 
 static int reduce_scatter(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
 {
-    return failed(c, reduce_scatter_queue(c, t, out, in, n, err, errlen));
+    return failed(reduce_scatter_queue(c, t, out, in, n, err, errlen));
 }
 
 static int all_reduce(tp_comm *c, tp_dtype t, void *buf, int64_t n, int max, char *err, size_t errlen)
 {
-    return failed(c, all_reduce_queue(c, t, buf, n, max, err, errlen));
+    return failed(all_reduce_queue(c, t, buf, n, max, err, errlen));
 }
 
 static int all_to_all(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
 {
-    return failed(c, all_to_all_queue(c, t, out, in, n, err, errlen));
+    return failed(all_to_all_queue(c, t, out, in, n, err, errlen));
 }
 
 /* Host memory: MPI's job. */
@@ -313,39 +371,186 @@ static void abort_all(tp_comm *c, int status)
     end_job(m, status);
 }
 
-static void finalize(tp_comm *c)
+/* ------------------------------------------------------------------------ */
+/* the process's communicators                                               */
+/* ------------------------------------------------------------------------ */
+
+static int register_comm(nccl_comm *m, char *err, size_t errlen)
 {
-    nccl_comm *m = c->impl;
+    pthread_mutex_lock(&comms_lock);
+    int i = 0;
+    while (i < MAX_COMMS && comms[i])
+        i++;
+    if (i < MAX_COMMS)
+        comms[i] = m;
+    pthread_mutex_unlock(&comms_lock);
+    if (i == MAX_COMMS) {
+        snprintf(err, errlen, "more than %d NCCL communicators in one process", MAX_COMMS);
+        return -1;
+    }
+    return 0;
+}
+
+static void unregister_comm(nccl_comm *m)
+{
+    pthread_mutex_lock(&comms_lock);
+    for (int i = 0; i < MAX_COMMS; i++)
+        if (comms[i] == m)
+            comms[i] = NULL;
+    pthread_mutex_unlock(&comms_lock);
+}
+
+/* The comm stream at the device's highest priority (a collective is on
+ * every rank's critical path), its events, the watchdog. */
+static int start(nccl_comm *m, char *err, size_t errlen)
+{
+    int least, greatest;
+    TP_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    TP_CUDA_TRY(cudaStreamCreateWithPriority(&m->stream, cudaStreamNonBlocking, greatest));
+    TP_CUDA_TRY(cudaEventCreateWithFlags(&m->compute_done, cudaEventDisableTiming));
+    for (; m->events < RING; m->events++)
+        TP_CUDA_TRY(cudaEventCreateWithFlags(&m->done[m->events], cudaEventDisableTiming));
+    if (register_comm(m, err, errlen))
+        return -1;
+    int rc = pthread_create(&m->watchdog, NULL, watchdog_main, m);
+    if (rc) {
+        snprintf(err, errlen, "cannot start the NCCL watchdog thread: %s", strerror(rc));
+        return -1;
+    }
+    m->watching = true;
+    return 0;
+}
+
+/* What start and the bring-up made, whichever of it exists: the watchdog
+ * first (it reads the rest), then NCCL, then the stream and events. */
+static void release(nccl_comm *m)
+{
     if (m->watching) {
         atomic_store(&m->stop, 1);
         pthread_join(m->watchdog, NULL);
+        m->watching = false;
     }
-    tp_gpu_ctx.on_fatal = NULL;
+    unregister_comm(m);
     /* NULL when a failure aborted it (ncclCommAbort frees it) */
     ncclComm_t nc = atomic_exchange(&m->live, NULL);
     if (nc) {
-        TP_CUDA_CHECK(cudaStreamSynchronize(m->stream));
+        if (m->stream)
+            TP_CUDA_CHECK(cudaStreamSynchronize(m->stream));
 #if NCCL_VERSION_CODE >= 21400
         TP_NCCL_CHECK(ncclCommFinalize(nc));
 #endif
         TP_NCCL_CHECK(ncclCommDestroy(nc));
     }
-    if (m->nccl) {
-        for (int i = 0; i < RING; i++)
-            TP_CUDA_CHECK(cudaEventDestroy(m->done[i]));
+    for (int i = 0; i < m->events; i++)
+        TP_CUDA_CHECK(cudaEventDestroy(m->done[i]));
+    if (m->compute_done)
         TP_CUDA_CHECK(cudaEventDestroy(m->compute_done));
+    if (m->stream)
         TP_CUDA_CHECK(cudaStreamDestroy(m->stream));
-    }
-    tp_gpu_shutdown();
+}
+
+/* A group releases itself and its host group; the world's communicator
+ * also the GPU context and MPI, after every group. */
+static void finalize(tp_comm *c)
+{
+    nccl_comm *m = c->impl;
+    if (m->root)
+        tp_gpu_ctx.on_fatal = NULL;
+    release(m);
+    if (m->root)
+        tp_gpu_shutdown();
     tp_comm host = m->host;
     free(m);
     c->impl = NULL;
     host.ops->finalize(&host);
 }
 
+/* ------------------------------------------------------------------------ */
+/* groups                                                                    */
+/* ------------------------------------------------------------------------ */
+
+#if NCCL_VERSION_CODE >= 21800
+/* NCCL's side of a split, m->host being split already: the child of
+ * ncclCommSplit must hold the host group's rank and size, or the two
+ * libraries ordered the group differently. */
+static int split_nccl(nccl_comm *parent, nccl_comm *m, int color, int key, char *err, size_t errlen)
+{
+    ncclComm_t nc = NULL;
+    TP_NCCL_TRY(ncclCommSplit(parent->nccl, color, key, &nc, NULL));   /* config NULL: the parent's */
+    m->nccl = nc;
+    atomic_store(&m->live, nc);
+    int rank = -1, count = 0;
+    TP_NCCL_TRY(ncclCommUserRank(nc, &rank));
+    TP_NCCL_TRY(ncclCommCount(nc, &count));
+    if (rank != m->host.rank || count != m->host.world) {
+        snprintf(err, errlen, "ncclCommSplit(color %d, key %d) made rank %d of %d where the host communicator's "
+                 "split made rank %d of %d", color, key, rank, count, m->host.rank, m->host.world);
+        return -1;
+    }
+    return start(m, err, errlen);
+}
+
+/* The ranks of c passing `color`, ordered by `key` then by rank in c
+ * (MPI_Comm_split's order, and ncclCommSplit's): the host communicator
+ * split first, then NCCL, both under c's watchdog clock (a rank that never
+ * joins is reported like a stalled collective). A one-rank communicator
+ * splits into itself, without NCCL. */
+static int split(tp_comm *c, int color, int key, tp_comm *out, char *err, size_t errlen)
+{
+    nccl_comm *parent = c->impl;
+    if (color < 0) {
+        snprintf(err, errlen, "splitting the NCCL communicator: color %d (a group takes a color of 0 or more)",
+                 color);
+        return -1;
+    }
+    if (parent->nccl && !atomic_load(&parent->live)) {
+        snprintf(err, errlen, "splitting an NCCL communicator that a failure aborted");
+        return -1;
+    }
+    if (!parent->host.ops->split) {
+        snprintf(err, errlen, "the %s host communicator cannot split into groups", parent->host.ops->name);
+        return -1;
+    }
+    nccl_comm *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, errlen, "out of memory splitting the NCCL communicator");
+        return -1;
+    }
+    m->job = parent->job;
+    m->timeout = parent->timeout;
+    if (parent->nccl)
+        clock_start(parent, "ncclCommSplit", -1);
+    int rc = parent->host.ops->split(&parent->host, color, key, &m->host, err, errlen);
+    bool host_split = rc == 0;
+    if (!rc) {
+        snprintf(m->label, sizeof m->label, " in group %d (rank %d of %d)", color, m->host.rank, m->host.world);
+        if (parent->nccl)
+            rc = split_nccl(parent, m, color, key, err, errlen);
+    }
+    if (parent->nccl) {
+        char stop_err[256];       /* the failure being reported, if any, is the split's */
+        if (clock_stop(parent, rc ? stop_err : err, rc ? sizeof stop_err : errlen))
+            rc = -1;
+    }
+    if (rc) {
+        release(m);
+        if (host_split)
+            m->host.ops->finalize(&m->host);
+        free(m);
+        return -1;
+    }
+    *out = (tp_comm){.ops = c->ops, .rank = m->host.rank, .world = m->host.world, .impl = m};
+    return 0;
+}
+#endif
+
 static const tp_comm_ops nccl_ops = {
     "nccl", all_gather, reduce_scatter, all_reduce, all_to_all, gather_bytes, abort_all, finalize,
-    NULL,   /* split: no ncclCommSplit yet, so no data parallelism on GPUs */
+#if NCCL_VERSION_CODE >= 21800
+    split,
+#else
+    NULL,   /* split: ncclCommSplit is NCCL 2.18's */
+#endif
 };
 
 /* ------------------------------------------------------------------------ */
@@ -386,10 +591,7 @@ static int join(nccl_comm *m, char *err, size_t errlen)
 {
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
-    m->issued_at[0] = now_seconds();
-    m->kind[0] = "ncclUniqueId exchange and ncclCommInitRank";
-    m->op[0] = -1;
-    atomic_store(&m->started, 1);
+    clock_start(m, "ncclUniqueId exchange and ncclCommInitRank", -1);
     if (m->host.rank == 0)
         TP_NCCL_TRY(ncclGetUniqueId(&id));
     if (mpi_check(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast of the ncclUniqueId", err,
@@ -397,9 +599,7 @@ static int join(nccl_comm *m, char *err, size_t errlen)
         return -1;
     TP_NCCL_TRY(ncclCommInitRank(&m->nccl, m->host.world, id, m->host.rank));
     atomic_store(&m->live, m->nccl);
-    TP_CUDA_TRY(cudaEventRecord(m->done[0], m->stream));      /* bring-up: complete */
-    atomic_store(&m->recorded, 1);
-    return 0;
+    return clock_stop(m, err, errlen);      /* bring-up: complete */
 }
 
 int tp_comm_nccl(tp_comm *c, const tp_comm *host, char *err, size_t errlen)
@@ -414,28 +614,16 @@ int tp_comm_nccl(tp_comm *c, const tp_comm *host, char *err, size_t errlen)
         return -1;
     }
     m->host = *host;
+    m->job = *host;
+    m->root = true;
     c->ops = &nccl_ops;
     c->rank = host->rank;
     c->world = host->world;
     c->impl = m;
     if (host->world <= 1)
         return 0;
-    if (parse_timeout(&m->timeout, err, errlen))
+    if (parse_timeout(&m->timeout, err, errlen) || start(m, err, errlen))
         return -1;
-    /* the comm stream at the device's highest priority: a collective is
-     * on every rank's critical path */
-    int least, greatest;
-    TP_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    TP_CUDA_TRY(cudaStreamCreateWithPriority(&m->stream, cudaStreamNonBlocking, greatest));
-    TP_CUDA_TRY(cudaEventCreateWithFlags(&m->compute_done, cudaEventDisableTiming));
-    for (int i = 0; i < RING; i++)
-        TP_CUDA_TRY(cudaEventCreateWithFlags(&m->done[i], cudaEventDisableTiming));
-    int rc = pthread_create(&m->watchdog, NULL, watchdog_main, m);
-    if (rc) {
-        snprintf(err, errlen, "cannot start the NCCL watchdog thread: %s", strerror(rc));
-        return -1;
-    }
-    m->watching = true;
     tp_gpu_ctx.on_fatal = on_fatal;
     tp_gpu_ctx.on_fatal_ctx = m;
     return join(m, err, errlen);

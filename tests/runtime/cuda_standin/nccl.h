@@ -1,7 +1,8 @@
 /* nccl.h (stand-in): the NCCL calls of runtime/backends/cuda/comm_nccl.c, declared as
- * NCCL 2.28 declares them, implemented by standin.cc over MPI (each NCCL
- * communicator is a duplicate of MPI_COMM_WORLD; rank r of NCCL is rank r
- * of MPI). Collectives are queued on their stream and run when something
+ * NCCL 2.28 declares them, implemented by standin.cc over MPI (the NCCL
+ * communicator of ncclCommInitRank is a duplicate of MPI_COMM_WORLD, rank r
+ * of NCCL rank r of MPI; one of ncclCommSplit is MPI_Comm_split of its
+ * parent's). Collectives are queued on their stream and run when something
  * waits for them (standin.cc). Test-only. */
 #ifndef TP_STANDIN_NCCL_H
 #define TP_STANDIN_NCCL_H
@@ -34,6 +35,30 @@ typedef enum {
     ncclNumResults = 8
 } ncclResult_t;
 
+#define NCCL_SPLIT_NOCOLOR -1
+
+/* NCCL 2.28's layout; the stand-in emulates a NULL config only (the
+ * parent's, for ncclCommSplit) */
+typedef struct ncclConfig_v22800 {
+    size_t size;
+    unsigned int magic;
+    unsigned int version;
+    int blocking;
+    int cgaClusterSize;
+    int minCTAs;
+    int maxCTAs;
+    const char *netName;
+    int splitShare;
+    int trafficClass;
+    const char *commName;
+    int collnetEnable;
+    int CTAPolicy;
+    int shrinkShare;
+    int nvlsCTAs;
+    int nChannelsPerNetPeer;
+    int nvlinkCentricSched;
+} ncclConfig_t;
+
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
 typedef enum {
     ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2, ncclUint32 = 3, ncclInt64 = 4, ncclUint64 = 5,
@@ -44,6 +69,7 @@ const char *ncclGetErrorString(ncclResult_t result);
 ncclResult_t ncclGetVersion(int *version);
 ncclResult_t ncclGetUniqueId(ncclUniqueId *uniqueId);
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank);
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config);
 ncclResult_t ncclCommFinalize(ncclComm_t comm);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);

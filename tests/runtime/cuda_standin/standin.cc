@@ -14,9 +14,16 @@
 //               note on stderr.
 //   cuBLAS      OpenBLAS sgemm; bf16 operands widened to fp32 and the
 //               result rounded to bf16 once (CUBLAS_COMPUTE_32F).
-//   NCCL        MPI: a communicator is a duplicate of MPI_COMM_WORLD
-//               (NCCL rank = MPI rank); ncclCommInitRank checks that every
-//               rank passed the same ncclUniqueId made by ncclGetUniqueId.
+//   NCCL        MPI: ncclCommInitRank's communicator is a duplicate of
+//               MPI_COMM_WORLD (NCCL rank = MPI rank) and checks that every
+//               rank passed the same ncclUniqueId made by ncclGetUniqueId;
+//               ncclCommSplit's is MPI_Comm_split of its parent's, so a
+//               group's collectives run over the group only. Before each
+//               collective runs, the ranks of its communicator compare
+//               the call, count, type and operation: ranks issuing
+//               different collectives on one communicator (real NCCL
+//               hangs or corrupts memory) get ncclInvalidUsage as the
+//               communicator's asynchronous error, with a note.
 //               bf16 reductions sum in fp32 and round once.
 //   streams     memory copies, memsets and GEMMs run when called, in stream
 //               order. NCCL operations are *queued* on their stream and run
@@ -38,9 +45,13 @@
 // Environment (tests):
 //   TP_STANDIN_DEVICES=N          devices reported (default 8; 0: no device)
 //   TP_STANDIN_NO_DRIVER=1        cudaErrorInsufficientDriver, as without libcuda.so
-//   TP_STANDIN_NCCL_STALL_RANK=r  rank r never finishes its first collective
+//   TP_STANDIN_NCCL_STALL_RANK=r  rank r (of MPI_COMM_WORLD) never finishes
+//                                 its first collective
 //   TP_STANDIN_NCCL_ERROR_RANK=r  rank r's communicator reports ncclRemoteError
 //                                 asynchronously after its first collective
+//   TP_STANDIN_NCCL_FAULT_COMM=k  the two above apply to the k-th communicator
+//                                 the rank makes (from 0, ncclCommInitRank's;
+//                                 default: every one)
 //   TP_STANDIN_GEMM_FAIL=r:n      rank r's n-th GEMM (from 1) returns
 //                                 CUBLAS_STATUS_EXECUTION_FAILED
 #include "cublas_v2.h"
@@ -710,7 +721,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cub
 
 struct ncclComm {
     MPI_Comm mpi = MPI_COMM_NULL;
-    int rank = 0, nranks = 1;
+    int rank = 0, nranks = 1;          // in this communicator
+    int world_rank = 0;                // in MPI_COMM_WORLD, for notes
     std::atomic<int> async{ncclSuccess};
     std::atomic<bool> aborted{false};
     bool stall = false, inject_error = false;
@@ -720,6 +732,52 @@ struct ncclComm {
 namespace {
 
 const char kIdMagic[] = "tprun-standin-nccl-id";
+int comms_made = 0;                    // communicators this rank made (TP_STANDIN_NCCL_FAULT_COMM)
+
+// A communicator over `mpi` (which it owns), with the faults the
+// environment injects into it.
+ncclResult_t make_comm(MPI_Comm mpi, ncclComm **out)
+{
+    ncclComm *c = new ncclComm;
+    c->mpi = mpi;
+    if (MPI_Comm_rank(mpi, &c->rank) != MPI_SUCCESS || MPI_Comm_size(mpi, &c->nranks) != MPI_SUCCESS ||
+        MPI_Comm_rank(MPI_COMM_WORLD, &c->world_rank) != MPI_SUCCESS) {
+        MPI_Comm_free(&c->mpi);
+        delete c;
+        return ncclSystemError;
+    }
+    int which = env_int("TP_STANDIN_NCCL_FAULT_COMM", -1);
+    bool faulty = which < 0 || which == comms_made++;
+    c->stall = faulty && env_int("TP_STANDIN_NCCL_STALL_RANK", -1) == c->world_rank;
+    c->inject_error = faulty && env_int("TP_STANDIN_NCCL_ERROR_RANK", -1) == c->world_rank;
+    *out = c;
+    return ncclSuccess;
+}
+
+// What each rank of a communicator must pass alike to a collective: its
+// call, count, type and operation (FNV-1a of them).
+uint64_t signature(const char *call, size_t count, ncclDataType_t t, int op)
+{
+    uint64_t h = 14695981039346656037ull;
+    auto mix = [&h](const void *p, size_t n) {
+        for (size_t i = 0; i < n; i++)
+            h = (h ^ static_cast<const unsigned char *>(p)[i]) * 1099511628211ull;
+    };
+    mix(call, strlen(call));
+    mix(&count, sizeof count);
+    mix(&t, sizeof t);
+    mix(&op, sizeof op);
+    return h;
+}
+
+// Every rank of c passed the same signature: AND of {sig, ~sig} over the
+// ranks gives back both only then.
+bool same_everywhere(ncclComm *c, uint64_t sig, int *mpi_rc)
+{
+    uint64_t mine[2] = {sig, ~sig}, all[2];
+    *mpi_rc = MPI_Allreduce(mine, all, 2, MPI_UINT64_T, MPI_BAND, c->mpi);
+    return *mpi_rc == MPI_SUCCESS && all[0] == sig && all[1] == ~sig;
+}
 
 size_t type_size(ncclDataType_t t)
 {
@@ -762,23 +820,30 @@ bool buffer_ok(const char *call, const char *which, const void *p, size_t bytes)
 }
 
 // Where a collective runs (when its stream is flushed): fault injection,
-// then MPI. A failing MPI call becomes the communicator's asynchronous
-// error, as a failure inside a running NCCL kernel would.
-void execute(ncclComm *c, const char *what, const std::function<int()> &body)
+// the ranks' signatures compared (sig 0: point-to-point, nothing to
+// compare), then MPI. A failing MPI call becomes the communicator's
+// asynchronous error, as a failure inside a running NCCL kernel would.
+void execute(ncclComm *c, const char *what, uint64_t sig, const std::function<int()> &body)
 {
     if (c->aborted.load())
         return;
     if (c->stall && c->executed == 0) {
-        note("rank %d stalls in its first collective, %s (TP_STANDIN_NCCL_STALL_RANK)", c->rank, what);
+        note("rank %d stalls in its first collective, %s (TP_STANDIN_NCCL_STALL_RANK)", c->world_rank, what);
         for (;;)
             sleep(1);
     }
-    if (body() != MPI_SUCCESS) {
+    int rc = MPI_SUCCESS;
+    if (sig && !same_everywhere(c, sig, &rc) && rc == MPI_SUCCESS) {
+        note("%s (collective %ld of a communicator of %d ranks, rank %d of MPI_COMM_WORLD its rank %d): the ranks "
+             "issued different collectives, counts, types or operations on it",
+             what, c->executed, c->nranks, c->world_rank, c->rank);
+        c->async.store(ncclInvalidUsage);
+    } else if (rc != MPI_SUCCESS || body() != MPI_SUCCESS) {
         note("%s: MPI failed", what);
         c->async.store(ncclSystemError);
     }
     if (c->inject_error && c->executed == 0) {
-        note("rank %d's communicator fails after %s (TP_STANDIN_NCCL_ERROR_RANK)", c->rank, what);
+        note("rank %d's communicator fails after %s (TP_STANDIN_NCCL_ERROR_RANK)", c->world_rank, what);
         c->async.store(ncclRemoteError);
     }
     c->executed++;
@@ -826,7 +891,7 @@ cudaStream_t group_stream = nullptr;
 ncclResult_t enqueue_p2p(ncclComm *c, cudaStream_t stream, std::vector<P2P> ops)
 {
     return enqueue(c, stream, "ncclGroupEnd (send/recv)", [c, ops]() {
-        execute(c, "send/recv", [&]() {
+        execute(c, "send/recv", 0, [&]() {
             std::vector<MPI_Request> req(ops.size());
             for (size_t i = 0; i < ops.size(); i++) {
                 int rc = ops[i].send ? MPI_Isend(ops[i].buf, (int)ops[i].bytes, MPI_BYTE, ops[i].peer, 0, c->mpi, &req[i])
@@ -930,17 +995,38 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
         note("ncclCommInitRank: the ncclUniqueId was not made by ncclGetUniqueId");
         return ncclInvalidArgument;
     }
-    ncclComm *c = new ncclComm;
-    if (MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi) != MPI_SUCCESS) {
-        delete c;
+    MPI_Comm dup;
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &dup) != MPI_SUCCESS)
         return ncclSystemError;
+    return make_comm(dup, comm);
+}
+
+// Collective over comm, as MPI_Comm_split is: the ranks passing one color
+// make a communicator, ordered by key, then by rank in comm.
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)
+{
+    if (!comm || !newcomm)
+        return ncclInvalidArgument;
+    *newcomm = nullptr;
+    if (comm->aborted.load()) {
+        note("ncclCommSplit: the parent communicator was aborted (ncclCommAbort frees it)");
+        return ncclInvalidUsage;
     }
-    c->rank = rank;
-    c->nranks = nranks;
-    c->stall = env_int("TP_STANDIN_NCCL_STALL_RANK", -1) == rank;
-    c->inject_error = env_int("TP_STANDIN_NCCL_ERROR_RANK", -1) == rank;
-    *comm = c;
-    return ncclSuccess;
+    if (config) {
+        note("ncclCommSplit: only a NULL config (the parent's) is emulated");
+        return ncclInvalidArgument;
+    }
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
+        note("ncclCommSplit: color %d (0 or more, or NCCL_SPLIT_NOCOLOR)", color);
+        return ncclInvalidArgument;
+    }
+    flush_all();    // the parent's queued collectives share its MPI communicator with the split
+    MPI_Comm child;
+    if (MPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &child) != MPI_SUCCESS)
+        return ncclSystemError;
+    if (child == MPI_COMM_NULL)
+        return ncclSuccess;
+    return make_comm(child, newcomm);
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm)
@@ -981,12 +1067,16 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
 {
+    if (!comm)
+        return ncclInvalidArgument;
     *count = comm->nranks;
     return ncclSuccess;
 }
 
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
 {
+    if (!comm)
+        return ncclInvalidArgument;
     *rank = comm->rank;
     return ncclSuccess;
 }
@@ -1000,7 +1090,7 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, n
     if (!buffer_ok("ncclAllReduce", "send", sendbuff, bytes) || !buffer_ok("ncclAllReduce", "receive", recvbuff, bytes))
         return ncclInvalidArgument;
     return enqueue(c, stream, "ncclAllReduce", [=]() {
-        execute(c, "ncclAllReduce", [&]() {
+        execute(c, "ncclAllReduce", signature("ncclAllReduce", count, t, op), [&]() {
             std::vector<float> in = to_float(sendbuff, t, count), out(count);
             int rc = MPI_Allreduce(in.data(), out.data(), (int)count, MPI_FLOAT, op == ncclMax ? MPI_MAX : MPI_SUM, c->mpi);
             from_float(out, recvbuff, t);
@@ -1019,7 +1109,7 @@ ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff, size_t recv
         !buffer_ok("ncclReduceScatter", "receive", recvbuff, bytes))
         return ncclInvalidArgument;
     return enqueue(c, stream, "ncclReduceScatter", [=]() {
-        execute(c, "ncclReduceScatter", [&]() {
+        execute(c, "ncclReduceScatter", signature("ncclReduceScatter", recvcount, t, op), [&]() {
             std::vector<float> in = to_float(sendbuff, t, recvcount * (size_t)c->nranks), out(recvcount);
             int rc = MPI_Reduce_scatter_block(in.data(), out.data(), (int)recvcount, MPI_FLOAT,
                                               op == ncclMax ? MPI_MAX : MPI_SUM, c->mpi);
@@ -1039,7 +1129,7 @@ ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcoun
         !buffer_ok("ncclAllGather", "receive", recvbuff, bytes * (size_t)c->nranks))
         return ncclInvalidArgument;
     return enqueue(c, stream, "ncclAllGather", [=]() {
-        execute(c, "ncclAllGather", [&]() {
+        execute(c, "ncclAllGather", signature("ncclAllGather", sendcount, t, 0), [&]() {
             std::vector<char> in(static_cast<const char *>(sendbuff), static_cast<const char *>(sendbuff) + bytes);
             return MPI_Allgather(in.data(), (int)bytes, MPI_BYTE, recvbuff, (int)bytes, MPI_BYTE, c->mpi);
         });
@@ -1055,7 +1145,7 @@ ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count, nc
     if (!buffer_ok("ncclAlltoAll", "send", sendbuff, all) || !buffer_ok("ncclAlltoAll", "receive", recvbuff, all))
         return ncclInvalidArgument;
     return enqueue(c, stream, "ncclAlltoAll", [=]() {
-        execute(c, "ncclAlltoAll", [&]() {
+        execute(c, "ncclAlltoAll", signature("ncclAlltoAll", count, t, 0), [&]() {
             std::vector<char> in(static_cast<const char *>(sendbuff), static_cast<const char *>(sendbuff) + all);
             return MPI_Alltoall(in.data(), (int)bytes, MPI_BYTE, recvbuff, (int)bytes, MPI_BYTE, c->mpi);
         });

@@ -1,0 +1,57 @@
+// train_harness.cc: see train_harness.h.
+#include "tests/support/train_harness.h"
+
+#include <gtest/gtest.h>
+
+#include <jansson.h>
+
+namespace tpcc_test {
+
+void dp_plan(const TempDir &d, std::string &plan)
+{
+    std::string text = slurp(std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan");
+    auto swap = [&](const std::string &from, const std::string &to) {
+        size_t at = text.find(from);
+        EXPECT_NE(at, std::string::npos) << from;
+        if (at != std::string::npos)
+            text.replace(at, from.size(), to);
+    };
+    swap("model \"../models/", "model \"" + std::string(TPCC_SOURCE_DIR) + "/models/");
+    swap("    tp = 2\n", "    tp = 2\n    dp = 1\n");
+    swap("mesh(tp = tp)", "mesh(dp = dp, tp = tp)");
+    // on a 2-D mesh each block names its dimension
+    for (size_t at = text.find("\nparallelize \""); at != std::string::npos; at = text.find("\nparallelize \"", at + 1)) {
+        size_t open = text.find("\" {", at + 14);
+        ASSERT_NE(open, std::string::npos);
+        text.insert(open + 1, " on \"tp\"");
+    }
+    plan = d.write("llama-dp.plan", text);
+}
+
+Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::string &sched, bool train)
+{
+    std::vector<std::string> args = {plan, "--hf-config",
+                                     std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama/config.json",
+                                     "-D", "vocab_multiple=1", "-D", "dp=" + std::to_string(dp), "-D",
+                                     "tp=" + std::to_string(tp), "-D", "seq=16", "-D", "batch=" + std::to_string(batch),
+                                     "-o", sched};
+    if (train)
+        args.push_back("--train");
+    return run_tpcc(args);
+}
+
+std::vector<double> logged_losses(const std::string &log)
+{
+    std::vector<double> losses;
+    json_error_t e;
+    json_t *got = json_load_file(log.c_str(), 0, &e);
+    EXPECT_TRUE(got) << log << ": " << e.text;
+    size_t i;
+    json_t *step;
+    json_array_foreach(json_object_get(got, "steps"), i, step)
+        losses.push_back(json_number_value(json_object_get(step, "loss")));
+    json_decref(got);
+    return losses;
+}
+
+}  // namespace tpcc_test

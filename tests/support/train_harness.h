@@ -1,0 +1,26 @@
+// train_harness.h: what the training tests of tprun (test_train_run.cc) and
+// of its CUDA backend (test_cuda_backend.cc) share: the dp x tp variant of
+// plans/llama-sp.plan on the llama training fixture and the losses a run
+// logs (tests/support/grad_files.h reads and compares what it writes).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tests/support/process.h"
+
+namespace tpcc_test {
+
+// plans/llama-sp.plan on a mesh(dp = dp, tp = tp), written into d (the
+// model path made absolute) as `plan`.
+void dp_plan(const TempDir &d, std::string &plan);
+
+// tpcc on a dp_plan for tests/fixtures/train/llama's config (seq 16,
+// `batch` per replica), into sched; --train unless `train` is false.
+Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::string &sched, bool train = true);
+
+// Each step's loss in a --log-json file (none, with a failure, when it
+// cannot be read).
+std::vector<double> logged_losses(const std::string &log);
+
+}  // namespace tpcc_test
