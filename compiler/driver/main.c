@@ -50,7 +50,7 @@ static const char usage[] =
     "                             every weight's gradient; tprun --steps trains with it\n"
     "  --loss sum|cross_entropy   with --train, for a model that returns its logits: the loss the\n"
     "                             training loop computes on them (sum: output.sum().backward();\n"
-    "                             cross_entropy: against labels, under the plan's loss_parallel())\n"
+    "                             cross_entropy: against labels, vocab-parallel on vocab shards)\n"
     "  -D name=value              override a configuration value (tp, seq, hidden, ...)\n"
     "  --hf-config FILE|DIR       read hf(key, default) values from a Hugging Face config.json\n"
     "                             (or a model directory's), checked against the model's hf { }\n"
