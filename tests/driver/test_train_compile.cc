@@ -115,16 +115,19 @@ INSTANTIATE_TEST_SUITE_P(Plans, TorchCounts, testing::Values("llama-megatron", "
 
 // PyTorch's test Transformer (tests/models/torch_transformer.model) returns
 // its logits, and PyTorch's tests train it with output.sum().backward():
-// --loss sum, against CommDebugMode on Transformer.parallelize.
+// --loss sum, against CommDebugMode on Transformer.parallelize (the same
+// counts at tp 2 and 4: tools/comm_counts.py checks both).
 class TorchTransformerCounts : public testing::TestWithParam<const char *> {};
 
 TEST_P(TorchTransformerCounts, LossSumAtMinusO0MatchesCommDebugModePerPhase)
 {
-    TempDir tmp;
-    Compiled c;
-    compile(c, tmp, std::string("tests/plans/") + GetParam() + ".plan", {"--loss", "sum", "-O0", "-D", "tp=2"});
-    if (c.root) {
-        EXPECT_EQ(collectives(c), torch_counts(GetParam()));
+    for (const char *tp : {"tp=2", "tp=4"}) {
+        TempDir tmp;
+        Compiled c;
+        compile(c, tmp, std::string("tests/plans/") + GetParam() + ".plan", {"--loss", "sum", "-O0", "-D", tp});
+        if (c.root) {
+            EXPECT_EQ(collectives(c), torch_counts(GetParam())) << tp;
+        }
     }
 }
 
