@@ -110,7 +110,7 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     tp_plan_build(&u->plan, u->plan_ast, u->plan_file, &u->model, &u->config);
     if (u->plan.dp_dim >= 0 && !opts->train)
         tp_plan_refuse_data_parallel(&u->plan, &u->diags);
-    tp_check(&u->model, &u->plan, &u->config, &u->analysis);
+    tp_check(&u->model, &u->plan, &u->config, opts->loss, &u->analysis);
     if (opts->program && !u->diags.errors) {
         tp_passes_opts passes = {opts->optimize, opts->dtype, opts->train};
         tp_autodiff_error err;

@@ -19,6 +19,7 @@ typedef struct tp_compile_opts {
     tp_dtype dtype;                             /* element type of the program (--dtype) */
     bool program;                               /* run the passes: the per-rank program (ir) */
     bool train;                                 /* --train: the backward pass and the weights' gradients */
+    tp_outer_loss loss;                         /* --loss: the loss on logits the model returns */
 } tp_compile_opts;
 
 typedef struct tp_unit {

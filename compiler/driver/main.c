@@ -48,6 +48,9 @@ static const char usage[] =
     "  --train                    a training step: the forward, the backward derived from it (each\n"
     "                             collective's conjugate, the weights' gradient all-reduces) and\n"
     "                             every weight's gradient; tprun --steps trains with it\n"
+    "  --loss sum|cross_entropy   with --train, for a model that returns its logits: the loss the\n"
+    "                             training loop computes on them (sum: output.sum().backward();\n"
+    "                             cross_entropy: against labels, vocab-parallel on vocab shards)\n"
     "  -D name=value              override a configuration value (tp, seq, hidden, ...)\n"
     "  --hf-config FILE|DIR       read hf(key, default) values from a Hugging Face config.json\n"
     "                             (or a model directory's), checked against the model's hf { }\n"
@@ -75,7 +78,7 @@ static const char usage[] =
 
 enum {
     OPT_CHECK = 256, OPT_EXPLAIN, OPT_HF, OPT_FIX, OPT_FORMAT, OPT_COLOR, OPT_VERSION, OPT_REPORT,
-    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT, OPT_TP_PLAN, OPT_TRAIN, OPT_DEVICE_MEMORY,
+    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT, OPT_TP_PLAN, OPT_TRAIN, OPT_LOSS, OPT_DEVICE_MEMORY,
 };
 
 typedef enum mode { MODE_CHECK, MODE_COMPILE, MODE_EXPLAIN, MODE_REPORT, MODE_DUMP, MODE_EXPORT } mode;
@@ -85,6 +88,7 @@ typedef struct cli {
     int modes;                  /* how many mode flags were given */
     bool fix, optimize;
     bool train;                 /* --train */
+    tp_outer_loss loss;         /* --loss sum|cross_entropy */
     int64_t device_memory;      /* --device-memory, bytes; 0: not given */
     bool auto_plan;             /* --tp-plan auto */
     const char **defines; int ndefines;
@@ -166,6 +170,11 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
         else return bad_usage("--dtype must be fp32 or bf16, not '%s'", arg);
         return 0;
     case OPT_TRAIN: o->train = true; return 0;
+    case OPT_LOSS:
+        if (!strcmp(arg, "sum")) o->loss = TP_LOSS_SUM;
+        else if (!strcmp(arg, "cross_entropy")) o->loss = TP_LOSS_CROSS_ENTROPY;
+        else return bad_usage("--loss must be sum or cross_entropy, not '%s'", arg);
+        return 0;
     case OPT_DEVICE_MEMORY:
         o->device_memory = tp_parse_bytes(arg);
         return o->device_memory > 0 ? 0 : bad_usage("--device-memory takes a size such as 80GiB or 40GB, not '%s'", arg);
@@ -229,6 +238,7 @@ static int parse_args(cli *o, int argc, char **argv)
         {"version", no_argument, 0, OPT_VERSION},
         {"export", required_argument, 0, OPT_EXPORT},
         {"train", no_argument, 0, OPT_TRAIN},
+        {"loss", required_argument, 0, OPT_LOSS},
         {"device-memory", required_argument, 0, OPT_DEVICE_MEMORY},
         {0, 0, 0, 0},
     };
@@ -246,6 +256,8 @@ static int parse_args(cli *o, int argc, char **argv)
     if (o->train && o->dtype != TP_F32)
         return bad_usage("%s", "--train compiles fp32 schedules only (bf16 training with fp32 master weights is not "
                                "implemented yet): drop --dtype bf16");
+    if (o->loss != TP_LOSS_NONE && !o->train)
+        return bad_usage("%s", "--loss goes with --train (the loss a training step computes on the logits)");
     if (o->device_memory && !(o->train && o->mode == MODE_REPORT))
         return bad_usage("%s", "--device-memory goes with --report --train");
     if (o->train && (o->mode == MODE_DUMP || o->mode == MODE_EXPORT || o->mode == MODE_EXPLAIN))
@@ -267,7 +279,7 @@ static tp_compile_opts compile_opts(const cli *o, bool optimize)
 {
     /* --check --train derives the backward too: what it cannot differentiate is an error there */
     bool program = o->mode == MODE_COMPILE || o->mode == MODE_REPORT || (o->mode == MODE_CHECK && o->train);
-    return (tp_compile_opts){o->defines, o->ndefines, o->hf, optimize, o->dtype, program, o->train};
+    return (tp_compile_opts){o->defines, o->ndefines, o->hf, optimize, o->dtype, program, o->train, o->loss};
 }
 
 /* Apply -W and suppressions to the unit's diagnostics, apply --fix, then

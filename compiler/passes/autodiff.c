@@ -19,7 +19,8 @@
  * conjugates: all-reduce <-> identity, reduce-scatter <-> all-gather,
  * local slice <-> all-gather, Replicate -> Partial's divide <-> identity,
  * all-to-all <-> the reverse all-to-all. The losses' gradients need no
- * communication (vocab-parallel: PyTorch's loss_parallel).
+ * communication (vocab-parallel: PyTorch's loss_parallel); a summed loss
+ * outside the model (tpcc --loss sum) seeds ones in the logits' layout.
  *
  * Weights get their gradients the same way; a replicated weight whose
  * gradient is partial (a norm under sequence parallelism, Qwen3's q/k
@@ -383,6 +384,10 @@ static void bias_add(autodiff *A, const tp_gnode *n, int dy)
 static void loss_backward(autodiff *A, const tp_gnode *n)
 {
     const tp_ir_op *f = &n->op;
+    if (f->kind == TP_OP_SUM_ROWS) {    /* output.sum() of whole logits: output.sum().backward() seeds ones */
+        input_grad(A, n, f->in[0], TP_OP_ONES, 0, NULL);
+        return;
+    }
     if (f->kind == TP_OP_CROSS_ENTROPY) {
         same_attrs(input_grad(A, n, f->in[0], TP_OP_CROSS_ENTROPY_GRAD, 2, f->in), f);
         return;
@@ -545,9 +550,8 @@ static int backward(autodiff *A)
         tp_gnode n = A->g->nodes[i];       /* a copy: emitting grows the node table */
         if (n.removed || n.op.dead || n.op.out < 0)
             continue;
-        if (n.op.kind == TP_OP_CROSS_ENTROPY || n.op.kind == TP_OP_CE_LOSS) {
-            if (storage(A, n.op.out) == loss)
-                loss_backward(A, &n);
+        if (storage(A, n.op.out) == loss) {
+            loss_backward(A, &n);
             continue;
         }
         if (!A->to_value[storage(A, n.op.out)].n)
@@ -581,8 +585,10 @@ int tp_pass_autodiff(tp_graph *g, bool merge, tp_autodiff_error *err)
     autodiff A = {g, g->nvalues, g->nnodes, merge, NULL, NULL, NULL, g->nnodes - 1, err};
     if (g->loss < 0) {
         A.at = -1;
-        snprintf(err->message, sizeof err->message, "the model computes no loss: --train needs a root forward that "
-                 "returns cross_entropy(logits, labels)");
+        snprintf(err->message, sizeof err->message, "the model computes no loss, it returns its logits: --train "
+                 "needs a loss; add --loss sum (output.sum().backward(), as PyTorch's tests) or --loss cross_entropy "
+                 "(against labels, as torchtitan's trainer), or return cross_entropy(logits, labels) from the "
+                 "root forward");
         return -1;
     }
     A.to_value = tp_xcalloc((size_t)g->nvalues + 1, sizeof *A.to_value);

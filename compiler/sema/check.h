@@ -40,9 +40,15 @@ typedef struct tp_analysis {
     tp_graph graph;              /* what the model computes (meaningful without errors) */
 } tp_analysis;
 
+/* The loss a training loop computes on the logits a model returns
+ * (tpcc --loss): none (the model computes its own, or none), PyTorch's
+ * tests' output.sum(), or torchtitan's trainer's cross-entropy. */
+typedef enum tp_outer_loss { TP_LOSS_NONE, TP_LOSS_SUM, TP_LOSS_CROSS_ENTROPY } tp_outer_loss;
+
 /* Propagate layouts through the model's forward pass under the plan,
- * reporting every finding to c->diags, and record the global graph. */
-void tp_check(tp_model *m, tp_plan *p, tp_config *c, tp_analysis *out);
+ * reporting every finding to c->diags, and record the global graph; with
+ * an outer loss, the loss on the logits the model returns. */
+void tp_check(tp_model *m, tp_plan *p, tp_config *c, tp_outer_loss loss, tp_analysis *out);
 void tp_analysis_free(tp_analysis *a);
 
 /* The --explain table. */

@@ -80,6 +80,7 @@ typedef struct interp {
     tp_config *c;
     tp_diags *d;
     tp_analysis *a;
+    tp_outer_loss loss;           /* the loss outside the model (tpcc --loss) */
     int64_t tp;
     int next_id;
     tp_val **vals; int nvals, capvals;
@@ -137,6 +138,13 @@ void tp_record_bias_add(interp *I, tp_module *mod, tp_val *v);
 
 /* the root forward's result: the loss, or the logits (outputs.c) */
 void tp_model_output(interp *I, iv out, const tp_val *ids, tp_span span);
+/* Returned logits as the caller gets them (a Partial DTensor summed by its
+ * full_tensor()), recorded as the schedule's logits output; returns them. */
+tp_val *tp_logits_output(interp *I, tp_val *v, tp_span span);
+/* The loss outside the model on the logits it returns (outer_loss.c). */
+void tp_outer_loss_record(interp *I, tp_val *logits, const tp_val *ids, tp_span span);
+/* cross_entropy(logits, labels) as the model's forward calls it (op_rules.c) */
+tp_val *tp_cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span span);
 
 /* split() and chunk() (split.c) */
 bool tp_split_is(const char *name);

@@ -707,9 +707,10 @@ static tp_span return_span(const tp_node *def)
     return def->span;
 }
 
-void tp_check(tp_model *m, tp_plan *p, tp_config *c, tp_analysis *out)
+void tp_check(tp_model *m, tp_plan *p, tp_config *c, tp_outer_loss loss, tp_analysis *out)
 {
     interp I = {0};
+    I.loss = loss;
     I.m = m;
     I.p = p;
     I.c = c;

@@ -480,7 +480,7 @@ static void vocab_parallel_loss(interp *I, tp_val *logits, tp_val *labels, tp_va
     record_cross_entropy(I, logits, labels, out, true, span);
 }
 
-static tp_val *cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span span)
+tp_val *tp_cross_entropy(interp *I, tp_val *logits, tp_val *labels, tp_span span)
 {
     tp_plan *p = I->p;
     int last = logits->rank - 1;
@@ -877,7 +877,7 @@ iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int n
     if (kind == TP_OP_SOFTCAP && cap == 0)
         kind = TP_OP_COUNT;              /* transformers' None: no capping */
     if (!strcmp(name, "cross_entropy"))
-        return tensor_iv(cross_entropy(I, x, args[1].t, span));
+        return tensor_iv(tp_cross_entropy(I, x, args[1].t, span));
     if (!r->linear)
         x = resolve_partial(I, x, name, span);
     mixed_ok(I, r, x, span);

@@ -42,7 +42,7 @@ static void shard_plain(interp *I, const tp_val *v, tp_span span)
                         "DTensor (use_local_output=False), whose full_tensor() gathers them");
 }
 
-static void logits_output(interp *I, tp_val *v, tp_span span)
+tp_val *tp_logits_output(interp *I, tp_val *v, tp_span span)
 {
     if (I->p->loss_parallel) {
         tp_diag *g = tp_finding(I, TP_WARNING, I->p->loss_parallel_span, "loss-parallel", v, NULL,
@@ -62,6 +62,7 @@ static void logits_output(interp *I, tp_val *v, tp_span span)
     g->logits_pl = tp_placement_norm(v->pl, v->rank);
     g->logits_vocab = v->logical_last > 0 ? v->logical_last : v->shape[2];
     g->values[gv].output = true;
+    return v;
 }
 
 /* What a model returns that is neither its loss nor its logits: a schedule
@@ -89,14 +90,23 @@ static void other_output(interp *I, iv out, tp_span span)
 void tp_model_output(interp *I, iv out, const tp_val *ids, tp_span span)
 {
     tp_val *v = out.kind == IV_TENSOR ? out.t : NULL;
-    if (v && v->rank == 0) {
+    if (v && v->rank == 0 && I->loss != TP_LOSS_NONE) {
+        tp_diag *g = tp_diag_add(I->d, TP_ERROR, span, "model-output", "--loss %s: the model computes its own loss "
+                                 "and returns it; --loss is for a model that returns its logits",
+                                 I->loss == TP_LOSS_SUM ? "sum" : "cross_entropy");
+        if (g)
+            tp_diag_help(g, "drop --loss");
+    } else if (v && v->rank == 0) {
         if (v->gv >= 0) {
             I->a->graph.loss = v->gv;
             I->a->graph.values[v->gv].output = true;
         }
     } else if (v && ids && ids->rank >= 2 && v->rank == 3 && v->shape[0] == ids->shape[0] &&
                v->shape[1] == ids->shape[1]) {
-        logits_output(I, v, span);
+        if (I->loss != TP_LOSS_NONE)
+            tp_outer_loss_record(I, v, ids, span);
+        else
+            tp_logits_output(I, v, span);
     } else if (!(v && v->poisoned)) {   /* a poisoned result: its error is reported */
         other_output(I, out, span);
     }

@@ -165,6 +165,8 @@ typedef struct tp_backend {
      * all-reduced max and sumexp of each row */
     void (*ce_grad)(float *dlogits, const float *logits, const float *max, const float *sumexp, const int32_t *labels,
                     int64_t b, int64_t s, int64_t v, int64_t vocab_start, int64_t vocab);
+    /* out[i] = 1 for i < n: d loss / d logits of a summed loss (tpcc --loss sum) */
+    void (*ones)(float *out, int64_t n);
     /* the optimizer on n elements: w, m, v updated in place from g */
     void (*adamw)(float *w, const float *g, float *m, float *v, int64_t n, const tp_adamw_step *step);
     /* sum of x[i]^2, in double, returned to the host */

@@ -81,6 +81,7 @@ static const void *training_kernel(const tp_backend *be, tp_op_kind k)
     case TP_OP_NARROW_GRAD: return (const void *)be->narrow_grad;
     case TP_OP_CROSS_ENTROPY_GRAD: return (const void *)be->cross_entropy_grad;
     case TP_OP_CE_GRAD: return (const void *)be->ce_grad;
+    case TP_OP_ONES: return (const void *)be->ones;
     default: return (const void *)be;     /* a forward op: every backend has it */
     }
 }
@@ -461,6 +462,12 @@ EXEC(ce_grad)
     const int64_t *shape = in_buf(x, op, 0)->shape;
     x->be->ce_grad(fout(x, op), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2), iin(x, op, 3), shape[0], shape[1],
                    op->vocab_local, op->vocab_start, op->vocab_logical);
+    return 0;
+}
+
+EXEC(ones)
+{
+    x->be->ones(fout(x, op), tr_buf_elems(&x->s->bufs[op->out]));
     return 0;
 }
 

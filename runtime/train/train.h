@@ -6,7 +6,8 @@
  * input ids [B, S] of the schedule's input buffer (with D data-parallel
  * replicas, replica d reads [(i·D + d)·B·S, (i·D + d + 1)·B·S) and the
  * gradients are averaged over the replicas: dp.h), and the same ids as the
- * labels (the loss shifts them, as Hugging Face's does); runs the forward
+ * labels (the loss shifts them, as Hugging Face's does; a summed loss,
+ * tpcc --loss sum, has none); runs the forward
  * and the backward; takes the global gradient norm, clips, and applies
  * AdamW at the learning rate of step i (lr.h). The recipe is the one of
  * torch.optim.AdamW + torch.nn.utils.clip_grad_norm_ +

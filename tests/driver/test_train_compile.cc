@@ -113,6 +113,26 @@ TEST_P(TorchCounts, MinusO0MatchesCommDebugModePerPhase)
 
 INSTANTIATE_TEST_SUITE_P(Plans, TorchCounts, testing::Values("llama-megatron", "llama-sp", "llama-tiny"));
 
+// PyTorch's test Transformer (tests/models/torch_transformer.model) returns
+// its logits, and PyTorch's tests train it with output.sum().backward():
+// --loss sum, against CommDebugMode on Transformer.parallelize (the same
+// counts at tp 2 and 4: tools/comm_counts.py checks both).
+class TorchTransformerCounts : public testing::TestWithParam<const char *> {};
+
+TEST_P(TorchTransformerCounts, LossSumAtMinusO0MatchesCommDebugModePerPhase)
+{
+    for (const char *tp : {"tp=2", "tp=4"}) {
+        TempDir tmp;
+        Compiled c;
+        compile(c, tmp, std::string("tests/plans/") + GetParam() + ".plan", {"--loss", "sum", "-O0", "-D", tp});
+        if (c.root) {
+            EXPECT_EQ(collectives(c), torch_counts(GetParam())) << tp;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, TorchTransformerCounts, testing::Values("torch-transformer-sp", "torch-transformer-tp"));
+
 // -O1 sums every gradient's partial shares before the one reduction:
 // Megatron's bound, two all-reduces per layer in the backward (the
 // attention's and the MLP's input gradients), plus the head's input.
@@ -190,7 +210,32 @@ TEST(TrainCompile, AModelWithoutALossIsALocatedError)
     EXPECT_EQ(p.code(), 1);
     EXPECT_TRUE(contains(p.err, "llama-torchtitan.plan:")) << p.err;
     EXPECT_TRUE(contains(p.err, "the model computes no loss")) << p.err;
+    EXPECT_TRUE(contains(p.err, "add --loss sum")) << p.err;
     EXPECT_TRUE(contains(p.err, "[backward]")) << p.err;
+}
+
+// --loss is the caller's loss on logits the model returns: with --train
+// only, one of two, and never on a model that computes its own.
+TEST(TrainCompile, LossOutsideTheModelIsCheckedWhereItIsGiven)
+{
+    TempDir tmp;
+    std::string sched = tmp.path + "/t.sched";
+    Proc alone = tpcc_test::run_program(kTpcc, {source_path("plans/llama-torchtitan.plan"), "--loss", "sum", "-o", sched});
+    EXPECT_EQ(alone.code(), 2);
+    EXPECT_TRUE(contains(alone.err, "--loss goes with --train")) << alone.err;
+    Proc other = tpcc_test::run_program(kTpcc, {source_path("plans/llama-torchtitan.plan"), "--train", "--loss", "mse",
+                                                "-o", sched});
+    EXPECT_EQ(other.code(), 2);
+    EXPECT_TRUE(contains(other.err, "--loss must be sum or cross_entropy, not 'mse'")) << other.err;
+    Proc own = tpcc_test::run_program(kTpcc, {source_path("plans/llama-sp.plan"), "--train", "--loss", "sum", "-o", sched});
+    EXPECT_EQ(own.code(), 1);
+    EXPECT_TRUE(contains(own.err, "the model computes its own loss")) << own.err;
+    // llama-torchtitan's logits are vocab shards (loss_parallel): a sum of them would be a partial sum
+    Proc sharded = tpcc_test::run_program(kTpcc, {source_path("plans/llama-torchtitan.plan"), "--train", "--loss",
+                                                  "sum", "-o", sched});
+    EXPECT_EQ(sharded.code(), 1);
+    EXPECT_TRUE(contains(sharded.err, "--loss sum needs the logits whole on every rank")) << sharded.err;
+    EXPECT_FALSE(std::filesystem::exists(sched));
 }
 
 TEST(TrainCompile, ReplicatedHeadsAreRefusedAtTheirEntry)

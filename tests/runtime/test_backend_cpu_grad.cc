@@ -172,6 +172,26 @@ TEST(BackendCpuGrad, SumRowsIsTheBiasGradient)
     }
 }
 
+// The seed gradient of a summed loss (tpcc --loss sum): the vector-Jacobian
+// product of x -> sum(x) is dy times ones.
+TEST(BackendCpuGrad, OnesIsTheGradientOfASum)
+{
+    const int64_t n = 37;
+    Map forward = [&](const Vec &x) {
+        Vec out(1, NAN);
+        be()->sum_rows(out.data(), x.data(), n, 1, 1.0f);
+        return out;
+    };
+    Map vjp = [&](const Vec &dy) {
+        Vec dx(n, NAN);
+        be()->ones(dx.data(), n);
+        for (float &v : dx)
+            v *= dy[0];
+        return dx;
+    };
+    expect_gradient("ones", forward, vjp, random_vec(n, 7));
+}
+
 // --- norms -----------------------------------------------------------------------------
 
 struct NormCase {

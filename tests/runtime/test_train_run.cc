@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -32,14 +33,16 @@ using tpcc_test::dp_plan;
 const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
 const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/";
 
-// A training step of `plan` on the checkpoint directory `dir`'s config.json.
+// A training step of `plan` on the checkpoint directory `dir`'s config.json
+// (where it has one; else the sizes of the model and of `extra`).
 std::string compile_plan(const TempDir &d, const std::string &dir, const std::string &plan, int tp,
                          const std::vector<std::string> &extra)
 {
     std::string sched = d.path + "/step-tp" + std::to_string(tp) + "-" + std::to_string(extra.size()) + ".sched";
-    std::vector<std::string> args = {std::string(TPCC_SOURCE_DIR) + "/" + plan, "--hf-config", dir + "config.json",
-                                     "-D", "tp=" + std::to_string(tp), "-D", "seq=16", "-D", "batch=2", "--train",
-                                     "-o", sched};
+    std::vector<std::string> args = {std::string(TPCC_SOURCE_DIR) + "/" + plan, "-D", "tp=" + std::to_string(tp),
+                                     "-D", "seq=16", "-D", "batch=2", "--train", "-o", sched};
+    if (std::filesystem::exists(dir + "config.json"))
+        args.insert(args.end(), {"--hf-config", dir + "config.json"});
     args.insert(args.end(), extra.begin(), extra.end());
     Proc c = tpcc_test::run_tpcc(args);
     EXPECT_EQ(c.code(), 0) << c.describe();
@@ -173,10 +176,11 @@ TEST(TrainRun, LossGoesDownOverTwentyStepsOfAnLlmcFile)
 // ---- gradients across tp, -O0/-O1 and against autograd ----
 
 struct GradCase {
-    const char *dir;     // under tests/fixtures: train/<name> (with torch's grads.safetensors) or hf/<name>
+    const char *dir;     // under tests/fixtures: train/<name> (with torch's grads.safetensors) or hf/<name>;
+                         // "": tprun's seeded weights
     const char *plan;
     std::vector<int> tps;
-    std::vector<std::string> defines;   // sizes a plan's own config block sets otherwise
+    std::vector<std::string> defines;   // sizes a plan's own config block sets otherwise, and --loss
 };
 
 void PrintTo(const GradCase &c, std::ostream *os) { *os << c.dir << " " << c.plan; }
@@ -191,7 +195,7 @@ TEST_P(TrainGrads, EqualAcrossTpAndOptimisationAndToAutograd)
 {
     ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
     const GradCase &c = GetParam();
-    std::string dir = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/" + c.dir + "/";
+    std::string dir = *c.dir ? std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/" + c.dir + "/" : "";
     TempDir d;
     std::vector<uint16_t> toks;
     for (int i = 0; i < 32; i++)
@@ -210,7 +214,10 @@ TEST_P(TrainGrads, EqualAcrossTpAndOptimisationAndToAutograd)
     for (size_t i = 0; i < runs.size(); i++) {
         int tp = std::stoi(runs[i].first);
         std::string sched = compile_plan(d, dir, c.plan, tp, runs[i].second), g = d.path + "/g.safetensors";
-        Proc r = train(sched, tp, {"--weights", dir, "--data", data, "--steps", "1", "--grads-out", g, "-q"});
+        std::vector<std::string> args = {"--data", data, "--steps", "1", "--grads-out", g, "-q"};
+        if (!dir.empty())
+            args.insert(args.end(), {"--weights", dir});
+        Proc r = train(sched, tp, args);
         ASSERT_EQ(r.code(), 0) << r.describe();
         std::vector<std::vector<float>> grads = read_weights_of(g, sched);
         std::string what = "tp " + runs[i].first + (i + 1 == runs.size() ? " -O0" : "");
@@ -242,7 +249,18 @@ INSTANTIATE_TEST_SUITE_P(
                     GradCase{"hf/qwen2-gqa", "plans/qwen2-sp.plan", {1, 2}, {}},
                     GradCase{"hf/phi3-mha", "plans/phi3-sp.plan", {1, 2, 4}, {}},
                     GradCase{"hf/gemma-mha", "plans/gemma-sp.plan", {1, 2, 4}, {}},
-                    GradCase{"hf/gemma2-mha", "plans/gemma2-sp.plan", {1, 2, 4}, {}}),
+                    GradCase{"hf/gemma2-mha", "plans/gemma2-sp.plan", {1, 2, 4}, {}},
+                    // models that return their logits, with the loss outside (tpcc --loss): PyTorch's
+                    // test Transformer as its tests train it (output.sum().backward(),
+                    // tools/torch_transformer_fixture.py) ...
+                    GradCase{"train/torch-transformer", "tests/plans/torch-transformer-sp.plan", {1, 2, 4},
+                             {"--loss", "sum"}},
+                    GradCase{"train/torch-transformer", "tests/plans/torch-transformer-tp.plan", {1, 2, 4},
+                             {"--loss", "sum"}},
+                    // ... and torchtitan's Llama with its trainer's cross-entropy under loss_parallel
+                    GradCase{"", "plans/llama-torchtitan.plan", {1, 2, 4},
+                             {"--loss", "cross_entropy", "-D", "vocab=128", "-D", "hidden=32", "-D", "layers=2", "-D",
+                              "heads=4", "-D", "kv_heads=4", "-D", "ffn=64"}}),
     [](const testing::TestParamInfo<GradCase> &i) {
         std::string n = std::string(i.param.dir) + "_" + i.param.plan;
         for (char &ch : n)

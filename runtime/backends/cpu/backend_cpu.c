@@ -587,6 +587,7 @@ static const tp_backend cpu_backend = {
     .narrow_grad = tp_cpu_narrow_grad,
     .cross_entropy_grad = tp_cpu_cross_entropy_grad,
     .ce_grad = tp_cpu_ce_grad,
+    .ones = tp_cpu_ones,
     .adamw = tp_cpu_adamw,
     .sum_squares = tp_cpu_sum_squares,
 };

@@ -519,6 +519,12 @@ static float *scratch_floats(int64_t n)
     return scratch((size_t)(n > 0 ? n : 1) * sizeof(float));
 }
 
+static void cuda_ones(float *out, int64_t n)
+{
+    tp_k_ones(compute_stream(), gpu->kdt, out, n);
+    done();
+}
+
 static void cuda_sum_rows(float *out, const float *x, int64_t m, int64_t n, float scale)
 {
     tp_k_sum_rows(compute_stream(), gpu->kdt, out, x, m, n, scale);
@@ -645,7 +651,7 @@ static double cuda_sum_squares(const float *x, int64_t n)
         .unary_grad = cuda_unary_grad, .softcap_grad = cuda_softcap_grad,                               \
         .embedding_grad = cuda_embedding_grad, .narrow_grad = cuda_narrow_grad,                         \
         .cross_entropy_grad = cuda_cross_entropy_grad, .ce_grad = cuda_ce_grad, .adamw = cuda_adamw,    \
-        .sum_squares = cuda_sum_squares,                                                                \
+        .sum_squares = cuda_sum_squares, .ones = cuda_ones,                                             \
     }
 
 static const tp_backend cuda_f32 = CUDA_TABLE(TP_F32);

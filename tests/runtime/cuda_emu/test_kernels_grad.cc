@@ -68,6 +68,19 @@ TEST_P(GradKernels, SumRows)
     }
 }
 
+// ---- the seed gradient of a summed loss: exactly 1 in either dtype
+
+TEST_P(GradKernels, Ones)
+{
+    for (int64_t n : {1, 37, 5000, 0}) {
+        Vec want((size_t)n, NAN);
+        ref().ones(want.data(), n);
+        Dev dout(t(), Vec((size_t)n, 5.0f));
+        tp_k_ones(nullptr, t(), dout.ptr(), n);
+        compare(dout.download(), want, {0, 0}, label(t(), "ones " + dims({n})));
+    }
+}
+
 // ---- norms: the statistics in fp32 block sums (as the forward), dx with
 // one cancelling sum over the row; dw sums over rows of O(1) terms
 

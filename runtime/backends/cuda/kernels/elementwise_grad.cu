@@ -1,5 +1,6 @@
-// elementwise_grad.cu: the gradients of the activations and of soft-capping.
-// defines: tp_k_unary_grad, tp_k_softcap_grad
+// elementwise_grad.cu: the gradients of the activations and of soft-capping,
+// and the seed gradient of a summed loss.
+// defines: tp_k_unary_grad, tp_k_softcap_grad, tp_k_ones
 #include "common.cuh"
 
 // op numbers of tp_k_unary_grad (= tp_unary of backend.h, as tp_k_unary)
@@ -61,6 +62,12 @@ template <typename T> __global__ void softcap_grad_kernel(T *dx, const T *x, con
     }
 }
 
+// out = 1: d loss / d x of loss = x.sum()
+template <typename T> __global__ void ones_kernel(T *out, int64_t n)
+{
+    TP_GRID_STRIDE(i, n) out[i] = tp_from_float<T>(1.0f);
+}
+
 // ---- kernel launchers
 
 template <typename T> static void launch_unary_grad(tp_stream s, int op, T *dx, const T *x, const T *dy, int64_t n)
@@ -98,4 +105,17 @@ extern "C" void tp_k_softcap_grad(tp_stream s, tp_kernel_dtype t, void *dx, cons
         launch_softcap_grad(s, (float *)dx, (const float *)x, (const float *)dy, n, cap);
     else
         launch_softcap_grad(s, (__nv_bfloat16 *)dx, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)dy, n, cap);
+}
+
+extern "C" void tp_k_ones(tp_stream s, tp_kernel_dtype t, void *out, int64_t n)
+{
+    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
+    TP_KCHECK(n >= 0, "negative size");
+    if (n == 0)
+        return;
+    if (t == TP_KERNEL_F32)
+        TP_LAUNCH(ones_kernel<float>, tp_elementwise_blocks(n, GRAD_THREADS), GRAD_THREADS, 0, s, (float *)out, n);
+    else
+        TP_LAUNCH(ones_kernel<__nv_bfloat16>, tp_elementwise_blocks(n, GRAD_THREADS), GRAD_THREADS, 0, s,
+                  (__nv_bfloat16 *)out, n);
 }

@@ -105,6 +105,8 @@ void tp_k_cross_entropy_grad(tp_stream s, tp_kernel_dtype t, void *dlogits, cons
 void tp_k_ce_grad(tp_stream s, tp_kernel_dtype t, void *dlogits, const void *logits, const float *max,
                   const float *sumexp, const int32_t *labels, int64_t b, int64_t seq, int64_t v, int64_t vocab_start,
                   int64_t vocab);
+/* elementwise_grad.cu: the seed gradient of a summed loss */
+void tp_k_ones(tp_stream s, tp_kernel_dtype t, void *out, int64_t n);
 /* optimizer.cu: w, g, m, v in the storage type; the sum of squares is
  * written to *out (device memory) */
 void tp_k_adamw(tp_stream s, tp_kernel_dtype t, void *w, const void *g, void *m, void *v, int64_t n, double lr,
