@@ -55,6 +55,19 @@ static int opt_int(loader *L, json_t *o, const char *key, int64_t lo, int64_t hi
     return get_int(L, o, key, lo, hi, out);
 }
 
+/* An optional number of at least 0 (absent: -1). */
+static int opt_real(loader *L, json_t *o, const char *key, double *out)
+{
+    json_t *v = json_object_get(o, key);
+    *out = -1;
+    if (!v)
+        return 0;
+    if (!json_is_number(v) || json_number_value(v) < 0)
+        return fail(L, "'%s' must be a number of at least 0", key);
+    *out = json_number_value(v);
+    return 0;
+}
+
 static int get_str(loader *L, json_t *o, const char *key, char **out)
 {
     json_t *v = json_object_get(o, key);
@@ -818,6 +831,8 @@ int tr_schedule_load(tr_schedule *s, const char *path, int rank, int world_expec
     else if (get_int(&L, root, "world_size", 1, 1 << 20, &world))
         ;
     else if (json_object_get(root, "data_parallel") && get_int(&L, root, "data_parallel", 2, 1 << 20, &dp))
+        ;
+    else if (opt_real(&L, root, "max_grad_norm", &s->max_grad_norm))
         ;
     else if (world_expected > 0 && dp > 1 && dp * world != world_expected)
         fail(&L, "the schedule is for %lld ranks (%lld data-parallel replicas of %lld tensor-parallel ranks) but %d "

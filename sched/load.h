@@ -56,6 +56,8 @@ typedef struct tr_schedule {
     char *producer, *input_hash, *plan;
     int world;                              /* ranks of one tensor-parallel group */
     int data_parallel;                      /* replicas of that group (1: none); the job runs data_parallel x world */
+    double max_grad_norm;                   /* the plan's train { max_grad_norm }, tprun's default
+                                             * --max-grad-norm; -1: the plan declares none */
     tp_dtype dtype;
     int64_t arena_bytes;
     tr_buf *bufs; int nbufs;

@@ -868,6 +868,10 @@ static void put_document(writer *w)
         PUT(w, ",\n  \"data_parallel\": ");
         put_int(w, m->data_parallel);
     }
+    if (m->has_max_grad_norm) {
+        PUT(w, ",\n  \"max_grad_norm\": ");
+        put_real(w, m->max_grad_norm, "max_grad_norm", -1);
+    }
     PUT(w, ",\n  \"dtype\": ");
     put_str(w, tp_dtype_name(m->dtype));
     PUT(w, ",\n  \"config\": ");

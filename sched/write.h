@@ -26,6 +26,8 @@ typedef struct tp_schedule_meta {
     int nconfig;
     const char *plan_path;      /* recorded for provenance */
     int64_t data_parallel;      /* replicas of the tp group (tpcc --train); 0 or 1: none */
+    bool has_max_grad_norm;     /* the plan's train { max_grad_norm } (tpcc --train) */
+    double max_grad_norm;       /* its value, >= 0 (0: no clipping) */
 } tp_schedule_meta;
 
 /* Write the schedule; on any error nothing is left at `path` (the previous

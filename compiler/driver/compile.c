@@ -6,6 +6,10 @@
 #include "compiler/front/hf_check.h"
 #include "compiler/front/parse.h"
 #include "compiler/plan/pynames.h"
+#include "compiler/plan/train_block.h"
+#include "compiler/sema/data_split.h"
+#include "compiler/sema/grad_clip.h"
+#include "compiler/sema/partial_grad.h"
 #include "compiler/sema/unreduced_grad.h"
 #include "util/xalloc.h"
 
@@ -78,6 +82,7 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
         return;
     u->model_ast = tp_parse(&u->src, u->model_file, &u->diags);
     tp_pynames_reject_in_model(u->model_ast, &u->diags);
+    tp_train_block_reject_in_model(u->model_ast, &u->diags);
     if (u->diags.errors)
         return;            /* a broken file would only produce noise further on */
     if (opts->hf_config && tp_config_load_hf(&u->config, opts->hf_config, &u->src) < 0) {
@@ -110,7 +115,9 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     tp_plan_build(&u->plan, u->plan_ast, u->plan_file, &u->model, &u->config);
     if (u->plan.dp_dim >= 0 && !opts->train)
         tp_plan_refuse_data_parallel(&u->plan, &u->diags);
+    tp_check_data_split(&u->model, &u->plan, &u->diags);
     tp_check(&u->model, &u->plan, &u->config, opts->loss, &u->analysis);
+    tp_check_grad_clip(&u->model, &u->plan, &u->analysis.graph, &u->diags);
     if (opts->program && !u->diags.errors) {
         tp_passes_opts passes = {opts->optimize, opts->dtype, opts->train};
         tp_autodiff_error err;
@@ -125,6 +132,7 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
             tp_diag_help(d, "compile the forward step without --train, or change the plan so the op is supported");
         } else if (opts->train) {
             tp_check_unreduced_grads(&u->model, &u->plan, &u->analysis.graph, &u->diags);
+            tp_check_partial_grads(&u->analysis.graph, &u->diags);
         }
     }
     u->built = true;

@@ -73,6 +73,7 @@ static const char *const kind_names[] = {
     [N_LOSS_PARALLEL] = "LOSS_PARALLEL",
     [N_MODULE] = "MODULE",
     [N_HF] = "HF",
+    [N_TRAIN] = "TRAIN",
     [N_FROM_IMPORT] = "FROM_IMPORT",
     [N_IMPORT] = "IMPORT",
     [N_ALIAS] = "ALIAS",

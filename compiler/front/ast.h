@@ -20,6 +20,7 @@ typedef enum tp_node_kind {
     N_LOSS_PARALLEL, /* loss_parallel() */
     N_MODULE,        /* module Name { members }     name = type name, kids: members */
     N_HF,            /* hf { architectures = (...) }  what a model file implements: kids: N_ASSIGN */
+    N_TRAIN,         /* train { max_grad_norm = 1.0 }  a plan's training script: kids: N_ASSIGN */
     N_FROM_IMPORT,   /* from a.b import C as d, E    str = module path, kids: N_ALIAS */
     N_IMPORT,        /* import a.b [as c]            str = module path, name = alias or NULL */
     N_ALIAS,         /* C [as d] of a from-import    name = imported name, str = alias or NULL */

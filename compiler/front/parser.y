@@ -302,7 +302,7 @@ static char *source_text(const tp_parse_ctx *ctx, tp_span at)
 %token <ival> INT "integer"
 %token <fval> FLOAT "float"
 %token MODEL "'model'" CONFIG "'config'" MESH "'mesh'" PARALLELIZE "'parallelize'"
-%token ON "'on'" LOSS_PARALLEL "'loss_parallel'" MODULE "'module'" HF "'hf'"
+%token ON "'on'" LOSS_PARALLEL "'loss_parallel'" MODULE "'module'" HF "'hf'" TRAIN "'train'"
 %token FROM "'from'" IMPORT "'import'" AS "'as'"
 %token DEF "'def'" RETURN "'return'" IF "'if'" ELSE "'else'"
 %token NOT "'not'" AND "'and'" OR "'or'" TRUE "'True'" FALSE "'False'" NONE "'None'"
@@ -346,6 +346,8 @@ item
         { $$ = $4; $$->span = @$; $$->name = $2; }
     | HF '{' assigns '}'
         { $$ = $3; $$->span = @$; $$->kind = N_HF; }
+    | TRAIN '{' assigns '}'
+        { $$ = $3; $$->span = @$; $$->kind = N_TRAIN; }
     /* Python's import lines and names for PyTorch's classes, as a plan
      * pasted from Python has them (compiler/plan/pynames.c gives them
      * their meaning) */
@@ -638,7 +640,7 @@ name
     | keyword_name          { $$ = source_text(ctx, @1); }
     ;
 
-keyword_name: MODEL | CONFIG | MESH | ON | LOSS_PARALLEL | MODULE | HF ;
+keyword_name: MODEL | CONFIG | MESH | ON | LOSS_PARALLEL | MODULE | HF | TRAIN ;
 
 %%
 
@@ -714,7 +716,7 @@ static int is_keyword_name(yysymbol_kind_t sym)
 {
     return sym == YYSYMBOL_MODEL || sym == YYSYMBOL_CONFIG || sym == YYSYMBOL_MESH ||
            sym == YYSYMBOL_ON || sym == YYSYMBOL_LOSS_PARALLEL || sym == YYSYMBOL_MODULE ||
-           sym == YYSYMBOL_HF;
+           sym == YYSYMBOL_HF || sym == YYSYMBOL_TRAIN;
 }
 
 /* Keep the expected tokens worth listing: never "end of file", and no
@@ -785,7 +787,7 @@ static int assignment_follows(const tp_parse_ctx *ctx, tp_span at)
 static int yyreport_syntax_error(const yypcontext_t *yyctx, yyscan_t scanner,
                                  tp_parse_ctx *ctx)
 {
-    enum { MAX_LISTED = 9 };   /* the nine item keywords */
+    enum { MAX_LISTED = 10 };  /* the ten item keywords */
     yysymbol_kind_t tok = yypcontext_token(yyctx);
     tp_span at = *yypcontext_location(yyctx);
     if (tok == YYSYMBOL_INVALID) {

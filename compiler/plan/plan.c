@@ -1085,6 +1085,7 @@ bool tp_plan_build(tp_plan *p, const tp_node *file, int file_id, tp_model *m, tp
         if (!strcmp(p->mesh_name[i], "tp"))
             p->tp_dim = i;
     choose_tp_dim(p, file, c->diags);
+    tp_train_block_read(p, file, c);
     /* Python's order: a name holds from the line that binds it */
     tp_pynames names;
     tp_pynames_init(&names, file, c);

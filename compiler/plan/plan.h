@@ -14,6 +14,7 @@
 #include "sched/layout.h"
 #include "compiler/front/model.h"
 #include "compiler/plan/hf_styles.h"
+#include "compiler/plan/train_block.h"
 
 typedef enum tp_style_kind {
     TP_STYLE_COLWISE,
@@ -88,6 +89,7 @@ typedef struct tp_plan {
     int64_t data_parallel;      /* replicas: the product of those dimensions' sizes (1: none) */
     bool loss_parallel;
     tp_span loss_parallel_span;
+    tp_train_spec train;        /* train { }: the training script around the model */
     tp_style **styles; int nstyles;
     /* plan values with their Python names resolved and conditions
      * evaluated (plan/pynames.h); styles point into them */

@@ -56,8 +56,10 @@ int tr_train_option(tr_train_options *t, const char *name, const char *arg, char
         return number(name, arg, &t->lr, err, errlen);
     else if (!strcmp(name, "weight-decay"))
         return number(name, arg, &t->weight_decay, err, errlen);
-    else if (!strcmp(name, "max-grad-norm"))
+    else if (!strcmp(name, "max-grad-norm")) {
+        t->max_grad_norm_given = true;
         return number(name, arg, &t->max_grad_norm, err, errlen);
+    }
     else if (!strcmp(name, "schedule")) {
         if (strcmp(arg, "cosine") && strcmp(arg, "constant"))
             return tp_error(err, errlen, "--schedule takes cosine or constant, not '%s'", arg);

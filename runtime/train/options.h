@@ -17,6 +17,7 @@ typedef struct tr_train_options {
     double weight_decay;         /* for weights of rank >= 2, or all with decay_all */
     bool decay_all;
     double max_grad_norm;        /* 0: no clipping */
+    bool max_grad_norm_given;    /* on the command line: it overrides the schedule's */
     const char *log_json, *grads_out;
     const char *save, *resume;   /* Hugging Face checkpoint directories (save.h) */
 } tr_train_options;

@@ -94,6 +94,13 @@ static int write_grads(trainer *tr, char *err, size_t errlen)
     return rc;
 }
 
+/* The max norm of the clipping: --max-grad-norm, else the plan's
+ * train { max_grad_norm } (the schedule's), else the default. */
+static double max_grad_norm(const trainer *tr)
+{
+    return tr->t->max_grad_norm_given || tr->s->max_grad_norm < 0 ? tr->t->max_grad_norm : tr->s->max_grad_norm;
+}
+
 /* Step i: the batch, forward and backward, the gradients averaged over
  * the replicas (which then take identical optimizer steps), norm,
  * clipping, AdamW. */
@@ -117,7 +124,7 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
         return -1;
     if (first && tr->t->grads_out && tr->dp->rank == 0 && write_grads(tr, err, errlen))
         return -1;
-    tr_optim_clip(&tr->optim, norm, tr->t->max_grad_norm);
+    tr_optim_clip(&tr->optim, norm, max_grad_norm(tr));
     double lr = tr->t->lr * tr_lr_lambda(tr->t->schedule, i, tr->t->warmup, tr->t->steps);
     tr_optim_adamw(&tr->optim, lr, tr->t->weight_decay, tr->t->decay_all);
     if (x->be->synchronize)

@@ -507,7 +507,7 @@ TEST(ParserErrors, Messages)
     EXPECT_EQ(Parsed("parallelize \"x\" { \"a\" B(), }\n= 4").errors(),
               "1:23: unexpected identifier 'B', expected ':'\n"
               "2:1: unexpected '=', expected 'model', 'config', 'mesh', "
-              "'parallelize', 'loss_parallel', 'module', 'hf', 'from' or 'import'\n");
+              "'parallelize', 'loss_parallel', 'module', 'hf', 'train', 'from' or 'import'\n");
     // ... but not when an item only seemed to end, inside brackets.
     EXPECT_EQ(Parsed("module M { def f(a b) { return a } }\nmesh(tp = 2)").diags().count, 1);
     EXPECT_EQ(Parsed("config { a = 1 }\nx = 1").diags().items[0].nhelps, 1);

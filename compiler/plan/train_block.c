@@ -1,0 +1,95 @@
+/* train_block.c: a plan's train { } block (see train_block.h). */
+#include <string.h>
+#include "compiler/diag/suggest.h"
+#include "compiler/plan/plan.h"
+#include "compiler/plan/train_block.h"
+
+static const char *const keys[] = {"sampler_dims", "max_grad_norm"};
+enum { NKEYS = sizeof keys / sizeof *keys };
+
+/* One mesh dimension named by a string of sampler_dims. */
+static bool read_dim(struct tp_plan *p, const tp_node *e, tp_diags *d)
+{
+    if (e->kind != N_STR) {
+        tp_diag_add(d, TP_ERROR, e->span, "plan", "sampler_dims names mesh dimensions: a string or a tuple of "
+                    "strings (\"dp\", or (\"dp\", \"tp\"))");
+        return false;
+    }
+    for (int i = 0; i < p->mesh_ndim; i++)
+        if (!strcmp(p->mesh_name[i], e->str)) {
+            p->train.sampler_over[i] = true;
+            return true;
+        }
+    tp_diag *g = tp_diag_add(d, TP_ERROR, e->span, "plan", "sampler_dims names '%s', which is no dimension of the "
+                             "mesh", e->str);
+    const char *near = tp_suggest(e->str, (const char *const *)p->mesh_name, p->mesh_ndim);
+    if (near)
+        tp_diag_help(g, "did you mean '%s'?", near);
+    return false;
+}
+
+static void read_sampler(struct tp_plan *p, const tp_node *v, tp_diags *d)
+{
+    p->train.sampler = v;
+    if (v->kind != N_TUPLE && v->kind != N_LIST) {
+        read_dim(p, v, d);
+        return;
+    }
+    for (int k = 0; k < v->nkids; k++)
+        read_dim(p, v->kids[k], d);
+}
+
+static void read_max_norm(struct tp_plan *p, const tp_node *v, tp_config *c)
+{
+    tp_cfg_value x;
+    if (!tp_eval_value(c, v, &x))
+        return;
+    if (x.s || tp_cfg_real(x) < 0) {
+        tp_diag_add(c->diags, TP_ERROR, v->span, "plan", "max_grad_norm is clip_grad_norm_'s max_norm: a number "
+                    "of at least 0 (0: no clipping)");
+        return;
+    }
+    p->train.max_grad_norm = v;
+    p->train.max_grad_norm_value = tp_cfg_real(x);
+}
+
+void tp_train_block_read(struct tp_plan *p, const tp_node *file, tp_config *c)
+{
+    for (int i = 0; i < file->nkids; i++) {
+        const tp_node *b = file->kids[i];
+        if (b->kind != N_TRAIN)
+            continue;
+        if (p->train.block) {
+            tp_diag_add(c->diags, TP_ERROR, b->span, "plan", "the plan has a train { } block already; merge them");
+            continue;
+        }
+        p->train.block = b;
+        for (int k = 0; k < b->nkids; k++) {
+            const tp_node *a = b->kids[k];
+            if (!strcmp(a->name, "sampler_dims")) {
+                read_sampler(p, a->kids[0], c->diags);
+                continue;
+            }
+            if (!strcmp(a->name, "max_grad_norm")) {
+                read_max_norm(p, a->kids[0], c);
+                continue;
+            }
+            tp_diag *g = tp_diag_add(c->diags, TP_ERROR, a->span, "plan", "train { } has no key '%s'", a->name);
+            const char *near = tp_suggest(a->name, keys, NKEYS);
+            if (near)
+                tp_diag_help(g, "did you mean '%s'?", near);
+        }
+    }
+    if (p->train.sampler)
+        return;
+    for (int i = 0; i < p->mesh_ndim; i++)   /* tprun's feed: each replica its own batch */
+        p->train.sampler_over[i] = i != p->tp_dim && p->mesh_size[i] > 1;
+}
+
+void tp_train_block_reject_in_model(const tp_node *model_file, tp_diags *d)
+{
+    for (int i = 0; i < model_file->nkids; i++)
+        if (model_file->kids[i]->kind == N_TRAIN)
+            tp_diag_add(d, TP_ERROR, model_file->kids[i]->span, "model",
+                        "train { } describes a plan's training script; move it into the plan");
+}

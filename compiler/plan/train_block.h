@@ -1,0 +1,41 @@
+/* train_block.h: a plan's train { } block: what the training script does
+ * around the model that neither the model nor the styles say.
+ *
+ *   train {
+ *       sampler_dims = ("dp",)   # DistributedSampler(num_replicas=mesh["dp"].size(),
+ *                                #                    rank=mesh["dp"].get_local_rank())
+ *       max_grad_norm = 1.0      # clip_grad_norm_(model.parameters(), 1.0) after backward()
+ *   }
+ *
+ * sampler_dims: the mesh dimensions the data sampler gives ranks different
+ * batches over (a name or a tuple of names); without it, the data-parallel
+ * dimensions, as tprun feeds them. max_grad_norm: the max_norm of
+ * torch.nn.utils.clip_grad_norm_ over model.parameters(), 0 for none; it
+ * becomes the schedule's max_grad_norm, tprun's default --max-grad-norm. */
+#ifndef TPCC_TRAIN_BLOCK_H
+#define TPCC_TRAIN_BLOCK_H
+
+#include <stdbool.h>
+#include "compiler/front/ast.h"
+#include "compiler/front/config.h"
+#include "sched/layout.h"
+
+typedef struct tp_train_spec {
+    const tp_node *block;                   /* NULL: the plan has none */
+    const tp_node *sampler;                 /* the sampler_dims value; NULL: not given */
+    bool sampler_over[TP_MAX_MESH_DIMS];    /* per mesh dimension: batches differ along it */
+    const tp_node *max_grad_norm;           /* the max_grad_norm value; NULL: not given */
+    double max_grad_norm_value;             /* >= 0; 0: no clipping */
+} tp_train_spec;
+
+struct tp_plan;
+
+/* Read the plan's train { } block (at most one) into p->train; errors for
+ * an unknown key, a malformed value or a dimension the mesh lacks. */
+void tp_train_block_read(struct tp_plan *p, const tp_node *file, tp_config *c);
+
+/* A train { } block in a model file is an error: it describes a plan's
+ * training script. */
+void tp_train_block_reject_in_model(const tp_node *model_file, tp_diags *d);
+
+#endif /* TPCC_TRAIN_BLOCK_H */

@@ -1,0 +1,150 @@
+// The training-only checks beside unreduced-grad: partial-grad (a
+// gradient each rank holds a share of, carried on as whole), data-split
+// (train { sampler_dims } handing the ranks of a tp group different
+// batches), grad-clip (train { max_grad_norm } over parameters
+// clip_grad_norm_ cannot take together). The bad plans are tests/bad/train-*.plan (BadPlan checks their
+// expectations and FixableBadPlan that their fix-its remove the errors);
+// their fixes are tests/good/train-*.plan, which train with the warnings
+// they state and nothing else.
+#include <gtest/gtest.h>
+#include <fstream>
+#include <string>
+#include <vector>
+#include "tests/support/plan_harness.h"
+#include "tests/support/process.h"
+
+using namespace tpcc_test;
+
+namespace {
+
+// Every good plan compiles to a training schedule with exactly the
+// findings it states.
+TEST(TrainChecks, GoodPlansTrainWithTheirStatedFindingsOnly)
+{
+    std::vector<std::string> good = files_in("tests/good", ".plan");
+    ASSERT_GE(good.size(), 2u);
+    TempDir dir;
+    for (const auto &plan : good) {
+        tp_unit u;
+        compile(&u, plan, {}, true);
+        EXPECT_EQ(findings(&u), expectations(plan)) << plan << "\n" << rendered(&u);
+        tp_unit_free(&u);
+        Proc r = run_tpcc({"--train", plan, "-o", dir.path + "/s.sched"});
+        EXPECT_EQ(r.code(), 0) << r.describe();
+    }
+}
+
+// A hook-less local style is fine for a forward step (inference); only a
+// training step has the unsummed gradient.
+TEST(TrainChecks, PartialGradOnlyUnderTrain)
+{
+    const std::string bad = source_path("tests/bad/train-partial-grad.plan");
+    EXPECT_EQ(run_tpcc({"--check", bad}).code(), 0);
+    Proc r = run_tpcc({"--check", "--train", bad});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "\"local_colwise\" (transformers 4.56: ColwiseParallel(use_dtensor=False)) has no "
+                                "hook")) << r.err;
+    EXPECT_TRUE(contains(r.err, "Partial(sum)")) << r.err;
+    EXPECT_TRUE(contains(r.err, "to_local(grad_placements=[Partial()])")) << r.err;
+}
+
+// A plan on `mesh` whose one block is on the mesh's "tp", and `train`.
+std::string write_plan(const TempDir &dir, const std::string &mesh, const std::string &train)
+{
+    std::string path = dir.path + "/p.plan";
+    std::ofstream f(path);
+    f << "model \"" << source_path("models/llama.model") << "\"\nconfig { tp = 2 }\n" << mesh << "\n"
+      << "parallelize \"\" on \"tp\" { \"model.embed_tokens\": RowwiseParallel(input_layouts=Replicate()) }\n"
+      << train << "\n";
+    return path;
+}
+
+// On a tp-only mesh the data must not be split at all: the fix is the
+// empty tuple. Splitting over dp only is the default and what tprun does.
+TEST(TrainChecks, DataSplitOnATpOnlyMeshWantsNoSplit)
+{
+    TempDir dir;
+    Proc r = run_tpcc({"--check", write_plan(dir, "mesh(tp = tp)", "train { sampler_dims = \"tp\" }")});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "[data-split]")) << r.err;
+    EXPECT_TRUE(contains(r.err, "sampler_dims = () (every rank reads the same batch)")) << r.err;
+    EXPECT_EQ(run_tpcc({"--check", write_plan(dir, "mesh(tp = tp)", "train { sampler_dims = () }")}).code(), 0);
+    EXPECT_EQ(run_tpcc({"--check", write_plan(dir, "mesh(tp = tp)", "")}).code(), 0);
+}
+
+// Leaving a data-parallel dimension out works in PyTorch (a warning): the
+// replicas repeat each other.
+TEST(TrainChecks, DataSplitWarnsOfReplicasReadingTheSameBatches)
+{
+    TempDir dir;
+    Proc r = run_tpcc({"--check", "--train", write_plan(dir, "mesh(dp = 2, tp = tp)", "train { sampler_dims = () }")});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_TRUE(contains(r.err, "warning: sampler_dims leaves out the data-parallel dimension 'dp': its 2 replicas "
+                                "read the same batches")) << r.err;
+    EXPECT_TRUE(contains(r.err, "[data-split]")) << r.err;
+}
+
+// train { } names only what it knows, and belongs in the plan.
+TEST(TrainChecks, TrainBlockRefusesWhatItDoesNotKnow)
+{
+    TempDir dir;
+    Proc r = run_tpcc({"--check", write_plan(dir, "mesh(tp = tp)", "train { sampler_dim = \"tp\" }")});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "train { } has no key 'sampler_dim'")) << r.err;
+    EXPECT_TRUE(contains(r.err, "did you mean 'sampler_dims'?")) << r.err;
+    r = run_tpcc({"--check", write_plan(dir, "mesh(tp = tp)", "train { sampler_dims = 2 }")});
+    EXPECT_TRUE(contains(r.err, "sampler_dims names mesh dimensions")) << r.err;
+    r = run_tpcc({"--check", write_plan(dir, "mesh(tp = tp)", "train { sampler_dims = \"dp\" } train { }")});
+    EXPECT_TRUE(contains(r.err, "sampler_dims names 'dp', which is no dimension of the mesh")) << r.err;
+    EXPECT_TRUE(contains(r.err, "the plan has a train { } block already")) << r.err;
+}
+
+// Mixed DTensor and plain parameters: torch's own error, the first of each
+// kind, where the plain ones come from, and what makes them DTensors. One
+// device has nothing to mix.
+TEST(TrainChecks, GradClipNamesBothKindsOfParameter)
+{
+    const std::string bad = source_path("tests/bad/train-grad-clip.plan");
+    Proc r = run_tpcc({"--check", "--train", bad});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "gets DTensor parameters ('model.embed_tokens.weight') and plain ones "
+                                "('model.layers.0.input_layernorm.weight', which no style distributed)")) << r.err;
+    EXPECT_TRUE(contains(r.err, "'aten._foreach_norm.Scalar got mixed torch.Tensor and DTensor'")) << r.err;
+    EXPECT_TRUE(contains(r.err, "'model.layers.0.input_layernorm' keeps its parameters plain")) << r.err;
+    EXPECT_TRUE(contains(r.err, "SequenceParallel() on the norms")) << r.err;
+    EXPECT_EQ(run_tpcc({"--check", "--train", bad, "-D", "tp=1"}).code(), 0);
+}
+
+// Plain parameters only, some of them a rank's slice (transformers 4.56's
+// local styles on every Linear, nothing else styled): each rank's norm is
+// its own.
+TEST(TrainChecks, GradClipOverPlainSlicesIsPerRank)
+{
+    TempDir dir;
+    std::string plan = dir.write("p.plan", "model \"" + source_path("models/llama.model") +
+                                               "\"\nconfig { tp = 2 }\n"
+                                               "parallelize \"model.layers.*.mlp\" { \"gate_proj\": \"local_colwise\", "
+                                               "\"up_proj\": \"local_colwise\", \"down_proj\": \"local_rowwise\" }\n"
+                                               "parallelize \"model.layers.*\" { \"mlp\": \"gather\" }\n"
+                                               "train { max_grad_norm = 1.0 }\n");
+    Proc r = run_tpcc({"--check", plan});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "sees plain tensors only, and 'model.layers.0.mlp.gate_proj.weight' is this rank's "
+                                "slice")) << r.err;
+    EXPECT_TRUE(contains(r.err, "[grad-clip]")) << r.err;
+}
+
+// max_grad_norm is a number of at least 0; 0 clips nothing, so it mixes
+// nothing.
+TEST(TrainChecks, MaxGradNormIsANonNegativeNumber)
+{
+    TempDir dir;
+    for (const char *bad : {"-1.0", "\"one\""}) {
+        Proc r = run_tpcc({"--check", write_plan(dir, "mesh(tp = tp)", std::string("train { max_grad_norm = ") +
+                                                                           bad + " }")});
+        EXPECT_TRUE(contains(r.err, "max_grad_norm is clip_grad_norm_'s max_norm")) << bad << "\n" << r.err;
+    }
+    EXPECT_EQ(run_tpcc({"--check", write_plan(dir, "mesh(tp = tp)", "train { max_grad_norm = 0 }")}).code(), 0);
+}
+
+}  // namespace
