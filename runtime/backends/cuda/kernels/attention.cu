@@ -53,7 +53,8 @@ extern "C" void tp_k_attention(tp_stream st, tp_kernel_dtype t, void *out, const
         return;
     if (t == TP_KERNEL_BF16 && flash_attention_supports(d, q, k, v)) {
         __nv_bfloat16 *o = (__nv_bfloat16 *)out;
-        const __nv_bfloat16 *bq = (const __nv_bfloat16 *)q, *bk = (const __nv_bfloat16 *)k, *bv = (const __nv_bfloat16 *)v;
+        const __nv_bfloat16 *bq = (const __nv_bfloat16 *)q, *bk = (const __nv_bfloat16 *)k,
+                            *bv = (const __nv_bfloat16 *)v;
         if (d == 64)
             flash_attention_launch<64>(st, o, bq, bk, bv, b, s, h, g, scale, softcap);
         else
