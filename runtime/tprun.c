@@ -51,6 +51,9 @@ static const char usage[] =
     "  --profile-json FILE  the same plus weight bytes read and collective bytes, as JSON\n"
     "  --trace FILE         Chrome trace-event JSON, one track per rank (Perfetto)\n"
     "  --threads T          BLAS threads per rank (default 1)\n"
+    "  --repeat N           run the forward N times after loading (default 1) and report the\n"
+    "                       median step; --profile-json lists every step's time; --out,\n"
+    "                       --compare and --trace use the last step\n"
     "  --backend B          cuda (bf16 or fp32 schedules; one GPU per rank) or cpu (fp32);\n"
     "                       default: cuda when a GPU is usable, else cpu\n"
     "  -q, --quiet          print nothing but errors\n"
@@ -80,7 +83,7 @@ static const char usage[] =
     "                       training goes on to --steps, the data from where it stopped\n";
 
 enum { OPT_WEIGHTS = 256, OPT_SEED, OPT_TOKENS, OPT_LABELS, OPT_OUT, OPT_COMPARE, OPT_TOL, OPT_PROFILE,
-       OPT_PROFILE_JSON, OPT_TRACE, OPT_THREADS, OPT_BACKEND, OPT_VERSION, OPT_TRAIN };
+       OPT_PROFILE_JSON, OPT_TRACE, OPT_THREADS, OPT_REPEAT, OPT_BACKEND, OPT_VERSION, OPT_TRAIN };
 
 static int parse_args(tr_options *o, int argc, char **argv)
 {
@@ -91,6 +94,7 @@ static int parse_args(tr_options *o, int argc, char **argv)
         {"tolerance", required_argument, 0, OPT_TOL}, {"profile", no_argument, 0, OPT_PROFILE},
         {"profile-json", required_argument, 0, OPT_PROFILE_JSON}, {"trace", required_argument, 0, OPT_TRACE},
         {"threads", required_argument, 0, OPT_THREADS}, {"backend", required_argument, 0, OPT_BACKEND},
+        {"repeat", required_argument, 0, OPT_REPEAT},
         {"data", required_argument, 0, OPT_TRAIN}, {"steps", required_argument, 0, OPT_TRAIN},
         {"lr", required_argument, 0, OPT_TRAIN}, {"warmup", required_argument, 0, OPT_TRAIN},
         {"schedule", required_argument, 0, OPT_TRAIN}, {"weight-decay", required_argument, 0, OPT_TRAIN},
@@ -139,6 +143,15 @@ static int parse_args(tr_options *o, int argc, char **argv)
             o->threads = (int)strtol(optarg, &end, 10);
             if (*end || o->threads < 1 || o->threads > 256) {
                 fprintf(stderr, "tprun: --threads takes a positive number, not '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case OPT_REPEAT:
+            errno = 0;
+            o->repeat = (int)strtol(optarg, &end, 10);
+            if (errno || *end || !*optarg || o->repeat < 1 || o->repeat > 100000) {
+                fprintf(stderr, "tprun: --repeat takes a number of forward steps from 1 to 100000, not '%s'\n",
+                        optarg);
                 return -1;
             }
             break;

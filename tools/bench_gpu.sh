@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU benchmark (not a test; needs NVIDIA GPUs): tprun's forward step with
-# the CUDA backend, as tokens/s and model FLOP utilisation (MFU).
+# the CUDA backend, as tokens/s and model FLOP utilisation (MFU), and the
+# time attention takes.
 #
-#   tools/bench_gpu.sh [RUNS]            # RUNS defaults to 5
+#   tools/bench_gpu.sh [STEPS]           # STEPS defaults to 10
 #
 # Environment (all optional):
 #   PLAN         plan file (default plans/llama-megatron.plan)
@@ -16,11 +17,17 @@
 #                build/tprun_emulated checks this script on a machine without
 #                GPUs (the numbers then mean nothing)
 #
-# For each (dtype, tp): the schedule from `tpcc -o`, then RUNS processes of
-# `tprun -n tp SCHED --backend cuda --profile-json` on seeded weights. A
-# run's forward time is the largest of its ranks' forward_seconds (the
-# executor synchronises the device before it stops the clock); the table
-# shows the median over runs.
+# For each (dtype, tp): the schedule from `tpcc -o`, then two processes of
+# `tprun -n tp SCHED --backend cuda --repeat STEPS` on seeded weights, each
+# running the forward STEPS times after loading (steady state: the first
+# step's one-time costs do not count in the median):
+#   - the timed one: the median step as tprun's summary prints it (rank 0;
+#     the executor synchronises the device before it stops each step's
+#     clock, and the ranks meet in collectives);
+#   - the profiled one (--profile-json): the time per op kind of the median
+#     step, the slowest rank's; the executor then synchronises after every
+#     op, so its steps are a little slower: the table gives attention's
+#     time and its share of that step.
 #
 #   tokens/s  = batch * seq / forward seconds
 #   MFU       = model FLOPs / forward seconds / (tp * peak FLOP/s of one GPU)
@@ -32,19 +39,17 @@
 # without TF32 (CUBLAS_DEFAULT_MATH), so their peak is the non-tensor fp32
 # one.
 #
-# Each tprun process runs one forward step: CUDA_MODULE_LOADING=EAGER loads
-# every kernel (ours and cuBLAS's) when the context is created, outside the
-# timed forward; what remains of first-call cost (cuBLAS heuristics) is
-# small against a forward of this size. It fails only when something cannot
+# CUDA_MODULE_LOADING=EAGER loads every kernel (ours and cuBLAS's) when the
+# context is created, outside the timed steps. It fails only when something cannot
 # be built or a run fails; it asserts no target, since timings are the
 # machine's.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-runs="${1:-5}"
-if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
-    echo "usage: $0 [RUNS]   (RUNS a positive integer, default 5)" >&2
+steps="${1:-10}"
+if ! [[ "$steps" =~ ^[1-9][0-9]*$ ]]; then
+    echo "usage: $0 [STEPS]   (STEPS a positive integer, default 10)" >&2
     exit 2
 fi
 command -v mpiexec >/dev/null || { echo "bench_gpu: mpiexec not found (Debian: mpich; tools/setup.sh installs it)" >&2; exit 1; }
@@ -114,16 +119,19 @@ model_flops() {   # dtype
         python3 -c 'import json, sys; print(json.load(sys.stdin)["forward_flops"])'
 }
 
-forward_seconds() {   # profile.json -> the slowest rank's forward
-    python3 -c 'import json, sys; print(max(r["forward_seconds"] for r in json.load(open(sys.argv[1]))["ranks"]))' "$1"
+# profile.json -> "attention seconds, step seconds" of the slowest rank's median step
+attention_seconds() {
+    python3 -c 'import json, sys
+ranks = json.load(open(sys.argv[1]))["ranks"]
+slowest = max(ranks, key=lambda r: r["forward_seconds"])
+assert len(slowest["steps"]) == int(sys.argv[2]), "one time per step"
+print(slowest["ops"].get("attention", {}).get("seconds", 0.0), slowest["forward_seconds"])' "$1" "$2"
 }
 
-median() { sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
-
-echo "GPU: ${name:-unknown} x $gpus; plan $plan; $sizes; $runs runs each"
+echo "GPU: ${name:-unknown} x $gpus; plan $plan; $sizes; median of $steps steps after loading"
 echo
-echo "| dtype | tp | median forward ms | min ms | tokens/s | model TFLOP/s | MFU |"
-echo "|---|---|---|---|---|---|---|"
+echo "| dtype | tp | median step ms | tokens/s | model TFLOP/s | MFU | attention ms (profiled) | attention share |"
+echo "|---|---|---|---|---|---|---|---|"
 for dt in $dtypes; do
     flops=$(model_flops "$dt")
     peak=$(peak_of "$dt")
@@ -134,26 +142,34 @@ for dt in $dtypes; do
         # batch x seq: the elements of the input ids
         tokens=$(python3 -c 'import json, math, sys
 print(math.prod(next(b for b in json.load(open(sys.argv[1]))["buffers"] if b["name"] == "input_ids")["shape"]))' "$sched")
-        times=()
-        for ((r = 0; r < runs; r++)); do
-            prof="$work/profile-$dt-tp$tp-$r.json"
-            args=("$sched" --backend cuda --labels tokens --profile-json "$prof" -q)
-            [[ "$tp" -gt 1 ]] && args=(-n "$tp" "${args[@]}")
-            if ! CUDA_MODULE_LOADING=EAGER "$tprun" "${args[@]}"; then
-                echo "bench_gpu: tprun failed (dtype $dt, tp $tp)" >&2
-                exit 1
-            fi
-            times+=("$(forward_seconds "$prof")")
-        done
-        med=$(printf '%s\n' "${times[@]}" | median)
-        min=$(printf '%s\n' "${times[@]}" | sort -g | head -1)
-        python3 - "$dt" "$tp" "$med" "$min" "$tokens" "$flops" "${peak:-}" <<'EOF'
+        launch=()
+        [[ "$tp" -gt 1 ]] && launch=(-n "$tp")
+        prof="$work/profile-$dt-tp$tp.json"
+        timed="$work/timed-$dt-tp$tp.txt"
+        if ! CUDA_MODULE_LOADING=EAGER "$tprun" ${launch[@]+"${launch[@]}"} "$sched" --backend cuda --labels tokens \
+                --repeat "$steps" >"$timed" ||
+           ! CUDA_MODULE_LOADING=EAGER "$tprun" ${launch[@]+"${launch[@]}"} "$sched" --backend cuda --labels tokens \
+                --repeat "$steps" --profile-json "$prof" -q; then
+            echo "bench_gpu: tprun failed (dtype $dt, tp $tp)" >&2
+            exit 1
+        fi
+        # "  forward     12.345 ms, 165898 tokens/s (median of 10 steps)"
+        med=$(sed -n 's/^  forward  *\([0-9.]*\) ms.*/\1/p' "$timed")
+        if [[ -z "$med" ]]; then
+            echo "bench_gpu: no forward time in tprun's summary ($timed)" >&2
+            exit 1
+        fi
+        read -r attn profiled < <(attention_seconds "$prof" "$steps")
+        python3 - "$dt" "$tp" "$med" "$tokens" "$flops" "${peak:-}" "$attn" "$profiled" <<'EOF'
 import sys
-dt, tp, med, mn, tokens, flops, peak = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), \
-    float(sys.argv[5]), float(sys.argv[6]), sys.argv[7]
+dt, tp, med_ms, tokens, flops, peak = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), \
+    float(sys.argv[5]), sys.argv[6]
+attn, profiled = float(sys.argv[7]), float(sys.argv[8])
+med = med_ms / 1e3
 tflops = flops / med / 1e12
 mfu = f"{100 * tflops / (tp * float(peak)):.1f}%" if peak else "n/a (set PEAK_TFLOPS)"
-print(f"| {dt} | {tp} | {med * 1e3:.2f} | {mn * 1e3:.2f} | {tokens / med:,.0f} | {tflops:.1f} | {mfu} |")
+share = f"{100 * attn / profiled:.1f}%" if profiled > 0 else "n/a"
+print(f"| {dt} | {tp} | {med_ms:.2f} | {tokens / med:,.0f} | {tflops:.1f} | {mfu} | {attn * 1e3:.2f} | {share} |")
 EOF
     done
 done

@@ -23,6 +23,10 @@ typedef struct job {
     tp_checkpoint *ckpt;
     int64_t vocab;              /* rows of the input embedding: valid token ids */
     size_t weight_bytes_read;
+    int32_t *ids, *labels;      /* the inputs, host copies: every step writes them again, since
+                                   the arena reuses their memory once they are read */
+    int nsteps;                 /* forward steps run (--repeat) */
+    double *step_seconds;       /* each step's time, in the order run */
     char *err;
     size_t errlen;
 } job;
@@ -167,7 +171,8 @@ static int read_inputs(job *j)
     if (rc)
         return rc;
     int64_t n = tr_buf_elems(&s->bufs[s->input_ids]);
-    int32_t *ids = tp_xmalloc((size_t)n * sizeof *ids), *labels = tp_xmalloc((size_t)n * sizeof *labels);
+    int32_t *ids = j->ids = tp_xmalloc((size_t)n * sizeof *ids);
+    int32_t *labels = j->labels = tp_xmalloc((size_t)n * sizeof *labels);
     if (j->o->tokens) {
         rc = read_ids(j, "--tokens", j->o->tokens, ids, n);
     } else {
@@ -189,14 +194,16 @@ static int read_inputs(job *j)
         if (labels[i] != -100 && (labels[i] < 0 || labels[i] >= j->vocab))
             rc = fail(j, "label %d at position %lld is neither -100 nor in [0, %lld)", labels[i], (long long)i,
                       (long long)j->vocab);
-    if (!rc) {
-        tr_exec_write_buf(&j->x, s->input_ids, ids);
-        if (s->labels >= 0 && j->o->labels)
-            tr_exec_write_buf(&j->x, s->labels, labels);
-    }
-    free(ids);
-    free(labels);
     return rc;
+}
+
+/* The inputs into the arena, before each step. */
+static void write_inputs(job *j)
+{
+    const tr_schedule *s = &j->s;
+    tr_exec_write_buf(&j->x, s->input_ids, j->ids);
+    if (s->labels >= 0 && j->o->labels)
+        tr_exec_write_buf(&j->x, s->labels, j->labels);
 }
 
 /* ---- outputs ------------------------------------------------------------ */
@@ -299,7 +306,10 @@ static void print_summary(job *j, const float *logits, const int64_t shape[3], f
         printf("%s%lld", b ? ", " : "", (long long)best);
     }
     double sec = j->x.profile.total_seconds;
-    printf("\n  forward     %.3f ms, %.0f tokens/s\n", sec * 1e3, sec > 0 ? (double)(shape[0] * shape[1]) / sec : 0);
+    printf("\n  forward     %.3f ms, %.0f tokens/s", sec * 1e3, sec > 0 ? (double)(shape[0] * shape[1]) / sec : 0);
+    if (j->nsteps > 1)
+        printf(" (median of %d steps)", j->nsteps);
+    printf("\n");
 }
 
 static int outputs(job *j)
@@ -353,8 +363,11 @@ static int gather_stats(job *j, rank_stats *all)
 static void print_profile(const job *j, const rank_stats *all)
 {
     for (int r = 0; r < j->comm->world; r++) {
-        printf("profile, rank %d: %.3f ms forward, %.1f KiB moved by collectives, %.1f KiB of weights read\n", r,
-               all[r].total * 1e3, all[r].comm_bytes / 1024, all[r].weight_bytes / 1024);
+        char median[48] = "";
+        if (j->nsteps > 1)
+            snprintf(median, sizeof median, " (median of %d steps)", j->nsteps);
+        printf("profile, rank %d: %.3f ms forward%s, %.1f KiB moved by collectives, %.1f KiB of weights read\n", r,
+               all[r].total * 1e3, median, all[r].comm_bytes / 1024, all[r].weight_bytes / 1024);
         for (int k = 0; k < TP_OP_COUNT; k++)
             if (all[r].count[k])
                 printf("  %-15s %5.0f x %10.3f ms  %5.1f%%\n", tp_op_names[k], all[r].count[k], all[r].seconds[k] * 1e3,
@@ -362,7 +375,7 @@ static void print_profile(const job *j, const rank_stats *all)
     }
 }
 
-static int write_profile_json(job *j, const rank_stats *all)
+static int write_profile_json(job *j, const rank_stats *all, const double *steps)
 {
     FILE *f = fopen(j->o->profile_json, "w");
     if (!f)
@@ -379,7 +392,10 @@ static int write_profile_json(job *j, const rank_stats *all)
                         all[r].count[k], all[r].seconds[k]);
                 first = 0;
             }
-        fprintf(f, "}}");
+        fprintf(f, "}, \"steps\": [");
+        for (int i = 0; i < j->nsteps; i++)
+            fprintf(f, "%s%.9g", i ? ", " : "", steps[(size_t)r * j->nsteps + i]);
+        fprintf(f, "]}");
     }
     fprintf(f, "\n]}\n");
     return fclose(f) == 0 ? 0 : fail(j, "--profile-json: cannot write '%s'", j->o->profile_json);
@@ -434,15 +450,56 @@ static int report(job *j)
     if (!j->o->profile && !j->o->profile_json)
         return j->o->trace ? write_trace(j) : 0;
     rank_stats *all = tp_xcalloc((size_t)j->comm->world, sizeof *all);
+    double *steps = tp_xcalloc((size_t)j->comm->world * (size_t)j->nsteps, sizeof *steps);
+    char why[400];
     int rc = gather_stats(j, all);
+    if (!rc && j->comm->ops->gather_bytes(j->comm, steps, j->step_seconds, (size_t)j->nsteps * sizeof *steps, why,
+                                          sizeof why))
+        rc = fail(j, "%s", why);
     if (!rc && rank0(j) && j->o->profile)
         print_profile(j, all);
     if (!rc && rank0(j) && j->o->profile_json)
-        rc = write_profile_json(j, all);
+        rc = write_profile_json(j, all, steps);
     free(all);
+    free(steps);
     if (!rc && j->o->trace)
         rc = write_trace(j);
     return rc;
+}
+
+/* ---- steps ---------------------------------------------------------------- */
+
+static int by_seconds(const void *a, const void *b)
+{
+    const tr_profile *x = a, *y = b;
+    return (x->total_seconds > y->total_seconds) - (x->total_seconds < y->total_seconds);
+}
+
+/* --repeat N: the forward N times on the same inputs, written again before
+ * each step (the memory plan reuses their arena space once they are read);
+ * every op rewrites its output, so each step computes the same numbers.
+ * The logits and the trace are the last step's. The profile kept is the median step's, the lower
+ * middle one for an even N, so its op times add up to one real step. */
+static int run_forward(job *j)
+{
+    char why[900];
+    j->nsteps = j->o->repeat > 0 ? j->o->repeat : 1;
+    j->step_seconds = tp_xcalloc((size_t)j->nsteps, sizeof *j->step_seconds);
+    tr_profile *steps = tp_xcalloc((size_t)j->nsteps, sizeof *steps);
+    for (int i = 0; i < j->nsteps; i++) {
+        memset(&j->x.profile, 0, sizeof j->x.profile);
+        write_inputs(j);
+        if (tr_exec_run(&j->x, why, sizeof why)) {
+            free(steps);
+            return fail(j, "%s", why);
+        }
+        steps[i] = j->x.profile;
+        j->step_seconds[i] = j->x.profile.total_seconds;
+    }
+    qsort(steps, (size_t)j->nsteps, sizeof *steps, by_seconds);
+    j->x.profile = steps[(j->nsteps - 1) / 2];
+    free(steps);
+    return 0;
 }
 
 /* A training schedule takes --data and --steps and nothing of a forward
@@ -459,6 +516,9 @@ static int options_match_training(job *j)
     }
     if (!o->train.steps || !o->train.data)
         return fail(j, "%s is a training schedule (tpcc --train): give it --data TOKENS and --steps N", o->schedule);
+    if (o->repeat)
+        return fail(j, "%s is a training schedule: --repeat repeats a forward step; a training run takes --steps N "
+                    "(--log-json FILE records each step's time)", o->schedule);
     if (o->tokens || o->labels || o->out || o->compare || o->profile || o->profile_json || o->trace)
         return fail(j, "%s is a training schedule: --tokens, --labels, --out, --compare, --profile and --trace go "
                     "with forward schedules; it reads its batches from --data", o->schedule);
@@ -504,8 +564,8 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
     } else {
         if (!rc)
             rc = read_inputs(&j);
-        if (!rc && tr_exec_run(&j.x, why, sizeof why))
-            rc = fail(&j, "%s", why);
+        if (!rc)
+            rc = run_forward(&j);
         if (!rc)
             rc = outputs(&j);
         if (!rc)
@@ -513,6 +573,9 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
     }
     if (j.ckpt)
         tp_checkpoint_close(j.ckpt);
+    free(j.step_seconds);
+    free(j.ids);
+    free(j.labels);
     tr_exec_free(&j.x);
     tr_dp_free(&groups);
     tr_schedule_free(&j.s);

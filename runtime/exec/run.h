@@ -21,6 +21,7 @@ typedef struct tr_options {
     bool profile, quiet;
     const char *profile_json, *trace;
     int threads;
+    int repeat;                 /* --repeat: forward steps on the same inputs (0: not given, one) */
     const char *backend;        /* "cpu" or "cuda" (tprun resolves the default) */
     tr_train_options train;     /* a training schedule's run (runtime/train/) */
 } tr_options;

@@ -62,12 +62,17 @@ const double kBf16LossTolerance = 1e-3;
 
 const std::vector<std::string> kEnv = {"OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1"};
 
-// The sizes of test_tprun.cc: small enough for 4 ranks on 2 cores.
-std::vector<std::string> tiny(const std::string &plan, int tp)
+// The sizes of test_tprun.cc: small enough for 4 ranks on 2 cores; `over`
+// replaces some ("heads=2").
+std::vector<std::string> tiny(const std::string &plan, int tp, const std::vector<std::string> &over = {})
 {
     std::vector<std::string> d = {"vocab=256", "hidden=64", "layers=2", "heads=8", "ffn=128", "seq=16", "batch=2",
                                   "tp=" + std::to_string(tp)};
     d.push_back(contains(std::filesystem::path(plan).filename().string(), "gpt2") ? "positions=32" : "kv_heads=4");
+    for (const std::string &o : over)
+        for (auto &x : d)
+            if (x.substr(0, x.find('=')) == o.substr(0, o.find('=')))
+                x = o;
     std::vector<std::string> flags;
     for (auto &x : d) {
         flags.push_back("-D");
@@ -76,12 +81,13 @@ std::vector<std::string> tiny(const std::string &plan, int tp)
     return flags;
 }
 
-std::string compile(const TempDir &dir, const std::string &plan, int tp, const std::string &dtype)
+std::string compile(const TempDir &dir, const std::string &plan, int tp, const std::string &dtype,
+                    const std::vector<std::string> &over = {})
 {
     std::string out = dir.path + "/" + fs::path(plan).stem().string() + "-tp" + std::to_string(tp) + "-" + dtype +
                       ".sched";
     std::vector<std::string> args = {plan, "-o", out, "--dtype", dtype};
-    for (auto &f : tiny(plan, tp))
+    for (auto &f : tiny(plan, tp, over))
         args.push_back(f);
     Proc p = run_program(kTpcc, args);
     EXPECT_EQ(p.code(), 0) << p.describe();
@@ -113,9 +119,10 @@ std::string loss_of(const std::string &out)
 
 // The CPU backend's logits (fp32, tp = 1) of a plan, written to ref, and
 // its loss.
-std::string cpu_reference(const TempDir &dir, const std::string &plan, const std::string &ref)
+std::string cpu_reference(const TempDir &dir, const std::string &plan, const std::string &ref,
+                          const std::vector<std::string> &over = {})
 {
-    std::string sched = compile(dir, plan, 1, "fp32");
+    std::string sched = compile(dir, plan, 1, "fp32", over);
     std::vector<std::string> args = labels_for(kTpcc, sched);
     args.insert(args.end(), {"--backend", "cpu", "--out", ref});
     Proc p = run(kTprun, 1, sched, args);
@@ -145,16 +152,16 @@ std::string plan_name(const std::string &plan)
 // CPU twin (fp32, tp = 1). On real GPUs (gpu_run), "no usable GPU" and "too
 // few GPUs for tp ranks" are skips, not failures.
 void check_against_cpu(const std::string &program, const std::string &plan, const std::vector<int> &tps,
-                       bool gpu_run)
+                       bool gpu_run, const std::vector<std::string> &over = {})
 {
     ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
     TempDir dir;
     std::string ref = dir.path + "/cpu.npy";
-    double cpu_loss = atof(cpu_reference(dir, plan, ref).c_str());
+    double cpu_loss = atof(cpu_reference(dir, plan, ref, over).c_str());
     for (int tp : tps)
         for (std::string dtype : {"fp32", "bf16"}) {
             const char *tol = dtype == "fp32" ? kFp32Tolerance : kBf16Tolerance;
-            std::string sched = compile(dir, plan, tp, dtype);
+            std::string sched = compile(dir, plan, tp, dtype, over);
             std::vector<std::string> args = labels_for(kTpcc, sched);
             args.insert(args.end(), {"--backend", "cuda", "--compare", ref, "--tolerance", tol});
             Proc p = run(program, tp, sched, args);
@@ -182,6 +189,12 @@ TEST_P(Emulated, CudaBackendMatchesCpuAtTp1And2) { check_against_cpu(kEmulated, 
 
 INSTANTIATE_TEST_SUITE_P(Shipped, Emulated, ::testing::ValuesIn(shipped_plans()),
                          [](const auto &info) { return plan_name(info.param); });
+
+// Head dimensions 64 and 128, where bf16 attention runs on tensor cores
+// (attention_flash.cuh), over 80 positions: a whole block of 64 queries and
+// a ragged one; GQA.
+const std::vector<std::string> kHeadDim64 = {"hidden=256", "heads=4", "kv_heads=2", "ffn=256", "seq=80"};
+const std::vector<std::string> kHeadDim128 = {"hidden=256", "heads=2", "kv_heads=1", "ffn=256", "seq=80"};
 
 class EmulatedRun : public ::testing::Test {
 protected:
@@ -250,6 +263,33 @@ TEST_F(EmulatedRun, ProfileBytesOfABf16ScheduleAreTheSchedules)
     }
     json_decref(s);
     json_decref(j);
+}
+
+// --repeat on the CUDA backend: the same device arena for every step, the
+// last step's logits the same as one step's, one time per step per rank.
+TEST_F(EmulatedRun, RepeatGivesTheSameLogits)
+{
+    std::string sched = compile(dir, plan, 2, "bf16"), once = dir.path + "/once.npy", thrice = dir.path + "/thrice.npy",
+                prof = dir.path + "/p.json";
+    Proc p1 = run(kEmulated, 2, sched, {"--backend", "cuda", "--labels", "tokens", "--out", once, "-q"});
+    ASSERT_EQ(p1.code(), 0) << p1.describe();
+    Proc p3 = run(kEmulated, 2, sched,
+                  {"--backend", "cuda", "--labels", "tokens", "--out", thrice, "--repeat", "3", "--profile-json", prof});
+    ASSERT_EQ(p3.code(), 0) << p3.describe();
+    EXPECT_TRUE(contains(p3.out, "(median of 3 steps)")) << p3.describe();
+    EXPECT_EQ(slurp(once), slurp(thrice)) << "the third step's logits differ from one step's";
+    json_error_t e;
+    json_t *j = json_load_file(prof.c_str(), 0, &e);
+    ASSERT_TRUE(j) << e.text;
+    for (size_t r = 0; r < 2; r++)
+        EXPECT_EQ(json_array_size(json_object_get(json_array_get(json_object_get(j, "ranks"), r), "steps")), 3u) << r;
+    json_decref(j);
+}
+
+TEST_F(EmulatedRun, TensorCoreAttentionMatchesCpu)
+{
+    check_against_cpu(kEmulated, plan, {1}, false, kHeadDim64);
+    check_against_cpu(kEmulated, plan, {1}, false, kHeadDim128);
 }
 
 // Where a GPU is usable the default backend is cuda; where none is, cpu.
@@ -468,6 +508,14 @@ std::string gpu_plan() { return source_path("plans/llama-sp.plan"); }
 TEST(Gpu, CudaMatchesCpuAtTp1) { check_against_cpu(kTprun, gpu_plan(), {1}, true); }
 
 TEST(Gpu, CudaMatchesCpuAtTp2) { check_against_cpu(kTprun, gpu_plan(), {2}, true); }
+
+TEST(Gpu, TensorCoreAttentionMatchesCpuAtTp1)
+{
+    check_against_cpu(kTprun, gpu_plan(), {1}, true, kHeadDim64);
+    check_against_cpu(kTprun, gpu_plan(), {1}, true, kHeadDim128);
+}
+
+TEST(Gpu, TensorCoreAttentionMatchesCpuAtTp2) { check_against_cpu(kTprun, gpu_plan(), {2}, true, kHeadDim64); }
 
 TEST(Gpu, Gpt2MatchesCpuAtTp1) { check_against_cpu(kTprun, source_path("plans/gpt2-sp-tied.plan"), {1}, true); }
 

@@ -10,6 +10,7 @@
 // wrong shard or a missed reduction is off by O(0.01) or more.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -632,6 +633,58 @@ TEST(Trace, OneTrackPerRank)
     }
     EXPECT_TRUE(pid[0] && pid[1]);
     json_decref(t);
+}
+
+// --repeat N runs the forward N times on the same arena: every step computes
+// the same logits (nothing relies on fresh memory or on an output written
+// once); the profile is the median step's and lists every step's time.
+TEST(RepeatSteps, SameLogitsAndATimePerStep)
+{
+    ASSERT_TRUE(on_path("mpiexec")) << kInstallMpich;
+    TempDir dir;
+    for (int tp : {1, 2}) {
+        std::string sched = compile(dir, source_path("plans/llama-tiny.plan"), tp), once = dir.path + "/once.npy",
+                    thrice = dir.path + "/thrice.npy", prof = dir.path + "/p.json";
+        Proc p1 = tprun(tp, sched, {"--labels", "tokens", "--out", once});
+        ASSERT_EQ(p1.code(), 0) << p1.describe();
+        EXPECT_FALSE(contains(p1.out, "median")) << p1.describe();
+        Proc p3 = tprun(tp, sched,
+                        {"--labels", "tokens", "--out", thrice, "--repeat", "3", "--profile", "--profile-json", prof});
+        ASSERT_EQ(p3.code(), 0) << p3.describe();
+        EXPECT_EQ(slurp(once), slurp(thrice)) << "tp " << tp << ": the third step's logits differ from one step's";
+        EXPECT_TRUE(contains(p3.out, "(median of 3 steps)")) << p3.describe();
+        EXPECT_TRUE(contains(p3.out, "ms forward (median of 3 steps)")) << p3.describe();
+        json_error_t e;
+        json_t *j = json_load_file(prof.c_str(), 0, &e);
+        ASSERT_TRUE(j) << e.text;
+        ASSERT_EQ(json_array_size(json_object_get(j, "ranks")), (size_t)tp);
+        for (int r = 0; r < tp; r++) {
+            json_t *rank = json_array_get(json_object_get(j, "ranks"), (size_t)r);
+            json_t *steps = json_object_get(rank, "steps");
+            ASSERT_EQ(json_array_size(steps), 3u) << "rank " << r;
+            std::vector<double> t;
+            for (size_t i = 0; i < 3; i++)
+                t.push_back(json_number_value(json_array_get(steps, i)));
+            std::sort(t.begin(), t.end());
+            EXPECT_GT(t[0], 0.0) << "rank " << r;
+            EXPECT_EQ(json_number_value(json_object_get(rank, "forward_seconds")), t[1])
+                << "rank " << r << ": the median";
+            EXPECT_TRUE(json_object_get(json_object_get(rank, "ops"), "attention")) << "rank " << r;
+        }
+        json_decref(j);
+    }
+}
+
+TEST(RepeatSteps, BadCountsAreRefused)
+{
+    TempDir dir;
+    std::string sched = compile(dir, source_path("plans/llama-tiny.plan"), 1);
+    for (std::string bad : {"0", "-2", "three", "", "2x", "100001"}) {
+        Proc p = tprun(1, sched, {"--labels", "tokens", "--repeat", bad});
+        EXPECT_EQ(p.code(), 2) << bad;
+        EXPECT_TRUE(contains(p.err, "tprun: --repeat takes a number of forward steps from 1 to 100000, not '" + bad +
+                                        "'")) << p.describe();
+    }
 }
 
 // --- failures: a message naming the cause, a non-zero exit, no hang ----------------------

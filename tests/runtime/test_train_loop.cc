@@ -274,6 +274,21 @@ TEST(TrainCli, TrainingOptionsNeedATrainingSchedule)
     EXPECT_TRUE(contains(bad.err, "tprun: --schedule takes cosine or constant, not 'linear'")) << bad.describe();
 }
 
+// --repeat repeats a forward step; training counts its steps with --steps.
+TEST(TrainCli, RepeatIsRefusedForTraining)
+{
+    TempDir d;
+    std::string sched = d.path + "/train.sched";
+    tpcc_test::Proc c =
+        tpcc_test::run_tpcc({std::string(TPCC_SOURCE_DIR) + "/plans/llama-tiny.plan", "--train", "-o", sched});
+    ASSERT_EQ(c.code(), 0) << c.describe();
+    std::string data = d.write("t.npy", npy("<i4", raw(kIds), "(6,)"));
+    tpcc_test::Proc r = tpcc_test::run_program(kTprun, {sched, "--data", data, "--steps", "2", "--repeat", "3"});
+    EXPECT_EQ(r.code(), 1);
+    EXPECT_TRUE(contains(r.err, "is a training schedule: --repeat repeats a forward step; a training run takes "
+                                "--steps N")) << r.describe();
+}
+
 TEST(SafetensorsWrite, ShardedWithAnIndexAboveTheShardSize)
 {
     TempDir d;

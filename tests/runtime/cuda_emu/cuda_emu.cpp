@@ -116,6 +116,7 @@ struct Fiber {
     unsigned mask = 0;
     uint64_t value = 0, result = 0;
     int param = 0, width = 32;
+    void (*call)(void *const lanes[32]) = nullptr; // WARP_CALL's function
 };
 
 struct Collective {
@@ -454,6 +455,12 @@ static int source_lane(CollectiveOp op, int l, int param, int width)
 static void complete(Scheduler &s, int warp, const Collective &c)
 {
     Fiber *lanes = &s.fibers[(size_t)warp * 32];
+    if (c.op == WARP_CALL && lanes[0].call) { // the mask is full
+        void *args[32];
+        for (int l = 0; l < 32; l++)
+            args[l] = reinterpret_cast<void *>(lanes[l].value);
+        lanes[0].call(args);
+    }
     uint64_t ballot = 0;
     for (int l = 0; l < 32; l++)
         if (c.mask >> l & 1)
@@ -479,14 +486,16 @@ static void complete(Scheduler &s, int warp, const Collective &c)
         case BALLOT: f.result = ballot; break;
         case ALL: f.result = (ballot & c.mask) == c.mask; break;
         case ANY: f.result = ballot != 0; break;
-        case SYNCWARP: f.result = 0; break;
+        case SYNCWARP:
+        case WARP_CALL: f.result = 0; break;
         }
         f.state = RUNNABLE;
         make_runnable(s, f.linear);
     }
 }
 
-uint64_t collective(CollectiveOp op, const char *name, unsigned mask, uint64_t value, int param, int width)
+uint64_t collective(CollectiveOp op, const char *name, unsigned mask, uint64_t value, int param, int width,
+                   void (*call)(void *const lanes[32]))
 {
     Scheduler &s = in_kernel(name);
     Fiber &f = *cur_fiber;
@@ -506,6 +515,7 @@ uint64_t collective(CollectiveOp op, const char *name, unsigned mask, uint64_t v
     f.value = value;
     f.param = param;
     f.width = width;
+    f.call = call;
     f.state = AT_WARP;
     // join the open collective over the same lanes, or open one
     Collective *c = nullptr;
@@ -522,7 +532,7 @@ uint64_t collective(CollectiveOp op, const char *name, unsigned mask, uint64_t v
         w.open.push_back({op, name, mask, 0});
         c = &w.open.back();
     }
-    if (c->op != op)
+    if (c->op != op || (op == WARP_CALL && strcmp(c->name, name)))
         fail_in_kernel("lane %d calls %s while lanes 0x%08x of its warp wait in %s (mask 0x%08x)", f.lane, name,
                        c->arrived, c->name, mask);
     c->arrived |= 1u << f.lane;
@@ -533,6 +543,11 @@ uint64_t collective(CollectiveOp op, const char *name, unsigned mask, uint64_t v
     }
     switch_out(false);
     return f.result;
+}
+
+void warp_call(const char *name, void *args, void (*fn)(void *const lanes[32]))
+{
+    collective(WARP_CALL, name, 0xffffffffu, reinterpret_cast<uint64_t>(args), 0, 32, fn);
 }
 
 void *shared_static(const void *site, size_t bytes, size_t align)

@@ -19,6 +19,8 @@
  *   - __syncthreads() is a barrier over the block. Threads waiting there
  *     while others have exited is reported ("__syncthreads not reached by
  *     all threads") and fails the launch, as is any other deadlock.
+ *   - nvcuda::wmma's bf16 16x16x16 fragments, loads, stores and mma_sync
+ *     are collectives of the whole warp (cuda_emu_wmma.h).
  *   - warp shuffles, votes and __syncwarp are collectives over the lanes of
  *     `mask`: every lane in mask must call the same intrinsic with the same
  *     mask, the caller must be in mask, and reading a lane outside mask
@@ -75,6 +77,10 @@ struct dim3 {
 };
 typedef dim3 uint3;
 
+struct __align__(16) uint4 {
+    unsigned x, y, z, w;
+};
+
 constexpr int warpSize = 32;
 
 /* Out-of-line accessors of the running thread's indices: kernel code never
@@ -123,8 +129,10 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
 /* ---- synchronisation and warp collectives ------------------------------ */
 
 namespace tp_emu {
-enum CollectiveOp { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT, ALL, ANY, SYNCWARP };
-uint64_t collective(CollectiveOp op, const char *name, unsigned mask, uint64_t value, int param, int width);
+enum CollectiveOp { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT, ALL, ANY, SYNCWARP, WARP_CALL };
+/* call: WARP_CALL's function over every lane's value (cuda_emu_wmma.h) */
+uint64_t collective(CollectiveOp op, const char *name, unsigned mask, uint64_t value, int param, int width,
+                    void (*call)(void *const lanes[32]) = nullptr);
 void yield_point(void); /* lets another thread run (atomics) */
 void *shared_static(const void *site, size_t bytes, size_t align);
 void *shared_dynamic(void);
@@ -356,5 +364,8 @@ bool tp_emu_free(void *p);
     type(&name)[count] = *reinterpret_cast<type(*)[count]>(                                             \
         ::tp_emu::shared_static(&tp_emu_site_##name, sizeof(type) * (count), alignof(type)))
 #define TP_DYNAMIC_SHARED(type, name) type *name = reinterpret_cast<type *>(::tp_emu::shared_dynamic())
+
+/* nvcuda::wmma, as <mma.h> declares it */
+#include "cuda_emu_wmma.h"
 
 #endif /* TP_CUDA_EMU_H */

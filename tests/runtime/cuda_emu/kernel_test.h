@@ -7,8 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -113,6 +115,13 @@ struct Tol {
 // 2^-8: the kernel's one rounding of an fp32 result to bf16 at the store
 constexpr double kBf16Store = 1.0 / 256.0;
 
+// The tensor-core attention (attention_flash.cuh) rounds the probabilities
+// to bf16 for the P V product: each weight is within 2^-8 relative of the
+// softmax's (2^-9 from the rounding; the denominator sums the rounded
+// weights), and the values lie in [-1, 1], so the output is within 2^-8
+// absolute; then the store's rounding.
+constexpr Tol kFlashTol = {1.0 / 256.0, kBf16Store};
+
 inline Tol stored(Tol f32, tp_kernel_dtype t) { return t == TP_KERNEL_BF16 ? Tol{f32.atol, f32.rtol + kBf16Store} : f32; }
 
 // |got - want| <= atol + rtol |want|; NaN must meet NaN, inf the same inf.
@@ -134,6 +143,27 @@ inline void expect_close(const Vec &got, const Vec &want, Tol tol, const std::st
             bad++;
         }
     }
+}
+
+// The largest |got - want|, NaN counting as infinite (for the record of
+// what the tolerances leave).
+inline double max_error(const Vec &got, const Vec &want)
+{
+    double e = 0.0;
+    for (size_t i = 0; i < got.size() && i < want.size(); i++) {
+        const double d = std::fabs((double)got[i] - (double)want[i]);
+        e = std::isnan(d) ? INFINITY : std::max(e, d);
+        if (std::isinf(e))
+            break;
+    }
+    return e;
+}
+
+// expect_close, and the largest error printed ("max error ...")
+inline void compare(const Vec &got, const Vec &want, Tol tol, const std::string &what)
+{
+    expect_close(got, want, tol, what);
+    std::printf("max error %-60s %.3g\n", what.c_str(), max_error(got, want));
 }
 
 inline void expect_equal(const Vec &got, const Vec &want, const std::string &what) { expect_close(got, want, {0, 0}, what); }

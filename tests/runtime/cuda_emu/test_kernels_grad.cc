@@ -23,21 +23,6 @@ using namespace tp_ktest;
 // the reference: the CPU backend's kernels
 const tp_backend &ref() { return *cpu(); }
 
-// The largest |got - want| (for the record of what the tolerances leave).
-double max_error(const Vec &got, const Vec &want)
-{
-    double e = 0.0;
-    for (size_t i = 0; i < got.size() && i < want.size(); i++)
-        e = std::max(e, std::fabs((double)got[i] - (double)want[i]));
-    return e;
-}
-
-void compare(const Vec &got, const Vec &want, Tol tol, const std::string &what)
-{
-    expect_close(got, want, tol, what);
-    std::printf("max error %-60s %.3g\n", what.c_str(), max_error(got, want));
-}
-
 class GradKernels : public ::testing::TestWithParam<tp_kernel_dtype> {
   protected:
     tp_kernel_dtype t() const { return GetParam(); }

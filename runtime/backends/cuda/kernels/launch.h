@@ -21,6 +21,7 @@
 #else
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #include "cuda_check.h"
 
 #define TP_LAUNCH(kernel, grid, block, shmem, stream, ...)                                               \
