@@ -13,7 +13,9 @@
 #   DTYPES       schedule dtypes (default "bf16 fp32")
 #   PEAK_TFLOPS  dense peak of one GPU for the dtype, e.g. "bf16=989,fp32=67";
 #                default from the GPU's name (table below); MFU is n/a otherwise
-#   TPRUN        the tprun to time (default the one built here); pointing it at
+#   TPCC, TPRUN  binaries built elsewhere: both set, nothing is built here
+#                (a GPU machine without our build dependencies)
+#   TPRUN        alone: the tprun to time (default the one built here); pointing it at
 #                build/tprun_emulated checks this script on a machine without
 #                GPUs (the numbers then mean nothing)
 #
@@ -63,15 +65,19 @@ dtypes="${DTYPES:-bf16 fp32}"
 
 build_dir=build-bench-gpu
 mkdir -p "$build_dir"
-log="$build_dir/bench-gpu-build.log"
-if ! cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DTPCC_TESTS=OFF -DTPCC_CUDA=ON >"$log" 2>&1 ||
-   ! cmake --build "$build_dir" -j"$(nproc)" --target tpcc tprun >>"$log" 2>&1; then
-    cat "$log" >&2
-    echo "bench_gpu: build failed (log: $log)" >&2
-    exit 1
+if [[ -n "${TPCC:-}" && -n "${TPRUN:-}" ]]; then
+    tpcc="$TPCC" tprun="$TPRUN"          # built elsewhere (a machine without our build tools)
+else
+    log="$build_dir/bench-gpu-build.log"
+    if ! cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DTPCC_TESTS=OFF -DTPCC_CUDA=ON >"$log" 2>&1 ||
+       ! cmake --build "$build_dir" -j"$(nproc)" --target tpcc tprun >>"$log" 2>&1; then
+        cat "$log" >&2
+        echo "bench_gpu: build failed (log: $log)" >&2
+        exit 1
+    fi
+    tpcc="$build_dir/tpcc"
+    tprun="${TPRUN:-$build_dir/tprun}"
 fi
-tpcc="$build_dir/tpcc"
-tprun="${TPRUN:-$build_dir/tprun}"
 work="$build_dir/bench-gpu"
 mkdir -p "$work"
 
@@ -128,10 +134,45 @@ assert len(slowest["steps"]) == int(sys.argv[2]), "one time per step"
 print(slowest["ops"].get("attention", {}).get("seconds", 0.0), slowest["forward_seconds"])' "$1" "$2"
 }
 
-echo "GPU: ${name:-unknown} x $gpus; plan $plan; $sizes; median of $steps steps after loading"
+# PyTorch eager's forward of the same shapes (transformers' LlamaForCausalLM,
+# SDPA attention, random weights: the time does not depend on them) on one
+# GPU, the median of STEPS calls after one warm-up; "n/a" without torch and
+# transformers. Only for plans of the Llama family at tp 1.
+torch_ms() {   # dtype
+    # shellcheck disable=SC2086
+    python3 - "$1" "$steps" $sizes <<'EOF' 2>/dev/null || echo "n/a"
+import statistics, sys, time
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+dt, steps = sys.argv[1], int(sys.argv[2])
+d = dict(a.split("=", 1) for a in sys.argv[3:] if a != "-D")
+torch.backends.cuda.matmul.allow_tf32 = False
+config = LlamaConfig(vocab_size=int(d["vocab"]), hidden_size=int(d["hidden"]), num_hidden_layers=int(d["layers"]),
+                     num_attention_heads=int(d["heads"]), num_key_value_heads=int(d["kv_heads"]),
+                     intermediate_size=int(d["ffn"]), max_position_embeddings=int(d["seq"]))
+dtype = torch.bfloat16 if dt == "bf16" else torch.float32
+with torch.device("cuda"):
+    model = LlamaForCausalLM(config).to(dtype).eval()
+ids = torch.randint(0, config.vocab_size, (int(d["batch"]), int(d["seq"])), device="cuda")
+times = []
+with torch.no_grad():
+    model(ids)
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        model(ids)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+print("%.2f" % (statistics.median(times) * 1e3))
+EOF
+}
+
+torch_version=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "not installed")
+echo "GPU: ${name:-unknown} x $gpus; plan $plan; $sizes; median of $steps steps after loading; torch $torch_version"
 echo
-echo "| dtype | tp | median step ms | tokens/s | model TFLOP/s | MFU | attention ms (profiled) | attention share |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| dtype | tp | median step ms | tokens/s | model TFLOP/s | MFU | attention ms (profiled) | attention share | PyTorch eager ms | tprun / PyTorch throughput |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+
 for dt in $dtypes; do
     flops=$(model_flops "$dt")
     peak=$(peak_of "$dt")
@@ -160,7 +201,9 @@ print(math.prod(next(b for b in json.load(open(sys.argv[1]))["buffers"] if b["na
             exit 1
         fi
         read -r attn profiled < <(attention_seconds "$prof" "$steps")
-        python3 - "$dt" "$tp" "$med" "$tokens" "$flops" "${peak:-}" "$attn" "$profiled" <<'EOF'
+        peer="n/a"
+        [[ "$tp" -eq 1 && "$(basename "$plan")" == llama* ]] && peer=$(torch_ms "$dt")
+        python3 - "$dt" "$tp" "$med" "$tokens" "$flops" "${peak:-}" "$attn" "$profiled" "$peer" <<'EOF'
 import sys
 dt, tp, med_ms, tokens, flops, peak = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), \
     float(sys.argv[5]), sys.argv[6]
@@ -169,7 +212,9 @@ med = med_ms / 1e3
 tflops = flops / med / 1e12
 mfu = f"{100 * tflops / (tp * float(peak)):.1f}%" if peak else "n/a (set PEAK_TFLOPS)"
 share = f"{100 * attn / profiled:.1f}%" if profiled > 0 else "n/a"
-print(f"| {dt} | {tp} | {med_ms:.2f} | {tokens / med:,.0f} | {tflops:.1f} | {mfu} | {attn * 1e3:.2f} | {share} |")
+peer = sys.argv[9]
+ratio = f"{float(peer) / med_ms:.2f}" if peer != "n/a" else "n/a"
+print(f"| {dt} | {tp} | {med_ms:.2f} | {tokens / med:,.0f} | {tflops:.1f} | {mfu} | {attn * 1e3:.2f} | {share} | {peer} | {ratio} |")
 EOF
     done
 done

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""tprun against PyTorch eager on the CPU, same model, weights and tokens.
+
+    python3 tools/bench_vs_torch.py [--seqs 256,1024,2048] [--cores 1,2] [--runs 3] [--layers 12]
+
+Needs torch and transformers (PyPI) and a build (build/tpcc, build/tprun);
+not part of the tests. Builds a Llama in transformers (from_config, seed 0:
+vocab 32000, hidden 768, 12 layers, 12 heads, 4 kv heads, ffn 2048, fp32),
+saves it with save_pretrained, compiles plans/llama-sp.plan for it with
+--hf-config and times one forward step of batch 1 at each sequence length:
+
+  1 core:  tprun at tp 1 (one BLAS thread) against torch.set_num_threads(1)
+  2 cores: tprun -n 2 (tp 2, one BLAS thread per rank) against 2 threads
+
+tprun runs the forward --repeat times after loading and reports the median
+step (its --profile-json); PyTorch runs model(input_ids) under no_grad after
+one warm-up call, the median of as many calls. The two alternate run by
+run, so a busy machine slows both alike. Each tprun run also compares its
+logits with PyTorch's (--compare, 1e-3): a fast wrong answer fails here.
+OPENBLAS_CORETYPE is removed from the environment (it can force weaker
+kernels than the CPU has). Prints a Markdown table with the ratio of
+throughputs (PyTorch's time / tprun's) and the CPU it ran on.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def run(cmd, env):
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit("bench_vs_torch: %s failed (%d):\n%s%s" % (" ".join(cmd), p.returncode, p.stdout, p.stderr))
+    return p
+
+
+def tprun_seconds(tprun, sched, ranks, tokens, ref, repeat, work, env):
+    prof = os.path.join(work, "profile.json")
+    cmd = [tprun] + (["-n", str(ranks)] if ranks > 1 else []) + [
+        sched, "--backend", "cpu", "--tokens", tokens, "--labels", "tokens", "--compare", ref, "--tolerance", "1e-3",
+        "--repeat", str(repeat), "--profile-json", prof, "-q"]
+    run(cmd, env)
+    ranks_json = json.load(open(prof))["ranks"]
+    return max(r["forward_seconds"] for r in ranks_json)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seqs", default="256,1024,2048")
+    ap.add_argument("--cores", default="1,2")
+    ap.add_argument("--runs", type=int, default=3, help="alternating runs of each side (default 3)")
+    ap.add_argument("--repeat", type=int, default=3, help="forward steps per run (default 3)")
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--build", default=os.path.join(HERE, "build"))
+    a = ap.parse_args()
+    tpcc, tprun = os.path.join(a.build, "tpcc"), os.path.join(a.build, "tprun")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+
+    config = LlamaConfig(vocab_size=32000, hidden_size=768, num_hidden_layers=a.layers, num_attention_heads=12,
+                         num_key_value_heads=4, intermediate_size=2048, max_position_embeddings=4096)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).float().eval()
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        model.save_pretrained(work, safe_serialization=True)
+        model = LlamaForCausalLM.from_pretrained(work, attn_implementation="sdpa").float().eval()
+        for seq in [int(s) for s in a.seqs.split(",")]:
+            ids = np.random.default_rng(seq).integers(0, config.vocab_size, (1, seq), dtype=np.int32)
+            tokens = os.path.join(work, "tokens.npy")
+            np.save(tokens, ids)
+            with torch.no_grad():
+                logits = model(torch.from_numpy(ids.astype(np.int64))).logits.float().numpy()
+            ref = os.path.join(work, "ref.npy")
+            np.save(ref, logits)
+            for cores in [int(c) for c in a.cores.split(",")]:
+                sched = os.path.join(work, "s%d-tp%d.sched" % (seq, cores))
+                run([tpcc, os.path.join(HERE, "plans/llama-sp.plan"), "--hf-config", os.path.join(work, "config.json"),
+                     "-D", "tp=%d" % cores, "-D", "seq=%d" % seq, "-D", "batch=1", "-D", "vocab_multiple=1",
+                     "-o", sched], env)
+                torch.set_num_threads(cores)
+                ours, theirs = [], []
+                x = torch.from_numpy(ids.astype(np.int64))
+                with torch.no_grad():
+                    model(x)                                      # warm-up
+                    for _ in range(a.runs):
+                        ours.append(tprun_seconds(tprun, sched, cores, tokens, ref, a.repeat, work, env))
+                        times = []
+                        for _ in range(a.repeat):
+                            t0 = time.perf_counter()
+                            model(x)
+                            times.append(time.perf_counter() - t0)
+                        theirs.append(statistics.median(times))
+                t, p = statistics.median(ours), statistics.median(theirs)
+                setting = "1 core" if cores == 1 else "%d cores (tprun -n %d vs %d threads)" % (cores, cores, cores)
+                rows.append((seq, setting, t, p))
+                print("seq %d, %s: tprun %.1f ms, PyTorch %.1f ms" % (seq, setting, t * 1e3, p * 1e3), file=sys.stderr)
+    print("%s, torch %s, %s" % (cpu_name(), torch.__version__, time.strftime("%Y-%m-%d")))
+    print()
+    print("| seq | setting | tprun | PyTorch eager (SDPA) | tprun / PyTorch throughput |")
+    print("|---|---|---|---|---|")
+    for seq, setting, t, p in rows:
+        print("| %d | %s | %.0f ms | %.0f ms | %.2f |" % (seq, setting, t * 1e3, p * 1e3, p / t))
+
+
+if __name__ == "__main__":
+    main()
