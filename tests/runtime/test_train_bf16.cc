@@ -1,11 +1,13 @@
 // bf16 training with fp32 master weights (tpcc --train --dtype bf16) on the
-// CUDA backend under the emulation (tprun_emulated), against fp32 training
-// on the CPU backend, on the llama training fixture (tests/fixtures/train/llama,
+// CUDA backend, under the emulation (tprun_emulated: Emulated/*) and on a
+// real GPU (tprun: Gpu/*, label gpu, skipped without one), against fp32
+// training on the CPU backend, on the llama training fixture (tests/fixtures/train/llama,
 // tp 1): the losses and gradient norms track fp32's, the saved checkpoint
 // holds fp32 masters that moved as fp32's weights did, and a learning rate
 // whose steps are far below bf16's resolution still moves the masters as
 // it moves fp32's weights (weights kept in bf16 alone would not move).
-// Few steps: each emulated step takes seconds.
+// Few steps: each emulated step takes seconds. The tolerances hold for
+// any device: they come from bf16's rounding, not the order of sums.
 #include <gtest/gtest.h>
 
 #include <jansson.h>
@@ -32,9 +34,18 @@ const std::string kEmulated = TPRUN_EMULATED;   // "" when not built
 const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
 const std::string kFixture = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama/";
 
-class EmulatedBf16Training : public ::testing::Test {
+// The parameter: the tprun that runs the bf16 schedule with --backend cuda.
+class Bf16Training : public ::testing::TestWithParam<std::string> {
   protected:
-    void SetUp() override { ASSERT_FALSE(kEmulated.empty()) << "tprun_emulated is not built"; }
+    void SetUp() override { ASSERT_FALSE(GetParam().empty()) << "tprun_emulated is not built"; }
+
+    // runs the CUDA tprun; skips the test where there is no usable GPU
+    void cuda(const std::vector<std::string> &args, Proc &r)
+    {
+        r = run_program(GetParam(), args, {}, 280);
+        if (contains(r.err, "no CUDA device") || contains(r.err, "usable GPU"))
+            GTEST_SKIP() << r.err;
+    }
 
     std::string compile(const std::string &dtype)
     {
@@ -46,7 +57,7 @@ class EmulatedBf16Training : public ::testing::Test {
         return sched;
     }
 
-    // fp32 on the CPU backend, bf16 on the emulated CUDA one; saves to dir/<dtype>
+    // fp32 on the CPU backend, bf16 on the CUDA one; saves to dir/<dtype>
     void train(const std::string &dtype, std::vector<std::string> extra)
     {
         bool bf16 = dtype == "bf16";
@@ -54,8 +65,14 @@ class EmulatedBf16Training : public ::testing::Test {
                                          "--data", kFixture + "tokens.npy", "--save", dir.path + "/" + dtype,
                                          "--log-json", dir.path + "/" + dtype + ".json", "-q"};
         args.insert(args.end(), extra.begin(), extra.end());
-        Proc r = run_program(bf16 ? kEmulated : kTprun, args, {}, 280);
-        ASSERT_EQ(r.code(), 0) << r.describe();
+        Proc r;
+        if (bf16)
+            cuda(args, r);
+        else
+            r = run_program(kTprun, args, {}, 280);
+        if (!IsSkipped()) {
+            ASSERT_EQ(r.code(), 0) << r.describe();
+        }
     }
 
     // the checkpoint's tensors, in the schedule's weight order
@@ -117,10 +134,12 @@ float bf16(float f)
 // 5e-3, 3% and 25%; weights updated in
 // bf16 alone lose these steps (1e-3 is below half an ulp of |w| >= 0.25)
 // and differ from fp32's movement by 100%.
-TEST_F(EmulatedBf16Training, TracksFp32TrainingOnTheCpu)
+TEST_P(Bf16Training, TracksFp32TrainingOnTheCpu)
 {
-    train("fp32", {"--steps", "3"});
-    train("bf16", {"--steps", "3"});
+    ASSERT_NO_FATAL_FAILURE(train("fp32", {"--steps", "3"}));
+    ASSERT_NO_FATAL_FAILURE(train("bf16", {"--steps", "3"}));
+    if (IsSkipped())
+        return;
     std::vector<double> loss = log_values("bf16", "loss"), want = log_values("fp32", "loss");
     std::vector<double> gnorm = log_values("bf16", "grad_norm"), gwant = log_values("fp32", "grad_norm");
     ASSERT_EQ(loss.size(), 3u);
@@ -158,13 +177,15 @@ TEST_F(EmulatedBf16Training, TracksFp32TrainingOnTheCpu)
 // checkpoint's fp32 weights and their bf16 rounding differ. And the bf16
 // weights themselves (the masters rounded) have not moved: updates in
 // bf16 would have been lost.
-TEST_F(EmulatedBf16Training, MastersAccumulateStepsBelowBf16Resolution)
+TEST_P(Bf16Training, MastersAccumulateStepsBelowBf16Resolution)
 {
     const double lr = 1e-6;
     const int steps = 2;
     std::vector<std::string> recipe = {"--steps", std::to_string(steps), "--lr", "1e-6", "--schedule", "constant"};
-    train("fp32", recipe);
-    train("bf16", recipe);
+    ASSERT_NO_FATAL_FAILURE(train("fp32", recipe));
+    ASSERT_NO_FATAL_FAILURE(train("bf16", recipe));
+    if (IsSkipped())
+        return;
     Tensors w0 = read(kFixture + "model.safetensors"), masters = read(dir.path + "/bf16"),
             fp32 = read(dir.path + "/fp32");
     std::vector<double> got = moves(masters, w0), ref = moves(fp32, w0);
@@ -189,20 +210,30 @@ TEST_F(EmulatedBf16Training, MastersAccumulateStepsBelowBf16Resolution)
 // order). A resume that took the masters from the bf16 weights would be
 // off by bf16's rounding (4e-4 at |w| ~ 0.2), one without the moments by
 // about lr (1e-3).
-TEST_F(EmulatedBf16Training, ResumeRestoresMastersAndMoments)
+TEST_P(Bf16Training, ResumeRestoresMastersAndMoments)
 {
-    train("bf16", {"--steps", "2"});
+    ASSERT_NO_FATAL_FAILURE(train("bf16", {"--steps", "2"}));
+    if (IsSkipped())
+        return;
     const std::string two = dir.path + "/bf16-two", one = dir.path + "/bf16-one";
     std::filesystem::rename(dir.path + "/bf16", two);
-    train("bf16", {"--steps", "1"});
+    ASSERT_NO_FATAL_FAILURE(train("bf16", {"--steps", "1"}));
     std::filesystem::rename(dir.path + "/bf16", one);
-    Proc r = run_program(kEmulated, {dir.path + "/bf16.sched", "--backend", "cuda", "--resume", one, "--data",
-                                     kFixture + "tokens.npy", "--steps", "2", "--save", dir.path + "/resumed", "-q"},
-                         {}, 280);
+    Proc r;
+    cuda({dir.path + "/bf16.sched", "--backend", "cuda", "--resume", one, "--data", kFixture + "tokens.npy", "--steps",
+          "2", "--save", dir.path + "/resumed", "-q"},
+         r);
     ASSERT_EQ(r.code(), 0) << r.describe();
     for (const char *file : {"/model.safetensors", "/optimizer.safetensors"})
         EXPECT_TRUE(slurp(dir.path + "/resumed" + file) == slurp(two + file)) << file << " differs";
     EXPECT_TRUE(contains(slurp(dir.path + "/resumed/trainer_state.json"), "\"step\": 2"));
 }
+
+// ctest runs Emulated/* wherever tprun_emulated is built, and Gpu/* with
+// label gpu (tests/CMakeLists.txt)
+INSTANTIATE_TEST_SUITE_P(Emulated, Bf16Training, ::testing::Values(kEmulated),
+                         [](const auto &) { return std::string("tprun_emulated"); });
+INSTANTIATE_TEST_SUITE_P(Gpu, Bf16Training, ::testing::Values(kTprun),
+                         [](const auto &) { return std::string("tprun"); });
 
 }  // namespace
