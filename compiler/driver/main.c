@@ -253,9 +253,6 @@ static int parse_args(cli *o, int argc, char **argv)
         set_mode(o, MODE_COMPILE);
     if (o->modes > 1)
         return bad_usage("%s", "choose one of -o, --check, --explain, --report, --dump and --export");
-    if (o->train && o->dtype != TP_F32)
-        return bad_usage("%s", "--train compiles fp32 schedules only (bf16 training with fp32 master weights is not "
-                               "implemented yet): drop --dtype bf16");
     if (o->loss != TP_LOSS_NONE && !o->train)
         return bad_usage("%s", "--loss goes with --train (the loss a training step computes on the logits)");
     if (o->device_memory && !(o->train && o->mode == MODE_REPORT))

@@ -95,18 +95,20 @@ static double phase_flops(const tp_ir *ir, tp_phase phase)
 }
 
 /* A training step's memory per rank: the weights, their gradients,
- * AdamW's two moments (fp32), and the arena, which holds the activations
+ * AdamW's two moments (fp32), the fp32 master weights tprun keeps beside
+ * weights stored in bf16, and the arena, which holds the activations
  * saved for the backward. */
 typedef struct step_memory {
-    int64_t params, grads, optimizer, activations, total;
+    int64_t params, grads, optimizer, masters, activations, total;
 } step_memory;
 
 static step_memory memory_of(const tp_ir *ir, size_t dsize)
 {
-    step_memory m = {param_bytes(ir, dsize), param_bytes(ir, dsize), 2 * param_bytes(ir, 4), ir->arena_bytes, 0};
+    step_memory m = {param_bytes(ir, dsize), param_bytes(ir, dsize), 2 * param_bytes(ir, 4),
+                     dsize == 4 ? 0 : param_bytes(ir, 4), ir->arena_bytes, 0};
     /* the gradients live in the arena (outputs.grads), counted once */
     m.activations = ir->arena_bytes - m.grads;
-    m.total = m.params + m.grads + m.optimizer + m.activations;
+    m.total = m.params + m.grads + m.optimizer + m.masters + m.activations;
     return m;
 }
 
@@ -281,6 +283,9 @@ static void print_training(const tp_ir *ir, size_t ds, int64_t dp, int64_t devic
     fprintf(out, "  parameters        %s\n", human((double)m.params, a, sizeof a));
     fprintf(out, "  gradients         %s\n", human((double)m.grads, a, sizeof a));
     fprintf(out, "  optimizer state   %s  (AdamW's two moments, fp32)\n", human((double)m.optimizer, a, sizeof a));
+    if (m.masters)
+        fprintf(out, "  master weights    %s  (fp32 copies of the parameters, which AdamW updates)\n",
+                human((double)m.masters, a, sizeof a));
     fprintf(out, "  activations       %s  (the arena less the gradients: what the backward reads)\n",
             human((double)m.activations, a, sizeof a));
     fprintf(out, "  total             %s", human((double)m.total, a, sizeof a));
@@ -406,6 +411,8 @@ static json_t *training_json(const tp_ir *ir, size_t ds, int64_t dp, int64_t dev
                           (json_int_t)m.grads, "optimizer_bytes", (json_int_t)m.optimizer, "activation_bytes",
                           (json_int_t)m.activations, "total_bytes", (json_int_t)m.total);
     tp_xcheck(o);
+    if (m.masters)
+        json_object_set_new(o, "master_bytes", json_integer(m.masters));
     if (device_memory > 0) {
         json_object_set_new(o, "device_memory_bytes", json_integer(device_memory));
         json_object_set_new(o, "fits", json_boolean(m.total <= device_memory));

@@ -169,6 +169,13 @@ typedef struct tp_backend {
     void (*ones)(float *out, int64_t n);
     /* the optimizer on n elements: w, m, v updated in place from g */
     void (*adamw)(float *w, const float *g, float *m, float *v, int64_t n, const tp_adamw_step *step);
+    /* (a backend storing bf16) mixed precision, as torch AMP and Megatron
+     * train bf16 weights: master, m and v are float32 whatever `dtype` is,
+     * w and g in the storage dtype. The step updates the master from
+     * g * grad_scale (fp32; clipping's factor, so the gradient is rounded
+     * once only) and sets w to the master rounded to nearest even. */
+    void (*adamw_master)(float *master, float *w, const float *g, float *m, float *v, int64_t n, float grad_scale,
+                         const tp_adamw_step *step);
     /* sum of x[i]^2, in double, returned to the host */
     double (*sum_squares)(const float *x, int64_t n);
 } tp_backend;

@@ -27,6 +27,8 @@ typedef struct job {
                                    the arena reuses their memory once they are read */
     int nsteps;                 /* forward steps run (--repeat) */
     double *step_seconds;       /* each step's time, in the order run */
+    float *masters;             /* a bf16 training schedule's weights as read, fp32: the optimizer's
+                                   master weights start from them, not from their bf16 rounding */
     char *err;
     size_t errlen;
 } job;
@@ -85,7 +87,10 @@ static int load_weights(job *j)
         progress(j, i + 1, s->nweights);
     }
     tr_exec_write_weights(&j->x, host);
-    free(host);
+    if (s->grads && j->x.be->dtype != TP_F32)
+        j->masters = host;
+    else
+        free(host);
     j->weight_bytes_read = j->ckpt ? tp_checkpoint_bytes_read_rank(j->ckpt, s->rank) : 0;
     return 0;
 }
@@ -559,7 +564,7 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
         rc = load_weights(&j);
     }
     if (!rc && j.s.grads) {
-        if (tr_train(o, &groups, &j.x, j.vocab, why, sizeof why))
+        if (tr_train(o, &groups, &j.x, j.masters, j.vocab, why, sizeof why))
             rc = fail(&j, "%s", why);
     } else {
         if (!rc)
@@ -576,6 +581,7 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
     free(j.step_seconds);
     free(j.ids);
     free(j.labels);
+    free(j.masters);
     tr_exec_free(&j.x);
     tr_dp_free(&groups);
     tr_schedule_free(&j.s);

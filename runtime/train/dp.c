@@ -41,7 +41,7 @@ int tr_dp_average_grads(tp_comm *dp, tr_exec *x, char *err, size_t errlen)
         float *g = tr_exec_buf(x, s->grads[i]);
         int64_t n = s->weights[i].local_elems;
         char why[800];
-        if (dp->ops->all_reduce(dp, TP_F32, g, n, 0, why, sizeof why))
+        if (dp->ops->all_reduce(dp, s->bufs[s->grads[i]].dtype, g, n, 0, why, sizeof why))
             return tp_error(err, errlen, "averaging the gradient of %s over the %d data-parallel replicas: %s",
                             s->weights[i].name, dp->world, why);
         x->be->scale(g, g, n, 1.0f / (float)dp->world);

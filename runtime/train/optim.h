@@ -8,7 +8,16 @@
  * Across ranks each parameter counts once: a rank adds its slice of a
  * sharded weight, and a weight held whole (replicated) or by several ranks
  * (replicated kv heads) is counted on the first rank of each group holding
- * the same slice only; the sum is then all-reduced. */
+ * the same slice only; the sum is then all-reduced.
+ *
+ * Mixed precision. A backend storing bf16 (a tpcc --train --dtype bf16
+ * schedule) computes the step in bf16, as torch AMP and Megatron do, but
+ * the optimizer keeps an fp32 master copy of every local weight beside
+ * fp32 m and v: the norm is summed in double from the bf16 gradients,
+ * clipping's factor multiplies each gradient in fp32 inside the update
+ * (not rounded to bf16 in place), AdamW updates the master, and the bf16
+ * weight is the master rounded to nearest even. Updates below bf16's
+ * resolution accumulate in the master, as they would not in bf16. */
 #ifndef TPRUN_TRAIN_OPTIM_H
 #define TPRUN_TRAIN_OPTIM_H
 
@@ -17,13 +26,22 @@
 
 typedef struct tr_optim {
     tr_exec *x;
+    float *master;         /* backend memory: fp32 master weights of a backend not storing fp32, laid out
+                              like the weight region; NULL where the weights are fp32 themselves */
     float *m, *v;          /* backend memory: exp_avg, exp_avg_sq, laid out like the weight region (fp32) */
+    float grad_scale;      /* with masters: clipping's factor, applied in the update */
     float *sum;            /* backend memory: the 2-float all-reduce of the squared norm */
     int64_t step;          /* AdamW steps taken */
 } tr_optim;
 
-/* Allocates the zeroed moments. Returns 0 or -1 with a message. */
-int tr_optim_init(tr_optim *o, tr_exec *x, char *err, size_t errlen);
+/* Allocates the zeroed moments, and for a backend not storing fp32 the
+ * master weights, copied from `weights` (host float32, laid out like the
+ * weight region). Returns 0 or -1 with a message. */
+int tr_optim_init(tr_optim *o, tr_exec *x, const float *weights, char *err, size_t errlen);
+
+/* The fp32 weights the optimizer updates, in backend memory: the masters,
+ * or the weight region itself when it is fp32. */
+const float *tr_optim_weights(const tr_optim *o);
 void tr_optim_free(tr_optim *o);
 
 /* How many ranks hold the same slice of weight w (1 for a plain shard, the

@@ -192,7 +192,7 @@ int tr_save(tr_optim *o, const tr_layouts *l, const char *dir, const char *confi
     const tr_schedule *s = x->s;
     size_t bytes = (size_t)s->weight_elems * sizeof(float);
     float *host = tp_xmalloc(bytes + 1);
-    const void *regions[3] = {x->weights, o->m, o->v};
+    const void *regions[3] = {tr_optim_weights(o), o->m, o->v};   /* bf16 schedules: the fp32 masters */
     float **full[3] = {NULL, NULL, NULL};
     int rc = 0;
     for (int k = 0; k < 3 && !rc; k++) {

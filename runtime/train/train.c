@@ -42,10 +42,6 @@ static int check_setup(trainer *tr, char *err, size_t errlen)
 {
     const tr_schedule *s = tr->s;
     const tp_backend *be = tr->x->be;
-    if (s->dtype != TP_F32)
-        return tp_error(err, errlen, "%s is a %s schedule: training keeps fp32 weights and optimizer state, which a "
-                        "%s schedule does not hold yet; compile it with tpcc --train --dtype fp32", tr->o->schedule,
-                        tp_dtype_name(s->dtype), tp_dtype_name(s->dtype));
     if (s->loss < 0 || s->input_ids < 0)
         return tp_error(err, errlen, "%s has no loss over input ids to train on; its model must return "
                         "cross_entropy(logits, labels), or its logits with a loss from tpcc --train --loss",
@@ -53,6 +49,10 @@ static int check_setup(trainer *tr, char *err, size_t errlen)
     if (!be->adamw || !be->sum_squares)
         return tp_error(err, errlen, "the %s backend has no optimizer kernels (adamw, sum_squares); train with "
                         "--backend cpu", be->name);
+    if (be->dtype != TP_F32 && !be->adamw_master)
+        return tp_error(err, errlen, "%s is a %s schedule and the %s backend cannot keep its fp32 master weights "
+                        "(no adamw_master); compile it with tpcc --train --dtype fp32", tr->o->schedule,
+                        tp_dtype_name(s->dtype), be->name);
     return tr->t->save ? tr_save_check(tr->t->save, tr->o->weights, &tr->config, err, errlen) : 0;
 }
 
@@ -146,7 +146,8 @@ static int resume(trainer *tr, char *err, size_t errlen)
     return 0;
 }
 
-int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, int64_t vocab, char *err, size_t errlen)
+int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *masters, int64_t vocab, char *err,
+             size_t errlen)
 {
     tp_comm *comm = &groups->tp;
     trainer tr = {.o = o, .t = &o->train, .comm = comm, .dp = &groups->dp, .x = x, .s = x->s};
@@ -157,7 +158,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, int64_t vocab, char
     if (!rc && (o->train.grads_out || o->train.save))
         rc = tr_layouts_load(&tr.layouts, o->schedule, comm, err, errlen);
     if (!rc)
-        rc = tr_optim_init(&tr.optim, x, err, errlen);
+        rc = tr_optim_init(&tr.optim, x, masters, err, errlen);
     if (!rc && o->train.resume)
         rc = resume(&tr, err, errlen);
     int64_t first = tr.optim.step;

@@ -20,8 +20,11 @@
 #include "runtime/train/dp.h"
 
 /* Trains o->train.steps steps on the loaded weights (x's weight region);
- * x runs on groups->tp.
+ * x runs on groups->tp. A backend storing bf16 trains fp32 master weights
+ * (optim.h), which start from `masters`, the weight region as read in
+ * fp32 (NULL for fp32 storage, where the weights are their own masters).
  * Returns 0, or -1 with a message in err. */
-int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, int64_t vocab, char *err, size_t errlen);
+int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *masters, int64_t vocab, char *err,
+             size_t errlen);
 
 #endif /* TPRUN_TRAIN_TRAIN_H */

@@ -15,6 +15,9 @@
 
 #include "tests/support/plan_harness.h"
 #include "tests/support/process.h"
+extern "C" {
+#include "sched/load.h"
+}
 
 using tpcc_test::contains;
 using tpcc_test::Proc;
@@ -257,12 +260,24 @@ TEST(TrainCompile, ReplicatedHeadsAreRefusedAtTheirEntry)
     EXPECT_FALSE(std::filesystem::exists(tmp.path + "/t.sched"));
 }
 
-TEST(TrainCompile, TrainIsFp32AndGoesWithCompiling)
+// bf16 training: weights, activations and gradients bf16, the loss and
+// its pieces fp32 (the master weights are tprun's, not the schedule's)
+TEST(TrainCompile, Bf16TrainingStoresGradientsInBf16AndGoesWithCompiling)
 {
+    TempDir tmp;
+    std::string sched = tmp.path + "/bf16.sched";
     Proc bf16 = tpcc_test::run_program(kTpcc, {source_path("plans/llama-sp.plan"), "--train", "--dtype", "bf16",
-                                               "-o", "/dev/null"});
-    EXPECT_EQ(bf16.code(), 2);
-    EXPECT_TRUE(contains(bf16.err, "fp32")) << bf16.err;
+                                               "-o", sched, "-D", "tp=2"});
+    ASSERT_EQ(bf16.code(), 0) << bf16.err;
+    tr_schedule s;
+    char err[800] = "";
+    ASSERT_EQ(tr_schedule_load(&s, sched.c_str(), 0, 0, err, sizeof err), 0) << err;
+    EXPECT_EQ(s.dtype, TP_BF16);
+    ASSERT_NE(s.grads, nullptr);
+    for (int i = 0; i < s.nweights; i++)
+        EXPECT_EQ(s.bufs[s.grads[i]].dtype, TP_BF16) << s.weights[i].name;
+    EXPECT_EQ(s.bufs[s.loss].dtype, TP_F32);
+    tr_schedule_free(&s);
     Proc explain = tpcc_test::run_program(kTpcc, {source_path("plans/llama-sp.plan"), "--train", "--explain"});
     EXPECT_EQ(explain.code(), 2);
 }
@@ -270,6 +285,40 @@ TEST(TrainCompile, TrainIsFp32AndGoesWithCompiling)
 }  // namespace
 
 namespace {
+
+// --report --train --dtype bf16 against fp32: half the bytes for the
+// weights, gradients and activations, the same fp32 moments, and tprun's
+// fp32 master weights beside them (the fp32 weights' size).
+TEST(TrainReport, Bf16CountsTheFp32MasterWeights)
+{
+    std::map<std::string, std::map<std::string, json_int_t>> bytes;
+    for (std::string dtype : {"fp32", "bf16"}) {
+        std::vector<std::string> args = tiny(2);
+        args.insert(args.begin(), {source_path("plans/llama-megatron.plan"), "--train", "--report",
+                                   "--report-format=json", "--dtype", dtype});
+        Proc p = tpcc_test::run_program(kTpcc, args);
+        ASSERT_EQ(p.code(), 0) << p.err;
+        json_t *root = json_loads(p.out.c_str(), 0, nullptr);
+        ASSERT_NE(root, nullptr) << p.out;
+        const char *key;
+        json_t *value;
+        json_object_foreach(json_object_get(root, "training"), key, value)
+            if (json_is_integer(value))
+                bytes[dtype][key] = json_integer_value(value);
+        json_decref(root);
+    }
+    std::map<std::string, json_int_t> &f = bytes["fp32"], &b = bytes["bf16"];
+    EXPECT_EQ(b["param_bytes"] * 2, f["param_bytes"]);
+    EXPECT_EQ(b["grad_bytes"] * 2, f["grad_bytes"]);
+    EXPECT_EQ(b["optimizer_bytes"], f["optimizer_bytes"]);
+    EXPECT_EQ(b["master_bytes"], f["param_bytes"]);
+    EXPECT_EQ(f.count("master_bytes"), 0u);
+    EXPECT_EQ(b["total_bytes"], b["param_bytes"] + b["grad_bytes"] + b["optimizer_bytes"] + b["master_bytes"] +
+                                    b["activation_bytes"]);
+    std::vector<std::string> text = tiny(2);
+    text.insert(text.begin(), {source_path("plans/llama-megatron.plan"), "--train", "--report", "--dtype", "bf16"});
+    EXPECT_TRUE(contains(tpcc_test::run_program(kTpcc, text).out, "master weights"));
+}
 
 // --report --train: memory per rank (weights, gradients, AdamW's moments,
 // activations), backward FLOPs, communication per phase against the bound.

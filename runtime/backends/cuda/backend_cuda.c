@@ -617,6 +617,14 @@ static void cuda_adamw(float *w, const float *g, float *m, float *v, int64_t n, 
     done();
 }
 
+static void cuda_adamw_master(float *master, float *w, const float *g, float *m, float *v, int64_t n,
+                              float grad_scale, const tp_adamw_step *step)
+{
+    tp_k_adamw_master(compute_stream(), gpu->kdt, master, w, g, m, v, n, grad_scale, step->lr, step->beta1,
+                      step->beta2, step->eps, step->weight_decay, step->step);
+    done();
+}
+
 /* The host waits for the sum: clipping needs the norm before the update. */
 static double cuda_sum_squares(const float *x, int64_t n)
 {
@@ -651,7 +659,7 @@ static double cuda_sum_squares(const float *x, int64_t n)
         .unary_grad = cuda_unary_grad, .softcap_grad = cuda_softcap_grad,                               \
         .embedding_grad = cuda_embedding_grad, .narrow_grad = cuda_narrow_grad,                         \
         .cross_entropy_grad = cuda_cross_entropy_grad, .ce_grad = cuda_ce_grad, .adamw = cuda_adamw,    \
-        .sum_squares = cuda_sum_squares, .ones = cuda_ones,                                             \
+        .adamw_master = cuda_adamw_master, .sum_squares = cuda_sum_squares, .ones = cuda_ones,          \
     }
 
 static const tp_backend cuda_f32 = CUDA_TABLE(TP_F32);

@@ -345,6 +345,54 @@ TEST_P(GradKernels, AdamW)
     }
 }
 
+// ---- AdamW on fp32 master weights (bf16 training): the master, m and v
+// fp32 against the reference's fp32 step on the gradient as stored, times
+// clipping's factor (applied in fp32, so 0.5 on step 2 counts); w is the
+// master rounded to the storage type, exactly the rounding of the master
+// the kernel computed. Then a step too small for bf16: lr 1e-6 moves
+// |w| ~ 1 by ~1e-6, far below bf16's half-ulp (2^-9 at 1): the master
+// moves, the bf16 weight must not (an update done in bf16 would lose it).
+
+TEST_P(GradKernels, AdamWMaster)
+{
+    const int64_t n = 1000;
+    Vec master = random_vec((size_t)n, 94), m((size_t)n, 0.0f), v((size_t)n, 0.0f);
+    DevOf<float> dmaster(master), dm(m), dv(v);
+    Dev dw(t(), as_stored(master, t()));
+    for (int64_t step = 1; step <= 3; step++) {
+        const float scale = step == 2 ? 0.5f : 1.0f;
+        Vec g = as_stored(random_vec((size_t)n, 95 + (unsigned)step, -0.1f, 0.1f), t()), scaled = g;
+        for (float &x : scaled)
+            x *= scale;
+        const tp_adamw_step st = {1e-2, 0.9, 0.999, 1e-8, 0.1, step};
+        ref().adamw(master.data(), scaled.data(), m.data(), v.data(), n, &st);
+        Dev dg(t(), g);
+        tp_k_adamw_master(nullptr, t(), dmaster.ptr(), dw.ptr(), dg.ptr(), dm.ptr(), dv.ptr(), n, scale, st.lr,
+                          st.beta1, st.beta2, st.eps, st.weight_decay, st.step);
+        const std::string what = label(t(), "adamw_master step " + std::to_string(step));
+        compare(dmaster.download(), master, {1e-6, 1e-6}, what + " master");
+        compare(dm.download(), m, {1e-8, 1e-6}, what + " m");
+        compare(dv.download(), v, {1e-10, 1e-6}, what + " v");
+        expect_equal(dw.download(), as_stored(dmaster.download(), t()), what + " w = the master, stored");
+    }
+    const Vec before = dmaster.download(), w_before = dw.download();
+    const Vec g = as_stored(random_vec((size_t)n, 99, -0.1f, 0.1f), t());
+    Dev dg(t(), g);
+    tp_k_adamw_master(nullptr, t(), dmaster.ptr(), dw.ptr(), dg.ptr(), dm.ptr(), dv.ptr(), n, 1.0f, 1e-6, 0.9,
+                      0.999, 1e-8, 0.0, 4);
+    const Vec after = dmaster.download(), w_after = dw.download();
+    int64_t moved = 0, w_moved = 0;
+    for (size_t i = 0; i < (size_t)n; i++) {
+        moved += after[i] != before[i];
+        w_moved += w_after[i] != w_before[i];
+    }
+    EXPECT_GT(moved, n * 9 / 10) << label(t(), "the fp32 master takes a step of 1e-6");
+    expect_equal(w_after, as_stored(after, t()), label(t(), "w = the master after a step of 1e-6, stored"));
+    if (t() == TP_KERNEL_BF16) { // only a master within 1e-6 of a rounding boundary crosses it
+        EXPECT_LT(w_moved, n / 100) << "bf16 w: a step of 1e-6 is below its resolution";
+    }
+}
+
 // ---- the sum of squares: double accumulation, so the same as the
 // reference's to double rounding
 

@@ -232,6 +232,28 @@ TEST_P(BackendTraining, EachEntryMatchesTheReference)
     expect_close(host(dmv, mv.size()), mv, 1e-8, 1e-6, "adamw m");
     expect_close(host(dvv, vv.size()), vv, 1e-10, 1e-6, "adamw v");
 
+    // the same step on fp32 master weights (float32 m and v whatever the
+    // dtype), the gradient halved by clipping's factor; w is the master
+    // stored (bf16: rounded to nearest even)
+    Vec master = random_vec((size_t)(m * n), 13), mm = random_vec(master.size(), 6, -0.01f, 0.01f);
+    Vec mvv = random_vec(master.size(), 7, 0.0f, 1e-4f), half = dy;
+    for (float &g : half)
+        g *= 0.5f;
+    float *dmaster = device_raw(master), *dmm = device_raw(mm), *dmvv = device_raw(mvv), *dw = device(master);
+    r.adamw(master.data(), half.data(), mm.data(), mvv.data(), m * n, &st);
+    be()->adamw_master(dmaster, dw, ddy, dmm, dmvv, m * n, 0.5f, &st);
+    Vec got_master(master.size()), got_m(master.size()), got_v(master.size());
+    be()->to_host(got_master.data(), dmaster, master.size() * 4);
+    be()->to_host(got_m.data(), dmm, master.size() * 4);
+    be()->to_host(got_v.data(), dmvv, master.size() * 4);
+    for (size_t i = 0; i < master.size(); i++) {
+        ASSERT_NEAR(got_master[i], master[i], 1e-6 + 1e-6 * std::fabs(master[i])) << "adamw_master master " << i;
+        ASSERT_NEAR(got_m[i], mm[i], 1e-8 + 1e-6 * std::fabs(mm[i])) << "adamw_master m " << i;
+        ASSERT_NEAR(got_v[i], mvv[i], 1e-10 + 1e-6 * std::fabs(mvv[i])) << "adamw_master v " << i;
+    }
+    const Vec w_got = host(dw, master.size()), w_want = stored(got_master);
+    EXPECT_TRUE(w_got == w_want) << "adamw_master: w is the master in the storage dtype";
+
     const double ss = be()->sum_squares(dx_, m * n), want_ss = r.sum_squares(x.data(), m * n);
     EXPECT_NEAR(ss, want_ss, 1e-12 * want_ss) << "sum_squares";
 }
@@ -264,8 +286,9 @@ TEST_P(BackendTraining, AttentionGrad)
 // the CPU backend's on the same weights and tokens. Llama (RMSNorm, SiLU,
 // RoPE, GQA), GPT-2 in HF's layout (LayerNorm, tanh GELU, Conv1D, the
 // fused c_attn's narrows, biases, learned positions, vocab-parallel loss)
-// and Gemma 2 (soft-capped scores and logits, (1 + w) norms). fp32 only:
-// tpcc --train compiles fp32 schedules only, for now. Tolerance relative
+// and Gemma 2 (soft-capped scores and logits, (1 + w) norms). fp32 here,
+// where the CPU computes the same step; bf16 training is compared with
+// fp32 training end to end (test_train_bf16.cc). Tolerance relative
 // to each gradient's largest entry: 1e-4 (fp32 sums in other orders;
 // measured at most 1.2e-6, Gemma 2).
 std::vector<Vec> step_gradients(const std::string &sched, const tp_backend *be)

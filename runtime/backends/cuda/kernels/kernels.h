@@ -111,6 +111,12 @@ void tp_k_ones(tp_stream s, tp_kernel_dtype t, void *out, int64_t n);
  * written to *out (device memory) */
 void tp_k_adamw(tp_stream s, tp_kernel_dtype t, void *w, const void *g, void *m, void *v, int64_t n, double lr,
                 double beta1, double beta2, double eps, double weight_decay, int64_t step);
+/* mixed precision: master, m, v float32; w and g in the storage type; g is
+ * multiplied by grad_scale, the master takes the step and w becomes the
+ * master rounded to the storage type */
+void tp_k_adamw_master(tp_stream s, tp_kernel_dtype t, float *master, void *w, const void *g, float *m, float *v,
+                       int64_t n, float grad_scale, double lr, double beta1, double beta2, double eps,
+                       double weight_decay, int64_t step);
 void tp_k_sum_squares(tp_stream s, tp_kernel_dtype t, double *out, const void *x, int64_t n);
 
 #ifdef __cplusplus

@@ -1,6 +1,7 @@
-// optimizer.cu: AdamW's update and the sum of squares of the gradient-norm
-// clipping.
-// defines: tp_k_adamw, tp_k_sum_squares
+// optimizer.cu: AdamW's update, on weights in the storage type or on fp32
+// master weights of bf16 ones, and the sum of squares of the
+// gradient-norm clipping.
+// defines: tp_k_adamw, tp_k_adamw_master, tp_k_sum_squares
 #include "common.cuh"
 
 #define OPT_THREADS 256
@@ -27,22 +28,45 @@ struct adamw_consts {
 
 static __device__ double sumsq_partial[SUMSQ_BLOCKS];
 
-// torch.optim.AdamW's single-tensor step, in its order: w *= 1 - lr wd;
-// m = m.lerp(g, 1 - beta1); v = beta2 v + (1 - beta2) g^2;
+// torch.optim.AdamW's single-tensor step on one element, in its order:
+// w *= 1 - lr wd; m = m.lerp(g, 1 - beta1); v = beta2 v + (1 - beta2) g^2;
 // w -= step_size * m / (sqrt(v) / sqrt(bc2) + eps). torch's lerp is one
 // fused multiply-add from the nearer end: fma(wt, g - m, m) for a weight
-// below 0.5, else fma(wt - 1, g - m, g) (the CPU backend's too).
+// below 0.5, else fma(wt - 1, g - m, g) (the CPU backend's too). Returns
+// the new w; m and v are updated in place.
+__device__ __forceinline__ float adamw_update(float w, float g, float &m, float &v, const adamw_consts &k)
+{
+    const float wi = w * k.decay;
+    m = k.beta1_w < 0.5f ? fmaf(k.beta1_w, g - m, m) : fmaf(k.beta1_w - 1.0f, g - m, g);
+    v = k.beta2 * v + k.beta2_w * g * g;
+    return wi - k.step_size * m / (sqrtf(v) / k.bc2_sqrt + k.eps);
+}
+
 template <typename T> __global__ void adamw_kernel(T *w, const T *g, T *m, T *v, int64_t n, adamw_consts k)
 {
     TP_GRID_STRIDE(i, n)
     {
-        const float gi = tp_to_float(g[i]), mi = tp_to_float(m[i]);
-        const float wi = tp_to_float(w[i]) * k.decay;
-        const float mn = k.beta1_w < 0.5f ? fmaf(k.beta1_w, gi - mi, mi) : fmaf(k.beta1_w - 1.0f, gi - mi, gi);
-        const float vn = k.beta2 * tp_to_float(v[i]) + k.beta2_w * gi * gi;
-        m[i] = tp_from_float<T>(mn);
-        v[i] = tp_from_float<T>(vn);
-        w[i] = tp_from_float<T>(wi - k.step_size * mn / (sqrtf(vn) / k.bc2_sqrt + k.eps));
+        float mi = tp_to_float(m[i]), vi = tp_to_float(v[i]);
+        const float wn = adamw_update(tp_to_float(w[i]), tp_to_float(g[i]), mi, vi, k);
+        m[i] = tp_from_float<T>(mi);
+        v[i] = tp_from_float<T>(vi);
+        w[i] = tp_from_float<T>(wn);
+    }
+}
+
+// Mixed precision: the step on the fp32 master from g (storage type, read
+// as fp32 and scaled by grad_scale, clipping's factor, so the gradient is
+// not rounded to T once more), m and v fp32; w, what the kernels compute
+// with, becomes the master rounded to T (to nearest even).
+template <typename T>
+__global__ void adamw_master_kernel(float *master, T *w, const T *g, float *m, float *v, int64_t n, float grad_scale,
+                                    adamw_consts k)
+{
+    TP_GRID_STRIDE(i, n)
+    {
+        const float wn = adamw_update(master[i], tp_to_float(g[i]) * grad_scale, m[i], v[i], k);
+        master[i] = wn;
+        w[i] = tp_from_float<T>(wn);
     }
 }
 
@@ -77,24 +101,55 @@ template <typename T> static void launch_adamw(tp_stream s, T *w, const T *g, T 
     TP_LAUNCH(adamw_kernel<T>, tp_elementwise_blocks(n, OPT_THREADS), OPT_THREADS, 0, s, w, g, m, v, n, k);
 }
 
-extern "C" void tp_k_adamw(tp_stream s, tp_kernel_dtype t, void *w, const void *g, void *m, void *v, int64_t n,
-                           double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step)
+// The launchers' preconditions and the step's constants, in double as
+// torch computes them in Python floats; false when there is nothing to
+// update.
+static bool adamw_prepare(tp_kernel_dtype t, int64_t n, double lr, double beta1, double beta2, double eps,
+                          double weight_decay, int64_t step, adamw_consts *k)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(n >= 0 && step >= 1, "a step from 1 on");
-    if (n == 0)
+    *k = {(float)(1.0 - lr * weight_decay),
+          (float)(1.0 - beta1),
+          (float)beta2,
+          (float)(1.0 - beta2),
+          (float)(lr / (1.0 - pow(beta1, (double)step))),
+          (float)sqrt(1.0 - pow(beta2, (double)step)),
+          (float)eps};
+    return n > 0;
+}
+
+extern "C" void tp_k_adamw(tp_stream s, tp_kernel_dtype t, void *w, const void *g, void *m, void *v, int64_t n,
+                           double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step)
+{
+    adamw_consts k;
+    if (!adamw_prepare(t, n, lr, beta1, beta2, eps, weight_decay, step, &k))
         return;
-    const adamw_consts k = {(float)(1.0 - lr * weight_decay),
-                            (float)(1.0 - beta1),
-                            (float)beta2,
-                            (float)(1.0 - beta2),
-                            (float)(lr / (1.0 - pow(beta1, (double)step))),
-                            (float)sqrt(1.0 - pow(beta2, (double)step)),
-                            (float)eps};
     if (t == TP_KERNEL_F32)
         launch_adamw(s, (float *)w, (const float *)g, (float *)m, (float *)v, n, k);
     else
         launch_adamw(s, (__nv_bfloat16 *)w, (const __nv_bfloat16 *)g, (__nv_bfloat16 *)m, (__nv_bfloat16 *)v, n, k);
+}
+
+template <typename T>
+static void launch_adamw_master(tp_stream s, float *master, T *w, const T *g, float *m, float *v, int64_t n,
+                                float grad_scale, adamw_consts k)
+{
+    TP_LAUNCH(adamw_master_kernel<T>, tp_elementwise_blocks(n, OPT_THREADS), OPT_THREADS, 0, s, master, w, g, m, v, n,
+              grad_scale, k);
+}
+
+extern "C" void tp_k_adamw_master(tp_stream s, tp_kernel_dtype t, float *master, void *w, const void *g, float *m,
+                                  float *v, int64_t n, float grad_scale, double lr, double beta1, double beta2,
+                                  double eps, double weight_decay, int64_t step)
+{
+    adamw_consts k;
+    if (!adamw_prepare(t, n, lr, beta1, beta2, eps, weight_decay, step, &k))
+        return;
+    if (t == TP_KERNEL_F32)
+        launch_adamw_master(s, master, (float *)w, (const float *)g, m, v, n, grad_scale, k);
+    else
+        launch_adamw_master(s, master, (__nv_bfloat16 *)w, (const __nv_bfloat16 *)g, m, v, n, grad_scale, k);
 }
 
 template <typename T> static void launch_sum_squares(tp_stream s, double *out, const T *x, int64_t n)
