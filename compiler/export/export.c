@@ -13,6 +13,12 @@ int tp_export_format_parse(const char *name)
 
 char *tp_export(tp_unit *u, const char *plan_path, tp_export_format fmt)
 {
+    /* neither format has a place for the training script's part: say so
+     * rather than drop it unseen */
+    if (u->plan.train.block)
+        tp_diag_add(&u->diags, TP_WARNING, u->plan.train.block->span, "export",
+                    "the export carries the parallelize plan only, not train { }: the training script must split "
+                    "its batches and clip its gradients as the block says");
     return fmt == TP_EXPORT_PYTORCH ? tp_export_pytorch(u, plan_path) : tp_export_hf(u);
 }
 

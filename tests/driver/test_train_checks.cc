@@ -99,6 +99,21 @@ TEST(TrainChecks, TrainBlockRefusesWhatItDoesNotKnow)
     EXPECT_TRUE(contains(r.err, "the plan has a train { } block already")) << r.err;
 }
 
+// --export writes the parallelize plan; the train { } block has no place
+// in either format, and is not dropped unseen.
+TEST(TrainChecks, ExportSaysTheTrainBlockIsNotCarried)
+{
+    // (transformers' tp_plan has no SequenceParallel: the hf export takes the Megatron-style plan, one replica)
+    for (const std::vector<std::string> &args :
+         {std::vector<std::string>{"--export", "pytorch", source_path("tests/good/train-grad-clip.plan")},
+          std::vector<std::string>{"--export", "hf", source_path("tests/good/train-data-split.plan"), "-D", "dp=1"}}) {
+        Proc r = run_tpcc(args);
+        EXPECT_EQ(r.code(), 0) << r.describe();
+        EXPECT_TRUE(contains(r.err, "warning: the export carries the parallelize plan only, not train { }")) << r.err;
+        EXPECT_TRUE(contains(r.err, "as the block says [export]")) << r.err;
+    }
+}
+
 // Mixed DTensor and plain parameters: torch's own error, the first of each
 // kind, where the plain ones come from, and what makes them DTensors. One
 // device has nothing to mix.
