@@ -18,8 +18,12 @@ one warm-up call, the median of as many calls. The two alternate run by
 run, so a busy machine slows both alike. Each tprun run also compares its
 logits with PyTorch's (--compare, 1e-3): a fast wrong answer fails here.
 OPENBLAS_CORETYPE is removed from the environment (it can force weaker
-kernels than the CPU has). Prints a Markdown table with the ratio of
-throughputs (PyTorch's time / tprun's) and the CPU it ran on.
+kernels than the CPU has) unless --coretype sets it: OpenBLAS's own
+detection can also pick weaker kernels than the CPU has (OpenBLAS 0.3.21
+takes a virtual machine's "Intel Xeon Processor" with AVX-512 for a
+Prescott, SSE3 only), and the header says which core it used. Prints a
+Markdown table with the ratio of throughputs (PyTorch's time / tprun's)
+and the CPU it ran on.
 """
 import argparse
 import json
@@ -59,7 +63,7 @@ def run(cmd, env):
 def tprun_seconds(tprun, sched, ranks, tokens, ref, repeat, work, env):
     prof = os.path.join(work, "profile.json")
     cmd = [tprun] + (["-n", str(ranks)] if ranks > 1 else []) + [
-        sched, "--backend", "cpu", "--tokens", tokens, "--labels", "tokens", "--compare", ref, "--tolerance", "1e-3",
+        sched, "--backend", "cpu", "--weights", work, "--tokens", tokens, "--labels", "tokens", "--compare", ref, "--tolerance", "1e-3",
         "--repeat", str(repeat), "--profile-json", prof, "-q"]
     run(cmd, env)
     ranks_json = json.load(open(prof))["ranks"]
@@ -74,10 +78,13 @@ def main():
     ap.add_argument("--repeat", type=int, default=3, help="forward steps per run (default 3)")
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--build", default=os.path.join(HERE, "build"))
+    ap.add_argument("--coretype", help="OPENBLAS_CORETYPE for tprun (default: OpenBLAS's own detection)")
     a = ap.parse_args()
     tpcc, tprun = os.path.join(a.build, "tpcc"), os.path.join(a.build, "tprun")
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
     env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    if a.coretype:
+        env["OPENBLAS_CORETYPE"] = a.coretype
 
     config = LlamaConfig(vocab_size=32000, hidden_size=768, num_hidden_layers=a.layers, num_attention_heads=12,
                          num_key_value_heads=4, intermediate_size=2048, max_position_embeddings=4096)
@@ -117,7 +124,8 @@ def main():
                 setting = "1 core" if cores == 1 else "%d cores (tprun -n %d vs %d threads)" % (cores, cores, cores)
                 rows.append((seq, setting, t, p))
                 print("seq %d, %s: tprun %.1f ms, PyTorch %.1f ms" % (seq, setting, t * 1e3, p * 1e3), file=sys.stderr)
-    print("%s, torch %s, %s" % (cpu_name(), torch.__version__, time.strftime("%Y-%m-%d")))
+    print("%s, torch %s, %s, OpenBLAS core %s" % (cpu_name(), torch.__version__, time.strftime("%Y-%m-%d"),
+                                                 a.coretype or "as detected"))
     print()
     print("| seq | setting | tprun | PyTorch eager (SDPA) | tprun / PyTorch throughput |")
     print("|---|---|---|---|---|")
