@@ -15,6 +15,7 @@
 
 #include "tests/support/plan_harness.h"
 #include "tests/support/process.h"
+#include "tests/support/train_harness.h"
 extern "C" {
 #include "sched/load.h"
 }
@@ -359,14 +360,8 @@ TEST(TrainReport, MemoryFlopsAndCommunicationPerPhase)
 std::string megatron_on_dp(const TempDir &tmp, int dp)
 {
     std::string text = tpcc_test::slurp(source_path("tests/plans/llama-megatron-dp1.plan"));
-    auto swap = [&](const std::string &from, const std::string &to) {
-        size_t at = text.find(from);
-        EXPECT_NE(at, std::string::npos) << from;
-        if (at != std::string::npos)
-            text.replace(at, from.size(), to);
-    };
-    swap("\"../../models/", "\"" + source_path("models") + "/");
-    swap("mesh(dp = 1,", "mesh(dp = " + std::to_string(dp) + ",");
+    tpcc_test::replace_once(text, "\"../../models/", "\"" + source_path("models") + "/");
+    tpcc_test::replace_once(text, "mesh(dp = 1,", "mesh(dp = " + std::to_string(dp) + ",");
     return tmp.write("dp" + std::to_string(dp) + ".plan", text);
 }
 

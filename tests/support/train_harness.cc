@@ -7,18 +7,20 @@
 
 namespace tpcc_test {
 
+void replace_once(std::string &text, const std::string &from, const std::string &to)
+{
+    size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos)
+        text.replace(at, from.size(), to);
+}
+
 void dp_plan(const TempDir &d, std::string &plan)
 {
     std::string text = slurp(std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan");
-    auto swap = [&](const std::string &from, const std::string &to) {
-        size_t at = text.find(from);
-        EXPECT_NE(at, std::string::npos) << from;
-        if (at != std::string::npos)
-            text.replace(at, from.size(), to);
-    };
-    swap("model \"../models/", "model \"" + std::string(TPCC_SOURCE_DIR) + "/models/");
-    swap("    tp = 2\n", "    tp = 2\n    dp = 1\n");
-    swap("mesh(tp = tp)", "mesh(dp = dp, tp = tp)");
+    replace_once(text, "model \"../models/", "model \"" + std::string(TPCC_SOURCE_DIR) + "/models/");
+    replace_once(text, "    tp = 2\n", "    tp = 2\n    dp = 1\n");
+    replace_once(text, "mesh(tp = tp)", "mesh(dp = dp, tp = tp)");
     // on a 2-D mesh each block names its dimension
     for (size_t at = text.find("\nparallelize \""); at != std::string::npos; at = text.find("\nparallelize \"", at + 1)) {
         size_t open = text.find("\" {", at + 14);

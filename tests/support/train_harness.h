@@ -11,6 +11,10 @@
 
 namespace tpcc_test {
 
+// Replaces the first `from` in text by `to` (a test failure where text
+// has none): edits a shipped plan into the variant a test needs.
+void replace_once(std::string &text, const std::string &from, const std::string &to);
+
 // plans/llama-sp.plan on a mesh(dp = dp, tp = tp), written into d (the
 // model path made absolute) as `plan`.
 void dp_plan(const TempDir &d, std::string &plan);
