@@ -167,11 +167,39 @@ print("%.2f" % (statistics.median(times) * 1e3))
 EOF
 }
 
+# PyTorch's SDPA (FlashAttention on these GPUs) on one rank's attention
+# inputs (heads / tp query heads, causal, GQA), once per layer: the median of
+# STEPS calls after one warm-up, times the layers; "n/a" without torch.
+sdpa_ms() {   # dtype tp
+    # shellcheck disable=SC2086
+    python3 - "$1" "$2" "$steps" $sizes <<'EOF' 2>/dev/null || echo "n/a"
+import statistics, sys, time
+import torch
+import torch.nn.functional as F
+dt, tp, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+d = dict(a.split("=", 1) for a in sys.argv[4:] if a != "-D")
+b, s, h, g = int(d["batch"]), int(d["seq"]), int(d["heads"]) // tp, int(d["kv_heads"]) // tp
+hd = int(d.get("head_dim", int(d["hidden"]) // int(d["heads"])))
+dtype = torch.bfloat16 if dt == "bf16" else torch.float32
+q = torch.randn(b, h, s, hd, device="cuda", dtype=dtype)
+k, v = (torch.randn(b, g, s, hd, device="cuda", dtype=dtype) for _ in range(2))
+times = []
+F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+for _ in range(steps):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    torch.cuda.synchronize()
+    times.append(time.perf_counter() - t0)
+print("%.2f" % (statistics.median(times) * 1e3 * int(d["layers"])))
+EOF
+}
+
 torch_version=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "not installed")
 echo "GPU: ${name:-unknown} x $gpus; plan $plan; $sizes; median of $steps steps after loading; torch $torch_version"
 echo
-echo "| dtype | tp | median step ms | tokens/s | model TFLOP/s | MFU | attention ms (profiled) | attention share | PyTorch eager ms | tprun / PyTorch throughput |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| dtype | tp | median step ms | tokens/s | model TFLOP/s | MFU | attention ms (profiled) | attention share | PyTorch SDPA ms (same inputs) | attention / SDPA time | PyTorch eager ms | tprun / PyTorch throughput |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 for dt in $dtypes; do
     flops=$(model_flops "$dt")
@@ -203,7 +231,8 @@ print(math.prod(next(b for b in json.load(open(sys.argv[1]))["buffers"] if b["na
         read -r attn profiled < <(attention_seconds "$prof" "$steps")
         peer="n/a"
         [[ "$tp" -eq 1 && "$(basename "$plan")" == llama* ]] && peer=$(torch_ms "$dt")
-        python3 - "$dt" "$tp" "$med" "$tokens" "$flops" "${peak:-}" "$attn" "$profiled" "$peer" <<'EOF'
+        sdpa=$(sdpa_ms "$dt" "$tp")
+        python3 - "$dt" "$tp" "$med" "$tokens" "$flops" "${peak:-}" "$attn" "$profiled" "$peer" "$sdpa" <<'EOF'
 import sys
 dt, tp, med_ms, tokens, flops, peak = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), \
     float(sys.argv[5]), sys.argv[6]
@@ -214,7 +243,9 @@ mfu = f"{100 * tflops / (tp * float(peak)):.1f}%" if peak else "n/a (set PEAK_TF
 share = f"{100 * attn / profiled:.1f}%" if profiled > 0 else "n/a"
 peer = sys.argv[9]
 ratio = f"{float(peer) / med_ms:.2f}" if peer != "n/a" else "n/a"
-print(f"| {dt} | {tp} | {med_ms:.2f} | {tokens / med:,.0f} | {tflops:.1f} | {mfu} | {attn * 1e3:.2f} | {share} | {peer} | {ratio} |")
+sdpa = sys.argv[10]
+attn_ratio = f"{attn * 1e3 / float(sdpa):.2f}" if sdpa != "n/a" else "n/a"
+print(f"| {dt} | {tp} | {med_ms:.2f} | {tokens / med:,.0f} | {tflops:.1f} | {mfu} | {attn * 1e3:.2f} | {share} | {sdpa} | {attn_ratio} | {peer} | {ratio} |")
 EOF
     done
 done

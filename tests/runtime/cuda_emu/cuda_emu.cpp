@@ -99,6 +99,12 @@ struct Grid {
     dim3 grid, block, block_idx;
 };
 
+struct AsyncCopy {
+    void *dst;
+    const void *src;
+    size_t n, src_bytes;
+};
+
 struct Fiber {
     char *stack = nullptr; // lowest usable byte (a guard page lies below)
     size_t stack_size = 0;
@@ -117,6 +123,10 @@ struct Fiber {
     uint64_t value = 0, result = 0;
     int param = 0, width = 32;
     void (*call)(void *const lanes[32]) = nullptr; // WARP_CALL's function
+    // cp.async: the copies of the open group, then the committed groups,
+    // oldest first, none of them done yet
+    std::vector<AsyncCopy> open_copies;
+    std::vector<std::vector<AsyncCopy>> copy_groups;
 };
 
 struct Collective {
@@ -329,6 +339,8 @@ static void fiber_main()
 
 static void init_fiber(Fiber &f)
 {
+    f.open_copies.clear();
+    f.copy_groups.clear();
     if (!f.stack) {
         f.stack_size = kStackSize;
         f.stack = new_stack(f.stack_size);
@@ -548,6 +560,47 @@ uint64_t collective(CollectiveOp op, const char *name, unsigned mask, uint64_t v
 void warp_call(const char *name, void *args, void (*fn)(void *const lanes[32]))
 {
     collective(WARP_CALL, name, 0xffffffffu, reinterpret_cast<uint64_t>(args), 0, 32, fn);
+}
+
+static void do_copy(const AsyncCopy &c)
+{
+    std::memcpy(c.dst, c.src, c.src_bytes);
+    std::memset((char *)c.dst + c.src_bytes, 0, c.n - c.src_bytes);
+}
+
+// The hardware may do a copy at any time between its issue and the wait
+// that completes it. Here each copy is done either at once, so a thread
+// that overwrites what others still read shows, or as late as the wait,
+// so a thread that reads without waiting sees the poison still there.
+void cp_async(void *dst, const void *src, size_t n, size_t src_bytes)
+{
+    in_kernel("cp.async");
+    if ((uintptr_t)dst % n || (uintptr_t)src % n)
+        fail_in_kernel("cp.async of %zu bytes from %p to %p: both must be %zu-byte aligned", n, src, dst, n);
+    if (src_bytes > n)
+        fail_in_kernel("cp.async: src-size %zu exceeds the copy's %zu bytes", src_bytes, n);
+    const AsyncCopy c = {dst, src, n, src_bytes};
+    if (random_below(2))
+        do_copy(c);
+    else
+        cur_fiber->open_copies.push_back(c);
+}
+
+void cp_async_commit(void)
+{
+    Fiber &f = *cur_fiber;
+    f.copy_groups.push_back(std::move(f.open_copies));
+    f.open_copies.clear();
+}
+
+void cp_async_wait(int pending)
+{
+    Fiber &f = *cur_fiber;
+    while ((int)f.copy_groups.size() > pending) {
+        for (const AsyncCopy &c : f.copy_groups.front())
+            do_copy(c);
+        f.copy_groups.erase(f.copy_groups.begin());
+    }
 }
 
 void *shared_static(const void *site, size_t bytes, size_t align)

@@ -19,8 +19,9 @@
  *   - __syncthreads() is a barrier over the block. Threads waiting there
  *     while others have exited is reported ("__syncthreads not reached by
  *     all threads") and fails the launch, as is any other deadlock.
- *   - nvcuda::wmma's bf16 16x16x16 fragments, loads, stores and mma_sync
- *     are collectives of the whole warp (cuda_emu_wmma.h).
+ *   - the sm_80 instructions of kernels/mma_sm80.cuh (mma.sync, ldmatrix,
+ *     cp.async) with the PTX ISA's fragment layouts: the warp-wide ones are
+ *     collectives of the whole warp (cuda_emu_mma.h).
  *   - warp shuffles, votes and __syncwarp are collectives over the lanes of
  *     `mask`: every lane in mask must call the same intrinsic with the same
  *     mask, the caller must be in mask, and reading a lane outside mask
@@ -130,7 +131,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
 
 namespace tp_emu {
 enum CollectiveOp { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT, ALL, ANY, SYNCWARP, WARP_CALL };
-/* call: WARP_CALL's function over every lane's value (cuda_emu_wmma.h) */
+/* call: WARP_CALL's function over every lane's value (warp_call) */
 uint64_t collective(CollectiveOp op, const char *name, unsigned mask, uint64_t value, int param, int width,
                     void (*call)(void *const lanes[32]) = nullptr);
 void yield_point(void); /* lets another thread run (atomics) */
@@ -323,6 +324,7 @@ inline __nv_bfloat16 __float2bfloat16(float f)
 }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
 inline float __bfloat162float(__nv_bfloat16 h) { return __uint_as_float((uint32_t)h.__x << 16); }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
 
 /* ---- launching --------------------------------------------------------- */
 
@@ -365,7 +367,11 @@ bool tp_emu_free(void *p);
         ::tp_emu::shared_static(&tp_emu_site_##name, sizeof(type) * (count), alignof(type)))
 #define TP_DYNAMIC_SHARED(type, name) type *name = reinterpret_cast<type *>(::tp_emu::shared_dynamic())
 
-/* nvcuda::wmma, as <mma.h> declares it */
-#include "cuda_emu_wmma.h"
+namespace tp_emu {
+/* A warp collective over all 32 lanes named `name`: each lane passes
+ * `args`; when the last arrives, fn (when not null) runs once with every
+ * lane's args, before any lane resumes (cuda_emu_mma.h). */
+void warp_call(const char *name, void *args, void (*fn)(void *const lanes[32]));
+} // namespace tp_emu
 
 #endif /* TP_CUDA_EMU_H */

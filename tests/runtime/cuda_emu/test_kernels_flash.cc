@@ -1,8 +1,8 @@
 // The tensor-core attention (runtime/backends/cuda/kernels/attention_flash.cuh)
-// under the emulator, and the emulator's nvcuda::wmma (cuda_emu_wmma.h) it
-// runs on: the fragments' products, the documented preconditions, and the
-// hazards a warp-level kernel can have (a missing __syncwarp after a store,
-// a missing trailing __syncthreads).
+// under the emulator, and the emulator's sm_80 instructions
+// (cuda_emu_mma.h) it runs on: the fragments in the PTX ISA's layout, the
+// documented preconditions, cp.async's completion, and the hazard of a
+// missing trailing __syncthreads.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,139 +16,150 @@
 namespace {
 
 using namespace tp_ktest;
-using namespace nvcuda;
 
 // ==================================================================================
-// nvcuda::wmma under the emulator
+// The sm_80 instructions under the emulator (cuda_emu_mma.h)
 // ==================================================================================
 
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major>;
-using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major>;
-using FragAcc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+uint16_t bits(float x) { return __bfloat16_as_ushort(__float2bfloat16(x)); }
 
-// d = a b + c for 16x16 a (row-major), b (column-major), c and d (row-major)
+// d = a b + c for a 16x16 (row-major), b 16x8 (row-major [k][n]) and c, d
+// 16x8 (row-major), each lane building its fragments by the PTX ISA's
+// documented mapping (mma_sm80.cuh) straight from memory
 __global__ void mma_kernel(float *d, const __nv_bfloat16 *a, const __nv_bfloat16 *b, const float *c)
 {
-    FragA fa;
-    FragBCol fb;
-    FragAcc acc;
-    wmma::load_matrix_sync(fa, a, 16);
-    wmma::load_matrix_sync(fb, b, 16);
-    wmma::load_matrix_sync(acc, c, 16, wmma::mem_row_major);
-    wmma::mma_sync(acc, fa, fb, acc);
-    wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
+    const int g = threadIdx.x / 4, t = threadIdx.x % 4;
+    auto pair = [](const __nv_bfloat16 *x, int i, int j) {
+        return (uint32_t)__bfloat16_as_ushort(x[i]) | (uint32_t)__bfloat16_as_ushort(x[j]) << 16;
+    };
+    const uint32_t fa[4] = {pair(a, g * 16 + 2 * t, g * 16 + 2 * t + 1),
+                            pair(a, (g + 8) * 16 + 2 * t, (g + 8) * 16 + 2 * t + 1),
+                            pair(a, g * 16 + 2 * t + 8, g * 16 + 2 * t + 9),
+                            pair(a, (g + 8) * 16 + 2 * t + 8, (g + 8) * 16 + 2 * t + 9)};
+    const uint32_t fb[2] = {pair(b, 2 * t * 8 + g, (2 * t + 1) * 8 + g),
+                            pair(b, (2 * t + 8) * 8 + g, (2 * t + 9) * 8 + g)};
+    float acc[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
+    tp_mma_bf16_16816(acc, fa, fb);
+    d[g * 8 + 2 * t] = acc[0];
+    d[g * 8 + 2 * t + 1] = acc[1];
+    d[(g + 8) * 8 + 2 * t] = acc[2];
+    d[(g + 8) * 8 + 2 * t + 1] = acc[3];
 }
 
-TEST(CudaEmuWmma, MmaIsTheMatrixProduct)
+TEST(CudaEmuMma, MmaIsTheMatrixProductInThePtxLayout)
 {
-    Vec a = as_stored(random_vec(256, 1), TP_KERNEL_BF16), b = as_stored(random_vec(256, 2), TP_KERNEL_BF16);
-    Vec c = random_vec(256, 3);
+    Vec a = as_stored(random_vec(256, 1), TP_KERNEL_BF16), b = as_stored(random_vec(128, 2), TP_KERNEL_BF16);
+    Vec c = random_vec(128, 3);
     Dev da(TP_KERNEL_BF16, a), db(TP_KERNEL_BF16, b);
-    DevOf<float> dc(c), dd(256);
+    DevOf<float> dc(c), dd(128);
     TP_LAUNCH(mma_kernel, 1, 32, 0, nullptr, dd.ptr(), static_cast<const __nv_bfloat16 *>(da.ptr()),
               static_cast<const __nv_bfloat16 *>(db.ptr()), static_cast<const float *>(dc.ptr()));
-    Vec want(256);
+    Vec want(128);
     for (int i = 0; i < 16; i++)
-        for (int j = 0; j < 16; j++) {
-            double acc = c[(size_t)(i * 16 + j)];
+        for (int j = 0; j < 8; j++) {
+            double acc = c[(size_t)(i * 8 + j)];
             for (int k = 0; k < 16; k++)
-                acc += (double)a[(size_t)(i * 16 + k)] * b[(size_t)(j * 16 + k)]; // b column-major
-            want[(size_t)(i * 16 + j)] = (float)acc;
+                acc += (double)a[(size_t)(i * 16 + k)] * b[(size_t)(k * 8 + j)];
+            want[(size_t)(i * 8 + j)] = (float)acc;
         }
-    expect_close(dd.download(), want, {1e-6, 1e-6}, "wmma d = a b + c");
+    expect_close(dd.download(), want, {1e-6, 1e-6}, "mma d = a b + c");
 }
 
-// The element-to-lane mapping is unspecified: the emulation uses different
-// ones for matrix_a and accumulators, so a kernel may not mix them.
-__global__ void mapping_kernel(float *out, const __nv_bfloat16 *a, const float *c)
+// ldmatrix.x4.trans of a 16x16 tile (keys x dims, row-major, rows padded
+// to 24 elements): lane l gives row l % 8 of block l / 8 (block 1 the next
+// 8 rows, block 2 the next 8 columns), and register i must hold block i's
+// elements [2t][g] and [2t + 1][g].
+__global__ void ldmatrix_kernel(uint32_t *out, const __nv_bfloat16 *x)
 {
-    FragA fa;
-    FragAcc acc;
-    wmma::load_matrix_sync(fa, a, 16);
-    wmma::load_matrix_sync(acc, c, 16, wmma::mem_row_major);
-    for (int i = 0; i < FragA::num_elements; i++)
-        out[threadIdx.x * 8 + i] = __bfloat162float(fa.x[i]) - acc.x[i];
+    TP_SHARED(__nv_bfloat16, tile, 16 * 24);
+    for (int i = (int)threadIdx.x; i < 16 * 16; i += 32)
+        tile[i / 16 * 24 + i % 16] = x[i];
+    __syncwarp();
+    const int lane = threadIdx.x, block = lane / 8;
+    uint32_t r[4];
+    tp_ldmatrix_x4_trans(r, tile + (block % 2 * 8 + lane % 8) * 24 + block / 2 * 8);
+    for (int i = 0; i < 4; i++)
+        out[lane * 4 + i] = r[i];
 }
 
-TEST(CudaEmuWmma, FragmentMappingsDiffer)
+TEST(CudaEmuMma, LdmatrixTransGivesTheDocumentedRegisters)
 {
-    Vec m(256);
+    Vec x(256);
     for (int i = 0; i < 256; i++)
-        m[(size_t)i] = (float)i; // exact in bf16
-    Dev da(TP_KERNEL_BF16, m);
-    DevOf<float> dc(m), dout(256);
-    TP_LAUNCH(mapping_kernel, 1, 32, 0, nullptr, dout.ptr(), static_cast<const __nv_bfloat16 *>(da.ptr()),
-              static_cast<const float *>(dc.ptr()));
-    int differ = 0;
-    for (float x : dout.download())
-        differ += x != 0.0f;
-    EXPECT_GT(differ, 128) << "matrix_a and accumulator fragments hold the same elements";
+        x[(size_t)i] = (float)i; // exact in bf16
+    Dev dx(TP_KERNEL_BF16, x);
+    DevOf<uint32_t> dout(128);
+    TP_LAUNCH(ldmatrix_kernel, 1, 32, 0, nullptr, dout.ptr(), static_cast<const __nv_bfloat16 *>(dx.ptr()));
+    std::vector<uint32_t> got = dout.download();
+    for (int lane = 0; lane < 32; lane++)
+        for (int i = 0; i < 4; i++) {
+            const int g = lane / 4, t = lane % 4, r0 = i % 2 * 8, c0 = i / 2 * 8;
+            const uint32_t want = (uint32_t)bits(x[(size_t)((r0 + 2 * t) * 16 + c0 + g)]) |
+                                  (uint32_t)bits(x[(size_t)((r0 + 2 * t + 1) * 16 + c0 + g)]) << 16;
+            EXPECT_EQ(got[(size_t)(lane * 4 + i)], want) << "lane " << lane << " register " << i;
+        }
 }
 
-TEST(CudaEmuWmma, MisalignedPointerOrStrideFails)
+TEST(CudaEmuMma, MisalignedLdmatrixAndDivergentMmaFail)
 {
-    __nv_bfloat16 *a = static_cast<__nv_bfloat16 *>(tp_emu_alloc(512 * sizeof(__nv_bfloat16)));
-    for (auto [offset, ldm] : {std::pair<int, unsigned>{1, 16}, {0, 20}}) {
-        cudaError_t err = tp_emu_launch("misaligned", dim3(1), dim3(32), 0, [a, offset = offset, ldm = ldm] {
-            FragA fa;
-            wmma::load_matrix_sync(fa, a + offset, ldm);
-        });
-        EXPECT_EQ(err, cudaErrorLaunchFailure);
-        (void)cudaGetLastError();
-        EXPECT_NE(std::string(tp_emu_last_failure()).find(offset ? "256-bit aligned" : "ldm 20"), std::string::npos)
-            << tp_emu_last_failure();
-    }
-    EXPECT_TRUE(tp_emu_free(a));
-}
-
-TEST(CudaEmuWmma, DivergentLanesFail)
-{
-    float *c = static_cast<float *>(tp_emu_alloc(256 * sizeof(float)));
-    cudaError_t err = tp_emu_launch("divergent_wmma", dim3(1), dim3(32), 0, [c] {
-        FragAcc acc;
-        wmma::fill_fragment(acc, 0.0f);
-        if (threadIdx.x < 16)
-            wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
-        else
-            wmma::load_matrix_sync(acc, c, 16, wmma::mem_row_major);
+    __nv_bfloat16 *x = static_cast<__nv_bfloat16 *>(tp_emu_alloc(512 * sizeof(__nv_bfloat16)));
+    cudaError_t err = tp_emu_launch("misaligned_ldmatrix", dim3(1), dim3(32), 0, [x] {
+        uint32_t r[4];
+        tp_ldmatrix_x4_trans(r, x + 1 + threadIdx.x * 8);
     });
     EXPECT_EQ(err, cudaErrorLaunchFailure);
     (void)cudaGetLastError();
-    EXPECT_NE(std::string(tp_emu_last_failure()).find("wmma::"), std::string::npos) << tp_emu_last_failure();
-    EXPECT_TRUE(tp_emu_free(c));
+    EXPECT_NE(std::string(tp_emu_last_failure()).find("16-byte aligned"), std::string::npos) << tp_emu_last_failure();
+    err = tp_emu_launch("divergent_mma", dim3(1), dim3(32), 0, [] {
+        float d[4] = {0, 0, 0, 0};
+        const uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+        if (threadIdx.x < 16)
+            tp_mma_bf16_16816(d, a, b);
+    });
+    EXPECT_EQ(err, cudaErrorLaunchFailure);
+    (void)cudaGetLastError();
+    EXPECT_NE(std::string(tp_emu_last_failure()).find("mma.sync"), std::string::npos) << tp_emu_last_failure();
+    EXPECT_TRUE(tp_emu_free(x));
 }
 
-// Each lane stores its elements after the store's rendezvous, at its own
-// pace: reading another lane's element needs a __syncwarp first.
-template <bool kSyncwarp> __global__ void store_then_read_kernel(float *out)
+// Each thread copies 16 bytes into shared memory with cp.async (the last
+// thread asks for zeros: src-size 0) and reads its neighbour's piece:
+// correct only after its wait and a barrier.
+template <bool kWait> __global__ void cp_async_kernel(float *out, const float *x)
 {
-    TP_SHARED(float, tile, 256);
-    FragAcc acc;
-    wmma::fill_fragment(acc, 1.0f);
-    wmma::store_matrix_sync(tile, acc, 16, wmma::mem_row_major);
-    if (kSyncwarp)
-        __syncwarp();
-    for (int i = 0; i < 8; i++)
-        out[threadIdx.x * 8 + i] = tile[(threadIdx.x * 8 + i + 128) % 256];
+    TP_SHARED(float, tile, 32 * 4);
+    const int i = (int)threadIdx.x;
+    tp_cp_async_16(tile + i * 4, x + i * 4, i == 31 ? 0u : 16u);
+    tp_cp_async_commit();
+    if (kWait)
+        tp_cp_async_wait<0>();
+    __syncthreads();
+    for (int j = 0; j < 4; j++)
+        out[i * 4 + j] = tile[(i + 1) % 32 * 4 + j];
 }
 
-TEST(CudaEmuWmma, MissingSyncwarpAfterStoreIsCaught)
+TEST(CudaEmuMma, CpAsyncLandsAtItsWaitWithZeroFill)
 {
-    DevOf<float> out(256);
+    Vec x = random_vec(128, 4);
+    DevOf<float> dx(x), dout(128);
     int caught = 0;
-    for (uint64_t seed = 1; seed <= 8; seed++) {
+    for (uint64_t seed = 1; seed <= 4; seed++) {
         tp_emu_set_seed(seed);
-        TP_LAUNCH(store_then_read_kernel<false>, 1, 32, 0, nullptr, out.ptr());
-        bool wrong = false;
-        for (float x : out.download())
-            wrong |= x != 1.0f;
-        caught += wrong;
-        tp_emu_set_seed(seed);
-        TP_LAUNCH(store_then_read_kernel<true>, 1, 32, 0, nullptr, out.ptr());
-        for (float x : out.download())
-            ASSERT_EQ(x, 1.0f) << "seed " << seed << ": with the __syncwarp it is correct";
+        TP_LAUNCH(cp_async_kernel<true>, 1, 32, 0, nullptr, dout.ptr(), static_cast<const float *>(dx.ptr()));
+        Vec got = dout.download();
+        for (int i = 0; i < 32; i++)
+            for (int j = 0; j < 4; j++) {
+                const int from = (i + 1) % 32;
+                ASSERT_EQ(got[(size_t)(i * 4 + j)], from == 31 ? 0.0f : x[(size_t)(from * 4 + j)])
+                    << "seed " << seed << ", thread " << i;
+            }
+        TP_LAUNCH(cp_async_kernel<false>, 1, 32, 0, nullptr, dout.ptr(), static_cast<const float *>(dx.ptr()));
+        bool poisoned = false;
+        for (float v : dout.download())
+            poisoned |= std::isnan(v);
+        caught += poisoned;
     }
-    EXPECT_GE(caught, 6) << "of 8 seeds, the hazard showed in " << caught;
+    EXPECT_EQ(caught, 4) << "reads without the wait saw the poison in " << caught << " of 4 seeds";
 }
 
 // ==================================================================================
