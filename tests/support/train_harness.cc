@@ -30,13 +30,14 @@ void dp_plan(const TempDir &d, std::string &plan)
     plan = d.write("llama-dp.plan", text);
 }
 
-Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::string &sched, bool train)
+Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::string &sched, bool train,
+                const std::string &dtype)
 {
     std::vector<std::string> args = {plan, "--hf-config",
                                      std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama/config.json",
                                      "-D", "vocab_multiple=1", "-D", "dp=" + std::to_string(dp), "-D",
                                      "tp=" + std::to_string(tp), "-D", "seq=16", "-D", "batch=" + std::to_string(batch),
-                                     "-o", sched};
+                                     "--dtype", dtype, "-o", sched};
     if (train)
         args.push_back("--train");
     return run_tpcc(args);

@@ -20,8 +20,10 @@ void replace_once(std::string &text, const std::string &from, const std::string 
 void dp_plan(const TempDir &d, std::string &plan);
 
 // tpcc on a dp_plan for tests/fixtures/train/llama's config (seq 16,
-// `batch` per replica), into sched; --train unless `train` is false.
-Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::string &sched, bool train = true);
+// `batch` per replica), into sched; --train unless `train` is false; in
+// `dtype`.
+Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::string &sched, bool train = true,
+                const std::string &dtype = "fp32");
 
 // Each step's loss in a --log-json file (none, with a failure, when it
 // cannot be read).
