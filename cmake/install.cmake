@@ -1,6 +1,7 @@
 # Installing tpcc as a tool, and its Debian package (CPack).
 #
 #   cmake --install build --prefix P      P/bin/{tpcc,tprun}
+#                                         P/lib/tpcc/tprun_cuda.so (CUDA builds; LIBDIR)
 #                                         P/share/tpcc/models/*.model
 #                                         P/share/tpcc/plans/*.plan
 #                                         P/share/man/man1/{tpcc,tprun}.1
@@ -19,6 +20,10 @@ include(GNUInstallDirs)
 set(CMAKE_SKIP_INSTALL_ALL_DEPENDENCY TRUE)
 
 install(TARGETS tpcc tprun RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET tprun_cuda)
+  # the CUDA backend module, where tprun looks for it (runtime/CMakeLists.txt)
+  install(TARGETS tprun_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/tpcc)
+endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/models/ DESTINATION ${CMAKE_INSTALL_DATADIR}/tpcc/models
         FILES_MATCHING PATTERN "*.model")
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/plans/ DESTINATION ${CMAKE_INSTALL_DATADIR}/tpcc/plans
@@ -33,9 +38,9 @@ install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/docs/archite
 # link (dpkg -S on ldd's list): libc6, libjansson4, libmpich12, and
 # OpenBLAS, whose libopenblas.so.0 any of the libopenblas0-* variants
 # provides; mpich for the mpiexec that `tprun -n` launches. A build with
-# the CUDA backend also links the CUDA runtime, cuBLAS and NCCL, which are
-# NVIDIA's packages, not Debian's: tools/package.sh builds the package
-# with -DTPCC_CUDA=OFF.
+# the CUDA backend also installs its module, which links the CUDA runtime,
+# cuBLAS and NCCL, NVIDIA's packages, not Debian's: tools/package.sh builds
+# the package with -DTPCC_CUDA=OFF.
 set(CPACK_PACKAGE_NAME tpcc)
 set(CPACK_PACKAGE_VENDOR "tpcc")
 set(CPACK_PACKAGE_CONTACT "tpcc maintainers <tpcc@localhost>")
@@ -48,7 +53,7 @@ set(CPACK_DEBIAN_PACKAGE_DEPENDS
     "libc6 (>= 2.34), libjansson4 (>= 2.14), libmpich12 (>= 4.0), mpich, libopenblas0 | libopenblas0-pthread | libopenblas0-openmp | libopenblas0-serial")
 if(TPCC_CUDA)
   set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
-      "Checks PyTorch tensor-parallel plans and compiles them to per-rank schedules.\nThis build's tprun links the CUDA runtime, cuBLAS and NCCL, which Depends does not name.")
+      "Checks PyTorch tensor-parallel plans and compiles them to per-rank schedules.\nThis build's CUDA backend (lib/tpcc/tprun_cuda.so) links the CUDA runtime, cuBLAS and NCCL, which Depends does not name.")
 else()
   set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
       "Checks PyTorch tensor-parallel plans and compiles them to per-rank schedules.")

@@ -305,10 +305,11 @@ int main(int argc, char **argv)
         free(given);
         return r < 0 ? 2 : 0;
     }
-    /* the backend: asked for, or cuda where a GPU is usable (--backend cpu
-     * never touches the CUDA runtime) */
+    /* the backend: asked for, or cuda where a GPU is usable (--backend cpu,
+     * or no driver, never loads the CUDA libraries) */
     char why[512] = "";
-    int gpus = o.backend && !strcmp(o.backend, "cpu") ? 0 : tp_gpu_count(why, sizeof why);
+    bool ask = o.backend ? strcmp(o.backend, "cpu") != 0 : tp_gpu_driver_present();
+    int gpus = ask ? tp_gpu_count(why, sizeof why) : 0;
     if (!o.backend)
         o.backend = gpus > 0 ? "cuda" : "cpu";
     else if (!strcmp(o.backend, "cuda") && gpus <= 0) {

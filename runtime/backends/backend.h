@@ -17,7 +17,8 @@
  * cross_entropy and ce_*, and every input of ce_loss — which are float32
  * (the compiler marks those buffers f32 in a bf16 schedule). The executor
  * converts between float32 host data and the storage dtype
- * (tr_exec_write_buf, tr_exec_read_buf, tr_exec_write_weights), so to_device
+ * (tr_exec_write_buf, tr_exec_read_buf, tr_exec_write_weights,
+ * tr_weights_load), so to_device
  * and to_host move bytes unchanged. */
 #ifndef TPRUN_BACKEND_H
 #define TPRUN_BACKEND_H
@@ -46,9 +47,18 @@ typedef struct tp_backend {
     /* memory: the arena and weights live where the kernels read them */
     void *(*alloc)(size_t bytes);                     /* zeroed; NULL on failure */
     void (*release)(void *p);
+    /* to_device and to_host return once src may be reused and dst read */
     void (*to_device)(void *dst, const void *src, size_t bytes);
     void (*to_host)(void *dst, const void *src, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);   /* within backend memory */
+    /* alloc's memory is host memory the CPU reads and writes in place (the
+     * CPU backend): weights are read straight into it, and the executor
+     * pre-faults its arena and staging at start-up */
+    bool host_memory;
+    /* (optional) host memory to_device copies from fastest (CUDA: pinned),
+     * for a loader staging through a bounded buffer; NULL: malloc */
+    void *(*alloc_staging)(size_t bytes);
+    void (*release_staging)(void *p);
     /* threads a kernel may use (BLAS); (optional) */
     void (*set_threads)(int threads);
     /* (optional) a backend that queues work asynchronously (CUDA): wait

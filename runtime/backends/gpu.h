@@ -1,12 +1,15 @@
 /* gpu.h: what tprun knows of GPUs, without CUDA headers.
  *
  * Two implementations: the CUDA one (backend_cuda.c + comm_nccl.c, built
- * when CMake finds nvcc: TPCC_CUDA), and gpu_none.c for builds without
- * CUDA, where no GPU is ever usable. The test-only tprun_emulated builds the
+ * when CMake finds nvcc: TPCC_CUDA, as the module tprun_cuda.so that tprun
+ * reaches through gpu_dlopen.c: gpu_module.h), and gpu_none.c for builds
+ * without CUDA, where no GPU is ever usable. The test-only tprun_emulated builds the
  * CUDA one against host stand-ins of the CUDA runtime, cuBLAS and NCCL
  * (tests/runtime/cuda_standin/).
  *
  * Order of use, on every rank:
+ *   tp_gpu_driver_present  could a GPU be usable at all? (the default
+ *                       backend is chosen by tp_gpu_count only then)
  *   tp_gpu_count        is a GPU usable? (the default backend, the error of
  *                       --backend cuda where none is)
  *   tp_gpu_init         bind the process to its device (local rank modulo
@@ -18,9 +21,15 @@
 #ifndef TPRUN_GPU_H
 #define TPRUN_GPU_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include "runtime/backends/backend.h"
 #include "runtime/comm/comm.h"
+
+/* Whether a GPU driver is installed, answered without loading CUDA: a
+ * tprun built with CUDA loads its CUDA libraries only for --backend cuda,
+ * or to choose its default backend where this says a driver is there. */
+bool tp_gpu_driver_present(void);
 
 /* The number of usable CUDA devices; 0 with the reason in why (the CUDA
  * runtime's message: no driver, no device, a build without CUDA). */

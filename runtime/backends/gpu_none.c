@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include "runtime/backends/gpu.h"
 
+bool tp_gpu_driver_present(void) { return false; }
+
 int tp_gpu_count(char *why, size_t whylen)
 {
     snprintf(why, whylen, "this tprun was built without CUDA (configure with nvcc installed, -DTPCC_CUDA=ON)");

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 #include "runtime/exec/exec.h"
+#include "runtime/io/weights.h"
 #include "util/xalloc.h"
 
 static double now_seconds(void)
@@ -99,6 +100,18 @@ static int check_kernels(const tr_schedule *s, const tp_backend *be, char *err, 
     return 0;
 }
 
+/* Host memory comes from calloc as untouched zero pages: write them now,
+ * so the first step pays no page faults (the weights are written when
+ * they are loaded). Device memory has no such first touch. */
+static void prefault(tr_exec *x)
+{
+    if (!x->be->host_memory)
+        return;
+    memset(x->arena, 0, (size_t)x->s->arena_bytes + 1);
+    memset(x->scratch[0], 0, x->scratch_bytes + 1);
+    memset(x->scratch[1], 0, x->scratch_bytes + 1);
+}
+
 int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm *comm, char *err, size_t errlen)
 {
     memset(x, 0, sizeof *x);
@@ -127,6 +140,7 @@ int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm
         tr_exec_free(x);
         return -1;
     }
+    prefault(x);
     return 0;
 }
 
@@ -146,16 +160,7 @@ void tr_exec_free(tr_exec *x)
 }
 
 /* bfloat16 is the upper half of a float32: rounding to nearest even on
- * the way in (a NaN stays a quiet NaN), exact on the way out. */
-static uint16_t bf16_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
+ * the way in (tp_f32_to_bf16), exact on the way out. */
 static float f32_of(uint16_t h)
 {
     uint32_t u = (uint32_t)h << 16;
@@ -173,7 +178,7 @@ static void upload(tr_exec *x, void *dst, const void *src, int64_t n, tp_dtype t
     }
     uint16_t *h = tp_xmalloc((size_t)n * sizeof *h + 1);
     for (int64_t i = 0; i < n; i++)
-        h[i] = bf16_of(((const float *)src)[i]);
+        h[i] = tp_f32_to_bf16(((const float *)src)[i]);
     x->be->to_device(dst, h, (size_t)n * sizeof *h);
     free(h);
 }

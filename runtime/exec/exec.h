@@ -48,7 +48,9 @@ void tr_exec_free(tr_exec *x);
 void tr_exec_write_buf(tr_exec *x, int b, const void *src);
 void tr_exec_read_buf(tr_exec *x, int b, void *dst);
 /* Fill the weight region from host float32 (s->weight_elems values, laid
- * out by region_offset), converted to the backend's dtype. */
+ * out by region_offset), converted to the backend's dtype. Tests write
+ * weights of their own with it; tprun loads with tr_weights_load, which
+ * keeps no host copy of the region. */
 void tr_exec_write_weights(tr_exec *x, const float *host);
 
 /* Where buffer b and weight w's slice live in backend memory, for the

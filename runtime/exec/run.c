@@ -9,6 +9,7 @@
 #include "runtime/backends/gpu.h"
 #include "runtime/io/npy.h"
 #include "runtime/exec/run.h"
+#include "runtime/exec/weights_load.h"
 #include "runtime/train/dp.h"
 #include "runtime/io/weights.h"
 #include "runtime/train/gather.h"
@@ -52,8 +53,9 @@ static bool rank0(const job *j) { return j->comm->rank == 0; }
 
 /* ---- weights ------------------------------------------------------------ */
 
-static void progress(const job *j, int done, int total)
+static void progress(void *ctx, int done, int total)
 {
+    const job *j = ctx;
     if (!rank0(j) || j->o->quiet || !isatty(STDERR_FILENO))
         return;
     int width = 30, filled = total ? done * width / total : width;
@@ -63,34 +65,22 @@ static void progress(const job *j, int done, int total)
         fputc('\n', stderr);
 }
 
+/* Straight into the backend's weight region (weights_load.h); a bf16
+ * training schedule keeps the float32 values too, for the optimizer's
+ * master weights. */
 static int load_weights(job *j)
 {
     const tr_schedule *s = &j->s;
     char why[600];
     if (j->o->weights && tp_checkpoint_open(&j->ckpt, j->o->weights, why, sizeof why))
         return fail(j, "%s", why);
-    float *host = tp_xmalloc((size_t)s->weight_elems * sizeof *host + 1);
-    for (int i = 0; i < s->nweights; i++) {
-        const tr_weight *w = &s->weights[i];
-        float *dst = host + w->region_offset;
-        /* a packed weight's segments are row ranges (dim 0), held one after another */
-        for (int k = 0; k < (w->nsegments ? w->nsegments : 1); k++) {
-            tp_weight_slice ws = tr_weight_slice(w, s->rank, k);
-            int64_t n = j->ckpt ? (tp_checkpoint_read(j->ckpt, &ws, dst, why, sizeof why) ? -1 : tp_weight_slice_numel(&ws))
-                                : tp_weight_init_seeded(&ws, j->o->seed, dst);
-            if (n < 0) {
-                free(host);
-                return fail(j, "%s", j->ckpt ? why : "inconsistent weight slice in the schedule");
-            }
-            dst += n;
-        }
-        progress(j, i + 1, s->nweights);
-    }
-    tr_exec_write_weights(&j->x, host);
     if (s->grads && j->x.be->dtype != TP_F32)
-        j->masters = host;
-    else
-        free(host);
+        j->masters = tp_xmalloc((size_t)s->weight_elems * sizeof *j->masters + 1);
+    tr_weight_source src = {.ckpt = j->ckpt, .seed = j->o->seed};
+    tr_weights_sink dst = {.region = j->x.weights, .dtype = j->x.be->dtype, .fp32_copy = j->masters,
+                           .progress = progress, .ctx = j};
+    if (tr_weights_load(&j->x, &src, &dst, why, sizeof why))
+        return fail(j, "%s", why);
     j->weight_bytes_read = j->ckpt ? tp_checkpoint_bytes_read_rank(j->ckpt, s->rank) : 0;
     return 0;
 }
@@ -323,7 +313,9 @@ static int outputs(job *j)
     float loss = NAN;
     if (s->loss >= 0)
         tr_exec_read_buf(&j->x, s->loss, &loss);
-    if (s->logits < 0)
+    /* a quiet run without --out or --compare reads no logits: no host copy
+     * of them (every rank has the same options, so all skip the gather) */
+    if (s->logits < 0 || (j->o->quiet && !j->o->out && !j->o->compare))
         return 0;
     int64_t shape[3];
     float *logits;

@@ -1,6 +1,7 @@
 /* weights.c: safetensors checkpoints (mmap'ed, validated, read slice by
  * slice) and the seeded initialisation. See weights.h. */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise: posix_madvise ignores POSIX_MADV_DONTNEED on Linux */
 
 #include "runtime/io/weights.h"
 
@@ -590,6 +591,16 @@ float tp_bf16_to_f32(uint16_t h)
     return bits_to_f32((uint32_t)h << 16);
 }
 
+/* rounding to nearest even; a NaN stays a quiet NaN */
+uint16_t tp_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 float tp_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
@@ -753,7 +764,63 @@ static const char *suggest(const tp_checkpoint *c, const char *name)
     return best;
 }
 
+/* Rows [row0, row0 + nrows) of the slice's output (one row for a 1-D
+ * slice): checked against the slice, then narrowed in v to the file rows
+ * (2-D) they come from. */
+static int narrow_rows(const tp_weight_slice *s, view *v, int64_t row0, int64_t nrows, char *err, size_t errlen)
+{
+    int64_t rows = v->ndim == 2 ? v->r1 - v->r0 : 1;
+    if (row0 < 0 || nrows < 0 || row0 > rows || nrows > rows - row0)
+        return tp_error(err, errlen, "tensor '%s': rows [%" PRId64 ", %" PRId64 ") are outside the slice's %" PRId64,
+                        s->name ? s->name : "(null)", row0, row0 + nrows, rows);
+    if (v->ndim == 2)
+        v->r0 += row0, v->r1 = v->r0 + nrows;
+    else if (nrows == 0)
+        v->c1 = v->c0;
+    return 0;
+}
+
+int tp_weight_slice_rows(const tp_weight_slice *s, int64_t *rows, int64_t *width)
+{
+    view v;
+    if (resolve(s, &v, NULL, 0) != 0)
+        return -1;
+    *rows = v.ndim == 2 ? v.r1 - v.r0 : 1;
+    *width = v.c1 - v.c0;
+    return 0;
+}
+
+/* The file's pages under [p, p + n) leave this process once read: a rank
+ * touches each weight once, and a mapping left resident would hold a second
+ * copy of the weights it has just converted into the backend's memory.
+ * The page cache itself is kept (it is not this process's memory, the
+ * kernel reclaims it under pressure, and other ranks on the node may still
+ * be reading the same file). Rounding out to whole pages is safe: a page
+ * another tensor shares is read again from the file if touched. */
+/* File bytes read between two releases: a large tensor (a 128k vocab's
+ * embedding is 2 GiB in fp32) is never resident whole. */
+#define RELEASE_BYTES ((size_t)8 << 20)
+
+static void release_pages(const uint8_t *p, size_t n)
+{
+    if (n == 0)
+        return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)p & ~(page - 1), hi = ((uintptr_t)p + n + page - 1) & ~(page - 1);
+    /* advice only: a failure leaves the pages mapped, never wrong data */
+    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 int tp_checkpoint_read(tp_checkpoint *c, const tp_weight_slice *s, float *dst, char *err, size_t errlen)
+{
+    int64_t rows, width;
+    if (tp_weight_slice_rows(s, &rows, &width) != 0)
+        rows = 0; /* tp_checkpoint_read_rows says what is wrong */
+    return tp_checkpoint_read_rows(c, s, 0, rows, dst, err, errlen);
+}
+
+int tp_checkpoint_read_rows(tp_checkpoint *c, const tp_weight_slice *s, int64_t row0, int64_t nrows, float *dst,
+                            char *err, size_t errlen)
 {
     if (!s->name)
         return tp_error(err, errlen, "%s: a slice without a tensor name", c->path);
@@ -793,6 +860,8 @@ int tp_checkpoint_read(tp_checkpoint *c, const tp_weight_slice *s, float *dst, c
     if (t->dtype->loadable < 0)
         return tp_error(err, errlen, "%s: tensor '%s' has dtype %s, which tprun cannot load (supported: F32, BF16, F16)",
                     fp, s->name, t->dtype->name);
+    if (narrow_rows(s, &v, row0, nrows, err, errlen) != 0)
+        return -1;
 
     const uint8_t *base = c->files[t->file].data + t->begin;
     size_t es = t->dtype->size;
@@ -801,17 +870,27 @@ int tp_checkpoint_read(tp_checkpoint *c, const tp_weight_slice *s, float *dst, c
     int64_t cend = v.c1 < v.C ? v.c1 : v.C; /* columns read from the file: [c0, cend) */
     int64_t ncopy = cend > v.c0 ? cend - v.c0 : 0;
     size_t bytes = 0;
+    const uint8_t *first = NULL, *last = NULL; /* the file bytes read and not yet released: [first, last) */
     for (int64_t r = v.r0; r < v.r1; r++) {
         float *out = dst + (r - v.r0) * w;
         int64_t got = 0;
         if (r < v.R && ncopy > 0) {
-            convert(dt, base + ((size_t)r * (size_t)v.C + (size_t)v.c0) * es, out, ncopy);
+            const uint8_t *from = base + ((size_t)r * (size_t)v.C + (size_t)v.c0) * es;
+            convert(dt, from, out, ncopy);
             got = ncopy;
             bytes += (size_t)ncopy * es;
+            first = first ? first : from;
+            last = from + (size_t)ncopy * es;
+            if ((size_t)(last - first) >= RELEASE_BYTES) {
+                release_pages(first, (size_t)(last - first));
+                first = NULL;
+            }
         }
         if (got < w)
             memset(out + got, 0, (size_t)(w - got) * sizeof *out);
     }
+    if (first)
+        release_pages(first, (size_t)(last - first));
     atomic_fetch_add_explicit(&c->bytes_read, bytes, memory_order_relaxed);
     if (s->rank >= 0 && s->rank < TP_CHECKPOINT_MAX_RANKS)
         atomic_fetch_add_explicit(&c->rank_bytes[s->rank], bytes, memory_order_relaxed);
@@ -853,8 +932,16 @@ static inline float seeded_normal(uint64_t key, uint64_t k)
 
 int64_t tp_weight_init_seeded(const tp_weight_slice *s, uint64_t seed, float *dst)
 {
+    int64_t rows, width;
+    if (tp_weight_slice_rows(s, &rows, &width) != 0)
+        return -1;
+    return tp_weight_init_seeded_rows(s, seed, 0, rows, dst);
+}
+
+int64_t tp_weight_init_seeded_rows(const tp_weight_slice *s, uint64_t seed, int64_t row0, int64_t nrows, float *dst)
+{
     view v;
-    if (resolve(s, &v, NULL, 0) != 0)
+    if (resolve(s, &v, NULL, 0) != 0 || narrow_rows(s, &v, row0, nrows, NULL, 0) != 0)
         return -1;
     const char *name = s->name ? s->name : "";
     int constant = -1; /* -1: random; else the value 0 or 1 */

@@ -77,6 +77,22 @@ int tp_checkpoint_open(tp_checkpoint **out, const char *path, char *err, size_t 
  * F32/BF16/F16, or the slice itself is inconsistent. */
 int tp_checkpoint_read(tp_checkpoint *c, const tp_weight_slice *s, float *dst, char *err, size_t errlen);
 
+/* The slice as rows: `rows` of `width` floats each ([length, shape[1]] for
+ * dim 0, [shape[0], length] for dim 1, one row for a 1-D slice). 0, or -1
+ * when s is inconsistent. */
+int tp_weight_slice_rows(const tp_weight_slice *s, int64_t *rows, int64_t *width);
+
+/* Rows [row0, row0 + nrows) of the slice only, into dst (nrows * width
+ * floats): a loader staging through a bounded buffer reads a large slice
+ * in pieces. Errors as tp_checkpoint_read's, and rows outside the slice.
+ *
+ * Reading releases this process's mapping of the file bytes it read
+ * (madvise MADV_DONTNEED), so a loaded checkpoint does not stay resident
+ * beside the weights it was converted into; the page cache is left to the
+ * kernel. */
+int tp_checkpoint_read_rows(tp_checkpoint *c, const tp_weight_slice *s, int64_t row0, int64_t nrows, float *dst,
+                            char *err, size_t errlen);
+
 /* Number of float elements tp_checkpoint_read / tp_weight_init_seeded
  * write for s, or -1 when s is inconsistent (bad ndim or dim, negative
  * sizes, logical larger than shape, a range outside the padded size). */
@@ -123,9 +139,14 @@ void tp_checkpoint_close(tp_checkpoint *c);
  * written, or -1 (nothing written) when s is inconsistent (see
  * tp_weight_slice_numel). */
 int64_t tp_weight_init_seeded(const tp_weight_slice *s, uint64_t seed, float *dst);
+/* The same values for rows [row0, row0 + nrows) of the slice only (rows as
+ * tp_weight_slice_rows counts them); -1 when those rows are outside it. */
+int64_t tp_weight_init_seeded_rows(const tp_weight_slice *s, uint64_t seed, int64_t row0, int64_t nrows, float *dst);
 
 /* Conversions used by the loader (exposed for tests and kernels). */
 float tp_bf16_to_f32(uint16_t h);
+/* float32 -> bfloat16, rounding to nearest even (the executor's and the loader's) */
+uint16_t tp_f32_to_bf16(float f);
 float tp_f16_to_f32(uint16_t h);
 
 #ifdef __cplusplus

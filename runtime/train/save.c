@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "runtime/exec/weights_load.h"
 #include "runtime/io/safetensors_write.h"
 #include "util/atomic_write.h"
 #include "util/errmsg.h"
@@ -230,7 +231,6 @@ static int read_step(const char *dir, int64_t *step, char *err, size_t errlen)
 int tr_resume(tr_optim *o, const char *dir, char *err, size_t errlen)
 {
     tr_exec *x = o->x;
-    const tr_schedule *s = x->s;
     int64_t step = 0;
     if (read_step(dir, &step, err, errlen))
         return -1;
@@ -243,27 +243,14 @@ int tr_resume(tr_optim *o, const char *dir, char *err, size_t errlen)
         return -1;
     }
     free(path);
-    float *host = tp_xmalloc((size_t)s->weight_elems * sizeof *host + 1);
     float *regions[2] = {o->m, o->v};
     int rc = 0;
     for (int k = 0; k < 2 && !rc; k++) {
-        for (int i = 0; i < s->nweights && !rc; i++) {
-            const tr_weight *w = &s->weights[i];
-            char *name = tp_xasprintf("%s%s", w->name, moment_suffix[k]);
-            float *dst = host + w->region_offset;
-            for (int seg = 0; seg < (w->nsegments ? w->nsegments : 1) && !rc; seg++) {
-                tp_weight_slice ws = tr_weight_slice(w, x->comm->rank, seg);
-                ws.name = name;
-                if (tp_checkpoint_read(c, &ws, dst, why, sizeof why))
-                    rc = tp_error(err, errlen, "--resume: %s", why);
-                dst += tp_weight_slice_numel(&ws);
-            }
-            free(name);
-        }
-        if (!rc)
-            x->be->to_device(regions[k], host, (size_t)s->weight_elems * sizeof *host);
+        tr_weight_source src = {.ckpt = c, .suffix = moment_suffix[k]};
+        tr_weights_sink dst = {.region = regions[k], .dtype = TP_F32};
+        if (tr_weights_load(x, &src, &dst, why, sizeof why))
+            rc = tp_error(err, errlen, "--resume: %s", why);
     }
-    free(host);
     tp_checkpoint_close(c);
     if (!rc)
         o->step = step;

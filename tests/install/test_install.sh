@@ -3,7 +3,8 @@
 # a user would, from another directory: every shipped plan checks, a plan
 # of one's own finds the installed models by file name (or through
 # TPCC_MODEL_PATH), a schedule compiles and runs, the man pages and docs
-# are there and no test is. Usage: test_install.sh BUILD_DIR
+# are there and no test is, and a CUDA build's backend module loads.
+# Usage: test_install.sh BUILD_DIR
 set -eu
 build=$1
 tmp=$(mktemp -d /tmp/tpcc-install-XXXXXX)
@@ -54,6 +55,17 @@ TPCC_MODEL_PATH="/nonexistent:$PWD/models-of-mine" "$P/bin/tpcc" --check custom.
 "$P/bin/tpcc" "$P/share/tpcc/plans/llama-tiny.plan" -D tp=1 -o tiny.sched || fail "compiling llama-tiny"
 "$P/bin/tprun" --backend cpu --labels tokens tiny.sched >run.log 2>&1 || { cat run.log >&2; fail "tprun tiny.sched"; }
 grep -q 'loss' run.log || { cat run.log >&2; fail "tprun printed no loss"; }
+# a CUDA build installs its backend module where the installed tprun finds
+# it: --backend cuda gets as far as the CUDA runtime (no GPU here, or none
+# visible), not "missing" or "cannot load"
+if [ -f "$build/tprun_cuda.so" ]; then
+    test -n "$(find "$P" -name tprun_cuda.so)" || fail "tprun_cuda.so is not installed"
+    if CUDA_VISIBLE_DEVICES= "$P/bin/tprun" --backend cuda --labels tokens tiny.sched >cuda.log 2>&1; then
+        fail "--backend cuda ran with no GPU visible"
+    fi
+    grep -q 'no CUDA device: ' cuda.log && ! grep -q 'tprun_cuda.so' cuda.log ||
+        { cat cuda.log >&2; fail "the installed tprun does not load its CUDA backend"; }
+fi
 # -o never writes over an installed plan
 cp "$P/share/tpcc/plans/llama-tiny.plan" before.plan
 if "$P/bin/tpcc" "$P/share/tpcc/plans/llama-tiny.plan" -o "$P/share/tpcc/plans/llama-tiny.plan" 2>/dev/null; then

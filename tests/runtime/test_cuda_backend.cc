@@ -522,6 +522,43 @@ TEST(Cli, BackendCudaWithoutAGpuSaysSo)
     EXPECT_TRUE(contains(q.err, "--backend takes cuda or cpu, not 'tpu'")) << q.describe();
 }
 
+// The CUDA libraries load only for --backend cuda (runtime/backends/gpu_module.h):
+// tprun --version and a CPU run map none of them, nor the module. LD_DEBUG=files
+// names every object the dynamic linker loads, dlopen'ed ones too. Where this
+// build has the module, --backend cuda loads it and the CUDA runtime through it,
+// GPU or not; a tprun without the module beside it says where it looked.
+TEST(Cli, CudaLibrariesLoadOnlyForBackendCuda)
+{
+    TempDir dir;
+    const std::string sched = compile(dir, source_path("plans/llama-tiny.plan"), 1, "fp32");
+    const std::vector<std::string> debug = {"LD_DEBUG=files"};
+    Proc version = run_program(kTprun, {"--version"}, debug);
+    Proc cpu = run(kTprun, 1, sched, {"--backend", "cpu", "--labels", "tokens", "-q"}, debug);
+    for (const Proc *p : {&version, &cpu}) {
+        EXPECT_EQ(p->code(), 0) << p->describe();
+        EXPECT_TRUE(contains(p->err, "file=libc.so")) << "LD_DEBUG=files printed no libc: " << p->describe();
+        for (const char *lib : {"libcudart.so", "libcublas.so", "libcublasLt.so", "libnccl.so", "tprun_cuda.so"})
+            EXPECT_FALSE(contains(p->err, lib)) << lib << " was loaded: " << p->describe();
+    }
+    const std::string module = std::string(TPCC_BINARY_DIR) + "/tprun_cuda.so";
+    if (!fs::exists(module))
+        return;   // a build without CUDA: gpu_none.c says so (BackendCudaWithoutAGpuSaysSo)
+    std::vector<std::string> hidden = debug;
+    hidden.push_back("CUDA_VISIBLE_DEVICES=");
+    Proc cuda = run(kTprun, 1, sched, {"--backend", "cuda", "--labels", "tokens", "-q"}, hidden);
+    EXPECT_EQ(cuda.code(), 2) << cuda.describe();
+    EXPECT_TRUE(contains(cuda.err, "tprun_cuda.so [0];  dynamically loaded by")) << cuda.describe();
+    EXPECT_TRUE(contains(cuda.err, "file=libcudart.so")) << cuda.describe();
+
+    const std::string alone = dir.path + "/tprun";
+    fs::copy_file(kTprun, alone);
+    Proc missing = run(alone, 1, sched, {"--backend", "cuda", "--labels", "tokens", "-q"});
+    EXPECT_EQ(missing.code(), 2) << missing.describe();
+    EXPECT_TRUE(contains(missing.err, "the CUDA backend tprun_cuda.so is missing (looked for " + dir.path +
+                                          "/tprun_cuda.so and " + dir.path + "/"))
+        << missing.describe();
+}
+
 // ---- GPUs (ctest -L gpu): skip where there is none ---------------------------------------
 
 std::string gpu_plan() { return source_path("plans/llama-sp.plan"); }

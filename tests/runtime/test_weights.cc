@@ -1,9 +1,11 @@
 // runtime/io/weights.c: safetensors checkpoints read slice by slice (dtype
 // conversion, dim 0/1 slices, vocab padding, bytes read, sharded indexes,
-// every malformed-file case), the seeded initialisation, and files written
+// every malformed-file case), runs of rows of a slice and the file pages
+// released once read, the seeded initialisation, and files written
 // by tools/make_checkpoint.py (which needs a python3 with numpy).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -1076,6 +1078,86 @@ TEST(WeightsMakeCheckpoint, RejectsBadArguments)
     EXPECT_NE(run(base + " --config hidden=x >/dev/null"), 0);
     EXPECT_NE(run(base + " --config hidden=-4 >/dev/null"), 0);
     EXPECT_FALSE(fs::exists(dir / "a.safetensors"));
+}
+
+// ---- rows of a slice, and the mapping released ----------------------------
+
+// A loader staging through a bounded buffer reads a slice a run of rows at
+// a time: every run equals the same rows of the whole slice, for row and
+// column slices, a slice over vocab padding, the whole tensor and a 1-D
+// one, from the file and from the seeded initialisation alike.
+TEST(WeightsRows, EveryRunOfRowsEqualsTheWholeSlice)
+{
+    TempDir dir;
+    const int64_t R = 8, C = 12, PR = 10;  // rows [8, 10) are padding
+    write_safetensors(dir / "m.safetensors", {{"w", "F32", {R, C}, f32_bytes(iota(size_t(R * C), -40.0f))},
+                                               {"b", "F32", {C}, f32_bytes(iota(size_t(C), 3.0f))}});
+    Checkpoint ck;
+    ASSERT_EQ(ck.open(dir / "m.safetensors"), 0) << ck.err;
+    std::vector<tp_weight_slice> slices = {part("w", PR, C, 0, 2, 7), part("w", PR, C, 1, 3, 6), whole("w", PR, C)};
+    for (tp_weight_slice &s : slices)
+        s.logical[0] = R, s.logical[1] = C;
+    tp_weight_slice bias = part("b", C, 0, 0, 4, 5);
+    bias.ndim = 1;
+    slices.push_back(bias);
+    for (const tp_weight_slice &s : slices) {
+        int64_t rows, width;
+        ASSERT_EQ(tp_weight_slice_rows(&s, &rows, &width), 0);
+        ASSERT_EQ(rows * width, tp_weight_slice_numel(&s));
+        std::vector<float> full = read(ck.c, s), init = seeded(s, 5);
+        for (int64_t r0 = 0; r0 <= rows; r0++)
+            for (int64_t n = 0; r0 + n <= rows; n++) {
+                std::vector<float> got(size_t(n * width) + 1, -999.0f), got_init(got);
+                char err[512] = {0};
+                ASSERT_EQ(tp_checkpoint_read_rows(ck.c, &s, r0, n, got.data(), err, sizeof err), 0) << err;
+                ASSERT_EQ(tp_weight_init_seeded_rows(&s, 5, r0, n, got_init.data()), n * width);
+                for (int64_t i = 0; i < n * width; i++) {
+                    ASSERT_TRUE(same_bits(got[size_t(i)], full[size_t(r0 * width + i)]))
+                        << s.name << " dim " << s.dim << " rows [" << r0 << ", " << r0 + n << ") element " << i;
+                    ASSERT_TRUE(same_bits(got_init[size_t(i)], init[size_t(r0 * width + i)]));
+                }
+                EXPECT_EQ(got[size_t(n * width)], -999.0f) << "wrote past the rows asked for";
+            }
+        std::vector<float> sink(size_t(rows * width) + 2);
+        char err[512] = {0};
+        EXPECT_NE(tp_checkpoint_read_rows(ck.c, &s, 1, rows, sink.data(), err, sizeof err), 0);
+        EXPECT_NE(std::string(err).find("outside the slice"), std::string::npos) << err;
+        EXPECT_EQ(tp_weight_init_seeded_rows(&s, 5, -1, 1, sink.data()), -1);
+    }
+}
+
+// Resident kilobytes of this process's mappings of `path` (/proc/self/smaps).
+long resident_kib_of(const std::string &path)
+{
+    std::ifstream smaps("/proc/self/smaps");
+    std::string line;
+    bool in = false;
+    long kib = 0;
+    while (std::getline(smaps, line)) {
+        if (!line.empty() && std::isxdigit((unsigned char)line[0]) && line.find('-') < line.find(' '))
+            in = line.size() >= path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0;
+        else if (in && line.rfind("Rss:", 0) == 0)
+            kib += std::strtol(line.c_str() + 4, nullptr, 10);
+    }
+    return kib;
+}
+
+// Once read, a tensor's pages leave the process: a loaded checkpoint does
+// not stay resident beside the weights it was converted into.
+TEST(WeightsRows, ReadingReleasesTheFilePages)
+{
+    TempDir dir;
+    const int64_t R = 1024, C = 1024;  // 4 MiB
+    write_safetensors(dir / "big.safetensors", {{"w", "F32", {R, C}, f32_bytes(iota(size_t(R * C)))}});
+    const std::string path = fs::canonical(dir / "big.safetensors").string();
+    Checkpoint ck;
+    ASSERT_EQ(ck.open(path), 0) << ck.err;
+    std::vector<float> half = read(ck.c, part("w", R, C, 0, 0, R / 2));
+    EXPECT_EQ(half[size_t(C * 3 + 5)], float(C * 3 + 5));
+    EXPECT_LE(resident_kib_of(path), 64) << "the rows read stay mapped";
+    std::vector<float> cols = read(ck.c, part("w", R, C, 1, 100, 200));
+    EXPECT_EQ(cols[size_t(200 * 7 + 1)], float(C * 7 + 101));
+    EXPECT_LE(resident_kib_of(path), 64) << "the columns read stay mapped";
 }
 
 }  // namespace

@@ -549,6 +549,7 @@ static const tp_backend cpu_backend = {
     .release = cpu_release,
     .to_device = cpu_copy,
     .to_host = cpu_copy,
+    .host_memory = true,
     .embedding = cpu_embedding,
     .matmul = cpu_matmul,
     .conv1d = cpu_conv1d,

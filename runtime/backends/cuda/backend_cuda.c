@@ -135,6 +135,10 @@ static int usable_devices(int *list, int max, char *why, size_t whylen)
     return usable;
 }
 
+/* Linked in directly (tprun_emulated), the CUDA runtime it links answers
+ * for itself in tp_gpu_count. */
+bool tp_gpu_driver_present(void) { return true; }
+
 int tp_gpu_count(char *why, size_t whylen) { return usable_devices(NULL, 0, why, whylen); }
 
 /* The ranks on this node, and this rank's place among them: MPI's shared
@@ -244,6 +248,25 @@ static void cuda_release(void *p)
 {
     if (p)
         TP_CUDA_CHECK(cudaFree(p));
+}
+
+/* The loader's staging buffer: pinned, so copies from it run at the bus's
+ * rate without the driver's own bounce buffer. NULL when the driver
+ * cannot pin that much (the loader reports it). */
+static void *cuda_alloc_staging(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_release_staging(void *p)
+{
+    if (p)
+        TP_CUDA_CHECK(cudaFreeHost(p));
 }
 
 /* Host data crosses here, from and into pageable memory the caller owns:
@@ -645,6 +668,7 @@ static double cuda_sum_squares(const float *x, int64_t n)
     {                                                                                                   \
         .name = "cuda", .dtype = dt, .alloc = cuda_alloc, .release = cuda_release,                      \
         .to_device = cuda_to_device, .to_host = cuda_to_host, .copy = cuda_copy, .set_threads = NULL,   \
+        .alloc_staging = cuda_alloc_staging, .release_staging = cuda_release_staging,                   \
         .synchronize = cuda_synchronize, .begin_op = cuda_begin_op, .embedding = cuda_embedding,        \
         .matmul = cuda_matmul, .conv1d = cuda_conv1d, .bias_add = cuda_bias_add, .rmsnorm = cuda_rmsnorm, \
         .layernorm = cuda_layernorm, .rope = cuda_rope, .attention = cuda_attention, .unary = cuda_unary, \

@@ -349,6 +349,36 @@ cudaError_t cudaFree(void *p)
     return cudaSuccess;
 }
 
+// Pinned host memory: plain host memory here, remembered so that
+// cudaFreeHost refuses anything else (and device memory never passes for it).
+static std::set<const void *> host_allocs;
+
+cudaError_t cudaMallocHost(void **p, size_t bytes)
+{
+    *p = malloc(bytes ? bytes : 1);
+    if (!*p)
+        return fail(cudaErrorMemoryAllocation);
+    std::lock_guard<std::mutex> lock(alloc_mu);
+    host_allocs.insert(*p);
+    return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+    if (!p)
+        return cudaSuccess;
+    flush_all();    // cudaFreeHost waits for the device
+    {
+        std::lock_guard<std::mutex> lock(alloc_mu);
+        if (!host_allocs.erase(p)) {
+            note("cudaFreeHost(%p): not an allocation of cudaMallocHost", p);
+            return fail(cudaErrorInvalidValue);
+        }
+    }
+    free(p);
+    return cudaSuccess;
+}
+
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind)
 {
     if (!copy_ok("cudaMemcpy", dst, src, bytes, kind))

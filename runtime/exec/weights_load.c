@@ -1,0 +1,120 @@
+/* weights_load.c: see weights_load.h. */
+#include "runtime/exec/weights_load.h"
+#include <stdlib.h>
+#include <string.h>
+#include "runtime/train/gather.h"
+#include "util/errmsg.h"
+#include "util/xalloc.h"
+
+/* The staging buffer: the backend's staging memory, or malloc's. */
+typedef struct staging {
+    const tp_backend *be;
+    void *p;
+    size_t bytes;
+} staging;
+
+static void staging_free(staging *st)
+{
+    if (st->p)
+        (st->be->release_staging ? st->be->release_staging : free)(st->p);
+    st->p = NULL;
+    st->bytes = 0;
+}
+
+static int staging_reserve(staging *st, size_t bytes, char *err, size_t errlen)
+{
+    if (bytes <= st->bytes)
+        return 0;
+    staging_free(st);
+    st->p = st->be->alloc_staging ? st->be->alloc_staging(bytes) : malloc(bytes);
+    if (!st->p)
+        return tp_error(err, errlen, "cannot allocate %zu bytes of host memory to stage the weights through (%s backend)",
+                        bytes, st->be->name);
+    st->bytes = bytes;
+    return 0;
+}
+
+/* Rows [row0, row0 + n) of the slice, as host float32. */
+static int read_rows(const tr_weight_source *src, const tp_weight_slice *ws, int64_t row0, int64_t n, float *out,
+                     char *err, size_t errlen)
+{
+    if (src->ckpt)
+        return tp_checkpoint_read_rows(src->ckpt, ws, row0, n, out, err, errlen);
+    if (tp_weight_init_seeded_rows(ws, src->seed, row0, n, out) < 0)
+        return tp_error(err, errlen, "weight '%s': inconsistent slice in the schedule", ws->name);
+    return 0;
+}
+
+/* float32 -> bf16 in place: element i's two bytes land on bytes already
+ * read (those of element i / 2). Through memcpy: the buffer is both types. */
+static void round_to_bf16(void *buf, int64_t n)
+{
+    char *b = buf;
+    for (int64_t i = 0; i < n; i++) {
+        float f;
+        memcpy(&f, b + 4 * i, sizeof f);
+        uint16_t h = tp_f32_to_bf16(f);
+        memcpy(b + 2 * i, &h, sizeof h);
+    }
+}
+
+/* One slice to the region's element `at` onwards. */
+static int load_slice(const tr_exec *x, const tr_weight_source *src, const tr_weights_sink *dst,
+                      const tp_weight_slice *ws, int64_t at, staging *st, char *err, size_t errlen)
+{
+    int64_t rows, width;
+    if (tp_weight_slice_rows(ws, &rows, &width))
+        return tp_error(err, errlen, "weight '%s': inconsistent slice in the schedule", ws->name);
+    size_t dsize = tp_dtype_size(dst->dtype);
+    char *base = (char *)dst->region + (size_t)at * dsize;
+    size_t row_bytes = (size_t)width * sizeof(float);
+    if (x->be->host_memory && dst->dtype == TP_F32) {
+        if (read_rows(src, ws, 0, rows, (float *)base, err, errlen))
+            return -1;
+        if (dst->fp32_copy)
+            memcpy(dst->fp32_copy + at, base, (size_t)rows * row_bytes);
+        return 0;
+    }
+    size_t bound = dst->staging_bytes ? dst->staging_bytes : TR_WEIGHTS_STAGING_BYTES;
+    if (staging_reserve(st, row_bytes > bound ? row_bytes : bound, err, errlen))
+        return -1;
+    int64_t step = width ? (int64_t)(st->bytes / row_bytes) : rows;
+    for (int64_t r = 0; r < rows; r += step) {
+        int64_t n = rows - r < step ? rows - r : step;
+        if (read_rows(src, ws, r, n, st->p, err, errlen))
+            return -1;
+        if (dst->fp32_copy)
+            memcpy(dst->fp32_copy + at + r * width, st->p, (size_t)n * row_bytes);
+        if (dst->dtype == TP_BF16)
+            round_to_bf16(st->p, n * width);
+        /* to_device returns once the buffer may be written again */
+        x->be->to_device(base + (size_t)(r * width) * dsize, st->p, (size_t)(n * width) * dsize);
+    }
+    return 0;
+}
+
+int tr_weights_load(const tr_exec *x, const tr_weight_source *src, const tr_weights_sink *dst, char *err,
+                    size_t errlen)
+{
+    const tr_schedule *s = x->s;
+    staging st = {.be = x->be};
+    int rc = 0;
+    for (int i = 0; i < s->nweights && !rc; i++) {
+        const tr_weight *w = &s->weights[i];
+        char *name = src->suffix ? tp_xasprintf("%s%s", w->name, src->suffix) : NULL;
+        int64_t at = w->region_offset;
+        /* a packed weight's segments are row ranges (dim 0), held one after another */
+        for (int k = 0; k < (w->nsegments ? w->nsegments : 1) && !rc; k++) {
+            tp_weight_slice ws = tr_weight_slice(w, s->rank, k);
+            if (name)
+                ws.name = name;
+            rc = load_slice(x, src, dst, &ws, at, &st, err, errlen);
+            at += tp_weight_slice_numel(&ws);
+        }
+        free(name);
+        if (!rc && dst->progress)
+            dst->progress(dst->ctx, i + 1, s->nweights);
+    }
+    staging_free(&st);
+    return rc;
+}
