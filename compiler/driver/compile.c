@@ -9,6 +9,7 @@
 #include "compiler/plan/train_block.h"
 #include "compiler/sema/data_split.h"
 #include "compiler/sema/grad_clip.h"
+#include "compiler/sema/grad_placements.h"
 #include "compiler/sema/partial_grad.h"
 #include "compiler/sema/unreduced_grad.h"
 #include "util/xalloc.h"
@@ -132,7 +133,8 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
             tp_diag_help(d, "compile the forward step without --train, or change the plan so the op is supported");
         } else if (opts->train) {
             tp_check_unreduced_grads(&u->model, &u->plan, &u->analysis.graph, &u->diags);
-            tp_check_partial_grads(&u->analysis.graph, &u->diags);
+            tp_check_grad_placements(&u->analysis, &u->diags);
+            tp_check_partial_grads(&u->analysis, &u->diags);
         }
     }
     u->built = true;

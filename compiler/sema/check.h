@@ -34,9 +34,23 @@ typedef struct tp_boundary {
     char *inputs, *outputs;      /* rendered "Shard(1) DTensor [1, 1024, 4096]" */
 } tp_boundary;
 
+/* A to_local(x, grad_placements=...) in a forward body: what its backward
+ * labels the local gradient (PyTorch's _ToTorchTensor), for the
+ * grad-placements check (grad_placements.c). */
+typedef struct tp_to_local {
+    int view;                    /* the plain local tensor's graph value (a view of x's) */
+    int rank;
+    tp_placement forward;        /* x's placement */
+    tp_placement declared;       /* grad_placements, else forward with Partial made Replicate */
+    bool given;                  /* grad_placements= was written */
+    tp_span span;                /* the to_local call */
+    const char *module;          /* the module whose forward calls it ("" at the root) */
+} tp_to_local;
+
 typedef struct tp_analysis {
     tp_redist_record *comms; int ncomms, capcomms;
     tp_boundary *rows; int nrows, caprows;
+    tp_to_local *to_locals; int nto_locals, capto_locals;
     tp_graph graph;              /* what the model computes (meaningful without errors) */
 } tp_analysis;
 

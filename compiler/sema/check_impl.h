@@ -153,6 +153,11 @@ iv tp_split_apply(interp *I, const tp_node *call, tp_val *x);
 /* A packed value reaching anything but split()/chunk() (`what`): an error. */
 void tp_packed_misuse(interp *I, tp_val *x, const char *what, tp_span span);
 
+/* to_local(x, grad_placements=(...)) (to_local.c) */
+bool tp_to_local_is(const char *name);
+/* call is the N_CALL; x its first argument, evaluated. */
+iv tp_to_local_apply(interp *I, const tp_node *call, tp_val *x);
+
 /* parameters (params.c) */
 tp_placement tp_param_placement(const tp_param *prm);
 /* ranks that hold each slice of prm: tp / H under tpcc_replicate_heads=H

@@ -406,16 +406,31 @@ static tp_module *member(const tp_module *mod, const char *name)
     return NULL;
 }
 
+/* The primitives that take a tensor first and read the rest from the call
+ * itself (configuration values, placements): split, chunk, to_local. */
+typedef iv (*tensor_first_op)(interp *I, const tp_node *call, tp_val *x);
+
+static tensor_first_op tensor_first(const frame *f, const tp_node *callee)
+{
+    if (callee->kind != N_NAME || member(f->mod, callee->name))
+        return NULL;
+    if (tp_split_is(callee->name))
+        return tp_split_apply;
+    return tp_to_local_is(callee->name) ? tp_to_local_apply : NULL;
+}
+
 static iv eval_call(interp *I, frame *f, const tp_node *e)
 {
     const tp_node *callee = e->kids[0];
-    /* split(x, (a, b), dim=...): sizes and dims are configuration values */
-    if (callee->kind == N_NAME && tp_split_is(callee->name) && !member(f->mod, callee->name)) {
+    tensor_first_op op = tensor_first(f, callee);
+    if (op) {
         const tp_node *x = tp_call_pos(e, 0);
         iv v = x ? eval(I, f, x) : none_iv;
-        if (v.kind != IV_TENSOR)
-            return I->stop ? none_iv : fail(I, e, "split() and chunk() take a tensor first");
-        return tp_split_apply(I, e, v.t);
+        if (v.kind == IV_TENSOR)
+            return op(I, e, v.t);
+        char msg[64];
+        snprintf(msg, sizeof msg, "%s() takes a tensor first", callee->name);
+        return I->stop ? none_iv : fail(I, e, msg);
     }
     int nargs = 0, nkw = 0;
     iv args[TP_MAX_IO * 2], kwargs[TP_MAX_IO * 2];
@@ -755,6 +770,7 @@ void tp_analysis_free(tp_analysis *a)
     }
     free(a->rows);
     free(a->comms);
+    free(a->to_locals);
     tp_graph_free(&a->graph);
     memset(a, 0, sizeof *a);
 }

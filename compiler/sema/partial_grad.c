@@ -15,6 +15,7 @@
  * training PyTorch runs does not, and its loss drifts above the
  * single-GPU one. */
 #include <stdlib.h>
+#include "compiler/sema/grad_placements.h"
 #include "compiler/sema/partial_grad.h"
 #include "util/xalloc.h"
 
@@ -50,8 +51,10 @@ static void report(const tp_graph *g, tp_diags *diags, const tp_gnode *n, int v)
     tp_diag_fixit(d, s->call->span, "\"colwise\"");
 }
 
-void tp_check_partial_grads(const tp_graph *g, tp_diags *diags)
+void tp_check_partial_grads(const tp_analysis *a, tp_diags *diags)
 {
+    const tp_graph *g = &a->graph;
+    bool *labelled = tp_to_local_derived(a);
     /* one finding per plan entry: a pattern is every layer's */
     const tp_style **seen = NULL;
     int nseen = 0, cap = 0;
@@ -64,11 +67,12 @@ void tp_check_partial_grads(const tp_graph *g, tp_diags *diags)
         int k = 0;
         while (k < nseen && seen[k] != s)
             k++;
-        if (v < 0 || k < nseen)
+        if (v < 0 || k < nseen || labelled[v])
             continue;
         seen = tp_xgrow(seen, nseen, &cap, sizeof *seen, 8);
         seen[nseen++] = s;
         report(g, diags, n, v);
     }
     free(seen);
+    free(labelled);
 }

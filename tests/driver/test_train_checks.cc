@@ -1,5 +1,6 @@
 // The training-only checks beside unreduced-grad: partial-grad (a
-// gradient each rank holds a share of, carried on as whole), data-split
+// gradient each rank holds a share of, carried on as whole), grad-placements
+// (to_local()'s label of a whole gradient wrong), data-split
 // (train { sampler_dims } handing the ranks of a tp group different
 // batches), grad-clip (train { max_grad_norm } over parameters
 // clip_grad_norm_ cannot take together). The bad plans are tests/bad/train-*.plan (BadPlan checks their
@@ -46,6 +47,33 @@ TEST(TrainChecks, PartialGradOnlyUnderTrain)
                                 "hook")) << r.err;
     EXPECT_TRUE(contains(r.err, "Partial(sum)")) << r.err;
     EXPECT_TRUE(contains(r.err, "to_local(grad_placements=[Partial()])")) << r.err;
+}
+
+// to_local()'s gradient label: only a training step has a gradient, and
+// the finding is at the call in the model, in every output format.
+TEST(TrainChecks, ToLocalGradPlacementsAtTheModelCall)
+{
+    const std::string bad = source_path("tests/bad/train-to-local-default-label.plan");
+    EXPECT_EQ(run_tpcc({"--check", bad}).code(), 0);
+    EXPECT_EQ(run_tpcc({"--check", "--train", bad, "-D", "tp=1"}).code(), 0);   // one rank's share is the whole
+    Proc r = run_tpcc({"--check", "--train", bad});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "local_mlp_default_label.model:32:29: error: a gradient left Partial but treated as "
+                                "Replicate()")) << r.err;
+    EXPECT_TRUE(contains(r.err, "to_local(..., grad_placements=(Partial(),))")) << r.err;
+
+    Proc j = run_tpcc({"--check", "--train", "--diagnostics-format=json", bad});
+    EXPECT_EQ(j.code(), 1) << j.describe();
+    EXPECT_TRUE(contains(j.out, "\"check\": \"partial-grad\"")) << j.out;
+    EXPECT_TRUE(contains(j.out, "tests/bad/local_mlp_default_label.model\",\n      \"line\": 32,\n"
+                                "      \"column\": 29,")) << j.out;
+
+    const std::string whole = source_path("tests/bad/train-to-local-whole-as-partial.plan");
+    Proc s = run_tpcc({"--check", "--train", "--diagnostics-format=sarif", whole});
+    EXPECT_EQ(s.code(), 1) << s.describe();
+    EXPECT_TRUE(contains(s.out, "\"ruleId\": \"grad-placements\"")) << s.out;
+    EXPECT_TRUE(contains(s.out, "models/local_mlp.model")) << s.out;
+    EXPECT_TRUE(contains(s.out, "\"startLine\": 40")) << s.out;
 }
 
 // A plan on `mesh` whose one block is on the mesh's "tp", and `train`.

@@ -257,6 +257,9 @@ INSTANTIATE_TEST_SUITE_P(
                              {"--loss", "sum"}},
                     GradCase{"train/torch-transformer", "tests/plans/torch-transformer-tp.plan", {1, 2, 4},
                              {"--loss", "sum"}},
+                    // a block run on to_local()'s local tensor and local weight shards, its gradient
+                    // labelled Partial() (tools/local_mlp_fixture.py: the same model on one device)
+                    GradCase{"train/local-mlp", "tests/plans/local-mlp.plan", {1, 2, 4}, {}},
                     // ... and torchtitan's Llama with its trainer's cross-entropy under loss_parallel
                     GradCase{"", "plans/llama-torchtitan.plan", {1, 2, 4},
                              {"--loss", "cross_entropy", "-D", "vocab=128", "-D", "hidden=32", "-D", "layers=2", "-D",
