@@ -3,8 +3,9 @@
  * Everything the executor will index with is checked here: buffer offsets
  * inside the arena, op operands naming real buffers and weights, element
  * counts agreeing with the shapes, collective parameters the world size
- * can satisfy. A malformed file gives a message, never an out-of-bounds
- * access later. */
+ * can satisfy, every count and product in saturating arithmetic. Then
+ * validate.c proves what needs the whole schedule. A malformed file gives
+ * a message, never an out-of-bounds access later. */
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
