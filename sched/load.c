@@ -3,8 +3,9 @@
  * Everything the executor will index with is checked here: buffer offsets
  * inside the arena, op operands naming real buffers and weights, element
  * counts agreeing with the shapes, collective parameters the world size
- * can satisfy. A malformed file gives a message, never an out-of-bounds
- * access later. */
+ * can satisfy, every count and product in saturating arithmetic. Then
+ * validate.c proves what needs the whole schedule. A malformed file gives
+ * a message, never an out-of-bounds access later. */
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include "sched/format.h"
 #include "sched/load.h"
 #include "sched/name.h"
+#include "sched/validate.h"
 #include "util/xalloc.h"
 #include "util/errmsg.h"
 
@@ -110,6 +112,16 @@ static int parse_placement(loader *L, const char *s, tp_placement *out)
     return 0;
 }
 
+/* a * b, or INT64_MAX when that overflows: every size the reader accepts
+ * is at most 2^50, so a saturated product never equals one */
+static int64_t mul(int64_t a, int64_t b)
+{
+    int64_t p;
+    return __builtin_mul_overflow(a, b, &p) ? INT64_MAX : p;
+}
+
+/* The reader has checked, in saturating arithmetic, that every buffer's
+ * count is at most 2^50 (its bytes): this product never overflows. */
 int64_t tr_buf_elems(const tr_buf *b)
 {
     int64_t n = 1;
@@ -144,10 +156,13 @@ static int load_buffers(loader *L, tr_schedule *s, json_t *arr)
         }
         free(dtype);
         t->alias_of = (int)alias;
-        int64_t elems = tr_buf_elems(t);
-        if (t->bytes != elems * (int64_t)tp_dtype_size(t->dtype))
-            return fail(L, "'bytes' = %lld does not match its shape and dtype (%lld)", (long long)t->bytes,
-                        (long long)(elems * (int64_t)tp_dtype_size(t->dtype)));
+        int64_t elems = 1;
+        for (int d = 0; d < t->rank; d++)
+            elems = mul(elems, t->shape[d]);
+        if (t->bytes != mul(elems, (int64_t)tp_dtype_size(t->dtype)))
+            return elems == INT64_MAX ? fail(L, "its shape holds more than 2^63 elements")
+                                      : fail(L, "'bytes' = %lld does not match its shape and dtype (%lld)",
+                                             (long long)t->bytes, (long long)mul(elems, (int64_t)tp_dtype_size(t->dtype)));
         if (unused) {
             t->offset = -1;
             continue;
@@ -197,7 +212,7 @@ static int read_slice(loader *L, json_t *slice, tr_weight *t)
             held += t->length[k];
         }
     }
-    t->local_elems = t->local_elems / t->shape[dim] * held;
+    t->local_elems = mul(t->local_elems / t->shape[dim], held);
     return 0;
 }
 
@@ -224,7 +239,7 @@ static int load_weights(loader *L, tr_schedule *s, json_t *arr)
         t->nsegments = 0;
         t->local_elems = 1;
         for (int d = 0; d < t->rank; d++)
-            t->local_elems *= t->shape[d];
+            t->local_elems = mul(t->local_elems, t->shape[d]);
         if (json_is_object(slice)) {
             if (read_slice(L, slice, t))
                 return -1;
@@ -233,6 +248,9 @@ static int load_weights(loader *L, tr_schedule *s, json_t *arr)
         }
         t->region_offset = s->weight_elems;
         s->weight_elems += t->local_elems;
+        /* the region is allocated in bytes of up to 4 per element */
+        if (t->local_elems > ((int64_t)1 << 48) || s->weight_elems > ((int64_t)1 << 48))
+            return fail(L, "'%s': the rank's weights pass 2^48 elements", t->name);
     }
     L->where = NULL;
     return 0;
@@ -258,8 +276,8 @@ static int check_same_count(loader *L, const tr_schedule *s, const tr_op *op)
 
 static int check_matmul(loader *L, const tr_schedule *s, const tr_op *op)
 {
-    if (elems_of(s, op->in[0]) != op->m * op->k || elems_of(s, op->out) != op->m * op->n ||
-        s->weights[op->weight].local_elems != op->n * op->k)
+    if (elems_of(s, op->in[0]) != mul(op->m, op->k) || elems_of(s, op->out) != mul(op->m, op->n) ||
+        s->weights[op->weight].local_elems != mul(op->n, op->k))
         return fail(L, "sizes m=%lld n=%lld k=%lld do not match its buffers and weight", (long long)op->m,
                     (long long)op->n, (long long)op->k);
     return 0;
@@ -269,7 +287,7 @@ static int check_matmul(loader *L, const tr_schedule *s, const tr_op *op)
 static int check_rows_cols(loader *L, const tr_schedule *s, const tr_op *op)
 {
     int64_t in = elems_of(s, op->in[0]);
-    if (in != op->m * op->n || elems_of(s, op->out) != in ||
+    if (in != mul(op->m, op->n) || elems_of(s, op->out) != in ||
         (op->weight >= 0 && s->weights[op->weight].local_elems != op->n) ||
         (op->bias >= 0 && s->weights[op->bias].local_elems != op->n))
         return fail(L, "sizes m=%lld n=%lld do not match its buffers", (long long)op->m, (long long)op->n);
@@ -280,7 +298,7 @@ static int check_embedding(loader *L, const tr_schedule *s, const tr_op *op)
 {
     const tr_weight *w = &s->weights[op->weight];
     if (w->rank != 2 || w->local_elems % op->vocab_local ||
-        elems_of(s, op->out) != elems_of(s, op->in[0]) * (w->local_elems / op->vocab_local))
+        elems_of(s, op->out) != mul(elems_of(s, op->in[0]), w->local_elems / op->vocab_local))
         return fail(L, "sizes do not match its buffers and weight");
     return 0;
 }
@@ -297,9 +315,15 @@ static int check_rope(loader *L, const tr_schedule *s, const tr_op *op)
     return 0;
 }
 
+/* q (heads) or k and v (kv_heads) of an attention: [batch, seq, heads, head_dim] */
+static int64_t head_elems(const tr_op *op, int64_t heads)
+{
+    return mul(mul(mul(op->batch, op->seq), heads), op->head_dim);
+}
+
 static int check_attention(loader *L, const tr_schedule *s, const tr_op *op)
 {
-    int64_t q = op->batch * op->seq * op->heads * op->head_dim, kv = op->batch * op->seq * op->kv_heads * op->head_dim;
+    int64_t q = head_elems(op, op->heads), kv = head_elems(op, op->kv_heads);
     if (elems_of(s, op->in[0]) != q || elems_of(s, op->out) != q || op->heads % op->kv_heads ||
         elems_of(s, op->in[1]) != kv || elems_of(s, op->in[2]) != kv)
         return fail(L, "sizes do not match its buffers");
@@ -319,7 +343,7 @@ static int check_slice(loader *L, const tr_schedule *s, const tr_op *op)
 {
     const tr_buf *x = &s->bufs[op->in[0]];
     if (op->dim >= x->rank || op->parts < 1 || op->index >= op->parts || x->shape[op->dim] % op->parts ||
-        elems_of(s, op->out) * op->parts != tr_buf_elems(x))
+        mul(elems_of(s, op->out), op->parts) != tr_buf_elems(x))
         return fail(L, "dim=%d parts=%d does not match its buffers", op->dim, op->parts);
     return 0;
 }
@@ -329,7 +353,7 @@ static int check_narrow(loader *L, const tr_schedule *s, const tr_op *op)
 {
     const tr_buf *x = &s->bufs[op->in[0]];
     if (op->dim >= x->rank || op->start + op->length > x->shape[op->dim] ||
-        elems_of(s, op->out) * x->shape[op->dim] != tr_buf_elems(x) * op->length)
+        mul(elems_of(s, op->out), x->shape[op->dim]) != mul(tr_buf_elems(x), op->length))
         return fail(L, "dim=%d start=%lld length=%lld does not match its buffers", op->dim, (long long)op->start,
                     (long long)op->length);
     return 0;
@@ -367,7 +391,7 @@ static int check_cross_entropy(loader *L, const tr_schedule *s, const tr_op *op)
 static int check_ce_rows(loader *L, const tr_schedule *s, const tr_op *op)
 {
     int64_t in = elems_of(s, op->in[0]), out = elems_of(s, op->out);
-    if (in % op->vocab_local || out * op->vocab_local != in || (op->nin > 1 && elems_of(s, op->in[1]) != out))
+    if (in % op->vocab_local || mul(out, op->vocab_local) != in || (op->nin > 1 && elems_of(s, op->in[1]) != out))
         return fail(L, "rows of vocab_local=%lld columns do not match its buffers", (long long)op->vocab_local);
     return 0;
 }
@@ -394,8 +418,8 @@ static int check_ce_loss(loader *L, const tr_schedule *s, const tr_op *op)
 /* out[n,k] = a[m,n]^T b[m,k]: a holds m x n, b m x k. */
 static int check_matmul_tn(loader *L, const tr_schedule *s, const tr_op *op)
 {
-    if (elems_of(s, op->in[0]) != op->m * op->n || elems_of(s, op->in[1]) != op->m * op->k ||
-        elems_of(s, op->out) != op->n * op->k)
+    if (elems_of(s, op->in[0]) != mul(op->m, op->n) || elems_of(s, op->in[1]) != mul(op->m, op->k) ||
+        elems_of(s, op->out) != mul(op->n, op->k))
         return fail(L, "sizes m=%lld n=%lld k=%lld do not match its buffers", (long long)op->m, (long long)op->n,
                     (long long)op->k);
     return 0;
@@ -411,7 +435,7 @@ static int check_any_size(loader *L, const tr_schedule *s, const tr_op *op)
 
 static int check_sum_rows(loader *L, const tr_schedule *s, const tr_op *op)
 {
-    if (elems_of(s, op->in[0]) != op->m * op->n || elems_of(s, op->out) != op->n)
+    if (elems_of(s, op->in[0]) != mul(op->m, op->n) || elems_of(s, op->out) != op->n)
         return fail(L, "sizes m=%lld n=%lld do not match its buffers", (long long)op->m, (long long)op->n);
     return 0;
 }
@@ -419,7 +443,7 @@ static int check_sum_rows(loader *L, const tr_schedule *s, const tr_op *op)
 /* x and dy of m x n; dx of m x n (with a weight of n), or dw of n. */
 static int check_norm_grad(loader *L, const tr_schedule *s, const tr_op *op)
 {
-    int64_t mn = op->m * op->n;
+    int64_t mn = mul(op->m, op->n);
     int64_t out = op->weight >= 0 ? mn : op->n;
     if (elems_of(s, op->in[0]) != mn || elems_of(s, op->in[1]) != mn || elems_of(s, op->out) != out ||
         (op->weight >= 0 && s->weights[op->weight].local_elems != op->n))
@@ -430,7 +454,7 @@ static int check_norm_grad(loader *L, const tr_schedule *s, const tr_op *op)
 /* q, k, v and dy as the forward attention's; out like q (dq) or like k (dk, dv). */
 static int check_attention_grad(loader *L, const tr_schedule *s, const tr_op *op)
 {
-    int64_t q = op->batch * op->seq * op->heads * op->head_dim, kv = op->batch * op->seq * op->kv_heads * op->head_dim;
+    int64_t q = head_elems(op, op->heads), kv = head_elems(op, op->kv_heads);
     int64_t out = op->kind == TP_OP_ATTENTION_DQ ? q : kv;
     if (elems_of(s, op->in[0]) != q || elems_of(s, op->in[1]) != kv || elems_of(s, op->in[2]) != kv ||
         elems_of(s, op->in[3]) != q || elems_of(s, op->out) != out || op->heads % op->kv_heads)
@@ -442,7 +466,7 @@ static int check_attention_grad(loader *L, const tr_schedule *s, const tr_op *op
 static int check_embedding_grad(loader *L, const tr_schedule *s, const tr_op *op)
 {
     int64_t ids = elems_of(s, op->in[0]), dy = elems_of(s, op->in[1]), out = elems_of(s, op->out);
-    if (ids == 0 || dy % ids || out != op->vocab_local * (dy / ids))
+    if (ids == 0 || dy % ids || out != mul(op->vocab_local, dy / ids))
         return fail(L, "sizes do not match its ids, gradient and table of vocab_local=%lld rows",
                     (long long)op->vocab_local);
     return 0;
@@ -453,7 +477,7 @@ static int check_narrow_grad(loader *L, const tr_schedule *s, const tr_op *op)
 {
     const tr_buf *out = &s->bufs[op->out];
     if (op->dim >= out->rank || op->start + op->length > out->shape[op->dim] ||
-        elems_of(s, op->in[0]) * out->shape[op->dim] != tr_buf_elems(out) * op->length)
+        mul(elems_of(s, op->in[0]), out->shape[op->dim]) != mul(tr_buf_elems(out), op->length))
         return fail(L, "dim=%d start=%lld length=%lld does not match its buffers", op->dim, (long long)op->start,
                     (long long)op->length);
     return 0;
@@ -488,7 +512,7 @@ static int collective_mismatch(loader *L, const tr_schedule *s, const tr_op *op)
 /* all_gather: out is world times in, along dim. */
 static int check_gathered(loader *L, const tr_schedule *s, const tr_op *op)
 {
-    if (op->dim >= s->bufs[op->in[0]].rank || elems_of(s, op->out) != elems_of(s, op->in[0]) * s->world)
+    if (op->dim >= s->bufs[op->in[0]].rank || elems_of(s, op->out) != mul(elems_of(s, op->in[0]), s->world))
         return collective_mismatch(L, s, op);
     return 0;
 }
@@ -496,7 +520,7 @@ static int check_gathered(loader *L, const tr_schedule *s, const tr_op *op)
 /* reduce_scatter: in is world times out, along dim. */
 static int check_scattered(loader *L, const tr_schedule *s, const tr_op *op)
 {
-    if (op->dim >= s->bufs[op->out].rank || elems_of(s, op->in[0]) != elems_of(s, op->out) * s->world)
+    if (op->dim >= s->bufs[op->out].rank || elems_of(s, op->in[0]) != mul(elems_of(s, op->out), s->world))
         return collective_mismatch(L, s, op);
     return 0;
 }
@@ -796,6 +820,59 @@ static int load_grads(loader *L, tr_schedule *s, json_t *root)
     return 0;
 }
 
+/* The next collective of a rank's ops from index *i on, or NULL at the end. */
+static json_t *next_collective(json_t *ops, size_t *i)
+{
+    for (; *i < json_array_size(ops); (*i)++) {
+        json_t *op = json_array_get(ops, *i);
+        tp_op_kind k = tp_op_kind_named(json_is_string(json_object_get(op, "op"))
+                                             ? json_string_value(json_object_get(op, "op")) : "");
+        if (k != TP_OP_COUNT && tp_op_is_collective(k))
+            return op;
+    }
+    return NULL;
+}
+
+/* Every rank issues the same collectives in the same order, on the same
+ * buffers with the same attributes: one that differs is a deadlock, or a
+ * collective of the wrong size, on every rank. This rank's ops are read
+ * and checked; the others' need only equal them. */
+static int check_peer_collectives(loader *L, const tr_schedule *s, json_t *root)
+{
+    static const char *const keys[] = {"op", "in", "out", "dim", "dim2", "reduce", "elems"};
+    json_t *ranks = json_object_get(root, "ranks");
+    json_t *mine = json_object_get(json_array_get(ranks, (size_t)s->rank), "ops");
+    for (int r = 0; r < s->world; r++) {
+        json_t *theirs = json_object_get(json_array_get(ranks, (size_t)r), "ops");
+        if (r == s->rank)
+            continue;
+        if (!json_is_array(theirs))
+            return fail(L, "rank %d: 'ops' must be an array", r);
+        size_t i = 0, j = 0;
+        for (int n = 0;; n++, i++, j++) {
+            json_t *a = next_collective(mine, &i), *b = next_collective(theirs, &j);
+            if (!a && !b)
+                break;
+            bool same = a && b;
+            for (size_t k = 0; same && k < sizeof keys / sizeof *keys; k++) {
+                json_t *x = json_object_get(a, keys[k]), *y = json_object_get(b, keys[k]);
+                same = (!x && !y) || (x && y && json_equal(x, y));
+            }
+            if (!same) {
+                char ours[64] = "no more collectives", other[64] = "no more collectives";
+                if (a)
+                    snprintf(ours, sizeof ours, "%s, op %zu", json_string_value(json_object_get(a, "op")), i);
+                if (b)
+                    snprintf(other, sizeof other, "%s, op %zu", json_string_value(json_object_get(b, "op")), j);
+                return fail(L, "collective %d differs between rank %d (%s) and rank %d (%s): every rank must issue "
+                            "the same collectives in the same order, on the same buffers, or the job deadlocks; "
+                            "compile the schedule again with tpcc PLAN -o FILE.sched", n, s->rank, ours, r, other);
+            }
+        }
+    }
+    return 0;
+}
+
 int tr_schedule_load(tr_schedule *s, const char *path, int rank, int world_expected, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
@@ -854,7 +931,8 @@ int tr_schedule_load(tr_schedule *s, const char *path, int rank, int world_expec
         json_t *plan = json_object_get(root, "plan");
         s->plan = tp_xstrdup(json_is_string(plan) ? json_string_value(plan) : "");
         if (!load_buffers(&L, s, json_object_get(root, "buffers")) && !load_io(&L, s, root) && !load_rank(&L, s, root) &&
-            !load_grads(&L, s, root))
+            !load_grads(&L, s, root) && !check_peer_collectives(&L, s, root) &&
+            !tr_schedule_validate(s, path, err, errlen))
             rc = 0;
     }
     free(magic);

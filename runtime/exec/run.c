@@ -14,6 +14,7 @@
 #include "runtime/io/weights.h"
 #include "runtime/train/gather.h"
 #include "runtime/train/train.h"
+#include "sched/validate.h"
 #include "util/xalloc.h"
 
 typedef struct job {
@@ -86,15 +87,6 @@ static int load_weights(job *j)
 }
 
 /* ---- inputs ------------------------------------------------------------- */
-
-/* The valid token ids: rows of the weight the model's first lookup reads. */
-static int64_t vocab_of(const tr_schedule *s)
-{
-    for (int i = 0; i < s->nops; i++)
-        if (s->ops[i].kind == TP_OP_EMBEDDING && s->ops[i].in[0] == s->input_ids)
-            return s->weights[s->ops[i].weight].logical[0];
-    return INT32_MAX;
-}
 
 /* "1,2,3" or a .npy file of n ids: 1-D, or 2-D of the input's [batch,
  * seq] (a [seq, batch] array holds as many ids, in another order). */
@@ -552,7 +544,7 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
         rc = fail(&j, "%s", why);
     if (!rc) {
         j.x.tracing = o->profile || o->profile_json || o->trace;
-        j.vocab = vocab_of(&j.s);
+        j.vocab = tr_schedule_token_vocab(&j.s);   /* the range the validator proved safe */
         rc = load_weights(&j);
     }
     if (!rc && j.s.grads) {

@@ -39,7 +39,7 @@ json_t *valid_value(const tp_op_attr &a)
     case TP_ATTR_SIZE:
     case TP_ATTR_COUNT:
         /* a narrow keeps the one element from 0; RoPE rotates the pair */
-        return json_integer(!strcmp(a.key, "start") ? 0 : !strcmp(a.key, "rotary_dim") ? 2 : 1);
+        return json_integer(!strcmp(a.key, "start") || !strcmp(a.key, "vocab_start") ? 0 : !strcmp(a.key, "rotary_dim") ? 2 : 1);
     case TP_ATTR_DIM: return json_integer(0);
     case TP_ATTR_CHUNK: return json_integer(strcmp(a.key, "parts") ? 0 : 1);
     case TP_ATTR_REAL: return json_real(1.0);
@@ -69,8 +69,9 @@ json_t *weight(const char *name)
 }
 
 // Buffers: 0 int32 ids [1, 1]; 1 floats [1, 1, 1, 1]; 2 logits [1, 1, 1];
-// 3 one head of two floats [1, 1, 1, 2] (RoPE rotates pairs).
-enum { IDS_BUF, FLOAT_BUF, LOGITS_BUF, PAIR_BUF };
+// 3 one head of two floats [1, 1, 1, 2] (RoPE rotates pairs); 4 an output
+// like 1 and 5 one like 2, apart from the inputs.
+enum { IDS_BUF, FLOAT_BUF, LOGITS_BUF, PAIR_BUF, OUT_BUF, DLOGITS_BUF };
 
 // A complete op of `kind` on those buffers: its minimum inputs, its
 // output, weight 0 and bias 1 where it takes them, and every attribute.
@@ -87,7 +88,7 @@ json_t *complete_op(int kind)
     }
     json_t *op =
         json_pack("{s:s, s:o, s:i}", "op", tp_op_names[kind], "in", in, "out",
-                  d.out_ids ? IDS_BUF : kind == TP_OP_ROPE ? PAIR_BUF : writes_logits ? LOGITS_BUF : FLOAT_BUF);
+                  d.out_ids ? IDS_BUF : kind == TP_OP_ROPE ? PAIR_BUF : writes_logits ? DLOGITS_BUF : OUT_BUF);
     if (d.weight != TP_OPERAND_NONE)
         json_object_set_new(op, "weight", json_integer(0));
     if (d.bias != TP_OPERAND_NONE)
@@ -100,9 +101,14 @@ json_t *complete_op(int kind)
 // A one-rank schedule holding `op` (taken over).
 json_t *schedule_of(json_t *op)
 {
-    json_t *buffers = json_pack("[o, o, o, o]", buffer("ids", {1, 1}, "i32", 0), buffer("x", {1, 1, 1, 1}, "f32", 256),
-                                buffer("logits", {1, 1, 1}, "f32", 512), buffer("pair", {1, 1, 1, 2}, "f32", 768));
-    json_t *rank = json_pack("{s:i, s:[o, o], s:[o]}", "rank", 0, "weights", weight("w"), weight("b"), "ops", op);
+    json_t *buffers = json_pack("[o, o, o, o, o, o]", buffer("ids", {1, 1}, "i32", 0), buffer("x", {1, 1, 1, 1}, "f32", 256),
+                                buffer("logits", {1, 1, 1}, "f32", 512), buffer("pair", {1, 1, 1, 2}, "f32", 768),
+                                buffer("y", {1, 1, 1, 1}, "f32", 896), buffer("dlogits", {1, 1, 1}, "f32", 960));
+    // then a masked lookup of the input ids, which bounds the ids and labels tprun accepts to the table's one row
+    json_t *lookup = json_pack("{s:s, s:[i], s:i, s:i, s:b, s:i, s:i}", "op", "embedding", "in", IDS_BUF, "out",
+                               OUT_BUF, "weight", 0, "masked", 1, "vocab_start", 0, "vocab_local", 1);
+    json_t *rank =
+        json_pack("{s:i, s:[o, o], s:[o, o]}", "rank", 0, "weights", weight("w"), weight("b"), "ops", op, lookup);
     return json_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:i, s:{s:i, s:n}, s:{s:n, s:n}, s:o, s:[o]}", "magic",
                      TP_SCHEDULE_MAGIC, "format_version", TP_SCHEDULE_VERSION, "producer", "test", "input_hash", "0",
                      "world_size", 1, "dtype", "f32", "arena_bytes", 1024, "inputs", "input_ids", 0, "labels",

@@ -1,0 +1,298 @@
+/* sched/validate.c: see validate.h. */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include "sched/validate.h"
+#include "util/errmsg.h"
+
+typedef struct checker {
+    const tr_schedule *s;
+    const char *path;
+    char *err;
+    size_t errlen;
+} checker;
+
+static int fail(checker *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(checker *c, const char *fmt, ...)
+{
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return tp_error(c->err, c->errlen, "%s: %s; the schedule was not written by this tpcc or was edited: compile it "
+                    "again with tpcc PLAN -o FILE.sched", c->path, msg);
+}
+
+/* "rank 0 op 12 (rmsnorm)" */
+static const char *op_name(const checker *c, int i, char *buf, size_t len)
+{
+    snprintf(buf, len, "rank %d op %d (%s)", c->s->rank, i, tp_op_names[c->s->ops[i].kind]);
+    return buf;
+}
+
+int64_t tr_schedule_token_vocab(const tr_schedule *s)
+{
+    for (int i = 0; i < s->nops; i++)
+        if (s->ops[i].kind == TP_OP_EMBEDDING && s->ops[i].in[0] == s->input_ids)
+            return s->weights[s->ops[i].weight].logical[0];
+    return INT32_MAX;
+}
+
+/* ---- buffers ------------------------------------------------------------ */
+
+/* Every buffer in the arena at an offset its element type can be read at
+ * (the kernels index float * and int32_t *). */
+static int check_alignment(checker *c)
+{
+    for (int b = 0; b < c->s->nbufs; b++) {
+        const tr_buf *t = &c->s->bufs[b];
+        size_t size = tp_dtype_size(t->dtype);
+        if (t->offset >= 0 && t->offset % (int64_t)size)
+            return fail(c, "buffer %d ('%s') is at arena offset %lld, not a multiple of its %s element's %zu bytes", b,
+                        t->name, (long long)t->offset, tp_dtype_name(t->dtype), size);
+    }
+    return 0;
+}
+
+/* A buffer tprun itself writes or reads (inputs, outputs) needs a place
+ * in the arena, whatever the ops do with it. */
+static int check_placed(checker *c, int b, const char *what)
+{
+    if (b >= 0 && c->s->bufs[b].offset < 0)
+        return fail(c, "the %s are buffer %d, which has no place in the arena", what, b);
+    return 0;
+}
+
+static int check_io(checker *c)
+{
+    const tr_schedule *s = c->s;
+    if (check_placed(c, s->input_ids, "input ids") || check_placed(c, s->labels, "labels") ||
+        check_placed(c, s->loss, "loss") || check_placed(c, s->logits, "logits"))
+        return -1;
+    /* tprun reads the loss into one float */
+    if (s->loss >= 0 && (s->bufs[s->loss].dtype == TP_I32 || tr_buf_elems(&s->bufs[s->loss]) != 1))
+        return fail(c, "the loss is buffer %d, which is not one float", s->loss);
+    for (int w = 0; s->grads && w < s->nweights; w++)
+        if (check_placed(c, s->grads[w], "grads"))
+            return -1;
+    return 0;
+}
+
+/* ---- operands ----------------------------------------------------------- */
+
+/* The float operands that hold f32 whatever the schedule's dtype: the
+ * loss and its per-token pieces (runtime/backends/backend.h). in: -1 for
+ * the output. */
+static bool always_f32(tp_op_kind k, int in)
+{
+    switch (k) {
+    case TP_OP_CROSS_ENTROPY:
+    case TP_OP_CE_MAX:
+    case TP_OP_CE_TARGET: return in < 0;
+    case TP_OP_CE_SUMEXP: return in < 0 || in == 1;   /* in[1]: the all-reduced max */
+    case TP_OP_CE_LOSS: return true;
+    case TP_OP_CE_GRAD: return in == 1 || in == 2;
+    default: return false;
+    }
+}
+
+/* A float operand holds the element type its kernel reads or writes: the
+ * schedule's (the backend's), or f32 for the loss's pieces. An all-reduce
+ * moves either (the pieces are all-reduced), the same in and out. */
+static int check_float_dtype(checker *c, int i, int in, int b)
+{
+    const tr_op *op = &c->s->ops[i];
+    const tr_buf *t = &c->s->bufs[b];
+    tp_dtype want = always_f32(op->kind, in) ? TP_F32 : c->s->dtype;
+    if (op->kind == TP_OP_ALL_REDUCE && c->s->bufs[op->in[0]].dtype == TP_F32)
+        want = TP_F32;
+    if (t->dtype == TP_I32 || t->dtype == want)
+        return 0;
+    char name[64];
+    return fail(c, "%s: buffer %d ('%s') holds %s; its kernel %s %s there", op_name(c, i, name, sizeof name), b,
+                t->name, tp_dtype_name(t->dtype), in < 0 ? "writes" : "reads", tp_dtype_name(want));
+}
+
+/* Kinds whose kernels read each element (or row, or pair) before writing
+ * it, so that out may be exactly an input. Every other kind needs an
+ * output apart from its inputs: a kind added to sched/ops.def is held to
+ * that until its kernels are known to work in place. */
+static bool works_in_place(tp_op_kind k)
+{
+    switch (k) {
+    case TP_OP_BIAS_ADD:
+    case TP_OP_RMSNORM:
+    case TP_OP_LAYERNORM:
+    case TP_OP_ROPE:
+    case TP_OP_SILU:
+    case TP_OP_GELU:
+    case TP_OP_RELU:
+    case TP_OP_SOFTCAP:
+    case TP_OP_ADD:
+    case TP_OP_MUL:
+    case TP_OP_SCALE:
+    case TP_OP_RMSNORM_DX:
+    case TP_OP_LAYERNORM_DX:
+    case TP_OP_SILU_GRAD:
+    case TP_OP_GELU_GRAD:
+    case TP_OP_RELU_GRAD:
+    case TP_OP_SOFTCAP_GRAD:
+    case TP_OP_ALL_REDUCE: return true;
+    default: return false;
+    }
+}
+
+static bool overlap(const tr_buf *a, const tr_buf *b)
+{
+    return a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+}
+
+static bool same_place(const tr_buf *a, const tr_buf *b) { return a->offset == b->offset && a->bytes == b->bytes; }
+
+static int check_overlap(checker *c, int i)
+{
+    const tr_op *op = &c->s->ops[i];
+    const tr_buf *out = &c->s->bufs[op->out];
+    for (int k = 0; k < op->nin; k++) {
+        const tr_buf *in = &c->s->bufs[op->in[k]];
+        if (!overlap(out, in) || (works_in_place(op->kind) && same_place(out, in)))
+            continue;
+        char name[64];
+        return fail(c, "%s: its output, buffer %d at [%lld, %lld), overlaps in[%d], buffer %d at [%lld, %lld): its "
+                    "kernel %s", op_name(c, i, name, sizeof name), op->out, (long long)out->offset,
+                    (long long)(out->offset + out->bytes), k, op->in[k], (long long)in->offset,
+                    (long long)(in->offset + in->bytes),
+                    works_in_place(op->kind) ? "works in place only on the same buffer" : "needs them apart");
+    }
+    return 0;
+}
+
+/* ---- ids ------------------------------------------------------------------ */
+
+/* The int32 values buffer b holds when op i reads it: [0, *hi), ids or
+ * labels tprun wrote before the step (and checked against the token
+ * vocabulary), or positions a positions op wrote, with no op writing over
+ * them in between. -1 when nothing trustworthy is there. */
+static int id_range(checker *c, int i, int b, int64_t *hi)
+{
+    const tr_schedule *s = c->s;
+    const tr_buf *t = &s->bufs[b];
+    char name[64], other[64];
+    for (int j = i - 1; j >= 0; j--) {
+        const tr_op *w = &s->ops[j];
+        if (!overlap(&s->bufs[w->out], t))
+            continue;
+        if (w->out == b && w->kind == TP_OP_POSITIONS) {
+            const tr_buf *pos = &s->bufs[b];
+            *hi = w->pos_offset + (pos->rank ? pos->shape[pos->rank - 1] : 1);
+            return 0;
+        }
+        return fail(c, "%s reads ids from buffer %d ('%s'), but %s writes over them first",
+                    op_name(c, i, name, sizeof name), b, t->name, op_name(c, j, other, sizeof other));
+    }
+    /* tprun writes the labels only for a schedule that computes a loss */
+    if (b == s->input_ids || (b == s->labels && s->loss >= 0)) {
+        *hi = tr_schedule_token_vocab(s);
+        return 0;
+    }
+    return fail(c, "%s reads ids from buffer %d ('%s'), which neither tprun (input ids, labels of a loss) nor an "
+                "earlier positions op writes", op_name(c, i, name, sizeof name), b, t->name);
+}
+
+/* The ids an op indexes with stay within what it indexes: an unmasked
+ * lookup (or its gradient) within the table's rows, a loss's labels within
+ * its real columns. Masked lookups and the vocab-parallel pieces skip ids
+ * outside their range, and -100 is skipped everywhere. */
+static int check_ids(checker *c, int i)
+{
+    const tr_op *op = &c->s->ops[i];
+    const tp_op_def *d = &tp_ops[op->kind];
+    char name[64];
+    for (int k = 0; k < op->nin; k++) {
+        if (!(d->ids >> k & 1) || op->kind == TP_OP_POSITIONS || op->kind == TP_OP_ROPE)   /* neither reads values */
+            continue;
+        int64_t hi;
+        if (id_range(c, i, op->in[k], &hi))
+            return -1;
+        bool lookup = op->kind == TP_OP_EMBEDDING || op->kind == TP_OP_EMBEDDING_GRAD;
+        if (lookup && !op->masked && (op->vocab_start != 0 || op->vocab_local < hi))
+            return fail(c, "%s: an unmasked lookup of rows [%lld, %lld) reads ids up to %lld", op_name(c, i, name,
+                        sizeof name), (long long)op->vocab_start, (long long)(op->vocab_start + op->vocab_local),
+                        (long long)hi - 1);
+        bool loss = op->kind == TP_OP_CROSS_ENTROPY || op->kind == TP_OP_CROSS_ENTROPY_GRAD;
+        if (loss && (op->vocab_logical < 1 || op->vocab_logical < hi))
+            return fail(c, "%s: vocab_logical %lld does not cover the labels tprun accepts, [0, %lld)",
+                        op_name(c, i, name, sizeof name), (long long)op->vocab_logical, (long long)hi);
+    }
+    return 0;
+}
+
+/* ---- collectives ---------------------------------------------------------- */
+
+/* `whole` is `part` with dimension dim `world` times longer: the blocks
+ * the communicator moves join and split along dim. */
+static bool blocks_of(const tr_buf *whole, const tr_buf *part, int dim, int world)
+{
+    if (whole->rank != part->rank || dim >= whole->rank)
+        return false;
+    for (int d = 0; d < whole->rank; d++)
+        if (whole->shape[d] != part->shape[d] * (d == dim ? world : 1))
+            return false;
+    return true;
+}
+
+static int check_collective(checker *c, int i)
+{
+    const tr_schedule *s = c->s;
+    const tr_op *op = &s->ops[i];
+    const tr_buf *in = &s->bufs[op->in[0]], *out = &s->bufs[op->out];
+    bool ok = true;
+    if (op->kind == TP_OP_ALL_GATHER)
+        ok = blocks_of(out, in, op->dim, s->world);
+    else if (op->kind == TP_OP_REDUCE_SCATTER)
+        ok = blocks_of(in, out, op->dim, s->world);
+    else if (op->kind == TP_OP_ALL_TO_ALL)
+        ok = op->dim < out->rank && op->dim2 < in->rank && in->shape[op->dim2] % s->world == 0 &&
+             out->shape[op->dim] % s->world == 0;
+    if (ok)
+        return 0;
+    char name[64];
+    return fail(c, "%s: buffers %d and %d are not %d blocks along dim %d",
+                op_name(c, i, name, sizeof name), op->in[0], op->out, s->world, op->dim);
+}
+
+/* ---- the pass ------------------------------------------------------------- */
+
+/* BLAS takes int sizes. */
+static int check_blas_sizes(checker *c, int i)
+{
+    const tr_op *op = &c->s->ops[i];
+    bool product = op->kind == TP_OP_MATMUL || op->kind == TP_OP_CONV1D || op->kind == TP_OP_MATMUL_TN;
+    if (!product || (op->m <= INT32_MAX && op->n <= INT32_MAX && op->k <= INT32_MAX))
+        return 0;
+    char name[64];
+    return fail(c, "%s: m, n and k must each be below 2^31 (BLAS sizes)", op_name(c, i, name, sizeof name));
+}
+
+static int check_op(checker *c, int i)
+{
+    const tr_op *op = &c->s->ops[i];
+    for (int k = 0; k < op->nin; k++)
+        if (check_float_dtype(c, i, k, op->in[k]))
+            return -1;
+    if (check_float_dtype(c, i, -1, op->out) || check_overlap(c, i) || check_ids(c, i) || check_blas_sizes(c, i))
+        return -1;
+    return tp_op_is_collective(op->kind) ? check_collective(c, i) : 0;
+}
+
+int tr_schedule_validate(const tr_schedule *s, const char *path, char *err, size_t errlen)
+{
+    checker c = {s, path, err, errlen};
+    if (check_alignment(&c) || check_io(&c))
+        return -1;
+    for (int i = 0; i < s->nops; i++)
+        if (check_op(&c, i))
+            return -1;
+    return 0;
+}
