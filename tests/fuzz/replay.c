@@ -22,7 +22,7 @@
 /* libFuzzer fails an input whose allocation exceeds its memory limit (a
  * loader trusting a size the file cannot hold); so does the replay, with
  * the heap capped. Not under AddressSanitizer, whose shadow memory the cap
- * would count; its own limit is the allocator's. */
+ * would count: there the release build's replay is the one that fails. */
 #define HEAP_LIMIT ((rlim_t)1 << 31)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
