@@ -76,7 +76,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int ranks = s.world * s.data_parallel;
     tr_options o = {.schedule = path, .tolerance = 1e-4, .quiet = true, .threads = 1, .backend = "cpu",
                     .train = tr_train_defaults()};
-    o.labels = s.loss >= 0 ? "tokens" : NULL;
+    o.labels = s.loss >= 0 && !s.grads ? "tokens" : NULL;    /* training reads its labels from --data */
     if (s.grads) {
         o.train.data = zero_tokens(&s);
         o.train.steps = 1;
