@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "runtime/io/npy.h"
 #include "util/errmsg.h"
 #include "util/xalloc.h"
@@ -44,6 +45,14 @@ static int read_llmc(tr_tokens *t, const char *path, char *err, size_t errlen)
     }
     if (count < 0) {
         tp_error(err, errlen, "%s: the header's token count %" PRId64 " is negative", path, count);
+        goto done;
+    }
+    /* the file's size before the allocation: a header may announce any count */
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) &&
+        (uint64_t)st.st_size - sizeof header != (uint64_t)count * size) {
+        tp_error(err, errlen, "%s: the header says %" PRId64 " tokens (%zu bytes after the header), the file holds %"
+                 PRIu64 " bytes", path, count, (size_t)count * size, (uint64_t)st.st_size - sizeof header);
         goto done;
     }
     raw = tp_xmalloc((size_t)count * size + 1);

@@ -7,7 +7,8 @@
  *     header of 256 little-endian int32 (magic, version, token count, the
  *     rest zero), then the tokens. HEADERS_INFO there has two kinds:
  *     "gpt-2", magic 20240520 version 1, uint16 tokens, and "llama-3",
- *     magic 20240801 version 7, uint32 tokens.
+ *     magic 20240801 version 7, uint32 tokens. A regular file's size is
+ *     checked against the header's count before anything is allocated.
  * Every token is checked against the vocabulary when the file is opened,
  * so a corpus tokenised for another model fails before training starts. */
 #ifndef TPRUN_TRAIN_TOKENS_H

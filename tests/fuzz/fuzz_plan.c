@@ -4,33 +4,26 @@
  * front end, explain table included. */
 #include <errno.h>
 #include <stdint.h>
-#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include "compiler/driver/compile.h"
+#include "tests/fuzz/scratch.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static char path[600];
-    if (!path[0]) {
-        char dir[512];
-        snprintf(dir, sizeof dir, "%s/tpcc-fuzz-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-        char plans[540], models[540];
-        snprintf(plans, sizeof plans, "%s/plans", dir);
-        snprintf(models, sizeof models, "%s/models", dir);
-        if ((mkdir(dir, 0700) && errno != EEXIST) || (mkdir(plans, 0700) && errno != EEXIST) ||
-            (symlink(TPCC_SOURCE_DIR "/models", models) && errno != EEXIST)) {
-            perror("fuzz_plan: scratch directory");
+    static const char *path;
+    if (!path) {
+        tp_fuzz_mkdir("plans");
+        if (symlink(TPCC_SOURCE_DIR "/models", tp_fuzz_path("models")) && errno != EEXIST) {
+            perror("fuzz_plan: models link");
             abort();
         }
-        snprintf(path, sizeof path, "%s/input.plan", plans);
+        path = tp_fuzz_path("plans/input.plan");
     }
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return 0;
-    size_t wrote = fwrite(data, 1, size, f);
-    if (fclose(f) != 0 || wrote != size)
+    if (tp_fuzz_write(path, data, size))
         return 0;
     tp_compile_opts opts = {NULL, 0, NULL, true, TP_F32, true, false, TP_LOSS_NONE};
     tp_unit u;
