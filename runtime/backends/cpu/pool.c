@@ -102,14 +102,6 @@ void tp_cpu_pool_resize(int threads)
     pthread_mutex_unlock(&pool.busy);
 }
 
-int tp_cpu_pool_threads(void)
-{
-    pthread_mutex_lock(&pool.busy);
-    int n = pool.nworkers + 1;
-    pthread_mutex_unlock(&pool.busy);
-    return n;
-}
-
 void tp_cpu_parallel(int64_t n, int64_t grain, tp_cpu_task task, void *ctx)
 {
     if (n <= 0)

@@ -26,7 +26,6 @@ typedef void (*tp_cpu_task)(void *ctx, int64_t begin, int64_t end);
  * everything on the calling thread. A thread that cannot be started is
  * reported on stderr and the pool runs with those it has. */
 void tp_cpu_pool_resize(int threads);
-int tp_cpu_pool_threads(void);
 
 /* Runs task over [0, n) in contiguous parts of at least `grain` items (so
  * small ops don't pay for waking threads), one per thread at most, and
