@@ -10,7 +10,8 @@ saves it with save_pretrained, compiles plans/llama-sp.plan for it with
 --hf-config and times one forward step of batch 1 at each sequence length:
 
   1 core:  tprun at tp 1 (one BLAS thread) against torch.set_num_threads(1)
-  2 cores: tprun -n 2 (tp 2, one BLAS thread per rank) against 2 threads
+  2 cores: tprun -n 2 (tp 2, one thread per rank), and tprun --threads 2
+           (tp 1, its CPU kernels on two threads), against 2 threads
 
 tprun runs the forward --repeat times after loading and reports the median
 step (its --profile-json); PyTorch runs model(input_ids) under no_grad after
@@ -60,9 +61,9 @@ def run(cmd, env):
     return p
 
 
-def tprun_seconds(tprun, sched, ranks, tokens, ref, repeat, work, env):
+def tprun_seconds(tprun, sched, ranks, threads, tokens, ref, repeat, work, env):
     prof = os.path.join(work, "profile.json")
-    cmd = [tprun] + (["-n", str(ranks)] if ranks > 1 else []) + [
+    cmd = [tprun] + (["-n", str(ranks)] if ranks > 1 else []) + ["--threads", str(threads)] + [
         sched, "--backend", "cpu", "--weights", work, "--tokens", tokens, "--labels", "tokens", "--compare", ref, "--tolerance", "1e-3",
         "--repeat", str(repeat), "--profile-json", prof, "-q"]
     run(cmd, env)
@@ -103,27 +104,34 @@ def main():
             ref = os.path.join(work, "ref.npy")
             np.save(ref, logits)
             for cores in [int(c) for c in a.cores.split(",")]:
-                sched = os.path.join(work, "s%d-tp%d.sched" % (seq, cores))
-                run([tpcc, os.path.join(HERE, "plans/llama-sp.plan"), "--hf-config", os.path.join(work, "config.json"),
-                     "-D", "tp=%d" % cores, "-D", "seq=%d" % seq, "-D", "batch=1", "-D", "vocab_multiple=1",
-                     "-o", sched], env)
-                torch.set_num_threads(cores)
-                ours, theirs = [], []
-                x = torch.from_numpy(ids.astype(np.int64))
-                with torch.no_grad():
-                    model(x)                                      # warm-up
-                    for _ in range(a.runs):
-                        ours.append(tprun_seconds(tprun, sched, cores, tokens, ref, a.repeat, work, env))
-                        times = []
-                        for _ in range(a.repeat):
-                            t0 = time.perf_counter()
-                            model(x)
-                            times.append(time.perf_counter() - t0)
-                        theirs.append(statistics.median(times))
-                t, p = statistics.median(ours), statistics.median(theirs)
-                setting = "1 core" if cores == 1 else "%d cores (tprun -n %d vs %d threads)" % (cores, cores, cores)
-                rows.append((seq, setting, t, p))
-                print("seq %d, %s: tprun %.1f ms, PyTorch %.1f ms" % (seq, setting, t * 1e3, p * 1e3), file=sys.stderr)
+                # (ranks, threads per rank): every core a rank, or one rank with every core
+                for ranks, threads in ([(1, 1)] if cores == 1 else [(cores, 1), (1, cores)]):
+                    sched = os.path.join(work, "s%d-tp%d.sched" % (seq, ranks))
+                    run([tpcc, os.path.join(HERE, "plans/llama-sp.plan"), "--hf-config", os.path.join(work, "config.json"),
+                         "-D", "tp=%d" % ranks, "-D", "seq=%d" % seq, "-D", "batch=1", "-D", "vocab_multiple=1",
+                         "-o", sched], env)
+                    torch.set_num_threads(cores)
+                    ours, theirs = [], []
+                    x = torch.from_numpy(ids.astype(np.int64))
+                    with torch.no_grad():
+                        model(x)                                      # warm-up
+                        for _ in range(a.runs):
+                            ours.append(tprun_seconds(tprun, sched, ranks, threads, tokens, ref, a.repeat, work, env))
+                            times = []
+                            for _ in range(a.repeat):
+                                t0 = time.perf_counter()
+                                model(x)
+                                times.append(time.perf_counter() - t0)
+                            theirs.append(statistics.median(times))
+                    t, p = statistics.median(ours), statistics.median(theirs)
+                    if cores == 1:
+                        setting = "1 core"
+                    elif ranks > 1:
+                        setting = "%d cores (tprun -n %d vs %d threads)" % (cores, ranks, cores)
+                    else:
+                        setting = "%d cores (tprun --threads %d vs %d threads)" % (cores, threads, cores)
+                    rows.append((seq, setting, t, p))
+                    print("seq %d, %s: tprun %.1f ms, PyTorch %.1f ms" % (seq, setting, t * 1e3, p * 1e3), file=sys.stderr)
     print("%s, torch %s, %s, OpenBLAS core %s" % (cpu_name(), torch.__version__, time.strftime("%Y-%m-%d"),
                                                  a.coretype or "as detected"))
     print()

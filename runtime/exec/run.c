@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "runtime/exec/exec.h"
+#include "runtime/backends/cpu/blas_info.h"
 #include "runtime/backends/gpu.h"
 #include "runtime/io/npy.h"
 #include "runtime/exec/run.h"
@@ -15,6 +16,8 @@
 #include "runtime/train/gather.h"
 #include "runtime/train/train.h"
 #include "sched/validate.h"
+#include "util/atomic_write.h"
+#include "util/json_quote.h"
 #include "util/xalloc.h"
 
 typedef struct job {
@@ -349,8 +352,21 @@ static int gather_stats(job *j, rank_stats *all)
     return 0;
 }
 
+/* The CPU backend's BLAS and its kernels, and a warning when they are
+ * weaker than the CPU's (blas_info.h). */
+static void print_blas(const job *j)
+{
+    char line[600], warn[600];
+    tp_blas_describe(line, sizeof line, warn, sizeof warn);
+    printf("profile: BLAS %s; %d CPU thread%s per rank\n", line, j->o->threads, j->o->threads == 1 ? "" : "s");
+    if (*warn)
+        fprintf(stderr, "tprun: warning: %s\n", warn);
+}
+
 static void print_profile(const job *j, const rank_stats *all)
 {
+    if (j->x.be == tp_backend_cpu())
+        print_blas(j);
     for (int r = 0; r < j->comm->world; r++) {
         char median[48] = "";
         if (j->nsteps > 1)
@@ -364,30 +380,43 @@ static void print_profile(const job *j, const rank_stats *all)
     }
 }
 
+/* --profile-json and --trace: the document built in memory, then written
+ * atomically (a reader never sees half of it; a failure leaves the old
+ * file), with every name from outside (paths, ops, modules) escaped. */
+static int write_json(job *j, const char *option, const char *path, tp_buf *doc)
+{
+    char why[600];
+    const tp_bytes piece = {doc->data, doc->len};
+    int rc = tp_write_file_atomic(path, &piece, 1, why, sizeof why) ? fail(j, "%s: %s", option, why) : 0;
+    tp_buf_free(doc);
+    return rc;
+}
+
 static int write_profile_json(job *j, const rank_stats *all, const double *steps)
 {
-    FILE *f = fopen(j->o->profile_json, "w");
-    if (!f)
-        return fail(j, "--profile-json: cannot write '%s'", j->o->profile_json);
-    fprintf(f, "{\"schedule\": \"%s\", \"ranks\": [", j->o->schedule);
+    tp_buf f = {0};
+    tp_buf_append(&f, "{\"schedule\": ");
+    tp_buf_append_json_string(&f, j->o->schedule);
+    tp_buf_append(&f, ", \"ranks\": [");
     for (int r = 0; r < j->comm->world; r++) {
-        fprintf(f, "%s\n  {\"rank\": %d, \"forward_seconds\": %.9g, \"weight_bytes_read\": %.0f, "
-                   "\"collective_bytes\": %.0f, \"ops\": {", r ? "," : "", r, all[r].total, all[r].weight_bytes,
-                all[r].comm_bytes);
+        tp_buf_appendf(&f, "%s\n  {\"rank\": %d, \"forward_seconds\": %.9g, \"weight_bytes_read\": %.0f, "
+                          "\"collective_bytes\": %.0f, \"ops\": {", r ? "," : "", r, all[r].total,
+                       all[r].weight_bytes, all[r].comm_bytes);
         int first = 1;
         for (int k = 0; k < TP_OP_COUNT; k++)
             if (all[r].count[k]) {
-                fprintf(f, "%s\"%s\": {\"count\": %.0f, \"seconds\": %.9g}", first ? "" : ", ", tp_op_names[k],
-                        all[r].count[k], all[r].seconds[k]);
+                tp_buf_append(&f, first ? "" : ", ");
+                tp_buf_append_json_string(&f, tp_op_names[k]);
+                tp_buf_appendf(&f, ": {\"count\": %.0f, \"seconds\": %.9g}", all[r].count[k], all[r].seconds[k]);
                 first = 0;
             }
-        fprintf(f, "}, \"steps\": [");
+        tp_buf_append(&f, "}, \"steps\": [");
         for (int i = 0; i < j->nsteps; i++)
-            fprintf(f, "%s%.9g", i ? ", " : "", steps[(size_t)r * j->nsteps + i]);
-        fprintf(f, "]}");
+            tp_buf_appendf(&f, "%s%.9g", i ? ", " : "", steps[(size_t)r * j->nsteps + i]);
+        tp_buf_append(&f, "]}");
     }
-    fprintf(f, "\n]}\n");
-    return fclose(f) == 0 ? 0 : fail(j, "--profile-json: cannot write '%s'", j->o->profile_json);
+    tp_buf_append(&f, "\n]}\n");
+    return write_json(j, "--profile-json", j->o->profile_json, &f);
 }
 
 /* Chrome trace events: one track (pid) per rank, compute and collectives
@@ -408,26 +437,27 @@ static int write_trace(job *j)
     int rc = 0;
     if (j->comm->ops->gather_bytes(j->comm, all, mine, (size_t)(2 * n) * sizeof *mine, why, sizeof why))
         rc = fail(j, "%s", why);
-    FILE *f = rc || !rank0(j) ? NULL : fopen(j->o->trace, "w");
-    if (!rc && rank0(j) && !f)
-        rc = fail(j, "--trace: cannot write '%s'", j->o->trace);
-    if (f) {
-        fprintf(f, "{\"traceEvents\": [\n");
+    if (!rc && rank0(j)) {
+        tp_buf f = {0};
+        tp_buf_append(&f, "{\"traceEvents\": [\n");
         for (int r = 0; r < w; r++) {
-            fprintf(f, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}}",
-                    r ? ",\n" : "", r, r);
+            tp_buf_appendf(&f, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %d, \"args\": {\"name\": \"rank %d\"}}",
+                           r ? ",\n" : "", r, r);
             for (int i = 0; i < n; i++) {
                 const tr_op *op = &s->ops[i];
-                fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, "
-                           "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"module\": \"%s\"}}",
-                        tp_op_names[op->kind], tp_op_is_collective(op->kind) ? "collective" : "compute", r,
-                        tp_op_is_collective(op->kind) ? 1 : 0, all[(size_t)r * 2 * n + 2 * i],
-                        all[(size_t)r * 2 * n + 2 * i + 1], op->module);
+                const bool coll = tp_op_is_collective(op->kind);
+                tp_buf_append(&f, ",\n{\"name\": ");
+                tp_buf_append_json_string(&f, tp_op_names[op->kind]);
+                tp_buf_appendf(&f, ", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"ts\": %.3f, "
+                                  "\"dur\": %.3f, \"args\": {\"module\": ",
+                               coll ? "collective" : "compute", r, coll ? 1 : 0, all[(size_t)r * 2 * n + 2 * i],
+                               all[(size_t)r * 2 * n + 2 * i + 1]);
+                tp_buf_append_json_string(&f, op->module);
+                tp_buf_append(&f, "}}");
             }
         }
-        fprintf(f, "\n]}\n");
-        if (fclose(f) != 0)
-            rc = fail(j, "--trace: cannot write '%s'", j->o->trace);
+        tp_buf_append(&f, "\n]}\n");
+        rc = write_json(j, "--trace", j->o->trace, &f);
     }
     free(mine);
     free(all);

@@ -13,11 +13,19 @@
  * evenly, labels in range, ids in range for unmasked embeddings) are
  * asserted; a kernel never exits or aborts otherwise. No kernel allocates:
  * the table has no way to report a failure, so scratch space lives on the
- * stack in small fixed blocks. */
+ * stack in small fixed blocks (attention's score block, one per thread,
+ * and the loss's partial sums come from tp_xmalloc, which aborts rather
+ * than fail).
+ *
+ * Every kernel splits its work over the pool's threads (pool.h) by rows,
+ * heads, column blocks or elements, never by a reduction, so the results
+ * do not depend on --threads. */
 #include "runtime/backends/backend.h"
 #include "runtime/backends/cpu/ce_rows.h"
 #include "runtime/backends/cpu/cpu_training.h"
 #include "runtime/backends/cpu/narrow_dims.h"
+#include "runtime/backends/cpu/pool.h"
+#include "runtime/backends/cpu/rope_table.h"
 
 #include <assert.h>
 #include <cblas.h>
@@ -54,20 +62,35 @@ static void cpu_copy(void *dst, const void *src, size_t bytes)
 /* A vocab-parallel (RowwiseParallel) embedding holds rows [vocab_start,
  * vocab_start + rows) and emits zeros for the other ids; the all-reduce that
  * follows sums the one non-zero contribution per token. */
+typedef struct embedding_args {
+    float *out;
+    const int32_t *ids;
+    const float *w;
+    int64_t rows, dim, vocab_start;
+    bool masked;
+} embedding_args;
+
+static void embedding_part(void *ctx, int64_t t0, int64_t t1)
+{
+    const embedding_args *a = ctx;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t r = (int64_t)a->ids[t] - a->vocab_start;
+        float *o = a->out + t * a->dim;
+        if (r < 0 || r >= a->rows) {
+            /* unmasked out-of-range ids are reported by the executor first */
+            assert(a->masked && "embedding id out of range");
+            memset(o, 0, (size_t)a->dim * sizeof *o);
+            continue;
+        }
+        memcpy(o, a->w + r * a->dim, (size_t)a->dim * sizeof *o);
+    }
+}
+
 static void cpu_embedding(float *out, const int32_t *ids, int64_t ntok, const float *w, int64_t rows, int64_t dim,
                           int64_t vocab_start, bool masked)
 {
-    for (int64_t t = 0; t < ntok; t++) {
-        int64_t r = (int64_t)ids[t] - vocab_start;
-        float *o = out + t * dim;
-        if (r < 0 || r >= rows) {
-            /* unmasked out-of-range ids are reported by the executor first */
-            assert(masked && "embedding id out of range");
-            memset(o, 0, (size_t)dim * sizeof *o);
-            continue;
-        }
-        memcpy(o, w + r * dim, (size_t)dim * sizeof *o);
-    }
+    embedding_args a = {out, ids, w, rows, dim, vocab_start, masked};
+    tp_cpu_parallel(ntok, 16, embedding_part, &a);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -76,7 +99,29 @@ static void cpu_embedding(float *out, const int32_t *ids, int64_t ntok, const fl
 
 /* out[m, n] = x[m, k] . w, w stored [n, k] (nn.Linear: out_features,
  * in_features; sgemm with the second operand transposed) or [k, n]
- * (transformers' Conv1D: in, out). */
+ * (transformers' Conv1D: in, out). The threads take blocks of GEMM_COLUMNS
+ * output columns, each one single-threaded sgemm: a column's sum over k is
+ * the same whichever part holds it (the parts start at multiples of the
+ * block, so the columns fall into OpenBLAS's kernel tiles alike). */
+#define GEMM_COLUMNS 64
+
+typedef struct gemm_args {
+    float *out;
+    const float *x, *w;
+    int64_t m, n, k;
+    bool w_in_out;
+} gemm_args;
+
+static void gemm_part(void *ctx, int64_t b0, int64_t b1)
+{
+    const gemm_args *a = ctx;
+    const int64_t j0 = b0 * GEMM_COLUMNS, j1 = b1 * GEMM_COLUMNS < a->n ? b1 * GEMM_COLUMNS : a->n;
+    const float *w = a->w + (a->w_in_out ? j0 : j0 * a->k);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, a->w_in_out ? CblasNoTrans : CblasTrans, (int)a->m, (int)(j1 - j0),
+                (int)a->k, 1.0f, a->x, (int)a->k, w, a->w_in_out ? (int)a->n : (int)a->k, 0.0f, a->out + j0,
+                (int)a->n);
+}
+
 static void cpu_gemm(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k, bool w_in_out)
 {
     /* the CBLAS interface takes int (blasint) sizes */
@@ -87,8 +132,8 @@ static void cpu_gemm(float *out, const float *x, const float *w, int64_t m, int6
         memset(out, 0, (size_t)(m * n) * sizeof *out);
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, w_in_out ? CblasNoTrans : CblasTrans, (int)m, (int)n, (int)k, 1.0f, x,
-                (int)k, w, w_in_out ? (int)n : (int)k, 0.0f, out, (int)n);
+    gemm_args a = {out, x, w, m, n, k, w_in_out};
+    tp_cpu_parallel((n + GEMM_COLUMNS - 1) / GEMM_COLUMNS, 1, gemm_part, &a);
 }
 
 static void cpu_matmul(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k)
@@ -101,13 +146,34 @@ static void cpu_conv1d(float *out, const float *x, const float *w, int64_t m, in
     cpu_gemm(out, x, w, m, n, k, true);
 }
 
+/* Rows of a row-wise op (norms, bias): the arguments every one of them
+ * takes, so one struct serves them all. */
+typedef struct rows_args {
+    float *out;
+    const float *x, *w, *b;
+    int64_t n;
+    float eps, scale;
+    bool unit_offset;
+} rows_args;
+
+/* rows per part at least: a part is worth a thread's wake-up */
+#define ROW_GRAIN 8
+
+static void bias_add_part(void *ctx, int64_t i0, int64_t i1)
+{
+    const rows_args *a = ctx;
+    const int64_t n = a->n;
+    for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = 0; j < n; j++)
+            a->out[i * n + j] = a->x[i * n + j] + a->scale * a->b[j];
+}
+
 /* scale is 1 normally; a bias on a Partial tensor is added as b / tp by
  * every rank so that the sum over ranks adds it once. */
 static void cpu_bias_add(float *out, const float *x, const float *b, int64_t m, int64_t n, float scale)
 {
-    for (int64_t i = 0; i < m; i++)
-        for (int64_t j = 0; j < n; j++)
-            out[i * n + j] = x[i * n + j] + scale * b[j];
+    rows_args a = {.out = out, .x = x, .b = b, .n = n, .scale = scale};
+    tp_cpu_parallel(m, ROW_GRAIN, bias_add_part, &a);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -117,31 +183,40 @@ static void cpu_bias_add(float *out, const float *x, const float *b, int64_t m, 
 /* Statistics are read from the whole row before any element is written, so
  * out may equal x. unit_offset scales by (1 + w), Gemma's weights being
  * stored as offsets from 1. */
-static void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps, bool unit_offset)
+static void rmsnorm_part(void *ctx, int64_t i0, int64_t i1)
 {
-    const double offset = unit_offset ? 1.0 : 0.0;
-    assert(n > 0);
-    for (int64_t i = 0; i < m; i++) {
-        const float *xr = x + i * n;
-        float *o = out + i * n;
+    const rows_args *a = ctx;
+    const int64_t n = a->n;
+    const double offset = a->unit_offset ? 1.0 : 0.0;
+    for (int64_t i = i0; i < i1; i++) {
+        const float *xr = a->x + i * n;
+        float *o = a->out + i * n;
         double ss = 0.0;
         for (int64_t j = 0; j < n; j++)
             ss += (double)xr[j] * xr[j];
-        double inv = 1.0 / sqrt(ss / (double)n + (double)eps);
+        double inv = 1.0 / sqrt(ss / (double)n + (double)a->eps);
         for (int64_t j = 0; j < n; j++)
-            o[j] = (float)((double)xr[j] * inv * (offset + w[j]));
+            o[j] = (float)((double)xr[j] * inv * (offset + a->w[j]));
     }
+}
+
+static void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps, bool unit_offset)
+{
+    assert(n > 0);
+    rows_args a = {.out = out, .x = x, .w = w, .n = n, .eps = eps, .unit_offset = unit_offset};
+    tp_cpu_parallel(m, ROW_GRAIN, rmsnorm_part, &a);
 }
 
 /* Two passes (mean, then the mean of squared deviations) rather than
  * E[x^2] - E[x]^2, which cancels badly when |mean| >> std. The variance is
  * the biased one, as in nn.LayerNorm. */
-static void cpu_layernorm(float *out, const float *x, const float *w, const float *b, int64_t m, int64_t n, float eps)
+static void layernorm_part(void *ctx, int64_t i0, int64_t i1)
 {
-    assert(n > 0 && w);
-    for (int64_t i = 0; i < m; i++) {
-        const float *xr = x + i * n;
-        float *o = out + i * n;
+    const rows_args *a = ctx;
+    const int64_t n = a->n;
+    for (int64_t i = i0; i < i1; i++) {
+        const float *xr = a->x + i * n;
+        float *o = a->out + i * n;
         double sum = 0.0;
         for (int64_t j = 0; j < n; j++)
             sum += xr[j];
@@ -151,12 +226,19 @@ static void cpu_layernorm(float *out, const float *x, const float *w, const floa
             double dlt = xr[j] - mean;
             sq += dlt * dlt;
         }
-        double inv = 1.0 / sqrt(sq / (double)n + (double)eps);
+        double inv = 1.0 / sqrt(sq / (double)n + (double)a->eps);
         for (int64_t j = 0; j < n; j++) {
-            double y = ((double)xr[j] - mean) * inv * w[j];
-            o[j] = (float)(b ? y + b[j] : y);
+            double y = ((double)xr[j] - mean) * inv * a->w[j];
+            o[j] = (float)(a->b ? y + a->b[j] : y);
         }
     }
+}
+
+static void cpu_layernorm(float *out, const float *x, const float *w, const float *b, int64_t m, int64_t n, float eps)
+{
+    assert(n > 0 && w);
+    rows_args a = {.out = out, .x = x, .w = w, .b = b, .n = n, .eps = eps};
+    tp_cpu_parallel(m, ROW_GRAIN, layernorm_part, &a);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -174,31 +256,41 @@ static void cpu_layernorm(float *out, const float *x, const float *w, const floa
  * in double: in float, p f_i at p ~ 8k is off by ~5e-4 rad. Each pair is
  * read before it is written, so out may equal x. A sequence shard passes
  * pos_offset = rank * s. */
+typedef struct rope_args {
+    float *out;
+    const float *x;
+    int64_t s, h, d, rotary;
+    const double *cos_sin; /* rope_table.h */
+} rope_args;
+
+/* tokens [t0, t1) of the b x s */
+static void rope_part(void *ctx, int64_t t0, int64_t t1)
+{
+    const rope_args *a = ctx;
+    const int64_t h = a->h, d = a->d, rotary = a->rotary, half = rotary / 2;
+    for (int64_t t = t0; t < t1; t++) {
+        const double *cs = a->cos_sin + 2 * (t % a->s) * half; /* token t's position */
+        for (int64_t hi = 0; hi < h; hi++) {
+            const float *xr = a->x + (t * h + hi) * d;
+            float *o = a->out + (t * h + hi) * d;
+            if (o != xr && rotary < d)
+                memcpy(o + rotary, xr + rotary, (size_t)(d - rotary) * sizeof *o);
+            for (int64_t i = 0; i < half; i++) {
+                const double c = cs[2 * i], sn = cs[2 * i + 1];
+                double x1 = xr[i], x2 = xr[i + half];
+                o[i] = (float)(x1 * c - x2 * sn);
+                o[i + half] = (float)(x2 * c + x1 * sn);
+            }
+        }
+    }
+}
+
 static void cpu_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t rotary,
                      int64_t pos_offset, const double *inv_freq, double scale)
 {
     assert(rotary % 2 == 0 && rotary <= d);
-    const int64_t half = rotary / 2;
-    if (out != x && rotary < d)
-        for (int64_t row = 0; row < b * s * h; row++)
-            memcpy(out + row * d + rotary, x + row * d + rotary, (size_t)(d - rotary) * sizeof *out);
-    for (int64_t bi = 0; bi < b; bi++)
-        for (int64_t j = 0; j < s; j++) {
-            const double pos = (double)(pos_offset + j);
-            const int64_t row = (bi * s + j) * h; /* first head of token j */
-            for (int64_t i = 0; i < half; i++) {
-                /* one sin/cos per (position, frequency), shared by every head */
-                double ang = pos * inv_freq[i];
-                double c = cos(ang) * scale, sn = sin(ang) * scale;
-                for (int64_t hi = 0; hi < h; hi++) {
-                    const float *xr = x + (row + hi) * d;
-                    float *o = out + (row + hi) * d;
-                    double x1 = xr[i], x2 = xr[i + half];
-                    o[i] = (float)(x1 * c - x2 * sn);
-                    o[i + half] = (float)(x2 * c + x1 * sn);
-                }
-            }
-        }
+    rope_args a = {out, x, s, h, d, rotary, tp_cpu_rope_table(inv_freq, rotary / 2, pos_offset, s, scale)};
+    tp_cpu_parallel(b * s, ROW_GRAIN, rope_part, &a);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -214,9 +306,88 @@ static void cpu_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h
  * stride h*d and g*d) and the weighted values another (P . V, accumulated
  * into the output rows), in fp32 as PyTorch's CPU attention computes
  * them; the denominators are summed in double. Causal masking and
- * soft-capping act on the block of scores between the two. */
+ * soft-capping act on the block of scores between the two. The threads
+ * take (batch, head, query block) tasks, each with its own score block. */
 #define ATTN_QBLOCK 64
 #define ATTN_KBLOCK 256
+
+typedef struct attention_args {
+    float *out;
+    const float *q, *k, *v;
+    int64_t s, h, g, d, nqblocks;
+    double scale, softcap;
+} attention_args;
+
+/* tasks [t0, t1) of b x h x query blocks, in that order */
+static void attention_part(void *ctx, int64_t t0, int64_t t1)
+{
+    const attention_args *a = ctx;
+    const int64_t s = a->s, h = a->h, g = a->g, d = a->d, group = h / g; /* query heads per kv head */
+    const double softcap = a->softcap;
+    float *p = tp_xmalloc((size_t)ATTN_QBLOCK * ATTN_KBLOCK * sizeof *p);
+    float mx[ATTN_QBLOCK];
+    double denom[ATTN_QBLOCK];
+
+    for (int64_t task = t0; task < t1; task++) {
+        const int64_t bi = task / (h * a->nqblocks), hi = task / a->nqblocks % h;
+        const int64_t q0 = task % a->nqblocks * ATTN_QBLOCK, kh = hi / group;
+        const float *kbase = a->k + (bi * s * g + kh) * d, *vbase = a->v + (bi * s * g + kh) * d;
+        const int64_t nq = s - q0 < ATTN_QBLOCK ? s - q0 : ATTN_QBLOCK;
+        const float *qrows = a->q + ((bi * s + q0) * h + hi) * d;
+        float *orows = a->out + ((bi * s + q0) * h + hi) * d;
+        for (int64_t i = 0; i < nq; i++) {
+            mx[i] = -INFINITY;
+            denom[i] = 0;
+            memset(orows + i * h * d, 0, (size_t)d * sizeof *orows);
+        }
+        /* causal: the block's queries see keys 0 .. q0 + nq - 1 */
+        for (int64_t k0 = 0; k0 < q0 + nq; k0 += ATTN_KBLOCK) {
+            const int64_t nk = q0 + nq - k0 < ATTN_KBLOCK ? q0 + nq - k0 : ATTN_KBLOCK;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)d, (float)a->scale, qrows,
+                        (int)(h * d), kbase + k0 * g * d, (int)(g * d), 0.0f, p, (int)nk);
+            for (int64_t i = 0; i < nq; i++) {
+                float *row = p + i * nk, *o = orows + i * h * d;
+                /* query q0 + i sees keys k0 .. q0 + i of this block */
+                const int64_t seen = q0 + i - k0 + 1 < nk ? q0 + i - k0 + 1 : nk;
+                float bmax = -INFINITY;
+                for (int64_t j = 0; j < seen; j++) {
+                    if (softcap > 0)
+                        row[j] = (float)(softcap * tanh(row[j] / softcap));
+                    if (row[j] > bmax)
+                        bmax = row[j];
+                }
+                if (seen <= 0) {
+                    memset(row, 0, (size_t)nk * sizeof *row);
+                    continue;
+                }
+                const float nmax = bmax > mx[i] ? bmax : mx[i];
+                /* exp(-inf) = 0 on the first block: nothing to rescale */
+                const float rescale = expf(mx[i] - nmax);
+                double sum = 0;
+                for (int64_t j = 0; j < seen; j++) {
+                    row[j] = expf(row[j] - nmax);
+                    sum += row[j];
+                }
+                for (int64_t j = seen; j < nk; j++)
+                    row[j] = 0;
+                denom[i] = denom[i] * rescale + sum;
+                if (rescale != 1.0f)
+                    for (int64_t c = 0; c < d; c++)
+                        o[c] *= rescale;
+                mx[i] = nmax;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)d, (int)nk, 1.0f, p, (int)nk,
+                        vbase + k0 * g * d, (int)(g * d), 1.0f, orows, (int)(h * d));
+        }
+        for (int64_t i = 0; i < nq; i++) {
+            float *o = orows + i * h * d;
+            const float inv = (float)(1.0 / denom[i]);
+            for (int64_t c = 0; c < d; c++)
+                o[c] *= inv;
+        }
+    }
+    free(p);
+}
 
 static void cpu_attention(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
                           int64_t g, int64_t d, double scale, double softcap)
@@ -224,72 +395,9 @@ static void cpu_attention(float *out, const float *q, const float *k, const floa
     /* out accumulates the weighted values: it must not overlap the inputs */
     assert(out != q && out != k && out != v);
     assert(g > 0 && h % g == 0 && d > 0);
-    const int64_t group = h / g; /* query heads per kv head */
-    float *p = tp_xmalloc((size_t)ATTN_QBLOCK * ATTN_KBLOCK * sizeof *p);
-    float mx[ATTN_QBLOCK];
-    double denom[ATTN_QBLOCK];
-
-    for (int64_t bi = 0; bi < b; bi++)
-        for (int64_t hi = 0; hi < h; hi++) {
-            const int64_t kh = hi / group;
-            const float *kbase = k + (bi * s * g + kh) * d, *vbase = v + (bi * s * g + kh) * d;
-            for (int64_t q0 = 0; q0 < s; q0 += ATTN_QBLOCK) {
-                const int64_t nq = s - q0 < ATTN_QBLOCK ? s - q0 : ATTN_QBLOCK;
-                const float *qrows = q + ((bi * s + q0) * h + hi) * d;
-                float *orows = out + ((bi * s + q0) * h + hi) * d;
-                for (int64_t i = 0; i < nq; i++) {
-                    mx[i] = -INFINITY;
-                    denom[i] = 0;
-                    memset(orows + i * h * d, 0, (size_t)d * sizeof *orows);
-                }
-                /* causal: the block's queries see keys 0 .. q0 + nq - 1 */
-                for (int64_t k0 = 0; k0 < q0 + nq; k0 += ATTN_KBLOCK) {
-                    const int64_t nk = q0 + nq - k0 < ATTN_KBLOCK ? q0 + nq - k0 : ATTN_KBLOCK;
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)d, (float)scale, qrows,
-                                (int)(h * d), kbase + k0 * g * d, (int)(g * d), 0.0f, p, (int)nk);
-                    for (int64_t i = 0; i < nq; i++) {
-                        float *row = p + i * nk, *o = orows + i * h * d;
-                        /* query q0 + i sees keys k0 .. q0 + i of this block */
-                        const int64_t seen = q0 + i - k0 + 1 < nk ? q0 + i - k0 + 1 : nk;
-                        float bmax = -INFINITY;
-                        for (int64_t j = 0; j < seen; j++) {
-                            if (softcap > 0)
-                                row[j] = (float)(softcap * tanh(row[j] / softcap));
-                            if (row[j] > bmax)
-                                bmax = row[j];
-                        }
-                        if (seen <= 0) {
-                            memset(row, 0, (size_t)nk * sizeof *row);
-                            continue;
-                        }
-                        const float nmax = bmax > mx[i] ? bmax : mx[i];
-                        /* exp(-inf) = 0 on the first block: nothing to rescale */
-                        const float rescale = expf(mx[i] - nmax);
-                        double sum = 0;
-                        for (int64_t j = 0; j < seen; j++) {
-                            row[j] = expf(row[j] - nmax);
-                            sum += row[j];
-                        }
-                        for (int64_t j = seen; j < nk; j++)
-                            row[j] = 0;
-                        denom[i] = denom[i] * rescale + sum;
-                        if (rescale != 1.0f)
-                            for (int64_t c = 0; c < d; c++)
-                                o[c] *= rescale;
-                        mx[i] = nmax;
-                    }
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)d, (int)nk, 1.0f, p, (int)nk,
-                                vbase + k0 * g * d, (int)(g * d), 1.0f, orows, (int)(h * d));
-                }
-                for (int64_t i = 0; i < nq; i++) {
-                    float *o = orows + i * h * d;
-                    const float inv = (float)(1.0 / denom[i]);
-                    for (int64_t c = 0; c < d; c++)
-                        o[c] *= inv;
-                }
-            }
-        }
-    free(p);
+    const int64_t nqblocks = (s + ATTN_QBLOCK - 1) / ATTN_QBLOCK;
+    attention_args a = {out, q, k, v, s, h, g, d, nqblocks, scale, softcap};
+    tp_cpu_parallel(b * h * nqblocks, 1, attention_part, &a);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -318,24 +426,38 @@ static float gelu_erf(float x)
     return (float)(0.5 * xd * (1.0 + erf(xd * 0.7071067811865476)));
 }
 
-static void cpu_unary(tp_unary op, float *out, const float *x, int64_t n)
+/* elements per part at least */
+#define ELEMENT_GRAIN 4096
+
+typedef struct elementwise_args {
+    int op;           /* tp_unary or tp_binary */
+    float *out;
+    const float *x, *b;
+    int64_t nb;
+    float s;          /* scale's factor, softcap's cap */
+} elementwise_args;
+
+static void unary_part(void *ctx, int64_t i0, int64_t i1)
 {
-    switch (op) {
+    const elementwise_args *a = ctx;
+    float *out = a->out;
+    const float *x = a->x;
+    switch ((tp_unary)a->op) {
     case TP_UNARY_SILU:
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = i0; i < i1; i++)
             out[i] = silu(x[i]);
         break;
     case TP_UNARY_GELU_TANH:
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = i0; i < i1; i++)
             out[i] = gelu_tanh(x[i]);
         break;
     case TP_UNARY_GELU_ERF:
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = i0; i < i1; i++)
             out[i] = gelu_erf(x[i]);
         break;
     case TP_UNARY_RELU:
         /* written so that NaN propagates, as torch.relu does */
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = i0; i < i1; i++)
             out[i] = x[i] < 0.0f ? 0.0f : x[i];
         break;
     default:
@@ -343,37 +465,69 @@ static void cpu_unary(tp_unary op, float *out, const float *x, int64_t n)
     }
 }
 
-/* b repeats every nb elements (a bias-shaped or same-shaped operand);
- * iterating block by block avoids a modulo per element. */
-static void cpu_binary(tp_binary op, float *out, const float *a, int64_t n, const float *b, int64_t nb)
+static void cpu_unary(tp_unary op, float *out, const float *x, int64_t n)
 {
-    assert(nb > 0 && n % nb == 0);
-    for (int64_t base = 0; base < n; base += nb) {
-        switch (op) {
+    elementwise_args a = {.op = op, .out = out, .x = x};
+    tp_cpu_parallel(n, ELEMENT_GRAIN, unary_part, &a);
+}
+
+/* b repeats every nb elements (a bias-shaped or same-shaped operand);
+ * iterating run by run avoids a modulo per element. */
+static void binary_part(void *ctx, int64_t i0, int64_t i1)
+{
+    const elementwise_args *a = ctx;
+    const int64_t nb = a->nb;
+    for (int64_t i = i0; i < i1;) {
+        const int64_t j0 = i % nb, len = nb - j0 < i1 - i ? nb - j0 : i1 - i;
+        float *o = a->out + i;
+        const float *x = a->x + i, *b = a->b + j0;
+        switch ((tp_binary)a->op) {
         case TP_BINARY_ADD:
-            for (int64_t j = 0; j < nb; j++)
-                out[base + j] = a[base + j] + b[j];
+            for (int64_t j = 0; j < len; j++)
+                o[j] = x[j] + b[j];
             break;
         case TP_BINARY_MUL:
-            for (int64_t j = 0; j < nb; j++)
-                out[base + j] = a[base + j] * b[j];
+            for (int64_t j = 0; j < len; j++)
+                o[j] = x[j] * b[j];
             break;
         default:
             assert(!"unknown binary op");
         }
+        i += len;
     }
+}
+
+static void cpu_binary(tp_binary op, float *out, const float *a, int64_t n, const float *b, int64_t nb)
+{
+    assert(nb > 0 && n % nb == 0);
+    elementwise_args args = {.op = op, .out = out, .x = a, .b = b, .nb = nb};
+    tp_cpu_parallel(n, ELEMENT_GRAIN, binary_part, &args);
+}
+
+static void scale_part(void *ctx, int64_t i0, int64_t i1)
+{
+    const elementwise_args *a = ctx;
+    for (int64_t i = i0; i < i1; i++)
+        a->out[i] = a->x[i] * a->s;
 }
 
 static void cpu_scale(float *out, const float *x, int64_t n, float s)
 {
-    for (int64_t i = 0; i < n; i++)
-        out[i] = x[i] * s;
+    elementwise_args a = {.out = out, .x = x, .s = s};
+    tp_cpu_parallel(n, ELEMENT_GRAIN, scale_part, &a);
+}
+
+static void softcap_part(void *ctx, int64_t i0, int64_t i1)
+{
+    const elementwise_args *a = ctx;
+    for (int64_t i = i0; i < i1; i++)
+        a->out[i] = (float)((double)a->s * tanh((double)a->x[i] / a->s));
 }
 
 static void cpu_softcap(float *out, const float *x, int64_t n, float cap)
 {
-    for (int64_t i = 0; i < n; i++)
-        out[i] = (float)((double)cap * tanh((double)x[i] / cap));
+    elementwise_args a = {.out = out, .x = x, .s = cap};
+    tp_cpu_parallel(n, ELEMENT_GRAIN, softcap_part, &a);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -420,24 +574,61 @@ static void cpu_positions(int32_t *out, int64_t b, int64_t s, int64_t pos_offset
 /* The rows and columns the loss reads: ce_rows.h. The mean is over the
  * rows with a label, and is NaN (0/0) when there are none, as in torch. */
 
-static void cpu_cross_entropy(float *loss, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
-                              int64_t vocab)
+/* The loss is a sum over rows: each block of CE_BLOCK rows (a fixed size,
+ * so the order of the additions does not depend on --threads) is summed on
+ * one thread, the blocks' sums then in order. */
+#define CE_BLOCK 16
+
+typedef struct ce_args {
+    float *out;
+    const float *logits, *max;
+    const int32_t *labels;
+    int64_t b, s, v, vocab_start, vocab;
+    double *block_sum;    /* cross_entropy: each block's sum and rows counted */
+    int64_t *block_count;
+} ce_args;
+
+static void cross_entropy_part(void *ctx, int64_t c0, int64_t c1)
 {
-    assert(vocab > 0 && vocab <= v);
-    double total = 0.0;
-    int64_t count = 0;
-    for (int64_t bi = 0; bi < b; bi++)
-        for (int64_t t = 0; t + 1 < s; t++) {
-            int32_t label = shifted_label(labels, bi, t, s);
-            if (label == CE_IGNORE)
+    const ce_args *a = ctx;
+    const int64_t rows = a->b * a->s;
+    for (int64_t c = c0; c < c1; c++) {
+        double total = 0.0;
+        int64_t count = 0;
+        for (int64_t r = c * CE_BLOCK; r < (c + 1) * CE_BLOCK && r < rows; r++) {
+            const int64_t bi = r / a->s, t = r % a->s;
+            int32_t label = shifted_label(a->labels, bi, t, a->s);
+            if (label == CE_IGNORE) /* also the last position, which has no label */
                 continue;
-            assert(label >= 0 && label < vocab && "label outside the vocabulary");
-            const float *row = logits + (bi * s + t) * v;
-            const ce_row st = ce_row_of(row, vocab);
+            assert(label >= 0 && label < a->vocab && "label outside the vocabulary");
+            const float *row = a->logits + r * a->v;
+            const ce_row st = ce_row_of(row, a->vocab);
             /* -log softmax = log sum exp(l - max) + max - l[label] */
             total += log(st.sumexp) + st.max - (double)row[label];
             count++;
         }
+        a->block_sum[c] = total;
+        a->block_count[c] = count;
+    }
+}
+
+static void cpu_cross_entropy(float *loss, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
+                              int64_t vocab)
+{
+    assert(vocab > 0 && vocab <= v);
+    const int64_t blocks = (b * s + CE_BLOCK - 1) / CE_BLOCK;
+    ce_args a = {.logits = logits, .labels = labels, .b = b, .s = s, .v = v, .vocab = vocab};
+    a.block_sum = tp_xmalloc((size_t)blocks * sizeof *a.block_sum + 1);
+    a.block_count = tp_xmalloc((size_t)blocks * sizeof *a.block_count + 1);
+    tp_cpu_parallel(blocks, 1, cross_entropy_part, &a);
+    double total = 0.0;
+    int64_t count = 0;
+    for (int64_t c = 0; c < blocks; c++) {
+        total += a.block_sum[c];
+        count += a.block_count[c];
+    }
+    free(a.block_sum);
+    free(a.block_count);
     *loss = (float)(total / (double)count);
 }
 
@@ -447,38 +638,53 @@ static void cpu_cross_entropy(float *loss, const float *logits, const int32_t *l
  * give cross_entropy's value; each piece reads only local columns. */
 
 /* A rank holding only padding columns reports -inf, the identity of MAX. */
-static void cpu_ce_max(float *out, const float *logits, int64_t rows, int64_t v, int64_t vocab_start, int64_t vocab)
+static void ce_max_part(void *ctx, int64_t r0, int64_t r1)
 {
-    const int64_t nreal = real_columns(v, vocab_start, vocab);
-    for (int64_t r = 0; r < rows; r++) {
-        const float *row = logits + r * v;
+    const ce_args *a = ctx;
+    const int64_t nreal = real_columns(a->v, a->vocab_start, a->vocab);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *row = a->logits + r * a->v;
         float mx = -INFINITY;
         for (int64_t c = 0; c < nreal; c++)
             if (row[c] > mx)
                 mx = row[c];
-        out[r] = mx;
+        a->out[r] = mx;
     }
+}
+
+static void cpu_ce_max(float *out, const float *logits, int64_t rows, int64_t v, int64_t vocab_start, int64_t vocab)
+{
+    ce_args a = {.out = out, .logits = logits, .v = v, .vocab_start = vocab_start, .vocab = vocab};
+    tp_cpu_parallel(rows, 1, ce_max_part, &a);
 }
 
 /* max is the global (all-reduced) row max, so every rank's terms are
  * exp(l - max) <= 1 and the SUM all-reduce adds comparable numbers. */
-static void cpu_ce_sumexp(float *out, const float *logits, const float *max, int64_t rows, int64_t v,
-                          int64_t vocab_start, int64_t vocab)
+static void ce_sumexp_part(void *ctx, int64_t r0, int64_t r1)
 {
-    const int64_t nreal = real_columns(v, vocab_start, vocab);
-    for (int64_t r = 0; r < rows; r++) {
-        const float *row = logits + r * v;
-        const double mx = max[r];
+    const ce_args *a = ctx;
+    const int64_t nreal = real_columns(a->v, a->vocab_start, a->vocab);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *row = a->logits + r * a->v;
+        const double mx = a->max[r];
         double sum = 0.0;
         for (int64_t c = 0; c < nreal; c++)
             sum += exp((double)row[c] - mx);
-        out[r] = (float)sum;
+        a->out[r] = (float)sum;
     }
+}
+
+static void cpu_ce_sumexp(float *out, const float *logits, const float *max, int64_t rows, int64_t v,
+                          int64_t vocab_start, int64_t vocab)
+{
+    ce_args a = {.out = out, .logits = logits, .max = max, .v = v, .vocab_start = vocab_start, .vocab = vocab};
+    tp_cpu_parallel(rows, 1, ce_sumexp_part, &a);
 }
 
 /* Exactly one rank holds each label's column, so the SUM all-reduce of the
  * targets yields the label's logit; ignored labels (-100) are nowhere local
- * and give 0, which ce_loss skips anyway. */
+ * and give 0, which ce_loss skips anyway. A row's target is a copy: the
+ * rows are few and cheap, one thread does them. */
 static void cpu_ce_target(float *out, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
                           int64_t vocab_start)
 {
@@ -540,8 +746,6 @@ static void cpu_join_blocks(float *out, const float *blocks, const int64_t *shap
 
 static void cpu_move(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 
-/* One BLAS thread per rank by default: ranks already share the cores. */
-static void cpu_set_threads(int threads) { openblas_set_num_threads(threads); }
 
 static const tp_backend cpu_backend = {
     .name = "cpu",
@@ -567,7 +771,7 @@ static const tp_backend cpu_backend = {
     .split_blocks = cpu_split_blocks,
     .join_blocks = cpu_join_blocks,
     .copy = cpu_move,
-    .set_threads = cpu_set_threads,
+    .set_threads = tp_cpu_pool_resize, /* one thread per rank by default: ranks already share the cores */
     .positions = cpu_positions,
     .cross_entropy = cpu_cross_entropy,
     .ce_max = cpu_ce_max,

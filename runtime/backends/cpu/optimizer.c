@@ -15,6 +15,7 @@
  * with bc1 = 1 - beta1^step, bc2 = 1 - beta2^step. The tests compare
  * three steps with torch's own numbers. */
 #include "runtime/backends/cpu/cpu_training.h"
+#include "runtime/backends/cpu/pool.h"
 
 #include <assert.h>
 #include <math.h>
@@ -27,29 +28,49 @@ static float lerp(float start, float end, float weight)
     return fabsf(weight) < 0.5f ? fmaf(weight, end - start, start) : fmaf(weight - 1.0f, end - start, end);
 }
 
+/* The step's scalars, as torch computes them once per tensor. */
+typedef struct adamw_args {
+    float *w, *m, *v;
+    const float *g;
+    float decay, m_weight, beta2, v_weight, bc2_sqrt, eps, neg_step_size;
+    bool decays;
+} adamw_args;
+
+/* elements per part at least */
+#define ADAMW_GRAIN 4096
+
+static void adamw_part(void *ctx, int64_t i0, int64_t i1)
+{
+    const adamw_args *a = ctx;
+    for (int64_t i = i0; i < i1; i++) {
+        float wi = a->w[i];
+        if (a->decays)
+            wi *= a->decay;
+        const float gi = a->g[i];
+        const float mi = lerp(a->m[i], gi, a->m_weight);
+        const float vi = a->v[i] * a->beta2 + a->v_weight * gi * gi;
+        const float denom = sqrtf(vi) / a->bc2_sqrt + a->eps;
+        a->w[i] = wi + a->neg_step_size * mi / denom;
+        a->m[i] = mi;
+        a->v[i] = vi;
+    }
+}
+
 void tp_cpu_adamw(float *w, const float *g, float *m, float *v, int64_t n, const tp_adamw_step *step)
 {
     assert(step->step >= 1 && "AdamW counts steps from 1");
     const double bc1 = 1.0 - pow(step->beta1, (double)step->step);
     const double bc2 = 1.0 - pow(step->beta2, (double)step->step);
-    const float decay = (float)(1.0 - step->lr * step->weight_decay);
-    const float m_weight = (float)(1.0 - step->beta1);
-    const float beta2 = (float)step->beta2, v_weight = (float)(1.0 - step->beta2);
-    const float bc2_sqrt = (float)sqrt(bc2), eps = (float)step->eps;
-    const float neg_step_size = (float)(-(step->lr / bc1));
-    const bool decays = step->weight_decay != 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        float wi = w[i];
-        if (decays)
-            wi *= decay;
-        const float gi = g[i];
-        const float mi = lerp(m[i], gi, m_weight);
-        const float vi = v[i] * beta2 + v_weight * gi * gi;
-        const float denom = sqrtf(vi) / bc2_sqrt + eps;
-        w[i] = wi + neg_step_size * mi / denom;
-        m[i] = mi;
-        v[i] = vi;
-    }
+    adamw_args a = {
+        .w = w, .m = m, .v = v, .g = g,
+        .decay = (float)(1.0 - step->lr * step->weight_decay),
+        .m_weight = (float)(1.0 - step->beta1),
+        .beta2 = (float)step->beta2, .v_weight = (float)(1.0 - step->beta2),
+        .bc2_sqrt = (float)sqrt(bc2), .eps = (float)step->eps,
+        .neg_step_size = (float)(-(step->lr / bc1)),
+        .decays = step->weight_decay != 0.0,
+    };
+    tp_cpu_parallel(n, ADAMW_GRAIN, adamw_part, &a);
 }
 
 /* The squared L2 norm of a gradient: one term of the global norm that
