@@ -7,6 +7,7 @@
  *
  *     12  matmul          b40 <- b39 x model.layers.0.self_attn.q_proj.weight [m=2048 n=2048 k=4096]   (...)
  *     13  all_gather      b41 <- b40 dim=1 8.0 MiB                                                    (...)
+ *     90  attention_grad  b88, -, b89 <- b30, b31, b32, b87 [batch=2 ...]                            (...)
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -37,6 +38,22 @@ typedef struct schedule {
 static bool is_index(const json_t *v, json_int_t n)
 {
     return json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < n;
+}
+
+/* "out": a buffer, or for a kind with several outputs a list of buffers
+ * and nulls (outputs not computed) */
+static bool is_out(const json_t *out, tp_op_kind kind, json_int_t nbufs)
+{
+    if (tp_ops[kind].nout == 1)
+        return is_index(out, nbufs);
+    if (!json_is_array(out) || (int)json_array_size(out) != tp_ops[kind].nout)
+        return false;
+    size_t i;
+    const json_t *b;
+    json_array_foreach(out, i, b)
+        if (!json_is_null(b) && !is_index(b, nbufs))
+            return false;
+    return true;
 }
 
 static int check_rank(const schedule *s, json_int_t r, char *err, size_t errlen)
@@ -71,7 +88,7 @@ static int check_rank(const schedule *s, json_int_t r, char *err, size_t errlen)
             what = "is of an unknown kind (a newer schedule? " REGENERATE ")";
         else if (!json_is_array(in))
             what = "has no \"in\" list";
-        else if (out && !is_index(out, s->nbufs))
+        else if (out && !is_out(out, tp_op_kind_named(json_string_value(json_object_get(op, "op"))), s->nbufs))
             what = "writes a buffer that does not exist";
         else if ((weight && !is_index(weight, nweights)) || (bias && !is_index(bias, nweights)))
             what = "uses a weight that does not exist";
@@ -266,12 +283,17 @@ static char *op_body(const json_t *op, const json_t *weights)
     tp_buf_init(&b);
     tp_op_kind kind = kind_of(op);
     tp_buf_appendf(&b, "%-14s ", tp_op_names[kind]);
-    const json_t *out = json_object_get(op, "out");
-    if (out)
-        tp_buf_appendf(&b, "b%" JSON_INTEGER_FORMAT " <- ", json_integer_value(out));
-    const json_t *in = json_object_get(op, "in");
+    const json_t *out = json_object_get(op, "out"), *in = json_object_get(op, "in");
     size_t i;
     const json_t *v;
+    if (json_is_integer(out))
+        tp_buf_appendf(&b, "b%" JSON_INTEGER_FORMAT " <- ", json_integer_value(out));
+    json_array_foreach(out, i, v)    /* several outputs: "-" for one not computed */
+        if (json_is_null(v))
+            tp_buf_appendf(&b, "%s-%s", i ? ", " : "", i + 1 == json_array_size(out) ? " <- " : "");
+        else
+            tp_buf_appendf(&b, "%sb%" JSON_INTEGER_FORMAT "%s", i ? ", " : "", json_integer_value(v),
+                           i + 1 == json_array_size(out) ? " <- " : "");
     json_array_foreach(in, i, v)
         tp_buf_appendf(&b, "%sb%" JSON_INTEGER_FORMAT, i ? ", " : "", json_integer_value(v));
     if (json_array_size(in) == 0)

@@ -451,13 +451,17 @@ static int check_norm_grad(loader *L, const tr_schedule *s, const tr_op *op)
     return 0;
 }
 
-/* q, k, v and dy as the forward attention's; out like q (dq) or like k (dk, dv). */
+/* q, k, v and dy as the forward attention's; dq like q, dk and dv like k,
+ * each where it is computed. */
 static int check_attention_grad(loader *L, const tr_schedule *s, const tr_op *op)
 {
     int64_t q = head_elems(op, op->heads), kv = head_elems(op, op->kv_heads);
-    int64_t out = op->kind == TP_OP_ATTENTION_DQ ? q : kv;
+    const int64_t out[3] = {q, kv, kv};
+    bool outs_fit = true;
+    for (int o = 0; o < 3; o++)
+        outs_fit &= op->outs[o] < 0 || elems_of(s, op->outs[o]) == out[o];
     if (elems_of(s, op->in[0]) != q || elems_of(s, op->in[1]) != kv || elems_of(s, op->in[2]) != kv ||
-        elems_of(s, op->in[3]) != q || elems_of(s, op->out) != out || op->heads % op->kv_heads)
+        elems_of(s, op->in[3]) != q || !outs_fit || op->heads % op->kv_heads)
         return fail(L, "sizes do not match its buffers");
     return 0;
 }
@@ -564,6 +568,27 @@ static int check_param(loader *L, int index, tp_operand use, const char *key)
     return 0;
 }
 
+/* The outputs of a kind with several: at least one computed, each in its
+ * own buffer. */
+static int check_outs(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    const tp_op_def *d = &tp_ops[op->kind];
+    char what[16];
+    int written = 0;
+    for (int o = 0; o < d->nout; o++) {
+        if (op->outs[o] < 0)
+            continue;
+        written++;
+        snprintf(what, sizeof what, "out[%d]", o);
+        if (check_buffer(L, s, op->outs[o], d->out_ids, what))
+            return -1;
+        for (int p = 0; p < o; p++)
+            if (op->outs[p] == op->outs[o])
+                return fail(L, "out[%d] and out[%d] are both buffer %d", p, o, op->outs[o]);
+    }
+    return written ? 0 : fail(L, "'out' lists no buffer: it computes nothing");
+}
+
 /* The operands the kind's signature asks for (sched/ops.def), checked
  * before anything indexes with them. */
 static int check_operands(loader *L, const tr_schedule *s, const tr_op *op)
@@ -579,9 +604,8 @@ static int check_operands(loader *L, const tr_schedule *s, const tr_op *op)
         if (check_buffer(L, s, op->in[i], d->ids >> i & 1, what))
             return -1;
     }
-    if (op->out < 0)
-        return fail(L, "missing operand 'out'");
-    if (check_buffer(L, s, op->out, d->out_ids, "out"))
+    if (d->nout > 1 ? check_outs(L, s, op) : op->out < 0 ? fail(L, "missing operand 'out'")
+                                                         : check_buffer(L, s, op->out, d->out_ids, "out"))
         return -1;
     return check_param(L, op->weight, d->weight, "weight") || check_param(L, op->bias, d->bias, "bias") ? -1 : 0;
 }
@@ -657,6 +681,28 @@ static int read_kind(loader *L, json_t *o, tp_op_kind *kind)
     return 0;
 }
 
+/* "out" of a kind with several outputs: a list of one buffer or null (not
+ * computed) per output. */
+static int read_outs(loader *L, const tr_schedule *s, json_t *o, tr_op *op)
+{
+    const int nout = tp_ops[op->kind].nout;
+    json_t *out = json_object_get(o, "out");
+    if (!out)
+        return fail(L, "missing operand 'out'");
+    if (!json_is_array(out) || (int)json_array_size(out) != nout)
+        return fail(L, "'out' must be a list of %d buffers, each null where that output is not computed", nout);
+    for (int i = 0; i < nout; i++) {
+        json_t *b = json_array_get(out, (size_t)i);
+        if (json_is_null(b))
+            op->outs[i] = -1;
+        else if (json_is_integer(b) && json_integer_value(b) >= 0 && json_integer_value(b) < s->nbufs)
+            op->outs[i] = (int)json_integer_value(b);
+        else
+            return fail(L, "'out'[%d] is neither a buffer nor null", i);
+    }
+    return 0;
+}
+
 static int read_operands(loader *L, const tr_schedule *s, json_t *o, tr_op *op)
 {
     json_t *in = json_object_get(o, "in");
@@ -669,11 +715,12 @@ static int read_operands(loader *L, const tr_schedule *s, json_t *o, tr_op *op)
             return fail(L, "'in'[%d] is not a buffer", i);
         op->in[i] = (int)json_integer_value(b);
     }
-    int64_t out, weight, bias;
-    if (opt_int(L, o, "out", 0, s->nbufs - 1, -1, &out) || opt_int(L, o, "weight", 0, s->nweights - 1, -1, &weight) ||
-        opt_int(L, o, "bias", 0, s->nweights - 1, -1, &bias))
+    int64_t out = -1, weight, bias;
+    if ((tp_ops[op->kind].nout > 1 ? read_outs(L, s, o, op) : opt_int(L, o, "out", 0, s->nbufs - 1, -1, &out)) ||
+        opt_int(L, o, "weight", 0, s->nweights - 1, -1, &weight) || opt_int(L, o, "bias", 0, s->nweights - 1, -1, &bias))
         return -1;
-    op->out = (int)out;
+    if (tp_ops[op->kind].nout == 1)
+        op->out = (int)out;
     op->weight = (int)weight;
     op->bias = (int)bias;
     return check_operands(L, s, op);

@@ -35,7 +35,13 @@ typedef struct tr_weight {
  * says which; the others are 0). */
 typedef struct tr_op {
     tp_op_kind kind;
-    int in[4], nin, out;
+    int in[4], nin;
+    /* the buffers written: out, or outs[0 .. tp_ops[kind].nout) of a kind
+     * with several, -1 where one is not wanted (out is outs[0]) */
+    union {
+        int out;
+        int outs[TP_MAX_OUTS];
+    };
     int weight, bias;              /* -1 when absent */
     int dim, dim2, index, parts, reduce_max;
     int64_t m, n, k, batch, seq, heads, head_dim, kv_heads;

@@ -3,11 +3,12 @@
  * Lifetimes. Time runs over the ops: t = i + 1 for op i, t = 0 before the
  * first op and t = nops + 1 after the last. A buffer is live on the closed
  * interval [first use, last use] of the ops that are not dead, where a use
- * is a read (in[]) or a write (out). Model inputs are live from t = 0 (the
- * runtime fills them before op 0), outputs (the `output` flag, loss_buf,
- * logits_buf) to t = nops + 1 (the runtime reads them after the last op).
- * An op reading x and writing y makes both live at its t, so they never
- * share bytes; an in-place op (out == in) is one buffer.
+ * is a read (in[]) or a write (out, or each output of an op with several).
+ * Model inputs are live from t = 0 (the runtime fills them before op 0),
+ * outputs (the `output` flag, loss_buf, logits_buf) to t = nops + 1 (the
+ * runtime reads them after the last op). An op reading x and writing y
+ * makes both live at its t, so they never share bytes, nor do the outputs
+ * of one op; an in-place op (out == in) is one buffer.
  *
  * The lifetimes are always derived from the ops here (the IR stores none),
  * so dead ops cannot put two live buffers on the same bytes.
@@ -45,6 +46,10 @@
 
 #define ARENA_ALIGN 256
 #define MAX_IN ((int)(sizeof ((tp_ir_op *)0)->in / sizeof ((tp_ir_op *)0)->in[0]))
+
+/* the outputs of an op (each its own buffer and lifetime), 0 for a kind
+ * out of range (check_refs reports it) */
+static int nout(const tp_ir_op *op) { return (unsigned)op->kind < TP_OP_COUNT ? tp_ops[op->kind].nout : 0; }
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
@@ -143,8 +148,9 @@ static void lifetimes_compute(const tp_ir *ir, lifetimes *L)
         const tp_ir_op *op = &ir->ops[i];
         if (op->dead)
             continue;
-        if (op->out >= 0 && op->out < n)
-            touch(&L->g[L->grp[op->out]], (int64_t)i + 1);
+        for (int o = 0; o < nout(op); o++)
+            if (op->outs[o] >= 0 && op->outs[o] < n)
+                touch(&L->g[L->grp[op->outs[o]]], (int64_t)i + 1);
         for (int k = 0; k < op->nin && k < MAX_IN; k++)
             if (op->in[k] >= 0 && op->in[k] < n)
                 touch(&L->g[L->grp[op->in[k]]], (int64_t)i + 1);
@@ -361,11 +367,12 @@ static bool check_refs(const tp_ir *ir, char *err, size_t errlen)
             tp_error(err, errlen, "op %d (%s) has %d inputs", i, tp_op_names[op->kind], op->nin);
             return false;
         }
-        if (op->out < -1 || op->out >= ir->nbufs) {
-            tp_error(err, errlen, "op %d (%s) writes buffer %d, outside the %d buffers", i,
-                    tp_op_names[op->kind], op->out, ir->nbufs);
-            return false;
-        }
+        for (int o = 0; o < nout(op); o++)
+            if (op->outs[o] < -1 || op->outs[o] >= ir->nbufs) {
+                tp_error(err, errlen, "op %d (%s) writes buffer %d, outside the %d buffers", i,
+                        tp_op_names[op->kind], op->outs[o], ir->nbufs);
+                return false;
+            }
         for (int k = 0; k < op->nin; k++) {
             if (op->in[k] < 0 || op->in[k] >= ir->nbufs) {
                 tp_error(err, errlen, "op %d (%s) reads buffer %d, outside the %d buffers", i,

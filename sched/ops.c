@@ -16,8 +16,9 @@ const char *const tp_op_names[TP_OP_COUNT] = {
 #define COLLECTIVE true
 #define IDS(i) (1u << (i))
 #define NO_IDS 0u
-#define OUT_FLOAT false
-#define OUT_IDS true
+#define OUT_FLOAT 1, false
+#define OUT_IDS 1, true
+#define OUTS_FLOAT(n) n, false
 #define NONE TP_OPERAND_NONE
 #define REQUIRED TP_OPERAND_REQUIRED
 #define OPTIONAL TP_OPERAND_OPTIONAL
@@ -36,9 +37,12 @@ const char *const tp_op_names[TP_OP_COUNT] = {
 #define STORED_ROPE_TYPE tp_rope_type
 #define ATTR(key, type, field, value) \
     _Static_assert(_Generic(((tr_op *)0)->field, STORED_##type: 1, default: 0), "tr_op." #field " is not a " #type);
+#define NOUT(...) NOUT_(__VA_ARGS__)   /* the output count of the out column's words */
+#define NOUT_(n, ids) (n)
 #define TR_OP_INPUTS ((int)(sizeof ((tr_op *)0)->in / sizeof *((tr_op *)0)->in))
 #define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
-    attrs _Static_assert((in_max) <= TR_OP_INPUTS, #name " reads more buffers than tr_op holds");
+    attrs _Static_assert((in_max) <= TR_OP_INPUTS, #name " reads more buffers than tr_op holds"); \
+    _Static_assert(NOUT(out) <= TP_MAX_OUTS, #name " writes more buffers than tr_op holds");
 #include "sched/ops.def"
 #undef OP
 #undef ATTR

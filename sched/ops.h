@@ -45,11 +45,15 @@ typedef struct tp_op_attr {
 /* Whether an op takes a weight, or a bias. */
 typedef enum tp_operand { TP_OPERAND_NONE, TP_OPERAND_REQUIRED, TP_OPERAND_OPTIONAL } tp_operand;
 
+/* The most outputs an op kind declares (sched/ops.def's OUTS_FLOAT). */
+#define TP_MAX_OUTS 3
+
 /* An op kind's signature and attributes (a row of sched/ops.def). */
 typedef struct tp_op_def {
     bool collective;
     int in_min, in_max;        /* buffers listed in "in" */
     unsigned ids;              /* bit i: in[i] holds int32 (ids, labels, positions); the others floats */
+    int nout;                  /* buffers written: 1, or a list of nout ("out": [...]) */
     bool out_ids;              /* writes int32 rather than floats */
     tp_operand weight, bias;
     const tp_op_attr *attrs;   /* in the order tpcc writes them */

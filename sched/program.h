@@ -29,7 +29,13 @@ typedef struct tp_ir_buf {
 typedef struct tp_ir_op {
     tp_op_kind kind;
     int in[4], nin;            /* buffer indices; add/mul: in[1] may broadcast over leading dims */
-    int out;                   /* buffer index, -1 for none */
+    /* the buffers written: out (-1 for none), or for a kind with several
+     * outputs (tp_ops[kind].nout > 1) outs[0 .. nout), -1 where one is not
+     * wanted; out is outs[0], so a walk over outs[0 .. nout) sees every op's */
+    union {
+        int out;
+        int outs[TP_MAX_OUTS];
+    };
     int weight, bias;          /* parameter indices (tp_ir.params), -1 for none */
     int dim, dim2;             /* slice / gather / scatter / all-to-all dims */
     int parts;                 /* TP_OP_SLICE: number of chunks (index = rank) */

@@ -150,20 +150,50 @@ static bool overlap(const tr_buf *a, const tr_buf *b)
 
 static bool same_place(const tr_buf *a, const tr_buf *b) { return a->offset == b->offset && a->bytes == b->bytes; }
 
+/* The buffers op writes, into outs: its output, or those of a kind with
+ * several that it computes (the loader has checked there is one). */
+static int written(const tr_op *op, int outs[TP_MAX_OUTS])
+{
+    int n = 0;
+    for (int o = 0; o < tp_ops[op->kind].nout; o++)
+        if (op->outs[o] >= 0)
+            outs[n++] = op->outs[o];
+    return n;
+}
+
+/* Does op write over buffer t? */
+static bool writes_over(const tr_schedule *s, const tr_op *op, const tr_buf *t)
+{
+    int outs[TP_MAX_OUTS], n = written(op, outs);
+    for (int o = 0; o < n; o++)
+        if (overlap(&s->bufs[outs[o]], t))
+            return true;
+    return false;
+}
+
+/* An output apart from the op's inputs (or exactly one of them, for a kind
+ * that works in place) and from its other outputs. */
 static int check_overlap(checker *c, int i)
 {
     const tr_op *op = &c->s->ops[i];
-    const tr_buf *out = &c->s->bufs[op->out];
-    for (int k = 0; k < op->nin; k++) {
-        const tr_buf *in = &c->s->bufs[op->in[k]];
-        if (!overlap(out, in) || (works_in_place(op->kind) && same_place(out, in)))
-            continue;
-        char name[64];
-        return fail(c, "%s: its output, buffer %d at [%lld, %lld), overlaps in[%d], buffer %d at [%lld, %lld): its "
-                    "kernel %s", op_name(c, i, name, sizeof name), op->out, (long long)out->offset,
-                    (long long)(out->offset + out->bytes), k, op->in[k], (long long)in->offset,
-                    (long long)(in->offset + in->bytes),
-                    works_in_place(op->kind) ? "works in place only on the same buffer" : "needs them apart");
+    int outs[TP_MAX_OUTS], n = written(op, outs);
+    char name[64];
+    for (int o = 0; o < n; o++) {
+        const tr_buf *out = &c->s->bufs[outs[o]];
+        for (int k = 0; k < op->nin; k++) {
+            const tr_buf *in = &c->s->bufs[op->in[k]];
+            if (!overlap(out, in) || (works_in_place(op->kind) && same_place(out, in)))
+                continue;
+            return fail(c, "%s: its output, buffer %d at [%lld, %lld), overlaps in[%d], buffer %d at [%lld, %lld): "
+                        "its kernel %s", op_name(c, i, name, sizeof name), outs[o], (long long)out->offset,
+                        (long long)(out->offset + out->bytes), k, op->in[k], (long long)in->offset,
+                        (long long)(in->offset + in->bytes),
+                        works_in_place(op->kind) ? "works in place only on the same buffer" : "needs them apart");
+        }
+        for (int p = 0; p < o; p++)
+            if (overlap(out, &c->s->bufs[outs[p]]))
+                return fail(c, "%s: its outputs, buffers %d and %d, overlap", op_name(c, i, name, sizeof name),
+                            outs[p], outs[o]);
     }
     return 0;
 }
@@ -181,7 +211,7 @@ static int id_range(checker *c, int i, int b, int64_t *hi)
     char name[64], other[64];
     for (int j = i - 1; j >= 0; j--) {
         const tr_op *w = &s->ops[j];
-        if (!overlap(&s->bufs[w->out], t))
+        if (!writes_over(s, w, t))
             continue;
         if (w->out == b && w->kind == TP_OP_POSITIONS) {
             const tr_buf *pos = &s->bufs[b];
@@ -281,7 +311,11 @@ static int check_op(checker *c, int i)
     for (int k = 0; k < op->nin; k++)
         if (check_float_dtype(c, i, k, op->in[k]))
             return -1;
-    if (check_float_dtype(c, i, -1, op->out) || check_overlap(c, i) || check_ids(c, i) || check_blas_sizes(c, i))
+    int outs[TP_MAX_OUTS], n = written(op, outs);
+    for (int o = 0; o < n; o++)
+        if (check_float_dtype(c, i, -1, outs[o]))
+            return -1;
+    if (check_overlap(c, i) || check_ids(c, i) || check_blas_sizes(c, i))
         return -1;
     return tp_op_is_collective(op->kind) ? check_collective(c, i) : 0;
 }

@@ -347,6 +347,19 @@ static int64_t logits_vocab(const tp_ir *ir)
     return ir->logits_vocab;
 }
 
+/* A kind with several outputs computes at least one, each into its own buffer. */
+static bool outputs_distinct(const tp_ir_op *op)
+{
+    int nout = tp_ops[op->kind].nout, written = 0;
+    for (int o = 0; o < nout; o++)
+        for (int p = o + 1; p < nout && op->outs[o] >= 0; p++)
+            if (op->outs[o] == op->outs[p])
+                return false;
+    for (int o = 0; o < nout; o++)
+        written += op->outs[o] >= 0;
+    return nout == 1 || written > 0;
+}
+
 static void check_ir(writer *w)
 {
     const tp_ir *ir = w->ir;
@@ -365,6 +378,8 @@ static void check_ir(writer *w)
             fail(w, "op %d has kind %d", i, (int)op->kind);
             continue;
         }
+        if (!outputs_distinct(op))
+            fail(w, "op %d (%s) writes no buffer, or one buffer twice", i, tp_op_names[op->kind]);
         if (op->weight < -1 || op->weight >= ir->nparams || op->bias < -1 || op->bias >= ir->nparams)
             fail(w, "op %d (%s) names parameter %d, outside the %d parameters", i, tp_op_names[op->kind],
                  op->weight >= ir->nparams || op->weight < -1 ? op->weight : op->bias, ir->nparams);
@@ -670,6 +685,22 @@ static void put_attrs(writer *w, const tp_ir_op *op, int index, int64_t rank)
 #undef ATTR
 }
 
+/* ", "out": [b, null, ...]": every output of a kind with several, null
+ * where one is not computed */
+static void put_outs(writer *w, const tp_ir_op *op)
+{
+    PUT(w, ", \"out\": [");
+    for (int o = 0; o < tp_ops[op->kind].nout; o++) {
+        if (o)
+            PUT(w, ", ");
+        if (op->outs[o] >= 0)
+            put_int(w, op->outs[o]);
+        else
+            PUT(w, "null");
+    }
+    PUT(w, "]");
+}
+
 static void put_op(writer *w, const tp_ir_op *op, int index, int64_t rank)
 {
     PUT(w, "{\"op\": ");
@@ -681,7 +712,9 @@ static void put_op(writer *w, const tp_ir_op *op, int index, int64_t rank)
         put_int(w, op->in[k]);
     }
     PUT(w, "]");
-    if (op->out >= 0)
+    if (tp_ops[op->kind].nout > 1)
+        put_outs(w, op);
+    else if (op->out >= 0)
         PUT_INT_FIELD(w, "out", op->out);
     if (op->weight >= 0)
         PUT_INT_FIELD(w, "weight", op->weight);

@@ -44,7 +44,8 @@ tp_gnode *tp_graph_add_node(tp_graph *g, tp_gnode_kind kind, tp_op_kind op)
     memset(n, 0, sizeof *n);
     n->kind = kind;
     n->op.kind = op;
-    n->op.out = -1;
+    for (int o = 0; o < TP_MAX_OUTS; o++)
+        n->op.outs[o] = -1;
     n->op.weight = n->op.bias = -1;
     n->op.scale = 1.0;
     n->src_id = n->result_id = -1;

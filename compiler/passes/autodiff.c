@@ -286,7 +286,7 @@ static void same_attrs(tp_ir_op *op, const tp_ir_op *f)
     tp_ir_op keep = *op;
     *op = *f;
     op->kind = keep.kind;
-    op->out = keep.out;
+    memcpy(op->outs, keep.outs, sizeof op->outs);
     op->nin = keep.nin;
     memcpy(op->in, keep.in, sizeof op->in);
     op->weight = keep.weight;
@@ -407,6 +407,29 @@ static void loss_backward(autodiff *A, const tp_gnode *n)
     fail(A, "the vocab-parallel loss has no ce_sumexp before it");
 }
 
+/* One op for the gradients of q, k and v: out[k] is input k's, -1 where
+ * that input needs none. */
+static void attention(autodiff *A, const tp_gnode *n, int dy)
+{
+    const tp_ir_op *f = &n->op;
+    int grads[3];
+    for (int k = 0; k < 3; k++) {
+        grads[k] = -1;
+        if (needs(A, f->in[k])) {
+            tp_gvalue like = like_value(A, f->in[k]);
+            grads[k] = new_value(A, &like, "grad");
+        }
+    }
+    if (grads[0] < 0 && grads[1] < 0 && grads[2] < 0)
+        return;
+    tp_ir_op *op = emit(A, TP_OP_ATTENTION_GRAD, -1, 4, (int[]){f->in[0], f->in[1], f->in[2], dy});
+    memcpy(op->outs, grads, sizeof grads);
+    same_attrs(op, f);
+    for (int k = 0; k < 3; k++)
+        if (grads[k] >= 0)
+            to_value(A, n, f->in[k], grads[k]);
+}
+
 static int op_backward(autodiff *A, const tp_gnode *n, int dy)
 {
     const tp_ir_op *f = &n->op;
@@ -429,14 +452,7 @@ static int op_backward(autodiff *A, const tp_gnode *n, int dy)
         op->inverse = true;
         return 0;
     }
-    case TP_OP_ATTENTION: {
-        static const tp_op_kind grads[] = {TP_OP_ATTENTION_DQ, TP_OP_ATTENTION_DK, TP_OP_ATTENTION_DV};
-        int in[4] = {f->in[0], f->in[1], f->in[2], dy};
-        for (int k = 0; k < 3; k++)
-            if (needs(A, f->in[k]))
-                same_attrs(input_grad(A, n, f->in[k], grads[k], 4, in), f);
-        return 0;
-    }
+    case TP_OP_ATTENTION: attention(A, n, dy); return 0;
     case TP_OP_SILU:
     case TP_OP_GELU:
     case TP_OP_RELU:

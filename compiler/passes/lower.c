@@ -78,7 +78,8 @@ void tp_pass_lower(const tp_graph *g, tp_ir *ir)
             continue;
         tp_ir_op op = n->op;
         name_provenance(g, n, &op);
-        op.out = buffer(g, buffer_of, n->op.out);
+        for (int o = 0; o < tp_ops[op.kind].nout; o++)
+            op.outs[o] = buffer(g, buffer_of, n->op.outs[o]);
         for (int k = 0; k < op.nin; k++)
             op.in[k] = buffer(g, buffer_of, n->op.in[k]);
         tp_ir_add_op(ir, &op);

@@ -135,8 +135,10 @@ static int64_t live_peak(const tp_ir *ir)
         const tp_ir_op *op = &ir->ops[i];
         if (op->dead)
             continue;
-        if (op->out >= 0) {
-            int r = root_of(ir, op->out);
+        for (int o = 0; o < tp_ops[op->kind].nout; o++) {
+            if (op->outs[o] < 0)
+                continue;
+            int r = root_of(ir, op->outs[o]);
             if (i < first[r]) first[r] = i;
             if (i > last[r]) last[r] = i;
         }

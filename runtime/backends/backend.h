@@ -30,8 +30,6 @@
 
 typedef enum tp_unary { TP_UNARY_SILU, TP_UNARY_GELU_TANH, TP_UNARY_RELU, TP_UNARY_GELU_ERF } tp_unary;
 typedef enum tp_binary { TP_BINARY_ADD, TP_BINARY_MUL } tp_binary;
-/* which input of the attention a backward kernel differentiates */
-typedef enum tp_attention_grad { TP_ATTENTION_DQ, TP_ATTENTION_DK, TP_ATTENTION_DV } tp_attention_grad;
 
 /* One AdamW step as torch.optim.AdamW takes it (decoupled weight decay,
  * bias-corrected moments; step counts from 1). */
@@ -153,8 +151,10 @@ typedef struct tp_backend {
     /* layernorm's gradients: dx (weight w) and dw (the bias's is sum_rows) */
     void (*layernorm_dx)(float *dx, const float *x, const float *dy, const float *w, int64_t m, int64_t n, float eps);
     void (*layernorm_dw)(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps);
-    /* the gradient of attention's q, k or v (shapes and arguments as attention) */
-    void (*attention_grad)(tp_attention_grad which, float *out, const float *q, const float *k, const float *v,
+    /* the gradients of attention's q, k and v from its output's gradient dy
+     * (shapes and arguments as attention): dq like q, dk and dv like k, in
+     * one pass; an output that is NULL is not computed */
+    void (*attention_grad)(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
                            const float *dy, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, double scale,
                            double softcap);
     /* dx = dy * f'(x) */

@@ -71,9 +71,7 @@ static const void *training_kernel(const tp_backend *be, tp_op_kind k)
     case TP_OP_RMSNORM_DW: return (const void *)be->rmsnorm_dw;
     case TP_OP_LAYERNORM_DX: return (const void *)be->layernorm_dx;
     case TP_OP_LAYERNORM_DW: return (const void *)be->layernorm_dw;
-    case TP_OP_ATTENTION_DQ:
-    case TP_OP_ATTENTION_DK:
-    case TP_OP_ATTENTION_DV: return (const void *)be->attention_grad;
+    case TP_OP_ATTENTION_GRAD: return (const void *)be->attention_grad;
     case TP_OP_SILU_GRAD:
     case TP_OP_GELU_GRAD:
     case TP_OP_RELU_GRAD: return (const void *)be->unary_grad;
@@ -223,6 +221,8 @@ static const tr_buf *in_buf(const tr_exec *x, const tr_op *op, int i) { return &
 static float *fin(const tr_exec *x, const tr_op *op, int i) { return fbuf(x, op->in[i]); }
 static const int32_t *iin(const tr_exec *x, const tr_op *op, int i) { return (const int32_t *)buf_ptr(x, op->in[i]); }
 static float *fout(const tr_exec *x, const tr_op *op) { return fbuf(x, op->out); }
+/* output o of a kind with several; NULL where it is not computed */
+static float *fouts(const tr_exec *x, const tr_op *op, int o) { return op->outs[o] < 0 ? NULL : fbuf(x, op->outs[o]); }
 static int64_t in_elems(const tr_exec *x, const tr_op *op, int i) { return tr_buf_elems(in_buf(x, op, i)); }
 
 /* ids were checked against the vocabulary when they were read */
@@ -412,16 +412,13 @@ EXEC(layernorm_dw)
     return 0;
 }
 
-static int attention_grad(tr_exec *x, const tr_op *op, tp_attention_grad which)
+EXEC(attention_grad)
 {
-    x->be->attention_grad(which, fout(x, op), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2), fin(x, op, 3), op->batch,
-                          op->seq, op->heads, op->kv_heads, op->head_dim, op->scale, op->softcap);
+    x->be->attention_grad(fouts(x, op, 0), fouts(x, op, 1), fouts(x, op, 2), fin(x, op, 0), fin(x, op, 1),
+                          fin(x, op, 2), fin(x, op, 3), op->batch, op->seq, op->heads, op->kv_heads, op->head_dim,
+                          op->scale, op->softcap);
     return 0;
 }
-
-EXEC(attention_dq) { return attention_grad(x, op, TP_ATTENTION_DQ); }
-EXEC(attention_dk) { return attention_grad(x, op, TP_ATTENTION_DK); }
-EXEC(attention_dv) { return attention_grad(x, op, TP_ATTENTION_DV); }
 
 static int unary_grad(tr_exec *x, const tr_op *op, tp_unary f)
 {

@@ -182,6 +182,36 @@ TEST(MergePass, MergesChainThroughMergedResults)
     EXPECT_EQ(tp_graph_resolve(&t.g, b2), a2);
 }
 
+// An op with several outputs lives while one is read and stops computing
+// the others; with none read it is dead, and so is what only it read.
+TEST(DcePass, AnOpWithSeveralOutputsKeepsThoseReadAndDiesWithNone)
+{
+    Graph t;
+    int x = t.value("x"), dy = t.value("dy");
+    int sq = t.value("sq");
+    tp_gnode *n = tp_graph_add_node(&t.g, TP_GNODE_OP, TP_OP_MUL);   // sq = x * x, read only by the dead op below
+    n->op.in[n->op.nin++] = x;
+    n->op.in[n->op.nin++] = x;
+    n->op.out = sq;
+    int grads[2][3];
+    for (int k = 0; k < 2; k++) {
+        n = tp_graph_add_node(&t.g, TP_GNODE_OP, TP_OP_ATTENTION_GRAD);
+        for (int v : {k ? sq : x, x, x, dy})
+            n->op.in[n->op.nin++] = v;
+        for (int o = 0; o < 3; o++)
+            n->op.outs[o] = grads[k][o] = t.value("grad");
+    }
+    t.use({grads[0][0], grads[0][2]}, true);   // the first's dq and dv are read, its dk not; the second's none
+    tp_pass_dce(&t.g);
+    const tp_gnode &first = t.g.nodes[1], &second = t.g.nodes[2];
+    EXPECT_FALSE(first.op.dead);
+    EXPECT_EQ(first.op.outs[0], grads[0][0]);
+    EXPECT_EQ(first.op.outs[1], -1);
+    EXPECT_EQ(first.op.outs[2], grads[0][2]);
+    EXPECT_TRUE(second.op.dead);
+    EXPECT_TRUE(t.g.nodes[0].op.dead);
+}
+
 TEST(LowerPass, MergedValuesGetNoBufferAndPassOnWhatWasSaidOfThem)
 {
     Graph t;

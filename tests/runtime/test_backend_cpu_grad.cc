@@ -20,9 +20,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -315,8 +317,24 @@ const AttnCase kAttnCases[] = {
     {"MQA s=131", 1, 131, 2, 1, 4, 0.5, 0},
 };
 
-// One input of the attention varies (which), the other two are fixed.
-void expect_attention_gradient(const AttnCase &c, tp_attention_grad which)
+// Which of attention_grad's outputs a check reads.
+enum AttnInput { kQ, kK, kV };
+
+// The three gradients of one call of attention_grad (an output is computed
+// only where want[i]; the others are left NaN).
+std::vector<Vec> attention_grads(const AttnCase &c, const Vec &q, const Vec &k, const Vec &v, const Vec &dy,
+                                 std::array<bool, 3> want = {true, true, true})
+{
+    std::vector<Vec> out = {Vec(q.size(), NAN), Vec(k.size(), NAN), Vec(k.size(), NAN)};
+    be()->attention_grad(want[kQ] ? out[kQ].data() : nullptr, want[kK] ? out[kK].data() : nullptr,
+                         want[kV] ? out[kV].data() : nullptr, q.data(), k.data(), v.data(), dy.data(), c.b, c.s, c.h,
+                         c.g, c.d, c.scale, c.softcap);
+    return out;
+}
+
+// One input of the attention varies (which), the other two are fixed; the
+// fused kernel computes all three gradients, `which`'s is checked.
+void expect_attention_gradient(const AttnCase &c, AttnInput which)
 {
     const int64_t nq = c.b * c.s * c.h * c.d, nkv = c.b * c.s * c.g * c.d;
     Vec q = random_vec(nq, 30), k = random_vec(nkv, 31), v = random_vec(nkv, 32);
@@ -326,35 +344,81 @@ void expect_attention_gradient(const AttnCase &c, tp_attention_grad which)
         return out;
     };
     Map forward = [&](const Vec &x) {
-        return which == TP_ATTENTION_DQ ? run(x, k, v) : which == TP_ATTENTION_DK ? run(q, x, v) : run(q, k, x);
+        return which == kQ ? run(x, k, v) : which == kK ? run(q, x, v) : run(q, k, x);
     };
-    Map vjp = [&](const Vec &dy) {
-        Vec out(which == TP_ATTENTION_DQ ? nq : nkv, NAN);
-        be()->attention_grad(which, out.data(), q.data(), k.data(), v.data(), dy.data(), c.b, c.s, c.h, c.g, c.d,
-                             c.scale, c.softcap);
-        return out;
-    };
-    const char *input = which == TP_ATTENTION_DQ ? "dq" : which == TP_ATTENTION_DK ? "dk" : "dv";
+    Map vjp = [&](const Vec &dy) { return attention_grads(c, q, k, v, dy)[which]; };
+    const char *input = which == kQ ? "dq" : which == kK ? "dk" : "dv";
     std::string what = std::string("attention ") + input + " (" + c.name + ")";
-    expect_gradient(what.c_str(), forward, vjp, which == TP_ATTENTION_DQ ? q : which == TP_ATTENTION_DK ? k : v);
+    expect_gradient(what.c_str(), forward, vjp, which == kQ ? q : which == kK ? k : v);
 }
 
 TEST(BackendCpuGrad, AttentionQueryGradient)
 {
     for (const AttnCase &c : kAttnCases)
-        expect_attention_gradient(c, TP_ATTENTION_DQ);
+        expect_attention_gradient(c, kQ);
 }
 
 TEST(BackendCpuGrad, AttentionKeyGradient)
 {
     for (const AttnCase &c : kAttnCases)
-        expect_attention_gradient(c, TP_ATTENTION_DK);
+        expect_attention_gradient(c, kK);
 }
 
 TEST(BackendCpuGrad, AttentionValueGradient)
 {
     for (const AttnCase &c : kAttnCases)
-        expect_attention_gradient(c, TP_ATTENTION_DV);
+        expect_attention_gradient(c, kV);
+}
+
+// An output not asked for (NULL) is not computed, and asking for fewer
+// changes none of the others by a bit (dv alone skips dP and D).
+TEST(BackendCpuGrad, AttentionGradientsAskedForAloneEqualThemAllTogether)
+{
+    for (const AttnCase &c : kAttnCases) {
+        const int64_t nq = c.b * c.s * c.h * c.d, nkv = c.b * c.s * c.g * c.d;
+        Vec q = random_vec(nq, 36), k = random_vec(nkv, 37), v = random_vec(nkv, 38), dy = random_vec(nq, 39);
+        std::vector<Vec> all = attention_grads(c, q, k, v, dy);
+        for (AttnInput i : {kQ, kK, kV}) {
+            std::array<bool, 3> want = {i == kQ, i == kK, i == kV};
+            std::vector<Vec> alone = attention_grads(c, q, k, v, dy, want);
+            EXPECT_EQ(std::memcmp(alone[i].data(), all[i].data(), all[i].size() * sizeof(float)), 0)
+                << c.name << " output " << i;
+            for (AttnInput other : {kQ, kK, kV}) {
+                if (other != i) {
+                    EXPECT_TRUE(std::isnan(alone[other][0])) << c.name << ": output " << other << " was written";
+                }
+            }
+        }
+    }
+}
+
+// Heads [from, from + n) of a [b, s, heads, d] tensor: what a rank holds
+// of it under tensor parallelism.
+Vec heads_of(const Vec &x, int64_t b, int64_t s, int64_t heads, int64_t d, int64_t from, int64_t n)
+{
+    Vec out;
+    for (int64_t r = 0; r < b * s; r++)
+        out.insert(out.end(), x.begin() + (r * heads + from) * d, x.begin() + (r * heads + from + n) * d);
+    return out;
+}
+
+// A kv head's dk and dv, and its query heads' dq, are the same to the bit
+// whether one rank holds every head or a rank holds that kv head's group
+// alone (tp 2 of GQA h=4 g=2): a tensor-parallel run computes them as a
+// single rank does.
+TEST(BackendCpuGrad, AKvHeadsGradientDoesNotDependOnTheRankComputingIt)
+{
+    const AttnCase whole = {"GQA h=4 g=2 s=131", 2, 131, 4, 2, 8, 0.35355339059327373, 0};
+    const AttnCase half = {"its second kv head", 2, 131, 2, 1, 8, 0.35355339059327373, 0};
+    const int64_t nq = whole.b * whole.s * whole.h * whole.d, nkv = whole.b * whole.s * whole.g * whole.d;
+    Vec q = random_vec(nq, 40), k = random_vec(nkv, 41), v = random_vec(nkv, 42), dy = random_vec(nq, 43);
+    std::vector<Vec> all = attention_grads(whole, q, k, v, dy);
+    auto qh = [&](const Vec &x) { return heads_of(x, whole.b, whole.s, whole.h, whole.d, 2, 2); };
+    auto kvh = [&](const Vec &x) { return heads_of(x, whole.b, whole.s, whole.g, whole.d, 1, 1); };
+    std::vector<Vec> rank1 = attention_grads(half, qh(q), kvh(k), kvh(v), qh(dy));
+    EXPECT_EQ(rank1[kQ], qh(all[kQ]));
+    EXPECT_EQ(rank1[kK], kvh(all[kK]));
+    EXPECT_EQ(rank1[kV], kvh(all[kV]));
 }
 
 // Causality: token 0 attends to key 0 alone (P = 1), so a dy on token 0
@@ -369,15 +433,14 @@ TEST(BackendCpuGrad, AttentionGradientOfTheFirstTokenReachesOnlyTheFirstKey)
     for (int64_t bi = 0; bi < c.b; bi++)
         for (int64_t i = 0; i < c.h * c.d; i++)
             dy[bi * c.s * c.h * c.d + i] = 1.0f; // token 0 of each sequence
-    for (tp_attention_grad which : {TP_ATTENTION_DK, TP_ATTENTION_DV}) {
-        Vec out(nkv, NAN);
-        be()->attention_grad(which, out.data(), q.data(), k.data(), v.data(), dy.data(), c.b, c.s, c.h, c.g, c.d,
-                             c.scale, c.softcap);
+    std::vector<Vec> grads = attention_grads(c, q, k, v, dy);
+    for (AttnInput which : {kK, kV}) {
+        const Vec &out = grads[which];
         for (int64_t bi = 0; bi < c.b; bi++)
             for (int64_t t = 0; t < c.s; t++)
                 for (int64_t i = 0; i < c.g * c.d; i++) {
                     float got = out[(bi * c.s + t) * c.g * c.d + i];
-                    float want = t == 0 && which == TP_ATTENTION_DV ? (float)(c.h / c.g) : 0.0f;
+                    float want = t == 0 && which == kV ? (float)(c.h / c.g) : 0.0f;
                     EXPECT_EQ(got, want) << "token " << t;
                 }
     }

@@ -70,8 +70,18 @@ json_t *weight(const char *name)
 
 // Buffers: 0 int32 ids [1, 1]; 1 floats [1, 1, 1, 1]; 2 logits [1, 1, 1];
 // 3 one head of two floats [1, 1, 1, 2] (RoPE rotates pairs); 4 an output
-// like 1 and 5 one like 2, apart from the inputs.
-enum { IDS_BUF, FLOAT_BUF, LOGITS_BUF, PAIR_BUF, OUT_BUF, DLOGITS_BUF };
+// like 1 and 5 one like 2, apart from the inputs; 6 and 7 more outputs like
+// 1 (the other outputs of a kind with several).
+enum { IDS_BUF, FLOAT_BUF, LOGITS_BUF, PAIR_BUF, OUT_BUF, DLOGITS_BUF, MORE_OUT_BUFS };
+
+// The outputs of a kind with several: OUT_BUF, then MORE_OUT_BUFS.
+json_t *outs_list(int nout)
+{
+    json_t *out = json_array();
+    for (int o = 0; o < nout; o++)
+        json_array_append_new(out, json_integer(o ? MORE_OUT_BUFS + o - 1 : OUT_BUF));
+    return out;
+}
 
 // A complete op of `kind` on those buffers: its minimum inputs, its
 // output, weight 0 and bias 1 where it takes them, and every attribute.
@@ -89,6 +99,8 @@ json_t *complete_op(int kind)
     json_t *op =
         json_pack("{s:s, s:o, s:i}", "op", tp_op_names[kind], "in", in, "out",
                   d.out_ids ? IDS_BUF : kind == TP_OP_ROPE ? PAIR_BUF : writes_logits ? DLOGITS_BUF : OUT_BUF);
+    if (d.nout > 1)   // several outputs: one float buffer each
+        json_object_set_new(op, "out", outs_list(d.nout));
     if (d.weight != TP_OPERAND_NONE)
         json_object_set_new(op, "weight", json_integer(0));
     if (d.bias != TP_OPERAND_NONE)
@@ -101,9 +113,11 @@ json_t *complete_op(int kind)
 // A one-rank schedule holding `op` (taken over).
 json_t *schedule_of(json_t *op)
 {
-    json_t *buffers = json_pack("[o, o, o, o, o, o]", buffer("ids", {1, 1}, "i32", 0), buffer("x", {1, 1, 1, 1}, "f32", 256),
-                                buffer("logits", {1, 1, 1}, "f32", 512), buffer("pair", {1, 1, 1, 2}, "f32", 768),
-                                buffer("y", {1, 1, 1, 1}, "f32", 896), buffer("dlogits", {1, 1, 1}, "f32", 960));
+    json_t *buffers = json_pack("[o, o, o, o, o, o, o, o]", buffer("ids", {1, 1}, "i32", 0),
+                                buffer("x", {1, 1, 1, 1}, "f32", 256), buffer("logits", {1, 1, 1}, "f32", 512),
+                                buffer("pair", {1, 1, 1, 2}, "f32", 768), buffer("y", {1, 1, 1, 1}, "f32", 896),
+                                buffer("dlogits", {1, 1, 1}, "f32", 960), buffer("z", {1, 1, 1, 1}, "f32", 1024),
+                                buffer("z2", {1, 1, 1, 1}, "f32", 1280));
     // then a masked lookup of the input ids, which bounds the ids and labels tprun accepts to the table's one row
     json_t *lookup = json_pack("{s:s, s:[i], s:i, s:i, s:b, s:i, s:i}", "op", "embedding", "in", IDS_BUF, "out",
                                OUT_BUF, "weight", 0, "masked", 1, "vocab_start", 0, "vocab_local", 1);
@@ -111,7 +125,7 @@ json_t *schedule_of(json_t *op)
         json_pack("{s:i, s:[o, o], s:[o, o]}", "rank", 0, "weights", weight("w"), weight("b"), "ops", op, lookup);
     return json_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:i, s:{s:i, s:n}, s:{s:n, s:n}, s:o, s:[o]}", "magic",
                      TP_SCHEDULE_MAGIC, "format_version", TP_SCHEDULE_VERSION, "producer", "test", "input_hash", "0",
-                     "world_size", 1, "dtype", "f32", "arena_bytes", 1024, "inputs", "input_ids", 0, "labels",
+                     "world_size", 1, "dtype", "f32", "arena_bytes", 1536, "inputs", "input_ids", 0, "labels",
                      "outputs", "loss", "logits", "buffers", buffers, "ranks", rank);
 }
 
@@ -142,6 +156,26 @@ Loaded load(int kind, const std::function<void(json_t *op)> &edit = [](json_t *)
     return r;
 }
 
+// --dump's listing of the one-rank schedule holding `op` (taken over),
+// its keys written with json_dump_file's `flags`.
+std::string listing_of(json_t *op, size_t flags)
+{
+    TempDir dir;
+    json_t *doc = schedule_of(op);
+    std::string path = dir.path + "/one.sched";
+    EXPECT_EQ(json_dump_file(doc, path.c_str(), flags), 0);
+    json_decref(doc);
+    char *text = nullptr;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    char err[512] = "";
+    EXPECT_EQ(tp_schedule_dump(path.c_str(), 0, out, err, sizeof err), 0) << err;
+    fclose(out);
+    std::string listing(text, len);
+    free(text);
+    return listing;
+}
+
 // "op 0 (rmsnorm): <what>"
 std::string about(int kind, const std::string &what) { return "op 0 (" + name_of(kind) + "): " + what; }
 
@@ -158,6 +192,8 @@ TEST(OpTable, EveryKindHasANameAndASignature)
         EXPECT_LE(0, d.in_min) << name_of(k);
         EXPECT_LE(d.in_min, d.in_max) << name_of(k);
         EXPECT_LE(d.in_max, 4) << name_of(k);
+        EXPECT_TRUE(d.nout >= 1 && d.nout <= TP_MAX_OUTS) << name_of(k);
+        EXPECT_TRUE(d.nout == 1 || !d.collective) << name_of(k) << ": a collective with several outputs";
         std::set<std::string> keys;
         for (int a = 0; a < d.nattrs; a++) {
             EXPECT_TRUE(keys.insert(d.attrs[a].key).second) << name_of(k) << "." << d.attrs[a].key << " twice";
@@ -178,9 +214,12 @@ TEST(OpTable, FlopsCountMatmulsAndAttentionOnly)
         double f = tp_op_flops(&op);
         if (k == TP_OP_MATMUL || k == TP_OP_CONV1D || k == TP_OP_MATMUL_TN)
             EXPECT_EQ(f, 2.0 * 2 * 2 * 2);
-        else if (k == TP_OP_ATTENTION || k == TP_OP_ATTENTION_DQ || k == TP_OP_ATTENTION_DK || k == TP_OP_ATTENTION_DV)
-            // q k^T and p v: 2 * 2 * b * h * s * s * d (each gradient recomputes the scores and takes one product)
+        else if (k == TP_OP_ATTENTION)
+            // q k^T and p v: 2 * 2 * b * h * s * s * d
             EXPECT_EQ(f, 4.0 * 2 * 2 * 2 * 2 * 2);
+        else if (k == TP_OP_ATTENTION_GRAD)
+            // dP, dS k, dS^T q and P^T dy: twice the forward's
+            EXPECT_EQ(f, 8.0 * 2 * 2 * 2 * 2 * 2);
         else
             EXPECT_EQ(f, 0.0) << name_of(k) << (tp_op_is_collective((tp_op_kind)k) ? " (a collective)" : "");
     }
@@ -272,15 +311,61 @@ TEST(OpTable, IdsAndFloatsAreNotMixedUp)
     for (int k = 0; k < TP_OP_COUNT; k++) {
         const tp_op_def &d = def_of(k);
         Loaded r = load(k, [&](json_t *op) {
-            json_object_set_new(op, "out", json_integer(d.out_ids ? FLOAT_BUF : IDS_BUF));
+            json_t *wrong = json_integer(d.out_ids ? FLOAT_BUF : IDS_BUF);
+            if (d.nout > 1)
+                json_array_set_new(json_object_get(op, "out"), 0, wrong);
+            else
+                json_object_set_new(op, "out", wrong);
         });
-        EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "out is buffer"))) << r.err;
+        EXPECT_TRUE(tpcc_test::contains(r.err, about(k, d.nout > 1 ? "out[0] is buffer" : "out is buffer"))) << r.err;
         if (d.in_min == 0)
             continue;
         r = load(k, [&](json_t *op) {
             json_array_set_new(json_object_get(op, "in"), 0, json_integer(d.ids & 1 ? FLOAT_BUF : IDS_BUF));
         });
         EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "in[0] is buffer"))) << r.err;
+    }
+}
+
+// A kind with several outputs lists one buffer or null per output: each
+// may be left out (null), not all, none twice; the listing shows "-" for
+// one left out.
+TEST(OpTable, SeveralOutputsAreAListWithNullsForThoseNotComputed)
+{
+    for (int k = 0; k < TP_OP_COUNT; k++) {
+        const tp_op_def &d = def_of(k);
+        if (d.nout == 1)
+            continue;
+        for (int o = 0; o < d.nout; o++) {
+            Loaded r = load(k, [&](json_t *op) { json_array_set_new(json_object_get(op, "out"), o, json_null()); });
+            ASSERT_EQ(r.rc, 0) << name_of(k) << " without output " << o << ": " << r.err;
+            for (int p = 0; p < d.nout; p++)
+                EXPECT_EQ(r.op.outs[p], p == o ? -1 : p ? OUT_BUFS + p - 1 : FLOAT_BUF) << name_of(k);
+        }
+        Loaded r = load(k, [&](json_t *op) {
+            json_t *none = json_array();
+            for (int o = 0; o < d.nout; o++)
+                json_array_append_new(none, json_null());
+            json_object_set_new(op, "out", none);
+        });
+        EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "'out' lists no buffer"))) << r.err;
+        r = load(k, [&](json_t *op) { json_array_set_new(json_object_get(op, "out"), 1, json_integer(FLOAT_BUF)); });
+        EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "out[0] and out[1] are both buffer 1"))) << r.err;
+        r = load(k, [&](json_t *op) { json_object_set_new(op, "out", json_integer(FLOAT_BUF)); });
+        EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "'out' must be a list of " + std::to_string(d.nout))))
+            << r.err;
+        r = load(k, [&](json_t *op) { json_array_remove(json_object_get(op, "out"), 0); });
+        EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "'out' must be a list"))) << r.err;
+        r = load(k, [&](json_t *op) { json_array_set_new(json_object_get(op, "out"), 0, json_integer(99)); });
+        EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "'out'[0] is neither a buffer nor null"))) << r.err;
+
+        json_t *op = complete_op(k);
+        json_array_set_new(json_object_get(op, "out"), 0, json_null());
+        std::string listing = listing_of(op, 0);
+        std::string want = "-";
+        for (int o = 1; o < d.nout; o++)
+            want += ", b" + std::to_string(OUT_BUFS + o - 1);
+        EXPECT_TRUE(tpcc_test::contains(listing, want + " <- ")) << listing;
     }
 }
 
@@ -321,19 +406,7 @@ TEST(OpTable, TheListingShowsTheAttributesInTheTablesOrder)
         const tp_op_def &d = def_of(k);
         if (d.collective || d.nattrs == 0)
             continue;
-        TempDir dir;
-        json_t *doc = schedule_of(complete_op(k));
-        std::string path = dir.path + "/one.sched";
-        ASSERT_EQ(json_dump_file(doc, path.c_str(), JSON_SORT_KEYS), 0);
-        json_decref(doc);
-        char *text = nullptr;
-        size_t len = 0;
-        FILE *out = open_memstream(&text, &len);
-        char err[512] = "";
-        ASSERT_EQ(tp_schedule_dump(path.c_str(), 0, out, err, sizeof err), 0) << err;
-        fclose(out);
-        std::string listing(text, len), want = " [";
-        free(text);
+        std::string listing = listing_of(complete_op(k), JSON_SORT_KEYS), want = " [";
         for (int a = 0; a < d.nattrs; a++)
             want += std::string(a ? " " : "") + d.attrs[a].key + "=" + listed(d.attrs[a]);
         EXPECT_TRUE(tpcc_test::contains(listing, want + "]")) << want << "]\n" << listing;

@@ -39,7 +39,9 @@ double worst_relative(const std::vector<std::vector<float>> &a, const std::vecto
     for (size_t t = 0; t < a.size() && t < b.size(); t++) {
         double diff = 0, scale = 0;
         for (size_t i = 0; i < a[t].size() && i < b[t].size(); i++) {
-            diff = std::max(diff, std::fabs(double(a[t][i]) - b[t][i]));
+            // a NaN on either side is the worst difference (std::max would drop it)
+            const double d = std::fabs(double(a[t][i]) - b[t][i]);
+            diff = std::isnan(d) ? INFINITY : std::max(diff, d);
             scale = std::max(scale, std::fabs(double(b[t][i])));
         }
         worst = std::max(worst, scale > 0 ? diff / scale : diff);
@@ -51,8 +53,10 @@ double worst_absolute(const std::vector<std::vector<float>> &a, const std::vecto
 {
     double worst = 0;
     for (size_t t = 0; t < a.size() && t < b.size(); t++)
-        for (size_t i = 0; i < a[t].size() && i < b[t].size(); i++)
-            worst = std::max(worst, std::fabs(double(a[t][i]) - b[t][i]));
+        for (size_t i = 0; i < a[t].size() && i < b[t].size(); i++) {
+            const double d = std::fabs(double(a[t][i]) - b[t][i]);
+            worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+        }
     return worst;
 }
 

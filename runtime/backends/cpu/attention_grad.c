@@ -1,10 +1,10 @@
 /* attention_grad.c: the gradients of the CPU backend's causal attention
- * (cpu_attention in backend_cpu.c) with respect to q, k or v.
+ * (cpu_attention in backend_cpu.c) with respect to q, k and v, in one pass.
  *
  * For a query row i (one batch element, one query head) with scores
  * S_ij = scale q_i . k_j (capped as softcap tanh(S / softcap) when softcap
  * > 0), P = softmax over the keys j <= i, and the output's gradient dy_i:
- *   dP_ij = dy_i . v_j,   D_i = sum_j P_ij dP_ij,
+ *   dP_ij = dy_i . v_j,   D_i = sum_j P_ij dP_ij  (= dy_i . o_i),
  *   dS_ij = P_ij (dP_ij - D_i) (times 1 - tanh^2(S_ij / softcap), the cap's
  *           derivative, when softcap > 0),
  *   dq_i = scale sum_j dS_ij k_j,  dk_j += scale dS_ij q_i,  dv_j += P_ij dy_i,
@@ -12,144 +12,183 @@
  * reads, so a kv head's dk and dv sum over the h / g query heads of its
  * group.
  *
- * Nothing is saved from the forward: each row is recomputed in two passes
- * over its keys, the first for the softmax statistics (max, denominator,
- * D) online as the forward computes them, the second for dS and the
- * output, so the scratch is fixed whatever the sequence length (no kernel
- * of this backend allocates). Scores and probabilities are double. dq's
- * row sums in double over blocks of GRAD_BLOCK keys and is rounded to float
- * once per block, as the forward's output row; dk and dv add one float term
- * per (query head, query row), in a fixed order (query head, then query
- * row), so a kv head's gradient is the same whichever rank computes it. */
+ * Flash-style, as the forward: for each query head and block of
+ * GRAD_QBLOCK queries, the keys the block sees (causal: none past its last
+ * query) are walked twice in blocks of GRAD_KBLOCK. The first walk
+ * recomputes each row's softmax statistics online (running max,
+ * denominator and D, rescaled when the max grows); the second recomputes
+ * the block of P and dP and turns it into dS, then three SGEMMs add
+ * dS K to dq's rows, dS^T Q to dk's and P^T dy to dv's. Nothing is saved
+ * from the forward and the scratch is two blocks whatever the sequence
+ * length. Scores, P and dS are fp32 as the forward's; the denominators and
+ * D are summed in double.
+ *
+ * An output that is NULL is not computed (dv alone needs no dP). dk and dv
+ * accumulate over the query heads of their kv head, then the query blocks,
+ * in that order, with products of the same shapes whichever other heads a
+ * rank holds, so a kv head's gradient is the same whichever rank computes
+ * it. */
 #include "runtime/backends/cpu/cpu_training.h"
 
 #include <assert.h>
+#include <cblas.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
+#include "util/xalloc.h"
 
-#define GRAD_BLOCK 128
+#define GRAD_QBLOCK 64
+#define GRAD_KBLOCK 128
 
-/* what a row's recomputation needs: kv heads g (key j + 1 is g * d floats
- * after key j), head dim d, and the forward's scale and softcap */
-typedef struct attn_shape {
-    int64_t g, d;
+/* One (batch element, query head): q, dy and dq rows at stride h * d; k,
+ * v, dk and dv rows of its kv head at stride g * d. */
+typedef struct head_view {
+    const float *q, *dy, *k, *v;
+    float *dq, *dk, *dv;
+    int64_t qstride, kvstride, d;
     double scale, softcap;
-} attn_shape;
+} head_view;
 
-static double dot(const float *a, const float *b, int64_t d)
-{
-    double acc = 0.0;
-    for (int64_t c = 0; c < d; c++)
-        acc += (double)a[c] * b[c];
-    return acc;
-}
+/* The scratch of one query block: a block of scores (then P) and of dP
+ * (then dS), and each row's statistics. */
+typedef struct block_rows {
+    float *p, *ds;
+    float mx[GRAD_QBLOCK];
+    double denom[GRAD_QBLOCK], dsum[GRAD_QBLOCK];
+} block_rows;
 
-/* The score as the forward computes it; *cap_grad is d score / d (scale q.k). */
-static double score(const attn_shape *sh, const float *qr, const float *kr, double *cap_grad)
+/* Scores of queries q0 .. q0 + nq - 1 against keys k0 .. k0 + nk - 1 into
+ * p (nq x nk), capped, and -inf where causality hides the key; with dp,
+ * dP = dy V^T into dp. */
+static void scores(const head_view *hv, int64_t q0, int64_t nq, int64_t k0, int64_t nk, float *p, float *dp)
 {
-    double sc = dot(qr, kr, sh->d) * sh->scale;
-    *cap_grad = 1.0;
-    if (sh->softcap > 0) {
-        double th = tanh(sc / sh->softcap);
-        sc = sh->softcap * th;
-        *cap_grad = 1.0 - th * th;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)hv->d, (float)hv->scale,
+                hv->q + q0 * hv->qstride, (int)hv->qstride, hv->k + k0 * hv->kvstride, (int)hv->kvstride, 0.0f, p,
+                (int)nk);
+    if (dp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)hv->d, 1.0f,
+                    hv->dy + q0 * hv->qstride, (int)hv->qstride, hv->v + k0 * hv->kvstride, (int)hv->kvstride, 0.0f,
+                    dp, (int)nk);
+    for (int64_t i = 0; i < nq; i++) {
+        float *row = p + i * nk;
+        /* query q0 + i sees keys k0 .. q0 + i of this block */
+        const int64_t seen = q0 + i - k0 + 1 < nk ? q0 + i - k0 + 1 : nk;
+        for (int64_t j = 0; j < seen && hv->softcap > 0; j++)
+            row[j] = (float)(hv->softcap * tanh(row[j] / hv->softcap));
+        for (int64_t j = seen < 0 ? 0 : seen; j < nk; j++)
+            row[j] = -INFINITY;
     }
-    return sc;
 }
 
-/* A query row's softmax max and denominator, and D = sum_j P_j dP_j (only
- * when with_dot: dv does not need it), in one online pass: when the max
- * grows, what was accumulated is rescaled. */
-typedef struct row_softmax {
-    double max, denom, dot;
-} row_softmax;
-
-static row_softmax row_stats(const attn_shape *sh, const float *qr, const float *dyr, const float *k0,
-                             const float *v0, int64_t nkeys, bool with_dot)
+/* The first walk: each row's max, denominator and (with_dsum) D over the
+ * keys it sees, online. */
+static void row_stats(const head_view *hv, int64_t q0, int64_t nq, bool with_dsum, block_rows *br)
 {
-    const int64_t kv_stride = sh->g * sh->d; /* from key j to key j + 1 */
-    row_softmax st = {-INFINITY, 0.0, 0.0};
-    double cap_grad;
-    for (int64_t j = 0; j < nkeys; j++) {
-        const double sc = score(sh, qr, k0 + j * kv_stride, &cap_grad);
-        if (sc > st.max) {
-            /* exp(-inf) = 0 at the first key: nothing to rescale */
-            const double rescale = exp(st.max - sc);
-            st.denom *= rescale;
-            st.dot *= rescale;
-            st.max = sc;
-        }
-        const double e = exp(sc - st.max);
-        st.denom += e;
-        if (with_dot)
-            st.dot += e * dot(dyr, v0 + j * kv_stride, sh->d);
+    for (int64_t i = 0; i < nq; i++) {
+        br->mx[i] = -INFINITY;
+        br->denom[i] = br->dsum[i] = 0.0;
     }
-    st.dot /= st.denom;
-    return st;
-}
-
-/* One query row's contribution to the gradient `which`: dq's row (out_q),
- * or the rows of dk / dv of its keys (out_kv, key j at j * g * d). */
-static void row_grad(const attn_shape *sh, tp_attention_grad which, float *out_q, float *out_kv, const float *qr,
-                     const float *dyr, const float *k0, const float *v0, int64_t nkeys)
-{
-    const int64_t kv_stride = sh->g * sh->d, d = sh->d;
-    const row_softmax st = row_stats(sh, qr, dyr, k0, v0, nkeys, which != TP_ATTENTION_DV);
-    double ds[GRAD_BLOCK], cap_grad;
-    for (int64_t kb = 0; kb < nkeys; kb += GRAD_BLOCK) {
-        const int64_t nk = nkeys - kb < GRAD_BLOCK ? nkeys - kb : GRAD_BLOCK;
-        for (int64_t j = 0; j < nk; j++) {
-            const float *kr = k0 + (kb + j) * kv_stride, *vr = v0 + (kb + j) * kv_stride;
-            const double p = exp(score(sh, qr, kr, &cap_grad) - st.max) / st.denom;
-            if (which == TP_ATTENTION_DV) {
-                float *o = out_kv + (kb + j) * kv_stride;
-                for (int64_t c = 0; c < d; c++)
-                    o[c] = (float)((double)o[c] + p * dyr[c]);
-                continue;
-            }
-            ds[j] = p * (dot(dyr, vr, d) - st.dot) * cap_grad * sh->scale;
-            if (which == TP_ATTENTION_DK) {
-                float *o = out_kv + (kb + j) * kv_stride;
-                for (int64_t c = 0; c < d; c++)
-                    o[c] = (float)((double)o[c] + ds[j] * qr[c]);
-            }
-        }
-        if (which != TP_ATTENTION_DQ)
-            continue;
-        for (int64_t c = 0; c < d; c++) {
-            double acc = 0.0;
+    for (int64_t k0 = 0; k0 < q0 + nq; k0 += GRAD_KBLOCK) {
+        const int64_t nk = q0 + nq - k0 < GRAD_KBLOCK ? q0 + nq - k0 : GRAD_KBLOCK;
+        scores(hv, q0, nq, k0, nk, br->p, with_dsum ? br->ds : NULL);
+        for (int64_t i = 0; i < nq; i++) {
+            const float *row = br->p + i * nk, *dprow = br->ds + i * nk;
+            float bmax = -INFINITY;
             for (int64_t j = 0; j < nk; j++)
-                acc += ds[j] * k0[(kb + j) * kv_stride + c];
-            out_q[c] = (float)((double)out_q[c] + acc);
+                bmax = row[j] > bmax ? row[j] : bmax;
+            if (bmax == -INFINITY)
+                continue;      /* every key of the block is in the row's future */
+            if (bmax > br->mx[i]) {
+                /* exp(-inf) = 0 on the first block: nothing to rescale */
+                const double rescale = exp((double)br->mx[i] - bmax);
+                br->denom[i] *= rescale;
+                br->dsum[i] *= rescale;
+                br->mx[i] = bmax;
+            }
+            double sum = 0.0, dot = 0.0;
+            for (int64_t j = 0; j < nk; j++) {
+                const float e = expf(row[j] - br->mx[i]);
+                sum += e;
+                if (with_dsum)
+                    dot += (double)e * dprow[j];
+            }
+            br->denom[i] += sum;
+            br->dsum[i] += dot;
         }
+    }
+    for (int64_t i = 0; i < nq; i++)
+        br->dsum[i] /= br->denom[i];
+}
+
+/* The second walk: P and dS block by block, and their products into the
+ * gradients asked for. */
+static void block_grads(const head_view *hv, int64_t q0, int64_t nq, block_rows *br)
+{
+    const bool need_ds = hv->dq || hv->dk;
+    const int64_t d = hv->d;
+    for (int64_t k0 = 0; k0 < q0 + nq; k0 += GRAD_KBLOCK) {
+        const int64_t nk = q0 + nq - k0 < GRAD_KBLOCK ? q0 + nq - k0 : GRAD_KBLOCK;
+        scores(hv, q0, nq, k0, nk, br->p, need_ds ? br->ds : NULL);
+        for (int64_t i = 0; i < nq; i++) {
+            float *prow = br->p + i * nk, *dsrow = br->ds + i * nk;
+            const float inv = (float)(1.0 / br->denom[i]), dsum = (float)br->dsum[i];
+            for (int64_t j = 0; j < nk; j++) {
+                const float score = prow[j];
+                prow[j] = expf(score - br->mx[i]) * inv;    /* 0 for a key in the row's future (-inf) */
+                /* the capped score's derivative, 1 - tanh^2, from the score itself */
+                const float t = hv->softcap > 0 && prow[j] > 0 ? score / (float)hv->softcap : 0.0f;
+                if (need_ds)
+                    dsrow[j] = prow[j] * (dsrow[j] - dsum) * (1.0f - t * t) * (float)hv->scale;
+            }
+        }
+        if (hv->dv)   /* dv[k0 ..] += P^T dy */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)d, (int)nq, 1.0f, br->p, (int)nk,
+                        hv->dy + q0 * hv->qstride, (int)hv->qstride, 1.0f, hv->dv + k0 * hv->kvstride,
+                        (int)hv->kvstride);
+        if (hv->dk)   /* dk[k0 ..] += dS^T q */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)nk, (int)d, (int)nq, 1.0f, br->ds, (int)nk,
+                        hv->q + q0 * hv->qstride, (int)hv->qstride, 1.0f, hv->dk + k0 * hv->kvstride,
+                        (int)hv->kvstride);
+        if (hv->dq)   /* dq[q0 ..] += dS k */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)d, (int)nk, 1.0f, br->ds, (int)nk,
+                        hv->k + k0 * hv->kvstride, (int)hv->kvstride, 1.0f, hv->dq + q0 * hv->qstride,
+                        (int)hv->qstride);
     }
 }
 
-void tp_cpu_attention_grad(tp_attention_grad which, float *out, const float *q, const float *k, const float *v,
+void tp_cpu_attention_grad(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
                            const float *dy, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, double scale,
                            double softcap)
 {
-    /* out accumulates: it must not overlap the inputs */
-    assert(out != q && out != k && out != v && out != dy);
+    /* the outputs accumulate: they must not overlap the inputs or each other */
+    assert((!dq || (dq != q && dq != k && dq != v && dq != dy)) && (!dk || (dk != q && dk != k && dk != v && dk != dy)) &&
+           (!dv || (dv != q && dv != k && dv != v && dv != dy)));
     assert(g > 0 && h % g == 0 && d > 0);
-    assert(which == TP_ATTENTION_DQ || which == TP_ATTENTION_DK || which == TP_ATTENTION_DV);
-    const attn_shape sh = {g, d, scale, softcap};
     const int64_t group = h / g; /* query heads per kv head */
-    const int64_t out_heads = which == TP_ATTENTION_DQ ? h : g;
-    memset(out, 0, (size_t)(b * s * out_heads * d) * sizeof *out);
+    if (dq)
+        memset(dq, 0, (size_t)(b * s * h * d) * sizeof *dq);
+    if (dk)
+        memset(dk, 0, (size_t)(b * s * g * d) * sizeof *dk);
+    if (dv)
+        memset(dv, 0, (size_t)(b * s * g * d) * sizeof *dv);
+    if (!dq && !dk && !dv)
+        return;
+    block_rows br;
+    br.p = tp_xmalloc((size_t)2 * GRAD_QBLOCK * GRAD_KBLOCK * sizeof *br.p);
+    br.ds = br.p + GRAD_QBLOCK * GRAD_KBLOCK;
 
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t hi = 0; hi < h; hi++) {
-            const int64_t kh = hi / group;
-            /* key 0 of this batch element's kv head; key j at j * g * d */
-            const float *k0 = k + (bi * s * g + kh) * d, *v0 = v + (bi * s * g + kh) * d;
-            float *out_kv = which == TP_ATTENTION_DQ ? NULL : out + (bi * s * g + kh) * d;
-            for (int64_t t = 0; t < s; t++) {
-                const int64_t row = ((bi * s + t) * h + hi) * d;
-                float *out_q = which == TP_ATTENTION_DQ ? out + row : NULL;
-                /* causal: query t sees keys 0..t */
-                row_grad(&sh, which, out_q, out_kv, q + row, dy + row, k0, v0, t + 1);
+            const int64_t qrow = bi * s * h + hi, kvrow = bi * s * g + hi / group;  /* row 0's, in heads */
+            head_view hv = {q + qrow * d, dy + qrow * d, k + kvrow * d, v + kvrow * d,
+                            dq ? dq + qrow * d : NULL, dk ? dk + kvrow * d : NULL, dv ? dv + kvrow * d : NULL,
+                            h * d, g * d, d, scale, softcap};
+            for (int64_t q0 = 0; q0 < s; q0 += GRAD_QBLOCK) {
+                const int64_t nq = s - q0 < GRAD_QBLOCK ? s - q0 : GRAD_QBLOCK;
+                row_stats(&hv, q0, nq, dq || dk, &br);
+                block_grads(&hv, q0, nq, &br);
             }
         }
+    free(br.p);
 }

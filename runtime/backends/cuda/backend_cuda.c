@@ -580,14 +580,15 @@ static void cuda_layernorm_dw(float *dw, const float *x, const float *dy, int64_
     done();
 }
 
-static void cuda_attention_grad(tp_attention_grad which, float *out, const float *q, const float *k, const float *v,
+static void cuda_attention_grad(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
                                 const float *dy, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, double scale,
                                 double softcap)
 {
-    int kwhich = which == TP_ATTENTION_DQ ? 0 : which == TP_ATTENTION_DK ? 1 : which == TP_ATTENTION_DV ? 2 : -1;
-    TP_GPU_ASSERT(kwhich >= 0 && b >= 0 && s >= 0 && h >= 0);
-    tp_k_attention_grad(compute_stream(), gpu->kdt, kwhich, out, q, k, v, dy, scratch_floats(2 * b * h * s), b, s, h,
-                        g, d, (float)scale, (float)softcap);
+    TP_GPU_ASSERT(b >= 0 && s >= 0 && h >= 0);
+    if (!dq && !dk && !dv)
+        return;
+    tp_k_attention_grad(compute_stream(), gpu->kdt, dq, dk, dv, q, k, v, dy, scratch_floats(2 * b * h * s), b, s, h, g,
+                        d, (float)scale, (float)softcap);
     done();
 }
 

@@ -135,15 +135,23 @@ TEST_P(GradKernels, Attention)
             Vec dy = as_stored(random_vec(q.size(), 80), t());
             Dev dq(t(), q), dk(t(), k), dv(t(), v), ddy(t(), dy);
             DevOf<float> scratch((size_t)(2 * c.b * c.h * c.s));
-            for (int which = 0; which < 3; which++) {
-                const Vec &like = which == 0 ? q : k;
-                Vec want(like.size());
-                ref().attention_grad((tp_attention_grad)which, want.data(), q.data(), k.data(), v.data(), dy.data(),
-                                     c.b, c.s, c.h, c.g, c.d, scale, softcap);
-                Dev dout(t(), like.size());
-                tp_k_attention_grad(nullptr, t(), which, dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(),
+            std::vector<Vec> want = {Vec(q.size()), Vec(k.size()), Vec(k.size())};
+            ref().attention_grad(want[0].data(), want[1].data(), want[2].data(), q.data(), k.data(), v.data(),
+                                 dy.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap);
+            // all three in one launch (dk and dv from one key-major kernel), then
+            // each alone (the kernels that compute dk or dv only)
+            for (int only = -1; only < 3; only++) {
+                Dev gq(t(), q.size()), gk(t(), k.size()), gv(t(), k.size());
+                void *out[3] = {gq.ptr(), gk.ptr(), gv.ptr()};
+                for (int which = 0; which < 3; which++)
+                    out[which] = only < 0 || only == which ? out[which] : nullptr;
+                tp_k_attention_grad(nullptr, t(), out[0], out[1], out[2], dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(),
                                     scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)scale, (float)softcap);
-                compare(dout.download(), want, stored({1e-5, 1e-5}, t()), label(t(), shape + " " + names[which]));
+                Dev *got[3] = {&gq, &gk, &gv};
+                for (int which = 0; which < 3; which++)
+                    if (out[which])
+                        compare(got[which]->download(), want[which], stored({1e-5, 1e-5}, t()),
+                                label(t(), shape + " " + names[which] + (only < 0 ? "" : " alone")));
             }
         }
 }
@@ -423,15 +431,16 @@ TEST_P(GradKernels, ResultsDoNotDependOnTheSchedule)
     std::vector<Vec> first;
     for (uint64_t seed : {1, 2, 3}) {
         tp_emu_set_seed(seed);
-        Dev dq(t(), q), dk(t(), k), dx(t(), x), ddy(t(), dy), dattn(t(), k.size()), dw(t(), (size_t)n),
-            demb(t(), (size_t)(5 * n));
+        Dev dq(t(), q), dk(t(), k), dx(t(), x), ddy(t(), dy), dattn(t(), k.size()), dattn_q(t(), q.size()),
+            dattn_v(t(), k.size()), dw(t(), (size_t)n), demb(t(), (size_t)(5 * n));
         DevOf<float> scratch((size_t)std::max<int64_t>(2 * h * s, m));
         DevOf<int32_t> dids(ids);
-        tp_k_attention_grad(nullptr, t(), 1, dattn.ptr(), dq.ptr(), dk.ptr(), dk.ptr(), dq.ptr(), scratch.ptr(), 1, s,
-                            h, g, d, 0.15f, 0.0f);
+        tp_k_attention_grad(nullptr, t(), dattn_q.ptr(), dattn.ptr(), dattn_v.ptr(), dq.ptr(), dk.ptr(), dk.ptr(),
+                            dq.ptr(), scratch.ptr(), 1, s, h, g, d, 0.15f, 0.0f);
         tp_k_rmsnorm_dw(nullptr, t(), dw.ptr(), dx.ptr(), ddy.ptr(), scratch.ptr(), m, n, 1e-6f);
         tp_k_embedding_grad(nullptr, t(), demb.ptr(), dids.ptr(), ddy.ptr(), m, 5, n, 0, false);
-        std::vector<Vec> now = {dattn.download(), dw.download(), demb.download()};
+        std::vector<Vec> now = {dattn_q.download(), dattn.download(), dattn_v.download(), dw.download(),
+                                demb.download()};
         if (seed == 1) {
             first = now;
             continue;

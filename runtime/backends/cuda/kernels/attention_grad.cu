@@ -7,15 +7,16 @@
 //   dP = dy V^T,  D_t = sum_j P_tj dP_tj = dy_t . O_t,
 //   dS = P (dP - D) * (1 - (S / cap)^2 when capped),
 //   dq = scale dS K,  dk = scale dS^T Q,  dv = P^T dy,
-// dk and dv summed over the query heads of each kv head. Each op
-// recomputes the softmax: a first kernel writes every query's log-sum-exp
-// and D (as the forward does, plus a dot product) to scratch, then dq walks
-// the keys of each query, and dk / dv the queries of each key. Every sum
-// runs in a fixed order: the results do not depend on the schedule.
+// dk and dv summed over the query heads of each kv head. One launcher for
+// the three: a first kernel writes every query's log-sum-exp and D (as the
+// forward does, plus a dot product) to scratch, once for all of them; then
+// dq walks the keys of each query, and one key-major kernel walks the
+// queries of each key for dk and dv together (one score, one P per pair
+// for both). dq is not summed into from the key-major walk (atomics would
+// make it depend on the schedule): every sum runs in a fixed order, so the
+// results, a kv head's included, do not depend on the schedule or on which
+// other heads a rank holds.
 #include "attention.cuh"
-
-// op numbers of tp_k_attention_grad (= tp_attention_grad of backend.h)
-enum { GRAD_Q = 0, GRAD_K = 1, GRAD_V = 2 };
 
 // ---- CUDA kernels
 
@@ -47,11 +48,10 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
     }
 }
 
-// dS of one (query, key) pair from the score, the query's statistics and
-// dP = dy_t . v_j
-__device__ __forceinline__ float attn_ds(float score, float lse, float dsum, float dp, float softcap)
+// dS of one (query, key) pair from its probability p, the capped score,
+// the query's D and dP = dy_t . v_j
+__device__ __forceinline__ float attn_ds(float p, float score, float dsum, float dp, float softcap)
 {
-    const float p = expf(score - lse);
     const float capped = softcap > 0.0f ? 1.0f - (score / softcap) * (score / softcap) : 1.0f;
     return p * (dp - dsum) * capped;
 }
@@ -100,60 +100,65 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
     const float l = active ? lse[at] : 0.0f, dsumt = active ? dsum[at] : 0.0f;
     attn_walk(k, v, g, kh, bi, s, d, 0, kend, keys_per_tile, ktile, vtile, active, 0, t + 1,
               [&](const float *kr, const float *vr, int64_t) {
-                  const float ds = attn_ds(attn_score(attn_dot(qr, kr, d), scale, softcap), l, dsumt,
-                                           attn_dot(dyr, vr, d), softcap);
-                  grad_axpy(acc, ds, kr, d);
+                  const float score = attn_score(attn_dot(qr, kr, d), scale, softcap);
+                  grad_axpy(acc, attn_ds(expf(score - l), score, dsumt, attn_dot(dyr, vr, d), softcap), kr, d);
               });
     if (active)
         grad_store(dq + row * d, acc, scale, d);
 }
 
-// Which of dk and dv a key-major kernel computes, with the storage type:
-// a compile-time choice, so dv's kernel holds no dP terms in registers.
-template <typename T, bool DK> struct kv_grad {
+// Which of dk and dv the key-major kernel computes, with the storage type:
+// a compile-time choice, so a kernel holds only the accumulators (and dv's
+// alone no dP terms) it needs.
+template <typename T, bool DK, bool DV> struct kv_grad {
     typedef T type;
-    static constexpr bool dk = DK;
+    static constexpr bool dk = DK, dv = DV;
 };
 
 // Block (key tile, kv head, batch), a warp per key j: over the query heads
 // hi of the kv head and the queries t >= j,
-//   dv_j = sum P_tj dy_t,   dk_j = scale * sum dS_tj q_t.
-// (at least one block per SM: left to itself ptxas caps dk's kernel at 64
+//   dv_j = sum P_tj dy_t,   dk_j = scale * sum dS_tj q_t,
+// both from the same score and P of each (query, key) pair.
+// (at least one block per SM: left to itself ptxas caps the kernel at 64
 // registers and spills)
 template <typename G>
 __global__ void __launch_bounds__(ATTN_WARPS * 32, 1)
-    attention_dkv_kernel(typename G::type *out, const typename G::type *q, const typename G::type *k,
-                         const typename G::type *v, const typename G::type *dy, const float *lse, const float *dsum,
-                         int64_t s, int64_t h, int64_t g, int64_t d, int rows_per_tile, float scale, float softcap)
+    attention_dkv_kernel(typename G::type *dk, typename G::type *dv, const typename G::type *q,
+                         const typename G::type *k, const typename G::type *v, const typename G::type *dy,
+                         const float *lse, const float *dsum, int64_t s, int64_t h, int64_t g, int64_t d,
+                         int rows_per_tile, float scale, float softcap)
 {
-    constexpr bool dk = G::dk;
     TP_SHARED(float, qtile, ATTN_TILE);
     TP_SHARED(float, dytile, ATTN_TILE);
     const int64_t bi = blockIdx.z, kh = blockIdx.y, group = h / g;
     const int64_t first = (int64_t)blockIdx.x * ATTN_WARPS, j = first + threadIdx.x / 32;
     const bool active = j < s;
     const int64_t row = (bi * s + j) * g + kh;
-    float kr[ATTN_PER_LANE], vr[ATTN_PER_LANE], acc[ATTN_PER_LANE] = {};
+    float kr[ATTN_PER_LANE], vr[ATTN_PER_LANE], dk_acc[ATTN_PER_LANE] = {}, dv_acc[ATTN_PER_LANE] = {};
     attn_load(kr, k + row * d, d, active);
-    attn_load(vr, v + row * d, d, active);
+    attn_load(vr, v + row * d, d, active && G::dk);
     for (int64_t hi = kh * group; hi < (kh + 1) * group; hi++) {
         const float *hl = lse + (bi * h + hi) * s, *hd = dsum + (bi * h + hi) * s;
         attn_walk(q, dy, h, hi, bi, s, d, first, s, rows_per_tile, qtile, dytile, active, j, s,
                   [&](const float *qt, const float *dyt, int64_t t) {
                       const float score = attn_score(attn_dot(kr, qt, d), scale, softcap);
-                      const float w = dk ? attn_ds(score, hl[t], hd[t], attn_dot(vr, dyt, d), softcap)
-                                         : expf(score - hl[t]);
-                      grad_axpy(acc, w, dk ? qt : dyt, d);
+                      const float p = expf(score - hl[t]);
+                      if (G::dv)
+                          grad_axpy(dv_acc, p, dyt, d);
+                      if (G::dk)
+                          grad_axpy(dk_acc, attn_ds(p, score, hd[t], attn_dot(vr, dyt, d), softcap), qt, d);
                   });
     }
-    if (active)
-        grad_store(out + row * d, acc, dk ? scale : 1.0f, d);
+    if (active && G::dk)
+        grad_store(dk + row * d, dk_acc, scale, d);
+    if (active && G::dv)
+        grad_store(dv + row * d, dv_acc, 1.0f, d);
 }
 
 // ---- kernel launchers
 
 template <typename T>
-static void launch_attention_grad(tp_stream st, int which, T *out, const T *q, const T *k, const T *v, const T *dy,
+static void launch_attention_grad(tp_stream st, T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *dy,
                                   float *scratch, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, float scale,
                                   float softcap)
 {
@@ -162,37 +167,46 @@ static void launch_attention_grad(tp_stream st, int which, T *out, const T *q, c
     const dim3 queries((unsigned)TP_CEIL_DIV(s, ATTN_WARPS), (unsigned)h, (unsigned)b);
     TP_LAUNCH(attention_stats_kernel<T>, queries, ATTN_WARPS * 32, 0, st, lse, dsum, q, k, v, dy, s, h, g, d, per_tile,
               scale, softcap);
-    if (which == GRAD_Q) {
-        TP_LAUNCH(attention_dq_kernel<T>, queries, ATTN_WARPS * 32, 0, st, out, q, k, v, dy, lse, dsum, s, h, g, d,
+    if (dq)
+        TP_LAUNCH(attention_dq_kernel<T>, queries, ATTN_WARPS * 32, 0, st, dq, q, k, v, dy, lse, dsum, s, h, g, d,
                   per_tile, scale, softcap);
-        return;
-    }
-    typedef kv_grad<T, true> dk_grad;
-    typedef kv_grad<T, false> dv_grad;
+    typedef kv_grad<T, true, true> dk_dv;     // (a macro argument holds no comma)
+    typedef kv_grad<T, true, false> dk_only;
+    typedef kv_grad<T, false, true> dv_only;
     const dim3 keys((unsigned)TP_CEIL_DIV(s, ATTN_WARPS), (unsigned)g, (unsigned)b);
-    if (which == GRAD_K)
-        TP_LAUNCH(attention_dkv_kernel<dk_grad>, keys, ATTN_WARPS * 32, 0, st, out, q, k, v, dy, lse, dsum, s, h, g, d,
-                  per_tile, scale, softcap);
-    else
-        TP_LAUNCH(attention_dkv_kernel<dv_grad>, keys, ATTN_WARPS * 32, 0, st, out, q, k, v, dy, lse, dsum, s, h, g, d,
-                  per_tile, scale, softcap);
+    if (dk && dv)
+        TP_LAUNCH(attention_dkv_kernel<dk_dv>, keys, ATTN_WARPS * 32, 0, st, dk, dv, q, k, v, dy, lse,
+                  dsum, s, h, g, d, per_tile, scale, softcap);
+    else if (dk)
+        TP_LAUNCH(attention_dkv_kernel<dk_only>, keys, ATTN_WARPS * 32, 0, st, dk, dv, q, k, v, dy,
+                  lse, dsum, s, h, g, d, per_tile, scale, softcap);
+    else if (dv)
+        TP_LAUNCH(attention_dkv_kernel<dv_only>, keys, ATTN_WARPS * 32, 0, st, dk, dv, q, k, v, dy,
+                  lse, dsum, s, h, g, d, per_tile, scale, softcap);
 }
 
-extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, int which, void *out, const void *q,
+// Whether out, when computed, overlaps none of the inputs.
+static bool apart(const void *out, const void *q, const void *k, const void *v, const void *dy)
+{
+    return !out || (out != q && out != k && out != v && out != dy);
+}
+
+extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, void *dk, void *dv, const void *q,
                                     const void *k, const void *v, const void *dy, float *scratch, int64_t b, int64_t s,
                                     int64_t h, int64_t g, int64_t d, float scale, float softcap)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
-    TP_KCHECK(which == GRAD_Q || which == GRAD_K || which == GRAD_V, "unknown attention gradient");
-    TP_KCHECK(out != q && out != k && out != v && out != dy, "out must not overlap the inputs");
+    TP_KCHECK(dq || dk || dv, "at least one gradient to compute");
+    TP_KCHECK(apart(dq, q, k, v, dy) && apart(dk, q, k, v, dy) && apart(dv, q, k, v, dy) && (!dk || dk != dv),
+              "the gradients must not overlap the inputs or each other");
     attn_check(b, s, h, g, d, scale, softcap);
     if (b == 0 || s == 0 || h == 0)
         return;
     if (t == TP_KERNEL_F32)
-        launch_attention_grad(st, which, (float *)out, (const float *)q, (const float *)k, (const float *)v,
-                              (const float *)dy, scratch, b, s, h, g, d, scale, softcap);
+        launch_attention_grad(st, (float *)dq, (float *)dk, (float *)dv, (const float *)q, (const float *)k,
+                              (const float *)v, (const float *)dy, scratch, b, s, h, g, d, scale, softcap);
     else
-        launch_attention_grad(st, which, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k,
-                              (const __nv_bfloat16 *)v, (const __nv_bfloat16 *)dy, scratch, b, s, h, g, d, scale,
-                              softcap);
+        launch_attention_grad(st, (__nv_bfloat16 *)dq, (__nv_bfloat16 *)dk, (__nv_bfloat16 *)dv,
+                              (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v,
+                              (const __nv_bfloat16 *)dy, scratch, b, s, h, g, d, scale, softcap);
 }
