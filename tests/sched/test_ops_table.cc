@@ -340,7 +340,7 @@ TEST(OpTable, SeveralOutputsAreAListWithNullsForThoseNotComputed)
             Loaded r = load(k, [&](json_t *op) { json_array_set_new(json_object_get(op, "out"), o, json_null()); });
             ASSERT_EQ(r.rc, 0) << name_of(k) << " without output " << o << ": " << r.err;
             for (int p = 0; p < d.nout; p++)
-                EXPECT_EQ(r.op.outs[p], p == o ? -1 : p ? OUT_BUFS + p - 1 : FLOAT_BUF) << name_of(k);
+                EXPECT_EQ(r.op.outs[p], p == o ? -1 : p ? MORE_OUT_BUFS + p - 1 : OUT_BUF) << name_of(k);
         }
         Loaded r = load(k, [&](json_t *op) {
             json_t *none = json_array();
@@ -349,8 +349,9 @@ TEST(OpTable, SeveralOutputsAreAListWithNullsForThoseNotComputed)
             json_object_set_new(op, "out", none);
         });
         EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "'out' lists no buffer"))) << r.err;
-        r = load(k, [&](json_t *op) { json_array_set_new(json_object_get(op, "out"), 1, json_integer(FLOAT_BUF)); });
-        EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "out[0] and out[1] are both buffer 1"))) << r.err;
+        r = load(k, [&](json_t *op) { json_array_set_new(json_object_get(op, "out"), 1, json_integer(OUT_BUF)); });
+        EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "out[0] and out[1] are both buffer " + std::to_string(OUT_BUF))))
+            << r.err;
         r = load(k, [&](json_t *op) { json_object_set_new(op, "out", json_integer(FLOAT_BUF)); });
         EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "'out' must be a list of " + std::to_string(d.nout))))
             << r.err;
@@ -364,7 +365,7 @@ TEST(OpTable, SeveralOutputsAreAListWithNullsForThoseNotComputed)
         std::string listing = listing_of(op, 0);
         std::string want = "-";
         for (int o = 1; o < d.nout; o++)
-            want += ", b" + std::to_string(OUT_BUFS + o - 1);
+            want += ", b" + std::to_string(MORE_OUT_BUFS + o - 1);
         EXPECT_TRUE(tpcc_test::contains(listing, want + " <- ")) << listing;
     }
 }
