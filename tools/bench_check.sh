@@ -22,32 +22,13 @@ if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]] || [[ "$mode" != check && "$mode" != compile
     exit 2
 fi
 
-build_dir=build-bench
 plan=plans/llama-405b.plan
 # check: tpcc --check, target 20 ms; compile: tpcc PLAN -o FILE, target 100 ms
 if [[ "$mode" == check ]]; then target_ms=20; else target_ms=100; fi
 
-# A separate Release build directory: the timings must not depend on whatever
-# build type (RelWithDebInfo, sanitizers) build/ happens to be configured with,
-# and skipping the GoogleTest suite keeps a fresh configure fast. Configure
-# only once; the build step is incremental, so it is cheap when nothing
-# changed and guarantees we never time a stale binary.
-# Build output goes to a log so stdout stays just the results; shown on failure.
-mkdir -p "$build_dir"
-build_log="$build_dir/bench-build.log"
-if [[ ! -f "$build_dir/CMakeCache.txt" ]]; then
-    if ! cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DTPCC_TESTS=OFF \
-            >"$build_log" 2>&1; then
-        cat "$build_log" >&2
-        echo "bench_check: cmake configure failed" >&2
-        exit 1
-    fi
-fi
-if ! cmake --build "$build_dir" -j2 --target tpcc >"$build_log" 2>&1; then
-    cat "$build_log" >&2
-    echo "bench_check: build failed" >&2
-    exit 1
-fi
+# shellcheck source=tools/bench_build.sh
+. tools/bench_build.sh
+bench_build bench_check tpcc
 
 # The timing loop is a small Python driver rather than `date +%s%N` in bash:
 # perf_counter_ns is monotonic and high resolution, and the driver's own

@@ -153,7 +153,13 @@ typedef struct snippet_line {
     const char *text;
     int len;
     int width;      /* of the line-number column */
+    int indent;     /* display columns before the text: "..." when the line is cut */
 } snippet_line;
+
+/* A source line is shown at most this many bytes wide, around the span:
+ * a minified or mistaken file (one huge line) must not pour its content
+ * into a log. */
+enum { SNIPPET_MAX_BYTES = 200 };
 
 static int digits(int n)
 {
@@ -197,7 +203,7 @@ static void caret_line(const text_ctx *c, const snippet_line *sl, tp_span sp)
         tp_buf_append_char(&marks, '~', (size_t)(dend - dstart - 1));
 
     gutter(c, sl, 0);
-    tp_buf_append_char(c->out, ' ', (size_t)dstart + 1);
+    tp_buf_append_char(c->out, ' ', (size_t)(dstart + 1 + sl->indent));
     put_colored(c, C_CARET, marks.data);
     tp_buf_append(c->out, "\n");
     tp_buf_free(&marks);
@@ -290,11 +296,30 @@ static void snippet(const text_ctx *c, tp_span sp, const tp_diag *g)
     if (!span_in_file(c, sp) || !tp_source_line(c->src, sp.file, sp.line, &sl.text, &sl.len))
         return;
     sl.width = digits(sp.line) > 4 ? digits(sp.line) : 4;
+    sl.indent = 0;
+    bool cut_after = false;
+    if (sl.len > SNIPPET_MAX_BYTES) {
+        int start = sp.col - 1 - SNIPPET_MAX_BYTES / 4;
+        start = start < 0 ? 0 : start > sl.len ? sl.len : start;
+        while (start > 0 && is_utf8_continuation((unsigned char)sl.text[start]))
+            start--;
+        int end = start + SNIPPET_MAX_BYTES < sl.len ? start + SNIPPET_MAX_BYTES : sl.len;
+        while (end < sl.len && end > start && is_utf8_continuation((unsigned char)sl.text[end]))
+            end--;
+        cut_after = end < sl.len;
+        sl.indent = start > 0 ? 3 : 0;
+        sl.text += start;
+        sl.len = end - start;
+        sp.col -= start;
+        g = NULL;          /* fix-its' columns are the whole line's */
+    }
 
     gutter(c, &sl, sp.line);
     if (sl.len > 0) {
-        tp_buf_append(c->out, " ");
+        tp_buf_append(c->out, sl.indent ? " ..." : " ");
         append_expanded(c->out, sl.text, sl.len);
+        if (cut_after)
+            tp_buf_append(c->out, "...");
     }
     tp_buf_append(c->out, "\n");
     caret_line(c, &sl, sp);

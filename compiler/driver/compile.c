@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/driver/compile.h"
+#include "compiler/driver/input_roots.h"
 #include "compiler/driver/model_path.h"
 #include "compiler/front/hf_check.h"
 #include "compiler/front/parse.h"
@@ -46,6 +47,25 @@ static int load(tp_unit *u, const char *path, tp_span from)
     return id;
 }
 
+/* The model file must be one the plan may read (input_roots.h): the
+ * error points at the plan's model line. */
+static bool model_allowed(tp_unit *u, const char *plan_path, const char *model_path, tp_span from,
+                          const tp_compile_opts *opts)
+{
+    tp_roots roots;
+    tp_roots_for_plan(&roots, plan_path, opts->allow_outside, opts->nallow_outside);
+    char err[1024], help[1024];
+    int rc = tp_roots_check(&roots, model_path, err, sizeof err, help, sizeof help);
+    tp_roots_free(&roots);
+    if (rc == 0)
+        return true;
+    tp_diag *d = tp_diag_add(&u->diags, TP_ERROR, from, "io", "%s", err);
+    if (help[0])
+        tp_diag_help(d, "%s", help);
+    u->io_error = true;
+    return false;
+}
+
 static void bind_config_blocks(tp_unit *u, const tp_node *file, tp_cfg_origin origin)
 {
     for (int i = 0; i < file->nkids; i++)
@@ -77,6 +97,10 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     if (nrefs > 1)
         tp_diag_add(&u->diags, TP_ERROR, ref->span, "plan", "a plan applies to one model; it names %d", nrefs);
     char *model_path = tp_find_model(plan_path, ref->str);
+    if (!model_allowed(u, plan_path, model_path, ref->span, opts)) {
+        free(model_path);
+        return;
+    }
     u->model_file = load(u, model_path, ref->span);
     free(model_path);
     if (u->model_file < 0)

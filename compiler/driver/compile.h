@@ -20,6 +20,8 @@ typedef struct tp_compile_opts {
     bool program;                               /* run the passes: the per-rank program (ir) */
     bool train;                                 /* --train: the backward pass and the weights' gradients */
     tp_outer_loss loss;                         /* --loss: the loss on logits the model returns */
+    char *const *allow_outside;                 /* --allow-outside, resolved (input_roots.h) */
+    int nallow_outside;
 } tp_compile_opts;
 
 typedef struct tp_unit {

@@ -10,6 +10,7 @@
 #include "compiler/driver/auto_plan.h"
 #include "compiler/driver/compile.h"
 #include "compiler/driver/fix.h"
+#include "compiler/driver/input_roots.h"
 #include "compiler/driver/output.h"
 #include "compiler/export/export.h"
 #include "compiler/front/config.h"
@@ -52,6 +53,7 @@ static const char usage[] =
     "                             training loop computes on them (sum: output.sum().backward();\n"
     "                             cross_entropy: against labels, vocab-parallel on vocab shards)\n"
     "  -D name=value              override a configuration value (tp, seq, hidden, ...)\n"
+    "  --allow-outside PATH       a plan may also read its model from PATH (repeatable)\n"
     "  --hf-config FILE|DIR       read hf(key, default) values from a Hugging Face config.json\n"
     "                             (or a model directory's), checked against the model's hf { }\n"
     "  --tp-plan auto             with --hf-config and no plan file: the plan transformers itself\n"
@@ -79,6 +81,7 @@ static const char usage[] =
 enum {
     OPT_CHECK = 256, OPT_EXPLAIN, OPT_HF, OPT_FIX, OPT_FORMAT, OPT_COLOR, OPT_VERSION, OPT_REPORT,
     OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT, OPT_TP_PLAN, OPT_TRAIN, OPT_LOSS, OPT_DEVICE_MEMORY,
+    OPT_ALLOW_OUTSIDE,
 };
 
 typedef enum mode { MODE_CHECK, MODE_COMPILE, MODE_EXPLAIN, MODE_REPORT, MODE_DUMP, MODE_EXPORT } mode;
@@ -92,6 +95,7 @@ typedef struct cli {
     int64_t device_memory;      /* --device-memory, bytes; 0: not given */
     bool auto_plan;             /* --tp-plan auto */
     const char **defines; int ndefines;
+    char **allow_outside; int nallow_outside;   /* --allow-outside, resolved */
     const char *hf, *out, *dump, *sarif_root;
     tp_lint lint;               /* -W, -Werror */
     tp_diag_format format;
@@ -147,6 +151,15 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
     case 'W': {
         char err[512];
         return tp_lint_option(&o->lint, arg, err, sizeof err) < 0 ? bad_usage("%s", err) : 0;
+    }
+    case OPT_ALLOW_OUTSIDE: {
+        char err[512];
+        char *real = tp_roots_resolve(arg, err, sizeof err);
+        if (!real)
+            return bad_usage("--allow-outside: %s", err);
+        o->allow_outside = tp_xreallocarray(o->allow_outside, (size_t)o->nallow_outside + 1, sizeof *o->allow_outside);
+        o->allow_outside[o->nallow_outside++] = real;
+        return 0;
     }
     case OPT_TP_PLAN:
         if (strcmp(arg, "auto"))
@@ -240,6 +253,7 @@ static int parse_args(cli *o, int argc, char **argv)
         {"train", no_argument, 0, OPT_TRAIN},
         {"loss", required_argument, 0, OPT_LOSS},
         {"device-memory", required_argument, 0, OPT_DEVICE_MEMORY},
+        {"allow-outside", required_argument, 0, OPT_ALLOW_OUTSIDE},
         {0, 0, 0, 0},
     };
     int c;
@@ -276,7 +290,8 @@ static tp_compile_opts compile_opts(const cli *o, bool optimize)
 {
     /* --check --train derives the backward too: what it cannot differentiate is an error there */
     bool program = o->mode == MODE_COMPILE || o->mode == MODE_REPORT || (o->mode == MODE_CHECK && o->train);
-    return (tp_compile_opts){o->defines, o->ndefines, o->hf, optimize, o->dtype, program, o->train, o->loss};
+    return (tp_compile_opts){o->defines,   o->ndefines, o->hf,   optimize,          o->dtype,
+                             program,      o->train,    o->loss, o->allow_outside, o->nallow_outside};
 }
 
 /* Apply -W and suppressions to the unit's diagnostics, apply --fix, then
@@ -434,6 +449,9 @@ static void cli_free(cli *o)
 {
     tp_lint_free(&o->lint);
     free(o->defines);
+    for (int i = 0; i < o->nallow_outside; i++)
+        free(o->allow_outside[i]);
+    free(o->allow_outside);
 }
 
 static int run(int argc, char **argv)

@@ -43,6 +43,15 @@ char *tp_installed_dir(const char *what)
     return tidy;
 }
 
+char *tp_models_dir(void)
+{
+    char *installed = tp_installed_dir("models");
+    if (installed && access(installed, R_OK) == 0)
+        return installed;
+    free(installed);
+    return tp_xstrdup(TPCC_MODELS_DIR);
+}
+
 char *tp_find_model(const char *plan_path, const char *ref)
 {
     char *beside = tp_path_relative_to(plan_path, ref);

@@ -17,4 +17,10 @@ char *tp_find_model(const char *plan_path, const char *ref);
  * is unknown. */
 char *tp_installed_dir(const char *what);
 
+/* The models directory tpcc ships: the installation's
+ * (BIN/../share/tpcc/models) when it exists, else the source tree's
+ * models/ this tpcc was built from (TPCC_MODELS_DIR at build time), as
+ * tp_plans_dir() finds the plans. malloc'ed. */
+char *tp_models_dir(void);
+
 #endif /* TPCC_MODEL_PATH_H */

@@ -1,5 +1,7 @@
 /* hf_check.c: config.json against the model file's hf { } block (see hf_check.h). */
+#define _XOPEN_SOURCE 700   /* realpath */
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
@@ -231,6 +233,19 @@ static bool file_implements(const char *path, const char *arch)
     return found;
 }
 
+/* Whether path really is in the directory real_dir (resolved): a
+ * symlink beside the model pointing elsewhere is not read, as the plan
+ * could not have named its target (driver/input_roots.h). */
+static bool really_in(const char *path, const char *real_dir)
+{
+    char *real = realpath(path, NULL);
+    char *slash = real ? strrchr(real, '/') : NULL;
+    bool in = slash && strlen(real_dir) == (size_t)(slash - real) + (slash == real) &&
+              !strncmp(real, real_dir, strlen(real_dir));
+    free(real);
+    return in;
+}
+
 /* The first (by name) other .model file beside model_path that implements
  * arch, or NULL; malloc'ed. */
 static char *sibling_implementing(const char *model_path, const char *arch)
@@ -238,13 +253,15 @@ static char *sibling_implementing(const char *model_path, const char *arch)
     const char *slash = strrchr(model_path, '/');
     char *dir = slash ? tp_xstrndup(model_path, (size_t)(slash - model_path)) : tp_xstrdup(".");
     char *best = NULL;
-    DIR *d = opendir(dir);
+    char *real_dir = realpath(dir, NULL);
+    DIR *d = real_dir ? opendir(dir) : NULL;
     for (struct dirent *ent; d && (ent = readdir(d));) {
         size_t len = strlen(ent->d_name);
         if (len < 7 || strcmp(ent->d_name + len - 6, ".model"))
             continue;
         char *path = slash ? tp_xasprintf("%s/%s", dir, ent->d_name) : tp_xstrdup(ent->d_name);
-        if (strcmp(path, model_path) && (!best || strcmp(path, best) < 0) && file_implements(path, arch)) {
+        if (strcmp(path, model_path) && (!best || strcmp(path, best) < 0) && really_in(path, real_dir) &&
+            file_implements(path, arch)) {
             free(best);
             best = path;
         } else {
@@ -253,6 +270,7 @@ static char *sibling_implementing(const char *model_path, const char *arch)
     }
     if (d)
         closedir(d);
+    free(real_dir);
     free(dir);
     return best;
 }

@@ -1,15 +1,17 @@
 /* source.c: loading source files and looking up their lines. */
-#define _POSIX_C_SOURCE 200809L   /* fileno, fstat */
+#define _POSIX_C_SOURCE 200809L   /* fdopen, fstat, O_CLOEXEC */
 
 #include "compiler/front/source.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "util/xalloc.h"
 #include "util/errmsg.h"
@@ -108,26 +110,57 @@ int tp_sources_add(tp_sources *s, const char *path, const char *text, size_t siz
     return add_owned(s, path, copy, size);
 }
 
-/* Refuse directories (fopen succeeds on them) and regular files that are
- * too big before reading a byte. Pipes and devices have no useful size;
- * read_stream() enforces the limit for them. */
-static int check_file_kind(FILE *f, const char *path, char *err, size_t errlen)
+const char *tp_file_kind_name(unsigned mode)
+{
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    default: return "not a regular file";
+    }
+}
+
+/* Only regular files are sources: a FIFO, a terminal or a device (model
+ * "/dev/stdin") could block the read forever or never end, and a
+ * directory has no text. The limit is checked before reading a byte. */
+static int check_file_kind(int fd, const char *path, char *err, size_t errlen)
 {
     struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
-        tp_error(err, errlen, "cannot read '%s': %s", path, strerror(errno));
-        return -1;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        tp_error(err, errlen, "'%s' is a directory", path);
-        return -1;
-    }
-    if (S_ISREG(st.st_mode) && (unsigned long long)st.st_size > TP_SOURCE_MAX_SIZE) {
-        tp_error(err, errlen, "'%s': file too large (%lld bytes; the limit is 16 MiB)",
-                path, (long long)st.st_size);
-        return -1;
-    }
+    if (fstat(fd, &st) != 0)
+        return tp_error(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return tp_error(err, errlen, "'%s' is a directory", path);
+    if (!S_ISREG(st.st_mode))
+        return tp_error(err, errlen, "'%s' is %s, not a regular file", path, tp_file_kind_name(st.st_mode));
+    if ((unsigned long long)st.st_size > TP_SOURCE_MAX_SIZE)
+        return tp_error(err, errlen, "'%s': file too large (%lld bytes; the limit is 16 MiB)",
+                        path, (long long)st.st_size);
     return 0;
+}
+
+/* The file at path opened for reading, or NULL with the message in err.
+ * O_NONBLOCK: opening a FIFO with no writer would otherwise wait for one
+ * before check_file_kind could refuse it; a regular file ignores it. */
+static FILE *open_source(const char *path, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        tp_error(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    if (check_file_kind(fd, path, err, errlen) < 0) {
+        close(fd);
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        tp_error(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
 }
 
 /* Read the whole stream into a NUL-terminated buffer. */
@@ -175,16 +208,12 @@ int tp_sources_load(tp_sources *s, const char *path, char *err, size_t errlen)
     if (id >= 0)
         return id;
 
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        tp_error(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+    FILE *f = open_source(path, err, errlen);
+    if (!f)
         return -1;
-    }
     char *text = NULL;
     size_t size = 0;
-    int rc = check_file_kind(f, path, err, errlen);
-    if (rc == 0)
-        rc = read_stream(f, path, &text, &size, err, errlen);
+    int rc = read_stream(f, path, &text, &size, err, errlen);
     /* A read-only stream has nothing to flush, but a failing close still
      * means we cannot trust what we read. */
     if (fclose(f) != 0 && rc == 0) {

@@ -36,9 +36,13 @@ void tp_sources_init(tp_sources *s);
 void tp_sources_free(tp_sources *s);
 
 /* Load a file; returns its id, or -1 with a message in err (size errlen)
- * when it cannot be read or is not text (NUL bytes). Loading the same path
- * twice returns the first id. */
+ * when it cannot be read, is not a regular file (a FIFO or a device is
+ * refused without waiting on it) or is not text (NUL bytes). Loading the
+ * same path twice returns the first id. */
 int tp_sources_load(tp_sources *s, const char *path, char *err, size_t errlen);
+
+/* "a FIFO", "a directory", ... for a st_mode, in messages. */
+const char *tp_file_kind_name(unsigned mode);
 
 /* Add a file that could not be read, so that the error saying so points
  * at it (line 1) like any other finding. It has no lines, and loading the

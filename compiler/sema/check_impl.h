@@ -88,6 +88,12 @@ typedef struct interp {
     grown_dim *grown; int ngrown, capgrown;
     tp_module *cur;               /* module being executed, or NULL */
     char **strings; int nstrings;  /* interned dimension names */
+    /* the recorded collectives by the tensor they move, so a repeated
+     * gather is looked up among one tensor's moves, not all of them:
+     * value id -> its latest collective (index in tp_analysis.comms, or
+     * -1), and each collective -> the same tensor's one before it, or -1 */
+    int *last_comm_of; int caplast;
+    int *prev_comm_of; int capprev;
     int depth;
     bool stop;                    /* stop the walk: continuing would be nonsense */
 } interp;

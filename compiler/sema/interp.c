@@ -187,23 +187,50 @@ static bool smell_undone(interp *I, const tp_val *v, tp_placement to, const tp_s
     return true;
 }
 
+/* Chains collective idx (of the tensor with id value) to that tensor's
+ * earlier ones. */
+static void index_comm(interp *I, int value, int idx)
+{
+    if (value >= I->caplast) {
+        int cap = I->caplast;
+        while (I->caplast <= value)
+            I->last_comm_of = tp_xgrow(I->last_comm_of, I->caplast, &I->caplast, sizeof *I->last_comm_of, 1024);
+        for (int i = cap; i < I->caplast; i++)
+            I->last_comm_of[i] = -1;
+    }
+    I->prev_comm_of = tp_xgrow(I->prev_comm_of, idx, &I->capprev, sizeof *I->prev_comm_of, 1024);
+    I->prev_comm_of[idx] = I->last_comm_of[value];
+    I->last_comm_of[value] = idx;
+}
+
+/* The first earlier collective that moved the same tensor the same way
+ * as comms[self], or -1. */
+static int earlier_same_move(const interp *I, const tp_redist_record *c, int self)
+{
+    int first = -1;
+    for (int i = I->prev_comm_of[self]; i >= 0; i = I->prev_comm_of[i]) {
+        const tp_redist_record *o = &I->a->comms[i];
+        if (o->kind == c->kind && tp_placement_eq(o->to, c->to, c->rank))
+            first = i;
+    }
+    return first;
+}
+
 static void smell_repeated_gather(interp *I, const tp_val *v, tp_redist_record *c, int self)
 {
-    for (int i = 0; i < self; i++) {
-        tp_redist_record *o = &I->a->comms[i];
-        if (o->value != v->id || o->kind != c->kind || !tp_placement_eq(o->to, c->to, c->rank))
-            continue;
-        tp_diag *g = tp_finding(I, TP_WARNING, c->cause ? tp_entry_span(c->cause) : c->span, "repeated-gather", v, NULL,
-                                "the same tensor is %s again (%s already did)",
-                                c->kind == TP_REDIST_ALL_GATHER ? "all-gathered" : "redistributed",
-                                o->module ? o->module->fqn : "an earlier op");
-        if (g && o->cause)
-            tp_diag_note_at(g, tp_entry_span(o->cause), "first %s here", tp_redist_name(o->kind));
-        if (g)
-            tp_diag_help(g, "gather once: put PrepareModuleInput(...) on the parent module with the Shard -> Replicate "
-                            "redistribution and keep these entries at their defaults");
+    int i = earlier_same_move(I, c, self);
+    if (i < 0)
         return;
-    }
+    tp_redist_record *o = &I->a->comms[i];
+    tp_diag *g = tp_finding(I, TP_WARNING, c->cause ? tp_entry_span(c->cause) : c->span, "repeated-gather", v, NULL,
+                            "the same tensor is %s again (%s already did)",
+                            c->kind == TP_REDIST_ALL_GATHER ? "all-gathered" : "redistributed",
+                            o->module ? o->module->fqn : "an earlier op");
+    if (g && o->cause)
+        tp_diag_note_at(g, tp_entry_span(o->cause), "first %s here", tp_redist_name(o->kind));
+    if (g)
+        tp_diag_help(g, "gather once: put PrepareModuleInput(...) on the parent module with the Shard -> Replicate "
+                        "redistribution and keep these entries at their defaults");
 }
 
 static void smell_gather_then_slice(interp *I, const tp_val *v, int dim, const tp_style *cause, tp_span span)
@@ -296,6 +323,7 @@ tp_val *tp_redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *c
     tp_redist_record c = {k, dim, elems(v), cause, NULL, span, v->id, from, to, v->rank, implicit};
     c.module = I->cur;
     int idx = tp_record_comm(I, c);
+    index_comm(I, v->id, idx);
     if (tp_redist_communicates(k))
         smell_repeated_gather(I, v, &I->a->comms[idx], idx);
     if (implicit && tp_redist_communicates(k)) {
@@ -758,6 +786,8 @@ void tp_check(tp_model *m, tp_plan *p, tp_config *c, tp_outer_loss loss, tp_anal
     for (int i = 0; i < I.nstrings; i++)
         free(I.strings[i]);
     free(I.strings);
+    free(I.last_comm_of);
+    free(I.prev_comm_of);
 }
 
 void tp_analysis_free(tp_analysis *a)

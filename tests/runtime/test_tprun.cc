@@ -193,8 +193,7 @@ void replace_once(std::string &text, const std::string &from, const std::string 
 // A shipped plan on the shipped Llama model called without labels: the
 // same file with the root forward returning the logits, as
 // LlamaForCausalLM does without labels. `lm_head` replaces the plan's
-// lm_head entry when given. The plan's "../models/llama.model" resolves to
-// the variant beside it.
+// lm_head entry when given. The plan names the variant in models/ below it.
 std::string logits_only(const TempDir &dir, const std::string &plan, const std::string &lm_head = "")
 {
     std::string model = slurp(source_path("models/llama.model")), text = slurp(source_path(plan));
@@ -206,9 +205,9 @@ std::string logits_only(const TempDir &dir, const std::string &plan, const std::
         EXPECT_NE(at, std::string::npos);
         text.replace(at, text.find('\n', at) - at, "\"lm_head\": " + lm_head);
     }
-    fs::create_directories(dir.path + "/models");
-    fs::create_directories(dir.path + "/plans");
-    dir.write("models/llama.model", model);
+    replace_once(text, "\"../models/", "\"models/");   // below the plan, where a plan may read it
+    fs::create_directories(dir.path + "/plans/models");
+    dir.write("plans/models/llama.model", model);
     return dir.write("plans/" + fs::path(plan).filename().string(), text);
 }
 
@@ -306,16 +305,16 @@ INSTANTIATE_TEST_SUITE_P(Plans, TorchTransformer, ::testing::Values("sp", "tp", 
                          });
 
 // The test Transformer with its root forward's return replaced by `ret`;
-// the plan's "../models/torch_transformer.model" resolves to the variant
-// beside it.
+// the plan names the variant in models/ below it.
 std::string torch_transformer_returning(const TempDir &dir, const std::string &plan, const std::string &ret)
 {
     std::string model = slurp(source_path("tests/models/torch_transformer.model"));
     replace_once(model, "return output(h)                  # the logits; no loss", "return " + ret);
-    fs::create_directories(dir.path + "/models");
-    fs::create_directories(dir.path + "/plans");
-    dir.write("models/torch_transformer.model", model);
-    return dir.write("plans/" + fs::path(plan).filename().string(), slurp(source_path(plan)));
+    std::string text = slurp(source_path(plan));
+    replace_once(text, "\"../models/", "\"models/");   // below the plan, where a plan may read it
+    fs::create_directories(dir.path + "/plans/models");
+    dir.write("plans/models/torch_transformer.model", model);
+    return dir.write("plans/" + fs::path(plan).filename().string(), text);
 }
 
 // Logits computed by an elementwise op are traced to no weight: the

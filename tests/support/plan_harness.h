@@ -27,7 +27,9 @@ struct Finding {
     std::string str() const { return where + ": " + level + "[" + check + "]"; }
 };
 
-// Compile a plan (with --train when `train`); the unit must be freed with tp_unit_free.
+// Compile a plan (with --train when `train`), its model read from its own
+// tree, models/ or tests/models/ (the test families the plans under tests/
+// name, as --allow-outside allows); the unit must be freed with tp_unit_free.
 void compile(tp_unit *u, const std::string &plan, const std::vector<std::string> &defines = {}, bool train = false);
 
 // Bad plans named train-*.plan hold checks that only a training step has:

@@ -1,6 +1,7 @@
 // process.cc: see process.h.
 #include "tests/support/process.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -70,6 +71,11 @@ Proc run_program(const std::string &program, const std::vector<std::string> &arg
         if (strncmp(*e, "NO_COLOR=", 9))
             env_s.push_back(*e);
     env_s.insert(env_s.end(), env_extra.begin(), env_extra.end());
+    // the plans under tests/ name the test families' models in tests/models/:
+    // tpcc reads a plan's model there only when told (TPCC_MODEL_PATH), as a
+    // user's own models directory
+    if (std::none_of(env_s.begin(), env_s.end(), [](const std::string &e) { return !e.rfind("TPCC_MODEL_PATH=", 0); }))
+        env_s.push_back("TPCC_MODEL_PATH=" + std::string(TPCC_SOURCE_DIR) + "/tests/models");
     Proc r;
     pid_t pid = fork();
     if (pid < 0)
