@@ -140,6 +140,15 @@ TEST(CpuThreads, BackwardKernels)
                                   [&](auto &o) { be()->unary_grad(op, o.data(), x.data(), dy.data(), M * N); });
     expect_thread_independent("softcap_grad", M * N,
                               [&](auto &o) { be()->softcap_grad(o.data(), x.data(), dy.data(), M * N, 2.0f); });
+    // attention's three gradients in one call, GQA (3 query heads a kv head), capped and not
+    const auto q = random_vec(B * S * H * D, 16), k = random_vec(B * S * G * D, 17), v = random_vec(B * S * G * D, 18),
+               dout = random_vec(B * S * H * D, 19);
+    const size_t nq = q.size(), nkv = k.size();
+    for (double softcap : {0.0, 5.0})
+        expect_thread_independent("attention_grad softcap " + std::to_string(softcap), nq + 2 * nkv, [&](auto &o) {
+            be()->attention_grad(o.data(), o.data() + nq, o.data() + nq + nkv, q.data(), k.data(), v.data(),
+                                 dout.data(), B, S, H, G, D, 0.17, softcap);
+        });
     // repeated ids: rows that several tokens add into
     std::vector<int32_t> ids(M);
     for (int64_t t = 0; t < M; t++)

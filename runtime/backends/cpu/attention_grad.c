@@ -27,7 +27,9 @@
  * accumulate over the query heads of their kv head, then the query blocks,
  * in that order, with products of the same shapes whichever other heads a
  * rank holds, so a kv head's gradient is the same whichever rank computes
- * it. */
+ * it. The pool's threads take (batch element, kv head) pairs, each with
+ * the query heads of its group: the sums stay in that order at any thread
+ * count. */
 #include "runtime/backends/cpu/cpu_training.h"
 
 #include <assert.h>
@@ -36,6 +38,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include "runtime/backends/cpu/pool.h"
 #include "util/xalloc.h"
 
 #define GRAD_QBLOCK 64
@@ -157,6 +160,41 @@ static void block_grads(const head_view *hv, int64_t q0, int64_t nq, block_rows 
     }
 }
 
+/* One call's operands, for the parts of the pool. */
+typedef struct grad_job {
+    float *dq, *dk, *dv;
+    const float *q, *k, *v, *dy;
+    int64_t s, h, g, d;
+    double scale, softcap;
+} grad_job;
+
+/* kv heads [begin, end), numbered bi * g + kh over the batch: each with the
+ * query heads of its group, in order, so its dk and dv add up in the same
+ * order whichever part (and thread) computes it. */
+static void kv_heads_part(void *ctx, int64_t begin, int64_t end)
+{
+    const grad_job *j = ctx;
+    const int64_t group = j->h / j->g, s = j->s, h = j->h, g = j->g, d = j->d;
+    block_rows br;
+    br.p = tp_xmalloc((size_t)2 * GRAD_QBLOCK * GRAD_KBLOCK * sizeof *br.p);
+    br.ds = br.p + GRAD_QBLOCK * GRAD_KBLOCK;
+    for (int64_t item = begin; item < end; item++) {
+        const int64_t bi = item / g, kh = item % g, kvrow = bi * s * g + kh; /* row 0's, in heads */
+        for (int64_t hi = kh * group; hi < (kh + 1) * group; hi++) {
+            const int64_t qrow = bi * s * h + hi;
+            head_view hv = {j->q + qrow * d, j->dy + qrow * d, j->k + kvrow * d, j->v + kvrow * d,
+                            j->dq ? j->dq + qrow * d : NULL, j->dk ? j->dk + kvrow * d : NULL,
+                            j->dv ? j->dv + kvrow * d : NULL, h * d, g * d, d, j->scale, j->softcap};
+            for (int64_t q0 = 0; q0 < s; q0 += GRAD_QBLOCK) {
+                const int64_t nq = s - q0 < GRAD_QBLOCK ? s - q0 : GRAD_QBLOCK;
+                row_stats(&hv, q0, nq, j->dq || j->dk, &br);
+                block_grads(&hv, q0, nq, &br);
+            }
+        }
+    }
+    free(br.p);
+}
+
 void tp_cpu_attention_grad(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
                            const float *dy, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, double scale,
                            double softcap)
@@ -165,7 +203,6 @@ void tp_cpu_attention_grad(float *dq, float *dk, float *dv, const float *q, cons
     assert((!dq || (dq != q && dq != k && dq != v && dq != dy)) && (!dk || (dk != q && dk != k && dk != v && dk != dy)) &&
            (!dv || (dv != q && dv != k && dv != v && dv != dy)));
     assert(g > 0 && h % g == 0 && d > 0);
-    const int64_t group = h / g; /* query heads per kv head */
     if (dq)
         memset(dq, 0, (size_t)(b * s * h * d) * sizeof *dq);
     if (dk)
@@ -174,21 +211,6 @@ void tp_cpu_attention_grad(float *dq, float *dk, float *dv, const float *q, cons
         memset(dv, 0, (size_t)(b * s * g * d) * sizeof *dv);
     if (!dq && !dk && !dv)
         return;
-    block_rows br;
-    br.p = tp_xmalloc((size_t)2 * GRAD_QBLOCK * GRAD_KBLOCK * sizeof *br.p);
-    br.ds = br.p + GRAD_QBLOCK * GRAD_KBLOCK;
-
-    for (int64_t bi = 0; bi < b; bi++)
-        for (int64_t hi = 0; hi < h; hi++) {
-            const int64_t qrow = bi * s * h + hi, kvrow = bi * s * g + hi / group;  /* row 0's, in heads */
-            head_view hv = {q + qrow * d, dy + qrow * d, k + kvrow * d, v + kvrow * d,
-                            dq ? dq + qrow * d : NULL, dk ? dk + kvrow * d : NULL, dv ? dv + kvrow * d : NULL,
-                            h * d, g * d, d, scale, softcap};
-            for (int64_t q0 = 0; q0 < s; q0 += GRAD_QBLOCK) {
-                const int64_t nq = s - q0 < GRAD_QBLOCK ? s - q0 : GRAD_QBLOCK;
-                row_stats(&hv, q0, nq, dq || dk, &br);
-                block_grads(&hv, q0, nq, &br);
-            }
-        }
-    free(br.p);
+    grad_job job = {dq, dk, dv, q, k, v, dy, s, h, g, d, scale, softcap};
+    tp_cpu_parallel(b * g, 1, kv_heads_part, &job);
 }
