@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/utf8.h"
 #include "util/xalloc.h"
 
 /* ---- jansson wrappers ----
@@ -37,38 +38,6 @@ void tp_json_push(json_t *arr, json_t *value)
         tp_out_of_memory();
 }
 
-/* Length of the valid UTF-8 sequence starting at p, or 0 when it is not
- * one (overlong forms and surrogates included). Stops at a NUL, because a
- * NUL is never a continuation byte. */
-static int utf8_sequence(const unsigned char *p)
-{
-    if (p[0] < 0x80)
-        return 1;
-    int n;
-    unsigned min;
-    if ((p[0] & 0xE0) == 0xC0) {
-        n = 2;
-        min = 0x80;
-    } else if ((p[0] & 0xF0) == 0xE0) {
-        n = 3;
-        min = 0x800;
-    } else if ((p[0] & 0xF8) == 0xF0) {
-        n = 4;
-        min = 0x10000;
-    } else {
-        return 0;
-    }
-    unsigned cp = p[0] & (0x7Fu >> n);
-    for (int i = 1; i < n; i++) {
-        if ((p[i] & 0xC0) != 0x80)
-            return 0;
-        cp = cp << 6 | (p[i] & 0x3Fu);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return n;
-}
-
 /* jansson refuses strings that are not UTF-8, and messages quote source
  * text that may not be. Invalid bytes become U+FFFD. */
 json_t *tp_json_str(const char *s)
@@ -77,7 +46,7 @@ json_t *tp_json_str(const char *s)
     tp_buf_init(&b);
     const unsigned char *p = (const unsigned char *)s;
     while (*p) {
-        int n = utf8_sequence(p);
+        int n = tp_utf8_sequence(p);
         if (n == 0) {
             tp_buf_append(&b, "\xEF\xBF\xBD");
             p++;
