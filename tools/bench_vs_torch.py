@@ -14,8 +14,12 @@ saves it with save_pretrained, compiles plans/llama-sp.plan for it with
            (tp 1, its CPU kernels on two threads), against 2 threads
 
 tprun runs the forward --repeat times after loading and reports the median
-step (its --profile-json); PyTorch runs model(input_ids) under no_grad after
-one warm-up call, the median of as many calls. The two alternate run by
+step (its --profile-json); PyTorch runs model(input_ids, labels=input_ids)
+under no_grad after one warm-up call, the median of as many calls: the
+logits and the loss, as the schedule computes both. The attention alone is
+compared too: tprun's attention ops (the slowest rank's, from the same
+profile) against torch's scaled_dot_product_attention on the same shapes
+(causal, GQA, every layer) with the same threads. The two alternate run by
 run, so a busy machine slows both alike. Each tprun run also compares its
 logits with PyTorch's (--compare, 1e-3): a fast wrong answer fails here.
 OPENBLAS_CORETYPE is removed from the environment (it can force weaker
@@ -68,7 +72,29 @@ def tprun_seconds(tprun, sched, ranks, threads, tokens, ref, repeat, work, env):
         "--repeat", str(repeat), "--profile-json", prof, "-q"]
     run(cmd, env)
     ranks_json = json.load(open(prof))["ranks"]
-    return max(r["forward_seconds"] for r in ranks_json)
+    slowest = max(ranks_json, key=lambda r: r["forward_seconds"])
+    return slowest["forward_seconds"], slowest["ops"]["attention"]["seconds"]
+
+
+def sdpa_seconds(config, seq, repeat):
+    """SDPA on the attention's own shapes (causal, GQA), every layer's worth."""
+    d = config.hidden_size // config.num_attention_heads
+    g = torch.Generator().manual_seed(seq)
+    q = torch.randn(1, config.num_attention_heads, seq, d, generator=g)
+    k = torch.randn(1, config.num_key_value_heads, seq, d, generator=g)
+    v = torch.randn(1, config.num_key_value_heads, seq, d, generator=g)
+
+    def layers():
+        for _ in range(config.num_hidden_layers):
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    layers()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        layers()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def main():
@@ -99,8 +125,9 @@ def main():
             ids = np.random.default_rng(seq).integers(0, config.vocab_size, (1, seq), dtype=np.int32)
             tokens = os.path.join(work, "tokens.npy")
             np.save(tokens, ids)
+            x = torch.from_numpy(ids.astype(np.int64))
             with torch.no_grad():
-                logits = model(torch.from_numpy(ids.astype(np.int64))).logits.float().numpy()
+                logits = model(x).logits.float().numpy()
             ref = os.path.join(work, "ref.npy")
             np.save(ref, logits)
             for cores in [int(c) for c in a.cores.split(",")]:
@@ -111,34 +138,39 @@ def main():
                          "-D", "tp=%d" % ranks, "-D", "seq=%d" % seq, "-D", "batch=1", "-D", "vocab_multiple=1",
                          "-o", sched], env)
                     torch.set_num_threads(cores)
-                    ours, theirs = [], []
-                    x = torch.from_numpy(ids.astype(np.int64))
+                    ours, theirs, our_attn, their_attn = [], [], [], []
                     with torch.no_grad():
-                        model(x)                                      # warm-up
+                        model(x, labels=x)                            # warm-up
                         for _ in range(a.runs):
-                            ours.append(tprun_seconds(tprun, sched, ranks, threads, tokens, ref, a.repeat, work, env))
+                            step, attn = tprun_seconds(tprun, sched, ranks, threads, tokens, ref, a.repeat, work, env)
+                            ours.append(step)
+                            our_attn.append(attn)
                             times = []
                             for _ in range(a.repeat):
                                 t0 = time.perf_counter()
-                                model(x)
+                                model(x, labels=x)                    # logits and the loss, as the schedule
                                 times.append(time.perf_counter() - t0)
                             theirs.append(statistics.median(times))
+                            their_attn.append(sdpa_seconds(config, seq, a.repeat))
                     t, p = statistics.median(ours), statistics.median(theirs)
+                    ta, pa = statistics.median(our_attn), statistics.median(their_attn)
                     if cores == 1:
                         setting = "1 core"
                     elif ranks > 1:
                         setting = "%d cores (tprun -n %d vs %d threads)" % (cores, ranks, cores)
                     else:
                         setting = "%d cores (tprun --threads %d vs %d threads)" % (cores, threads, cores)
-                    rows.append((seq, setting, t, p))
-                    print("seq %d, %s: tprun %.1f ms, PyTorch %.1f ms" % (seq, setting, t * 1e3, p * 1e3), file=sys.stderr)
+                    rows.append((seq, setting, t, p, ta, pa))
+                    print("seq %d, %s: tprun %.1f ms, PyTorch %.1f ms; attention %.1f ms, SDPA %.1f ms"
+                          % (seq, setting, t * 1e3, p * 1e3, ta * 1e3, pa * 1e3), file=sys.stderr)
     print("%s, torch %s, %s, OpenBLAS core %s" % (cpu_name(), torch.__version__, time.strftime("%Y-%m-%d"),
                                                  a.coretype or "as detected"))
     print()
-    print("| seq | setting | tprun | PyTorch eager (SDPA) | tprun / PyTorch throughput |")
-    print("|---|---|---|---|---|")
-    for seq, setting, t, p in rows:
-        print("| %d | %s | %.0f ms | %.0f ms | %.2f |" % (seq, setting, t * 1e3, p * 1e3, p / t))
+    print("| seq | setting | tprun | PyTorch eager (SDPA) | tprun / PyTorch throughput | attention: tprun | SDPA | tprun / SDPA time |")
+    print("|---|---|---|---|---|---|---|---|")
+    for seq, setting, t, p, ta, pa in rows:
+        print("| %d | %s | %.0f ms | %.0f ms | %.2f | %.1f ms | %.1f ms | %.2f |"
+              % (seq, setting, t * 1e3, p * 1e3, p / t, ta * 1e3, pa * 1e3, ta / pa))
 
 
 if __name__ == "__main__":
