@@ -21,7 +21,7 @@ int64_t tr_op_embedding_grad_dim(const tr_schedule *s, const tr_op *op)
 const char *tr_op_describe(const tr_schedule *s, int i, char *buf, size_t len)
 {
     const tr_op *op = &s->ops[i];
-    snprintf(buf, len, "rank %d, op %d (%s in '%s'%s%s)", s->rank, i, tp_op_names[op->kind],
+    snprintf(buf, len, "op %d (%s in '%s'%s%s)", i, tp_op_names[op->kind],
              op->module[0] ? op->module : "(root)", op->entry ? ", plan entry " : "", op->entry ? op->entry : "");
     return buf;
 }

@@ -19,7 +19,7 @@ int64_t tr_op_vocab_rows(const tr_schedule *s, const tr_op *op);
 /* embedding_grad: the width of a row of the table, dy's elements per id. */
 int64_t tr_op_embedding_grad_dim(const tr_schedule *s, const tr_op *op);
 
-/* "rank 0, op 12 (rmsnorm in 'model.norm', plan entry ...)" for op i. */
+/* "op 12 (rmsnorm in 'model.norm', plan entry ...)" for op i; the caller names the rank of a multi-rank run. */
 const char *tr_op_describe(const tr_schedule *s, int i, char *buf, size_t len);
 
 #endif /* TPRUN_OP_VIEW_H */
