@@ -29,29 +29,37 @@ static inline double exp_of_double(double a)
     return (double)tp_vexpf(af) * (1.0 + (ac - (double)af));
 }
 
-/* sigmoid(a) and 1 - sigmoid(a), each from e = e^-|a| in (0, 1] (which
- * never overflows): 1 / (1 + e) and e / (1 + e), whichever is which by a's
- * sign, so neither is a difference that cancels. */
+/* x sigmoid(a) from e = e^-|a| in (0, 1], which never overflows: x / (1 +
+ * e) or x e / (1 + e) by a's sign, so that for a << 0 the result is the
+ * tiny (or denormal) value it should be, not the -0 of x / (1 + inf); one
+ * division. */
+static inline double times_sigmoid(double x, double a, double e) { return (a >= 0 ? x : x * e) / (1.0 + e); }
+
+/* x sigmoid(x), in double, so the only fp32 rounding before the result's
+ * is the exp's (whose argument, -|x|, is exact) */
+static inline float silu1(float x) { return (float)times_sigmoid(x, x, tp_vexpf(-fabsf(x))); }
+
+/* sqrt(2/pi) (x + 0.044715 x^3), in double */
+static inline double gelu_tanh_u(double x) { return 0.7978845608028654 * (x + 0.044715 * x * x * x); }
+
+/* 0.5 x (1 + tanh(u)) = x sigmoid(2u): no 1 + tanh(u) to cancel for x << 0 */
+static inline float gelu_tanh1(float x)
+{
+    const double a = 2.0 * gelu_tanh_u(x);
+    return (float)times_sigmoid(x, a, exp_of_double(-fabs(a)));
+}
+
+/* sigmoid(a) and 1 - sigmoid(a) from e = e^-|a|, neither as a difference
+ * that cancels */
 typedef struct sigmoid_pair {
     double s, one_minus_s;
 } sigmoid_pair;
 
 static inline sigmoid_pair sigmoid_of(double a)
 {
-    const double e = exp_of_double(-fabs(a)), big = 1.0 / (1.0 + e), small = e / (1.0 + e);
-    return (sigmoid_pair){a >= 0 ? big : small, a >= 0 ? small : big};
+    const double e = exp_of_double(-fabs(a)), r = 1.0 / (1.0 + e);
+    return (sigmoid_pair){a >= 0 ? r : e * r, a >= 0 ? e * r : r};
 }
-
-/* x sigmoid(x), in double, so the only fp32 rounding before the result's
- * is the exp's; for x << 0 the result is the tiny (or denormal) value it
- * should be, not the -0 of x / (1 + inf). */
-static inline float silu1(float x) { return (float)((double)x * sigmoid_of(x).s); }
-
-/* sqrt(2/pi) (x + 0.044715 x^3), in double */
-static inline double gelu_tanh_u(double x) { return 0.7978845608028654 * (x + 0.044715 * x * x * x); }
-
-/* 0.5 x (1 + tanh(u)) = x sigmoid(2u): no 1 + tanh(u) to cancel for x << 0 */
-static inline float gelu_tanh1(float x) { return (float)((double)x * sigmoid_of(2.0 * gelu_tanh_u(x)).s); }
 
 /* silu' = s (1 + x (1 - s)), s = sigmoid(x) */
 static inline float silu_grad1(float x, float dy)
@@ -72,12 +80,43 @@ static inline float gelu_tanh_grad1(float x, float dy)
     return (float)((double)dy * grad);
 }
 
-/* the lanes' partial sums, added in order */
-static inline double lanes_total(const double acc[VEC_LANES])
+/* A sum's VEC_LANES partial sums in double, element j in lane j %
+ * VEC_LANES: two vectors of 8 (GCC's and clang's vector extension, which
+ * each copy maps onto its own registers; an array of 16 doubles is kept in
+ * scalar registers instead), added in lane order at the end. */
+typedef double vec_d8 __attribute__((vector_size(8 * sizeof(double))));
+typedef struct lanes {
+    vec_d8 lo, hi;
+} lanes;
+
+/* lanes 0 .. VEC_LANES - 1 += v[0 ..] */
+static inline void lanes_add(lanes *acc, const double v[VEC_LANES])
+{
+    vec_d8 lo, hi;
+    for (int l = 0; l < 8; l++) {
+        lo[l] = v[l];
+        hi[l] = v[l + 8];
+    }
+    acc->lo += lo;
+    acc->hi += hi;
+}
+
+/* lane l += v, for a sum's tail */
+static inline void lane_add(lanes *acc, int l, double v)
+{
+    if (l < 8)
+        acc->lo[l] += v;
+    else
+        acc->hi[l - 8] += v;
+}
+
+static inline double lanes_total(const lanes *acc)
 {
     double total = 0.0;
-    for (int l = 0; l < VEC_LANES; l++)
-        total += acc[l];
+    for (int l = 0; l < 8; l++)
+        total += acc->lo[l];
+    for (int l = 0; l < 8; l++)
+        total += acc->hi[l];
     return total;
 }
 

@@ -71,71 +71,82 @@ VEC_TARGET static float VEC_FN(max)(const float *x, int64_t n)
 
 VEC_TARGET static double VEC_FN(exp_sum)(float *out, const float *x, int64_t n, float shift)
 {
-    double acc[VEC_LANES] = {0};
+    lanes acc = {{0}, {0}};
     int64_t j = 0;
     for (; j + VEC_LANES <= n; j += VEC_LANES) {
         float e[VEC_LANES];
-        for (int l = 0; l < VEC_LANES; l++)
+        double ed[VEC_LANES];
+        for (int l = 0; l < VEC_LANES; l++) {
             e[l] = tp_vexpf(x[j + l] - shift);
-        for (int l = 0; l < VEC_LANES; l++)
-            acc[l] += e[l];
+            ed[l] = e[l];
+        }
+        lanes_add(&acc, ed);
         if (out)
             memcpy(out + j, e, sizeof e);
     }
     for (int l = 0; j < n; j++, l++) {
         const float e = tp_vexpf(x[j] - shift);
-        acc[l] += e;
+        lane_add(&acc, l, e);
         if (out)
             out[j] = e;
     }
-    return lanes_total(acc);
+    return lanes_total(&acc);
 }
 
 VEC_TARGET static double VEC_FN(exp_dot)(const float *x, const float *y, int64_t n, float shift, double *dot)
 {
-    double acc[VEC_LANES] = {0}, accd[VEC_LANES] = {0};
+    lanes acc = {{0}, {0}}, accd = {{0}, {0}};
     int64_t j = 0;
-    for (; j + VEC_LANES <= n; j += VEC_LANES)
+    for (; j + VEC_LANES <= n; j += VEC_LANES) {
+        double e[VEC_LANES], ey[VEC_LANES];
         for (int l = 0; l < VEC_LANES; l++) {
-            const float e = tp_vexpf(x[j + l] - shift);
-            acc[l] += e;
-            accd[l] += (double)e * y[j + l];
+            e[l] = tp_vexpf(x[j + l] - shift);
+            ey[l] = e[l] * y[j + l];
         }
-    for (int l = 0; j < n; j++, l++) {
-        const float e = tp_vexpf(x[j] - shift);
-        acc[l] += e;
-        accd[l] += (double)e * y[j];
+        lanes_add(&acc, e);
+        lanes_add(&accd, ey);
     }
-    *dot = lanes_total(accd);
-    return lanes_total(acc);
+    for (int l = 0; j < n; j++, l++) {
+        const double e = tp_vexpf(x[j] - shift);
+        lane_add(&acc, l, e);
+        lane_add(&accd, l, e * y[j]);
+    }
+    *dot = lanes_total(&accd);
+    return lanes_total(&acc);
 }
 
 VEC_TARGET static double VEC_FN(sum)(const float *x, int64_t n)
 {
-    double acc[VEC_LANES] = {0};
+    lanes acc = {{0}, {0}};
     int64_t j = 0;
-    for (; j + VEC_LANES <= n; j += VEC_LANES)
+    for (; j + VEC_LANES <= n; j += VEC_LANES) {
+        double v[VEC_LANES];
         for (int l = 0; l < VEC_LANES; l++)
-            acc[l] += x[j + l];
+            v[l] = x[j + l];
+        lanes_add(&acc, v);
+    }
     for (int l = 0; j < n; j++, l++)
-        acc[l] += x[j];
-    return lanes_total(acc);
+        lane_add(&acc, l, x[j]);
+    return lanes_total(&acc);
 }
 
 VEC_TARGET static double VEC_FN(sum_squares)(const float *x, int64_t n, double mean)
 {
-    double acc[VEC_LANES] = {0};
+    lanes acc = {{0}, {0}};
     int64_t j = 0;
-    for (; j + VEC_LANES <= n; j += VEC_LANES)
+    for (; j + VEC_LANES <= n; j += VEC_LANES) {
+        double v[VEC_LANES];
         for (int l = 0; l < VEC_LANES; l++) {
             const double dlt = (double)x[j + l] - mean;
-            acc[l] += dlt * dlt;
+            v[l] = dlt * dlt;
         }
+        lanes_add(&acc, v);
+    }
     for (int l = 0; j < n; j++, l++) {
         const double dlt = (double)x[j] - mean;
-        acc[l] += dlt * dlt;
+        lane_add(&acc, l, dlt * dlt);
     }
-    return lanes_total(acc);
+    return lanes_total(&acc);
 }
 
 static const tp_cpu_vec VEC_FN(table) = {
