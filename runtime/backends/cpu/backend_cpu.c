@@ -347,13 +347,9 @@ static void attention_part(void *ctx, int64_t t0, int64_t t1)
                 float *row = p + i * nk, *o = orows + i * h * d;
                 /* query q0 + i sees keys k0 .. q0 + i of this block */
                 const int64_t seen = q0 + i - k0 + 1 < nk ? q0 + i - k0 + 1 : nk;
-                float bmax = -INFINITY;
-                for (int64_t j = 0; j < seen; j++) {
-                    if (softcap > 0)
-                        row[j] = (float)(softcap * tanh(row[j] / softcap));
-                    if (row[j] > bmax)
-                        bmax = row[j];
-                }
+                for (int64_t j = 0; j < seen && softcap > 0; j++)
+                    row[j] = (float)(softcap * tanh(row[j] / softcap));
+                const float bmax = vec->max(row, seen < 0 ? 0 : seen);
                 if (seen <= 0) {
                     memset(row, 0, (size_t)nk * sizeof *row);
                     continue;
