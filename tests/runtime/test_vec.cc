@@ -255,6 +255,14 @@ TEST(CpuVec, EveryIsaGivesTheSameBits)
             EXPECT_EQ(vec->max(x.data(), n), base->max(x.data(), n)) << vec->isa;
             EXPECT_EQ(vec->sum(x.data(), n), base->sum(x.data(), n)) << vec->isa;
             EXPECT_EQ(vec->sum_squares(x.data(), n, 0.5), base->sum_squares(x.data(), n, 0.5)) << vec->isa;
+            for (bool unit_offset : {false, true}) {
+                vec->norm_row(o1.data(), x.data(), y.data(), nullptr, n, 0.25, 1.5, unit_offset);
+                base->norm_row(o2.data(), x.data(), y.data(), nullptr, n, 0.25, 1.5, unit_offset);
+                same((std::string(vec->isa) + " norm_row").c_str(), o1, o2);
+            }
+            vec->norm_row(o1.data(), x.data(), y.data(), y.data(), n, 0.25, 1.5, false);
+            base->norm_row(o2.data(), x.data(), y.data(), y.data(), n, 0.25, 1.5, false);
+            same((std::string(vec->isa) + " norm_row with a bias").c_str(), o1, o2);
         }
     }
 }

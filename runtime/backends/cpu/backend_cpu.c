@@ -192,14 +192,12 @@ static void rmsnorm_part(void *ctx, int64_t i0, int64_t i1)
 {
     const rows_args *a = ctx;
     const int64_t n = a->n;
-    const double offset = a->unit_offset ? 1.0 : 0.0;
+    const tp_cpu_vec *vec = tp_cpu_vec_host();
     for (int64_t i = i0; i < i1; i++) {
         const float *xr = a->x + i * n;
-        float *o = a->out + i * n;
-        const double ss = tp_cpu_vec_host()->sum_squares(xr, n, 0.0);
-        double inv = 1.0 / sqrt(ss / (double)n + (double)a->eps);
-        for (int64_t j = 0; j < n; j++)
-            o[j] = (float)((double)xr[j] * inv * (offset + a->w[j]));
+        const double ss = vec->sum_squares(xr, n, 0.0);
+        const double inv = 1.0 / sqrt(ss / (double)n + (double)a->eps);
+        vec->norm_row(a->out + i * n, xr, a->w, NULL, n, 0.0, inv, a->unit_offset); /* x - 0 = x */
     }
 }
 
@@ -220,14 +218,10 @@ static void layernorm_part(void *ctx, int64_t i0, int64_t i1)
     const tp_cpu_vec *vec = tp_cpu_vec_host();
     for (int64_t i = i0; i < i1; i++) {
         const float *xr = a->x + i * n;
-        float *o = a->out + i * n;
         const double mean = vec->sum(xr, n) / (double)n;
         const double sq = vec->sum_squares(xr, n, mean);
-        double inv = 1.0 / sqrt(sq / (double)n + (double)a->eps);
-        for (int64_t j = 0; j < n; j++) {
-            double y = ((double)xr[j] - mean) * inv * a->w[j];
-            o[j] = (float)(a->b ? y + a->b[j] : y);
-        }
+        const double inv = 1.0 / sqrt(sq / (double)n + (double)a->eps);
+        vec->norm_row(a->out + i * n, xr, a->w, a->b, n, mean, inv, false);
     }
 }
 

@@ -80,6 +80,18 @@ static inline float gelu_tanh_grad1(float x, float dy)
     return (float)((double)dy * grad);
 }
 
+/* (x - mean) inv w' (+ b), the operations in the order the norms always
+ * did them */
+static inline float norm1(float x, float w, double mean, double inv, bool unit_offset)
+{
+    return (float)(((double)x - mean) * inv * (unit_offset ? 1.0 + (double)w : (double)w));
+}
+
+static inline float norm_bias1(float x, float w, float b, double mean, double inv)
+{
+    return (float)(((double)x - mean) * inv * (double)w + (double)b);
+}
+
 /* A sum's VEC_LANES partial sums in double, element j in lane j %
  * VEC_LANES: two vectors of 8 (GCC's and clang's vector extension, which
  * each copy maps onto its own registers; an array of 16 doubles is kept in

@@ -15,6 +15,7 @@
 #ifndef TPRUN_CPU_VEC_H
 #define TPRUN_CPU_VEC_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define VEC_LANES 16
@@ -39,6 +40,10 @@ typedef struct tp_cpu_vec {
     /* the sum of x[j] and that of (x[j] - mean)^2 */
     double (*sum)(const float *x, int64_t n);
     double (*sum_squares)(const float *x, int64_t n, double mean);
+    /* a norm's row: out[j] = (x[j] - mean) inv w'[j] (+ b[j] unless b is
+     * NULL), w' = 1 + w (unit_offset) or w, in double; in place allowed */
+    void (*norm_row)(float *out, const float *x, const float *w, const float *b, int64_t n, double mean, double inv,
+                     bool unit_offset);
 } tp_cpu_vec;
 
 /* The variant for this CPU: the widest it supports. */

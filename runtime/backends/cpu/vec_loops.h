@@ -149,7 +149,26 @@ VEC_TARGET static double VEC_FN(sum_squares)(const float *x, int64_t n, double m
     return lanes_total(&acc);
 }
 
+VEC_TARGET static void VEC_FN(norm_row)(float *out, const float *x, const float *w, const float *b, int64_t n,
+                                        double mean, double inv, bool unit_offset)
+{
+    int64_t j = 0;
+    for (; j + VEC_LANES <= n; j += VEC_LANES) {
+        float t[VEC_LANES];
+        if (b)
+            for (int l = 0; l < VEC_LANES; l++)
+                t[l] = norm_bias1(x[j + l], w[j + l], b[j + l], mean, inv);
+        else
+            for (int l = 0; l < VEC_LANES; l++)
+                t[l] = norm1(x[j + l], w[j + l], mean, inv, unit_offset);
+        memcpy(out + j, t, sizeof t);
+    }
+    for (; j < n; j++)
+        out[j] = b ? norm_bias1(x[j], w[j], b[j], mean, inv) : norm1(x[j], w[j], mean, inv, unit_offset);
+}
+
 static const tp_cpu_vec VEC_FN(table) = {
     VEC_ISA,          VEC_FN(silu), VEC_FN(gelu_tanh), VEC_FN(silu_grad), VEC_FN(gelu_tanh_grad),
     VEC_FN(max),      VEC_FN(exp_sum), VEC_FN(exp_dot), VEC_FN(sum),       VEC_FN(sum_squares),
+    VEC_FN(norm_row),
 };
