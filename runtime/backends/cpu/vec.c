@@ -3,10 +3,12 @@
  * vec_loops.h is included once per level, each copy's functions carrying
  * that level's target attribute, so the compiler vectorises each for its
  * ISA while the rest of the binary stays portable (no -march). The build
- * compiles this file with -O3 (the loop vectoriser) and -ffp-contract=off:
- * an FMA rounds once where a multiply and an add round twice, so the
- * AVX-512 and AVX2 copies would otherwise differ from the baseline's in
- * the last bit (tests/runtime/test_vec.cc compares them). */
+ * compiles this file with -O3 (the loop vectoriser), -fno-trapping-math
+ * (without it the exp's clamps stay branches and the AVX2 copy does not
+ * vectorise) and -ffp-contract=off: an FMA rounds once where a multiply
+ * and an add round twice, so the AVX-512 and AVX2 copies would otherwise
+ * differ from the baseline's in the last bit (tests/runtime/test_vec.cc
+ * compares them). */
 #include "runtime/backends/cpu/vec.h"
 
 #include <math.h>
