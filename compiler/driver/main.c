@@ -113,6 +113,15 @@ static int set_mode(cli *o, mode m)
     return 0;
 }
 
+/* A write to f failed just now (errno says why): say so, and clear the
+ * error so that check_stdout does not say it again. Returns 2. */
+static int write_failed(FILE *f, const char *what)
+{
+    fprintf(stderr, "tpcc: cannot write %s: %s\n", what, strerror(errno));
+    clearerr(f);
+    return 2;
+}
+
 static int bad_usage(const char *fmt, const char *arg)
 {
     fputs("tpcc: ", stderr);
@@ -210,7 +219,11 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
         else if (!strcmp(arg, "never")) o->color = 0;
         else return bad_usage("--color must be auto, always or never, not '%s'", arg);
         return 0;
-    case 'h': fputs(usage, stdout); return 1;
+    case 'h':
+        if (fputs(usage, stdout) != EOF)
+            return 1;
+        write_failed(stdout, "the help");
+        return -1;
     case OPT_VERSION: printf("tpcc %s\n", TPCC_VERSION); return 1;
     case ':': return bad_usage("option '%s' requires an argument", argv[optind - 1]);
     default: return bad_usage("unknown option '%s'", argv[optind - 1]);
@@ -350,15 +363,6 @@ static int compile_to_file(const cli *o, tp_unit *u, const char *path)
         return 2;
     }
     return 0;
-}
-
-/* A write to f failed just now (errno says why): say so, and clear the
- * error so that check_stdout does not say it again. Returns 2. */
-static int write_failed(FILE *f, const char *what)
-{
-    fprintf(stderr, "tpcc: cannot write %s: %s\n", what, strerror(errno));
-    clearerr(f);
-    return 2;
 }
 
 static int report(const cli *o, tp_unit *u, const char *path)
