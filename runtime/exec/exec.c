@@ -545,6 +545,7 @@ int tr_exec_run(tr_exec *x, char *err, size_t errlen)
         double end = now_seconds();
         x->profile.seconds[op->kind] += end - start;
         x->profile.count[op->kind]++;
+        x->profile.phase_seconds[op->phase] += end - start;
         if (tp_op_is_collective(op->kind))
             x->profile.comm_bytes += (double)op->bytes;
         x->trace[i] = (tr_trace_event){i, (start - t0) * 1e6, (end - start) * 1e6};

@@ -14,12 +14,23 @@ typedef struct tr_trace_event {
     double start_us, dur_us;
 } tr_trace_event;
 
+/* Where a step's time went. The executor fills the op times; a training
+ * step adds what it does outside the schedule (the trainer, train.c). */
 typedef struct tr_profile {
     double seconds[TP_OP_COUNT];  /* time per op kind */
     int count[TP_OP_COUNT];
+    double phase_seconds[TP_PHASE_COUNT];   /* the ops' time per phase (forward, backward, grad_sync) */
+    double dp_seconds;            /* training: gradients averaged over the data-parallel replicas */
+    double optimizer_seconds;     /* training: the gradient norm, clipping and AdamW */
     double comm_bytes;            /* bytes of the full tensors this rank's collectives moved */
-    double total_seconds;
+    double total_seconds;         /* all of the above */
 } tr_profile;
+
+/* Of n steps' profiles: every step's total time, in the order run, into
+ * seconds[0, n); the median step's profile (by total time; the lower
+ * middle one for an even n, so its op times add up to one real step)
+ * into *kept. Sorts steps. */
+void tr_profile_keep_median(tr_profile *kept, tr_profile *steps, int n, double *seconds);
 
 typedef struct tr_exec {
     const tr_schedule *s;

@@ -334,6 +334,7 @@ static int outputs(job *j)
 typedef struct rank_stats {
     double seconds[TP_OP_COUNT];
     double count[TP_OP_COUNT];
+    double phase[TP_PHASE_COUNT], dp, optimizer;
     double comm_bytes, weight_bytes, total;
 } rank_stats;
 
@@ -344,6 +345,10 @@ static int gather_stats(job *j, rank_stats *all)
         mine.seconds[k] = j->x.profile.seconds[k];
         mine.count[k] = j->x.profile.count[k];
     }
+    for (int k = 0; k < TP_PHASE_COUNT; k++)
+        mine.phase[k] = j->x.profile.phase_seconds[k];
+    mine.dp = j->x.profile.dp_seconds;
+    mine.optimizer = j->x.profile.optimizer_seconds;
     mine.comm_bytes = j->x.profile.comm_bytes;
     mine.weight_bytes = (double)j->weight_bytes_read;
     mine.total = j->x.profile.total_seconds;
@@ -366,19 +371,33 @@ static void print_blas(const job *j)
         fprintf(stderr, "tprun: warning: %s\n", warn);
 }
 
+/* A training step's phases: the schedule's (forward, backward, the
+ * gradients' reduction over tp) and the trainer's. */
+static void print_phases(const rank_stats *r)
+{
+    printf("  phases            ");
+    for (int k = 0; k < TP_PHASE_COUNT; k++)
+        printf(" %s %.3f ms,", tp_phase_names[k], r->phase[k] * 1e3);
+    printf(" dp_average %.3f ms, optimizer %.3f ms\n", r->dp * 1e3, r->optimizer * 1e3);
+}
+
 static void print_profile(const job *j, const rank_stats *all)
 {
     if (j->x.be == tp_backend_cpu())
         print_blas(j);
+    const bool training = j->s.grads != NULL;
     for (int r = 0; r < j->comm->world; r++) {
         char median[48] = "";
         if (j->nsteps > 1)
             snprintf(median, sizeof median, " (median of %d steps)", j->nsteps);
-        printf("profile, rank %d: %.3f ms forward%s, %.1f KiB moved by collectives, %.1f KiB of weights read\n", r,
-               all[r].total * 1e3, median, all[r].comm_bytes / 1024, all[r].weight_bytes / 1024);
+        printf("profile, rank %d: %.3f ms %s%s, %.1f KiB moved by collectives, %.1f KiB of weights read\n", r,
+               all[r].total * 1e3, training ? "per training step" : "forward", median, all[r].comm_bytes / 1024,
+               all[r].weight_bytes / 1024);
+        if (training)
+            print_phases(&all[r]);
         for (int k = 0; k < TP_OP_COUNT; k++)
             if (all[r].count[k])
-                printf("  %-15s %5.0f x %10.3f ms  %5.1f%%\n", tp_op_names[k], all[r].count[k], all[r].seconds[k] * 1e3,
+                printf("  %-18s %5.0f x %10.3f ms  %5.1f%%\n", tp_op_names[k], all[r].count[k], all[r].seconds[k] * 1e3,
                        all[r].total > 0 ? 100 * all[r].seconds[k] / all[r].total : 0);
     }
 }
@@ -402,9 +421,17 @@ static int write_profile_json(job *j, const rank_stats *all, const double *steps
     tp_buf_append_json_string(&f, j->o->schedule);
     tp_buf_append(&f, ", \"ranks\": [");
     for (int r = 0; r < j->comm->world; r++) {
-        tp_buf_appendf(&f, "%s\n  {\"rank\": %d, \"forward_seconds\": %.9g, \"weight_bytes_read\": %.0f, "
-                          "\"collective_bytes\": %.0f, \"ops\": {", r ? "," : "", r, all[r].total,
-                       all[r].weight_bytes, all[r].comm_bytes);
+        tp_buf_appendf(&f, "%s\n  {\"rank\": %d, \"%s\": %.9g, \"weight_bytes_read\": %.0f, "
+                          "\"collective_bytes\": %.0f, ", r ? "," : "", r,
+                       j->s.grads ? "step_seconds" : "forward_seconds", all[r].total, all[r].weight_bytes,
+                       all[r].comm_bytes);
+        if (j->s.grads) {
+            tp_buf_append(&f, "\"phases\": {");
+            for (int k = 0; k < TP_PHASE_COUNT; k++)
+                tp_buf_appendf(&f, "\"%s\": %.9g, ", tp_phase_names[k], all[r].phase[k]);
+            tp_buf_appendf(&f, "\"dp_average\": %.9g, \"optimizer\": %.9g}, ", all[r].dp, all[r].optimizer);
+        }
+        tp_buf_append(&f, "\"ops\": {");
         int first = 1;
         for (int k = 0; k < TP_OP_COUNT; k++)
             if (all[r].count[k]) {
@@ -456,7 +483,7 @@ static int write_trace(job *j)
                                coll ? "collective" : "compute", r, coll ? 1 : 0, all[(size_t)r * 2 * n + 2 * i],
                                all[(size_t)r * 2 * n + 2 * i + 1]);
                 tp_buf_append_json_string(&f, op->module);
-                tp_buf_append(&f, "}}");
+                tp_buf_appendf(&f, ", \"phase\": \"%s\"}}", tp_phase_names[op->phase]);
             }
         }
         tp_buf_append(&f, "\n]}\n");
@@ -491,17 +518,11 @@ static int report(job *j)
 
 /* ---- steps ---------------------------------------------------------------- */
 
-static int by_seconds(const void *a, const void *b)
-{
-    const tr_profile *x = a, *y = b;
-    return (x->total_seconds > y->total_seconds) - (x->total_seconds < y->total_seconds);
-}
-
 /* --repeat N: the forward N times on the same inputs, written again before
  * each step (the memory plan reuses their arena space once they are read);
  * every op rewrites its output, so each step computes the same numbers.
- * The logits and the trace are the last step's. The profile kept is the median step's, the lower
- * middle one for an even N, so its op times add up to one real step. */
+ * The logits and the trace are the last step's; the profile, the median
+ * step's. */
 static int run_forward(job *j)
 {
     char why[900];
@@ -516,10 +537,8 @@ static int run_forward(job *j)
             return fail(j, "%s", why);
         }
         steps[i] = j->x.profile;
-        j->step_seconds[i] = j->x.profile.total_seconds;
     }
-    qsort(steps, (size_t)j->nsteps, sizeof *steps, by_seconds);
-    j->x.profile = steps[(j->nsteps - 1) / 2];
+    tr_profile_keep_median(&j->x.profile, steps, j->nsteps, j->step_seconds);
     free(steps);
     return 0;
 }
@@ -541,9 +560,9 @@ static int options_match_training(job *j)
     if (o->repeat)
         return fail(j, "%s is a training schedule: --repeat repeats a forward step; a training run takes --steps N "
                     "(--log-json FILE records each step's time)", o->schedule);
-    if (o->tokens || o->labels || o->out || o->compare || o->profile || o->profile_json || o->trace)
-        return fail(j, "%s is a training schedule: --tokens, --labels, --out, --compare, --profile and --trace go "
-                    "with forward schedules; it reads its batches from --data", o->schedule);
+    if (o->tokens || o->labels || o->out || o->compare)
+        return fail(j, "%s is a training schedule: --tokens, --labels, --out and --compare go with forward "
+                    "schedules; it reads its batches from --data", o->schedule);
     return 0;
 }
 
@@ -581,8 +600,10 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
         rc = load_weights(&j);
     }
     if (!rc && j.s.grads) {
-        if (tr_train(o, &groups, &j.x, j.masters, j.vocab, why, sizeof why))
+        if (tr_train(o, &groups, &j.x, j.masters, j.vocab, &j.step_seconds, &j.nsteps, why, sizeof why))
             rc = fail(&j, "%s", why);
+        if (!rc)
+            rc = report(&j);
     } else {
         if (!rc)
             rc = read_inputs(&j);

@@ -101,34 +101,56 @@ static double max_grad_norm(const trainer *tr)
     return tr->t->max_grad_norm_given || tr->s->max_grad_norm < 0 ? tr->t->max_grad_norm : tr->s->max_grad_norm;
 }
 
+/* The time since *since, the backend's queue drained first when op times
+ * are wanted (an asynchronous backend's kernels are still running when a
+ * launch returns); *since moves to now. */
+static double lap(const tr_exec *x, double *since)
+{
+    if (x->tracing && x->be->synchronize)
+        x->be->synchronize();
+    double t = now(), d = t - *since;
+    *since = t;
+    return d;
+}
+
 /* Step i: the batch, forward and backward, the gradients averaged over
  * the replicas (which then take identical optimizer steps), norm,
- * clipping, AdamW. */
+ * clipping, AdamW. x->profile is this step's alone: the schedule's ops,
+ * then the averaging and the optimizer (--grads-out's writing is in
+ * neither). */
 static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err, size_t errlen)
 {
     const tr_schedule *s = tr->s;
     tr_exec *x = tr->x;
+    tr_profile *p = &x->profile;
     double t0 = now();
     const int32_t *ids = tr->tokens.ids + (i * tr->dp->world + tr->dp->rank) * tr->per_step;
     tr_exec_write_buf(x, s->input_ids, ids);
     if (s->labels >= 0)    /* a summed loss (tpcc --loss sum) has none */
         tr_exec_write_buf(x, s->labels, ids);
+    memset(p, 0, sizeof *p);
     if (tr_exec_run(x, err, errlen))
         return -1;
     float loss;
     tr_exec_read_buf(x, s->loss, &loss);
+    double since = now();
     if (tr_dp_average_grads(tr->dp, x, err, errlen) || tr_dp_mean(tr->dp, x, tr->optim.sum, &loss, err, errlen))
         return -1;
+    p->dp_seconds = lap(x, &since);
     double norm;
     if (tr_optim_grad_norm(&tr->optim, &norm, err, errlen))
         return -1;
+    p->optimizer_seconds = lap(x, &since);
     if (first && tr->t->grads_out && tr->dp->rank == 0 && write_grads(tr, err, errlen))
         return -1;
+    since = now();
     tr_optim_clip(&tr->optim, norm, max_grad_norm(tr));
     double lr = tr->t->lr * tr_lr_lambda(tr->t->schedule, i, tr->t->warmup, tr->t->steps);
     tr_optim_adamw(&tr->optim, lr, tr->t->weight_decay, tr->t->decay_all);
     if (x->be->synchronize)
         x->be->synchronize();
+    p->optimizer_seconds += now() - since;
+    p->total_seconds += p->dp_seconds + p->optimizer_seconds;
     *r = (tr_step_record){.step = i + 1, .loss = loss, .lr = lr, .grad_norm = norm, .seconds = now() - t0};
     return 0;
 }
@@ -146,8 +168,8 @@ static int resume(trainer *tr, char *err, size_t errlen)
     return 0;
 }
 
-int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *masters, int64_t vocab, char *err,
-             size_t errlen)
+int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *masters, int64_t vocab,
+             double **step_seconds, int *nsteps, char *err, size_t errlen)
 {
     tp_comm *comm = &groups->tp;
     trainer tr = {.o = o, .t = &o->train, .comm = comm, .dp = &groups->dp, .x = x, .s = x->s};
@@ -162,11 +184,18 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     if (!rc && o->train.resume)
         rc = resume(&tr, err, errlen);
     int64_t first = tr.optim.step;
+    tr_profile *profiles = NULL;   /* kept when op times are wanted */
+    int kept = 0;
+    *nsteps = 0;
     for (int64_t i = first; !rc && i < o->train.steps; i++) {
         tr_step_record r;
         rc = step(&tr, i, i == first, &r, err, errlen);
         if (rc)
             break;
+        if (x->tracing) {
+            profiles = tp_xgrow(profiles, *nsteps, &kept, sizeof *profiles, 16);
+            profiles[(*nsteps)++] = x->profile;
+        }
         tr_log_add(&tr.log, &r);
         if (rank0 && !o->quiet)
             tr_log_print(stdout, tty, &r, o->train.steps, tr.per_step * tr.dp->world);
@@ -175,6 +204,9 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         rc = tr_save(&tr.optim, &tr.layouts, o->train.save, tr.config, o->train.steps, o->train.lr, err, errlen);
     if (!rc && rank0 && o->train.log_json)
         rc = tr_log_write_json(&tr.log, o->train.log_json, err, errlen);
+    *step_seconds = tp_xmalloc((size_t)*nsteps * sizeof **step_seconds + 1);
+    tr_profile_keep_median(&x->profile, profiles, *nsteps, *step_seconds);
+    free(profiles);
     tr_log_free(&tr.log);
     tr_optim_free(&tr.optim);
     tr_layouts_free(&tr.layouts);

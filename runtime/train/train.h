@@ -23,8 +23,11 @@
  * x runs on groups->tp. A backend storing bf16 trains fp32 master weights
  * (optim.h), which start from `masters`, the weight region as read in
  * fp32 (NULL for fp32 storage, where the weights are their own masters).
- * Returns 0, or -1 with a message in err. */
-int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *masters, int64_t vocab, char *err,
-             size_t errlen);
+ * For --profile: leaves the median step's profile (by its total time) in
+ * x->profile, and every step's total time this run took in *step_seconds
+ * (malloc'ed, *nsteps of them; the caller frees it). Returns 0, or -1
+ * with a message in err. */
+int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *masters, int64_t vocab,
+             double **step_seconds, int *nsteps, char *err, size_t errlen);
 
 #endif /* TPRUN_TRAIN_TRAIN_H */
