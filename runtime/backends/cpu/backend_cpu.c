@@ -26,6 +26,8 @@
 #include "runtime/backends/cpu/narrow_dims.h"
 #include "runtime/backends/cpu/pool.h"
 #include "runtime/backends/cpu/rope_table.h"
+#include "runtime/backends/cpu/silu.h"
+#include "runtime/backends/cpu/swiglu.h"
 
 #include <assert.h>
 #include <cblas.h>
@@ -404,13 +406,6 @@ static void cpu_attention(float *out, const float *q, const float *k, const floa
 /* elementwise                                                               */
 /* ------------------------------------------------------------------------ */
 
-static float silu(float x)
-{
-    /* x / (1 + e^-x): for x << 0, e^-x overflows to inf and the result is
-     * -0, the correct limit, rather than inf * 0 = NaN from x * sigmoid. */
-    return (float)((double)x / (1.0 + exp(-(double)x)));
-}
-
 static float gelu_tanh(float x)
 {
     /* GPT-2's gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
@@ -445,7 +440,7 @@ static void unary_part(void *ctx, int64_t i0, int64_t i1)
     switch ((tp_unary)a->op) {
     case TP_UNARY_SILU:
         for (int64_t i = i0; i < i1; i++)
-            out[i] = silu(x[i]);
+            out[i] = tp_cpu_silu(x[i]);
         break;
     case TP_UNARY_GELU_TANH:
         for (int64_t i = i0; i < i1; i++)
@@ -766,6 +761,7 @@ static const tp_backend cpu_backend = {
     .binary = cpu_binary,
     .scale = cpu_scale,
     .softcap = cpu_softcap,
+    .silu_mul = tp_cpu_silu_mul, /* swiglu.c */
     .slice = cpu_slice,
     .narrow = cpu_narrow,
     .split_blocks = cpu_split_blocks,
@@ -787,6 +783,7 @@ static const tp_backend cpu_backend = {
     .layernorm_dw = tp_cpu_layernorm_dw,
     .attention_grad = tp_cpu_attention_grad,
     .unary_grad = tp_cpu_unary_grad,
+    .silu_mul_grad = tp_cpu_silu_mul_grad,
     .softcap_grad = tp_cpu_softcap_grad,
     .embedding_grad = tp_cpu_embedding_grad,
     .narrow_grad = tp_cpu_narrow_grad,

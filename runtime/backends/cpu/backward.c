@@ -31,6 +31,7 @@
 #include "runtime/backends/cpu/ce_rows.h"
 #include "runtime/backends/cpu/narrow_dims.h"
 #include "runtime/backends/cpu/pool.h"
+#include "runtime/backends/cpu/silu.h"
 #include "util/xalloc.h"
 
 /* double accumulators for the columns [j0, j0 + COLUMN_BLOCK) of a sum over
@@ -248,14 +249,6 @@ void tp_cpu_layernorm_dw(float *dw, const float *x, const float *dy, int64_t m, 
 /* ------------------------------------------------------------------------ */
 
 /* The derivatives, in double, of the forward's functions. */
-static double silu_grad(double x)
-{
-    /* silu' = s (1 + x (1 - s)), s = sigmoid(x); for x << 0, e^-x = inf
-     * gives s = 0 and the limit 0 rather than NaN */
-    double s = 1.0 / (1.0 + exp(-x));
-    return s * (1.0 + x * (1.0 - s));
-}
-
 static double gelu_tanh_grad(double x)
 {
     /* gelu_new = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3) */
@@ -289,7 +282,7 @@ static void unary_grad_part(void *ctx, int64_t i0, int64_t i1)
     switch (a->op) {
     case TP_UNARY_SILU:
         for (int64_t i = i0; i < i1; i++)
-            dx[i] = (float)((double)dy[i] * silu_grad(x[i]));
+            dx[i] = (float)((double)dy[i] * tp_cpu_silu_grad(x[i]));
         break;
     case TP_UNARY_GELU_TANH:
         for (int64_t i = i0; i < i1; i++)
