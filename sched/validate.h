@@ -12,7 +12,9 @@
  * unless its kernel works in place, every id an op indexes with was
  * written before and lies within the rows or columns it indexes, and the
  * collectives move whole blocks. The runtime asserts nothing this and the
- * reader did not prove (docs/schedule.md, "What tprun checks"). */
+ * reader did not prove, besides a backend's own limits (the CUDA kernels'
+ * launch grids), which tprun checks before it allocates anything
+ * (runtime/exec/limits_check.c; docs/schedule.md, "What tprun checks"). */
 #ifndef TP_SCHED_VALIDATE_H
 #define TP_SCHED_VALIDATE_H
 

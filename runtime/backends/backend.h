@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "runtime/backends/backend_limits.h"
 #include "sched/ops.h"     /* tp_dtype */
 
 typedef enum tp_unary { TP_UNARY_SILU, TP_UNARY_GELU_TANH, TP_UNARY_RELU, TP_UNARY_GELU_ERF } tp_unary;
@@ -67,6 +68,8 @@ typedef struct tp_backend {
     /* (optional) the op about to run, so a fatal error inside the backend
      * can name it (schedule index, op kind, module, plan entry or NULL) */
     void (*begin_op)(int index, const char *kind, const char *module, const char *entry);
+    /* (optional) the largest sizes its kernels run (backend_limits.h); NULL: none */
+    const tp_backend_limits *limits;
 
     /* out[t, :] = w[ids[t] - vocab_start, :] for t < ntok; rows outside
      * [vocab_start, vocab_start + rows) give zeros when masked; unmasked

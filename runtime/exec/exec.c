@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 #include "runtime/exec/exec.h"
+#include "runtime/exec/limits_check.h"
+#include "runtime/exec/op_view.h"
 #include "runtime/io/weights.h"
 #include "util/xalloc.h"
 
@@ -124,7 +126,7 @@ int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm
                  s->dtype == TP_BF16 ? " (or run it with --backend cuda)" : "");
         return -1;
     }
-    if (check_kernels(s, be, err, errlen))
+    if (check_kernels(s, be, err, errlen) || tr_exec_check_limits(s, be, err, errlen))
         return -1;
     x->scratch_bytes = staging_bytes(s);
     x->arena = be->alloc((size_t)s->arena_bytes + 1);
@@ -224,7 +226,7 @@ static const int32_t *iin(const tr_exec *x, const tr_op *op, int i) { return (co
 static float *fout(const tr_exec *x, const tr_op *op) { return fbuf(x, op->out); }
 /* output o of a kind with several; NULL where it is not computed */
 static float *fouts(const tr_exec *x, const tr_op *op, int o) { return op->outs[o] < 0 ? NULL : fbuf(x, op->outs[o]); }
-static int64_t in_elems(const tr_exec *x, const tr_op *op, int i) { return tr_buf_elems(in_buf(x, op, i)); }
+static int64_t in_elems(const tr_exec *x, const tr_op *op, int i) { return tr_op_in_elems(x->s, op, i); }
 
 /* ids were checked against the vocabulary when they were read */
 EXEC(embedding)
@@ -352,14 +354,14 @@ EXEC(cross_entropy)
 
 EXEC(ce_max)
 {
-    x->be->ce_max(fout(x, op), fin(x, op, 0), in_elems(x, op, 0) / op->vocab_local, op->vocab_local, op->vocab_start,
+    x->be->ce_max(fout(x, op), fin(x, op, 0), tr_op_vocab_rows(x->s, op), op->vocab_local, op->vocab_start,
                   op->vocab_logical);
     return 0;
 }
 
 EXEC(ce_sumexp)
 {
-    x->be->ce_sumexp(fout(x, op), fin(x, op, 0), fin(x, op, 1), in_elems(x, op, 0) / op->vocab_local, op->vocab_local,
+    x->be->ce_sumexp(fout(x, op), fin(x, op, 0), fin(x, op, 1), tr_op_vocab_rows(x->s, op), op->vocab_local,
                      op->vocab_start, op->vocab_logical);
     return 0;
 }
@@ -452,9 +454,8 @@ EXEC(softcap_grad)
 
 EXEC(embedding_grad)
 {
-    int64_t ntok = in_elems(x, op, 0);
-    x->be->embedding_grad(fout(x, op), iin(x, op, 0), fin(x, op, 1), ntok, op->vocab_local, in_elems(x, op, 1) / ntok,
-                          op->vocab_start, op->masked);
+    x->be->embedding_grad(fout(x, op), iin(x, op, 0), fin(x, op, 1), in_elems(x, op, 0), op->vocab_local,
+                          tr_op_embedding_grad_dim(x->s, op), op->vocab_start, op->masked);
     return 0;
 }
 
@@ -545,14 +546,12 @@ int tr_exec_run(tr_exec *x, char *err, size_t errlen)
     double t0 = now_seconds();
     for (int i = 0; i < s->nops; i++) {
         const tr_op *op = &s->ops[i];
-        char why[400];
+        char why[400], name[600];
         double start = now_seconds();
         if (be->begin_op)
             be->begin_op(i, tp_op_names[op->kind], op->module, op->entry);
         if (exec_of[op->kind](x, op, why, sizeof why)) {
-            snprintf(err, errlen, "rank %d, op %d (%s in '%s'%s%s): %s", s->rank, i, tp_op_names[op->kind],
-                     op->module[0] ? op->module : "(root)", op->entry ? ", plan entry " : "", op->entry ? op->entry : "",
-                     why);
+            snprintf(err, errlen, "%s: %s", tr_op_describe(s, i, name, sizeof name), why);
             return -1;
         }
         if (x->tracing && be->synchronize)   /* op times of an asynchronous backend */

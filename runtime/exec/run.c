@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include "runtime/exec/exec.h"
 #include "runtime/backends/cpu/blas_info.h"
+#include "runtime/backends/cpu/vec.h"
 #include "runtime/backends/gpu.h"
 #include "runtime/io/npy.h"
 #include "runtime/exec/run.h"
@@ -352,13 +353,15 @@ static int gather_stats(job *j, rank_stats *all)
     return 0;
 }
 
-/* The CPU backend's BLAS and its kernels, and a warning when they are
- * weaker than the CPU's (blas_info.h). */
+/* The CPU backend's BLAS and its kernels, the ISA copy of its own vector
+ * loops (vec.h), and a warning when the BLAS kernels are weaker than the
+ * CPU's (blas_info.h). */
 static void print_blas(const job *j)
 {
     char line[600], warn[600];
     tp_blas_describe(line, sizeof line, warn, sizeof warn);
-    printf("profile: BLAS %s; %d CPU thread%s per rank\n", line, j->o->threads, j->o->threads == 1 ? "" : "s");
+    printf("profile: BLAS %s; CPU loops %s; %d CPU thread%s per rank\n", line, tp_cpu_vec_host()->isa, j->o->threads,
+           j->o->threads == 1 ? "" : "s");
     if (*warn)
         fprintf(stderr, "tprun: warning: %s\n", warn);
 }

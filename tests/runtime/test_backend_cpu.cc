@@ -446,7 +446,9 @@ TEST(BackendCpu, UnaryOpsMatchTheirDefinitions)
     for (int64_t i = 0; i < n; i++) {
         double v = x[i];
         silu[i] = v * (1.0 / (1.0 + std::exp(-v)));
-        gelu[i] = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / pi) * (v + 0.044715 * v * v * v)));
+        // 0.5 v (1 + tanh(u)) as v sigmoid(2u): the tanh form's 1 + tanh(u)
+        // cancels in double for v << 0 (13 digits lost at v = -8)
+        gelu[i] = v / (1.0 + std::exp(-2.0 * std::sqrt(2.0 / pi) * (v + 0.044715 * v * v * v)));
         gelu_erf[i] = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
         relu[i] = v > 0 ? v : 0.0;
     }

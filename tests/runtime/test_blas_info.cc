@@ -8,6 +8,7 @@
 
 extern "C" {
 #include "runtime/backends/cpu/blas_info.h"
+#include "runtime/backends/cpu/vec.h"
 }
 
 #include "tests/support/process.h"
@@ -94,6 +95,7 @@ TEST(BlasCore, ProfilePrintsTheLibraryAndWarnsAboutAForcedWeakCore)
     ASSERT_EQ(r.code(), 0) << r.describe();
     EXPECT_TRUE(contains(r.out, "profile: BLAS OpenBLAS")) << r.out;
     EXPECT_TRUE(contains(r.out, "(core Prescott)")) << r.out;
+    EXPECT_TRUE(contains(r.out, std::string("; CPU loops ") + tp_cpu_vec_host()->isa + ";")) << r.out;
     if (tp_cpu_simd_detect().level > TP_SIMD_SSE) {
         EXPECT_TRUE(contains(r.err, "warning: OPENBLAS_CORETYPE=Prescott makes OpenBLAS run its Prescott kernels"))
             << r.err;

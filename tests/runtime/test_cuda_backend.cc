@@ -376,6 +376,50 @@ TEST_F(EmulatedRun, BadTimeoutIsRefused)
     EXPECT_TRUE(contains(p.err, "TPRUN_NCCL_TIMEOUT takes a positive number of seconds, not 'soon'")) << p.describe();
 }
 
+// A schedule the CPU backend runs whose sizes pass a limit of the CUDA
+// kernels (runtime/backends/cuda/kernels/launch_limits.h) is refused
+// before anything is allocated or loaded, with the op, the size, the limit
+// and what to do: a non-zero exit, no abort, no output. Head dimension 320:
+// attention holds at most 256 (at tp 1 and 2, fp32 and bf16); 640: RoPE
+// rotates at most 512 dims, and its op comes first.
+TEST_F(EmulatedRun, ScheduleBeyondAKernelLimitIsRefusedBeforeItRuns)
+{
+    struct Case {
+        std::vector<std::string> sizes;
+        int tp;
+        std::string dtype, expect;
+    };
+    const std::string attention = "(attention in 'model.layers.0.self_attn'): head_dim 320 is above the cuda "
+                                  "backend's limit of 256; ",
+                      rope = "(rope in 'model.layers.0.self_attn'): rotary_dim 640 is above the cuda backend's limit "
+                             "of 512; ";
+    const std::vector<Case> cases = {
+        {{"hidden=640", "heads=2", "kv_heads=2"}, 1, "fp32", attention},
+        {{"hidden=640", "heads=2", "kv_heads=2"}, 2, "bf16", attention},
+        {{"hidden=1280", "heads=2", "kv_heads=2"}, 1, "fp32", rope},
+    };
+    const std::string out = dir.path + "/logits.npy";
+    for (const Case &c : cases) {
+        std::string sched = compile(dir, plan, c.tp, c.dtype, c.sizes);
+        std::string what = "tp " + std::to_string(c.tp) + " " + c.dtype;
+        Proc gpu = run(kEmulated, c.tp, sched, {"--backend", "cuda", "--labels", "tokens", "--out", out}, {}, 60);
+        EXPECT_FALSE(gpu.timed_out) << what << "\n" << gpu.describe();
+        EXPECT_EQ(gpu.code(), 1) << what << "\n" << gpu.describe();
+        EXPECT_TRUE(contains(gpu.err, c.expect)) << what << "\n" << gpu.describe();
+        EXPECT_TRUE(contains(gpu.err, "; run the schedule with --backend cpu, or compile it for a model with a "
+                                      "smaller head dimension\n"))
+            << gpu.describe();
+        EXPECT_FALSE(contains(gpu.err, "kernel precondition failed")) << gpu.describe();
+        EXPECT_FALSE(fs::exists(out)) << what;
+        if (c.dtype == "bf16")
+            continue;   // the CPU backend computes fp32 schedules
+        Proc cpu = run(kEmulated, c.tp, sched, {"--backend", "cpu", "--labels", "tokens", "--out", out});
+        EXPECT_EQ(cpu.code(), 0) << what << "\n" << cpu.describe();
+        EXPECT_TRUE(fs::exists(out)) << what;
+        fs::remove(out);
+    }
+}
+
 // ---- data parallelism: NCCL communicators split per dp and tp group ----
 
 // The dp x tp variant of llama-sp on the llama training fixture, its

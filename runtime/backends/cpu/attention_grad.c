@@ -20,8 +20,8 @@
  * the block of P and dP and turns it into dS, then three SGEMMs add
  * dS K to dq's rows, dS^T Q to dk's and P^T dy to dv's. Nothing is saved
  * from the forward and the scratch is two blocks whatever the sequence
- * length. Scores, P and dS are fp32 as the forward's; the denominators and
- * D are summed in double.
+ * length. Scores, P and dS are fp32 as the forward's (the exps vec.h's,
+ * as the forward's); the denominators and D are summed in double.
  *
  * An output that is NULL is not computed (dv alone needs no dP). dk and dv
  * accumulate over the query heads of their kv head, then the query blocks,
@@ -39,6 +39,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/backends/cpu/pool.h"
+#include "runtime/backends/cpu/vec.h"
+#include "runtime/backends/cpu/vexp.h"
 #include "util/xalloc.h"
 
 #define GRAD_QBLOCK 64
@@ -88,6 +90,7 @@ static void scores(const head_view *hv, int64_t q0, int64_t nq, int64_t k0, int6
  * keys it sees, online. */
 static void row_stats(const head_view *hv, int64_t q0, int64_t nq, bool with_dsum, block_rows *br)
 {
+    const tp_cpu_vec *vec = tp_cpu_vec_host();
     for (int64_t i = 0; i < nq; i++) {
         br->mx[i] = -INFINITY;
         br->denom[i] = br->dsum[i] = 0.0;
@@ -97,26 +100,19 @@ static void row_stats(const head_view *hv, int64_t q0, int64_t nq, bool with_dsu
         scores(hv, q0, nq, k0, nk, br->p, with_dsum ? br->ds : NULL);
         for (int64_t i = 0; i < nq; i++) {
             const float *row = br->p + i * nk, *dprow = br->ds + i * nk;
-            float bmax = -INFINITY;
-            for (int64_t j = 0; j < nk; j++)
-                bmax = row[j] > bmax ? row[j] : bmax;
+            const float bmax = vec->max(row, nk);
             if (bmax == -INFINITY)
                 continue;      /* every key of the block is in the row's future */
             if (bmax > br->mx[i]) {
                 /* exp(-inf) = 0 on the first block: nothing to rescale */
-                const double rescale = exp((double)br->mx[i] - bmax);
+                const double rescale = tp_vexpf(br->mx[i] - bmax);
                 br->denom[i] *= rescale;
                 br->dsum[i] *= rescale;
                 br->mx[i] = bmax;
             }
-            double sum = 0.0, dot = 0.0;
-            for (int64_t j = 0; j < nk; j++) {
-                const float e = expf(row[j] - br->mx[i]);
-                sum += e;
-                if (with_dsum)
-                    dot += (double)e * dprow[j];
-            }
-            br->denom[i] += sum;
+            double dot = 0.0;
+            br->denom[i] += with_dsum ? vec->exp_dot(row, dprow, nk, br->mx[i], &dot)
+                                      : vec->exp_sum(NULL, row, nk, br->mx[i]);
             br->dsum[i] += dot;
         }
     }
@@ -130,6 +126,8 @@ static void block_grads(const head_view *hv, int64_t q0, int64_t nq, block_rows 
 {
     const bool need_ds = hv->dq || hv->dk;
     const int64_t d = hv->d;
+    const tp_cpu_vec *vec = tp_cpu_vec_host();
+    float cap_grad[GRAD_KBLOCK]; /* the capped scores' derivative, 1 - tanh^2 */
     for (int64_t k0 = 0; k0 < q0 + nq; k0 += GRAD_KBLOCK) {
         const int64_t nk = q0 + nq - k0 < GRAD_KBLOCK ? q0 + nq - k0 : GRAD_KBLOCK;
         scores(hv, q0, nq, k0, nk, br->p, need_ds ? br->ds : NULL);
@@ -137,12 +135,16 @@ static void block_grads(const head_view *hv, int64_t q0, int64_t nq, block_rows 
             float *prow = br->p + i * nk, *dsrow = br->ds + i * nk;
             const float inv = (float)(1.0 / br->denom[i]), dsum = (float)br->dsum[i];
             for (int64_t j = 0; j < nk; j++) {
-                const float score = prow[j];
-                prow[j] = expf(score - br->mx[i]) * inv;    /* 0 for a key in the row's future (-inf) */
-                /* the capped score's derivative, 1 - tanh^2, from the score itself */
-                const float t = hv->softcap > 0 && prow[j] > 0 ? score / (float)hv->softcap : 0.0f;
+                /* from the capped score itself, tanh = score / softcap; 1
+                 * for a key in the row's future (-inf), whose P is 0 */
+                const float t = hv->softcap > 0 && prow[j] > -INFINITY ? prow[j] / (float)hv->softcap : 0.0f;
+                cap_grad[j] = 1.0f - t * t;
+            }
+            vec->exp_sum(prow, prow, nk, br->mx[i]); /* 0 for a key in the row's future */
+            for (int64_t j = 0; j < nk; j++) {
+                prow[j] *= inv;
                 if (need_ds)
-                    dsrow[j] = prow[j] * (dsrow[j] - dsum) * (1.0f - t * t) * (float)hv->scale;
+                    dsrow[j] = prow[j] * (dsrow[j] - dsum) * cap_grad[j] * (float)hv->scale;
             }
         }
         if (hv->dv)   /* dv[k0 ..] += P^T dy */

@@ -19,15 +19,19 @@
  *
  * Every kernel splits its work over the pool's threads (pool.h) by rows,
  * heads, column blocks or elements, never by a reduction, so the results
- * do not depend on --threads. */
+ * do not depend on --threads. The exps (fp32, vexp.h), the activations
+ * built on them and the row reductions (norms, softmax max and sum) run in
+ * vec.h's loops, vectorised for the host's ISA with the same bits on every
+ * one. */
 #include "runtime/backends/backend.h"
 #include "runtime/backends/cpu/ce_rows.h"
 #include "runtime/backends/cpu/cpu_training.h"
 #include "runtime/backends/cpu/narrow_dims.h"
 #include "runtime/backends/cpu/pool.h"
 #include "runtime/backends/cpu/rope_table.h"
-#include "runtime/backends/cpu/silu.h"
 #include "runtime/backends/cpu/swiglu.h"
+#include "runtime/backends/cpu/vec.h"
+#include "runtime/backends/cpu/vexp.h"
 
 #include <assert.h>
 #include <cblas.h>
@@ -189,16 +193,12 @@ static void rmsnorm_part(void *ctx, int64_t i0, int64_t i1)
 {
     const rows_args *a = ctx;
     const int64_t n = a->n;
-    const double offset = a->unit_offset ? 1.0 : 0.0;
+    const tp_cpu_vec *vec = tp_cpu_vec_host();
     for (int64_t i = i0; i < i1; i++) {
         const float *xr = a->x + i * n;
-        float *o = a->out + i * n;
-        double ss = 0.0;
-        for (int64_t j = 0; j < n; j++)
-            ss += (double)xr[j] * xr[j];
-        double inv = 1.0 / sqrt(ss / (double)n + (double)a->eps);
-        for (int64_t j = 0; j < n; j++)
-            o[j] = (float)((double)xr[j] * inv * (offset + a->w[j]));
+        const double ss = vec->sum_squares(xr, n, 0.0);
+        const double inv = 1.0 / sqrt(ss / (double)n + (double)a->eps);
+        vec->norm_row(a->out + i * n, xr, a->w, NULL, n, 0.0, inv, a->unit_offset); /* x - 0 = x */
     }
 }
 
@@ -216,23 +216,13 @@ static void layernorm_part(void *ctx, int64_t i0, int64_t i1)
 {
     const rows_args *a = ctx;
     const int64_t n = a->n;
+    const tp_cpu_vec *vec = tp_cpu_vec_host();
     for (int64_t i = i0; i < i1; i++) {
         const float *xr = a->x + i * n;
-        float *o = a->out + i * n;
-        double sum = 0.0;
-        for (int64_t j = 0; j < n; j++)
-            sum += xr[j];
-        double mean = sum / (double)n;
-        double sq = 0.0;
-        for (int64_t j = 0; j < n; j++) {
-            double dlt = xr[j] - mean;
-            sq += dlt * dlt;
-        }
-        double inv = 1.0 / sqrt(sq / (double)n + (double)a->eps);
-        for (int64_t j = 0; j < n; j++) {
-            double y = ((double)xr[j] - mean) * inv * a->w[j];
-            o[j] = (float)(a->b ? y + a->b[j] : y);
-        }
+        const double mean = vec->sum(xr, n) / (double)n;
+        const double sq = vec->sum_squares(xr, n, mean);
+        const double inv = 1.0 / sqrt(sq / (double)n + (double)a->eps);
+        vec->norm_row(a->out + i * n, xr, a->w, a->b, n, mean, inv, false);
     }
 }
 
@@ -326,6 +316,7 @@ static void attention_part(void *ctx, int64_t t0, int64_t t1)
     const attention_args *a = ctx;
     const int64_t s = a->s, h = a->h, g = a->g, d = a->d, group = h / g; /* query heads per kv head */
     const double softcap = a->softcap;
+    const tp_cpu_vec *vec = tp_cpu_vec_host();
     float *p = tp_xmalloc((size_t)ATTN_QBLOCK * ATTN_KBLOCK * sizeof *p);
     float mx[ATTN_QBLOCK];
     double denom[ATTN_QBLOCK];
@@ -351,25 +342,17 @@ static void attention_part(void *ctx, int64_t t0, int64_t t1)
                 float *row = p + i * nk, *o = orows + i * h * d;
                 /* query q0 + i sees keys k0 .. q0 + i of this block */
                 const int64_t seen = q0 + i - k0 + 1 < nk ? q0 + i - k0 + 1 : nk;
-                float bmax = -INFINITY;
-                for (int64_t j = 0; j < seen; j++) {
-                    if (softcap > 0)
-                        row[j] = (float)(softcap * tanh(row[j] / softcap));
-                    if (row[j] > bmax)
-                        bmax = row[j];
-                }
+                for (int64_t j = 0; j < seen && softcap > 0; j++)
+                    row[j] = (float)(softcap * tanh(row[j] / softcap));
+                const float bmax = vec->max(row, seen < 0 ? 0 : seen);
                 if (seen <= 0) {
                     memset(row, 0, (size_t)nk * sizeof *row);
                     continue;
                 }
                 const float nmax = bmax > mx[i] ? bmax : mx[i];
                 /* exp(-inf) = 0 on the first block: nothing to rescale */
-                const float rescale = expf(mx[i] - nmax);
-                double sum = 0;
-                for (int64_t j = 0; j < seen; j++) {
-                    row[j] = expf(row[j] - nmax);
-                    sum += row[j];
-                }
+                const float rescale = tp_vexpf(mx[i] - nmax);
+                const double sum = vec->exp_sum(row, row, seen, nmax);
                 for (int64_t j = seen; j < nk; j++)
                     row[j] = 0;
                 denom[i] = denom[i] * rescale + sum;
@@ -406,13 +389,7 @@ static void cpu_attention(float *out, const float *q, const float *k, const floa
 /* elementwise                                                               */
 /* ------------------------------------------------------------------------ */
 
-static float gelu_tanh(float x)
-{
-    /* GPT-2's gelu_new: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-    const double kc = 0.7978845608028654; /* sqrt(2 / pi) */
-    double xd = x;
-    return (float)(0.5 * xd * (1.0 + tanh(kc * (xd + 0.044715 * xd * xd * xd))));
-}
+/* SiLU and gelu_new: vec.h */
 
 static float gelu_erf(float x)
 {
@@ -439,12 +416,10 @@ static void unary_part(void *ctx, int64_t i0, int64_t i1)
     const float *x = a->x;
     switch ((tp_unary)a->op) {
     case TP_UNARY_SILU:
-        for (int64_t i = i0; i < i1; i++)
-            out[i] = tp_cpu_silu(x[i]);
+        tp_cpu_vec_host()->silu(out + i0, x + i0, i1 - i0);
         break;
     case TP_UNARY_GELU_TANH:
-        for (int64_t i = i0; i < i1; i++)
-            out[i] = gelu_tanh(x[i]);
+        tp_cpu_vec_host()->gelu_tanh(out + i0, x + i0, i1 - i0);
         break;
     case TP_UNARY_GELU_ERF:
         for (int64_t i = i0; i < i1; i++)
@@ -637,14 +612,9 @@ static void ce_max_part(void *ctx, int64_t r0, int64_t r1)
 {
     const ce_args *a = ctx;
     const int64_t nreal = real_columns(a->v, a->vocab_start, a->vocab);
-    for (int64_t r = r0; r < r1; r++) {
-        const float *row = a->logits + r * a->v;
-        float mx = -INFINITY;
-        for (int64_t c = 0; c < nreal; c++)
-            if (row[c] > mx)
-                mx = row[c];
-        a->out[r] = mx;
-    }
+    const tp_cpu_vec *vec = tp_cpu_vec_host();
+    for (int64_t r = r0; r < r1; r++)
+        a->out[r] = vec->max(a->logits + r * a->v, nreal);
 }
 
 static void cpu_ce_max(float *out, const float *logits, int64_t rows, int64_t v, int64_t vocab_start, int64_t vocab)
@@ -659,14 +629,9 @@ static void ce_sumexp_part(void *ctx, int64_t r0, int64_t r1)
 {
     const ce_args *a = ctx;
     const int64_t nreal = real_columns(a->v, a->vocab_start, a->vocab);
-    for (int64_t r = r0; r < r1; r++) {
-        const float *row = a->logits + r * a->v;
-        const double mx = a->max[r];
-        double sum = 0.0;
-        for (int64_t c = 0; c < nreal; c++)
-            sum += exp((double)row[c] - mx);
-        a->out[r] = (float)sum;
-    }
+    const tp_cpu_vec *vec = tp_cpu_vec_host();
+    for (int64_t r = r0; r < r1; r++)
+        a->out[r] = (float)vec->exp_sum(NULL, a->logits + r * a->v, nreal, a->max[r]);
 }
 
 static void cpu_ce_sumexp(float *out, const float *logits, const float *max, int64_t rows, int64_t v,

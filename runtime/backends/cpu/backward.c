@@ -31,7 +31,7 @@
 #include "runtime/backends/cpu/ce_rows.h"
 #include "runtime/backends/cpu/narrow_dims.h"
 #include "runtime/backends/cpu/pool.h"
-#include "runtime/backends/cpu/silu.h"
+#include "runtime/backends/cpu/vec.h"
 #include "util/xalloc.h"
 
 /* double accumulators for the columns [j0, j0 + COLUMN_BLOCK) of a sum over
@@ -128,19 +128,11 @@ typedef struct row_norm {
 
 static row_norm norm_stats(const float *xr, int64_t n, float eps, bool centered)
 {
+    const tp_cpu_vec *vec = tp_cpu_vec_host();
     row_norm st = {0.0, 0.0};
-    if (centered) {
-        double sum = 0.0;
-        for (int64_t j = 0; j < n; j++)
-            sum += xr[j];
-        st.mean = sum / (double)n;
-    }
-    double sq = 0.0;
-    for (int64_t j = 0; j < n; j++) {
-        double dlt = xr[j] - st.mean;
-        sq += dlt * dlt;
-    }
-    st.inv = 1.0 / sqrt(sq / (double)n + (double)eps);
+    if (centered)
+        st.mean = vec->sum(xr, n) / (double)n;
+    st.inv = 1.0 / sqrt(vec->sum_squares(xr, n, st.mean) / (double)n + (double)eps);
     return st;
 }
 
@@ -248,15 +240,8 @@ void tp_cpu_layernorm_dw(float *dw, const float *x, const float *dy, int64_t m, 
 /* elementwise                                                               */
 /* ------------------------------------------------------------------------ */
 
-/* The derivatives, in double, of the forward's functions. */
-static double gelu_tanh_grad(double x)
-{
-    /* gelu_new = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3) */
-    const double kc = 0.7978845608028654; /* sqrt(2 / pi) */
-    double th = tanh(kc * (x + 0.044715 * x * x * x));
-    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * kc * (1.0 + 3.0 * 0.044715 * x * x);
-}
-
+/* The derivatives, in double, of the forward's functions (SiLU's and
+ * gelu_new's: vec.h, from an fp32 exp). */
 static double gelu_erf_grad(double x)
 {
     /* 0.5 (1 + erf(x / sqrt(2))) + x phi(x), phi the standard normal density */
@@ -281,12 +266,10 @@ static void unary_grad_part(void *ctx, int64_t i0, int64_t i1)
     const float *x = a->x, *dy = a->dy;
     switch (a->op) {
     case TP_UNARY_SILU:
-        for (int64_t i = i0; i < i1; i++)
-            dx[i] = (float)((double)dy[i] * tp_cpu_silu_grad(x[i]));
+        tp_cpu_vec_host()->silu_grad(dx + i0, x + i0, dy + i0, i1 - i0);
         break;
     case TP_UNARY_GELU_TANH:
-        for (int64_t i = i0; i < i1; i++)
-            dx[i] = (float)((double)dy[i] * gelu_tanh_grad(x[i]));
+        tp_cpu_vec_host()->gelu_tanh_grad(dx + i0, x + i0, dy + i0, i1 - i0);
         break;
     case TP_UNARY_GELU_ERF:
         for (int64_t i = i0; i < i1; i++)
@@ -396,11 +379,12 @@ static int64_t labelled_rows(const int32_t *labels, int64_t b, int64_t s)
  * nreal are real: (exp(l - max) / sumexp - [c == label_col]) / N, with
  * label_col local (outside [0, v) when another rank holds the label), 0 in
  * the padded columns. */
-static void ce_row_grad(float *out, const float *row, int64_t v, int64_t nreal, double max, double sumexp,
+static void ce_row_grad(float *out, const float *row, int64_t v, int64_t nreal, float max, double sumexp,
                         int64_t label_col, double inv_count)
 {
+    tp_cpu_vec_host()->exp_sum(out, row, nreal, max); /* the exps, as the loss sums them */
     for (int64_t c = 0; c < nreal; c++) {
-        double p = exp((double)row[c] - max) / sumexp;
+        double p = (double)out[c] / sumexp;
         out[c] = (float)((p - (c == label_col ? 1.0 : 0.0)) * inv_count);
     }
     for (int64_t c = nreal; c < v; c++)
@@ -437,7 +421,7 @@ static void ce_grad_part(void *ctx, int64_t r0, int64_t r1)
         if (!a->max) {
             assert(label >= 0 && label < a->nreal && "label outside the vocabulary");
             const ce_row st = ce_row_of(row, a->nreal);
-            ce_row_grad(out, row, v, a->nreal, st.max, st.sumexp, label, a->inv_count);
+            ce_row_grad(out, row, v, a->nreal, (float)st.max, st.sumexp, label, a->inv_count);
         } else {
             ce_row_grad(out, row, v, a->nreal, a->max[r], a->sumexp[r], (int64_t)label - a->vocab_start,
                         a->inv_count);

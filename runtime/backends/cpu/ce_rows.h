@@ -8,8 +8,9 @@
 #ifndef TPRUN_CPU_CE_ROWS_H
 #define TPRUN_CPU_CE_ROWS_H
 
-#include <math.h>
 #include <stdint.h>
+
+#include "runtime/backends/cpu/vec.h"
 
 #define CE_IGNORE (-100)
 
@@ -28,20 +29,16 @@ static inline int64_t real_columns(int64_t v, int64_t vocab_start, int64_t vocab
 }
 
 /* A row's softmax over its first n (real) columns: the max, and the sum of
- * exp(l - max) in double. */
+ * exp(l - max), fp32 exps summed in double (vec.h). */
 typedef struct ce_row {
     double max, sumexp;
 } ce_row;
 
 static inline ce_row ce_row_of(const float *row, int64_t n)
 {
-    ce_row r = {-INFINITY, 0.0};
-    for (int64_t c = 0; c < n; c++)
-        if (row[c] > r.max)
-            r.max = row[c];
-    for (int64_t c = 0; c < n; c++)
-        r.sumexp += exp((double)row[c] - r.max);
-    return r;
+    const tp_cpu_vec *vec = tp_cpu_vec_host();
+    const float max = vec->max(row, n);
+    return (ce_row){max, vec->exp_sum(NULL, row, n, max)};
 }
 
 #endif /* TPRUN_CPU_CE_ROWS_H */

@@ -17,6 +17,7 @@
  * call that waits; TPRUN_CUDA_SYNC=1 synchronises after every backend call
  * so a fault is reported with the op that caused it. */
 #include "runtime/backends/cuda/backend_cuda.h"
+#include "runtime/backends/cuda/kernels/launch_limits.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -675,6 +676,19 @@ static double cuda_sum_squares(const float *x, int64_t n)
 /* the tables                                                                */
 /* ------------------------------------------------------------------------ */
 
+/* The kernels' limits (kernels/launch_limits.h), which tprun checks a schedule
+ * against before it allocates anything. */
+static const tp_backend_limits cuda_limits = {
+    .rows = TP_CUDA_MAX_ROWS,
+    .attn_seq = TP_CUDA_MAX_ATTN_SEQ,
+    .attn_heads = TP_CUDA_MAX_ATTN_HEADS,
+    .attn_batch = TP_CUDA_MAX_ATTN_BATCH,
+    .head_dim = TP_CUDA_MAX_HEAD_DIM,
+    .rotary_dim = TP_CUDA_MAX_ROTARY_DIM,
+    .norm_cols = TP_CUDA_MAX_NORM_COLS,
+    .embedding_grad_dim = TP_CUDA_MAX_EMBEDDING_GRAD_DIM,
+};
+
 /* One per storage dtype; the functions read the dtype from the context,
  * which tp_backend_cuda sets (one schedule per process). */
 #define CUDA_TABLE(dt)                                                                                  \
@@ -682,7 +696,8 @@ static double cuda_sum_squares(const float *x, int64_t n)
         .name = "cuda", .dtype = dt, .alloc = cuda_alloc, .release = cuda_release,                      \
         .to_device = cuda_to_device, .to_host = cuda_to_host, .copy = cuda_copy, .set_threads = NULL,   \
         .alloc_staging = cuda_alloc_staging, .release_staging = cuda_release_staging,                   \
-        .synchronize = cuda_synchronize, .begin_op = cuda_begin_op, .embedding = cuda_embedding,        \
+        .synchronize = cuda_synchronize, .begin_op = cuda_begin_op, .limits = &cuda_limits,             \
+        .embedding = cuda_embedding,                                                                    \
         .matmul = cuda_matmul, .conv1d = cuda_conv1d, .bias_add = cuda_bias_add, .rmsnorm = cuda_rmsnorm, \
         .layernorm = cuda_layernorm, .rope = cuda_rope, .attention = cuda_attention, .unary = cuda_unary, \
         .binary = cuda_binary, .scale = cuda_scale, .softcap = cuda_softcap, .slice = cuda_slice,       \

@@ -8,10 +8,8 @@
 
 #include "common.cuh"
 
-// Rows (queries, or keys) per block: one warp each.
-#define ATTN_WARPS 8
-// Largest head dimension: a lane holds d / 32 elements of a row in registers.
-#define ATTN_MAX_D 256
+// ATTN_WARPS, rows (queries, or keys) per block, one warp each, and
+// ATTN_MAX_D, the largest head dimension: launch_limits.h.
 #define ATTN_PER_LANE (ATTN_MAX_D / 32)
 // Floats of one staged tile in shared memory: rows * d <= 4096, so two
 // tiles take 32 KiB, under the 48 KiB a block gets without opt-in.
@@ -27,8 +25,10 @@ static inline int attn_rows_per_tile(int64_t d)
 static inline void attn_check(int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, float scale, float softcap)
 {
     TP_KCHECK(g > 0 && h % g == 0 && d > 0, "query heads in whole groups per kv head");
-    TP_KCHECK(d <= ATTN_MAX_D, "head dimension at most 256");
-    TP_KCHECK(b >= 0 && s >= 0 && b <= 65535 && h <= 65535, "grid: batch and heads at most 65535");
+    TP_KCHECK(d <= TP_CUDA_MAX_HEAD_DIM, "head dimension at most 256");
+    TP_KCHECK(b >= 0 && s >= 0 && b <= TP_CUDA_MAX_ATTN_BATCH && h <= TP_CUDA_MAX_ATTN_HEADS &&
+                  s <= TP_CUDA_MAX_ATTN_SEQ,
+              "grid: batch and heads at most 65535, query tiles at most 2^31-1");
     TP_KCHECK(scale > 0.0f && softcap >= 0.0f, "a positive scale, a cap of 0 (none) or more");
 }
 

@@ -10,6 +10,7 @@
 
 #include "kernels.h"
 #include "launch.h"
+#include "launch_limits.h"
 
 #include <assert.h>
 #include <math.h>

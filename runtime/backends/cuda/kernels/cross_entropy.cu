@@ -141,7 +141,7 @@ extern "C" void tp_k_ce_max(tp_stream st, tp_kernel_dtype t, float *out, const v
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(rows >= 0 && v >= 0 && vocab_start >= 0, "negative size");
-    TP_KCHECK(rows <= INT32_MAX, "one block per row: at most 2^31-1 rows");
+    TP_KCHECK(rows <= TP_CUDA_MAX_ROWS, "one block per row: at most 2^31-1 rows");
     if (rows == 0)
         return;
     const int64_t nreal = real_columns(v, vocab_start, vocab);
@@ -163,7 +163,7 @@ extern "C" void tp_k_ce_sumexp(tp_stream st, tp_kernel_dtype t, float *out, cons
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(rows >= 0 && v >= 0 && vocab_start >= 0, "negative size");
-    TP_KCHECK(rows <= INT32_MAX, "one block per row: at most 2^31-1 rows");
+    TP_KCHECK(rows <= TP_CUDA_MAX_ROWS, "one block per row: at most 2^31-1 rows");
     if (rows == 0)
         return;
     const int64_t nreal = real_columns(v, vocab_start, vocab);

@@ -80,7 +80,7 @@ static void ce_grad(tp_stream st, tp_kernel_dtype t, void *dlogits, const void *
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(b >= 0 && s >= 0 && v > 0 && vocab_start >= 0 && vocab > 0, "negative size");
-    TP_KCHECK(b * s <= INT32_MAX, "one block per row: at most 2^31-1 rows");
+    TP_KCHECK(b * s <= TP_CUDA_MAX_ROWS, "one block per row: at most 2^31-1 rows");
     if (b * s == 0)
         return;
     if (t == TP_KERNEL_F32)

@@ -41,7 +41,7 @@ extern "C" void tp_k_embedding(tp_stream s, tp_kernel_dtype t, void *out, const 
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(ntok >= 0 && rows >= 0 && dim >= 0 && vocab_start >= 0, "negative size");
-    TP_KCHECK(ntok <= INT32_MAX, "one block per token: at most 2^31-1 tokens");
+    TP_KCHECK(ntok <= TP_CUDA_MAX_ROWS, "one block per token: at most 2^31-1 tokens");
     if (ntok == 0 || dim == 0)
         return;
     if (t == TP_KERNEL_F32)

@@ -10,9 +10,9 @@
 // matmuls at the token counts of one rank's step.
 #include "common.cuh"
 
-#define EMB_THREADS 256
+// EMB_THREADS per block, EMB_COLS columns per thread (launch_limits.h): a
+// block covers EMB_THREADS * EMB_COLS columns
 #define EMB_WARPS (EMB_THREADS / 32)
-#define EMB_COLS 4 // columns per thread: a block covers EMB_THREADS * EMB_COLS
 
 // ---- CUDA kernels
 
@@ -88,7 +88,7 @@ extern "C" void tp_k_embedding_grad(tp_stream s, tp_kernel_dtype t, void *dw, co
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(ntok >= 0 && rows >= 0 && dim >= 0 && vocab_start >= 0, "negative size");
-    TP_KCHECK(ntok <= INT32_MAX && TP_CEIL_DIV(dim, EMB_THREADS * EMB_COLS) <= 65535,
+    TP_KCHECK(ntok <= TP_CUDA_MAX_ROWS && dim <= TP_CUDA_MAX_EMBEDDING_GRAD_DIM,
               "one block per token (at most 2^31-1) and column chunk (at most 65535)");
     if (rows == 0 || dim == 0)
         return;

@@ -55,7 +55,7 @@ extern "C" void tp_k_rmsnorm(tp_stream s, tp_kernel_dtype t, void *out, const vo
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(n > 0 && m >= 0, "rows of at least one element");
-    TP_KCHECK(m <= INT32_MAX, "one block per row: at most 2^31-1 rows");
+    TP_KCHECK(m <= TP_CUDA_MAX_ROWS, "one block per row: at most 2^31-1 rows");
     if (m == 0)
         return;
     if (t == TP_KERNEL_F32)
@@ -71,7 +71,7 @@ extern "C" void tp_k_layernorm(tp_stream s, tp_kernel_dtype t, void *out, const 
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(n > 0 && m >= 0, "rows of at least one element");
     TP_KCHECK(w != NULL, "layernorm needs a weight (the bias is optional)");
-    TP_KCHECK(m <= INT32_MAX, "one block per row: at most 2^31-1 rows");
+    TP_KCHECK(m <= TP_CUDA_MAX_ROWS, "one block per row: at most 2^31-1 rows");
     if (m == 0)
         return;
     if (t == TP_KERNEL_F32)

@@ -3,10 +3,10 @@
 // defines: tp_k_rmsnorm_dx, tp_k_rmsnorm_dw, tp_k_layernorm_dx, tp_k_layernorm_dw, tp_k_sum_rows
 #include "norms.cuh"
 
-// Column sums: a block takes 32 columns, its threads COL_LANES rows each
-// (rows lane, lane + COL_LANES, ...), and adds the lanes' partials in lane
-// order: a fixed tree, so the sums do not depend on the schedule.
-#define COL_WIDTH 32
+// Column sums: a block takes COL_WIDTH (32, launch_limits.h) columns, its
+// threads COL_LANES rows each (rows lane, lane + COL_LANES, ...), and adds
+// the lanes' partials in lane order: a fixed tree, so the sums do not
+// depend on the schedule.
 #define COL_LANES 16
 
 // ---- CUDA kernels
@@ -124,7 +124,8 @@ static void check_rows(tp_kernel_dtype t, int64_t m, int64_t n)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(n > 0 && m >= 0, "rows of at least one element");
-    TP_KCHECK(m <= INT32_MAX && TP_CEIL_DIV(n, COL_WIDTH) <= INT32_MAX, "one block per row: at most 2^31-1 rows");
+    TP_KCHECK(m <= TP_CUDA_MAX_ROWS && n <= TP_CUDA_MAX_NORM_COLS,
+              "one block per row and per COL_WIDTH columns: at most 2^31-1 of each");
 }
 
 template <typename T>

@@ -3,8 +3,8 @@
 #include "common.cuh"
 
 // The frequencies, passed by value as a kernel parameter: 2 KiB of the
-// 4 KiB a launch may carry, so no device buffer has to be kept for them.
-#define ROPE_MAX_PAIRS 256
+// 4 KiB a launch may carry (ROPE_MAX_PAIRS, launch_limits.h), so no device
+// buffer has to be kept for them.
 struct rope_freqs {
     double inv_freq[ROPE_MAX_PAIRS];
     double scale;               // cos and sin are multiplied by it (yarn's attention_factor)
@@ -68,10 +68,10 @@ extern "C" void tp_k_rope(tp_stream st, tp_kernel_dtype t, void *out, const void
                           int64_t d, int64_t rotary, int64_t pos_offset, const double *inv_freq, double scale)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
-    TP_KCHECK(rotary % 2 == 0 && rotary / 2 <= ROPE_MAX_PAIRS && rotary <= d,
+    TP_KCHECK(rotary % 2 == 0 && rotary <= TP_CUDA_MAX_ROTARY_DIM && rotary <= d,
               "an even rotary dimension of at most 2 * 256, within the head");
     TP_KCHECK(b >= 0 && s >= 0 && h >= 0 && d >= 0 && pos_offset >= 0, "negative size");
-    TP_KCHECK(b * s <= INT32_MAX, "one block per token: at most 2^31-1 tokens");
+    TP_KCHECK(b * s <= TP_CUDA_MAX_ROWS, "one block per token: at most 2^31-1 tokens");
     if (b * s == 0 || h == 0 || rotary == 0)
         return;
     rope_freqs f = {};
