@@ -274,6 +274,22 @@ static int check_same_count(loader *L, const tr_schedule *s, const tr_op *op)
     return 0;
 }
 
+/* Fused elementwise ops (silu_mul and its gradient): every input and every
+ * output computed holds as many elements as in[0]; nothing broadcasts. */
+static int check_same_shape(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    const int64_t n = elems_of(s, op->in[0]);
+    for (int i = 1; i < op->nin; i++)
+        if (elems_of(s, op->in[i]) != n)
+            return fail(L, "in[%d] holds %lld elements, in[0] %lld: its operands must be of one size", i,
+                        (long long)elems_of(s, op->in[i]), (long long)n);
+    for (int o = 0; o < tp_ops[op->kind].nout; o++)
+        if (op->outs[o] >= 0 && elems_of(s, op->outs[o]) != n)
+            return fail(L, "out[%d] holds %lld elements, its inputs %lld", o, (long long)elems_of(s, op->outs[o]),
+                        (long long)n);
+    return 0;
+}
+
 static int check_matmul(loader *L, const tr_schedule *s, const tr_op *op)
 {
     if (elems_of(s, op->in[0]) != mul(op->m, op->k) || elems_of(s, op->out) != mul(op->m, op->n) ||

@@ -131,6 +131,7 @@ static bool works_in_place(tp_op_kind k)
     case TP_OP_SOFTCAP:
     case TP_OP_ADD:
     case TP_OP_MUL:
+    case TP_OP_SILU_MUL:
     case TP_OP_SCALE:
     case TP_OP_RMSNORM_DX:
     case TP_OP_LAYERNORM_DX:
@@ -138,6 +139,7 @@ static bool works_in_place(tp_op_kind k)
     case TP_OP_GELU_GRAD:
     case TP_OP_RELU_GRAD:
     case TP_OP_SOFTCAP_GRAD:
+    case TP_OP_SILU_MUL_GRAD:
     case TP_OP_ALL_REDUCE: return true;
     default: return false;
     }

@@ -407,25 +407,30 @@ static void loss_backward(autodiff *A, const tp_gnode *n)
     fail(A, "the vocab-parallel loss has no ce_sumexp before it");
 }
 
-/* One op for the gradients of q, k and v: out[k] is input k's, -1 where
- * that input needs none. */
-static void attention(autodiff *A, const tp_gnode *n, int dy)
+/* One op for the gradients of the forward's first `ngrads` inputs, from
+ * those inputs and dy (attention's q, k and v; silu_mul's a and b): out[k]
+ * is input k's, -1 where that input needs none. */
+static void joint_grads(autodiff *A, const tp_gnode *n, tp_op_kind kind, int ngrads, int dy)
 {
     const tp_ir_op *f = &n->op;
-    int grads[3];
-    for (int k = 0; k < 3; k++) {
+    int grads[TP_MAX_OUTS], in[4];
+    bool any = false;
+    for (int k = 0; k < TP_MAX_OUTS; k++) {
         grads[k] = -1;
-        if (needs(A, f->in[k])) {
+        if (k < ngrads && needs(A, f->in[k])) {
             tp_gvalue like = like_value(A, f->in[k]);
             grads[k] = new_value(A, &like, "grad");
+            any = true;
         }
     }
-    if (grads[0] < 0 && grads[1] < 0 && grads[2] < 0)
+    if (!any)
         return;
-    tp_ir_op *op = emit(A, TP_OP_ATTENTION_GRAD, -1, 4, (int[]){f->in[0], f->in[1], f->in[2], dy});
+    memcpy(in, f->in, (size_t)ngrads * sizeof *in);
+    in[ngrads] = dy;
+    tp_ir_op *op = emit(A, kind, -1, ngrads + 1, in);
     memcpy(op->outs, grads, sizeof grads);
     same_attrs(op, f);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < ngrads; k++)
         if (grads[k] >= 0)
             to_value(A, n, f->in[k], grads[k]);
 }
@@ -452,7 +457,8 @@ static int op_backward(autodiff *A, const tp_gnode *n, int dy)
         op->inverse = true;
         return 0;
     }
-    case TP_OP_ATTENTION: attention(A, n, dy); return 0;
+    case TP_OP_ATTENTION: joint_grads(A, n, TP_OP_ATTENTION_GRAD, 3, dy); return 0;
+    case TP_OP_SILU_MUL: joint_grads(A, n, TP_OP_SILU_MUL_GRAD, 2, dy); return 0;
     case TP_OP_SILU:
     case TP_OP_GELU:
     case TP_OP_RELU:

@@ -9,7 +9,8 @@
 #include "sched/program.h"
 
 typedef struct tp_passes_opts {
-    bool merge;          /* -O1: merge redistributions of a tensor to one layout, drop undone ones */
+    bool optimize;       /* -O1: merge redistributions of a tensor to one layout, drop undone ones;
+                          * fuse silu(x) * y; reduce each gradient's partial shares once */
     tp_dtype dtype;      /* element type of the schedule's floating-point buffers */
     bool train;          /* --train: the backward pass and every weight's gradient */
 } tp_passes_opts;
@@ -24,6 +25,11 @@ typedef struct tp_autodiff_error {
 /* merge.c: -O1. Marks merged redistribution nodes removed and redirects
  * their results to the kept ones. */
 void tp_pass_merge(tp_graph *g);
+/* fuse.c: -O1, after merge. A mul of a silu's result (either operand) and
+ * a tensor of its size, the silu's only reader, becomes one silu_mul of
+ * the silu's input; the silu is left to the dead-code pass. Runs before
+ * autodiff, so the backward is silu_mul's own (silu_mul_grad). */
+void tp_pass_fuse(tp_graph *g);
 /* dce.c: marks nodes whose results nobody reads dead (op.dead). */
 void tp_pass_dce(tp_graph *g);
 /* autodiff.c: --train. Appends the backward to the graph (the loss's
@@ -37,7 +43,7 @@ int tp_pass_autodiff(tp_graph *g, bool merge, tp_autodiff_error *err);
  * weight table in order of first use, the live and dead nodes as ops. */
 void tp_pass_lower(const tp_graph *g, tp_ir *out);
 
-/* The whole pipeline: merge (when asked), dead code, the backward (when
+/* The whole pipeline: merge and fuse (-O1), dead code, the backward (when
  * training), lower, the element type, the memory plan (memplan.h). `out`
  * is zeroed first. Returns 0, or -1 when the backward cannot be derived
  * (*err says why; `out` is then empty). */

@@ -6,10 +6,12 @@
 int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodiff_error *err)
 {
     memset(out, 0, sizeof *out);
-    if (opts->merge)
+    if (opts->optimize) {
         tp_pass_merge(g);
+        tp_pass_fuse(g);
+    }
     tp_pass_dce(g);
-    if (opts->train && tp_pass_autodiff(g, opts->merge, err))
+    if (opts->train && tp_pass_autodiff(g, opts->optimize, err))
         return -1;
     tp_pass_lower(g, out);
     tp_ir_set_dtype(out, opts->dtype);

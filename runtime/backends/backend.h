@@ -105,6 +105,9 @@ typedef struct tp_backend {
     void (*unary)(tp_unary op, float *out, const float *x, int64_t n);
     /* out[i] = a[i] op b[i % nb]  (b broadcasts over leading dims) */
     void (*binary)(tp_binary op, float *out, const float *a, int64_t n, const float *b, int64_t nb);
+    /* out[i] = silu(a[i]) * b[i] for i < n (a SwiGLU MLP's act(gate) * up);
+     * out may be exactly a or b */
+    void (*silu_mul)(float *out, const float *a, const float *b, int64_t n);
     void (*scale)(float *out, const float *x, int64_t n, float s);
     /* out = chunk `index` of `parts` of x (shape[rank]) along dim */
     void (*slice)(float *out, const float *x, const int64_t *shape, int rank, int dim, int index, int parts);
@@ -163,6 +166,9 @@ typedef struct tp_backend {
     /* dx = dy * f'(x) */
     void (*unary_grad)(tp_unary op, float *dx, const float *x, const float *dy, int64_t n);
     void (*softcap_grad)(float *dx, const float *x, const float *dy, int64_t n, float cap);
+    /* silu_mul's gradients: da = dy * b * silu'(a), db = dy * silu(a); an
+     * output that is NULL is not computed; each may be exactly an input */
+    void (*silu_mul_grad)(float *da, float *db, const float *a, const float *b, const float *dy, int64_t n);
     /* dw[r, :] = sum of dy[t, :] over the tokens t with ids[t] == vocab_start + r
      * (dw [rows, dim]; masked: other ids add nothing; unmasked ids are in range) */
     void (*embedding_grad)(float *dw, const int32_t *ids, const float *dy, int64_t ntok, int64_t rows, int64_t dim,

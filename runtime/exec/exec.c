@@ -78,6 +78,7 @@ static const void *training_kernel(const tp_backend *be, tp_op_kind k)
     case TP_OP_GELU_GRAD:
     case TP_OP_RELU_GRAD: return (const void *)be->unary_grad;
     case TP_OP_SOFTCAP_GRAD: return (const void *)be->softcap_grad;
+    case TP_OP_SILU_MUL_GRAD: return (const void *)be->silu_mul_grad;
     case TP_OP_EMBEDDING_GRAD: return (const void *)be->embedding_grad;
     case TP_OP_NARROW_GRAD: return (const void *)be->narrow_grad;
     case TP_OP_CROSS_ENTROPY_GRAD: return (const void *)be->cross_entropy_grad;
@@ -302,6 +303,12 @@ static int binary(tr_exec *x, const tr_op *op, tp_binary f)
 EXEC(add) { return binary(x, op, TP_BINARY_ADD); }
 EXEC(mul) { return binary(x, op, TP_BINARY_MUL); }
 
+EXEC(silu_mul)
+{
+    x->be->silu_mul(fout(x, op), fin(x, op, 0), fin(x, op, 1), in_elems(x, op, 0));
+    return 0;
+}
+
 EXEC(scale)
 {
     x->be->scale(fout(x, op), fin(x, op, 0), in_elems(x, op, 0), (float)op->scale);
@@ -431,6 +438,13 @@ static int unary_grad(tr_exec *x, const tr_op *op, tp_unary f)
 EXEC(silu_grad) { return unary_grad(x, op, TP_UNARY_SILU); }
 EXEC(gelu_grad) { return unary_grad(x, op, op->gelu_tanh ? TP_UNARY_GELU_TANH : TP_UNARY_GELU_ERF); }
 EXEC(relu_grad) { return unary_grad(x, op, TP_UNARY_RELU); }
+
+EXEC(silu_mul_grad)
+{
+    x->be->silu_mul_grad(fouts(x, op, 0), fouts(x, op, 1), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2),
+                         in_elems(x, op, 0));
+    return 0;
+}
 
 EXEC(softcap_grad)
 {

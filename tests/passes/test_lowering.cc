@@ -112,6 +112,40 @@ TEST(Collectives, PerProjectionGathersMergeAtO1)
     EXPECT_EQ(n1["reduce_scatter"], 2);
 }
 
+// -O1 fuses a Llama MLP's silu(gate) * up into one silu_mul per layer (and
+// --train differentiates it as one silu_mul_grad); -O0 keeps the pair.
+TEST(Fusion, SiluMulAtO1ThePairAtO0)
+{
+    auto kinds = [](const Schedule &s, int rank) {
+        std::map<std::string, int> n;
+        size_t i;
+        json_t *op;
+        json_array_foreach(s.ops(rank), i, op) n[json_string_value(json_object_get(op, "op"))]++;
+        return n;
+    };
+    for (const char *plan : {"plans/llama-sp.plan", "plans/qwen3-sp.plan", "plans/llama-tiny.plan"}) {
+        TempDir d1, d0, dt1, dt0;
+        Schedule o1(d1, plan, kLayers2), o0(d0, plan, with(kLayers2, {"-O0"}));
+        Schedule t1(dt1, plan, with(kLayers2, {"--train"})), t0(dt0, plan, with(kLayers2, {"--train", "-O0"}));
+        for (int r = 0; r < 2 && json_array_get(json_object_get(o1.root, "ranks"), (size_t)r); r++) {
+            auto f1 = kinds(o1, r), f0 = kinds(o0, r), g1 = kinds(t1, r), g0 = kinds(t0, r);
+            EXPECT_EQ(f1["silu_mul"], 2) << plan;
+            EXPECT_EQ(f1["silu"], 0) << plan;
+            EXPECT_EQ(f1["mul"], f0["mul"] - 2) << plan;
+            EXPECT_EQ(f0["silu"], 2) << plan;
+            EXPECT_EQ(f0["silu_mul"], 0) << plan;
+            EXPECT_EQ(g1["silu_mul_grad"], 2) << plan;
+            EXPECT_EQ(g1["silu_grad"], 0) << plan;
+            EXPECT_EQ(g0["silu_grad"], 2) << plan;
+            EXPECT_EQ(g0["silu_mul_grad"], 0) << plan;
+        }
+    }
+    // GELU MLPs are left as they are
+    TempDir dg;
+    Schedule g(dg, "plans/gemma-sp.plan", kLayers2);
+    EXPECT_EQ(kinds(g, 0)["silu_mul"], 0);
+}
+
 // The bytes of a collective are those of the full tensor it moves: for a
 // block boundary, batch * seq * hidden * 4.
 TEST(Collectives, BytesAreTheFullTensor)

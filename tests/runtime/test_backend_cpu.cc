@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -472,6 +473,47 @@ TEST(BackendCpu, UnaryOpsMatchTheirDefinitions)
     float nan = std::nanf(""), r;
     be()->unary(TP_UNARY_RELU, &r, &nan, 1);
     EXPECT_TRUE(std::isnan(r)) << "relu propagates NaN, as torch does";
+}
+
+// silu_mul and its gradient are the unfused ops they replace, bit for bit
+// (what lets -O1 fuse them without changing a result): silu then mul, and
+// the gradients autodiff derives from that pair (dy * b through silu_grad,
+// dy * silu(a)); also in place, and with one gradient not computed.
+void expect_same_bits(const Vec &got, const Vec &want, const char *what)
+{
+    ASSERT_EQ(got.size(), want.size()) << what;
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << what;
+}
+
+TEST(BackendCpu, SiluMulIsSiluThenMulBitForBit)
+{
+    Vec a = random_vec(5000, 90, -12, 12), b = random_vec(5000, 91), dy = random_vec(5000, 92);
+    for (float e : {0.0f, -0.0f, 100.0f, -100.0f, -1e4f, 1e4f})
+        a.push_back(e), b.push_back(0.5f), dy.push_back(-2.0f);
+    const int64_t n = (int64_t)a.size();
+    Vec silu(n), want(n), got(n);
+    be()->unary(TP_UNARY_SILU, silu.data(), a.data(), n);
+    be()->binary(TP_BINARY_MUL, want.data(), silu.data(), n, b.data(), n);
+    be()->silu_mul(got.data(), a.data(), b.data(), n);
+    expect_same_bits(got, want, "silu_mul");
+    Vec in_place = a;
+    be()->silu_mul(in_place.data(), in_place.data(), b.data(), n);
+    expect_same_bits(in_place, want, "silu_mul in place");
+
+    Vec dsilu(n), want_da(n), want_db(n), da(n), db(n);
+    be()->binary(TP_BINARY_MUL, dsilu.data(), dy.data(), n, b.data(), n);
+    be()->unary_grad(TP_UNARY_SILU, want_da.data(), a.data(), dsilu.data(), n);
+    be()->binary(TP_BINARY_MUL, want_db.data(), dy.data(), n, silu.data(), n);
+    be()->silu_mul_grad(da.data(), db.data(), a.data(), b.data(), dy.data(), n);
+    expect_same_bits(da, want_da, "silu_mul_grad da");
+    expect_same_bits(db, want_db, "silu_mul_grad db");
+    Vec only_b(n, 7.0f);
+    be()->silu_mul_grad(nullptr, only_b.data(), a.data(), b.data(), dy.data(), n);
+    expect_same_bits(only_b, want_db, "silu_mul_grad db alone");
+    Vec ga = a, gb = b;   // da over a, db over b
+    be()->silu_mul_grad(ga.data(), gb.data(), ga.data(), gb.data(), dy.data(), n);
+    expect_same_bits(ga, want_da, "silu_mul_grad da in place");
+    expect_same_bits(gb, want_db, "silu_mul_grad db in place");
 }
 
 TEST(BackendCpu, BinaryOpsBroadcastOverLeadingDims)

@@ -88,6 +88,7 @@ TEST(CpuThreads, ForwardKernels)
         expect_thread_independent("binary broadcast", M * N,
                                   [&](auto &o) { be()->binary(op, o.data(), y.data(), M * N, bias.data(), N); });
     }
+    expect_thread_independent("silu_mul", n, [&](auto &o) { be()->silu_mul(o.data(), e.data(), f.data(), n); });
     expect_thread_independent("scale", n, [&](auto &o) { be()->scale(o.data(), e.data(), n, 0.3f); });
     expect_thread_independent("softcap", n, [&](auto &o) { be()->softcap(o.data(), e.data(), n, 2.0f); });
     // a vocab-parallel shard of V rows from 20: some ids are elsewhere
@@ -140,6 +141,10 @@ TEST(CpuThreads, BackwardKernels)
                                   [&](auto &o) { be()->unary_grad(op, o.data(), x.data(), dy.data(), M * N); });
     expect_thread_independent("softcap_grad", M * N,
                               [&](auto &o) { be()->softcap_grad(o.data(), x.data(), dy.data(), M * N, 2.0f); });
+    const auto up = random_vec(M * N, 20);
+    expect_thread_independent("silu_mul_grad", 2 * M * N, [&](auto &o) {
+        be()->silu_mul_grad(o.data(), o.data() + M * N, x.data(), up.data(), dy.data(), M * N);
+    });
     // attention's three gradients in one call, GQA (3 query heads a kv head), capped and not
     const auto q = random_vec(B * S * H * D, 16), k = random_vec(B * S * G * D, 17), v = random_vec(B * S * G * D, 18),
                dout = random_vec(B * S * H * D, 19);

@@ -29,6 +29,7 @@
 #include "runtime/backends/cpu/narrow_dims.h"
 #include "runtime/backends/cpu/pool.h"
 #include "runtime/backends/cpu/rope_table.h"
+#include "runtime/backends/cpu/swiglu.h"
 #include "runtime/backends/cpu/vec.h"
 #include "runtime/backends/cpu/vexp.h"
 
@@ -725,6 +726,7 @@ static const tp_backend cpu_backend = {
     .binary = cpu_binary,
     .scale = cpu_scale,
     .softcap = cpu_softcap,
+    .silu_mul = tp_cpu_silu_mul, /* swiglu.c */
     .slice = cpu_slice,
     .narrow = cpu_narrow,
     .split_blocks = cpu_split_blocks,
@@ -746,6 +748,7 @@ static const tp_backend cpu_backend = {
     .layernorm_dw = tp_cpu_layernorm_dw,
     .attention_grad = tp_cpu_attention_grad,
     .unary_grad = tp_cpu_unary_grad,
+    .silu_mul_grad = tp_cpu_silu_mul_grad,
     .softcap_grad = tp_cpu_softcap_grad,
     .embedding_grad = tp_cpu_embedding_grad,
     .narrow_grad = tp_cpu_narrow_grad,

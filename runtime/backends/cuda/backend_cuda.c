@@ -435,6 +435,12 @@ static void cuda_binary(tp_binary op, float *out, const float *a, int64_t n, con
     done();
 }
 
+static void cuda_silu_mul(float *out, const float *a, const float *b, int64_t n)
+{
+    tp_k_silu_mul(compute_stream(), gpu->kdt, out, a, b, n);
+    done();
+}
+
 static void cuda_scale(float *out, const float *x, int64_t n, float s)
 {
     tp_k_scale(compute_stream(), gpu->kdt, out, x, n, s);
@@ -599,6 +605,12 @@ static void cuda_unary_grad(tp_unary op, float *dx, const float *x, const float 
     done();
 }
 
+static void cuda_silu_mul_grad(float *da, float *db, const float *a, const float *b, const float *dy, int64_t n)
+{
+    tp_k_silu_mul_grad(compute_stream(), gpu->kdt, da, db, a, b, dy, n);
+    done();
+}
+
 static void cuda_softcap_grad(float *dx, const float *x, const float *dy, int64_t n, float cap)
 {
     tp_k_softcap_grad(compute_stream(), gpu->kdt, dx, x, dy, n, cap);
@@ -689,7 +701,7 @@ static const tp_backend_limits cuda_limits = {
         .matmul = cuda_matmul, .conv1d = cuda_conv1d, .bias_add = cuda_bias_add, .rmsnorm = cuda_rmsnorm, \
         .layernorm = cuda_layernorm, .rope = cuda_rope, .attention = cuda_attention, .unary = cuda_unary, \
         .binary = cuda_binary, .scale = cuda_scale, .softcap = cuda_softcap, .slice = cuda_slice,       \
-        .narrow = cuda_narrow,                                                                          \
+        .narrow = cuda_narrow, .silu_mul = cuda_silu_mul,                                               \
         .split_blocks = cuda_split_blocks, .join_blocks = cuda_join_blocks, .positions = cuda_positions, \
         .cross_entropy = cuda_cross_entropy, .ce_max = cuda_ce_max, .ce_sumexp = cuda_ce_sumexp,        \
         .ce_target = cuda_ce_target, .ce_loss = cuda_ce_loss,                                           \
@@ -697,6 +709,7 @@ static const tp_backend_limits cuda_limits = {
         .rmsnorm_dw = cuda_rmsnorm_dw, .layernorm_dx = cuda_layernorm_dx,                               \
         .layernorm_dw = cuda_layernorm_dw, .attention_grad = cuda_attention_grad,                       \
         .unary_grad = cuda_unary_grad, .softcap_grad = cuda_softcap_grad,                               \
+        .silu_mul_grad = cuda_silu_mul_grad,                                                            \
         .embedding_grad = cuda_embedding_grad, .narrow_grad = cuda_narrow_grad,                         \
         .cross_entropy_grad = cuda_cross_entropy_grad, .ce_grad = cuda_ce_grad, .adamw = cuda_adamw,    \
         .adamw_master = cuda_adamw_master, .sum_squares = cuda_sum_squares, .ones = cuda_ones,          \

@@ -593,6 +593,36 @@ TEST_P(Kernels, Unary)
 // (a GPU may contract scale * b + x into an fma)
 constexpr Tol kOneOp = {0.0, 1.2e-7};
 
+// silu_mul: the 16-byte path (aligned buffers, whole packs, then a tail)
+// and the element path (every buffer one element off 16 bytes); in place
+// on a. expf and a division as the silu, then one product.
+TEST_P(Kernels, SiluMul)
+{
+    const Tol tol = stored({1e-6, 8e-6}, t());
+    for (int64_t n : {1, 7, 8, 1000, 4099})
+        for (int64_t off : {0, 1}) {
+            const std::string what = label(t(), "silu_mul n " + std::to_string(n) + " offset " + std::to_string(off));
+            Vec a = random_vec((size_t)(n + off), 25, -12.0f, 12.0f), b = random_vec((size_t)(n + off), 26);
+            if (n > 4) {
+                a[off] = -100.0f; // e^-x overflows: silu -> -0, not NaN
+                a[off + 1] = 100.0f;
+                a[off + 2] = NAN; // propagates
+            }
+            a = as_stored(a, t());
+            b = as_stored(b, t());
+            Vec want((size_t)n);
+            cpu()->silu_mul(want.data(), a.data() + off, b.data() + off, n);
+            Dev da(t(), a), db(t(), b), dout(t(), a.size());
+            auto at = [&](const Dev &d) { return static_cast<char *>(d.ptr()) + off * d.esize(); };
+            tp_k_silu_mul(nullptr, t(), at(dout), at(da), at(db), n);
+            Vec got = dout.download();
+            compare(Vec(got.begin() + off, got.end()), want, tol, what);
+            tp_k_silu_mul(nullptr, t(), at(da), at(da), at(db), n);
+            got = da.download();
+            expect_close(Vec(got.begin() + off, got.end()), want, tol, what + " in place");
+        }
+}
+
 TEST_P(Kernels, Binary)
 {
     const Tol tol = stored(kOneOp, t());

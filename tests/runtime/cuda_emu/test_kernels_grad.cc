@@ -188,6 +188,38 @@ TEST_P(GradKernels, Activations)
     }
 }
 
+// silu_mul's gradient on both kernel paths (aligned, one element off), with
+// each output alone and both; products of a few fp32 operations
+TEST_P(GradKernels, SiluMul)
+{
+    const Tol tol = stored({1e-6, 2e-5}, t());
+    for (int64_t n : {1, 9, 1000, 4099})
+        for (int64_t off : {0, 1}) {
+            Vec a = random_vec((size_t)(n + off), 85, -8.0f, 8.0f);
+            if (n > 4) {
+                a[off] = -100.0f; // e^-x overflows: both gradients finite
+                a[off + 1] = 100.0f;
+                a[off + 2] = 0.0f;
+            }
+            a = as_stored(a, t());
+            Vec b = as_stored(random_vec((size_t)(n + off), 86), t()), dy = as_stored(random_vec((size_t)(n + off), 87), t());
+            Vec want_a((size_t)n), want_b((size_t)n);
+            ref().silu_mul_grad(want_a.data(), want_b.data(), a.data() + off, b.data() + off, dy.data() + off, n);
+            const std::string what = label(t(), "silu_mul_grad n " + std::to_string(n) + " offset " + std::to_string(off));
+            for (int which = 1; which <= 3; which++) {   // da, db, both
+                Dev da(t(), a), db(t(), b), ddy(t(), dy), ga(t(), a.size()), gb(t(), a.size());
+                auto at = [&](const Dev &d) { return static_cast<char *>(d.ptr()) + off * d.esize(); };
+                tp_k_silu_mul_grad(nullptr, t(), which & 1 ? at(ga) : nullptr, which & 2 ? at(gb) : nullptr, at(da),
+                                   at(db), at(ddy), n);
+                Vec got_a = ga.download(), got_b = gb.download();
+                if (which & 1)
+                    compare(Vec(got_a.begin() + off, got_a.end()), want_a, tol, what + " da");
+                if (which & 2)
+                    compare(Vec(got_b.begin() + off, got_b.end()), want_b, tol, what + " db");
+            }
+        }
+}
+
 // ---- embedding: sums of a few rows of dy, in token order
 
 TEST_P(GradKernels, Embedding)

@@ -188,6 +188,15 @@ TEST_P(BackendTraining, EachEntryMatchesTheReference)
     r.softcap_grad(want.data(), x.data(), dy.data(), m * n, 1.5f);
     be()->softcap_grad(out, dx_, ddy, m * n, 1.5f);
     expect_close(host(out, want.size()), want, 1e-6, 1e-5, "softcap_grad");
+    Vec want_db(want.size());
+    float *out_db = device_zeros(want.size());
+    r.silu_mul_grad(want.data(), want_db.data(), x.data(), dy.data(), x.data(), m * n);
+    be()->silu_mul_grad(out, out_db, dx_, ddy, dx_, m * n);
+    expect_close(host(out, want.size()), want, 1e-6, 2e-5, "silu_mul_grad da");
+    expect_close(host(out_db, want.size()), want_db, 1e-6, 2e-5, "silu_mul_grad db");
+    r.silu_mul(want.data(), x.data(), dy.data(), m * n);
+    be()->silu_mul(out, dx_, ddy, m * n);
+    expect_close(host(out, want.size()), want, 1e-6, 1e-5, "silu_mul");
     const int64_t shape[] = {m, n + 5};
     Vec wide((size_t)(m * (n + 5)));
     float *dwide = device_zeros(wide.size());

@@ -1,6 +1,7 @@
 // elementwise.cu: activations, broadcast add/mul, scale, soft-capping, bias add.
 // defines: tp_k_unary, tp_k_binary, tp_k_scale, tp_k_softcap, tp_k_bias_add
 #include "common.cuh"
+#include "silu.cuh"
 
 // op numbers of tp_k_unary / tp_k_binary (= tp_unary / tp_binary of backend.h)
 enum { UNARY_SILU = 0, UNARY_GELU = 1, UNARY_RELU = 2, UNARY_GELU_ERF = 3 };
@@ -12,13 +13,6 @@ enum { BINARY_ADD = 0, BINARY_MUL = 1 };
 
 // Grid-stride loops (TP_GRID_STRIDE): every element is read and written by
 // one thread, so out may equal an input.
-
-__device__ __forceinline__ float silu(float x)
-{
-    // x / (1 + e^-x): for x << 0, e^-x is inf and the result -0, the right
-    // limit, where x * sigmoid(x) would give inf * 0 = NaN
-    return x / (1.0f + expf(-x));
-}
 
 __device__ __forceinline__ float gelu_tanh(float x)
 {
@@ -40,7 +34,7 @@ template <typename T> __global__ void unary_kernel(int op, T *out, const T *x, i
         const float v = tp_to_float(x[i]);
         float y;
         if (op == UNARY_SILU)
-            y = silu(v);
+            y = tp_silu(v);
         else if (op == UNARY_GELU)
             y = gelu_tanh(v);
         else if (op == UNARY_GELU_ERF)

@@ -2,6 +2,7 @@
 // and the seed gradient of a summed loss.
 // defines: tp_k_unary_grad, tp_k_softcap_grad, tp_k_ones
 #include "common.cuh"
+#include "silu.cuh"
 
 // op numbers of tp_k_unary_grad (= tp_unary of backend.h, as tp_k_unary)
 enum { UNARY_SILU = 0, UNARY_GELU = 1, UNARY_RELU = 2, UNARY_GELU_ERF = 3 };
@@ -9,14 +10,6 @@ enum { UNARY_SILU = 0, UNARY_GELU = 1, UNARY_RELU = 2, UNARY_GELU_ERF = 3 };
 #define GRAD_THREADS 256
 
 // ---- CUDA kernels
-
-// silu'(x) = s (1 + x (1 - s)), s = sigmoid(x) = 1 / (1 + e^-x): for x << 0,
-// s is 0 and the product 0, never inf * 0
-__device__ __forceinline__ float silu_grad(float x)
-{
-    const float s = 1.0f / (1.0f + expf(-x));
-    return s * (1.0f + x * (1.0f - s));
-}
 
 // gelu_new = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3):
 // 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
@@ -41,7 +34,7 @@ template <typename T> __global__ void unary_grad_kernel(int op, T *dx, const T *
         const float v = tp_to_float(x[i]);
         float d;
         if (op == UNARY_SILU)
-            d = silu_grad(v);
+            d = tp_silu_grad(v);
         else if (op == UNARY_GELU)
             d = gelu_tanh_grad(v);
         else if (op == UNARY_GELU_ERF)

@@ -50,6 +50,8 @@ void tp_k_scale(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_
 void tp_k_softcap(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t n, float cap);
 void tp_k_bias_add(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *b, int64_t m, int64_t n,
                    float scale);
+/* swiglu.cu: out = silu(a) * b; out may be exactly a or b */
+void tp_k_silu_mul(tp_stream s, tp_kernel_dtype t, void *out, const void *a, const void *b, int64_t n);
 /* reshard.cu: chunk copies for R -> S and for collectives along inner dims */
 void tp_k_slice(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const int64_t *shape, int rank, int dim,
                 int index, int parts);
@@ -93,6 +95,9 @@ void tp_k_attention_grad(tp_stream s, tp_kernel_dtype t, void *dq, void *dk, voi
                          int64_t d, float scale, float softcap);
 /* elementwise_grad.cu: op as tp_k_unary */
 void tp_k_unary_grad(tp_stream s, tp_kernel_dtype t, int op, void *dx, const void *x, const void *dy, int64_t n);
+/* swiglu.cu: da = dy * b * silu'(a), db = dy * silu(a); NULL: not computed */
+void tp_k_silu_mul_grad(tp_stream s, tp_kernel_dtype t, void *da, void *db, const void *a, const void *b,
+                        const void *dy, int64_t n);
 void tp_k_softcap_grad(tp_stream s, tp_kernel_dtype t, void *dx, const void *x, const void *dy, int64_t n, float cap);
 /* embedding_grad.cu */
 void tp_k_embedding_grad(tp_stream s, tp_kernel_dtype t, void *dw, const int32_t *ids, const void *dy, int64_t ntok,
