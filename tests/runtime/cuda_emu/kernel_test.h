@@ -59,6 +59,9 @@ class Dev {
     Dev &operator=(const Dev &) = delete;
 
     void *ptr() const { return p_; }
+    // element `off` on: one element off puts a buffer off 16 bytes, so an
+    // elementwise kernel takes its element path (pack.cuh), not its 128-bit one
+    void *at(int64_t off) const { return static_cast<char *>(p_) + off * (int64_t)esize(); }
     size_t esize() const { return t_ == TP_KERNEL_F32 ? 4 : 2; }
 
     void upload(const Vec &v)

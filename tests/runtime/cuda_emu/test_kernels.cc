@@ -563,30 +563,38 @@ TEST_P(Kernels, Attention)
 
 // ---- elementwise
 
+// Every elementwise kernel on both of its paths (pack.cuh): 16-byte packs
+// (aligned buffers; n with a tail after the whole packs) and element by
+// element (every buffer one element off 16 bytes).
 TEST_P(Kernels, Unary)
 {
     // silu: expf and a division, a few ulps; gelu: tanhf's (or erff's) ulp
     // becomes absolute error where 1 + tanh cancels (x ~ -4), hence atol
     const Tol tol = stored({1e-6, 4e-6}, t());
     const char *names[] = {"silu", "gelu", "relu", "gelu (erf)"};   // kernels.h's op numbers
-    for (int op = 0; op < 4; op++) {
-        for (int64_t n : {1, 257, 5000}) {
-            const std::string what = label(t(), std::string(names[op]) + " n " + std::to_string(n));
-            Vec x = random_vec((size_t)n, 12 + (unsigned)op, -12.0f, 12.0f);
-            if (n > 4) {
-                x[0] = -100.0f; // e^-x overflows: silu -> -0, not NaN
-                x[1] = 100.0f;
-                x[2] = NAN; // propagates
-                x[3] = -0.0f;
+    for (int op = 0; op < 4; op++)
+        for (int64_t n : {1, 257, 5000})
+            for (int64_t off : {0, 1}) {
+                const std::string what = label(t(), std::string(names[op]) + " n " + std::to_string(n) + " offset " +
+                                                        std::to_string(off));
+                Vec x = random_vec((size_t)(n + off), 12 + (unsigned)op, -12.0f, 12.0f);
+                if (n > 4) {
+                    x[off] = -100.0f; // e^-x overflows: silu -> -0, not NaN
+                    x[off + 1] = 100.0f;
+                    x[off + 2] = NAN; // propagates
+                    x[off + 3] = -0.0f;
+                }
+                x = as_stored(x, t());
+                Vec want((size_t)n);
+                cpu()->unary((tp_unary)op, want.data(), x.data() + off, n);
+                Dev dx(t(), x), dout(t(), x.size());
+                tp_k_unary(nullptr, t(), op, dout.at(off), dx.at(off), n);
+                Vec got = dout.download();
+                expect_close(Vec(got.begin() + off, got.end()), want, tol, what);
+                tp_k_unary(nullptr, t(), op, dx.at(off), dx.at(off), n); // in place
+                got = dx.download();
+                expect_close(Vec(got.begin() + off, got.end()), want, tol, what + " in place");
             }
-            x = as_stored(x, t());
-            Vec want(x.size());
-            cpu()->unary((tp_unary)op, want.data(), x.data(), n);
-            Dev dx(t(), x), dout(t(), x.size());
-            tp_k_unary(nullptr, t(), op, dout.ptr(), dx.ptr(), n);
-            expect_close(dout.download(), want, tol, what);
-        }
-    }
 }
 
 // one fp32 operation per element, as on the CPU: equal up to one ulp
@@ -613,62 +621,77 @@ TEST_P(Kernels, SiluMul)
             Vec want((size_t)n);
             cpu()->silu_mul(want.data(), a.data() + off, b.data() + off, n);
             Dev da(t(), a), db(t(), b), dout(t(), a.size());
-            auto at = [&](const Dev &d) { return static_cast<char *>(d.ptr()) + off * d.esize(); };
-            tp_k_silu_mul(nullptr, t(), at(dout), at(da), at(db), n);
+            tp_k_silu_mul(nullptr, t(), dout.at(off), da.at(off), db.at(off), n);
             Vec got = dout.download();
             compare(Vec(got.begin() + off, got.end()), want, tol, what);
-            tp_k_silu_mul(nullptr, t(), at(da), at(da), at(db), n);
+            tp_k_silu_mul(nullptr, t(), da.at(off), da.at(off), db.at(off), n);
             got = da.download();
             expect_close(Vec(got.begin() + off, got.end()), want, tol, what + " in place");
         }
 }
 
+// b repeating over a: whole packs of b (nb a multiple of 8) take the 16-byte
+// path when aligned; an nb of 257 or 1 the element path, wrapping mid-pack.
 TEST_P(Kernels, Binary)
 {
     const Tol tol = stored(kOneOp, t());
     for (int op = 0; op < 2; op++)
-        for (auto [n, nb] : {std::pair<int64_t, int64_t>{1, 1}, {12, 4}, {1000, 1000}, {999, 1}, {3 * 257, 257}}) {
-            const std::string what = label(t(), std::string(op ? "mul" : "add") + " n " + std::to_string(n) +
-                                                     " nb " + std::to_string(nb));
-            Vec a = as_stored(random_vec((size_t)n, 20), t()), b = as_stored(random_vec((size_t)nb, 21), t());
-            Vec want(a.size());
-            cpu()->binary((tp_binary)op, want.data(), a.data(), n, b.data(), nb);
-            Dev da(t(), a), db(t(), b), dout(t(), a.size());
-            tp_k_binary(nullptr, t(), op, dout.ptr(), da.ptr(), n, db.ptr(), nb);
-            expect_close(dout.download(), want, tol, what);
-            tp_k_binary(nullptr, t(), op, da.ptr(), da.ptr(), n, db.ptr(), nb); // in place
-            expect_close(da.download(), want, tol, what + " in place");
-        }
+        for (auto [n, nb] : {std::pair<int64_t, int64_t>{1, 1}, {12, 4}, {1000, 1000}, {999, 1}, {3 * 257, 257},
+                             {5 * 64, 64}, {1003, 1003}})
+            for (int64_t off : {0, 1}) {
+                const std::string what = label(t(), std::string(op ? "mul" : "add") + " n " + std::to_string(n) +
+                                                         " nb " + std::to_string(nb) + " offset " + std::to_string(off));
+                Vec a = as_stored(random_vec((size_t)(n + off), 20), t());
+                Vec b = as_stored(random_vec((size_t)(nb + off), 21), t());
+                Vec want((size_t)n);
+                cpu()->binary((tp_binary)op, want.data(), a.data() + off, n, b.data() + off, nb);
+                Dev da(t(), a), db(t(), b), dout(t(), a.size());
+                tp_k_binary(nullptr, t(), op, dout.at(off), da.at(off), n, db.at(off), nb);
+                Vec got = dout.download();
+                expect_close(Vec(got.begin() + off, got.end()), want, tol, what);
+                tp_k_binary(nullptr, t(), op, da.at(off), da.at(off), n, db.at(off), nb); // in place
+                got = da.download();
+                expect_close(Vec(got.begin() + off, got.end()), want, tol, what + " in place");
+            }
 }
 
 TEST_P(Kernels, ScaleAndBiasAdd)
 {
     const Tol tol = stored(kOneOp, t());
-    for (int64_t n : {1, 300}) {
-        Vec x = as_stored(random_vec((size_t)n, 22), t());
-        Vec want(x.size());
-        cpu()->scale(want.data(), x.data(), n, 0.37f);
-        Dev dx(t(), x), dout(t(), x.size());
-        tp_k_scale(nullptr, t(), dout.ptr(), dx.ptr(), n, 0.37f);
-        expect_close(dout.download(), want, tol, label(t(), "scale n " + std::to_string(n)));
-        // softcap: tanhf against tanh, a few ulps of the cap
-        Vec big = as_stored(random_vec((size_t)n, 25, -90.0f, 90.0f), t());
-        cpu()->softcap(want.data(), big.data(), n, 30.0f);
-        Dev dbig(t(), big);
-        tp_k_softcap(nullptr, t(), dout.ptr(), dbig.ptr(), n, 30.0f);
-        expect_close(dout.download(), want, stored({1e-5, 1e-6}, t()), label(t(), "softcap n " + std::to_string(n)));
-    }
-    for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 37}, {17, 300}}) {
-        const std::string what = label(t(), "bias_add " + std::to_string(m) + "x" + std::to_string(n));
-        Vec x = as_stored(random_vec((size_t)(m * n), 23), t()), b = as_stored(random_vec((size_t)n, 24), t());
-        Vec want(x.size());
-        cpu()->bias_add(want.data(), x.data(), b.data(), m, n, 0.5f);
-        Dev dx(t(), x), db(t(), b), dout(t(), x.size());
-        tp_k_bias_add(nullptr, t(), dout.ptr(), dx.ptr(), db.ptr(), m, n, 0.5f);
-        expect_close(dout.download(), want, tol, what);
-        tp_k_bias_add(nullptr, t(), dx.ptr(), dx.ptr(), db.ptr(), m, n, 0.5f); // in place
-        expect_close(dx.download(), want, tol, what + " in place");
-    }
+    for (int64_t n : {1, 300, 1001})
+        for (int64_t off : {0, 1}) {
+            const std::string at = " n " + std::to_string(n) + " offset " + std::to_string(off);
+            Vec x = as_stored(random_vec((size_t)(n + off), 22), t());
+            Vec want((size_t)n);
+            cpu()->scale(want.data(), x.data() + off, n, 0.37f);
+            Dev dx(t(), x), dout(t(), x.size());
+            tp_k_scale(nullptr, t(), dout.at(off), dx.at(off), n, 0.37f);
+            Vec got = dout.download();
+            expect_close(Vec(got.begin() + off, got.end()), want, tol, label(t(), "scale" + at));
+            // softcap: tanhf against tanh, a few ulps of the cap
+            Vec big = as_stored(random_vec((size_t)(n + off), 25, -90.0f, 90.0f), t());
+            cpu()->softcap(want.data(), big.data() + off, n, 30.0f);
+            Dev dbig(t(), big);
+            tp_k_softcap(nullptr, t(), dout.at(off), dbig.at(off), n, 30.0f);
+            got = dout.download();
+            expect_close(Vec(got.begin() + off, got.end()), want, stored({1e-5, 1e-6}, t()), label(t(), "softcap" + at));
+        }
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 37}, {17, 300}, {5, 64}})
+        for (int64_t off : {0, 1}) {
+            const std::string what = label(t(), "bias_add " + std::to_string(m) + "x" + std::to_string(n) +
+                                                    " offset " + std::to_string(off));
+            Vec x = as_stored(random_vec((size_t)(m * n + off), 23), t());
+            Vec b = as_stored(random_vec((size_t)(n + off), 24), t());
+            Vec want((size_t)(m * n));
+            cpu()->bias_add(want.data(), x.data() + off, b.data() + off, m, n, 0.5f);
+            Dev dx(t(), x), db(t(), b), dout(t(), x.size());
+            tp_k_bias_add(nullptr, t(), dout.at(off), dx.at(off), db.at(off), m, n, 0.5f);
+            Vec got = dout.download();
+            expect_close(Vec(got.begin() + off, got.end()), want, tol, what);
+            tp_k_bias_add(nullptr, t(), dx.at(off), dx.at(off), db.at(off), m, n, 0.5f); // in place
+            got = dx.download();
+            expect_close(Vec(got.begin() + off, got.end()), want, tol, what + " in place");
+        }
 }
 
 // ---- reshards: copies, exact

@@ -158,34 +158,42 @@ TEST_P(GradKernels, Attention)
 
 // ---- elementwise: a few fp32 operations per element
 
+// both kernel paths (pack.cuh): aligned with a tail, one element off
 TEST_P(GradKernels, Activations)
 {
     const char *names[] = {"silu", "gelu_tanh", "relu", "gelu_erf"};
     for (int op = 0; op < 4; op++)
-        for (int64_t n : {1, 1000}) {
-            Vec x = random_vec((size_t)n, 81, -6.0f, 6.0f);
-            if (n > 4) {
-                x[0] = -100.0f; // silu: e^-x overflows, the gradient is 0
-                x[1] = 100.0f;
-                x[2] = 0.0f;
+        for (int64_t n : {1, 1000, 1003})
+            for (int64_t off : {0, 1}) {
+                Vec x = random_vec((size_t)(n + off), 81, -6.0f, 6.0f);
+                if (n > 4) {
+                    x[off] = -100.0f; // silu: e^-x overflows, the gradient is 0
+                    x[off + 1] = 100.0f;
+                    x[off + 2] = 0.0f;
+                }
+                x = as_stored(x, t());
+                Vec dy = as_stored(random_vec((size_t)(n + off), 82), t());
+                Vec want((size_t)n);
+                ref().unary_grad((tp_unary)op, want.data(), x.data() + off, dy.data() + off, n);
+                Dev dx(t(), x), ddy(t(), dy), dout(t(), x.size());
+                tp_k_unary_grad(nullptr, t(), op, dout.at(off), dx.at(off), ddy.at(off), n);
+                Vec got = dout.download();
+                compare(Vec(got.begin() + off, got.end()), want, stored({1e-6, 1e-5}, t()),
+                        label(t(), std::string(names[op]) + "_grad n " + std::to_string(n) + " offset " +
+                                       std::to_string(off)));
             }
-            x = as_stored(x, t());
-            Vec dy = as_stored(random_vec((size_t)n, 82), t());
-            Vec want(x.size());
-            ref().unary_grad((tp_unary)op, want.data(), x.data(), dy.data(), n);
+    for (int64_t n : {1, 300, 1001})
+        for (int64_t off : {0, 1}) {
+            Vec x = as_stored(random_vec((size_t)(n + off), 83, -90.0f, 90.0f), t());
+            Vec dy = as_stored(random_vec((size_t)(n + off), 84), t());
+            Vec want((size_t)n);
+            ref().softcap_grad(want.data(), x.data() + off, dy.data() + off, n, 30.0f);
             Dev dx(t(), x), ddy(t(), dy), dout(t(), x.size());
-            tp_k_unary_grad(nullptr, t(), op, dout.ptr(), dx.ptr(), ddy.ptr(), n);
-            compare(dout.download(), want, stored({1e-6, 1e-5}, t()),
-                    label(t(), std::string(names[op]) + "_grad n " + std::to_string(n)));
+            tp_k_softcap_grad(nullptr, t(), dout.at(off), dx.at(off), ddy.at(off), n, 30.0f);
+            Vec got = dout.download();
+            compare(Vec(got.begin() + off, got.end()), want, stored({1e-6, 1e-5}, t()),
+                    label(t(), "softcap_grad n " + std::to_string(n) + " offset " + std::to_string(off)));
         }
-    for (int64_t n : {1, 300}) {
-        Vec x = as_stored(random_vec((size_t)n, 83, -90.0f, 90.0f), t()), dy = as_stored(random_vec((size_t)n, 84), t());
-        Vec want(x.size());
-        ref().softcap_grad(want.data(), x.data(), dy.data(), n, 30.0f);
-        Dev dx(t(), x), ddy(t(), dy), dout(t(), x.size());
-        tp_k_softcap_grad(nullptr, t(), dout.ptr(), dx.ptr(), ddy.ptr(), n, 30.0f);
-        compare(dout.download(), want, stored({1e-6, 1e-5}, t()), label(t(), "softcap_grad n " + std::to_string(n)));
-    }
 }
 
 // silu_mul's gradient on both kernel paths (aligned, one element off), with
@@ -208,9 +216,8 @@ TEST_P(GradKernels, SiluMul)
             const std::string what = label(t(), "silu_mul_grad n " + std::to_string(n) + " offset " + std::to_string(off));
             for (int which = 1; which <= 3; which++) {   // da, db, both
                 Dev da(t(), a), db(t(), b), ddy(t(), dy), ga(t(), a.size()), gb(t(), a.size());
-                auto at = [&](const Dev &d) { return static_cast<char *>(d.ptr()) + off * d.esize(); };
-                tp_k_silu_mul_grad(nullptr, t(), which & 1 ? at(ga) : nullptr, which & 2 ? at(gb) : nullptr, at(da),
-                                   at(db), at(ddy), n);
+                tp_k_silu_mul_grad(nullptr, t(), which & 1 ? ga.at(off) : nullptr, which & 2 ? gb.at(off) : nullptr,
+                                   da.at(off), db.at(off), ddy.at(off), n);
                 Vec got_a = ga.download(), got_b = gb.download();
                 if (which & 1)
                     compare(Vec(got_a.begin() + off, got_a.end()), want_a, tol, what + " da");

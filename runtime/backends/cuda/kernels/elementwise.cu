@@ -1,6 +1,7 @@
 // elementwise.cu: activations, broadcast add/mul, scale, soft-capping, bias add.
 // defines: tp_k_unary, tp_k_binary, tp_k_scale, tp_k_softcap, tp_k_bias_add
 #include "common.cuh"
+#include "pack.cuh"
 #include "silu.cuh"
 
 // op numbers of tp_k_unary / tp_k_binary (= tp_unary / tp_binary of backend.h)
@@ -11,8 +12,8 @@ enum { BINARY_ADD = 0, BINARY_MUL = 1 };
 
 // ---- CUDA kernels
 
-// Grid-stride loops (TP_GRID_STRIDE): every element is read and written by
-// one thread, so out may equal an input.
+// tp_map1 / tp_map2 (pack.cuh): every element is read and written by one
+// thread, a pack at a time, so out may equal an input.
 
 __device__ __forceinline__ float gelu_tanh(float x)
 {
@@ -27,71 +28,63 @@ __device__ __forceinline__ float gelu_erf(float x)
     return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
 }
 
-template <typename T> __global__ void unary_kernel(int op, T *out, const T *x, int64_t n)
+template <typename T> __global__ void unary_kernel(int op, T *out, const T *x, int64_t n, bool vec)
 {
-    TP_GRID_STRIDE(i, n)
-    {
-        const float v = tp_to_float(x[i]);
-        float y;
+    tp_map1(out, x, n, vec, [op](float v) {
         if (op == UNARY_SILU)
-            y = tp_silu(v);
-        else if (op == UNARY_GELU)
-            y = gelu_tanh(v);
-        else if (op == UNARY_GELU_ERF)
-            y = gelu_erf(v);
-        else
-            y = v < 0.0f ? 0.0f : v; // NaN propagates, as torch.relu
-        out[i] = tp_from_float<T>(y);
-    }
+            return tp_silu(v);
+        if (op == UNARY_GELU)
+            return gelu_tanh(v);
+        if (op == UNARY_GELU_ERF)
+            return gelu_erf(v);
+        return v < 0.0f ? 0.0f : v; // NaN propagates, as torch.relu
+    });
 }
 
 // out[i] = a[i] op b[i % nb]
-template <typename T> __global__ void binary_kernel(int op, T *out, const T *a, int64_t n, const T *b, int64_t nb)
+template <typename T>
+__global__ void binary_kernel(int op, T *out, const T *a, int64_t n, const T *b, int64_t nb, bool vec)
 {
-    TP_GRID_STRIDE(i, n)
-    {
-        const float x = tp_to_float(a[i]), y = tp_to_float(b[i % nb]);
-        out[i] = tp_from_float<T>(op == BINARY_ADD ? x + y : x * y);
-    }
+    tp_map2(out, a, b, n, nb, vec, [op](float x, float y) { return op == BINARY_ADD ? x + y : x * y; });
 }
 
 // out = x * s, then cap * tanh(out / cap) when cap > 0
-template <typename T> __global__ void scale_kernel(T *out, const T *x, int64_t n, float s, float cap)
+template <typename T> __global__ void scale_kernel(T *out, const T *x, int64_t n, float s, float cap, bool vec)
 {
-    TP_GRID_STRIDE(i, n)
-    {
-        const float y = tp_to_float(x[i]) * s;
-        out[i] = tp_from_float<T>(cap > 0.0f ? cap * tanhf(y / cap) : y);
-    }
+    tp_map1(out, x, n, vec, [s, cap](float v) {
+        const float y = v * s;
+        return cap > 0.0f ? cap * tanhf(y / cap) : y;
+    });
 }
 
 // out[i, j] = x[i, j] + scale * b[j]; scale is 1/tp for a bias added on
 // every rank of a Partial tensor
 template <typename T>
-__global__ void bias_add_kernel(T *out, const T *x, const T *b, int64_t total, int64_t n, float scale)
+__global__ void bias_add_kernel(T *out, const T *x, const T *b, int64_t total, int64_t n, float scale, bool vec)
 {
-    TP_GRID_STRIDE(i, total) out[i] = tp_from_float<T>(tp_to_float(x[i]) + scale * tp_to_float(b[i % n]));
+    tp_map2(out, x, b, total, n, vec, [scale](float v, float c) { return v + scale * c; });
 }
 
 // ---- kernel launchers
 
-template <typename T> static void launch_unary(tp_stream s, int op, T *out, const T *x, int64_t n)
+template <typename T> static void launch_unary(tp_stream s, tp_kernel_dtype t, int op, T *out, const T *x, int64_t n)
 {
-    TP_LAUNCH(unary_kernel<T>, tp_elementwise_blocks(n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, s, op, out, x,
-              n);
+    TP_LAUNCH(unary_kernel<T>, tp_pack_blocks(t, n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, s, op, out, x, n,
+              tp_aligned16(out) && tp_aligned16(x));
 }
 
 template <typename T>
-static void launch_binary(tp_stream s, int op, T *out, const T *a, int64_t n, const T *b, int64_t nb)
+static void launch_binary(tp_stream s, tp_kernel_dtype t, int op, T *out, const T *a, int64_t n, const T *b, int64_t nb)
 {
-    TP_LAUNCH(binary_kernel<T>, tp_elementwise_blocks(n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, s, op, out, a,
-              n, b, nb);
+    TP_LAUNCH(binary_kernel<T>, tp_pack_blocks(t, n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, s, op, out, a, n,
+              b, nb, tp_map2_vec(t, out, a, b, nb));
 }
 
-template <typename T> static void launch_scale(tp_stream st, T *out, const T *x, int64_t n, float s, float cap)
+template <typename T>
+static void launch_scale(tp_stream st, tp_kernel_dtype t, T *out, const T *x, int64_t n, float s, float cap)
 {
-    TP_LAUNCH(scale_kernel<T>, tp_elementwise_blocks(n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, st, out, x, n,
-              s, cap);
+    TP_LAUNCH(scale_kernel<T>, tp_pack_blocks(t, n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, st, out, x, n, s,
+              cap, tp_aligned16(out) && tp_aligned16(x));
 }
 
 static void scale_capped(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t n, float scale, float cap)
@@ -101,16 +94,17 @@ static void scale_capped(tp_stream s, tp_kernel_dtype t, void *out, const void *
     if (n == 0)
         return;
     if (t == TP_KERNEL_F32)
-        launch_scale(s, (float *)out, (const float *)x, n, scale, cap);
+        launch_scale(s, t, (float *)out, (const float *)x, n, scale, cap);
     else
-        launch_scale(s, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, n, scale, cap);
+        launch_scale(s, t, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, n, scale, cap);
 }
 
 template <typename T>
-static void launch_bias_add(tp_stream s, T *out, const T *x, const T *b, int64_t m, int64_t n, float scale)
+static void launch_bias_add(tp_stream s, tp_kernel_dtype t, T *out, const T *x, const T *b, int64_t m, int64_t n,
+                            float scale)
 {
-    TP_LAUNCH(bias_add_kernel<T>, tp_elementwise_blocks(m * n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, s, out,
-              x, b, m * n, n, scale);
+    TP_LAUNCH(bias_add_kernel<T>, tp_pack_blocks(t, m * n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, s, out, x, b,
+              m * n, n, scale, tp_map2_vec(t, out, x, b, n));
 }
 
 extern "C" void tp_k_unary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *x, int64_t n)
@@ -121,9 +115,9 @@ extern "C" void tp_k_unary(tp_stream s, tp_kernel_dtype t, int op, void *out, co
     if (n == 0)
         return;
     if (t == TP_KERNEL_F32)
-        launch_unary(s, op, (float *)out, (const float *)x, n);
+        launch_unary(s, t, op, (float *)out, (const float *)x, n);
     else
-        launch_unary(s, op, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, n);
+        launch_unary(s, t, op, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, n);
 }
 
 extern "C" void tp_k_binary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *a, int64_t n, const void *b,
@@ -135,9 +129,9 @@ extern "C" void tp_k_binary(tp_stream s, tp_kernel_dtype t, int op, void *out, c
     if (n == 0)
         return;
     if (t == TP_KERNEL_F32)
-        launch_binary(s, op, (float *)out, (const float *)a, n, (const float *)b, nb);
+        launch_binary(s, t, op, (float *)out, (const float *)a, n, (const float *)b, nb);
     else
-        launch_binary(s, op, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)a, n, (const __nv_bfloat16 *)b, nb);
+        launch_binary(s, t, op, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)a, n, (const __nv_bfloat16 *)b, nb);
 }
 
 extern "C" void tp_k_scale(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t n, float scale)
@@ -159,7 +153,7 @@ extern "C" void tp_k_bias_add(tp_stream s, tp_kernel_dtype t, void *out, const v
     if (m == 0 || n == 0)
         return;
     if (t == TP_KERNEL_F32)
-        launch_bias_add(s, (float *)out, (const float *)x, (const float *)b, m, n, scale);
+        launch_bias_add(s, t, (float *)out, (const float *)x, (const float *)b, m, n, scale);
     else
-        launch_bias_add(s, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)b, m, n, scale);
+        launch_bias_add(s, t, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)b, m, n, scale);
 }

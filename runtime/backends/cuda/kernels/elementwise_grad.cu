@@ -2,6 +2,7 @@
 // and the seed gradient of a summed loss.
 // defines: tp_k_unary_grad, tp_k_softcap_grad, tp_k_ones
 #include "common.cuh"
+#include "pack.cuh"
 #include "silu.cuh"
 
 // op numbers of tp_k_unary_grad (= tp_unary of backend.h, as tp_k_unary)
@@ -27,32 +28,28 @@ __device__ __forceinline__ float gelu_erf_grad(float x)
     return 0.5f * (1.0f + erff(x * 0.7071067811865476f)) + x * inv_sqrt_2pi * expf(-0.5f * x * x);
 }
 
-template <typename T> __global__ void unary_grad_kernel(int op, T *dx, const T *x, const T *dy, int64_t n)
+// dx = dy * f'(x), through tp_map2 (pack.cuh): dx may be x or dy
+template <typename T> __global__ void unary_grad_kernel(int op, T *dx, const T *x, const T *dy, int64_t n, bool vec)
 {
-    TP_GRID_STRIDE(i, n)
-    {
-        const float v = tp_to_float(x[i]);
-        float d;
+    tp_map2(dx, x, dy, n, n, vec, [op](float v, float g) {
         if (op == UNARY_SILU)
-            d = tp_silu_grad(v);
-        else if (op == UNARY_GELU)
-            d = gelu_tanh_grad(v);
-        else if (op == UNARY_GELU_ERF)
-            d = gelu_erf_grad(v);
-        else
-            d = v > 0.0f ? 1.0f : 0.0f;
-        dx[i] = tp_from_float<T>(tp_to_float(dy[i]) * d);
-    }
+            return g * tp_silu_grad(v);
+        if (op == UNARY_GELU)
+            return g * gelu_tanh_grad(v);
+        if (op == UNARY_GELU_ERF)
+            return g * gelu_erf_grad(v);
+        return g * (v > 0.0f ? 1.0f : 0.0f);
+    });
 }
 
 // cap * tanh(x / cap): dy (1 - tanh^2(x / cap))
-template <typename T> __global__ void softcap_grad_kernel(T *dx, const T *x, const T *dy, int64_t n, float cap)
+template <typename T>
+__global__ void softcap_grad_kernel(T *dx, const T *x, const T *dy, int64_t n, float cap, bool vec)
 {
-    TP_GRID_STRIDE(i, n)
-    {
-        const float th = tanhf(tp_to_float(x[i]) / cap);
-        dx[i] = tp_from_float<T>(tp_to_float(dy[i]) * (1.0f - th * th));
-    }
+    tp_map2(dx, x, dy, n, n, vec, [cap](float v, float g) {
+        const float th = tanhf(v / cap);
+        return g * (1.0f - th * th);
+    });
 }
 
 // out = 1: d loss / d x of loss = x.sum()
@@ -63,9 +60,11 @@ template <typename T> __global__ void ones_kernel(T *out, int64_t n)
 
 // ---- kernel launchers
 
-template <typename T> static void launch_unary_grad(tp_stream s, int op, T *dx, const T *x, const T *dy, int64_t n)
+template <typename T>
+static void launch_unary_grad(tp_stream s, tp_kernel_dtype t, int op, T *dx, const T *x, const T *dy, int64_t n)
 {
-    TP_LAUNCH(unary_grad_kernel<T>, tp_elementwise_blocks(n, GRAD_THREADS), GRAD_THREADS, 0, s, op, dx, x, dy, n);
+    TP_LAUNCH(unary_grad_kernel<T>, tp_pack_blocks(t, n, GRAD_THREADS), GRAD_THREADS, 0, s, op, dx, x, dy, n,
+              tp_map2_vec(t, dx, x, dy, n));
 }
 
 extern "C" void tp_k_unary_grad(tp_stream s, tp_kernel_dtype t, int op, void *dx, const void *x, const void *dy,
@@ -77,14 +76,16 @@ extern "C" void tp_k_unary_grad(tp_stream s, tp_kernel_dtype t, int op, void *dx
     if (n == 0)
         return;
     if (t == TP_KERNEL_F32)
-        launch_unary_grad(s, op, (float *)dx, (const float *)x, (const float *)dy, n);
+        launch_unary_grad(s, t, op, (float *)dx, (const float *)x, (const float *)dy, n);
     else
-        launch_unary_grad(s, op, (__nv_bfloat16 *)dx, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)dy, n);
+        launch_unary_grad(s, t, op, (__nv_bfloat16 *)dx, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)dy, n);
 }
 
-template <typename T> static void launch_softcap_grad(tp_stream s, T *dx, const T *x, const T *dy, int64_t n, float cap)
+template <typename T>
+static void launch_softcap_grad(tp_stream s, tp_kernel_dtype t, T *dx, const T *x, const T *dy, int64_t n, float cap)
 {
-    TP_LAUNCH(softcap_grad_kernel<T>, tp_elementwise_blocks(n, GRAD_THREADS), GRAD_THREADS, 0, s, dx, x, dy, n, cap);
+    TP_LAUNCH(softcap_grad_kernel<T>, tp_pack_blocks(t, n, GRAD_THREADS), GRAD_THREADS, 0, s, dx, x, dy, n, cap,
+              tp_map2_vec(t, dx, x, dy, n));
 }
 
 extern "C" void tp_k_softcap_grad(tp_stream s, tp_kernel_dtype t, void *dx, const void *x, const void *dy, int64_t n,
@@ -95,9 +96,9 @@ extern "C" void tp_k_softcap_grad(tp_stream s, tp_kernel_dtype t, void *dx, cons
     if (n == 0)
         return;
     if (t == TP_KERNEL_F32)
-        launch_softcap_grad(s, (float *)dx, (const float *)x, (const float *)dy, n, cap);
+        launch_softcap_grad(s, t, (float *)dx, (const float *)x, (const float *)dy, n, cap);
     else
-        launch_softcap_grad(s, (__nv_bfloat16 *)dx, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)dy, n, cap);
+        launch_softcap_grad(s, t, (__nv_bfloat16 *)dx, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)dy, n, cap);
 }
 
 extern "C" void tp_k_ones(tp_stream s, tp_kernel_dtype t, void *out, int64_t n)
