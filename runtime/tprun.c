@@ -79,6 +79,9 @@ static const char usage[] =
     "  --save DIR           after the last step, a Hugging Face checkpoint (model.safetensors,\n"
     "                       config.json from --weights DIR) with optimizer.safetensors and\n"
     "                       trainer_state.json, written atomically\n"
+    "  --max-shard-size S   --save's model files: above S (default 2GiB; 5GB, 500MB, ...)\n"
+    "                       model-0000i-of-0000n.safetensors with an index, as\n"
+    "                       save_pretrained(max_shard_size=S)\n"
     "  --resume DIR         weights, optimizer state and step count from a --save directory;\n"
     "                       training goes on to --steps, the data from where it stopped\n";
 
@@ -101,6 +104,7 @@ static int parse_args(tr_options *o, int argc, char **argv)
         {"decay-all", no_argument, 0, OPT_TRAIN}, {"max-grad-norm", required_argument, 0, OPT_TRAIN},
         {"log-json", required_argument, 0, OPT_TRAIN}, {"grads-out", required_argument, 0, OPT_TRAIN},
         {"save", required_argument, 0, OPT_TRAIN}, {"resume", required_argument, 0, OPT_TRAIN},
+        {"max-shard-size", required_argument, 0, OPT_TRAIN},
         {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
     };

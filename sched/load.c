@@ -246,8 +246,11 @@ static int load_weights(loader *L, tr_schedule *s, json_t *arr)
         } else if (!json_is_null(slice)) {
             return fail(L, "'slice' must be an object or null");
         }
-        t->region_offset = s->weight_elems;
-        s->weight_elems += t->local_elems;
+        /* every weight 16-byte aligned in bf16 and in fp32 (its moments and
+         * master copy share the offsets): the kernels' 128-bit loads and
+         * cuBLAS's fast paths need it; the gaps are never read */
+        t->region_offset = (s->weight_elems + WEIGHT_ALIGN_ELEMS - 1) / WEIGHT_ALIGN_ELEMS * WEIGHT_ALIGN_ELEMS;
+        s->weight_elems = t->region_offset + t->local_elems;
         /* the region is allocated in bytes of up to 4 per element */
         if (t->local_elems > ((int64_t)1 << 48) || s->weight_elems > ((int64_t)1 << 48))
             return fail(L, "'%s': the rank's weights pass 2^48 elements", t->name);

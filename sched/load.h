@@ -18,6 +18,10 @@ typedef struct tr_buf {
     char *name;
 } tr_buf;
 
+/* Weights start at multiples of 8 elements of the weight region: 16
+ * bytes in bf16, 32 in fp32. */
+#define WEIGHT_ALIGN_ELEMS 8
+
 typedef struct tr_weight {
     char *name;
     int rank;
@@ -28,7 +32,8 @@ typedef struct tr_weight {
     int nsegments;
     int64_t offset[TP_MAX_SEGMENTS], length[TP_MAX_SEGMENTS];
     int64_t local_elems;
-    int64_t region_offset;          /* in the rank's weight region, elements */
+    int64_t region_offset;          /* in the rank's weight region, elements: a multiple of
+                                     * WEIGHT_ALIGN_ELEMS */
 } tr_weight;
 
 /* An op: its operands, then the fields its attributes fill (sched/ops.def

@@ -15,6 +15,7 @@
 #include "compiler/export/export.h"
 #include "compiler/front/config.h"
 #include "compiler/report/report.h"
+#include "util/bytes.h"
 #include "sched/write.h"
 #include "sched/format.h"
 #include "util/hash.h"

@@ -16,10 +16,6 @@ typedef enum tp_report_format { TP_REPORT_TEXT, TP_REPORT_JSON } tp_report_forma
 int tp_report(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, const char *plan_path, tp_dtype dtype,
               int64_t device_memory, tp_report_format fmt, FILE *out);
 
-/* "80GiB", "80GB", "512MiB", "1e9": a byte count (GiB = 2^30, GB = 10^9);
- * -1 when it is not one. */
-int64_t tp_parse_bytes(const char *s);
-
 /* Bytes one rank sends for a collective of `elems` full-tensor elements
  * over `world` ranks with a ring algorithm. */
 double tp_ring_bytes(tp_op_kind kind, int64_t elems, size_t dsize, int64_t world);

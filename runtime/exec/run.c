@@ -80,7 +80,7 @@ static int load_weights(job *j)
     if (j->o->weights && tp_checkpoint_open(&j->ckpt, j->o->weights, why, sizeof why))
         return fail(j, "%s", why);
     if (s->grads && j->x.be->dtype != TP_F32)
-        j->masters = tp_xmalloc((size_t)s->weight_elems * sizeof *j->masters + 1);
+        j->masters = tp_xcalloc((size_t)s->weight_elems + 1, sizeof *j->masters);   /* gaps: 0 */
     tr_weight_source src = {.ckpt = j->ckpt, .seed = j->o->seed};
     tr_weights_sink dst = {.region = j->x.weights, .dtype = j->x.be->dtype, .fp32_copy = j->masters,
                            .progress = progress, .ctx = j};
@@ -550,7 +550,7 @@ static int options_match_training(job *j)
     const tr_options *o = j->o;
     if (!j->s.grads) {
         if (o->train.steps || o->train.data || o->train.log_json || o->train.grads_out || o->train.save ||
-            o->train.resume)
+            o->train.max_shard_given || o->train.resume)
             return fail(j, "%s is a forward schedule: --data, --steps and the other training options go with a "
                         "schedule compiled with tpcc PLAN --train -o FILE.sched", o->schedule);
         return 0;

@@ -4,11 +4,14 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "runtime/train/save.h"
+#include "util/bytes.h"
 #include "util/errmsg.h"
 
 tr_train_options tr_train_defaults(void)
 {
-    return (tr_train_options){.lr = 1e-3, .schedule = TR_LR_COSINE, .weight_decay = 0.01, .max_grad_norm = 1.0};
+    return (tr_train_options){.lr = 1e-3, .schedule = TR_LR_COSINE, .weight_decay = 0.01, .max_grad_norm = 1.0,
+                              .max_shard_bytes = TR_SAVE_SHARD_BYTES};
 }
 
 static int number(const char *name, const char *arg, double *out, char *err, size_t errlen)
@@ -46,6 +49,12 @@ int tr_train_option(tr_train_options *t, const char *name, const char *arg, char
         t->save = arg;
     else if (!strcmp(name, "resume"))
         t->resume = arg;
+    else if (!strcmp(name, "max-shard-size")) {
+        t->max_shard_given = true;
+        t->max_shard_bytes = tp_parse_bytes(arg);
+        if (t->max_shard_bytes <= 0)
+            return tp_error(err, errlen, "--max-shard-size takes a size such as 2GiB, 5GB or 500MB, not '%s'", arg);
+    }
     else if (!strcmp(name, "decay-all"))
         t->decay_all = true;
     else if (!strcmp(name, "steps"))

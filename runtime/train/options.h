@@ -20,15 +20,18 @@ typedef struct tr_train_options {
     bool max_grad_norm_given;    /* on the command line: it overrides the schedule's */
     const char *log_json, *grads_out;
     const char *save, *resume;   /* Hugging Face checkpoint directories (save.h) */
+    int64_t max_shard_bytes;     /* --save's model files: one up to this size, else shards */
+    bool max_shard_given;
 } tr_train_options;
 
 /* The defaults: torch.optim.AdamW's lr, transformers' max_grad_norm 1.0,
- * weight decay 0.01, cosine with no warm-up; no training. */
+ * weight decay 0.01, cosine with no warm-up, shards of 2 GiB; no
+ * training. */
 tr_train_options tr_train_defaults(void);
 
 /* One training option of tprun's command line, by its long name ("data",
  * "steps", "lr", "warmup", "schedule", "weight-decay", "decay-all",
- * "max-grad-norm", "log-json", "grads-out", "save", "resume"), with its argument (NULL for a
+ * "max-grad-norm", "log-json", "grads-out", "save", "max-shard-size", "resume"), with its argument (NULL for a
  * flag). Returns 0, or -1 with a message saying what the option takes. */
 int tr_train_option(tr_train_options *t, const char *name, const char *arg, char *err, size_t errlen);
 

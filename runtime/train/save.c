@@ -106,8 +106,8 @@ static void name_tensors(const tr_schedule *s, float **full[3], tp_st_tensor *we
     }
 }
 
-static int write_files(const char *tmp, const tr_schedule *s, float **full[3], const char *config, int64_t step,
-                       int64_t max_steps, double lr, char *err, size_t errlen)
+static int write_files(const char *tmp, const tr_schedule *s, float **full[3], const tr_save_spec *spec,
+                       int64_t step, char *err, size_t errlen)
 {
     int n = s->nweights;
     tp_st_tensor *weights = tp_xcalloc((size_t)n + 1, sizeof *weights);
@@ -116,13 +116,13 @@ static int write_files(const char *tmp, const tr_schedule *s, float **full[3], c
     name_tensors(s, full, weights, moments, names);
     char *opt = tp_xasprintf("%s/optimizer.safetensors", tmp), *cfg = tp_xasprintf("%s/config.json", tmp);
     char *state = tp_xasprintf("%s/trainer_state.json", tmp);
-    int rc = tp_safetensors_write_sharded(tmp, weights, n, TR_SAVE_SHARD_BYTES, err, errlen);
+    int rc = tp_safetensors_write_sharded(tmp, weights, n, spec->shard_bytes, err, errlen);
     if (!rc)
         rc = tp_safetensors_write(opt, moments, 2 * n, err, errlen);
     if (!rc)
-        rc = copy_file(config, cfg, err, errlen);
+        rc = copy_file(spec->config, cfg, err, errlen);
     if (!rc)
-        rc = write_state(state, step, max_steps, lr, err, errlen);
+        rc = write_state(state, step, spec->max_steps, spec->lr, err, errlen);
     for (int i = 0; i < 2 * n; i++)
         free(names[i]);
     free(names);
@@ -168,16 +168,17 @@ static int replace_dir(const char *tmp, const char *dir, char *err, size_t errle
     return rc;
 }
 
-static int write_dir(const tr_schedule *s, float **full[3], const char *dir, const char *config, int64_t step,
-                     int64_t max_steps, double lr, char *err, size_t errlen)
+static int write_dir(const tr_schedule *s, float **full[3], const tr_save_spec *spec, int64_t step, char *err,
+                     size_t errlen)
 {
+    const char *dir = spec->dir;
     char *tmp = tp_xasprintf("%s.tmp.XXXXXX", dir);
     if (!mkdtemp(tmp)) {
         tp_error(err, errlen, "--save: cannot create a directory beside '%s': %s", dir, strerror(errno));
         free(tmp);
         return -1;
     }
-    int rc = write_files(tmp, s, full, config, step, max_steps, lr, err, errlen);
+    int rc = write_files(tmp, s, full, spec, step, err, errlen);
     if (!rc)
         rc = replace_dir(tmp, dir, err, errlen);
     if (rc)
@@ -186,13 +187,12 @@ static int write_dir(const tr_schedule *s, float **full[3], const char *dir, con
     return rc;
 }
 
-int tr_save(tr_optim *o, const tr_layouts *l, const char *dir, const char *config, int64_t max_steps, double lr,
-            char *err, size_t errlen)
+int tr_save(tr_optim *o, const tr_layouts *l, const tr_save_spec *spec, char *err, size_t errlen)
 {
     tr_exec *x = o->x;
     const tr_schedule *s = x->s;
     size_t bytes = (size_t)s->weight_elems * sizeof(float);
-    float *host = tp_xmalloc(bytes + 1);
+    float *host = tp_xmalloc(bytes + 1);   /* the gaps between weights come and go unread */
     const void *regions[3] = {tr_optim_weights(o), o->m, o->v};   /* bf16 schedules: the fp32 masters */
     float **full[3] = {NULL, NULL, NULL};
     int rc = 0;
@@ -202,7 +202,7 @@ int tr_save(tr_optim *o, const tr_layouts *l, const char *dir, const char *confi
     }
     free(host);
     if (!rc && full[0])
-        rc = write_dir(s, full, dir, config, o->step, max_steps, lr, err, errlen);
+        rc = write_dir(s, full, spec, o->step, err, errlen);
     for (int k = 0; k < 3; k++)
         tr_full_free(full[k], s->nweights);
     return rc;

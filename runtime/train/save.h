@@ -3,7 +3,10 @@
  * --save writes, after the last step, a Hugging Face checkpoint that
  * transformers' from_pretrained and tprun's --weights read:
  *   model.safetensors            the full weights, float32, checkpoint names
- *                                and shapes (sharded with an index above 2 GiB)
+ *                                and shapes; above --max-shard-size (default
+ *                                2 GiB) model-0000i-of-0000n.safetensors and
+ *                                model.safetensors.index.json, as
+ *                                save_pretrained(max_shard_size=...) writes them
  *   config.json                  the --weights checkpoint's, unchanged
  *   optimizer.safetensors        AdamW's moments, full: NAME.exp_avg, NAME.exp_avg_sq
  *   trainer_state.json           {"step": steps taken, "max_steps": --steps,
@@ -25,10 +28,18 @@
  * is not a file. Returns 0 or -1 with a message. */
 int tr_save_check(const char *dir, const char *weights, char **config, char *err, size_t errlen);
 
+/* What --save writes besides the weights and moments. */
+typedef struct tr_save_spec {
+    const char *dir;         /* --save DIR */
+    const char *config;      /* the config.json copied (tr_save_check) */
+    int64_t max_steps;       /* --steps, and --lr: trainer_state.json's */
+    double lr;
+    int64_t shard_bytes;     /* --max-shard-size */
+} tr_save_spec;
+
 /* Collective, after the last step: gathers weights and moments to rank 0,
- * which writes DIR. Returns 0 or -1 with a message. */
-int tr_save(tr_optim *o, const tr_layouts *l, const char *dir, const char *config, int64_t max_steps, double lr,
-            char *err, size_t errlen);
+ * which writes spec->dir. Returns 0 or -1 with a message. */
+int tr_save(tr_optim *o, const tr_layouts *l, const tr_save_spec *spec, char *err, size_t errlen);
 
 /* --resume: this rank's slices of the moments into o, and o->step.
  * Returns 0 or -1 with a message. */

@@ -53,6 +53,8 @@ static int check_setup(trainer *tr, char *err, size_t errlen)
         return tp_error(err, errlen, "%s is a %s schedule and the %s backend cannot keep its fp32 master weights "
                         "(no adamw_master); compile it with tpcc --train --dtype fp32", tr->o->schedule,
                         tp_dtype_name(s->dtype), be->name);
+    if (tr->t->max_shard_given && !tr->t->save)
+        return tp_error(err, errlen, "--max-shard-size goes with --save DIR: it sizes the model files --save writes");
     return tr->t->save ? tr_save_check(tr->t->save, tr->o->weights, &tr->config, err, errlen) : 0;
 }
 
@@ -71,7 +73,7 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
 static int write_grads(trainer *tr, char *err, size_t errlen)
 {
     const tr_schedule *s = tr->s;
-    float *mine = tp_xmalloc((size_t)s->weight_elems * sizeof *mine + 1);
+    float *mine = tp_xcalloc((size_t)s->weight_elems + 1, sizeof *mine);   /* the gaps between weights: 0 */
     for (int i = 0; i < s->nweights; i++)
         tr_exec_read_buf(tr->x, s->grads[i], mine + s->weights[i].region_offset);
     float **full;
@@ -200,8 +202,10 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         if (rank0 && !o->quiet)
             tr_log_print(stdout, tty, &r, o->train.steps, tr.per_step * tr.dp->world);
     }
+    const tr_save_spec spec = {.dir = o->train.save, .config = tr.config, .max_steps = o->train.steps,
+                               .lr = o->train.lr, .shard_bytes = o->train.max_shard_bytes};
     if (!rc && o->train.save && tr.dp->rank == 0)     /* the replicas hold the same state */
-        rc = tr_save(&tr.optim, &tr.layouts, o->train.save, tr.config, o->train.steps, o->train.lr, err, errlen);
+        rc = tr_save(&tr.optim, &tr.layouts, &spec, err, errlen);
     if (!rc && rank0 && o->train.log_json)
         rc = tr_log_write_json(&tr.log, o->train.log_json, err, errlen);
     *step_seconds = tp_xmalloc((size_t)*nsteps * sizeof **step_seconds + 1);

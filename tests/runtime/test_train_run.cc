@@ -145,6 +145,43 @@ TEST(TrainRun, SaveHoldsTorchsWeightsAndResumeContinues)
     EXPECT_TRUE(contains(done.err, "has taken 5 steps already")) << done.describe();
 }
 
+// --max-shard-size: above it, --save writes the weights as
+// save_pretrained(max_shard_size=...) does (numbered shards and an index),
+// which --weights and --resume read back as the one-file checkpoint.
+TEST(TrainRun, MaxShardSizeShardsTheCheckpointWithAnIndex)
+{
+    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
+    TempDir d;
+    std::string dir = kFixtures + "llama/", sched = compile(d, "llama", 2);
+    std::vector<std::string> common = {"--weights", dir, "--data", dir + "tokens.npy", "--steps", "2", "-q"};
+    auto run = [&](std::vector<std::string> extra) {
+        extra.insert(extra.begin(), common.begin(), common.end());
+        return train(sched, 2, extra);
+    };
+    Proc one = run({"--save", d.path + "/one"});
+    ASSERT_EQ(one.code(), 0) << one.describe();
+    Proc sharded = run({"--save", d.path + "/sharded", "--max-shard-size", "20KB"});
+    ASSERT_EQ(sharded.code(), 0) << sharded.describe();
+    EXPECT_TRUE(std::filesystem::exists(d.path + "/one/model.safetensors"));
+    EXPECT_FALSE(std::filesystem::exists(d.path + "/sharded/model.safetensors"));
+    std::string index = tpcc_test::slurp(d.path + "/sharded/model.safetensors.index.json");
+    EXPECT_TRUE(contains(index, "\"model-00001-of-0")) << index;
+    EXPECT_TRUE(contains(index, "\"model.embed_tokens.weight\"")) << index;
+    EXPECT_EQ(worst_absolute(read_weights_of(d.path + "/sharded", sched), read_weights_of(d.path + "/one", sched)),
+              0.0);
+    Proc resumed = train(sched, 2, {"--resume", d.path + "/sharded", "--data", dir + "tokens.npy", "--steps", "3",
+                                    "-q"});
+    EXPECT_EQ(resumed.code(), 0) << resumed.describe();
+
+    Proc zero = run({"--save", d.path + "/z", "--max-shard-size", "0"});
+    EXPECT_NE(zero.code(), 0);
+    EXPECT_TRUE(contains(zero.err, "--max-shard-size takes a size such as 2GiB, 5GB or 500MB, not '0'"))
+        << zero.describe();
+    Proc alone = run({"--max-shard-size", "1GB"});
+    EXPECT_EQ(alone.code(), 1);
+    EXPECT_TRUE(contains(alone.err, "--max-shard-size goes with --save DIR")) << alone.describe();
+}
+
 // 20 steps on one batch repeated, from an llm.c .bin: the loss falls.
 TEST(TrainRun, LossGoesDownOverTwentyStepsOfAnLlmcFile)
 {
