@@ -42,7 +42,8 @@ def main():
     import transformers
     from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-    out = a.keep or tempfile.mkdtemp()
+    scratch = None if a.keep else tempfile.TemporaryDirectory()   # removed at exit
+    out = a.keep or scratch.name
     os.makedirs(out, exist_ok=True)
     tpcc, tprun = os.path.join(a.build, "tpcc"), os.path.join(a.build, "tprun")
     plan = os.path.join(HERE, "plans", "llama-sp.plan")
