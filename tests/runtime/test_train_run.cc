@@ -277,16 +277,29 @@ INSTANTIATE_TEST_SUITE_P(
                              {"-D", "vocab=128", "-D", "hidden=32", "-D", "layers=2", "-D", "heads=4", "-D",
                               "kv_heads=4", "-D", "ffn=64"}},
                     GradCase{"train/llama-gqa", "plans/llama-sp.plan", {1, 2}, {}},
-                    GradCase{"train/llama", "plans/llama-replicated-attention.plan", {1, 2}, {}},
-                    GradCase{"train/llama", "plans/llama-replicated-embedding.plan", {1, 2}, {}},
-                    GradCase{"train/llama", "plans/llama-sp-input-layouts.plan", {1, 2}, {}},
+                    GradCase{"train/llama", "plans/llama-replicated-attention.plan", {1, 2, 4}, {}},
+                    GradCase{"train/llama", "plans/llama-replicated-embedding.plan", {1, 2, 4}, {}},
+                    GradCase{"train/llama", "plans/llama-sp-input-layouts.plan", {1, 2, 4}, {}},
                     GradCase{"train/gpt2-tied", "plans/gpt2-hf-sp.plan", {1, 2, 4}, {}},
+                    // GPT-2 with q/k/v projections of their own (no checkpoint of transformers' has
+                    // them): tprun's seeded weights
+                    GradCase{"", "plans/gpt2-sp-tied.plan", {1, 2, 4},
+                             {"-D", "vocab=128", "-D", "hidden=32", "-D", "layers=2", "-D", "heads=4", "-D",
+                              "positions=32"}},
                     GradCase{"train/qwen3", "plans/qwen3-sp.plan", {1, 2, 4}, {}},
                     GradCase{"hf/mistral-kv4", "plans/mistral-sp.plan", {1, 2, 4}, {}},
                     GradCase{"hf/qwen2-gqa", "plans/qwen2-sp.plan", {1, 2}, {}},
                     GradCase{"hf/phi3-mha", "plans/phi3-sp.plan", {1, 2, 4}, {}},
                     GradCase{"hf/gemma-mha", "plans/gemma-sp.plan", {1, 2, 4}, {}},
                     GradCase{"hf/gemma2-mha", "plans/gemma2-sp.plan", {1, 2, 4}, {}},
+                    // the plans transformers applies (tp_plan="auto"), trained as tpcc compiles them
+                    GradCase{"train/llama", "plans/hf/llama.plan", {1, 2, 4}, {}},
+                    GradCase{"train/qwen3", "plans/hf/qwen3.plan", {1, 2, 4}, {}},
+                    GradCase{"hf/mistral-kv4", "plans/hf/mistral.plan", {1, 2, 4}, {}},
+                    GradCase{"hf/qwen2-gqa", "plans/hf/qwen2.plan", {1, 2}, {}},   // 2 kv heads
+                    GradCase{"hf/phi3-mha", "plans/hf/phi3.plan", {1, 2, 4}, {}},
+                    GradCase{"hf/gemma-mha", "plans/hf/gemma.plan", {1, 2, 4}, {}},
+                    GradCase{"hf/gemma2-mha", "plans/hf/gemma2.plan", {1, 2, 4}, {}},
                     // models that return their logits, with the loss outside (tpcc --loss): PyTorch's
                     // test Transformer as its tests train it (output.sum().backward(),
                     // tools/torch_transformer_fixture.py) ...

@@ -14,7 +14,8 @@ namespace tpcc_test {
 std::vector<std::vector<float>> read_weights_of(const std::string &file, const std::string &sched);
 
 // Largest max|a - b| / max|b| over the tensors: each difference against
-// its tensor's scale (gradients span orders of magnitude within a tensor).
+// its tensor's scale (gradients span orders of magnitude within a tensor),
+// a scale never below 1e-5 of the largest |b| of all (rounding noise).
 double worst_relative(const std::vector<std::vector<float>> &a, const std::vector<std::vector<float>> &b);
 
 // Largest max|a - b| over the tensors (weights, which share one scale).
