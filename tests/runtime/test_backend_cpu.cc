@@ -413,11 +413,12 @@ DVec ref_attention(const Vec &q, const Vec &k, const Vec &v, int64_t b, int64_t 
 TEST(BackendCpu, AttentionIsCausalGqaSoftmax)
 {
     struct Case { int64_t b, s, h, g, d; float qscale; };
-    // h=4,g=2 and h=g; s=300 crosses the kernel's key blocks (128); a large
+    // h=4,g=2 and h=g; s=300 crosses the kernel's query blocks (64), s=600
+    // its key blocks (512) with three query heads to a kv head; a large
     // q scale makes the scores ~1e3, which overflow exp() without the max
     // subtraction
     for (Case c : {Case{1, 1, 1, 1, 1, 1}, Case{2, 7, 4, 2, 8, 1}, Case{1, 13, 4, 4, 5, 1}, Case{1, 11, 6, 1, 3, 1},
-                   Case{1, 300, 2, 1, 16, 1}, Case{1, 9, 4, 2, 7, 300}})
+                   Case{1, 300, 2, 1, 16, 1}, Case{1, 9, 4, 2, 7, 300}, Case{2, 600, 6, 2, 8, 1}})
     // SDPA's default scale, and Gemma 2's: another scale with the scores capped
     for (auto [scale, softcap] : {std::pair<double, double>{1.0 / std::sqrt((double)c.d), 0.0}, {0.0625, 50.0}}) {
         Vec q = random_vec(c.b * c.s * c.h * c.d, 70 + (unsigned)c.s, -c.qscale, c.qscale);
@@ -425,8 +426,8 @@ TEST(BackendCpu, AttentionIsCausalGqaSoftmax)
         Vec v = random_vec(c.b * c.s * c.g * c.d, 72 + (unsigned)c.s);
         Vec out(q.size(), std::nanf(""));
         be()->attention(out.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap);
-        // outputs are convex combinations of |v| <= 1, computed in double and
-        // rounded into the float output once per 128-key block
+        // outputs are convex combinations of |v| <= 1, accumulated in fp32
+        // one key block at a time
         expect_close(out, ref_attention(q, k, v, c.b, c.s, c.h, c.g, c.d, scale, softcap), 1e-6, 0,
                      ("attention s=" + std::to_string(c.s) + " h=" + std::to_string(c.h) + " g=" +
                       std::to_string(c.g)).c_str());

@@ -289,19 +289,23 @@ static void cpu_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h
 /* attention                                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* Flash-style: for each query head and block of ATTN_QBLOCK queries, the
- * keys are visited in blocks of ATTN_KBLOCK with an online softmax (a
- * running max and denominator per query, rescaling what was accumulated
- * when the max grows), so no s x s matrix is formed and key blocks past
- * the query block's last position (causal) are never touched. The scores
- * of a block are one SGEMM (Q . K^T, the head's rows read in place at
- * stride h*d and g*d) and the weighted values another (P . V, accumulated
- * into the output rows), in fp32 as PyTorch's CPU attention computes
- * them; the denominators are summed in double. Causal masking and
- * soft-capping act on the block of scores between the two. The threads
- * take (batch, head, query block) tasks, each with its own score block. */
+/* Flash-style: for each kv head and block of ATTN_QBLOCK query positions,
+ * the query heads sharing that kv head (all h / g of them, GQA's group)
+ * are stacked into one block of rows, copied contiguous, and the keys are
+ * visited in blocks of ATTN_KBLOCK with an online softmax (a running max
+ * and denominator per row, rescaling what was accumulated when the max
+ * grows), so no s x s matrix is formed and key blocks past the block's last
+ * position (causal) are never touched. The scores of a block are one SGEMM
+ * (Q . K^T, K read in place at stride g*d) and the weighted values another
+ * (P . V), each over the whole group: the group's heads share one packing
+ * of K and V and give BLAS group times the rows. fp32 as PyTorch's CPU
+ * attention computes them; the denominators are summed in double. Causal
+ * masking and soft-capping act on the block of scores between the two.
+ * Each row's arithmetic is the same whatever the grouping, the blocks and
+ * --threads. The threads take (batch, kv head, query block) tasks, each
+ * with its own buffers. */
 #define ATTN_QBLOCK 64
-#define ATTN_KBLOCK 256
+#define ATTN_KBLOCK 512
 
 typedef struct attention_args {
     float *out;
@@ -310,79 +314,95 @@ typedef struct attention_args {
     double scale, softcap;
 } attention_args;
 
-/* tasks [t0, t1) of b x h x query blocks, in that order */
+/* One row's scores against keys k0 .. k0 + nk - 1 (row, in place: its
+ * weights e^(score - max)), of which the first `seen` are visible; folds
+ * them into the row's running max and denominator and rescales its
+ * accumulated output o[0, d). */
+static void attention_row(const tp_cpu_vec *vec, float *row, int64_t seen, int64_t nk, double softcap, float *mx,
+                          double *denom, float *o, int64_t d)
+{
+    for (int64_t j = 0; j < seen && softcap > 0; j++)
+        row[j] = (float)(softcap * tanh(row[j] / softcap));
+    if (seen <= 0) {
+        memset(row, 0, (size_t)nk * sizeof *row);
+        return;
+    }
+    const float bmax = vec->max(row, seen);
+    const float nmax = bmax > *mx ? bmax : *mx;
+    /* exp(-inf) = 0 on the first block: nothing to rescale */
+    const float rescale = tp_vexpf(*mx - nmax);
+    const double sum = vec->exp_sum(row, row, seen, nmax);
+    for (int64_t j = seen; j < nk; j++)
+        row[j] = 0;
+    *denom = *denom * rescale + sum;
+    if (rescale != 1.0f)
+        for (int64_t c = 0; c < d; c++)
+            o[c] *= rescale;
+    *mx = nmax;
+}
+
+/* tasks [t0, t1) of b x g x query blocks, in that order; row r of a task's
+ * block is query head kh * group + r / nq at position q0 + r % nq */
 static void attention_part(void *ctx, int64_t t0, int64_t t1)
 {
     const attention_args *a = ctx;
     const int64_t s = a->s, h = a->h, g = a->g, d = a->d, group = h / g; /* query heads per kv head */
-    const double softcap = a->softcap;
     const tp_cpu_vec *vec = tp_cpu_vec_host();
-    float *p = tp_xmalloc((size_t)ATTN_QBLOCK * ATTN_KBLOCK * sizeof *p);
-    float mx[ATTN_QBLOCK];
-    double denom[ATTN_QBLOCK];
+    const size_t rows = (size_t)group * ATTN_QBLOCK;
+    float *p = tp_xmalloc(rows * ATTN_KBLOCK * sizeof *p), *qb = tp_xmalloc(rows * (size_t)d * sizeof *qb);
+    float *ob = tp_xmalloc(rows * (size_t)d * sizeof *ob), *mx = tp_xmalloc(rows * sizeof *mx);
+    double *denom = tp_xmalloc(rows * sizeof *denom);
 
     for (int64_t task = t0; task < t1; task++) {
-        const int64_t bi = task / (h * a->nqblocks), hi = task / a->nqblocks % h;
-        const int64_t q0 = task % a->nqblocks * ATTN_QBLOCK, kh = hi / group;
+        const int64_t bi = task / (g * a->nqblocks), kh = task / a->nqblocks % g;
+        const int64_t q0 = task % a->nqblocks * ATTN_QBLOCK;
+        const int64_t nq = s - q0 < ATTN_QBLOCK ? s - q0 : ATTN_QBLOCK, m = group * nq;
         const float *kbase = a->k + (bi * s * g + kh) * d, *vbase = a->v + (bi * s * g + kh) * d;
-        const int64_t nq = s - q0 < ATTN_QBLOCK ? s - q0 : ATTN_QBLOCK;
-        const float *qrows = a->q + ((bi * s + q0) * h + hi) * d;
-        float *orows = a->out + ((bi * s + q0) * h + hi) * d;
-        for (int64_t i = 0; i < nq; i++) {
-            mx[i] = -INFINITY;
-            denom[i] = 0;
-            memset(orows + i * h * d, 0, (size_t)d * sizeof *orows);
+        /* query (b, q0 + i, head kh * group + j) is at this, + (i * h + j) * d */
+        const float *qfirst = a->q + ((bi * s + q0) * h + kh * group) * d;
+        float *ofirst = a->out + ((bi * s + q0) * h + kh * group) * d;
+        for (int64_t r = 0; r < m; r++) {
+            memcpy(qb + r * d, qfirst + (r % nq * h + r / nq) * d, (size_t)d * sizeof *qb);
+            mx[r] = -INFINITY;
+            denom[r] = 0;
         }
+        memset(ob, 0, (size_t)m * (size_t)d * sizeof *ob);
         /* causal: the block's queries see keys 0 .. q0 + nq - 1 */
         for (int64_t k0 = 0; k0 < q0 + nq; k0 += ATTN_KBLOCK) {
             const int64_t nk = q0 + nq - k0 < ATTN_KBLOCK ? q0 + nq - k0 : ATTN_KBLOCK;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)d, (float)a->scale, qrows,
-                        (int)(h * d), kbase + k0 * g * d, (int)(g * d), 0.0f, p, (int)nk);
-            for (int64_t i = 0; i < nq; i++) {
-                float *row = p + i * nk, *o = orows + i * h * d;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)nk, (int)d, (float)a->scale, qb, (int)d,
+                        kbase + k0 * g * d, (int)(g * d), 0.0f, p, (int)nk);
+            for (int64_t r = 0; r < m; r++) {
                 /* query q0 + i sees keys k0 .. q0 + i of this block */
-                const int64_t seen = q0 + i - k0 + 1 < nk ? q0 + i - k0 + 1 : nk;
-                for (int64_t j = 0; j < seen && softcap > 0; j++)
-                    row[j] = (float)(softcap * tanh(row[j] / softcap));
-                const float bmax = vec->max(row, seen < 0 ? 0 : seen);
-                if (seen <= 0) {
-                    memset(row, 0, (size_t)nk * sizeof *row);
-                    continue;
-                }
-                const float nmax = bmax > mx[i] ? bmax : mx[i];
-                /* exp(-inf) = 0 on the first block: nothing to rescale */
-                const float rescale = tp_vexpf(mx[i] - nmax);
-                const double sum = vec->exp_sum(row, row, seen, nmax);
-                for (int64_t j = seen; j < nk; j++)
-                    row[j] = 0;
-                denom[i] = denom[i] * rescale + sum;
-                if (rescale != 1.0f)
-                    for (int64_t c = 0; c < d; c++)
-                        o[c] *= rescale;
-                mx[i] = nmax;
+                const int64_t i = r % nq, seen = q0 + i - k0 + 1 < nk ? q0 + i - k0 + 1 : nk;
+                attention_row(vec, p + r * nk, seen, nk, a->softcap, &mx[r], &denom[r], ob + r * d, d);
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)d, (int)nk, 1.0f, p, (int)nk,
-                        vbase + k0 * g * d, (int)(g * d), 1.0f, orows, (int)(h * d));
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)d, (int)nk, 1.0f, p, (int)nk,
+                        vbase + k0 * g * d, (int)(g * d), 1.0f, ob, (int)d);
         }
-        for (int64_t i = 0; i < nq; i++) {
-            float *o = orows + i * h * d;
-            const float inv = (float)(1.0 / denom[i]);
+        for (int64_t r = 0; r < m; r++) {
+            float *o = ofirst + (r % nq * h + r / nq) * d;
+            const float inv = (float)(1.0 / denom[r]);
             for (int64_t c = 0; c < d; c++)
-                o[c] *= inv;
+                o[c] = ob[r * d + c] * inv;
         }
     }
     free(p);
+    free(qb);
+    free(ob);
+    free(mx);
+    free(denom);
 }
 
 static void cpu_attention(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
                           int64_t g, int64_t d, double scale, double softcap)
 {
-    /* out accumulates the weighted values: it must not overlap the inputs */
+    /* the contract of every backend's attention: out apart from the inputs */
     assert(out != q && out != k && out != v);
     assert(g > 0 && h % g == 0 && d > 0);
     const int64_t nqblocks = (s + ATTN_QBLOCK - 1) / ATTN_QBLOCK;
     attention_args a = {out, q, k, v, s, h, g, d, nqblocks, scale, softcap};
-    tp_cpu_parallel(b * h * nqblocks, 1, attention_part, &a);
+    tp_cpu_parallel(b * g * nqblocks, 1, attention_part, &a);
 }
 
 /* ------------------------------------------------------------------------ */
