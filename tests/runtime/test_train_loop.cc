@@ -1,6 +1,7 @@
 // The training loop's parts that need no training schedule:
 // runtime/train/tokens.c (the token stream: .npy of four integer dtypes,
 // llm.c's .bin of both kinds, every way they can be wrong),
+// runtime/train/log.c's step line (a progress line on a terminal),
 // runtime/train/lr.c (against values worked out by hand from
 // transformers' get_cosine_schedule_with_warmup and
 // get_constant_schedule_with_warmup), runtime/train/options.c, and
@@ -22,6 +23,7 @@ extern "C" {
 #include "runtime/io/weights.h"
 #include "runtime/train/dp.h"
 #include "runtime/train/gather.h"
+#include "runtime/train/log.h"
 #include "runtime/train/lr.h"
 #include "runtime/train/optim.h"
 #include "runtime/train/save.h"
@@ -287,6 +289,31 @@ TEST(TrainCli, RepeatIsRefusedForTraining)
     EXPECT_EQ(r.code(), 1);
     EXPECT_TRUE(contains(r.err, "is a training schedule: --repeat repeats a forward step; a training run takes "
                                 "--steps N")) << r.describe();
+}
+
+// The step line: on a terminal one line rewritten in place (a carriage
+// return first, the rest of the old line erased, a newline after the
+// last step); elsewhere a line per step, as a log file wants.
+TEST(TrainLog, ProgressLineOnATerminalALinePerStepElsewhere)
+{
+    for (bool tty : {true, false}) {
+        char *buf = nullptr;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        ASSERT_TRUE(f);
+        for (int64_t step = 1; step <= 2; step++) {
+            tr_step_record r = {step, 5.25, 1e-3, 0.5, 0.25};
+            tr_log_print(f, tty, &r, 2, 1000);
+        }
+        ASSERT_EQ(fclose(f), 0);
+        std::string out(buf, len);
+        free(buf);
+        const std::string line = "  loss 5.2500  lr 1.00e-03  grad_norm 0.500  4000 tok/s  250.0 ms";
+        if (tty)
+            EXPECT_EQ(out, "\rstep 1/2" + line + "\033[K\rstep 2/2" + line + "\n");
+        else
+            EXPECT_EQ(out, "step 1/2" + line + "\nstep 2/2" + line + "\n");
+    }
 }
 
 TEST(SafetensorsWrite, ShardedWithAnIndexAboveTheShardSize)
