@@ -313,6 +313,20 @@ static int check_rows_cols(loader *L, const tr_schedule *s, const tr_op *op)
     return 0;
 }
 
+/* add_rmsnorm: both inputs and each output computed [m, n] */
+static int check_add_norm(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    const int64_t mn = mul(op->m, op->n);
+    const int bufs[4] = {op->in[0], op->in[1], op->outs[0], op->outs[1]};
+    for (int i = 0; i < 4; i++)
+        if (bufs[i] >= 0 && elems_of(s, bufs[i]) != mn)
+            return fail(L, "sizes m=%lld n=%lld do not match its buffers", (long long)op->m, (long long)op->n);
+    if (s->weights[op->weight].local_elems != op->n)
+        return fail(L, "weight '%s' holds %lld elements, n is %lld", s->weights[op->weight].name,
+                    (long long)s->weights[op->weight].local_elems, (long long)op->n);
+    return 0;
+}
+
 static int check_embedding(loader *L, const tr_schedule *s, const tr_op *op)
 {
     const tr_weight *w = &s->weights[op->weight];

@@ -10,7 +10,8 @@
 
 typedef struct tp_passes_opts {
     bool optimize;       /* -O1: merge redistributions of a tensor to one layout, drop undone ones;
-                          * fuse silu(x) * y; reduce each gradient's partial shares once */
+                          * fuse silu(x) * y and add + rmsnorm; reduce each gradient's partial
+                          * shares once */
     tp_dtype dtype;      /* element type of the schedule's floating-point buffers */
     bool train;          /* --train: the backward pass and every weight's gradient */
 } tp_passes_opts;
@@ -30,6 +31,10 @@ void tp_pass_merge(tp_graph *g);
  * the silu's input; the silu is left to the dead-code pass. Runs before
  * autodiff, so the backward is silu_mul's own (silu_mul_grad). */
 void tp_pass_fuse(tp_graph *g);
+/* fuse_norm.c: -O1, on the lowered program. An add whose next op is the
+ * RMSNorm of its result becomes, with it, one add_rmsnorm writing both
+ * results; the add is marked dead. */
+void tp_pass_fuse_add_norm(tp_ir *ir);
 /* dce.c: marks nodes whose results nobody reads dead (op.dead). */
 void tp_pass_dce(tp_graph *g);
 /* autodiff.c: --train. Appends the backward to the graph (the loss's

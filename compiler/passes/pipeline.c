@@ -14,6 +14,8 @@ int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodi
     if (opts->train && tp_pass_autodiff(g, opts->optimize, err))
         return -1;
     tp_pass_lower(g, out);
+    if (opts->optimize)
+        tp_pass_fuse_add_norm(out);
     tp_ir_set_dtype(out, opts->dtype);
     tp_memplan(out);
     return 0;

@@ -84,6 +84,11 @@ typedef struct tp_backend {
     void (*bias_add)(float *out, const float *x, const float *b, int64_t m, int64_t n, float scale);
     /* out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * w, or * (1 + w) with unit_offset */
     void (*rmsnorm)(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps, bool unit_offset);
+    /* s = a + b, out = rmsnorm(s) as rmsnorm computes it from the stored s;
+     * either output may be NULL (not wanted), and each may be exactly an
+     * input (rows are read before they are written) */
+    void (*add_rmsnorm)(float *s, float *out, const float *a, const float *b, const float *w, int64_t m, int64_t n,
+                        float eps, bool unit_offset);
     /* out[i, :] = (x - mean) / sqrt(var + eps) * w + b   (b may be NULL) */
     void (*layernorm)(float *out, const float *x, const float *w, const float *b, int64_t m, int64_t n, float eps);
     /* Hugging Face Llama RoPE (rotate_half) on x[b, s, h, d], position of

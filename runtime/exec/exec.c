@@ -262,6 +262,13 @@ EXEC(rmsnorm)
     return 0;
 }
 
+EXEC(add_rmsnorm)
+{
+    x->be->add_rmsnorm(fouts(x, op, 0), fouts(x, op, 1), fin(x, op, 0), fin(x, op, 1), weight(x, op->weight), op->m,
+                       op->n, (float)op->eps, op->unit_offset);
+    return 0;
+}
+
 EXEC(layernorm)
 {
     x->be->layernorm(fout(x, op), fin(x, op, 0), weight(x, op->weight), weight(x, op->bias), op->m, op->n,

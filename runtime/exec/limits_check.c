@@ -37,6 +37,7 @@ static int bounds_of(const tr_schedule *s, const tr_op *op, const tp_backend_lim
         b[n++] = (bound){"tokens (batch x seq)", tr_op_tokens(s, op), l->rows, SMALLER_TOKENS};
         break;
     case TP_OP_RMSNORM:
+    case TP_OP_ADD_RMSNORM:
     case TP_OP_LAYERNORM:
         b[n++] = (bound){"rows (m)", op->m, l->rows, SMALLER_TOKENS};
         break;

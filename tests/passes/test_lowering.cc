@@ -146,6 +146,38 @@ TEST(Fusion, SiluMulAtO1ThePairAtO0)
     EXPECT_EQ(kinds(g, 0)["silu_mul"], 0);
 }
 
+// -O1 fuses each residual add with the RMSNorm right after it (both norms
+// of every layer but the first layer's input norm, and the final norm),
+// forward and training alike, RMSNorm and Gemma's (1 + w); -O0 keeps the
+// pairs, and LayerNorm models have none.
+TEST(Fusion, AddRmsNormAtO1ThePairAtO0)
+{
+    auto kinds = [](const Schedule &s, int rank) {
+        std::map<std::string, int> n;
+        size_t i;
+        json_t *op;
+        json_array_foreach(s.ops(rank), i, op) n[json_string_value(json_object_get(op, "op"))]++;
+        return n;
+    };
+    for (const char *plan : {"plans/llama-sp.plan", "plans/llama-megatron.plan", "plans/gemma-sp.plan"}) {
+        for (bool train : {false, true}) {
+            TempDir d1, d0;
+            std::vector<std::string> o1 = train ? with(kLayers2, {"--train"}) : kLayers2;
+            Schedule s1(d1, plan, o1), s0(d0, plan, with(o1, {"-O0"}));
+            auto f1 = kinds(s1, 0), f0 = kinds(s0, 0);
+            const std::string what = std::string(plan) + (train ? " --train" : "");
+            EXPECT_EQ(f1["add_rmsnorm"], 4) << what;   // 2 layers x 2 norms + the final one - the first
+            EXPECT_EQ(f1["rmsnorm"], 1) << what;
+            EXPECT_EQ(f1["add"], f0["add"] - 4) << what;
+            EXPECT_EQ(f0["rmsnorm"], 5) << what;
+            EXPECT_EQ(f0["add_rmsnorm"], 0) << what;
+        }
+    }
+    TempDir dg;
+    Schedule g(dg, "plans/gpt2-hf-sp.plan", kLayers2);
+    EXPECT_EQ(kinds(g, 0)["add_rmsnorm"], 0);
+}
+
 // The bytes of a collective are those of the full tensor it moves: for a
 // block boundary, batch * seq * hidden * 4.
 TEST(Collectives, BytesAreTheFullTensor)
@@ -273,6 +305,8 @@ TEST(Schedule, OpAttributesFromTheHfConfig)
     Schedule s(dir, "plans/llama-sp.plan",
                with(kLayers2, {"--hf-config", source_path("tests/fixtures/llama3-attrs.config.json")}));
     std::vector<double> eps = attribute(s, "rmsnorm", "eps"), theta = attribute(s, "rope", "theta");
+    for (double e : attribute(s, "add_rmsnorm", "eps"))   // -O1 fuses every norm but the first with its add
+        eps.push_back(e);
     EXPECT_EQ(eps, std::vector<double>(2 * (2 * 2 + 1), 1e-5)) << "2 ranks x (2 layers x 2 norms + the final norm)";
     EXPECT_EQ(theta, std::vector<double>(2 * 2 * 2, 500000.0)) << "2 ranks x 2 layers x q and k";
     std::string text = slurp(s.path);
@@ -373,8 +407,9 @@ TEST_P(Program, ArenaDefBeforeUseAndMatchingCollectives)
         for (int k = 0; k < op.nin; k++)
             EXPECT_TRUE(written[(size_t)root(op.in[k])]) << "op " << i << " " << tp_op_names[op.kind] << " reads b"
                                                          << op.in[k] << " before it is written";
-        if (op.out >= 0)
-            written[(size_t)root(op.out)] = true;
+        for (int o = 0; o < tp_ops[op.kind].nout; o++)   // every output of a kind with several
+            if (op.outs[o] >= 0)
+                written[(size_t)root(op.outs[o])] = true;
     }
     // the per-rank programs the runtime loads issue the same collectives in the same order
     TempDir dir;

@@ -486,6 +486,33 @@ void expect_same_bits(const Vec &got, const Vec &want, const char *what)
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << what;
 }
 
+// add_rmsnorm is the add then the rmsnorm it fuses, bit for bit (what lets
+// -O1 fuse them without changing a result), for RMSNorm and Gemma's
+// (1 + w); also with the sum over a and the norm over b, and with either
+// output not wanted.
+TEST(BackendCpu, AddRmsNormIsAddThenRmsNormBitForBit)
+{
+    const int64_t m = 7, n = 300;
+    for (bool unit_offset : {false, true}) {
+        Vec a = random_vec(m * n, 93, -3, 3), b = random_vec(m * n, 94, -3, 3), w = random_vec(n, 95, 0.5f, 1.5f);
+        Vec sum(m * n), want(m * n), s(m * n), y(m * n);
+        be()->binary(TP_BINARY_ADD, sum.data(), a.data(), m * n, b.data(), m * n);
+        be()->rmsnorm(want.data(), sum.data(), w.data(), m, n, 1e-6f, unit_offset);
+        be()->add_rmsnorm(s.data(), y.data(), a.data(), b.data(), w.data(), m, n, 1e-6f, unit_offset);
+        expect_same_bits(s, sum, "add_rmsnorm's sum");
+        expect_same_bits(y, want, "add_rmsnorm's norm");
+        Vec only_y(m * n, 7.0f), only_s(m * n, 7.0f);
+        be()->add_rmsnorm(nullptr, only_y.data(), a.data(), b.data(), w.data(), m, n, 1e-6f, unit_offset);
+        expect_same_bits(only_y, want, "add_rmsnorm without the sum");
+        be()->add_rmsnorm(only_s.data(), nullptr, a.data(), b.data(), w.data(), m, n, 1e-6f, unit_offset);
+        expect_same_bits(only_s, sum, "add_rmsnorm without the norm");
+        Vec ia = a, ib = b;
+        be()->add_rmsnorm(ia.data(), ib.data(), ia.data(), ib.data(), w.data(), m, n, 1e-6f, unit_offset);
+        expect_same_bits(ia, sum, "add_rmsnorm's sum over a");
+        expect_same_bits(ib, want, "add_rmsnorm's norm over b");
+    }
+}
+
 TEST(BackendCpu, SiluMulIsSiluThenMulBitForBit)
 {
     Vec a = random_vec(5000, 90, -12, 12), b = random_vec(5000, 91), dy = random_vec(5000, 92);

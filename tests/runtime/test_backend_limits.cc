@@ -135,13 +135,15 @@ TEST_F(BackendLimits, TrainingSizes)
 }
 
 // Every op with a block per row or token is bounded by `rows`, with the
-// rows its kernel gets: RMSNorm, RoPE and the whole loss at tp 1; LayerNorm,
+// rows its kernel gets: RMSNorm (alone and fused with its residual add),
+// RoPE and the whole loss at tp 1; LayerNorm,
 // sum_rows and the vocab-parallel loss at tp 2.
 TEST_F(BackendLimits, EveryRowBoundOpReportsItsRows)
 {
     load(true);
-    EXPECT_EQ(row_bound_kinds(32, 1), (std::set<std::string>{"embedding", "rope", "rmsnorm", "rmsnorm_dx", "rmsnorm_dw",
-                                                             "cross_entropy_grad", "embedding_grad"}));
+    EXPECT_EQ(row_bound_kinds(32, 1),
+              (std::set<std::string>{"embedding", "rope", "rmsnorm", "add_rmsnorm", "rmsnorm_dx", "rmsnorm_dw",
+                                     "cross_entropy_grad", "embedding_grad"}));
 }
 
 TEST_F(BackendLimits, EveryRowBoundOpReportsItsRowsVocabParallel)

@@ -209,6 +209,47 @@ static void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t m, i
     tp_cpu_parallel(m, ROW_GRAIN, rmsnorm_part, &a);
 }
 
+/* add_rmsnorm: a row's sum (the float add of the add kernel) in a buffer of
+ * the part's, then stored and normalised as rmsnorm_part does, so the pair
+ * and the fused op give the same bits; a row is read whole before either
+ * output row is written, so each output may be exactly an input. Either
+ * output may be NULL. */
+typedef struct add_norm_args {
+    float *s, *out;
+    const float *a, *b, *w;
+    int64_t n;
+    float eps;
+    bool unit_offset;
+} add_norm_args;
+
+static void add_rmsnorm_part(void *ctx, int64_t i0, int64_t i1)
+{
+    const add_norm_args *p = ctx;
+    const int64_t n = p->n;
+    const tp_cpu_vec *vec = tp_cpu_vec_host();
+    float *row = tp_xmalloc((size_t)n * sizeof *row);
+    for (int64_t i = i0; i < i1; i++) {
+        const float *ar = p->a + i * n, *br = p->b + i * n;
+        for (int64_t j = 0; j < n; j++)
+            row[j] = ar[j] + br[j];
+        const double ss = vec->sum_squares(row, n, 0.0);
+        const double inv = 1.0 / sqrt(ss / (double)n + (double)p->eps);
+        if (p->s)
+            memcpy(p->s + i * n, row, (size_t)n * sizeof *row);
+        if (p->out)
+            vec->norm_row(p->out + i * n, row, p->w, NULL, n, 0.0, inv, p->unit_offset);
+    }
+    free(row);
+}
+
+static void cpu_add_rmsnorm(float *s, float *out, const float *a, const float *b, const float *w, int64_t m, int64_t n,
+                            float eps, bool unit_offset)
+{
+    assert(n > 0 && (s != out || !s));
+    add_norm_args p = {.s = s, .out = out, .a = a, .b = b, .w = w, .n = n, .eps = eps, .unit_offset = unit_offset};
+    tp_cpu_parallel(m, ROW_GRAIN, add_rmsnorm_part, &p);
+}
+
 /* Two passes (mean, then the mean of squared deviations) rather than
  * E[x^2] - E[x]^2, which cancels badly when |mean| >> std. The variance is
  * the biased one, as in nn.LayerNorm. */
@@ -739,6 +780,7 @@ static const tp_backend cpu_backend = {
     .conv1d = cpu_conv1d,
     .bias_add = cpu_bias_add,
     .rmsnorm = cpu_rmsnorm,
+    .add_rmsnorm = cpu_add_rmsnorm,
     .layernorm = cpu_layernorm,
     .rope = cpu_rope,
     .attention = cpu_attention,

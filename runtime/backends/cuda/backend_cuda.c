@@ -392,6 +392,13 @@ static void cuda_rmsnorm(float *out, const float *x, const float *w, int64_t m, 
     done();
 }
 
+static void cuda_add_rmsnorm(float *s, float *out, const float *a, const float *b, const float *w, int64_t m, int64_t n,
+                             float eps, bool unit_offset)
+{
+    tp_k_add_rmsnorm(compute_stream(), gpu->kdt, s, out, a, b, w, m, n, eps, unit_offset);
+    done();
+}
+
 static void cuda_layernorm(float *out, const float *x, const float *w, const float *b, int64_t m, int64_t n, float eps)
 {
     tp_k_layernorm(compute_stream(), gpu->kdt, out, x, w, b, m, n, eps);
@@ -701,7 +708,7 @@ static const tp_backend_limits cuda_limits = {
         .matmul = cuda_matmul, .conv1d = cuda_conv1d, .bias_add = cuda_bias_add, .rmsnorm = cuda_rmsnorm, \
         .layernorm = cuda_layernorm, .rope = cuda_rope, .attention = cuda_attention, .unary = cuda_unary, \
         .binary = cuda_binary, .scale = cuda_scale, .softcap = cuda_softcap, .slice = cuda_slice,       \
-        .narrow = cuda_narrow, .silu_mul = cuda_silu_mul,                                               \
+        .narrow = cuda_narrow, .silu_mul = cuda_silu_mul, .add_rmsnorm = cuda_add_rmsnorm,              \
         .split_blocks = cuda_split_blocks, .join_blocks = cuda_join_blocks, .positions = cuda_positions, \
         .cross_entropy = cuda_cross_entropy, .ce_max = cuda_ce_max, .ce_sumexp = cuda_ce_sumexp,        \
         .ce_target = cuda_ce_target, .ce_loss = cuda_ce_loss,                                           \

@@ -655,6 +655,39 @@ TEST_P(Kernels, Binary)
             }
 }
 
+// add_rmsnorm against the CPU's add then rmsnorm: the sum stored (in bf16,
+// rounded) and normalised; in place over a and over b; without the sum
+// (the norm only) and without the norm (the sum only).
+TEST_P(Kernels, AddRmsNorm)
+{
+    const Tol tol = stored({1e-6, 1e-5}, t());
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 37}, {5, 1000}})
+    for (bool unit_offset : {false, true}) {
+        const std::string what = label(t(), std::string("add_rmsnorm ") + (unit_offset ? "(1 + w) " : "") +
+                                                 std::to_string(m) + "x" + std::to_string(n));
+        Vec a = as_stored(random_vec((size_t)(m * n), 5, -2.0f, 2.0f), t());
+        Vec b = as_stored(random_vec((size_t)(m * n), 6, -2.0f, 2.0f), t());
+        Vec w = as_stored(random_vec((size_t)n, 4, unit_offset ? -0.5f : 0.5f, unit_offset ? 0.5f : 1.5f), t());
+        Vec sum(a.size()), want(a.size());
+        cpu()->binary(TP_BINARY_ADD, sum.data(), a.data(), m * n, b.data(), m * n);
+        sum = as_stored(sum, t());   // what the unfused add stores
+        cpu()->rmsnorm(want.data(), sum.data(), w.data(), m, n, 1e-5f, unit_offset);
+        Dev da(t(), a), db(t(), b), dw(t(), w), ds(t(), a.size()), dy(t(), a.size());
+        tp_k_add_rmsnorm(nullptr, t(), ds.ptr(), dy.ptr(), da.ptr(), db.ptr(), dw.ptr(), m, n, 1e-5f, unit_offset);
+        expect_close(ds.download(), sum, stored(kOneOp, t()), what + " sum");
+        expect_close(dy.download(), want, tol, what);
+        tp_k_add_rmsnorm(nullptr, t(), nullptr, dy.ptr(), da.ptr(), db.ptr(), dw.ptr(), m, n, 1e-5f, unit_offset);
+        expect_close(dy.download(), want, tol, what + " without the sum");
+        Dev only(t(), a.size());
+        tp_k_add_rmsnorm(nullptr, t(), only.ptr(), nullptr, da.ptr(), db.ptr(), dw.ptr(), m, n, 1e-5f, unit_offset);
+        expect_close(only.download(), sum, stored(kOneOp, t()), what + " without the norm");
+        // the sum over a, the norm over b
+        tp_k_add_rmsnorm(nullptr, t(), da.ptr(), db.ptr(), da.ptr(), db.ptr(), dw.ptr(), m, n, 1e-5f, unit_offset);
+        expect_close(da.download(), sum, stored(kOneOp, t()), what + " sum in place");
+        expect_close(db.download(), want, tol, what + " norm in place");
+    }
+}
+
 TEST_P(Kernels, ScaleAndBiasAdd)
 {
     const Tol tol = stored(kOneOp, t());

@@ -33,6 +33,8 @@ void tp_k_embedding(tp_stream s, tp_kernel_dtype t, void *out, const int32_t *id
 /* norms.cu */
 void tp_k_rmsnorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, int64_t m, int64_t n,
                   float eps, bool unit_offset);
+void tp_k_add_rmsnorm(tp_stream st, tp_kernel_dtype t, void *s, void *out, const void *a, const void *b, const void *w,
+                      int64_t m, int64_t n, float eps, bool unit_offset);
 void tp_k_layernorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *w, const void *b, int64_t m,
                     int64_t n, float eps);
 /* rope.cu: the first `rotary` dims of each head rotate, the rest pass
