@@ -112,17 +112,20 @@ TEST(Collectives, PerProjectionGathersMergeAtO1)
     EXPECT_EQ(n1["reduce_scatter"], 2);
 }
 
+// How many ops of each kind rank `rank` of a schedule runs.
+std::map<std::string, int> kinds(const Schedule &s, int rank)
+{
+    std::map<std::string, int> n;
+    size_t i;
+    json_t *op;
+    json_array_foreach(s.ops(rank), i, op) n[json_string_value(json_object_get(op, "op"))]++;
+    return n;
+}
+
 // -O1 fuses a Llama MLP's silu(gate) * up into one silu_mul per layer (and
 // --train differentiates it as one silu_mul_grad); -O0 keeps the pair.
 TEST(Fusion, SiluMulAtO1ThePairAtO0)
 {
-    auto kinds = [](const Schedule &s, int rank) {
-        std::map<std::string, int> n;
-        size_t i;
-        json_t *op;
-        json_array_foreach(s.ops(rank), i, op) n[json_string_value(json_object_get(op, "op"))]++;
-        return n;
-    };
     for (const char *plan : {"plans/llama-sp.plan", "plans/qwen3-sp.plan", "plans/llama-tiny.plan"}) {
         TempDir d1, d0, dt1, dt0;
         Schedule o1(d1, plan, kLayers2), o0(d0, plan, with(kLayers2, {"-O0"}));
@@ -152,13 +155,6 @@ TEST(Fusion, SiluMulAtO1ThePairAtO0)
 // pairs, and LayerNorm models have none.
 TEST(Fusion, AddRmsNormAtO1ThePairAtO0)
 {
-    auto kinds = [](const Schedule &s, int rank) {
-        std::map<std::string, int> n;
-        size_t i;
-        json_t *op;
-        json_array_foreach(s.ops(rank), i, op) n[json_string_value(json_object_get(op, "op"))]++;
-        return n;
-    };
     for (const char *plan : {"plans/llama-sp.plan", "plans/llama-megatron.plan", "plans/gemma-sp.plan"}) {
         for (bool train : {false, true}) {
             TempDir d1, d0;
