@@ -27,6 +27,7 @@
 #include "runtime/backends/cpu/ce_rows.h"
 #include "runtime/backends/cpu/cpu_training.h"
 #include "runtime/backends/cpu/narrow_dims.h"
+#include "runtime/backends/cpu/norm_stats.h"
 #include "runtime/backends/cpu/pool.h"
 #include "runtime/backends/cpu/rope_table.h"
 #include "runtime/backends/cpu/swiglu.h"
@@ -189,17 +190,22 @@ static void cpu_bias_add(float *out, const float *x, const float *b, int64_t m, 
 /* Statistics are read from the whole row before any element is written, so
  * out may equal x. unit_offset scales by (1 + w), Gemma's weights being
  * stored as offsets from 1. */
+/* One row: out = x / sqrt(mean(x^2) + eps) * w (or * (1 + w)); the one
+ * definition rmsnorm and add_rmsnorm share, so the two agree bit for bit. */
+static void rmsnorm_row(const tp_cpu_vec *vec, float *out, const float *x, const float *w, int64_t n, float eps,
+                        bool unit_offset)
+{
+    const tp_row_norm st = tp_cpu_norm_stats(x, n, eps, false);
+    vec->norm_row(out, x, w, NULL, n, st.mean, st.inv, unit_offset); /* x - 0 = x */
+}
+
 static void rmsnorm_part(void *ctx, int64_t i0, int64_t i1)
 {
     const rows_args *a = ctx;
     const int64_t n = a->n;
     const tp_cpu_vec *vec = tp_cpu_vec_host();
-    for (int64_t i = i0; i < i1; i++) {
-        const float *xr = a->x + i * n;
-        const double ss = vec->sum_squares(xr, n, 0.0);
-        const double inv = 1.0 / sqrt(ss / (double)n + (double)a->eps);
-        vec->norm_row(a->out + i * n, xr, a->w, NULL, n, 0.0, inv, a->unit_offset); /* x - 0 = x */
-    }
+    for (int64_t i = i0; i < i1; i++)
+        rmsnorm_row(vec, a->out + i * n, a->x + i * n, a->w, n, a->eps, a->unit_offset);
 }
 
 static void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps, bool unit_offset)
@@ -210,7 +216,7 @@ static void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t m, i
 }
 
 /* add_rmsnorm: a row's sum (the float add of the add kernel) in a buffer of
- * the part's, then stored and normalised as rmsnorm_part does, so the pair
+ * the part's, then stored and normalised by rmsnorm_row, so the pair
  * and the fused op give the same bits; a row is read whole before either
  * output row is written, so each output may be exactly an input. Either
  * output may be NULL. */
@@ -232,12 +238,10 @@ static void add_rmsnorm_part(void *ctx, int64_t i0, int64_t i1)
         const float *ar = p->a + i * n, *br = p->b + i * n;
         for (int64_t j = 0; j < n; j++)
             row[j] = ar[j] + br[j];
-        const double ss = vec->sum_squares(row, n, 0.0);
-        const double inv = 1.0 / sqrt(ss / (double)n + (double)p->eps);
         if (p->s)
             memcpy(p->s + i * n, row, (size_t)n * sizeof *row);
         if (p->out)
-            vec->norm_row(p->out + i * n, row, p->w, NULL, n, 0.0, inv, p->unit_offset);
+            rmsnorm_row(vec, p->out + i * n, row, p->w, n, p->eps, p->unit_offset);
     }
     free(row);
 }
@@ -250,9 +254,7 @@ static void cpu_add_rmsnorm(float *s, float *out, const float *a, const float *b
     tp_cpu_parallel(m, ROW_GRAIN, add_rmsnorm_part, &p);
 }
 
-/* Two passes (mean, then the mean of squared deviations) rather than
- * E[x^2] - E[x]^2, which cancels badly when |mean| >> std. The variance is
- * the biased one, as in nn.LayerNorm. */
+/* the statistics: norm_stats.h (two passes for the variance) */
 static void layernorm_part(void *ctx, int64_t i0, int64_t i1)
 {
     const rows_args *a = ctx;
@@ -260,10 +262,8 @@ static void layernorm_part(void *ctx, int64_t i0, int64_t i1)
     const tp_cpu_vec *vec = tp_cpu_vec_host();
     for (int64_t i = i0; i < i1; i++) {
         const float *xr = a->x + i * n;
-        const double mean = vec->sum(xr, n) / (double)n;
-        const double sq = vec->sum_squares(xr, n, mean);
-        const double inv = 1.0 / sqrt(sq / (double)n + (double)a->eps);
-        vec->norm_row(a->out + i * n, xr, a->w, a->b, n, mean, inv, false);
+        const tp_row_norm st = tp_cpu_norm_stats(xr, n, a->eps, true);
+        vec->norm_row(a->out + i * n, xr, a->w, a->b, n, st.mean, st.inv, false);
     }
 }
 

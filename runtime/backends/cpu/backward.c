@@ -30,6 +30,7 @@
 
 #include "runtime/backends/cpu/ce_rows.h"
 #include "runtime/backends/cpu/narrow_dims.h"
+#include "runtime/backends/cpu/norm_stats.h"
 #include "runtime/backends/cpu/pool.h"
 #include "runtime/backends/cpu/vec.h"
 #include "util/xalloc.h"
@@ -117,24 +118,8 @@ void tp_cpu_sum_rows(float *out, const float *x, int64_t m, int64_t n, float sca
 /* normalisation                                                             */
 /* ------------------------------------------------------------------------ */
 
-/* RMSNorm and LayerNorm both compute y = xhat * w' (+ b) with xhat =
- * (x - mean) * inv, inv = 1 / sqrt(var + eps): RMSNorm is the uncentred
- * case (mean 0, var the mean square), so one pair of kernels serves both.
- * The statistics are computed exactly as cpu_rmsnorm and cpu_layernorm do
- * (two passes for LayerNorm's variance). */
-typedef struct row_norm {
-    double mean, inv;
-} row_norm;
-
-static row_norm norm_stats(const float *xr, int64_t n, float eps, bool centered)
-{
-    const tp_cpu_vec *vec = tp_cpu_vec_host();
-    row_norm st = {0.0, 0.0};
-    if (centered)
-        st.mean = vec->sum(xr, n) / (double)n;
-    st.inv = 1.0 / sqrt(vec->sum_squares(xr, n, st.mean) / (double)n + (double)eps);
-    return st;
-}
+/* RMSNorm is LayerNorm's uncentred case (norm_stats.h), so one pair of
+ * kernels serves both; the statistics are the forward kernels' own. */
 
 /* With gy = dy * w' (w' = offset + w), the input gradient is
  *   dx = inv * (gy - mean(gy) - xhat * mean(gy * xhat))
@@ -147,7 +132,7 @@ static void norm_dx_part(void *ctx, int64_t i0, int64_t i1)
     const double offset = a->offset;
     for (int64_t i = i0; i < i1; i++) {
         const float *xr = a->x + i * n, *dyr = a->dy + i * n;
-        const row_norm st = norm_stats(xr, n, a->eps, a->centered);
+        const tp_row_norm st = tp_cpu_norm_stats(xr, n, a->eps, a->centered);
         double sum_gy = 0.0, sum_gy_xhat = 0.0;
         for (int64_t j = 0; j < n; j++) {
             double gy = (double)dyr[j] * (offset + a->w[j]);
@@ -176,14 +161,14 @@ static void norm_dx(float *dx, const float *x, const float *dy, const float *w, 
  * (threads over rows), then the sums (threads over column blocks). */
 typedef struct dw_args {
     grad_args g;
-    row_norm *stats; /* [m] */
+    tp_row_norm *stats; /* [m] */
 } dw_args;
 
 static void norm_stats_part(void *ctx, int64_t i0, int64_t i1)
 {
     const dw_args *a = ctx;
     for (int64_t i = i0; i < i1; i++)
-        a->stats[i] = norm_stats(a->g.x + i * a->g.n, a->g.n, a->g.eps, a->g.centered);
+        a->stats[i] = tp_cpu_norm_stats(a->g.x + i * a->g.n, a->g.n, a->g.eps, a->g.centered);
 }
 
 static void norm_dw_part(void *ctx, int64_t c0, int64_t c1)
@@ -196,7 +181,7 @@ static void norm_dw_part(void *ctx, int64_t c0, int64_t c1)
         memset(acc, 0, sizeof acc);
         for (int64_t i = 0; i < a->g.m; i++) {
             const float *xr = a->g.x + i * n + j0, *dyr = a->g.dy + i * n + j0;
-            const row_norm st = a->stats[i];
+            const tp_row_norm st = a->stats[i];
             for (int64_t j = 0; j < nb; j++)
                 acc[j] += (double)dyr[j] * (((double)xr[j] - st.mean) * st.inv);
         }
