@@ -70,21 +70,21 @@ __global__ void bias_add_kernel(T *out, const T *x, const T *b, int64_t total, i
 template <typename T> static void launch_unary(tp_stream s, tp_kernel_dtype t, int op, T *out, const T *x, int64_t n)
 {
     TP_LAUNCH(unary_kernel<T>, tp_pack_blocks(t, n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, s, op, out, x, n,
-              tp_aligned16(out) && tp_aligned16(x));
+              tp_map1_vec(out, x));
 }
 
 template <typename T>
 static void launch_binary(tp_stream s, tp_kernel_dtype t, int op, T *out, const T *a, int64_t n, const T *b, int64_t nb)
 {
     TP_LAUNCH(binary_kernel<T>, tp_pack_blocks(t, n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, s, op, out, a, n,
-              b, nb, tp_map2_vec(t, out, a, b, nb));
+              b, nb, tp_map2_vec(t, out, a, b, n, nb));
 }
 
 template <typename T>
 static void launch_scale(tp_stream st, tp_kernel_dtype t, T *out, const T *x, int64_t n, float s, float cap)
 {
     TP_LAUNCH(scale_kernel<T>, tp_pack_blocks(t, n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, st, out, x, n, s,
-              cap, tp_aligned16(out) && tp_aligned16(x));
+              cap, tp_map1_vec(out, x));
 }
 
 static void scale_capped(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t n, float scale, float cap)
@@ -104,7 +104,7 @@ static void launch_bias_add(tp_stream s, tp_kernel_dtype t, T *out, const T *x, 
                             float scale)
 {
     TP_LAUNCH(bias_add_kernel<T>, tp_pack_blocks(t, m * n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, s, out, x, b,
-              m * n, n, scale, tp_map2_vec(t, out, x, b, n));
+              m * n, n, scale, tp_map2_vec(t, out, x, b, m * n, n));
 }
 
 extern "C" void tp_k_unary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *x, int64_t n)

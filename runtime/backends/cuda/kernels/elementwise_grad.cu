@@ -64,7 +64,7 @@ template <typename T>
 static void launch_unary_grad(tp_stream s, tp_kernel_dtype t, int op, T *dx, const T *x, const T *dy, int64_t n)
 {
     TP_LAUNCH(unary_grad_kernel<T>, tp_pack_blocks(t, n, GRAD_THREADS), GRAD_THREADS, 0, s, op, dx, x, dy, n,
-              tp_map2_vec(t, dx, x, dy, n));
+              tp_map2_vec(t, dx, x, dy, n, n));
 }
 
 extern "C" void tp_k_unary_grad(tp_stream s, tp_kernel_dtype t, int op, void *dx, const void *x, const void *dy,
@@ -85,7 +85,7 @@ template <typename T>
 static void launch_softcap_grad(tp_stream s, tp_kernel_dtype t, T *dx, const T *x, const T *dy, int64_t n, float cap)
 {
     TP_LAUNCH(softcap_grad_kernel<T>, tp_pack_blocks(t, n, GRAD_THREADS), GRAD_THREADS, 0, s, dx, x, dy, n, cap,
-              tp_map2_vec(t, dx, x, dy, n));
+              tp_map2_vec(t, dx, x, dy, n, n));
 }
 
 extern "C" void tp_k_softcap_grad(tp_stream s, tp_kernel_dtype t, void *dx, const void *x, const void *dy, int64_t n,

@@ -4,7 +4,7 @@
 // memory-bound kernel moves the same bytes in a quarter (fp32) or an
 // eighth (bf16) of the instructions.
 // defines: tp_pack16<T>, tp_load16, tp_store16, tp_aligned16, tp_pack_blocks,
-// tp_map1, tp_map2
+// tp_map1, tp_map2, tp_map1_vec, tp_map2_vec
 #ifndef TPRUN_KERNELS_PACK_CUH
 #define TPRUN_KERNELS_PACK_CUH
 
@@ -66,9 +66,9 @@ __device__ __forceinline__ void tp_map1(T *out, const T *x, int64_t n, bool vec,
 }
 
 // out[i] = f(a[i], b[i % nb]) for i in [0, n): b repeats over a (nb divides
-// n; nb = n, no repeat). Out may be a or b. `vec`: the three are 16-byte
-// aligned and nb is a whole number of packs, so a pack of a meets one
-// pack of b, at i0 % nb (one division a pack, none when nb = n).
+// n; nb = n, no repeat). Out may be a or b. `vec` (tp_map2_vec): the three
+// are 16-byte aligned and nb is n or a whole number of packs, so a pack of
+// a meets one pack of b, at i0 % nb (one division a pack, none when nb = n).
 template <typename T, typename F>
 __device__ __forceinline__ void tp_map2(T *out, const T *a, const T *b, int64_t n, int64_t nb, bool vec, F f)
 {
@@ -91,10 +91,15 @@ __device__ __forceinline__ void tp_map2(T *out, const T *a, const T *b, int64_t 
     }
 }
 
-// Whether tp_map2's 16-byte path applies to these buffers.
-static inline bool tp_map2_vec(tp_kernel_dtype t, const void *out, const void *a, const void *b, int64_t nb)
+// Whether tp_map1's 16-byte path applies to these buffers.
+static inline bool tp_map1_vec(const void *out, const void *x) { return tp_aligned16(out) && tp_aligned16(x); }
+
+// Whether tp_map2's 16-byte path applies to these buffers: aligned, and b
+// either not repeating (nb = n) or a whole number of packs long.
+static inline bool tp_map2_vec(tp_kernel_dtype t, const void *out, const void *a, const void *b, int64_t n, int64_t nb)
 {
-    return tp_aligned16(out) && tp_aligned16(a) && tp_aligned16(b) && nb % (t == TP_KERNEL_F32 ? 4 : 8) == 0;
+    return tp_aligned16(out) && tp_aligned16(a) && tp_aligned16(b) &&
+           (nb == n || nb % (t == TP_KERNEL_F32 ? 4 : 8) == 0);
 }
 
 #endif // TPRUN_KERNELS_PACK_CUH

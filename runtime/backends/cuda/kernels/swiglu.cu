@@ -62,7 +62,7 @@ extern "C" void tp_k_silu_mul(tp_stream s, tp_kernel_dtype t, void *out, const v
     TP_KCHECK(n >= 0, "negative size");
     if (n == 0)
         return;
-    const bool vec = tp_aligned16(out) && tp_aligned16(a) && tp_aligned16(b);
+    const bool vec = tp_map2_vec(t, out, a, b, n, n);
     const unsigned blocks = tp_pack_blocks(t, n, SWIGLU_THREADS);
     if (t == TP_KERNEL_F32)
         TP_LAUNCH(silu_mul_kernel<float>, blocks, SWIGLU_THREADS, 0, s, (float *)out, (const float *)a,
