@@ -313,17 +313,22 @@ static int check_rows_cols(loader *L, const tr_schedule *s, const tr_op *op)
     return 0;
 }
 
-/* add_rmsnorm: both inputs and each output computed [m, n] */
-static int check_add_norm(loader *L, const tr_schedule *s, const tr_op *op)
+/* Fused row ops (add_rmsnorm, bias_gelu): every input and each output
+ * computed [m, n]; a weight and a bias of n. */
+static int check_fused_rows(loader *L, const tr_schedule *s, const tr_op *op)
 {
     const int64_t mn = mul(op->m, op->n);
-    const int bufs[4] = {op->in[0], op->in[1], op->outs[0], op->outs[1]};
-    for (int i = 0; i < 4; i++)
-        if (bufs[i] >= 0 && elems_of(s, bufs[i]) != mn)
+    for (int i = 0; i < op->nin; i++)
+        if (elems_of(s, op->in[i]) != mn)
             return fail(L, "sizes m=%lld n=%lld do not match its buffers", (long long)op->m, (long long)op->n);
-    if (s->weights[op->weight].local_elems != op->n)
-        return fail(L, "weight '%s' holds %lld elements, n is %lld", s->weights[op->weight].name,
-                    (long long)s->weights[op->weight].local_elems, (long long)op->n);
+    for (int o = 0; o < tp_ops[op->kind].nout; o++)
+        if (op->outs[o] >= 0 && elems_of(s, op->outs[o]) != mn)
+            return fail(L, "sizes m=%lld n=%lld do not match its buffers", (long long)op->m, (long long)op->n);
+    const int params[2] = {op->weight, op->bias};
+    for (int p = 0; p < 2; p++)
+        if (params[p] >= 0 && s->weights[params[p]].local_elems != op->n)
+            return fail(L, "%s '%s' holds %lld elements, n is %lld", p ? "bias" : "weight",
+                        s->weights[params[p]].name, (long long)s->weights[params[p]].local_elems, (long long)op->n);
     return 0;
 }
 

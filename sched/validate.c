@@ -124,6 +124,7 @@ static bool works_in_place(tp_op_kind k)
     case TP_OP_BIAS_ADD:
     case TP_OP_RMSNORM:
     case TP_OP_ADD_RMSNORM:
+    case TP_OP_BIAS_GELU:
     case TP_OP_LAYERNORM:
     case TP_OP_ROPE:
     case TP_OP_SILU:

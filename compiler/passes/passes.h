@@ -31,10 +31,12 @@ void tp_pass_merge(tp_graph *g);
  * the silu's input; the silu is left to the dead-code pass. Runs before
  * autodiff, so the backward is silu_mul's own (silu_mul_grad). */
 void tp_pass_fuse(tp_graph *g);
-/* fuse_norm.c: -O1, on the lowered program. An add whose next op is the
- * RMSNorm of its result becomes, with it, one add_rmsnorm writing both
- * results; the add is marked dead. */
-void tp_pass_fuse_add_norm(tp_ir *ir);
+/* fuse_pairs.c: -O1, on the lowered program. An op whose next op reads
+ * its result becomes, with it, one fused op, and is marked dead: an add
+ * and the RMSNorm of the sum one add_rmsnorm writing both results; a bias
+ * add and the gelu of its result one bias_gelu, which writes the biased
+ * value too where a later op reads it. */
+void tp_pass_fuse_pairs(tp_ir *ir);
 /* dce.c: marks nodes whose results nobody reads dead (op.dead). */
 void tp_pass_dce(tp_graph *g);
 /* autodiff.c: --train. Appends the backward to the graph (the loss's

@@ -15,7 +15,7 @@ int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodi
         return -1;
     tp_pass_lower(g, out);
     if (opts->optimize)
-        tp_pass_fuse_add_norm(out);
+        tp_pass_fuse_pairs(out);
     tp_ir_set_dtype(out, opts->dtype);
     tp_memplan(out);
     return 0;

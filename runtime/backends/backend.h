@@ -82,6 +82,11 @@ typedef struct tp_backend {
     void (*conv1d)(float *out, const float *x, const float *w, int64_t m, int64_t n, int64_t k);
     /* out[i, j] = x[i, j] + scale * b[j]   (out may equal x) */
     void (*bias_add)(float *out, const float *x, const float *b, int64_t m, int64_t n, float scale);
+    /* h = x + scale * b (as bias_add), out = op(h) (as unary) of the stored
+     * h: a bias and the activation reading it in one pass; h may be NULL
+     * (not wanted); each output may be exactly x */
+    void (*bias_unary)(tp_unary op, float *h, float *out, const float *x, const float *b, int64_t m, int64_t n,
+                       float scale);
     /* out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * w, or * (1 + w) with unit_offset */
     void (*rmsnorm)(float *out, const float *x, const float *w, int64_t m, int64_t n, float eps, bool unit_offset);
     /* s = a + b, out = rmsnorm(s) as rmsnorm computes it from the stored s;

@@ -255,6 +255,13 @@ EXEC(bias_add)
     return 0;
 }
 
+EXEC(bias_gelu)
+{
+    x->be->bias_unary(op->gelu_tanh ? TP_UNARY_GELU_TANH : TP_UNARY_GELU_ERF, fouts(x, op, 0), fouts(x, op, 1),
+                      fin(x, op, 0), weight(x, op->bias), op->m, op->n, (float)op->scale);
+    return 0;
+}
+
 EXEC(rmsnorm)
 {
     x->be->rmsnorm(fout(x, op), fin(x, op, 0), weight(x, op->weight), op->m, op->n, (float)op->eps,

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -172,6 +173,52 @@ TEST(Fusion, AddRmsNormAtO1ThePairAtO0)
     TempDir dg;
     Schedule g(dg, "plans/gpt2-hf-sp.plan", kLayers2);
     EXPECT_EQ(kinds(g, 0)["add_rmsnorm"], 0);
+}
+
+// -O1 fuses each GPT-2 MLP's c_fc bias with the gelu after it. A forward
+// schedule drops the biased value (out[0] null: nothing else reads it); a
+// training one keeps it in the buffer gelu_grad reads. -O0 keeps the pair,
+// and models whose activation has no bias before it have none.
+TEST(Fusion, BiasGeluAtO1ThePairAtO0)
+{
+    for (const char *plan : {"plans/gpt2-hf-sp.plan", "plans/gpt2-sp-tied.plan"}) {
+        for (bool train : {false, true}) {
+            TempDir d1, d0;
+            std::vector<std::string> o1 = train ? with(kLayers2, {"--train"}) : kLayers2;
+            Schedule s1(d1, plan, o1), s0(d0, plan, with(o1, {"-O0"}));
+            auto f1 = kinds(s1, 0), f0 = kinds(s0, 0);
+            const std::string what = std::string(plan) + (train ? " --train" : "");
+            EXPECT_EQ(f1["bias_gelu"], 2) << what;
+            EXPECT_EQ(f1["gelu"], 0) << what;
+            EXPECT_EQ(f1["bias_add"], f0["bias_add"] - 2) << what;
+            EXPECT_EQ(f0["gelu"], 2) << what;
+            EXPECT_EQ(f0["bias_gelu"], 0) << what;
+            // the buffers gelu_grad reads, and each bias_gelu's biased output
+            std::set<json_int_t> grad_reads;
+            std::vector<json_t *> biased;
+            size_t i;
+            json_t *op;
+            json_array_foreach(s1.ops(0), i, op)
+            {
+                const std::string kind = json_string_value(json_object_get(op, "op"));
+                if (kind == "gelu_grad")
+                    grad_reads.insert(json_integer_value(json_array_get(json_object_get(op, "in"), 0)));
+                if (kind == "bias_gelu")
+                    biased.push_back(json_array_get(json_object_get(op, "out"), 0));
+            }
+            for (json_t *h : biased) {
+                if (train)
+                    EXPECT_TRUE(json_is_integer(h) && grad_reads.count(json_integer_value(h))) << what;
+                else
+                    EXPECT_TRUE(json_is_null(h)) << what;
+            }
+        }
+    }
+    for (const char *plan : {"plans/gemma-sp.plan", "plans/llama-sp.plan", "plans/qwen2-sp.plan"}) {
+        TempDir d;
+        Schedule s(d, plan, kLayers2);
+        EXPECT_EQ(kinds(s, 0)["bias_gelu"], 0) << plan;
+    }
 }
 
 // The bytes of a collective are those of the full tensor it moves: for a

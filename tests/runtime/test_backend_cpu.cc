@@ -513,6 +513,37 @@ TEST(BackendCpu, AddRmsNormIsAddThenRmsNormBitForBit)
     }
 }
 
+// bias_unary is the bias_add then the activation it fuses, bit for bit
+// (what lets -O1 fuse GPT-2's c_fc bias with its gelu without changing a
+// result): every activation, a bias scaled as on a Partial sum, rows whose
+// length is no whole number of vectors; with the biased value not wanted,
+// written over x, and the activation written over x.
+TEST(BackendCpu, BiasUnaryIsBiasAddThenTheActivationBitForBit)
+{
+    const int64_t m = 37, n = 301;
+    const Vec x = random_vec(m * n, 96, -6, 6), b = random_vec(n, 97, -2, 2);
+    for (tp_unary op : {TP_UNARY_GELU_TANH, TP_UNARY_GELU_ERF, TP_UNARY_SILU, TP_UNARY_RELU})
+        for (float scale : {1.0f, 0.5f}) {
+            const std::string what = "activation " + std::to_string((int)op) + " scale " + std::to_string(scale);
+            Vec biased(m * n), want(m * n), h(m * n), y(m * n);
+            be()->bias_add(biased.data(), x.data(), b.data(), m, n, scale);
+            be()->unary(op, want.data(), biased.data(), m * n);
+            be()->bias_unary(op, h.data(), y.data(), x.data(), b.data(), m, n, scale);
+            expect_same_bits(h, biased, (what + ": h").c_str());
+            expect_same_bits(y, want, (what + ": the activation").c_str());
+            Vec only_y(m * n, 7.0f);
+            be()->bias_unary(op, nullptr, only_y.data(), x.data(), b.data(), m, n, scale);
+            expect_same_bits(only_y, want, (what + ": without h").c_str());
+            Vec hx = x, yx(m * n);
+            be()->bias_unary(op, hx.data(), yx.data(), hx.data(), b.data(), m, n, scale);
+            expect_same_bits(hx, biased, (what + ": h over x").c_str());
+            expect_same_bits(yx, want, (what + ": the activation, h over x").c_str());
+            Vec over = x;
+            be()->bias_unary(op, nullptr, over.data(), over.data(), b.data(), m, n, scale);
+            expect_same_bits(over, want, (what + ": the activation over x").c_str());
+        }
+}
+
 TEST(BackendCpu, SiluMulIsSiluThenMulBitForBit)
 {
     Vec a = random_vec(5000, 90, -12, 12), b = random_vec(5000, 91), dy = random_vec(5000, 92);

@@ -166,13 +166,19 @@ typedef struct rows_args {
 /* rows per part at least: a part is worth a thread's wake-up */
 #define ROW_GRAIN 8
 
+/* one row of bias_add (and of bias_unary's h): out may be x */
+static void bias_row(float *out, const float *x, const float *b, int64_t n, float scale)
+{
+    for (int64_t j = 0; j < n; j++)
+        out[j] = x[j] + scale * b[j];
+}
+
 static void bias_add_part(void *ctx, int64_t i0, int64_t i1)
 {
     const rows_args *a = ctx;
     const int64_t n = a->n;
     for (int64_t i = i0; i < i1; i++)
-        for (int64_t j = 0; j < n; j++)
-            a->out[i * n + j] = a->x[i * n + j] + a->scale * a->b[j];
+        bias_row(a->out + i * n, a->x + i * n, a->b, n, a->scale);
 }
 
 /* scale is 1 normally; a bias on a Partial tensor is added as b / tp by
@@ -470,25 +476,23 @@ typedef struct elementwise_args {
     float s;          /* scale's factor, softcap's cap */
 } elementwise_args;
 
-static void unary_part(void *ctx, int64_t i0, int64_t i1)
+/* out[i] = op(x[i]) for i < n; out may be x */
+static void unary_span(tp_unary op, float *out, const float *x, int64_t n)
 {
-    const elementwise_args *a = ctx;
-    float *out = a->out;
-    const float *x = a->x;
-    switch ((tp_unary)a->op) {
+    switch (op) {
     case TP_UNARY_SILU:
-        tp_cpu_vec_host()->silu(out + i0, x + i0, i1 - i0);
+        tp_cpu_vec_host()->silu(out, x, n);
         break;
     case TP_UNARY_GELU_TANH:
-        tp_cpu_vec_host()->gelu_tanh(out + i0, x + i0, i1 - i0);
+        tp_cpu_vec_host()->gelu_tanh(out, x, n);
         break;
     case TP_UNARY_GELU_ERF:
-        for (int64_t i = i0; i < i1; i++)
+        for (int64_t i = 0; i < n; i++)
             out[i] = gelu_erf(x[i]);
         break;
     case TP_UNARY_RELU:
         /* written so that NaN propagates, as torch.relu does */
-        for (int64_t i = i0; i < i1; i++)
+        for (int64_t i = 0; i < n; i++)
             out[i] = x[i] < 0.0f ? 0.0f : x[i];
         break;
     default:
@@ -496,10 +500,49 @@ static void unary_part(void *ctx, int64_t i0, int64_t i1)
     }
 }
 
+static void unary_part(void *ctx, int64_t i0, int64_t i1)
+{
+    const elementwise_args *a = ctx;
+    unary_span((tp_unary)a->op, a->out + i0, a->x + i0, i1 - i0);
+}
+
 static void cpu_unary(tp_unary op, float *out, const float *x, int64_t n)
 {
     elementwise_args a = {.op = op, .out = out, .x = x};
     tp_cpu_parallel(n, ELEMENT_GRAIN, unary_part, &a);
+}
+
+/* bias_unary: a row's h by bias_add's loop, stored (or kept in a row of
+ * the part's when h is not wanted), then the activation of the stored row
+ * by unary's: the pair's bits. A row is read before either output row is
+ * written, so each output may be exactly x. */
+typedef struct bias_unary_args {
+    tp_unary op;
+    float *h, *out;
+    const float *x, *b;
+    int64_t n;
+    float scale;
+} bias_unary_args;
+
+static void bias_unary_part(void *ctx, int64_t i0, int64_t i1)
+{
+    const bias_unary_args *p = ctx;
+    const int64_t n = p->n;
+    float *row = p->h ? NULL : tp_xmalloc((size_t)n * sizeof *row);
+    for (int64_t i = i0; i < i1; i++) {
+        float *h = p->h ? p->h + i * n : row;
+        bias_row(h, p->x + i * n, p->b, n, p->scale);
+        unary_span(p->op, p->out + i * n, h, n);
+    }
+    free(row);
+}
+
+static void cpu_bias_unary(tp_unary op, float *h, float *out, const float *x, const float *b, int64_t m, int64_t n,
+                           float scale)
+{
+    assert(out && h != out);
+    bias_unary_args p = {.op = op, .h = h, .out = out, .x = x, .b = b, .n = n, .scale = scale};
+    tp_cpu_parallel(m, ROW_GRAIN, bias_unary_part, &p);
 }
 
 /* b repeats every nb elements (a bias-shaped or same-shaped operand);
@@ -779,6 +822,7 @@ static const tp_backend cpu_backend = {
     .matmul = cpu_matmul,
     .conv1d = cpu_conv1d,
     .bias_add = cpu_bias_add,
+    .bias_unary = cpu_bias_unary,
     .rmsnorm = cpu_rmsnorm,
     .add_rmsnorm = cpu_add_rmsnorm,
     .layernorm = cpu_layernorm,

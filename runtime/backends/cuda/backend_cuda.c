@@ -434,6 +434,13 @@ static void cuda_unary(tp_unary op, float *out, const float *x, int64_t n)
     done();
 }
 
+static void cuda_bias_unary(tp_unary op, float *h, float *out, const float *x, const float *b, int64_t m, int64_t n,
+                            float scale)
+{
+    tp_k_bias_unary(compute_stream(), gpu->kdt, kernel_unary(op), h, out, x, b, m, n, scale);
+    done();
+}
+
 static void cuda_binary(tp_binary op, float *out, const float *a, int64_t n, const float *b, int64_t nb)
 {
     int kop = op == TP_BINARY_ADD ? 0 : op == TP_BINARY_MUL ? 1 : -1;   /* kernels.h */
@@ -706,6 +713,7 @@ static const tp_backend_limits cuda_limits = {
         .synchronize = cuda_synchronize, .begin_op = cuda_begin_op, .limits = &cuda_limits,             \
         .embedding = cuda_embedding,                                                                    \
         .matmul = cuda_matmul, .conv1d = cuda_conv1d, .bias_add = cuda_bias_add, .rmsnorm = cuda_rmsnorm, \
+        .bias_unary = cuda_bias_unary,                                                                  \
         .layernorm = cuda_layernorm, .rope = cuda_rope, .attention = cuda_attention, .unary = cuda_unary, \
         .binary = cuda_binary, .scale = cuda_scale, .softcap = cuda_softcap, .slice = cuda_slice,       \
         .narrow = cuda_narrow, .silu_mul = cuda_silu_mul, .add_rmsnorm = cuda_add_rmsnorm,              \

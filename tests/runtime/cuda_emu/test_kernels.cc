@@ -727,6 +727,38 @@ TEST_P(Kernels, ScaleAndBiasAdd)
         }
 }
 
+// bias_unary against the CPU's bias_add then activation: h stored (in
+// bf16, rounded) and activated; kept, not wanted, and over x; on aligned
+// buffers (the 16-byte path) and one element off (the scalar one).
+TEST_P(Kernels, BiasUnary)
+{
+    const Tol tol = stored({1e-6, 4e-6}, t());   // the activations' (Unary, above)
+    const char *names[] = {"silu", "gelu", "relu", "gelu (erf)"};
+    for (int op = 0; op < 4; op++)
+        for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 37}, {17, 300}, {5, 64}})
+            for (int64_t off : {0, 1}) {
+                const std::string what = label(t(), std::string("bias ") + names[op] + " " + std::to_string(m) + "x" +
+                                                        std::to_string(n) + " offset " + std::to_string(off));
+                Vec x = as_stored(random_vec((size_t)(m * n + off), 26 + (unsigned)op, -6.0f, 6.0f), t());
+                Vec b = as_stored(random_vec((size_t)(n + off), 30, -2.0f, 2.0f), t());
+                Vec biased((size_t)(m * n)), want((size_t)(m * n));
+                cpu()->bias_add(biased.data(), x.data() + off, b.data() + off, m, n, 0.5f);
+                biased = as_stored(biased, t());   // what the unfused bias_add stores
+                cpu()->unary((tp_unary)op, want.data(), biased.data(), m * n);
+                auto from = [off](const Vec &v) { return Vec(v.begin() + off, v.end()); };
+                Dev dx(t(), x), db(t(), b), dh(t(), x.size()), dy(t(), x.size());
+                tp_k_bias_unary(nullptr, t(), op, dh.at(off), dy.at(off), dx.at(off), db.at(off), m, n, 0.5f);
+                expect_close(from(dh.download()), biased, stored(kOneOp, t()), what + " h");
+                expect_close(from(dy.download()), want, tol, what);
+                Dev only(t(), x.size());
+                tp_k_bias_unary(nullptr, t(), op, nullptr, only.at(off), dx.at(off), db.at(off), m, n, 0.5f);
+                expect_close(from(only.download()), want, tol, what + " without h");
+                tp_k_bias_unary(nullptr, t(), op, dx.at(off), dy.at(off), dx.at(off), db.at(off), m, n, 0.5f);
+                expect_close(from(dx.download()), biased, stored(kOneOp, t()), what + " h over x");
+                expect_close(from(dy.download()), want, tol, what + " h over x");
+            }
+}
+
 // ---- reshards: copies, exact
 
 TEST_P(Kernels, SliceSplitJoin)

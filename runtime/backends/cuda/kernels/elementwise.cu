@@ -1,5 +1,6 @@
-// elementwise.cu: activations, broadcast add/mul, scale, soft-capping, bias add.
-// defines: tp_k_unary, tp_k_binary, tp_k_scale, tp_k_softcap, tp_k_bias_add
+// elementwise.cu: activations, broadcast add/mul, scale, soft-capping, bias
+// add, and a bias add fused with the activation after it.
+// defines: tp_k_unary, tp_k_binary, tp_k_scale, tp_k_softcap, tp_k_bias_add, tp_k_bias_unary
 #include "common.cuh"
 #include "pack.cuh"
 #include "silu.cuh"
@@ -28,17 +29,20 @@ __device__ __forceinline__ float gelu_erf(float x)
     return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
 }
 
+__device__ __forceinline__ float unary_apply(int op, float v)
+{
+    if (op == UNARY_SILU)
+        return tp_silu(v);
+    if (op == UNARY_GELU)
+        return gelu_tanh(v);
+    if (op == UNARY_GELU_ERF)
+        return gelu_erf(v);
+    return v < 0.0f ? 0.0f : v; // NaN propagates, as torch.relu
+}
+
 template <typename T> __global__ void unary_kernel(int op, T *out, const T *x, int64_t n, bool vec)
 {
-    tp_map1(out, x, n, vec, [op](float v) {
-        if (op == UNARY_SILU)
-            return tp_silu(v);
-        if (op == UNARY_GELU)
-            return gelu_tanh(v);
-        if (op == UNARY_GELU_ERF)
-            return gelu_erf(v);
-        return v < 0.0f ? 0.0f : v; // NaN propagates, as torch.relu
-    });
+    tp_map1(out, x, n, vec, [op](float v) { return unary_apply(op, v); });
 }
 
 // out[i] = a[i] op b[i % nb]
@@ -63,6 +67,19 @@ template <typename T>
 __global__ void bias_add_kernel(T *out, const T *x, const T *b, int64_t total, int64_t n, float scale, bool vec)
 {
     tp_map2(out, x, b, total, n, vec, [scale](float v, float c) { return v + scale * c; });
+}
+
+// h[i, j] = x[i, j] + scale * b[j] as bias_add_kernel, out = op(h) as
+// unary_kernel of the stored h (rounded to T first, as the pair reads it
+// back); h may be NULL
+template <typename T>
+__global__ void bias_unary_kernel(int op, T *h, T *out, const T *x, const T *b, int64_t total, int64_t n, float scale,
+                                  bool vec)
+{
+    tp_map2_two(h, out, x, b, total, n, vec, [op, scale](float v, float c) {
+        const float stored = tp_to_float(tp_from_float<T>(v + scale * c));
+        return tp_two{stored, unary_apply(op, stored)};
+    });
 }
 
 // ---- kernel launchers
@@ -107,10 +124,23 @@ static void launch_bias_add(tp_stream s, tp_kernel_dtype t, T *out, const T *x, 
               m * n, n, scale, tp_map2_vec(t, out, x, b, m * n, n));
 }
 
+template <typename T>
+static void launch_bias_unary(tp_stream s, tp_kernel_dtype t, int op, T *h, T *out, const T *x, const T *b, int64_t m,
+                              int64_t n, float scale)
+{
+    TP_LAUNCH(bias_unary_kernel<T>, tp_pack_blocks(t, m * n, ELEMENTWISE_THREADS), ELEMENTWISE_THREADS, 0, s, op, h, out,
+              x, b, m * n, n, scale, tp_aligned16(h) && tp_map2_vec(t, out, x, b, m * n, n));
+}
+
+static bool unary_known(int op)
+{
+    return op == UNARY_SILU || op == UNARY_GELU || op == UNARY_RELU || op == UNARY_GELU_ERF;
+}
+
 extern "C" void tp_k_unary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *x, int64_t n)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
-    TP_KCHECK(op == UNARY_SILU || op == UNARY_GELU || op == UNARY_RELU || op == UNARY_GELU_ERF, "unknown unary op");
+    TP_KCHECK(unary_known(op), "unknown unary op");
     TP_KCHECK(n >= 0, "negative size");
     if (n == 0)
         return;
@@ -156,4 +186,20 @@ extern "C" void tp_k_bias_add(tp_stream s, tp_kernel_dtype t, void *out, const v
         launch_bias_add(s, t, (float *)out, (const float *)x, (const float *)b, m, n, scale);
     else
         launch_bias_add(s, t, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)b, m, n, scale);
+}
+
+extern "C" void tp_k_bias_unary(tp_stream s, tp_kernel_dtype t, int op, void *h, void *out, const void *x, const void *b,
+                                int64_t m, int64_t n, float scale)
+{
+    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
+    TP_KCHECK(unary_known(op), "unknown unary op");
+    TP_KCHECK(m >= 0 && n >= 0, "negative size");
+    TP_KCHECK(out && h != out, "an output, apart from h");
+    if (m == 0 || n == 0)
+        return;
+    if (t == TP_KERNEL_F32)
+        launch_bias_unary(s, t, op, (float *)h, (float *)out, (const float *)x, (const float *)b, m, n, scale);
+    else
+        launch_bias_unary(s, t, op, (__nv_bfloat16 *)h, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x,
+                          (const __nv_bfloat16 *)b, m, n, scale);
 }

@@ -4,7 +4,7 @@
 // memory-bound kernel moves the same bytes in a quarter (fp32) or an
 // eighth (bf16) of the instructions.
 // defines: tp_pack16<T>, tp_load16, tp_store16, tp_aligned16, tp_pack_blocks,
-// tp_map1, tp_map2, tp_map1_vec, tp_map2_vec
+// tp_map1, tp_map2, tp_two, tp_map2_two, tp_map1_vec, tp_map2_vec
 #ifndef TPRUN_KERNELS_PACK_CUH
 #define TPRUN_KERNELS_PACK_CUH
 
@@ -65,12 +65,19 @@ __device__ __forceinline__ void tp_map1(T *out, const T *x, int64_t n, bool vec,
     }
 }
 
-// out[i] = f(a[i], b[i % nb]) for i in [0, n): b repeats over a (nb divides
-// n; nb = n, no repeat). Out may be a or b. `vec` (tp_map2_vec): the three
-// are 16-byte aligned and nb is n or a whole number of packs, so a pack of
-// a meets one pack of b, at i0 % nb (one division a pack, none when nb = n).
+// A pair of results, one for each output of tp_map2_two.
+struct tp_two {
+    float o0, o1;
+};
+
+// (o0[i], o1[i]) = f(a[i], b[i % nb]) for i in [0, n), f returning a
+// tp_two: b repeats over a (nb divides n; nb = n, no repeat). o0
+// may be NULL (not wanted); either output may be a or b. `vec`
+// (tp_map2_vec): the buffers are 16-byte aligned and nb is n or a whole
+// number of packs, so a pack of a meets one pack of b, at i0 % nb (one
+// division a pack, none when nb = n).
 template <typename T, typename F>
-__device__ __forceinline__ void tp_map2(T *out, const T *a, const T *b, int64_t n, int64_t nb, bool vec, F f)
+__device__ __forceinline__ void tp_map2_two(T *o0, T *o1, const T *a, const T *b, int64_t n, int64_t nb, bool vec, F f)
 {
     constexpr int P = tp_pack16<T>::n;
     TP_GRID_STRIDE(j, TP_CEIL_DIV(n, (int64_t)P))
@@ -78,24 +85,41 @@ __device__ __forceinline__ void tp_map2(T *out, const T *a, const T *b, int64_t 
         const int64_t i0 = j * P;
         int64_t k = nb == n ? i0 : i0 % nb;
         if (vec && i0 + P <= n) {
-            const tp_pack16<T> y = tp_load16(b + k);
-            tp_pack16<T> v = tp_load16(a + i0);
+            const tp_pack16<T> y = tp_load16(b + k), x = tp_load16(a + i0);
+            tp_pack16<T> r0, r1;
             TP_UNROLL
-            for (int e = 0; e < P; e++)
-                v.v[e] = tp_from_float<T>(f(tp_to_float(v.v[e]), tp_to_float(y.v[e])));
-            tp_store16(out + i0, v);
+            for (int e = 0; e < P; e++) {
+                const tp_two r = f(tp_to_float(x.v[e]), tp_to_float(y.v[e]));
+                r0.v[e] = tp_from_float<T>(r.o0);
+                r1.v[e] = tp_from_float<T>(r.o1);
+            }
+            if (o0)
+                tp_store16(o0 + i0, r0);
+            tp_store16(o1 + i0, r1);
             continue;
         }
-        for (int64_t i = i0; i < i0 + P && i < n; i++, k = k + 1 == nb ? 0 : k + 1)
-            out[i] = tp_from_float<T>(f(tp_to_float(a[i]), tp_to_float(b[k])));
+        for (int64_t i = i0; i < i0 + P && i < n; i++, k = k + 1 == nb ? 0 : k + 1) {
+            const tp_two r = f(tp_to_float(a[i]), tp_to_float(b[k]));
+            if (o0)
+                o0[i] = tp_from_float<T>(r.o0);
+            o1[i] = tp_from_float<T>(r.o1);
+        }
     }
+}
+
+// out[i] = f(a[i], b[i % nb]) for i in [0, n): tp_map2_two with one output.
+template <typename T, typename F>
+__device__ __forceinline__ void tp_map2(T *out, const T *a, const T *b, int64_t n, int64_t nb, bool vec, F f)
+{
+    tp_map2_two((T *)NULL, out, a, b, n, nb, vec, [f](float x, float y) { return tp_two{0.0f, f(x, y)}; });
 }
 
 // Whether tp_map1's 16-byte path applies to these buffers.
 static inline bool tp_map1_vec(const void *out, const void *x) { return tp_aligned16(out) && tp_aligned16(x); }
 
-// Whether tp_map2's 16-byte path applies to these buffers: aligned, and b
-// either not repeating (nb = n) or a whole number of packs long.
+// Whether tp_map2's (or tp_map2_two's, with the second output checked by
+// the caller) 16-byte path applies to these buffers: aligned, and b either
+// not repeating (nb = n) or a whole number of packs long.
 static inline bool tp_map2_vec(tp_kernel_dtype t, const void *out, const void *a, const void *b, int64_t n, int64_t nb)
 {
     return tp_aligned16(out) && tp_aligned16(a) && tp_aligned16(b) &&

@@ -1,0 +1,121 @@
+/* fuse_pairs.c: -O1 on the lowered program: an op and the one right after
+ * it that reads its result become one op that reads memory once.
+ *
+ *  - A residual add followed by the RMSNorm of its result (every decoder
+ *    layer's norms but the first, and the final norm) becomes one
+ *    add_rmsnorm writing both results: the sum, which the residual stream
+ *    and the backward go on reading, and its norm, without reading the sum
+ *    back.
+ *  - A bias add followed by the gelu of its result (GPT-2's c_fc) becomes
+ *    one bias_gelu; the biased value is written too only when something
+ *    else reads it (gelu_grad, in a training schedule).
+ *
+ * On the program rather than the graph, after autodiff: the backward is
+ * the pair's, and the checks, which read the graph, see the model's own
+ * ops at -O0 and -O1 alike. The fused kernels compute what the pair
+ * computes (the second op of the stored first result), so -O0 and -O1
+ * give the same numbers. */
+#include <stdlib.h>
+#include "compiler/passes/passes.h"
+#include "util/xalloc.h"
+
+/* The next op after i that is not dead, or -1. */
+static int next_live(const tp_ir *ir, int i)
+{
+    for (int j = i + 1; j < ir->nops; j++)
+        if (!ir->ops[j].dead)
+            return j;
+    return -1;
+}
+
+/* Buffer b's elements, when it is a buffer of its own (not a view). */
+static int64_t own_elems(const tp_ir *ir, int b) { return ir->bufs[b].alias_of < 0 ? tp_ir_buf_elems(&ir->bufs[b]) : -1; }
+
+/* The root of buffer b's alias chain. */
+static int alias_root(const tp_ir *ir, int b)
+{
+    while (ir->bufs[b].alias_of >= 0)
+        b = ir->bufs[b].alias_of;
+    return b;
+}
+
+/* By alias root: the last live op that reads its storage, or nops where
+ * the program hands it out (an output, a parameter's gradient). Fusing
+ * changes only what the second op of a pair reads, so one walk before
+ * fusing answers for every pair. */
+static int *last_reads(const tp_ir *ir)
+{
+    int *last = tp_xmalloc(((size_t)ir->nbufs + 1) * sizeof *last);
+    for (int b = 0; b < ir->nbufs; b++)
+        last[b] = ir->bufs[b].output ? ir->nops : -1;
+    for (int i = 0; i < ir->nops; i++)
+        for (int k = 0; !ir->ops[i].dead && k < ir->ops[i].nin; k++)
+            if (ir->ops[i].in[k] >= 0)
+                last[alias_root(ir, ir->ops[i].in[k])] = i;
+    const int handed[2] = {ir->loss_buf, ir->logits_buf};
+    for (int h = 0; h < 2; h++)
+        if (handed[h] >= 0)
+            last[alias_root(ir, handed[h])] = ir->nops;
+    for (int p = 0; ir->grad_buf && p < ir->nparams; p++)
+        if (ir->grad_buf[p] >= 0)
+            last[alias_root(ir, ir->grad_buf[p])] = ir->nops;
+    return last;
+}
+
+/* add then rmsnorm of the sum -> add_rmsnorm [sum, norm] */
+static bool fuse_add_norm(tp_ir *ir, tp_ir_op *add, tp_ir_op *norm)
+{
+    if (add->kind != TP_OP_ADD || norm->kind != TP_OP_RMSNORM || norm->in[0] != add->out)
+        return false;
+    /* sum and norm in buffers of their own, no broadcast in the add */
+    const int64_t elems = own_elems(ir, add->out);
+    if (elems < 0 || own_elems(ir, norm->out) != elems || tp_ir_buf_elems(&ir->bufs[add->in[0]]) != elems ||
+        tp_ir_buf_elems(&ir->bufs[add->in[1]]) != elems)
+        return false;
+    const int sum = add->out, y = norm->out;
+    norm->kind = TP_OP_ADD_RMSNORM;
+    norm->in[0] = add->in[0];
+    norm->in[1] = add->in[1];
+    norm->nin = 2;
+    for (int o = 0; o < TP_MAX_OUTS; o++)
+        norm->outs[o] = -1;
+    norm->outs[0] = sum;
+    norm->outs[1] = y;
+    return true;
+}
+
+/* bias_add then gelu of its result -> bias_gelu [biased or none, gelu] */
+static bool fuse_bias_gelu(tp_ir *ir, const int *last_read, int at, tp_ir_op *bias, tp_ir_op *gelu)
+{
+    if (bias->kind != TP_OP_BIAS_ADD || gelu->kind != TP_OP_GELU || gelu->in[0] != bias->out)
+        return false;
+    const int64_t elems = own_elems(ir, bias->out);
+    if (elems < 0 || own_elems(ir, gelu->out) != elems)
+        return false;
+    const int h = bias->out, y = gelu->out;
+    gelu->kind = TP_OP_BIAS_GELU;
+    gelu->in[0] = bias->in[0];
+    gelu->bias = bias->bias;
+    gelu->m = bias->m;
+    gelu->n = bias->n;
+    gelu->scale = bias->scale;
+    for (int o = 0; o < TP_MAX_OUTS; o++)
+        gelu->outs[o] = -1;
+    gelu->outs[0] = last_read[h] > at ? h : -1;
+    gelu->outs[1] = y;
+    return true;
+}
+
+void tp_pass_fuse_pairs(tp_ir *ir)
+{
+    int *last_read = last_reads(ir);
+    for (int i = 0; i < ir->nops; i++) {
+        const int j = next_live(ir, i);
+        if (ir->ops[i].dead || j < 0)
+            continue;
+        if (fuse_add_norm(ir, &ir->ops[i], &ir->ops[j]) ||
+            fuse_bias_gelu(ir, last_read, j, &ir->ops[i], &ir->ops[j]))
+            ir->ops[i].dead = true;
+    }
+    free(last_read);
+}
