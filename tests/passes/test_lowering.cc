@@ -150,26 +150,35 @@ TEST(Fusion, SiluMulAtO1ThePairAtO0)
     EXPECT_EQ(kinds(g, 0)["silu_mul"], 0);
 }
 
+// Each plan compiled with 2 layers at -O1 and at -O0, forward and with
+// --train: check(the -O1 schedule, rank 0's op kinds at -O1 and at -O0,
+// what to call the case, whether it trains).
+template <typename Check> void at_o1_and_o0(std::initializer_list<const char *> plans, Check check)
+{
+    for (const char *plan : plans)
+        for (bool train : {false, true}) {
+            TempDir d1, d0;
+            std::vector<std::string> o1 = train ? with(kLayers2, {"--train"}) : kLayers2;
+            Schedule s1(d1, plan, o1), s0(d0, plan, with(o1, {"-O0"}));
+            check(s1, kinds(s1, 0), kinds(s0, 0), std::string(plan) + (train ? " --train" : ""), train);
+        }
+}
+
 // -O1 fuses each residual add with the RMSNorm right after it (both norms
 // of every layer but the first layer's input norm, and the final norm),
 // forward and training alike, RMSNorm and Gemma's (1 + w); -O0 keeps the
 // pairs, and LayerNorm models have none.
 TEST(Fusion, AddRmsNormAtO1ThePairAtO0)
 {
-    for (const char *plan : {"plans/llama-sp.plan", "plans/llama-megatron.plan", "plans/gemma-sp.plan"}) {
-        for (bool train : {false, true}) {
-            TempDir d1, d0;
-            std::vector<std::string> o1 = train ? with(kLayers2, {"--train"}) : kLayers2;
-            Schedule s1(d1, plan, o1), s0(d0, plan, with(o1, {"-O0"}));
-            auto f1 = kinds(s1, 0), f0 = kinds(s0, 0);
-            const std::string what = std::string(plan) + (train ? " --train" : "");
-            EXPECT_EQ(f1["add_rmsnorm"], 4) << what;   // 2 layers x 2 norms + the final one - the first
-            EXPECT_EQ(f1["rmsnorm"], 1) << what;
-            EXPECT_EQ(f1["add"], f0["add"] - 4) << what;
-            EXPECT_EQ(f0["rmsnorm"], 5) << what;
-            EXPECT_EQ(f0["add_rmsnorm"], 0) << what;
-        }
-    }
+    at_o1_and_o0({"plans/llama-sp.plan", "plans/llama-megatron.plan", "plans/gemma-sp.plan"},
+                 [](const Schedule &, std::map<std::string, int> f1, std::map<std::string, int> f0,
+                    const std::string &what, bool) {
+                     EXPECT_EQ(f1["add_rmsnorm"], 4) << what;   // 2 layers x 2 norms + the final one - the first
+                     EXPECT_EQ(f1["rmsnorm"], 1) << what;
+                     EXPECT_EQ(f1["add"], f0["add"] - 4) << what;
+                     EXPECT_EQ(f0["rmsnorm"], 5) << what;
+                     EXPECT_EQ(f0["add_rmsnorm"], 0) << what;
+                 });
     TempDir dg;
     Schedule g(dg, "plans/gpt2-hf-sp.plan", kLayers2);
     EXPECT_EQ(kinds(g, 0)["add_rmsnorm"], 0);
@@ -181,39 +190,34 @@ TEST(Fusion, AddRmsNormAtO1ThePairAtO0)
 // and models whose activation has no bias before it have none.
 TEST(Fusion, BiasGeluAtO1ThePairAtO0)
 {
-    for (const char *plan : {"plans/gpt2-hf-sp.plan", "plans/gpt2-sp-tied.plan"}) {
-        for (bool train : {false, true}) {
-            TempDir d1, d0;
-            std::vector<std::string> o1 = train ? with(kLayers2, {"--train"}) : kLayers2;
-            Schedule s1(d1, plan, o1), s0(d0, plan, with(o1, {"-O0"}));
-            auto f1 = kinds(s1, 0), f0 = kinds(s0, 0);
-            const std::string what = std::string(plan) + (train ? " --train" : "");
-            EXPECT_EQ(f1["bias_gelu"], 2) << what;
-            EXPECT_EQ(f1["gelu"], 0) << what;
-            EXPECT_EQ(f1["bias_add"], f0["bias_add"] - 2) << what;
-            EXPECT_EQ(f0["gelu"], 2) << what;
-            EXPECT_EQ(f0["bias_gelu"], 0) << what;
-            // the buffers gelu_grad reads, and each bias_gelu's biased output
-            std::set<json_int_t> grad_reads;
-            std::vector<json_t *> biased;
-            size_t i;
-            json_t *op;
-            json_array_foreach(s1.ops(0), i, op)
-            {
-                const std::string kind = json_string_value(json_object_get(op, "op"));
-                if (kind == "gelu_grad")
-                    grad_reads.insert(json_integer_value(json_array_get(json_object_get(op, "in"), 0)));
-                if (kind == "bias_gelu")
-                    biased.push_back(json_array_get(json_object_get(op, "out"), 0));
-            }
-            for (json_t *h : biased) {
-                if (train)
-                    EXPECT_TRUE(json_is_integer(h) && grad_reads.count(json_integer_value(h))) << what;
-                else
-                    EXPECT_TRUE(json_is_null(h)) << what;
-            }
-        }
-    }
+    at_o1_and_o0({"plans/gpt2-hf-sp.plan", "plans/gpt2-sp-tied.plan"},
+                 [](const Schedule &s1, std::map<std::string, int> f1, std::map<std::string, int> f0,
+                    const std::string &what, bool train) {
+                     EXPECT_EQ(f1["bias_gelu"], 2) << what;
+                     EXPECT_EQ(f1["gelu"], 0) << what;
+                     EXPECT_EQ(f1["bias_add"], f0["bias_add"] - 2) << what;
+                     EXPECT_EQ(f0["gelu"], 2) << what;
+                     EXPECT_EQ(f0["bias_gelu"], 0) << what;
+                     // the buffers gelu_grad reads, and each bias_gelu's biased output
+                     std::set<json_int_t> grad_reads;
+                     std::vector<json_t *> biased;
+                     size_t i;
+                     json_t *op;
+                     json_array_foreach(s1.ops(0), i, op)
+                     {
+                         const std::string kind = json_string_value(json_object_get(op, "op"));
+                         if (kind == "gelu_grad")
+                             grad_reads.insert(json_integer_value(json_array_get(json_object_get(op, "in"), 0)));
+                         if (kind == "bias_gelu")
+                             biased.push_back(json_array_get(json_object_get(op, "out"), 0));
+                     }
+                     for (json_t *h : biased) {
+                         if (train)
+                             EXPECT_TRUE(json_is_integer(h) && grad_reads.count(json_integer_value(h))) << what;
+                         else
+                             EXPECT_TRUE(json_is_null(h)) << what;
+                     }
+                 });
     for (const char *plan : {"plans/gemma-sp.plan", "plans/llama-sp.plan", "plans/qwen2-sp.plan"}) {
         TempDir d;
         Schedule s(d, plan, kLayers2);
