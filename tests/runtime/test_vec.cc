@@ -256,6 +256,17 @@ TEST(CpuVec, EveryIsaGivesTheSameBits)
             const double e1 = vec->exp_dot(x.data(), y.data(), n, 3.5f, &d1);
             const double e2 = base->exp_dot(x.data(), y.data(), n, 3.5f, &d2);
             EXPECT_TRUE(e1 == e2 && d1 == d2) << vec->isa << " exp_dot n=" << n;
+            vec->add_scaled(o1.data(), x.data(), y.data(), n, 0.37f);
+            base->add_scaled(o2.data(), x.data(), y.data(), n, 0.37f);
+            same((std::string(vec->isa) + " add_scaled").c_str(), o1, o2);
+            std::vector<float> sum(n);
+            for (int64_t j = 0; j < n; j++)
+                sum[j] = x[j] + y[j];
+            vec->add_scaled(in_place.data(), x.data(), y.data(), n, 1.0f);
+            same((std::string(vec->isa) + " add_scaled by 1: x + y").c_str(), in_place, sum);
+            in_place.assign(x.begin(), x.begin() + n);
+            vec->add_scaled(in_place.data(), in_place.data(), y.data(), n, 0.37f);
+            same((std::string(vec->isa) + " add_scaled in place").c_str(), in_place, o2);
             EXPECT_EQ(vec->max(x.data(), n), base->max(x.data(), n)) << vec->isa;
             EXPECT_EQ(vec->sum(x.data(), n), base->sum(x.data(), n)) << vec->isa;
             EXPECT_EQ(vec->sum_squares(x.data(), n, 0.5), base->sum_squares(x.data(), n, 0.5)) << vec->isa;

@@ -169,8 +169,7 @@ typedef struct rows_args {
 /* one row of bias_add (and of bias_unary's h): out may be x */
 static void bias_row(float *out, const float *x, const float *b, int64_t n, float scale)
 {
-    for (int64_t j = 0; j < n; j++)
-        out[j] = x[j] + scale * b[j];
+    tp_cpu_vec_host()->add_scaled(out, x, b, n, scale);
 }
 
 static void bias_add_part(void *ctx, int64_t i0, int64_t i1)
@@ -241,9 +240,7 @@ static void add_rmsnorm_part(void *ctx, int64_t i0, int64_t i1)
     const tp_cpu_vec *vec = tp_cpu_vec_host();
     float *row = tp_xmalloc((size_t)n * sizeof *row);
     for (int64_t i = i0; i < i1; i++) {
-        const float *ar = p->a + i * n, *br = p->b + i * n;
-        for (int64_t j = 0; j < n; j++)
-            row[j] = ar[j] + br[j];
+        vec->add_scaled(row, p->a + i * n, p->b + i * n, n, 1.0f);
         if (p->s)
             memcpy(p->s + i * n, row, (size_t)n * sizeof *row);
         if (p->out)
@@ -528,13 +525,11 @@ static void bias_unary_part(void *ctx, int64_t i0, int64_t i1)
 {
     const bias_unary_args *p = ctx;
     const int64_t n = p->n;
-    float *row = p->h ? NULL : tp_xmalloc((size_t)n * sizeof *row);
     for (int64_t i = i0; i < i1; i++) {
-        float *h = p->h ? p->h + i * n : row;
+        float *h = p->h ? p->h + i * n : p->out + i * n;
         bias_row(h, p->x + i * n, p->b, n, p->scale);
         unary_span(p->op, p->out + i * n, h, n);
     }
-    free(row);
 }
 
 static void cpu_bias_unary(tp_unary op, float *h, float *out, const float *x, const float *b, int64_t m, int64_t n,
@@ -557,8 +552,7 @@ static void binary_part(void *ctx, int64_t i0, int64_t i1)
         const float *x = a->x + i, *b = a->b + j0;
         switch ((tp_binary)a->op) {
         case TP_BINARY_ADD:
-            for (int64_t j = 0; j < len; j++)
-                o[j] = x[j] + b[j];
+            tp_cpu_vec_host()->add_scaled(o, x, b, len, 1.0f);
             break;
         case TP_BINARY_MUL:
             for (int64_t j = 0; j < len; j++)

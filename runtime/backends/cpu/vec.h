@@ -1,5 +1,5 @@
 /* vec.h: the CPU backend's vectorised loops (exp and what uses it, the
- * row reductions of the norms and softmaxes), compiled once per x86 ISA
+ * row reductions of the norms and softmaxes, the adds), compiled once per x86 ISA
  * level (AVX-512, AVX2, the baseline) in vec.c and picked for the host at
  * run time, so a portable binary runs AVX-512 code where the CPU has it.
  *
@@ -30,6 +30,9 @@ typedef struct tp_cpu_vec {
     /* dx = dy * f'(x) for SiLU and gelu_new, in place allowed */
     void (*silu_grad)(float *dx, const float *x, const float *dy, int64_t n);
     void (*gelu_tanh_grad)(float *dx, const float *x, const float *dy, int64_t n);
+    /* out[j] = x[j] + s * b[j] (a bias row; s = 1 gives the bits of x + b,
+     * 1 * b being b); in place allowed */
+    void (*add_scaled)(float *out, const float *x, const float *b, int64_t n, float s);
     /* max over x[0, n) (NaNs skipped); -inf for n = 0 */
     float (*max)(const float *x, int64_t n);
     /* out[j] = e^(x[j] - shift) (out may be x; NULL: not stored); returns

@@ -49,6 +49,19 @@ VEC_TARGET static void VEC_FN(gelu_tanh_grad)(float *dx, const float *x, const f
     VEC_MAP_GRAD(gelu_tanh_grad1, dx, x, dy, n);
 }
 
+VEC_TARGET static void VEC_FN(add_scaled)(float *out, const float *x, const float *b, int64_t n, float s)
+{
+    int64_t j = 0;
+    for (; j + VEC_LANES <= n; j += VEC_LANES) {
+        float t[VEC_LANES];
+        for (int l = 0; l < VEC_LANES; l++)
+            t[l] = x[j + l] + s * b[j + l];
+        memcpy(out + j, t, sizeof t);
+    }
+    for (; j < n; j++)
+        out[j] = x[j] + s * b[j];
+}
+
 #undef VEC_MAP
 #undef VEC_MAP_GRAD
 
@@ -169,6 +182,7 @@ VEC_TARGET static void VEC_FN(norm_row)(float *out, const float *x, const float 
 
 static const tp_cpu_vec VEC_FN(table) = {
     VEC_ISA,          VEC_FN(silu), VEC_FN(gelu_tanh), VEC_FN(silu_grad), VEC_FN(gelu_tanh_grad),
+    VEC_FN(add_scaled),
     VEC_FN(max),      VEC_FN(exp_sum), VEC_FN(exp_dot), VEC_FN(sum),       VEC_FN(sum_squares),
     VEC_FN(norm_row),
 };
