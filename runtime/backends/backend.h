@@ -83,8 +83,8 @@ typedef struct tp_backend {
     /* out[i, j] = x[i, j] + scale * b[j]   (out may equal x) */
     void (*bias_add)(float *out, const float *x, const float *b, int64_t m, int64_t n, float scale);
     /* h = x + scale * b (as bias_add), out = op(h) (as unary) of the stored
-     * h: a bias and the activation reading it in one pass; h may be NULL
-     * (not wanted); each output may be exactly x */
+     * h: a bias and the activation reading it in one pass; either output
+     * may be NULL (not wanted), and each may be exactly x */
     void (*bias_unary)(tp_unary op, float *h, float *out, const float *x, const float *b, int64_t m, int64_t n,
                        float scale);
     /* out[i, :] = x[i, :] / sqrt(mean(x[i, :]^2) + eps) * w, or * (1 + w) with unit_offset */

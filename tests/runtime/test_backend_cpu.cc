@@ -517,7 +517,8 @@ TEST(BackendCpu, AddRmsNormIsAddThenRmsNormBitForBit)
 // (what lets -O1 fuse GPT-2's c_fc bias with its gelu without changing a
 // result): every activation, a bias scaled as on a Partial sum, rows whose
 // length is no whole number of vectors; with the biased value not wanted,
-// written over x, and the activation written over x.
+// with the activation not wanted, written over x, and the activation
+// written over x.
 TEST(BackendCpu, BiasUnaryIsBiasAddThenTheActivationBitForBit)
 {
     const int64_t m = 37, n = 301;
@@ -534,6 +535,9 @@ TEST(BackendCpu, BiasUnaryIsBiasAddThenTheActivationBitForBit)
             Vec only_y(m * n, 7.0f);
             be()->bias_unary(op, nullptr, only_y.data(), x.data(), b.data(), m, n, scale);
             expect_same_bits(only_y, want, (what + ": without h").c_str());
+            Vec only_h(m * n, 7.0f);
+            be()->bias_unary(op, only_h.data(), nullptr, x.data(), b.data(), m, n, scale);
+            expect_same_bits(only_h, biased, (what + ": without the activation").c_str());
             Vec hx = x, yx(m * n);
             be()->bias_unary(op, hx.data(), yx.data(), hx.data(), b.data(), m, n, scale);
             expect_same_bits(hx, biased, (what + ": h over x").c_str());

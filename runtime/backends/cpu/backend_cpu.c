@@ -220,10 +220,11 @@ static void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t m, i
     tp_cpu_parallel(m, ROW_GRAIN, rmsnorm_part, &a);
 }
 
-/* add_rmsnorm: a row's sum (the float add of the add kernel) in a buffer of
- * the part's, then stored and normalised by rmsnorm_row, so the pair
- * and the fused op give the same bits; a row is read whole before either
- * output row is written, so each output may be exactly an input. Either
+/* add_rmsnorm: a row's sum (the add kernel's float add) stored in s, or
+ * in out when s is not wanted, then normalised by rmsnorm_row from the
+ * stored row, so the pair and the fused op give the same bits. Each
+ * element is read before its place is written and a norm row's statistics
+ * come before its outputs, so each output may be exactly an input. Either
  * output may be NULL. */
 typedef struct add_norm_args {
     float *s, *out;
@@ -238,21 +239,18 @@ static void add_rmsnorm_part(void *ctx, int64_t i0, int64_t i1)
     const add_norm_args *p = ctx;
     const int64_t n = p->n;
     const tp_cpu_vec *vec = tp_cpu_vec_host();
-    float *row = tp_xmalloc((size_t)n * sizeof *row);
     for (int64_t i = i0; i < i1; i++) {
-        vec->add_scaled(row, p->a + i * n, p->b + i * n, n, 1.0f);
-        if (p->s)
-            memcpy(p->s + i * n, row, (size_t)n * sizeof *row);
+        float *sum = (p->s ? p->s : p->out) + i * n;
+        vec->add_scaled(sum, p->a + i * n, p->b + i * n, n, 1.0f);
         if (p->out)
-            rmsnorm_row(vec, p->out + i * n, row, p->w, n, p->eps, p->unit_offset);
+            rmsnorm_row(vec, p->out + i * n, sum, p->w, n, p->eps, p->unit_offset);
     }
-    free(row);
 }
 
 static void cpu_add_rmsnorm(float *s, float *out, const float *a, const float *b, const float *w, int64_t m, int64_t n,
                             float eps, bool unit_offset)
 {
-    assert(n > 0 && (s != out || !s));
+    assert(n > 0 && s != out && (s || out));
     add_norm_args p = {.s = s, .out = out, .a = a, .b = b, .w = w, .n = n, .eps = eps, .unit_offset = unit_offset};
     tp_cpu_parallel(m, ROW_GRAIN, add_rmsnorm_part, &p);
 }
@@ -509,10 +507,10 @@ static void cpu_unary(tp_unary op, float *out, const float *x, int64_t n)
     tp_cpu_parallel(n, ELEMENT_GRAIN, unary_part, &a);
 }
 
-/* bias_unary: a row's h by bias_add's loop, stored (or kept in a row of
- * the part's when h is not wanted), then the activation of the stored row
- * by unary's: the pair's bits. A row is read before either output row is
- * written, so each output may be exactly x. */
+/* bias_unary: a row's h by bias_add's loop, stored in h, or in out when h
+ * is not wanted, then the activation of the stored row by unary's: the
+ * pair's bits. Each element is read before its place is written, so each
+ * output may be exactly x. Either output may be NULL. */
 typedef struct bias_unary_args {
     tp_unary op;
     float *h, *out;
@@ -526,16 +524,17 @@ static void bias_unary_part(void *ctx, int64_t i0, int64_t i1)
     const bias_unary_args *p = ctx;
     const int64_t n = p->n;
     for (int64_t i = i0; i < i1; i++) {
-        float *h = p->h ? p->h + i * n : p->out + i * n;
+        float *h = (p->h ? p->h : p->out) + i * n;
         bias_row(h, p->x + i * n, p->b, n, p->scale);
-        unary_span(p->op, p->out + i * n, h, n);
+        if (p->out)
+            unary_span(p->op, p->out + i * n, h, n);
     }
 }
 
 static void cpu_bias_unary(tp_unary op, float *h, float *out, const float *x, const float *b, int64_t m, int64_t n,
                            float scale)
 {
-    assert(out && h != out);
+    assert(h != out && (h || out));
     bias_unary_args p = {.op = op, .h = h, .out = out, .x = x, .b = b, .n = n, .scale = scale};
     tp_cpu_parallel(m, ROW_GRAIN, bias_unary_part, &p);
 }

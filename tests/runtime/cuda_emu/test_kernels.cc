@@ -728,7 +728,8 @@ TEST_P(Kernels, ScaleAndBiasAdd)
 }
 
 // bias_unary against the CPU's bias_add then activation: h stored (in
-// bf16, rounded) and activated; kept, not wanted, and over x; on aligned
+// bf16, rounded) and activated; kept, not wanted, and over x; the
+// activation not wanted; on aligned
 // buffers (the 16-byte path) and one element off (the scalar one).
 TEST_P(Kernels, BiasUnary)
 {
@@ -753,6 +754,9 @@ TEST_P(Kernels, BiasUnary)
                 Dev only(t(), x.size());
                 tp_k_bias_unary(nullptr, t(), op, nullptr, only.at(off), dx.at(off), db.at(off), m, n, 0.5f);
                 expect_close(from(only.download()), want, tol, what + " without h");
+                Dev only_h(t(), x.size());
+                tp_k_bias_unary(nullptr, t(), op, only_h.at(off), nullptr, dx.at(off), db.at(off), m, n, 0.5f);
+                expect_close(from(only_h.download()), biased, stored(kOneOp, t()), what + " without the activation");
                 tp_k_bias_unary(nullptr, t(), op, dx.at(off), dy.at(off), dx.at(off), db.at(off), m, n, 0.5f);
                 expect_close(from(dx.download()), biased, stored(kOneOp, t()), what + " h over x");
                 expect_close(from(dy.download()), want, tol, what + " h over x");

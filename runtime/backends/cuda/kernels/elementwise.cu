@@ -71,7 +71,7 @@ __global__ void bias_add_kernel(T *out, const T *x, const T *b, int64_t total, i
 
 // h[i, j] = x[i, j] + scale * b[j] as bias_add_kernel, out = op(h) as
 // unary_kernel of the stored h (rounded to T first, as the pair reads it
-// back); h may be NULL
+// back); either output may be NULL
 template <typename T>
 __global__ void bias_unary_kernel(int op, T *h, T *out, const T *x, const T *b, int64_t total, int64_t n, float scale,
                                   bool vec)
@@ -194,7 +194,7 @@ extern "C" void tp_k_bias_unary(tp_stream s, tp_kernel_dtype t, int op, void *h,
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(unary_known(op), "unknown unary op");
     TP_KCHECK(m >= 0 && n >= 0, "negative size");
-    TP_KCHECK(out && h != out, "an output, apart from h");
+    TP_KCHECK(h != out && (h || out), "h and the activation in different buffers, at least one wanted");
     if (m == 0 || n == 0)
         return;
     if (t == TP_KERNEL_F32)

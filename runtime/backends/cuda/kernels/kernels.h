@@ -53,7 +53,7 @@ void tp_k_softcap(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int6
 void tp_k_bias_add(tp_stream s, tp_kernel_dtype t, void *out, const void *x, const void *b, int64_t m, int64_t n,
                    float scale);
 /* h = x + scale * b as tp_k_bias_add, out = op(h) as tp_k_unary of the
- * stored h; h may be NULL; either output may be exactly x */
+ * stored h; either output may be NULL, and each may be exactly x */
 void tp_k_bias_unary(tp_stream s, tp_kernel_dtype t, int op, void *h, void *out, const void *x, const void *b,
                      int64_t m, int64_t n, float scale);
 /* swiglu.cu: out = silu(a) * b; out may be exactly a or b */

@@ -71,8 +71,8 @@ struct tp_two {
 };
 
 // (o0[i], o1[i]) = f(a[i], b[i % nb]) for i in [0, n), f returning a
-// tp_two: b repeats over a (nb divides n; nb = n, no repeat). o0
-// may be NULL (not wanted); either output may be a or b. `vec`
+// tp_two: b repeats over a (nb divides n; nb = n, no repeat). Either
+// output may be NULL (not wanted), and each may be a or b. `vec`
 // (tp_map2_vec): the buffers are 16-byte aligned and nb is n or a whole
 // number of packs, so a pack of a meets one pack of b, at i0 % nb (one
 // division a pack, none when nb = n).
@@ -95,14 +95,16 @@ __device__ __forceinline__ void tp_map2_two(T *o0, T *o1, const T *a, const T *b
             }
             if (o0)
                 tp_store16(o0 + i0, r0);
-            tp_store16(o1 + i0, r1);
+            if (o1)
+                tp_store16(o1 + i0, r1);
             continue;
         }
         for (int64_t i = i0; i < i0 + P && i < n; i++, k = k + 1 == nb ? 0 : k + 1) {
             const tp_two r = f(tp_to_float(a[i]), tp_to_float(b[k]));
             if (o0)
                 o0[i] = tp_from_float<T>(r.o0);
-            o1[i] = tp_from_float<T>(r.o1);
+            if (o1)
+                o1[i] = tp_from_float<T>(r.o1);
         }
     }
 }
@@ -117,8 +119,8 @@ __device__ __forceinline__ void tp_map2(T *out, const T *a, const T *b, int64_t 
 // Whether tp_map1's 16-byte path applies to these buffers.
 static inline bool tp_map1_vec(const void *out, const void *x) { return tp_aligned16(out) && tp_aligned16(x); }
 
-// Whether tp_map2's (or tp_map2_two's, with the second output checked by
-// the caller) 16-byte path applies to these buffers: aligned, and b either
+// Whether tp_map2's (or tp_map2_two's, whose other output the caller
+// checks as well) 16-byte path applies to these buffers: aligned, and b either
 // not repeating (nb = n) or a whole number of packs long.
 static inline bool tp_map2_vec(tp_kernel_dtype t, const void *out, const void *a, const void *b, int64_t n, int64_t nb)
 {
