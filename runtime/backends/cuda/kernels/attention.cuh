@@ -2,7 +2,7 @@
 // (attention_grad.cu) share: the tiling, the walk over staged rows, the
 // scores and the online softmax.
 // defines: ATTN_* sizes, attn_rows_per_tile, attn_check, attn_walk, attn_load, attn_dot, attn_score,
-// attn_online, attn_forward_row
+// attn_ds, attn_online, attn_forward_row
 #ifndef TPRUN_KERNELS_ATTENTION_CUH
 #define TPRUN_KERNELS_ATTENTION_CUH
 
@@ -92,6 +92,14 @@ __device__ __forceinline__ float attn_score(float dot, float scale, float softca
 {
     const float raw = dot * scale;
     return softcap > 0.0f ? softcap * tanhf(raw / softcap) : raw;
+}
+
+// dS of one (query, key) pair from its probability p, the capped score,
+// the query's D and dP = dy_t . v_j
+__device__ __forceinline__ float attn_ds(float p, float score, float dsum, float dp, float softcap)
+{
+    const float capped = softcap > 0.0f ? 1.0f - (score / softcap) * (score / softcap) : 1.0f;
+    return p * (dp - dsum) * capped;
 }
 
 // The online softmax of one query (a warp): a running maximum mx, a running

@@ -19,14 +19,17 @@
 // Key and value tiles come into shared memory by cp.async, each thread its
 // share of 16-byte pieces, the next key tile loading while the block
 // multiplies the current values and the next values while it scores the
-// next keys. Rows are padded by 16 bytes, so the lanes of a fragment load
-// (eight rows, one per quad) fall on distinct banks.
-// defines: FLASH_*, flash_attention_supports, flash_attention_launch
+// next keys.
+//
+// The same kernel gives the gradients' statistics (kStats): each query's
+// log-sum-exp and D = dy . O instead of O.
+// defines: FLASH_*, flash_stride, flash_smem, flash_stage, flash_warp, flash_softmax, flash_out,
+// flash_attention_supports, flash_attention_launch, flash_attention_stats_launch
 #ifndef TPRUN_KERNELS_ATTENTION_FLASH_CUH
 #define TPRUN_KERNELS_ATTENTION_FLASH_CUH
 
 #include "attention.cuh"
-#include "mma_sm80.cuh"
+#include "warp_tiles.cuh"
 
 #define FLASH_WARPS 4
 #define FLASH_QUERIES (FLASH_WARPS * 16)
@@ -39,27 +42,32 @@ static inline bool flash_attention_supports(int64_t d, const void *q, const void
     return (d == 64 || d == 128) && ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16 == 0;
 }
 
+// Elements of a row staged in shared memory: padded by 16 bytes, so the
+// lanes of a fragment load (eight rows, one per quad) fall on distinct
+// banks.
+template <int D> __host__ __device__ constexpr int flash_stride() { return D + 8; }
+
 // Shared memory of a block: a key and a value tile, 34 KiB for d 128.
 template <int D> struct __align__(16) flash_smem {
-    static constexpr int STRIDE = D + 8; // elements per staged row
-    __nv_bfloat16 k[FLASH_KEYS * STRIDE];
-    __nv_bfloat16 v[FLASH_KEYS * STRIDE];
+    __nv_bfloat16 k[FLASH_KEYS * flash_stride<D>()];
+    __nv_bfloat16 v[FLASH_KEYS * flash_stride<D>()];
 };
 
-// Rows [r0, r0 + FLASH_KEYS) of kv head `head` of x ([batch, s, g, D],
-// batch bi) into tile, zeros past the sequence: this thread's pieces of 16
-// bytes, in a group of its own.
-template <int D>
+// Rows [r0, r0 + ROWS) of head `head` of x ([batch, s, heads, D], batch
+// bi) into tile, zeros past the sequence: this thread's pieces of 16 bytes
+// (a block of FLASH_WARPS warps), in a group of its own.
+template <int D, int ROWS>
 __device__ __forceinline__ void flash_stage(__nv_bfloat16 *tile, const __nv_bfloat16 *x, int64_t bi, int64_t s,
-                                            int64_t g, int64_t head, int64_t r0)
+                                            int64_t heads, int64_t head, int64_t r0)
 {
-    constexpr int PER_ROW = D / 8, PIECES = FLASH_KEYS * PER_ROW / (FLASH_WARPS * 32);
+    constexpr int PER_ROW = D / 8, PIECES = ROWS * PER_ROW / (FLASH_WARPS * 32);
+    static_assert(PIECES * FLASH_WARPS * 32 == ROWS * PER_ROW, "whole pieces per thread");
     TP_UNROLL
     for (int i = 0; i < PIECES; i++) {
         const int e = threadIdx.x + i * FLASH_WARPS * 32, row = e / PER_ROW, col = e % PER_ROW * 8;
         const int64_t r = r0 + row;
-        const __nv_bfloat16 *src = x + ((bi * s + (r < s ? r : 0)) * g + head) * D + col;
-        tp_cp_async_16(tile + row * flash_smem<D>::STRIDE + col, src, r < s ? 16u : 0u);
+        const __nv_bfloat16 *src = x + ((bi * s + (r < s ? r : 0)) * heads + head) * D + col;
+        tp_cp_async_16(tile + row * flash_stride<D>() + col, src, r < s ? 16u : 0u);
     }
     tp_cp_async_commit();
 }
@@ -71,28 +79,6 @@ template <int D> struct flash_warp {
     uint32_t q[D / 16][4];
     float mx[2], denom[2], o[D / 8][4];
 };
-
-// S = Q K^T for the warp's 16 queries and the tile's keys: s[n] is the
-// 16x8 C fragment of keys 8n .. 8n + 7.
-template <int D>
-__device__ __forceinline__ void flash_scores(float (&s)[FLASH_KEYS / 8][4], const flash_warp<D> &w,
-                                             const __nv_bfloat16 *kt)
-{
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    TP_UNROLL
-    for (int n = 0; n < FLASH_KEYS / 8; n++)
-        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-    TP_UNROLL
-    for (int c = 0; c < D / 16; c++)
-        TP_UNROLL
-        for (int n = 0; n < FLASH_KEYS / 8; n++) {
-            // B[k][n] = K[key n][dim k]: two consecutive dims of key 8n + g
-            const __nv_bfloat16 *key = kt + (n * 8 + g) * flash_smem<D>::STRIDE + c * 16 + 2 * t;
-            const uint32_t b[2] = {*reinterpret_cast<const uint32_t *>(key),
-                                   *reinterpret_cast<const uint32_t *>(key + 8)};
-            tp_mma_bf16_16816(s[n], w.q[c], b);
-        }
-}
 
 // The online softmax over one tile's scores (keys from k0; row0 the
 // lane's first query, the second is row0 + 8): the rows' maxima grow, the
@@ -137,45 +123,25 @@ __device__ __forceinline__ void flash_softmax(uint32_t (&p)[FLASH_KEYS / 16][4],
             s[n][i] = __bfloat162float(__float2bfloat16(expf(s[n][i] - base[i / 2])));
             w.denom[i / 2] += s[n][i];
         }
-    // keys 16c .. 16c + 15 are C fragments 2c and 2c + 1
-    TP_UNROLL
-    for (int c = 0; c < FLASH_KEYS / 16; c++) {
-        p[c][0] = tp_pack_bf16x2(s[2 * c][0], s[2 * c][1]);
-        p[c][1] = tp_pack_bf16x2(s[2 * c][2], s[2 * c][3]);
-        p[c][2] = tp_pack_bf16x2(s[2 * c + 1][0], s[2 * c + 1][1]);
-        p[c][3] = tp_pack_bf16x2(s[2 * c + 1][2], s[2 * c + 1][3]);
-    }
+    warp_c_to_a<FLASH_KEYS>(p, s);
 }
 
-// O += P V over the tile's values (vt, row-major [key][dim]): ldmatrix
-// .trans reads four 8x8 blocks, the B fragments of two 8-column tiles of
-// the output for 16 keys.
-template <int D>
-__device__ __forceinline__ void flash_pv(flash_warp<D> &w, const uint32_t (&p)[FLASH_KEYS / 16][4],
-                                         const __nv_bfloat16 *vt)
-{
-    const int lane = threadIdx.x % 32, block = lane / 8, row = lane % 8;
-    TP_UNROLL
-    for (int c = 0; c < FLASH_KEYS / 16; c++)
-        TP_UNROLL
-        for (int n = 0; n < D / 16; n++) {
-            // block 0: keys 16c .. +7, dims 16n .. +7; 1: keys +8; 2: dims +8; 3: both
-            uint32_t b[4];
-            tp_ldmatrix_x4_trans(b, vt + (c * 16 + block % 2 * 8 + row) * flash_smem<D>::STRIDE + n * 16 +
-                                        block / 2 * 8);
-            const uint32_t lo[2] = {b[0], b[1]}, hi[2] = {b[2], b[3]};
-            tp_mma_bf16_16816(w.o[2 * n], p[c], lo);
-            tp_mma_bf16_16816(w.o[2 * n + 1], p[c], hi);
-        }
-}
+// What the kernel writes: the output, or, for the gradients
+// (attention_flash_grad.cuh), each query's log-sum-exp and D = dy . O,
+// lse and dsum at [(batch h + head) s + query].
+struct flash_out {
+    __nv_bfloat16 *out;
+    const __nv_bfloat16 *dy;
+    float *lse, *dsum;
+};
 
 // Block (query tile, head, batch); the query tiles run last first, so the
 // blocks with the most keys start first. kTrailingBarrier is false only in
 // the emulated tests, which show that its absence is caught.
-template <int D, bool kTrailingBarrier>
+template <int D, bool kTrailingBarrier, bool kStats>
 __global__ void __launch_bounds__(FLASH_WARPS * 32)
-    flash_attention_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
-                           const __nv_bfloat16 *v, int64_t s, int64_t h, int64_t g, float scale, float softcap)
+    flash_attention_kernel(flash_out dst, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
+                           int64_t s, int64_t h, int64_t g, float scale, float softcap)
 {
     TP_SHARED(flash_smem<D>, smem, 1);
     flash_smem<D> &sm = smem[0];
@@ -183,27 +149,18 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     const int64_t bi = blockIdx.z, hi = blockIdx.y, kh = hi / (h / g);
     const int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * FLASH_QUERIES;
     const int64_t kend = q0 + FLASH_QUERIES < s ? q0 + FLASH_QUERIES : s; // keys any query here sees
-    const int64_t warp_last = q0 + warp * 16 + 15;                        // the warp's last query
-    const int64_t row0 = q0 + warp * 16 + qd;                             // this lane's first query
+    const int64_t warp_q0 = q0 + warp * 16, warp_last = warp_q0 + 15;     // the warp's queries
+    const int64_t row0 = warp_q0 + qd;                                    // this lane's first query
 
-    flash_stage<D>(sm.k, k, bi, s, g, kh, 0);
-    flash_stage<D>(sm.v, v, bi, s, g, kh, 0);
+    flash_stage<D, FLASH_KEYS>(sm.k, k, bi, s, g, kh, 0);
+    flash_stage<D, FLASH_KEYS>(sm.v, v, bi, s, g, kh, 0);
 
     flash_warp<D> w;
-    TP_UNROLL
-    for (int c = 0; c < D / 16; c++)
-        TP_UNROLL
-        for (int i = 0; i < 4; i++) { // rows row0 and row0 + 8, dims 2t and 2t + 8
-            const int64_t row = row0 + 8 * (i % 2);
-            const __nv_bfloat16 *src = q + ((bi * s + row) * h + hi) * D + c * 16 + 2 * t + 8 * (i / 2);
-            w.q[c][i] = row < s ? *reinterpret_cast<const uint32_t *>(src) : 0u;
-        }
+    warp_load_a<D>(w.q, q + ((bi * s + warp_q0) * h + hi) * D, h * D, s - warp_q0);
     TP_UNROLL
     for (int r = 0; r < 2; r++)
         w.mx[r] = -INFINITY, w.denom[r] = 0.0f;
-    TP_UNROLL
-    for (int n = 0; n < D / 8; n++)
-        w.o[n][0] = w.o[n][1] = w.o[n][2] = w.o[n][3] = 0.0f;
+    warp_zero<D>(w.o);
 
     for (int64_t k0 = 0; k0 < kend; k0 += FLASH_KEYS) {
         const bool more = k0 + FLASH_KEYS < kend, mine = k0 <= warp_last; // causal: skip tiles past the warp
@@ -211,11 +168,13 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         uint32_t p[FLASH_KEYS / 16][4];
         tp_cp_async_wait<1>(); // this tile's keys (its values may still be on their way)
         __syncthreads();
-        if (mine)
-            flash_scores<D>(sc, w, sm.k);
+        if (mine) {
+            warp_zero<FLASH_KEYS>(sc);
+            warp_mma_abt<FLASH_KEYS, D>(sc, w.q, sm.k, flash_stride<D>());
+        }
         __syncthreads(); // every warp is done with the keys
         if (more)
-            flash_stage<D>(sm.k, k, bi, s, g, kh, k0 + FLASH_KEYS);
+            flash_stage<D, FLASH_KEYS>(sm.k, k, bi, s, g, kh, k0 + FLASH_KEYS);
         else
             tp_cp_async_commit(); // an empty group keeps the count the waits expect
         if (mine)
@@ -223,29 +182,47 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         tp_cp_async_wait<1>(); // this tile's values
         __syncthreads();
         if (mine)
-            flash_pv<D>(w, p, sm.v);
+            warp_mma_ab<FLASH_KEYS, D>(w.o, p, sm.v, flash_stride<D>());
         if (kTrailingBarrier)
             __syncthreads(); // every warp is done with the values
         if (more)
-            flash_stage<D>(sm.v, v, bi, s, g, kh, k0 + FLASH_KEYS);
+            flash_stage<D, FLASH_KEYS>(sm.v, v, bi, s, g, kh, k0 + FLASH_KEYS);
         else
             tp_cp_async_commit();
     }
 
+    float inv[2]; // used only for rows in the sequence, which see key 0
     TP_UNROLL
     for (int r = 0; r < 2; r++) {
-        const int64_t row = row0 + 8 * r;
         float denom = w.denom[r];
         denom += __shfl_xor_sync(TP_FULL_MASK, denom, 1);
         denom += __shfl_xor_sync(TP_FULL_MASK, denom, 2);
-        if (row >= s)
+        inv[r] = 1.0f / denom;
+        if (!kStats)
             continue;
-        const float inv = 1.0f / denom;
-        uint32_t *out_row = reinterpret_cast<uint32_t *>(out + ((bi * s + row) * h + hi) * D);
-        TP_UNROLL
-        for (int n = 0; n < D / 8; n++)
-            out_row[n * 4 + t] = tp_pack_bf16x2(w.o[n][2 * r] * inv, w.o[n][2 * r + 1] * inv);
+        // D = dy . O: this lane's columns of the row, then its quad's
+        const int64_t row = row0 + 8 * r;
+        float dot = 0.0f;
+        if (row < s) {
+            const uint32_t *dy_row = reinterpret_cast<const uint32_t *>(dst.dy + ((bi * s + row) * h + hi) * D);
+            TP_UNROLL
+            for (int n = 0; n < D / 8; n++) {
+                const uint32_t pair = dy_row[n * 4 + t];
+                dot += (__uint_as_float(pair << 16) * w.o[n][2 * r] +
+                        __uint_as_float(pair & 0xffff0000u) * w.o[n][2 * r + 1]) *
+                       inv[r];
+            }
+        }
+        dot += __shfl_xor_sync(TP_FULL_MASK, dot, 1);
+        dot += __shfl_xor_sync(TP_FULL_MASK, dot, 2);
+        if (row < s && t == 0) {
+            const int64_t stat = (bi * h + hi) * s + row;
+            dst.lse[stat] = w.mx[r] + logf(denom);
+            dst.dsum[stat] = dot;
+        }
     }
+    if (!kStats)
+        warp_store_c<D>(dst.out + ((bi * s + warp_q0) * h + hi) * D, h * D, s - warp_q0, w.o, inv);
 }
 
 // [b, s, h, D] queries, [b, s, g, D] keys and values, D 64 or 128.
@@ -255,8 +232,22 @@ static void flash_attention_launch(tp_stream st, __nv_bfloat16 *out, const __nv_
                                    float softcap)
 {
     const dim3 grid((unsigned)TP_CEIL_DIV(s, FLASH_QUERIES), (unsigned)h, (unsigned)b);
-    TP_LAUNCH((flash_attention_kernel<D, kTrailingBarrier>), grid, FLASH_WARPS * 32, 0, st, out, q, k, v, s, h, g,
-              scale, softcap);
+    const flash_out dst = {out, nullptr, nullptr, nullptr};
+    TP_LAUNCH((flash_attention_kernel<D, kTrailingBarrier, false>), grid, FLASH_WARPS * 32, 0, st, dst, q, k, v, s, h,
+              g, scale, softcap);
+}
+
+// The statistics of the gradients, from the same forward: lse and dsum of
+// every query ([b, h, s]), dy the output's gradient ([b, s, h, D]).
+template <int D>
+static void flash_attention_stats_launch(tp_stream st, float *lse, float *dsum, const __nv_bfloat16 *q,
+                                         const __nv_bfloat16 *k, const __nv_bfloat16 *v, const __nv_bfloat16 *dy,
+                                         int64_t b, int64_t s, int64_t h, int64_t g, float scale, float softcap)
+{
+    const dim3 grid((unsigned)TP_CEIL_DIV(s, FLASH_QUERIES), (unsigned)h, (unsigned)b);
+    const flash_out dst = {nullptr, dy, lse, dsum};
+    TP_LAUNCH((flash_attention_kernel<D, true, true>), grid, FLASH_WARPS * 32, 0, st, dst, q, k, v, s, h, g, scale,
+              softcap);
 }
 
 #endif // TPRUN_KERNELS_ATTENTION_FLASH_CUH

@@ -1,5 +1,6 @@
 // attention_grad.cu: the gradients of attention (attention.cu) with
-// respect to q, k and v.
+// respect to q, k and v: bf16 with head dimension 64 or 128 on tensor cores
+// (attention_flash_grad.cuh), the rest in fp32 here.
 // defines: tp_k_attention_grad
 //
 // With P the causal softmax of the (scaled, capped) scores S and O = P V,
@@ -17,6 +18,7 @@
 // results, a kv head's included, do not depend on the schedule or on which
 // other heads a rank holds.
 #include "attention.cuh"
+#include "attention_flash_grad.cuh"
 
 // ---- CUDA kernels
 
@@ -46,14 +48,6 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
         lse[at] = o.mx + logf(o.denom);
         dsum[at] = dot;
     }
-}
-
-// dS of one (query, key) pair from its probability p, the capped score,
-// the query's D and dP = dy_t . v_j
-__device__ __forceinline__ float attn_ds(float p, float score, float dsum, float dp, float softcap)
-{
-    const float capped = softcap > 0.0f ? 1.0f - (score / softcap) * (score / softcap) : 1.0f;
-    return p * (dp - dsum) * capped;
 }
 
 // A lane's share of acc += w * row (a staged row)
@@ -202,7 +196,15 @@ extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, v
     attn_check(b, s, h, g, d, scale, softcap);
     if (b == 0 || s == 0 || h == 0)
         return;
-    if (t == TP_KERNEL_F32)
+    if (t == TP_KERNEL_BF16 && flash_attention_grad_supports(d, dq, dk, dv, q, k, v, dy)) {
+        __nv_bfloat16 *gq = (__nv_bfloat16 *)dq, *gk = (__nv_bfloat16 *)dk, *gv = (__nv_bfloat16 *)dv;
+        const __nv_bfloat16 *bq = (const __nv_bfloat16 *)q, *bk = (const __nv_bfloat16 *)k,
+                            *bv = (const __nv_bfloat16 *)v, *bdy = (const __nv_bfloat16 *)dy;
+        if (d == 64)
+            flash_attention_grad_launch<64>(st, gq, gk, gv, bq, bk, bv, bdy, scratch, b, s, h, g, scale, softcap);
+        else
+            flash_attention_grad_launch<128>(st, gq, gk, gv, bq, bk, bv, bdy, scratch, b, s, h, g, scale, softcap);
+    } else if (t == TP_KERNEL_F32)
         launch_attention_grad(st, (float *)dq, (float *)dk, (float *)dv, (const float *)q, (const float *)k,
                               (const float *)v, (const float *)dy, scratch, b, s, h, g, d, scale, softcap);
     else

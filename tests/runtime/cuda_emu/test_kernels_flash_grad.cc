@@ -1,0 +1,228 @@
+// The gradients of the tensor-core attention
+// (runtime/backends/cuda/kernels/attention_flash_grad.cuh) under the
+// emulator: against attention's backward in double, element by element
+// within the rounding the kernels make, on ragged sequences, GQA and MQA,
+// both head dimensions, capped scores, and each gradient alone; the same
+// bits whatever the order the emulator runs warps in; and operands it
+// cannot take going to the fp32 kernels.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernel_test.h"
+#include "attention_flash_grad.cuh"
+
+namespace {
+
+using namespace tp_ktest;
+
+struct GradCase {
+    int64_t b, s, h, g, d;
+    double scale, softcap;
+    std::string name() const
+    {
+        return "b" + std::to_string(b) + " s" + std::to_string(s) + " h" + std::to_string(h) + " g" +
+               std::to_string(g) + " d" + std::to_string(d) + (softcap > 0 ? " capped" : "");
+    }
+};
+
+// The inputs (bf16 values) and, for dq, dk and dv in turn, the gradient
+// and the size of its terms, element by element: |P dy| for dv; for dq
+// and dk, |dS k| and |dS q| with |dS| counted as the size of its own
+// terms, P (|dP| + sum_j P_j |dP_j|), since dS = P (dP - D) cancels.
+struct GradData {
+    Vec q, k, v, dy;
+    std::vector<double> want[3], terms[3];
+};
+
+GradData grad_data(const GradCase &c)
+{
+    const float amp = 3.0f / std::sqrt(std::sqrt((float)c.d)); // scores of a few units
+    GradData x;
+    x.q = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 21, -amp, amp), TP_KERNEL_BF16);
+    x.k = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 22, -amp, amp), TP_KERNEL_BF16);
+    x.v = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 23), TP_KERNEL_BF16);
+    x.dy = as_stored(random_vec(x.q.size(), 24), TP_KERNEL_BF16);
+    for (int i = 0; i < 3; i++) {
+        const size_t n = i == 0 ? x.q.size() : x.k.size();
+        x.want[i].assign(n, 0.0);
+        x.terms[i].assign(n, 0.0);
+    }
+    const int64_t s = c.s, d = c.d;
+    std::vector<double> p((size_t)s), dp((size_t)s), ds((size_t)s), ds_size((size_t)s), score((size_t)s);
+    for (int64_t bi = 0; bi < c.b; bi++)
+        for (int64_t hi = 0; hi < c.h; hi++) {
+            const int64_t kh = hi / (c.h / c.g);
+            auto qrow = [&](const Vec &m, int64_t t) { return &m[(size_t)(((bi * s + t) * c.h + hi) * d)]; };
+            auto krow = [&](const Vec &m, int64_t j) { return &m[(size_t)(((bi * s + j) * c.g + kh) * d)]; };
+            auto at = [&](int64_t row, int64_t heads, int64_t head) { return (size_t)(((bi * s + row) * heads + head) * d); };
+            for (int64_t t = 0; t < s; t++) {
+                const float *qt = qrow(x.q, t), *dyt = qrow(x.dy, t);
+                double mx = -INFINITY, denom = 0.0;
+                for (int64_t j = 0; j <= t; j++) {
+                    double dot = 0.0;
+                    for (int64_t e = 0; e < d; e++)
+                        dot += (double)qt[e] * krow(x.k, j)[e];
+                    const double raw = dot * c.scale;
+                    score[(size_t)j] = c.softcap > 0 ? c.softcap * std::tanh(raw / c.softcap) : raw;
+                    mx = std::max(mx, score[(size_t)j]);
+                }
+                for (int64_t j = 0; j <= t; j++)
+                    denom += std::exp(score[(size_t)j] - mx);
+                for (int64_t j = 0; j <= t; j++)
+                    p[(size_t)j] = std::exp(score[(size_t)j] - mx) / denom;
+                // D = dy . O = sum_j P_j dP_j, and the size of its terms
+                double dsum = 0.0, dsize = 0.0;
+                for (int64_t j = 0; j <= t; j++) {
+                    dp[(size_t)j] = 0.0;
+                    for (int64_t e = 0; e < d; e++)
+                        dp[(size_t)j] += (double)dyt[e] * krow(x.v, j)[e];
+                    dsum += p[(size_t)j] * dp[(size_t)j];
+                    dsize += p[(size_t)j] * std::fabs(dp[(size_t)j]);
+                }
+                for (int64_t j = 0; j <= t; j++) {
+                    const double sc = score[(size_t)j] / (c.softcap > 0 ? c.softcap : INFINITY);
+                    ds[(size_t)j] = p[(size_t)j] * (dp[(size_t)j] - dsum) * (1.0 - sc * sc);
+                    ds_size[(size_t)j] = p[(size_t)j] * (std::fabs(dp[(size_t)j]) + dsize) * (1.0 - sc * sc);
+                }
+                for (int64_t j = 0; j <= t; j++)
+                    for (int64_t e = 0; e < d; e++) {
+                        const size_t tq = at(t, c.h, hi) + (size_t)e, jk = at(j, c.g, kh) + (size_t)e;
+                        const double kj = krow(x.k, j)[e], dv = p[(size_t)j] * dyt[e];
+                        x.want[0][tq] += c.scale * ds[(size_t)j] * kj;
+                        x.terms[0][tq] += c.scale * ds_size[(size_t)j] * std::fabs(kj);
+                        x.want[1][jk] += c.scale * ds[(size_t)j] * qt[e];
+                        x.terms[1][jk] += c.scale * ds_size[(size_t)j] * std::fabs(qt[e]);
+                        x.want[2][jk] += dv, x.terms[2][jk] += std::fabs(dv);
+                    }
+            }
+        }
+    return x;
+}
+
+const char *kNames[3] = {"dq", "dk", "dv"};
+
+// Each gradient is a product with an operand rounded to bf16 (P for dv, dS
+// for dq and dk: 2^-9 relative a term), of P and dS from a log-sum-exp and
+// D = dy . O that the forward computed with rounded weights (P, and each
+// term of D, within 2^-8 relative of the softmax's): within 2^-7 of the
+// size of its terms, then the store's rounding.
+constexpr double kTermsTol = 1.0 / 128.0;
+
+void expect_within_rounding(const Vec &got, const std::vector<double> &want, const std::vector<double> &terms,
+                            const std::string &what)
+{
+    ASSERT_EQ(got.size(), want.size()) << what;
+    double worst = 0.0; // the largest error in units of the tolerance
+    int bad = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+        const double tol = kTermsTol * terms[i] + kBf16Store * std::fabs(want[i]) + 1e-7;
+        const double err = std::fabs((double)got[i] - want[i]);
+        worst = std::isnan(err) ? INFINITY : std::max(worst, err / tol);
+        if (!(err <= tol) && bad++ < 5)
+            ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i] << " (terms "
+                          << terms[i] << ")";
+    }
+    std::printf("max error %-60s %.3g of the tolerance\n", what.c_str(), worst);
+}
+
+// dq, dk and dv of c (those `which` selects) from the kernels
+std::vector<Vec> run_grad(const GradCase &c, const GradData &x, const bool which[3])
+{
+    Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), ddy(TP_KERNEL_BF16, x.dy);
+    Dev gq(TP_KERNEL_BF16, x.q.size()), gk(TP_KERNEL_BF16, x.k.size()), gv(TP_KERNEL_BF16, x.k.size());
+    DevOf<float> scratch((size_t)(2 * c.b * c.h * c.s));
+    EXPECT_TRUE(flash_attention_grad_supports(c.d, gq.ptr(), gk.ptr(), gv.ptr(), dq.ptr(), dk.ptr(), dv.ptr(),
+                                              ddy.ptr()));
+    tp_k_attention_grad(nullptr, TP_KERNEL_BF16, which[0] ? gq.ptr() : nullptr, which[1] ? gk.ptr() : nullptr,
+                        which[2] ? gv.ptr() : nullptr, dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(), scratch.ptr(), c.b,
+                        c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap);
+    return {gq.download(), gk.download(), gv.download()};
+}
+
+// One query; less than a tile; ragged tails of the 64-query blocks, the
+// 64- and 32-key tiles of dq and the 64- and 16-query tiles of dk and dv;
+// GQA (dk and dv summed over two and four query heads) and MQA; capped
+// scores.
+const GradCase kCases[] = {{1, 1, 1, 1, 64, 0.125, 0},  {2, 19, 4, 2, 64, 0.125, 0},
+                           {1, 130, 2, 1, 64, 0.2, 2.0}, {1, 67, 3, 3, 128, 1 / std::sqrt(128.0), 0},
+                           {1, 1, 2, 1, 128, 0.2, 2.0},  {1, 40, 4, 1, 128, 0.2, 2.0},
+                           {2, 100, 2, 1, 128, 0.09, 0}};
+
+TEST(FlashAttentionGrad, MatchesAttentionsBackwardInDouble)
+{
+    for (const GradCase &c : kCases) {
+        GradData x = grad_data(c);
+        // all three, then each alone (the others null)
+        for (int only = -1; only < 3; only++) {
+            const bool which[3] = {only < 0 || only == 0, only < 0 || only == 1, only < 0 || only == 2};
+            std::vector<Vec> got = run_grad(c, x, which);
+            for (int i = 0; i < 3; i++)
+                if (which[i])
+                    expect_within_rounding(got[(size_t)i], x.want[i], x.terms[i],
+                                           "tensor-core attention " + c.name() + " " + kNames[i] +
+                                               (only < 0 ? "" : " alone"));
+        }
+    }
+}
+
+// The reference above is attention's backward: the CPU backend's (fp32,
+// checked against PyTorch's autograd elsewhere) agrees with it.
+TEST(FlashAttentionGrad, TheDoubleReferenceIsTheCpuBackends)
+{
+    for (const GradCase &c : {kCases[1], kCases[2], kCases[5]}) {
+        GradData x = grad_data(c);
+        std::vector<Vec> cpu_grad = {Vec(x.q.size()), Vec(x.k.size()), Vec(x.k.size())};
+        cpu()->attention_grad(cpu_grad[0].data(), cpu_grad[1].data(), cpu_grad[2].data(), x.q.data(), x.k.data(),
+                              x.v.data(), x.dy.data(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap);
+        for (int i = 0; i < 3; i++)
+            compare(cpu_grad[(size_t)i], Vec(x.want[i].begin(), x.want[i].end()), {1e-5, 1e-5},
+                    "cpu backend " + c.name() + " " + kNames[i]);
+    }
+}
+
+// Every sum runs in a fixed order (no atomics): the bits do not depend on
+// the order the warps of a block run in, which the emulator draws from
+// its seed.
+TEST(FlashAttentionGrad, SameBitsWhateverTheWarpOrder)
+{
+    const GradCase c = kCases[6];
+    GradData x = grad_data(c);
+    const bool all[3] = {true, true, true};
+    tp_emu_set_seed(1);
+    std::vector<Vec> first = run_grad(c, x, all);
+    for (uint64_t seed = 2; seed <= 3; seed++) {
+        tp_emu_set_seed(seed);
+        std::vector<Vec> again = run_grad(c, x, all);
+        for (int i = 0; i < 3; i++)
+            EXPECT_EQ(std::memcmp(again[(size_t)i].data(), first[(size_t)i].data(), first[(size_t)i].size() * 4), 0)
+                << kNames[i] << ", seed " << seed;
+    }
+}
+
+// An operand not 16-byte aligned (here dy, one element off) takes the fp32
+// kernels: their tolerance, not the tensor cores'.
+TEST(FlashAttentionGrad, MisalignedOperandsTakeTheFp32Kernels)
+{
+    const GradCase c = kCases[1];
+    GradData x = grad_data(c);
+    Vec dy1(x.dy.size() + 1, 0.0f);
+    std::copy(x.dy.begin(), x.dy.end(), dy1.begin() + 1);
+    Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), ddy(TP_KERNEL_BF16, dy1);
+    Dev gq(TP_KERNEL_BF16, x.q.size()), gk(TP_KERNEL_BF16, x.k.size()), gv(TP_KERNEL_BF16, x.k.size());
+    DevOf<float> scratch((size_t)(2 * c.b * c.h * c.s));
+    const void *dy = ddy.at(1);
+    ASSERT_FALSE(flash_attention_grad_supports(c.d, gq.ptr(), gk.ptr(), gv.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), dy));
+    tp_k_attention_grad(nullptr, TP_KERNEL_BF16, gq.ptr(), gk.ptr(), gv.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), dy,
+                        scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap);
+    Dev *got[3] = {&gq, &gk, &gv};
+    for (int i = 0; i < 3; i++)
+        compare(got[i]->download(), Vec(x.want[i].begin(), x.want[i].end()), stored({1e-5, 1e-5}, TP_KERNEL_BF16),
+                "misaligned attention " + c.name() + " " + kNames[i]);
+}
+
+} // namespace
