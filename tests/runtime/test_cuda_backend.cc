@@ -317,10 +317,29 @@ TEST_F(EmulatedRun, RepeatGivesTheSameLogits)
     json_decref(j);
 }
 
+// The kernels the emulated runs launch while it lives (TP_EMU_LAUNCH_LOG,
+// inherited by every rank), to show which a launcher chose.
+class LaunchLog {
+  public:
+    explicit LaunchLog(const TempDir &dir) : path_(dir.path + "/launches.txt")
+    {
+        EXPECT_EQ(setenv("TP_EMU_LAUNCH_LOG", path_.c_str(), 1), 0);
+    }
+    ~LaunchLog() { unsetenv("TP_EMU_LAUNCH_LOG"); }
+    LaunchLog(const LaunchLog &) = delete;
+    LaunchLog &operator=(const LaunchLog &) = delete;
+    bool ran(const std::string &kernel) const { return contains(slurp(path_), kernel); }
+
+  private:
+    std::string path_;
+};
+
 TEST_F(EmulatedRun, TensorCoreAttentionMatchesCpu)
 {
+    LaunchLog log(dir);
     check_against_cpu(kEmulated, plan, {1}, false, kHeadDim64);
     check_against_cpu(kEmulated, plan, {1}, false, kHeadDim128);
+    EXPECT_TRUE(log.ran("flash_attention_kernel<D, kTrailingBarrier, false>"));
 }
 
 // A bf16 training step where attention's gradients run on tensor cores
@@ -332,10 +351,15 @@ TEST_F(EmulatedRun, TensorCoreAttentionMatchesCpu)
 TEST_F(EmulatedRun, TensorCoreTrainingMatchesCpu)
 {
     for (const auto &sizes : {kHeadDim64, kHeadDim128}) {
+        LaunchLog log(dir);
         std::vector<std::string> one = sizes;
         one.push_back("batch=1");
         std::printf("first-step gradients within %.3g of each tensor's largest entry\n",
                     check_training_against_cpu(kEmulated, plan, false, one, kTensorCoreTrainingBound));
+        for (const char *kernel : {"flash_attention_kernel<D, true, true>", "flash_attention_dq_kernel<D>",
+                                   "flash_attention_dkv_kernel<D>"})
+            EXPECT_TRUE(log.ran(kernel)) << kernel;
+        EXPECT_FALSE(log.ran("attention_stats_kernel")) << "the fp32 attention gradients ran";
     }
 }
 

@@ -32,6 +32,8 @@
 
 #include <algorithm>
 #include <cstdarg>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -699,6 +701,41 @@ static cudaError_t fail_launch(cudaError_t err, const std::string &why)
 
 using namespace tp_emu;
 
+// ---- which kernels ran (tp_emu_launches_of, TP_EMU_LAUNCH_LOG)
+
+namespace {
+std::mutex launches_lock;
+std::map<std::string, size_t> launches; // by kernel name
+
+void count_launch(const char *name)
+{
+    std::lock_guard<std::mutex> hold(launches_lock);
+    if (launches[name]++)
+        return;
+    const char *log = getenv("TP_EMU_LAUNCH_LOG");
+    if (!log || !*log)
+        return;
+    FILE *f = fopen(log, "a");
+    bool ok = f && fprintf(f, "%s\n", name) >= 0;
+    if (f && fclose(f))
+        ok = false;
+    if (!ok) {
+        fprintf(stderr, "tp_emu: cannot append to TP_EMU_LAUNCH_LOG %s\n", log);
+        abort();
+    }
+}
+} // namespace
+
+size_t tp_emu_launches_of(const char *part)
+{
+    std::lock_guard<std::mutex> hold(launches_lock);
+    size_t n = 0;
+    for (const auto &kv : launches)
+        if (kv.first.find(part) != std::string::npos)
+            n += kv.second;
+    return n;
+}
+
 cudaError_t tp_emu_launch(const char *name, dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body)
 {
     if (sched) {
@@ -721,6 +758,7 @@ cudaError_t tp_emu_launch(const char *name, dim3 grid, dim3 block, size_t shmem,
                                                                describe(grid) + " x " + describe(block) + ", " +
                                                                std::to_string(shmem) + " bytes shared: " + bad);
 
+    count_launch(name);
     static thread_local Scheduler *pool = nullptr; // fibers and stacks are reused across launches
     if (!pool)
         pool = new Scheduler();

@@ -342,6 +342,12 @@ const char *tp_emu_last_failure(void);
 void tp_emu_set_seed(uint64_t seed);
 /* context switches since the start (the emulator's cost) */
 uint64_t tp_emu_switches(void);
+/* Valid launches so far in this process of the kernels whose name (the
+ * kernel argument of TP_LAUNCH, as written) contains `part`: which kernel
+ * a launcher chose. With TP_EMU_LAUNCH_LOG set to a path, each kernel's
+ * name is also appended to that file the first time it is launched, for
+ * tests that run an emulated program. */
+size_t tp_emu_launches_of(const char *part);
 
 /* "device" memory: filled with 0xFF bytes (NaN for floats and bf16, -1 for
  * int32), with guard bytes on both sides. tp_emu_free returns false (and

@@ -202,8 +202,10 @@ TEST(FlashAttention, MatchesTheCpuBackend)
                        AttnCase{1, 1, 2, 1, 128, 0.2, 2.0}, AttnCase{1, 40, 4, 1, 128, 0.2, 2.0}}) {
         AttnData x = attn_data(c);
         Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), dout(TP_KERNEL_BF16, x.q.size());
+        const size_t runs = tp_emu_launches_of("flash_attention_kernel");
         tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d,
                        (float)c.scale, (float)c.softcap);
+        EXPECT_EQ(tp_emu_launches_of("flash_attention_kernel"), runs + 1) << c.name();
         compare(dout.download(), x.want, kFlashTol, "tensor-core attention " + c.name());
     }
 }
@@ -218,9 +220,10 @@ TEST(FlashAttention, MisalignedOperandsTakeTheFp32Kernel)
     std::copy(x.q.begin(), x.q.end(), q1.begin() + 1);
     Dev dq(TP_KERNEL_BF16, q1), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), dout(TP_KERNEL_BF16, x.q.size());
     const void *q = static_cast<const __nv_bfloat16 *>(dq.ptr()) + 1;
-    ASSERT_FALSE(flash_attention_supports(c.d, q, dk.ptr(), dv.ptr()));
+    const size_t runs = tp_emu_launches_of("flash_attention_kernel");
     tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), q, dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale,
                    (float)c.softcap);
+    EXPECT_EQ(tp_emu_launches_of("flash_attention_kernel"), runs) << "the tensor-core kernel ran";
     compare(dout.download(), x.want, stored({3e-6, 1e-5}, TP_KERNEL_BF16), "misaligned attention " + c.name());
 }
 

@@ -18,9 +18,11 @@
 // Every product is an m16n8k16 bf16 product accumulated in fp32
 // (warp_tiles.cuh); the warp's queries or keys stay A fragments, the
 // scores C fragments, and P and dS become the next product's A fragments
-// rounded to bf16, so dv is within 2^-8 of the product with fp32 P, and dk
-// and dq within 2^-8 of the product with fp32 dS. Soft-capping multiplies
-// dS by 1 - (S / cap)^2, as attn_ds does.
+// rounded to bf16 (2^-9 relative a term). With P from a log-sum-exp and D
+// that the forward computed with rounded weights, each gradient is within
+// 2^-7 of the size of its terms (dS's counted before its cancellation:
+// P (|dP| + sum_j P_j |dP_j|)), then the store's rounding. Soft-capping
+// multiplies dS by 1 - (S / cap)^2, as attn_ds does.
 //
 // Tiles come into shared memory by cp.async, rows padded as the forward's.
 // dq's key and value tiles are double-buffered; dk and dv keep the 64 keys
