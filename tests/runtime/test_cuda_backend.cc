@@ -220,11 +220,12 @@ TEST_P(Emulated, CudaBackendMatchesCpuAtTp1And2) { check_against_cpu(kEmulated, 
 INSTANTIATE_TEST_SUITE_P(Shipped, Emulated, ::testing::ValuesIn(shipped_plans()),
                          [](const auto &info) { return plan_name(info.param); });
 
-// Head dimensions 64 and 128, where bf16 attention runs on tensor cores
+// Head dimensions 64, 128 and 96, where bf16 attention runs on tensor cores
 // (attention_flash.cuh), over 80 positions: a whole block of 64 queries and
 // a ragged one; GQA.
 const std::vector<std::string> kHeadDim64 = {"hidden=256", "heads=4", "kv_heads=2", "ffn=256", "seq=80"};
 const std::vector<std::string> kHeadDim128 = {"hidden=256", "heads=2", "kv_heads=1", "ffn=256", "seq=80"};
+const std::vector<std::string> kHeadDim96 = {"hidden=192", "heads=2", "kv_heads=1", "ffn=256", "seq=80"};
 const double kTensorCoreTrainingBound = 5e-2;
 
 class EmulatedRun : public ::testing::Test {
@@ -339,6 +340,7 @@ TEST_F(EmulatedRun, TensorCoreAttentionMatchesCpu)
     LaunchLog log(dir);
     check_against_cpu(kEmulated, plan, {1}, false, kHeadDim64);
     check_against_cpu(kEmulated, plan, {1}, false, kHeadDim128);
+    check_against_cpu(kEmulated, plan, {1}, false, kHeadDim96);
     EXPECT_TRUE(log.ran("flash_attention_kernel<D, kTrailingBarrier, false>"));
 }
 
@@ -350,7 +352,7 @@ TEST_F(EmulatedRun, TensorCoreAttentionMatchesCpu)
 // by half its scale is off by 0.5.
 TEST_F(EmulatedRun, TensorCoreTrainingMatchesCpu)
 {
-    for (const auto &sizes : {kHeadDim64, kHeadDim128}) {
+    for (const auto &sizes : {kHeadDim64, kHeadDim128, kHeadDim96}) {
         LaunchLog log(dir);
         std::vector<std::string> one = sizes;
         one.push_back("batch=1");
@@ -686,6 +688,7 @@ TEST(Gpu, TensorCoreAttentionMatchesCpuAtTp1)
 {
     check_against_cpu(kTprun, gpu_plan(), {1}, true, kHeadDim64);
     check_against_cpu(kTprun, gpu_plan(), {1}, true, kHeadDim128);
+    check_against_cpu(kTprun, gpu_plan(), {1}, true, kHeadDim96);
 }
 
 TEST(Gpu, TensorCoreAttentionMatchesCpuAtTp2) { check_against_cpu(kTprun, gpu_plan(), {2}, true, kHeadDim64); }
@@ -693,7 +696,7 @@ TEST(Gpu, TensorCoreAttentionMatchesCpuAtTp2) { check_against_cpu(kTprun, gpu_pl
 // EmulatedRun.TensorCoreTrainingMatchesCpu with the real instructions
 TEST(Gpu, TensorCoreTrainingMatchesCpu)
 {
-    for (const auto &sizes : {kHeadDim64, kHeadDim128}) {
+    for (const auto &sizes : {kHeadDim64, kHeadDim128, kHeadDim96}) {
         std::vector<std::string> one = sizes;
         one.push_back("batch=1");
         if (check_training_against_cpu(kTprun, gpu_plan(), true, one, kTensorCoreTrainingBound) < 0)

@@ -2,7 +2,7 @@
 // (runtime/backends/cuda/kernels/attention_flash_grad.cuh) under the
 // emulator: against attention's backward in double, element by element
 // within the rounding the kernels make, on ragged sequences, GQA and MQA,
-// both head dimensions, capped scores, and each gradient alone; the same
+// each head dimension, capped scores, and each gradient alone; the same
 // bits whatever the order the emulator runs warps in; and operands it
 // cannot take going to the fp32 kernels.
 #include <gtest/gtest.h>
@@ -148,13 +148,14 @@ std::vector<Vec> run_grad(const GradCase &c, const GradData &x, const bool which
 }
 
 // One query; less than a tile; ragged tails of the 64-query blocks, the
-// 64- and 32-key tiles of dq and the 64- and 16-query tiles of dk and dv;
-// GQA (dk and dv summed over two and four query heads) and MQA; capped
-// scores.
+// 64- and 32-key tiles of dq and the 64-, 32- and 16-query tiles of dk and
+// dv; GQA (dk and dv summed over two, three and four query heads) and MQA;
+// capped scores; head dimensions 64, 96 and 128.
 const GradCase kCases[] = {{1, 1, 1, 1, 64, 0.125, 0},  {2, 19, 4, 2, 64, 0.125, 0},
                            {1, 130, 2, 1, 64, 0.2, 2.0}, {1, 67, 3, 3, 128, 1 / std::sqrt(128.0), 0},
                            {1, 1, 2, 1, 128, 0.2, 2.0},  {1, 40, 4, 1, 128, 0.2, 2.0},
-                           {2, 100, 2, 1, 128, 0.09, 0}};
+                           {2, 100, 2, 1, 128, 0.09, 0}, {1, 70, 3, 1, 96, 1 / std::sqrt(96.0), 0},
+                           {2, 45, 4, 2, 96, 0.2, 2.0}};
 
 TEST(FlashAttentionGrad, MatchesAttentionsBackwardInDouble)
 {

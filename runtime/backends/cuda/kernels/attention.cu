@@ -1,5 +1,5 @@
 // attention.cu: causal scaled-dot-product attention with grouped KV heads:
-// bf16 with head dimension 64 or 128 on tensor cores (attention_flash.cuh),
+// bf16 with head dimension 64, 96 or 128 on tensor cores (attention_flash.cuh),
 // the rest (fp32, other head dimensions) a warp per query in fp32.
 // defines: tp_k_attention
 #include "attention.cuh"
@@ -55,10 +55,9 @@ extern "C" void tp_k_attention(tp_stream st, tp_kernel_dtype t, void *out, const
         __nv_bfloat16 *o = (__nv_bfloat16 *)out;
         const __nv_bfloat16 *bq = (const __nv_bfloat16 *)q, *bk = (const __nv_bfloat16 *)k,
                             *bv = (const __nv_bfloat16 *)v;
-        if (d == 64)
-            flash_attention_launch<64>(st, o, bq, bk, bv, b, s, h, g, scale, softcap);
-        else
-            flash_attention_launch<128>(st, o, bq, bk, bv, b, s, h, g, scale, softcap);
+        flash_for_head_dim(d, [&](auto dim) {
+            flash_attention_launch<decltype(dim)::value>(st, o, bq, bk, bv, b, s, h, g, scale, softcap);
+        });
     } else if (t == TP_KERNEL_F32)
         launch_attention(st, (float *)out, (const float *)q, (const float *)k, (const float *)v, b, s, h, g, d, scale,
                          softcap);

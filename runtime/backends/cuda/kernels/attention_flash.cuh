@@ -1,6 +1,6 @@
 // attention_flash.cuh: the bf16 attention forward on tensor cores, for head
-// dimensions 64 and 128 (attention.cu picks it; other shapes and fp32 keep
-// attention_kernel, a warp per query in fp32).
+// dimensions 64, 96 and 128 (attention.cu picks it; other shapes and fp32
+// keep attention_kernel, a warp per query in fp32).
 //
 // FlashAttention-2's forward: a block takes 64 queries of one head (16 per
 // warp, 4 warps), walks the keys its queries see (causal: up to its last
@@ -23,23 +23,42 @@
 //
 // The same kernel gives the gradients' statistics (kStats): each query's
 // log-sum-exp and D = dy . O instead of O.
-// defines: FLASH_*, flash_stride, flash_smem, flash_stage, flash_warp, flash_softmax, flash_out,
-// flash_attention_supports, flash_attention_launch, flash_attention_stats_launch
+// defines: FLASH_*, flash_head_dim, flash_for_head_dim, flash_attention_supports, flash_stride, flash_smem,
+// flash_stage, flash_warp, flash_softmax, flash_out, flash_attention_launch, flash_attention_stats_launch
 #ifndef TPRUN_KERNELS_ATTENTION_FLASH_CUH
 #define TPRUN_KERNELS_ATTENTION_FLASH_CUH
 
 #include "attention.cuh"
 #include "warp_tiles.cuh"
 
+#include <type_traits>
+
 #define FLASH_WARPS 4
 #define FLASH_QUERIES (FLASH_WARPS * 16)
 #define FLASH_KEYS 64
 
-// Head dimensions 64 and 128, and 16-byte aligned operands (the arena's
+// The head dimensions with a tensor-core kernel: GPT-2's and small
+// models' 64, Phi-3's 96, Llama's, Qwen's and Mistral's 128. A multiple of
+// 16 (the products' k) up to 128 (the registers of a warp's 16 rows).
+static inline bool flash_head_dim(int64_t d) { return d == 64 || d == 96 || d == 128; }
+
+// Calls f(std::integral_constant<int, d>()) for a head dimension
+// flash_head_dim accepts: the kernels' templates instantiated for each.
+template <typename F> static void flash_for_head_dim(int64_t d, F f)
+{
+    if (d == 64)
+        f(std::integral_constant<int, 64>());
+    else if (d == 96)
+        f(std::integral_constant<int, 96>());
+    else
+        f(std::integral_constant<int, 128>());
+}
+
+// A supported head dimension and 16-byte aligned operands (the arena's
 // buffers are 256-byte aligned; anything else takes the fp32 kernel).
 static inline bool flash_attention_supports(int64_t d, const void *q, const void *k, const void *v)
 {
-    return (d == 64 || d == 128) && ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16 == 0;
+    return flash_head_dim(d) && ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16 == 0;
 }
 
 // Elements of a row staged in shared memory: padded by 16 bytes, so the
@@ -225,7 +244,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         warp_store_c<D>(dst.out + ((bi * s + warp_q0) * h + hi) * D, h * D, s - warp_q0, w.o, inv);
 }
 
-// [b, s, h, D] queries, [b, s, g, D] keys and values, D 64 or 128.
+// [b, s, h, D] queries, [b, s, g, D] keys and values, flash_head_dim(D).
 template <int D, bool kTrailingBarrier = true>
 static void flash_attention_launch(tp_stream st, __nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                    const __nv_bfloat16 *v, int64_t b, int64_t s, int64_t h, int64_t g, float scale,

@@ -1,6 +1,6 @@
 // attention_flash_grad.cuh: the gradients of the tensor-core attention
-// (attention_flash.cuh) on tensor cores, bf16 with head dimension 64 or
-// 128 (attention_grad.cu picks it; other shapes and fp32 keep its fp32
+// (attention_flash.cuh) on tensor cores, bf16 with head dimension 64, 96
+// or 128 (attention_grad.cu picks it; other shapes and fp32 keep its fp32
 // kernels).
 //
 // FlashAttention-2's backward, with dq from a kernel of its own instead of
@@ -27,20 +27,21 @@
 // Tiles come into shared memory by cp.async, rows padded as the forward's.
 // dq's key and value tiles are double-buffered; dk and dv keep the 64 keys
 // and values of the block staged and bring one tile of queries and output
-// gradients at a time: at d 128 a second tile would pass the 48 KiB a
-// block gets without opt-in.
+// gradients at a time: at d 96 and 128 a second tile would pass the 48 KiB
+// a block gets without opt-in.
 // defines: flash_attention_grad_supports, flash_attention_grad_launch
 #ifndef TPRUN_KERNELS_ATTENTION_FLASH_GRAD_CUH
 #define TPRUN_KERNELS_ATTENTION_FLASH_GRAD_CUH
 
 #include "attention_flash.cuh"
 
-// Rows a tile of the walk holds: keys for dq, queries for dk and dv. At d
-// 128 fewer, for the registers (dq keeps Q and dy as fragments beside its
-// accumulator; dk and dv two accumulators) and the shared memory.
+// Rows a tile of the walk holds: keys for dq, queries for dk and dv. Past
+// d 64 fewer, for the registers (dq keeps Q and dy as fragments beside its
+// accumulator; dk and dv two accumulators) and the shared memory (dk and
+// dv's block takes 36 KiB at d 64, 39 at d 96 and 42.5 at d 128).
 template <int D> struct flash_grad_tiles {
-    static constexpr int DQ_KEYS = D == 64 ? 64 : 32;
-    static constexpr int DKV_QUERIES = D == 64 ? 64 : 16;
+    static constexpr int DQ_KEYS = D <= 64 ? 64 : 32;
+    static constexpr int DKV_QUERIES = D <= 64 ? 64 : D <= 96 ? 32 : 16;
 };
 
 template <int D> struct __align__(16) flash_dq_smem {
@@ -55,7 +56,8 @@ template <int D> struct __align__(16) flash_dkv_smem {
     __nv_bfloat16 dy[flash_grad_tiles<D>::DKV_QUERIES * flash_stride<D>()];
 };
 
-// Head dimensions 64 and 128, and every operand given 16-byte aligned.
+// A head dimension of the forward's, and every operand given 16-byte
+// aligned.
 static inline bool flash_attention_grad_supports(int64_t d, const void *dq, const void *dk, const void *dv,
                                                  const void *q, const void *k, const void *v, const void *dy)
 {

@@ -1,5 +1,5 @@
 // attention_grad.cu: the gradients of attention (attention.cu) with
-// respect to q, k and v: bf16 with head dimension 64 or 128 on tensor cores
+// respect to q, k and v: bf16 with head dimension 64, 96 or 128 on tensor cores
 // (attention_flash_grad.cuh), the rest in fp32 here.
 // defines: tp_k_attention_grad
 //
@@ -200,10 +200,10 @@ extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, v
         __nv_bfloat16 *gq = (__nv_bfloat16 *)dq, *gk = (__nv_bfloat16 *)dk, *gv = (__nv_bfloat16 *)dv;
         const __nv_bfloat16 *bq = (const __nv_bfloat16 *)q, *bk = (const __nv_bfloat16 *)k,
                             *bv = (const __nv_bfloat16 *)v, *bdy = (const __nv_bfloat16 *)dy;
-        if (d == 64)
-            flash_attention_grad_launch<64>(st, gq, gk, gv, bq, bk, bv, bdy, scratch, b, s, h, g, scale, softcap);
-        else
-            flash_attention_grad_launch<128>(st, gq, gk, gv, bq, bk, bv, bdy, scratch, b, s, h, g, scale, softcap);
+        flash_for_head_dim(d, [&](auto dim) {
+            flash_attention_grad_launch<decltype(dim)::value>(st, gq, gk, gv, bq, bk, bv, bdy, scratch, b, s, h, g,
+                                                              scale, softcap);
+        });
     } else if (t == TP_KERNEL_F32)
         launch_attention_grad(st, (float *)dq, (float *)dk, (float *)dv, (const float *)q, (const float *)k,
                               (const float *)v, (const float *)dy, scratch, b, s, h, g, d, scale, softcap);
