@@ -109,6 +109,31 @@ template <typename E> class DevOf {
     E *p_;
 };
 
+// ---- an attention's shape: batch, positions, query heads, kv heads, head
+// dimension, the scores' scale and cap (0: none)
+struct AttnCase {
+    int64_t b, s, h, g, d;
+    double scale, softcap;
+    std::string name() const
+    {
+        return "b" + std::to_string(b) + " s" + std::to_string(s) + " h" + std::to_string(h) + " g" +
+               std::to_string(g) + " d" + std::to_string(d) + (softcap > 0 ? " capped" : "");
+    }
+};
+
+// Its q, k and v in bf16 from seeds seed, seed + 1 and seed + 2, the
+// scores of a few units (the softmax neither flat nor one-hot).
+struct AttnInputs {
+    Vec q, k, v;
+};
+inline AttnInputs attn_inputs(const AttnCase &c, unsigned seed)
+{
+    const float amp = 3.0f / std::sqrt(std::sqrt((float)c.d));
+    return {as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), seed, -amp, amp), TP_KERNEL_BF16),
+            as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), seed + 1, -amp, amp), TP_KERNEL_BF16),
+            as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), seed + 2), TP_KERNEL_BF16)};
+}
+
 // ---- comparison
 
 struct Tol {

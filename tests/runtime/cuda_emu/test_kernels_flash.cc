@@ -166,27 +166,14 @@ TEST(CudaEmuMma, CpAsyncLandsAtItsWaitWithZeroFill)
 // The attention on tensor cores against the CPU backend
 // ==================================================================================
 
-struct AttnCase {
-    int64_t b, s, h, g, d;
-    double scale, softcap;
-    std::string name() const
-    {
-        return "b" + std::to_string(b) + " s" + std::to_string(s) + " h" + std::to_string(h) + " g" +
-               std::to_string(g) + " d" + std::to_string(d) + (softcap > 0 ? " capped" : "");
-    }
-};
-
-struct AttnData {
-    Vec q, k, v, want;
+struct AttnData : AttnInputs {
+    Vec want;
 };
 
 AttnData attn_data(const AttnCase &c)
 {
-    const float amp = 3.0f / std::sqrt(std::sqrt((float)c.d)); // scores of a few units
     AttnData x;
-    x.q = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 9, -amp, amp), TP_KERNEL_BF16);
-    x.k = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 10, -amp, amp), TP_KERNEL_BF16);
-    x.v = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 11), TP_KERNEL_BF16);
+    static_cast<AttnInputs &>(x) = attn_inputs(c, 9);
     x.want.resize(x.q.size());
     cpu()->attention(x.want.data(), x.q.data(), x.k.data(), x.v.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap);
     return x;

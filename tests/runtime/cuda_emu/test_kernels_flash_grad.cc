@@ -20,32 +20,19 @@ namespace {
 
 using namespace tp_ktest;
 
-struct GradCase {
-    int64_t b, s, h, g, d;
-    double scale, softcap;
-    std::string name() const
-    {
-        return "b" + std::to_string(b) + " s" + std::to_string(s) + " h" + std::to_string(h) + " g" +
-               std::to_string(g) + " d" + std::to_string(d) + (softcap > 0 ? " capped" : "");
-    }
-};
-
 // The inputs (bf16 values) and, for dq, dk and dv in turn, the gradient
 // and the size of its terms, element by element: |P dy| for dv; for dq
 // and dk, |dS k| and |dS q| with |dS| counted as the size of its own
 // terms, P (|dP| + sum_j P_j |dP_j|), since dS = P (dP - D) cancels.
-struct GradData {
-    Vec q, k, v, dy;
+struct GradData : AttnInputs {
+    Vec dy;
     std::vector<double> want[3], terms[3];
 };
 
-GradData grad_data(const GradCase &c)
+GradData grad_data(const AttnCase &c)
 {
-    const float amp = 3.0f / std::sqrt(std::sqrt((float)c.d)); // scores of a few units
     GradData x;
-    x.q = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 21, -amp, amp), TP_KERNEL_BF16);
-    x.k = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 22, -amp, amp), TP_KERNEL_BF16);
-    x.v = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 23), TP_KERNEL_BF16);
+    static_cast<AttnInputs &>(x) = attn_inputs(c, 21);
     x.dy = as_stored(random_vec(x.q.size(), 24), TP_KERNEL_BF16);
     for (int i = 0; i < 3; i++) {
         const size_t n = i == 0 ? x.q.size() : x.k.size();
@@ -131,7 +118,7 @@ void expect_within_rounding(const Vec &got, const std::vector<double> &want, con
 }
 
 // dq, dk and dv of c (those `which` selects) from the kernels
-std::vector<Vec> run_grad(const GradCase &c, const GradData &x, const bool which[3])
+std::vector<Vec> run_grad(const AttnCase &c, const GradData &x, const bool which[3])
 {
     Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), ddy(TP_KERNEL_BF16, x.dy);
     Dev gq(TP_KERNEL_BF16, x.q.size()), gk(TP_KERNEL_BF16, x.k.size()), gv(TP_KERNEL_BF16, x.k.size());
@@ -151,7 +138,7 @@ std::vector<Vec> run_grad(const GradCase &c, const GradData &x, const bool which
 // 64- and 32-key tiles of dq and the 64-, 32- and 16-query tiles of dk and
 // dv; GQA (dk and dv summed over two, three and four query heads) and MQA;
 // capped scores; head dimensions 64, 96 and 128.
-const GradCase kCases[] = {{1, 1, 1, 1, 64, 0.125, 0},  {2, 19, 4, 2, 64, 0.125, 0},
+const AttnCase kCases[] = {{1, 1, 1, 1, 64, 0.125, 0},  {2, 19, 4, 2, 64, 0.125, 0},
                            {1, 130, 2, 1, 64, 0.2, 2.0}, {1, 67, 3, 3, 128, 1 / std::sqrt(128.0), 0},
                            {1, 1, 2, 1, 128, 0.2, 2.0},  {1, 40, 4, 1, 128, 0.2, 2.0},
                            {2, 100, 2, 1, 128, 0.09, 0}, {1, 70, 3, 1, 96, 1 / std::sqrt(96.0), 0},
@@ -159,7 +146,7 @@ const GradCase kCases[] = {{1, 1, 1, 1, 64, 0.125, 0},  {2, 19, 4, 2, 64, 0.125,
 
 TEST(FlashAttentionGrad, MatchesAttentionsBackwardInDouble)
 {
-    for (const GradCase &c : kCases) {
+    for (const AttnCase &c : kCases) {
         GradData x = grad_data(c);
         // all three, then each alone (the others null)
         for (int only = -1; only < 3; only++) {
@@ -178,7 +165,7 @@ TEST(FlashAttentionGrad, MatchesAttentionsBackwardInDouble)
 // checked against PyTorch's autograd elsewhere) agrees with it.
 TEST(FlashAttentionGrad, TheDoubleReferenceIsTheCpuBackends)
 {
-    for (const GradCase &c : {kCases[1], kCases[2], kCases[5]}) {
+    for (const AttnCase &c : {kCases[1], kCases[2], kCases[5]}) {
         GradData x = grad_data(c);
         std::vector<Vec> cpu_grad = {Vec(x.q.size()), Vec(x.k.size()), Vec(x.k.size())};
         cpu()->attention_grad(cpu_grad[0].data(), cpu_grad[1].data(), cpu_grad[2].data(), x.q.data(), x.k.data(),
@@ -194,7 +181,7 @@ TEST(FlashAttentionGrad, TheDoubleReferenceIsTheCpuBackends)
 // its seed.
 TEST(FlashAttentionGrad, SameBitsWhateverTheWarpOrder)
 {
-    const GradCase c = kCases[6];
+    const AttnCase c = kCases[6];
     GradData x = grad_data(c);
     const bool all[3] = {true, true, true};
     tp_emu_set_seed(1);
@@ -212,7 +199,7 @@ TEST(FlashAttentionGrad, SameBitsWhateverTheWarpOrder)
 // kernels: their tolerance, not the tensor cores'.
 TEST(FlashAttentionGrad, MisalignedOperandsTakeTheFp32Kernels)
 {
-    const GradCase c = kCases[1];
+    const AttnCase c = kCases[1];
     GradData x = grad_data(c);
     Vec dy1(x.dy.size() + 1, 0.0f);
     std::copy(x.dy.begin(), x.dy.end(), dy1.begin() + 1);
