@@ -358,8 +358,9 @@ TEST_F(EmulatedRun, TensorCoreTrainingMatchesCpu)
         one.push_back("batch=1");
         std::printf("first-step gradients within %.3g of each tensor's largest entry\n",
                     check_training_against_cpu(kEmulated, plan, false, one, kTensorCoreTrainingBound));
+        // every size here has several query heads a kv head: dk and dv split by query head
         for (const char *kernel : {"flash_attention_kernel<D, true, true>", "flash_attention_dq_kernel<D>",
-                                   "flash_attention_dkv_kernel<D>"})
+                                   "flash_attention_dkv_kernel<D, true>", "flash_kv_reduce_kernel"})
             EXPECT_TRUE(log.ran(kernel)) << kernel;
         EXPECT_FALSE(log.ran("attention_stats_kernel")) << "the fp32 attention gradients ran";
     }

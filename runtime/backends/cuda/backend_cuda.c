@@ -608,8 +608,9 @@ static void cuda_attention_grad(float *dq, float *dk, float *dv, const float *q,
     TP_GPU_ASSERT(b >= 0 && s >= 0 && h >= 0);
     if (!dq && !dk && !dv)
         return;
-    tp_k_attention_grad(compute_stream(), gpu->kdt, dq, dk, dv, q, k, v, dy, scratch_floats(2 * b * h * s), b, s, h, g,
-                        d, (float)scale, (float)softcap);
+    float *scratch = scratch_floats(tp_k_attention_grad_scratch(gpu->kdt, b, s, h, g, d));
+    tp_k_attention_grad(compute_stream(), gpu->kdt, dq, dk, dv, q, k, v, dy, scratch, b, s, h, g, d, (float)scale,
+                        (float)softcap);
     done();
 }
 

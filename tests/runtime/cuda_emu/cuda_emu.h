@@ -82,6 +82,11 @@ struct __align__(16) uint4 {
     unsigned x, y, z, w;
 };
 
+struct __align__(8) float2 {
+    float x, y;
+};
+inline float2 make_float2(float x, float y) { return {x, y}; }
+
 constexpr int warpSize = 32;
 
 /* Out-of-line accessors of the running thread's indices: kernel code never

@@ -122,15 +122,19 @@ std::vector<Vec> run_grad(const AttnCase &c, const GradData &x, const bool which
 {
     Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), ddy(TP_KERNEL_BF16, x.dy);
     Dev gq(TP_KERNEL_BF16, x.q.size()), gk(TP_KERNEL_BF16, x.k.size()), gv(TP_KERNEL_BF16, x.k.size());
-    DevOf<float> scratch((size_t)(2 * c.b * c.h * c.s));
+    DevOf<float> scratch((size_t)tp_k_attention_grad_scratch(TP_KERNEL_BF16, c.b, c.s, c.h, c.g, c.d));
     const size_t dq_runs = tp_emu_launches_of("flash_attention_dq_kernel"),
-                 dkv_runs = tp_emu_launches_of("flash_attention_dkv_kernel");
+                 dkv_runs = tp_emu_launches_of("flash_attention_dkv_kernel"),
+                 reduce_runs = tp_emu_launches_of("flash_kv_reduce_kernel");
     tp_k_attention_grad(nullptr, TP_KERNEL_BF16, which[0] ? gq.ptr() : nullptr, which[1] ? gk.ptr() : nullptr,
                         which[2] ? gv.ptr() : nullptr, dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(), scratch.ptr(), c.b,
                         c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap);
-    // the tensor-core kernels ran, those the gradients asked for
+    // the tensor-core kernels ran, those the gradients asked for; dk and dv
+    // split by query head where a kv head has several
+    const bool kv = which[1] || which[2];
     EXPECT_EQ(tp_emu_launches_of("flash_attention_dq_kernel") - dq_runs, which[0] ? 1u : 0u);
-    EXPECT_EQ(tp_emu_launches_of("flash_attention_dkv_kernel") - dkv_runs, which[1] || which[2] ? 1u : 0u);
+    EXPECT_EQ(tp_emu_launches_of("flash_attention_dkv_kernel") - dkv_runs, kv ? 1u : 0u);
+    EXPECT_EQ(tp_emu_launches_of("flash_kv_reduce_kernel") - reduce_runs, kv && c.h > c.g ? 1u : 0u);
     return {gq.download(), gk.download(), gv.download()};
 }
 
@@ -205,7 +209,7 @@ TEST(FlashAttentionGrad, MisalignedOperandsTakeTheFp32Kernels)
     std::copy(x.dy.begin(), x.dy.end(), dy1.begin() + 1);
     Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), ddy(TP_KERNEL_BF16, dy1);
     Dev gq(TP_KERNEL_BF16, x.q.size()), gk(TP_KERNEL_BF16, x.k.size()), gv(TP_KERNEL_BF16, x.k.size());
-    DevOf<float> scratch((size_t)(2 * c.b * c.h * c.s));
+    DevOf<float> scratch((size_t)tp_k_attention_grad_scratch(TP_KERNEL_BF16, c.b, c.s, c.h, c.g, c.d));
     const void *dy = ddy.at(1);
     const size_t flash_runs = tp_emu_launches_of("flash_attention");
     tp_k_attention_grad(nullptr, TP_KERNEL_BF16, gq.ptr(), gk.ptr(), gv.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), dy,

@@ -137,7 +137,7 @@ TEST_P(GradKernels, Attention)
             Vec v = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 79), t());
             Vec dy = as_stored(random_vec(q.size(), 80), t());
             Dev dq(t(), q), dk(t(), k), dv(t(), v), ddy(t(), dy);
-            DevOf<float> scratch((size_t)(2 * c.b * c.h * c.s));
+            DevOf<float> scratch((size_t)tp_k_attention_grad_scratch(t(), c.b, c.s, c.h, c.g, c.d));
             std::vector<Vec> want = {Vec(q.size()), Vec(k.size()), Vec(k.size())};
             ref().attention_grad(want[0].data(), want[1].data(), want[2].data(), q.data(), k.data(), v.data(),
                                  dy.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap);
@@ -475,7 +475,7 @@ TEST_P(GradKernels, ResultsDoNotDependOnTheSchedule)
         tp_emu_set_seed(seed);
         Dev dq(t(), q), dk(t(), k), dx(t(), x), ddy(t(), dy), dattn(t(), k.size()), dattn_q(t(), q.size()),
             dattn_v(t(), k.size()), dw(t(), (size_t)n), demb(t(), (size_t)(5 * n));
-        DevOf<float> scratch((size_t)std::max<int64_t>(2 * h * s, m));
+        DevOf<float> scratch((size_t)std::max<int64_t>(tp_k_attention_grad_scratch(t(), 1, s, h, g, d), m));
         DevOf<int32_t> dids(ids);
         tp_k_attention_grad(nullptr, t(), dattn_q.ptr(), dattn.ptr(), dattn_v.ptr(), dq.ptr(), dk.ptr(), dk.ptr(),
                             dq.ptr(), scratch.ptr(), 1, s, h, g, d, 0.15f, 0.0f);

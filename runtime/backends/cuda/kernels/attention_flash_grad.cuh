@@ -12,9 +12,15 @@
 //      keys they see in tiles: S = Q K^T and dP = dy V^T, then
 //      dS = P (dP - D) with P = exp(S - L), and dq += dS K;
 //   3. dk and dv: a block takes 64 keys of one kv head (16 a warp) and
-//      walks the queries that see them, over the query heads of the kv
-//      head in order: S^T = K Q^T and dP^T = V dy^T, then
-//      dv += P^T dy and dk += dS^T Q.
+//      walks the queries that see them: S^T = K Q^T and dP^T = V dy^T,
+//      then dv += P^T dy and dk += dS^T Q. With one query head per kv
+//      head the block writes dk and dv. With several (GQA, and every
+//      tensor-parallel rank of a model whose kv heads are fewer than its
+//      ranks holds one kv head for several query heads), a block takes
+//      one query head and writes fp32 sums of its own, which
+//      flash_kv_reduce_kernel adds in head order: the kv heads alone
+//      would leave most of a GPU idle (one kv head, 2048 positions: 32
+//      blocks).
 // Every product is an m16n8k16 bf16 product accumulated in fp32
 // (warp_tiles.cuh); the warp's queries or keys stay A fragments, the
 // scores C fragments, and P and dS become the next product's A fragments
@@ -29,7 +35,7 @@
 // and values of the block staged and bring one tile of queries and output
 // gradients at a time: at d 96 and 128 a second tile would pass the 48 KiB
 // a block gets without opt-in.
-// defines: flash_attention_grad_supports, flash_attention_grad_launch
+// defines: flash_attention_grad_supports, flash_attention_grad_scratch, flash_attention_grad_launch
 #ifndef TPRUN_KERNELS_ATTENTION_FLASH_GRAD_CUH
 #define TPRUN_KERNELS_ATTENTION_FLASH_GRAD_CUH
 
@@ -145,11 +151,37 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     warp_store_c<D>(dq + first, h * D, s - warp_q0, acc, row_scale);
 }
 
-// Block (key tile, kv head, batch): dk and dv of 64 keys, either may be
-// null (not computed).
-template <int D>
+// Where dk and dv go: dk and dv ([b, s, g, D], bf16, either null when not
+// computed), and for a launch split by query head the fp32 sums of each
+// ([b, s, h, D], unscaled; non-null where dk or dv is).
+struct flash_kv_out {
+    __nv_bfloat16 *dk, *dv;
+    float *head_dk, *head_dv;
+};
+
+// Rows [0, min(16, valid)) of a 16 x N fp32 result into a row-major fp32
+// matrix (`stride` elements a row), two elements a 64-bit store.
+template <int N>
+__device__ __forceinline__ void warp_store_c_f32(float *rows, int64_t stride, int64_t valid, const float (&c)[N / 8][4])
+{
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    TP_UNROLL
+    for (int r = 0; r < 2; r++) {
+        if (g + 8 * r >= valid)
+            continue;
+        float2 *row = reinterpret_cast<float2 *>(rows + (g + 8 * r) * stride);
+        TP_UNROLL
+        for (int n = 0; n < N / 8; n++)
+            row[n * 4 + t] = make_float2(c[n][2 * r], c[n][2 * r + 1]);
+    }
+}
+
+// Block (key tile, kv head, batch) over the kv head's query heads, or,
+// kSplit, (key tile, query head, batch) over that head alone: dk and dv of
+// 64 keys.
+template <int D, bool kSplit>
 __global__ void __launch_bounds__(FLASH_WARPS * 32)
-    flash_attention_dkv_kernel(__nv_bfloat16 *dk, __nv_bfloat16 *dv, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+    flash_attention_dkv_kernel(flash_kv_out out, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                const __nv_bfloat16 *v, const __nv_bfloat16 *dy, const float *lse, const float *dsum,
                                int64_t s, int64_t h, int64_t g, float scale, float softcap)
 {
@@ -157,8 +189,10 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     TP_SHARED(flash_dkv_smem<D>, smem, 1);
     flash_dkv_smem<D> &sm = smem[0];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, kd = lane / 4, t = lane % 4;
-    const int64_t bi = blockIdx.z, kh = blockIdx.y, group = h / g;
+    const int64_t bi = blockIdx.z, group = h / g, kh = kSplit ? blockIdx.y / group : blockIdx.y;
+    const int64_t heads_from = kSplit ? blockIdx.y : kh * group, heads_to = kSplit ? heads_from + 1 : heads_from + group;
     const int64_t k0 = (int64_t)blockIdx.x * FLASH_KEYS, warp_k0 = k0 + warp * 16, key0 = warp_k0 + kd;
+    const bool dk = out.dk, dv = out.dv;
 
     flash_stage<D, FLASH_KEYS>(sm.k, k, bi, s, g, kh, k0);
     flash_stage<D, FLASH_KEYS>(sm.v, v, bi, s, g, kh, k0);
@@ -166,7 +200,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     float dk_acc[D / 8][4], dv_acc[D / 8][4];
     warp_zero<D>(dk_acc);
     warp_zero<D>(dv_acc);
-    for (int64_t hi = kh * group; hi < (kh + 1) * group; hi++) {
+    for (int64_t hi = heads_from; hi < heads_to; hi++) {
         const float *head_lse = lse + (bi * h + hi) * s, *head_dsum = dsum + (bi * h + hi) * s;
         for (int64_t t0 = k0; t0 < s; t0 += QUERIES) {
             flash_stage<D, QUERIES>(sm.q, q, bi, s, h, hi, t0);
@@ -206,16 +240,56 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
             __syncthreads(); // every warp is done with the tile before the next one's copy overwrites it
         }
     }
+    if (kSplit) {
+        const int64_t first = ((bi * s + warp_k0) * h + heads_from) * D;
+        if (dk)
+            warp_store_c_f32<D>(out.head_dk + first, h * D, s - warp_k0, dk_acc);
+        if (dv)
+            warp_store_c_f32<D>(out.head_dv + first, h * D, s - warp_k0, dv_acc);
+        return;
+    }
     const int64_t first = ((bi * s + warp_k0) * g + kh) * D;
     const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.0f, 1.0f};
     if (dk)
-        warp_store_c<D>(dk + first, g * D, s - warp_k0, dk_acc, dk_scale);
+        warp_store_c<D>(out.dk + first, g * D, s - warp_k0, dk_acc, dk_scale);
     if (dv)
-        warp_store_c<D>(dv + first, g * D, s - warp_k0, dv_acc, dv_scale);
+        warp_store_c<D>(out.dv + first, g * D, s - warp_k0, dv_acc, dv_scale);
+}
+
+// dk and dv (n elements each, [b, s, g, D]) from the sums of the query
+// heads of each kv head, added in head order; dk times scale.
+static __global__ void flash_kv_reduce_kernel(flash_kv_out out, int64_t n, int64_t h, int64_t g, int64_t d, float scale)
+{
+    const int64_t group = h / g;
+    TP_GRID_STRIDE(e, n)
+    {
+        const int64_t row = e / d, c = e % d, kh = row % g;
+        const int64_t first = ((row / g) * h + kh * group) * d + c; // query head kh * group of this position
+        float sk = 0.0f, sv = 0.0f;
+        for (int64_t j = 0; j < group; j++) {
+            if (out.dk)
+                sk += out.head_dk[first + j * d];
+            if (out.dv)
+                sv += out.head_dv[first + j * d];
+        }
+        if (out.dk)
+            out.dk[e] = __float2bfloat16(scale * sk);
+        if (out.dv)
+            out.dv[e] = __float2bfloat16(sv);
+    }
+}
+
+// The scratch of flash_attention_grad_launch, in floats: the statistics,
+// and with several query heads a kv head the fp32 sums of dk and dv of
+// each query head.
+static inline int64_t flash_attention_grad_scratch(int64_t b, int64_t s, int64_t h, int64_t g, int64_t d)
+{
+    return 2 * b * h * s + (h > g ? 2 * b * s * h * d : 0);
 }
 
 // [b, s, h, D] queries and dy, [b, s, g, D] keys and values; scratch holds
-// 2 b h s floats (L, then D). Any of dq, dk and dv may be null.
+// flash_attention_grad_scratch floats (L, D, then the query heads' dk and
+// dv). Any of dq, dk and dv may be null.
 template <int D>
 static void flash_attention_grad_launch(tp_stream st, __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv,
                                         const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
@@ -228,9 +302,21 @@ static void flash_attention_grad_launch(tp_stream st, __nv_bfloat16 *dq, __nv_bf
     if (dq)
         TP_LAUNCH(flash_attention_dq_kernel<D>, dim3(tiles, (unsigned)h, (unsigned)b), FLASH_WARPS * 32, 0, st, dq, q,
                   k, v, dy, lse, dsum, s, h, g, scale, softcap);
-    if (dk || dv)
-        TP_LAUNCH(flash_attention_dkv_kernel<D>, dim3(tiles, (unsigned)g, (unsigned)b), FLASH_WARPS * 32, 0, st, dk,
-                  dv, q, k, v, dy, lse, dsum, s, h, g, scale, softcap);
+    if (!dk && !dv)
+        return;
+    flash_kv_out out = {dk, dv, nullptr, nullptr};
+    if (h == g) {
+        TP_LAUNCH((flash_attention_dkv_kernel<D, false>), dim3(tiles, (unsigned)g, (unsigned)b), FLASH_WARPS * 32, 0,
+                  st, out, q, k, v, dy, lse, dsum, s, h, g, scale, softcap);
+        return;
+    }
+    float *heads = scratch + 2 * b * h * s;
+    out.head_dk = dk ? heads : nullptr;
+    out.head_dv = dv ? heads + b * s * h * D : nullptr;
+    TP_LAUNCH((flash_attention_dkv_kernel<D, true>), dim3(tiles, (unsigned)h, (unsigned)b), FLASH_WARPS * 32, 0, st,
+              out, q, k, v, dy, lse, dsum, s, h, g, scale, softcap);
+    const int64_t n = b * s * g * D;
+    TP_LAUNCH(flash_kv_reduce_kernel, tp_elementwise_blocks(n, 256), 256, 0, st, out, n, h, g, (int64_t)D, scale);
 }
 
 #endif // TPRUN_KERNELS_ATTENTION_FLASH_GRAD_CUH

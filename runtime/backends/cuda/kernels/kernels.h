@@ -95,7 +95,8 @@ void tp_k_layernorm_dw(tp_stream s, tp_kernel_dtype t, void *dw, const void *x, 
                        int64_t m, int64_t n, float eps);
 void tp_k_sum_rows(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t m, int64_t n, float scale);
 /* attention_grad.cu: dq, dk and dv in one launch, each NULL where it is not wanted (at least
- * one is); scratch 2 b h seq floats */
+ * one is); scratch tp_k_attention_grad_scratch floats */
+int64_t tp_k_attention_grad_scratch(tp_kernel_dtype t, int64_t b, int64_t seq, int64_t h, int64_t g, int64_t d);
 void tp_k_attention_grad(tp_stream s, tp_kernel_dtype t, void *dq, void *dk, void *dv, const void *q, const void *k,
                          const void *v, const void *dy, float *scratch, int64_t b, int64_t seq, int64_t h, int64_t g,
                          int64_t d, float scale, float softcap);
