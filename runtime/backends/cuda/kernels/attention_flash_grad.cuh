@@ -159,23 +159,6 @@ struct flash_kv_out {
     float *head_dk, *head_dv;
 };
 
-// Rows [0, min(16, valid)) of a 16 x N fp32 result into a row-major fp32
-// matrix (`stride` elements a row), two elements a 64-bit store.
-template <int N>
-__device__ __forceinline__ void warp_store_c_f32(float *rows, int64_t stride, int64_t valid, const float (&c)[N / 8][4])
-{
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    TP_UNROLL
-    for (int r = 0; r < 2; r++) {
-        if (g + 8 * r >= valid)
-            continue;
-        float2 *row = reinterpret_cast<float2 *>(rows + (g + 8 * r) * stride);
-        TP_UNROLL
-        for (int n = 0; n < N / 8; n++)
-            row[n * 4 + t] = make_float2(c[n][2 * r], c[n][2 * r + 1]);
-    }
-}
-
 // Block (key tile, kv head, batch) over the kv head's query heads, or,
 // kSplit, (key tile, query head, batch) over that head alone: dk and dv of
 // 64 keys.
@@ -242,10 +225,11 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     }
     if (kSplit) {
         const int64_t first = ((bi * s + warp_k0) * h + heads_from) * D;
+        const float unscaled[2] = {1.0f, 1.0f};
         if (dk)
-            warp_store_c_f32<D>(out.head_dk + first, h * D, s - warp_k0, dk_acc);
+            warp_store_c<D>(out.head_dk + first, h * D, s - warp_k0, dk_acc, unscaled);
         if (dv)
-            warp_store_c_f32<D>(out.head_dv + first, h * D, s - warp_k0, dv_acc);
+            warp_store_c<D>(out.head_dv + first, h * D, s - warp_k0, dv_acc, unscaled);
         return;
     }
     const int64_t first = ((bi * s + warp_k0) * g + kh) * D;

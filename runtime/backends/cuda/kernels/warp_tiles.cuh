@@ -4,7 +4,7 @@
 // (attention_flash_grad.cuh). A 16 x K operand is held as K / 16 A
 // fragments, a 16 x N fp32 result as N / 8 C fragments; the B operand is
 // read from memory (shared, 16-byte aligned rows), stored either way round.
-// defines: warp_load_a, warp_zero, warp_mma_abt, warp_mma_ab, warp_c_to_a, warp_store_c
+// defines: warp_load_a, warp_zero, warp_mma_abt, warp_mma_ab, warp_c_to_a, warp_store_pair, warp_store_c
 #ifndef TPRUN_KERNELS_WARP_TILES_CUH
 #define TPRUN_KERNELS_WARP_TILES_CUH
 
@@ -89,22 +89,33 @@ template <int K> __device__ __forceinline__ void warp_c_to_a(uint32_t (&a)[K / 1
     }
 }
 
+// Two consecutive elements of a result row, one store: bf16 rounded and
+// packed (32 bits), or fp32 (64 bits).
+__device__ __forceinline__ void warp_store_pair(__nv_bfloat16 *at, float lo, float hi)
+{
+    *reinterpret_cast<uint32_t *>(at) = tp_pack_bf16x2(lo, hi);
+}
+__device__ __forceinline__ void warp_store_pair(float *at, float lo, float hi)
+{
+    *reinterpret_cast<float2 *>(at) = make_float2(lo, hi);
+}
+
 // Rows [0, min(16, valid)) of a 16 x N result, row r of the fragment's
-// two (g and g + 8) times row_scale[r], into a row-major bf16 matrix
-// (`stride` elements a row): two consecutive elements a 32-bit store.
-template <int N>
-__device__ __forceinline__ void warp_store_c(__nv_bfloat16 *rows, int64_t stride, int64_t valid,
-                                             const float (&c)[N / 8][4], const float (&row_scale)[2])
+// two (g and g + 8) times row_scale[r], into a row-major bf16 or fp32
+// matrix (`stride` elements a row).
+template <int N, typename T>
+__device__ __forceinline__ void warp_store_c(T *rows, int64_t stride, int64_t valid, const float (&c)[N / 8][4],
+                                             const float (&row_scale)[2])
 {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     TP_UNROLL
     for (int r = 0; r < 2; r++) {
         if (g + 8 * r >= valid)
             continue;
-        uint32_t *row = reinterpret_cast<uint32_t *>(rows + (g + 8 * r) * stride);
+        T *row = rows + (g + 8 * r) * stride;
         TP_UNROLL
         for (int n = 0; n < N / 8; n++)
-            row[n * 4 + t] = tp_pack_bf16x2(c[n][2 * r] * row_scale[r], c[n][2 * r + 1] * row_scale[r]);
+            warp_store_pair(row + n * 8 + 2 * t, c[n][2 * r] * row_scale[r], c[n][2 * r + 1] * row_scale[r]);
     }
 }
 
