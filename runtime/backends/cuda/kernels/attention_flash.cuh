@@ -23,7 +23,7 @@
 //
 // The same kernel gives the gradients' statistics (kStats): each query's
 // log-sum-exp and D = dy . O instead of O.
-// defines: FLASH_*, flash_head_dim, flash_for_head_dim, flash_attention_supports, flash_stride, flash_smem,
+// defines: FLASH_*, flash_head_dim, flash_for_head_dim, flash_attention_supports, flash_stride, flash_kv_tiles,
 // flash_stage, flash_warp, flash_softmax, flash_out, flash_attention_launch, flash_attention_stats_launch
 #ifndef TPRUN_KERNELS_ATTENTION_FLASH_CUH
 #define TPRUN_KERNELS_ATTENTION_FLASH_CUH
@@ -66,10 +66,12 @@ static inline bool flash_attention_supports(int64_t d, const void *q, const void
 // banks.
 template <int D> __host__ __device__ constexpr int flash_stride() { return D + 8; }
 
-// Shared memory of a block: a key and a value tile, 34 KiB for d 128.
-template <int D> struct __align__(16) flash_smem {
-    __nv_bfloat16 k[FLASH_KEYS * flash_stride<D>()];
-    __nv_bfloat16 v[FLASH_KEYS * flash_stride<D>()];
+// A key and a value tile of ROWS staged rows: the forward's shared
+// memory (FLASH_KEYS rows, 34 KiB for d 128) and each stage of dq's
+// (attention_flash_grad.cuh).
+template <int D, int ROWS> struct __align__(16) flash_kv_tiles {
+    __nv_bfloat16 k[ROWS * flash_stride<D>()];
+    __nv_bfloat16 v[ROWS * flash_stride<D>()];
 };
 
 // Rows [r0, r0 + ROWS) of head `head` of x ([batch, s, heads, D], batch
@@ -162,8 +164,9 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     flash_attention_kernel(flash_out dst, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                            int64_t s, int64_t h, int64_t g, float scale, float softcap)
 {
-    TP_SHARED(flash_smem<D>, smem, 1);
-    flash_smem<D> &sm = smem[0];
+    typedef flash_kv_tiles<D, FLASH_KEYS> tiles; // (a macro argument holds no comma)
+    TP_SHARED(tiles, smem, 1);
+    tiles &sm = smem[0];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, qd = lane / 4, t = lane % 4;
     const int64_t bi = blockIdx.z, hi = blockIdx.y, kh = hi / (h / g);
     const int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * FLASH_QUERIES;

@@ -50,11 +50,6 @@ template <int D> struct flash_grad_tiles {
     static constexpr int DKV_QUERIES = D <= 64 ? 64 : D <= 96 ? 32 : 16;
 };
 
-template <int D> struct __align__(16) flash_dq_smem {
-    __nv_bfloat16 k[flash_grad_tiles<D>::DQ_KEYS * flash_stride<D>()];
-    __nv_bfloat16 v[flash_grad_tiles<D>::DQ_KEYS * flash_stride<D>()];
-};
-
 template <int D> struct __align__(16) flash_dkv_smem {
     __nv_bfloat16 k[FLASH_KEYS * flash_stride<D>()];
     __nv_bfloat16 v[FLASH_KEYS * flash_stride<D>()];
@@ -89,7 +84,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
                               int64_t s, int64_t h, int64_t g, float scale, float softcap)
 {
     constexpr int KEYS = flash_grad_tiles<D>::DQ_KEYS, STRIDE = flash_stride<D>();
-    TP_SHARED(flash_dq_smem<D>, smem, 2); // two stages
+    typedef flash_kv_tiles<D, KEYS> tiles; // (a macro argument holds no comma)
+    TP_SHARED(tiles, smem, 2);             // two stages
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, qd = lane / 4, t = lane % 4;
     const int64_t bi = blockIdx.z, hi = blockIdx.y, kh = hi / (h / g);
     const int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * FLASH_QUERIES;
@@ -126,7 +122,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         tp_cp_async_wait<2>(); // this tile's keys and values
         __syncthreads();
         if (mine) {
-            const flash_dq_smem<D> &sm = smem[stage];
+            const tiles &sm = smem[stage];
             float sc[KEYS / 8][4], dp[KEYS / 8][4];
             warp_zero<KEYS>(sc);
             warp_mma_abt<KEYS, D>(sc, qa, sm.k, STRIDE);
@@ -263,12 +259,14 @@ static __global__ void flash_kv_reduce_kernel(flash_kv_out out, int64_t n, int64
     }
 }
 
+// Whether dk and dv are split by query head: a kv head has several.
+static inline bool flash_kv_by_query_head(int64_t h, int64_t g) { return h > g; }
+
 // The scratch of flash_attention_grad_launch, in floats: the statistics,
-// and with several query heads a kv head the fp32 sums of dk and dv of
-// each query head.
+// and when dk and dv are split by query head the fp32 sums of each.
 static inline int64_t flash_attention_grad_scratch(int64_t b, int64_t s, int64_t h, int64_t g, int64_t d)
 {
-    return 2 * b * h * s + (h > g ? 2 * b * s * h * d : 0);
+    return 2 * b * h * s + (flash_kv_by_query_head(h, g) ? 2 * b * s * h * d : 0);
 }
 
 // [b, s, h, D] queries and dy, [b, s, g, D] keys and values; scratch holds
@@ -289,7 +287,7 @@ static void flash_attention_grad_launch(tp_stream st, __nv_bfloat16 *dq, __nv_bf
     if (!dk && !dv)
         return;
     flash_kv_out out = {dk, dv, nullptr, nullptr};
-    if (h == g) {
+    if (!flash_kv_by_query_head(h, g)) {
         TP_LAUNCH((flash_attention_dkv_kernel<D, false>), dim3(tiles, (unsigned)g, (unsigned)b), FLASH_WARPS * 32, 0,
                   st, out, q, k, v, dy, lse, dsum, s, h, g, scale, softcap);
         return;
