@@ -13,6 +13,7 @@
 #include <string.h>
 #include "compiler/front/model.h"
 #include "compiler/report/report.h"
+#include "sched/workspace.h"
 #include "util/xalloc.h"
 
 double tp_ring_bytes(tp_op_kind kind, int64_t elems, size_t dsize, int64_t world)
@@ -94,21 +95,67 @@ static double phase_flops(const tp_ir *ir, tp_phase phase)
     return f;
 }
 
+static int64_t buf_bytes(const tp_ir *ir, int b)
+{
+    return tp_ir_buf_elems(&ir->bufs[b]) * (int64_t)tp_dtype_size(ir->bufs[b].dtype);
+}
+
+/* tprun's reshard staging (sched/workspace.h): buffers of the largest
+ * tensor a collective reads or writes. */
+static int64_t staging_bytes(const tp_ir *ir)
+{
+    int64_t largest = 0;
+    for (int i = 0; i < ir->nops; i++) {
+        const tp_ir_op *op = &ir->ops[i];
+        if (!op->dead && tp_op_is_collective(op->kind)) {
+            int64_t in = buf_bytes(ir, op->in[0]), out = buf_bytes(ir, op->out);
+            largest = in > largest ? in : largest;
+            largest = out > largest ? out : largest;
+        }
+    }
+    return TP_STAGING_BUFFERS * largest;
+}
+
+/* The CUDA backend's scratch (sched/workspace.h): one buffer, grown to the
+ * largest request of a step's kernels. */
+static int64_t cuda_scratch_bytes(const tp_ir *ir, bool bf16)
+{
+    int64_t most = TP_CUDA_SUM_SQUARES_SCRATCH_BYTES;
+    for (int i = 0; i < ir->nops; i++) {
+        const tp_ir_op *op = &ir->ops[i];
+        int64_t floats = 0;
+        if (op->dead)
+            continue;
+        if (op->kind == TP_OP_ATTENTION_GRAD)
+            floats = tp_cuda_attention_grad_scratch(bf16, op->m, op->n, op->heads, op->groups, op->k);
+        else if (op->kind == TP_OP_RMSNORM_DW || op->kind == TP_OP_LAYERNORM_DW)
+            floats = tp_cuda_norm_grad_scratch(op->kind == TP_OP_LAYERNORM_DW, op->m);
+        if (floats * (int64_t)sizeof(float) > most)
+            most = floats * (int64_t)sizeof(float);
+    }
+    return most;
+}
+
 /* A training step's memory per rank: the weights, their gradients,
  * AdamW's two moments (fp32), the fp32 master weights tprun keeps beside
- * weights stored in bf16, and the arena, which holds the activations
- * saved for the backward. */
+ * weights stored in bf16, the arena, which holds the activations saved
+ * for the backward, and the workspace: the reshard staging, and on CUDA
+ * cuBLAS's workspace and the kernels' scratch. The total is what tprun's
+ * CUDA backend allocates, less the bytes of alignment padding; not the
+ * CUDA context, nor NCCL's own buffers. */
 typedef struct step_memory {
-    int64_t params, grads, optimizer, masters, activations, total;
+    int64_t params, grads, optimizer, masters, activations, staging, blas, scratch, workspace, total;
 } step_memory;
 
 static step_memory memory_of(const tp_ir *ir, size_t dsize)
 {
     step_memory m = {param_bytes(ir, dsize), param_bytes(ir, dsize), 2 * param_bytes(ir, 4),
-                     dsize == 4 ? 0 : param_bytes(ir, 4), ir->arena_bytes, 0};
+                     dsize == 4 ? 0 : param_bytes(ir, 4), ir->arena_bytes, staging_bytes(ir),
+                     TP_CUDA_BLAS_WORKSPACE_BYTES, cuda_scratch_bytes(ir, dsize == 2), 0, 0};
     /* the gradients live in the arena (outputs.grads), counted once */
     m.activations = ir->arena_bytes - m.grads;
-    m.total = m.params + m.grads + m.optimizer + m.masters + m.activations;
+    m.workspace = m.staging + m.blas + m.scratch;
+    m.total = m.params + m.grads + m.optimizer + m.masters + m.activations + m.workspace;
     return m;
 }
 
@@ -290,6 +337,10 @@ static void print_training(const tp_ir *ir, size_t ds, int64_t dp, int64_t devic
                 human((double)m.masters, a, sizeof a));
     fprintf(out, "  activations       %s  (the arena less the gradients: what the backward reads)\n",
             human((double)m.activations, a, sizeof a));
+    char c[32], d[32];
+    fprintf(out, "  workspace         %s  (reshard staging %s; on CUDA, cuBLAS's %s and the kernels' scratch %s)\n",
+            human((double)m.workspace, a, sizeof a), human((double)m.staging, b, sizeof b),
+            human((double)m.blas, c, sizeof c), human((double)m.scratch, d, sizeof d));
     fprintf(out, "  total             %s", human((double)m.total, a, sizeof a));
     if (device_memory > 0)
         fprintf(out, "  %s %s of device memory", m.total <= device_memory ? "fits in" : "DOES NOT FIT in",
@@ -415,6 +466,9 @@ static json_t *training_json(const tp_ir *ir, size_t ds, int64_t dp, int64_t dev
     tp_xcheck(o);
     if (m.masters)
         json_object_set_new(o, "master_bytes", json_integer(m.masters));
+    json_object_set_new(o, "workspace", json_pack("{s:I, s:I, s:I, s:I}", "bytes", (json_int_t)m.workspace,
+                                                  "staging_bytes", (json_int_t)m.staging, "cuda_blas_bytes",
+                                                  (json_int_t)m.blas, "cuda_scratch_bytes", (json_int_t)m.scratch));
     if (device_memory > 0) {
         json_object_set_new(o, "device_memory_bytes", json_integer(device_memory));
         json_object_set_new(o, "fits", json_boolean(m.total <= device_memory));

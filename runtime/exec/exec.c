@@ -27,8 +27,9 @@ static float *weight(const tr_exec *x, int w)
                  : (float *)(void *)(x->weights + x->s->weights[w].region_offset * (int64_t)tp_dtype_size(x->be->dtype));
 }
 
-/* The staging a rank needs for its largest collective: two buffers of the
- * largest tensor any collective touches. */
+/* The staging a rank needs for its largest collective: TP_STAGING_BUFFERS
+ * buffers (sched/workspace.h) of the largest tensor any collective
+ * touches, this size each. */
 static size_t staging_bytes(const tr_schedule *s)
 {
     size_t most = 0;
@@ -109,8 +110,8 @@ static void prefault(tr_exec *x)
     if (!x->be->host_memory)
         return;
     memset(x->arena, 0, (size_t)x->s->arena_bytes + 1);
-    memset(x->scratch[0], 0, x->scratch_bytes + 1);
-    memset(x->scratch[1], 0, x->scratch_bytes + 1);
+    for (int i = 0; i < TP_STAGING_BUFFERS; i++)
+        memset(x->scratch[i], 0, x->scratch_bytes + 1);
 }
 
 int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm *comm, char *err, size_t errlen)
@@ -131,11 +132,12 @@ int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm
     x->scratch_bytes = staging_bytes(s);
     x->arena = be->alloc((size_t)s->arena_bytes + 1);
     x->weights = be->alloc((size_t)s->weight_elems * tp_dtype_size(be->dtype) + 1);
-    x->scratch[0] = be->alloc(x->scratch_bytes + 1);
-    x->scratch[1] = be->alloc(x->scratch_bytes + 1);
+    bool staged = true;
+    for (int i = 0; i < TP_STAGING_BUFFERS; i++)
+        staged &= (x->scratch[i] = be->alloc(x->scratch_bytes + 1)) != NULL;
     x->trace = tp_xcalloc((size_t)s->nops + 1, sizeof *x->trace);
     x->rope_inv_freq = rope_tables(s);
-    if (!x->arena || !x->weights || !x->scratch[0] || !x->scratch[1]) {
+    if (!x->arena || !x->weights || !staged) {
         snprintf(err, errlen, "cannot allocate %lld bytes of activations and %lld of weights on the %s backend",
                  (long long)s->arena_bytes, (long long)(s->weight_elems * (int64_t)tp_dtype_size(be->dtype)), be->name);
         tr_exec_free(x);
@@ -150,8 +152,8 @@ void tr_exec_free(tr_exec *x)
     if (x->be) {
         x->be->release(x->arena);
         x->be->release(x->weights);
-        x->be->release(x->scratch[0]);
-        x->be->release(x->scratch[1]);
+        for (int i = 0; i < TP_STAGING_BUFFERS; i++)
+            x->be->release(x->scratch[i]);
     }
     free(x->trace);
     for (int i = 0; x->rope_inv_freq && i < x->s->nops; i++)

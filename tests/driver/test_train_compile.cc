@@ -303,9 +303,11 @@ TEST(TrainReport, Bf16CountsTheFp32MasterWeights)
         ASSERT_NE(root, nullptr) << p.out;
         const char *key;
         json_t *value;
-        json_object_foreach(json_object_get(root, "training"), key, value)
+        json_t *training = json_object_get(root, "training");
+        json_object_foreach(training, key, value)
             if (json_is_integer(value))
                 bytes[dtype][key] = json_integer_value(value);
+        bytes[dtype]["workspace_bytes"] = json_integer_value(json_object_get(json_object_get(training, "workspace"), "bytes"));
         json_decref(root);
     }
     std::map<std::string, json_int_t> &f = bytes["fp32"], &b = bytes["bf16"];
@@ -315,14 +317,16 @@ TEST(TrainReport, Bf16CountsTheFp32MasterWeights)
     EXPECT_EQ(b["master_bytes"], f["param_bytes"]);
     EXPECT_EQ(f.count("master_bytes"), 0u);
     EXPECT_EQ(b["total_bytes"], b["param_bytes"] + b["grad_bytes"] + b["optimizer_bytes"] + b["master_bytes"] +
-                                    b["activation_bytes"]);
+                                    b["activation_bytes"] + b["workspace_bytes"]);
     std::vector<std::string> text = tiny(2);
     text.insert(text.begin(), {source_path("plans/llama-megatron.plan"), "--train", "--report", "--dtype", "bf16"});
     EXPECT_TRUE(contains(tpcc_test::run_program(kTpcc, text).out, "master weights"));
 }
 
 // --report --train: memory per rank (weights, gradients, AdamW's moments,
-// activations), backward FLOPs, communication per phase against the bound.
+// activations, the workspace: the staging of the largest collective,
+// cuBLAS's and the CUDA kernels' scratch), backward FLOPs, communication
+// per phase against the bound.
 TEST(TrainReport, MemoryFlopsAndCommunicationPerPhase)
 {
     std::vector<std::string> args = {source_path("plans/llama-megatron.plan"), "--train", "--report",
@@ -339,8 +343,18 @@ TEST(TrainReport, MemoryFlopsAndCommunicationPerPhase)
     json_int_t params = json_integer_value(json_object_get(root, "param_bytes"));
     EXPECT_EQ(json_integer_value(json_object_get(t, "grad_bytes")), params);
     EXPECT_EQ(json_integer_value(json_object_get(t, "optimizer_bytes")), 2 * params);
+    json_t *workspace = json_object_get(t, "workspace");
+    json_int_t staging = json_integer_value(json_object_get(workspace, "staging_bytes"));
+    json_int_t blas = json_integer_value(json_object_get(workspace, "cuda_blas_bytes"));
+    json_int_t scratch = json_integer_value(json_object_get(workspace, "cuda_scratch_bytes"));
+    EXPECT_EQ(json_integer_value(json_object_get(workspace, "bytes")), staging + blas + scratch);
     EXPECT_EQ(json_integer_value(json_object_get(t, "total_bytes")),
-              params * 4 + json_integer_value(json_object_get(t, "activation_bytes")));
+              params * 4 + json_integer_value(json_object_get(t, "activation_bytes")) + staging + blas + scratch);
+    // the largest collective: the logits' all-gather, [2, 16, 128] fp32 (tiny()), twice
+    EXPECT_EQ(staging, 2 * (2 * 16 * 128 * 4));
+    EXPECT_EQ(blas, 32 << 20);
+    // fp32: attention's statistics, 2 b h s floats for 2 query heads a rank
+    EXPECT_EQ(scratch, 2 * 2 * 2 * 16 * 4);
     EXPECT_TRUE(json_is_true(json_object_get(t, "fits")) ==
                 (json_integer_value(json_object_get(t, "total_bytes")) <= (1 << 20)));
     json_t *flops = json_object_get(t, "flops");

@@ -34,6 +34,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -363,6 +364,53 @@ TEST_F(EmulatedRun, TensorCoreTrainingMatchesCpu)
                                    "flash_attention_dkv_kernel<D, true>", "flash_kv_reduce_kernel"})
             EXPECT_TRUE(log.ran(kernel)) << kernel;
         EXPECT_FALSE(log.ran("attention_stats_kernel")) << "the fp32 attention gradients ran";
+    }
+}
+
+// tpcc --report's memory of a training step is what tprun's CUDA backend
+// allocates: each rank's peak of device memory (TP_STANDIN_DEVICE_PEAK)
+// over a step is the report's total and the bytes tprun adds to its
+// buffers: one to each of the arena, the weights, the two staging
+// buffers, AdamW's two moments and the bf16 schedule's master weights,
+// and the optimizer's two floats of sums. At tp 2 with a
+// kv head for two query heads, bf16 splits dk and dv by query head, whose
+// sums are most of the scratch; fp32 keeps only the statistics. Leaving
+// out any part of the workspace (staging, cuBLAS's, the scratch) is off by
+// kilobytes to megabytes.
+TEST_F(EmulatedRun, TrainingStepHoldsWhatTheReportSays)
+{
+    const std::string tokens = source_path("tests/fixtures/train/llama/tokens.npy");
+    std::vector<std::string> sizes = kHeadDim64;
+    sizes.push_back("batch=1");
+    for (std::string dtype : {"bf16", "fp32"}) {
+        std::vector<std::string> args = {plan, "--train", "--report", "--report-format=json", "--dtype", dtype};
+        for (auto &f : tiny(plan, 2, sizes))
+            args.push_back(f);
+        Proc report = run_program(kTpcc, args);
+        ASSERT_EQ(report.code(), 0) << report.describe();
+        json_error_t error;
+        json_t *root = json_loads(report.out.c_str(), 0, &error);
+        ASSERT_NE(root, nullptr) << error.text << "\n" << report.out;
+        json_t *training = json_object_get(root, "training"), *workspace = json_object_get(training, "workspace");
+        json_int_t total = json_integer_value(json_object_get(training, "total_bytes"));
+        json_int_t scratch = json_integer_value(json_object_get(workspace, "cuda_scratch_bytes"));
+        json_int_t staging = json_integer_value(json_object_get(workspace, "staging_bytes"));
+        json_decref(root);
+        // [1, 80, 2 heads, 64]: the statistics, and for bf16 the heads' sums of dk and dv
+        EXPECT_EQ(scratch, (2 * 80 * 2 + (dtype == "bf16" ? 2 * 80 * 2 * 64 : 0)) * (json_int_t)sizeof(float));
+        EXPECT_GT(staging, 0);
+
+        std::string peaks = dir.path + "/peak-" + dtype + ".txt";
+        Proc p = run(kEmulated, 2, compile(dir, plan, 2, dtype, sizes, true),
+                     {"--backend", "cuda", "--steps", "1", "--data", tokens, "-q"},
+                     {"TP_STANDIN_DEVICE_PEAK=" + peaks});
+        ASSERT_EQ(p.code(), 0) << p.describe();
+        std::istringstream lines(slurp(peaks));
+        int ranks = 0;
+        const json_int_t padding = (dtype == "bf16" ? 7 : 6) + 2 * (json_int_t)sizeof(float);
+        for (json_int_t peak; lines >> peak; ranks++)
+            EXPECT_EQ(peak, total + padding) << dtype;
+        EXPECT_EQ(ranks, 2) << dtype;
     }
 }
 

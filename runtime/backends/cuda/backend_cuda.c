@@ -18,6 +18,7 @@
  * so a fault is reported with the op that caused it. */
 #include "runtime/backends/cuda/backend_cuda.h"
 #include "runtime/backends/cuda/kernels/launch_limits.h"
+#include "sched/workspace.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -161,10 +162,6 @@ static int node_rank(const tp_comm *host, int *local, int *local_size, char *err
     return 0;
 }
 
-/* 32 MiB: cuBLAS's recommendation for Hopper; set once, so cuBLAS never
- * allocates while the forward pass runs. */
-#define BLAS_WORKSPACE_BYTES (32u << 20)
-
 int tp_gpu_init(const tp_comm *host, char *err, size_t errlen)
 {
     gpu->rank = host->rank;
@@ -199,7 +196,7 @@ int tp_gpu_init(const tp_comm *host, char *err, size_t errlen)
     TP_CUBLAS_TRY(cublasSetStream(gpu->blas, gpu->stream));
     /* fp32 GEMMs stay fp32 (no TF32): the CPU twin is matched to 1e-4 */
     TP_CUBLAS_TRY(cublasSetMathMode(gpu->blas, CUBLAS_DEFAULT_MATH));
-    gpu->blas_workspace_bytes = BLAS_WORKSPACE_BYTES;
+    gpu->blas_workspace_bytes = (size_t)TP_CUDA_BLAS_WORKSPACE_BYTES;
     TP_CUDA_TRY(cudaMalloc(&gpu->blas_workspace, gpu->blas_workspace_bytes));
     TP_CUBLAS_TRY(cublasSetWorkspace(gpu->blas, gpu->blas_workspace, gpu->blas_workspace_bytes));
     gpu->ready = true;
@@ -538,8 +535,8 @@ static void cuda_ce_loss(float *loss, const float *sumexp, const float *max, con
 /* training: the backward kernels and the optimizer                          */
 /* ------------------------------------------------------------------------ */
 
-/* The scratch a launcher asks for (kernels.h), grown to the largest request
- * and kept: a training schedule's first step sizes it, a forward schedule
+/* The scratch a launcher asks for (sizes: sched/workspace.h, which tpcc
+ * --report counts), grown to the largest request and kept: a training schedule's first step sizes it, a forward schedule
  * never allocates it. The old buffer is freed only once the work queued
  * before, which may read it, is done. */
 static void *scratch(size_t bytes)
@@ -584,7 +581,7 @@ static void cuda_rmsnorm_dx(float *dx, const float *x, const float *dy, const fl
 
 static void cuda_rmsnorm_dw(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps)
 {
-    tp_k_rmsnorm_dw(compute_stream(), gpu->kdt, dw, x, dy, scratch_floats(m), m, n, eps);
+    tp_k_rmsnorm_dw(compute_stream(), gpu->kdt, dw, x, dy, scratch_floats(tp_cuda_norm_grad_scratch(false, m)), m, n, eps);
     done();
 }
 
@@ -597,7 +594,7 @@ static void cuda_layernorm_dx(float *dx, const float *x, const float *dy, const 
 
 static void cuda_layernorm_dw(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps)
 {
-    tp_k_layernorm_dw(compute_stream(), gpu->kdt, dw, x, dy, scratch_floats(2 * m), m, n, eps);
+    tp_k_layernorm_dw(compute_stream(), gpu->kdt, dw, x, dy, scratch_floats(tp_cuda_norm_grad_scratch(true, m)), m, n, eps);
     done();
 }
 
@@ -608,7 +605,7 @@ static void cuda_attention_grad(float *dq, float *dk, float *dv, const float *q,
     TP_GPU_ASSERT(b >= 0 && s >= 0 && h >= 0);
     if (!dq && !dk && !dv)
         return;
-    float *scratch = scratch_floats(tp_k_attention_grad_scratch(gpu->kdt, b, s, h, g, d));
+    float *scratch = scratch_floats(tp_cuda_attention_grad_scratch(gpu->kdt == TP_KERNEL_BF16, b, s, h, g, d));
     tp_k_attention_grad(compute_stream(), gpu->kdt, dq, dk, dv, q, k, v, dy, scratch, b, s, h, g, d, (float)scale,
                         (float)softcap);
     done();
@@ -680,7 +677,7 @@ static void cuda_adamw_master(float *master, float *w, const float *g, float *m,
 /* The host waits for the sum: clipping needs the norm before the update. */
 static double cuda_sum_squares(const float *x, int64_t n)
 {
-    double *sum = scratch(sizeof(double)), host = 0.0;
+    double *sum = scratch((size_t)TP_CUDA_SUM_SQUARES_SCRATCH_BYTES), host = 0.0;
     tp_k_sum_squares(compute_stream(), gpu->kdt, sum, x, n);
     TP_CUDA_CHECK(cudaMemcpyAsync(&host, sum, sizeof host, cudaMemcpyDeviceToHost, gpu->stream));
     TP_CUDA_CHECK(cudaStreamSynchronize(gpu->stream));

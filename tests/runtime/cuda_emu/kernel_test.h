@@ -21,6 +21,7 @@
 #include "runtime/backends/cuda/kernels/launch.h"
 extern "C" {
 #include "runtime/backends/backend.h"
+#include "sched/workspace.h"
 }
 
 namespace tp_ktest {

@@ -546,7 +546,7 @@ TEST_P(Kernels, Attention)
                                                 " h" + std::to_string(c.h) + " g" + std::to_string(c.g) + " d" +
                                                 std::to_string(c.d) + (softcap > 0 ? " capped" : ""));
         // bf16 with head dimension 64, 96 or 128 runs on tensor cores (test_kernels_flash.cc)
-        const Tol tol = t() == TP_KERNEL_BF16 && flash_head_dim(c.d) ? kFlashTol : stored({3e-6, 1e-5}, t());
+        const Tol tol = t() == TP_KERNEL_BF16 && tp_cuda_flash_head_dim(c.d) ? kFlashTol : stored({3e-6, 1e-5}, t());
         // scores of a few units: the softmax is neither flat nor one-hot
         const float amp = 3.0f / std::sqrt(std::sqrt((float)c.d));
         Vec q = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 9, -amp, amp), t());

@@ -122,7 +122,7 @@ std::vector<Vec> run_grad(const AttnCase &c, const GradData &x, const bool which
 {
     Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), ddy(TP_KERNEL_BF16, x.dy);
     Dev gq(TP_KERNEL_BF16, x.q.size()), gk(TP_KERNEL_BF16, x.k.size()), gv(TP_KERNEL_BF16, x.k.size());
-    DevOf<float> scratch((size_t)tp_k_attention_grad_scratch(TP_KERNEL_BF16, c.b, c.s, c.h, c.g, c.d));
+    DevOf<float> scratch((size_t)tp_cuda_attention_grad_scratch(true, c.b, c.s, c.h, c.g, c.d));
     const size_t dq_runs = tp_emu_launches_of("flash_attention_dq_kernel"),
                  dkv_runs = tp_emu_launches_of("flash_attention_dkv_kernel"),
                  reduce_runs = tp_emu_launches_of("flash_kv_reduce_kernel");
@@ -209,7 +209,7 @@ TEST(FlashAttentionGrad, MisalignedOperandsTakeTheFp32Kernels)
     std::copy(x.dy.begin(), x.dy.end(), dy1.begin() + 1);
     Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), ddy(TP_KERNEL_BF16, dy1);
     Dev gq(TP_KERNEL_BF16, x.q.size()), gk(TP_KERNEL_BF16, x.k.size()), gv(TP_KERNEL_BF16, x.k.size());
-    DevOf<float> scratch((size_t)tp_k_attention_grad_scratch(TP_KERNEL_BF16, c.b, c.s, c.h, c.g, c.d));
+    DevOf<float> scratch((size_t)tp_cuda_attention_grad_scratch(true, c.b, c.s, c.h, c.g, c.d));
     const void *dy = ddy.at(1);
     const size_t flash_runs = tp_emu_launches_of("flash_attention");
     tp_k_attention_grad(nullptr, TP_KERNEL_BF16, gq.ptr(), gk.ptr(), gv.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), dy,

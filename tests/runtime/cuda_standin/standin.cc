@@ -54,6 +54,9 @@
 //                                 default: every one)
 //   TP_STANDIN_GEMM_FAIL=r:n      rank r's n-th GEMM (from 1) returns
 //                                 CUBLAS_STATUS_EXECUTION_FAILED
+//   TP_STANDIN_DEVICE_PEAK=path   each process appends to path, when it
+//                                 exits, the most device memory it held at
+//                                 once (bytes of cudaMalloc not yet freed)
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 #include "nccl.h"
@@ -127,6 +130,34 @@ cudaError_t driver_state(int *count)
 
 std::mutex alloc_mu;
 std::map<const char *, size_t> allocs;   // base -> bytes
+size_t live_bytes, peak_bytes;           // of allocs, now and at most
+bool peak_reported;                      // append_device_peak registered, or not wanted
+
+void append_device_peak()
+{
+    const char *path = getenv("TP_STANDIN_DEVICE_PEAK");
+    FILE *f = fopen(path, "a");
+    bool ok = f && fprintf(f, "%zu\n", peak_bytes) >= 0;
+    if (f && fclose(f))
+        ok = false;
+    if (!ok)
+        note("cannot append to TP_STANDIN_DEVICE_PEAK %s", path);
+}
+
+// Counts an allocation of cudaMalloc (bytes > 0) or a release (< 0);
+// called under alloc_mu.
+void count_device_bytes(long long bytes)
+{
+    if (!peak_reported) {
+        peak_reported = true;
+        const char *path = getenv("TP_STANDIN_DEVICE_PEAK");
+        if (path && *path && atexit(append_device_peak))
+            note("cannot report the device memory peak to %s", path);
+    }
+    live_bytes = (size_t)((long long)live_bytes + bytes);
+    if (live_bytes > peak_bytes)
+        peak_bytes = live_bytes;
+}
 
 // [p, p + bytes) lies inside one allocation
 bool on_device(const void *p, size_t bytes)
@@ -324,6 +355,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
         return fail(cudaErrorMemoryAllocation);
     std::lock_guard<std::mutex> lock(alloc_mu);
     allocs[static_cast<const char *>(q)] = bytes ? bytes : 1;
+    count_device_bytes((long long)(bytes ? bytes : 1));
     *p = q;
     return cudaSuccess;
 }
@@ -340,6 +372,7 @@ cudaError_t cudaFree(void *p)
             note("cudaFree(%p): not an allocation of cudaMalloc", p);
             return fail(cudaErrorInvalidValue);
         }
+        count_device_bytes(-(long long)it->second);
         allocs.erase(it);
     }
     if (!tp_emu_free(p)) {   // a guard byte was overwritten: a kernel wrote out of bounds

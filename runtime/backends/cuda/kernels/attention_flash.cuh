@@ -23,13 +23,14 @@
 //
 // The same kernel gives the gradients' statistics (kStats): each query's
 // log-sum-exp and D = dy . O instead of O.
-// defines: FLASH_*, flash_head_dim, flash_for_head_dim, flash_attention_supports, flash_stride, flash_kv_tiles,
+// defines: FLASH_*, flash_for_head_dim, flash_attention_supports, flash_stride, flash_kv_tiles,
 // flash_stage, flash_warp, flash_softmax, flash_out, flash_attention_launch, flash_attention_stats_launch
 #ifndef TPRUN_KERNELS_ATTENTION_FLASH_CUH
 #define TPRUN_KERNELS_ATTENTION_FLASH_CUH
 
 #include "attention.cuh"
 #include "warp_tiles.cuh"
+#include "sched/workspace.h"
 
 #include <type_traits>
 
@@ -37,13 +38,11 @@
 #define FLASH_QUERIES (FLASH_WARPS * 16)
 #define FLASH_KEYS 64
 
-// The head dimensions with a tensor-core kernel: GPT-2's and small
-// models' 64, Phi-3's 96, Llama's, Qwen's and Mistral's 128. A multiple of
+// The head dimensions with a tensor-core kernel (tp_cuda_flash_head_dim,
+// sched/workspace.h, where tpcc --report reads them too) are multiples of
 // 16 (the products' k) up to 128 (the registers of a warp's 16 rows).
-static inline bool flash_head_dim(int64_t d) { return d == 64 || d == 96 || d == 128; }
-
-// Calls f(std::integral_constant<int, d>()) for a head dimension
-// flash_head_dim accepts: the kernels' templates instantiated for each.
+// flash_for_head_dim calls f(std::integral_constant<int, d>()) for each of
+// them: the kernels' templates instantiated for each.
 template <typename F> static void flash_for_head_dim(int64_t d, F f)
 {
     if (d == 64)
@@ -58,7 +57,7 @@ template <typename F> static void flash_for_head_dim(int64_t d, F f)
 // buffers are 256-byte aligned; anything else takes the fp32 kernel).
 static inline bool flash_attention_supports(int64_t d, const void *q, const void *k, const void *v)
 {
-    return flash_head_dim(d) && ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16 == 0;
+    return tp_cuda_flash_head_dim(d) && ((uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16 == 0;
 }
 
 // Elements of a row staged in shared memory: padded by 16 bytes, so the
@@ -247,7 +246,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         warp_store_c<D>(dst.out + ((bi * s + warp_q0) * h + hi) * D, h * D, s - warp_q0, w.o, inv);
 }
 
-// [b, s, h, D] queries, [b, s, g, D] keys and values, flash_head_dim(D).
+// [b, s, h, D] queries, [b, s, g, D] keys and values, tp_cuda_flash_head_dim(D).
 template <int D, bool kTrailingBarrier = true>
 static void flash_attention_launch(tp_stream st, __nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                    const __nv_bfloat16 *v, int64_t b, int64_t s, int64_t h, int64_t g, float scale,

@@ -35,7 +35,7 @@
 // and values of the block staged and bring one tile of queries and output
 // gradients at a time: at d 96 and 128 a second tile would pass the 48 KiB
 // a block gets without opt-in.
-// defines: flash_attention_grad_supports, flash_attention_grad_scratch, flash_attention_grad_launch
+// defines: flash_attention_grad_supports, flash_attention_grad_launch
 #ifndef TPRUN_KERNELS_ATTENTION_FLASH_GRAD_CUH
 #define TPRUN_KERNELS_ATTENTION_FLASH_GRAD_CUH
 
@@ -259,19 +259,9 @@ static __global__ void flash_kv_reduce_kernel(flash_kv_out out, int64_t n, int64
     }
 }
 
-// Whether dk and dv are split by query head: a kv head has several.
-static inline bool flash_kv_by_query_head(int64_t h, int64_t g) { return h > g; }
-
-// The scratch of flash_attention_grad_launch, in floats: the statistics,
-// and when dk and dv are split by query head the fp32 sums of each.
-static inline int64_t flash_attention_grad_scratch(int64_t b, int64_t s, int64_t h, int64_t g, int64_t d)
-{
-    return 2 * b * h * s + (flash_kv_by_query_head(h, g) ? 2 * b * s * h * d : 0);
-}
-
 // [b, s, h, D] queries and dy, [b, s, g, D] keys and values; scratch holds
-// flash_attention_grad_scratch floats (L, D, then the query heads' dk and
-// dv). Any of dq, dk and dv may be null.
+// tp_cuda_attention_grad_scratch floats (sched/workspace.h: L, D, then
+// the query heads' dk and dv). Any of dq, dk and dv may be null.
 template <int D>
 static void flash_attention_grad_launch(tp_stream st, __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv,
                                         const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
@@ -287,7 +277,7 @@ static void flash_attention_grad_launch(tp_stream st, __nv_bfloat16 *dq, __nv_bf
     if (!dk && !dv)
         return;
     flash_kv_out out = {dk, dv, nullptr, nullptr};
-    if (!flash_kv_by_query_head(h, g)) {
+    if (!tp_cuda_flash_kv_by_query_head(h, g)) {
         TP_LAUNCH((flash_attention_dkv_kernel<D, false>), dim3(tiles, (unsigned)g, (unsigned)b), FLASH_WARPS * 32, 0,
                   st, out, q, k, v, dy, lse, dsum, s, h, g, scale, softcap);
         return;

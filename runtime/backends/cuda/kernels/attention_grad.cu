@@ -185,14 +185,6 @@ static bool apart(const void *out, const void *q, const void *k, const void *v, 
     return !out || (out != q && out != k && out != v && out != dy);
 }
 
-// 2 b h s floats of statistics; for the tensor-core kernels the query
-// heads' sums of dk and dv too, whenever the operands may be aligned.
-extern "C" int64_t tp_k_attention_grad_scratch(tp_kernel_dtype t, int64_t b, int64_t s, int64_t h, int64_t g,
-                                               int64_t d)
-{
-    return t == TP_KERNEL_BF16 && flash_head_dim(d) ? flash_attention_grad_scratch(b, s, h, g, d) : 2 * b * h * s;
-}
-
 extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, void *dk, void *dv, const void *q,
                                     const void *k, const void *v, const void *dy, float *scratch, int64_t b, int64_t s,
                                     int64_t h, int64_t g, int64_t d, float scale, float softcap)

@@ -84,7 +84,7 @@ void tp_k_ce_loss(tp_stream s, float *loss, const float *sumexp, const float *ma
  * `scratch` argument is device memory the launcher's kernels pass data
  * through, of the size given; the caller owns it. */
 
-/* norms_grad.cu: scratch m floats (rmsnorm_dw) or 2 m (layernorm_dw) */
+/* norms_grad.cu: scratch tp_cuda_norm_grad_scratch floats (sched/workspace.h) */
 void tp_k_rmsnorm_dx(tp_stream s, tp_kernel_dtype t, void *dx, const void *x, const void *dy, const void *w, int64_t m,
                      int64_t n, float eps, bool unit_offset);
 void tp_k_rmsnorm_dw(tp_stream s, tp_kernel_dtype t, void *dw, const void *x, const void *dy, float *scratch, int64_t m,
@@ -95,8 +95,7 @@ void tp_k_layernorm_dw(tp_stream s, tp_kernel_dtype t, void *dw, const void *x, 
                        int64_t m, int64_t n, float eps);
 void tp_k_sum_rows(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t m, int64_t n, float scale);
 /* attention_grad.cu: dq, dk and dv in one launch, each NULL where it is not wanted (at least
- * one is); scratch tp_k_attention_grad_scratch floats */
-int64_t tp_k_attention_grad_scratch(tp_kernel_dtype t, int64_t b, int64_t seq, int64_t h, int64_t g, int64_t d);
+ * one is); scratch tp_cuda_attention_grad_scratch floats (sched/workspace.h) */
 void tp_k_attention_grad(tp_stream s, tp_kernel_dtype t, void *dq, void *dk, void *dv, const void *q, const void *k,
                          const void *v, const void *dy, float *scratch, int64_t b, int64_t seq, int64_t h, int64_t g,
                          int64_t d, float scale, float softcap);

@@ -1,0 +1,56 @@
+/* workspace.h: the memory a rank's backend takes for a schedule beside
+ * its arena and its weights, in one place.
+ *
+ * tprun's executor allocates the reshard staging; the CUDA backend the
+ * cuBLAS workspace and one scratch buffer, grown to the largest of its
+ * kernels' requests (backend_cuda.c; the kernels lay the scratch out as
+ * said here). tpcc --report counts all of it in a training step's memory,
+ * so the total it compares with --device-memory is what tprun allocates.
+ * Plain C with nothing to link: the CUDA kernels include it too. */
+#ifndef TP_SCHED_WORKSPACE_H
+#define TP_SCHED_WORKSPACE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Reshard staging: this many buffers of the largest tensor a collective
+ * reads or writes (an all-to-all's blocks leave from one and arrive in the
+ * other). */
+#define TP_STAGING_BUFFERS 2
+
+/* cuBLAS's workspace, set once so that it never allocates while a step
+ * runs: 32 MiB, its recommendation for Hopper. */
+#define TP_CUDA_BLAS_WORKSPACE_BYTES ((int64_t)32 << 20)
+
+/* The head dimensions whose bf16 attention runs on tensor cores
+ * (attention_flash.cuh, attention_flash_grad.cuh): GPT-2's and small
+ * models' 64, Phi-3's 96, Llama's, Qwen's and Mistral's 128. */
+static inline bool tp_cuda_flash_head_dim(int64_t d) { return d == 64 || d == 96 || d == 128; }
+
+/* Whether the tensor-core gradient splits dk and dv by query head: a kv
+ * head serves several (GQA, or a rank holding one kv head for several
+ * query heads). */
+static inline bool tp_cuda_flash_kv_by_query_head(int64_t h, int64_t g) { return h > g; }
+
+/* Floats of scratch attention's gradient takes on the CUDA backend, for
+ * [b, s, h, d] queries and g kv heads: each query's log-sum-exp and dy . O
+ * (2 b h s), and on tensor cores, where dk and dv are split by query head,
+ * each query head's fp32 dk and dv before they are added in head order
+ * (2 b s h d). A bf16 schedule whose operands turn out misaligned takes
+ * the fp32 kernel, which uses less. */
+static inline int64_t tp_cuda_attention_grad_scratch(bool bf16, int64_t b, int64_t s, int64_t h, int64_t g,
+                                                     int64_t d)
+{
+    bool split = bf16 && tp_cuda_flash_head_dim(d) && tp_cuda_flash_kv_by_query_head(h, g);
+    return 2 * b * h * s + (split ? 2 * b * s * h * d : 0);
+}
+
+/* Floats of scratch a norm's weight gradient takes for m rows: each row's
+ * 1 / rms, and a layernorm's mean beside it. */
+static inline int64_t tp_cuda_norm_grad_scratch(bool layernorm, int64_t m) { return (layernorm ? 2 : 1) * m; }
+
+/* Bytes of scratch the sum of squares (the gradient norm) takes: one
+ * double. */
+#define TP_CUDA_SUM_SQUARES_SCRATCH_BYTES ((int64_t)sizeof(double))
+
+#endif /* TP_SCHED_WORKSPACE_H */
