@@ -21,13 +21,17 @@
 //         fp32 where the CPU twin accumulates norms and softmaxes in double;
 //         measured under emulation: at most 2.4e-7. A wrong shard or a
 //         missed reduction is off by 1e-2 or more.
-//   bf16  1.5e-2 (loss 1e-3): every weight and activation is rounded to 8
+//   bf16  2e-2 (loss 1e-3): every weight and activation is rounded to 8
 //         significant bits (relative 2^-9 = 2e-3 per rounding) and errors
 //         compound over 2 layers. Measured under emulation on every shipped
-//         plan at tp = 1, 2 and 4: logits at most 4.7e-3, loss 3.2e-4; the
-//         tolerances leave a 3x margin and stay a tenth of the logits'
-//         spread, while a collective the compute stream does not wait for
-//         is off by 0.6 (checked by mutation).
+//         plan at tp = 1 and 2: logits at most 5.8e-3, loss 3.2e-4, but
+//         for the Gemmas, whose head dimension of 256 takes attention onto
+//         tensor cores (the probabilities rounded to bf16) and whose norms
+//         round four times a layer: gemma-sp 9.4e-3, gemma2-sp 1.6e-2
+//         (1.25e-2 with the fp32 attention kernel). The tolerance stays a
+//         fifteenth of the logits' spread (std 0.31 for gemma2-sp), while a
+//         collective the compute stream does not wait for is off by 0.6
+//         (checked by mutation).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -59,7 +63,7 @@ const std::string kEmulated = TPRUN_EMULATED;   // "" when not built
 const char *const kEmulatedNotBuilt =
     "tprun_emulated is not built: configure with -DTPCC_CUDA_EMULATION=ON (the default)";
 const char *const kFp32Tolerance = "1e-4";
-const char *const kBf16Tolerance = "1.5e-2";     // see the top of the file
+const char *const kBf16Tolerance = "2e-2";     // see the top of the file
 const double kBf16LossTolerance = 1e-3;
 
 const std::vector<std::string> kEnv = {"OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1"};
@@ -221,12 +225,13 @@ TEST_P(Emulated, CudaBackendMatchesCpuAtTp1And2) { check_against_cpu(kEmulated, 
 INSTANTIATE_TEST_SUITE_P(Shipped, Emulated, ::testing::ValuesIn(shipped_plans()),
                          [](const auto &info) { return plan_name(info.param); });
 
-// Head dimensions 64, 128 and 96, where bf16 attention runs on tensor cores
-// (attention_flash.cuh), over 80 positions: a whole block of 64 queries and
-// a ragged one; GQA.
+// Head dimensions 64, 128, 96 and 256, where bf16 attention runs on tensor
+// cores (attention_flash.cuh), over 80 positions: a whole block of 64
+// queries and a ragged one; GQA.
 const std::vector<std::string> kHeadDim64 = {"hidden=256", "heads=4", "kv_heads=2", "ffn=256", "seq=80"};
 const std::vector<std::string> kHeadDim128 = {"hidden=256", "heads=2", "kv_heads=1", "ffn=256", "seq=80"};
 const std::vector<std::string> kHeadDim96 = {"hidden=192", "heads=2", "kv_heads=1", "ffn=256", "seq=80"};
+const std::vector<std::string> kHeadDim256 = {"hidden=512", "heads=2", "kv_heads=1", "ffn=256", "seq=80"};
 const double kTensorCoreTrainingBound = 5e-2;
 
 class EmulatedRun : public ::testing::Test {
@@ -320,11 +325,13 @@ TEST_F(EmulatedRun, RepeatGivesTheSameLogits)
 }
 
 // The kernels the emulated runs launch while it lives (TP_EMU_LAUNCH_LOG,
-// inherited by every rank), to show which a launcher chose.
+// inherited by every rank), to show which a launcher chose; each log
+// starts empty.
 class LaunchLog {
   public:
     explicit LaunchLog(const TempDir &dir) : path_(dir.path + "/launches.txt")
     {
+        fs::remove(path_);
         EXPECT_EQ(setenv("TP_EMU_LAUNCH_LOG", path_.c_str(), 1), 0);
     }
     ~LaunchLog() { unsetenv("TP_EMU_LAUNCH_LOG"); }
@@ -338,11 +345,11 @@ class LaunchLog {
 
 TEST_F(EmulatedRun, TensorCoreAttentionMatchesCpu)
 {
-    LaunchLog log(dir);
-    check_against_cpu(kEmulated, plan, {1}, false, kHeadDim64);
-    check_against_cpu(kEmulated, plan, {1}, false, kHeadDim128);
-    check_against_cpu(kEmulated, plan, {1}, false, kHeadDim96);
-    EXPECT_TRUE(log.ran("flash_attention_kernel<D, kTrailingBarrier, false>"));
+    for (const auto &sizes : {kHeadDim64, kHeadDim128, kHeadDim96, kHeadDim256}) {
+        LaunchLog log(dir);
+        check_against_cpu(kEmulated, plan, {1}, false, sizes);
+        EXPECT_TRUE(log.ran("flash_attention_kernel<D, kTrailingBarrier, false>")) << sizes[0];
+    }
 }
 
 // A bf16 training step where attention's gradients run on tensor cores
@@ -350,7 +357,8 @@ TEST_F(EmulatedRun, TensorCoreAttentionMatchesCpu)
 // activations and gradients put the first step's gradients within 1.4e-2
 // (d 64, GQA) and 1.2e-2 (d 128) of each tensor's largest entry of the
 // CPU's fp32 step (measured; kTensorCoreTrainingBound is 5e-2). A dk off
-// by half its scale is off by 0.5.
+// by half its scale is off by 0.5. At d 256 only the forward runs on
+// tensor cores, its gradients on the fp32 kernels: 1.3e-2.
 TEST_F(EmulatedRun, TensorCoreTrainingMatchesCpu)
 {
     for (const auto &sizes : {kHeadDim64, kHeadDim128, kHeadDim96}) {
@@ -365,6 +373,15 @@ TEST_F(EmulatedRun, TensorCoreTrainingMatchesCpu)
             EXPECT_TRUE(log.ran(kernel)) << kernel;
         EXPECT_FALSE(log.ran("attention_stats_kernel")) << "the fp32 attention gradients ran";
     }
+    // d 256 (Gemma): the forward on tensor cores, its gradients in fp32
+    LaunchLog log(dir);
+    std::vector<std::string> one = kHeadDim256;
+    one.push_back("batch=1");
+    std::printf("d 256: first-step gradients within %.3g of each tensor's largest entry\n",
+                check_training_against_cpu(kEmulated, plan, false, one, kTensorCoreTrainingBound));
+    EXPECT_TRUE(log.ran("flash_attention_kernel<D, kTrailingBarrier, false>"));
+    EXPECT_TRUE(log.ran("attention_stats_kernel"));
+    EXPECT_FALSE(log.ran("flash_attention_dq_kernel")) << "no tensor-core gradients past d 128";
 }
 
 // tpcc --report's memory of a training step is what tprun's CUDA backend

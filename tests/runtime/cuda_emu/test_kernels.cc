@@ -545,7 +545,7 @@ TEST_P(Kernels, Attention)
         const std::string what = label(t(), "attention b" + std::to_string(c.b) + " s" + std::to_string(c.s) +
                                                 " h" + std::to_string(c.h) + " g" + std::to_string(c.g) + " d" +
                                                 std::to_string(c.d) + (softcap > 0 ? " capped" : ""));
-        // bf16 with head dimension 64, 96 or 128 runs on tensor cores (test_kernels_flash.cc)
+        // bf16 with head dimension 64, 96, 128 or 256 runs on tensor cores (test_kernels_flash.cc)
         const Tol tol = t() == TP_KERNEL_BF16 && tp_cuda_flash_head_dim(c.d) ? kFlashTol : stored({3e-6, 1e-5}, t());
         // scores of a few units: the softmax is neither flat nor one-hot
         const float amp = 3.0f / std::sqrt(std::sqrt((float)c.d));

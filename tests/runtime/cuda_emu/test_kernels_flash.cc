@@ -180,14 +180,15 @@ AttnData attn_data(const AttnCase &c)
 }
 
 // Ragged sequences (one query, less than a tile, not a multiple of the 64
-// queries of a block or of a key tile), GQA and MQA, each head dimension,
-// capped and uncapped scores.
+// queries of a block or of a key tile: 64 keys, 16 at d 256), GQA and MQA,
+// each head dimension, capped and uncapped scores.
 TEST(FlashAttention, MatchesTheCpuBackend)
 {
     for (AttnCase c : {AttnCase{1, 1, 1, 1, 64, 0.125, 0}, AttnCase{2, 19, 4, 2, 64, 0.125, 0},
                        AttnCase{1, 130, 2, 1, 64, 0.2, 2.0}, AttnCase{1, 67, 3, 3, 128, 1 / std::sqrt(128.0), 0},
                        AttnCase{1, 1, 2, 1, 128, 0.2, 2.0}, AttnCase{1, 40, 4, 1, 128, 0.2, 2.0},
-                       AttnCase{1, 70, 3, 1, 96, 1 / std::sqrt(96.0), 0}, AttnCase{2, 33, 2, 2, 96, 0.2, 2.0}}) {
+                       AttnCase{1, 70, 3, 1, 96, 1 / std::sqrt(96.0), 0}, AttnCase{2, 33, 2, 2, 96, 0.2, 2.0},
+                       AttnCase{1, 70, 2, 1, 256, 1 / std::sqrt(256.0), 0}, AttnCase{2, 9, 2, 2, 256, 0.2, 2.0}}) {
         AttnData x = attn_data(c);
         Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), dout(TP_KERNEL_BF16, x.q.size());
         const size_t runs = tp_emu_launches_of("flash_attention_kernel");

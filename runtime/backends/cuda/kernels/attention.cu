@@ -1,5 +1,5 @@
 // attention.cu: causal scaled-dot-product attention with grouped KV heads:
-// bf16 with head dimension 64, 96 or 128 on tensor cores (attention_flash.cuh),
+// bf16 with head dimension 64, 96, 128 or 256 on tensor cores (attention_flash.cuh),
 // the rest (fp32, other head dimensions) a warp per query in fp32.
 // defines: tp_k_attention
 #include "attention.cuh"
@@ -55,7 +55,7 @@ extern "C" void tp_k_attention(tp_stream st, tp_kernel_dtype t, void *out, const
         __nv_bfloat16 *o = (__nv_bfloat16 *)out;
         const __nv_bfloat16 *bq = (const __nv_bfloat16 *)q, *bk = (const __nv_bfloat16 *)k,
                             *bv = (const __nv_bfloat16 *)v;
-        flash_for_head_dim(d, [&](auto dim) {
+        flash_for_head_dim<256>(d, [&](auto dim) {
             flash_attention_launch<decltype(dim)::value>(st, o, bq, bk, bv, b, s, h, g, scale, softcap);
         });
     } else if (t == TP_KERNEL_F32)

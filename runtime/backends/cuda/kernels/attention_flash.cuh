@@ -1,10 +1,11 @@
 // attention_flash.cuh: the bf16 attention forward on tensor cores, for head
-// dimensions 64, 96 and 128 (attention.cu picks it; other shapes and fp32
-// keep attention_kernel, a warp per query in fp32).
+// dimensions 64, 96, 128 and 256 (attention.cu picks it; other shapes and
+// fp32 keep attention_kernel, a warp per query in fp32).
 //
 // FlashAttention-2's forward: a block takes 64 queries of one head (16 per
 // warp, 4 warps), walks the keys its queries see (causal: up to its last
-// query) in tiles of 64, and keeps an online softmax per query. The scores
+// query) in tiles of 64 (16 at d 256), and keeps an online softmax per
+// query. The scores
 // S = Q K^T of a tile and its part of P V are m16n8k16 bf16 tensor-core
 // products (mma_sm80.cuh) accumulated in fp32, and everything between them
 // stays in registers: the queries as A fragments, loaded once; the scores
@@ -38,13 +39,22 @@
 #define FLASH_QUERIES (FLASH_WARPS * 16)
 #define FLASH_KEYS 64
 
+// Keys a tile of the forward holds: FLASH_KEYS, but 16 at d 256, where a
+// lane's share of its warp's output rows (128 registers) and queries (64)
+// leave room for no more scores: ptxas gives the kernel 255 registers and
+// no spills (32 keys spill).
+template <int D> __host__ __device__ constexpr int flash_keys() { return D <= 128 ? FLASH_KEYS : 16; }
+
 // The head dimensions with a tensor-core kernel (tp_cuda_flash_head_dim,
 // sched/workspace.h, where tpcc --report reads them too) are multiples of
-// 16 (the products' k) up to 128 (the registers of a warp's 16 rows).
-// flash_for_head_dim calls f(std::integral_constant<int, d>()) for each of
-// them: the kernels' templates instantiated for each.
-template <typename F> static void flash_for_head_dim(int64_t d, F f)
+// 16 (the products' k). flash_for_head_dim calls
+// f(std::integral_constant<int, d>()) for each of them up to MAX_D: the
+// kernels' templates instantiated for each.
+template <int MAX_D, typename F> static void flash_for_head_dim(int64_t d, F f)
 {
+    if constexpr (MAX_D >= 256)
+        if (d == 256)
+            return f(std::integral_constant<int, 256>());
     if (d == 64)
         f(std::integral_constant<int, 64>());
     else if (d == 96)
@@ -66,7 +76,7 @@ static inline bool flash_attention_supports(int64_t d, const void *q, const void
 template <int D> __host__ __device__ constexpr int flash_stride() { return D + 8; }
 
 // A key and a value tile of ROWS staged rows: the forward's shared
-// memory (FLASH_KEYS rows, 34 KiB for d 128) and each stage of dq's
+// memory (flash_keys<D>() rows, 34 KiB for d 128) and each stage of dq's
 // (attention_flash_grad.cuh).
 template <int D, int ROWS> struct __align__(16) flash_kv_tiles {
     __nv_bfloat16 k[ROWS * flash_stride<D>()];
@@ -100,19 +110,18 @@ template <int D> struct flash_warp {
     float mx[2], denom[2], o[D / 8][4];
 };
 
-// The online softmax over one tile's scores (keys from k0; row0 the
+// The online softmax over one tile's scores (KEYS keys from k0; row0 the
 // lane's first query, the second is row0 + 8): the rows' maxima grow, the
 // accumulator and denominator are rescaled, and s is replaced by the
 // probabilities, packed as the A fragments p of the P V product.
-template <int D>
-__device__ __forceinline__ void flash_softmax(uint32_t (&p)[FLASH_KEYS / 16][4], flash_warp<D> &w,
-                                              float (&s)[FLASH_KEYS / 8][4], int64_t k0, int64_t row0, int64_t seq,
-                                              float scale, float softcap)
+template <int D, int KEYS>
+__device__ __forceinline__ void flash_softmax(uint32_t (&p)[KEYS / 16][4], flash_warp<D> &w, float (&s)[KEYS / 8][4],
+                                              int64_t k0, int64_t row0, int64_t seq, float scale, float softcap)
 {
     const int t = threadIdx.x % 4;
     float tile_max[2] = {-INFINITY, -INFINITY};
     TP_UNROLL
-    for (int n = 0; n < FLASH_KEYS / 8; n++)
+    for (int n = 0; n < KEYS / 8; n++)
         TP_UNROLL
         for (int i = 0; i < 4; i++) {
             const int64_t key = k0 + n * 8 + 2 * t + i % 2, row = row0 + 8 * (i / 2);
@@ -136,14 +145,14 @@ __device__ __forceinline__ void flash_softmax(uint32_t (&p)[FLASH_KEYS / 16][4],
         }
     }
     TP_UNROLL
-    for (int n = 0; n < FLASH_KEYS / 8; n++)
+    for (int n = 0; n < KEYS / 8; n++)
         TP_UNROLL
         for (int i = 0; i < 4; i++) {
             // the denominator sums what P V multiplies: the bf16 rounding
             s[n][i] = __bfloat162float(__float2bfloat16(expf(s[n][i] - base[i / 2])));
             w.denom[i / 2] += s[n][i];
         }
-    warp_c_to_a<FLASH_KEYS>(p, s);
+    warp_c_to_a<KEYS>(p, s);
 }
 
 // What the kernel writes: the output, or, for the gradients
@@ -163,7 +172,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     flash_attention_kernel(flash_out dst, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                            int64_t s, int64_t h, int64_t g, float scale, float softcap)
 {
-    typedef flash_kv_tiles<D, FLASH_KEYS> tiles; // (a macro argument holds no comma)
+    constexpr int KEYS = flash_keys<D>();
+    typedef flash_kv_tiles<D, KEYS> tiles; // (a macro argument holds no comma)
     TP_SHARED(tiles, smem, 1);
     tiles &sm = smem[0];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, qd = lane / 4, t = lane % 4;
@@ -173,8 +183,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     const int64_t warp_q0 = q0 + warp * 16, warp_last = warp_q0 + 15;     // the warp's queries
     const int64_t row0 = warp_q0 + qd;                                    // this lane's first query
 
-    flash_stage<D, FLASH_KEYS>(sm.k, k, bi, s, g, kh, 0);
-    flash_stage<D, FLASH_KEYS>(sm.v, v, bi, s, g, kh, 0);
+    flash_stage<D, KEYS>(sm.k, k, bi, s, g, kh, 0);
+    flash_stage<D, KEYS>(sm.v, v, bi, s, g, kh, 0);
 
     flash_warp<D> w;
     warp_load_a<D>(w.q, q + ((bi * s + warp_q0) * h + hi) * D, h * D, s - warp_q0);
@@ -183,31 +193,31 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         w.mx[r] = -INFINITY, w.denom[r] = 0.0f;
     warp_zero<D>(w.o);
 
-    for (int64_t k0 = 0; k0 < kend; k0 += FLASH_KEYS) {
-        const bool more = k0 + FLASH_KEYS < kend, mine = k0 <= warp_last; // causal: skip tiles past the warp
-        float sc[FLASH_KEYS / 8][4];
-        uint32_t p[FLASH_KEYS / 16][4];
+    for (int64_t k0 = 0; k0 < kend; k0 += KEYS) {
+        const bool more = k0 + KEYS < kend, mine = k0 <= warp_last; // causal: skip tiles past the warp
+        float sc[KEYS / 8][4];
+        uint32_t p[KEYS / 16][4];
         tp_cp_async_wait<1>(); // this tile's keys (its values may still be on their way)
         __syncthreads();
         if (mine) {
-            warp_zero<FLASH_KEYS>(sc);
-            warp_mma_abt<FLASH_KEYS, D>(sc, w.q, sm.k, flash_stride<D>());
+            warp_zero<KEYS>(sc);
+            warp_mma_abt<KEYS, D>(sc, w.q, sm.k, flash_stride<D>());
         }
         __syncthreads(); // every warp is done with the keys
         if (more)
-            flash_stage<D, FLASH_KEYS>(sm.k, k, bi, s, g, kh, k0 + FLASH_KEYS);
+            flash_stage<D, KEYS>(sm.k, k, bi, s, g, kh, k0 + KEYS);
         else
             tp_cp_async_commit(); // an empty group keeps the count the waits expect
         if (mine)
-            flash_softmax<D>(p, w, sc, k0, row0, s, scale, softcap);
+            flash_softmax<D, KEYS>(p, w, sc, k0, row0, s, scale, softcap);
         tp_cp_async_wait<1>(); // this tile's values
         __syncthreads();
         if (mine)
-            warp_mma_ab<FLASH_KEYS, D>(w.o, p, sm.v, flash_stride<D>());
+            warp_mma_ab<KEYS, D>(w.o, p, sm.v, flash_stride<D>());
         if (kTrailingBarrier)
             __syncthreads(); // every warp is done with the values
         if (more)
-            flash_stage<D, FLASH_KEYS>(sm.v, v, bi, s, g, kh, k0 + FLASH_KEYS);
+            flash_stage<D, KEYS>(sm.v, v, bi, s, g, kh, k0 + KEYS);
         else
             tp_cp_async_commit();
     }

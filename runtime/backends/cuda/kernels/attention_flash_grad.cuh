@@ -57,12 +57,12 @@ template <int D> struct __align__(16) flash_dkv_smem {
     __nv_bfloat16 dy[flash_grad_tiles<D>::DKV_QUERIES * flash_stride<D>()];
 };
 
-// A head dimension of the forward's, and every operand given 16-byte
-// aligned.
+// A head dimension up to 128 (tp_cuda_flash_grad_head_dim), and every
+// operand given 16-byte aligned.
 static inline bool flash_attention_grad_supports(int64_t d, const void *dq, const void *dk, const void *dv,
                                                  const void *q, const void *k, const void *v, const void *dy)
 {
-    return flash_attention_supports(d, q, k, v) &&
+    return tp_cuda_flash_grad_head_dim(d) && flash_attention_supports(d, q, k, v) &&
            ((uintptr_t)dq | (uintptr_t)dk | (uintptr_t)dv | (uintptr_t)dy) % 16 == 0;
 }
 

@@ -200,7 +200,7 @@ extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, v
         __nv_bfloat16 *gq = (__nv_bfloat16 *)dq, *gk = (__nv_bfloat16 *)dk, *gv = (__nv_bfloat16 *)dv;
         const __nv_bfloat16 *bq = (const __nv_bfloat16 *)q, *bk = (const __nv_bfloat16 *)k,
                             *bv = (const __nv_bfloat16 *)v, *bdy = (const __nv_bfloat16 *)dy;
-        flash_for_head_dim(d, [&](auto dim) {
+        flash_for_head_dim<128>(d, [&](auto dim) {
             flash_attention_grad_launch<decltype(dim)::value>(st, gq, gk, gv, bq, bk, bv, bdy, scratch, b, s, h, g,
                                                               scale, softcap);
         });
