@@ -249,7 +249,7 @@ static int load_weights(loader *L, tr_schedule *s, json_t *arr)
         /* every weight 16-byte aligned in bf16 and in fp32 (its moments and
          * master copy share the offsets): the kernels' 128-bit loads and
          * cuBLAS's fast paths need it; the gaps are never read */
-        t->region_offset = (s->weight_elems + WEIGHT_ALIGN_ELEMS - 1) / WEIGHT_ALIGN_ELEMS * WEIGHT_ALIGN_ELEMS;
+        t->region_offset = tp_weight_region_offset(s->weight_elems);
         s->weight_elems = t->region_offset + t->local_elems;
         /* the region is allocated in bytes of up to 4 per element */
         if (t->local_elems > ((int64_t)1 << 48) || s->weight_elems > ((int64_t)1 << 48))

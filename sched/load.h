@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include "sched/layout.h"
 #include "sched/ops.h"
+#include "sched/workspace.h"
 
 typedef struct tr_buf {
     int rank;
@@ -17,10 +18,6 @@ typedef struct tr_buf {
     int alias_of;
     char *name;
 } tr_buf;
-
-/* Weights start at multiples of 8 elements of the weight region: 16
- * bytes in bf16, 32 in fp32. */
-#define WEIGHT_ALIGN_ELEMS 8
 
 typedef struct tr_weight {
     char *name;

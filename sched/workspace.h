@@ -1,17 +1,29 @@
-/* workspace.h: the memory a rank's backend takes for a schedule beside
- * its arena and its weights, in one place.
+/* workspace.h: the memory a rank's backend takes for a schedule, in one
+ * place: how its weight region is laid out, and what it allocates beside
+ * the region and the arena.
  *
- * tprun's executor allocates the reshard staging; the CUDA backend the
- * cuBLAS workspace and one scratch buffer, grown to the largest of its
- * kernels' requests (backend_cuda.c; the kernels lay the scratch out as
- * said here). tpcc --report counts all of it in a training step's memory,
- * so the total it compares with --device-memory is what tprun allocates.
- * Plain C with nothing to link: the CUDA kernels include it too. */
+ * tprun's loader places the weights (sched/load.c); its executor allocates
+ * the reshard staging; the CUDA backend the cuBLAS workspace and one
+ * scratch buffer, grown to the largest of its kernels' requests
+ * (backend_cuda.c; the kernels lay the scratch out as said here). tpcc
+ * --report counts all of it in a training step's memory, so the total it
+ * compares with --device-memory is what tprun allocates. Plain C with
+ * nothing to link: the CUDA kernels include it too. */
 #ifndef TP_SCHED_WORKSPACE_H
 #define TP_SCHED_WORKSPACE_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/* Weights start at multiples of 8 elements of the weight region: 16
+ * bytes in bf16, 32 in fp32 (AdamW's moments and the master weights share
+ * the offsets). tp_weight_region_offset: where the weight after one
+ * ending at `end` starts. */
+#define WEIGHT_ALIGN_ELEMS 8
+static inline int64_t tp_weight_region_offset(int64_t end)
+{
+    return (end + WEIGHT_ALIGN_ELEMS - 1) / WEIGHT_ALIGN_ELEMS * WEIGHT_ALIGN_ELEMS;
+}
 
 /* Reshard staging: this many buffers of the largest tensor a collective
  * reads or writes (an all-to-all's blocks leave from one and arrive in the

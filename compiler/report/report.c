@@ -64,12 +64,28 @@ static double bound_per_layer(const tp_ir *ir, size_t dsize)
     return 4 * (t - 1) / t * (double)ir->layer_input_elems * (double)dsize;
 }
 
+static int64_t param_elems(const tp_ir *ir, int i)
+{
+    return ir->params[i].local[0] * (ir->params[i].rank > 1 ? ir->params[i].local[1] : 1);
+}
+
 static int64_t param_bytes(const tp_ir *ir, size_t dsize)
 {
     int64_t n = 0;
     for (int i = 0; i < ir->nparams; i++)
-        n += ir->params[i].local[0] * (ir->params[i].rank > 1 ? ir->params[i].local[1] : 1);
+        n += param_elems(ir, i);
     return n * (int64_t)dsize;
+}
+
+/* Bytes of a rank's weight region as tprun lays it out: the weights in
+ * order, each from an aligned offset (sched/workspace.h). AdamW's moments
+ * and the master weights take the same layout in fp32. */
+static int64_t weight_region_bytes(const tp_ir *ir, size_t dsize)
+{
+    int64_t end = 0;
+    for (int i = 0; i < ir->nparams; i++)
+        end = tp_weight_region_offset(end) + param_elems(ir, i);
+    return end * (int64_t)dsize;
 }
 
 double tp_op_flops(const tp_ir_op *op)
@@ -136,21 +152,22 @@ static int64_t cuda_scratch_bytes(const tp_ir *ir, bool bf16)
     return most;
 }
 
-/* A training step's memory per rank: the weights, their gradients,
+/* A training step's memory per rank: the weight region, the gradients,
  * AdamW's two moments (fp32), the fp32 master weights tprun keeps beside
  * weights stored in bf16, the arena, which holds the activations saved
  * for the backward, and the workspace: the reshard staging, and on CUDA
  * cuBLAS's workspace and the kernels' scratch. The total is what tprun's
- * CUDA backend allocates, less the bytes of alignment padding; not the
- * CUDA context, nor NCCL's own buffers. */
+ * CUDA backend allocates for the step, but for a byte of padding a buffer
+ * and the optimizer's two floats of sums; not the CUDA context, cuBLAS's
+ * handle or NCCL's own buffers. */
 typedef struct step_memory {
     int64_t params, grads, optimizer, masters, activations, staging, blas, scratch, workspace, total;
 } step_memory;
 
 static step_memory memory_of(const tp_ir *ir, size_t dsize)
 {
-    step_memory m = {param_bytes(ir, dsize), param_bytes(ir, dsize), 2 * param_bytes(ir, 4),
-                     dsize == 4 ? 0 : param_bytes(ir, 4), ir->arena_bytes, staging_bytes(ir),
+    step_memory m = {weight_region_bytes(ir, dsize), param_bytes(ir, dsize), 2 * weight_region_bytes(ir, 4),
+                     dsize == 4 ? 0 : weight_region_bytes(ir, 4), ir->arena_bytes, staging_bytes(ir),
                      TP_CUDA_BLAS_WORKSPACE_BYTES, cuda_scratch_bytes(ir, dsize == 2), 0, 0};
     /* the gradients live in the arena (outputs.grads), counted once */
     m.activations = ir->arena_bytes - m.grads;

@@ -29,8 +29,10 @@ static float *weight(const tr_exec *x, int w)
 
 /* The staging a rank needs for its largest collective: TP_STAGING_BUFFERS
  * buffers (sched/workspace.h) of the largest tensor any collective
- * touches, this size each. */
-static size_t staging_bytes(const tr_schedule *s)
+ * touches, this size each. The collectives below use them by role:
+ * staging[0] sends, staging[1] receives an all-to-all's blocks. */
+_Static_assert(TP_STAGING_BUFFERS == 2, "the collectives use staging[0] and staging[1]");
+static size_t largest_collective_bytes(const tr_schedule *s)
 {
     size_t most = 0;
     for (int i = 0; i < s->nops; i++) {
@@ -111,7 +113,7 @@ static void prefault(tr_exec *x)
         return;
     memset(x->arena, 0, (size_t)x->s->arena_bytes + 1);
     for (int i = 0; i < TP_STAGING_BUFFERS; i++)
-        memset(x->scratch[i], 0, x->scratch_bytes + 1);
+        memset(x->staging[i], 0, x->staging_bytes + 1);
 }
 
 int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm *comm, char *err, size_t errlen)
@@ -129,12 +131,12 @@ int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm
     }
     if (check_kernels(s, be, err, errlen) || tr_exec_check_limits(s, be, err, errlen))
         return -1;
-    x->scratch_bytes = staging_bytes(s);
+    x->staging_bytes = largest_collective_bytes(s);
     x->arena = be->alloc((size_t)s->arena_bytes + 1);
     x->weights = be->alloc((size_t)s->weight_elems * tp_dtype_size(be->dtype) + 1);
     bool staged = true;
     for (int i = 0; i < TP_STAGING_BUFFERS; i++)
-        staged &= (x->scratch[i] = be->alloc(x->scratch_bytes + 1)) != NULL;
+        staged &= (x->staging[i] = be->alloc(x->staging_bytes + 1)) != NULL;
     x->trace = tp_xcalloc((size_t)s->nops + 1, sizeof *x->trace);
     x->rope_inv_freq = rope_tables(s);
     if (!x->arena || !x->weights || !staged) {
@@ -153,7 +155,7 @@ void tr_exec_free(tr_exec *x)
         x->be->release(x->arena);
         x->be->release(x->weights);
         for (int i = 0; i < TP_STAGING_BUFFERS; i++)
-            x->be->release(x->scratch[i]);
+            x->be->release(x->staging[i]);
     }
     free(x->trace);
     for (int i = 0; x->rope_inv_freq && i < x->s->nops; i++)
@@ -510,17 +512,17 @@ EXEC(ones)
 EXEC(all_gather)
 {
     const tr_buf *out = &x->s->bufs[op->out], *in = in_buf(x, op, 0);
-    if (x->comm->ops->all_gather(x->comm, in->dtype, x->scratch[0], fin(x, op, 0), tr_buf_elems(in), err, errlen))
+    if (x->comm->ops->all_gather(x->comm, in->dtype, x->staging[0], fin(x, op, 0), tr_buf_elems(in), err, errlen))
         return -1;
-    x->be->join_blocks(fout(x, op), x->scratch[0], out->shape, out->rank, op->dim, x->s->world);
+    x->be->join_blocks(fout(x, op), x->staging[0], out->shape, out->rank, op->dim, x->s->world);
     return 0;
 }
 
 EXEC(reduce_scatter)
 {
     const tr_buf *in = in_buf(x, op, 0);
-    x->be->split_blocks(x->scratch[0], fin(x, op, 0), in->shape, in->rank, op->dim, x->s->world);
-    return x->comm->ops->reduce_scatter(x->comm, in->dtype, fout(x, op), x->scratch[0],
+    x->be->split_blocks(x->staging[0], fin(x, op, 0), in->shape, in->rank, op->dim, x->s->world);
+    return x->comm->ops->reduce_scatter(x->comm, in->dtype, fout(x, op), x->staging[0],
                                         tr_buf_elems(&x->s->bufs[op->out]), err, errlen);
 }
 
@@ -538,10 +540,10 @@ EXEC(all_to_all)
 {
     const tr_buf *in = in_buf(x, op, 0), *out = &x->s->bufs[op->out];
     int w = x->s->world;
-    x->be->split_blocks(x->scratch[0], fin(x, op, 0), in->shape, in->rank, op->dim2, w);
-    if (x->comm->ops->all_to_all(x->comm, in->dtype, x->scratch[1], x->scratch[0], tr_buf_elems(in) / w, err, errlen))
+    x->be->split_blocks(x->staging[0], fin(x, op, 0), in->shape, in->rank, op->dim2, w);
+    if (x->comm->ops->all_to_all(x->comm, in->dtype, x->staging[1], x->staging[0], tr_buf_elems(in) / w, err, errlen))
         return -1;
-    x->be->join_blocks(fout(x, op), x->scratch[1], out->shape, out->rank, op->dim, w);
+    x->be->join_blocks(fout(x, op), x->staging[1], out->shape, out->rank, op->dim, w);
     return 0;
 }
 

@@ -39,8 +39,8 @@ typedef struct tr_exec {
     tp_comm *comm;
     char *arena;                 /* backend memory: activations */
     char *weights;               /* backend memory: this rank's weight slices, in be->dtype */
-    float *scratch[TP_STAGING_BUFFERS]; /* backend memory: reshard staging, never reallocated */
-    size_t scratch_bytes;        /* of each */
+    float *staging[TP_STAGING_BUFFERS]; /* backend memory: reshard staging, never reallocated */
+    size_t staging_bytes;        /* of each */
     tr_profile profile;
     tr_trace_event *trace;       /* one per op of the last run */
     double **rope_inv_freq;      /* per op: RoPE's inverse frequencies (rope ops; else NULL),

@@ -21,17 +21,18 @@
 //         fp32 where the CPU twin accumulates norms and softmaxes in double;
 //         measured under emulation: at most 2.4e-7. A wrong shard or a
 //         missed reduction is off by 1e-2 or more.
-//   bf16  2e-2 (loss 1e-3): every weight and activation is rounded to 8
+//   bf16  1.5e-2 (loss 1e-3): every weight and activation is rounded to 8
 //         significant bits (relative 2^-9 = 2e-3 per rounding) and errors
 //         compound over 2 layers. Measured under emulation on every shipped
-//         plan at tp = 1 and 2: logits at most 5.8e-3, loss 3.2e-4, but
-//         for the Gemmas, whose head dimension of 256 takes attention onto
-//         tensor cores (the probabilities rounded to bf16) and whose norms
-//         round four times a layer: gemma-sp 9.4e-3, gemma2-sp 1.6e-2
-//         (1.25e-2 with the fp32 attention kernel). The tolerance stays a
-//         fifteenth of the logits' spread (std 0.31 for gemma2-sp), while a
-//         collective the compute stream does not wait for is off by 0.6
-//         (checked by mutation).
+//         plan at tp = 1 and 2: logits at most 5.8e-3, loss 3.2e-4; the
+//         tolerances leave a 2.5x margin and stay a tenth of the logits'
+//         spread, while a collective the compute stream does not wait for
+//         is off by 0.6 (checked by mutation). The Gemmas take 3e-2: their
+//         head dimension of 256 puts attention on tensor cores (the
+//         probabilities rounded to bf16) and their norms round up to four
+//         times a layer, so gemma-sp measures 9.4e-3 and gemma2-sp 1.6e-2
+//         (1.25e-2 with the fp32 attention kernel), a twentieth of its
+//         logits' spread (std 0.31).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -63,7 +64,8 @@ const std::string kEmulated = TPRUN_EMULATED;   // "" when not built
 const char *const kEmulatedNotBuilt =
     "tprun_emulated is not built: configure with -DTPCC_CUDA_EMULATION=ON (the default)";
 const char *const kFp32Tolerance = "1e-4";
-const char *const kBf16Tolerance = "2e-2";     // see the top of the file
+const char *const kBf16Tolerance = "1.5e-2";     // see the top of the file
+const char *const kGemmaBf16Tolerance = "3e-2";
 const double kBf16LossTolerance = 1e-3;
 
 const std::vector<std::string> kEnv = {"OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1"};
@@ -168,7 +170,8 @@ void check_against_cpu(const std::string &program, const std::string &plan, cons
     double cpu_loss = atof(cpu_reference(dir, plan, ref, over).c_str());
     for (int tp : tps)
         for (std::string dtype : {"fp32", "bf16"}) {
-            const char *tol = dtype == "fp32" ? kFp32Tolerance : kBf16Tolerance;
+            const bool gemma = contains(fs::path(plan).filename().string(), "gemma");
+            const char *tol = dtype == "fp32" ? kFp32Tolerance : gemma ? kGemmaBf16Tolerance : kBf16Tolerance;
             std::string sched = compile(dir, plan, tp, dtype, over);
             std::vector<std::string> args = labels_for(kTpcc, sched);
             args.insert(args.end(), {"--backend", "cuda", "--compare", ref, "--tolerance", tol});
@@ -386,49 +389,63 @@ TEST_F(EmulatedRun, TensorCoreTrainingMatchesCpu)
 
 // tpcc --report's memory of a training step is what tprun's CUDA backend
 // allocates: each rank's peak of device memory (TP_STANDIN_DEVICE_PEAK)
-// over a step is the report's total and the bytes tprun adds to its
-// buffers: one to each of the arena, the weights, the two staging
+// over a step at tp 2 is the report's total and the bytes tprun adds to
+// its buffers: one to each of the arena, the weights, the two staging
 // buffers, AdamW's two moments and the bf16 schedule's master weights,
-// and the optimizer's two floats of sums. At tp 2 with a
-// kv head for two query heads, bf16 splits dk and dv by query head, whose
-// sums are most of the scratch; fp32 keeps only the statistics. Leaving
-// out any part of the workspace (staging, cuBLAS's, the scratch) is off by
-// kilobytes to megabytes.
-TEST_F(EmulatedRun, TrainingStepHoldsWhatTheReportSays)
+// and the optimizer's two floats of sums. `scratch` is the CUDA kernels'
+// scratch the report must find, in floats. Leaving out any part of the
+// workspace (staging, cuBLAS's, the scratch) is off by kilobytes to
+// megabytes.
+void expect_report_is_the_peak(const TempDir &dir, const std::string &plan, const std::vector<std::string> &sizes,
+                               const std::string &dtype, json_int_t scratch_floats)
 {
     const std::string tokens = source_path("tests/fixtures/train/llama/tokens.npy");
+    const std::string what = fs::path(plan).stem().string() + " " + dtype;
+    std::vector<std::string> args = {plan, "--train", "--report", "--report-format=json", "--dtype", dtype};
+    for (auto &f : tiny(plan, 2, sizes))
+        args.push_back(f);
+    Proc report = run_program(kTpcc, args);
+    ASSERT_EQ(report.code(), 0) << report.describe();
+    json_error_t error;
+    json_t *root = json_loads(report.out.c_str(), 0, &error);
+    ASSERT_NE(root, nullptr) << error.text << "\n" << report.out;
+    json_t *training = json_object_get(root, "training"), *workspace = json_object_get(training, "workspace");
+    json_int_t total = json_integer_value(json_object_get(training, "total_bytes"));
+    json_int_t scratch = json_integer_value(json_object_get(workspace, "cuda_scratch_bytes"));
+    json_int_t staging = json_integer_value(json_object_get(workspace, "staging_bytes"));
+    json_decref(root);
+    EXPECT_EQ(scratch, scratch_floats * (json_int_t)sizeof(float)) << what;
+    EXPECT_GT(staging, 0) << what;
+
+    std::string peaks = dir.path + "/peak.txt";
+    fs::remove(peaks);
+    Proc p = run(kEmulated, 2, compile(dir, plan, 2, dtype, sizes, true),
+                 {"--backend", "cuda", "--steps", "1", "--data", tokens, "-q"}, {"TP_STANDIN_DEVICE_PEAK=" + peaks});
+    ASSERT_EQ(p.code(), 0) << p.describe();
+    std::istringstream lines(slurp(peaks));
+    const json_int_t padding = (dtype == "bf16" ? 7 : 6) + 2 * (json_int_t)sizeof(float);
+    int ranks = 0;
+    for (json_int_t peak; lines >> peak; ranks++)
+        EXPECT_EQ(peak, total + padding) << what;
+    EXPECT_EQ(ranks, 2) << what;
+}
+
+// A rank holds 2 query heads of 64 over 80 positions. Llama with a kv head
+// for the two: bf16 splits dk and dv by query head, whose sums are most of
+// the scratch, fp32 keeps only the statistics. GPT-2 (LayerNorm, a kv head
+// a query head, tied weights): the statistics, in bf16 too. Llama with a
+// hidden size of 68: norm weights of 68 leave gaps in the weight region,
+// where each weight starts at a multiple of 8 elements.
+TEST_F(EmulatedRun, TrainingStepHoldsWhatTheReportSays)
+{
     std::vector<std::string> sizes = kHeadDim64;
     sizes.push_back("batch=1");
-    for (std::string dtype : {"bf16", "fp32"}) {
-        std::vector<std::string> args = {plan, "--train", "--report", "--report-format=json", "--dtype", dtype};
-        for (auto &f : tiny(plan, 2, sizes))
-            args.push_back(f);
-        Proc report = run_program(kTpcc, args);
-        ASSERT_EQ(report.code(), 0) << report.describe();
-        json_error_t error;
-        json_t *root = json_loads(report.out.c_str(), 0, &error);
-        ASSERT_NE(root, nullptr) << error.text << "\n" << report.out;
-        json_t *training = json_object_get(root, "training"), *workspace = json_object_get(training, "workspace");
-        json_int_t total = json_integer_value(json_object_get(training, "total_bytes"));
-        json_int_t scratch = json_integer_value(json_object_get(workspace, "cuda_scratch_bytes"));
-        json_int_t staging = json_integer_value(json_object_get(workspace, "staging_bytes"));
-        json_decref(root);
-        // [1, 80, 2 heads, 64]: the statistics, and for bf16 the heads' sums of dk and dv
-        EXPECT_EQ(scratch, (2 * 80 * 2 + (dtype == "bf16" ? 2 * 80 * 2 * 64 : 0)) * (json_int_t)sizeof(float));
-        EXPECT_GT(staging, 0);
-
-        std::string peaks = dir.path + "/peak-" + dtype + ".txt";
-        Proc p = run(kEmulated, 2, compile(dir, plan, 2, dtype, sizes, true),
-                     {"--backend", "cuda", "--steps", "1", "--data", tokens, "-q"},
-                     {"TP_STANDIN_DEVICE_PEAK=" + peaks});
-        ASSERT_EQ(p.code(), 0) << p.describe();
-        std::istringstream lines(slurp(peaks));
-        int ranks = 0;
-        const json_int_t padding = (dtype == "bf16" ? 7 : 6) + 2 * (json_int_t)sizeof(float);
-        for (json_int_t peak; lines >> peak; ranks++)
-            EXPECT_EQ(peak, total + padding) << dtype;
-        EXPECT_EQ(ranks, 2) << dtype;
-    }
+    expect_report_is_the_peak(dir, plan, sizes, "bf16", 2 * 80 * 2 + 2 * 80 * 2 * 64);
+    expect_report_is_the_peak(dir, plan, sizes, "fp32", 2 * 80 * 2);
+    const std::vector<std::string> gpt2 = {"hidden=256", "heads=4", "ffn=256", "seq=80", "positions=128", "batch=1"};
+    expect_report_is_the_peak(dir, source_path("plans/gpt2-sp-tied.plan"), gpt2, "bf16", 2 * 80 * 2);
+    const std::vector<std::string> ragged = {"hidden=68", "heads=2", "kv_heads=2", "ffn=256", "seq=80", "batch=1"};
+    expect_report_is_the_peak(dir, plan, ragged, "fp32", 2 * 80 * 1);
 }
 
 // Where a GPU is usable the default backend is cuda; where none is, cpu.

@@ -536,9 +536,10 @@ static void cuda_ce_loss(float *loss, const float *sumexp, const float *max, con
 /* ------------------------------------------------------------------------ */
 
 /* The scratch a launcher asks for (sizes: sched/workspace.h, which tpcc
- * --report counts), grown to the largest request and kept: a training schedule's first step sizes it, a forward schedule
- * never allocates it. The old buffer is freed only once the work queued
- * before, which may read it, is done. */
+ * --report counts), grown to the largest request and kept: a training
+ * schedule's first step sizes it, a forward schedule never allocates it.
+ * The old buffer is freed only once the work queued before, which may
+ * read it, is done. */
 static void *scratch(size_t bytes)
 {
     if (bytes > gpu->scratch_bytes) {
@@ -581,7 +582,8 @@ static void cuda_rmsnorm_dx(float *dx, const float *x, const float *dy, const fl
 
 static void cuda_rmsnorm_dw(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps)
 {
-    tp_k_rmsnorm_dw(compute_stream(), gpu->kdt, dw, x, dy, scratch_floats(tp_cuda_norm_grad_scratch(false, m)), m, n, eps);
+    float *stats = scratch_floats(tp_cuda_norm_grad_scratch(false, m));
+    tp_k_rmsnorm_dw(compute_stream(), gpu->kdt, dw, x, dy, stats, m, n, eps);
     done();
 }
 
@@ -594,7 +596,8 @@ static void cuda_layernorm_dx(float *dx, const float *x, const float *dy, const 
 
 static void cuda_layernorm_dw(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps)
 {
-    tp_k_layernorm_dw(compute_stream(), gpu->kdt, dw, x, dy, scratch_floats(tp_cuda_norm_grad_scratch(true, m)), m, n, eps);
+    float *stats = scratch_floats(tp_cuda_norm_grad_scratch(true, m));
+    tp_k_layernorm_dw(compute_stream(), gpu->kdt, dw, x, dy, stats, m, n, eps);
     done();
 }
 

@@ -217,10 +217,11 @@ TEST(FlashAttention, MisalignedOperandsTakeTheFp32Kernel)
 }
 
 // Without the barrier after a key tile's use, a warp that runs ahead
-// stages the next tile over the one slower warps still multiply.
-TEST(FlashAttention, MissingTrailingBarrierIsCaught)
+// stages the next tile over the one slower warps still multiply: tiles of
+// 64 keys at d 64, of 16 at d 256.
+template <int D> void expect_missing_trailing_barrier_caught()
 {
-    const AttnCase c{1, 130, 1, 1, 64, 0.125, 0};
+    const AttnCase c{1, 130, 1, 1, D, 1 / std::sqrt((double)D), 0};
     AttnData x = attn_data(c);
     Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), dout(TP_KERNEL_BF16, x.q.size());
     auto bq = static_cast<const __nv_bfloat16 *>(dq.ptr()), bk = static_cast<const __nv_bfloat16 *>(dk.ptr()),
@@ -228,11 +229,17 @@ TEST(FlashAttention, MissingTrailingBarrierIsCaught)
     int caught = 0;
     for (uint64_t seed = 1; seed <= 4; seed++) {
         tp_emu_set_seed(seed);
-        flash_attention_launch<64, false>(nullptr, static_cast<__nv_bfloat16 *>(dout.ptr()), bq, bk, bv, c.b, c.s,
-                                          c.h, c.g, (float)c.scale, (float)c.softcap);
+        flash_attention_launch<D, false>(nullptr, static_cast<__nv_bfloat16 *>(dout.ptr()), bq, bk, bv, c.b, c.s, c.h,
+                                         c.g, (float)c.scale, (float)c.softcap);
         caught += max_error(dout.download(), x.want) > kFlashTol.atol + kFlashTol.rtol; // |want| <= 1
     }
-    EXPECT_GE(caught, 2) << "of 4 seeds, the hazard showed in " << caught;
+    EXPECT_GE(caught, 2) << "d " << D << ": of 4 seeds, the hazard showed in " << caught;
+}
+
+TEST(FlashAttention, MissingTrailingBarrierIsCaught)
+{
+    expect_missing_trailing_barrier_caught<64>();
+    expect_missing_trailing_barrier_caught<256>();
 }
 
 } // namespace

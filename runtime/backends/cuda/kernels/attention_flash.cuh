@@ -55,6 +55,7 @@ template <int MAX_D, typename F> static void flash_for_head_dim(int64_t d, F f)
     if constexpr (MAX_D >= 256)
         if (d == 256)
             return f(std::integral_constant<int, 256>());
+    TP_KCHECK(d == 64 || d == 96 || d == 128, "no tensor-core attention kernel for this head dimension");
     if (d == 64)
         f(std::integral_constant<int, 64>());
     else if (d == 96)
