@@ -772,6 +772,7 @@ TEST(Gpu, TensorCoreAttentionMatchesCpuAtTp1)
     check_against_cpu(kTprun, gpu_plan(), {1}, true, kHeadDim64);
     check_against_cpu(kTprun, gpu_plan(), {1}, true, kHeadDim128);
     check_against_cpu(kTprun, gpu_plan(), {1}, true, kHeadDim96);
+    check_against_cpu(kTprun, gpu_plan(), {1}, true, kHeadDim256);
 }
 
 TEST(Gpu, TensorCoreAttentionMatchesCpuAtTp2) { check_against_cpu(kTprun, gpu_plan(), {2}, true, kHeadDim64); }
@@ -779,7 +780,7 @@ TEST(Gpu, TensorCoreAttentionMatchesCpuAtTp2) { check_against_cpu(kTprun, gpu_pl
 // EmulatedRun.TensorCoreTrainingMatchesCpu with the real instructions
 TEST(Gpu, TensorCoreTrainingMatchesCpu)
 {
-    for (const auto &sizes : {kHeadDim64, kHeadDim128, kHeadDim96}) {
+    for (const auto &sizes : {kHeadDim64, kHeadDim128, kHeadDim96, kHeadDim256}) {
         std::vector<std::string> one = sizes;
         one.push_back("batch=1");
         if (check_training_against_cpu(kTprun, gpu_plan(), true, one, kTensorCoreTrainingBound) < 0)
