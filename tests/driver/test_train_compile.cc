@@ -307,7 +307,8 @@ TEST(TrainReport, Bf16CountsTheFp32MasterWeights)
         json_object_foreach(training, key, value)
             if (json_is_integer(value))
                 bytes[dtype][key] = json_integer_value(value);
-        bytes[dtype]["workspace_bytes"] = json_integer_value(json_object_get(json_object_get(training, "workspace"), "bytes"));
+        json_t *workspace = json_object_get(training, "workspace");
+        bytes[dtype]["workspace_bytes"] = json_integer_value(json_object_get(workspace, "bytes"));
         json_decref(root);
     }
     std::map<std::string, json_int_t> &f = bytes["fp32"], &b = bytes["bf16"];

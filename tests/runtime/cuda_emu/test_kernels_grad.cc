@@ -122,11 +122,12 @@ TEST_P(GradKernels, Attention)
         int64_t b, s, h, g, d;
     };
     const char *names[] = {"dq", "dk", "dv"};
+    const bool bf16 = t() == TP_KERNEL_BF16;
     // key tiles hold 4096 / d keys: d 256 and 128 span two and three tiles
     for (Case c : {Case{1, 1, 1, 1, 1}, Case{2, 19, 4, 2, 64}, Case{1, 67, 2, 1, 40}, Case{1, 20, 2, 2, 256},
                    Case{1, 70, 1, 1, 128}, Case{1, 9, 3, 3, 33}})
         for (auto [scale, softcap] : {std::pair<double, double>{1.0 / std::sqrt((double)c.d), 0.0}, {0.2, 2.0}}) {
-            if (t() == TP_KERNEL_BF16 && tp_cuda_flash_grad_head_dim(c.d))
+            if (bf16 && tp_cuda_flash_grad_head_dim(c.d))
                 continue; // the tensor-core kernels: test_kernels_flash_grad.cc
             const std::string shape = "attention b" + std::to_string(c.b) + " s" + std::to_string(c.s) + " h" +
                                       std::to_string(c.h) + " g" + std::to_string(c.g) + " d" + std::to_string(c.d) +
@@ -137,7 +138,7 @@ TEST_P(GradKernels, Attention)
             Vec v = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 79), t());
             Vec dy = as_stored(random_vec(q.size(), 80), t());
             Dev dq(t(), q), dk(t(), k), dv(t(), v), ddy(t(), dy);
-            DevOf<float> scratch((size_t)tp_cuda_attention_grad_scratch(t() == TP_KERNEL_BF16, c.b, c.s, c.h, c.g, c.d));
+            DevOf<float> scratch((size_t)tp_cuda_attention_grad_scratch(bf16, c.b, c.s, c.h, c.g, c.d));
             std::vector<Vec> want = {Vec(q.size()), Vec(k.size()), Vec(k.size())};
             ref().attention_grad(want[0].data(), want[1].data(), want[2].data(), q.data(), k.data(), v.data(),
                                  dy.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap);
@@ -475,7 +476,8 @@ TEST_P(GradKernels, ResultsDoNotDependOnTheSchedule)
         tp_emu_set_seed(seed);
         Dev dq(t(), q), dk(t(), k), dx(t(), x), ddy(t(), dy), dattn(t(), k.size()), dattn_q(t(), q.size()),
             dattn_v(t(), k.size()), dw(t(), (size_t)n), demb(t(), (size_t)(5 * n));
-        DevOf<float> scratch((size_t)std::max<int64_t>(tp_cuda_attention_grad_scratch(t() == TP_KERNEL_BF16, 1, s, h, g, d), m));
+        const int64_t attention_scratch = tp_cuda_attention_grad_scratch(t() == TP_KERNEL_BF16, 1, s, h, g, d);
+        DevOf<float> scratch((size_t)std::max<int64_t>(attention_scratch, m));
         DevOf<int32_t> dids(ids);
         tp_k_attention_grad(nullptr, t(), dattn_q.ptr(), dattn.ptr(), dattn_v.ptr(), dq.ptr(), dk.ptr(), dk.ptr(),
                             dq.ptr(), scratch.ptr(), 1, s, h, g, d, 0.15f, 0.0f);

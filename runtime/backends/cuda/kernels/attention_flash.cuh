@@ -52,10 +52,10 @@ template <int D> __host__ __device__ constexpr int flash_keys() { return D <= 12
 // kernels' templates instantiated for each.
 template <int MAX_D, typename F> static void flash_for_head_dim(int64_t d, F f)
 {
+    TP_KCHECK(tp_cuda_flash_head_dim(d) && d <= MAX_D, "no tensor-core attention kernel for this head dimension");
     if constexpr (MAX_D >= 256)
         if (d == 256)
             return f(std::integral_constant<int, 256>());
-    TP_KCHECK(d == 64 || d == 96 || d == 128, "no tensor-core attention kernel for this head dimension");
     if (d == 64)
         f(std::integral_constant<int, 64>());
     else if (d == 96)

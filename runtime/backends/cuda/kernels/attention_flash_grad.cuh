@@ -169,7 +169,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     flash_dkv_smem<D> &sm = smem[0];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, kd = lane / 4, t = lane % 4;
     const int64_t bi = blockIdx.z, group = h / g, kh = kSplit ? blockIdx.y / group : blockIdx.y;
-    const int64_t heads_from = kSplit ? blockIdx.y : kh * group, heads_to = kSplit ? heads_from + 1 : heads_from + group;
+    const int64_t heads_from = kSplit ? blockIdx.y : kh * group; // the query heads the block walks
+    const int64_t heads_to = heads_from + (kSplit ? 1 : group);
     const int64_t k0 = (int64_t)blockIdx.x * FLASH_KEYS, warp_k0 = k0 + warp * 16, key0 = warp_k0 + kd;
     const bool dk = out.dk, dv = out.dv;
 
