@@ -183,8 +183,10 @@ static int read_range(loader *L, json_t *o, const tr_weight *t, int dim, int64_t
 }
 
 /* {"dim", "offset", "length"}, or a packed weight's {"dim": 0, "segments":
- * [{"offset", "length"}, ...]} in increasing order, not overlapping. */
-static int read_slice(loader *L, json_t *slice, tr_weight *t)
+ * [{"offset", "length"}, ...]} in increasing order, not overlapping. The
+ * ranks hold equal slices, each by as many ranks (a replicated key/value
+ * head): the optimizer counts a slice's gradient once per replica group. */
+static int read_slice(loader *L, json_t *slice, tr_weight *t, int world)
 {
     int64_t dim, held = 0;
     if (get_int(L, slice, "dim", 0, t->rank - 1, &dim))
@@ -212,6 +214,9 @@ static int read_slice(loader *L, json_t *slice, tr_weight *t)
             held += t->length[k];
         }
     }
+    if (t->shape[dim] % held || world % (t->shape[dim] / held))
+        return fail(L, "'%s': a slice of %lld along dim %lld does not split its %lld evenly over %d ranks",
+                    t->name, (long long)held, (long long)dim, (long long)t->shape[dim], world);
     t->local_elems = mul(t->local_elems / t->shape[dim], held);
     return 0;
 }
@@ -234,6 +239,10 @@ static int load_weights(loader *L, tr_schedule *s, json_t *arr)
             return json_is_object(w) ? -1 : fail(L, "must be an object");
         if (lrank != t->rank)
             return fail(L, "'%s': 'logical_shape' and 'shape' differ in rank", t->name);
+        for (int d = 0; d < t->rank; d++)   /* the logical tensor is the padded one less its padding */
+            if (t->logical[d] > t->shape[d])
+                return fail(L, "'%s': 'logical_shape' %lld is more than the %lld of 'shape' along dim %d", t->name,
+                            (long long)t->logical[d], (long long)t->shape[d], d);
         json_t *slice = json_object_get(w, "slice");
         t->dim = -1;
         t->nsegments = 0;
@@ -241,7 +250,7 @@ static int load_weights(loader *L, tr_schedule *s, json_t *arr)
         for (int d = 0; d < t->rank; d++)
             t->local_elems = mul(t->local_elems, t->shape[d]);
         if (json_is_object(slice)) {
-            if (read_slice(L, slice, t))
+            if (read_slice(L, slice, t, s->world))
                 return -1;
         } else if (!json_is_null(slice)) {
             return fail(L, "'slice' must be an object or null");

@@ -1,5 +1,6 @@
 /* gather.c: see gather.h. */
 #include "runtime/train/gather.h"
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include "util/errmsg.h"
@@ -23,6 +24,18 @@ tp_weight_slice tr_weight_slice(const tr_weight *w, int rank, int k)
     return s;
 }
 
+/* The same weight, padded and logical shapes alike: its slices on every
+ * rank are placed into one tensor of rank 0's shape. */
+static bool same_tensor(const tr_weight *a, const tr_weight *b)
+{
+    if (strcmp(a->name, b->name) || a->rank != b->rank)
+        return false;
+    for (int d = 0; d < a->rank; d++)
+        if (a->shape[d] != b->shape[d] || a->logical[d] != b->logical[d])
+            return false;
+    return true;
+}
+
 int tr_layouts_load(tr_layouts *l, const char *path, const tp_comm *comm, char *err, size_t errlen)
 {
     *l = (tr_layouts){.world = comm->world};
@@ -37,12 +50,20 @@ int tr_layouts_load(tr_layouts *l, const char *path, const tp_comm *comm, char *
             tr_layouts_free(l);
             return -1;
         }
-    for (int r = 1; r < comm->world; r++)
-        if (l->ranks[r].weight_elems != l->ranks[0].weight_elems || l->ranks[r].nweights != l->ranks[0].nweights) {
+    for (int r = 1; r < comm->world; r++) {
+        const char *differs = l->ranks[r].weight_elems != l->ranks[0].weight_elems ||
+                                      l->ranks[r].nweights != l->ranks[0].nweights
+                                  ? "weight region differs in size"
+                                  : NULL;
+        for (int i = 0; !differs && i < l->ranks[0].nweights; i++)
+            if (!same_tensor(&l->ranks[r].weights[i], &l->ranks[0].weights[i]))
+                differs = "weights differ in name or shape";
+        if (differs) {
             tr_layouts_free(l);
-            return tp_error(err, errlen, "%s: rank %d's weight region differs in size from rank 0's; gathering needs "
-                            "equal slices (recompile the schedule)", path, r);
+            return tp_error(err, errlen, "%s: rank %d's %s from rank 0's; gathering needs equal slices of the same "
+                            "weights (recompile the schedule)", path, r, differs);
         }
+    }
     return 0;
 }
 

@@ -411,15 +411,21 @@ TEST(TrainDataParallel, CommunicatorWithoutSplitIsRefused)
     tr_dp_free(&g);
 }
 
-TEST(TrainGather, SlicesOfEveryKindMakeTheFullLogicalTensors)
+std::string compile_gather_schedule(const TempDir &d)
 {
-    TempDir d;
     std::string dir = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama/";
     std::string sched = d.path + "/t.sched";
     tpcc_test::Proc c = tpcc_test::run_tpcc({std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan", "--hf-config",
                                              dir + "config.json", "-D", "tp=2", "-D", "seq=16", "-D", "batch=2", "-D",
                                              "vocab_multiple=96", "--train", "-o", sched});
-    ASSERT_EQ(c.code(), 0) << c.describe();
+    EXPECT_EQ(c.code(), 0) << c.describe();
+    return sched;
+}
+
+TEST(TrainGather, SlicesOfEveryKindMakeTheFullLogicalTensors)
+{
+    TempDir d;
+    std::string sched = compile_gather_schedule(d);
     tp_comm_ops ops = {};
     ops.gather_bytes = fake_gather;
     tp_comm comm = {&ops, 0, 2, nullptr};
@@ -440,6 +446,7 @@ TEST(TrainGather, SlicesOfEveryKindMakeTheFullLogicalTensors)
         tp_weight_init_seeded(&whole, 7, expect.data());
         EXPECT_EQ(std::vector<float>(full[i], full[i] + expect.size()), expect) << w.name;
         EXPECT_EQ(tr_weight_replicas(&w, 2), w.dim < 0 ? 2 : 1) << w.name;
+        EXPECT_EQ(tr_weight_replicas(&w, 8), w.dim < 0 ? 8 : 4) << w.name << " with 4 data-parallel replicas";
     }
     EXPECT_EQ(s.weights[0].shape[0], 192);     // the padding was there, and is gone
     EXPECT_EQ(s.weights[0].logical[0], 128);
@@ -448,6 +455,35 @@ TEST(TrainGather, SlicesOfEveryKindMakeTheFullLogicalTensors)
     EXPECT_GT(seen_dims[2], 0);
     tr_full_free(full, s.nweights);
     tr_layouts_free(&l);
+}
+
+// The slices of rank r are placed into a tensor of rank 0's shape: a rank
+// whose weights differ from rank 0's in name or shape is refused.
+TEST(TrainGather, RanksWithOtherWeightsAreRefused)
+{
+    TempDir d;
+    const std::string text = tpcc_test::slurp(compile_gather_schedule(d));
+    const std::string name = "\"name\": \"model.layers.1.self_attn.o_proj.weight\"",
+                      vocab = "\"logical_shape\": [128, 32]";
+    struct Edit {
+        std::string from, to;
+    };
+    for (const Edit &e : {Edit{name, "\"name\": \"model.layers.1.self_attn.out_proj.weight\""},
+                          Edit{vocab, "\"logical_shape\": [120, 32]"}}) {
+        std::string edited = text;
+        size_t at = edited.rfind(e.from);   // rank 1's
+        ASSERT_NE(at, std::string::npos) << e.from;
+        ASSERT_NE(edited.find(e.from), at) << e.from;
+        edited.replace(at, e.from.size(), e.to);
+        std::string sched = d.write("edited.sched", edited);
+        tp_comm_ops ops = {};
+        tp_comm comm = {&ops, 0, 2, nullptr};
+        tr_layouts l;
+        char err[800] = "";
+        EXPECT_EQ(tr_layouts_load(&l, sched.c_str(), &comm, err, sizeof err), -1) << e.to;
+        EXPECT_NE(std::string(err).find("rank 1's weights differ in name or shape from rank 0's"), std::string::npos)
+            << err;
+    }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -81,5 +82,26 @@ INSTANTIATE_TEST_SUITE_P(Crafted, BadSchedule, testing::ValuesIn(bad_schedules()
                                      c = '_';
                              return n;
                          });
+
+// The committed fuzz inputs that are schedules (tests/fuzz/corpus, regress)
+// carry this tprun's format version: one from an older version would stop
+// at the version check, and its replay (Fuzz.Replay.*) would test nothing
+// else. After a format change, bump theirs and check that each still
+// reaches what it was kept for.
+TEST(FuzzInputs, SchedulesAreInTheCurrentFormat)
+{
+    const std::regex version("\"format_version\": *([0-9]+)");
+    int seen = 0;
+    for (const char *dir : {"tests/fuzz/corpus/schedule", "tests/fuzz/corpus/run", "tests/fuzz/regress/run"})
+        for (const auto &e : fs::directory_iterator(dir)) {
+            std::string text = tpcc_test::slurp(e.path().string());
+            std::smatch m;
+            if (!std::regex_search(text, m, version))
+                continue;   // a mutant without one
+            EXPECT_EQ(std::stoi(m[1]), TP_SCHEDULE_VERSION) << e.path();
+            seen++;
+        }
+    EXPECT_GT(seen, 20);
+}
 
 }  // namespace
