@@ -40,7 +40,7 @@ static const char usage[] =
     "  --report                   per-rank parameters, activation arena, FLOPs and every collective,\n"
     "                             against the Megatron bound\n"
     "  --report-format=FMT        text (default) or json\n"
-    "  --device-memory SIZE       with --report --train: whether a step fits (80GiB, 40GB, ...)\n"
+    "  --device-memory SIZE       with --report: whether a step (training with --train) fits (80GiB, 40GB)\n"
     "  --dump FILE                print a schedule's per-rank program; --rank R for one rank\n"
     "  --export=pytorch|hf        a Python module applying the plan with parallelize_module, or\n"
     "                             the Hugging Face tp_plan dict (JSON); -o FILE, never an input\n"
@@ -283,8 +283,8 @@ static int parse_args(cli *o, int argc, char **argv)
         return bad_usage("%s", "choose one of -o, --check, --explain, --report, --dump and --export");
     if (o->loss != TP_LOSS_NONE && !o->train)
         return bad_usage("%s", "--loss goes with --train (the loss a training step computes on the logits)");
-    if (o->device_memory && !(o->train && o->mode == MODE_REPORT))
-        return bad_usage("%s", "--device-memory goes with --report --train");
+    if (o->device_memory && o->mode != MODE_REPORT)
+        return bad_usage("%s", "--device-memory goes with --report");
     if (o->train && (o->mode == MODE_DUMP || o->mode == MODE_EXPORT || o->mode == MODE_EXPLAIN))
         return bad_usage("%s", "--train goes with -o, --check or --report");
     if (o->mode == MODE_DUMP && o->auto_plan)

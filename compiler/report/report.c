@@ -133,10 +133,10 @@ static int64_t staging_bytes(const tp_ir *ir)
 }
 
 /* The CUDA backend's scratch (sched/workspace.h): one buffer, grown to the
- * largest request of a step's kernels. */
+ * largest request of a step's kernels; the forward's make none. */
 static int64_t cuda_scratch_bytes(const tp_ir *ir, bool bf16)
 {
-    int64_t most = TP_CUDA_SUM_SQUARES_SCRATCH_BYTES;
+    int64_t most = training(ir) ? TP_CUDA_SUM_SQUARES_SCRATCH_BYTES : 0;
     for (int i = 0; i < ir->nops; i++) {
         const tp_ir_op *op = &ir->ops[i];
         int64_t floats = 0;
@@ -152,23 +152,28 @@ static int64_t cuda_scratch_bytes(const tp_ir *ir, bool bf16)
     return most;
 }
 
-/* A training step's memory per rank: the weight region, the gradients,
- * AdamW's two moments (fp32), the fp32 master weights tprun keeps beside
- * weights stored in bf16, the arena, which holds the activations saved
- * for the backward, and the workspace: the reshard staging, and on CUDA
- * cuBLAS's workspace and the kernels' scratch. The total is what tprun's
- * CUDA backend allocates for the step, but for a byte of padding a buffer
- * and the optimizer's two floats of sums; not the CUDA context, cuBLAS's
- * handle or NCCL's own buffers. */
+/* A step's memory per rank: the weight region, the arena and the
+ * workspace: the reshard staging, and on CUDA cuBLAS's workspace and the
+ * kernels' scratch. A training step's adds the gradients, AdamW's two
+ * moments (fp32) and the fp32 master weights tprun keeps beside weights
+ * stored in bf16; its arena holds the activations saved for the backward.
+ * The total is what tprun's CUDA backend allocates for the step, but for a
+ * byte of padding a buffer and the optimizer's two floats of sums; not the
+ * CUDA context, cuBLAS's handle or NCCL's own buffers. */
 typedef struct step_memory {
     int64_t params, grads, optimizer, masters, activations, staging, blas, scratch, workspace, total;
 } step_memory;
 
 static step_memory memory_of(const tp_ir *ir, size_t dsize)
 {
-    step_memory m = {weight_region_bytes(ir, dsize), param_bytes(ir, dsize), 2 * weight_region_bytes(ir, 4),
-                     dsize == 4 ? 0 : weight_region_bytes(ir, 4), ir->arena_bytes, staging_bytes(ir),
-                     TP_CUDA_BLAS_WORKSPACE_BYTES, cuda_scratch_bytes(ir, dsize == 2), 0, 0};
+    bool train = training(ir);
+    step_memory m = {weight_region_bytes(ir, dsize), 0, 0, 0, 0, staging_bytes(ir), TP_CUDA_BLAS_WORKSPACE_BYTES,
+                     cuda_scratch_bytes(ir, dsize == 2), 0, 0};
+    if (train) {
+        m.grads = param_bytes(ir, dsize);
+        m.optimizer = 2 * weight_region_bytes(ir, 4);
+        m.masters = dsize == 4 ? 0 : weight_region_bytes(ir, 4);
+    }
     /* the gradients live in the arena (outputs.grads), counted once */
     m.activations = ir->arena_bytes - m.grads;
     m.workspace = m.staging + m.blas + m.scratch;
@@ -341,28 +346,37 @@ static dp_average dp_average_of(const tp_ir *ir, size_t ds, int64_t dp)
     return a;
 }
 
-static void print_training(const tp_ir *ir, size_t ds, int64_t dp, int64_t device_memory, FILE *out)
+static void print_memory(const tp_ir *ir, size_t ds, int64_t device_memory, FILE *out)
 {
-    char a[32], b[32];
+    char a[32], b[32], c[32], d[32];
+    bool train = training(ir);
     step_memory m = memory_of(ir, ds);
-    fprintf(out, "\ntraining step, memory per rank\n");
+    fprintf(out, "\n%s step, memory per rank\n", train ? "training" : "forward");
     fprintf(out, "  parameters        %s\n", human((double)m.params, a, sizeof a));
-    fprintf(out, "  gradients         %s\n", human((double)m.grads, a, sizeof a));
-    fprintf(out, "  optimizer state   %s  (AdamW's two moments, fp32)\n", human((double)m.optimizer, a, sizeof a));
+    if (train) {
+        fprintf(out, "  gradients         %s\n", human((double)m.grads, a, sizeof a));
+        fprintf(out, "  optimizer state   %s  (AdamW's two moments, fp32)\n", human((double)m.optimizer, a, sizeof a));
+    }
     if (m.masters)
         fprintf(out, "  master weights    %s  (fp32 copies of the parameters, which AdamW updates)\n",
                 human((double)m.masters, a, sizeof a));
-    fprintf(out, "  activations       %s  (the arena less the gradients: what the backward reads)\n",
-            human((double)m.activations, a, sizeof a));
-    char c[32], d[32];
-    fprintf(out, "  workspace         %s  (reshard staging %s; on CUDA, cuBLAS's %s and the kernels' scratch %s)\n",
-            human((double)m.workspace, a, sizeof a), human((double)m.staging, b, sizeof b),
-            human((double)m.blas, c, sizeof c), human((double)m.scratch, d, sizeof d));
-    fprintf(out, "  total             %s", human((double)m.total, a, sizeof a));
+    fprintf(out, "  activations       %s  (%s)\n", human((double)m.activations, a, sizeof a),
+            train ? "the arena less the gradients: what the backward reads" : "the arena");
+    fprintf(out, "  workspace         %s  (reshard staging %s; on CUDA, cuBLAS's %s", human((double)m.workspace, a, sizeof a),
+            human((double)m.staging, b, sizeof b), human((double)m.blas, c, sizeof c));
+    if (train)
+        fprintf(out, " and the kernels' scratch %s", human((double)m.scratch, d, sizeof d));
+    fprintf(out, ")\n  total             %s", human((double)m.total, a, sizeof a));
     if (device_memory > 0)
         fprintf(out, "  %s %s of device memory", m.total <= device_memory ? "fits in" : "DOES NOT FIT in",
                 human((double)device_memory, b, sizeof b));
-    fprintf(out, "\n\ncommunication per phase, bytes each rank sends with ring algorithms\n");
+    fprintf(out, "\n");
+}
+
+static void print_training(const tp_ir *ir, size_t ds, int64_t dp, FILE *out)
+{
+    char a[32], b[32];
+    fprintf(out, "\ncommunication per phase, bytes each rank sends with ring algorithms\n");
     fprintf(out, "  %-10s %6s %14s %14s\n", "phase", "count", "sent", "bound");
     double bound = ir->world > 1 && ir->layer_input_elems ? bound_per_layer(ir, ds) * ir->nlayers : 0;
     for (int ph = 0; ph < TP_PHASE_COUNT; ph++) {
@@ -410,8 +424,9 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
         fprintf(out, "  reference         %s per layer, %s for %d layers: training activations, 16-bit "
                      "(Korthikanti et al., Table 2)\n",
                 human(paper, a, sizeof a), human(paper * opt->nlayers, b, sizeof b), opt->nlayers);
+    print_memory(opt, ds, device_memory, out);
     if (training(opt))
-        print_training(opt, ds, p->data_parallel, device_memory, out);
+        print_training(opt, ds, p->data_parallel, out);
 
     fprintf(out, "\ncommunication, %s step, bytes each rank sends with ring algorithms\n",
             training(opt) ? "training" : "forward");
@@ -474,13 +489,18 @@ static json_t *totals_json(const comm_totals *t)
     return o;
 }
 
-static json_t *training_json(const tp_ir *ir, size_t ds, int64_t dp, int64_t device_memory)
+/* The step's memory: "training" holds it with the rest of the training
+ * figures, "forward" alone. */
+static json_t *memory_json(const tp_ir *ir, size_t ds, int64_t device_memory)
 {
     step_memory m = memory_of(ir, ds);
-    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I}", "param_bytes", (json_int_t)m.params, "grad_bytes",
-                          (json_int_t)m.grads, "optimizer_bytes", (json_int_t)m.optimizer, "activation_bytes",
+    json_t *o = json_pack("{s:I, s:I, s:I}", "param_bytes", (json_int_t)m.params, "activation_bytes",
                           (json_int_t)m.activations, "total_bytes", (json_int_t)m.total);
     tp_xcheck(o);
+    if (training(ir)) {
+        json_object_set_new(o, "grad_bytes", json_integer(m.grads));
+        json_object_set_new(o, "optimizer_bytes", json_integer(m.optimizer));
+    }
     if (m.masters)
         json_object_set_new(o, "master_bytes", json_integer(m.masters));
     json_object_set_new(o, "workspace", json_pack("{s:I, s:I, s:I, s:I}", "bytes", (json_int_t)m.workspace,
@@ -490,6 +510,12 @@ static json_t *training_json(const tp_ir *ir, size_t ds, int64_t dp, int64_t dev
         json_object_set_new(o, "device_memory_bytes", json_integer(device_memory));
         json_object_set_new(o, "fits", json_boolean(m.total <= device_memory));
     }
+    return o;
+}
+
+static json_t *training_json(const tp_ir *ir, size_t ds, int64_t dp, int64_t device_memory)
+{
+    json_t *o = memory_json(ir, ds, device_memory);
     json_object_set_new(o, "flops", json_pack("{s:f, s:f}", "forward", phase_flops(ir, TP_PHASE_FORWARD), "backward",
                                               phase_flops(ir, TP_PHASE_BACKWARD)));
     json_t *phases = tp_xcheck(json_object());
@@ -532,6 +558,8 @@ static void print_json(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     json_object_set_new(root, "forward_flops", json_real(phase_flops(opt, TP_PHASE_FORWARD)));
     if (training(opt))
         json_object_set_new(root, "training", training_json(opt, ds, p->data_parallel, device_memory));
+    else
+        json_object_set_new(root, "forward", memory_json(opt, ds, device_memory));
     json_object_set_new(root, "paper_activation_bytes_per_layer", json_real(paper_activation_bytes(opt, p)));
     json_t *list = tp_xcheck(json_array());
     for (int i = 0; i < opt->nops; i++) {

@@ -432,10 +432,23 @@ TEST(TrainReport, DataParallelAddsTheGradientAverage)
     json_decref(b);
 }
 
-TEST(TrainReport, DeviceMemoryNeedsATrainingReport)
+// --device-memory goes with any report: a forward step's memory, or with
+// --train a training step's
+TEST(TrainReport, DeviceMemoryGoesWithAReport)
 {
-    Proc p = tpcc_test::run_program(kTpcc, {source_path("plans/llama-sp.plan"), "--report", "--device-memory", "80GiB"});
-    EXPECT_EQ(p.code(), 2);
+    Proc p = tpcc_test::run_program(kTpcc, {source_path("plans/llama-sp.plan"), "--report", "--device-memory", "12GiB"});
+    EXPECT_EQ(p.code(), 0) << p.describe();
+    EXPECT_TRUE(contains(p.out, "forward step, memory per rank")) << p.out;
+    EXPECT_TRUE(contains(p.out, "total             11.94 GiB  fits in 12.00 GiB of device memory")) << p.out;
+    Proc small = tpcc_test::run_program(kTpcc, {source_path("plans/llama-sp.plan"), "--report", "--device-memory",
+                                                "11GiB"});
+    EXPECT_TRUE(contains(small.out, "DOES NOT FIT in 11.00 GiB")) << small.out;
+    TempDir tmp;
+    Proc compile = tpcc_test::run_program(kTpcc, {source_path("plans/llama-sp.plan"), "-o", tmp.path + "/s.sched",
+                                                  "--device-memory", "80GiB"});
+    EXPECT_EQ(compile.code(), 2);
+    EXPECT_TRUE(contains(compile.err, "--device-memory goes with --report")) << compile.err;
+    EXPECT_FALSE(std::filesystem::exists(tmp.path + "/s.sched"));
     Proc bad = tpcc_test::run_program(kTpcc, {source_path("plans/llama-sp.plan"), "--train", "--report",
                                               "--device-memory", "lots"});
     EXPECT_EQ(bad.code(), 2);

@@ -391,21 +391,23 @@ TEST_F(EmulatedRun, TensorCoreTrainingMatchesCpu)
     }
 }
 
-// tpcc --report's memory of a training step is what tprun's CUDA backend
-// allocates: each rank's peak of device memory (TP_STANDIN_DEVICE_PEAK)
-// over a step at tp 2 is the report's total and the bytes tprun adds to
-// its buffers: one to each of the arena, the weights, the two staging
-// buffers, AdamW's two moments and the bf16 schedule's master weights,
-// and the optimizer's two floats of sums. `scratch` is the CUDA kernels'
-// scratch the report must find, in floats. Leaving out any part of the
-// workspace (staging, cuBLAS's, the scratch) is off by kilobytes to
-// megabytes.
+// tpcc --report's memory of a step (a training step when `train`) is what
+// tprun's CUDA backend allocates: each rank's peak of device memory
+// (TP_STANDIN_DEVICE_PEAK) over a step at tp 2 is the report's total and
+// the bytes tprun adds to its buffers: one to each of the arena, the
+// weights and the two staging buffers, and for training one to each of
+// AdamW's two moments and the bf16 schedule's master weights, and the
+// optimizer's two floats of sums. `scratch_floats` is the CUDA kernels'
+// scratch the report must find. Leaving out any part of the workspace
+// (staging, cuBLAS's, the scratch) is off by kilobytes to megabytes.
 void expect_report_is_the_peak(const TempDir &dir, const std::string &plan, const std::vector<std::string> &sizes,
-                               const std::string &dtype, json_int_t scratch_floats)
+                               const std::string &dtype, json_int_t scratch_floats, bool train = true)
 {
     const std::string tokens = source_path("tests/fixtures/train/llama/tokens.npy");
-    const std::string what = fs::path(plan).stem().string() + " " + dtype;
-    std::vector<std::string> args = {plan, "--train", "--report", "--report-format=json", "--dtype", dtype};
+    const std::string what = fs::path(plan).stem().string() + " " + dtype + (train ? " training" : " forward");
+    std::vector<std::string> args = {plan, "--report", "--report-format=json", "--dtype", dtype};
+    if (train)
+        args.push_back("--train");
     for (auto &f : tiny(plan, 2, sizes))
         args.push_back(f);
     Proc report = run_program(kTpcc, args);
@@ -413,8 +415,8 @@ void expect_report_is_the_peak(const TempDir &dir, const std::string &plan, cons
     json_error_t error;
     json_t *root = json_loads(report.out.c_str(), 0, &error);
     ASSERT_NE(root, nullptr) << error.text << "\n" << report.out;
-    json_t *training = json_object_get(root, "training"), *workspace = json_object_get(training, "workspace");
-    json_int_t total = json_integer_value(json_object_get(training, "total_bytes"));
+    json_t *step = json_object_get(root, train ? "training" : "forward"), *workspace = json_object_get(step, "workspace");
+    json_int_t total = json_integer_value(json_object_get(step, "total_bytes"));
     json_int_t scratch = json_integer_value(json_object_get(workspace, "cuda_scratch_bytes"));
     json_int_t staging = json_integer_value(json_object_get(workspace, "staging_bytes"));
     json_decref(root);
@@ -423,11 +425,16 @@ void expect_report_is_the_peak(const TempDir &dir, const std::string &plan, cons
 
     std::string peaks = dir.path + "/peak.txt";
     fs::remove(peaks);
-    Proc p = run(kEmulated, 2, compile(dir, plan, 2, dtype, sizes, true),
-                 {"--backend", "cuda", "--steps", "1", "--data", tokens, "-q"}, {"TP_STANDIN_DEVICE_PEAK=" + peaks});
+    std::vector<std::string> run_args = {"--backend", "cuda", "-q"};
+    if (train)
+        run_args.insert(run_args.end(), {"--steps", "1", "--data", tokens});
+    else
+        run_args.insert(run_args.end(), {"--labels", "tokens"});
+    Proc p = run(kEmulated, 2, compile(dir, plan, 2, dtype, sizes, train), run_args,
+                 {"TP_STANDIN_DEVICE_PEAK=" + peaks});
     ASSERT_EQ(p.code(), 0) << p.describe();
     std::istringstream lines(slurp(peaks));
-    const json_int_t padding = (dtype == "bf16" ? 7 : 6) + 2 * (json_int_t)sizeof(float);
+    const json_int_t padding = train ? (dtype == "bf16" ? 7 : 6) + 2 * (json_int_t)sizeof(float) : 4;
     int ranks = 0;
     for (json_int_t peak; lines >> peak; ranks++)
         EXPECT_EQ(peak, total + padding) << what;
@@ -450,6 +457,19 @@ TEST_F(EmulatedRun, TrainingStepHoldsWhatTheReportSays)
     expect_report_is_the_peak(dir, source_path("plans/gpt2-sp-tied.plan"), gpt2, "bf16", 2 * 80 * 2);
     const std::vector<std::string> ragged = {"hidden=68", "heads=2", "kv_heads=2", "ffn=256", "seq=80", "batch=1"};
     expect_report_is_the_peak(dir, plan, ragged, "fp32", 2 * 80 * 1);
+}
+
+// A forward step: the weights, the arena, the staging and cuBLAS's
+// workspace; its kernels ask for no scratch.
+TEST_F(EmulatedRun, ForwardStepHoldsWhatTheReportSays)
+{
+    std::vector<std::string> sizes = kHeadDim64;
+    sizes.push_back("batch=1");
+    expect_report_is_the_peak(dir, plan, sizes, "bf16", 0, false);
+    const std::vector<std::string> ragged = {"hidden=68", "heads=2", "kv_heads=2", "ffn=256", "seq=80", "batch=1"};
+    expect_report_is_the_peak(dir, plan, ragged, "fp32", 0, false);
+    const std::vector<std::string> gpt2 = {"hidden=256", "heads=4", "ffn=256", "seq=80", "positions=128", "batch=1"};
+    expect_report_is_the_peak(dir, source_path("plans/gpt2-sp-tied.plan"), gpt2, "bf16", 0, false);
 }
 
 // Where a GPU is usable the default backend is cuda; where none is, cpu.
