@@ -242,6 +242,18 @@ int tr_resume(tr_optim *o, const char *dir, char *err, size_t errlen)
         free(path);
         return -1;
     }
+    /* tprun saves two moments of every weight and nothing else: a count
+     * that differs is another model's (fewer layers, say), whose weights
+     * would load in part and whose config.json --save would copy */
+    size_t held = tp_checkpoint_num_tensors(c), needed = 2 * (size_t)x->s->nweights;
+    if (held != needed) {
+        tp_error(err, errlen, "--resume: %s holds the moments of %zu weights, this schedule's model has %d: %s was "
+                 "saved from another model (compile the schedule from its config.json)", path, held / 2,
+                 x->s->nweights, dir);
+        free(path);
+        tp_checkpoint_close(c);
+        return -1;
+    }
     free(path);
     float *regions[2] = {o->m, o->v};
     int rc = 0;

@@ -143,6 +143,16 @@ TEST(TrainRun, SaveHoldsTorchsWeightsAndResumeContinues)
     Proc done = run({"--resume", d.path + "/five", "--steps", "5"});
     EXPECT_NE(done.code(), 0);
     EXPECT_TRUE(contains(done.err, "has taken 5 steps already")) << done.describe();
+    // a schedule of one layer resuming the two-layer model: refused, nothing saved
+    std::string one_layer = compile_plan(d, dir, "plans/llama-sp.plan", 2, {"-D", "vocab_multiple=1", "-D", "layers=1"});
+    std::vector<std::string> other = {"--resume", d.path + "/three", "--steps", "5", "--save", d.path + "/other"};
+    other.insert(other.end(), common.begin(), common.end());
+    Proc mismatch = train(one_layer, 2, other);
+    EXPECT_NE(mismatch.code(), 0);
+    EXPECT_TRUE(contains(mismatch.err, "optimizer.safetensors holds the moments of 21 weights, this schedule's model "
+                                       "has 12: " + d.path + "/three was saved from another model"))
+        << mismatch.describe();
+    EXPECT_FALSE(std::filesystem::exists(d.path + "/other"));
 }
 
 // --max-shard-size: above it, --save writes the weights as
