@@ -79,6 +79,19 @@ static int load_weights(job *j)
     char why[600];
     if (j->o->weights && tp_checkpoint_open(&j->ckpt, j->o->weights, why, sizeof why))
         return fail(j, "%s", why);
+    /* a checkpoint of more layers than the schedule's loads in part: as
+     * transformers, say so; --save would copy its config.json beside a
+     * model it does not describe */
+    const char *unused_name;
+    size_t unused = j->ckpt ? tr_weights_unused(s, j->ckpt, &unused_name) : 0;
+    if (unused && j->o->train.save)
+        return fail(j, "%s holds %zu tensors the schedule's model does not take (%s%s): --save would copy its "
+                    "config.json, which describes another model; compile the schedule with tpcc --hf-config "
+                    "on that config.json", j->o->weights, unused, unused_name, unused > 1 ? ", ..." : "");
+    if (unused && rank0(j) && !j->o->quiet)
+        fprintf(stderr, "tprun: warning: %s holds %zu tensors the schedule's model does not take (%s%s), left "
+                "unused: is it a checkpoint of another configuration?\n", j->o->weights, unused, unused_name,
+                unused > 1 ? ", ..." : "");
     if (s->grads && j->x.be->dtype != TP_F32)
         j->masters = tp_xcalloc((size_t)s->weight_elems + 1, sizeof *j->masters);   /* gaps: 0 */
     tr_weight_source src = {.ckpt = j->ckpt, .seed = j->o->seed};

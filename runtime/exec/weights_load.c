@@ -1,5 +1,6 @@
 /* weights_load.c: see weights_load.h. */
 #include "runtime/exec/weights_load.h"
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/train/gather.h"
@@ -117,4 +118,34 @@ int tr_weights_load(const tr_exec *x, const tr_weight_source *src, const tr_weig
     }
     staging_free(&st);
     return rc;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+static bool is_weight_of(const tr_schedule *s, const char *name)
+{
+    for (int i = 0; i < s->nweights; i++)
+        if (!strcmp(s->weights[i].name, name))
+            return true;
+    return false;
+}
+
+size_t tr_weights_unused(const tr_schedule *s, const tp_checkpoint *c, const char **first)
+{
+    size_t unused = 0;
+    *first = NULL;
+    bool tied_head = !is_weight_of(s, "lm_head.weight");
+    for (size_t i = 0; i < tp_checkpoint_num_tensors(c); i++) {
+        const char *name = tp_checkpoint_tensor_name(c, i);
+        bool buffer = ends_with(name, ".inv_freq") || ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias");
+        if (buffer || (tied_head && !strcmp(name, "lm_head.weight")) || is_weight_of(s, name))
+            continue;
+        if (!unused++)
+            *first = name;
+    }
+    return unused;
 }

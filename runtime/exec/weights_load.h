@@ -43,4 +43,12 @@ typedef struct tr_weights_sink {
 int tr_weights_load(const tr_exec *x, const tr_weight_source *src, const tr_weights_sink *dst, char *err,
                     size_t errlen);
 
+/* How many of the checkpoint's tensors the schedule's model does not take,
+ * and the first of them by name (NULL when none): a checkpoint of another
+ * configuration (more layers) whose other tensors match. Not counted, as
+ * transformers does not load them either: buffers (rotary inv_freq,
+ * GPT-2's causal-mask attn.bias and masked_bias) and lm_head.weight when
+ * the schedule has no head of its own (tied to the embedding). */
+size_t tr_weights_unused(const tr_schedule *s, const tp_checkpoint *c, const char **first);
+
 #endif /* TPRUN_WEIGHTS_LOAD_H */

@@ -561,6 +561,11 @@ size_t tp_checkpoint_num_tensors(const tp_checkpoint *c)
     return c->ntensors;
 }
 
+const char *tp_checkpoint_tensor_name(const tp_checkpoint *c, size_t i)
+{
+    return c->tensors[i].name;
+}
+
 int tp_checkpoint_tensor_info(const tp_checkpoint *c, const char *name, const char **dtype_name, int *ndim,
                               int64_t shape[8])
 {

@@ -108,6 +108,9 @@ size_t tp_checkpoint_bytes_read_rank(const tp_checkpoint *c, int rank);
 size_t tp_checkpoint_total_bytes(const tp_checkpoint *c);
 size_t tp_checkpoint_num_tensors(const tp_checkpoint *c);
 
+/* The name of tensor i (i < tp_checkpoint_num_tensors), in name order. */
+const char *tp_checkpoint_tensor_name(const tp_checkpoint *c, size_t i);
+
 /* Metadata of a tensor without reading it: 0 and its dtype and shape (ndim
  * may be 0..8; only the first min(ndim, 8) entries are written), or -1 when
  * absent. dtype_name is the safetensors spelling ("F32", "BF16", ...). */

@@ -143,15 +143,30 @@ TEST(TrainRun, SaveHoldsTorchsWeightsAndResumeContinues)
     Proc done = run({"--resume", d.path + "/five", "--steps", "5"});
     EXPECT_NE(done.code(), 0);
     EXPECT_TRUE(contains(done.err, "has taken 5 steps already")) << done.describe();
-    // a schedule of one layer resuming the two-layer model: refused, nothing saved
+    // a schedule of one layer resuming the two-layer model: refused
     std::string one_layer = compile_plan(d, dir, "plans/llama-sp.plan", 2, {"-D", "vocab_multiple=1", "-D", "layers=1"});
-    std::vector<std::string> other = {"--resume", d.path + "/three", "--steps", "5", "--save", d.path + "/other"};
+    std::vector<std::string> other = {"--resume", d.path + "/three", "--steps", "5"};
     other.insert(other.end(), common.begin(), common.end());
     Proc mismatch = train(one_layer, 2, other);
     EXPECT_NE(mismatch.code(), 0);
     EXPECT_TRUE(contains(mismatch.err, "optimizer.safetensors holds the moments of 21 weights, this schedule's model "
                                        "has 12: " + d.path + "/three was saved from another model"))
         << mismatch.describe();
+    // the two-layer checkpoint under the one-layer schedule: layer 1's 9
+    // tensors left unused, a warning; with --save, whose config.json would
+    // say two layers, refused
+    std::vector<std::string> part = {"--weights", dir, "--steps", "1"};
+    part.insert(part.end(), common.begin(), common.end());
+    part.pop_back();   // not -q: the warning
+    Proc warned = train(one_layer, 2, part);
+    EXPECT_EQ(warned.code(), 0) << warned.describe();
+    EXPECT_TRUE(contains(warned.err, "tprun: warning: " + dir + " holds 9 tensors the schedule's model does not take "
+                                     "(model.layers.1.input_layernorm.weight, ...), left unused")) << warned.describe();
+    part.insert(part.end(), {"--save", d.path + "/other"});
+    Proc refused = train(one_layer, 2, part);
+    EXPECT_NE(refused.code(), 0);
+    EXPECT_TRUE(contains(refused.err, "--save would copy its config.json, which describes another model"))
+        << refused.describe();
     EXPECT_FALSE(std::filesystem::exists(d.path + "/other"));
 }
 
