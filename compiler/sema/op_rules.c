@@ -310,8 +310,34 @@ static void suggest_replicated_heads(interp *I, const tp_val *q, const tp_val *k
                  n, (long long)(I->tp / kv->shape[h]), n);
 }
 
+/* q [b, s, h, d] against k and v [b, s, g, d]: SDPA's enable_gqa and
+ * transformers' repeat_kv need g to divide h (heads // kv_heads copies of
+ * each kv head), and fail otherwise. */
+static bool attention_shapes_fit(interp *I, const tp_val *q, const tp_val *k, const tp_val *v, tp_span span)
+{
+    bool fits = q->rank == 4 && k->rank == 4 && v->rank == 4;
+    for (int d = 0; fits && d < 4; d++)
+        fits = k->shape[d] == v->shape[d] && (d == 2 || k->shape[d] == q->shape[d]);
+    if (fits && k->shape[2] > 0 && q->shape[2] % k->shape[2] == 0)
+        return true;
+    if (fits)
+        tp_diag_add(I->d, TP_ERROR, span, "model",
+                    "attention(): q has %lld heads but k and v have %lld: the key/value heads must divide the query "
+                    "heads (num_attention_heads a multiple of num_key_value_heads), or transformers' repeat_kv and "
+                    "PyTorch's attention fail", (long long)q->shape[2], (long long)k->shape[2]);
+    else
+        tp_diag_add(I->d, TP_ERROR, span, "model",
+                    "attention(): q, k and v must be [batch, seq, heads, head_dim] with the same batch, sequence "
+                    "and head_dim (k and v alike)");
+    return false;
+}
+
 static tp_val *attention(interp *I, tp_val *q, tp_val *k, tp_val *v, const attention_attrs *at, tp_span span)
 {
+    if (!attention_shapes_fit(I, q, k, v, span)) {
+        I->stop = true;
+        return q;
+    }
     suggest_replicated_heads(I, q, k);
     if (v->heads_diag != k->heads_diag)
         suggest_replicated_heads(I, q, v);

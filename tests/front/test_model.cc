@@ -516,6 +516,36 @@ TEST(BrokenModel, OpAttributeValues)
     EXPECT_EQ(u.u.diags.errors, 0) << u.text();
 }
 
+// attention()'s q [b, s, h, d] against k and v [b, s, g, d]: g must divide
+// h (transformers' repeat_kv makes h // g copies of each kv head), the rest
+// agree
+TEST(BrokenModel, AttentionShapes)
+{
+    struct Case {
+        std::string k, v, message;
+    } cases[] = {
+        {"[1, 2, 4, 4]", "[1, 2, 4, 4]", "attention(): q has 6 heads but k and v have 4: the key/value heads must "
+                                         "divide the query heads"},
+        {"[1, 2, 12, 4]", "[1, 2, 12, 4]", "attention(): q has 6 heads but k and v have 12"},
+        {"[1, 2, 3, 8]", "[1, 2, 3, 8]", "the same batch, sequence and head_dim"},
+        {"[1, 2, 3, 4]", "[1, 2, 2, 4]", "the same batch, sequence and head_dim (k and v alike)"},
+        {"[1, 3, 3, 4]", "[1, 3, 3, 4]", "the same batch, sequence and head_dim"},
+    };
+    for (const Case &k : cases) {
+        SCOPED_TRACE(k.k + " " + k.v);
+        TempDir dir;
+        dir.write("m.model", "module Root {\n    def forward(q: [1, 2, 6, 4], k: " + k.k + ", v: " + k.v +
+                                 ") {\n        return attention(q, k, v, causal=True)\n    }\n}\n");
+        Unit u(bare_plan(dir, dir.path + "/m.model"));
+        EXPECT_TRUE(u.has_error("model", k.message)) << u.text();
+    }
+    TempDir dir;   // grouped query attention: 3 kv heads for 6 query heads
+    dir.write("m.model", "module Root {\n    def forward(q: [1, 2, 6, 4], k: [1, 2, 3, 4]) {\n"
+                         "        return merge_heads(attention(q, k, k, causal=True))\n    }\n}\n");
+    Unit u(bare_plan(dir, dir.path + "/m.model"));
+    EXPECT_EQ(u.u.diags.errors, 0) << u.text();
+}
+
 TEST(BrokenModel, TieToAMissingParameter)
 {
     TempDir dir;
