@@ -224,6 +224,18 @@ static int reduced(autodiff *A, const tp_gvalue *like, int partial)
     return out;
 }
 
+/* Gradient v as a tensor of like's shape: itself, or a view of it when it
+ * is held under another shape (the heads view of a projection's output). */
+static int in_shape_of(autodiff *A, int v, const tp_gvalue *like)
+{
+    const tp_gvalue *got = value(A, v);
+    if (got->rank == like->rank && !memcmp(got->local, like->local, sizeof got->local))
+        return v;
+    int view = new_value(A, like, "grad_view");
+    A->g->values[view].alias_of = v;
+    return view;
+}
+
 /* The whole gradient of a list: each group's partial sum all-reduced,
  * added to the complete ones; -1 when nothing contributed. A gradient held
  * under another shape (a view's) becomes a view of the template's shape. */
@@ -237,12 +249,7 @@ static int complete(autodiff *A, contribs *c, const tp_gvalue *like)
         }
     if (whole < 0)
         return -1;
-    const tp_gvalue *got = value(A, whole);
-    if (got->rank != like->rank || memcmp(got->local, like->local, sizeof got->local)) {
-        int view = new_value(A, like, "grad_view");
-        A->g->values[view].alias_of = whole;
-        whole = view;
-    }
+    whole = in_shape_of(A, whole, like);
     c->n = 0;
     push(c, whole, false, NULL);
     return whole;
@@ -498,12 +505,16 @@ static int redist_backward(autodiff *A, const tp_gnode *n)
                 whole = whole < 0 ? r : add(A, &result, whole, r);
                 continue;
             }
+            /* the collectives split dim f->dim of the gathered tensor's
+             * shape, which a gradient held as a view may not have */
+            int in = in_shape_of(A, c->at[k].value, &result);
             int out = new_value(A, &like, "grad");
-            tp_ir_op *op = emit(A, TP_OP_REDUCE_SCATTER, out, 1, &c->at[k].value);
+            tp_ir_op *op = emit(A, TP_OP_REDUCE_SCATTER, out, 1, &in);
             op->dim = f->dim, op->elems = global_elems(A, src);
             push(&A->to_value[storage(A, src)], out, false, NULL);
         }
         if (whole >= 0) {
+            whole = in_shape_of(A, whole, &result);
             int out = new_value(A, &like, "grad");
             tp_ir_op *op = emit(A, TP_OP_SLICE, out, 1, &whole);
             op->dim = f->dim, op->parts = (int)A->g->world;

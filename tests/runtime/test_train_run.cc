@@ -303,6 +303,9 @@ INSTANTIATE_TEST_SUITE_P(
                               "kv_heads=4", "-D", "ffn=64"}},
                     GradCase{"train/llama-gqa", "plans/llama-sp.plan", {1, 2}, {}},
                     GradCase{"train/llama", "plans/llama-replicated-attention.plan", {1, 2, 4}, {}},
+                    // 2 kv heads gathered at tp 4: the gradients of k and v are sliced by features,
+                    // each rank's quarter a half of a head
+                    GradCase{"train/llama-gqa", "plans/llama-replicated-attention.plan", {1, 2, 4}, {}},
                     GradCase{"train/llama", "plans/llama-replicated-embedding.plan", {1, 2, 4}, {}},
                     GradCase{"train/llama", "plans/llama-sp-input-layouts.plan", {1, 2, 4}, {}},
                     GradCase{"train/gpt2-tied", "plans/gpt2-hf-sp.plan", {1, 2, 4}, {}},
