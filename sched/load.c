@@ -214,9 +214,14 @@ static int read_slice(loader *L, json_t *slice, tr_weight *t, int world)
             held += t->length[k];
         }
     }
-    if (t->shape[dim] % held || world % (t->shape[dim] / held))
-        return fail(L, "'%s': a slice of %lld along dim %lld does not split its %lld evenly over %d ranks",
-                    t->name, (long long)held, (long long)dim, (long long)t->shape[dim], world);
+    if (t->shape[dim] % held)
+        return fail(L, "'%s': the rank holds %lld of the %lld indices of dim %lld, not an equal share of them "
+                    "(recompile the schedule)", t->name, (long long)held, (long long)t->shape[dim], (long long)dim);
+    if (world % (t->shape[dim] / held))
+        return fail(L, "'%s': the rank holds %lld of the %lld indices of dim %lld, one of %lld shares, which %d "
+                    "rank%s cannot hold each by as many ranks (recompile the schedule)", t->name, (long long)held,
+                    (long long)t->shape[dim], (long long)dim, (long long)(t->shape[dim] / held), world,
+                    world == 1 ? "" : "s");
     t->local_elems = mul(t->local_elems / t->shape[dim], held);
     return 0;
 }

@@ -49,7 +49,7 @@ int tr_weight_replicas(const tr_weight *w, int world)
     int64_t held = 0;
     for (int k = 0; k < w->nsegments; k++)
         held += w->length[k];
-    return (int)(held * world / w->shape[w->dim]);   /* whole and positive: the loader checks */
+    return world / (int)(w->shape[w->dim] / held);   /* exact: the loader checks both divisions */
 }
 
 int tr_optim_grad_norm(tr_optim *o, double *norm, char *err, size_t errlen)

@@ -247,9 +247,9 @@ int tr_resume(tr_optim *o, const char *dir, char *err, size_t errlen)
      * would load in part and whose config.json --save would copy */
     size_t held = tp_checkpoint_num_tensors(c), needed = 2 * (size_t)x->s->nweights;
     if (held != needed) {
-        tp_error(err, errlen, "--resume: %s holds the moments of %zu weights, this schedule's model has %d: %s was "
-                 "saved from another model (compile the schedule from its config.json)", path, held / 2,
-                 x->s->nweights, dir);
+        tp_error(err, errlen, "--resume: %s holds %zu tensors, the two moments of this schedule's %d weights are %zu: "
+                 "%s was saved from another model (compile the schedule from its config.json)", path, held,
+                 x->s->nweights, needed, dir);
         free(path);
         tp_checkpoint_close(c);
         return -1;
