@@ -7,17 +7,12 @@
 #include <sys/stat.h>
 #include "util/atomic_write.h"
 #include "util/errmsg.h"
+#include "util/suffix.h"
 #include "util/xalloc.h"
 
 typedef struct named {
     const char *option, *path;
 } named;
-
-static bool ends_with(const char *s, const char *end)
-{
-    size_t n = strlen(s), m = strlen(end);
-    return n >= m && !strcmp(s + n - m, end);
-}
 
 /* A file of a checkpoint directory that a run reads: its tensors and
  * config (model.safetensors, shards, the index, config.json). */
@@ -30,7 +25,7 @@ static bool in_checkpoint(const char *dir, const char *out)
     const char *name = slash ? slash + 1 : out;
     char *parent = slash ? tp_xstrndup(out, slash == out ? 1 : (size_t)(slash - out)) : tp_xstrdup(".");
     bool inside = tp_same_file(parent, dir) &&
-                  (ends_with(name, ".safetensors") || ends_with(name, ".index.json") || !strcmp(name, "config.json"));
+                  (tp_ends_with(name, ".safetensors") || tp_ends_with(name, ".index.json") || !strcmp(name, "config.json"));
     free(parent);
     return inside;
 }

@@ -84,14 +84,15 @@ static int load_weights(job *j)
      * model it does not describe */
     const char *unused_name;
     size_t unused = j->ckpt ? tr_weights_unused(s, j->ckpt, &unused_name) : 0;
+    char extra[400];
+    if (unused)
+        snprintf(extra, sizeof extra, "%s holds %zu tensors the schedule's model does not take (%s%s)", j->o->weights,
+                 unused, unused_name, unused > 1 ? ", ..." : "");
     if (unused && j->o->train.save)
-        return fail(j, "%s holds %zu tensors the schedule's model does not take (%s%s): --save would copy its "
-                    "config.json, which describes another model; compile the schedule with tpcc --hf-config "
-                    "on that config.json", j->o->weights, unused, unused_name, unused > 1 ? ", ..." : "");
+        return fail(j, "%s: --save would copy its config.json, which describes another model; compile the schedule "
+                    "with tpcc --hf-config on that config.json", extra);
     if (unused && rank0(j) && !j->o->quiet)
-        fprintf(stderr, "tprun: warning: %s holds %zu tensors the schedule's model does not take (%s%s), left "
-                "unused: is it a checkpoint of another configuration?\n", j->o->weights, unused, unused_name,
-                unused > 1 ? ", ..." : "");
+        fprintf(stderr, "tprun: warning: %s, left unused: is it a checkpoint of another configuration?\n", extra);
     if (s->grads && j->x.be->dtype != TP_F32)
         j->masters = tp_xcalloc((size_t)s->weight_elems + 1, sizeof *j->masters);   /* gaps: 0 */
     tr_weight_source src = {.ckpt = j->ckpt, .seed = j->o->seed};

@@ -5,6 +5,7 @@
 #include <string.h>
 #include "runtime/train/gather.h"
 #include "util/errmsg.h"
+#include "util/suffix.h"
 #include "util/xalloc.h"
 
 /* The staging buffer: the backend's staging memory, or malloc's. */
@@ -120,12 +121,6 @@ int tr_weights_load(const tr_exec *x, const tr_weight_source *src, const tr_weig
     return rc;
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), k = strlen(suffix);
-    return n >= k && !strcmp(s + n - k, suffix);
-}
-
 static bool is_weight_of(const tr_schedule *s, const char *name)
 {
     for (int i = 0; i < s->nweights; i++)
@@ -141,7 +136,8 @@ size_t tr_weights_unused(const tr_schedule *s, const tp_checkpoint *c, const cha
     bool tied_head = !is_weight_of(s, "lm_head.weight");
     for (size_t i = 0; i < tp_checkpoint_num_tensors(c); i++) {
         const char *name = tp_checkpoint_tensor_name(c, i);
-        bool buffer = ends_with(name, ".inv_freq") || ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias");
+        bool buffer = tp_ends_with(name, ".inv_freq") || tp_ends_with(name, ".attn.bias") ||
+                      tp_ends_with(name, ".attn.masked_bias");
         if (buffer || (tied_head && !strcmp(name, "lm_head.weight")) || is_weight_of(s, name))
             continue;
         if (!unused++)

@@ -22,6 +22,7 @@
 
 #include "util/xalloc.h"
 #include "util/errmsg.h"
+#include "util/suffix.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "weights.c assumes a little-endian host (safetensors data is little-endian)"
@@ -94,12 +95,6 @@ static void format_shape(char *buf, size_t len, int ndim, const int64_t *shape)
         at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, i ? ", " : "", shape[i]);
     if (at < len)
         snprintf(buf + at, len - at, "]");
-}
-
-static bool has_suffix(const char *s, const char *suffix)
-{
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
 static char *path_join(const char *dir, const char *name)
@@ -412,7 +407,7 @@ static int load_index(tp_checkpoint *c, const char *index_path, char *err, size_
         }
         const char *file = json_string_value(val);
         if (file[0] == '\0' || file[0] == '/' || strcmp(file, "..") == 0 || strncmp(file, "../", 3) == 0 ||
-            strstr(file, "/../") || has_suffix(file, "/..")) {
+            strstr(file, "/../") || tp_ends_with(file, "/..")) {
             rc = tp_error(err, errlen, "%s: tensor '%s': file '%s' is not a path inside the checkpoint directory",
                       index_path, key, file);
             break;
@@ -507,7 +502,7 @@ int tp_checkpoint_open(tp_checkpoint **out, const char *path, char *err, size_t 
                       path);
         free(index);
         free(single);
-    } else if (has_suffix(path, ".json")) {
+    } else if (tp_ends_with(path, ".json")) {
         rc = load_index(c, path, err, errlen);
     } else {
         rc = load_file(c, path, err, errlen);
@@ -951,9 +946,9 @@ int64_t tp_weight_init_seeded_rows(const tp_weight_slice *s, uint64_t seed, int6
     const char *name = s->name ? s->name : "";
     int constant = -1; /* -1: random; else the value 0 or 1 */
     if (v.ndim == 1 && (strstr(name, "norm") || strstr(name, "ln_"))) {
-        if (has_suffix(name, "weight"))
+        if (tp_ends_with(name, "weight"))
             constant = 1;
-        else if (has_suffix(name, "bias"))
+        else if (tp_ends_with(name, "bias"))
             constant = 0;
     }
     uint64_t key = mix64(fnv1a64(name) ^ seed);
