@@ -458,6 +458,10 @@ static void print_header(const schedule *s, FILE *out)
         fprintf(out, "  data parallel  %" JSON_INTEGER_FORMAT " replicas of the %" JSON_INTEGER_FORMAT
                      " ranks above (tprun -n %" JSON_INTEGER_FORMAT ")\n",
                 json_integer_value(dp), s->world, json_integer_value(dp) * s->world);
+    const json_t *shard = json_object_get(d, "dp_shard");
+    if (json_is_string(shard))
+        fprintf(out, "  dp shard    %s state, 1/%" JSON_INTEGER_FORMAT " on each replica\n", json_string_value(shard),
+                json_integer_value(dp));
     fprintf(out, "  dtype       %s\n", str_or(json_object_get(d, "dtype"), "?"));
     json_int_t arena = json_integer_value(json_object_get(d, "arena_bytes"));
     fprintf(out, "  arena       %.1f KiB (%" JSON_INTEGER_FORMAT " bytes) for %" JSON_INTEGER_FORMAT " buffers\n",

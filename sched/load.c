@@ -70,6 +70,27 @@ static int opt_real(loader *L, json_t *o, const char *key, double *out)
     return 0;
 }
 
+/* "dp_shard": a mode tprun runs, beside data-parallel replicas to shard
+ * over; absent: none. */
+static int load_dp_shard(loader *L, json_t *root, int64_t dp, tp_dp_shard *out)
+{
+    json_t *v = json_object_get(root, "dp_shard");
+    *out = TP_DP_SHARD_NONE;
+    if (!v)
+        return 0;
+    int mode = json_is_string(v) ? tp_dp_shard_parse(json_string_value(v)) : -1;
+    if (mode < 0)
+        return fail(L, "'dp_shard' must be \"none\", \"optimizer\", \"gradients\" or \"parameters\"");
+    if (!tp_dp_shard_supported((tp_dp_shard)mode))
+        return fail(L, "'dp_shard' is \"%s\", which this tprun cannot run yet (it shards the optimizer state "
+                    "only): recompile with train { shard = \"optimizer\" }", tp_dp_shard_names[mode]);
+    if (dp < 2 && mode != TP_DP_SHARD_NONE)
+        return fail(L, "'dp_shard' is \"%s\" but the schedule has no data-parallel replicas to shard over",
+                    tp_dp_shard_names[mode]);
+    *out = (tp_dp_shard)mode;
+    return 0;
+}
+
 static int get_str(loader *L, json_t *o, const char *key, char **out)
 {
     json_t *v = json_object_get(o, key);
@@ -1009,6 +1030,8 @@ int tr_schedule_load(tr_schedule *s, const char *path, int rank, int world_expec
     else if (json_object_get(root, "data_parallel") && get_int(&L, root, "data_parallel", 2, 1 << 20, &dp))
         ;
     else if (opt_real(&L, root, "max_grad_norm", &s->max_grad_norm))
+        ;
+    else if (load_dp_shard(&L, root, dp, &s->dp_shard))
         ;
     else if (world_expected > 0 && dp > 1 && dp * world != world_expected)
         fail(&L, "the schedule is for %lld ranks (%lld data-parallel replicas of %lld tensor-parallel ranks) but %d "

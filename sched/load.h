@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include "sched/layout.h"
 #include "sched/ops.h"
+#include "sched/dp_shard.h"
 #include "sched/workspace.h"
 
 typedef struct tr_buf {
@@ -64,6 +65,7 @@ typedef struct tr_schedule {
     char *producer, *input_hash, *plan;
     int world;                              /* ranks of one tensor-parallel group */
     int data_parallel;                      /* replicas of that group (1: none); the job runs data_parallel x world */
+    tp_dp_shard dp_shard;                   /* what the replicas hold in slices (sched/dp_shard.h) */
     double max_grad_norm;                   /* the plan's train { max_grad_norm }, tprun's default
                                              * --max-grad-norm; -1: the plan declares none */
     tp_dtype dtype;

@@ -901,6 +901,10 @@ static void put_document(writer *w)
         PUT(w, ",\n  \"data_parallel\": ");
         put_int(w, m->data_parallel);
     }
+    if (m->data_parallel > 1 && m->dp_shard != TP_DP_SHARD_NONE) {
+        PUT(w, ",\n  \"dp_shard\": ");
+        put_str(w, tp_dp_shard_names[m->dp_shard]);
+    }
     if (m->has_max_grad_norm) {
         PUT(w, ",\n  \"max_grad_norm\": ");
         put_real(w, m->max_grad_norm, "max_grad_norm", -1);

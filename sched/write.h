@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "sched/dp_shard.h"
 #include "sched/program.h"
 
 /* One resolved configuration value, recorded in the schedule's "config". */
@@ -28,6 +29,7 @@ typedef struct tp_schedule_meta {
     int64_t data_parallel;      /* replicas of the tp group (tpcc --train); 0 or 1: none */
     bool has_max_grad_norm;     /* the plan's train { max_grad_norm } (tpcc --train) */
     double max_grad_norm;       /* its value, >= 0 (0: no clipping) */
+    tp_dp_shard dp_shard;       /* the plan's train { shard }; written with data_parallel > 1 */
 } tp_schedule_meta;
 
 /* Write the schedule; on any error nothing is left at `path` (the previous

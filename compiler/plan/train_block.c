@@ -4,7 +4,7 @@
 #include "compiler/plan/plan.h"
 #include "compiler/plan/train_block.h"
 
-static const char *const keys[] = {"sampler_dims", "max_grad_norm"};
+static const char *const keys[] = {"sampler_dims", "max_grad_norm", "shard"};
 enum { NKEYS = sizeof keys / sizeof *keys };
 
 /* One mesh dimension named by a string of sampler_dims. */
@@ -53,6 +53,57 @@ static void read_max_norm(struct tp_plan *p, const tp_node *v, tp_config *c)
     p->train.max_grad_norm_value = tp_cfg_real(x);
 }
 
+/* shard = "optimizer": a mode tprun runs; the ZeRO stages it does not
+ * run yet are said as such, not as the plan's mistake. */
+static void read_shard(struct tp_plan *p, const tp_node *v, tp_config *c)
+{
+    tp_cfg_value x;
+    p->train.shard = v;
+    if (!tp_eval_value(c, v, &x))
+        return;
+    int mode = x.s ? tp_dp_shard_parse(x.s) : -1;
+    if (mode < 0) {
+        tp_diag *g = tp_diag_add(c->diags, TP_ERROR, v->span, "plan", "shard says what the data-parallel replicas "
+                                 "hold in 1/dp slices: \"none\", \"optimizer\" (ZeRO-1), \"gradients\" (ZeRO-2) or "
+                                 "\"parameters\" (FSDP, ZeRO-3)");
+        const char *near = x.s ? tp_suggest(x.s, tp_dp_shard_names, TP_DP_SHARD_COUNT) : NULL;
+        if (near)
+            tp_diag_help(g, "did you mean \"%s\"?", near);
+        return;
+    }
+    if (!tp_dp_shard_supported((tp_dp_shard)mode)) {
+        tp_diag *g = tp_diag_add(c->diags, TP_ERROR, v->span, "plan", "shard = \"%s\" is not supported by tprun "
+                                 "yet: it shards the optimizer state (ZeRO-1) and nothing more",
+                                 tp_dp_shard_names[mode]);
+        tp_diag_help(g, "shard = \"optimizer\" slices the fp32 master weights and AdamW's moments over the "
+                        "data-parallel ranks");
+        return;
+    }
+    p->train.shard_mode = (tp_dp_shard)mode;
+}
+
+/* "fsdp", "dp_shard", "hsdp_shard": a name that says the dimension shards */
+static bool named_sharded(const char *name) { return !strcmp(name, "fsdp") || strstr(name, "shard"); }
+
+/* A data-parallel dimension named as a sharded one in a plan that shards
+ * nothing: tprun would replicate the whole state over it, which is not
+ * what the name promises (mesh(fsdp = 4, tp = 2) holds as much per rank
+ * as mesh(fsdp = 1, tp = 2)). */
+static void check_sharded_names(const struct tp_plan *p, tp_diags *d)
+{
+    if (p->train.shard)     /* given: explicitly "none", or already reported */
+        return;
+    for (int i = 0; i < p->mesh_ndim; i++) {
+        if (i == p->tp_dim || p->mesh_size[i] <= 1 || !named_sharded(p->mesh_name[i]))
+            continue;
+        tp_diag *g = tp_diag_add(d, TP_ERROR, p->mesh_arg[i] ? p->mesh_arg[i]->span : p->mesh_span, "mesh",
+                                 "mesh dimension '%s' is named as a sharded data-parallel dimension, but the plan "
+                                 "shards nothing over it: each of its %lld ranks would hold the whole training "
+                                 "state", p->mesh_name[i], (long long)p->mesh_size[i]);
+        tp_diag_help(g, "add train { shard = \"optimizer\" } (ZeRO-1), or name the dimension \"dp\" to replicate");
+    }
+}
+
 void tp_train_block_read(struct tp_plan *p, const tp_node *file, tp_config *c)
 {
     for (int i = 0; i < file->nkids; i++) {
@@ -74,12 +125,17 @@ void tp_train_block_read(struct tp_plan *p, const tp_node *file, tp_config *c)
                 read_max_norm(p, a->kids[0], c);
                 continue;
             }
+            if (!strcmp(a->name, "shard")) {
+                read_shard(p, a->kids[0], c);
+                continue;
+            }
             tp_diag *g = tp_diag_add(c->diags, TP_ERROR, a->span, "plan", "train { } has no key '%s'", a->name);
             const char *near = tp_suggest(a->name, keys, NKEYS);
             if (near)
                 tp_diag_help(g, "did you mean '%s'?", near);
         }
     }
+    check_sharded_names(p, c->diags);
     if (p->train.sampler)
         return;
     for (int i = 0; i < p->mesh_ndim; i++)   /* tprun's feed: each replica its own batch */

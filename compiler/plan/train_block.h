@@ -5,19 +5,26 @@
  *       sampler_dims = ("dp",)   # DistributedSampler(num_replicas=mesh["dp"].size(),
  *                                #                    rank=mesh["dp"].get_local_rank())
  *       max_grad_norm = 1.0      # clip_grad_norm_(model.parameters(), 1.0) after backward()
+ *       shard = "optimizer"      # ZeRO-1 over the data-parallel dimensions
  *   }
  *
  * sampler_dims: the mesh dimensions the data sampler gives ranks different
  * batches over (a name or a tuple of names); without it, the data-parallel
  * dimensions, as tprun feeds them. max_grad_norm: the max_norm of
  * torch.nn.utils.clip_grad_norm_ over model.parameters(), 0 for none; it
- * becomes the schedule's max_grad_norm, tprun's default --max-grad-norm. */
+ * becomes the schedule's max_grad_norm, tprun's default --max-grad-norm.
+ * shard: what the data-parallel replicas hold in 1/dp slices
+ * (sched/dp_shard.h: "none", the default, "optimizer", "gradients",
+ * "parameters"); it becomes the schedule's dp_shard. A data-parallel mesh
+ * dimension named as a sharded one ("fsdp", "dp_shard", ...) with nothing
+ * sharded is an error: the plan would silently replicate. */
 #ifndef TPCC_TRAIN_BLOCK_H
 #define TPCC_TRAIN_BLOCK_H
 
 #include <stdbool.h>
 #include "compiler/front/ast.h"
 #include "compiler/front/config.h"
+#include "sched/dp_shard.h"
 #include "sched/layout.h"
 
 typedef struct tp_train_spec {
@@ -26,6 +33,8 @@ typedef struct tp_train_spec {
     bool sampler_over[TP_MAX_MESH_DIMS];    /* per mesh dimension: batches differ along it */
     const tp_node *max_grad_norm;           /* the max_grad_norm value; NULL: not given */
     double max_grad_norm_value;             /* >= 0; 0: no clipping */
+    const tp_node *shard;                   /* the shard value; NULL: not given */
+    tp_dp_shard shard_mode;                 /* TP_DP_SHARD_NONE unless given */
 } tp_train_spec;
 
 struct tp_plan;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include "compiler/front/model.h"
 #include "compiler/report/report.h"
+#include "sched/dp_shard.h"
 #include "sched/workspace.h"
 #include "util/xalloc.h"
 
@@ -161,22 +162,54 @@ static int64_t cuda_scratch_bytes(const tp_ir *ir, bool bf16)
  * byte of padding a buffer and the optimizer's two floats of sums; not the
  * CUDA context, cuBLAS's handle or NCCL's own buffers. */
 typedef struct step_memory {
-    int64_t params, grads, optimizer, masters, activations, staging, blas, scratch, workspace, total;
+    int64_t params, grads, optimizer, masters, activations, staging, blas, scratch, zero, workspace, total;
 } step_memory;
 
-static step_memory memory_of(const tp_ir *ir, size_t dsize)
+/* How the data-parallel replicas hold the training state: dp of them,
+ * sharding what `shard` says (sched/dp_shard.h). */
+typedef struct dp_layout {
+    int64_t dp;
+    tp_dp_shard shard;
+} dp_layout;
+
+static dp_layout dp_layout_of(const tp_plan *p)
+{
+    return (dp_layout){p->data_parallel, p->data_parallel > 1 ? p->train.shard_mode : TP_DP_SHARD_NONE};
+}
+
+/* ZeRO's shard region (runtime/train/zero.h): each weight's run over dp,
+ * end to end; *widest the longest run. */
+static int64_t shard_region_elems(const tp_ir *ir, int64_t dp, int64_t *widest)
+{
+    int64_t n = 0;
+    *widest = 0;
+    for (int i = 0; i < ir->nparams; i++) {
+        int64_t c = tp_dp_shard_elems(param_elems(ir, i), dp);
+        n += c;
+        *widest = c > *widest ? c : *widest;
+    }
+    return n;
+}
+
+static step_memory memory_of(const tp_ir *ir, size_t dsize, dp_layout d)
 {
     bool train = training(ir);
     step_memory m = {weight_region_bytes(ir, dsize), 0, 0, 0, 0, staging_bytes(ir), TP_CUDA_BLAS_WORKSPACE_BYTES,
-                     cuda_scratch_bytes(ir, dsize == 2), 0, 0};
+                     cuda_scratch_bytes(ir, dsize == 2), 0, 0, 0};
     if (train) {
+        int64_t widest, runs = shard_region_elems(ir, d.dp, &widest);
+        bool sharded = d.shard == TP_DP_SHARD_OPTIMIZER;
+        int64_t state = sharded ? runs * 4 : weight_region_bytes(ir, 4);   /* fp32 moments and masters */
         m.grads = param_bytes(ir, dsize);
-        m.optimizer = 2 * weight_region_bytes(ir, 4);
-        m.masters = dsize == 4 ? 0 : weight_region_bytes(ir, 4);
+        m.optimizer = 2 * state;
+        m.masters = dsize == 4 ? 0 : state;
+        /* ZeRO-1's reduced gradient runs, and its collectives' padded
+         * staging: dp runs of the widest and one more (fp32) */
+        m.zero = sharded ? runs * (int64_t)dsize + (d.dp + 1) * widest * 4 : 0;
     }
     /* the gradients live in the arena (outputs.grads), counted once */
     m.activations = ir->arena_bytes - m.grads;
-    m.workspace = m.staging + m.blas + m.scratch;
+    m.workspace = m.staging + m.blas + m.scratch + m.zero;
     m.total = m.params + m.grads + m.optimizer + m.masters + m.activations + m.workspace;
     return m;
 }
@@ -328,44 +361,65 @@ static double ratio_of(const tp_ir *ir, const comm_totals *t, size_t dsize)
     return bound > 0 ? t->layer_sent / bound : 0;
 }
 
-/* tprun's gradient averaging over the data-parallel replicas: one
- * all-reduce of each gradient over dp ranks (runtime/train/dp.c); the
- * step's loss and norm add two floats. */
-typedef struct dp_average {
-    int count;
-    double sent;
-} dp_average;
+/* tprun's data-parallel collectives (runtime/train/dp.c, zero.c):
+ * replicated, one all-reduce of each gradient; ZeRO-1, a reduce-scatter of
+ * each gradient and an all-gather of each updated weight, in runs padded
+ * to dp equal ones: a ring all-reduce's traffic. The step's loss and norm
+ * add a few floats. */
+typedef struct dp_traffic {
+    int count;                   /* collectives of each kind */
+    tp_op_kind kind[2];          /* all-reduce; or reduce-scatter, all-gather */
+    int kinds;
+    double bytes[2], sent[2];    /* the logical tensors, and what each rank sends */
+} dp_traffic;
 
-static dp_average dp_average_of(const tp_ir *ir, size_t ds, int64_t dp)
+static dp_traffic dp_traffic_of(const tp_ir *ir, size_t ds, dp_layout d)
 {
-    dp_average a = {0, 0};
-    if (dp <= 1)
+    dp_traffic a = {0};
+    if (d.dp <= 1)
         return a;
     a.count = ir->nparams;
-    a.sent = tp_ring_bytes(TP_OP_ALL_REDUCE, param_bytes(ir, 1), ds, dp);
+    if (d.shard == TP_DP_SHARD_NONE) {
+        a.kinds = 1;
+        a.kind[0] = TP_OP_ALL_REDUCE;
+        a.bytes[0] = (double)param_bytes(ir, ds);
+        a.sent[0] = tp_ring_bytes(TP_OP_ALL_REDUCE, param_bytes(ir, 1), ds, d.dp);
+        return a;
+    }
+    int64_t widest, padded = d.dp * shard_region_elems(ir, d.dp, &widest);
+    a.kinds = 2;
+    a.kind[0] = TP_OP_REDUCE_SCATTER;
+    a.kind[1] = TP_OP_ALL_GATHER;
+    for (int k = 0; k < 2; k++) {
+        a.bytes[k] = (double)padded * (double)ds;
+        a.sent[k] = tp_ring_bytes(a.kind[k], padded, ds, d.dp);
+    }
     return a;
 }
 
-static void print_memory(const tp_ir *ir, size_t ds, int64_t device_memory, FILE *out)
+static void print_memory(const tp_ir *ir, size_t ds, dp_layout dl, int64_t device_memory, FILE *out)
 {
     char a[32], b[32], c[32], d[32];
     bool train = training(ir);
-    step_memory m = memory_of(ir, ds);
+    step_memory m = memory_of(ir, ds, dl);
     fprintf(out, "\n%s step, memory per rank\n", train ? "training" : "forward");
     fprintf(out, "  parameters        %s\n", human((double)m.params, a, sizeof a));
     if (train) {
         fprintf(out, "  gradients         %s\n", human((double)m.grads, a, sizeof a));
-        fprintf(out, "  optimizer state   %s  (AdamW's two moments, fp32)\n", human((double)m.optimizer, a, sizeof a));
+        fprintf(out, "  optimizer state   %s  (AdamW's two moments, fp32%s)\n", human((double)m.optimizer, a, sizeof a),
+                m.zero ? "; 1/dp of them, ZeRO-1" : "");
     }
     if (m.masters)
-        fprintf(out, "  master weights    %s  (fp32 copies of the parameters, which AdamW updates)\n",
-                human((double)m.masters, a, sizeof a));
+        fprintf(out, "  master weights    %s  (fp32 copies of the parameters, which AdamW updates%s)\n",
+                human((double)m.masters, a, sizeof a), m.zero ? "; 1/dp of them, ZeRO-1" : "");
     fprintf(out, "  activations       %s  (%s)\n", human((double)m.activations, a, sizeof a),
             train ? "the arena less the gradients: what the backward reads" : "the arena");
     fprintf(out, "  workspace         %s  (reshard staging %s; on CUDA, cuBLAS's %s", human((double)m.workspace, a, sizeof a),
             human((double)m.staging, b, sizeof b), human((double)m.blas, c, sizeof c));
     if (train)
         fprintf(out, " and the kernels' scratch %s", human((double)m.scratch, d, sizeof d));
+    if (m.zero)
+        fprintf(out, "; ZeRO's gradient runs and padded staging %s", human((double)m.zero, d, sizeof d));
     fprintf(out, ")\n  total             %s", human((double)m.total, a, sizeof a));
     if (device_memory > 0)
         fprintf(out, "  %s %s of device memory", m.total <= device_memory ? "fits in" : "DOES NOT FIT in",
@@ -373,7 +427,7 @@ static void print_memory(const tp_ir *ir, size_t ds, int64_t device_memory, FILE
     fprintf(out, "\n");
 }
 
-static void print_training(const tp_ir *ir, size_t ds, int64_t dp, FILE *out)
+static void print_training(const tp_ir *ir, size_t ds, dp_layout dl, FILE *out)
 {
     char a[32], b[32];
     fprintf(out, "\ncommunication per phase, bytes each rank sends with ring algorithms\n");
@@ -389,12 +443,19 @@ static void print_training(const tp_ir *ir, size_t ds, int64_t dp, FILE *out)
         fprintf(out, "  %-10s %6d %14s %14s\n", tp_phase_names[ph], count, human(t.step_sent, a, sizeof a),
                 bounded ? human(bound, b, sizeof b) : "-");
     }
-    dp_average avg = dp_average_of(ir, ds, dp);
-    if (dp > 1)
-        fprintf(out, "  %-10s %6d %14s %14s  (each gradient all-reduced over the %lld dp replicas, then / %lld)\n",
-                "dp average", avg.count, human(avg.sent, a, sizeof a), "-", (long long)dp, (long long)dp);
+    dp_traffic dt = dp_traffic_of(ir, ds, dl);
+    static const char *const what[3] = {"each gradient all-reduced over the %lld dp replicas, then / %lld",
+                                        "each gradient reduce-scattered over the %lld dp ranks, then / %lld: ZeRO-1",
+                                        "each updated weight all-gathered over the %lld dp ranks: ZeRO-1"};
+    static const char *const phase[3] = {"dp average", "dp reduce", "dp gather"};
+    for (int k = 0; k < dt.kinds; k++) {
+        int row = dl.shard ? 1 + k : 0;
+        fprintf(out, "  %-10s %6d %14s %14s  (", phase[row], dt.count, human(dt.sent[k], a, sizeof a), "-");
+        fprintf(out, what[row], (long long)dl.dp, (long long)dl.dp);
+        fprintf(out, ")\n");
+    }
     fprintf(out, "  %-10s %6d %14s %14s  (AdamW updates each rank's own slice%s)\n", "optimizer", 0, "0 B", "-",
-            dp > 1 ? "; its state is replicated over dp" : "");
+            dl.dp <= 1 ? "" : dl.shard ? "; its state is sharded over dp" : "; its state is replicated over dp");
 }
 
 static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, const char *plan_path,
@@ -424,9 +485,9 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
         fprintf(out, "  reference         %s per layer, %s for %d layers: training activations, 16-bit "
                      "(Korthikanti et al., Table 2)\n",
                 human(paper, a, sizeof a), human(paper * opt->nlayers, b, sizeof b), opt->nlayers);
-    print_memory(opt, ds, device_memory, out);
+    print_memory(opt, ds, dp_layout_of(p), device_memory, out);
     if (training(opt))
-        print_training(opt, ds, p->data_parallel, out);
+        print_training(opt, ds, dp_layout_of(p), out);
 
     fprintf(out, "\ncommunication, %s step, bytes each rank sends with ring algorithms\n",
             training(opt) ? "training" : "forward");
@@ -491,9 +552,9 @@ static json_t *totals_json(const comm_totals *t)
 
 /* The step's memory: "training" holds it with the rest of the training
  * figures, "forward" alone. */
-static json_t *memory_json(const tp_ir *ir, size_t ds, int64_t device_memory)
+static json_t *memory_json(const tp_ir *ir, size_t ds, dp_layout dl, int64_t device_memory)
 {
-    step_memory m = memory_of(ir, ds);
+    step_memory m = memory_of(ir, ds, dl);
     json_t *o = json_pack("{s:I, s:I, s:I}", "param_bytes", (json_int_t)m.params, "activation_bytes",
                           (json_int_t)m.activations, "total_bytes", (json_int_t)m.total);
     tp_xcheck(o);
@@ -503,9 +564,10 @@ static json_t *memory_json(const tp_ir *ir, size_t ds, int64_t device_memory)
     }
     if (m.masters)
         json_object_set_new(o, "master_bytes", json_integer(m.masters));
-    json_object_set_new(o, "workspace", json_pack("{s:I, s:I, s:I, s:I}", "bytes", (json_int_t)m.workspace,
+    json_object_set_new(o, "workspace", json_pack("{s:I, s:I, s:I, s:I, s:I}", "bytes", (json_int_t)m.workspace,
                                                   "staging_bytes", (json_int_t)m.staging, "cuda_blas_bytes",
-                                                  (json_int_t)m.blas, "cuda_scratch_bytes", (json_int_t)m.scratch));
+                                                  (json_int_t)m.blas, "cuda_scratch_bytes", (json_int_t)m.scratch,
+                                                  "dp_shard_bytes", (json_int_t)m.zero));
     if (device_memory > 0) {
         json_object_set_new(o, "device_memory_bytes", json_integer(device_memory));
         json_object_set_new(o, "fits", json_boolean(m.total <= device_memory));
@@ -513,9 +575,10 @@ static json_t *memory_json(const tp_ir *ir, size_t ds, int64_t device_memory)
     return o;
 }
 
-static json_t *training_json(const tp_ir *ir, size_t ds, int64_t dp, int64_t device_memory)
+static json_t *training_json(const tp_ir *ir, size_t ds, dp_layout dl, int64_t device_memory)
 {
-    json_t *o = memory_json(ir, ds, device_memory);
+    json_t *o = memory_json(ir, ds, dl, device_memory);
+    json_object_set_new(o, "dp_shard", json_string(tp_dp_shard_names[dl.shard]));
     json_object_set_new(o, "flops", json_pack("{s:f, s:f}", "forward", phase_flops(ir, TP_PHASE_FORWARD), "backward",
                                               phase_flops(ir, TP_PHASE_BACKWARD)));
     json_t *phases = tp_xcheck(json_object());
@@ -528,11 +591,18 @@ static json_t *training_json(const tp_ir *ir, size_t ds, int64_t dp, int64_t dev
             json_object_set_new(p, "bound_bytes", json_real(bound));
         json_object_set_new(phases, tp_phase_names[ph], p);
     }
-    if (dp > 1) {
-        dp_average avg = dp_average_of(ir, ds, dp);
-        json_object_set_new(phases, "dp_average",
-                            json_pack("{s:{s:{s:i, s:f}}, s:f}", "totals", "all_reduce", "count", avg.count,
-                                      "bytes", (double)param_bytes(ir, ds), "sent_bytes", avg.sent));
+    dp_traffic dt = dp_traffic_of(ir, ds, dl);
+    if (dt.kinds) {
+        json_t *totals = tp_xcheck(json_object());
+        double sent = 0;
+        for (int k = 0; k < dt.kinds; k++) {
+            json_object_set_new(totals, tp_op_names[dt.kind[k]], json_pack("{s:i, s:f, s:f}", "count", dt.count,
+                                                                          "bytes", dt.bytes[k], "sent_bytes",
+                                                                          dt.sent[k]));
+            sent += dt.sent[k];
+        }
+        json_object_set_new(phases, dl.shard ? "dp_sharded" : "dp_average",
+                            json_pack("{s:o, s:f}", "totals", totals, "sent_bytes", sent));
     }
     json_object_set_new(phases, "optimizer", json_pack("{s:o, s:f}", "totals", json_object(), "sent_bytes", 0.0));
     json_object_set_new(o, "phases", phases);
@@ -557,9 +627,9 @@ static void print_json(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     json_object_set_new(root, "arena_bytes_O0", json_integer(unopt->arena_bytes));
     json_object_set_new(root, "forward_flops", json_real(phase_flops(opt, TP_PHASE_FORWARD)));
     if (training(opt))
-        json_object_set_new(root, "training", training_json(opt, ds, p->data_parallel, device_memory));
+        json_object_set_new(root, "training", training_json(opt, ds, dp_layout_of(p), device_memory));
     else
-        json_object_set_new(root, "forward", memory_json(opt, ds, device_memory));
+        json_object_set_new(root, "forward", memory_json(opt, ds, dp_layout_of(p), device_memory));
     json_object_set_new(root, "paper_activation_bytes_per_layer", json_real(paper_activation_bytes(opt, p)));
     json_t *list = tp_xcheck(json_array());
     for (int i = 0; i < opt->nops; i++) {

@@ -4,11 +4,33 @@
 #include <stdio.h>
 #include "util/errmsg.h"
 
-int tr_optim_init(tr_optim *o, tr_exec *x, const float *weights, char *err, size_t errlen)
+/* The part of weight i this rank updates: the whole local slice, or with
+ * ZeRO its run. `w` is the stored weight (bf16 or fp32), `master` the fp32
+ * copy where the weights are not fp32. */
+typedef struct optim_part {
+    float *w, *master, *g, *m, *v;
+    int64_t n;
+} optim_part;
+
+static optim_part part_of(const tr_optim *o, int i)
+{
+    tr_exec *x = o->x;
+    const tr_weight *w = &x->s->weights[i];
+    if (!o->zero)
+        return (optim_part){tr_exec_weight(x, i), o->master ? o->master + w->region_offset : NULL,
+                            tr_exec_buf(x, x->s->grads[i]), o->m + w->region_offset, o->v + w->region_offset,
+                            w->local_elems};
+    int64_t at = o->zero->offset[i];
+    char *stored = (char *)tr_exec_weight(x, i) + tr_zero_first(o->zero, i) * (int64_t)tp_dtype_size(x->be->dtype);
+    return (optim_part){(float *)(void *)stored, o->master ? o->master + at : NULL, tr_zero_grad(o->zero, i),
+                        o->m + at, o->v + at, tr_zero_held(o->zero, i)};
+}
+
+int tr_optim_init(tr_optim *o, tr_exec *x, const tr_zero *zero, const float *weights, char *err, size_t errlen)
 {
     const tp_backend *be = x->be;
-    *o = (tr_optim){.x = x, .grad_scale = 1};
-    size_t bytes = (size_t)x->s->weight_elems * sizeof(float) + 1;
+    *o = (tr_optim){.x = x, .zero = zero, .grad_scale = 1};
+    size_t bytes = (size_t)(zero ? zero->elems : x->s->weight_elems) * sizeof(float) + 1;
     bool masters = be->dtype != TP_F32;
     o->m = be->alloc(bytes);
     o->v = be->alloc(bytes);
@@ -19,12 +41,26 @@ int tr_optim_init(tr_optim *o, tr_exec *x, const float *weights, char *err, size
         return tp_error(err, errlen, "cannot allocate %d x %zu bytes of optimizer state%s on the %s backend",
                         masters ? 3 : 2, bytes, masters ? " and fp32 master weights" : "", be->name);
     }
-    if (masters)
+    if (masters && zero)
+        tr_zero_take_runs(zero, weights, o->master, true);
+    else if (masters)
         be->to_device(o->master, weights, bytes - 1);
     return 0;
 }
 
-const float *tr_optim_weights(const tr_optim *o) { return o->master ? o->master : (const float *)o->x->weights; }
+int tr_optim_state_to_host(tr_optim *o, int k, float *host, char *err, size_t errlen)
+{
+    tr_exec *x = o->x;
+    const float *state = k == 1 ? o->m : k == 2 ? o->v : o->master ? o->master : NULL;
+    if (!state) {           /* fp32 weights: the weight region, whole on every replica */
+        x->be->to_host(host, x->weights, (size_t)x->s->weight_elems * sizeof(float));
+        return 0;
+    }
+    if (o->zero)
+        return tr_zero_unshard((tr_zero *)o->zero, state, host, err, errlen);
+    x->be->to_host(host, state, (size_t)x->s->weight_elems * sizeof(float));
+    return 0;
+}
 
 void tr_optim_free(tr_optim *o)
 {
@@ -52,22 +88,32 @@ int tr_weight_replicas(const tr_weight *w, int world)
     return world / (int)(w->shape[w->dim] / held);   /* exact: the loader checks both divisions */
 }
 
-int tr_optim_grad_norm(tr_optim *o, double *norm, char *err, size_t errlen)
+/* The two floats of o->sum added over c. */
+static int add_over(tr_optim *o, tp_comm *c, float pair[2], char *err, size_t errlen)
+{
+    o->x->be->to_device(o->sum, pair, 2 * sizeof(float));
+    if (c->ops->all_reduce(c, TP_F32, o->sum, 2, 0, err, errlen))
+        return -1;
+    o->x->be->to_host(pair, o->sum, 2 * sizeof(float));
+    return 0;
+}
+
+int tr_optim_grad_norm(tr_optim *o, tp_comm *dp, double *norm, char *err, size_t errlen)
 {
     tr_exec *x = o->x;
     const tr_schedule *s = x->s;
     double sum = 0;
     for (int i = 0; i < s->nweights; i++)
-        if (x->comm->rank % tr_weight_replicas(&s->weights[i], x->comm->world) == 0)
-            sum += x->be->sum_squares(tr_exec_buf(x, s->grads[i]), s->weights[i].local_elems);
+        if (x->comm->rank % tr_weight_replicas(&s->weights[i], x->comm->world) == 0) {
+            optim_part p = part_of(o, i);
+            sum += x->be->sum_squares(p.g, p.n);
+        }
     /* two floats, the sum and what float32 rounded off it, keep the
      * all-reduced total near double precision */
     float pair[2] = {(float)sum, 0};
     pair[1] = (float)(sum - (double)pair[0]);
-    x->be->to_device(o->sum, pair, sizeof pair);
-    if (x->comm->ops->all_reduce(x->comm, TP_F32, o->sum, 2, 0, err, errlen))
+    if (add_over(o, x->comm, pair, err, errlen) || (o->zero && add_over(o, dp, pair, err, errlen)))
         return -1;
-    x->be->to_host(pair, o->sum, sizeof pair);
     *norm = sqrt((double)pair[0] + (double)pair[1]);
     return 0;
 }
@@ -82,10 +128,9 @@ void tr_optim_clip(tr_optim *o, double norm, double max_norm)
         o->grad_scale = (float)coef;
         return;
     }
-    tr_exec *x = o->x;
-    for (int i = 0; i < x->s->nweights; i++) {
-        float *g = tr_exec_buf(x, x->s->grads[i]);
-        x->be->scale(g, g, x->s->weights[i].local_elems, (float)coef);
+    for (int i = 0; i < o->x->s->nweights; i++) {
+        optim_part p = part_of(o, i);
+        o->x->be->scale(p.g, p.g, p.n, (float)coef);
     }
 }
 
@@ -98,11 +143,12 @@ void tr_optim_adamw(tr_optim *o, double lr, double wd, bool decay_all)
         const tr_weight *w = &s->weights[i];
         tp_adamw_step st = {.lr = lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
                             .weight_decay = decay_all || w->rank >= 2 ? wd : 0, .step = o->step};
-        float *m = o->m + w->region_offset, *v = o->v + w->region_offset, *g = tr_exec_buf(x, s->grads[i]);
+        optim_part p = part_of(o, i);
+        if (!p.n)
+            continue;
         if (o->master)
-            x->be->adamw_master(o->master + w->region_offset, tr_exec_weight(x, i), g, m, v, w->local_elems,
-                                o->grad_scale, &st);
+            x->be->adamw_master(p.master, p.w, p.g, p.m, p.v, p.n, o->grad_scale, &st);
         else
-            x->be->adamw(tr_exec_weight(x, i), g, m, v, w->local_elems, &st);
+            x->be->adamw(p.w, p.g, p.m, p.v, p.n, &st);
     }
 }

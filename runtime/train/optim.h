@@ -17,18 +17,27 @@
  * clipping's factor multiplies each gradient in fp32 inside the update
  * (not rounded to bf16 in place), AdamW updates the master, and the bf16
  * weight is the master rounded to nearest even. Updates below bf16's
- * resolution accumulate in the master, as they would not in bf16. */
+ * resolution accumulate in the master, as they would not in bf16.
+ *
+ * ZeRO-1 (zero.h). With the state sharded over the data-parallel
+ * replicas, masters and moments hold this rank's runs only, laid out as
+ * the shard region; the norm adds each rank's runs of the reduced
+ * gradients, all-reduced over tp and then dp; AdamW updates the runs, in
+ * the weight region too, which zero.h then gathers. */
 #ifndef TPRUN_TRAIN_OPTIM_H
 #define TPRUN_TRAIN_OPTIM_H
 
 #include <stdbool.h>
 #include "runtime/exec/exec.h"
+#include "runtime/train/zero.h"
 
 typedef struct tr_optim {
     tr_exec *x;
+    const tr_zero *zero;   /* the state's runs over dp; NULL: replicated */
     float *master;         /* backend memory: fp32 master weights of a backend not storing fp32, laid out
-                              like the weight region; NULL where the weights are fp32 themselves */
-    float *m, *v;          /* backend memory: exp_avg, exp_avg_sq, laid out like the weight region (fp32) */
+                              like the weight region (or the shard region); NULL where the weights are fp32
+                              themselves */
+    float *m, *v;          /* backend memory: exp_avg, exp_avg_sq, laid out like the weights (fp32) */
     float grad_scale;      /* with masters: clipping's factor, applied in the update */
     float *sum;            /* backend memory: the 2-float all-reduce of the squared norm */
     int64_t step;          /* AdamW steps taken */
@@ -36,20 +45,25 @@ typedef struct tr_optim {
 
 /* Allocates the zeroed moments, and for a backend not storing fp32 the
  * master weights, copied from `weights` (host float32, laid out like the
- * weight region). Returns 0 or -1 with a message. */
-int tr_optim_init(tr_optim *o, tr_exec *x, const float *weights, char *err, size_t errlen);
+ * weight region); with `zero`, this rank's runs of them. Returns 0 or -1
+ * with a message. */
+int tr_optim_init(tr_optim *o, tr_exec *x, const tr_zero *zero, const float *weights, char *err, size_t errlen);
 
-/* The fp32 weights the optimizer updates, in backend memory: the masters,
- * or the weight region itself when it is fp32. */
-const float *tr_optim_weights(const tr_optim *o);
+/* Optimizer state k (0: the fp32 weights it updates, the masters or the
+ * weight region itself; 1, 2: the two moments) whole, in host memory laid
+ * out like the weight region. Collective over dp when the state is
+ * sharded. Returns 0 or -1 with a message. */
+int tr_optim_state_to_host(tr_optim *o, int k, float *host, char *err, size_t errlen);
+
 void tr_optim_free(tr_optim *o);
 
 /* How many ranks hold the same slice of weight w (1 for a plain shard, the
  * world for a replicated weight). */
 int tr_weight_replicas(const tr_weight *w, int world);
 
-/* The global L2 norm of the gradients. Returns 0 or -1 with a message. */
-int tr_optim_grad_norm(tr_optim *o, double *norm, char *err, size_t errlen);
+/* The global L2 norm of the gradients; `dp` the replicas, over which
+ * sharded runs are summed too. Returns 0 or -1 with a message. */
+int tr_optim_grad_norm(tr_optim *o, tp_comm *dp, double *norm, char *err, size_t errlen);
 
 /* Scales the gradients as clip_grad_norm_(max_norm) does, given their
  * norm; max_norm 0 leaves them. */

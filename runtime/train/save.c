@@ -191,14 +191,14 @@ int tr_save(tr_optim *o, const tr_layouts *l, const tr_save_spec *spec, char *er
 {
     tr_exec *x = o->x;
     const tr_schedule *s = x->s;
-    size_t bytes = (size_t)s->weight_elems * sizeof(float);
-    float *host = tp_xmalloc(bytes + 1);   /* the gaps between weights come and go unread */
-    const void *regions[3] = {tr_optim_weights(o), o->m, o->v};   /* bf16 schedules: the fp32 masters */
+    float *host = tp_xmalloc((size_t)s->weight_elems * sizeof(float) + 1);  /* the gaps come and go unread */
+    bool writer = !o->zero || o->zero->dp->rank == 0;    /* the replicas hold the same state, once gathered */
     float **full[3] = {NULL, NULL, NULL};
     int rc = 0;
-    for (int k = 0; k < 3 && !rc; k++) {
-        x->be->to_host(host, regions[k], bytes);
-        rc = tr_gather_region(x->comm, l, host, s->weight_elems, &full[k], err, errlen);
+    for (int k = 0; k < 3 && !rc; k++) {      /* the fp32 weights (a bf16 schedule's masters), the moments */
+        rc = tr_optim_state_to_host(o, k, host, err, errlen);
+        if (!rc && writer)
+            rc = tr_gather_region(x->comm, l, host, s->weight_elems, &full[k], err, errlen);
     }
     free(host);
     if (!rc && full[0])
@@ -255,14 +255,23 @@ int tr_resume(tr_optim *o, const char *dir, char *err, size_t errlen)
         return -1;
     }
     free(path);
-    float *regions[2] = {o->m, o->v};
+    /* sharded moments load whole, then keep this rank's runs */
+    float *regions[2] = {o->m, o->v}, *whole = NULL;
+    size_t bytes = (size_t)x->s->weight_elems * sizeof(float) + 1;
     int rc = 0;
+    if (o->zero && !(whole = x->be->alloc(bytes)))
+        rc = tp_error(err, errlen, "--resume: cannot allocate %zu bytes on the %s backend to read the optimizer "
+                      "state", bytes, x->be->name);
     for (int k = 0; k < 2 && !rc; k++) {
         tr_weight_source src = {.ckpt = c, .suffix = moment_suffix[k]};
-        tr_weights_sink dst = {.region = regions[k], .dtype = TP_F32};
+        tr_weights_sink dst = {.region = whole ? whole : regions[k], .dtype = TP_F32};
         if (tr_weights_load(x, &src, &dst, why, sizeof why))
             rc = tp_error(err, errlen, "--resume: %s", why);
+        else if (whole)
+            tr_zero_take_runs(o->zero, whole, regions[k], false);
     }
+    if (whole)
+        x->be->release(whole);
     tp_checkpoint_close(c);
     if (!rc)
         o->step = step;

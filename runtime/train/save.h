@@ -38,7 +38,9 @@ typedef struct tr_save_spec {
 } tr_save_spec;
 
 /* Collective, after the last step: gathers weights and moments to rank 0,
- * which writes spec->dir. Returns 0 or -1 with a message. */
+ * which writes spec->dir. Called by the tensor-parallel group of replica 0
+ * only, or, where the optimizer state is sharded (zero.h), by every rank:
+ * the replicas first gather their runs. Returns 0 or -1 with a message. */
 int tr_save(tr_optim *o, const tr_layouts *l, const tr_save_spec *spec, char *err, size_t errlen);
 
 /* --resume: this rank's slices of the moments into o, and o->step.

@@ -11,6 +11,7 @@
 #include "runtime/train/optim.h"
 #include "runtime/train/save.h"
 #include "runtime/train/tokens.h"
+#include "runtime/train/zero.h"
 #include "util/errmsg.h"
 #include "util/xalloc.h"
 
@@ -24,6 +25,8 @@ typedef struct trainer {
     tr_tokens tokens;
     int64_t per_step;          /* tokens per step and replica: B·S */
     tr_optim optim;
+    tr_zero zero;              /* the optimizer state's runs over dp (ZeRO-1) */
+    bool sharded;
     tr_layouts layouts;        /* for the files gathered on rank 0 */
     char *config;              /* --save: the config.json it copies */
     tr_train_log log;
@@ -115,10 +118,28 @@ static double lap(const tr_exec *x, double *since)
     return d;
 }
 
-/* Step i: the batch, forward and backward, the gradients averaged over
+/* The replicas' gradients made one: averaged everywhere, or with ZeRO-1
+ * reduce-scattered, each rank the mean of its runs. */
+static int combine_grads(trainer *tr, char *err, size_t errlen)
+{
+    return tr->sharded ? tr_zero_reduce_grads(&tr->zero, err, errlen)
+                       : tr_dp_average_grads(tr->dp, tr->x, err, errlen);
+}
+
+/* --grads-out on the first step: written by replica 0, whose gradient
+ * buffers hold the mean only once ZeRO's runs are gathered back. */
+static int first_grads_out(trainer *tr, char *err, size_t errlen)
+{
+    if (tr->sharded && tr_zero_gather_grads(&tr->zero, err, errlen))
+        return -1;
+    return tr->dp->rank == 0 ? write_grads(tr, err, errlen) : 0;
+}
+
+/* Step i: the batch, forward and backward, the gradients combined over
  * the replicas (which then take identical optimizer steps), norm,
- * clipping, AdamW. x->profile is this step's alone: the schedule's ops,
- * then the averaging and the optimizer (--grads-out's writing is in
+ * clipping, AdamW, and with ZeRO-1 the updated runs gathered.
+ * x->profile is this step's alone: the schedule's ops, then the data-
+ * parallel collectives and the optimizer (--grads-out's writing is in
  * neither). */
 static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err, size_t errlen)
 {
@@ -136,22 +157,25 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
     float loss;
     tr_exec_read_buf(x, s->loss, &loss);
     double since = now();
-    if (tr_dp_average_grads(tr->dp, x, err, errlen) || tr_dp_mean(tr->dp, x, tr->optim.sum, &loss, err, errlen))
+    if (combine_grads(tr, err, errlen) || tr_dp_mean(tr->dp, x, tr->optim.sum, &loss, err, errlen))
         return -1;
     p->dp_seconds = lap(x, &since);
     double norm;
-    if (tr_optim_grad_norm(&tr->optim, &norm, err, errlen))
+    if (tr_optim_grad_norm(&tr->optim, tr->dp, &norm, err, errlen))
         return -1;
     p->optimizer_seconds = lap(x, &since);
-    if (first && tr->t->grads_out && tr->dp->rank == 0 && write_grads(tr, err, errlen))
+    if (first && tr->t->grads_out && first_grads_out(tr, err, errlen))
         return -1;
     since = now();
     tr_optim_clip(&tr->optim, norm, max_grad_norm(tr));
     double lr = tr->t->lr * tr_lr_lambda(tr->t->schedule, i, tr->t->warmup, tr->t->steps);
     tr_optim_adamw(&tr->optim, lr, tr->t->weight_decay, tr->t->decay_all);
+    p->optimizer_seconds += lap(x, &since);
+    if (tr->sharded && tr_zero_gather_weights(&tr->zero, err, errlen))
+        return -1;
     if (x->be->synchronize)
         x->be->synchronize();
-    p->optimizer_seconds += now() - since;
+    p->dp_seconds += now() - since;
     p->total_seconds += p->dp_seconds + p->optimizer_seconds;
     *r = (tr_step_record){.step = i + 1, .loss = loss, .lr = lr, .grad_norm = norm, .seconds = now() - t0};
     return 0;
@@ -181,8 +205,11 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         rc = open_data(&tr, vocab, err, errlen);
     if (!rc && (o->train.grads_out || o->train.save))
         rc = tr_layouts_load(&tr.layouts, o->schedule, comm, err, errlen);
+    tr.sharded = x->s->dp_shard == TP_DP_SHARD_OPTIMIZER;
+    if (!rc && tr.sharded)
+        rc = tr_zero_init(&tr.zero, x, tr.dp, err, errlen);
     if (!rc)
-        rc = tr_optim_init(&tr.optim, x, masters, err, errlen);
+        rc = tr_optim_init(&tr.optim, x, tr.sharded ? &tr.zero : NULL, masters, err, errlen);
     if (!rc && o->train.resume)
         rc = resume(&tr, err, errlen);
     int64_t first = tr.optim.step;
@@ -204,7 +231,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     }
     const tr_save_spec spec = {.dir = o->train.save, .config = tr.config, .max_steps = o->train.steps,
                                .lr = o->train.lr, .shard_bytes = o->train.max_shard_bytes};
-    if (!rc && o->train.save && tr.dp->rank == 0)     /* the replicas hold the same state */
+    if (!rc && o->train.save && (tr.sharded || tr.dp->rank == 0))   /* replicated: replica 0 has it all */
         rc = tr_save(&tr.optim, &tr.layouts, &spec, err, errlen);
     if (!rc && rank0 && o->train.log_json)
         rc = tr_log_write_json(&tr.log, o->train.log_json, err, errlen);
@@ -213,6 +240,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     free(profiles);
     tr_log_free(&tr.log);
     tr_optim_free(&tr.optim);
+    tr_zero_free(&tr.zero);
     tr_layouts_free(&tr.layouts);
     tr_tokens_free(&tr.tokens);
     free(tr.config);

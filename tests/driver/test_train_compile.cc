@@ -372,12 +372,14 @@ TEST(TrainReport, MemoryFlopsAndCommunicationPerPhase)
 
 // tests/plans/llama-megatron-dp1.plan with dp replicas, written into tmp
 // (the model path made absolute).
-std::string megatron_on_dp(const TempDir &tmp, int dp)
+std::string megatron_on_dp(const TempDir &tmp, int dp, const std::string &shard = "")
 {
     std::string text = tpcc_test::slurp(source_path("tests/plans/llama-megatron-dp1.plan"));
     tpcc_test::replace_once(text, "\"../../models/", "\"" + source_path("models") + "/");
     tpcc_test::replace_once(text, "mesh(dp = 1,", "mesh(dp = " + std::to_string(dp) + ",");
-    return tmp.write("dp" + std::to_string(dp) + ".plan", text);
+    if (!shard.empty())
+        text += "\ntrain {\n    shard = \"" + shard + "\",\n}\n";
+    return tmp.write("dp" + std::to_string(dp) + shard + ".plan", text);
 }
 
 // --dump says how many replicas of the tp group a dp x tp schedule runs.
@@ -430,6 +432,76 @@ TEST(TrainReport, DataParallelAddsTheGradientAverage)
               2 * 9 + 3);
     json_decref(a);
     json_decref(b);
+}
+
+// train { shard = "optimizer" } (ZeRO-1): per rank, AdamW's moments and
+// the bf16 schedule's fp32 masters fall as 1/dp (each weight's runs
+// rounded up to 8 elements), parameters and gradients stay; the dp traffic
+// is a reduce-scatter of each gradient and an all-gather of each weight,
+// (dp-1)/dp of the padded bytes each, an all-reduce's in all; --dump says
+// the mode.
+TEST(TrainReport, ZeroOneDividesTheOptimizerStateByDp)
+{
+    TempDir tmp;
+    auto training = [&](int dp, const std::string &shard, const std::string &format) {
+        std::vector<std::string> args = {megatron_on_dp(tmp, dp, shard), "--train", "--report",
+                                         "--report-format=" + format, "--dtype", "bf16"};
+        std::vector<std::string> sizes = tiny(2);
+        args.insert(args.end(), sizes.begin(), sizes.end());
+        return tpcc_test::run_program(kTpcc, args);
+    };
+    auto field = [](json_t *o, const char *key) { return double(json_integer_value(json_object_get(o, key))); };
+    json_error_t err;
+    Proc base = training(1, "", "json");
+    ASSERT_EQ(base.code(), 0) << base.describe();
+    json_t *b = json_loads(base.out.c_str(), 0, &err);
+    ASSERT_TRUE(b) << err.text;
+    json_t *tb = json_object_get(b, "training");
+    const double moments = field(tb, "optimizer_bytes"), masters = field(tb, "master_bytes");
+    const double grads = field(tb, "grad_bytes"), params = field(tb, "param_bytes");
+    const int weights = 2 * 9 + 3;    // 2 layers x (7 projections + 2 norms), embedding, final norm, head
+    EXPECT_EQ(masters * 2, moments);
+    for (int dp : {2, 4}) {
+        Proc p = training(dp, "optimizer", "json");
+        ASSERT_EQ(p.code(), 0) << p.describe();
+        json_t *root = json_loads(p.out.c_str(), 0, &err);
+        ASSERT_TRUE(root) << err.text;
+        json_t *t = json_object_get(root, "training");
+        EXPECT_STREQ(json_string_value(json_object_get(t, "dp_shard")), "optimizer");
+        EXPECT_EQ(field(t, "param_bytes"), params) << dp;
+        EXPECT_EQ(field(t, "grad_bytes"), grads) << dp;
+        // 1/dp, and at most 8 elements of padding a weight and a rank more
+        EXPECT_GE(field(t, "optimizer_bytes") * dp, moments) << dp;
+        EXPECT_LE(field(t, "optimizer_bytes") * dp, moments + 2.0 * 4 * 8 * dp * weights) << dp;
+        EXPECT_EQ(field(t, "master_bytes") * 2, field(t, "optimizer_bytes")) << dp;
+        EXPECT_GT(field(json_object_get(t, "workspace"), "dp_shard_bytes"), 0) << dp;
+        json_t *phase = json_object_get(json_object_get(t, "phases"), "dp_sharded");
+        ASSERT_NE(phase, nullptr) << p.out;
+        double padded = field(t, "optimizer_bytes") / 8 * dp * 2;    // the runs' elements x dp, in bf16
+        for (const char *kind : {"reduce_scatter", "all_gather"}) {
+            json_t *k = json_object_get(json_object_get(phase, "totals"), kind);
+            EXPECT_EQ(json_integer_value(json_object_get(k, "count")), weights) << kind;
+            EXPECT_DOUBLE_EQ(json_real_value(json_object_get(k, "sent_bytes")), padded * (dp - 1) / dp) << kind;
+        }
+        EXPECT_EQ(json_object_get(json_object_get(t, "phases"), "dp_average"), nullptr);
+        json_decref(root);
+    }
+    json_decref(b);
+    Proc text = training(2, "optimizer", "text");
+    ASSERT_EQ(text.code(), 0) << text.describe();
+    for (const char *line : {"AdamW's two moments, fp32; 1/dp of them, ZeRO-1",
+                             "each gradient reduce-scattered over the 2 dp ranks, then / 2: ZeRO-1",
+                             "each updated weight all-gathered over the 2 dp ranks: ZeRO-1",
+                             "its state is sharded over dp"})
+        EXPECT_TRUE(contains(text.out, line)) << line << "\n" << text.out;
+
+    std::vector<std::string> args = {megatron_on_dp(tmp, 2, "optimizer"), "--train", "-o", tmp.path + "/z.sched"};
+    std::vector<std::string> sizes = tiny(2);
+    args.insert(args.end(), sizes.begin(), sizes.end());
+    Proc c = tpcc_test::run_program(kTpcc, args);
+    ASSERT_EQ(c.code(), 0) << c.err;
+    Proc d = tpcc_test::run_program(kTpcc, {"--dump", tmp.path + "/z.sched", "--rank", "0"});
+    EXPECT_TRUE(contains(d.out, "  dp shard    optimizer state, 1/2 on each replica\n")) << d.out;
 }
 
 // --device-memory goes with any report: a forward step's memory, or with

@@ -5,6 +5,9 @@
 
 #include <jansson.h>
 
+#include <filesystem>
+#include <functional>
+
 namespace tpcc_test {
 
 void replace_once(std::string &text, const std::string &from, const std::string &to)
@@ -15,9 +18,9 @@ void replace_once(std::string &text, const std::string &from, const std::string 
         text.replace(at, from.size(), to);
 }
 
-void dp_plan(const TempDir &d, std::string &plan)
+void dp_plan(const TempDir &d, std::string &plan, const std::string &source, const std::string &train)
 {
-    std::string text = slurp(std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan");
+    std::string text = slurp(std::string(TPCC_SOURCE_DIR) + "/" + source);
     replace_once(text, "model \"../models/", "model \"" + std::string(TPCC_SOURCE_DIR) + "/models/");
     replace_once(text, "    tp = 2\n", "    tp = 2\n    dp = 1\n");
     replace_once(text, "mesh(tp = tp)", "mesh(dp = dp, tp = tp)");
@@ -27,14 +30,17 @@ void dp_plan(const TempDir &d, std::string &plan)
         ASSERT_NE(open, std::string::npos);
         text.insert(open + 1, " on \"tp\"");
     }
-    plan = d.write("llama-dp.plan", text);
+    if (!train.empty())
+        text += "\ntrain {\n    " + train + "\n}\n";
+    std::string name = std::filesystem::path(source).stem().string() + "-dp" + std::to_string(std::hash<std::string>{}(train));
+    plan = d.write(name + ".plan", text);
 }
 
 Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::string &sched, bool train,
-                const std::string &dtype)
+                const std::string &dtype, const std::string &fixture)
 {
     std::vector<std::string> args = {plan, "--hf-config",
-                                     std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama/config.json",
+                                     std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/" + fixture + "/config.json",
                                      "-D", "vocab_multiple=1", "-D", "dp=" + std::to_string(dp), "-D",
                                      "tp=" + std::to_string(tp), "-D", "seq=16", "-D", "batch=" + std::to_string(batch),
                                      "--dtype", dtype, "-o", sched};

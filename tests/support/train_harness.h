@@ -15,15 +15,18 @@ namespace tpcc_test {
 // has none): edits a shipped plan into the variant a test needs.
 void replace_once(std::string &text, const std::string &from, const std::string &to);
 
-// plans/llama-sp.plan on a mesh(dp = dp, tp = tp), written into d (the
-// model path made absolute) as `plan`.
-void dp_plan(const TempDir &d, std::string &plan);
+// `source` (a shipped plan, plans/llama-sp.plan by default) on a
+// mesh(dp = dp, tp = tp), with `train` as its train { } block's body
+// (none when empty), written into d (the model path made absolute) as
+// `plan`.
+void dp_plan(const TempDir &d, std::string &plan, const std::string &source = "plans/llama-sp.plan",
+             const std::string &train = "");
 
-// tpcc on a dp_plan for tests/fixtures/train/llama's config (seq 16,
+// tpcc on a dp_plan for tests/fixtures/train/`fixture`'s config (seq 16,
 // `batch` per replica), into sched; --train unless `train` is false; in
 // `dtype`.
 Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::string &sched, bool train = true,
-                const std::string &dtype = "fp32");
+                const std::string &dtype = "fp32", const std::string &fixture = "llama");
 
 // Each step's loss in a --log-json file (none, with a failure, when it
 // cannot be read).

@@ -1,0 +1,162 @@
+/* zero.c: see zero.h. */
+#include "runtime/train/zero.h"
+#include <stdlib.h>
+#include "sched/dp_shard.h"
+#include "util/errmsg.h"
+#include "util/xalloc.h"
+
+static void *at(const void *base, int64_t elems, size_t es) { return (char *)base + elems * (int64_t)es; }
+
+static int64_t run_elems(const tr_zero *z, int w)
+{
+    return tp_dp_shard_elems(z->x->s->weights[w].local_elems, z->dp->world);
+}
+
+int64_t tr_zero_first(const tr_zero *z, int w) { return (int64_t)z->dp->rank * run_elems(z, w); }
+
+int64_t tr_zero_held(const tr_zero *z, int w)
+{
+    return tp_dp_shard_held(z->x->s->weights[w].local_elems, z->dp->world, z->dp->rank);
+}
+
+float *tr_zero_grad(const tr_zero *z, int w)
+{
+    return at(z->grads, z->offset[w], tp_dtype_size(z->x->be->dtype));
+}
+
+int tr_zero_init(tr_zero *z, tr_exec *x, tp_comm *dp, char *err, size_t errlen)
+{
+    const tr_schedule *s = x->s;
+    const tp_backend *be = x->be;
+    *z = (tr_zero){.x = x, .dp = dp};
+    z->offset = tp_xcalloc((size_t)s->nweights + 1, sizeof *z->offset);
+    for (int i = 0; i < s->nweights; i++) {
+        if (s->bufs[s->grads[i]].dtype != be->dtype) {
+            tr_zero_free(z);
+            return tp_error(err, errlen, "the gradient of %s is %s, the %s backend's weights %s: a schedule tpcc "
+                            "--train did not write", s->weights[i].name, tp_dtype_name(s->bufs[s->grads[i]].dtype),
+                            be->name, tp_dtype_name(be->dtype));
+        }
+        int64_t c = run_elems(z, i);
+        z->offset[i] = z->elems;
+        z->elems += c;
+        z->widest = c > z->widest ? c : z->widest;
+    }
+    z->pad = be->alloc((size_t)(dp->world * z->widest) * sizeof(float) + 1);
+    z->tail = be->alloc((size_t)z->widest * sizeof(float) + 1);
+    z->grads = be->alloc((size_t)z->elems * tp_dtype_size(be->dtype) + 1);
+    if (!z->pad || !z->tail || !z->grads) {
+        tr_zero_free(z);
+        return tp_error(err, errlen, "cannot allocate the %lld-element gradient slices and the %lld-element "
+                        "staging of ZeRO's collectives on the %s backend", (long long)z->elems,
+                        (long long)((dp->world + 1) * z->widest), be->name);
+    }
+    return 0;
+}
+
+void tr_zero_free(tr_zero *z)
+{
+    if (!z->x)
+        return;
+    void (*release)(void *) = z->x->be->release;
+    if (z->pad)
+        release(z->pad);
+    if (z->tail)
+        release(z->tail);
+    if (z->grads)
+        release(z->grads);
+    free(z->offset);
+    *z = (tr_zero){0};
+}
+
+int tr_zero_reduce_grads(tr_zero *z, char *err, size_t errlen)
+{
+    tr_exec *x = z->x;
+    const tr_schedule *s = x->s;
+    int dp = z->dp->world;
+    size_t es = tp_dtype_size(x->be->dtype);
+    for (int i = 0; i < s->nweights; i++) {
+        int64_t n = s->weights[i].local_elems, c = run_elems(z, i), held = tr_zero_held(z, i);
+        const void *g = tr_exec_buf(x, s->grads[i]);
+        if (c * dp != n) {      /* padded to dp runs; the padding's sums are never read */
+            x->be->copy(z->pad, g, (size_t)n * es);
+            g = z->pad;
+        }
+        float *mine = tr_zero_grad(z, i);
+        char why[800];
+        if (z->dp->ops->reduce_scatter(z->dp, x->be->dtype, mine, g, c, why, sizeof why))
+            return tp_error(err, errlen, "reduce-scattering the gradient of %s over the %d data-parallel ranks: %s",
+                            s->weights[i].name, dp, why);
+        if (held)
+            x->be->scale(mine, mine, held, 1.0f / (float)dp);
+    }
+    return 0;
+}
+
+/* Run w of every dp rank, from `mine` (a whole run readable, in t), into
+ * dst: the weight's local elements, in backend memory or, to_host, in
+ * host memory. */
+static int gather_run(tr_zero *z, int w, tp_dtype t, const void *mine, void *dst, bool to_host, const char *what,
+                      char *err, size_t errlen)
+{
+    const tp_backend *be = z->x->be;
+    const tr_weight *weight = &z->x->s->weights[w];
+    char why[800];
+    if (z->dp->ops->all_gather(z->dp, t, z->pad, mine, run_elems(z, w), why, sizeof why))
+        return tp_error(err, errlen, "gathering the %s of %s over the %d data-parallel ranks: %s", what, weight->name,
+                        z->dp->world, why);
+    (to_host ? be->to_host : be->copy)(dst, z->pad, (size_t)weight->local_elems * tp_dtype_size(t));
+    return 0;
+}
+
+int tr_zero_gather_weights(tr_zero *z, char *err, size_t errlen)
+{
+    tr_exec *x = z->x;
+    tp_dtype t = x->be->dtype;
+    size_t es = tp_dtype_size(t);
+    for (int i = 0; i < x->s->nweights; i++) {
+        float *w = tr_exec_weight(x, i);
+        const void *mine = at(w, tr_zero_first(z, i), es);
+        int64_t held = tr_zero_held(z, i);
+        if (held < run_elems(z, i)) {    /* the weight ends inside the run: the rest would be read past it */
+            x->be->copy(z->tail, mine, (size_t)held * es);
+            mine = z->tail;
+        }
+        if (gather_run(z, i, t, mine, w, false, "updated weights", err, errlen))
+            return -1;
+    }
+    return 0;
+}
+
+int tr_zero_gather_grads(tr_zero *z, char *err, size_t errlen)
+{
+    tr_exec *x = z->x;
+    for (int i = 0; i < x->s->nweights; i++)
+        if (gather_run(z, i, x->be->dtype, tr_zero_grad(z, i), tr_exec_buf(x, x->s->grads[i]), false, "gradient",
+                       err, errlen))
+            return -1;
+    return 0;
+}
+
+int tr_zero_unshard(tr_zero *z, const float *shards, float *host, char *err, size_t errlen)
+{
+    const tr_schedule *s = z->x->s;
+    for (int i = 0; i < s->nweights; i++)
+        if (gather_run(z, i, TP_F32, shards + z->offset[i], host + s->weights[i].region_offset, true,
+                       "optimizer state", err, errlen))
+            return -1;
+    return 0;
+}
+
+void tr_zero_take_runs(const tr_zero *z, const float *full, float *shards, bool from_host)
+{
+    const tr_schedule *s = z->x->s;
+    const tp_backend *be = z->x->be;
+    for (int i = 0; i < s->nweights; i++) {
+        int64_t held = tr_zero_held(z, i);
+        if (held)
+            (from_host ? be->to_device : be->copy)(shards + z->offset[i],
+                                                   full + s->weights[i].region_offset + tr_zero_first(z, i),
+                                                   (size_t)held * sizeof(float));
+    }
+}

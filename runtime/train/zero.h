@@ -1,0 +1,67 @@
+/* zero.h: ZeRO-1 (a schedule with "dp_shard": "optimizer"): the
+ * optimizer's state held in 1/dp slices over the data-parallel replicas.
+ *
+ * Each weight's local elements split into dp runs (sched/dp_shard.h), run
+ * d on dp rank d. A step reduce-scatters each gradient over dp (the
+ * replicas' sum of run d arrives on rank d, then / dp: the mean over the
+ * global batch, as the replicated all-reduce gives it), AdamW updates each
+ * rank's runs only (its fp32 masters and moments exist for those only),
+ * and the updated weights are all-gathered back into every replica's
+ * weight region. The traffic is a replicated all-reduce's: a ring
+ * all-reduce is a reduce-scatter and an all-gather.
+ *
+ * A run whose weight does not divide by dp is padded: the collectives go
+ * through `pad`, dp runs of the widest weight, whose padding carries
+ * values nobody reads. */
+#ifndef TPRUN_TRAIN_ZERO_H
+#define TPRUN_TRAIN_ZERO_H
+
+#include <stdbool.h>
+#include "runtime/comm/comm.h"
+#include "runtime/exec/exec.h"
+
+typedef struct tr_zero {
+    tr_exec *x;
+    tp_comm *dp;         /* the replicas of this rank's tensor-parallel slice */
+    int64_t *offset;     /* per weight: its run's offset in the shard region */
+    int64_t elems;       /* the shard region: every weight's run, end to end */
+    int64_t widest;      /* the longest run */
+    void *pad;           /* backend memory: dp runs of the widest, fp32 */
+    void *tail;          /* backend memory: one run of the widest, fp32 */
+    void *grads;         /* backend memory: the reduced gradients' runs (the gradients' dtype) */
+} tr_zero;
+
+/* The runs of every weight of x's schedule over the dp group. Returns 0,
+ * or -1 with a message (backend memory). */
+int tr_zero_init(tr_zero *z, tr_exec *x, tp_comm *dp, char *err, size_t errlen);
+void tr_zero_free(tr_zero *z);
+
+/* Weight w's run on this rank: its first local element and how many
+ * elements it really holds (0 for a run past a short weight's end). */
+int64_t tr_zero_first(const tr_zero *z, int w);
+int64_t tr_zero_held(const tr_zero *z, int w);
+
+/* This rank's run of weight w's reduced gradient. */
+float *tr_zero_grad(const tr_zero *z, int w);
+
+/* Collective over dp: every gradient reduce-scattered into the runs of
+ * z->grads and divided by dp. */
+int tr_zero_reduce_grads(tr_zero *z, char *err, size_t errlen);
+
+/* Collective over dp: every weight's updated runs gathered into the
+ * weight region of every replica. */
+int tr_zero_gather_weights(tr_zero *z, char *err, size_t errlen);
+
+/* Collective over dp: the reduced gradients' runs gathered back into the
+ * schedule's gradient buffers (--grads-out writes those). */
+int tr_zero_gather_grads(tr_zero *z, char *err, size_t errlen);
+
+/* Collective over dp: fp32 state held in runs (`shards`, backend memory)
+ * gathered whole into `host`, laid out like the weight region. */
+int tr_zero_unshard(tr_zero *z, const float *shards, float *host, char *err, size_t errlen);
+
+/* This rank's runs of fp32 state laid out like the weight region (`full`:
+ * host memory when from_host, else backend memory) into `shards`. */
+void tr_zero_take_runs(const tr_zero *z, const float *full, float *shards, bool from_host);
+
+#endif /* TPRUN_TRAIN_ZERO_H */
