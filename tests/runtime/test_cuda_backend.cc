@@ -693,6 +693,54 @@ TEST_F(EmulatedDataParallel, Dp2Tp2Bf16TracksTheCpuOnOneRank)
                 got.losses[0], got.losses[1], want.losses[0], want.losses[1], worst);
 }
 
+// ZeRO-1 (train { shard = "optimizer" }) at dp 2 x tp 2 on the CUDA
+// backend: the CPU's steps on one rank with the global batch (fp32: 1e-5
+// relative; bf16 with fp32 masters: 5e-3, as above), and each rank's peak
+// of device memory is what tpcc --report --train says to the byte: the
+// replicated step's parts with the moments and masters at their runs, plus
+// ZeRO's gradient runs and padded staging, and one byte of padding each of
+// tprun's buffers (expect_report_is_the_peak's, and ZeRO's three).
+TEST_F(EmulatedDataParallel, ZeroOneTakesTheCpuStepsAndHoldsWhatTheReportSays)
+{
+    std::string sharded;
+    ASSERT_NO_FATAL_FAILURE(dp_plan(dir, sharded, "plans/llama-sp.plan", "shard = \"optimizer\","));
+    Steps want = two_steps(kTprun, 1, 1);
+    ASSERT_EQ(want.losses.size(), 2u);
+    for (std::string dtype : {"fp32", "bf16"}) {
+        std::string s = dir.path + "/zero-" + dtype + ".sched", log = dir.path + "/zero-" + dtype + ".json",
+                    peaks = dir.path + "/zero-peak-" + dtype + ".txt";
+        Proc c = compile_dp(sharded, 2, 2, 2, s, true, dtype);
+        ASSERT_EQ(c.code(), 0) << c.describe();
+        Proc report = run_program(kTpcc, {sharded, "--hf-config", weights + "config.json", "-D", "vocab_multiple=1",
+                                          "-D", "dp=2", "-D", "tp=2", "-D", "seq=16", "-D", "batch=2", "--dtype",
+                                          dtype, "--train", "--report", "--report-format=json"});
+        ASSERT_EQ(report.code(), 0) << report.describe();
+        json_error_t error;
+        json_t *root = json_loads(report.out.c_str(), 0, &error);
+        ASSERT_NE(root, nullptr) << error.text;
+        json_t *step = json_object_get(root, "training");
+        json_int_t total = json_integer_value(json_object_get(step, "total_bytes"));
+        EXPECT_GT(json_integer_value(json_object_get(json_object_get(step, "workspace"), "dp_shard_bytes")), 0);
+        json_decref(root);
+
+        std::vector<std::string> args = train_args(2);
+        args.insert(args.end(), {"--backend", "cuda", "--log-json", log, "-q"});
+        Proc t = run(kEmulated, 4, s, args, {"TP_STANDIN_DEVICE_PEAK=" + peaks});
+        ASSERT_EQ(t.code(), 0) << dtype << ": " << t.describe();
+        std::vector<double> losses = logged_losses(log);
+        ASSERT_EQ(losses.size(), 2u);
+        for (size_t i = 0; i < 2; i++)
+            EXPECT_NEAR(losses[i], want.losses[i], (dtype == "fp32" ? 1e-5 : 5e-3) * want.losses[i])
+                << dtype << " step " << i + 1;
+        const json_int_t padding = (dtype == "bf16" ? 7 : 6) + 2 * (json_int_t)sizeof(float) + 3;
+        std::istringstream lines(slurp(peaks));
+        int ranks = 0;
+        for (json_int_t peak; lines >> peak; ranks++)
+            EXPECT_EQ(peak, total + padding) << dtype << " rank " << ranks;
+        EXPECT_EQ(ranks, 4) << dtype;
+    }
+}
+
 // A collective of a dp group that never completes (rank 1 stalls in its
 // first gradient all-reduce: the third communicator it makes, after the
 // world's and its tp group's) ends every rank, naming the group. Whichever

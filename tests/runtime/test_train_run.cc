@@ -503,4 +503,43 @@ TEST(TrainRun, ZeroOneTakesTheStepsOfReplicatedDataParallelGpt2Tied)
     expect_zero_one_is_replicated("plans/gpt2-hf-sp.plan", "gpt2-tied", 1e-3);
 }
 
+// The README's 2-D recipe, plans/llama-2d.plan (seed 003's plan: tp with
+// sequence parallelism and a vocab-parallel loss inside, ZeRO-1 over dp,
+// clipping, warm-up and cosine), on 4 CPU ranks: the losses of one rank on
+// the global batch, and a run saved after two steps and resumed to three
+// takes the uninterrupted run's third step.
+TEST(TrainRun, TheTwoDimensionalRecipeRunsOnFourRanks)
+{
+    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
+    TempDir d;
+    const std::string plan = std::string(TPCC_SOURCE_DIR) + "/plans/llama-2d.plan", dir = kFixtures + "llama/";
+    std::vector<int32_t> toks;
+    for (int i = 0; i < 3 * 64; i++)
+        toks.push_back(int32_t((i * 37 + i / 16) % 128));
+    std::string data = d.write("tokens.bin", tpcc_test::llmc(20240801, 7, toks));
+    auto run = [&](int dp, int tp, int steps, const std::vector<std::string> &extra) {
+        std::string tag = "dp" + std::to_string(dp) + "tp" + std::to_string(tp) + "-" + std::to_string(steps) +
+                          std::to_string(extra.size()),
+                    sched = d.path + "/" + tag + ".sched", log = d.path + "/" + tag + ".json";
+        Proc c = compile_dp(plan, dp, tp, 4 / dp, sched);
+        EXPECT_EQ(c.code(), 0) << c.describe();
+        std::vector<std::string> args = {"--data", data, "--steps", std::to_string(steps), "--warmup", "1",
+                                         "--log-json", log, "-q"};
+        args.insert(args.end(), extra.begin(), extra.end());
+        Proc t = train(sched, dp * tp, args);
+        EXPECT_EQ(t.code(), 0) << tag << ": " << t.describe();
+        return tpcc_test::logged_losses(log);
+    };
+    std::vector<double> one = run(1, 1, 3, {"--weights", dir}), four = run(2, 2, 3, {"--weights", dir});
+    ASSERT_EQ(one.size(), 3u);
+    ASSERT_EQ(four.size(), 3u);
+    for (size_t i = 0; i < 3; i++)
+        EXPECT_NEAR(four[i], one[i], 1e-6 * one[i]) << "step " << i + 1;
+    std::string ckpt = d.path + "/ckpt";
+    run(2, 2, 2, {"--weights", dir, "--save", ckpt});
+    std::vector<double> resumed = run(2, 2, 3, {"--resume", ckpt});
+    ASSERT_EQ(resumed.size(), 1u);
+    EXPECT_NEAR(resumed[0], four[2], 1e-6 * four[2]);
+}
+
 }  // namespace
