@@ -15,7 +15,9 @@
 
 #include <sys/stat.h>
 
+extern "C" {
 #include "runtime/comm/node.h"
+}
 #include "tests/support/process.h"
 #include "tests/support/token_files.h"
 #include "tests/support/train_harness.h"
@@ -240,7 +242,7 @@ TEST(Launcher, ASrunTaskIsARank)
     EXPECT_TRUE(contains(p.err, "srun started 2 tasks but MPI sees 1 rank")) << p.err;
     // a batch script (no step of srun's) launches as usual
     FakeMpiexec batch;
-    Proc b = tpcc_test::run_program(kTprun, {"-n", "2", sched, "--backend", "cpu"},
+    Proc b = tpcc_test::run_program(kTprun, {"-n", "2", sched, "--backend", "cpu", "--labels", "tokens"},
                                     {batch.path_env(), "SLURM_PROCID=0", "SLURM_JOB_ID=7"});
     EXPECT_EQ(b.code(), 0) << b.describe();
     EXPECT_TRUE(batch.ran());
