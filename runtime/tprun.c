@@ -164,7 +164,7 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
     char *end, why[300];
     opterr = 0;
     hydra_spellings(argc, argv);
-    while ((c = getopt_long(argc, argv, "n:f:qh", longs, &li)) != -1) {
+    while ((c = getopt_long(argc, argv, ":n:f:qh", longs, &li)) != -1) {
         switch (c) {
         case 'n':
             l->ranks = (int)strtol(optarg, &end, 10);
@@ -230,6 +230,9 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         case 'q': o->quiet = true; break;
         case 'h': fputs(usage, stdout); return 1;
         case OPT_VERSION: printf("tprun %s\n", TPCC_VERSION); return 1;
+        case ':':
+            fprintf(stderr, "tprun: %s needs a value\nTry 'tprun --help'.\n", argv[optind - 1]);
+            return -1;
         default:
             fprintf(stderr, "tprun: unknown option '%s'\nTry 'tprun --help'.\n", argv[optind - 1]);
             return -1;

@@ -209,6 +209,7 @@ TEST(Launcher, BadHostOptionsAreClearErrors)
         {{"-ppn", "2", sched}, "tprun: -ppn goes with -n N"},
         {{"-n", "2", "-ppn", "two", sched}, "tprun: -ppn takes a number of ranks per node, not 'two'"},
         {{"-n", "2", "-ppn", "0", sched}, "tprun: -ppn takes a number of ranks per node, not '0'"},
+        {{"-n", "2", sched, "-f"}, "tprun: -f needs a value"},
         {{"-n", "2", "-f", d.path + "/missing", sched},
          "tprun: -f: cannot read the hostfile " + d.path + "/missing: No such file or directory"},
     };
