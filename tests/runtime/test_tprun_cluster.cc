@@ -216,7 +216,7 @@ TEST(Launcher, BadHostOptionsAreClearErrors)
     for (const Case &c : cases) {
         FakeMpiexec fake;
         std::vector<std::string> args = c.args;
-        args.insert(args.end(), {"--backend", "cpu"});
+        args.insert(args.begin(), {"--backend", "cpu"});
         Proc p = tpcc_test::run_program(kTprun, args, {fake.path_env()});
         EXPECT_EQ(p.code(), 2) << c.message << ": " << p.describe();
         EXPECT_TRUE(contains(p.err, c.message)) << p.err;
