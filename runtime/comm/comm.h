@@ -24,19 +24,19 @@ typedef struct tp_comm_ops tp_comm_ops;
  * not a group: a communicator split off the world keeps the world's, so
  * the GPU choice, the start-up line and the check that a tensor-parallel
  * group stays inside a node all read the same. */
-typedef struct tp_node {
+typedef struct tp_rank_node {
     int index;          /* the node's number, nodes numbered in the order of their lowest rank */
     int count;          /* the job's nodes */
     int local_rank;     /* this rank among the ranks of its node, in rank order */
     int local_size;     /* the ranks on this node */
     char host[64];      /* the node's host name, for messages */
-} tp_node;
+} tp_rank_node;
 
 typedef struct tp_comm {
     const tp_comm_ops *ops;
     int rank, world;
     void *impl;
-    tp_node node;       /* filled by tp_comm_mpi and tp_comm_single (runtime/comm/node.h) */
+    tp_rank_node node;       /* filled by tp_comm_mpi and tp_comm_single (runtime/comm/node.h) */
 } tp_comm;
 
 struct tp_comm_ops {

@@ -188,7 +188,7 @@ static void abort_stalled(void *ctx)
  * keyed by world rank, so local ranks follow world ranks), numbered by
  * the rank of the node's first rank among the nodes' first ranks, which
  * that first rank hands to the others of its node. */
-static int locate(int rank, tp_node *node, char *err, size_t errlen)
+static int locate(int rank, tp_rank_node *node, char *err, size_t errlen)
 {
     MPI_Comm local, firsts;
     int numbering[2] = {0, 0};      /* the node's index and the number of nodes */

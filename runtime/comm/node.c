@@ -7,15 +7,15 @@
 #include "runtime/comm/node.h"
 #include "util/errmsg.h"
 
-void tp_node_alone(tp_node *node)
+void tp_node_alone(tp_rank_node *node)
 {
-    *node = (tp_node){.index = 0, .count = 1, .local_rank = 0, .local_size = 1};
+    *node = (tp_rank_node){.index = 0, .count = 1, .local_rank = 0, .local_size = 1};
     /* the name is only for messages: a machine without one is "localhost" */
     if (gethostname(node->host, sizeof node->host - 1) != 0 || !node->host[0])
         snprintf(node->host, sizeof node->host, "localhost");
 }
 
-int tp_node_gpu(const tp_node *node, int visible, char *err, size_t errlen)
+int tp_node_gpu(const tp_rank_node *node, int visible, char *err, size_t errlen)
 {
     if (visible <= 0)
         return tp_error(err, errlen, "node %s shows this rank no usable GPU", node->host);
@@ -52,7 +52,7 @@ static void append_ranges(tp_buf *out, const bool *marked, int n)
 /* One node's line: its ranks, and their dp and tp indices; "dp A x tp B"
  * only when the ranks are exactly those pairs, as a node holding whole tp
  * groups of consecutive ranks does. */
-static void append_node(tp_buf *out, const tp_node *nodes, int world, int tp, int node, bool *marks)
+static void append_node(tp_buf *out, const tp_rank_node *nodes, int world, int tp, int node, bool *marks)
 {
     int dp = world / tp, ranks = 0, replicas = 0, tps = 0;
     bool *rank_of = marks, *dp_of = marks + world, *tp_of = marks + 2 * world;
@@ -84,7 +84,7 @@ static void append_node(tp_buf *out, const tp_node *nodes, int world, int tp, in
 
 enum { MAP_NODE_LINES = 8 };     /* a 64-rank job of 8 nodes prints them all */
 
-void tp_node_rank_map(tp_buf *out, const tp_node *nodes, int world, int tp, const char *indent)
+void tp_node_rank_map(tp_buf *out, const tp_rank_node *nodes, int world, int tp, const char *indent)
 {
     int count = 0;
     for (int r = 0; r < world; r++)
@@ -101,7 +101,7 @@ void tp_node_rank_map(tp_buf *out, const tp_node *nodes, int world, int tp, cons
     free(marks);
 }
 
-int tp_node_tp_spans(const tp_node *nodes, int world, int tp, char *msg, size_t msglen)
+int tp_node_tp_spans(const tp_rank_node *nodes, int world, int tp, char *msg, size_t msglen)
 {
     int spanning = 0, group = -1, other = 0;     /* the first spanning group, and its first rank elsewhere */
     for (int g = 0; g < world / tp; g++) {

@@ -36,7 +36,7 @@ typedef struct job {
     double *step_seconds;       /* each step's time, in the order run */
     float *masters;             /* a bf16 training schedule's weights as read, fp32: the optimizer's
                                    master weights start from them, not from their bf16 rounding */
-    tp_node *nodes;             /* rank 0: every rank's node, for the rank map (NULL for one rank) */
+    tp_rank_node *nodes;             /* rank 0: every rank's node, for the rank map (NULL for one rank) */
     char *err;
     size_t errlen;
 } job;
@@ -304,7 +304,7 @@ static int locate_ranks(job *j)
     int world = j->comm->world;
     if (world == 1)
         return 0;
-    tp_node *all = rank0(j) ? tp_xcalloc((size_t)world, sizeof *all) : NULL;
+    tp_rank_node *all = rank0(j) ? tp_xcalloc((size_t)world, sizeof *all) : NULL;
     char why[400];
     if (j->comm->ops->gather_bytes(j->comm, all, &j->comm->node, sizeof *all, why, sizeof why)) {
         free(all);

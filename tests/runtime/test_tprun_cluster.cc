@@ -31,17 +31,17 @@ using tpcc_test::TempDir;
 const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
 const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/";
 
-tp_node node_at(int index, int local_rank, int local_size, const char *host)
+tp_rank_node node_at(int index, int local_rank, int local_size, const char *host)
 {
-    tp_node n = {index, 1, local_rank, local_size, ""};
+    tp_rank_node n = {index, 1, local_rank, local_size, ""};
     snprintf(n.host, sizeof n.host, "%s", host);
     return n;
 }
 
 // Every rank's node, named "host<index>", from each rank's node index.
-std::vector<tp_node> layout(const std::vector<int> &node_of_rank)
+std::vector<tp_rank_node> layout(const std::vector<int> &node_of_rank)
 {
-    std::vector<tp_node> nodes;
+    std::vector<tp_rank_node> nodes;
     for (int index : node_of_rank)
         nodes.push_back(node_at(index, 0, 1, ("host" + std::to_string(index)).c_str()));
     return nodes;
@@ -49,7 +49,7 @@ std::vector<tp_node> layout(const std::vector<int> &node_of_rank)
 
 std::string rank_map(const std::vector<int> &node_of_rank, int tp)
 {
-    std::vector<tp_node> nodes = layout(node_of_rank);
+    std::vector<tp_rank_node> nodes = layout(node_of_rank);
     tp_buf b;
     tp_buf_init(&b);
     tp_node_rank_map(&b, nodes.data(), int(nodes.size()), tp, "  ");
@@ -65,11 +65,11 @@ std::string rank_map(const std::vector<int> &node_of_rank, int tp)
 TEST(NodeGpu, TheOnlyVisibleGpuOrTheLocalRanks)
 {
     char err[400] = "";
-    tp_node third_of_four = node_at(1, 2, 4, "gpu7");
+    tp_rank_node third_of_four = node_at(1, 2, 4, "gpu7");
     EXPECT_EQ(tp_node_gpu(&third_of_four, 1, err, sizeof err), 0) << err;
     EXPECT_EQ(tp_node_gpu(&third_of_four, 4, err, sizeof err), 2) << err;
     EXPECT_EQ(tp_node_gpu(&third_of_four, 8, err, sizeof err), 2) << err;
-    tp_node alone = node_at(0, 0, 1, "gpu7");
+    tp_rank_node alone = node_at(0, 0, 1, "gpu7");
     EXPECT_EQ(tp_node_gpu(&alone, 8, err, sizeof err), 0) << err;
 }
 
@@ -77,13 +77,13 @@ TEST(NodeGpu, TheOnlyVisibleGpuOrTheLocalRanks)
 TEST(NodeGpu, MoreRanksThanGpusIsAnErrorNamingTheNode)
 {
     char err[400] = "";
-    tp_node fourth_of_four = node_at(1, 3, 4, "gpu7");
+    tp_rank_node fourth_of_four = node_at(1, 3, 4, "gpu7");
     EXPECT_EQ(tp_node_gpu(&fourth_of_four, 2, err, sizeof err), -1);
     EXPECT_TRUE(contains(err, "node gpu7 runs 4 ranks but shows 2 GPUs")) << err;
     EXPECT_TRUE(contains(err, "-ppn 2")) << err;
     EXPECT_TRUE(contains(err, "--gpus-per-task=1")) << err;
     // the first rank too: every rank of the node refuses, none starts alone
-    tp_node first_of_four = node_at(1, 0, 4, "gpu7");
+    tp_rank_node first_of_four = node_at(1, 0, 4, "gpu7");
     EXPECT_EQ(tp_node_gpu(&first_of_four, 3, err, sizeof err), -1);
     EXPECT_EQ(tp_node_gpu(&first_of_four, 0, err, sizeof err), -1);
     EXPECT_TRUE(contains(err, "node gpu7 shows this rank no usable GPU")) << err;
@@ -129,7 +129,7 @@ TEST(RankMap, ShortForSixtyFourRanks)
 TEST(TpSpansNodes, NoneWhenEveryNodeHoldsWholeGroups)
 {
     char msg[600] = "";
-    std::vector<tp_node> two_by_four = layout({0, 0, 0, 0, 1, 1, 1, 1});
+    std::vector<tp_rank_node> two_by_four = layout({0, 0, 0, 0, 1, 1, 1, 1});
     EXPECT_EQ(tp_node_tp_spans(two_by_four.data(), 8, 2, msg, sizeof msg), 0);
     EXPECT_EQ(tp_node_tp_spans(two_by_four.data(), 8, 4, msg, sizeof msg), 0);
     EXPECT_STREQ(msg, "");
@@ -139,17 +139,17 @@ TEST(TpSpansNodes, TheFirstSpanningGroupTheNodesAndTheFix)
 {
     char msg[600] = "";
     // -ppn 3 with tp 2: group 1 (ranks 2-3) is split between the nodes
-    std::vector<tp_node> ppn3 = layout({0, 0, 0, 1, 1, 1});
+    std::vector<tp_rank_node> ppn3 = layout({0, 0, 0, 1, 1, 1});
     EXPECT_EQ(tp_node_tp_spans(ppn3.data(), 6, 2, msg, sizeof msg), 1);
     EXPECT_TRUE(contains(msg, "tensor-parallel group 1 (ranks 2-3) spans nodes 0 (host0) and 1 (host1)")) << msg;
     EXPECT_TRUE(contains(msg, "Megatron keeps tp inside a node; launch with -ppn a multiple of 2")) << msg;
     // tp 8 over nodes of 4 ranks: every group spans two nodes
-    std::vector<tp_node> four_by_four = layout({0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
+    std::vector<tp_rank_node> four_by_four = layout({0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
     EXPECT_EQ(tp_node_tp_spans(four_by_four.data(), 16, 8, msg, sizeof msg), 2);
     EXPECT_TRUE(contains(msg, "tensor-parallel group 0 (ranks 0-7) spans nodes 0 (host0) and 1 (host1) (and 1 "
                               "more group)")) << msg;
     // round-robin: every group
-    std::vector<tp_node> cyclic = layout({0, 1, 0, 1});
+    std::vector<tp_rank_node> cyclic = layout({0, 1, 0, 1});
     EXPECT_EQ(tp_node_tp_spans(cyclic.data(), 4, 2, msg, sizeof msg), 2);
 }
 
