@@ -3,6 +3,8 @@
  *   tprun llama.sched                      one rank, no launcher
  *   mpiexec -n 2 tprun llama.sched         ranks launched by MPI
  *   tprun -n 2 llama.sched                 tprun launches mpiexec itself
+ *   tprun -n 8 -f hosts -ppn 4 llama.sched on the hosts listed, 4 ranks each
+ *   srun --ntasks-per-node=4 tprun llama.sched   ranks launched by Slurm
  *
  * A failure on one rank prints that rank's message and aborts the whole
  * job through the communicator, so no rank is left waiting in a
@@ -22,6 +24,7 @@
 #include "runtime/exec/clobber.h"
 #include "runtime/exec/exec.h"
 #include "runtime/backends/gpu.h"
+#include "runtime/comm/node.h"
 #include "runtime/io/npy.h"
 #include "runtime/exec/run.h"
 #include "runtime/io/weights.h"
@@ -32,10 +35,16 @@ static const char usage[] =
     "\n"
     "Run a schedule compiled by `tpcc PLAN -o SCHEDULE`: one forward step of the model on\n"
     "every rank: on the GPUs (CUDA backend, ranks over NCCL) when this machine has one, else on\n"
-    "the CPU (OpenBLAS, ranks over MPI).\n"
+    "the CPU (OpenBLAS, ranks over MPI). Started by mpiexec or srun, each process is one rank;\n"
+    "a rank takes the only GPU it sees, else the one at its rank among its node's ranks.\n"
     "\n"
     "  -n N                 launch N ranks with mpiexec (the schedule's world size; times its\n"
-    "                       data_parallel replicas for a dp x tp training schedule)\n"
+    "                       data_parallel replicas for a dp x tp training schedule); ranks are\n"
+    "                       laid out tp fastest (rank = dp index x tp + tp index)\n"
+    "  -f, --hostfile FILE  with -n: the hosts to launch on, passed to mpiexec (MPICH: one\n"
+    "                       host[:slots] a line); also -hostfile\n"
+    "  -ppn P               with -n: P ranks per node, passed to mpiexec; a multiple of the\n"
+    "                       tensor-parallel size keeps each tp group inside a node\n"
     "  --weights PATH       a .safetensors file or a Hugging Face checkpoint directory\n"
     "                       (sharded with model.safetensors.index.json); default: seeded weights\n"
     "  --seed S             seed of the default initialisation (default 0), identical for any tp\n"
@@ -86,9 +95,51 @@ static const char usage[] =
     "                       training goes on to --steps, the data from where it stopped\n";
 
 enum { OPT_WEIGHTS = 256, OPT_SEED, OPT_TOKENS, OPT_LABELS, OPT_OUT, OPT_COMPARE, OPT_TOL, OPT_PROFILE,
-       OPT_PROFILE_JSON, OPT_TRACE, OPT_THREADS, OPT_REPEAT, OPT_BACKEND, OPT_VERSION, OPT_TRAIN };
+       OPT_PROFILE_JSON, OPT_TRACE, OPT_THREADS, OPT_REPEAT, OPT_BACKEND, OPT_VERSION, OPT_TRAIN, OPT_PPN };
 
-static int parse_args(tr_options *o, int argc, char **argv)
+/* -n and the options tprun hands to mpiexec with it */
+typedef struct launcher {
+    int ranks;                  /* -n: ranks to launch with mpiexec (0: launch nothing) */
+    const char *hostfile;       /* -f, --hostfile, -hostfile */
+    const char *ppn;            /* -ppn: ranks per node, as given */
+} launcher;
+
+/* Hydra spells its options with one dash (-ppn, -hostfile), which getopt
+ * would read as clusters of short options: give getopt their two-dash
+ * forms. Only the copy getopt parses is changed; mpiexec and the ranks get
+ * the command line as given. */
+static void hydra_spellings(int argc, char **argv)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+        if (!strcmp(argv[i], "-ppn"))
+            argv[i] = "--ppn";
+        else if (!strcmp(argv[i], "-hostfile"))
+            argv[i] = "--hostfile";
+    }
+}
+
+/* -f and -ppn go to mpiexec, so only with -n; the hostfile is checked by
+ * the process that launches (a rank may run where the file is not). */
+static int launcher_options_valid(const launcher *l)
+{
+    const char *alone = l->hostfile ? "-f/--hostfile" : l->ppn ? "-ppn" : NULL;
+    if (alone && !l->ranks) {
+        fprintf(stderr, "tprun: %s goes with -n N: it is passed to the mpiexec that tprun -n launches (started by "
+                        "mpiexec or srun, give it to them)\n", alone);
+        return -1;
+    }
+    if (l->ppn) {
+        char *end;
+        long ppn = strtol(l->ppn, &end, 10);
+        if (*end || end == l->ppn || ppn < 1 || ppn > 4096) {
+            fprintf(stderr, "tprun: -ppn takes a number of ranks per node, not '%s'\n", l->ppn);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
 {
     static const struct option longs[] = {
         {"weights", required_argument, 0, OPT_WEIGHTS}, {"seed", required_argument, 0, OPT_SEED},
@@ -106,20 +157,24 @@ static int parse_args(tr_options *o, int argc, char **argv)
         {"save", required_argument, 0, OPT_TRAIN}, {"resume", required_argument, 0, OPT_TRAIN},
         {"max-shard-size", required_argument, 0, OPT_TRAIN},
         {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, OPT_VERSION},
+        {"hostfile", required_argument, 0, 'f'}, {"ppn", required_argument, 0, OPT_PPN},
         {0, 0, 0, 0},
     };
     int c, li;
     char *end, why[300];
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "n:qh", longs, &li)) != -1) {
+    hydra_spellings(argc, argv);
+    while ((c = getopt_long(argc, argv, ":n:f:qh", longs, &li)) != -1) {
         switch (c) {
         case 'n':
-            o->launch = (int)strtol(optarg, &end, 10);
-            if (*end || o->launch < 1 || o->launch > 4096) {
+            l->ranks = (int)strtol(optarg, &end, 10);
+            if (*end || l->ranks < 1 || l->ranks > 4096) {
                 fprintf(stderr, "tprun: -n takes a number of ranks, not '%s'\n", optarg);
                 return -1;
             }
             break;
+        case 'f': l->hostfile = optarg; break;
+        case OPT_PPN: l->ppn = optarg; break;
         case OPT_WEIGHTS: o->weights = optarg; break;
         case OPT_SEED:
             errno = 0;
@@ -175,6 +230,9 @@ static int parse_args(tr_options *o, int argc, char **argv)
         case 'q': o->quiet = true; break;
         case 'h': fputs(usage, stdout); return 1;
         case OPT_VERSION: printf("tprun %s\n", TPCC_VERSION); return 1;
+        case ':':
+            fprintf(stderr, "tprun: %s needs a value\nTry 'tprun --help'.\n", argv[optind - 1]);
+            return -1;
         default:
             fprintf(stderr, "tprun: unknown option '%s'\nTry 'tprun --help'.\n", argv[optind - 1]);
             return -1;
@@ -185,6 +243,8 @@ static int parse_args(tr_options *o, int argc, char **argv)
         return -1;
     }
     o->schedule = argv[optind];
+    if (launcher_options_valid(l))
+        return -1;
     if (o->train.resume && o->weights) {
         fprintf(stderr, "tprun: --resume DIR loads the weights from DIR; drop --weights\n");
         return -1;
@@ -206,22 +266,36 @@ static void forward_signal(int sig)
 }
 
 /* -n N: run the same command line under mpiexec, every argument as given
- * (the ranks, under MPI, take -n as said and launch nothing). `argv` is
+ * (the ranks, under MPI, take -n, -f and -ppn as said and launch nothing),
+ * after mpiexec's own -n, -f and -ppn (MPICH's hydra spellings). `argv` is
  * the command line before getopt reordered it. mpiexec runs as a child,
  * not in tprun's place: SIGINT and SIGTERM are passed on to it and make
  * the exit status non-zero whatever mpiexec returns (it can return 0 when
  * the signal came before the ranks started), and it is killed with tprun
  * (PR_SET_PDEATHSIG survives exec). An ignored SIGINT stays ignored. */
-static int launch(const tr_options *o, int argc, char **argv)
+static int launch(const launcher *l, int argc, char **argv)
 {
-    char **args = tp_xcalloc((size_t)argc + 4, sizeof *args);
+    if (l->hostfile && access(l->hostfile, R_OK) != 0) {
+        fprintf(stderr, "tprun: -f: cannot read the hostfile %s: %s\n", l->hostfile, strerror(errno));
+        return 2;
+    }
+    char **args = tp_xcalloc((size_t)argc + 8, sizeof *args);
     char n[16];
-    snprintf(n, sizeof n, "%d", o->launch);
-    args[0] = "mpiexec";
-    args[1] = "-n";
-    args[2] = n;
+    snprintf(n, sizeof n, "%d", l->ranks);
+    int k = 0;
+    args[k++] = "mpiexec";
+    args[k++] = "-n";
+    args[k++] = n;
+    if (l->hostfile) {
+        args[k++] = "-f";
+        args[k++] = (char *)l->hostfile;
+    }
+    if (l->ppn) {
+        args[k++] = "-ppn";
+        args[k++] = (char *)l->ppn;
+    }
     for (int i = 0; i < argc; i++)
-        args[3 + i] = argv[i];
+        args[k++] = argv[i];
     /* SIGINT stays ignored where it was (a background job of a script) */
     struct sigaction forward = {.sa_handler = forward_signal}, was;
     sigemptyset(&forward.sa_mask);
@@ -263,9 +337,23 @@ static int launch(const tr_options *o, int argc, char **argv)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* The tasks srun started together, when this process is one of them: 0
+ * outside srun. A batch script (sbatch) has SLURM_PROCID but is no step of
+ * srun's (no SLURM_STEP_NUM_TASKS), and a step of one task (srun --pty
+ * bash) may launch ranks itself. */
+static int srun_tasks(void)
+{
+    const char *tasks = getenv("SLURM_STEP_NUM_TASKS");
+    return getenv("SLURM_PROCID") && tasks ? atoi(tasks) : 0;
+}
+
+/* Started as one rank of a job: by mpiexec (MPICH's PMI_*, Open MPI's
+ * OMPI_*, PMIx) or by srun with several tasks, which must not each launch
+ * a job of their own. */
 static bool under_mpi(void)
 {
-    return getenv("PMI_RANK") || getenv("PMI_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK");
+    return getenv("PMI_RANK") || getenv("PMI_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") ||
+           srun_tasks() > 1;
 }
 
 /* A rank ends with its launcher (mpiexec's proxy, its parent): killed
@@ -294,12 +382,13 @@ int main(int argc, char **argv)
 {
     tp_set_program_name("tprun");
     tr_options o = {.train = tr_train_defaults()};
+    launcher l = {0};
     o.threads = 1;
     o.tolerance = 1e-4;
     /* getopt_long reorders argv; -n relaunches the command line as given */
     char **given = tp_xcalloc((size_t)argc + 1, sizeof *given);
     memcpy(given, argv, (size_t)argc * sizeof *given);
-    int r = parse_args(&o, argc, argv);
+    int r = parse_args(&o, &l, argc, argv);
     char err[1024];
     if (!r && tr_outputs_spare_inputs(&o, err, sizeof err)) {
         fprintf(stderr, "tprun: %s\n", err);
@@ -321,7 +410,7 @@ int main(int argc, char **argv)
         free(given);
         return 2;
     }
-    r = o.launch && !under_mpi() ? launch(&o, argc, given) : -1;
+    r = l.ranks && !under_mpi() ? launch(&l, argc, given) : -1;
     free(given);
     if (r >= 0)
         return r;
@@ -332,10 +421,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "tprun: %s\n", err);
         return 2;
     }
+    if (comm.world == 1 && srun_tasks() > 1) {
+        /* each task would run alone, as its own job of one rank */
+        fprintf(stderr, "tprun: srun started %d tasks but MPI sees 1 rank: srun's process manager does not reach "
+                        "MPI; run srun --mpi=pmi2 (or --mpi=pmix, as MPI was built)\n", srun_tasks());
+        comm.ops->finalize(&comm);
+        return 2;
+    }
     if (!strcmp(o.backend, "cuda")) {
         /* one device per rank; the NCCL communicator takes over the host one */
         tp_comm host = comm;
-        if (tp_gpu_init(&host, err, sizeof err) || tp_comm_nccl(&comm, &host, err, sizeof err)) {
+        int device = tp_node_gpu(&host.node, gpus, err, sizeof err);
+        if (device < 0 || tp_gpu_init(&host, device, err, sizeof err) || tp_comm_nccl(&comm, &host, err, sizeof err)) {
             if (host.world > 1)
                 fprintf(stderr, "tprun: rank %d: %s\n", host.rank, err);
             else

@@ -458,6 +458,35 @@ static void print_training(const tp_ir *ir, size_t ds, dp_layout dl, FILE *out)
             dl.dp <= 1 ? "" : dl.shard ? "; its state is sharded over dp" : "; its state is replicated over dp");
 }
 
+/* The rank layout tprun runs a dp x tp schedule in (runtime/train/dp.c),
+ * tp fastest: rank r is dp replica r / tp and tp rank r % tp, so each
+ * replica is tp consecutive ranks. tpcc does not know the nodes; it says
+ * what a node must hold for the tp collectives to stay inside it. */
+static void print_rank_layout(int64_t tp, int64_t dp, FILE *out)
+{
+    fprintf(out, "ranks: tp fastest, rank = dp index x %lld + tp index:", (long long)tp);
+    for (int64_t d = 0; d < dp; d++) {
+        if (dp > 3 && d == 2) {          /* the first two and the last replica: the pattern is plain */
+            fprintf(out, " ...,");
+            d = dp - 1;
+        }
+        fprintf(out, " dp %lld = ranks %lld-%lld%s", (long long)d, (long long)(d * tp), (long long)(d * tp + tp - 1),
+                d + 1 < dp ? "," : "");
+    }
+    fprintf(out, "; a node holding a multiple of %lld consecutive ranks keeps each tp group inside it\n\n",
+            (long long)tp);
+}
+
+/* The same layout as JSON: each rank's dp and tp index */
+static json_t *rank_layout_json(int64_t tp, int64_t dp)
+{
+    json_t *ranks = tp_xcheck(json_array());
+    for (int64_t r = 0; r < tp * dp; r++)
+        json_array_append_new(ranks, json_pack("{s:I, s:I, s:I}", "rank", (json_int_t)r, "dp", (json_int_t)(r / tp),
+                                               "tp", (json_int_t)(r % tp)));
+    return ranks;
+}
+
 static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, const char *plan_path,
                        tp_dtype dtype, int64_t device_memory, FILE *out)
 {
@@ -467,10 +496,11 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     totals_of(opt, ds, &t);
     totals_of(unopt, ds, &t0);
     int64_t minimum = live_peak(opt);
-    if (p->data_parallel > 1)
+    if (p->data_parallel > 1) {
         fprintf(out, "tpcc report: %s (tp=%lld, dp=%lld: %lld ranks, %s)\n\n", plan_path, (long long)opt->world,
                 (long long)p->data_parallel, (long long)(opt->world * p->data_parallel), tp_dtype_name(dtype));
-    else
+        print_rank_layout(opt->world, p->data_parallel, out);
+    } else
         fprintf(out, "tpcc report: %s (tp=%lld, %s)\n\n", plan_path, (long long)opt->world, tp_dtype_name(dtype));
     fprintf(out, "per rank\n");
     fprintf(out, "  parameters        %s\n", human((double)param_bytes(opt, ds), a, sizeof a));
@@ -620,6 +650,7 @@ static void print_json(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     json_object_set_new(root, "plan", json_string(plan_path));
     json_object_set_new(root, "world_size", json_integer(opt->world));
     json_object_set_new(root, "data_parallel", json_integer(p->data_parallel));
+    json_object_set_new(root, "ranks", rank_layout_json(opt->world, p->data_parallel));
     json_object_set_new(root, "dtype", json_string(tp_dtype_name(dtype)));
     json_object_set_new(root, "param_bytes", json_integer(param_bytes(opt, ds)));
     json_object_set_new(root, "arena_bytes", json_integer(opt->arena_bytes));

@@ -12,8 +12,8 @@
  *                       backend is chosen by tp_gpu_count only then)
  *   tp_gpu_count        is a GPU usable? (the default backend, the error of
  *                       --backend cuda where none is)
- *   tp_gpu_init         bind the process to its device (local rank modulo
- *                       the devices), create the compute stream and cuBLAS
+ *   tp_gpu_init         bind the process to its device (tp_node_gpu's choice,
+ *                       runtime/comm/node.h), create the compute stream and cuBLAS
  *   tp_comm_nccl        the communicator: NCCL over the devices, with the
  *                       host communicator (MPI) for the id and host data
  *   tp_backend_cuda     the backend table for the schedule's dtype
@@ -35,11 +35,12 @@ bool tp_gpu_driver_present(void);
  * runtime's message: no driver, no device, a build without CUDA). */
 int tp_gpu_count(char *why, size_t whylen);
 
-/* Bind this process to a device and create the compute stream, the cuBLAS
- * handle and its workspace. `host` is the communicator the ranks were
- * started with (MPI or single): its rank names messages, and ranks sharing
- * a node take consecutive devices. Returns 0 or -1 with a message. */
-int tp_gpu_init(const tp_comm *host, char *err, size_t errlen);
+/* Bind this process to usable device number `device` (0 .. tp_gpu_count()
+ * - 1: tp_node_gpu's choice for the rank's place on its node) and create
+ * the compute stream, the cuBLAS handle and its workspace. `host` is the
+ * communicator the ranks were started with (MPI or single): its rank
+ * names messages. Returns 0 or -1 with a message. */
+int tp_gpu_init(const tp_comm *host, int device, char *err, size_t errlen);
 
 /* The CUDA backend storing float tensors as `dtype` (TP_F32, or TP_BF16
  * with fp32 accumulation); NULL for another dtype. After tp_gpu_init. */

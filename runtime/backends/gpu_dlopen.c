@@ -75,10 +75,10 @@ int tp_gpu_count(char *why, size_t whylen)
     return m ? m->count(why, whylen) : 0;
 }
 
-int tp_gpu_init(const tp_comm *host, char *err, size_t errlen)
+int tp_gpu_init(const tp_comm *host, int device, char *err, size_t errlen)
 {
     const tp_gpu_module *m = load(err, errlen);
-    return m ? m->init(host, err, errlen) : -1;
+    return m ? m->init(host, device, err, errlen) : -1;
 }
 
 const tp_backend *tp_backend_cuda(tp_dtype dtype)

@@ -23,7 +23,7 @@ typedef struct tp_gpu_module {
     const char *version;
     size_t backend_size, comm_size;
     int (*count)(char *why, size_t whylen);
-    int (*init)(const tp_comm *host, char *err, size_t errlen);
+    int (*init)(const tp_comm *host, int device, char *err, size_t errlen);
     const tp_backend *(*backend)(tp_dtype dtype);
     int (*comm_nccl)(tp_comm *c, const tp_comm *host, char *err, size_t errlen);
 } tp_gpu_module;

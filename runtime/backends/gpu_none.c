@@ -12,9 +12,10 @@ int tp_gpu_count(char *why, size_t whylen)
     return 0;
 }
 
-int tp_gpu_init(const tp_comm *host, char *err, size_t errlen)
+int tp_gpu_init(const tp_comm *host, int device, char *err, size_t errlen)
 {
     (void)host;
+    (void)device;
     return tp_gpu_count(err, errlen) > 0 ? 0 : -1;
 }
 

@@ -19,10 +19,24 @@
 
 typedef struct tp_comm_ops tp_comm_ops;
 
+/* Where a process runs: its node (the ranks that share memory with it,
+ * MPI_COMM_TYPE_SHARED) among the job's nodes. It describes the process,
+ * not a group: a communicator split off the world keeps the world's, so
+ * the GPU choice, the start-up line and the check that a tensor-parallel
+ * group stays inside a node all read the same. */
+typedef struct tp_rank_node {
+    int index;          /* the node's number, nodes numbered in the order of their lowest rank */
+    int count;          /* the job's nodes */
+    int local_rank;     /* this rank among the ranks of its node, in rank order */
+    int local_size;     /* the ranks on this node */
+    char host[64];      /* the node's host name, for messages */
+} tp_rank_node;
+
 typedef struct tp_comm {
     const tp_comm_ops *ops;
     int rank, world;
     void *impl;
+    tp_rank_node node;       /* filled by tp_comm_mpi and tp_comm_single (runtime/comm/node.h) */
 } tp_comm;
 
 struct tp_comm_ops {
@@ -49,10 +63,11 @@ struct tp_comm_ops {
     int (*split)(tp_comm *c, int color, int key, tp_comm *out, char *err, size_t errlen);
 };
 
-/* A single process: every collective is a copy. */
+/* A single process: every collective is a copy; node 0 of 1. */
 int tp_comm_single(tp_comm *c);
 
-/* MPI (MPI_Init_thread must not have been called yet). */
+/* MPI (MPI_Init_thread must not have been called yet), with the node of
+ * every rank found at start-up (collective over the world). */
 int tp_comm_mpi(tp_comm *c, int *argc, char ***argv, char *err, size_t errlen);
 
 #endif /* TPRUN_COMM_H */

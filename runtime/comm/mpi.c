@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "runtime/comm/comm.h"
+#include "runtime/comm/node.h"
 #include "runtime/comm/stall.h"
 
 typedef struct mpi_comm {
@@ -161,6 +162,7 @@ static int split(tp_comm *c, int color, int key, tp_comm *out, char *err, size_t
         return -1;
     }
     group->watch = ((mpi_comm *)c->impl)->watch;
+    out->node = c->node;
     out->ops = c->ops;
     out->impl = group;
     return 0;
@@ -182,6 +184,39 @@ static void abort_stalled(void *ctx)
     _exit(1);
 }
 
+/* This rank's node: the ranks sharing its memory (MPI_COMM_TYPE_SHARED,
+ * keyed by world rank, so local ranks follow world ranks), numbered by
+ * the rank of the node's first rank among the nodes' first ranks, which
+ * that first rank hands to the others of its node. */
+static int locate(int rank, tp_rank_node *node, char *err, size_t errlen)
+{
+    MPI_Comm local, firsts;
+    int numbering[2] = {0, 0};      /* the node's index and the number of nodes */
+    if (check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
+              "MPI_Comm_split_type (the ranks of this node)", err, errlen))
+        return -1;
+    int rc = check(MPI_Comm_rank(local, &node->local_rank), "MPI_Comm_rank", err, errlen) ||
+             check(MPI_Comm_size(local, &node->local_size), "MPI_Comm_size", err, errlen) ||
+             check(MPI_Comm_split(MPI_COMM_WORLD, node->local_rank == 0 ? 0 : MPI_UNDEFINED, rank, &firsts),
+                   "MPI_Comm_split (the first rank of each node)", err, errlen);
+    if (!rc && firsts != MPI_COMM_NULL) {
+        rc = check(MPI_Comm_rank(firsts, &numbering[0]), "MPI_Comm_rank", err, errlen) ||
+             check(MPI_Comm_size(firsts, &numbering[1]), "MPI_Comm_size", err, errlen);
+        MPI_Comm_free(&firsts);
+    }
+    if (!rc)
+        rc = check(MPI_Bcast(numbering, 2, MPI_INT, 0, local), "MPI_Bcast of the node's number", err, errlen);
+    MPI_Comm_free(&local);
+    node->index = numbering[0];
+    node->count = numbering[1];
+    char name[MPI_MAX_PROCESSOR_NAME];
+    int len = 0;
+    if (!rc)
+        rc = check(MPI_Get_processor_name(name, &len), "MPI_Get_processor_name", err, errlen);
+    snprintf(node->host, sizeof node->host, "%.*s", len, name);
+    return rc ? -1 : 0;
+}
+
 int tp_comm_mpi(tp_comm *c, int *argc, char ***argv, char *err, size_t errlen)
 {
     double timeout;
@@ -192,7 +227,8 @@ int tp_comm_mpi(tp_comm *c, int *argc, char ***argv, char *err, size_t errlen)
         return -1;
     if (check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler", err, errlen) ||
         check(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank), "MPI_Comm_rank", err, errlen) ||
-        check(MPI_Comm_size(MPI_COMM_WORLD, &c->world), "MPI_Comm_size", err, errlen))
+        check(MPI_Comm_size(MPI_COMM_WORLD, &c->world), "MPI_Comm_size", err, errlen) ||
+        locate(c->rank, &c->node, err, errlen))
         return -1;
     mpi_comm *m = calloc(1, sizeof *m);
     if (!m) {

@@ -2,6 +2,7 @@
  * every collective over one rank is a copy. */
 #include <string.h>
 #include "runtime/comm/comm.h"
+#include "runtime/comm/node.h"
 
 static int copy(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
 {
@@ -44,5 +45,6 @@ int tp_comm_single(tp_comm *c)
     c->rank = 0;
     c->world = 1;
     c->impl = NULL;
+    tp_node_alone(&c->node);
     return 0;
 }

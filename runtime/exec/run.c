@@ -9,6 +9,7 @@
 #include "runtime/backends/cpu/blas_info.h"
 #include "runtime/backends/cpu/vec.h"
 #include "runtime/backends/gpu.h"
+#include "runtime/comm/node.h"
 #include "runtime/io/npy.h"
 #include "runtime/exec/run.h"
 #include "runtime/exec/weights_load.h"
@@ -35,6 +36,7 @@ typedef struct job {
     double *step_seconds;       /* each step's time, in the order run */
     float *masters;             /* a bf16 training schedule's weights as read, fp32: the optimizer's
                                    master weights start from them, not from their bf16 rounding */
+    tp_rank_node *nodes;             /* rank 0: every rank's node, for the rank map (NULL for one rank) */
     char *err;
     size_t errlen;
 } job;
@@ -292,10 +294,48 @@ static int compare_logits(job *j, const float *logits, const int64_t shape[3])
     return ok ? 0 : fail(j, "the logits differ from %s by %.3g (tolerance %.3g)", j->o->compare, worst, j->o->tolerance);
 }
 
+/* ---- where the ranks run ------------------------------------------------------ */
+
+/* Rank 0 gathers every rank's node (collective: every rank calls it) and
+ * warns of a tensor-parallel group that crosses nodes: its collectives,
+ * on every layer, would run over the network. */
+static int locate_ranks(job *j)
+{
+    int world = j->comm->world;
+    if (world == 1)
+        return 0;
+    tp_rank_node *all = rank0(j) ? tp_xcalloc((size_t)world, sizeof *all) : NULL;
+    char why[400];
+    if (j->comm->ops->gather_bytes(j->comm, all, &j->comm->node, sizeof *all, why, sizeof why)) {
+        free(all);
+        return fail(j, "gathering which node each rank runs on: %s", why);
+    }
+    j->nodes = all;
+    char warning[600];
+    if (all && !j->o->quiet && tp_node_tp_spans(all, world, j->s.world, warning, sizeof warning))
+        fprintf(stderr, "tprun: warning: %s\n", warning);
+    return 0;
+}
+
+/* The header of a run's report: the schedule, the ranks and the backend,
+ * and for several ranks where each runs (rank 0, after locate_ranks) */
+static void print_header(const job *j)
+{
+    int world = j->comm->world;
+    printf("tprun: %s (%d rank%s, %s backend)\n", j->o->schedule, world, world == 1 ? "" : "s", j->x.be->name);
+    if (!j->nodes)
+        return;
+    tp_buf map;
+    tp_buf_init(&map);
+    tp_node_rank_map(&map, j->nodes, world, j->s.world, "              ");
+    printf("  ranks       %s", map.data);
+    tp_buf_free(&map);
+}
+
 static void print_summary(job *j, const float *logits, const int64_t shape[3], float loss)
 {
     const tr_schedule *s = &j->s;
-    printf("tprun: %s (%d rank%s, %s backend)\n", j->o->schedule, s->world, s->world == 1 ? "" : "s", j->x.be->name);
+    print_header(j);
     printf("  plan        %s, produced by %s\n", s->plan, s->producer);
     printf("  weights     %s\n", j->o->weights ? j->o->weights : "seeded initialisation");
     printf("  logits      [%lld, %lld, %lld]\n", (long long)shape[0], (long long)shape[1], (long long)shape[2]);
@@ -601,6 +641,8 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
                   "data-parallel replicas; recompile it", o->schedule, j.s.data_parallel);
     if (!rc && tr_dp_init(&groups, comm, j.s.world, j.s.data_parallel, why, sizeof why))
         rc = fail(&j, "%s", why);
+    if (!rc)
+        rc = locate_ranks(&j);
     const tp_backend *be = tp_backend_cpu();
     if (!rc && o->backend && !strcmp(o->backend, "cuda") && !(be = tp_backend_cuda(j.s.dtype)))
         rc = fail(&j, "the cuda backend computes in fp32 or bf16, the schedule is %s", tp_dtype_name(j.s.dtype));
@@ -614,6 +656,8 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
         rc = load_weights(&j);
     }
     if (!rc && j.s.grads) {
+        if (rank0(&j) && j.nodes && !o->quiet)     /* a forward run prints it with its results */
+            print_header(&j);
         if (tr_train(o, &groups, &j.x, j.masters, j.vocab, &j.step_seconds, &j.nsteps, why, sizeof why))
             rc = fail(&j, "%s", why);
         if (!rc)
@@ -634,6 +678,7 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
     free(j.ids);
     free(j.labels);
     free(j.masters);
+    free(j.nodes);
     tr_exec_free(&j.x);
     tr_dp_free(&groups);
     tr_schedule_free(&j.s);

@@ -12,7 +12,6 @@
 
 typedef struct tr_options {
     const char *schedule;
-    int launch;                 /* -n: ranks to launch with mpiexec */
     const char *weights;        /* NULL: seeded initialisation */
     uint64_t seed;
     const char *tokens, *labels;

@@ -434,6 +434,39 @@ TEST(TrainReport, DataParallelAddsTheGradientAverage)
     json_decref(b);
 }
 
+// A dp x tp report states the rank layout tprun runs it in, tp fastest:
+// rank r is replica r / tp, tp rank r % tp.
+TEST(TrainReport, DataParallelStatesTheRankLayout)
+{
+    TempDir tmp;
+    auto report = [&](int dp, const std::string &format) {
+        std::vector<std::string> args = {megatron_on_dp(tmp, dp), "--train", "--report", "--report-format=" + format};
+        std::vector<std::string> sizes = tiny(2);
+        args.insert(args.end(), sizes.begin(), sizes.end());
+        return tpcc_test::run_program(kTpcc, args);
+    };
+    Proc two = report(2, "text"), eight = report(8, "text"), json = report(2, "json");
+    ASSERT_EQ(two.code(), 0) << two.err;
+    EXPECT_TRUE(contains(two.out, "\nranks: tp fastest, rank = dp index x 2 + tp index: dp 0 = ranks 0-1, dp 1 = "
+                                  "ranks 2-3; a node holding a multiple of 2 consecutive ranks keeps each tp group "
+                                  "inside it\n")) << two.out;
+    ASSERT_EQ(eight.code(), 0) << eight.err;
+    EXPECT_TRUE(contains(eight.out, ": dp 0 = ranks 0-1, dp 1 = ranks 2-3, ..., dp 7 = ranks 14-15;")) << eight.out;
+    ASSERT_EQ(json.code(), 0) << json.err;
+    json_error_t err;
+    json_t *root = json_loads(json.out.c_str(), 0, &err);
+    ASSERT_TRUE(root) << err.text;
+    json_t *ranks = json_object_get(root, "ranks");
+    ASSERT_EQ(json_array_size(ranks), 4u) << json.out;
+    for (int r = 0; r < 4; r++) {
+        json_t *rank = json_array_get(ranks, size_t(r));
+        EXPECT_EQ(json_integer_value(json_object_get(rank, "rank")), r);
+        EXPECT_EQ(json_integer_value(json_object_get(rank, "dp")), r / 2);
+        EXPECT_EQ(json_integer_value(json_object_get(rank, "tp")), r % 2);
+    }
+    json_decref(root);
+}
+
 // train { shard = "optimizer" } (ZeRO-1): per rank, AdamW's moments and
 // the bf16 schedule's fp32 masters fall as 1/dp (each weight's runs
 // rounded up to 8 elements), parameters and gradients stay; the dp traffic

@@ -1,6 +1,7 @@
 /* mirror_comm.c: see mirror_comm.h. */
 #include <string.h>
 #include "tests/fuzz/mirror_comm.h"
+#include "runtime/comm/node.h"
 
 static size_t bytes_of(tp_dtype t, int64_t n) { return (size_t)n * tp_dtype_size(t); }
 
@@ -54,4 +55,5 @@ void tp_comm_mirror(tp_comm *c, int rank, int world)
     c->rank = rank;
     c->world = world;
     c->impl = NULL;
+    tp_node_alone(&c->node);
 }

@@ -494,11 +494,12 @@ TEST_F(EmulatedRun, BackendCudaWithoutDeviceOrDriverSaysSo)
     Proc nodriver = run(kEmulated, 1, sched, {"--backend", "cuda"}, {"TP_STANDIN_NO_DRIVER=1"});
     EXPECT_EQ(nodriver.code(), 2) << nodriver.describe();
     EXPECT_TRUE(contains(nodriver.err, "no CUDA device: CUDA driver version is insufficient")) << nodriver.describe();
-    // two ranks on a node with one GPU: NCCL needs one per rank
-    Proc one = run(kEmulated, 2, compile(dir, plan, 2, "fp32"), {"--backend", "cuda", "--labels", "tokens"}, {"TP_STANDIN_DEVICES=1"}, 60);
-    EXPECT_FALSE(one.timed_out) << one.describe();
-    EXPECT_NE(one.code(), 0) << one.describe();
-    EXPECT_TRUE(contains(one.err, "2 ranks run on this node but it has 1 usable GPU")) << one.describe();
+    // four ranks on a node showing two GPUs: NCCL needs one per rank (a
+    // rank that sees one GPU takes it: Slurm's --gpus-per-task=1)
+    Proc two = run(kEmulated, 4, compile(dir, plan, 4, "fp32"), {"--backend", "cuda", "--labels", "tokens"}, {"TP_STANDIN_DEVICES=2"}, 60);
+    EXPECT_FALSE(two.timed_out) << two.describe();
+    EXPECT_NE(two.code(), 0) << two.describe();
+    EXPECT_TRUE(contains(two.err, "runs 4 ranks but shows 2 GPUs: NCCL needs one GPU per rank")) << two.describe();
 }
 
 // A collective that never completes (a rank stalls inside it): the

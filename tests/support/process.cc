@@ -67,8 +67,15 @@ Proc run_program(const std::string &program, const std::vector<std::string> &arg
     TempDir dir;
     std::string out = dir.path + "/out", err = dir.path + "/err";
     std::vector<std::string> env_s;
+    // a variable env_extra sets replaces the inherited one (getenv takes the first)
+    auto set_by_extra = [&](const char *e) {
+        return std::any_of(env_extra.begin(), env_extra.end(), [&](const std::string &x) {
+            size_t eq = x.find('=');
+            return eq != std::string::npos && !strncmp(e, x.c_str(), eq + 1);
+        });
+    };
     for (char **e = environ; *e; e++)
-        if (strncmp(*e, "NO_COLOR=", 9))
+        if (strncmp(*e, "NO_COLOR=", 9) && !set_by_extra(*e))
             env_s.push_back(*e);
     env_s.insert(env_s.end(), env_extra.begin(), env_extra.end());
     // the plans under tests/ name the test families' models in tests/models/:

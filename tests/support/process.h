@@ -35,7 +35,7 @@ struct Proc {
 
 // Run `program` with `args` (argv[0] is the program), stdin from /dev/null,
 // stdout and stderr captured, NO_COLOR removed from and `env_extra`
-// ("NAME=value") added to the environment, and TPCC_MODEL_PATH set to
+// ("NAME=value", replacing an inherited NAME) added to the environment, and TPCC_MODEL_PATH set to
 // tests/models/ unless the environment or env_extra sets it (tpcc reads a
 // plan's model from there only when told). A run longer than
 // `timeout_s` seconds is killed (with its process group) and marked

@@ -21,7 +21,6 @@
 #include "sched/workspace.h"
 
 #include <limits.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,26 +142,7 @@ bool tp_gpu_driver_present(void) { return true; }
 
 int tp_gpu_count(char *why, size_t whylen) { return usable_devices(NULL, 0, why, whylen); }
 
-/* The ranks on this node, and this rank's place among them: MPI's shared
- * memory split, so consecutive ranks of one node take consecutive devices. */
-static int node_rank(const tp_comm *host, int *local, int *local_size, char *err, size_t errlen)
-{
-    *local = 0;
-    *local_size = 1;
-    int inited = 0;
-    if (host->world <= 1 || MPI_Initialized(&inited) != MPI_SUCCESS || !inited)
-        return 0;
-    MPI_Comm node;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, host->rank, MPI_INFO_NULL, &node) != MPI_SUCCESS ||
-        MPI_Comm_rank(node, local) != MPI_SUCCESS || MPI_Comm_size(node, local_size) != MPI_SUCCESS) {
-        snprintf(err, errlen, "MPI_Comm_split_type failed: cannot tell which ranks share this node");
-        return -1;
-    }
-    MPI_Comm_free(&node);
-    return 0;
-}
-
-int tp_gpu_init(const tp_comm *host, char *err, size_t errlen)
+int tp_gpu_init(const tp_comm *host, int device, char *err, size_t errlen)
 {
     gpu->rank = host->rank;
     gpu->world = host->world;
@@ -178,16 +158,11 @@ int tp_gpu_init(const tp_comm *host, char *err, size_t errlen)
         snprintf(err, errlen, "no CUDA device: %s (driver not found / no GPU)", why);
         return -1;
     }
-    int local, local_size;
-    if (node_rank(host, &local, &local_size, err, errlen))
-        return -1;
-    if (local_size > n) {
-        snprintf(err, errlen, "%d ranks run on this node but it has %d usable GPU%s: NCCL needs one GPU per rank "
-                 "(or run on the CPU: --backend cpu)",
-                 local_size, n, n == 1 ? "" : "s");
+    if (device < 0 || device >= n) {
+        snprintf(err, errlen, "no usable CUDA device %d on %s: it shows %d", device, host->node.host, n);
         return -1;
     }
-    gpu->device = devices[local];
+    gpu->device = devices[device];
     const char *sync = getenv("TPRUN_CUDA_SYNC");
     gpu->sync_each = sync && *sync && strcmp(sync, "0");
     TP_CUDA_TRY(cudaSetDevice(gpu->device));

@@ -539,7 +539,7 @@ static int split(tp_comm *c, int color, int key, tp_comm *out, char *err, size_t
         free(m);
         return -1;
     }
-    *out = (tp_comm){.ops = c->ops, .rank = m->host.rank, .world = m->host.world, .impl = m};
+    *out = (tp_comm){.ops = c->ops, .rank = m->host.rank, .world = m->host.world, .impl = m, .node = c->node};
     return 0;
 }
 #endif
@@ -620,6 +620,7 @@ int tp_comm_nccl(tp_comm *c, const tp_comm *host, char *err, size_t errlen)
     c->rank = host->rank;
     c->world = host->world;
     c->impl = m;
+    c->node = host->node;
     if (host->world <= 1)
         return 0;
     if (parse_timeout(&m->timeout, err, errlen) || start(m, err, errlen))

@@ -56,7 +56,7 @@ void gpu_ready()
     char err[512];
     tp_comm host;
     ASSERT_EQ(tp_comm_single(&host), 0);
-    ASSERT_EQ(tp_gpu_init(&host, err, sizeof err), 0) << err;
+    ASSERT_EQ(tp_gpu_init(&host, 0, err, sizeof err), 0) << err;
     ready = true;
 }
 
