@@ -459,7 +459,7 @@ static void print_header(const schedule *s, FILE *out)
                      " ranks above (tprun -n %" JSON_INTEGER_FORMAT ")\n",
                 json_integer_value(dp), s->world, json_integer_value(dp) * s->world);
     const json_t *shard = json_object_get(d, "dp_shard");
-    if (json_is_string(shard))
+    if (json_is_string(shard) && json_is_integer(dp))
         fprintf(out, "  dp shard    %s state, 1/%" JSON_INTEGER_FORMAT " on each replica\n", json_string_value(shard),
                 json_integer_value(dp));
     fprintf(out, "  dtype       %s\n", str_or(json_object_get(d, "dtype"), "?"));

@@ -140,6 +140,8 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     tp_plan_build(&u->plan, u->plan_ast, u->plan_file, &u->model, &u->config);
     if (u->plan.dp_dim >= 0 && !opts->train)
         tp_plan_refuse_data_parallel(&u->plan, &u->diags);
+    else if (opts->train)
+        tp_train_check_shard_names(&u->plan, &u->diags);
     tp_check_data_split(&u->model, &u->plan, &u->diags);
     tp_check(&u->model, &u->plan, &u->config, opts->loss, &u->analysis);
     tp_check_grad_clip(&u->model, &u->plan, &u->analysis.graph, &u->diags);

@@ -89,7 +89,7 @@ static bool named_sharded(const char *name) { return !strcmp(name, "fsdp") || st
  * nothing: tprun would replicate the whole state over it, which is not
  * what the name promises (mesh(fsdp = 4, tp = 2) holds as much per rank
  * as mesh(fsdp = 1, tp = 2)). */
-static void check_sharded_names(const struct tp_plan *p, tp_diags *d)
+void tp_train_check_shard_names(const struct tp_plan *p, tp_diags *d)
 {
     if (p->train.shard)     /* given: explicitly "none", or already reported */
         return;
@@ -100,7 +100,8 @@ static void check_sharded_names(const struct tp_plan *p, tp_diags *d)
                                  "mesh dimension '%s' is named as a sharded data-parallel dimension, but the plan "
                                  "shards nothing over it: each of its %lld ranks would hold the whole training "
                                  "state", p->mesh_name[i], (long long)p->mesh_size[i]);
-        tp_diag_help(g, "add train { shard = \"optimizer\" } (ZeRO-1), or name the dimension \"dp\" to replicate");
+        tp_diag_help(g, "add train { shard = \"optimizer\" } (ZeRO-1); to replicate on purpose, name the dimension "
+                        "\"dp\" or say train { shard = \"none\" }");
     }
 }
 
@@ -135,7 +136,6 @@ void tp_train_block_read(struct tp_plan *p, const tp_node *file, tp_config *c)
                 tp_diag_help(g, "did you mean '%s'?", near);
         }
     }
-    check_sharded_names(p, c->diags);
     if (p->train.sampler)
         return;
     for (int i = 0; i < p->mesh_ndim; i++)   /* tprun's feed: each replica its own batch */

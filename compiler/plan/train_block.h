@@ -43,6 +43,11 @@ struct tp_plan;
  * an unknown key, a malformed value or a dimension the mesh lacks. */
 void tp_train_block_read(struct tp_plan *p, const tp_node *file, tp_config *c);
 
+/* With --train: a data-parallel dimension named as a sharded one
+ * ("fsdp", "dp_shard", ...) in a plan that shards nothing (no shard key)
+ * is an error. A forward compile refuses the dimension already. */
+void tp_train_check_shard_names(const struct tp_plan *p, tp_diags *d);
+
 /* A train { } block in a model file is an error: it describes a plan's
  * training script. */
 void tp_train_block_reject_in_model(const tp_node *model_file, tp_diags *d);

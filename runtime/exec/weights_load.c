@@ -67,6 +67,8 @@ static int load_slice(const tr_exec *x, const tr_weight_source *src, const tr_we
     int64_t rows, width;
     if (tp_weight_slice_rows(ws, &rows, &width))
         return tp_error(err, errlen, "weight '%s': inconsistent slice in the schedule", ws->name);
+    if (!dst->region)
+        return read_rows(src, ws, 0, rows, dst->fp32_copy + at, err, errlen);
     size_t dsize = tp_dtype_size(dst->dtype);
     char *base = (char *)dst->region + (size_t)at * dsize;
     size_t row_bytes = (size_t)width * sizeof(float);

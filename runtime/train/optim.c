@@ -5,8 +5,9 @@
 #include "util/errmsg.h"
 
 /* The part of weight i this rank updates: the whole local slice, or with
- * ZeRO its run. `w` is the stored weight (bf16 or fp32), `master` the fp32
- * copy where the weights are not fp32. */
+ * ZeRO its run (n 0 where the run lies past a short weight's end: the
+ * pointers are then not to be used). `w` is the stored weight (bf16 or
+ * fp32), `master` the fp32 copy where the weights are not fp32. */
 typedef struct optim_part {
     float *w, *master, *g, *m, *v;
     int64_t n;
@@ -26,7 +27,7 @@ static optim_part part_of(const tr_optim *o, int i)
                         o->m + at, o->v + at, tr_zero_held(o->zero, i)};
 }
 
-int tr_optim_init(tr_optim *o, tr_exec *x, const tr_zero *zero, const float *weights, char *err, size_t errlen)
+int tr_optim_init(tr_optim *o, tr_exec *x, tr_zero *zero, const float *weights, char *err, size_t errlen)
 {
     const tp_backend *be = x->be;
     *o = (tr_optim){.x = x, .zero = zero, .grad_scale = 1};
@@ -57,7 +58,7 @@ int tr_optim_state_to_host(tr_optim *o, int k, float *host, char *err, size_t er
         return 0;
     }
     if (o->zero)
-        return tr_zero_unshard((tr_zero *)o->zero, state, host, err, errlen);
+        return tr_zero_unshard(o->zero, state, host, err, errlen);
     x->be->to_host(host, state, (size_t)x->s->weight_elems * sizeof(float));
     return 0;
 }
@@ -106,7 +107,7 @@ int tr_optim_grad_norm(tr_optim *o, tp_comm *dp, double *norm, char *err, size_t
     for (int i = 0; i < s->nweights; i++)
         if (x->comm->rank % tr_weight_replicas(&s->weights[i], x->comm->world) == 0) {
             optim_part p = part_of(o, i);
-            sum += x->be->sum_squares(p.g, p.n);
+            sum += p.n ? x->be->sum_squares(p.g, p.n) : 0;
         }
     /* two floats, the sum and what float32 rounded off it, keep the
      * all-reduced total near double precision */
@@ -130,7 +131,8 @@ void tr_optim_clip(tr_optim *o, double norm, double max_norm)
     }
     for (int i = 0; i < o->x->s->nweights; i++) {
         optim_part p = part_of(o, i);
-        o->x->be->scale(p.g, p.g, p.n, (float)coef);
+        if (p.n)
+            o->x->be->scale(p.g, p.g, p.n, (float)coef);
     }
 }
 

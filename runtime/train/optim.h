@@ -33,7 +33,7 @@
 
 typedef struct tr_optim {
     tr_exec *x;
-    const tr_zero *zero;   /* the state's runs over dp; NULL: replicated */
+    tr_zero *zero;         /* the state's runs over dp; NULL: replicated */
     float *master;         /* backend memory: fp32 master weights of a backend not storing fp32, laid out
                               like the weight region (or the shard region); NULL where the weights are fp32
                               themselves */
@@ -47,7 +47,7 @@ typedef struct tr_optim {
  * master weights, copied from `weights` (host float32, laid out like the
  * weight region); with `zero`, this rank's runs of them. Returns 0 or -1
  * with a message. */
-int tr_optim_init(tr_optim *o, tr_exec *x, const tr_zero *zero, const float *weights, char *err, size_t errlen);
+int tr_optim_init(tr_optim *o, tr_exec *x, tr_zero *zero, const float *weights, char *err, size_t errlen);
 
 /* Optimizer state k (0: the fp32 weights it updates, the masters or the
  * weight region itself; 1, 2: the two moments) whole, in host memory laid

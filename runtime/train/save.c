@@ -255,23 +255,20 @@ int tr_resume(tr_optim *o, const char *dir, char *err, size_t errlen)
         return -1;
     }
     free(path);
-    /* sharded moments load whole, then keep this rank's runs */
-    float *regions[2] = {o->m, o->v}, *whole = NULL;
-    size_t bytes = (size_t)x->s->weight_elems * sizeof(float) + 1;
+    /* sharded moments load whole into host memory, then this rank's runs
+     * go to the backend: its memory never holds more than the runs */
+    float *regions[2] = {o->m, o->v};
+    float *whole = o->zero ? tp_xmalloc((size_t)x->s->weight_elems * sizeof(float) + 1) : NULL;
     int rc = 0;
-    if (o->zero && !(whole = x->be->alloc(bytes)))
-        rc = tp_error(err, errlen, "--resume: cannot allocate %zu bytes on the %s backend to read the optimizer "
-                      "state", bytes, x->be->name);
     for (int k = 0; k < 2 && !rc; k++) {
         tr_weight_source src = {.ckpt = c, .suffix = moment_suffix[k]};
-        tr_weights_sink dst = {.region = whole ? whole : regions[k], .dtype = TP_F32};
+        tr_weights_sink dst = {.region = whole ? NULL : regions[k], .dtype = TP_F32, .fp32_copy = whole};
         if (tr_weights_load(x, &src, &dst, why, sizeof why))
             rc = tp_error(err, errlen, "--resume: %s", why);
         else if (whole)
-            tr_zero_take_runs(o->zero, whole, regions[k], false);
+            tr_zero_take_runs(o->zero, whole, regions[k], true);
     }
-    if (whole)
-        x->be->release(whole);
+    free(whole);
     tp_checkpoint_close(c);
     if (!rc)
         o->step = step;

@@ -116,9 +116,9 @@ int tr_zero_gather_weights(tr_zero *z, char *err, size_t errlen)
     size_t es = tp_dtype_size(t);
     for (int i = 0; i < x->s->nweights; i++) {
         float *w = tr_exec_weight(x, i);
-        const void *mine = at(w, tr_zero_first(z, i), es);
         int64_t held = tr_zero_held(z, i);
-        if (held < run_elems(z, i)) {    /* the weight ends inside the run: the rest would be read past it */
+        const void *mine = held ? at(w, tr_zero_first(z, i), es) : z->tail;    /* an empty run sends padding */
+        if (held && held < run_elems(z, i)) {   /* the weight ends inside the run: the rest would be read past it */
             x->be->copy(z->tail, mine, (size_t)held * es);
             mine = z->tail;
         }

@@ -694,27 +694,67 @@ TEST_F(EmulatedDataParallel, Dp2Tp2Bf16TracksTheCpuOnOneRank)
                 got.losses[0], got.losses[1], want.losses[0], want.losses[1], worst);
 }
 
-// ZeRO-1 (train { shard = "optimizer" }) at dp 2 x tp 2 on the CUDA
-// backend: the CPU's steps on one rank with the global batch (fp32: 1e-5
-// relative; bf16 with fp32 masters: 5e-3, as above), and each rank's peak
-// of device memory is what tpcc --report --train says to the byte: the
-// replicated step's parts with the moments and masters at their runs, plus
-// ZeRO's gradient runs and padded staging, and one byte of padding each of
-// tprun's buffers (expect_report_is_the_peak's, and ZeRO's three).
+// ZeRO-1 (train { shard = "optimizer" }) on the CUDA backend: the CPU's
+// steps on one rank with the global batch (fp32: losses 1e-5 relative,
+// norms 1e-5, first-step gradients 1e-4 of each tensor's scale; bf16 with
+// fp32 masters: losses 5e-3 and gradients 0.15, as above), clipping at 0.5
+// every step so a wrong norm moves the losses; at dp 2 x tp 2 and at dp 3 x
+// tp 1 (runs padded, a rank holding none of the norms). Each rank's peak of
+// device memory, a --save and a --resume included, is what tpcc --report
+// --train says to the byte: the replicated step's parts with the moments
+// and masters at their runs, plus ZeRO's gradient runs and padded staging,
+// and one byte of padding each of tprun's buffers (expect_report_is_the_
+// peak's, and ZeRO's three).
 TEST_F(EmulatedDataParallel, ZeroOneTakesTheCpuStepsAndHoldsWhatTheReportSays)
 {
     std::string sharded;
     ASSERT_NO_FATAL_FAILURE(dp_plan(dir, sharded, "plans/llama-sp.plan", "shard = \"optimizer\","));
-    Steps want = two_steps(kTprun, 1, 1);
-    ASSERT_EQ(want.losses.size(), 2u);
-    for (std::string dtype : {"fp32", "bf16"}) {
-        std::string s = dir.path + "/zero-" + dtype + ".sched", log = dir.path + "/zero-" + dtype + ".json",
-                    peaks = dir.path + "/zero-peak-" + dtype + ".txt";
-        Proc c = compile_dp(sharded, 2, 2, 2, s, true, dtype);
-        ASSERT_EQ(c.code(), 0) << c.describe();
+    const std::vector<std::string> clip = {"--max-grad-norm", "0.5"};
+    std::vector<int32_t> toks;
+    for (int i = 0; i < 3 * 96; i++)
+        toks.push_back(int32_t((i * 37 + i / 16) % 128));     // three steps of 6 x 16
+    const std::string data6 = dir.write("tokens6.bin", llmc(20240801, 7, toks));
+    auto args_for = [&](int steps) {
+        std::vector<std::string> a = {"--data", data6, "--steps", std::to_string(steps), "--schedule", "constant", "-q"};
+        a.insert(a.end(), clip.begin(), clip.end());
+        return a;
+    };
+    auto logged = [](const std::string &log, const char *key) {
+        std::vector<double> v;
+        json_error_t e;
+        json_t *got = json_load_file(log.c_str(), 0, &e);
+        size_t i;
+        json_t *step;
+        json_array_foreach(json_object_get(got, "steps"), i, step)
+            v.push_back(json_number_value(json_object_get(step, key)));
+        json_decref(got);
+        return v;
+    };
+    // the CPU on one rank, global batch 6 (dp 2 of 3 or dp 3 of 2)
+    std::string ref = dir.path + "/zero-ref.sched", ref_log = dir.path + "/zero-ref.json",
+                ref_grads = dir.path + "/zero-ref-grads.safetensors";
+    ASSERT_EQ(compile_dp(dp, 1, 1, 6, ref).code(), 0);
+    std::vector<std::string> ref_args = args_for(2);
+    ref_args.insert(ref_args.end(), {"--weights", weights, "--backend", "cpu", "--log-json", ref_log, "--grads-out",
+                                     ref_grads});
+    Proc cpu = run(kTprun, 1, ref, ref_args);
+    ASSERT_EQ(cpu.code(), 0) << cpu.describe();
+    std::vector<double> want = logged(ref_log, "loss"), want_norms = logged(ref_log, "grad_norm");
+    std::vector<std::vector<float>> want_grads = read_weights_of(ref_grads, ref);
+    ASSERT_EQ(want.size(), 2u);
+
+    struct Case { int dp, tp; std::string dtype; };
+    for (Case c : {Case{2, 2, "fp32"}, Case{2, 2, "bf16"}, Case{3, 1, "bf16"}, Case{3, 1, "fp32"}}) {
+        std::string tag = "zero-dp" + std::to_string(c.dp) + "tp" + std::to_string(c.tp) + c.dtype,
+                    s = dir.path + "/" + tag + ".sched", log = dir.path + "/" + tag + ".json",
+                    peaks = dir.path + "/" + tag + "-peak.txt", g = dir.path + "/" + tag + "-grads.safetensors",
+                    save = dir.path + "/" + tag + "-save";
+        Proc compiled = compile_dp(sharded, c.dp, c.tp, 6 / c.dp, s, true, c.dtype);
+        ASSERT_EQ(compiled.code(), 0) << compiled.describe();
         Proc report = run_program(kTpcc, {sharded, "--hf-config", weights + "config.json", "-D", "vocab_multiple=1",
-                                          "-D", "dp=2", "-D", "tp=2", "-D", "seq=16", "-D", "batch=2", "--dtype",
-                                          dtype, "--train", "--report", "--report-format=json"});
+                                          "-D", "dp=" + std::to_string(c.dp), "-D", "tp=" + std::to_string(c.tp),
+                                          "-D", "seq=16", "-D", "batch=" + std::to_string(6 / c.dp), "--dtype",
+                                          c.dtype, "--train", "--report", "--report-format=json"});
         ASSERT_EQ(report.code(), 0) << report.describe();
         json_error_t error;
         json_t *root = json_loads(report.out.c_str(), 0, &error);
@@ -724,21 +764,31 @@ TEST_F(EmulatedDataParallel, ZeroOneTakesTheCpuStepsAndHoldsWhatTheReportSays)
         EXPECT_GT(json_integer_value(json_object_get(json_object_get(step, "workspace"), "dp_shard_bytes")), 0);
         json_decref(root);
 
-        std::vector<std::string> args = train_args(2);
-        args.insert(args.end(), {"--backend", "cuda", "--log-json", log, "-q"});
-        Proc t = run(kEmulated, 4, s, args, {"TP_STANDIN_DEVICE_PEAK=" + peaks});
-        ASSERT_EQ(t.code(), 0) << dtype << ": " << t.describe();
-        std::vector<double> losses = logged_losses(log);
+        std::vector<std::string> args = args_for(2);
+        args.insert(args.end(), {"--weights", weights, "--backend", "cuda", "--log-json", log, "--grads-out", g,
+                                 "--save", save});
+        Proc t = run(kEmulated, c.dp * c.tp, s, args, {"TP_STANDIN_DEVICE_PEAK=" + peaks});
+        ASSERT_EQ(t.code(), 0) << tag << ": " << t.describe();
+        // and resumed from it: the peak of a resume is a step's too
+        std::vector<std::string> again = args_for(3);
+        again.insert(again.end(), {"--resume", save, "--backend", "cuda"});
+        Proc resumed = run(kEmulated, c.dp * c.tp, s, again, {"TP_STANDIN_DEVICE_PEAK=" + peaks});
+        ASSERT_EQ(resumed.code(), 0) << tag << ": " << resumed.describe();
+
+        std::vector<double> losses = logged(log, "loss"), norms = logged(log, "grad_norm");
         ASSERT_EQ(losses.size(), 2u);
-        for (size_t i = 0; i < 2; i++)
-            EXPECT_NEAR(losses[i], want.losses[i], (dtype == "fp32" ? 1e-5 : 5e-3) * want.losses[i])
-                << dtype << " step " << i + 1;
-        const json_int_t padding = (dtype == "bf16" ? 7 : 6) + 2 * (json_int_t)sizeof(float) + 3;
+        bool fp32 = c.dtype == "fp32";
+        for (size_t i = 0; i < 2; i++) {
+            EXPECT_NEAR(losses[i], want[i], (fp32 ? 1e-5 : 5e-3) * want[i]) << tag << " step " << i + 1;
+            EXPECT_NEAR(norms[i], want_norms[i], (fp32 ? 1e-5 : 5e-2) * want_norms[i]) << tag << " step " << i + 1;
+        }
+        EXPECT_LT(worst_relative(read_weights_of(g, ref), want_grads), fp32 ? 1e-4 : 0.15) << tag;
+        const json_int_t padding = (fp32 ? 6 : 7) + 2 * (json_int_t)sizeof(float) + 3;
         std::istringstream lines(slurp(peaks));
         int ranks = 0;
         for (json_int_t peak; lines >> peak; ranks++)
-            EXPECT_EQ(peak, total + padding) << dtype << " rank " << ranks;
-        EXPECT_EQ(ranks, 4) << dtype;
+            EXPECT_EQ(peak, total + padding) << tag << " rank " << ranks % (c.dp * c.tp);
+        EXPECT_EQ(ranks, 2 * c.dp * c.tp) << tag;   // the training run's and the resumed run's
     }
 }
 

@@ -445,51 +445,70 @@ void expect_zero_one_is_replicated(const std::string &plan_source, const std::st
     std::string data = d.write("tokens.bin", tpcc_test::llmc(20240801, 7, toks));
 
     struct Run { const char *tag; const std::string &plan; int dp, tp, batch; };
-    std::vector<std::vector<double>> losses;
-    std::vector<std::vector<std::vector<float>>> grads, finals;
-    std::string ref_sched;
+    struct Logged { std::vector<double> losses, norms; };
     auto run = [&](const Run &r, int steps, const std::vector<std::string> &extra) {
         std::string sched = d.path + "/" + r.tag + ".sched", log = d.path + "/" + r.tag + ".json";
         Proc c = compile_dp(r.plan, r.dp, r.tp, r.batch, sched, true, "fp32", fixture);
         EXPECT_EQ(c.code(), 0) << c.describe();
+        // clipping at 0.5 scales every step (the norms are near 4): a norm
+        // off by any factor moves the losses
         std::vector<std::string> args = {"--data", data, "--steps", std::to_string(steps), "--log-json", log,
-                                         "--schedule", "constant", "-q"};
+                                         "--schedule", "constant", "--max-grad-norm", "0.5", "-q"};
         args.insert(args.end(), extra.begin(), extra.end());
         Proc t = train(sched, r.dp * r.tp, args);
         EXPECT_EQ(t.code(), 0) << r.tag << ": " << t.describe();
-        return tpcc_test::logged_losses(log);
+        Logged l{tpcc_test::logged_losses(log), {}};
+        json_error_t e;
+        json_t *got = json_load_file(log.c_str(), 0, &e);
+        size_t i;
+        json_t *step;
+        json_array_foreach(json_object_get(got, "steps"), i, step)
+            l.norms.push_back(num(step, "grad_norm"));
+        json_decref(got);
+        return l;
     };
     // the global batch is 6: dp 2 of 3 each would do, dp 3 of 2, dp 1 of 6
+    std::vector<Logged> logs;
+    std::vector<std::vector<std::vector<float>>> grads, finals, moments;
+    std::string ref_sched = d.path + "/ref.sched";
     for (Run r : {Run{"ref", replicated, 1, 1, 6}, Run{"dp2tp2", replicated, 2, 2, 3},
                   Run{"zero-dp2tp2", sharded, 2, 2, 3}, Run{"zero-dp2tp1", sharded, 2, 1, 3},
                   Run{"zero-dp3tp1", sharded, 3, 1, 2}}) {
         std::string g = d.path + "/" + r.tag + "-grads.safetensors", save = d.path + "/" + r.tag + "-save";
-        losses.push_back(run(r, 5, {"--weights", dir, "--grads-out", g, "--save", save}));
-        ASSERT_EQ(losses.back().size(), 5u) << r.tag;
-        if (ref_sched.empty())
-            ref_sched = d.path + "/ref.sched";
+        logs.push_back(run(r, 5, {"--weights", dir, "--grads-out", g, "--save", save}));
+        ASSERT_EQ(logs.back().losses.size(), 5u) << r.tag;
+        ASSERT_EQ(logs.back().norms.size(), 5u) << r.tag;
         grads.push_back(read_weights_of(g, ref_sched));
         finals.push_back(read_weights_of(save + "/model.safetensors", ref_sched));
+        moments.push_back(tpcc_test::read_moments_of(save + "/optimizer.safetensors", ref_sched));
     }
-    for (size_t k = 1; k < losses.size(); k++) {
-        for (size_t i = 0; i < 5; i++)
-            EXPECT_NEAR(losses[k][i], losses[0][i], 1e-6 * losses[0][i]) << "run " << k << " step " << i + 1;
+    const std::vector<double> &want = logs[0].losses, &norms = logs[0].norms;
+    for (size_t k = 1; k < logs.size(); k++) {
+        for (size_t i = 0; i < 5; i++) {
+            EXPECT_NEAR(logs[k].losses[i], want[i], 1e-6 * want[i]) << "run " << k << " step " << i + 1;
+            EXPECT_NEAR(logs[k].norms[i], norms[i], 1e-5 * norms[i]) << "run " << k << " step " << i + 1;
+        }
         EXPECT_LT(worst_relative(grads[k], grads[0]), 1e-5) << "run " << k;
         EXPECT_LT(worst_relative(finals[k], finals[0]), weights_tolerance) << "run " << k;
     }
-    // ZeRO-1 against replicated dp on the same ranks: the same sums, but reduced in runs
+    // ZeRO-1 against replicated dp on the same ranks: the same sums, reduced
+    // in runs; the saved moments gathered back from the runs
     for (size_t i = 0; i < 5; i++)
-        EXPECT_NEAR(losses[2][i], losses[1][i], 1e-6 * losses[1][i]) << "step " << i + 1;
+        EXPECT_NEAR(logs[2].losses[i], logs[1].losses[i], 1e-6 * logs[1].losses[i]) << "step " << i + 1;
     EXPECT_LT(worst_relative(finals[2], finals[1]), 1e-6);
+    EXPECT_LT(worst_relative(moments[2], moments[1]), 1e-6);
+    EXPECT_LT(worst_relative(moments[4], moments[1]), weights_tolerance);
 
-    // two sharded steps saved, resumed on other layouts: the third step's loss
+    // two sharded steps saved, resumed on other layouts: steps 3 to 5, whose
+    // updates use the saved moments
     std::string part = d.path + "/part";
     run(Run{"zero-dp2tp2", sharded, 2, 2, 3}, 2, {"--weights", dir, "--save", part});
     for (Run r : {Run{"tp4", replicated, 1, 4, 6}, Run{"tp1", replicated, 1, 1, 6},
                   Run{"dp2tp2", replicated, 2, 2, 3}, Run{"zero-dp2tp2", sharded, 2, 2, 3}}) {
-        std::vector<double> resumed = run(r, 3, {"--resume", part});
-        ASSERT_EQ(resumed.size(), 1u) << r.tag;
-        EXPECT_NEAR(resumed[0], losses[0][2], 1e-6 * losses[0][2]) << "resumed at " << r.tag;
+        std::vector<double> resumed = run(r, 5, {"--resume", part}).losses;
+        ASSERT_EQ(resumed.size(), 3u) << r.tag;
+        for (size_t i = 0; i < 3; i++)
+            EXPECT_NEAR(resumed[i], want[2 + i], 1e-6 * want[2 + i]) << "resumed at " << r.tag << " step " << i + 3;
     }
 }
 

@@ -12,7 +12,13 @@ extern "C" {
 
 namespace tpcc_test {
 
-std::vector<std::vector<float>> read_weights_of(const std::string &file, const std::string &sched)
+namespace {
+
+// The file's tensors under the schedule's weight names with each suffix
+// in turn (every weight for the first suffix, then for the next), which
+// must be all the file holds.
+std::vector<std::vector<float>> read_named(const std::string &file, const std::string &sched,
+                                           const std::vector<std::string> &suffixes)
 {
     tr_schedule s;
     char err[800] = "";
@@ -20,17 +26,31 @@ std::vector<std::vector<float>> read_weights_of(const std::string &file, const s
     EXPECT_EQ(tr_schedule_load(&s, sched.c_str(), 0, 0, err, sizeof err), 0) << err;
     tp_checkpoint *c;
     EXPECT_EQ(tp_checkpoint_open(&c, file.c_str(), err, sizeof err), 0) << err;
-    for (int i = 0; i < s.nweights; i++) {
-        const tr_weight &w = s.weights[i];
-        tp_weight_slice whole = {w.name, 0, {w.logical[0], w.logical[1]}, {0, 0}, -1, 0, 0, w.rank};
-        std::vector<float> v(size_t(tp_weight_slice_numel(&whole)));
-        EXPECT_EQ(tp_checkpoint_read(c, &whole, v.data(), err, sizeof err), 0) << w.name << ": " << err;
-        out.push_back(v);
-    }
-    EXPECT_EQ(tp_checkpoint_num_tensors(c), size_t(s.nweights));
+    for (const std::string &suffix : suffixes)
+        for (int i = 0; i < s.nweights; i++) {
+            const tr_weight &w = s.weights[i];
+            std::string name = w.name + suffix;
+            tp_weight_slice whole = {name.c_str(), 0, {w.logical[0], w.logical[1]}, {0, 0}, -1, 0, 0, w.rank};
+            std::vector<float> v(size_t(tp_weight_slice_numel(&whole)));
+            EXPECT_EQ(tp_checkpoint_read(c, &whole, v.data(), err, sizeof err), 0) << name << ": " << err;
+            out.push_back(v);
+        }
+    EXPECT_EQ(tp_checkpoint_num_tensors(c), suffixes.size() * size_t(s.nweights));
     tp_checkpoint_close(c);
     tr_schedule_free(&s);
     return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<float>> read_weights_of(const std::string &file, const std::string &sched)
+{
+    return read_named(file, sched, {""});
+}
+
+std::vector<std::vector<float>> read_moments_of(const std::string &file, const std::string &sched)
+{
+    return read_named(file, sched, {".exp_avg", ".exp_avg_sq"});
 }
 
 double worst_relative(const std::vector<std::vector<float>> &a, const std::vector<std::vector<float>> &b)

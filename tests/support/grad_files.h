@@ -13,6 +13,10 @@ namespace tpcc_test {
 // (fails the test where one is missing or the file holds others).
 std::vector<std::vector<float>> read_weights_of(const std::string &file, const std::string &sched);
 
+// A --save directory's optimizer.safetensors: every weight's exp_avg, then
+// every weight's exp_avg_sq.
+std::vector<std::vector<float>> read_moments_of(const std::string &file, const std::string &sched);
+
 // Largest max|a - b| / max|b| over the tensors: each difference against
 // its tensor's scale (gradients span orders of magnitude within a tensor),
 // a scale never below 1e-5 of the largest |b| of all (rounding noise).
