@@ -92,7 +92,13 @@ static const char usage[] =
     "                       model-0000i-of-0000n.safetensors with an index, as\n"
     "                       save_pretrained(max_shard_size=S)\n"
     "  --resume DIR         weights, optimizer state and step count from a --save directory;\n"
-    "                       training goes on to --steps, the data from where it stopped\n";
+    "                       training goes on to --steps, the data from where it stopped\n"
+    "\n"
+    "Environment:\n"
+    "  TPRUN_TIMEOUT        seconds a rank waits in one MPI collective before it ends the job\n"
+    "                       (default 600); TPRUN_NCCL_TIMEOUT the same for NCCL (default 300)\n"
+    "  TPRUN_MPI_MAX_COUNT  the most elements one MPI call carries; larger collectives run in\n"
+    "                       chunks (default 2147483647; lower it only to test the chunking)\n";
 
 enum { OPT_WEIGHTS = 256, OPT_SEED, OPT_TOKENS, OPT_LABELS, OPT_OUT, OPT_COMPARE, OPT_TOL, OPT_PROFILE,
        OPT_PROFILE_JSON, OPT_TRACE, OPT_THREADS, OPT_REPEAT, OPT_BACKEND, OPT_VERSION, OPT_TRAIN, OPT_PPN };

@@ -5,6 +5,8 @@
  * aborts the job. A group split off the world (data parallelism) has its
  * own MPI_Comm and shares the world's stall watchdog (stall.h), which ends
  * the job when a collective waits longer than TPRUN_TIMEOUT. */
+#include <errno.h>
+#include <limits.h>
 #include <mpi.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -14,11 +16,13 @@
 #include "runtime/comm/comm.h"
 #include "runtime/comm/node.h"
 #include "runtime/comm/stall.h"
+#include "util/xalloc.h"
 
 typedef struct mpi_comm {
     MPI_Comm comm;
     tp_stall_watch *watch;     /* the world's; NULL for one rank (nobody to wait for) */
     bool world;                /* the world owns the watchdog; a group only its MPI_Comm */
+    int64_t max_count;         /* elements (gather_bytes: bytes) one MPI call carries; a group's is the world's */
 } mpi_comm;
 
 static int check(int rc, const char *what, char *err, size_t errlen)
@@ -49,17 +53,6 @@ static int left(tp_stall_watch *w, int rc, const char *what, char *err, size_t e
     return check(rc, what, err, errlen);
 }
 
-/* MPI counts are int: a larger collective is refused with a message */
-static int count_of(int64_t n, int *out, char *err, size_t errlen)
-{
-    if (n < 0 || n > 0x7fffffff) {
-        snprintf(err, errlen, "a collective of %lld elements exceeds MPI's int count", (long long)n);
-        return -1;
-    }
-    *out = (int)n;
-    return 0;
-}
-
 /* Element types: fp32 is MPI_FLOAT; bf16 (a bf16 schedule, which only the
  * CUDA backend runs) can be moved as 16-bit words but MPI has no bf16
  * arithmetic, so reductions refuse it. */
@@ -77,55 +70,214 @@ static int type_of(tp_dtype t, bool reduce, MPI_Datatype *out, char *err, size_t
     return -1;
 }
 
+/* ---- chunking -------------------------------------------------------------
+ *
+ * MPI counts are int, and a rank's share of a real model passes 2^31-1
+ * (its whole weight region, gathered as bytes for --save). A collective
+ * is therefore a run of MPI calls over chunks of at most max_count
+ * elements of each rank's block: the same bits as one call, since
+ * reductions are elementwise. A block of n is rank-major in the buffers
+ * that hold every rank's (all_gather's output, all_to_all's both,
+ * gather_bytes's output): a chunk goes through a derived type of its
+ * elements whose extent is the whole block, so MPI puts rank r's part of
+ * the chunk at block r. */
+
+/* Staging for reduce_scatter's chunks (below): at most this many bytes. */
+#define STAGE_BYTES ((int64_t)64 << 20)
+
+/* One rank's part of a chunk in a rank-major buffer: `count` of `type`. */
+typedef struct rank_part {
+    MPI_Datatype type;
+    int count;
+} rank_part;
+
+typedef struct chunked chunked;
+struct chunked {
+    const char *what;          /* the MPI function: errors and the watchdog name it */
+    MPI_Comm comm;
+    int world;
+    MPI_Datatype type;         /* one element */
+    int64_t elem;              /* its bytes */
+    int64_t n;                 /* elements of one rank's block (all_reduce: of the buffer) */
+    int64_t chunk;             /* elements per MPI call, at most INT_MAX */
+    void *out;                 /* NULL where a rank receives nothing (gather_bytes off the root) */
+    const void *in;
+    MPI_Op op;                 /* all_reduce's: sum or max */
+    void *stage;               /* reduce_scatter's packed chunk; NULL when n is one chunk */
+    bool rank_major;           /* a buffer holds every rank's block (see one_chunk) */
+    /* one MPI call on elements [off, off + cnt) of every block, a rank's
+     * part of them in a rank-major buffer as `part`; an MPI return code */
+    int (*call)(const chunked *k, int64_t off, int cnt, rank_part part);
+};
+
+/* p + off elements of k, or NULL for a buffer a rank does not have. */
+static void *at(const chunked *k, const void *p, int64_t off)
+{
+    return p ? (char *)p + off * k->elem : NULL;
+}
+
+/* cnt elements of one rank's block, with the extent of the whole block: a
+ * count of one per rank places rank r's chunk r blocks further on. The
+ * caller frees it with MPI_Type_free. */
+static int block_chunk_type(const chunked *k, int cnt, MPI_Datatype *out)
+{
+    MPI_Datatype run;
+    int rc = MPI_Type_contiguous(cnt, k->type, &run);
+    if (rc != MPI_SUCCESS)
+        return rc;
+    rc = MPI_Type_create_resized(run, 0, (MPI_Aint)(k->n * k->elem), out);
+    int freed = MPI_Type_free(&run);       /* *out keeps what it needs of run */
+    if (rc != MPI_SUCCESS)
+        return rc;
+    if (freed == MPI_SUCCESS && (rc = MPI_Type_commit(out)) == MPI_SUCCESS)
+        return MPI_SUCCESS;
+    MPI_Type_free(out);                    /* the failure to report is the one before */
+    return freed != MPI_SUCCESS ? freed : rc;
+}
+
+/* One chunk's call. In rank-major buffers, a chunk that is the whole block
+ * is cnt plain elements per rank, as one unchunked call passes them (no
+ * derived type in the common case, and Debian's MPICH hangs in an
+ * MPI_Gather of a zero-sized one); a smaller one a block-chunk type made
+ * for the call and released after. The first failure is returned. */
+static int one_chunk(const chunked *k, int64_t off, int cnt)
+{
+    if (!k->rank_major || cnt == k->n)
+        return k->call(k, off, cnt, (rank_part){k->type, cnt});
+    MPI_Datatype blocks;
+    int rc = block_chunk_type(k, cnt, &blocks);
+    if (rc != MPI_SUCCESS)
+        return rc;
+    rc = k->call(k, off, cnt, (rank_part){blocks, 1});
+    int freed = MPI_Type_free(&blocks);
+    return rc != MPI_SUCCESS ? rc : freed;
+}
+
+/* The watchdog covers the whole run of calls, which stops at the first failure. */
+static int run_chunks(tp_comm *c, const chunked *k, char *err, size_t errlen)
+{
+    tp_stall_watch *w = entering(c, k->what, k->n);
+    int rc = MPI_SUCCESS;
+    int64_t off = 0;
+    do {       /* at least one call, so a collective of nothing still meets the others' */
+        int64_t cnt = k->n - off < k->chunk ? k->n - off : k->chunk;
+        rc = one_chunk(k, off, (int)cnt);
+        off += cnt;
+    } while (rc == MPI_SUCCESS && off < k->n);
+    return left(w, rc, k->what, err, errlen);
+}
+
+/* k (its name, count, buffers and call set) on c: the communicator and
+ * its chunk size. */
+static int on_comm(tp_comm *c, chunked *k, char *err, size_t errlen)
+{
+    if (k->n < 0) {
+        snprintf(err, errlen, "%s of %lld elements: a negative count", k->what, (long long)k->n);
+        return -1;
+    }
+    mpi_comm *m = c->impl;
+    k->comm = m->comm;
+    k->world = c->world;
+    k->chunk = m->max_count;
+    return 0;
+}
+
+/* ... and of elements of type t. */
+static int on_comm_typed(tp_comm *c, tp_dtype t, bool reduce, chunked *k, char *err, size_t errlen)
+{
+    if (on_comm(c, k, err, errlen) || type_of(t, reduce, &k->type, err, errlen))
+        return -1;
+    k->elem = (int64_t)tp_dtype_size(t);
+    return 0;
+}
+
+static int all_gather_chunk(const chunked *k, int64_t off, int cnt, rank_part part)
+{
+    return MPI_Allgather(at(k, k->in, off), cnt, k->type, at(k, k->out, off), part.count, part.type, k->comm);
+}
+
 static int all_gather(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
 {
-    int cnt;
-    MPI_Datatype ty;
-    if (count_of(n, &cnt, err, errlen) || type_of(t, false, &ty, err, errlen))
-        return -1;
-    tp_stall_watch *w = entering(c, "MPI_Allgather", n);
-    return left(w, MPI_Allgather(in, cnt, ty, out, cnt, ty, comm_of(c)), "MPI_Allgather", err, errlen);
+    chunked k = {.what = "MPI_Allgather", .n = n, .out = out, .in = in, .rank_major = true,
+                 .call = all_gather_chunk};
+    return on_comm_typed(c, t, false, &k, err, errlen) ? -1 : run_chunks(c, &k, err, errlen);
+}
+
+/* MPI_Reduce_scatter_block reads world contiguous blocks of one count, so
+ * a chunk of every rank's block is packed into the staging buffer first
+ * (a derived type would need MPI to reduce through it, which the standard
+ * does not promise); a collective of one chunk reads its input as it is. */
+static int reduce_scatter_chunk(const chunked *k, int64_t off, int cnt, rank_part unused)
+{
+    (void)unused;
+    const void *blocks = k->in;
+    if (k->stage) {
+        for (int r = 0; r < k->world; r++)
+            memcpy(at(k, k->stage, (int64_t)r * cnt), at(k, k->in, r * k->n + off), (size_t)(cnt * k->elem));
+        blocks = k->stage;
+    }
+    return MPI_Reduce_scatter_block(blocks, at(k, k->out, off), cnt, k->type, MPI_SUM, k->comm);
 }
 
 static int reduce_scatter(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
 {
-    int cnt;
-    MPI_Datatype ty;
-    if (count_of(n, &cnt, err, errlen) || type_of(t, true, &ty, err, errlen))
+    chunked k = {.what = "MPI_Reduce_scatter_block", .n = n, .out = out, .in = in, .call = reduce_scatter_chunk};
+    if (on_comm_typed(c, t, true, &k, err, errlen))
         return -1;
-    tp_stall_watch *w = entering(c, "MPI_Reduce_scatter_block", n);
-    return left(w, MPI_Reduce_scatter_block(in, out, cnt, ty, MPI_SUM, comm_of(c)), "MPI_Reduce_scatter_block",
-                err, errlen);
+    if (n > k.chunk) {
+        /* smaller chunks where world of them would pass STAGE_BYTES: the staging stays bounded */
+        int64_t bounded = STAGE_BYTES / (k.world * k.elem);
+        k.chunk = bounded < 1 ? 1 : bounded < k.chunk ? bounded : k.chunk;
+        k.stage = tp_xmalloc((size_t)(k.world * k.chunk * k.elem));
+    }
+    int rc = run_chunks(c, &k, err, errlen);
+    free(k.stage);
+    return rc;
+}
+
+static int all_reduce_chunk(const chunked *k, int64_t off, int cnt, rank_part unused)
+{
+    (void)unused;
+    return MPI_Allreduce(MPI_IN_PLACE, at(k, k->out, off), cnt, k->type, k->op, k->comm);
 }
 
 static int all_reduce(tp_comm *c, tp_dtype t, void *buf, int64_t n, int max, char *err, size_t errlen)
 {
-    int cnt;
-    MPI_Datatype ty;
-    if (count_of(n, &cnt, err, errlen) || type_of(t, true, &ty, err, errlen))
-        return -1;
-    tp_stall_watch *w = entering(c, "MPI_Allreduce", n);
-    return left(w, MPI_Allreduce(MPI_IN_PLACE, buf, cnt, ty, max ? MPI_MAX : MPI_SUM, comm_of(c)), "MPI_Allreduce",
-                err, errlen);
+    chunked k = {.what = "MPI_Allreduce", .n = n, .out = buf, .op = max ? MPI_MAX : MPI_SUM,
+                 .call = all_reduce_chunk};
+    return on_comm_typed(c, t, true, &k, err, errlen) ? -1 : run_chunks(c, &k, err, errlen);
+}
+
+/* Both buffers hold world blocks of n: the same type sends and receives. */
+static int all_to_all_chunk(const chunked *k, int64_t off, int cnt, rank_part part)
+{
+    (void)cnt;
+    return MPI_Alltoall(at(k, k->in, off), part.count, part.type, at(k, k->out, off), part.count, part.type,
+                        k->comm);
 }
 
 static int all_to_all(tp_comm *c, tp_dtype t, void *out, const void *in, int64_t n, char *err, size_t errlen)
 {
-    int cnt;
-    MPI_Datatype ty;
-    if (count_of(n, &cnt, err, errlen) || type_of(t, false, &ty, err, errlen))
-        return -1;
-    tp_stall_watch *w = entering(c, "MPI_Alltoall", n);
-    return left(w, MPI_Alltoall(in, cnt, ty, out, cnt, ty, comm_of(c)), "MPI_Alltoall", err, errlen);
+    chunked k = {.what = "MPI_Alltoall", .n = n, .out = out, .in = in, .rank_major = true,
+                 .call = all_to_all_chunk};
+    return on_comm_typed(c, t, false, &k, err, errlen) ? -1 : run_chunks(c, &k, err, errlen);
 }
 
+static int gather_chunk(const chunked *k, int64_t off, int cnt, rank_part part)
+{
+    return MPI_Gather(at(k, k->in, off), cnt, MPI_BYTE, at(k, k->out, off), part.count, part.type, 0, k->comm);
+}
+
+/* Bytes: max_count bounds the bytes of one call. Only rank 0 has `out`. */
 static int gather_bytes(tp_comm *c, void *out, const void *in, size_t bytes, char *err, size_t errlen)
 {
-    int cnt;
-    if (count_of((int64_t)bytes, &cnt, err, errlen))
+    if (bytes > INT64_MAX) {
+        snprintf(err, errlen, "MPI_Gather of %zu bytes: more than a 64-bit count", bytes);
         return -1;
-    tp_stall_watch *w = entering(c, "MPI_Gather", (int64_t)bytes);
-    return left(w, MPI_Gather(in, cnt, MPI_BYTE, out, cnt, MPI_BYTE, 0, comm_of(c)), "MPI_Gather", err, errlen);
+    }
+    chunked k = {.what = "MPI_Gather", .type = MPI_BYTE, .elem = 1, .n = (int64_t)bytes,
+                 .out = c->rank == 0 ? out : NULL, .in = in, .rank_major = true, .call = gather_chunk};
+    return on_comm(c, &k, err, errlen) ? -1 : run_chunks(c, &k, err, errlen);
 }
 
 static void abort_all(tp_comm *c, int status)
@@ -162,6 +314,7 @@ static int split(tp_comm *c, int color, int key, tp_comm *out, char *err, size_t
         return -1;
     }
     group->watch = ((mpi_comm *)c->impl)->watch;
+    group->max_count = ((mpi_comm *)c->impl)->max_count;
     out->node = c->node;
     out->ops = c->ops;
     out->impl = group;
@@ -217,10 +370,32 @@ static int locate(int rank, tp_rank_node *node, char *err, size_t errlen)
     return rc ? -1 : 0;
 }
 
+/* TPRUN_MPI_MAX_COUNT: the most elements one MPI call carries, INT_MAX (the
+ * most an int count holds) unless set lower, which only tests want: it
+ * makes a tiny model's collectives run in several chunks. */
+static int max_count_of(int64_t *out, char *err, size_t errlen)
+{
+    const char *v = getenv("TPRUN_MPI_MAX_COUNT");
+    *out = INT_MAX;
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (errno || end == v || *end || n < 1 || n > INT_MAX) {
+        snprintf(err, errlen, "TPRUN_MPI_MAX_COUNT takes a whole number of elements from 1 to %d, not '%s'", INT_MAX,
+                 v);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
 int tp_comm_mpi(tp_comm *c, int *argc, char ***argv, char *err, size_t errlen)
 {
     double timeout;
-    if (tp_stall_timeout(&timeout, err, errlen))
+    int64_t max_count;
+    if (tp_stall_timeout(&timeout, err, errlen) || max_count_of(&max_count, err, errlen))
         return -1;
     int provided;
     if (check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", err, errlen))
@@ -237,6 +412,7 @@ int tp_comm_mpi(tp_comm *c, int *argc, char ***argv, char *err, size_t errlen)
     }
     m->comm = MPI_COMM_WORLD;
     m->world = true;
+    m->max_count = max_count;
     if (c->world > 1 && tp_stall_watch_start(&m->watch, c->rank, timeout, abort_stalled, NULL, err, errlen)) {
         free(m);
         return -1;
