@@ -5,13 +5,17 @@
  *       sampler_dims = ("dp",)   # DistributedSampler(num_replicas=mesh["dp"].size(),
  *                                #                    rank=mesh["dp"].get_local_rank())
  *       max_grad_norm = 1.0      # clip_grad_norm_(model.parameters(), 1.0) after backward()
+ *       recompute = "full"       # torchtitan's apply_ac, Megatron's --recompute-granularity
  *   }
  *
  * sampler_dims: the mesh dimensions the data sampler gives ranks different
  * batches over (a name or a tuple of names); without it, the data-parallel
  * dimensions, as tprun feeds them. max_grad_norm: the max_norm of
  * torch.nn.utils.clip_grad_norm_ over model.parameters(), 0 for none; it
- * becomes the schedule's max_grad_norm, tprun's default --max-grad-norm. */
+ * becomes the schedule's max_grad_norm, tprun's default --max-grad-norm.
+ * recompute: activation checkpointing of the transformer layers, "none"
+ * (the default), "full" or "selective" (passes/recompute.c says what each
+ * keeps); tpcc --recompute overrides it. */
 #ifndef TPCC_TRAIN_BLOCK_H
 #define TPCC_TRAIN_BLOCK_H
 
@@ -20,12 +24,26 @@
 #include "compiler/front/config.h"
 #include "sched/layout.h"
 
+/* What a training step keeps of each transformer layer's forward for its
+ * backward, and recomputes in the backward instead (passes/recompute.c). */
+typedef enum tp_recompute {
+    TP_RECOMPUTE_NONE,         /* everything the backward reads */
+    TP_RECOMPUTE_FULL,         /* the layer's input only */
+    TP_RECOMPUTE_SELECTIVE,    /* the layer's input and its matmuls' outputs */
+    TP_RECOMPUTE_COUNT
+} tp_recompute;
+extern const char *const tp_recompute_names[TP_RECOMPUTE_COUNT];   /* "none", "full", "selective" */
+
+/* The mode a name means; false for none of tp_recompute_names. */
+bool tp_recompute_parse(const char *name, tp_recompute *out);
+
 typedef struct tp_train_spec {
     const tp_node *block;                   /* NULL: the plan has none */
     const tp_node *sampler;                 /* the sampler_dims value; NULL: not given */
     bool sampler_over[TP_MAX_MESH_DIMS];    /* per mesh dimension: batches differ along it */
     const tp_node *max_grad_norm;           /* the max_grad_norm value; NULL: not given */
     double max_grad_norm_value;             /* >= 0; 0: no clipping */
+    tp_recompute recompute;                 /* TP_RECOMPUTE_NONE when not given */
 } tp_train_spec;
 
 struct tp_plan;
