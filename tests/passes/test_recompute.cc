@@ -244,4 +244,20 @@ TEST(Recompute, ThePlanSetsItAndTheCommandLineOverrides)
     EXPECT_TRUE(contains(p.out, "  recompute         none: 0 forward ops")) << p.describe();
 }
 
+// The schedule marks the recomputed ops, and --dump says so beside the
+// forward op's provenance.
+TEST(Recompute, TheScheduleAndItsDumpMarkTheRecomputedOps)
+{
+    TempDir d;
+    const std::string sched = d.path + "/full.sched";
+    Proc c = run_program(kTpcc, {source_path("plans/llama-tiny.plan"), "--train", "--recompute", "full", "-o", sched});
+    ASSERT_EQ(c.code(), 0) << c.describe();
+    EXPECT_TRUE(contains(slurp(sched), "\"module\": \"model.layers.1.input_layernorm\", \"recompute\": true, "
+                                       "\"phase\": \"backward\"}"));
+    Proc dump = run_program(kTpcc, {"--dump", sched, "--rank", "1"});
+    ASSERT_EQ(dump.code(), 0) << dump.describe();
+    EXPECT_TRUE(contains(dump.out, "[backward] (recompute; model.layers.0.self_attn <- model.layers.*.self_attn)"))
+        << dump.out;
+}
+
 }  // namespace
