@@ -68,7 +68,7 @@ bool tp_recompute_parse(const char *name, tp_recompute *out)
 }
 
 /* recompute = "none" | "full" | "selective": a string, or a config name
- * holding one (-D recompute=full with recompute = recompute) */
+ * the plan's config { } gives one (ac = "full" there, recompute = ac) */
 static void read_recompute(struct tp_plan *p, const tp_node *v, tp_config *c)
 {
     tp_cfg_value x;
@@ -85,7 +85,7 @@ static void read_recompute(struct tp_plan *p, const tp_node *v, tp_config *c)
         return;
     }
     tp_diag_help(g, "did you mean \"%s\"?", sure);
-    if (v->kind != N_STR)    /* a config name: the string is elsewhere (-D, the config block) */
+    if (v->kind != N_STR)    /* a config name: the string is in the config block, not here */
         return;
     char *quoted = tp_xasprintf("\"%s\"", sure);
     tp_diag_fixit(g, v->span, quoted);
