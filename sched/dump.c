@@ -314,13 +314,16 @@ static void append_provenance(tp_buf *b, const json_t *op)
     const char *module = json_string_value(json_object_get(op, "module"));
     const char *entry = json_string_value(json_object_get(op, "entry"));
     bool implicit = json_is_true(json_object_get(op, "implicit"));
+    bool recompute = json_is_true(json_object_get(op, "recompute"));
     const char *phase = json_string_value(json_object_get(op, "phase"));
-    bool provenance = module || entry || implicit;
+    bool provenance = module || entry || implicit || recompute;
     if (phase)
         tp_buf_appendf(b, provenance ? "[%s] " : "[%s]", phase);
     if (!provenance)
         return;
     tp_buf_append(b, "(");
+    if (recompute)
+        tp_buf_append(b, module || entry || implicit ? "recompute; " : "recompute");
     if (implicit)
         tp_buf_append(b, module || entry ? "implicit; " : "implicit");
     if (module)

@@ -62,6 +62,7 @@ typedef struct tp_ir_op {
     const char *entry;         /* the plan entry that caused it, or NULL (the model) */
     const char *layer;         /* FQN of the transformer layer it belongs to, or NULL */
     bool implicit;             /* a redistribution DTensor inserts on its own */
+    bool recompute;            /* a forward op run again in the backward (activation recomputation) */
     tp_phase phase;            /* forward, backward or the gradients' synchronisation */
     bool dead;                 /* removed by optimisation */
 } tp_ir_op;

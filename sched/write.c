@@ -733,6 +733,8 @@ static void put_op(writer *w, const tp_ir_op *op, int index, int64_t rank)
     }
     if (op->implicit)
         PUT(w, ", \"implicit\": true");
+    if (op->recompute)
+        PUT(w, ", \"recompute\": true");
     if (op->phase != TP_PHASE_FORWARD) {
         PUT(w, ", \"phase\": ");
         put_str(w, tp_phase_names[op->phase]);

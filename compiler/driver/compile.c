@@ -138,6 +138,8 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     if (u->diags.errors)
         return;
     tp_plan_build(&u->plan, u->plan_ast, u->plan_file, &u->model, &u->config);
+    if (opts->recompute_given)
+        u->plan.train.recompute = opts->recompute;
     if (u->plan.dp_dim >= 0 && !opts->train)
         tp_plan_refuse_data_parallel(&u->plan, &u->diags);
     else if (opts->train)
@@ -146,7 +148,7 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     tp_check(&u->model, &u->plan, &u->config, opts->loss, &u->analysis);
     tp_check_grad_clip(&u->model, &u->plan, &u->analysis.graph, &u->diags);
     if (opts->program && !u->diags.errors) {
-        tp_passes_opts passes = {opts->optimize, opts->dtype, opts->train};
+        tp_passes_opts passes = {opts->optimize, opts->dtype, opts->train, u->plan.train.recompute};
         tp_autodiff_error err;
         if (tp_passes_run(&u->analysis.graph, &passes, &u->ir, &err)) {
             /* at the plan entry that made the node, else at the model the plan names */

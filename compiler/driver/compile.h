@@ -22,6 +22,8 @@ typedef struct tp_compile_opts {
     tp_outer_loss loss;                         /* --loss: the loss on logits the model returns */
     char *const *allow_outside;                 /* --allow-outside, resolved (input_roots.h) */
     int nallow_outside;
+    bool recompute_given;                       /* --recompute: overrides the plan's train { recompute } */
+    tp_recompute recompute;
 } tp_compile_opts;
 
 typedef struct tp_unit {

@@ -53,6 +53,9 @@ static const char usage[] =
     "  --loss sum|cross_entropy   with --train, for a model that returns its logits: the loss the\n"
     "                             training loop computes on them (sum: output.sum().backward();\n"
     "                             cross_entropy: against labels, vocab-parallel on vocab shards)\n"
+    "  --recompute none|full|selective\n"
+    "                             with --train: the activation recomputation of the transformer\n"
+    "                             layers, overriding the plan's train { recompute }\n"
     "  -D name=value              override a configuration value (tp, seq, hidden, ...)\n"
     "  --allow-outside PATH       a plan may also read its model from PATH (repeatable)\n"
     "  --hf-config FILE|DIR       read hf(key, default) values from a Hugging Face config.json\n"
@@ -81,7 +84,7 @@ static const char usage[] =
 
 enum {
     OPT_CHECK = 256, OPT_EXPLAIN, OPT_HF, OPT_FIX, OPT_FORMAT, OPT_COLOR, OPT_VERSION, OPT_REPORT,
-    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT, OPT_TP_PLAN, OPT_TRAIN, OPT_LOSS, OPT_DEVICE_MEMORY,
+    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT, OPT_TP_PLAN, OPT_TRAIN, OPT_LOSS, OPT_RECOMPUTE, OPT_DEVICE_MEMORY,
     OPT_ALLOW_OUTSIDE,
 };
 
@@ -93,6 +96,8 @@ typedef struct cli {
     bool fix, optimize;
     bool train;                 /* --train */
     tp_outer_loss loss;         /* --loss sum|cross_entropy */
+    bool recompute_given;       /* --recompute, which overrides the plan's train { recompute } */
+    tp_recompute recompute;
     int64_t device_memory;      /* --device-memory, bytes; 0: not given */
     bool auto_plan;             /* --tp-plan auto */
     const char **defines; int ndefines;
@@ -198,6 +203,11 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
         else if (!strcmp(arg, "cross_entropy")) o->loss = TP_LOSS_CROSS_ENTROPY;
         else return bad_usage("--loss must be sum or cross_entropy, not '%s'", arg);
         return 0;
+    case OPT_RECOMPUTE:
+        if (!tp_recompute_parse(arg, &o->recompute))
+            return bad_usage("--recompute must be none, full or selective, not '%s'", arg);
+        o->recompute_given = true;
+        return 0;
     case OPT_DEVICE_MEMORY:
         o->device_memory = tp_parse_bytes(arg);
         return o->device_memory > 0 ? 0 : bad_usage("--device-memory takes a size such as 80GiB or 40GB, not '%s'", arg);
@@ -266,6 +276,7 @@ static int parse_args(cli *o, int argc, char **argv)
         {"export", required_argument, 0, OPT_EXPORT},
         {"train", no_argument, 0, OPT_TRAIN},
         {"loss", required_argument, 0, OPT_LOSS},
+        {"recompute", required_argument, 0, OPT_RECOMPUTE},
         {"device-memory", required_argument, 0, OPT_DEVICE_MEMORY},
         {"allow-outside", required_argument, 0, OPT_ALLOW_OUTSIDE},
         {0, 0, 0, 0},
@@ -283,6 +294,8 @@ static int parse_args(cli *o, int argc, char **argv)
         return bad_usage("%s", "choose one of -o, --check, --explain, --report, --dump and --export");
     if (o->loss != TP_LOSS_NONE && !o->train)
         return bad_usage("%s", "--loss goes with --train (the loss a training step computes on the logits)");
+    if (o->recompute_given && !o->train)
+        return bad_usage("%s", "--recompute goes with --train (what a training step's backward recomputes)");
     if (o->device_memory && o->mode != MODE_REPORT)
         return bad_usage("%s", "--device-memory goes with --report");
     if (o->train && (o->mode == MODE_DUMP || o->mode == MODE_EXPORT || o->mode == MODE_EXPLAIN))
@@ -305,7 +318,8 @@ static tp_compile_opts compile_opts(const cli *o, bool optimize)
     /* --check --train derives the backward too: what it cannot differentiate is an error there */
     bool program = o->mode == MODE_COMPILE || o->mode == MODE_REPORT || (o->mode == MODE_CHECK && o->train);
     return (tp_compile_opts){o->defines,   o->ndefines, o->hf,   optimize,          o->dtype,
-                             program,      o->train,    o->loss, o->allow_outside, o->nallow_outside};
+                             program,      o->train,    o->loss, o->allow_outside, o->nallow_outside,
+                             o->recompute_given, o->recompute};
 }
 
 /* Apply -W and suppressions to the unit's diagnostics, apply --fix, then

@@ -18,7 +18,7 @@ char *tp_export(tp_unit *u, const char *plan_path, tp_export_format fmt)
     if (u->plan.train.block)
         tp_diag_add(&u->diags, TP_WARNING, u->plan.train.block->span, "export",
                     "the export carries the parallelize plan only, not train { }: the training script must split "
-                    "its batches and clip its gradients as the block says");
+                    "its batches, clip its gradients and checkpoint its layers' activations as the block says");
     return fmt == TP_EXPORT_PYTORCH ? tp_export_pytorch(u, plan_path) : tp_export_hf(u);
 }
 

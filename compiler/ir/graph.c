@@ -1,6 +1,7 @@
 /* graph.c: the global SPMD graph's containers (see graph.h). */
 #include <stdlib.h>
 #include <string.h>
+#include "compiler/front/model.h"
 #include "compiler/ir/graph.h"
 #include "util/xalloc.h"
 
@@ -73,4 +74,12 @@ int64_t tp_gvalue_local_elems(const tp_gvalue *v)
     for (int i = 0; i < v->rank; i++)
         n *= v->local[i];
     return n;
+}
+
+const struct tp_module *tp_graph_layer_of(const tp_graph *g, const struct tp_module *m)
+{
+    for (; m && m->parent; m = m->parent)
+        if (m->parent->kind == TP_MOD_LIST && m->parent->nkids == g->nlayers)
+            return m;
+    return NULL;
 }

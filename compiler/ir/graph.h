@@ -91,5 +91,8 @@ int tp_graph_resolve(const tp_graph *g, int v);
 /* The value whose storage v uses: follows redirects and aliases. */
 int tp_graph_storage(const tp_graph *g, int v);
 int64_t tp_gvalue_local_elems(const tp_gvalue *v);
+/* The transformer layer module m belongs to: its ancestor whose parent is
+ * the largest repeat() list (model.layers.3), or NULL outside the layers. */
+const struct tp_module *tp_graph_layer_of(const tp_graph *g, const struct tp_module *m);
 
 #endif /* TP_IR_GRAPH_H */

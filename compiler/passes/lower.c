@@ -39,21 +39,11 @@ static void lower_values(const tp_graph *g, tp_ir *ir, int *buffer_of)
             ir->bufs[buffer_of[v]].alias_of = buffer_of[tp_graph_storage(g, g->values[v].alias_of)];
 }
 
-/* The transformer layer a module belongs to: its ancestor whose parent is
- * the largest repeat() list, or NULL outside the layers. */
-static const tp_module *layer_of(const tp_graph *g, const tp_module *m)
-{
-    for (; m && m->parent; m = m->parent)
-        if (m->parent->kind == TP_MOD_LIST && m->parent->nkids == g->nlayers)
-            return m;
-    return NULL;
-}
-
 /* Provenance as the program keeps it: strings of the model and plan,
  * which outlive the program. */
 static void name_provenance(const tp_graph *g, const tp_gnode *n, tp_ir_op *op)
 {
-    const tp_module *layer = layer_of(g, n->module);
+    const tp_module *layer = tp_graph_layer_of(g, n->module);
     op->module = n->module ? n->module->fqn : NULL;
     op->entry = n->entry ? n->entry->pattern : NULL;
     op->layer = layer ? layer->fqn : NULL;

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include "compiler/ir/graph.h"
+#include "compiler/plan/train_block.h"
 #include "sched/program.h"
 
 typedef struct tp_passes_opts {
@@ -14,6 +15,7 @@ typedef struct tp_passes_opts {
                           * shares once */
     tp_dtype dtype;      /* element type of the schedule's floating-point buffers */
     bool train;          /* --train: the backward pass and every weight's gradient */
+    tp_recompute recompute;  /* --train: what each layer's backward recomputes of its forward */
 } tp_passes_opts;
 
 /* Why the backward pass could not be derived: the forward node it was
@@ -46,12 +48,19 @@ void tp_pass_dce(tp_graph *g);
  * reduces them (one all-reduce per module whose hook labelled a plain
  * tensor). Returns 0, or -1 with *err filled. */
 int tp_pass_autodiff(tp_graph *g, bool merge, tp_autodiff_error *err);
+/* recompute.c: --train, after autodiff. Keeps of each transformer
+ * layer's forward what `mode` says (the layer's input; selective: its
+ * matmuls' outputs too) and clones the forward nodes that compute the rest
+ * of what the backward reads into the backward, before the layer's first
+ * backward node that reads them, marked recompute; the backward reads the
+ * clones' values. TP_RECOMPUTE_NONE changes nothing. */
+void tp_pass_recompute(tp_graph *g, tp_recompute mode);
 /* lower.c: the per-rank program: one buffer per value (local shapes), a
  * weight table in order of first use, the live and dead nodes as ops. */
 void tp_pass_lower(const tp_graph *g, tp_ir *out);
 
-/* The whole pipeline: merge and fuse (-O1), dead code, the backward (when
- * training), lower, the element type, the memory plan (memplan.h). `out`
+/* The whole pipeline: merge and fuse (-O1), dead code, the backward and
+ * its recomputation (when training), lower, the element type, the memory plan (memplan.h). `out`
  * is zeroed first. Returns 0, or -1 when the backward cannot be derived
  * (*err says why; `out` is then empty). */
 int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodiff_error *err);

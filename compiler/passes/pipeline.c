@@ -13,6 +13,8 @@ int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodi
     tp_pass_dce(g);
     if (opts->train && tp_pass_autodiff(g, opts->optimize, err))
         return -1;
+    if (opts->train)
+        tp_pass_recompute(g, opts->recompute);
     tp_pass_lower(g, out);
     if (opts->optimize)
         tp_pass_fuse_pairs(out);

@@ -1,10 +1,12 @@
 /* train_block.c: a plan's train { } block (see train_block.h). */
+#include <stdlib.h>
 #include <string.h>
 #include "compiler/diag/suggest.h"
 #include "compiler/plan/plan.h"
 #include "compiler/plan/train_block.h"
+#include "util/xalloc.h"
 
-static const char *const keys[] = {"sampler_dims", "max_grad_norm", "shard"};
+static const char *const keys[] = {"sampler_dims", "max_grad_norm", "shard", "recompute"};
 enum { NKEYS = sizeof keys / sizeof *keys };
 
 /* One mesh dimension named by a string of sampler_dims. */
@@ -103,6 +105,41 @@ void tp_train_check_shard_names(const struct tp_plan *p, tp_diags *d)
         tp_diag_help(g, "add train { shard = \"optimizer\" } (ZeRO-1); to replicate on purpose, name the dimension "
                         "\"dp\" or say train { shard = \"none\" }");
     }
+const char *const tp_recompute_names[TP_RECOMPUTE_COUNT] = {"none", "full", "selective"};
+
+bool tp_recompute_parse(const char *name, tp_recompute *out)
+{
+    for (int m = 0; m < TP_RECOMPUTE_COUNT; m++)
+        if (!strcmp(name, tp_recompute_names[m])) {
+            *out = (tp_recompute)m;
+            return true;
+        }
+    return false;
+}
+
+/* recompute = "none" | "full" | "selective": a string, or a config name
+ * the plan's config { } gives one (ac = "full" there, recompute = ac) */
+static void read_recompute(struct tp_plan *p, const tp_node *v, tp_config *c)
+{
+    tp_cfg_value x;
+    if (!tp_eval_value(c, v, &x))
+        return;
+    if (x.s && tp_recompute_parse(x.s, &p->train.recompute))
+        return;
+    tp_diag *g = tp_diag_add(c->diags, TP_ERROR, v->span, "plan", "recompute is the activation checkpointing of "
+                             "the transformer layers: \"none\", \"full\" or \"selective\"");
+    const char *sure = x.s ? tp_suggest_sure(x.s, tp_recompute_names, TP_RECOMPUTE_COUNT) : NULL;
+    if (!sure) {
+        tp_diag_help(g, "\"full\" keeps each layer's input and recomputes the layer in the backward; "
+                     "\"selective\" keeps its matmuls' outputs too and recomputes the rest");
+        return;
+    }
+    tp_diag_help(g, "did you mean \"%s\"?", sure);
+    if (v->kind != N_STR)    /* a config name: the string is in the config block, not here */
+        return;
+    char *quoted = tp_xasprintf("\"%s\"", sure);
+    tp_diag_fixit(g, v->span, quoted);
+    free(quoted);
 }
 
 void tp_train_block_read(struct tp_plan *p, const tp_node *file, tp_config *c)
@@ -128,6 +165,10 @@ void tp_train_block_read(struct tp_plan *p, const tp_node *file, tp_config *c)
             }
             if (!strcmp(a->name, "shard")) {
                 read_shard(p, a->kids[0], c);
+                continue;
+            }
+            if (!strcmp(a->name, "recompute")) {
+                read_recompute(p, a->kids[0], c);
                 continue;
             }
             tp_diag *g = tp_diag_add(c->diags, TP_ERROR, a->span, "plan", "train { } has no key '%s'", a->name);

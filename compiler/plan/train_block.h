@@ -6,6 +6,7 @@
  *                                #                    rank=mesh["dp"].get_local_rank())
  *       max_grad_norm = 1.0      # clip_grad_norm_(model.parameters(), 1.0) after backward()
  *       shard = "optimizer"      # ZeRO-1 over the data-parallel dimensions
+ *       recompute = "full"       # torchtitan's apply_ac, Megatron's --recompute-granularity
  *   }
  *
  * sampler_dims: the mesh dimensions the data sampler gives ranks different
@@ -17,7 +18,10 @@
  * (sched/dp_shard.h: "none", the default, "optimizer", "gradients",
  * "parameters"); it becomes the schedule's dp_shard. A data-parallel mesh
  * dimension named as a sharded one ("fsdp", "dp_shard", ...) with nothing
- * sharded is an error: the plan would silently replicate. */
+ * sharded is an error: the plan would silently replicate.
+ * recompute: activation checkpointing of the transformer layers, "none"
+ * (the default), "full" or "selective" (passes/recompute.c says what each
+ * keeps); tpcc --recompute overrides it. */
 #ifndef TPCC_TRAIN_BLOCK_H
 #define TPCC_TRAIN_BLOCK_H
 
@@ -27,6 +31,19 @@
 #include "sched/dp_shard.h"
 #include "sched/layout.h"
 
+/* What a training step keeps of each transformer layer's forward for its
+ * backward, and recomputes in the backward instead (passes/recompute.c). */
+typedef enum tp_recompute {
+    TP_RECOMPUTE_NONE,         /* everything the backward reads */
+    TP_RECOMPUTE_FULL,         /* the layer's input only */
+    TP_RECOMPUTE_SELECTIVE,    /* the layer's input and its matmuls' outputs */
+    TP_RECOMPUTE_COUNT
+} tp_recompute;
+extern const char *const tp_recompute_names[TP_RECOMPUTE_COUNT];   /* "none", "full", "selective" */
+
+/* The mode a name means; false for none of tp_recompute_names. */
+bool tp_recompute_parse(const char *name, tp_recompute *out);
+
 typedef struct tp_train_spec {
     const tp_node *block;                   /* NULL: the plan has none */
     const tp_node *sampler;                 /* the sampler_dims value; NULL: not given */
@@ -35,6 +52,7 @@ typedef struct tp_train_spec {
     double max_grad_norm_value;             /* >= 0; 0: no clipping */
     const tp_node *shard;                   /* the shard value; NULL: not given */
     tp_dp_shard shard_mode;                 /* TP_DP_SHARD_NONE unless given */
+    tp_recompute recompute;                 /* TP_RECOMPUTE_NONE when not given */
 } tp_train_spec;
 
 struct tp_plan;

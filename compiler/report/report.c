@@ -33,6 +33,7 @@ typedef struct comm_totals {
     int count[TP_OP_COUNT];
     double logical[TP_OP_COUNT], sent[TP_OP_COUNT];
     double layer_sent;           /* all kinds, inside the layers */
+    double recompute_sent;       /* of that, the recomputed forward's (activation recomputation) */
     double step_sent;
 } comm_totals;
 
@@ -51,6 +52,8 @@ static void phase_totals(const tp_ir *ir, size_t dsize, int phase, comm_totals *
         t->step_sent += sent;
         if (op->layer)
             t->layer_sent += sent;
+        if (op->layer && op->recompute)
+            t->recompute_sent += sent;
     }
 }
 
@@ -110,6 +113,21 @@ static double phase_flops(const tp_ir *ir, tp_phase phase)
         if (!ir->ops[i].dead && ir->ops[i].phase == phase)
             f += tp_op_flops(&ir->ops[i]);
     return f;
+}
+
+/* The forward ops the backward runs again (activation recomputation):
+ * how many, and their FLOPs, which phase_flops counts in the backward's. */
+typedef struct recomputed { int ops; double flops; } recomputed;
+
+static recomputed recomputed_of(const tp_ir *ir)
+{
+    recomputed r = {0, 0};
+    for (int i = 0; i < ir->nops; i++)
+        if (!ir->ops[i].dead && ir->ops[i].recompute) {
+            r.ops++;
+            r.flops += tp_op_flops(&ir->ops[i]);
+        }
+    return r;
 }
 
 static int64_t buf_bytes(const tp_ir *ir, int b)
@@ -355,10 +373,13 @@ static double step_bound_per_layer(const tp_ir *ir, size_t dsize)
     return bound_per_layer(ir, dsize) * (training(ir) ? 2 : 1);
 }
 
+/* The layers' traffic against the bound, the recomputed forward's left
+ * out: recomputation sends the forward's collectives again by choice, which
+ * says nothing of how well the plan places them. */
 static double ratio_of(const tp_ir *ir, const comm_totals *t, size_t dsize)
 {
     double bound = step_bound_per_layer(ir, dsize) * ir->nlayers;
-    return bound > 0 ? t->layer_sent / bound : 0;
+    return bound > 0 ? (t->layer_sent - t->recompute_sent) / bound : 0;
 }
 
 /* tprun's data-parallel collectives (runtime/train/dp.c, zero.c):
@@ -508,8 +529,13 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
             human((double)opt->arena_bytes, a, sizeof a), human((double)minimum, b, sizeof b),
             minimum ? (double)opt->arena_bytes / (double)minimum : 0, human((double)unopt->arena_bytes, c, sizeof c));
     fprintf(out, "  forward FLOPs     %.3g (matmuls and attention)\n", phase_flops(opt, TP_PHASE_FORWARD));
-    if (training(opt))
+    if (training(opt)) {
+        recomputed r = recomputed_of(opt);
         fprintf(out, "  backward FLOPs    %.3g\n", phase_flops(opt, TP_PHASE_BACKWARD));
+        fprintf(out, "  recompute         %s: %d forward ops run again in the backward, %.3g FLOPs (counted in the "
+                     "backward's), %s sent\n", tp_recompute_names[p->train.recompute], r.ops, r.flops,
+                human(t.recompute_sent, a, sizeof a));
+    }
     double paper = paper_activation_bytes(opt, p);
     if (paper > 0)
         fprintf(out, "  reference         %s per layer, %s for %d layers: training activations, 16-bit "
@@ -544,9 +570,9 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     }
     if (opt->world > 1 && opt->nlayers && opt->layer_input_elems) {
         double r = ratio_of(opt, &t, ds), r0 = ratio_of(unopt, &t0, ds);
-        fprintf(out, "  bound (Megatron TP or TP+SP): %s4(t-1)/t * b*s*h*d = %s per layer; ratio %.2f (-O0: %.2f)\n",
+        fprintf(out, "  bound (Megatron TP or TP+SP): %s4(t-1)/t * b*s*h*d = %s per layer; ratio %.2f (-O0: %.2f)%s\n",
                 training(opt) ? "forward + backward, 2 x " : "", human(step_bound_per_layer(opt, ds), a, sizeof a),
-                r, r0);
+                r, r0, t.recompute_sent > 0 ? "; the recomputed forward's collectives left out" : "");
         if (r > 1.005) {
             entry_bytes *e;
             int n = group_by_entry(opt, ds, &e);
@@ -605,12 +631,17 @@ static json_t *memory_json(const tp_ir *ir, size_t ds, dp_layout dl, int64_t dev
     return o;
 }
 
-static json_t *training_json(const tp_ir *ir, size_t ds, dp_layout dl, int64_t device_memory)
+static json_t *training_json(const tp_ir *ir, size_t ds, dp_layout dl, tp_recompute mode, int64_t device_memory)
 {
     json_t *o = memory_json(ir, ds, dl, device_memory);
     json_object_set_new(o, "dp_shard", json_string(tp_dp_shard_names[dl.shard]));
     json_object_set_new(o, "flops", json_pack("{s:f, s:f}", "forward", phase_flops(ir, TP_PHASE_FORWARD), "backward",
                                               phase_flops(ir, TP_PHASE_BACKWARD)));
+    recomputed r = recomputed_of(ir);
+    comm_totals t;
+    totals_of(ir, ds, &t);
+    json_object_set_new(o, "recompute", json_pack("{s:s, s:i, s:f, s:f}", "mode", tp_recompute_names[mode], "ops",
+                                                  r.ops, "flops", r.flops, "sent_bytes", t.recompute_sent));
     json_t *phases = tp_xcheck(json_object());
     double bound = ir->world > 1 && ir->layer_input_elems ? bound_per_layer(ir, ds) * ir->nlayers : 0;
     for (int ph = 0; ph < TP_PHASE_COUNT; ph++) {
@@ -658,7 +689,7 @@ static void print_json(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     json_object_set_new(root, "arena_bytes_O0", json_integer(unopt->arena_bytes));
     json_object_set_new(root, "forward_flops", json_real(phase_flops(opt, TP_PHASE_FORWARD)));
     if (training(opt))
-        json_object_set_new(root, "training", training_json(opt, ds, dp_layout_of(p), device_memory));
+        json_object_set_new(root, "training", training_json(opt, ds, dp_layout_of(p), p->train.recompute, device_memory));
     else
         json_object_set_new(root, "forward", memory_json(opt, ds, dp_layout_of(p), device_memory));
     json_object_set_new(root, "paper_activation_bytes_per_layer", json_real(paper_activation_bytes(opt, p)));

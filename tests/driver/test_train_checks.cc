@@ -190,4 +190,34 @@ TEST(TrainChecks, MaxGradNormIsANonNegativeNumber)
     EXPECT_EQ(run_tpcc({"--check", write_plan(dir, "mesh(tp = tp)", "train { max_grad_norm = 0 }")}).code(), 0);
 }
 
+// recompute is "none", "full" or "selective": anything else is an error at
+// the value, with the mode a misspelling meant as a fix-it; --recompute
+// goes with --train and takes the same names.
+TEST(TrainChecks, RecomputeIsNoneFullOrSelective)
+{
+    TempDir dir;
+    std::string plan = write_plan(dir, "mesh(tp = tp)", "train { recompute = \"ful\" }");
+    Proc r = run_tpcc({"--check", plan});
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_TRUE(contains(r.err, "p.plan:5:21: error: recompute is the activation checkpointing of the transformer "
+                                "layers: \"none\", \"full\" or \"selective\"")) << r.err;
+    EXPECT_TRUE(contains(r.err, "did you mean \"full\"?")) << r.err;
+    EXPECT_EQ(run_tpcc({"--fix", plan}).code(), 0);
+    EXPECT_TRUE(contains(slurp(plan), "train { recompute = \"full\" }"));
+    for (const char *bad : {"\"partial\"", "1", "True"}) {
+        r = run_tpcc({"--check", write_plan(dir, "mesh(tp = tp)", std::string("train { recompute = ") + bad + " }")});
+        EXPECT_EQ(r.code(), 1) << bad;
+        EXPECT_TRUE(contains(r.err, "\"selective\" keeps its matmuls' outputs too")) << bad << "\n" << r.err;
+    }
+    for (const char *good : {"none", "full", "selective"})
+        EXPECT_EQ(run_tpcc({"--check", write_plan(dir, "mesh(tp = tp)", std::string("train { recompute = \"") + good +
+                                                                               "\" }")}).code(), 0) << good;
+    r = run_tpcc({"--check", "--recompute", "full", plan});
+    EXPECT_EQ(r.code(), 2);
+    EXPECT_TRUE(contains(r.err, "--recompute goes with --train")) << r.err;
+    r = run_tpcc({"--check", "--train", "--recompute", "fulll", plan});
+    EXPECT_EQ(r.code(), 2);
+    EXPECT_TRUE(contains(r.err, "--recompute must be none, full or selective, not 'fulll'")) << r.err;
+}
+
 }  // namespace

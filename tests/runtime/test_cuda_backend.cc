@@ -90,7 +90,8 @@ std::vector<std::string> tiny(const std::string &plan, int tp, const std::vector
 }
 
 std::string compile(const TempDir &dir, const std::string &plan, int tp, const std::string &dtype,
-                    const std::vector<std::string> &over = {}, bool train = false)
+                    const std::vector<std::string> &over = {}, bool train = false,
+                    const std::vector<std::string> &extra = {})
 {
     std::string out = dir.path + "/" + fs::path(plan).stem().string() + "-tp" + std::to_string(tp) + "-" + dtype +
                       (train ? "-train" : "") + ".sched";
@@ -99,6 +100,7 @@ std::string compile(const TempDir &dir, const std::string &plan, int tp, const s
         args.push_back("--train");
     for (auto &f : tiny(plan, tp, over))
         args.push_back(f);
+    args.insert(args.end(), extra.begin(), extra.end());
     Proc p = run_program(kTpcc, args);
     EXPECT_EQ(p.code(), 0) << p.describe();
     return out;
@@ -400,14 +402,18 @@ TEST_F(EmulatedRun, TensorCoreTrainingMatchesCpu)
 // optimizer's two floats of sums. `scratch_floats` is the CUDA kernels'
 // scratch the report must find. Leaving out any part of the workspace
 // (staging, cuBLAS's, the scratch) is off by kilobytes to megabytes.
+// `recompute`: a training step's activation recomputation.
 void expect_report_is_the_peak(const TempDir &dir, const std::string &plan, const std::vector<std::string> &sizes,
-                               const std::string &dtype, json_int_t scratch_floats, bool train = true)
+                               const std::string &dtype, json_int_t scratch_floats, bool train = true,
+                               const std::string &recompute = "none")
 {
     const std::string tokens = source_path("tests/fixtures/train/llama/tokens.npy");
-    const std::string what = fs::path(plan).stem().string() + " " + dtype + (train ? " training" : " forward");
+    const std::string what = fs::path(plan).stem().string() + " " + dtype +
+                             (train ? " training, recompute " + recompute : " forward");
+    const std::vector<std::string> modes = {"--recompute", recompute};
     std::vector<std::string> args = {plan, "--report", "--report-format=json", "--dtype", dtype};
     if (train)
-        args.push_back("--train");
+        args.insert(args.end(), {"--train", "--recompute", recompute});
     for (auto &f : tiny(plan, 2, sizes))
         args.push_back(f);
     Proc report = run_program(kTpcc, args);
@@ -430,8 +436,8 @@ void expect_report_is_the_peak(const TempDir &dir, const std::string &plan, cons
         run_args.insert(run_args.end(), {"--steps", "1", "--data", tokens});
     else
         run_args.insert(run_args.end(), {"--labels", "tokens"});
-    Proc p = run(kEmulated, 2, compile(dir, plan, 2, dtype, sizes, train), run_args,
-                 {"TP_STANDIN_DEVICE_PEAK=" + peaks});
+    Proc p = run(kEmulated, 2, compile(dir, plan, 2, dtype, sizes, train, train ? modes : std::vector<std::string>{}),
+                 run_args, {"TP_STANDIN_DEVICE_PEAK=" + peaks});
     ASSERT_EQ(p.code(), 0) << p.describe();
     std::istringstream lines(slurp(peaks));
     const json_int_t padding = train ? (dtype == "bf16" ? 7 : 6) + 2 * (json_int_t)sizeof(float) : 4;
@@ -446,17 +452,61 @@ void expect_report_is_the_peak(const TempDir &dir, const std::string &plan, cons
 // the scratch, fp32 keeps only the statistics. GPT-2 (LayerNorm, a kv head
 // a query head, tied weights): the statistics, in bf16 too. Llama with a
 // hidden size of 68: norm weights of 68 leave gaps in the weight region,
-// where each weight starts at a multiple of 8 elements.
+// where each weight starts at a multiple of 8 elements. Recomputation
+// changes the arena only, which the report follows: at batch 2 (twice the
+// scratch) full and selective take 8% off it.
 TEST_F(EmulatedRun, TrainingStepHoldsWhatTheReportSays)
 {
     std::vector<std::string> sizes = kHeadDim64;
     sizes.push_back("batch=1");
     expect_report_is_the_peak(dir, plan, sizes, "bf16", 2 * 80 * 2 + 2 * 80 * 2 * 64);
     expect_report_is_the_peak(dir, plan, sizes, "fp32", 2 * 80 * 2);
+    std::vector<std::string> two = kHeadDim64;
+    two.push_back("batch=2");
+    expect_report_is_the_peak(dir, plan, two, "bf16", 2 * (2 * 80 * 2 + 2 * 80 * 2 * 64), true, "full");
+    expect_report_is_the_peak(dir, plan, two, "fp32", 2 * (2 * 80 * 2), true, "selective");
     const std::vector<std::string> gpt2 = {"hidden=256", "heads=4", "ffn=256", "seq=80", "positions=128", "batch=1"};
     expect_report_is_the_peak(dir, source_path("plans/gpt2-sp-tied.plan"), gpt2, "bf16", 2 * 80 * 2);
     const std::vector<std::string> ragged = {"hidden=68", "heads=2", "kv_heads=2", "ffn=256", "seq=80", "batch=1"};
     expect_report_is_the_peak(dir, plan, ragged, "fp32", 2 * 80 * 1);
+}
+
+// Activation recomputation on the CUDA backend, in bf16 with the
+// tensor-core attention: the recomputed ops run the forward's kernels on
+// the forward's inputs, so two steps at tp 2 give the gradients, losses
+// and norms of no recomputation, bit for bit.
+TEST_F(EmulatedRun, RecomputationChangesNoBitOfABf16Step)
+{
+    const std::string tokens = source_path("tests/fixtures/train/llama/tokens.npy");
+    std::vector<std::string> sizes = kHeadDim64;
+    sizes.push_back("batch=1");
+    std::vector<std::string> grads;
+    std::vector<std::vector<double>> logged;   // each step's loss and gradient norm
+    for (const char *mode : {"none", "full", "selective"}) {
+        std::string g = dir.path + "/grads-" + mode + ".safetensors", log = dir.path + "/log-" + mode + ".json";
+        Proc p = run(kEmulated, 2, compile(dir, plan, 2, "bf16", sizes, true, {"--recompute", mode}),
+                     {"--backend", "cuda", "--steps", "2", "--data", tokens, "--grads-out", g, "--log-json", log, "-q"});
+        ASSERT_EQ(p.code(), 0) << mode << ": " << p.describe();
+        grads.push_back(slurp(g));
+        json_error_t e;
+        json_t *root = json_load_file(log.c_str(), 0, &e);
+        ASSERT_NE(root, nullptr) << e.text;
+        std::vector<double> numbers;
+        size_t i;
+        json_t *step;
+        json_array_foreach(json_object_get(root, "steps"), i, step) {
+            numbers.push_back(json_number_value(json_object_get(step, "loss")));
+            numbers.push_back(json_number_value(json_object_get(step, "grad_norm")));
+        }
+        json_decref(root);
+        logged.push_back(numbers);
+    }
+    EXPECT_FALSE(grads[0].empty());
+    EXPECT_EQ(logged[0].size(), 4u);
+    for (size_t m = 1; m < grads.size(); m++) {
+        EXPECT_TRUE(grads[m] == grads[0]) << "mode " << m << ": the gradients differ";
+        EXPECT_EQ(logged[m], logged[0]) << "mode " << m;
+    }
 }
 
 // A forward step: the weights, the arena, the staging and cuBLAS's
