@@ -105,6 +105,8 @@ void tp_train_check_shard_names(const struct tp_plan *p, tp_diags *d)
         tp_diag_help(g, "add train { shard = \"optimizer\" } (ZeRO-1); to replicate on purpose, name the dimension "
                         "\"dp\" or say train { shard = \"none\" }");
     }
+}
+
 const char *const tp_recompute_names[TP_RECOMPUTE_COUNT] = {"none", "full", "selective"};
 
 bool tp_recompute_parse(const char *name, tp_recompute *out)

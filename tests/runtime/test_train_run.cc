@@ -429,10 +429,12 @@ TEST(TrainRun, DataParallelEqualsOneRankOnTheGlobalBatch)
 // against one rank's: AdamW's first steps divide each gradient by its own
 // magnitude, so an entry whose gradient is all rounding moves by the
 // rate whatever its sign (GPT-2's biases and LayerNorms: 3e-4 of their
-// scale after five steps, replicated dp as sharded); ZeRO-1 against
-// replicated dp on the same ranks stays within 1e-6.
+// scale after five steps, replicated dp as sharded). `same_ranks` bounds
+// ZeRO-1's final weights and moments against replicated dp on the same
+// ranks, whose sums differ only in order (measured: Llama 1.0e-6, GPT-2
+// 3.3e-5, clipping every step).
 void expect_zero_one_is_replicated(const std::string &plan_source, const std::string &fixture,
-                                   double weights_tolerance)
+                                   double weights_tolerance, double same_ranks)
 {
     ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
     TempDir d;
@@ -495,8 +497,8 @@ void expect_zero_one_is_replicated(const std::string &plan_source, const std::st
     // in runs; the saved moments gathered back from the runs
     for (size_t i = 0; i < 5; i++)
         EXPECT_NEAR(logs[2].losses[i], logs[1].losses[i], 1e-6 * logs[1].losses[i]) << "step " << i + 1;
-    EXPECT_LT(worst_relative(finals[2], finals[1]), 1e-6);
-    EXPECT_LT(worst_relative(moments[2], moments[1]), 1e-6);
+    EXPECT_LT(worst_relative(finals[2], finals[1]), same_ranks);
+    EXPECT_LT(worst_relative(moments[2], moments[1]), same_ranks);
     EXPECT_LT(worst_relative(moments[4], moments[1]), weights_tolerance);
 
     // two sharded steps saved, resumed on other layouts: steps 3 to 5, whose
@@ -514,12 +516,12 @@ void expect_zero_one_is_replicated(const std::string &plan_source, const std::st
 
 TEST(TrainRun, ZeroOneTakesTheStepsOfReplicatedDataParallelLlama)
 {
-    expect_zero_one_is_replicated("plans/llama-sp.plan", "llama", 1e-5);
+    expect_zero_one_is_replicated("plans/llama-sp.plan", "llama", 1e-5, 1e-5);
 }
 
 TEST(TrainRun, ZeroOneTakesTheStepsOfReplicatedDataParallelGpt2Tied)
 {
-    expect_zero_one_is_replicated("plans/gpt2-hf-sp.plan", "gpt2-tied", 1e-3);
+    expect_zero_one_is_replicated("plans/gpt2-hf-sp.plan", "gpt2-tied", 1e-3, 1e-4);
 }
 
 // The README's 2-D recipe, plans/llama-2d.plan (seed 003's plan: tp with
