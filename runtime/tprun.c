@@ -24,6 +24,7 @@
 #include "runtime/exec/clobber.h"
 #include "runtime/exec/exec.h"
 #include "runtime/backends/gpu.h"
+#include "runtime/comm/gpu_share.h"
 #include "runtime/comm/node.h"
 #include "runtime/io/npy.h"
 #include "runtime/exec/run.h"
@@ -36,7 +37,8 @@ static const char usage[] =
     "Run a schedule compiled by `tpcc PLAN -o SCHEDULE`: one forward step of the model on\n"
     "every rank: on the GPUs (CUDA backend, ranks over NCCL) when this machine has one, else on\n"
     "the CPU (OpenBLAS, ranks over MPI). Started by mpiexec or srun, each process is one rank;\n"
-    "a rank takes the only GPU it sees, else the one at its rank among its node's ranks.\n"
+    "a rank takes the only GPU it sees, else the one at its rank among its node's ranks (modulo\n"
+    "the GPUs: ranks beyond them share, and their collectives stage through host memory).\n"
     "\n"
     "  -n N                 launch N ranks with mpiexec (the schedule's world size; times its\n"
     "                       data_parallel replicas for a dp x tp training schedule); ranks are\n"
@@ -63,8 +65,13 @@ static const char usage[] =
     "  --repeat N           run the forward N times after loading (default 1) and report the\n"
     "                       median step; --profile-json lists every step's time; --out,\n"
     "                       --compare and --trace use the last step\n"
-    "  --backend B          cuda (bf16 or fp32 schedules; one GPU per rank) or cpu (fp32);\n"
+    "  --backend B          cuda (bf16 or fp32 schedules) or cpu (fp32);\n"
     "                       default: cuda when a GPU is usable, else cpu\n"
+    "  --comm C             the CUDA ranks' collectives: nccl (default; one GPU per rank) or\n"
+    "                       mpi (each collective copied to host memory, run by MPI, copied\n"
+    "                       back: ranks may share a GPU; bf16 sums in fp32). Chosen, with a\n"
+    "                       warning, where ranks share a GPU. An error with the cpu backend,\n"
+    "                       whose ranks always use MPI\n"
     "  -q, --quiet          print nothing but errors\n"
     "  -h, --help, --version\n"
     "\n"
@@ -101,7 +108,8 @@ static const char usage[] =
     "                       chunks (default 2147483647; lower it only to test the chunking)\n";
 
 enum { OPT_WEIGHTS = 256, OPT_SEED, OPT_TOKENS, OPT_LABELS, OPT_OUT, OPT_COMPARE, OPT_TOL, OPT_PROFILE,
-       OPT_PROFILE_JSON, OPT_TRACE, OPT_THREADS, OPT_REPEAT, OPT_BACKEND, OPT_VERSION, OPT_TRAIN, OPT_PPN };
+       OPT_PROFILE_JSON, OPT_TRACE, OPT_THREADS, OPT_REPEAT, OPT_BACKEND, OPT_COMM, OPT_VERSION, OPT_TRAIN,
+       OPT_PPN };
 
 /* -n and the options tprun hands to mpiexec with it */
 typedef struct launcher {
@@ -154,6 +162,7 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         {"tolerance", required_argument, 0, OPT_TOL}, {"profile", no_argument, 0, OPT_PROFILE},
         {"profile-json", required_argument, 0, OPT_PROFILE_JSON}, {"trace", required_argument, 0, OPT_TRACE},
         {"threads", required_argument, 0, OPT_THREADS}, {"backend", required_argument, 0, OPT_BACKEND},
+        {"comm", required_argument, 0, OPT_COMM},
         {"repeat", required_argument, 0, OPT_REPEAT},
         {"data", required_argument, 0, OPT_TRAIN}, {"steps", required_argument, 0, OPT_TRAIN},
         {"lr", required_argument, 0, OPT_TRAIN}, {"warmup", required_argument, 0, OPT_TRAIN},
@@ -226,6 +235,13 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
                 return -1;
             }
             o->backend = optarg;
+            break;
+        case OPT_COMM:
+            if (strcmp(optarg, "nccl") && strcmp(optarg, "mpi")) {
+                fprintf(stderr, "tprun: --comm takes nccl or mpi, not '%s'\n", optarg);
+                return -1;
+            }
+            o->comm = optarg;
             break;
         case OPT_TRAIN:
             if (tr_train_option(&o->train, longs[li].name, optarg, why, sizeof why)) {
@@ -362,6 +378,34 @@ static bool under_mpi(void)
            srun_tasks() > 1;
 }
 
+/* Whether the CUDA ranks' collectives stage through host memory
+ * (tp_comm_staged) rather than run on NCCL: when --comm mpi asks, or, with
+ * a warning from rank 0, where ranks share a GPU, which NCCL refuses;
+ * --comm nccl there is an error (its message on rank 0, err empty on the
+ * others). Collective over host, after tp_gpu_init. */
+static int stage_through_host(tp_comm *host, const char *asked, bool quiet, bool *staged, char *err, size_t errlen)
+{
+    *staged = asked && !strcmp(asked, "mpi");
+    if (*staged)
+        return 0;
+    char bus_id[32], sharing[300] = "";
+    if (tp_gpu_bus_id(bus_id, sizeof bus_id, err, errlen) ||
+        tp_gpus_shared(host, bus_id, staged, sharing, sizeof sharing, err, errlen))
+        return -1;
+    if (*staged && asked) {
+        if (host->rank == 0)
+            snprintf(err, errlen, "%s: NCCL (--comm nccl) needs one GPU per rank; give --comm mpi to stage the "
+                     "collectives through host memory, or launch at most one rank per GPU", sharing);
+        else
+            *err = '\0';
+        return -1;
+    }
+    if (*staged && host->rank == 0 && !quiet)
+        fprintf(stderr, "tprun: warning: %s: NCCL needs one GPU per rank; collectives stage through host memory "
+                        "over MPI (--comm mpi)\n", sharing);
+    return 0;
+}
+
 /* A rank ends with its launcher (mpiexec's proxy, its parent): killed
  * with SIGKILL, the launcher cannot end it, and a rank left behind would
  * wait in a collective for peers that are gone. */
@@ -416,6 +460,12 @@ int main(int argc, char **argv)
         free(given);
         return 2;
     }
+    if (o.comm && !strcmp(o.backend, "cpu")) {
+        fprintf(stderr, "tprun: --comm chooses how the CUDA backend's ranks communicate; the cpu backend's always "
+                        "use MPI: drop --comm\n");
+        free(given);
+        return 2;
+    }
     r = l.ranks && !under_mpi() ? launch(&l, argc, given) : -1;
     free(given);
     if (r >= 0)
@@ -435,13 +485,16 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!strcmp(o.backend, "cuda")) {
-        /* one device per rank; the NCCL communicator takes over the host one */
+        /* a device per rank, or shared; the device communicator takes over the host one */
         tp_comm host = comm;
+        bool staged = false;
         int device = tp_node_gpu(&host.node, gpus, err, sizeof err);
-        if (device < 0 || tp_gpu_init(&host, device, err, sizeof err) || tp_comm_nccl(&comm, &host, err, sizeof err)) {
-            if (host.world > 1)
+        if (device < 0 || tp_gpu_init(&host, device, err, sizeof err) ||
+            stage_through_host(&host, o.comm, o.quiet, &staged, err, sizeof err) ||
+            (staged ? tp_comm_staged : tp_comm_nccl)(&comm, &host, err, sizeof err)) {
+            if (host.world > 1 && *err)
                 fprintf(stderr, "tprun: rank %d: %s\n", host.rank, err);
-            else
+            else if (*err)
                 fprintf(stderr, "tprun: %s\n", err);
             fflush(NULL);
             if (host.world > 1 && host.ops->abort) {

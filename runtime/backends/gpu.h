@@ -1,6 +1,7 @@
 /* gpu.h: what tprun knows of GPUs, without CUDA headers.
  *
- * Two implementations: the CUDA one (backend_cuda.c + comm_nccl.c, built
+ * Two implementations: the CUDA one (backend_cuda.c, comm_nccl.c and
+ * comm_staged.c, built
  * when CMake finds nvcc: TPCC_CUDA, as the module tprun_cuda.so that tprun
  * reaches through gpu_dlopen.c: gpu_module.h), and gpu_none.c for builds
  * without CUDA, where no GPU is ever usable. The test-only tprun_emulated builds the
@@ -14,8 +15,12 @@
  *                       --backend cuda where none is)
  *   tp_gpu_init         bind the process to its device (tp_node_gpu's choice,
  *                       runtime/comm/node.h), create the compute stream and cuBLAS
+ *   tp_gpu_bus_id       which device it is (ranks sharing one cannot use NCCL:
+ *                       runtime/comm/gpu_share.h)
  *   tp_comm_nccl        the communicator: NCCL over the devices, with the
- *                       host communicator (MPI) for the id and host data
+ *                       host communicator (MPI) for the id and host data;
+ *                       or tp_comm_staged, collectives through host memory
+ *                       over the host communicator, where ranks share a GPU
  *   tp_backend_cuda     the backend table for the schedule's dtype
  */
 #ifndef TPRUN_GPU_H
@@ -56,5 +61,19 @@ const tp_backend *tp_backend_cuda(tp_dtype dtype);
  * parallelism, each watched the same way. After tp_gpu_init. Returns 0 or
  * -1 with a message. */
 int tp_comm_nccl(tp_comm *c, const tp_comm *host, char *err, size_t errlen);
+
+/* The PCI bus id of this process's device ("0000:41:00.0"), which NCCL
+ * tells devices apart by. After tp_gpu_init. Returns 0 or -1 with a
+ * message. */
+int tp_gpu_bus_id(char *id, size_t idlen, char *err, size_t errlen);
+
+/* Collectives for ranks that share a GPU, which NCCL refuses: each one
+ * waits for the compute stream, copies the device buffer to pinned host
+ * memory, runs `host`'s collective (MPI) there and copies the result back;
+ * bf16 reductions sum in float32 on the host. gather_bytes, abort and
+ * split go to `host`, which the new communicator takes over (its finalize
+ * finalizes host and releases the GPU). After tp_gpu_init. Returns 0 or
+ * -1 with a message. */
+int tp_comm_staged(tp_comm *c, const tp_comm *host, char *err, size_t errlen);
 
 #endif /* TPRUN_GPU_H */

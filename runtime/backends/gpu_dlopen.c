@@ -91,3 +91,15 @@ int tp_comm_nccl(tp_comm *c, const tp_comm *host, char *err, size_t errlen)
     const tp_gpu_module *m = load(err, errlen);
     return m ? m->comm_nccl(c, host, err, errlen) : -1;
 }
+
+int tp_gpu_bus_id(char *id, size_t idlen, char *err, size_t errlen)
+{
+    const tp_gpu_module *m = load(err, errlen);
+    return m ? m->bus_id(id, idlen, err, errlen) : -1;
+}
+
+int tp_comm_staged(tp_comm *c, const tp_comm *host, char *err, size_t errlen)
+{
+    const tp_gpu_module *m = load(err, errlen);
+    return m ? m->comm_staged(c, host, err, errlen) : -1;
+}

@@ -2,8 +2,8 @@
  * --backend cuda is asked for (or a GPU would be the default), so a CPU run
  * and `tprun --version` never map the CUDA runtime, cuBLAS or NCCL.
  *
- * The module (tprun_cuda.so: backend_cuda.c, comm_nccl.c, the kernels and
- * module.c) exports one table, TP_GPU_MODULE_SYMBOL, of gpu.h's functions;
+ * The module (tprun_cuda.so: backend_cuda.c, comm_nccl.c, comm_staged.c,
+ * the kernels and module.c) exports one table, TP_GPU_MODULE_SYMBOL, of gpu.h's functions;
  * gpu_dlopen.c is gpu.h in tprun, forwarding to that table. tprun looks for
  * the module beside its executable (the build tree), then in the installed
  * library directory relative to it (TPRUN_MODULE_DIR, from CMake). */
@@ -26,6 +26,8 @@ typedef struct tp_gpu_module {
     int (*init)(const tp_comm *host, int device, char *err, size_t errlen);
     const tp_backend *(*backend)(tp_dtype dtype);
     int (*comm_nccl)(tp_comm *c, const tp_comm *host, char *err, size_t errlen);
+    int (*bus_id)(char *id, size_t idlen, char *err, size_t errlen);
+    int (*comm_staged)(tp_comm *c, const tp_comm *host, char *err, size_t errlen);
 } tp_gpu_module;
 
 #endif /* TPRUN_GPU_MODULE_H */

@@ -31,3 +31,17 @@ int tp_comm_nccl(tp_comm *c, const tp_comm *host, char *err, size_t errlen)
     (void)host;
     return tp_gpu_count(err, errlen) > 0 ? 0 : -1;
 }
+
+int tp_gpu_bus_id(char *id, size_t idlen, char *err, size_t errlen)
+{
+    (void)id;
+    (void)idlen;
+    return tp_gpu_count(err, errlen) > 0 ? 0 : -1;
+}
+
+int tp_comm_staged(tp_comm *c, const tp_comm *host, char *err, size_t errlen)
+{
+    (void)c;
+    (void)host;
+    return tp_gpu_count(err, errlen) > 0 ? 0 : -1;
+}

@@ -19,15 +19,8 @@ int tp_node_gpu(const tp_rank_node *node, int visible, char *err, size_t errlen)
 {
     if (visible <= 0)
         return tp_error(err, errlen, "node %s shows this rank no usable GPU", node->host);
-    if (visible == 1)
-        return 0;
-    if (node->local_size > visible)
-        return tp_error(err, errlen,
-                        "node %s runs %d ranks but shows %d GPUs: NCCL needs one GPU per rank; launch at most %d "
-                        "ranks per node (tprun -n N -ppn %d, srun --ntasks-per-node=%d), or one GPU per rank "
-                        "(srun --gpus-per-task=1), or run on the CPU (--backend cpu)",
-                        node->host, node->local_size, visible, visible, visible, visible);
-    return node->local_rank;
+    /* more ranks than GPUs share them round-robin (gpu_share.h tells) */
+    return node->local_rank % visible;
 }
 
 /* The marked numbers below n as ranges, "0-3,6" */

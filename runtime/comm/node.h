@@ -21,8 +21,10 @@ void tp_node_alone(tp_rank_node *node);
 /* The device a rank takes among the `visible` usable devices its process
  * sees: the only one when it sees one (Slurm's --gpus-per-task=1 and any
  * launcher setting CUDA_VISIBLE_DEVICES per rank give each rank its own),
- * else the one at its local rank. -1 with a message naming the host, the
- * counts and the fix when the node runs more ranks than it shows GPUs. */
+ * else the one at its local rank, modulo `visible` on a node running more
+ * ranks than it shows GPUs: ranks then share GPUs, which NCCL refuses and
+ * the host-staged communicator allows (gpu_share.h). -1 with a message
+ * naming the host when the rank sees no GPU. */
 int tp_node_gpu(const tp_rank_node *node, int visible, char *err, size_t errlen);
 
 /* The rank map, one line per node (at most 8, then how many more):

@@ -317,12 +317,17 @@ static int locate_ranks(job *j)
     return 0;
 }
 
-/* The header of a run's report: the schedule, the ranks and the backend,
- * and for several ranks where each runs (rank 0, after locate_ranks) */
+/* The header of a run's report: the schedule, the ranks and the backend
+ * (with the communicator of a device backend's ranks: nccl, or mpi-staged
+ * where they share GPUs), and for several ranks where each runs (rank 0,
+ * after locate_ranks) */
 static void print_header(const job *j)
 {
     int world = j->comm->world;
-    printf("tprun: %s (%d rank%s, %s backend)\n", j->o->schedule, world, world == 1 ? "" : "s", j->x.be->name);
+    printf("tprun: %s (%d rank%s, %s backend", j->o->schedule, world, world == 1 ? "" : "s", j->x.be->name);
+    if (world > 1 && !j->x.be->host_memory)
+        printf(", %s collectives", j->comm->ops->name);
+    printf(")\n");
     if (!j->nodes)
         return;
     tp_buf map;

@@ -22,11 +22,13 @@ typedef struct tr_options {
     int threads;
     int repeat;                 /* --repeat: forward steps on the same inputs (0: not given, one) */
     const char *backend;        /* "cpu" or "cuda" (tprun resolves the default) */
+    const char *comm;           /* --comm: "nccl" or "mpi" for the CUDA backend; NULL: nccl unless ranks share GPUs */
     tr_train_options train;     /* a training schedule's run (runtime/train/) */
 } tr_options;
 
 /* Returns 0, or an exit status with a message (naming this rank) in err.
- * With o->backend "cuda", tp_gpu_init has run and comm is tp_comm_nccl's. */
+ * With o->backend "cuda", tp_gpu_init has run and comm is tp_comm_nccl's or
+ * tp_comm_staged's. */
 int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen);
 
 #endif /* TPRUN_RUN_H */

@@ -586,21 +586,6 @@ static inline float bits_to_f32(uint32_t u)
     return f;
 }
 
-float tp_bf16_to_f32(uint16_t h)
-{
-    return bits_to_f32((uint32_t)h << 16);
-}
-
-/* rounding to nearest even; a NaN stays a quiet NaN */
-uint16_t tp_f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 float tp_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

@@ -45,6 +45,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "util/bf16.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -146,10 +147,9 @@ int64_t tp_weight_init_seeded(const tp_weight_slice *s, uint64_t seed, float *ds
  * tp_weight_slice_rows counts them); -1 when those rows are outside it. */
 int64_t tp_weight_init_seeded_rows(const tp_weight_slice *s, uint64_t seed, int64_t row0, int64_t nrows, float *dst);
 
-/* Conversions used by the loader (exposed for tests and kernels). */
-float tp_bf16_to_f32(uint16_t h);
-/* float32 -> bfloat16, rounding to nearest even (the executor's and the loader's) */
-uint16_t tp_f32_to_bf16(float f);
+/* Conversions used by the loader (exposed for tests and kernels); bf16's
+ * (tp_bf16_to_f32, tp_f32_to_bf16: the executor's and the loader's
+ * rounding) are util/bf16.h's. */
 float tp_f16_to_f32(uint16_t h);
 
 #ifdef __cplusplus

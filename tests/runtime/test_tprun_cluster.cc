@@ -1,4 +1,5 @@
-// Running on several nodes: the GPU a rank takes (tp_node_gpu), the rank
+// Running on several nodes: the GPU a rank takes (tp_node_gpu), whether
+// ranks share GPUs (tp_gpu_sharing, runtime/comm/gpu_share.h), the rank
 // map and the check that a tensor-parallel group stays inside a node
 // (runtime/comm/node.h) on layouts of nodes written here; tprun -n's
 // launcher options reaching mpiexec (a stand-in mpiexec that records its
@@ -16,6 +17,7 @@
 #include <sys/stat.h>
 
 extern "C" {
+#include "runtime/comm/gpu_share.h"
 #include "runtime/comm/node.h"
 }
 #include "tests/support/process.h"
@@ -73,20 +75,59 @@ TEST(NodeGpu, TheOnlyVisibleGpuOrTheLocalRanks)
     EXPECT_EQ(tp_node_gpu(&alone, 8, err, sizeof err), 0) << err;
 }
 
-// More ranks on a node than GPUs it shows: the host, the counts and the fix.
-TEST(NodeGpu, MoreRanksThanGpusIsAnErrorNamingTheNode)
+// More ranks on a node than GPUs it shows share them round-robin (their
+// collectives then stage through host memory); no GPU is an error naming
+// the node.
+TEST(NodeGpu, MoreRanksThanGpusShareThemAndNoGpuIsAnError)
 {
     char err[400] = "";
     tp_rank_node fourth_of_four = node_at(1, 3, 4, "gpu7");
-    EXPECT_EQ(tp_node_gpu(&fourth_of_four, 2, err, sizeof err), -1);
-    EXPECT_TRUE(contains(err, "node gpu7 runs 4 ranks but shows 2 GPUs")) << err;
-    EXPECT_TRUE(contains(err, "-ppn 2")) << err;
-    EXPECT_TRUE(contains(err, "--gpus-per-task=1")) << err;
-    // the first rank too: every rank of the node refuses, none starts alone
+    EXPECT_EQ(tp_node_gpu(&fourth_of_four, 2, err, sizeof err), 1) << err;
+    EXPECT_EQ(tp_node_gpu(&fourth_of_four, 3, err, sizeof err), 0) << err;
     tp_rank_node first_of_four = node_at(1, 0, 4, "gpu7");
-    EXPECT_EQ(tp_node_gpu(&first_of_four, 3, err, sizeof err), -1);
+    EXPECT_EQ(tp_node_gpu(&first_of_four, 3, err, sizeof err), 0) << err;
     EXPECT_EQ(tp_node_gpu(&first_of_four, 0, err, sizeof err), -1);
     EXPECT_TRUE(contains(err, "node gpu7 shows this rank no usable GPU")) << err;
+}
+
+// ---- ranks sharing a GPU ----
+
+// Every rank's node (index from node_of_rank, 2 ranks a node unless told)
+// and device bus id.
+std::vector<tp_rank_gpu> gpus(const std::vector<int> &node_of_rank, const std::vector<std::string> &bus)
+{
+    std::vector<tp_rank_gpu> v;
+    for (size_t r = 0; r < node_of_rank.size(); r++) {
+        tp_rank_gpu g = {};
+        g.node = node_at(node_of_rank[r], 0, 2, ("host" + std::to_string(node_of_rank[r])).c_str());
+        snprintf(g.bus_id, sizeof g.bus_id, "%s", bus[r].c_str());
+        v.push_back(g);
+    }
+    return v;
+}
+
+// A GPU of each rank's own shares nothing, even where every process sees
+// one device (Slurm's --gpus-per-task=1: each a different one); the same
+// bus id on two nodes is two GPUs.
+TEST(GpuShare, DistinctDevicesOnANodeShareNothing)
+{
+    char msg[300] = "";
+    auto own = gpus({0, 0, 1, 1}, {"0000:41:00.0", "0000:42:00.0", "0000:41:00.0", "0000:42:00.0"});
+    EXPECT_EQ(tp_gpu_sharing(own.data(), 4, msg, sizeof msg), 0);
+    EXPECT_STREQ(msg, "");
+}
+
+// Ranks on one device: the first node where they outnumber their GPUs,
+// with the counts and the host, and how many nodes share.
+TEST(GpuShare, RanksOnOneDeviceNameTheFirstSharingNode)
+{
+    char msg[300] = "";
+    auto one = gpus({0, 0}, {"0000:01:00.0", "0000:01:00.0"});
+    EXPECT_EQ(tp_gpu_sharing(one.data(), 2, msg, sizeof msg), 1);
+    EXPECT_STREQ(msg, "2 ranks share 1 GPU on node 0 (host0)");
+    auto second = gpus({0, 0, 1, 1, 1, 2, 2}, {"a", "b", "a", "b", "a", "a", "a"});
+    EXPECT_EQ(tp_gpu_sharing(second.data(), 7, msg, sizeof msg), 2);
+    EXPECT_STREQ(msg, "3 ranks share 2 GPUs on node 1 (host1)");
 }
 
 // ---- the rank map ----

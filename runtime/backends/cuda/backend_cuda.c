@@ -178,6 +178,12 @@ int tp_gpu_init(const tp_comm *host, int device, char *err, size_t errlen)
     return 0;
 }
 
+int tp_gpu_bus_id(char *id, size_t idlen, char *err, size_t errlen)
+{
+    TP_CUDA_TRY(cudaDeviceGetPCIBusId(id, (int)idlen, gpu->device));
+    return 0;
+}
+
 void tp_gpu_shutdown(void)
 {
     if (!gpu->ready)

@@ -12,4 +12,6 @@ __attribute__((visibility("default"))) const tp_gpu_module tp_gpu_module_table =
     .init = tp_gpu_init,
     .backend = tp_backend_cuda,
     .comm_nccl = tp_comm_nccl,
+    .bus_id = tp_gpu_bus_id,
+    .comm_staged = tp_comm_staged,
 };

@@ -331,6 +331,20 @@ cudaError_t cudaGetDevice(int *device)
     return cudaSuccess;
 }
 
+// Device d of the stand-in is on bus d: processes of one job that take the
+// same device number share a device, as on one machine.
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)
+{
+    int n = 0;
+    cudaError_t e = driver_state(&n);
+    if (e != cudaSuccess)
+        return fail(e);
+    if (device < 0 || device >= n || len < 13)
+        return fail(cudaErrorInvalidValue);
+    snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", device);
+    return cudaSuccess;
+}
+
 cudaError_t cudaDeviceSynchronize(void)
 {
     flush_all();
