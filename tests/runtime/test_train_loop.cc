@@ -400,7 +400,7 @@ TEST(TrainDataParallel, CommunicatorWithoutSplitIsRefused)
 {
     tp_comm_ops ops = {};
     ops.name = "nccl";
-    tp_comm world = {&ops, 0, 4, nullptr};
+    tp_comm world = {&ops, 0, 4, nullptr, {}};
     tr_dp g;
     char err[400] = "";
     EXPECT_EQ(tr_dp_init(&g, &world, 2, 2, err, sizeof err), -1);
@@ -428,7 +428,7 @@ TEST(TrainGather, SlicesOfEveryKindMakeTheFullLogicalTensors)
     std::string sched = compile_gather_schedule(d);
     tp_comm_ops ops = {};
     ops.gather_bytes = fake_gather;
-    tp_comm comm = {&ops, 0, 2, nullptr};
+    tp_comm comm = {&ops, 0, 2, nullptr, {}};
     tr_layouts l;
     char err[800] = "";
     ASSERT_EQ(tr_layouts_load(&l, sched.c_str(), &comm, err, sizeof err), 0) << err;
@@ -476,7 +476,7 @@ TEST(TrainGather, RanksWithOtherWeightsAreRefused)
         edited.replace(at, e.from.size(), e.to);
         std::string sched = d.write("edited.sched", edited);
         tp_comm_ops ops = {};
-        tp_comm comm = {&ops, 0, 2, nullptr};
+        tp_comm comm = {&ops, 0, 2, nullptr, {}};
         tr_layouts l;
         char err[800] = "";
         EXPECT_EQ(tr_layouts_load(&l, sched.c_str(), &comm, err, sizeof err), -1) << e.to;
