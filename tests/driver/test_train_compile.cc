@@ -382,6 +382,18 @@ std::string megatron_on_dp(const TempDir &tmp, int dp, const std::string &shard 
     return tmp.write("dp" + std::to_string(dp) + shard + ".plan", text);
 }
 
+// tpcc --train --report in `format` of the tiny Megatron Llama on
+// mesh(dp, tp = 2), its train { shard } `shard` (none when empty).
+Proc dp_report(const TempDir &tmp, int dp, const std::string &format, const std::string &shard = "",
+               const std::string &dtype = "fp32")
+{
+    std::vector<std::string> args = {megatron_on_dp(tmp, dp, shard), "--train", "--report", "--report-format=" + format,
+                                     "--dtype", dtype};
+    std::vector<std::string> sizes = tiny(2);
+    args.insert(args.end(), sizes.begin(), sizes.end());
+    return tpcc_test::run_program(kTpcc, args);
+}
+
 // --dump says how many replicas of the tp group a dp x tp schedule runs.
 TEST(TrainCompile, DumpShowsTheDataParallelReplicas)
 {
@@ -403,12 +415,7 @@ TEST(TrainCompile, DumpShowsTheDataParallelReplicas)
 TEST(TrainReport, DataParallelAddsTheGradientAverage)
 {
     TempDir tmp;
-    auto report = [&](int dp, const std::string &format) {
-        std::vector<std::string> args = {megatron_on_dp(tmp, dp), "--train", "--report", "--report-format=" + format};
-        std::vector<std::string> sizes = tiny(2);
-        args.insert(args.end(), sizes.begin(), sizes.end());
-        return tpcc_test::run_program(kTpcc, args);
-    };
+    auto report = [&](int dp, const std::string &format) { return dp_report(tmp, dp, format); };
     Proc one = report(1, "json"), two = report(2, "json"), text = report(2, "text");
     ASSERT_EQ(one.code(), 0) << one.err;
     ASSERT_EQ(two.code(), 0) << two.err;
@@ -439,12 +446,7 @@ TEST(TrainReport, DataParallelAddsTheGradientAverage)
 TEST(TrainReport, DataParallelStatesTheRankLayout)
 {
     TempDir tmp;
-    auto report = [&](int dp, const std::string &format) {
-        std::vector<std::string> args = {megatron_on_dp(tmp, dp), "--train", "--report", "--report-format=" + format};
-        std::vector<std::string> sizes = tiny(2);
-        args.insert(args.end(), sizes.begin(), sizes.end());
-        return tpcc_test::run_program(kTpcc, args);
-    };
+    auto report = [&](int dp, const std::string &format) { return dp_report(tmp, dp, format); };
     Proc two = report(2, "text"), eight = report(8, "text"), json = report(2, "json");
     ASSERT_EQ(two.code(), 0) << two.err;
     EXPECT_TRUE(contains(two.out, "\nranks: tp fastest, rank = dp index x 2 + tp index: dp 0 = ranks 0-1, dp 1 = "
@@ -477,11 +479,7 @@ TEST(TrainReport, ZeroOneDividesTheOptimizerStateByDp)
 {
     TempDir tmp;
     auto training = [&](int dp, const std::string &shard, const std::string &format) {
-        std::vector<std::string> args = {megatron_on_dp(tmp, dp, shard), "--train", "--report",
-                                         "--report-format=" + format, "--dtype", "bf16"};
-        std::vector<std::string> sizes = tiny(2);
-        args.insert(args.end(), sizes.begin(), sizes.end());
-        return tpcc_test::run_program(kTpcc, args);
+        return dp_report(tmp, dp, format, shard, "bf16");
     };
     auto field = [](json_t *o, const char *key) { return double(json_integer_value(json_object_get(o, key))); };
     json_error_t err;

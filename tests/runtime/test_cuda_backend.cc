@@ -838,7 +838,7 @@ TEST_F(EmulatedDataParallel, ZeroOneTakesTheCpuStepsAndHoldsWhatTheReportSays)
     ASSERT_EQ(want.size(), 2u);
 
     struct Case { int dp, tp; std::string dtype; };
-    for (Case c : {Case{2, 2, "fp32"}, Case{2, 2, "bf16"}, Case{3, 1, "bf16"}, Case{3, 1, "fp32"}}) {
+    for (Case c : {Case{2, 2, "fp32"}, Case{2, 2, "bf16"}, Case{3, 1, "bf16"}}) {
         std::string tag = "zero-dp" + std::to_string(c.dp) + "tp" + std::to_string(c.tp) + c.dtype,
                     s = dir.path + "/" + tag + ".sched", log = dir.path + "/" + tag + ".json",
                     peaks = dir.path + "/" + tag + "-peak.txt", g = dir.path + "/" + tag + "-grads.safetensors",
