@@ -44,6 +44,11 @@ static inline int64_t tp_dp_shard_elems(int64_t n, int64_t dp)
     return tp_weight_region_offset((n + dp - 1) / dp);
 }
 
+/* Whether a weight of n local elements is padded to dp runs (its last
+ * runs short or empty): its reduced gradient's run then needs a buffer of
+ * its own, where an unpadded weight's run stays in its gradient's place. */
+static inline int tp_dp_shard_padded(int64_t n, int64_t dp) { return tp_dp_shard_elems(n, dp) * dp != n; }
+
 /* Of that run, the elements rank d really holds (the rest is padding). */
 static inline int64_t tp_dp_shard_held(int64_t n, int64_t dp, int64_t d)
 {

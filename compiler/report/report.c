@@ -196,15 +196,17 @@ static dp_layout dp_layout_of(const tp_plan *p)
 }
 
 /* ZeRO's shard region (runtime/train/zero.h): each weight's run over dp,
- * end to end; *widest the longest run. */
-static int64_t shard_region_elems(const tp_ir *ir, int64_t dp, int64_t *widest)
+ * end to end; *widest the longest run, *padded the runs of the weights
+ * padded to dp runs, whose reduced gradients take a buffer of their own. */
+static int64_t shard_region_elems(const tp_ir *ir, int64_t dp, int64_t *widest, int64_t *padded)
 {
     int64_t n = 0;
-    *widest = 0;
+    *widest = *padded = 0;
     for (int i = 0; i < ir->nparams; i++) {
         int64_t c = tp_dp_shard_elems(param_elems(ir, i), dp);
         n += c;
         *widest = c > *widest ? c : *widest;
+        *padded += tp_dp_shard_padded(param_elems(ir, i), dp) ? c : 0;
     }
     return n;
 }
@@ -215,15 +217,16 @@ static step_memory memory_of(const tp_ir *ir, size_t dsize, dp_layout d)
     step_memory m = {weight_region_bytes(ir, dsize), 0, 0, 0, 0, staging_bytes(ir), TP_CUDA_BLAS_WORKSPACE_BYTES,
                      cuda_scratch_bytes(ir, dsize == 2), 0, 0, 0};
     if (train) {
-        int64_t widest, runs = shard_region_elems(ir, d.dp, &widest);
+        int64_t widest, padded, runs = shard_region_elems(ir, d.dp, &widest, &padded);
         bool sharded = d.shard == TP_DP_SHARD_OPTIMIZER;
         int64_t state = sharded ? runs * 4 : weight_region_bytes(ir, 4);   /* fp32 moments and masters */
         m.grads = param_bytes(ir, dsize);
         m.optimizer = 2 * state;
         m.masters = dsize == 4 ? 0 : state;
-        /* ZeRO-1's reduced gradient runs, and its collectives' padded
-         * staging: dp runs of the widest and one more (fp32) */
-        m.zero = sharded ? runs * (int64_t)dsize + (d.dp + 1) * widest * 4 : 0;
+        /* ZeRO-1's reduced gradient runs of the padded weights (the others
+         * stay in their gradients' place), and its collectives' staging:
+         * dp runs of the widest and one more (fp32) */
+        m.zero = sharded ? padded * (int64_t)dsize + (d.dp + 1) * widest * 4 : 0;
     }
     /* the gradients live in the arena (outputs.grads), counted once */
     m.activations = ir->arena_bytes - m.grads;
@@ -407,7 +410,7 @@ static dp_traffic dp_traffic_of(const tp_ir *ir, size_t ds, dp_layout d)
         a.sent[0] = tp_ring_bytes(TP_OP_ALL_REDUCE, param_bytes(ir, 1), ds, d.dp);
         return a;
     }
-    int64_t widest, padded = d.dp * shard_region_elems(ir, d.dp, &widest);
+    int64_t widest, padded_runs, padded = d.dp * shard_region_elems(ir, d.dp, &widest, &padded_runs);
     a.kinds = 2;
     a.kind[0] = TP_OP_REDUCE_SCATTER;
     a.kind[1] = TP_OP_ALL_GATHER;

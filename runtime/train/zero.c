@@ -21,7 +21,10 @@ int64_t tr_zero_held(const tr_zero *z, int w)
 
 float *tr_zero_grad(const tr_zero *z, int w)
 {
-    return at(z->grads, z->offset[w], tp_dtype_size(z->x->be->dtype));
+    size_t es = tp_dtype_size(z->x->be->dtype);
+    if (z->padded_at[w] >= 0)
+        return at(z->grads, z->padded_at[w], es);
+    return at(tr_exec_buf(z->x, z->x->s->grads[w]), tr_zero_first(z, w), es);
 }
 
 int tr_zero_init(tr_zero *z, tr_exec *x, tp_comm *dp, char *err, size_t errlen)
@@ -30,6 +33,7 @@ int tr_zero_init(tr_zero *z, tr_exec *x, tp_comm *dp, char *err, size_t errlen)
     const tp_backend *be = x->be;
     *z = (tr_zero){.x = x, .dp = dp};
     z->offset = tp_xcalloc((size_t)s->nweights + 1, sizeof *z->offset);
+    z->padded_at = tp_xcalloc((size_t)s->nweights + 1, sizeof *z->padded_at);
     for (int i = 0; i < s->nweights; i++) {
         if (s->bufs[s->grads[i]].dtype != be->dtype) {
             tr_zero_free(z);
@@ -41,14 +45,16 @@ int tr_zero_init(tr_zero *z, tr_exec *x, tp_comm *dp, char *err, size_t errlen)
         z->offset[i] = z->elems;
         z->elems += c;
         z->widest = c > z->widest ? c : z->widest;
+        z->padded_at[i] = tp_dp_shard_padded(s->weights[i].local_elems, dp->world) ? z->padded : -1;
+        z->padded += z->padded_at[i] >= 0 ? c : 0;
     }
     z->pad = be->alloc((size_t)(dp->world * z->widest) * sizeof(float) + 1);
     z->tail = be->alloc((size_t)z->widest * sizeof(float) + 1);
-    z->grads = be->alloc((size_t)z->elems * tp_dtype_size(be->dtype) + 1);
+    z->grads = be->alloc((size_t)z->padded * tp_dtype_size(be->dtype) + 1);
     if (!z->pad || !z->tail || !z->grads) {
         tr_zero_free(z);
-        return tp_error(err, errlen, "cannot allocate the %lld-element gradient slices and the %lld-element "
-                        "staging of ZeRO's collectives on the %s backend", (long long)z->elems,
+        return tp_error(err, errlen, "cannot allocate the %lld-element gradient runs and the %lld-element "
+                        "staging of ZeRO's collectives on the %s backend", (long long)z->padded,
                         (long long)((dp->world + 1) * z->widest), be->name);
     }
     return 0;
@@ -66,6 +72,7 @@ void tr_zero_free(tr_zero *z)
     if (z->grads)
         release(z->grads);
     free(z->offset);
+    free(z->padded_at);
     *z = (tr_zero){0};
 }
 
@@ -78,15 +85,19 @@ int tr_zero_reduce_grads(tr_zero *z, char *err, size_t errlen)
     for (int i = 0; i < s->nweights; i++) {
         int64_t n = s->weights[i].local_elems, c = run_elems(z, i), held = tr_zero_held(z, i);
         const void *g = tr_exec_buf(x, s->grads[i]);
-        if (c * dp != n) {      /* padded to dp runs; the padding's sums are never read */
-            x->be->copy(z->pad, g, (size_t)n * es);
-            g = z->pad;
-        }
         float *mine = tr_zero_grad(z, i);
+        bool padded = z->padded_at[i] >= 0;
+        if (padded)             /* padded to dp runs; the padding's sums are never read */
+            x->be->copy(z->pad, g, (size_t)n * es);
+        /* an unpadded run is reduced into `tail`, then copied to its place:
+         * a collective's input and output may not overlap */
         char why[800];
-        if (z->dp->ops->reduce_scatter(z->dp, x->be->dtype, mine, g, c, why, sizeof why))
+        if (z->dp->ops->reduce_scatter(z->dp, x->be->dtype, padded ? (void *)mine : z->tail, padded ? z->pad : g, c,
+                                       why, sizeof why))
             return tp_error(err, errlen, "reduce-scattering the gradient of %s over the %d data-parallel ranks: %s",
                             s->weights[i].name, dp, why);
+        if (!padded)
+            x->be->copy(mine, z->tail, (size_t)c * es);
         if (held)
             x->be->scale(mine, mine, held, 1.0f / (float)dp);
     }

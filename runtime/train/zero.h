@@ -10,9 +10,11 @@
  * weight region. The traffic is a replicated all-reduce's: a ring
  * all-reduce is a reduce-scatter and an all-gather.
  *
- * A run whose weight does not divide by dp is padded: the collectives go
- * through `pad`, dp runs of the widest weight, whose padding carries
- * values nobody reads. */
+ * A weight that divides into dp runs has its reduced run written back in
+ * its gradient's place (the rest of that buffer is then stale: nothing
+ * reads it); one that does not is padded: its collectives go through
+ * `pad`, dp runs of the widest weight, whose padding carries values nobody
+ * reads, and its reduced run lives in `grads`. */
 #ifndef TPRUN_TRAIN_ZERO_H
 #define TPRUN_TRAIN_ZERO_H
 
@@ -26,9 +28,11 @@ typedef struct tr_zero {
     int64_t *offset;     /* per weight: its run's offset in the shard region */
     int64_t elems;       /* the shard region: every weight's run, end to end */
     int64_t widest;      /* the longest run */
+    int64_t *padded_at;  /* per weight: its reduced run's offset in `grads`; -1: in its gradient's place */
+    int64_t padded;      /* elements of `grads`: the padded weights' runs */
     void *pad;           /* backend memory: dp runs of the widest, fp32 */
     void *tail;          /* backend memory: one run of the widest, fp32 */
-    void *grads;         /* backend memory: the reduced gradients' runs (the gradients' dtype) */
+    void *grads;         /* backend memory: the padded weights' reduced runs (the gradients' dtype) */
 } tr_zero;
 
 /* The runs of every weight of x's schedule over the dp group. Returns 0,
@@ -44,8 +48,8 @@ int64_t tr_zero_held(const tr_zero *z, int w);
 /* This rank's run of weight w's reduced gradient. */
 float *tr_zero_grad(const tr_zero *z, int w);
 
-/* Collective over dp: every gradient reduce-scattered into the runs of
- * z->grads and divided by dp. */
+/* Collective over dp: every gradient reduce-scattered into its run
+ * (tr_zero_grad) and divided by dp. */
 int tr_zero_reduce_grads(tr_zero *z, char *err, size_t errlen);
 
 /* Collective over dp: every weight's updated runs gathered into the
