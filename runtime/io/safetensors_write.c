@@ -1,9 +1,13 @@
 /* safetensors_write.c: see safetensors_write.h. */
 #include "runtime/io/safetensors_write.h"
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "util/atomic_write.h"
 #include "util/errmsg.h"
 #include "util/xalloc.h"
@@ -76,6 +80,13 @@ static char *header_json(const tp_st_tensor **order, int n, size_t *len, char *e
     return out;
 }
 
+/* The 8-byte length and the header of the tensors in `order`. */
+static void length_prefix(size_t hlen, unsigned char len8[8])
+{
+    for (int b = 0; b < 8; b++)
+        len8[b] = (unsigned char)((uint64_t)hlen >> (8 * b));
+}
+
 int tp_safetensors_write(const char *path, const tp_st_tensor *tensors, int n, char *err, size_t errlen)
 {
     const tp_st_tensor **order = sorted(tensors, n);
@@ -86,8 +97,7 @@ int tp_safetensors_write(const char *path, const tp_st_tensor *tensors, int n, c
         return -1;
     }
     unsigned char len8[8];
-    for (int b = 0; b < 8; b++)
-        len8[b] = (unsigned char)((uint64_t)hlen >> (8 * b));
+    length_prefix(hlen, len8);
     /* the data as it is in memory: float32 little-endian on every host tprun builds for */
     tp_bytes *pieces = tp_xcalloc((size_t)n + 2, sizeof *pieces);
     pieces[0] = (tp_bytes){len8, 8};
@@ -99,6 +109,130 @@ int tp_safetensors_write(const char *path, const tp_st_tensor *tensors, int n, c
     free(header);
     free(order);
     return rc;
+}
+
+/* ---- streaming ----------------------------------------------------------- */
+
+struct tp_st_file {
+    char *path, *tmp;      /* the file, and the temporary renamed over it */
+    int fd;
+    int n, missing;        /* tensors, and those not put yet */
+    int64_t *at;           /* per tensor (the caller's order): where its bytes begin in the file */
+    int64_t *bytes;
+    bool *put;
+};
+
+static void st_file_free(tp_st_file *f)
+{
+    free(f->path);
+    free(f->tmp);
+    free(f->at);
+    free(f->bytes);
+    free(f->put);
+    free(f);
+}
+
+/* Every tensor's place in the file: after the prefix and header, in the
+ * header's (sorted) order. */
+static void place_tensors(tp_st_file *f, const tp_st_tensor *tensors, const tp_st_tensor **order, size_t hlen)
+{
+    int64_t at = 8 + (int64_t)hlen;
+    for (int k = 0; k < f->n; k++) {
+        int i = (int)(order[k] - tensors);
+        f->at[i] = at;
+        f->bytes[i] = numel(order[k]) * 4;
+        at += f->bytes[i];
+    }
+}
+
+int tp_st_file_create(tp_st_file **out, const char *path, const tp_st_tensor *tensors, int n, char *err,
+                      size_t errlen)
+{
+    *out = NULL;
+    const tp_st_tensor **order = sorted(tensors, n);
+    size_t hlen;
+    char *header = header_json(order, n, &hlen, err, errlen);
+    if (!header) {
+        free(order);
+        return -1;
+    }
+    unsigned char len8[8];
+    length_prefix(hlen, len8);
+    tp_bytes pieces[2] = {{len8, 8}, {header, hlen}};
+    tp_st_file *f = tp_xcalloc(1, sizeof *f);
+    *f = (tp_st_file){.path = tp_xasprintf("%s", path), .fd = -1, .n = n, .missing = n,
+                      .at = tp_xcalloc((size_t)n + 1, sizeof *f->at),
+                      .bytes = tp_xcalloc((size_t)n + 1, sizeof *f->bytes),
+                      .put = tp_xcalloc((size_t)n + 1, sizeof *f->put)};
+    place_tensors(f, tensors, order, hlen);
+    free(order);
+    f->tmp = tp_write_temp(path, -1, pieces, 2, err, errlen);
+    free(header);
+    if (f->tmp && (f->fd = open(f->tmp, O_WRONLY | O_CLOEXEC)) < 0) {
+        tp_error(err, errlen, "cannot write '%s': %s", f->tmp, strerror(errno));
+        unlink(f->tmp);
+    }
+    if (f->fd < 0) {
+        st_file_free(f);
+        return -1;
+    }
+    *out = f;
+    return 0;
+}
+
+/* len bytes at offset `at` of f, however many calls the kernel takes. */
+static int write_at(const tp_st_file *f, const void *data, int64_t len, int64_t at, char *err, size_t errlen)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t done = pwrite(f->fd, p, (size_t)len, (off_t)at);
+        if (done < 0 && errno == EINTR)
+            continue;
+        if (done <= 0)
+            return tp_error(err, errlen, "cannot write '%s': %s", f->path,
+                            done < 0 ? strerror(errno) : "nothing written");
+        p += done;
+        len -= done;
+        at += done;
+    }
+    return 0;
+}
+
+int tp_st_file_put(tp_st_file *f, int i, const float *data, char *err, size_t errlen)
+{
+    /* the data as it is in memory: float32 little-endian on every host tprun builds for */
+    if (write_at(f, data, f->bytes[i], f->at[i], err, errlen))
+        return -1;
+    f->missing -= !f->put[i];
+    f->put[i] = true;
+    return 0;
+}
+
+int tp_st_file_finish(tp_st_file *f, char *err, size_t errlen)
+{
+    int rc = 0;
+    if (f->missing)
+        rc = tp_error(err, errlen, "cannot write '%s': %d of its %d tensors were never given", f->path, f->missing,
+                      f->n);
+    else if (fsync(f->fd) != 0)
+        rc = tp_error(err, errlen, "cannot write '%s': %s", f->path, strerror(errno));
+    if (close(f->fd) != 0 && !rc)
+        rc = tp_error(err, errlen, "cannot write '%s': %s", f->path, strerror(errno));
+    if (!rc && rename(f->tmp, f->path) != 0)
+        rc = tp_error(err, errlen, "cannot write '%s': %s", f->path, strerror(errno));
+    if (rc)
+        unlink(f->tmp);
+    st_file_free(f);
+    return rc;
+}
+
+void tp_st_file_abandon(tp_st_file *f)
+{
+    if (!f)
+        return;
+    close(f->fd);
+    unlink(f->tmp);
+    st_file_free(f);
 }
 
 static int64_t tensor_bytes(const tp_st_tensor *t) { return numel(t) * 4; }
@@ -125,44 +259,132 @@ static int write_index(const char *dir, const tp_st_tensor **order, const int *f
     return rc;
 }
 
+struct tp_st_model {
+    char *dir;
+    tp_st_file **files;        /* model.safetensors, or the shards */
+    int nfiles;
+    int *file_of, *index_in;   /* per tensor (the caller's order): its file, and its place in that file's list */
+    const tp_st_tensor *tensors, **order;   /* the caller's, which hold the names until the end */
+    int n;
+    int64_t total;
+    bool sharded;
+};
+
+static void st_model_free(tp_st_model *m)
+{
+    free(m->dir);
+    free(m->files);
+    free(m->file_of);
+    free(m->index_in);
+    free(m->order);
+    free(m);
+}
+
+/* The files: name order filled up to shard_bytes (a larger tensor alone). */
+static void assign_files(tp_st_model *m, const tp_st_tensor *tensors, int64_t shard_bytes)
+{
+    m->nfiles = m->n ? 1 : 0;
+    int64_t in_file = 0;
+    for (int k = 0; k < m->n; k++) {
+        int64_t b = tensor_bytes(m->order[k]);
+        if (in_file > 0 && in_file + b > shard_bytes) {
+            m->nfiles++;
+            in_file = 0;
+        }
+        m->file_of[m->order[k] - tensors] = m->nfiles - 1;
+        in_file += b;
+        m->total += b;
+    }
+    m->sharded = m->total > shard_bytes;
+    if (!m->sharded)
+        memset(m->file_of, 0, (size_t)m->n * sizeof *m->file_of);
+}
+
+/* File f: its tensors, created with their header. */
+static int create_file(tp_st_model *m, int f, const tp_st_tensor *tensors, tp_st_tensor *part, char *err,
+                       size_t errlen)
+{
+    int k = 0;
+    for (int i = 0; i < m->n; i++)
+        if (m->file_of[i] == f) {
+            m->index_in[i] = k;
+            part[k++] = tensors[i];
+        }
+    char *path = m->sharded ? tp_xasprintf("%s/model-%05d-of-%05d.safetensors", m->dir, f + 1, m->nfiles)
+                            : tp_xasprintf("%s/model.safetensors", m->dir);
+    int rc = tp_st_file_create(&m->files[f], path, part, k, err, errlen);
+    free(path);
+    return rc;
+}
+
+int tp_st_model_create(tp_st_model **out, const char *dir, const tp_st_tensor *tensors, int n, int64_t shard_bytes,
+                       char *err, size_t errlen)
+{
+    tp_st_model *m = tp_xcalloc(1, sizeof *m);
+    *m = (tp_st_model){.dir = tp_xasprintf("%s", dir), .n = n, .tensors = tensors, .order = sorted(tensors, n),
+                       .file_of = tp_xcalloc((size_t)n + 1, sizeof *m->file_of),
+                       .index_in = tp_xcalloc((size_t)n + 1, sizeof *m->index_in)};
+    assign_files(m, tensors, shard_bytes);
+    int files = m->sharded ? m->nfiles : 1;
+    m->files = tp_xcalloc((size_t)files + 1, sizeof *m->files);
+    m->nfiles = files;
+    tp_st_tensor *part = tp_xcalloc((size_t)n + 1, sizeof *part);
+    int rc = 0;
+    for (int f = 0; f < files && !rc; f++)
+        rc = create_file(m, f, tensors, part, err, errlen);
+    free(part);
+    *out = m;
+    if (rc) {
+        tp_st_model_abandon(m);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int tp_st_model_put(tp_st_model *m, int i, const float *data, char *err, size_t errlen)
+{
+    return tp_st_file_put(m->files[m->file_of[i]], m->index_in[i], data, err, errlen);
+}
+
+int tp_st_model_finish(tp_st_model *m, char *err, size_t errlen)
+{
+    int rc = 0;
+    for (int f = 0; f < m->nfiles; f++) {
+        if (rc)
+            tp_st_file_abandon(m->files[f]);    /* the first error is the one reported */
+        else
+            rc = tp_st_file_finish(m->files[f], err, errlen);
+    }
+    if (!rc && m->sharded) {
+        int *file_of = tp_xcalloc((size_t)m->n + 1, sizeof *file_of);   /* in name order, as the index lists them */
+        for (int k = 0; k < m->n; k++)
+            file_of[k] = m->file_of[m->order[k] - m->tensors];
+        rc = write_index(m->dir, m->order, file_of, m->n, m->nfiles, m->total, err, errlen);
+        free(file_of);
+    }
+    st_model_free(m);
+    return rc;
+}
+
+void tp_st_model_abandon(tp_st_model *m)
+{
+    if (!m)
+        return;
+    for (int f = 0; f < m->nfiles; f++)
+        tp_st_file_abandon(m->files[f]);
+    st_model_free(m);
+}
+
 int tp_safetensors_write_sharded(const char *dir, const tp_st_tensor *tensors, int n, int64_t shard_bytes, char *err,
                                  size_t errlen)
 {
-    const tp_st_tensor **order = sorted(tensors, n);
-    int *file_of = tp_xcalloc((size_t)n + 1, sizeof *file_of);
-    int nfiles = n ? 1 : 0;
-    int64_t total = 0, in_file = 0;
-    for (int i = 0; i < n; i++) {
-        int64_t b = tensor_bytes(order[i]);
-        if (in_file > 0 && in_file + b > shard_bytes) {
-            nfiles++;
-            in_file = 0;
+    tp_st_model *m;
+    if (tp_st_model_create(&m, dir, tensors, n, shard_bytes, err, errlen))
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (tp_st_model_put(m, i, tensors[i].data, err, errlen)) {
+            tp_st_model_abandon(m);
+            return -1;
         }
-        file_of[i] = nfiles - 1;
-        in_file += b;
-        total += b;
-    }
-    int rc = 0;
-    if (total <= shard_bytes) {
-        char *path = tp_xasprintf("%s/model.safetensors", dir);
-        rc = tp_safetensors_write(path, tensors, n, err, errlen);
-        free(path);
-    } else {
-        tp_st_tensor *part = tp_xcalloc((size_t)n + 1, sizeof *part);
-        for (int f = 0; f < nfiles && !rc; f++) {
-            int k = 0;
-            for (int i = 0; i < n; i++)
-                if (file_of[i] == f)
-                    part[k++] = *order[i];
-            char *path = tp_xasprintf("%s/model-%05d-of-%05d.safetensors", dir, f + 1, nfiles);
-            rc = tp_safetensors_write(path, part, k, err, errlen);
-            free(path);
-        }
-        free(part);
-        if (!rc)
-            rc = write_index(dir, order, file_of, n, nfiles, total, err, errlen);
-    }
-    free(file_of);
-    free(order);
-    return rc;
+    return tp_st_model_finish(m, err, errlen);
 }

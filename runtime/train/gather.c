@@ -24,11 +24,12 @@ tp_weight_slice tr_weight_slice(const tr_weight *w, int rank, int k)
     return s;
 }
 
-/* The same weight, padded and logical shapes alike: its slices on every
- * rank are placed into one tensor of rank 0's shape. */
+/* The same weight, padded and logical shapes alike, split the same way
+ * into slices of one size: its slices on every rank are gathered one
+ * tensor at a time and placed into one tensor of rank 0's shape. */
 static bool same_tensor(const tr_weight *a, const tr_weight *b)
 {
-    if (strcmp(a->name, b->name) || a->rank != b->rank)
+    if (strcmp(a->name, b->name) || a->rank != b->rank || a->dim != b->dim || a->local_elems != b->local_elems)
         return false;
     for (int d = 0; d < a->rank; d++)
         if (a->shape[d] != b->shape[d] || a->logical[d] != b->logical[d])
@@ -95,15 +96,17 @@ static void place(const tr_weight *w, const float *src, float *full)
     }
 }
 
-/* The logical tensor: the padded one without its padding rows and columns. */
-static float *unpad(const tr_weight *w, const float *padded)
+/* The logical tensor: the padded one without its padding rows and
+ * columns, moved to the front of the same memory (each row lands at or
+ * before where it was read). */
+static void unpad(const tr_weight *w, float *padded)
 {
     int64_t rows = w->logical[0], cols = w->rank == 2 ? w->logical[1] : 1;
-    float *out = tp_xmalloc((size_t)(rows * cols) * sizeof *out + 1);
     for (int64_t r = 0; r < rows; r++)
-        memcpy(out + r * cols, padded + r * cols_of(w), (size_t)cols * sizeof *out);
-    return out;
+        memmove(padded + r * cols, padded + r * cols_of(w), (size_t)cols * sizeof *padded);
 }
+
+static int64_t padded_elems(const tr_weight *w) { return w->shape[0] * cols_of(w); }
 
 int tr_gather_region(tp_comm *comm, const tr_layouts *l, const float *mine, int64_t elems, float ***full, char *err,
                      size_t errlen)
@@ -120,16 +123,42 @@ int tr_gather_region(tp_comm *comm, const tr_layouts *l, const float *mine, int6
     float **out = tp_xcalloc((size_t)s0->nweights + 1, sizeof *out);
     for (int i = 0; i < s0->nweights; i++) {
         const tr_weight *w0 = &s0->weights[i];
-        float *padded = tp_xcalloc((size_t)(w0->shape[0] * cols_of(w0)) + 1, sizeof *padded);
+        out[i] = tp_xcalloc((size_t)padded_elems(w0) + 1, sizeof *out[i]);
         for (int r = 0; r < l->world; r++) {
             const tr_weight *w = &l->ranks[r].weights[i];
-            place(w, all + (size_t)r * (size_t)elems + w->region_offset, padded);
+            place(w, all + (size_t)r * (size_t)elems + w->region_offset, out[i]);
         }
-        out[i] = unpad(w0, padded);
-        free(padded);
+        unpad(w0, out[i]);
     }
     free(all);
     *full = out;
+    return 0;
+}
+
+void tr_gather_rooms(const tr_layouts *l, int64_t *slices, int64_t *full)
+{
+    const tr_schedule *s0 = &l->ranks[0];
+    *slices = *full = 0;
+    for (int i = 0; i < s0->nweights; i++) {
+        const tr_weight *w = &s0->weights[i];
+        int64_t sent = w->dim < 0 ? 0 : w->local_elems * l->world;    /* a replicated weight is not sent */
+        *slices = sent > *slices ? sent : *slices;
+        *full = padded_elems(w) > *full ? padded_elems(w) : *full;
+    }
+}
+
+int tr_gather_tensor(tp_comm *comm, const tr_layouts *l, const tr_weight *w, int i, const float *mine,
+                     float *slices, float *full, char *err, size_t errlen)
+{
+    bool replicated = w->dim < 0;      /* rank 0's copy is the tensor */
+    if (!replicated && comm->ops->gather_bytes(comm, slices, mine, (size_t)w->local_elems * sizeof *mine, err,
+                                               errlen))
+        return -1;
+    if (comm->rank != 0)
+        return 0;
+    for (int r = 0; r < (replicated ? 1 : l->world); r++)
+        place(&l->ranks[r].weights[i], replicated ? mine : slices + (size_t)r * (size_t)w->local_elems, full);
+    unpad(&l->ranks[0].weights[i], full);
     return 0;
 }
 

@@ -34,4 +34,17 @@ int tr_gather_region(tp_comm *comm, const tr_layouts *l, const float *mine, int6
                      size_t errlen);
 void tr_full_free(float **full, int n);
 
+/* The same one tensor at a time, so that rank 0 holds one full tensor,
+ * not the model. Rank 0: the rooms, in floats, the largest weight needs:
+ * every rank's slice of it, and its padded tensor. */
+void tr_gather_rooms(const tr_layouts *l, int64_t *slices, int64_t *full);
+
+/* Collective (but for a replicated weight, which rank 0 holds whole):
+ * every rank passes its weight w, the schedule's weight i, and its slice
+ * `mine` (w->local_elems floats, host memory); on rank 0 `full` receives
+ * the logical tensor, row-major, `slices` (tr_gather_rooms) the slices on
+ * the way; both unused elsewhere. Returns 0 or -1 with a message. */
+int tr_gather_tensor(tp_comm *comm, const tr_layouts *l, const tr_weight *w, int i, const float *mine,
+                     float *slices, float *full, char *err, size_t errlen);
+
 #endif /* TPRUN_TRAIN_GATHER_H */

@@ -49,17 +49,18 @@ int tr_optim_init(tr_optim *o, tr_exec *x, tr_zero *zero, const float *weights, 
     return 0;
 }
 
-int tr_optim_state_to_host(tr_optim *o, int k, float *host, char *err, size_t errlen)
+int tr_optim_weight_to_host(tr_optim *o, int k, int i, float *host, char *err, size_t errlen)
 {
     tr_exec *x = o->x;
+    const tr_weight *w = &x->s->weights[i];
+    size_t bytes = (size_t)w->local_elems * sizeof(float);
     const float *state = k == 1 ? o->m : k == 2 ? o->v : o->master ? o->master : NULL;
-    if (!state) {           /* fp32 weights: the weight region, whole on every replica */
-        x->be->to_host(host, x->weights, (size_t)x->s->weight_elems * sizeof(float));
-        return 0;
-    }
-    if (o->zero)
-        return tr_zero_unshard(o->zero, state, host, err, errlen);
-    x->be->to_host(host, state, (size_t)x->s->weight_elems * sizeof(float));
+    if (!state)             /* fp32 weights: the weight itself, whole on every replica */
+        x->be->to_host(host, tr_exec_weight(x, i), bytes);
+    else if (o->zero)
+        return tr_zero_unshard_weight(o->zero, state, i, host, err, errlen);
+    else
+        x->be->to_host(host, state + w->region_offset, bytes);
     return 0;
 }
 

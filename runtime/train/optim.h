@@ -50,10 +50,11 @@ typedef struct tr_optim {
 int tr_optim_init(tr_optim *o, tr_exec *x, tr_zero *zero, const float *weights, char *err, size_t errlen);
 
 /* Optimizer state k (0: the fp32 weights it updates, the masters or the
- * weight region itself; 1, 2: the two moments) whole, in host memory laid
- * out like the weight region. Collective over dp when the state is
- * sharded. Returns 0 or -1 with a message. */
-int tr_optim_state_to_host(tr_optim *o, int k, float *host, char *err, size_t errlen);
+ * weight region itself; 1, 2: the two moments) of weight i, its local
+ * elements, in host memory: one weight at a time, so that saving holds
+ * no whole region. Collective over dp when the state is sharded. Returns
+ * 0 or -1 with a message. */
+int tr_optim_weight_to_host(tr_optim *o, int k, int i, float *host, char *err, size_t errlen);
 
 void tr_optim_free(tr_optim *o);
 

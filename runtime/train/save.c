@@ -87,51 +87,97 @@ static int write_state(const char *path, int64_t step, int64_t max_steps, double
     return rc;
 }
 
-/* The tensors of the three regions under their file names. */
-static void name_tensors(const tr_schedule *s, float **full[3], tp_st_tensor *weights, tp_st_tensor *moments,
-                         char **names)
+/* The checkpoint rank 0 writes: its directory DIR.tmp.XXXXXX and its two
+ * tensor files, streamed one tensor at a time. */
+typedef struct checkpoint {
+    char *tmp;
+    tp_st_tensor *weights, *moments;   /* the files' tensors (names and shapes) */
+    char **names;                      /* the moments' names */
+    int n;
+    tp_st_model *model;
+    tp_st_file *optimizer;
+} checkpoint;
+
+/* The weights under their checkpoint names, the moments as NAME.exp_avg
+ * and NAME.exp_avg_sq (moment k of weight i at 2i + k). */
+static void name_tensors(checkpoint *c, const tr_schedule *s)
 {
-    for (int i = 0; i < s->nweights; i++) {
+    c->n = s->nweights;
+    c->weights = tp_xcalloc((size_t)c->n + 1, sizeof *c->weights);
+    c->moments = tp_xcalloc(2 * (size_t)c->n + 1, sizeof *c->moments);
+    c->names = tp_xcalloc(2 * (size_t)c->n + 1, sizeof *c->names);
+    for (int i = 0; i < c->n; i++) {
         const tr_weight *w = &s->weights[i];
         tp_st_tensor t = {.name = w->name, .ndim = w->rank};
         memcpy(t.shape, w->logical, sizeof w->logical);
-        weights[i] = t;
-        weights[i].data = full[0][i];
+        c->weights[i] = t;
         for (int k = 0; k < 2; k++) {
-            names[2 * i + k] = tp_xasprintf("%s%s", w->name, moment_suffix[k]);
-            moments[2 * i + k] = t;
-            moments[2 * i + k].name = names[2 * i + k];
-            moments[2 * i + k].data = full[1 + k][i];
+            c->names[2 * i + k] = tp_xasprintf("%s%s", w->name, moment_suffix[k]);
+            c->moments[2 * i + k] = t;
+            c->moments[2 * i + k].name = c->names[2 * i + k];
         }
     }
 }
 
-static int write_files(const char *tmp, const tr_schedule *s, float **full[3], const tr_save_spec *spec,
-                       int64_t step, char *err, size_t errlen)
+/* DIR.tmp.XXXXXX with the headers of its tensor files written. */
+static int checkpoint_open(checkpoint *c, const tr_schedule *s, const tr_save_spec *spec, char *err, size_t errlen)
 {
-    int n = s->nweights;
-    tp_st_tensor *weights = tp_xcalloc((size_t)n + 1, sizeof *weights);
-    tp_st_tensor *moments = tp_xcalloc(2 * (size_t)n + 1, sizeof *moments);
-    char **names = tp_xcalloc(2 * (size_t)n + 1, sizeof *names);
-    name_tensors(s, full, weights, moments, names);
-    char *opt = tp_xasprintf("%s/optimizer.safetensors", tmp), *cfg = tp_xasprintf("%s/config.json", tmp);
-    char *state = tp_xasprintf("%s/trainer_state.json", tmp);
-    int rc = tp_safetensors_write_sharded(tmp, weights, n, spec->shard_bytes, err, errlen);
+    name_tensors(c, s);
+    c->tmp = tp_xasprintf("%s.tmp.XXXXXX", spec->dir);
+    if (!mkdtemp(c->tmp)) {
+        tp_error(err, errlen, "--save: cannot create a directory beside '%s': %s", spec->dir, strerror(errno));
+        free(c->tmp);
+        c->tmp = NULL;
+        return -1;
+    }
+    char *opt = tp_xasprintf("%s/optimizer.safetensors", c->tmp);
+    int rc = tp_st_model_create(&c->model, c->tmp, c->weights, c->n, spec->shard_bytes, err, errlen);
     if (!rc)
-        rc = tp_safetensors_write(opt, moments, 2 * n, err, errlen);
+        rc = tp_st_file_create(&c->optimizer, opt, c->moments, 2 * c->n, err, errlen);
+    free(opt);
+    return rc;
+}
+
+/* State k of weight i (0 the weight, 1 and 2 its moments) into its file. */
+static int checkpoint_put(checkpoint *c, int k, int i, const float *tensor, char *err, size_t errlen)
+{
+    return k == 0 ? tp_st_model_put(c->model, i, tensor, err, errlen)
+                  : tp_st_file_put(c->optimizer, 2 * i + k - 1, tensor, err, errlen);
+}
+
+/* The tensor files finished, config.json and trainer_state.json beside
+ * them. */
+static int checkpoint_finish(checkpoint *c, const tr_save_spec *spec, int64_t step, char *err, size_t errlen)
+{
+    tp_st_model *model = c->model;
+    tp_st_file *optimizer = c->optimizer;
+    c->model = NULL;
+    c->optimizer = NULL;
+    int rc = tp_st_model_finish(model, err, errlen);
+    if (rc)
+        tp_st_file_abandon(optimizer);
+    else
+        rc = tp_st_file_finish(optimizer, err, errlen);
+    char *cfg = tp_xasprintf("%s/config.json", c->tmp), *state = tp_xasprintf("%s/trainer_state.json", c->tmp);
     if (!rc)
         rc = copy_file(spec->config, cfg, err, errlen);
     if (!rc)
         rc = write_state(state, step, spec->max_steps, spec->lr, err, errlen);
-    for (int i = 0; i < 2 * n; i++)
-        free(names[i]);
-    free(names);
-    free(opt);
     free(cfg);
     free(state);
-    free(moments);
-    free(weights);
     return rc;
+}
+
+static void checkpoint_free(checkpoint *c)
+{
+    tp_st_model_abandon(c->model);
+    tp_st_file_abandon(c->optimizer);
+    for (int i = 0; i < 2 * c->n; i++)
+        free(c->names[i]);
+    free(c->names);
+    free(c->moments);
+    free(c->weights);
+    free(c->tmp);
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -168,44 +214,72 @@ static int replace_dir(const char *tmp, const char *dir, char *err, size_t errle
     return rc;
 }
 
-static int write_dir(const tr_schedule *s, float **full[3], const tr_save_spec *spec, int64_t step, char *err,
-                     size_t errlen)
+/* The host memory a save stages through: this rank's slice of one
+ * weight, and on the writing rank every rank's slice and the full tensor
+ * of one weight, each sized for the largest. */
+typedef struct staging {
+    float *slice, *slices, *full;
+} staging;
+
+static void staging_alloc(staging *st, const tr_schedule *s, const tr_layouts *l, bool writes)
 {
-    const char *dir = spec->dir;
-    char *tmp = tp_xasprintf("%s.tmp.XXXXXX", dir);
-    if (!mkdtemp(tmp)) {
-        tp_error(err, errlen, "--save: cannot create a directory beside '%s': %s", dir, strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    int rc = write_files(tmp, s, full, spec, step, err, errlen);
-    if (!rc)
-        rc = replace_dir(tmp, dir, err, errlen);
-    if (rc)
-        remove_tree(tmp);
-    free(tmp);
+    int64_t slice = 0, slices = 0, full = 0;
+    for (int i = 0; i < s->nweights; i++)
+        slice = s->weights[i].local_elems > slice ? s->weights[i].local_elems : slice;
+    if (writes)
+        tr_gather_rooms(l, &slices, &full);
+    st->slice = tp_xmalloc((size_t)slice * sizeof(float) + 1);
+    st->slices = writes ? tp_xmalloc((size_t)slices * sizeof(float) + 1) : NULL;
+    st->full = writes ? tp_xmalloc((size_t)full * sizeof(float) + 1) : NULL;
+}
+
+static void staging_free(staging *st)
+{
+    free(st->slice);
+    free(st->slices);
+    free(st->full);
+}
+
+/* Every weight's three states in turn: its slice to host (over dp, from
+ * the runs, with ZeRO), gathered over tp to rank 0, written there. A
+ * writing error on rank 0 is kept in *write_rc, and the gathers go on so
+ * that the other ranks are not left waiting in them. */
+static int stream_states(tr_optim *o, const tr_layouts *l, checkpoint *c, bool gathers, int *write_rc, char *err,
+                         size_t errlen)
+{
+    tr_exec *x = o->x;
+    const tr_schedule *s = x->s;
+    bool writes = c != NULL;
+    staging st;
+    staging_alloc(&st, s, l, writes);
+    int rc = 0;
+    for (int i = 0; i < s->nweights && !rc; i++)
+        for (int k = 0; k < 3 && !rc; k++) {
+            rc = tr_optim_weight_to_host(o, k, i, st.slice, err, errlen);
+            if (!rc && gathers)
+                rc = tr_gather_tensor(x->comm, l, &s->weights[i], i, st.slice, st.slices, st.full, err, errlen);
+            if (!rc && writes && !*write_rc)
+                *write_rc = checkpoint_put(c, k, i, st.full, err, errlen);
+        }
+    staging_free(&st);
     return rc;
 }
 
 int tr_save(tr_optim *o, const tr_layouts *l, const tr_save_spec *spec, char *err, size_t errlen)
 {
-    tr_exec *x = o->x;
-    const tr_schedule *s = x->s;
-    float *host = tp_xmalloc((size_t)s->weight_elems * sizeof(float) + 1);  /* the gaps come and go unread */
-    bool writer = !o->zero || o->zero->dp->rank == 0;    /* the replicas hold the same state, once gathered */
-    float **full[3] = {NULL, NULL, NULL};
-    int rc = 0;
-    for (int k = 0; k < 3 && !rc; k++) {      /* the fp32 weights (a bf16 schedule's masters), the moments */
-        rc = tr_optim_state_to_host(o, k, host, err, errlen);
-        if (!rc && writer)
-            rc = tr_gather_region(x->comm, l, host, s->weight_elems, &full[k], err, errlen);
-    }
-    free(host);
-    if (!rc && full[0])
-        rc = write_dir(s, full, spec, o->step, err, errlen);
-    for (int k = 0; k < 3; k++)
-        tr_full_free(full[k], s->nweights);
-    return rc;
+    bool gathers = !o->zero || o->zero->dp->rank == 0;    /* the replicas hold the same state, once gathered */
+    bool writes = gathers && o->x->comm->rank == 0;
+    checkpoint c = {0};
+    int write_rc = writes ? checkpoint_open(&c, o->x->s, spec, err, errlen) : 0;
+    int rc = stream_states(o, l, writes ? &c : NULL, gathers, &write_rc, err, errlen);
+    if (!rc && writes && !write_rc)
+        write_rc = checkpoint_finish(&c, spec, o->step, err, errlen);
+    if (!rc && writes && !write_rc)
+        write_rc = replace_dir(c.tmp, spec->dir, err, errlen);
+    if (writes && (rc || write_rc) && c.tmp)
+        remove_tree(c.tmp);  /* the previous checkpoint, if any, is untouched */
+    checkpoint_free(&c);     /* closes the files not finished */
+    return rc ? rc : write_rc;
 }
 
 /* ---- resuming ------------------------------------------------------------ */

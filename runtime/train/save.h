@@ -12,7 +12,8 @@
  *   trainer_state.json           {"step": steps taken, "max_steps": --steps,
  *                                 "learning_rate": --lr}
  * into DIR.tmp.XXXXXX, renamed to DIR at the end (an existing directory
- * DIR is replaced; anything else there is refused before training).
+ * DIR is replaced, and stays whole until then; anything else there is
+ * refused before training).
  * --resume DIR loads the weights from DIR (it is a --weights), and the
  * moments and the step count from these files. */
 #ifndef TPRUN_TRAIN_SAVE_H
@@ -37,10 +38,13 @@ typedef struct tr_save_spec {
     int64_t shard_bytes;     /* --max-shard-size */
 } tr_save_spec;
 
-/* Collective, after the last step: gathers weights and moments to rank 0,
- * which writes spec->dir. Called by the tensor-parallel group of replica 0
- * only, or, where the optimizer state is sharded (zero.h), by every rank:
- * the replicas first gather their runs. Returns 0 or -1 with a message. */
+/* Collective, after the last step: weight by weight, the weight and its
+ * two moments are gathered to rank 0, which streams each into its file
+ * (safetensors_write.h) as it arrives: no rank holds more than one full
+ * tensor and its slices, never a whole model or region. Called by the
+ * tensor-parallel group of replica 0 only, or, where the optimizer state
+ * is sharded (zero.h), by every rank: the replicas first gather the
+ * weight's runs. Returns 0 or -1 with a message. */
 int tr_save(tr_optim *o, const tr_layouts *l, const tr_save_spec *spec, char *err, size_t errlen);
 
 /* --resume: this rank's slices of the moments into o, and o->step.

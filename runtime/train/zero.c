@@ -149,14 +149,9 @@ int tr_zero_gather_grads(tr_zero *z, char *err, size_t errlen)
     return 0;
 }
 
-int tr_zero_unshard(tr_zero *z, const float *shards, float *host, char *err, size_t errlen)
+int tr_zero_unshard_weight(tr_zero *z, const float *shards, int w, float *host, char *err, size_t errlen)
 {
-    const tr_schedule *s = z->x->s;
-    for (int i = 0; i < s->nweights; i++)
-        if (gather_run(z, i, TP_F32, shards + z->offset[i], host + s->weights[i].region_offset, true,
-                       "optimizer state", err, errlen))
-            return -1;
-    return 0;
+    return gather_run(z, w, TP_F32, shards + z->offset[w], host, true, "optimizer state", err, errlen);
 }
 
 void tr_zero_take_runs(const tr_zero *z, const float *full, float *shards, bool from_host)

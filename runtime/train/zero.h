@@ -60,9 +60,10 @@ int tr_zero_gather_weights(tr_zero *z, char *err, size_t errlen);
  * schedule's gradient buffers (--grads-out writes those). */
 int tr_zero_gather_grads(tr_zero *z, char *err, size_t errlen);
 
-/* Collective over dp: fp32 state held in runs (`shards`, backend memory)
- * gathered whole into `host`, laid out like the weight region. */
-int tr_zero_unshard(tr_zero *z, const float *shards, float *host, char *err, size_t errlen);
+/* Collective over dp: weight w's runs of fp32 state held in runs
+ * (`shards`, backend memory) gathered into `host`, its local elements:
+ * one weight at a time, so that saving never holds a whole region. */
+int tr_zero_unshard_weight(tr_zero *z, const float *shards, int w, float *host, char *err, size_t errlen);
 
 /* This rank's runs of fp32 state laid out like the weight region (`full`:
  * host memory when from_host, else backend memory) into `shards`. */

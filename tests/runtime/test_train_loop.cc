@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -340,6 +341,44 @@ TEST(SafetensorsWrite, ShardedWithAnIndexAboveTheShardSize)
     ASSERT_EQ(tp_safetensors_write_sharded(one.path.c_str(), t, 3, 76, err, sizeof err), 0) << err;
     EXPECT_TRUE(std::ifstream(one.path + "/model.safetensors").good());
     EXPECT_FALSE(std::ifstream(one.path + "/model.safetensors.index.json").good());
+}
+
+// --save streams its files a tensor at a time, in the schedule's order:
+// the bytes are those of one write in name order, shards and all, and a
+// file missing a tensor is refused and leaves nothing behind.
+TEST(SafetensorsWrite, StreamedInAnyOrderTheBytesOfOneWrite)
+{
+    TempDir d;
+    std::vector<float> a(10, 1.5f), b(6, -2.0f), c(3, 4.0f);
+    tp_st_tensor t[3] = {{"b", 1, {6}, b.data()}, {"a", 2, {2, 5}, a.data()}, {"c", 1, {3}, c.data()}};
+    char err[400] = "";
+    std::string once = d.path + "/once.safetensors", streamed = d.path + "/streamed.safetensors";
+    ASSERT_EQ(tp_safetensors_write(once.c_str(), t, 3, err, sizeof err), 0) << err;
+    tp_st_file *f;
+    ASSERT_EQ(tp_st_file_create(&f, streamed.c_str(), t, 3, err, sizeof err), 0) << err;
+    EXPECT_FALSE(std::ifstream(streamed).good());   // renamed into place at the end only
+    for (int i : {2, 0, 1})
+        ASSERT_EQ(tp_st_file_put(f, i, t[i].data, err, sizeof err), 0) << err;
+    ASSERT_EQ(tp_st_file_finish(f, err, sizeof err), 0) << err;
+    EXPECT_EQ(tpcc_test::slurp(streamed), tpcc_test::slurp(once));
+
+    TempDir shards;   // c alone in the second shard, the first a and b
+    tp_st_model *m;
+    ASSERT_EQ(tp_st_model_create(&m, shards.path.c_str(), t, 3, 64, err, sizeof err), 0) << err;
+    for (int i : {2, 1, 0})
+        ASSERT_EQ(tp_st_model_put(m, i, t[i].data, err, sizeof err), 0) << err;
+    ASSERT_EQ(tp_st_model_finish(m, err, sizeof err), 0) << err;
+    ASSERT_EQ(tp_safetensors_write(once.c_str(), t, 2, err, sizeof err), 0) << err;
+    EXPECT_EQ(tpcc_test::slurp(shards.path + "/model-00001-of-00002.safetensors"), tpcc_test::slurp(once));
+    ASSERT_EQ(tp_safetensors_write(once.c_str(), t + 2, 1, err, sizeof err), 0) << err;
+    EXPECT_EQ(tpcc_test::slurp(shards.path + "/model-00002-of-00002.safetensors"), tpcc_test::slurp(once));
+
+    std::string part = d.path + "/part.safetensors";
+    ASSERT_EQ(tp_st_file_create(&f, part.c_str(), t, 3, err, sizeof err), 0) << err;
+    ASSERT_EQ(tp_st_file_put(f, 0, t[0].data, err, sizeof err), 0) << err;
+    EXPECT_EQ(tp_st_file_finish(f, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "2 of its 3 tensors were never given")) << err;
+    EXPECT_EQ(std::distance(std::filesystem::directory_iterator(d.path), {}), 2);   // once and streamed
 }
 
 TEST(TrainSave, RefusedBeforeTrainingWithoutAConfigOrOverAFile)

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -109,9 +110,12 @@ Proc run_program(const std::string &program, const std::vector<std::string> &arg
     setpgid(pid, pid);
     time_t deadline = time(nullptr) + timeout_s;
     for (;;) {
-        pid_t w = waitpid(pid, &r.status, WNOHANG);
-        if (w == pid)
+        struct rusage use;
+        pid_t w = wait4(pid, &r.status, WNOHANG, &use);
+        if (w == pid) {
+            r.max_rss_kb = use.ru_maxrss;
             break;
+        }
         if (time(nullptr) >= deadline) {
             r.timed_out = true;
             kill(-pid, SIGKILL);

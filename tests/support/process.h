@@ -27,6 +27,7 @@ std::string slurp(const std::string &path);
 struct Proc {
     int status = -1;          // raw wait status
     bool timed_out = false;
+    long max_rss_kb = 0;      // the largest resident set of the program or any process it waited for
     std::string out, err;
     bool signaled() const { return WIFSIGNALED(status); }
     int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
