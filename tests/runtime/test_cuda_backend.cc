@@ -469,23 +469,35 @@ void expect_report_is_the_peak(const TempDir &dir, const std::string &plan, cons
 // the scratch, fp32 keeps only the statistics. GPT-2 (LayerNorm, a kv head
 // a query head, tied weights): the statistics, in bf16 too. Llama with a
 // hidden size of 68: norm weights of 68 leave gaps in the weight region,
-// where each weight starts at a multiple of 8 elements. Recomputation
-// changes the arena only, which the report follows: at batch 2 (twice the
-// scratch) full and selective take 8% off it.
+// where each weight starts at a multiple of 8 elements.
 TEST_F(EmulatedRun, TrainingStepHoldsWhatTheReportSays)
 {
     std::vector<std::string> sizes = kHeadDim64;
     sizes.push_back("batch=1");
     expect_report_is_the_peak(dir, plan, sizes, "bf16", 2 * 80 * 2 + 2 * 80 * 2 * 64);
     expect_report_is_the_peak(dir, plan, sizes, "fp32", 2 * 80 * 2);
-    std::vector<std::string> two = kHeadDim64;
-    two.push_back("batch=2");
-    expect_report_is_the_peak(dir, plan, two, "bf16", 2 * (2 * 80 * 2 + 2 * 80 * 2 * 64), true, "full");
-    expect_report_is_the_peak(dir, plan, two, "fp32", 2 * (2 * 80 * 2), true, "selective");
+}
+
+// The same for GPT-2 and the ragged Llama (a test of its own: each
+// emulated step is slow under the sanitizers).
+TEST_F(EmulatedRun, TrainingStepOfGpt2AndRaggedHiddenHoldsWhatTheReportSays)
+{
     const std::vector<std::string> gpt2 = {"hidden=256", "heads=4", "ffn=256", "seq=80", "positions=128", "batch=1"};
     expect_report_is_the_peak(dir, source_path("plans/gpt2-sp-tied.plan"), gpt2, "bf16", 2 * 80 * 2);
     const std::vector<std::string> ragged = {"hidden=68", "heads=2", "kv_heads=2", "ffn=256", "seq=80", "batch=1"};
     expect_report_is_the_peak(dir, plan, ragged, "fp32", 2 * 80 * 1);
+}
+
+// Recomputation changes the arena only, which the report follows: at
+// batch 2 (twice the scratch) full recomputation takes 8% off it, and the
+// peak is still the report's total. (Selective's arena against the report:
+// Recompute.ReportedArenaFallsFullBelowSelectiveBelowNone; one case here,
+// as each emulated step is slow under the sanitizers.)
+TEST_F(EmulatedRun, TrainingStepWithRecomputationHoldsWhatTheReportSays)
+{
+    std::vector<std::string> two = kHeadDim64;
+    two.push_back("batch=2");
+    expect_report_is_the_peak(dir, plan, two, "bf16", 2 * (2 * 80 * 2 + 2 * 80 * 2 * 64), true, "full");
 }
 
 // Activation recomputation on the CUDA backend, in bf16 with the
@@ -792,13 +804,13 @@ TEST_F(EmulatedDataParallel, Dp2Tp2Bf16TracksTheCpuOnOneRank)
 // steps on one rank with the global batch (fp32: losses 1e-5 relative,
 // norms 1e-5, first-step gradients 1e-4 of each tensor's scale; bf16 with
 // fp32 masters: losses 5e-3 and gradients 0.15, as above), clipping at 0.5
-// every step so a wrong norm moves the losses; at dp 2 x tp 2 and at dp 3 x
-// tp 1 (runs padded, a rank holding none of the norms). Each rank's peak of
-// device memory, a --save and a --resume included, is what tpcc --report
-// --train says to the byte: the replicated step's parts with the moments
-// and masters at their runs, plus ZeRO's gradient runs and padded staging,
-// and one byte of padding each of tprun's buffers (expect_report_is_the_
-// peak's, and ZeRO's three).
+// every step so a wrong norm moves the losses; fp32 at dp 2 x tp 2 and
+// bf16 at dp 3 x tp 1 (runs padded, a rank holding none of the norms).
+// Each rank's peak of device memory, a --save (and at dp 2 a --resume)
+// included, is what tpcc --report --train says to the byte: the
+// replicated step's parts with the moments and masters at their runs,
+// plus ZeRO's gradient runs and staging, and one byte of padding each of
+// tprun's buffers (expect_report_is_the_peak's, and ZeRO's three).
 TEST_F(EmulatedDataParallel, ZeroOneTakesTheCpuStepsAndHoldsWhatTheReportSays)
 {
     std::string sharded;
@@ -837,8 +849,8 @@ TEST_F(EmulatedDataParallel, ZeroOneTakesTheCpuStepsAndHoldsWhatTheReportSays)
     std::vector<std::vector<float>> want_grads = read_weights_of(ref_grads, ref);
     ASSERT_EQ(want.size(), 2u);
 
-    struct Case { int dp, tp; std::string dtype; };
-    for (Case c : {Case{2, 2, "fp32"}, Case{2, 2, "bf16"}, Case{3, 1, "bf16"}}) {
+    struct Case { int dp, tp; std::string dtype; bool resume; };
+    for (Case c : {Case{2, 2, "fp32", true}, Case{3, 1, "bf16", false}}) {
         std::string tag = "zero-dp" + std::to_string(c.dp) + "tp" + std::to_string(c.tp) + c.dtype,
                     s = dir.path + "/" + tag + ".sched", log = dir.path + "/" + tag + ".json",
                     peaks = dir.path + "/" + tag + "-peak.txt", g = dir.path + "/" + tag + "-grads.safetensors",
@@ -864,10 +876,12 @@ TEST_F(EmulatedDataParallel, ZeroOneTakesTheCpuStepsAndHoldsWhatTheReportSays)
         Proc t = run(kEmulated, c.dp * c.tp, s, args, {"TP_STANDIN_DEVICE_PEAK=" + peaks});
         ASSERT_EQ(t.code(), 0) << tag << ": " << t.describe();
         // and resumed from it: the peak of a resume is a step's too
-        std::vector<std::string> again = args_for(3);
-        again.insert(again.end(), {"--resume", save, "--backend", "cuda"});
-        Proc resumed = run(kEmulated, c.dp * c.tp, s, again, {"TP_STANDIN_DEVICE_PEAK=" + peaks});
-        ASSERT_EQ(resumed.code(), 0) << tag << ": " << resumed.describe();
+        if (c.resume) {
+            std::vector<std::string> again = args_for(3);
+            again.insert(again.end(), {"--resume", save, "--backend", "cuda"});
+            Proc resumed = run(kEmulated, c.dp * c.tp, s, again, {"TP_STANDIN_DEVICE_PEAK=" + peaks});
+            ASSERT_EQ(resumed.code(), 0) << tag << ": " << resumed.describe();
+        }
 
         std::vector<double> losses = logged(log, "loss"), norms = logged(log, "grad_norm");
         ASSERT_EQ(losses.size(), 2u);
@@ -882,7 +896,7 @@ TEST_F(EmulatedDataParallel, ZeroOneTakesTheCpuStepsAndHoldsWhatTheReportSays)
         int ranks = 0;
         for (json_int_t peak; lines >> peak; ranks++)
             EXPECT_EQ(peak, total + padding) << tag << " rank " << ranks % (c.dp * c.tp);
-        EXPECT_EQ(ranks, 2 * c.dp * c.tp) << tag;   // the training run's and the resumed run's
+        EXPECT_EQ(ranks, (c.resume ? 2 : 1) * c.dp * c.tp) << tag;   // the training run's and the resumed run's
     }
 }
 
