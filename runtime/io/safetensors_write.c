@@ -80,24 +80,27 @@ static char *header_json(const tp_st_tensor **order, int n, size_t *len, char *e
     return out;
 }
 
-/* The 8-byte length and the header of the tensors in `order`. */
-static void length_prefix(size_t hlen, unsigned char len8[8])
+/* The file's start for the tensors in `order`: the header (returned,
+ * *hlen bytes; NULL with a message) and its 8-byte little-endian length. */
+static char *file_prefix(const tp_st_tensor **order, int n, unsigned char len8[8], size_t *hlen, char *err,
+                         size_t errlen)
 {
-    for (int b = 0; b < 8; b++)
-        len8[b] = (unsigned char)((uint64_t)hlen >> (8 * b));
+    char *header = header_json(order, n, hlen, err, errlen);
+    for (int b = 0; header && b < 8; b++)
+        len8[b] = (unsigned char)((uint64_t)*hlen >> (8 * b));
+    return header;
 }
 
 int tp_safetensors_write(const char *path, const tp_st_tensor *tensors, int n, char *err, size_t errlen)
 {
     const tp_st_tensor **order = sorted(tensors, n);
     size_t hlen;
-    char *header = header_json(order, n, &hlen, err, errlen);
+    unsigned char len8[8];
+    char *header = file_prefix(order, n, len8, &hlen, err, errlen);
     if (!header) {
         free(order);
         return -1;
     }
-    unsigned char len8[8];
-    length_prefix(hlen, len8);
     /* the data as it is in memory: float32 little-endian on every host tprun builds for */
     tp_bytes *pieces = tp_xcalloc((size_t)n + 2, sizeof *pieces);
     pieces[0] = (tp_bytes){len8, 8};
@@ -151,13 +154,12 @@ int tp_st_file_create(tp_st_file **out, const char *path, const tp_st_tensor *te
     *out = NULL;
     const tp_st_tensor **order = sorted(tensors, n);
     size_t hlen;
-    char *header = header_json(order, n, &hlen, err, errlen);
+    unsigned char len8[8];
+    char *header = file_prefix(order, n, len8, &hlen, err, errlen);
     if (!header) {
         free(order);
         return -1;
     }
-    unsigned char len8[8];
-    length_prefix(hlen, len8);
     tp_bytes pieces[2] = {{len8, 8}, {header, hlen}};
     tp_st_file *f = tp_xcalloc(1, sizeof *f);
     *f = (tp_st_file){.path = tp_xasprintf("%s", path), .fd = -1, .n = n, .missing = n,
