@@ -33,8 +33,8 @@ extern const char *const tp_dp_shard_names[TP_DP_SHARD_COUNT];
 /* The mode a name spells, or -1. */
 int tp_dp_shard_parse(const char *name);
 
-/* Whether tprun runs the mode yet (none and optimizer). */
-static inline int tp_dp_shard_supported(tp_dp_shard m) { return m <= TP_DP_SHARD_OPTIMIZER; }
+/* Whether tprun runs the mode yet (all but parameters). */
+static inline int tp_dp_shard_supported(tp_dp_shard m) { return m <= TP_DP_SHARD_GRADIENTS; }
 
 /* Elements of one dp rank's run of a weight of n local elements: an equal
  * share rounded up to the weight region's alignment, so every run starts

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <errno.h>
 
+#include "sched/dp_shard.h"
 #include "sched/format.h"
 #include "sched/ops.h"
 #include "util/xalloc.h"
@@ -461,9 +462,13 @@ static void print_header(const schedule *s, FILE *out)
         fprintf(out, "  data parallel  %" JSON_INTEGER_FORMAT " replicas of the %" JSON_INTEGER_FORMAT
                      " ranks above (tprun -n %" JSON_INTEGER_FORMAT ")\n",
                 json_integer_value(dp), s->world, json_integer_value(dp) * s->world);
+    /* what each ZeRO stage holds in slices (sched/dp_shard.h) */
+    static const char *const sliced[TP_DP_SHARD_COUNT] = {
+        "nothing", "optimizer state", "gradients and optimizer state", "parameters, gradients and optimizer state"};
     const json_t *shard = json_object_get(d, "dp_shard");
-    if (json_is_string(shard) && json_is_integer(dp))
-        fprintf(out, "  dp shard    %s state, 1/%" JSON_INTEGER_FORMAT " on each replica\n", json_string_value(shard),
+    int mode = json_is_string(shard) ? tp_dp_shard_parse(json_string_value(shard)) : -1;
+    if (mode >= 0 && json_is_integer(dp))
+        fprintf(out, "  dp shard    %s, 1/%" JSON_INTEGER_FORMAT " on each replica\n", sliced[mode],
                 json_integer_value(dp));
     fprintf(out, "  dtype       %s\n", str_or(json_object_get(d, "dtype"), "?"));
     json_int_t arena = json_integer_value(json_object_get(d, "arena_bytes"));

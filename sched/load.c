@@ -83,7 +83,7 @@ static int load_dp_shard(loader *L, json_t *root, int64_t dp, tp_dp_shard *out)
         return fail(L, "'dp_shard' must be \"none\", \"optimizer\", \"gradients\" or \"parameters\"");
     if (!tp_dp_shard_supported((tp_dp_shard)mode))
         return fail(L, "'dp_shard' is \"%s\", which this tprun cannot run yet (it shards the optimizer state "
-                    "only): recompile with train { shard = \"optimizer\" }", tp_dp_shard_names[mode]);
+                    "and the gradients): recompile with train { shard = \"gradients\" }", tp_dp_shard_names[mode]);
     if (dp < 2 && mode != TP_DP_SHARD_NONE)
         return fail(L, "'dp_shard' is \"%s\" but the schedule has no data-parallel replicas to shard over",
                     tp_dp_shard_names[mode]);
@@ -610,6 +610,21 @@ static int check_all_to_all(loader *L, const tr_schedule *s, const tr_op *op)
     return 0;
 }
 
+/* dp_reduce_scatter: a schedule whose replicas shard their gradients; in is
+ * the weight's local gradient, out its run (sched/dp_shard.h). */
+static int check_dp_scattered(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    if (s->dp_shard < TP_DP_SHARD_GRADIENTS)
+        return fail(L, "is a data-parallel collective of sharded gradients, but the schedule's 'dp_shard' is \"%s\"",
+                    tp_dp_shard_names[s->dp_shard]);
+    int64_t n = s->weights[op->weight].local_elems, c = tp_dp_shard_elems(n, s->data_parallel);
+    if (elems_of(s, op->in[0]) != n || elems_of(s, op->out) != c || op->elems != c * s->data_parallel)
+        return fail(L, "must reduce weight %s's %lld local elements into its run of %lld (elems %lld, the %d "
+                    "replicas' runs)", s->weights[op->weight].name, (long long)n, (long long)c,
+                    (long long)(c * s->data_parallel), s->data_parallel);
+    return 0;
+}
+
 static size_rule *const size_rules[TP_OP_COUNT] = {
 #define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
     [TP_OP_##NAME] = check_##sizes,
@@ -917,8 +932,9 @@ static int load_io(loader *L, tr_schedule *s, json_t *root)
 }
 
 /* A training schedule's "grads": one float buffer per weight, of the
- * weight's local size, with a place in the arena (the optimizer reads it
- * after the last op). */
+ * weight's local size (with sharded gradients, of its run over the
+ * replicas: sched/dp_shard.h), with a place in the arena (the optimizer
+ * reads it after the last op). */
 static int load_grads(loader *L, tr_schedule *s, json_t *root)
 {
     json_t *grads = json_object_get(json_object_get(root, "outputs"), "grads");
@@ -932,9 +948,12 @@ static int load_grads(loader *L, tr_schedule *s, json_t *root)
         if (!json_is_integer(b) || json_integer_value(b) < 0 || json_integer_value(b) >= s->nbufs)
             return fail(L, "'outputs.grads'[%d] is not a buffer", i);
         const tr_buf *buf = &s->bufs[json_integer_value(b)];
-        if (buf->dtype == TP_I32 || buf->offset < 0 || tr_buf_elems(buf) != s->weights[i].local_elems)
-            return fail(L, "'outputs.grads'[%d]: buffer %d is not a float buffer of weight %s's %lld local elements",
-                        i, (int)json_integer_value(b), s->weights[i].name, (long long)s->weights[i].local_elems);
+        bool runs = s->dp_shard >= TP_DP_SHARD_GRADIENTS;
+        int64_t n = runs ? tp_dp_shard_elems(s->weights[i].local_elems, s->data_parallel) : s->weights[i].local_elems;
+        if (buf->dtype == TP_I32 || buf->offset < 0 || tr_buf_elems(buf) != n)
+            return fail(L, "'outputs.grads'[%d]: buffer %d is not a float buffer of weight %s's %lld %s", i,
+                        (int)json_integer_value(b), s->weights[i].name, (long long)n,
+                        runs ? "elements of its run over the data-parallel replicas" : "local elements");
         s->grads[i] = (int)json_integer_value(b);
     }
     return 0;

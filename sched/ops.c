@@ -12,8 +12,9 @@ const char *const tp_op_names[TP_OP_COUNT] = {
 };
 
 /* The words of the table's columns. */
-#define COMPUTE false
-#define COLLECTIVE true
+#define COMPUTE false, false
+#define COLLECTIVE true, false
+#define DP_COLLECTIVE true, true
 #define IDS(i) (1u << (i))
 #define NO_IDS 0u
 #define OUT_FLOAT 1, false
@@ -68,6 +69,8 @@ const char *const tp_phase_names[TP_PHASE_COUNT] = {
     [TP_PHASE_FORWARD] = "forward", [TP_PHASE_BACKWARD] = "backward", [TP_PHASE_GRAD_SYNC] = "grad_sync"};
 
 bool tp_op_is_collective(tp_op_kind k) { return tp_ops[k].collective; }
+
+bool tp_op_is_dp_collective(tp_op_kind k) { return tp_ops[k].data_parallel; }
 
 tp_op_kind tp_op_kind_named(const char *name)
 {

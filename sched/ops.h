@@ -50,7 +50,8 @@ typedef enum tp_operand { TP_OPERAND_NONE, TP_OPERAND_REQUIRED, TP_OPERAND_OPTIO
 
 /* An op kind's signature and attributes (a row of sched/ops.def). */
 typedef struct tp_op_def {
-    bool collective;
+    bool collective;           /* every rank of a group takes part */
+    bool data_parallel;        /* the group is the data-parallel one, not the tensor-parallel one */
     int in_min, in_max;        /* buffers listed in "in" */
     unsigned ids;              /* bit i: in[i] holds int32 (ids, labels, positions); the others floats */
     int nout;                  /* buffers written: 1, or a list of nout ("out": [...]) */
@@ -63,6 +64,8 @@ typedef struct tp_op_def {
 extern const tp_op_def tp_ops[TP_OP_COUNT];
 extern const char *const tp_op_names[TP_OP_COUNT];
 bool tp_op_is_collective(tp_op_kind k);
+/* A collective over the data-parallel replicas (sharded training state). */
+bool tp_op_is_dp_collective(tp_op_kind k);
 /* The kind called `name`, or TP_OP_COUNT when there is none. */
 tp_op_kind tp_op_kind_named(const char *name);
 

@@ -321,7 +321,8 @@ static int check_op(checker *c, int i)
             return -1;
     if (check_overlap(c, i) || check_ids(c, i) || check_blas_sizes(c, i))
         return -1;
-    return tp_op_is_collective(op->kind) ? check_collective(c, i) : 0;
+    /* a data-parallel collective's sizes are the loader's (check_dp_scattered) */
+    return tp_op_is_collective(op->kind) && !tp_op_is_dp_collective(op->kind) ? check_collective(c, i) : 0;
 }
 
 int tr_schedule_validate(const tr_schedule *s, const char *path, char *err, size_t errlen)

@@ -416,11 +416,17 @@ static void check_ir(writer *w)
         ninputs += ir->bufs[b].input;
     if (ninputs > 2)
         fail(w, "the program has %d inputs; a schedule has input_ids and labels only", ninputs);
+    /* with sharded gradients, a gradient is the run of it over the replicas */
+    int64_t dp = w->meta->data_parallel;
+    bool runs = dp > 1 && w->meta->dp_shard >= TP_DP_SHARD_GRADIENTS;
     for (int p = 0; ir->grad_buf && p < ir->nparams; p++) {
         int b = ir->grad_buf[p];
         int64_t local = ir->params[p].local[0] * (ir->params[p].rank > 1 ? ir->params[p].local[1] : 1);
+        if (runs)
+            local = tp_dp_shard_elems(local, dp);
         if (b < 0 || b >= ir->nbufs || ir->bufs[b].dtype == TP_I32 || tp_ir_buf_elems(&ir->bufs[b]) != local)
-            fail(w, "parameter %d (%s): its gradient is not a float buffer of its local size", p, ir->params[p].name);
+            fail(w, "parameter %d (%s): its gradient is not a float buffer of its %s", p, ir->params[p].name,
+                 runs ? "run over the data-parallel replicas" : "local size");
     }
     if (ir->loss_buf >= ir->nbufs || ir->logits_buf >= ir->nbufs)
         fail(w, "the loss or logits buffer is outside the %d buffers", ir->nbufs);

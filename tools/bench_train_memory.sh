@@ -2,8 +2,10 @@
 # Benchmark (not a test): per-rank memory of a bf16 training step, from
 # tpcc --report --train (which the emulated CUDA runs of
 # EmulatedRun.*HoldsWhatTheReportSays match to the byte), for Llama-3-8B
-# and Llama-3-70B shapes at tp 8 and dp 1, 2, 4, 8, with the data-parallel
-# state replicated (shard none) and sharded (ZeRO-1, shard optimizer).
+# and Llama-3-70B shapes at tp 8 and dp 1, 2, 4, 8, without activation
+# recomputation and with full recomputation, with the data-parallel
+# state replicated (shard none) and sharded (ZeRO-1, shard optimizer;
+# ZeRO-2, shard gradients).
 #
 #   tools/bench_train_memory.sh [BUILD_DIR]      # BUILD_DIR defaults to build
 #
@@ -11,7 +13,8 @@
 # AdamW's moments, fp32 masters, activations (seq 8192, batch 1 per
 # replica), workspace and total, beside ZeRO's model of the model state
 # in mixed precision (Rajbhandari et al., Table 1: 2 + 2 + K/Nd bytes a
-# parameter for ZeRO-1 with K = 12, 16 replicated). Takes seconds.
+# parameter for ZeRO-1 with K = 12, 2 + (2 + K)/Nd for ZeRO-2, 16
+# replicated). Takes seconds.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
@@ -24,38 +27,41 @@ llama3_8b="vocab=128256 hidden=4096 layers=32 heads=32 kv_heads=8 ffn=14336"
 llama3_70b="vocab=128256 hidden=8192 layers=80 heads=64 kv_heads=8 ffn=28672"
 
 # plans/llama-2d.plan with the shard mode given
-for shard in none optimizer; do
+for shard in none optimizer gradients; do
     sed "s/shard = \"optimizer\"/shard = \"$shard\"/; s|\"../models/|\"$root/models/|" plans/llama-2d.plan \
         > "$work/llama-2d-$shard.plan"
 done
 
-report() {   # model-sizes shard dp: the JSON report
+report() {   # model-sizes shard dp recompute: the JSON report
     local defs=()
     for kv in $1 seq=8192 batch=1 tp=8 dp=$3; do defs+=(-D "$kv"); done
-    "$build/tpcc" "$work/llama-2d-$2.plan" "${defs[@]}" --train --dtype bf16 --report --report-format=json \
-        2>/dev/null
+    "$build/tpcc" "$work/llama-2d-$2.plan" "${defs[@]}" --train --recompute "$4" --dtype bf16 --report \
+        --report-format=json 2>/dev/null
 }
 
 printf "per-rank training memory, bf16, tp 8, seq 8192 x batch 1 per replica (GiB)\n"
-printf "%-11s %-9s %3s %8s %8s %8s %8s %8s %8s %8s %12s\n" model shard dp params grads moments masters \
-    activ work total "ZeRO model"
+printf "%-11s %-9s %-9s %3s %8s %8s %8s %8s %8s %8s %8s %12s\n" model shard recompute dp params grads moments \
+    masters activ work total "ZeRO model"
 for model in 8b 70b; do
     sizes=$llama3_8b
     [ "$model" = 70b ] && sizes=$llama3_70b
-    for shard in none optimizer; do
+    for shard in none optimizer gradients; do
+      for recompute in none full; do
         for dp in 1 2 4 8; do
-            report "$sizes" "$shard" "$dp" | python3 -c '
+            report "$sizes" "$shard" "$dp" "$recompute" | python3 -c '
 import json, sys
 r = json.load(sys.stdin)["training"]
-model, shard, dp = sys.argv[1], sys.argv[2], int(sys.argv[3])
+model, shard, dp, recompute = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 G = float(1 << 30)
 psi = r["param_bytes"] / 2                      # bf16 parameters of this rank
-k = 12 / (dp if shard == "optimizer" else 1)    # fp32 masters and two moments
-print("%-11s %-9s %3d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %12.2f" % (
-    "llama3-" + model, shard, dp, r["param_bytes"] / G, r["grad_bytes"] / G, r["optimizer_bytes"] / G,
+k = 12 / (dp if shard != "none" else 1)         # fp32 masters and two moments
+g = 2 / (dp if shard == "gradients" else 1)     # bf16 gradients
+print("%-11s %-9s %-9s %3d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %12.2f" % (
+    "llama3-" + model, shard, recompute, dp, r["param_bytes"] / G, r["grad_bytes"] / G, r["optimizer_bytes"] / G,
     r.get("master_bytes", 0) / G, r["activation_bytes"] / G, r["workspace"]["bytes"] / G,
-    r["total_bytes"] / G, (2 + 2 + k) * psi / G))
-' "$model" "$shard" "$dp"
+    r["total_bytes"] / G, (2 + g + k) * psi / G))
+' "$model" "$shard" "$dp" "$recompute"
         done
+      done
     done
 done

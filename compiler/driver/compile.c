@@ -148,7 +148,8 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     tp_check(&u->model, &u->plan, &u->config, opts->loss, &u->analysis);
     tp_check_grad_clip(&u->model, &u->plan, &u->analysis.graph, &u->diags);
     if (opts->program && !u->diags.errors) {
-        tp_passes_opts passes = {opts->optimize, opts->dtype, opts->train, u->plan.train.recompute};
+        tp_passes_opts passes = {opts->optimize, opts->dtype, opts->train, u->plan.train.recompute,
+                                 u->plan.data_parallel, u->plan.train.shard_mode};
         tp_autodiff_error err;
         if (tp_passes_run(&u->analysis.graph, &passes, &u->ir, &err)) {
             /* at the plan entry that made the node, else at the model the plan names */

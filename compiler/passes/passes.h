@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include "compiler/ir/graph.h"
 #include "compiler/plan/train_block.h"
+#include "sched/dp_shard.h"
 #include "sched/program.h"
 
 typedef struct tp_passes_opts {
@@ -16,6 +17,8 @@ typedef struct tp_passes_opts {
     tp_dtype dtype;      /* element type of the schedule's floating-point buffers */
     bool train;          /* --train: the backward pass and every weight's gradient */
     tp_recompute recompute;  /* --train: what each layer's backward recomputes of its forward */
+    int64_t data_parallel;   /* --train: the replicas of the tp group (1: none) */
+    tp_dp_shard dp_shard;    /* --train: what the replicas hold in slices (sched/dp_shard.h) */
 } tp_passes_opts;
 
 /* Why the backward pass could not be derived: the forward node it was
@@ -55,12 +58,20 @@ int tp_pass_autodiff(tp_graph *g, bool merge, tp_autodiff_error *err);
  * backward node that reads them, marked recompute; the backward reads the
  * clones' values. TP_RECOMPUTE_NONE changes nothing. */
 void tp_pass_recompute(tp_graph *g, tp_recompute mode);
+/* zero.c: --train with data_parallel replicas sharding their gradients
+ * (ZeRO-2: mode TP_DP_SHARD_GRADIENTS). After the last op that touches a
+ * weight's gradient, a dp_reduce_scatter reduces it into the rank's run
+ * (sched/dp_shard.h), a new buffer that becomes the weight's gradient
+ * (ir->grad_buf) and output; the whole gradient stops being an output. */
+void tp_pass_zero(tp_ir *ir, int64_t dp, tp_dp_shard mode);
 /* lower.c: the per-rank program: one buffer per value (local shapes), a
  * weight table in order of first use, the live and dead nodes as ops. */
 void tp_pass_lower(const tp_graph *g, tp_ir *out);
 
 /* The whole pipeline: merge and fuse (-O1), dead code, the backward and
- * its recomputation (when training), lower, the element type, the memory plan (memplan.h). `out`
+ * its recomputation (when training), lower, the pairs fused (-O1), the
+ * data-parallel reduce-scatters of sharded gradients, the element type,
+ * the memory plan (memplan.h). `out`
  * is zeroed first. Returns 0, or -1 when the backward cannot be derived
  * (*err says why; `out` is then empty). */
 int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodiff_error *err);

@@ -18,6 +18,8 @@ int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodi
     tp_pass_lower(g, out);
     if (opts->optimize)
         tp_pass_fuse_pairs(out);
+    if (opts->train)
+        tp_pass_zero(out, opts->data_parallel, opts->dp_shard);
     tp_ir_set_dtype(out, opts->dtype);
     tp_memplan(out);
     return 0;

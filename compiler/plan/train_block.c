@@ -75,10 +75,10 @@ static void read_shard(struct tp_plan *p, const tp_node *v, tp_config *c)
     }
     if (!tp_dp_shard_supported((tp_dp_shard)mode)) {
         tp_diag *g = tp_diag_add(c->diags, TP_ERROR, v->span, "plan", "shard = \"%s\" is not supported by tprun "
-                                 "yet: it shards the optimizer state (ZeRO-1) and nothing more",
-                                 tp_dp_shard_names[mode]);
-        tp_diag_help(g, "shard = \"optimizer\" slices the fp32 master weights and AdamW's moments over the "
-                        "data-parallel ranks");
+                                 "yet: it shards the optimizer state (ZeRO-1) and the gradients (ZeRO-2), not the "
+                                 "parameters", tp_dp_shard_names[mode]);
+        tp_diag_help(g, "shard = \"gradients\" slices the gradients, the fp32 master weights and AdamW's moments "
+                        "over the data-parallel ranks");
         return;
     }
     p->train.shard_mode = (tp_dp_shard)mode;

@@ -29,6 +29,10 @@ double tp_ring_bytes(tp_op_kind kind, int64_t elems, size_t dsize, int64_t world
     }
 }
 
+/* The tensor-parallel group's collectives, which the costs below are of;
+ * the data-parallel ones (sharded training state) are the dp phases'. */
+static bool tp_group_collective(tp_op_kind k) { return tp_op_is_collective(k) && !tp_op_is_dp_collective(k); }
+
 typedef struct comm_totals {
     int count[TP_OP_COUNT];
     double logical[TP_OP_COUNT], sent[TP_OP_COUNT];
@@ -43,7 +47,7 @@ static void phase_totals(const tp_ir *ir, size_t dsize, int phase, comm_totals *
     memset(t, 0, sizeof *t);
     for (int i = 0; i < ir->nops; i++) {
         const tp_ir_op *op = &ir->ops[i];
-        if (op->dead || !tp_op_is_collective(op->kind) || (phase >= 0 && op->phase != (tp_phase)phase))
+        if (op->dead || !tp_group_collective(op->kind) || (phase >= 0 && op->phase != (tp_phase)phase))
             continue;
         double sent = tp_ring_bytes(op->kind, op->elems, dsize, ir->world);
         t->count[op->kind]++;
@@ -143,7 +147,10 @@ static int64_t staging_bytes(const tp_ir *ir)
     for (int i = 0; i < ir->nops; i++) {
         const tp_ir_op *op = &ir->ops[i];
         if (!op->dead && tp_op_is_collective(op->kind)) {
-            int64_t in = buf_bytes(ir, op->in[0]), out = buf_bytes(ir, op->out);
+            /* a data-parallel collective's tensor is its dp runs (runtime/exec/exec.c) */
+            int64_t out = buf_bytes(ir, op->out), in = op->nin ? buf_bytes(ir, op->in[0]) : 0;
+            if (tp_op_is_dp_collective(op->kind))
+                in = op->elems * (int64_t)tp_dtype_size(ir->bufs[op->out].dtype);
             largest = in > largest ? in : largest;
             largest = out > largest ? out : largest;
         }
@@ -190,6 +197,13 @@ typedef struct dp_layout {
     tp_dp_shard shard;
 } dp_layout;
 
+/* The ZeRO paper's name for a sharding mode. */
+static const char *zero_stage(tp_dp_shard m)
+{
+    static const char *const names[TP_DP_SHARD_COUNT] = {"replicated", "ZeRO-1", "ZeRO-2", "ZeRO-3"};
+    return names[m];
+}
+
 static dp_layout dp_layout_of(const tp_plan *p)
 {
     return (dp_layout){p->data_parallel, p->data_parallel > 1 ? p->train.shard_mode : TP_DP_SHARD_NONE};
@@ -218,15 +232,17 @@ static step_memory memory_of(const tp_ir *ir, size_t dsize, dp_layout d)
                      cuda_scratch_bytes(ir, dsize == 2), 0, 0, 0};
     if (train) {
         int64_t widest, padded, runs = shard_region_elems(ir, d.dp, &widest, &padded);
-        bool sharded = d.shard == TP_DP_SHARD_OPTIMIZER;
+        bool sharded = d.shard != TP_DP_SHARD_NONE, grad_runs = d.shard >= TP_DP_SHARD_GRADIENTS;
         int64_t state = sharded ? runs * 4 : weight_region_bytes(ir, 4);   /* fp32 moments and masters */
-        m.grads = param_bytes(ir, dsize);
+        /* ZeRO-2 leaves each gradient as its run; the whole gradients are
+         * activations of the backward, freed after their reduce-scatter */
+        m.grads = grad_runs ? runs * (int64_t)dsize : param_bytes(ir, dsize);
         m.optimizer = 2 * state;
         m.masters = dsize == 4 ? 0 : state;
         /* ZeRO-1's reduced gradient runs of the padded weights (the others
          * stay in their gradients' place), and its collectives' staging:
          * dp runs of the widest and one more (fp32) */
-        m.zero = sharded ? padded * (int64_t)dsize + (d.dp + 1) * widest * 4 : 0;
+        m.zero = sharded ? (grad_runs ? 0 : padded * (int64_t)dsize) + (d.dp + 1) * widest * 4 : 0;
     }
     /* the gradients live in the arena (outputs.grads), counted once */
     m.activations = ir->arena_bytes - m.grads;
@@ -347,7 +363,7 @@ static int group_by_entry(const tp_ir *ir, size_t dsize, entry_bytes **out)
     int n = 0;
     for (int i = 0; i < ir->nops; i++) {
         const tp_ir_op *op = &ir->ops[i];
-        if (op->dead || !tp_op_is_collective(op->kind) || !op->layer)
+        if (op->dead || !tp_group_collective(op->kind) || !op->layer)
             continue;
         const char *name = entry_name(op);
         int k = 0;
@@ -386,8 +402,9 @@ static double ratio_of(const tp_ir *ir, const comm_totals *t, size_t dsize)
 }
 
 /* tprun's data-parallel collectives (runtime/train/dp.c, zero.c):
- * replicated, one all-reduce of each gradient; ZeRO-1, a reduce-scatter of
- * each gradient and an all-gather of each updated weight, in runs padded
+ * replicated, one all-reduce of each gradient; ZeRO-1 and 2, a
+ * reduce-scatter of each gradient (ZeRO-2's in the schedule, in the
+ * backward) and an all-gather of each updated weight, in runs padded
  * to dp equal ones: a ring all-reduce's traffic. The step's loss and norm
  * add a few floats. */
 typedef struct dp_traffic {
@@ -426,16 +443,19 @@ static void print_memory(const tp_ir *ir, size_t ds, dp_layout dl, int64_t devic
     char a[32], b[32], c[32], d[32];
     bool train = training(ir);
     step_memory m = memory_of(ir, ds, dl);
+    const char *stage = zero_stage(dl.shard);
     fprintf(out, "\n%s step, memory per rank\n", train ? "training" : "forward");
     fprintf(out, "  parameters        %s\n", human((double)m.params, a, sizeof a));
     if (train) {
-        fprintf(out, "  gradients         %s\n", human((double)m.grads, a, sizeof a));
-        fprintf(out, "  optimizer state   %s  (AdamW's two moments, fp32%s)\n", human((double)m.optimizer, a, sizeof a),
-                m.zero ? "; 1/dp of them, ZeRO-1" : "");
+        fprintf(out, "  gradients         %s", human((double)m.grads, a, sizeof a));
+        if (dl.shard >= TP_DP_SHARD_GRADIENTS)
+            fprintf(out, "  (1/dp of them, %s: each rank's run of each, reduce-scattered in the backward)", stage);
+        fprintf(out, "\n  optimizer state   %s  (AdamW's two moments, fp32%s%s)\n",
+                human((double)m.optimizer, a, sizeof a), m.zero ? "; 1/dp of them, " : "", m.zero ? stage : "");
     }
     if (m.masters)
-        fprintf(out, "  master weights    %s  (fp32 copies of the parameters, which AdamW updates%s)\n",
-                human((double)m.masters, a, sizeof a), m.zero ? "; 1/dp of them, ZeRO-1" : "");
+        fprintf(out, "  master weights    %s  (fp32 copies of the parameters, which AdamW updates%s%s)\n",
+                human((double)m.masters, a, sizeof a), m.zero ? "; 1/dp of them, " : "", m.zero ? stage : "");
     fprintf(out, "  activations       %s  (%s)\n", human((double)m.activations, a, sizeof a),
             train ? "the arena less the gradients: what the backward reads" : "the arena");
     fprintf(out, "  workspace         %s  (reshard staging %s; on CUDA, cuBLAS's %s", human((double)m.workspace, a, sizeof a),
@@ -469,13 +489,16 @@ static void print_training(const tp_ir *ir, size_t ds, dp_layout dl, FILE *out)
     }
     dp_traffic dt = dp_traffic_of(ir, ds, dl);
     static const char *const what[3] = {"each gradient all-reduced over the %lld dp replicas, then / %lld",
-                                        "each gradient reduce-scattered over the %lld dp ranks, then / %lld: ZeRO-1",
-                                        "each updated weight all-gathered over the %lld dp ranks: ZeRO-1"};
+                                        "each gradient reduce-scattered over the %lld dp ranks, then / %lld: %s",
+                                        "each updated weight all-gathered over the %lld dp ranks: %s"};
     static const char *const phase[3] = {"dp average", "dp reduce", "dp gather"};
     for (int k = 0; k < dt.kinds; k++) {
         int row = dl.shard ? 1 + k : 0;
         fprintf(out, "  %-10s %6d %14s %14s  (", phase[row], dt.count, human(dt.sent[k], a, sizeof a), "-");
-        fprintf(out, what[row], (long long)dl.dp, (long long)dl.dp);
+        if (row == 2)
+            fprintf(out, what[row], (long long)dl.dp, zero_stage(dl.shard));
+        else
+            fprintf(out, what[row], (long long)dl.dp, (long long)dl.dp, zero_stage(dl.shard));
         fprintf(out, ")\n");
     }
     fprintf(out, "  %-10s %6d %14s %14s  (AdamW updates each rank's own slice%s)\n", "optimizer", 0, "0 B", "-",
@@ -564,7 +587,7 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
             for (int i = 0; i < opt->nops; i++)
                 in_layers += !opt->ops[i].dead && opt->ops[i].kind == (tp_op_kind)k &&
                              opt->ops[i].layer != NULL;
-            if (in_layers && tp_op_is_collective((tp_op_kind)k)) {
+            if (in_layers && tp_group_collective((tp_op_kind)k)) {
                 fprintf(out, "%s%g %s", first ? "" : " + ", (double)in_layers / opt->nlayers, tp_op_names[k]);
                 first = false;
             }
@@ -589,7 +612,7 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     fprintf(out, "  %-15s %12s %12s  %-40s %s\n", "kind", "logical", "sent", "module", "plan entry");
     for (int i = 0; i < opt->nops; i++) {
         const tp_ir_op *op = &opt->ops[i];
-        if (op->dead || !tp_op_is_collective(op->kind))
+        if (op->dead || !tp_group_collective(op->kind))
             continue;
         fprintf(out, "  %-15s %12s %12s  %-40s %s\n", tp_op_names[op->kind],
                 human((double)op->elems * (double)ds, a, sizeof a),
@@ -699,7 +722,7 @@ static void print_json(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     json_t *list = tp_xcheck(json_array());
     for (int i = 0; i < opt->nops; i++) {
         const tp_ir_op *op = &opt->ops[i];
-        if (op->dead || !tp_op_is_collective(op->kind))
+        if (op->dead || !tp_group_collective(op->kind))
             continue;
         json_array_append_new(list, json_pack("{s:s, s:I, s:f, s:s, s:s, s:o}", "kind", tp_op_names[op->kind],
                                               "bytes", (json_int_t)(op->elems * (int64_t)ds),

@@ -8,6 +8,8 @@
 #include "runtime/exec/limits_check.h"
 #include "runtime/exec/op_view.h"
 #include "runtime/io/weights.h"
+#include "sched/dp_shard.h"
+#include "util/errmsg.h"
 #include "util/xalloc.h"
 
 static double now_seconds(void)
@@ -29,8 +31,11 @@ static float *weight(const tr_exec *x, int w)
 
 /* The staging a rank needs for its largest collective: TP_STAGING_BUFFERS
  * buffers (sched/workspace.h) of the largest tensor any collective
- * touches, this size each. The collectives below use them by role:
- * staging[0] sends, staging[1] receives an all-to-all's blocks. */
+ * touches, this size each; a data-parallel collective's tensor is its dp
+ * runs (`bytes`), which a padded weight's gradient is copied into. The
+ * collectives below use them by role: staging[0] sends, staging[1]
+ * receives an all-to-all's blocks. (compiler/report/report.c counts the
+ * same.) */
 _Static_assert(TP_STAGING_BUFFERS == 2, "the collectives use staging[0] and staging[1]");
 static size_t largest_collective_bytes(const tr_schedule *s)
 {
@@ -39,7 +44,9 @@ static size_t largest_collective_bytes(const tr_schedule *s)
         const tr_op *op = &s->ops[i];
         if (!tp_op_is_collective(op->kind))
             continue;
-        size_t in = (size_t)s->bufs[op->in[0]].bytes, out = (size_t)s->bufs[op->out].bytes;
+        size_t in = op->nin ? (size_t)s->bufs[op->in[0]].bytes : 0, out = (size_t)s->bufs[op->out].bytes;
+        if (tp_op_is_dp_collective(op->kind) && (size_t)op->bytes > in)
+            in = (size_t)op->bytes;
         if (in > most) most = in;
         if (out > most) most = out;
     }
@@ -194,19 +201,23 @@ void tr_exec_write_buf(tr_exec *x, int b, const void *src)
     upload(x, buf_ptr(x, b), src, tr_buf_elems(buf), buf->dtype);
 }
 
-void tr_exec_read_buf(tr_exec *x, int b, void *dst)
+void tr_exec_download(tr_exec *x, void *dst, const void *src, int64_t n, tp_dtype t)
 {
-    const tr_buf *buf = &x->s->bufs[b];
-    if (buf->dtype != TP_BF16) {
-        x->be->to_host(dst, buf_ptr(x, b), (size_t)buf->bytes);
+    if (t != TP_BF16) {
+        x->be->to_host(dst, src, (size_t)n * tp_dtype_size(t));
         return;
     }
-    int64_t n = tr_buf_elems(buf);
     uint16_t *h = tp_xmalloc((size_t)n * sizeof *h + 1);
-    x->be->to_host(h, buf_ptr(x, b), (size_t)n * sizeof *h);
+    x->be->to_host(h, src, (size_t)n * sizeof *h);
     for (int64_t i = 0; i < n; i++)
         ((float *)dst)[i] = f32_of(h[i]);
     free(h);
+}
+
+void tr_exec_read_buf(tr_exec *x, int b, void *dst)
+{
+    const tr_buf *buf = &x->s->bufs[b];
+    tr_exec_download(x, dst, buf_ptr(x, b), tr_buf_elems(buf), buf->dtype);
 }
 
 float *tr_exec_buf(const tr_exec *x, int b) { return fbuf(x, b); }
@@ -544,6 +555,31 @@ EXEC(all_to_all)
     if (x->comm->ops->all_to_all(x->comm, in->dtype, x->staging[1], x->staging[0], tr_buf_elems(in) / w, err, errlen))
         return -1;
     x->be->join_blocks(fout(x, op), x->staging[1], out->shape, out->rank, op->dim, w);
+    return 0;
+}
+
+/* Over the data-parallel group: the mean of the replicas' gradients of the
+ * weight, this rank's run of it. A weight that does not divide into dp
+ * runs goes through staging[0] with zeros after it (ones scaled by 0: the
+ * backends have no fill), so its padding sums zeros. */
+EXEC(dp_reduce_scatter)
+{
+    if (!x->dp)
+        return tp_error(err, errlen, "this run has no data-parallel group to reduce over");
+    const tr_buf *in = in_buf(x, op, 0);
+    int64_t n = tr_buf_elems(in), dp = x->dp->world, c = tp_dp_shard_elems(n, dp);
+    const void *g = fin(x, op, 0);
+    if (c * dp != n) {
+        size_t es = tp_dtype_size(in->dtype);
+        float *pad = (float *)(void *)((char *)x->staging[0] + n * (int64_t)es);
+        x->be->copy(x->staging[0], g, (size_t)n * es);
+        x->be->ones(pad, c * dp - n);
+        x->be->scale(pad, pad, c * dp - n, 0.0f);
+        g = x->staging[0];
+    }
+    if (x->dp->ops->reduce_scatter(x->dp, in->dtype, fout(x, op), g, c, err, errlen))
+        return -1;
+    x->be->scale(fout(x, op), fout(x, op), c, 1.0f / (float)dp);
     return 0;
 }
 

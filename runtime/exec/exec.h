@@ -37,6 +37,7 @@ typedef struct tr_exec {
     const tr_schedule *s;
     const tp_backend *be;
     tp_comm *comm;
+    tp_comm *dp;                 /* the data-parallel replicas of this rank (a training run), or NULL */
     char *arena;                 /* backend memory: activations */
     char *weights;               /* backend memory: this rank's weight slices, in be->dtype */
     float *staging[TP_STAGING_BUFFERS]; /* backend memory: reshard staging, never reallocated */
@@ -59,6 +60,9 @@ void tr_exec_free(tr_exec *x);
  * (bf16 is converted, rounding to nearest even). */
 void tr_exec_write_buf(tr_exec *x, int b, const void *src);
 void tr_exec_read_buf(tr_exec *x, int b, void *dst);
+/* n elements of type t at src (backend memory) into dst as read_buf
+ * gives them: int32 or float32. */
+void tr_exec_download(tr_exec *x, void *dst, const void *src, int64_t n, tp_dtype t);
 /* Fill the weight region from host float32 (s->weight_elems values, laid
  * out by region_offset), converted to the backend's dtype. Tests write
  * weights of their own with it; tprun loads with tr_weights_load, which

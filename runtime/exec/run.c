@@ -656,6 +656,7 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
     if (!rc && tr_exec_init(&j.x, &j.s, be, &groups.tp, why, sizeof why))
         rc = fail(&j, "%s", why);
     if (!rc) {
+        j.x.dp = &groups.dp;     /* a sharded training schedule's dp_* collectives run over it */
         j.x.tracing = o->profile || o->profile_json || o->trace;
         j.vocab = tr_schedule_token_vocab(&j.s);   /* the range the validator proved safe */
         rc = load_weights(&j);

@@ -72,13 +72,25 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
 }
 
 /* --grads-out: the full gradients of the first step taken, before clipping,
- * gathered to rank 0 and written under the checkpoint's names. */
+ * gathered to rank 0 and written under the checkpoint's names: replica 0
+ * writes them, the mean once ZeRO's runs are gathered over dp. */
 static int write_grads(trainer *tr, char *err, size_t errlen)
 {
     const tr_schedule *s = tr->s;
     float *mine = tp_xcalloc((size_t)s->weight_elems + 1, sizeof *mine);   /* the gaps between weights: 0 */
-    for (int i = 0; i < s->nweights; i++)
-        tr_exec_read_buf(tr->x, s->grads[i], mine + s->weights[i].region_offset);
+    for (int i = 0; i < s->nweights; i++) {
+        float *at = mine + s->weights[i].region_offset;
+        if (!tr->sharded)
+            tr_exec_read_buf(tr->x, s->grads[i], at);
+        else if (tr_zero_grad_to_host(&tr->zero, i, at, err, errlen)) {
+            free(mine);
+            return -1;
+        }
+    }
+    if (tr->dp->rank != 0) {
+        free(mine);
+        return 0;
+    }
     float **full;
     int rc = tr_gather_region(tr->comm, &tr->layouts, mine, s->weight_elems, &full, err, errlen);
     free(mine);
@@ -119,20 +131,13 @@ static double lap(const tr_exec *x, double *since)
 }
 
 /* The replicas' gradients made one: averaged everywhere, or with ZeRO-1
- * reduce-scattered, each rank the mean of its runs. */
+ * reduce-scattered, each rank the mean of its runs; ZeRO-2's schedule has
+ * reduced them already. */
 static int combine_grads(trainer *tr, char *err, size_t errlen)
 {
-    return tr->sharded ? tr_zero_reduce_grads(&tr->zero, err, errlen)
-                       : tr_dp_average_grads(tr->dp, tr->x, err, errlen);
-}
-
-/* --grads-out on the first step: written by replica 0, whose gradient
- * buffers hold the mean only once ZeRO's runs are gathered back. */
-static int first_grads_out(trainer *tr, char *err, size_t errlen)
-{
-    if (tr->sharded && tr_zero_gather_grads(&tr->zero, err, errlen))
-        return -1;
-    return tr->dp->rank == 0 ? write_grads(tr, err, errlen) : 0;
+    if (tr->sharded)
+        return tr->zero.scheduled ? 0 : tr_zero_reduce_grads(&tr->zero, err, errlen);
+    return tr_dp_average_grads(tr->dp, tr->x, err, errlen);
 }
 
 /* Step i: the batch, forward and backward, the gradients combined over
@@ -164,7 +169,7 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
     if (tr_optim_grad_norm(&tr->optim, tr->dp, &norm, err, errlen))
         return -1;
     p->optimizer_seconds = lap(x, &since);
-    if (first && tr->t->grads_out && first_grads_out(tr, err, errlen))
+    if (first && tr->t->grads_out && write_grads(tr, err, errlen))
         return -1;
     since = now();
     tr_optim_clip(&tr->optim, norm, max_grad_norm(tr));
@@ -205,7 +210,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         rc = open_data(&tr, vocab, err, errlen);
     if (!rc && (o->train.grads_out || o->train.save))
         rc = tr_layouts_load(&tr.layouts, o->schedule, comm, err, errlen);
-    tr.sharded = x->s->dp_shard == TP_DP_SHARD_OPTIMIZER;
+    tr.sharded = x->s->dp_shard != TP_DP_SHARD_NONE;
     if (!rc && tr.sharded)
         rc = tr_zero_init(&tr.zero, x, tr.dp, err, errlen);
     if (!rc)

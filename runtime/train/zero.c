@@ -22,6 +22,8 @@ int64_t tr_zero_held(const tr_zero *z, int w)
 float *tr_zero_grad(const tr_zero *z, int w)
 {
     size_t es = tp_dtype_size(z->x->be->dtype);
+    if (z->scheduled)
+        return tr_exec_buf(z->x, z->x->s->grads[w]);
     if (z->padded_at[w] >= 0)
         return at(z->grads, z->padded_at[w], es);
     return at(tr_exec_buf(z->x, z->x->s->grads[w]), tr_zero_first(z, w), es);
@@ -31,7 +33,7 @@ int tr_zero_init(tr_zero *z, tr_exec *x, tp_comm *dp, char *err, size_t errlen)
 {
     const tr_schedule *s = x->s;
     const tp_backend *be = x->be;
-    *z = (tr_zero){.x = x, .dp = dp};
+    *z = (tr_zero){.x = x, .dp = dp, .scheduled = s->dp_shard >= TP_DP_SHARD_GRADIENTS};
     z->offset = tp_xcalloc((size_t)s->nweights + 1, sizeof *z->offset);
     z->padded_at = tp_xcalloc((size_t)s->nweights + 1, sizeof *z->padded_at);
     for (int i = 0; i < s->nweights; i++) {
@@ -45,7 +47,8 @@ int tr_zero_init(tr_zero *z, tr_exec *x, tp_comm *dp, char *err, size_t errlen)
         z->offset[i] = z->elems;
         z->elems += c;
         z->widest = c > z->widest ? c : z->widest;
-        z->padded_at[i] = tp_dp_shard_padded(s->weights[i].local_elems, dp->world) ? z->padded : -1;
+        bool own_run = !z->scheduled && tp_dp_shard_padded(s->weights[i].local_elems, dp->world);
+        z->padded_at[i] = own_run ? z->padded : -1;
         z->padded += z->padded_at[i] >= 0 ? c : 0;
     }
     z->pad = be->alloc((size_t)(dp->world * z->widest) * sizeof(float) + 1);
@@ -106,17 +109,19 @@ int tr_zero_reduce_grads(tr_zero *z, char *err, size_t errlen)
 
 /* Run w of every dp rank, from `mine` (a whole run readable, in t), into
  * dst: the weight's local elements, in backend memory or, to_host, in
- * host memory. */
+ * host memory as float32. */
 static int gather_run(tr_zero *z, int w, tp_dtype t, const void *mine, void *dst, bool to_host, const char *what,
                       char *err, size_t errlen)
 {
-    const tp_backend *be = z->x->be;
     const tr_weight *weight = &z->x->s->weights[w];
     char why[800];
     if (z->dp->ops->all_gather(z->dp, t, z->pad, mine, run_elems(z, w), why, sizeof why))
         return tp_error(err, errlen, "gathering the %s of %s over the %d data-parallel ranks: %s", what, weight->name,
                         z->dp->world, why);
-    (to_host ? be->to_host : be->copy)(dst, z->pad, (size_t)weight->local_elems * tp_dtype_size(t));
+    if (to_host)
+        tr_exec_download(z->x, dst, z->pad, weight->local_elems, t);
+    else
+        z->x->be->copy(dst, z->pad, (size_t)weight->local_elems * tp_dtype_size(t));
     return 0;
 }
 
@@ -139,14 +144,9 @@ int tr_zero_gather_weights(tr_zero *z, char *err, size_t errlen)
     return 0;
 }
 
-int tr_zero_gather_grads(tr_zero *z, char *err, size_t errlen)
+int tr_zero_grad_to_host(tr_zero *z, int w, float *host, char *err, size_t errlen)
 {
-    tr_exec *x = z->x;
-    for (int i = 0; i < x->s->nweights; i++)
-        if (gather_run(z, i, x->be->dtype, tr_zero_grad(z, i), tr_exec_buf(x, x->s->grads[i]), false, "gradient",
-                       err, errlen))
-            return -1;
-    return 0;
+    return gather_run(z, w, z->x->be->dtype, tr_zero_grad(z, w), host, true, "gradient", err, errlen);
 }
 
 int tr_zero_unshard_weight(tr_zero *z, const float *shards, int w, float *host, char *err, size_t errlen)

@@ -14,7 +14,11 @@
  * its gradient's place (the rest of that buffer is then stale: nothing
  * reads it); one that does not is padded: its collectives go through
  * `pad`, dp runs of the widest weight, whose padding carries values nobody
- * reads, and its reduced run lives in `grads`. */
+ * reads, and its reduced run lives in `grads`.
+ *
+ * ZeRO-2 ("dp_shard": "gradients") is the same but for the reduction: the
+ * schedule's own dp_reduce_scatter ops leave each gradient as its run
+ * (outputs.grads), the whole gradient freed in the backward already. */
 #ifndef TPRUN_TRAIN_ZERO_H
 #define TPRUN_TRAIN_ZERO_H
 
@@ -25,6 +29,7 @@
 typedef struct tr_zero {
     tr_exec *x;
     tp_comm *dp;         /* the replicas of this rank's tensor-parallel slice */
+    bool scheduled;      /* ZeRO-2: the schedule reduces the gradients into their runs */
     int64_t *offset;     /* per weight: its run's offset in the shard region */
     int64_t elems;       /* the shard region: every weight's run, end to end */
     int64_t widest;      /* the longest run */
@@ -49,16 +54,17 @@ int64_t tr_zero_held(const tr_zero *z, int w);
 float *tr_zero_grad(const tr_zero *z, int w);
 
 /* Collective over dp: every gradient reduce-scattered into its run
- * (tr_zero_grad) and divided by dp. */
+ * (tr_zero_grad) and divided by dp. ZeRO-1 only: ZeRO-2's schedule has
+ * done it. */
 int tr_zero_reduce_grads(tr_zero *z, char *err, size_t errlen);
 
 /* Collective over dp: every weight's updated runs gathered into the
  * weight region of every replica. */
 int tr_zero_gather_weights(tr_zero *z, char *err, size_t errlen);
 
-/* Collective over dp: the reduced gradients' runs gathered back into the
- * schedule's gradient buffers (--grads-out writes those). */
-int tr_zero_gather_grads(tr_zero *z, char *err, size_t errlen);
+/* Collective over dp: weight w's reduced gradient, its runs gathered, as
+ * float32 into `host` (its local elements; --grads-out writes those). */
+int tr_zero_grad_to_host(tr_zero *z, int w, float *host, char *err, size_t errlen);
 
 /* Collective over dp: weight w's runs of fp32 state held in runs
  * (`shards`, backend memory) gathered into `host`, its local elements:

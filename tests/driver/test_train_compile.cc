@@ -535,6 +535,73 @@ TEST(TrainReport, ZeroOneDividesTheOptimizerStateByDp)
     EXPECT_TRUE(contains(d.out, "  dp shard    optimizer state, 1/2 on each replica\n")) << d.out;
 }
 
+// train { shard = "gradients" } (ZeRO-2): the gradients fall as 1/dp too,
+// since the schedule reduce-scatters each one into its run right after the
+// backward computes it (one dp_reduce_scatter a weight, in the backward's
+// order, over the dp group), and the run is what the schedule leaves; the
+// whole gradient is an activation of the backward. The optimizer state
+// and the dp traffic are ZeRO-1's.
+TEST(TrainReport, ZeroTwoDividesTheGradientsByDpInTheSchedule)
+{
+    TempDir tmp;
+    auto field = [](json_t *o, const char *key) { return double(json_integer_value(json_object_get(o, key))); };
+    auto training_of = [&](int dp, const std::string &shard, json_t **root) {
+        Proc p = dp_report(tmp, dp, "json", shard, "bf16");
+        EXPECT_EQ(p.code(), 0) << p.describe();
+        json_error_t err;
+        *root = json_loads(p.out.c_str(), 0, &err);
+        return json_object_get(*root, "training");
+    };
+    const int weights = 2 * 9 + 3;
+    json_t *b, *o, *g;
+    json_t *base = training_of(1, "", &b);
+    for (int dp : {2, 4}) {
+        json_t *one = training_of(dp, "optimizer", &o), *two = training_of(dp, "gradients", &g);
+        ASSERT_TRUE(one && two);
+        EXPECT_STREQ(json_string_value(json_object_get(two, "dp_shard")), "gradients");
+        EXPECT_EQ(field(two, "param_bytes"), field(base, "param_bytes"));
+        EXPECT_EQ(field(two, "optimizer_bytes"), field(one, "optimizer_bytes")) << dp;
+        EXPECT_EQ(field(two, "master_bytes"), field(one, "master_bytes")) << dp;
+        // the runs: 1/dp of the gradients, at most 8 elements of padding a weight
+        EXPECT_EQ(field(one, "grad_bytes"), field(base, "grad_bytes")) << dp;
+        EXPECT_GE(field(two, "grad_bytes") * dp, field(base, "grad_bytes")) << dp;
+        EXPECT_LE(field(two, "grad_bytes") * dp, field(base, "grad_bytes") + 2.0 * 8 * dp * weights) << dp;
+        EXPECT_EQ(field(two, "grad_bytes") * 2, field(two, "master_bytes")) << dp;   // bf16 runs, fp32 masters
+        json_t *phases = json_object_get(two, "phases"), *one_phases = json_object_get(one, "phases");
+        EXPECT_TRUE(json_equal(json_object_get(phases, "dp_sharded"), json_object_get(one_phases, "dp_sharded")));
+        // the tensor-parallel phases count no data-parallel collective
+        EXPECT_TRUE(json_equal(json_object_get(phases, "grad_sync"), json_object_get(one_phases, "grad_sync")));
+        json_decref(o);
+        json_decref(g);
+    }
+    json_decref(b);
+
+    Proc text = dp_report(tmp, 2, "text", "gradients", "bf16");
+    ASSERT_EQ(text.code(), 0) << text.describe();
+    for (const char *line : {"(1/dp of them, ZeRO-2: each rank's run of each, reduce-scattered in the backward)",
+                             "AdamW's two moments, fp32; 1/dp of them, ZeRO-2",
+                             "each gradient reduce-scattered over the 2 dp ranks, then / 2: ZeRO-2"})
+        EXPECT_TRUE(contains(text.out, line)) << line << "\n" << text.out;
+
+    std::vector<std::string> args = {megatron_on_dp(tmp, 2, "gradients"), "--train", "-o", tmp.path + "/z.sched"};
+    std::vector<std::string> sizes = tiny(2);
+    args.insert(args.end(), sizes.begin(), sizes.end());
+    Proc c = tpcc_test::run_program(kTpcc, args);
+    ASSERT_EQ(c.code(), 0) << c.err;
+    Proc d = tpcc_test::run_program(kTpcc, {"--dump", tmp.path + "/z.sched", "--rank", "0"});
+    EXPECT_TRUE(contains(d.out, "  dp shard    gradients and optimizer state, 1/2 on each replica\n")) << d.out;
+    size_t n = 0, at = 0, last_backward = 0;
+    while ((at = d.out.find("dp_reduce_scatter", at)) != std::string::npos) {
+        n++;
+        at++;
+    }
+    EXPECT_EQ(n, size_t(weights)) << d.out;
+    // the first one comes before the backward's last op: the reductions run
+    // as the gradients become final, not after the whole backward
+    last_backward = d.out.rfind("backward");
+    EXPECT_LT(d.out.find("dp_reduce_scatter"), last_backward) << d.out;
+}
+
 // --device-memory goes with any report: a forward step's memory, or with
 // --train a training step's
 TEST(TrainReport, DeviceMemoryGoesWithAReport)

@@ -806,16 +806,19 @@ TEST_F(EmulatedDataParallel, Dp2Tp2Bf16TracksTheCpuOnOneRank)
 // norms 1e-5, first-step gradients 1e-4 of each tensor's scale; bf16 with
 // fp32 masters: losses 5e-3 and gradients 0.15, as above), clipping at 0.5
 // every step so a wrong norm moves the losses; fp32 at dp 2 x tp 2 and
-// bf16 at dp 3 x tp 1 (runs padded, a rank holding none of the norms).
+// bf16 at dp 3 x tp 1 (runs padded, a rank holding none of the norms);
+// and ZeRO-2 (shard = "gradients", the schedule's dp_reduce_scatter ops on
+// the device) in bf16 at dp 2 x tp 2.
 // Each rank's peak of device memory, a --save (and at dp 2 a --resume)
 // included, is what tpcc --report --train says to the byte: the
 // replicated step's parts with the moments and masters at their runs,
 // plus ZeRO's gradient runs and staging, and one byte of padding each of
 // tprun's buffers (expect_report_is_the_peak's, and ZeRO's three).
-TEST_F(EmulatedDataParallel, ZeroOneTakesTheCpuStepsAndHoldsWhatTheReportSays)
+TEST_F(EmulatedDataParallel, ZeroOneAndTwoTakeTheCpuStepsAndHoldWhatTheReportSays)
 {
-    std::string sharded;
+    std::string sharded, grads_sharded;
     ASSERT_NO_FATAL_FAILURE(dp_plan(dir, sharded, "plans/llama-sp.plan", "shard = \"optimizer\","));
+    ASSERT_NO_FATAL_FAILURE(dp_plan(dir, grads_sharded, "plans/llama-sp.plan", "shard = \"gradients\","));
     const std::vector<std::string> clip = {"--max-grad-norm", "0.5"};
     std::vector<int32_t> toks;
     for (int i = 0; i < 3 * 96; i++)
@@ -850,15 +853,16 @@ TEST_F(EmulatedDataParallel, ZeroOneTakesTheCpuStepsAndHoldsWhatTheReportSays)
     std::vector<std::vector<float>> want_grads = read_weights_of(ref_grads, ref);
     ASSERT_EQ(want.size(), 2u);
 
-    struct Case { int dp, tp; std::string dtype; bool resume; };
-    for (Case c : {Case{2, 2, "fp32", true}, Case{3, 1, "bf16", false}}) {
-        std::string tag = "zero-dp" + std::to_string(c.dp) + "tp" + std::to_string(c.tp) + c.dtype,
+    struct Case { int dp, tp; std::string dtype; bool resume; const std::string &plan; const char *stage; };
+    for (Case c : {Case{2, 2, "fp32", true, sharded, "zero"}, Case{3, 1, "bf16", false, sharded, "zero"},
+                   Case{2, 2, "bf16", false, grads_sharded, "zero2"}}) {
+        std::string tag = c.stage + std::string("-dp") + std::to_string(c.dp) + "tp" + std::to_string(c.tp) + c.dtype,
                     s = dir.path + "/" + tag + ".sched", log = dir.path + "/" + tag + ".json",
                     peaks = dir.path + "/" + tag + "-peak.txt", g = dir.path + "/" + tag + "-grads.safetensors",
                     save = dir.path + "/" + tag + "-save";
-        Proc compiled = compile_dp(sharded, c.dp, c.tp, 6 / c.dp, s, true, c.dtype);
+        Proc compiled = compile_dp(c.plan, c.dp, c.tp, 6 / c.dp, s, true, c.dtype);
         ASSERT_EQ(compiled.code(), 0) << compiled.describe();
-        Proc report = run_program(kTpcc, {sharded, "--hf-config", weights + "config.json", "-D", "vocab_multiple=1",
+        Proc report = run_program(kTpcc, {c.plan, "--hf-config", weights + "config.json", "-D", "vocab_multiple=1",
                                           "-D", "dp=" + std::to_string(c.dp), "-D", "tp=" + std::to_string(c.tp),
                                           "-D", "seq=16", "-D", "batch=" + std::to_string(6 / c.dp), "--dtype",
                                           c.dtype, "--train", "--report", "--report-format=json"});

@@ -33,8 +33,12 @@ const tp_op_def &def_of(int kind) { return tp_ops[kind]; }
 
 // An attribute's value in a schedule whose sizes are all 1: the only
 // chunk of one (slice), sums, no mask.
-json_t *valid_value(const tp_op_attr &a)
+json_t *valid_value(const tp_op_attr &a, int kind = -1)
 {
+    // a data-parallel collective's dp runs of the one-element weight: 2 of
+    // 8 (sched/dp_shard.h), on the 2 replicas schedule_of gives it
+    if (kind >= 0 && tp_op_is_dp_collective((tp_op_kind)kind) && !strcmp(a.key, "elems"))
+        return json_integer(16);
     switch (a.type) {
     case TP_ATTR_SIZE:
     case TP_ATTR_COUNT:
@@ -71,8 +75,15 @@ json_t *weight(const char *name)
 // Buffers: 0 int32 ids [1, 1]; 1 floats [1, 1, 1, 1]; 2 logits [1, 1, 1];
 // 3 one head of two floats [1, 1, 1, 2] (RoPE rotates pairs); 4 an output
 // like 1 and 5 one like 2, apart from the inputs; 6 and 7 more outputs like
-// 1 (the other outputs of a kind with several).
-enum { IDS_BUF, FLOAT_BUF, LOGITS_BUF, PAIR_BUF, OUT_BUF, DLOGITS_BUF, MORE_OUT_BUFS };
+// 1 (the other outputs of a kind with several); 8 a data-parallel run of
+// the one-element weight [8].
+enum { IDS_BUF, FLOAT_BUF, LOGITS_BUF, PAIR_BUF, OUT_BUF, DLOGITS_BUF, MORE_OUT_BUFS, RUN_BUF = MORE_OUT_BUFS + 2 };
+
+bool dp_collective(json_t *op)
+{
+    tp_op_kind k = tp_op_kind_named(json_string_value(json_object_get(op, "op")) ?: "");
+    return k != TP_OP_COUNT && tp_op_is_dp_collective(k);
+}
 
 // The outputs of a kind with several: OUT_BUF, then MORE_OUT_BUFS.
 json_t *outs_list(int nout)
@@ -96,9 +107,12 @@ json_t *complete_op(int kind)
         int b = d.ids >> i & 1 ? IDS_BUF : i == 0 && reads_logits ? LOGITS_BUF : kind == TP_OP_ROPE ? PAIR_BUF : FLOAT_BUF;
         json_array_append_new(in, json_integer(b));
     }
-    json_t *op =
-        json_pack("{s:s, s:o, s:i}", "op", tp_op_names[kind], "in", in, "out",
-                  d.out_ids ? IDS_BUF : kind == TP_OP_ROPE ? PAIR_BUF : writes_logits ? DLOGITS_BUF : OUT_BUF);
+    bool run = tp_op_is_dp_collective((tp_op_kind)kind);
+    json_t *op = json_pack("{s:s, s:o, s:i}", "op", tp_op_names[kind], "in", in, "out",
+                           d.out_ids ? IDS_BUF
+                           : kind == TP_OP_ROPE ? PAIR_BUF
+                           : writes_logits ? DLOGITS_BUF
+                           : run ? RUN_BUF : OUT_BUF);
     if (d.nout > 1)   // several outputs: one float buffer each
         json_object_set_new(op, "out", outs_list(d.nout));
     if (d.weight != TP_OPERAND_NONE)
@@ -106,27 +120,34 @@ json_t *complete_op(int kind)
     if (d.bias != TP_OPERAND_NONE)
         json_object_set_new(op, "bias", json_integer(1));
     for (int a = 0; a < d.nattrs; a++)
-        json_object_set_new(op, d.attrs[a].key, valid_value(d.attrs[a]));
+        json_object_set_new(op, d.attrs[a].key, valid_value(d.attrs[a], kind));
     return op;
 }
 
-// A one-rank schedule holding `op` (taken over).
+// A one-rank schedule holding `op` (taken over); for a data-parallel
+// collective, of 2 replicas sharding their gradients.
 json_t *schedule_of(json_t *op)
 {
-    json_t *buffers = json_pack("[o, o, o, o, o, o, o, o]", buffer("ids", {1, 1}, "i32", 0),
+    bool dp = dp_collective(op);
+    json_t *buffers = json_pack("[o, o, o, o, o, o, o, o, o]", buffer("ids", {1, 1}, "i32", 0),
                                 buffer("x", {1, 1, 1, 1}, "f32", 256), buffer("logits", {1, 1, 1}, "f32", 512),
                                 buffer("pair", {1, 1, 1, 2}, "f32", 768), buffer("y", {1, 1, 1, 1}, "f32", 896),
                                 buffer("dlogits", {1, 1, 1}, "f32", 960), buffer("z", {1, 1, 1, 1}, "f32", 1024),
-                                buffer("z2", {1, 1, 1, 1}, "f32", 1280));
+                                buffer("z2", {1, 1, 1, 1}, "f32", 1280), buffer("run", {8}, "f32", 1536));
     // then a masked lookup of the input ids, which bounds the ids and labels tprun accepts to the table's one row
     json_t *lookup = json_pack("{s:s, s:[i], s:i, s:i, s:b, s:i, s:i}", "op", "embedding", "in", IDS_BUF, "out",
                                OUT_BUF, "weight", 0, "masked", 1, "vocab_start", 0, "vocab_local", 1);
     json_t *rank =
         json_pack("{s:i, s:[o, o], s:[o, o]}", "rank", 0, "weights", weight("w"), weight("b"), "ops", op, lookup);
-    return json_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:i, s:{s:i, s:n}, s:{s:n, s:n}, s:o, s:[o]}", "magic",
-                     TP_SCHEDULE_MAGIC, "format_version", TP_SCHEDULE_VERSION, "producer", "test", "input_hash", "0",
-                     "world_size", 1, "dtype", "f32", "arena_bytes", 1536, "inputs", "input_ids", 0, "labels",
-                     "outputs", "loss", "logits", "buffers", buffers, "ranks", rank);
+    json_t *doc = json_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:i, s:{s:i, s:n}, s:{s:n, s:n}, s:o, s:[o]}", "magic",
+                            TP_SCHEDULE_MAGIC, "format_version", TP_SCHEDULE_VERSION, "producer", "test", "input_hash",
+                            "0", "world_size", 1, "dtype", "f32", "arena_bytes", 1792, "inputs", "input_ids", 0,
+                            "labels", "outputs", "loss", "logits", "buffers", buffers, "ranks", rank);
+    if (dp) {
+        json_object_set_new(doc, "data_parallel", json_integer(2));
+        json_object_set_new(doc, "dp_shard", json_string("gradients"));
+    }
+    return doc;
 }
 
 struct Loaded {
@@ -144,10 +165,11 @@ Loaded load(int kind, const std::function<void(json_t *op)> &edit = [](json_t *)
     json_t *doc = schedule_of(op);
     std::string path = dir.path + "/one.sched";
     EXPECT_EQ(json_dump_file(doc, path.c_str(), 0), 0);
+    int ranks = json_is_integer(json_object_get(doc, "data_parallel")) ? 2 : 1;
     json_decref(doc);
     tr_schedule s;
     char err[512] = "";
-    Loaded r{tr_schedule_load(&s, path.c_str(), 0, 1, err, sizeof err), err};
+    Loaded r{tr_schedule_load(&s, path.c_str(), 0, ranks, err, sizeof err), err};
     if (r.rc == 0) {
         r.op = s.ops[0];
         r.op.module = r.op.entry = nullptr;   // freed with s
@@ -234,7 +256,7 @@ TEST(OpTable, EveryKindLoadsWhenComplete)
         const tp_op_def &d = def_of(k);
         for (int a = 0; a < d.nattrs; a++) {   // each read into its field
             if (d.attrs[a].type == TP_ATTR_SIZE || d.attrs[a].type == TP_ATTR_COUNT) {
-                json_t *want = valid_value(d.attrs[a]);
+                json_t *want = valid_value(d.attrs[a], k);
                 EXPECT_EQ(*(const int64_t *)((const char *)&r.op + d.attrs[a].field), json_integer_value(want))
                     << name_of(k) << "." << d.attrs[a].key;
                 json_decref(want);
