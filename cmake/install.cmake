@@ -5,7 +5,7 @@
 #                                         P/share/tpcc/models/*.model
 #                                         P/share/tpcc/plans/*.plan
 #                                         P/share/man/man1/{tpcc,tprun}.1
-#                                         P/share/doc/tpcc/{README.md,architecture.md,schedule.md}
+#                                         P/share/doc/tpcc/README.md, P/share/doc/tpcc/docs/*.md
 #   cd build && cpack -G DEB              tpcc_VERSION_ARCH.deb (tools/package.sh)
 #
 # Plans name their model as "../models/x.model", relative to the plan, so
@@ -30,8 +30,9 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/plans/ DESTINATION ${CMAKE_INSTALL_DATAD
         FILES_MATCHING PATTERN "*.plan")
 install(FILES ${PROJECT_SOURCE_DIR}/man/tpcc.1 ${PROJECT_SOURCE_DIR}/man/tprun.1
         DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
-install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/docs/architecture.md
-        ${PROJECT_SOURCE_DIR}/docs/schedule.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs
+        FILES_MATCHING PATTERN "*.md" PATTERN "*.svg" PATTERN "*.yml")
 
 # ---- the Debian package ---------------------------------------------------
 # Depends names the Debian 12 packages of the libraries tpcc and tprun

@@ -7,7 +7,7 @@
 # Prints runs, median, p10/p90 and min in ms, the median startup time of
 # /bin/true measured in the same session (how much of a run is just process
 # spawn), the ratio median / 20 ms target, and one markdown table row for the
-# README. It fails only if tpcc cannot be built or a check does not exit 0; it
+# docs/performance.md. It fails only if tpcc cannot be built or a check does not exit 0; it
 # does not assert the target, since timings depend on the machine.
 set -euo pipefail
 
@@ -95,7 +95,7 @@ print(f"min:                {mn:.2f} ms")
 print(f"/bin/true median:   {true_med:.2f} ms  (process spawn, same session)")
 print(f"median / target:    {ratio:.2f}  (target {target_ms:g} ms)")
 print()
-print("README row (| plan | runs | median ms | p10 ms | p90 ms | min ms | /bin/true median ms | median/target |):")
+print("docs/performance.md row (| plan | runs | median ms | p10 ms | p90 ms | min ms | /bin/true median ms | median/target |):")
 print(f"| Llama-3.1-405B SP, 126 layers, tp 8, seq 8192, {mode} | {runs} | {med:.2f} | {p10:.2f} | {p90:.2f} "
       f"| {mn:.2f} | {true_med:.2f} | {ratio:.2f} (target {target_ms:g} ms) |")
 PY

@@ -28,7 +28,7 @@
 # drifting machine state (clock, other processes) reaches all of them; the
 # CPU time other processes used in a second before and after the runs is
 # printed, with a warning above 10%. Prints a markdown table for the
-# README with a one-line note on the machine, then a per-shape breakdown
+# docs/performance.md with a one-line note on the machine, then a per-shape breakdown
 # (tprun per-call times from --trace against sgemm's). Whole script: about
 # 2 minutes on the 2-core development machine.
 #

@@ -14,7 +14,7 @@
 # order; default: /usr/share/common-licenses (about 240 KB of English
 # licence texts, on every Debian system), 300 steps.
 #
-# The README's "Training" section shows its output.
+# docs/training.md ("End to end") and the README show its output.
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 text=${1:-/usr/share/common-licenses}

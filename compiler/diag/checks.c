@@ -7,7 +7,7 @@
 #include "util/xalloc.h"
 
 const tp_check_info tp_checks[] = {
-#define TP_CHECK(name, level, short_desc, full_desc, help) {name, level, short_desc, full_desc, help},
+#define TP_CHECK(name, level, short_desc, full_desc, help, ...) {name, level, short_desc, full_desc, help},
 #include "compiler/diag/checks.def"
 #undef TP_CHECK
 };
@@ -32,5 +32,5 @@ const char *tp_check_suggest(const char *name)
 
 char *tp_check_help_uri(const char *name)
 {
-    return tp_xasprintf("%s#check-%s", TP_PROJECT_URI, name);
+    return tp_xasprintf("%s#%s", TP_CHECKS_URI, name);
 }

@@ -5,8 +5,11 @@
 
 #include "compiler/diag/diag.h"
 
-/* Where the project lives; README.md's sections are anchors under it. */
+/* Where the project lives, and the page of its checks (docs/checks.md,
+ * generated from checks.def) as the repository serves it: each check's
+ * section is anchored by the check's name. */
 #define TP_PROJECT_URI "https://github.com/tpcc/tpcc"
+#define TP_CHECKS_URI TP_PROJECT_URI "/blob/main/docs/checks.md"
 
 typedef struct tp_check_info {
     const char *name;
@@ -24,8 +27,8 @@ int tp_check_index(const char *name);
 /* The closest check name to an unknown `name`, or NULL. */
 const char *tp_check_suggest(const char *name);
 
-/* Where README.md describes check `name`: the project's URL with the
- * anchor #check-NAME. Malloc'ed. */
+/* Where docs/checks.md describes check `name`: TP_CHECKS_URI with the
+ * anchor #NAME. Malloc'ed. */
 char *tp_check_help_uri(const char *name);
 
 #endif /* TPCC_CHECKS_H */

@@ -39,7 +39,7 @@ int tp_lint_option(tp_lint *l, const char *arg, char *err, size_t errlen)
     if (check < 0) {
         const char *near = tp_check_suggest(name);
         tp_error(err, errlen, "-W: unknown check '%s'%s%s%s", name, near ? "; did you mean '" : "",
-                 near ? near : "", near ? "'?" : " (README.md, \"The checks\", lists them)");
+                 near ? near : "", near ? "'?" : " (docs/checks.md lists them)");
         free(name);
         return -1;
     }
@@ -104,7 +104,7 @@ static void unknown_name(tp_diags *d, const char *name, size_t len, tp_span sp)
     if (near)
         tp_diag_help(g, "did you mean '%s'?", near);
     else
-        tp_diag_help(g, "README.md, \"The checks\", lists the check names");
+        tp_diag_help(g, "docs/checks.md lists the check names");
     free(word);
 }
 

@@ -4,7 +4,7 @@
  *
  *   check               a rule of tool.driver.rules: every check of
  *                       checks.def, with its descriptions, help and a
- *                       helpUri to README.md's section on it
+ *                       helpUri to its section of docs/checks.md
  *   diagnostic          a result (ruleId and ruleIndex), located in its
  *                       file; one without a file (a -D error) at line 1
  *                       of the plan it came from
@@ -205,7 +205,7 @@ static json_t *sarif_rule(const tp_check_info *check)
     tp_json_set(rule, "fullDescription", tp_json_text(check->full_desc));
     char *uri = tp_check_help_uri(check->name);
     json_t *help = tp_json_text(check->help);
-    char *markdown = tp_xasprintf("%s\n\nSee [`%s` in tpcc's README](%s).", check->help, check->name, uri);
+    char *markdown = tp_xasprintf("%s\n\nSee [`%s` in tpcc's checks](%s).", check->help, check->name, uri);
     tp_json_set(help, "markdown", tp_json_str(markdown));
     free(markdown);
     tp_json_set(rule, "help", help);

@@ -80,7 +80,8 @@ static const char usage[] =
     "\n"
     "Exit status: 0 when no plan has errors (warnings allowed), 1 when a plan has\n"
     "errors, 2 for usage errors and unreadable files.\n"
-    "Documentation: README.md (the language, every check), docs/schedule.md (the schedule).\n";
+    "Documentation: docs/ (language.md the language, checks.md every check, cli.md every option,\n"
+    "schedule.md the schedule).\n";
 
 enum {
     OPT_CHECK = 256, OPT_EXPLAIN, OPT_HF, OPT_FIX, OPT_FORMAT, OPT_COLOR, OPT_VERSION, OPT_REPORT,

@@ -416,8 +416,8 @@ TEST_F(DiagTest, Sarif)
     EXPECT_TRUE(json_is_string(path(run, "tool.driver.version")));
     EXPECT_EQ(str(path(run, "tool.driver.informationUri")), "https://github.com/tpcc/tpcc");
 
-    // Every check is a rule, described, with help and a link to its README
-    // section; every result points at its own rule by id and index.
+    // Every check is a rule, described, with help and a link to its section
+    // of docs/checks.md; every result points at its own rule by id and index.
     json_t *rules = path(run, "tool.driver.rules");
     ASSERT_EQ(json_array_size(rules), size_t(tp_ncheck));
     for (size_t i = 0; i < json_array_size(rules); i++) {
@@ -428,8 +428,8 @@ TEST_F(DiagTest, Sarif)
         EXPECT_TRUE(json_is_string(path(rule, "shortDescription.text"))) << id;
         EXPECT_TRUE(json_is_string(path(rule, "fullDescription.text"))) << id;
         EXPECT_TRUE(json_is_string(path(rule, "help.text"))) << id;
-        EXPECT_NE(str(path(rule, "help.markdown")).find("#check-" + id), std::string::npos) << id;
-        EXPECT_EQ(str(path(rule, "helpUri")), "https://github.com/tpcc/tpcc#check-" + id);
+        EXPECT_NE(str(path(rule, "help.markdown")).find("docs/checks.md#" + id), std::string::npos) << id;
+        EXPECT_EQ(str(path(rule, "helpUri")), "https://github.com/tpcc/tpcc/blob/main/docs/checks.md#" + id);
     }
     EXPECT_EQ(str(path(rules, std::to_string(tp_check_index("layout-mismatch")) + ".name")), "LayoutMismatch");
     // relative URIs are relative to %SRCROOT%, which the run resolves

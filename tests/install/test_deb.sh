@@ -14,7 +14,8 @@ deb=$(ls "$tmp"/out/*.deb)
 test -n "$deb" || fail "no .deb made"
 dpkg-deb -c "$deb" >"$tmp/contents"
 for f in ./usr/bin/tpcc ./usr/bin/tprun ./usr/share/tpcc/models/llama.model ./usr/share/tpcc/plans/llama-sp.plan \
-         ./usr/share/man/man1/tpcc.1 ./usr/share/man/man1/tprun.1 ./usr/share/doc/tpcc/README.md; do
+         ./usr/share/man/man1/tpcc.1 ./usr/share/man/man1/tprun.1 ./usr/share/doc/tpcc/README.md \
+         ./usr/share/doc/tpcc/docs/checks.md; do
     grep -q " $f\$" "$tmp/contents" || { cat "$tmp/contents" >&2; fail "$f is not in the package"; }
 done
 depends=$(dpkg-deb -f "$deb" Depends)

@@ -15,7 +15,8 @@ P=$tmp/prefix
 cmake --install "$build" --prefix "$P" >"$tmp/install.log" || { cat "$tmp/install.log" >&2; fail "cmake --install failed"; }
 for f in bin/tpcc bin/tprun share/tpcc/models/llama.model share/tpcc/plans/llama-sp.plan \
          share/man/man1/tpcc.1 share/man/man1/tprun.1 share/doc/tpcc/README.md \
-         share/doc/tpcc/architecture.md share/doc/tpcc/schedule.md; do
+         share/doc/tpcc/docs/architecture.md share/doc/tpcc/docs/schedule.md \
+         share/doc/tpcc/docs/checks.md share/doc/tpcc/docs/cli.md; do
     test -s "$P/$f" || fail "$f is not installed"
 done
 test -x "$P/bin/tpcc" && test -x "$P/bin/tprun" || fail "the binaries are not executable"

@@ -614,7 +614,7 @@ TEST(TrainRun, ZeroOneAndTwoTakeTheStepsOfReplicatedDataParallelGpt2Tied)
     expect_sharding_is_replicated("plans/gpt2-hf-sp.plan", "gpt2-tied", 1e-3, 1e-4, false);
 }
 
-// The README's 2-D recipe, plans/llama-2d.plan (seed 003's plan: tp with
+// docs/training.md's 2-D recipe, plans/llama-2d.plan (seed 003's plan: tp with
 // sequence parallelism and a vocab-parallel loss inside, ZeRO-1 over dp,
 // clipping, warm-up and cosine), on 4 CPU ranks: the losses of one rank on
 // the global batch, and a run saved after two steps and resumed to three

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""The documentation's own tests (tests/CMakeLists.txt, Docs.*).
+
+  check_docs.py links SRC            every relative link and anchor in README.md
+                                     and docs/*.md resolves
+  check_docs.py readme SRC           README.md is a front door: at most 200 lines
+  check_docs.py flags SRC TPCC TPRUN the options of `tpcc --help` and `tprun --help`
+                                     are those of man/tpcc.1, man/tprun.1 and
+                                     docs/cli.md's option lists
+
+Each prints what is wrong and exits 1; 0 when all is well.
+"""
+import os
+import re
+import subprocess
+import sys
+
+README_MAX_LINES = 200
+
+
+def slug(text):
+    """GitHub's anchor for a heading: markup dropped, lower case, every
+    character but letters, digits, '-', '_' and spaces removed, spaces to '-'."""
+    t = re.sub(r'<[^>]+>', '', text)
+    t = re.sub(r'\[([^\]]*)\]\([^)]*\)', r'\1', t)
+    return ''.join('-' if c == ' ' else c for c in t.strip().lower() if c in '-_ ' or c.isalnum())
+
+
+def outside_fences(lines):
+    """(line number, line) of the lines outside ``` fences."""
+    fence = False
+    for n, line in enumerate(lines, 1):
+        if line.lstrip().startswith('```'):
+            fence = not fence
+            continue
+        if not fence:
+            yield n, line
+
+
+def anchors(path):
+    """Every anchor of a Markdown file: its headings' (a repeated one gets
+    -1, -2, ... as GitHub numbers them) and its <a id> / <a name> tags."""
+    seen, found = {}, set()
+    for _, line in outside_fences(open(path, encoding='utf-8').read().split('\n')):
+        m = re.match(r'^#{1,6}\s+(.*?)\s*#*\s*$', line)
+        if m:
+            s = slug(m.group(1))
+            k = seen.get(s, 0)
+            seen[s] = k + 1
+            found.add(s if k == 0 else '%s-%d' % (s, k))
+        found.update(re.findall(r'<a (?:id|name)="([^"]+)"', line))
+    return found
+
+
+def check_links(src):
+    pages = [os.path.join(src, 'README.md')]
+    docs = os.path.join(src, 'docs')
+    pages += sorted(os.path.join(docs, f) for f in os.listdir(docs) if f.endswith('.md'))
+    cache, bad, count = {}, [], 0
+    for page in pages:
+        lines = open(page, encoding='utf-8').read().split('\n')
+        for n, line in outside_fences(lines):
+            line = re.sub(r'`[^`]*`', '', line)          # code spans hold no links
+            for target in re.findall(r'\]\(([^)\s]+)(?:\s+"[^"]*")?\)', line):
+                if re.match(r'^[a-z][a-z0-9+.-]*:', target):   # https:, mailto:
+                    continue
+                count += 1
+                path, _, anchor = target.partition('#')
+                dest = os.path.normpath(os.path.join(os.path.dirname(page), path)) if path else page
+                where = '%s:%d: %s' % (os.path.relpath(page, src), n, target)
+                if not os.path.exists(dest):
+                    bad.append(where + ': no such file')
+                    continue
+                if not os.path.realpath(dest).startswith(os.path.realpath(src) + os.sep):
+                    bad.append(where + ': outside the repository')
+                    continue
+                if anchor:
+                    if not dest.endswith('.md'):
+                        bad.append(where + ': an anchor into a file that is not Markdown')
+                        continue
+                    if dest not in cache:
+                        cache[dest] = anchors(dest)
+                    if anchor not in cache[dest]:
+                        bad.append(where + ': no anchor #%s in %s' % (anchor, os.path.relpath(dest, src)))
+    for b in bad:
+        print(b)
+    print('%d relative links in %d pages, %d broken' % (count, len(pages), len(bad)))
+    return not bad
+
+
+def check_readme(src):
+    n = len(open(os.path.join(src, 'README.md'), encoding='utf-8').read().rstrip('\n').split('\n'))
+    print('README.md: %d lines (at most %d)' % (n, README_MAX_LINES))
+    others = [f for f in os.listdir(src) if f.endswith('.md') and f != 'README.md']
+    for f in others:
+        print('%s: a page outside docs/' % f)
+    return n <= README_MAX_LINES and not others
+
+
+# An option as the help, the man pages and docs/cli.md spell it: a long
+# option (--name, its =VALUE dropped) or a one-letter one (-o, -D, -O0).
+OPTION = re.compile(r'(?<![\w-])(--[a-z][a-z0-9-]*[a-z0-9]|-[A-Za-z](?![A-Za-z])[0-9]?)')
+
+
+def options_of_text(text, tool):
+    """The options a help text (or a Markdown code block like it) lists: the
+    first column of its option lines and of its usage lines."""
+    found = set()
+    for line in text.split('\n'):
+        s = line.strip()
+        if s.startswith('usage: '):
+            s = s[len('usage: '):]
+        if not (s.startswith('-') or s.startswith(tool + ' ') or s.startswith('mpiexec ')):
+            continue
+        first = re.split(r'\s{2,}', s)[0]
+        found.update(OPTION.findall(first))
+    return found
+
+
+def options_of_man(path):
+    """The options of a man page: its SYNOPSIS lines and the tags of its
+    .TP paragraphs."""
+    found, section, tag_next = set(), '', False
+    for line in open(path, encoding='utf-8'):
+        line = line.rstrip('\n')
+        if line.startswith('.SH'):
+            section, tag_next = line[3:].strip().strip('"'), False
+            continue
+        if line.startswith('.TP'):
+            tag_next = True
+            continue
+        if section == 'SYNOPSIS' or (tag_next and section != 'SYNOPSIS'):
+            text = re.sub(r'\\f[BIRP]', '', line).replace('\\-', '-')
+            text = re.sub(r'^\.(B|I|BI|BR|IR|RB)\s', '', text)
+            found.update(OPTION.findall(text.replace('"', ' ')))
+            tag_next = False
+    return found
+
+
+def options_of_cli(path, tool):
+    """The options docs/cli.md lists for `tool`: the code blocks whose first
+    line starts with the tool's name (or `usage: tool`)."""
+    found, block = set(), None
+    for line in open(path, encoding='utf-8'):
+        if line.startswith('```'):
+            if block is not None:
+                if block and re.match(r'^(usage: )?%s ' % tool, block[0]):
+                    found |= options_of_text(''.join(block), tool)
+                block = None
+            else:
+                block = []
+            continue
+        if block is not None:
+            block.append(line)
+    return found
+
+
+def check_flags(src, tpcc, tprun):
+    ok = True
+    for tool, exe in (('tpcc', tpcc), ('tprun', tprun)):
+        out = subprocess.run([exe, '--help'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             universal_newlines=True).stdout
+        helped = options_of_text(out, tool)
+        if len(helped) < 10:
+            print('%s --help: only %d options found' % (tool, len(helped)))
+            ok = False
+        for name, listed in (('man/%s.1' % tool, options_of_man(os.path.join(src, 'man', tool + '.1'))),
+                             ('docs/cli.md', options_of_cli(os.path.join(src, 'docs', 'cli.md'), tool))):
+            for o in sorted(helped - listed):
+                print('%s: %s --help lists %s, %s does not' % (name, tool, o, name))
+                ok = False
+            for o in sorted(listed - helped):
+                print('%s: lists %s, which %s --help does not' % (name, o, tool))
+                ok = False
+        print('%s: %d options: %s' % (tool, len(helped), ' '.join(sorted(helped))))
+    return ok
+
+
+def main(argv):
+    if len(argv) >= 3 and argv[1] == 'links':
+        return 0 if check_links(argv[2]) else 1
+    if len(argv) >= 3 and argv[1] == 'readme':
+        return 0 if check_readme(argv[2]) else 1
+    if len(argv) == 5 and argv[1] == 'flags':
+        return 0 if check_flags(argv[2], argv[3], argv[4]) else 1
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
