@@ -100,6 +100,8 @@ static const char usage[] =
     "                       save_pretrained(max_shard_size=S)\n"
     "  --resume DIR         weights, optimizer state and step count from a --save directory;\n"
     "                       training goes on to --steps, the data from where it stopped\n"
+    "  --on-nonfinite A     a step whose loss or gradient norm is NaN or infinite: stop (default;\n"
+    "                       exit non-zero, nothing saved) or skip (its update dropped, logged)\n"
     "\n"
     "Environment:\n"
     "  TPRUN_TIMEOUT        seconds a rank waits in one MPI collective before it ends the job\n"
@@ -170,7 +172,7 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         {"decay-all", no_argument, 0, OPT_TRAIN}, {"max-grad-norm", required_argument, 0, OPT_TRAIN},
         {"log-json", required_argument, 0, OPT_TRAIN}, {"grads-out", required_argument, 0, OPT_TRAIN},
         {"save", required_argument, 0, OPT_TRAIN}, {"resume", required_argument, 0, OPT_TRAIN},
-        {"max-shard-size", required_argument, 0, OPT_TRAIN},
+        {"max-shard-size", required_argument, 0, OPT_TRAIN}, {"on-nonfinite", required_argument, 0, OPT_TRAIN},
         {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, OPT_VERSION},
         {"hostfile", required_argument, 0, 'f'}, {"ppn", required_argument, 0, OPT_PPN},
         {0, 0, 0, 0},

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,30 @@ int tr_save_check(const char *dir, const char *weights, char **config, char *err
     }
     *config = path;
     return 0;
+}
+
+/* ---- the state's values ---------------------------------------------------- */
+
+/* State k (0 the weight, 1 exp_avg, 2 exp_avg_sq) of weight w, n of its
+ * values at v: 0, or -1 with a message naming the tensor and the first
+ * value that is not finite, or for exp_avg_sq (a mean of squares)
+ * negative. Only the position is told: the values are the bad input. */
+static int check_values(const tr_weight *w, int k, const float *v, int64_t n, char *err, size_t errlen)
+{
+    for (int64_t e = 0; e < n; e++)
+        if (!isfinite(v[e]) || (k == 2 && v[e] < 0))
+            return tp_error(err, errlen, "%s%s holds %s at element %lld", w->name, k ? moment_suffix[k - 1] : "",
+                            isfinite(v[e]) ? "a negative value, which exp_avg_sq never holds" : "NaN or infinity",
+                            (long long)e);
+    return 0;
+}
+
+static int64_t logical_elems(const tr_weight *w)
+{
+    int64_t n = 1;
+    for (int d = 0; d < w->rank; d++)
+        n *= w->logical[d];
+    return n;
 }
 
 /* ---- writing ------------------------------------------------------------- */
@@ -240,6 +265,17 @@ static void staging_free(staging *st)
     free(st->full);
 }
 
+/* A state that is not finite (the last step's update overflowed) is
+ * never saved: the save fails and DIR keeps the checkpoint it holds. */
+static int unsaved_if_invalid(const tr_weight *w, int k, const float *full, int64_t step, char *err, size_t errlen)
+{
+    char why[400];
+    if (!check_values(w, k, full, logical_elems(w), why, sizeof why))
+        return 0;
+    return tp_error(err, errlen, "--save: %s after step %lld: nothing was saved (the directory keeps what it "
+                    "held); lower --lr (or --weight-decay)", why, (long long)step);
+}
+
 /* Every weight's three states in turn: its slice to host (over dp, from
  * the runs, with ZeRO), gathered over tp to rank 0, written there. A
  * writing error on rank 0 is kept in *write_rc, and the gathers go on so
@@ -258,6 +294,8 @@ static int stream_states(tr_optim *o, const tr_layouts *l, checkpoint *c, bool g
             rc = tr_optim_weight_to_host(o, k, i, st.slice, err, errlen);
             if (!rc && gathers)
                 rc = tr_gather_tensor(x->comm, l, &s->weights[i], i, st.slice, st.slices, st.full, err, errlen);
+            if (!rc && writes && !*write_rc)
+                *write_rc = unsaved_if_invalid(&s->weights[i], k, st.full, o->step, err, errlen);
             if (!rc && writes && !*write_rc)
                 *write_rc = checkpoint_put(c, k, i, st.full, err, errlen);
         }
@@ -299,6 +337,32 @@ static int read_step(const char *dir, int64_t *step, char *err, size_t errlen)
         *step = json_integer_value(v);
     json_decref(root);
     free(path);
+    return rc;
+}
+
+/* The state resumed, this rank's slice of every weight, master and
+ * moment: training from a NaN or a negative exp_avg_sq would go on
+ * silently and save the damage. Every rank reads all of its state (the
+ * reads are collective where it is sharded) before any reports. */
+static int check_state(tr_optim *o, const char *dir, char *err, size_t errlen)
+{
+    const tr_schedule *s = o->x->s;
+    int64_t most = 0;
+    for (int i = 0; i < s->nweights; i++)
+        most = s->weights[i].local_elems > most ? s->weights[i].local_elems : most;
+    float *slice = tp_xmalloc((size_t)most * sizeof *slice + 1);
+    char why[400] = "";
+    int rc = 0, bad_k = -1;
+    for (int i = 0; i < s->nweights && !rc; i++)
+        for (int k = 0; k < 3 && !rc; k++) {
+            rc = tr_optim_weight_to_host(o, k, i, slice, err, errlen);
+            if (!rc && bad_k < 0 && check_values(&s->weights[i], k, slice, s->weights[i].local_elems, why, sizeof why))
+                bad_k = k;
+        }
+    free(slice);
+    if (!rc && bad_k >= 0)
+        rc = tp_error(err, errlen, "--resume: %s%s: %s (of this rank's slice): the checkpoint is damaged; resume "
+                      "from an earlier one", dir, bad_k ? "/optimizer.safetensors" : ", its model weights", why);
     return rc;
 }
 
@@ -344,6 +408,8 @@ int tr_resume(tr_optim *o, const char *dir, char *err, size_t errlen)
     }
     free(whole);
     tp_checkpoint_close(c);
+    if (!rc)
+        rc = check_state(o, dir, err, errlen);
     if (!rc)
         o->step = step;
     return rc;

@@ -1,5 +1,7 @@
 /* train.c: see train.h. */
 #include "runtime/train/train.h"
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -135,9 +137,30 @@ static int first_grads_out(trainer *tr, char *err, size_t errlen)
     return tr->dp->rank == 0 ? write_grads(tr, err, errlen) : 0;
 }
 
+/* Step i's loss or gradient norm is not finite: training stops before
+ * the weights take its update, so the last checkpoint saved stays the
+ * good one and nothing is saved from this state. Every rank holds the
+ * same two values (reduced over tp and dp) and so fails alike. */
+static int stop_nonfinite(trainer *tr, int64_t i, float loss, double norm, char *err, size_t errlen)
+{
+    int w;
+    if (tr_optim_first_nonfinite(&tr->optim, tr->dp, &w, err, errlen))
+        return -1;
+    char culprit[400] = "";
+    if (w >= 0)
+        snprintf(culprit, sizeof culprit, "; the first parameter whose gradient is not finite is %s",
+                 tr->s->weights[w].name);
+    return tp_error(err, errlen, "step %lld: the loss is %g and the gradient norm %g%s: training stopped before "
+                    "the update, nothing was saved%s; lower --lr (or --weight-decay), or pass --on-nonfinite skip "
+                    "to drop such steps", (long long)i + 1, (double)loss, norm, culprit,
+                    tr->t->save ? " (the --save directory keeps what it held)" : "");
+}
+
 /* Step i: the batch, forward and backward, the gradients combined over
  * the replicas (which then take identical optimizer steps), norm,
- * clipping, AdamW, and with ZeRO-1 the updated runs gathered.
+ * clipping, AdamW, and with ZeRO-1 the updated runs gathered. A loss or
+ * norm that is not finite stops training, or with --on-nonfinite skip
+ * drops the step's update (r->skipped).
  * x->profile is this step's alone: the schedule's ops, then the data-
  * parallel collectives and the optimizer (--grads-out's writing is in
  * neither). */
@@ -164,20 +187,28 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
     if (tr_optim_grad_norm(&tr->optim, tr->dp, &norm, err, errlen))
         return -1;
     p->optimizer_seconds = lap(x, &since);
+    bool finite = isfinite(loss) && isfinite(norm);
+    if (!finite && !tr->t->skip_nonfinite)
+        return stop_nonfinite(tr, i, loss, norm, err, errlen);
     if (first && tr->t->grads_out && first_grads_out(tr, err, errlen))
         return -1;
     since = now();
-    tr_optim_clip(&tr->optim, norm, max_grad_norm(tr));
     double lr = tr->t->lr * tr_lr_lambda(tr->t->schedule, i, tr->t->warmup, tr->t->steps);
-    tr_optim_adamw(&tr->optim, lr, tr->t->weight_decay, tr->t->decay_all);
+    if (finite) {
+        tr_optim_clip(&tr->optim, norm, max_grad_norm(tr));
+        tr_optim_adamw(&tr->optim, lr, tr->t->weight_decay, tr->t->decay_all);
+    } else {
+        tr->optim.step++;   /* skipped, yet taken: the schedule, the data and a save's step count move on */
+    }
     p->optimizer_seconds += lap(x, &since);
-    if (tr->sharded && tr_zero_gather_weights(&tr->zero, err, errlen))
+    if (finite && tr->sharded && tr_zero_gather_weights(&tr->zero, err, errlen))
         return -1;
     if (x->be->synchronize)
         x->be->synchronize();
     p->dp_seconds += now() - since;
     p->total_seconds += p->dp_seconds + p->optimizer_seconds;
-    *r = (tr_step_record){.step = i + 1, .loss = loss, .lr = lr, .grad_norm = norm, .seconds = now() - t0};
+    *r = (tr_step_record){.step = i + 1, .loss = loss, .lr = lr, .grad_norm = norm, .seconds = now() - t0,
+                          .skipped = !finite};
     return 0;
 }
 

@@ -303,7 +303,7 @@ TEST(TrainLog, ProgressLineOnATerminalALinePerStepElsewhere)
         FILE *f = open_memstream(&buf, &len);
         ASSERT_TRUE(f);
         for (int64_t step = 1; step <= 2; step++) {
-            tr_step_record r = {step, 5.25, 1e-3, 0.5, 0.25};
+            tr_step_record r = {step, 5.25, 1e-3, 0.5, 0.25, false};
             tr_log_print(f, tty, &r, 2, 1000);
         }
         ASSERT_EQ(fclose(f), 0);
@@ -315,6 +315,22 @@ TEST(TrainLog, ProgressLineOnATerminalALinePerStepElsewhere)
         else
             EXPECT_EQ(out, "step 1/2" + line + "\nstep 2/2" + line + "\n");
     }
+}
+
+// A step --on-nonfinite skip dropped says so, and keeps its own line on
+// a terminal: the next step's line does not rewrite it.
+TEST(TrainLog, ASkippedStepSaysSoOnALineOfItsOwn)
+{
+    char *buf = nullptr;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ASSERT_TRUE(f);
+    tr_step_record r = {1, NAN, 1e-3, NAN, 0.25, true};
+    tr_log_print(f, true, &r, 2, 1000);
+    ASSERT_EQ(fclose(f), 0);
+    EXPECT_EQ(std::string(buf, len),
+              "\rstep 1/2  loss nan  lr 1.00e-03  grad_norm nan  4000 tok/s  250.0 ms  skipped (not finite)\n");
+    free(buf);
 }
 
 TEST(SafetensorsWrite, ShardedWithAnIndexAboveTheShardSize)

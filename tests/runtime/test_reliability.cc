@@ -1,0 +1,180 @@
+// What a training run does with values that are not finite
+// (docs/reliability.md): a step whose loss or gradient norm is not finite
+// stops the run before its update (or with --on-nonfinite skip is
+// dropped), and --save never writes, nor --resume reads, a state that is
+// not finite. One rank on the llama training fixture
+// (tests/fixtures/train/llama): each run is a fraction of a second.
+#include <gtest/gtest.h>
+
+#include <jansson.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/support/process.h"
+
+namespace {
+
+using tpcc_test::contains;
+using tpcc_test::Proc;
+using tpcc_test::slurp;
+using tpcc_test::TempDir;
+namespace fs = std::filesystem;
+
+const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+const std::string kFixture = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama/";
+
+// A training step of plans/llama-sp.plan at tp 1 on the fixture's config.
+std::string compile_step(const TempDir &d)
+{
+    std::string sched = d.path + "/step.sched";
+    Proc c = tpcc_test::run_tpcc({std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan", "--hf-config",
+                                  kFixture + "config.json", "-D", "tp=1", "-D", "seq=16", "-D", "batch=2", "-D",
+                                  "vocab_multiple=1", "--train", "-o", sched});
+    EXPECT_EQ(c.code(), 0) << c.describe();
+    return sched;
+}
+
+// tprun on one rank; 60 s is far beyond any of these runs.
+Proc tprun(const std::vector<std::string> &args)
+{
+    return tpcc_test::run_program(kTprun, args, {"OPENBLAS_NUM_THREADS=1"}, 60);
+}
+
+Proc train(const std::string &sched, const std::vector<std::string> &extra)
+{
+    std::vector<std::string> args = {sched, "--data", kFixture + "tokens.npy", "--weights", kFixture};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return tprun(args);
+}
+
+// Where tensor `name`'s data starts in a safetensors file.
+size_t data_offset(const std::string &bytes, const std::string &name)
+{
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    json_t *h = json_loadb(bytes.data() + 8, n, 0, nullptr);
+    json_t *off = json_array_get(json_object_get(json_object_get(h, name.c_str()), "data_offsets"), 0);
+    EXPECT_NE(off, nullptr) << name;
+    size_t at = 8 + n + size_t(json_integer_value(off));
+    json_decref(h);
+    return at;
+}
+
+void put(const std::string &path, const std::string &bytes)
+{
+    FILE *f = fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr) << path;
+    ASSERT_EQ(fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+    fclose(f);
+}
+
+// The file with the first float of tensor `name` set to v.
+void poke(const std::string &path, const std::string &name, float v)
+{
+    std::string bytes = slurp(path);
+    std::memcpy(&bytes[data_offset(bytes, name)], &v, sizeof v);
+    put(path, bytes);
+}
+
+// --lr 1e30: the first update leaves weights near 1e30, whose second step
+// overflows. Training stops at step 2, before its update, naming the step
+// and the first parameter whose gradient is not finite; the checkpoint
+// --save DIR held stays as it was.
+TEST(NonFinite, StopsNamingTheStepAndKeepsTheLastCheckpoint)
+{
+    TempDir d;
+    std::string sched = compile_step(d), dir = d.path + "/ckpt";
+    Proc good = train(sched, {"--steps", "2", "--save", dir, "-q"});
+    ASSERT_EQ(good.code(), 0) << good.describe();
+    std::string model = slurp(dir + "/model.safetensors"), state = slurp(dir + "/trainer_state.json");
+    Proc bad = train(sched, {"--steps", "4", "--lr", "1e30", "--save", dir, "--log-json", d.path + "/log.json"});
+    EXPECT_EQ(bad.code(), 1) << bad.describe();
+    EXPECT_TRUE(contains(bad.err, "step 2: the loss is ")) << bad.describe();
+    EXPECT_TRUE(contains(bad.err, "the first parameter whose gradient is not finite is model.")) << bad.describe();
+    EXPECT_TRUE(contains(bad.err, "training stopped before the update, nothing was saved")) << bad.describe();
+    EXPECT_TRUE(contains(bad.err, "--on-nonfinite skip")) << bad.describe();
+    EXPECT_FALSE(contains(bad.out, "step 3/4")) << bad.describe();
+    EXPECT_EQ(slurp(dir + "/model.safetensors"), model);
+    EXPECT_EQ(slurp(dir + "/trainer_state.json"), state);
+    EXPECT_FALSE(fs::exists(d.path + "/log.json"));
+    for (auto &e : fs::directory_iterator(d.path))   // no temporary directory left beside it
+        EXPECT_FALSE(contains(e.path().filename().string(), "ckpt.")) << e.path();
+}
+
+// --on-nonfinite skip: the steps go on, each one that is not finite
+// without its update, said in the log line and in --log-json.
+TEST(NonFinite, SkipDropsTheUpdateAndLogsTheStep)
+{
+    TempDir d;
+    std::string sched = compile_step(d), log = d.path + "/log.json";
+    Proc p = train(sched, {"--steps", "3", "--lr", "1e30", "--on-nonfinite", "skip", "--log-json", log});
+    ASSERT_EQ(p.code(), 0) << p.describe();
+    EXPECT_TRUE(contains(p.out, "grad_norm 6.403")) << p.describe();   // step 1: finite, taken
+    EXPECT_TRUE(contains(p.out, "grad_norm -nan")) << p.describe();
+    EXPECT_TRUE(contains(p.out, "ms  skipped (not finite)\nstep 3/3")) << p.describe();
+    json_t *root = json_load_file(log.c_str(), 0, nullptr);
+    json_t *steps = json_object_get(root, "steps");
+    ASSERT_EQ(json_array_size(steps), 3u) << slurp(log);
+    EXPECT_EQ(json_object_get(json_array_get(steps, 0), "skipped"), nullptr);   // step 1 was finite
+    for (size_t i = 1; i < 3; i++)
+        EXPECT_TRUE(json_is_true(json_object_get(json_array_get(steps, i), "skipped"))) << slurp(log);
+    json_decref(root);
+    Proc wrong = train(sched, {"--steps", "1", "--on-nonfinite", "ignore"});
+    EXPECT_EQ(wrong.code(), 2);
+    EXPECT_TRUE(contains(wrong.err, "--on-nonfinite takes stop or skip, not 'ignore'")) << wrong.describe();
+}
+
+// A last step whose loss and norm were finite but whose update overflowed
+// (a decay factor of 1 - lr·wd = -1e39 on the norms' ones): --save
+// refuses to write it, and the directory keeps its checkpoint.
+TEST(NonFinite, SaveNeverWritesAStateThatIsNotFinite)
+{
+    TempDir d;
+    std::string sched = compile_step(d), dir = d.path + "/ckpt";
+    ASSERT_EQ(train(sched, {"--steps", "1", "--save", dir, "-q"}).code(), 0);
+    std::string model = slurp(dir + "/model.safetensors");
+    Proc p = train(sched, {"--steps", "1", "--lr", "1e38", "--weight-decay", "10", "--decay-all", "--save", dir, "-q"});
+    EXPECT_EQ(p.code(), 1) << p.describe();
+    EXPECT_TRUE(contains(p.err, "--save: model.")) << p.describe();
+    EXPECT_TRUE(contains(p.err, "holds NaN or infinity at element")) << p.describe();
+    EXPECT_TRUE(contains(p.err, "after step 1: nothing was saved")) << p.describe();
+    EXPECT_EQ(slurp(dir + "/model.safetensors"), model);
+}
+
+// --resume checks the state it loads: a NaN weight or moment, or a
+// negative exp_avg_sq, is refused with the tensor named.
+TEST(NonFinite, ResumeRefusesADamagedState)
+{
+    TempDir d;
+    std::string sched = compile_step(d), dir = d.path + "/ckpt";
+    ASSERT_EQ(train(sched, {"--steps", "1", "--save", dir, "-q"}).code(), 0);
+    const std::string w = "model.layers.1.mlp.down_proj.weight";
+    auto resume = [&] {
+        return tprun({sched, "--data", kFixture + "tokens.npy", "--resume", dir, "--steps", "2", "-q"});
+    };
+    ASSERT_EQ(resume().code(), 0);
+    std::string optimizer = dir + "/optimizer.safetensors", model = dir + "/model.safetensors";
+    std::string good_optimizer = slurp(optimizer);
+    poke(optimizer, w + ".exp_avg_sq", -1.0f);
+    Proc negative = resume();
+    EXPECT_EQ(negative.code(), 1) << negative.describe();
+    EXPECT_TRUE(contains(negative.err, "--resume: " + dir + "/optimizer.safetensors: " + w +
+                                           ".exp_avg_sq holds a negative value")) << negative.describe();
+    poke(optimizer, w + ".exp_avg", NAN);
+    Proc nan_moment = resume();
+    EXPECT_EQ(nan_moment.code(), 1) << nan_moment.describe();
+    EXPECT_TRUE(contains(nan_moment.err, w + ".exp_avg holds NaN or infinity at element 0")) << nan_moment.describe();
+    put(optimizer, good_optimizer);
+    poke(model, w, INFINITY);
+    Proc inf_weight = resume();
+    EXPECT_EQ(inf_weight.code(), 1) << inf_weight.describe();
+    EXPECT_TRUE(contains(inf_weight.err, "--resume: " + dir + ", its model weights: " + w +
+                                             " holds NaN or infinity at element 0")) << inf_weight.describe();
+}
+
+}  // namespace
