@@ -24,13 +24,34 @@ static bool is_dir(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-int tr_save_check(const char *dir, const char *weights, char **config, char *err, size_t errlen)
+char *tr_save_name(const char *dir, char *err, size_t errlen)
+{
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+        len--;
+    char *name = tp_xstrndup(dir, len);
+    const char *slash = strrchr(name, '/'), *base = slash ? slash + 1 : name;
+    if (*base && strcmp(base, ".") && strcmp(base, ".."))
+        return name;
+    tp_error(err, errlen, "--save: '%s' names no directory of its own, which the checkpoint could replace; name "
+             "one such as %s%scheckpoint", dir, len > 1 || *name == '/' ? name : "", len > 1 ? "/" : "");
+    free(name);
+    return NULL;
+}
+
+int tr_save_check(const char *dir, const char *weights, char **dest, char **config, char *err, size_t errlen)
 {
     *config = NULL;
+    *dest = tr_save_name(dir, err, errlen);
+    if (!*dest)
+        return -1;
     struct stat st;
-    if (lstat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+    char why[600];
+    if (lstat(*dest, &st) == 0 && !S_ISDIR(st.st_mode))
         return tp_error(err, errlen, "--save: '%s' exists and is not a directory; name a new or existing directory",
                         dir);
+    if (tp_check_output_path(*dest, true, why, sizeof why))
+        return tp_error(err, errlen, "--save: %s; name a directory where this user can write", why);
     if (!weights)
         return tp_error(err, errlen, "--save writes a Hugging Face checkpoint, whose config.json comes from the "
                         "checkpoint trained: pass --weights DIR of a Hugging Face checkpoint");

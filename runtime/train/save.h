@@ -24,10 +24,19 @@
 
 #define TR_SAVE_SHARD_BYTES ((int64_t)2 << 30)
 
-/* Before training: the config.json --save copies (weights' directory, or
- * the directory of a weights file), in *config (malloc'ed), and a DIR that
- * is not a file. Returns 0 or -1 with a message. */
-int tr_save_check(const char *dir, const char *weights, char **config, char *err, size_t errlen);
+/* DIR as --save writes it: without its trailing slashes ("out/" is
+ * "out"), malloc'ed; NULL, with a message, for a name that is no
+ * directory of its own (".", "..", "/", ""), which --save could not
+ * replace as a whole by renames. */
+char *tr_save_name(const char *dir, char *err, size_t errlen);
+
+/* Before training: DIR as --save writes it, trailing slashes dropped, in
+ * *dest, and the config.json it copies (weights' directory, or the
+ * directory of a weights file) in *config (both malloc'ed, or NULL); DIR
+ * names a directory of its own (not ".", ".." or "/"), is not a file, and
+ * can be created or replaced (its parent exists and is writable).
+ * Returns 0 or -1 with a message. */
+int tr_save_check(const char *dir, const char *weights, char **dest, char **config, char *err, size_t errlen);
 
 /* What --save writes besides the weights and moments. */
 typedef struct tr_save_spec {

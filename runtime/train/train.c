@@ -30,6 +30,7 @@ typedef struct trainer {
     tr_zero zero;              /* the optimizer state's runs over dp (ZeRO-1) */
     bool sharded;
     tr_layouts layouts;        /* for the files gathered on rank 0 */
+    char *save_dir;            /* --save: DIR, as written (tr_save_check) */
     char *config;              /* --save: the config.json it copies */
     tr_train_log log;
 } trainer;
@@ -60,7 +61,7 @@ static int check_setup(trainer *tr, char *err, size_t errlen)
                         tp_dtype_name(s->dtype), be->name);
     if (tr->t->max_shard_given && !tr->t->save)
         return tp_error(err, errlen, "--max-shard-size goes with --save DIR: it sizes the model files --save writes");
-    return tr->t->save ? tr_save_check(tr->t->save, tr->o->weights, &tr->config, err, errlen) : 0;
+    return tr->t->save ? tr_save_check(tr->t->save, tr->o->weights, &tr->save_dir, &tr->config, err, errlen) : 0;
 }
 
 /* The stream, checked to hold every step before step 1: D·B·S tokens a
@@ -260,7 +261,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         if (rank0 && !o->quiet)
             tr_log_print(stdout, tty, &r, o->train.steps, tr.per_step * tr.dp->world);
     }
-    const tr_save_spec spec = {.dir = o->train.save, .config = tr.config, .max_steps = o->train.steps,
+    const tr_save_spec spec = {.dir = tr.save_dir, .config = tr.config, .max_steps = o->train.steps,
                                .lr = o->train.lr, .shard_bytes = o->train.max_shard_bytes};
     if (!rc && o->train.save && (tr.sharded || tr.dp->rank == 0))   /* replicated: replica 0 has it all */
         rc = tr_save(&tr.optim, &tr.layouts, &spec, err, errlen);
@@ -274,6 +275,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     tr_zero_free(&tr.zero);
     tr_layouts_free(&tr.layouts);
     tr_tokens_free(&tr.tokens);
+    free(tr.save_dir);
     free(tr.config);
     return rc;
 }

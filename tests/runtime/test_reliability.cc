@@ -1,8 +1,9 @@
-// What a training run does with values that are not finite
-// (docs/reliability.md): a step whose loss or gradient norm is not finite
-// stops the run before its update (or with --on-nonfinite skip is
+// What a training run does with values and destinations that would lose
+// its work (docs/reliability.md): a step whose loss or gradient norm is not
+// finite stops the run before its update (or with --on-nonfinite skip is
 // dropped), and --save never writes, nor --resume reads, a state that is
-// not finite. One rank on the llama training fixture
+// not finite; --save and --log-json destinations are checked before the
+// first step. One rank on the llama training fixture
 // (tests/fixtures/train/llama): each run is a fraction of a second.
 #include <gtest/gtest.h>
 
@@ -175,6 +176,44 @@ TEST(NonFinite, ResumeRefusesADamagedState)
     EXPECT_EQ(inf_weight.code(), 1) << inf_weight.describe();
     EXPECT_TRUE(contains(inf_weight.err, "--resume: " + dir + ", its model weights: " + w +
                                              " holds NaN or infinity at element 0")) << inf_weight.describe();
+}
+
+// --save and --log-json are checked before the first step: a name that is
+// no directory of its own, a parent that does not exist, a directory
+// holding an input, a --log-json that cannot be written. A trailing slash
+// names the same directory.
+TEST(SaveDestination, CheckedBeforeTheFirstStep)
+{
+    TempDir d;
+    std::string sched = compile_step(d);
+    struct Case {
+        std::vector<std::string> args;
+        std::string message;
+    };
+    const std::vector<Case> refused = {
+        {{"--save", "."}, "--save: '.' names no directory of its own"},
+        {{"--save", "/"}, "--save: '/' names no directory of its own"},
+        {{"--save", d.path + "/out/.."}, "names no directory of its own"},
+        {{"--save", d.path + "/missing/out"}, "--save: cannot write '" + d.path + "/missing/out': its directory '" +
+                                                  d.path + "/missing': No such file or directory"},
+        {{"--save", std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train"},
+         "would replace the directory holding --weights"},
+        {{"--log-json", d.path + "/missing/log.json"}, "--log-json: cannot write '" + d.path + "/missing/log.json'"},
+        {{"--log-json", d.path}, "it is a directory; name a file"},
+    };
+    for (const Case &c : refused) {
+        std::vector<std::string> args = {"--steps", "1"};
+        args.insert(args.end(), c.args.begin(), c.args.end());
+        Proc p = train(sched, args);
+        EXPECT_NE(p.code(), 0) << c.args[1];
+        EXPECT_TRUE(contains(p.err, c.message)) << p.describe();
+        EXPECT_FALSE(contains(p.out, "step 1/1")) << p.describe();   // refused before training
+    }
+    Proc slash = train(sched, {"--steps", "1", "--save", d.path + "/out/", "-q"});
+    ASSERT_EQ(slash.code(), 0) << slash.describe();
+    EXPECT_TRUE(fs::exists(d.path + "/out/model.safetensors"));
+    for (auto &e : fs::directory_iterator(d.path + "/out"))   // DIR itself, nothing nested in it
+        EXPECT_FALSE(fs::is_directory(e.path())) << e.path();
 }
 
 }  // namespace

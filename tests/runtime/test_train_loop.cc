@@ -400,24 +400,31 @@ TEST(SafetensorsWrite, StreamedInAnyOrderTheBytesOfOneWrite)
 TEST(TrainSave, RefusedBeforeTrainingWithoutAConfigOrOverAFile)
 {
     TempDir d;
-    char *config = nullptr;
+    char *config = nullptr, *dest = nullptr;
     char err[600] = "";
+    auto check = [&](const std::string &dir, const char *weights) {
+        free(dest);
+        free(config);
+        return tr_save_check(dir.c_str(), weights, &dest, &config, err, sizeof err);
+    };
     std::string file = d.write("file", "x");
-    EXPECT_EQ(tr_save_check(file.c_str(), d.path.c_str(), &config, err, sizeof err), -1);
+    EXPECT_EQ(check(file, d.path.c_str()), -1);
     EXPECT_TRUE(contains(err, "exists and is not a directory")) << err;
     std::string out = d.path + "/out";
-    EXPECT_EQ(tr_save_check(out.c_str(), nullptr, &config, err, sizeof err), -1);
+    EXPECT_EQ(check(out, nullptr), -1);
     EXPECT_TRUE(contains(err, "pass --weights DIR of a Hugging Face checkpoint")) << err;
-    EXPECT_EQ(tr_save_check(out.c_str(), d.path.c_str(), &config, err, sizeof err), -1);
+    EXPECT_EQ(check(out, d.path.c_str()), -1);
     EXPECT_TRUE(contains(err, "no config.json beside --weights")) << err;
     std::string cfg = d.write("config.json", "{}");
-    ASSERT_EQ(tr_save_check(out.c_str(), d.path.c_str(), &config, err, sizeof err), 0) << err;
+    ASSERT_EQ(check(out, d.path.c_str()), 0) << err;
     EXPECT_EQ(std::string(config), cfg);
-    free(config);
+    EXPECT_EQ(std::string(dest), out);
     // a weights file: the config.json beside it
-    ASSERT_EQ(tr_save_check(out.c_str(), file.c_str(), &config, err, sizeof err), 0) << err;
+    ASSERT_EQ(check(out, file.c_str()), 0) << err;
     EXPECT_EQ(std::string(config), cfg);
+    free(dest);
     free(config);
+    dest = config = nullptr;
 }
 
 // A two-rank gather inside one process: rank 0's view, with rank 1's
