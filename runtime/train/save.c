@@ -14,6 +14,7 @@
 #include "runtime/io/safetensors_write.h"
 #include "util/atomic_write.h"
 #include "util/errmsg.h"
+#include "util/input_file.h"
 #include "util/xalloc.h"
 
 static const char *const moment_suffix[2] = {".exp_avg", ".exp_avg_sq"};
@@ -22,6 +23,34 @@ static bool is_dir(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The checkpoint's config.json as JSON text, read now (before training)
+ * and written into the new checkpoint as this text: parsed and written
+ * again, never copied, so what lands in DIR is a JSON object whatever the
+ * file was. Opened without following a symbolic link (a link could take
+ * any file on the machine into the checkpoint) and without waiting on a
+ * FIFO. malloc'ed; NULL with a message that quotes none of the file. */
+static char *read_config(const char *path, char *err, size_t errlen)
+{
+    int fd = tp_input_open(path, true, err, errlen);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+    if (fd >= 0 && !f) {
+        tp_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+    }
+    json_error_t e;
+    json_t *root = f ? json_loadf(f, JSON_REJECT_DUPLICATES, &e) : NULL;
+    if (f)
+        fclose(f);
+    char *text = json_is_object(root) ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    if (f && !root)
+        tp_error(err, errlen, "%s: not valid JSON (line %d, column %d); a Hugging Face config.json is a JSON object",
+                 path, e.line, e.column);
+    else if (f && !text)
+        tp_error(err, errlen, "%s: not a JSON object, which a Hugging Face config.json is", path);
+    json_decref(root);
+    return text;
 }
 
 char *tr_save_name(const char *dir, char *err, size_t errlen)
@@ -62,14 +91,14 @@ int tr_save_check(const char *dir, const char *weights, char **dest, char **conf
     }
     char *path = tp_xasprintf("%s/config.json", home);
     free(home);
-    if (access(path, R_OK) != 0) {
-        tp_error(err, errlen, "--save: no config.json beside --weights '%s' (%s); pass --weights DIR of a Hugging "
-                 "Face checkpoint", weights, path);
-        free(path);
-        return -1;
-    }
-    *config = path;
-    return 0;
+    int rc = 0;
+    if (access(path, F_OK) != 0)
+        rc = tp_error(err, errlen, "--save: no config.json beside --weights '%s' (%s); pass --weights DIR of a Hugging "
+                      "Face checkpoint", weights, path);
+    else if (!(*config = read_config(path, why, sizeof why)))
+        rc = tp_error(err, errlen, "--save: %s", why);
+    free(path);
+    return rc;
 }
 
 /* ---- the state's values ---------------------------------------------------- */
@@ -98,25 +127,11 @@ static int64_t logical_elems(const tr_weight *w)
 
 /* ---- writing ------------------------------------------------------------- */
 
-static int copy_file(const char *from, const char *to, char *err, size_t errlen)
+/* JSON text and a newline, as a file of its own. */
+static int write_json_text(const char *path, const char *text, char *err, size_t errlen)
 {
-    FILE *f = fopen(from, "rb");
-    if (!f)
-        return tp_error(err, errlen, "cannot read '%s': %s", from, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *buf = tp_xmalloc(cap);
-    size_t got;
-    while ((got = fread(buf + len, 1, cap - len, f)) > 0) {
-        len += got;
-        if (len == cap)
-            buf = tp_xrealloc(buf, cap *= 2);
-    }
-    int bad = ferror(f);
-    fclose(f);
-    int rc = bad ? tp_error(err, errlen, "cannot read '%s'", from)
-                 : tp_write_file_atomic(to, &(tp_bytes){buf, len}, 1, err, errlen);
-    free(buf);
-    return rc;
+    tp_bytes pieces[2] = {{text, strlen(text)}, {"\n", 1}};
+    return tp_write_file_atomic(path, pieces, 2, err, errlen);
 }
 
 static int write_state(const char *path, int64_t step, int64_t max_steps, double lr, char *err, size_t errlen)
@@ -127,8 +142,7 @@ static int write_state(const char *path, int64_t step, int64_t max_steps, double
     json_decref(root);
     if (!text)
         return tp_error(err, errlen, "cannot encode trainer_state.json");
-    tp_bytes pieces[2] = {{text, strlen(text)}, {"\n", 1}};
-    int rc = tp_write_file_atomic(path, pieces, 2, err, errlen);
+    int rc = write_json_text(path, text, err, errlen);
     free(text);
     return rc;
 }
@@ -206,7 +220,7 @@ static int checkpoint_finish(checkpoint *c, const tr_save_spec *spec, int64_t st
         rc = tp_st_file_finish(optimizer, err, errlen);
     char *cfg = tp_xasprintf("%s/config.json", c->tmp), *state = tp_xasprintf("%s/trainer_state.json", c->tmp);
     if (!rc)
-        rc = copy_file(spec->config, cfg, err, errlen);
+        rc = write_json_text(cfg, spec->config, err, errlen);
     if (!rc)
         rc = write_state(state, step, spec->max_steps, spec->lr, err, errlen);
     free(cfg);
@@ -347,11 +361,17 @@ static int read_step(const char *dir, int64_t *step, char *err, size_t errlen)
 {
     char *path = tp_xasprintf("%s/trainer_state.json", dir);
     json_error_t e;
-    json_t *root = json_load_file(path, 0, &e);
+    char why[600];
+    FILE *f = tp_input_fopen(path, why, sizeof why);
+    json_t *root = f ? json_loadf(f, 0, &e) : NULL;
+    if (f) {
+        fclose(f);
+        snprintf(why, sizeof why, "%s: %s", path, e.text);
+    }
     json_t *v = json_object_get(root, "step");
     int rc = 0;
     if (!root)
-        rc = tp_error(err, errlen, "--resume: %s: %s (a directory written by tprun --save holds it)", path, e.text);
+        rc = tp_error(err, errlen, "--resume: %s (a directory written by tprun --save holds it)", why);
     else if (!json_is_integer(v) || json_integer_value(v) < 0)
         rc = tp_error(err, errlen, "--resume: %s: \"step\" must be a non-negative integer", path);
     else

@@ -7,7 +7,8 @@
  *                                2 GiB) model-0000i-of-0000n.safetensors and
  *                                model.safetensors.index.json, as
  *                                save_pretrained(max_shard_size=...) writes them
- *   config.json                  the --weights checkpoint's, unchanged
+ *   config.json                  the --weights checkpoint's, read as JSON before
+ *                                training and written again (the same object)
  *   optimizer.safetensors        AdamW's moments, full: NAME.exp_avg, NAME.exp_avg_sq
  *   trainer_state.json           {"step": steps taken, "max_steps": --steps,
  *                                 "learning_rate": --lr}
@@ -31,8 +32,10 @@
 char *tr_save_name(const char *dir, char *err, size_t errlen);
 
 /* Before training: DIR as --save writes it, trailing slashes dropped, in
- * *dest, and the config.json it copies (weights' directory, or the
- * directory of a weights file) in *config (both malloc'ed, or NULL); DIR
+ * *dest, and the text of the config.json it writes (read from the
+ * weights' directory, or the directory of a weights file, as JSON; a
+ * symbolic link or anything but a regular file there is refused) in
+ * *config (both malloc'ed, or NULL); DIR
  * names a directory of its own (not ".", ".." or "/"), is not a file, and
  * can be created or replaced (its parent exists and is writable).
  * Returns 0 or -1 with a message. */
@@ -41,7 +44,7 @@ int tr_save_check(const char *dir, const char *weights, char **dest, char **conf
 /* What --save writes besides the weights and moments. */
 typedef struct tr_save_spec {
     const char *dir;         /* --save DIR */
-    const char *config;      /* the config.json copied (tr_save_check) */
+    const char *config;      /* config.json's text (tr_save_check) */
     int64_t max_steps;       /* --steps, and --lr: trainer_state.json's */
     double lr;
     int64_t shard_bytes;     /* --max-shard-size */

@@ -31,7 +31,7 @@ typedef struct trainer {
     bool sharded;
     tr_layouts layouts;        /* for the files gathered on rank 0 */
     char *save_dir;            /* --save: DIR, as written (tr_save_check) */
-    char *config;              /* --save: the config.json it copies */
+    char *config;              /* --save: the text of the config.json it writes */
     tr_train_log log;
 } trainer;
 

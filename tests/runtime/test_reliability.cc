@@ -1,10 +1,13 @@
-// What a training run does with values and destinations that would lose
-// its work (docs/reliability.md): a step whose loss or gradient norm is not
-// finite stops the run before its update (or with --on-nonfinite skip is
+// What a training run does with values and files that would lose its work
+// (docs/reliability.md): a step whose loss or gradient norm is not finite
+// stops the run before its update (or with --on-nonfinite skip is
 // dropped), and --save never writes, nor --resume reads, a state that is
 // not finite; --save and --log-json destinations are checked before the
-// first step. One rank on the llama training fixture
-// (tests/fixtures/train/llama): each run is a fraction of a second.
+// first step; a FIFO named as any input is refused at once, never waited
+// on; a checkpoint's config.json is read as JSON, never through a link,
+// and an input that fails validation is never echoed. One rank on the
+// llama training fixture (tests/fixtures/train/llama): each run is a
+// fraction of a second.
 #include <gtest/gtest.h>
 
 #include <jansson.h>
@@ -15,6 +18,9 @@
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "tests/support/process.h"
 
@@ -40,7 +46,8 @@ std::string compile_step(const TempDir &d)
     return sched;
 }
 
-// tprun on one rank; 60 s is far beyond any of these runs.
+// tprun on one rank; 60 s is far beyond any of these runs, so a run that
+// waits on a FIFO fails the test as timed out instead of hanging CI.
 Proc tprun(const std::vector<std::string> &args)
 {
     return tpcc_test::run_program(kTprun, args, {"OPENBLAS_NUM_THREADS=1"}, 60);
@@ -214,6 +221,109 @@ TEST(SaveDestination, CheckedBeforeTheFirstStep)
     EXPECT_TRUE(fs::exists(d.path + "/out/model.safetensors"));
     for (auto &e : fs::directory_iterator(d.path + "/out"))   // DIR itself, nothing nested in it
         EXPECT_FALSE(fs::is_directory(e.path())) << e.path();
+}
+
+// A FIFO named as any input: refused at once with what it is, never
+// waited on (open() of a FIFO blocks until a writer comes).
+TEST(InputFiles, AFifoIsRefusedNotWaitedOn)
+{
+    TempDir d;
+    // named as each reader expects its kind of file: .npy, llm.c's .bin, an index
+    std::string sched = compile_step(d), fifo = d.path + "/fifo.npy", bin = d.path + "/fifo.bin",
+                index = d.path + "/model.safetensors.index.json";
+    for (auto &f : {fifo, bin, index})
+        ASSERT_EQ(mkfifo(f.c_str(), 0600), 0);
+    // a checkpoint directory whose weights, config.json or trainer_state.json is a FIFO
+    auto checkpoint_with = [&](const std::string &name, const std::string &fifo_name) {
+        std::string dir = d.path + "/" + name;
+        fs::create_directory(dir);
+        for (auto f : {"config.json", "model.safetensors"})
+            if (f != fifo_name)
+                fs::copy_file(kFixture + f, dir + "/" + f);
+        EXPECT_EQ(mkfifo((dir + "/" + fifo_name).c_str(), 0600), 0);
+        return dir;
+    };
+    std::string weights_dir = checkpoint_with("weights", "model.safetensors");
+    std::string config_dir = checkpoint_with("config", "config.json");
+    // an index naming a shard that is a FIFO
+    std::string sharded = d.path + "/sharded";
+    fs::create_directory(sharded);
+    d.write("sharded/model.safetensors.index.json",
+            "{\"weight_map\": {\"model.embed_tokens.weight\": \"model-00001-of-00001.safetensors\"}}");
+    ASSERT_EQ(mkfifo((sharded + "/model-00001-of-00001.safetensors").c_str(), 0600), 0);
+    std::string resume_dir = d.path + "/resume";
+    ASSERT_EQ(train(sched, {"--steps", "1", "--save", resume_dir, "-q"}).code(), 0);
+    fs::remove(resume_dir + "/trainer_state.json");
+    ASSERT_EQ(mkfifo((resume_dir + "/trainer_state.json").c_str(), 0600), 0);
+    std::string forward = d.path + "/forward.sched";
+    ASSERT_EQ(tpcc_test::run_tpcc({std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan", "--hf-config",
+                                   kFixture + "config.json", "-D", "tp=1", "-D", "seq=16", "-D", "batch=2", "-D",
+                                   "vocab_multiple=1", "-o", forward})
+                  .code(),
+              0);
+    const std::vector<std::vector<std::string>> runs = {
+        {fifo},
+        {sched, "--data", fifo, "--weights", kFixture, "--steps", "1"},
+        {sched, "--data", bin, "--weights", kFixture, "--steps", "1"},
+        {sched, "--data", kFixture + "tokens.npy", "--weights", fifo, "--steps", "1"},
+        {sched, "--data", kFixture + "tokens.npy", "--weights", index, "--steps", "1"},
+        {sched, "--data", kFixture + "tokens.npy", "--weights", weights_dir, "--steps", "1"},
+        {sched, "--data", kFixture + "tokens.npy", "--weights", sharded, "--steps", "1"},
+        {sched, "--data", kFixture + "tokens.npy", "--weights", config_dir, "--steps", "1", "--save", d.path + "/o"},
+        {sched, "--data", kFixture + "tokens.npy", "--resume", resume_dir, "--steps", "2"},
+        {forward, "--weights", kFixture, "--tokens", fifo, "--labels", "tokens"},
+        {forward, "--weights", kFixture, "--labels", fifo},
+        {forward, "--weights", kFixture, "--labels", "tokens", "--compare", fifo},
+    };
+    for (const auto &args : runs) {
+        Proc p = tprun(args);
+        EXPECT_FALSE(p.timed_out) << p.describe();
+        EXPECT_NE(p.code(), 0) << p.describe();
+        EXPECT_TRUE(contains(p.err, "is a FIFO, not a regular file")) << p.describe();
+    }
+}
+
+// --save writes config.json from its JSON: a config.json that is a link
+// (to any file on the machine) is refused before training, and so is one
+// that is not a JSON object, whose bytes the message never shows.
+TEST(CheckpointFiles, ConfigIsReadAsJsonNeverThroughALink)
+{
+    TempDir d;
+    std::string sched = compile_step(d);
+    std::string secret = d.write("secret", "{\"token\": \"hunter2\"}");
+    auto checkpoint_with_config = [&](const std::string &name) {
+        std::string dir = d.path + "/" + name;
+        fs::create_directory(dir);
+        fs::copy_file(kFixture + "model.safetensors", dir + "/model.safetensors");
+        return dir;
+    };
+    std::string linked = checkpoint_with_config("linked");
+    fs::create_symlink(secret, linked + "/config.json");
+    Proc p = train(sched, {"--weights", linked, "--steps", "1", "--save", d.path + "/out"});
+    EXPECT_EQ(p.code(), 1) << p.describe();
+    EXPECT_TRUE(contains(p.err, linked + "/config.json: is a symbolic link")) << p.describe();
+    EXPECT_FALSE(contains(p.out, "step 1/1")) << p.describe();
+    EXPECT_FALSE(fs::exists(d.path + "/out"));
+    std::string text = checkpoint_with_config("text");
+    d.write("text/config.json", "root:x:0:0:root:/root:/bin/bash\n");
+    Proc q = train(sched, {"--weights", text, "--steps", "1", "--save", d.path + "/out"});
+    EXPECT_EQ(q.code(), 1) << q.describe();
+    EXPECT_TRUE(contains(q.err, "config.json: not valid JSON")) << q.describe();
+    EXPECT_FALSE(contains(q.err, "root:")) << q.describe();
+}
+
+// A file that is no safetensors file: its first 8 bytes are never told,
+// as the header length they would be.
+TEST(CheckpointFiles, ABadHeaderLengthIsNotEchoed)
+{
+    TempDir d;
+    std::string sched = compile_step(d);
+    std::string text = d.write("passwd.safetensors", "root:x:0:0:root:/root:/bin/bash\n");
+    Proc p = train(sched, {"--weights", text, "--steps", "1"});
+    EXPECT_EQ(p.code(), 1) << p.describe();
+    EXPECT_TRUE(contains(p.err, "passwd.safetensors: its first 8 bytes, read as a safetensors header length, give "
+                                "more than 100 MiB")) << p.describe();
+    EXPECT_FALSE(contains(p.err, "3475222254926655346")) << p.describe();   // "root:x:0" as a little-endian integer
 }
 
 }  // namespace
