@@ -1,13 +1,18 @@
 /* save.c: see save.h. */
+#define _DEFAULT_SOURCE     /* flock */
 #define _XOPEN_SOURCE 700
 #include "runtime/train/save.h"
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "runtime/exec/weights_load.h"
@@ -147,7 +152,7 @@ static int write_state(const char *path, int64_t step, int64_t max_steps, double
     return rc;
 }
 
-/* The checkpoint rank 0 writes: its directory DIR.tmp.XXXXXX and its two
+/* The checkpoint rank 0 writes: its directory DIR.tmp.PID.XXXXXX and its two
  * tensor files, streamed one tensor at a time. */
 typedef struct checkpoint {
     char *tmp;
@@ -179,11 +184,12 @@ static void name_tensors(checkpoint *c, const tr_schedule *s)
     }
 }
 
-/* DIR.tmp.XXXXXX with the headers of its tensor files written. */
+/* DIR.tmp.PID.XXXXXX with the headers of its tensor files written; the
+ * PID tells a later save whether the process that wrote it is gone. */
 static int checkpoint_open(checkpoint *c, const tr_schedule *s, const tr_save_spec *spec, char *err, size_t errlen)
 {
     name_tensors(c, s);
-    c->tmp = tp_xasprintf("%s.tmp.XXXXXX", spec->dir);
+    c->tmp = tp_xasprintf("%s.tmp.%ld.XXXXXX", spec->dir, (long)getpid());
     if (!mkdtemp(c->tmp)) {
         tp_error(err, errlen, "--save: cannot create a directory beside '%s': %s", spec->dir, strerror(errno));
         free(c->tmp);
@@ -272,6 +278,93 @@ static int replace_dir(const char *tmp, const char *dir, char *err, size_t errle
     }
     free(old);
     return rc;
+}
+
+/* ---- one save at a time, and what killed saves left ---------------------- */
+
+/* The process id in a leftover's name, BASE.tmp.PID.XXXXXX or
+ * BASE.old.PID (`kind` ".tmp." or ".old."), or 0 when it is not one. */
+static long leftover_owner(const char *name, const char *base, const char *kind)
+{
+    size_t n = strlen(base), k = strlen(kind);
+    if (strncmp(name, base, n) || strncmp(name + n, kind, k))
+        return 0;
+    char *end;
+    errno = 0;
+    long pid = strtol(name + n + k, &end, 10);
+    return !errno && pid > 0 && end != name + n + k && (*end == '\0' || *end == '.') ? pid : 0;
+}
+
+static bool process_gone(long pid) { return kill((pid_t)pid, 0) != 0 && errno == ESRCH; }
+
+/* With the lock held, what saves killed on this machine left beside DIR,
+ * their process gone: a DIR.tmp.PID.* is removed; a DIR.old.PID is the
+ * checkpoint a save moved aside and was killed before renaming its new
+ * one in: it becomes DIR again where there is no DIR, and is removed
+ * where there is. Best effort: what cannot be removed stays, and the save
+ * goes on. */
+static void clean_leftovers(const char *dir)
+{
+    const char *slash = strrchr(dir, '/');
+    char *parent = slash ? tp_xstrndup(dir, slash == dir ? 1 : (size_t)(slash - dir)) : tp_xstrdup(".");
+    const char *base = slash ? slash + 1 : dir;
+    DIR *d = opendir(parent);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        long tmp = leftover_owner(e->d_name, base, ".tmp."), old = leftover_owner(e->d_name, base, ".old.");
+        if (!(tmp && process_gone(tmp)) && !(old && process_gone(old)))
+            continue;
+        char *path = tp_xasprintf("%s/%s", parent, e->d_name);
+        if (!old || is_dir(dir) || rename(path, dir) != 0)
+            remove_tree(path);
+        free(path);
+    }
+    if (d)
+        closedir(d);
+    free(parent);
+}
+
+int tr_save_lock(const char *dir, int *fd, char *err, size_t errlen)
+{
+    char *path = tp_xasprintf("%s.lock", dir);
+    *fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    struct stat st;
+    int rc = 0;
+    if (*fd < 0)
+        rc = tp_error(err, errlen, "--save: cannot open the lock file '%s': %s", path, strerror(errno));
+    else if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode))
+        rc = tp_error(err, errlen, "--save: the lock file '%s' is not a regular file; remove it", path);
+    else if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char text[24] = "";
+        ssize_t n = pread(*fd, text, sizeof text - 1, 0);
+        long pid = n > 0 ? strtol(text, NULL, 10) : 0;
+        if (e == EWOULDBLOCK && pid > 0)
+            rc = tp_error(err, errlen, "--save: process %ld is saving to '%s' (it holds '%s'); two runs saving to one "
+                          "directory would each replace the other's checkpoint: save into another directory", pid,
+                          dir, path);
+        else
+            rc = tp_error(err, errlen, "--save: cannot lock '%s': %s", path, e == EWOULDBLOCK ?
+                          "another process holds it" : strerror(e));
+    } else {
+        char pid[24];
+        int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+        if (ftruncate(*fd, 0) != 0 || pwrite(*fd, pid, (size_t)len, 0) != len)
+            rc = tp_error(err, errlen, "--save: cannot write the lock file '%s': %s", path, strerror(errno));
+    }
+    if (rc && *fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+    free(path);
+    if (!rc)
+        clean_leftovers(dir);
+    return rc;
+}
+
+void tr_save_unlock(int fd)
+{
+    if (fd >= 0)
+        close(fd);   /* the lock goes with the descriptor; the file stays, so that no two runs lock two files */
 }
 
 /* The host memory a save stages through: this rank's slice of one

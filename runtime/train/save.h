@@ -12,9 +12,9 @@
  *   optimizer.safetensors        AdamW's moments, full: NAME.exp_avg, NAME.exp_avg_sq
  *   trainer_state.json           {"step": steps taken, "max_steps": --steps,
  *                                 "learning_rate": --lr}
- * into DIR.tmp.XXXXXX, renamed to DIR at the end (an existing directory
- * DIR is replaced, and stays whole until then; anything else there is
- * refused before training).
+ * into DIR.tmp.PID.XXXXXX, renamed to DIR at the end (an existing
+ * directory DIR is moved aside to DIR.old.PID, and removed once the new
+ * one is in place; anything else there is refused before training).
  * --resume DIR loads the weights from DIR (it is a --weights), and the
  * moments and the step count from these files. */
 #ifndef TPRUN_TRAIN_SAVE_H
@@ -40,6 +40,15 @@ char *tr_save_name(const char *dir, char *err, size_t errlen);
  * can be created or replaced (its parent exists and is writable).
  * Returns 0 or -1 with a message. */
 int tr_save_check(const char *dir, const char *weights, char **dest, char **config, char *err, size_t errlen);
+
+/* Before training, on the rank that writes: DIR.lock (beside DIR, kept
+ * there) locked for this run, so that a second run saving to DIR is
+ * refused with this one's process id; then what saves killed here left
+ * (save.c: DIR.tmp.PID.*, DIR.old.PID of processes that are gone) is
+ * removed, or put back where a kill lost DIR. *fd holds the lock until
+ * tr_save_unlock. Returns 0 or -1 with a message. */
+int tr_save_lock(const char *dir, int *fd, char *err, size_t errlen);
+void tr_save_unlock(int fd);
 
 /* What --save writes besides the weights and moments. */
 typedef struct tr_save_spec {

@@ -31,6 +31,7 @@ typedef struct trainer {
     bool sharded;
     tr_layouts layouts;        /* for the files gathered on rank 0 */
     char *save_dir;            /* --save: DIR, as written (tr_save_check) */
+    int save_lock;             /* its lock on the rank that writes it, else -1 */
     char *config;              /* --save: the text of the config.json it writes */
     tr_train_log log;
 } trainer;
@@ -61,7 +62,10 @@ static int check_setup(trainer *tr, char *err, size_t errlen)
                         tp_dtype_name(s->dtype), be->name);
     if (tr->t->max_shard_given && !tr->t->save)
         return tp_error(err, errlen, "--max-shard-size goes with --save DIR: it sizes the model files --save writes");
-    return tr->t->save ? tr_save_check(tr->t->save, tr->o->weights, &tr->save_dir, &tr->config, err, errlen) : 0;
+    if (tr->t->save && tr_save_check(tr->t->save, tr->o->weights, &tr->save_dir, &tr->config, err, errlen))
+        return -1;
+    bool writes = tr->comm->rank == 0 && tr->dp->rank == 0;   /* tr_save's writing rank */
+    return tr->t->save && writes ? tr_save_lock(tr->save_dir, &tr->save_lock, err, errlen) : 0;
 }
 
 /* The stream, checked to hold every step before step 1: D·B·S tokens a
@@ -230,7 +234,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
              double **step_seconds, int *nsteps, char *err, size_t errlen)
 {
     tp_comm *comm = &groups->tp;
-    trainer tr = {.o = o, .t = &o->train, .comm = comm, .dp = &groups->dp, .x = x, .s = x->s};
+    trainer tr = {.o = o, .t = &o->train, .comm = comm, .dp = &groups->dp, .x = x, .s = x->s, .save_lock = -1};
     bool rank0 = comm->rank == 0 && tr.dp->rank == 0, tty = isatty(STDOUT_FILENO);
     int rc = check_setup(&tr, err, errlen);
     if (!rc)
@@ -275,6 +279,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     tr_zero_free(&tr.zero);
     tr_layouts_free(&tr.layouts);
     tr_tokens_free(&tr.tokens);
+    tr_save_unlock(tr.save_lock);
     free(tr.save_dir);
     free(tr.config);
     return rc;

@@ -5,7 +5,8 @@
 // not finite; --save and --log-json destinations are checked before the
 // first step; a FIFO named as any input is refused at once, never waited
 // on; a checkpoint's config.json is read as JSON, never through a link,
-// and an input that fails validation is never echoed. One rank on the
+// and an input that fails validation is never echoed; a save cleans what
+// killed saves left, and refuses a concurrent one. One rank on the
 // llama training fixture (tests/fixtures/train/llama): each run is a
 // fraction of a second.
 #include <gtest/gtest.h>
@@ -19,7 +20,10 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/support/process.h"
@@ -110,8 +114,10 @@ TEST(NonFinite, StopsNamingTheStepAndKeepsTheLastCheckpoint)
     EXPECT_EQ(slurp(dir + "/model.safetensors"), model);
     EXPECT_EQ(slurp(dir + "/trainer_state.json"), state);
     EXPECT_FALSE(fs::exists(d.path + "/log.json"));
-    for (auto &e : fs::directory_iterator(d.path))   // no temporary directory left beside it
-        EXPECT_FALSE(contains(e.path().filename().string(), "ckpt.")) << e.path();
+    for (auto &e : fs::directory_iterator(d.path)) {   // no temporary or moved-aside directory left beside it
+        EXPECT_FALSE(contains(e.path().filename().string(), "ckpt.tmp")) << e.path();
+        EXPECT_FALSE(contains(e.path().filename().string(), "ckpt.old")) << e.path();
+    }
 }
 
 // --on-nonfinite skip: the steps go on, each one that is not finite
@@ -324,6 +330,70 @@ TEST(CheckpointFiles, ABadHeaderLengthIsNotEchoed)
     EXPECT_TRUE(contains(p.err, "passwd.safetensors: its first 8 bytes, read as a safetensors header length, give "
                                 "more than 100 MiB")) << p.describe();
     EXPECT_FALSE(contains(p.err, "3475222254926655346")) << p.describe();   // "root:x:0" as a little-endian integer
+}
+
+// A process id that is no process's any more: a child that has exited
+// and been waited for.
+long gone_pid()
+{
+    pid_t child = fork();
+    if (child == 0)
+        _exit(0);
+    int status;
+    waitpid(child, &status, 0);
+    return long(child);
+}
+
+// What saves killed mid-way left beside DIR is cleaned by the next run
+// saving there, before its first step: temporaries of processes that are
+// gone removed (a live one's kept), and a checkpoint moved aside by a save
+// killed between its two renames put back as DIR.
+TEST(CrashSafeSave, LeftoversOfKilledSavesAreCleanedAndALostDirRestored)
+{
+    TempDir d;
+    std::string sched = compile_step(d), dir = d.path + "/ckpt";
+    ASSERT_EQ(train(sched, {"--steps", "1", "--save", dir, "-q"}).code(), 0);
+    std::string model = slurp(dir + "/model.safetensors");
+    long dead = gone_pid();
+    std::string stale = dir + ".tmp." + std::to_string(dead) + ".Ab12Cd",
+                live = dir + ".tmp." + std::to_string(getpid()) + ".Ef34Gh", old = dir + ".old." + std::to_string(dead);
+    fs::create_directory(stale);
+    d.write("ckpt.tmp." + std::to_string(dead) + ".Ab12Cd/model.safetensors", "partial");
+    fs::create_directory(live);
+    fs::rename(dir, old);   // killed after moving DIR aside, before renaming its new one in
+    // the run stops at step 2 (not finite), saving nothing: what it found is all there is to see
+    Proc p = train(sched, {"--steps", "3", "--lr", "1e30", "--save", dir, "-q"});
+    EXPECT_EQ(p.code(), 1) << p.describe();
+    EXPECT_FALSE(fs::exists(stale));
+    EXPECT_TRUE(fs::exists(live));
+    EXPECT_FALSE(fs::exists(old));
+    EXPECT_EQ(slurp(dir + "/model.safetensors"), model);
+    // a DIR.old.PID beside a DIR (killed after the second rename) is removed
+    fs::copy(dir, old);
+    ASSERT_EQ(train(sched, {"--steps", "1", "--save", dir, "-q"}).code(), 0);
+    EXPECT_FALSE(fs::exists(old));
+}
+
+// Two runs saving to one directory would each replace the other's
+// checkpoint: the second is refused before training, naming the first.
+TEST(CrashSafeSave, AConcurrentSaveIsRefusedNamingTheOtherProcess)
+{
+    TempDir d;
+    std::string sched = compile_step(d), dir = d.path + "/ckpt";
+    int fd = open((dir + ".lock").c_str(), O_RDWR | O_CREAT, 0644);   // this test plays the other run
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
+    std::string pid = std::to_string(getpid()) + "\n";
+    ASSERT_EQ(write(fd, pid.data(), pid.size()), ssize_t(pid.size()));
+    Proc p = train(sched, {"--steps", "1", "--save", dir});
+    EXPECT_EQ(p.code(), 1) << p.describe();
+    EXPECT_TRUE(contains(p.err, "--save: process " + std::to_string(getpid()) + " is saving to '" + dir + "'"))
+        << p.describe();
+    EXPECT_FALSE(contains(p.out, "step 1/1")) << p.describe();
+    close(fd);   // the lock released: the file left behind is taken over
+    Proc q = train(sched, {"--steps", "1", "--save", dir, "-q"});
+    EXPECT_EQ(q.code(), 0) << q.describe();
+    EXPECT_TRUE(fs::exists(dir + "/model.safetensors"));
 }
 
 }  // namespace
