@@ -254,6 +254,62 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 
 static void remove_tree(const char *path) { nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
+/* ---- SIGINT and SIGTERM during a save -------------------------------------- */
+
+/* Killed by their default action mid-save, a run would leave a
+ * temporary directory, or between the two renames no DIR at all. While
+ * the writing rank saves they are only noted: the save is abandoned at the
+ * next tensor, or, once its renames have begun, finished; the run then
+ * fails either way. */
+static volatile sig_atomic_t save_signal;
+
+static void note_signal(int sig) { save_signal = sig; }
+
+static const int guarded[2] = {SIGINT, SIGTERM};
+
+typedef struct signal_guard {
+    struct sigaction was[2];
+    bool set[2];
+} signal_guard;
+
+/* A signal ignored where the run started (a background job) stays
+ * ignored. */
+static int guard_signals(signal_guard *g, char *err, size_t errlen)
+{
+    struct sigaction note = {.sa_handler = note_signal};
+    sigemptyset(&note.sa_mask);
+    save_signal = 0;
+    for (int i = 0; i < 2; i++) {
+        if (sigaction(guarded[i], NULL, &g->was[i]) != 0)
+            return tp_error(err, errlen, "--save: sigaction failed: %s", strerror(errno));
+        if (g->was[i].sa_handler == SIG_IGN)
+            continue;
+        if (sigaction(guarded[i], &note, NULL) != 0)
+            return tp_error(err, errlen, "--save: sigaction failed: %s", strerror(errno));
+        g->set[i] = true;
+    }
+    return 0;
+}
+
+static void unguard_signals(signal_guard *g)
+{
+    for (int i = 0; i < 2; i++)
+        if (g->set[i])
+            (void)sigaction(guarded[i], &g->was[i], NULL);   /* restoring what was installed cannot fail */
+}
+
+static const char *signal_name(int sig) { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
+
+/* The tests' way to signal a save at a chosen point: TPRUN_TEST_SAVE_SIGNAL
+ * names it ("tensor": after the first tensor written; "rename": between
+ * the two renames), and SIGTERM is raised there. */
+static void test_signal(const char *point)
+{
+    const char *at = getenv("TPRUN_TEST_SAVE_SIGNAL");
+    if (at && !strcmp(at, point))
+        (void)raise(SIGTERM);
+}
+
 /* tmp becomes dir; a directory already there is moved aside and removed
  * once the new one is in place. */
 static int replace_dir(const char *tmp, const char *dir, char *err, size_t errlen)
@@ -268,6 +324,7 @@ static int replace_dir(const char *tmp, const char *dir, char *err, size_t errle
         }
     }
     int rc = 0;
+    test_signal("rename");
     if (rename(tmp, dir) != 0) {
         rc = tp_error(err, errlen, "--save: cannot rename '%s' to '%s': %s", tmp, dir, strerror(errno));
         if (old && rename(old, dir) != 0)
@@ -426,6 +483,11 @@ static int stream_states(tr_optim *o, const tr_layouts *l, checkpoint *c, bool g
                 *write_rc = unsaved_if_invalid(&s->weights[i], k, st.full, o->step, err, errlen);
             if (!rc && writes && !*write_rc)
                 *write_rc = checkpoint_put(c, k, i, st.full, err, errlen);
+            if (!rc && writes && !*write_rc)
+                test_signal("tensor");
+            if (!rc && writes && !*write_rc && save_signal)
+                *write_rc = tp_error(err, errlen, "interrupted by %s during --save: the save was abandoned (its "
+                                     "directory keeps what it held)", signal_name(save_signal));
         }
     staging_free(&st);
     return rc;
@@ -436,14 +498,23 @@ int tr_save(tr_optim *o, const tr_layouts *l, const tr_save_spec *spec, char *er
     bool gathers = !o->zero || o->zero->dp->rank == 0;    /* the replicas hold the same state, once gathered */
     bool writes = gathers && o->x->comm->rank == 0;
     checkpoint c = {0};
-    int write_rc = writes ? checkpoint_open(&c, o->x->s, spec, err, errlen) : 0;
+    signal_guard guard = {0};
+    int write_rc = writes ? guard_signals(&guard, err, errlen) : 0;
+    if (writes && !write_rc)
+        write_rc = checkpoint_open(&c, o->x->s, spec, err, errlen);
     int rc = stream_states(o, l, writes ? &c : NULL, gathers, &write_rc, err, errlen);
     if (!rc && writes && !write_rc)
         write_rc = checkpoint_finish(&c, spec, o->step, err, errlen);
-    if (!rc && writes && !write_rc)
+    if (!rc && writes && !write_rc) {
         write_rc = replace_dir(c.tmp, spec->dir, err, errlen);
+        if (!write_rc && save_signal)
+            write_rc = tp_error(err, errlen, "interrupted by %s during --save, which finished first: %s holds the "
+                                "new checkpoint", signal_name(save_signal), spec->dir);
+    }
     if (writes && (rc || write_rc) && c.tmp)
-        remove_tree(c.tmp);  /* the previous checkpoint, if any, is untouched */
+        remove_tree(c.tmp);  /* unpublished (gone once renamed in); a previous checkpoint is untouched */
+    if (writes)
+        unguard_signals(&guard);
     checkpoint_free(&c);     /* closes the files not finished */
     return rc ? rc : write_rc;
 }

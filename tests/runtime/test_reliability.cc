@@ -6,7 +6,8 @@
 // first step; a FIFO named as any input is refused at once, never waited
 // on; a checkpoint's config.json is read as JSON, never through a link,
 // and an input that fails validation is never echoed; a save cleans what
-// killed saves left, and refuses a concurrent one. One rank on the
+// killed saves left, refuses a concurrent one, and a signal during it
+// abandons or finishes it whole. One rank on the
 // llama training fixture (tests/fixtures/train/llama): each run is a
 // fraction of a second.
 #include <gtest/gtest.h>
@@ -394,6 +395,42 @@ TEST(CrashSafeSave, AConcurrentSaveIsRefusedNamingTheOtherProcess)
     Proc q = train(sched, {"--steps", "1", "--save", dir, "-q"});
     EXPECT_EQ(q.code(), 0) << q.describe();
     EXPECT_TRUE(fs::exists(dir + "/model.safetensors"));
+}
+
+// SIGTERM (or SIGINT) during a save, raised at a chosen point by
+// TPRUN_TEST_SAVE_SIGNAL: while tensors are written, the save is abandoned
+// and DIR keeps its checkpoint; between the two renames that publish it,
+// the save finishes and DIR holds the new one. Either way the run exits 1
+// with a message and leaves nothing beside DIR.
+TEST(CrashSafeSave, ASignalDuringTheSaveAbandonsOrFinishesIt)
+{
+    TempDir d;
+    std::string sched = compile_step(d), dir = d.path + "/ckpt";
+    ASSERT_EQ(train(sched, {"--steps", "1", "--save", dir, "-q"}).code(), 0);
+    std::string one = slurp(dir + "/trainer_state.json");
+    auto signalled = [&](const std::string &point) {
+        std::vector<std::string> args = {sched, "--data", kFixture + "tokens.npy", "--weights", kFixture, "--steps",
+                                         "2", "--save", dir, "-q"};
+        return tpcc_test::run_program(kTprun, args, {"TPRUN_TEST_SAVE_SIGNAL=" + point}, 60);
+    };
+    auto nothing_beside = [&] {
+        for (auto &e : fs::directory_iterator(d.path)) {
+            EXPECT_FALSE(contains(e.path().filename().string(), "ckpt.tmp")) << e.path();
+            EXPECT_FALSE(contains(e.path().filename().string(), "ckpt.old")) << e.path();
+        }
+    };
+    Proc abandoned = signalled("tensor");
+    EXPECT_EQ(abandoned.code(), 1) << abandoned.describe();
+    EXPECT_TRUE(contains(abandoned.err, "interrupted by SIGTERM during --save: the save was abandoned"))
+        << abandoned.describe();
+    EXPECT_EQ(slurp(dir + "/trainer_state.json"), one);
+    nothing_beside();
+    Proc finished = signalled("rename");
+    EXPECT_EQ(finished.code(), 1) << finished.describe();
+    EXPECT_TRUE(contains(finished.err, "interrupted by SIGTERM during --save, which finished first: " + dir +
+                                           " holds the new checkpoint")) << finished.describe();
+    EXPECT_TRUE(contains(slurp(dir + "/trainer_state.json"), "\"step\": 2"));
+    nothing_beside();
 }
 
 }  // namespace
