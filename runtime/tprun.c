@@ -94,12 +94,15 @@ static const char usage[] =
     "                       under the checkpoint's names\n"
     "  --save DIR           after the last step, a Hugging Face checkpoint (model.safetensors,\n"
     "                       config.json from --weights DIR) with optimizer.safetensors and\n"
-    "                       trainer_state.json, written atomically\n"
+    "                       trainer_state.json, written atomically; DIR is checked before the\n"
+    "                       first step and locked (DIR.lock) against a second run saving there\n"
     "  --max-shard-size S   --save's model files: above S (default 2GiB; 5GB, 500MB, ...)\n"
     "                       model-0000i-of-0000n.safetensors with an index, as\n"
     "                       save_pretrained(max_shard_size=S)\n"
     "  --resume DIR         weights, optimizer state and step count from a --save directory;\n"
     "                       training goes on to --steps, the data from where it stopped\n"
+    "  --on-nonfinite A     a step whose loss or gradient norm is NaN or infinite: stop (default;\n"
+    "                       exit non-zero, nothing saved) or skip (its update dropped, logged)\n"
     "\n"
     "Environment:\n"
     "  TPRUN_TIMEOUT        seconds a rank waits in one MPI collective before it ends the job\n"
@@ -170,7 +173,7 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         {"decay-all", no_argument, 0, OPT_TRAIN}, {"max-grad-norm", required_argument, 0, OPT_TRAIN},
         {"log-json", required_argument, 0, OPT_TRAIN}, {"grads-out", required_argument, 0, OPT_TRAIN},
         {"save", required_argument, 0, OPT_TRAIN}, {"resume", required_argument, 0, OPT_TRAIN},
-        {"max-shard-size", required_argument, 0, OPT_TRAIN},
+        {"max-shard-size", required_argument, 0, OPT_TRAIN}, {"on-nonfinite", required_argument, 0, OPT_TRAIN},
         {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, OPT_VERSION},
         {"hostfile", required_argument, 0, 'f'}, {"ppn", required_argument, 0, OPT_PPN},
         {0, 0, 0, 0},

@@ -16,13 +16,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <errno.h>
 
 #include "sched/dp_shard.h"
 #include "sched/format.h"
 #include "sched/ops.h"
 #include "util/xalloc.h"
 #include "util/errmsg.h"
+#include "util/input_file.h"
 
 #define REGENERATE "regenerate it with 'tpcc PLAN -o FILE'"
 #define MAX_BODY 100   /* ops longer than this push their provenance right */
@@ -111,11 +111,10 @@ static int load(schedule *s, const char *path, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
     s->path = path;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        tp_error(err, errlen, "cannot read '%s': %s", path, strerror(errno));
-        return -1;
-    }
+    char why[600];
+    FILE *f = tp_input_fopen(path, why, sizeof why);
+    if (!f)
+        return tp_error(err, errlen, "cannot read the schedule: %s", why);
     json_error_t je;
     s->doc = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
     bool read_error = ferror(f);

@@ -132,6 +132,32 @@ int tp_write_file_atomic(const char *path, const tp_bytes *pieces, int npieces, 
     return rc;
 }
 
+int tp_check_output_path(const char *path, bool dir, char *err, size_t errlen)
+{
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    char *name = tp_xstrndup(path, len);
+    const char *slash = strrchr(name, '/');
+    char *parent = slash ? tp_xstrndup(name, slash == name ? 1 : (size_t)(slash - name)) : tp_xstrdup(".");
+    struct stat st;
+    const char *why = NULL;
+    if (stat(parent, &st) != 0)
+        why = strerror(errno);
+    else if (!S_ISDIR(st.st_mode))
+        why = "not a directory";
+    else if (access(parent, W_OK | X_OK) != 0)
+        why = strerror(errno);
+    int rc = 0;
+    if (why)
+        rc = tp_error(err, errlen, "cannot write '%s': its directory '%s': %s", path, parent, why);
+    else if (!dir && stat(name, &st) == 0 && S_ISDIR(st.st_mode))
+        rc = tp_error(err, errlen, "cannot write '%s': it is a directory; name a file", path);
+    free(parent);
+    free(name);
+    return rc;
+}
+
 bool tp_same_file(const char *a, const char *b)
 {
     struct stat x, y;

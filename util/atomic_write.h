@@ -25,6 +25,13 @@ int tp_write_file_atomic(const char *path, const tp_bytes *pieces, int npieces, 
  * replace one of the run's inputs). */
 bool tp_same_file(const char *a, const char *b);
 
+/* Before the work whose result goes to `path`: 0 when a file or
+ * directory can be created there (the directory it goes in exists and is
+ * writable, and `path` is no directory unless `dir` says one is wanted);
+ * else -1 with "cannot write 'path': ..." and the cause in err. A
+ * trailing slash names the same path. */
+int tp_check_output_path(const char *path, bool dir, char *err, size_t errlen);
+
 /* The first half of it, for replacing several files together (--fix):
  * write the pieces to a new, synced temporary file next to `path` with
  * permissions `mode` (-1: 0666 less the umask) and return its malloc'ed

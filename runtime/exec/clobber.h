@@ -8,7 +8,10 @@
 /* -1 with a message naming both options and the file when a file output
  * (--out, --log-json, --grads-out, --profile-json, --trace) is the
  * schedule, a token, label, reference or data file, the checkpoint file,
- * or a tensor or config file of the checkpoint directory; else 0. */
+ * or a tensor or config file of the checkpoint directory, when --save's
+ * directory holds one of those inputs, or when --log-json or --grads-out
+ * (written after training) cannot be written where they are named; else
+ * 0. */
 int tr_outputs_spare_inputs(const tr_options *o, char *err, size_t errlen);
 
 #endif /* TPRUN_CLOBBER_H */

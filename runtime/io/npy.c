@@ -5,7 +5,6 @@
 #include "util/atomic_write.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -18,6 +17,7 @@
 
 #include "util/xalloc.h"
 #include "util/errmsg.h"
+#include "util/input_file.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "npy.c assumes a little-endian host"
@@ -259,9 +259,9 @@ static int npy_load(const char *path, npy_check check, hdr *h, void **raw, size_
                     size_t errlen)
 {
     *raw = NULL;
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = tp_input_fopen(path, err, errlen);
     if (!fp)
-        return tp_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
     int rc = -1;
     char *htext = NULL;
     unsigned char pre[12];

@@ -6,7 +6,6 @@
 #include "runtime/io/weights.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -22,6 +21,7 @@
 
 #include "util/xalloc.h"
 #include "util/errmsg.h"
+#include "util/input_file.h"
 #include "util/suffix.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -242,18 +242,14 @@ static int load_file(tp_checkpoint *c, const char *path, char *err, size_t errle
     memset(f, 0, sizeof *f);
     f->path = tp_xstrdup(path);
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = tp_input_open(path, false, err, errlen);
     if (fd < 0)
-        return tp_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
         return tp_error(err, errlen, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return tp_error(err, errlen, "%s: not a regular file", path);
     }
     f->size = (size_t)st.st_size;
     if (f->size > 0) {
@@ -273,12 +269,14 @@ static int load_file(tp_checkpoint *c, const char *path, char *err, size_t errle
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = n << 8 | f->map[i];
+    /* the length is told as a bound, never as its value: those 8 bytes of
+     * a file that is no safetensors file are that file's contents */
     if (n > MAX_HEADER_BYTES)
-        return tp_error(err, errlen, "%s: header length %" PRIu64 " is absurd (over 100 MiB): not a safetensors file?",
-                    path, n);
+        return tp_error(err, errlen, "%s: its first 8 bytes, read as a safetensors header length, give more than "
+                        "100 MiB: not a safetensors file?", path);
     if (n > f->size - 8)
-        return tp_error(err, errlen, "%s: header length %" PRIu64 " runs past the end of the file (%zu bytes)", path, n,
-                    f->size);
+        return tp_error(err, errlen, "%s: its safetensors header length runs past the end of the file (%zu bytes): "
+                        "truncated, or not a safetensors file", path, f->size);
     f->data = f->map + 8 + n;
     f->data_size = f->size - 8 - (size_t)n;
 
@@ -346,11 +344,9 @@ static const ck_tensor *find_tensor(const tp_checkpoint *c, const char *name)
 
 static char *read_small_file(const char *path, size_t limit, size_t *len, char *err, size_t errlen)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        tp_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    FILE *fp = tp_input_fopen(path, err, errlen);
+    if (!fp)
         return NULL;
-    }
     tp_buf b = {0};
     char chunk[65536];
     size_t n;

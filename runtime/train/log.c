@@ -25,10 +25,10 @@ void tr_log_free(tr_train_log *log)
 
 void tr_log_print(FILE *f, bool tty, const tr_step_record *r, int64_t total, int64_t tokens)
 {
-    fprintf(f, "%sstep %lld/%lld  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s  %.1f ms%s", tty ? "\r" : "",
+    fprintf(f, "%sstep %lld/%lld  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s  %.1f ms%s%s", tty ? "\r" : "",
             (long long)r->step, (long long)total, r->loss, r->lr, r->grad_norm,
             r->seconds > 0 ? (double)tokens / r->seconds : 0, r->seconds * 1e3,
-            tty && r->step < total ? "\033[K" : "\n");
+            r->skipped ? "  skipped (not finite)" : "", tty && r->step < total && !r->skipped ? "\033[K" : "\n");
     fflush(f);
 }
 
@@ -40,9 +40,11 @@ int tr_log_write_json(const tr_train_log *log, const char *path, char *err, size
     json_t *steps = json_array();
     for (int64_t i = 0; i < log->n; i++) {
         const tr_step_record *r = &log->steps[i];
-        json_array_append_new(steps, json_pack("{s:I, s:o, s:o, s:o, s:o}", "step", (json_int_t)r->step, "loss",
-                                               number(r->loss), "lr", number(r->lr), "grad_norm", number(r->grad_norm),
-                                               "seconds", number(r->seconds)));
+        json_t *step = json_pack("{s:I, s:o, s:o, s:o, s:o}", "step", (json_int_t)r->step, "loss", number(r->loss),
+                                 "lr", number(r->lr), "grad_norm", number(r->grad_norm), "seconds", number(r->seconds));
+        if (step && r->skipped)
+            json_object_set_new(step, "skipped", json_true());
+        json_array_append_new(steps, step);
     }
     json_t *root = json_pack("{s:o}", "steps", steps);
     char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;

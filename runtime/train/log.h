@@ -2,7 +2,9 @@
  *   step 3/100  loss 4.1234  lr 1.00e-03  grad_norm 1.234  12345 tok/s  45.6 ms
  * (rewritten in place on a terminal, one line each otherwise), and the
  * --log-json record, written at the end:
- *   {"steps": [{"step": 1, "loss": .., "lr": .., "grad_norm": .., "seconds": ..}, ...]} */
+ *   {"steps": [{"step": 1, "loss": .., "lr": .., "grad_norm": .., "seconds": ..}, ...]}
+ * A step whose update --on-nonfinite skip dropped ends its line with
+ * "skipped (not finite)" and carries "skipped": true in the record. */
 #ifndef TPRUN_TRAIN_LOG_H
 #define TPRUN_TRAIN_LOG_H
 
@@ -14,6 +16,7 @@
 typedef struct tr_step_record {
     int64_t step;          /* from 1 */
     double loss, lr, grad_norm, seconds;
+    bool skipped;          /* its update dropped: the loss or the gradient norm was not finite */
 } tr_step_record;
 
 typedef struct tr_train_log {

@@ -2,7 +2,9 @@
 #include "runtime/train/optim.h"
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include "util/errmsg.h"
+#include "util/xalloc.h"
 
 /* The part of weight i this rank updates: the whole local slice, or with
  * ZeRO its run (n 0 where the run lies past a short weight's end: the
@@ -118,6 +120,35 @@ int tr_optim_grad_norm(tr_optim *o, tp_comm *dp, double *norm, char *err, size_t
         return -1;
     *norm = sqrt((double)pair[0] + (double)pair[1]);
     return 0;
+}
+
+int tr_optim_first_nonfinite(tr_optim *o, tp_comm *dp, int *first, char *err, size_t errlen)
+{
+    tr_exec *x = o->x;
+    int n = x->s->nweights;
+    size_t bytes = (size_t)n * sizeof(float) + 1;
+    float *flags = tp_xcalloc(1, bytes), *dev = x->be->alloc(bytes);
+    if (!dev) {
+        free(flags);
+        return tp_error(err, errlen, "cannot allocate %zu bytes on the %s backend", bytes, x->be->name);
+    }
+    for (int i = 0; i < n; i++) {
+        optim_part p = part_of(o, i);
+        flags[i] = p.n && !isfinite(x->be->sum_squares(p.g, p.n));   /* in double: finite when every element is */
+    }
+    x->be->to_device(dev, flags, bytes - 1);
+    int rc = x->comm->ops->all_reduce(x->comm, TP_F32, dev, n, 0, err, errlen);
+    if (!rc && o->zero)
+        rc = dp->ops->all_reduce(dp, TP_F32, dev, n, 0, err, errlen);
+    if (!rc)
+        x->be->to_host(flags, dev, bytes - 1);
+    *first = -1;
+    for (int i = 0; !rc && i < n && *first < 0; i++)
+        if (flags[i] > 0)
+            *first = i;
+    x->be->release(dev);
+    free(flags);
+    return rc;
 }
 
 void tr_optim_clip(tr_optim *o, double norm, double max_norm)

@@ -66,6 +66,14 @@ int tr_weight_replicas(const tr_weight *w, int world);
  * sharded runs are summed too. Returns 0 or -1 with a message. */
 int tr_optim_grad_norm(tr_optim *o, tp_comm *dp, double *norm, char *err, size_t errlen);
 
+/* After a non-finite norm: in *first the first weight (in the schedule's
+ * order) whose gradient holds a NaN or an infinity on some rank, -1 when
+ * none does (a norm past float32's range). Each rank sums the squares of
+ * its parts of each weight; one all-reduce over tp (and over dp where
+ * the state is sharded) tells every rank which. Returns 0 or -1 with a
+ * message. */
+int tr_optim_first_nonfinite(tr_optim *o, tp_comm *dp, int *first, char *err, size_t errlen);
+
 /* Scales the gradients as clip_grad_norm_(max_norm) does, given their
  * norm; max_norm 0 leaves them. */
 void tr_optim_clip(tr_optim *o, double norm, double max_norm);

@@ -73,6 +73,10 @@ int tr_train_option(tr_train_options *t, const char *name, const char *arg, char
         if (strcmp(arg, "cosine") && strcmp(arg, "constant"))
             return tp_error(err, errlen, "--schedule takes cosine or constant, not '%s'", arg);
         t->schedule = !strcmp(arg, "cosine") ? TR_LR_COSINE : TR_LR_CONSTANT;
+    } else if (!strcmp(name, "on-nonfinite")) {
+        if (strcmp(arg, "stop") && strcmp(arg, "skip"))
+            return tp_error(err, errlen, "--on-nonfinite takes stop or skip, not '%s'", arg);
+        t->skip_nonfinite = !strcmp(arg, "skip");
     } else
         return tp_error(err, errlen, "--%s is not a training option", name);
     return 0;

@@ -22,6 +22,8 @@ typedef struct tr_train_options {
     const char *save, *resume;   /* Hugging Face checkpoint directories (save.h) */
     int64_t max_shard_bytes;     /* --save's model files: one up to this size, else shards */
     bool max_shard_given;
+    bool skip_nonfinite;         /* --on-nonfinite skip: drop a step whose loss or gradient norm is not finite,
+                                    rather than stop (train.h) */
 } tr_train_options;
 
 /* The defaults: torch.optim.AdamW's lr, transformers' max_grad_norm 1.0,
@@ -31,8 +33,8 @@ tr_train_options tr_train_defaults(void);
 
 /* One training option of tprun's command line, by its long name ("data",
  * "steps", "lr", "warmup", "schedule", "weight-decay", "decay-all",
- * "max-grad-norm", "log-json", "grads-out", "save", "max-shard-size", "resume"), with its argument (NULL for a
- * flag). Returns 0, or -1 with a message saying what the option takes. */
+ * "max-grad-norm", "log-json", "grads-out", "save", "max-shard-size", "resume", "on-nonfinite"), with its
+ * argument (NULL for a flag). Returns 0, or -1 with a message saying what the option takes. */
 int tr_train_option(tr_train_options *t, const char *name, const char *arg, char *err, size_t errlen);
 
 #endif /* TPRUN_TRAIN_OPTIONS_H */

@@ -1,18 +1,25 @@
 /* save.c: see save.h. */
+#define _DEFAULT_SOURCE     /* flock */
 #define _XOPEN_SOURCE 700
 #include "runtime/train/save.h"
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "runtime/exec/weights_load.h"
 #include "runtime/io/safetensors_write.h"
 #include "util/atomic_write.h"
 #include "util/errmsg.h"
+#include "util/input_file.h"
 #include "util/xalloc.h"
 
 static const char *const moment_suffix[2] = {".exp_avg", ".exp_avg_sq"};
@@ -23,13 +30,62 @@ static bool is_dir(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-int tr_save_check(const char *dir, const char *weights, char **config, char *err, size_t errlen)
+/* The checkpoint's config.json as JSON text, read now (before training)
+ * and written into the new checkpoint as this text: parsed and written
+ * again, never copied, so what lands in DIR is a JSON object whatever the
+ * file was. Opened without following a symbolic link (a link could take
+ * any file on the machine into the checkpoint) and without waiting on a
+ * FIFO. malloc'ed; NULL with a message that quotes none of the file. */
+static char *read_config(const char *path, char *err, size_t errlen)
+{
+    int fd = tp_input_open(path, true, err, errlen);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
+    if (fd >= 0 && !f) {
+        tp_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+    }
+    json_error_t e;
+    json_t *root = f ? json_loadf(f, JSON_REJECT_DUPLICATES, &e) : NULL;
+    if (f)
+        fclose(f);
+    char *text = json_is_object(root) ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    if (f && !root)
+        tp_error(err, errlen, "%s: not valid JSON (line %d, column %d); a Hugging Face config.json is a JSON object",
+                 path, e.line, e.column);
+    else if (f && !text)
+        tp_error(err, errlen, "%s: not a JSON object, which a Hugging Face config.json is", path);
+    json_decref(root);
+    return text;
+}
+
+char *tr_save_name(const char *dir, char *err, size_t errlen)
+{
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+        len--;
+    char *name = tp_xstrndup(dir, len);
+    const char *slash = strrchr(name, '/'), *base = slash ? slash + 1 : name;
+    if (*base && strcmp(base, ".") && strcmp(base, ".."))
+        return name;
+    tp_error(err, errlen, "--save: '%s' names no directory of its own, which the checkpoint could replace; name "
+             "one such as %s%scheckpoint", dir, len > 1 || *name == '/' ? name : "", len > 1 ? "/" : "");
+    free(name);
+    return NULL;
+}
+
+int tr_save_check(const char *dir, const char *weights, char **dest, char **config, char *err, size_t errlen)
 {
     *config = NULL;
+    *dest = tr_save_name(dir, err, errlen);
+    if (!*dest)
+        return -1;
     struct stat st;
-    if (lstat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+    char why[600];
+    if (lstat(*dest, &st) == 0 && !S_ISDIR(st.st_mode))
         return tp_error(err, errlen, "--save: '%s' exists and is not a directory; name a new or existing directory",
                         dir);
+    if (tp_check_output_path(*dest, true, why, sizeof why))
+        return tp_error(err, errlen, "--save: %s; name a directory where this user can write", why);
     if (!weights)
         return tp_error(err, errlen, "--save writes a Hugging Face checkpoint, whose config.json comes from the "
                         "checkpoint trained: pass --weights DIR of a Hugging Face checkpoint");
@@ -40,37 +96,47 @@ int tr_save_check(const char *dir, const char *weights, char **config, char *err
     }
     char *path = tp_xasprintf("%s/config.json", home);
     free(home);
-    if (access(path, R_OK) != 0) {
-        tp_error(err, errlen, "--save: no config.json beside --weights '%s' (%s); pass --weights DIR of a Hugging "
-                 "Face checkpoint", weights, path);
-        free(path);
-        return -1;
-    }
-    *config = path;
+    int rc = 0;
+    if (access(path, F_OK) != 0)
+        rc = tp_error(err, errlen, "--save: no config.json beside --weights '%s' (%s); pass --weights DIR of a Hugging "
+                      "Face checkpoint", weights, path);
+    else if (!(*config = read_config(path, why, sizeof why)))
+        rc = tp_error(err, errlen, "--save: %s", why);
+    free(path);
+    return rc;
+}
+
+/* ---- the state's values ---------------------------------------------------- */
+
+/* State k (0 the weight, 1 exp_avg, 2 exp_avg_sq) of weight w, n of its
+ * values at v: 0, or -1 with a message naming the tensor and the first
+ * value that is not finite, or for exp_avg_sq (a mean of squares)
+ * negative. Only the position is told: the values are the bad input. */
+static int check_values(const tr_weight *w, int k, const float *v, int64_t n, char *err, size_t errlen)
+{
+    for (int64_t e = 0; e < n; e++)
+        if (!isfinite(v[e]) || (k == 2 && v[e] < 0))
+            return tp_error(err, errlen, "%s%s holds %s at element %lld", w->name, k ? moment_suffix[k - 1] : "",
+                            isfinite(v[e]) ? "a negative value, which exp_avg_sq never holds" : "NaN or infinity",
+                            (long long)e);
     return 0;
+}
+
+static int64_t logical_elems(const tr_weight *w)
+{
+    int64_t n = 1;
+    for (int d = 0; d < w->rank; d++)
+        n *= w->logical[d];
+    return n;
 }
 
 /* ---- writing ------------------------------------------------------------- */
 
-static int copy_file(const char *from, const char *to, char *err, size_t errlen)
+/* JSON text and a newline, as a file of its own. */
+static int write_json_text(const char *path, const char *text, char *err, size_t errlen)
 {
-    FILE *f = fopen(from, "rb");
-    if (!f)
-        return tp_error(err, errlen, "cannot read '%s': %s", from, strerror(errno));
-    size_t cap = 1 << 16, len = 0;
-    char *buf = tp_xmalloc(cap);
-    size_t got;
-    while ((got = fread(buf + len, 1, cap - len, f)) > 0) {
-        len += got;
-        if (len == cap)
-            buf = tp_xrealloc(buf, cap *= 2);
-    }
-    int bad = ferror(f);
-    fclose(f);
-    int rc = bad ? tp_error(err, errlen, "cannot read '%s'", from)
-                 : tp_write_file_atomic(to, &(tp_bytes){buf, len}, 1, err, errlen);
-    free(buf);
-    return rc;
+    tp_bytes pieces[2] = {{text, strlen(text)}, {"\n", 1}};
+    return tp_write_file_atomic(path, pieces, 2, err, errlen);
 }
 
 static int write_state(const char *path, int64_t step, int64_t max_steps, double lr, char *err, size_t errlen)
@@ -81,13 +147,12 @@ static int write_state(const char *path, int64_t step, int64_t max_steps, double
     json_decref(root);
     if (!text)
         return tp_error(err, errlen, "cannot encode trainer_state.json");
-    tp_bytes pieces[2] = {{text, strlen(text)}, {"\n", 1}};
-    int rc = tp_write_file_atomic(path, pieces, 2, err, errlen);
+    int rc = write_json_text(path, text, err, errlen);
     free(text);
     return rc;
 }
 
-/* The checkpoint rank 0 writes: its directory DIR.tmp.XXXXXX and its two
+/* The checkpoint rank 0 writes: its directory DIR.tmp.PID.XXXXXX and its two
  * tensor files, streamed one tensor at a time. */
 typedef struct checkpoint {
     char *tmp;
@@ -119,11 +184,12 @@ static void name_tensors(checkpoint *c, const tr_schedule *s)
     }
 }
 
-/* DIR.tmp.XXXXXX with the headers of its tensor files written. */
+/* DIR.tmp.PID.XXXXXX with the headers of its tensor files written; the
+ * PID tells a later save whether the process that wrote it is gone. */
 static int checkpoint_open(checkpoint *c, const tr_schedule *s, const tr_save_spec *spec, char *err, size_t errlen)
 {
     name_tensors(c, s);
-    c->tmp = tp_xasprintf("%s.tmp.XXXXXX", spec->dir);
+    c->tmp = tp_xasprintf("%s.tmp.%ld.XXXXXX", spec->dir, (long)getpid());
     if (!mkdtemp(c->tmp)) {
         tp_error(err, errlen, "--save: cannot create a directory beside '%s': %s", spec->dir, strerror(errno));
         free(c->tmp);
@@ -160,7 +226,7 @@ static int checkpoint_finish(checkpoint *c, const tr_save_spec *spec, int64_t st
         rc = tp_st_file_finish(optimizer, err, errlen);
     char *cfg = tp_xasprintf("%s/config.json", c->tmp), *state = tp_xasprintf("%s/trainer_state.json", c->tmp);
     if (!rc)
-        rc = copy_file(spec->config, cfg, err, errlen);
+        rc = write_json_text(cfg, spec->config, err, errlen);
     if (!rc)
         rc = write_state(state, step, spec->max_steps, spec->lr, err, errlen);
     free(cfg);
@@ -188,6 +254,62 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 
 static void remove_tree(const char *path) { nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
+/* ---- SIGINT and SIGTERM during a save -------------------------------------- */
+
+/* Killed by their default action mid-save, a run would leave a
+ * temporary directory, or between the two renames no DIR at all. While
+ * the writing rank saves they are only noted: the save is abandoned at the
+ * next tensor, or, once its renames have begun, finished; the run then
+ * fails either way. */
+static volatile sig_atomic_t save_signal;
+
+static void note_signal(int sig) { save_signal = sig; }
+
+static const int guarded[2] = {SIGINT, SIGTERM};
+
+typedef struct signal_guard {
+    struct sigaction was[2];
+    bool set[2];
+} signal_guard;
+
+/* A signal ignored where the run started (a background job) stays
+ * ignored. */
+static int guard_signals(signal_guard *g, char *err, size_t errlen)
+{
+    struct sigaction note = {.sa_handler = note_signal};
+    sigemptyset(&note.sa_mask);
+    save_signal = 0;
+    for (int i = 0; i < 2; i++) {
+        if (sigaction(guarded[i], NULL, &g->was[i]) != 0)
+            return tp_error(err, errlen, "--save: sigaction failed: %s", strerror(errno));
+        if (g->was[i].sa_handler == SIG_IGN)
+            continue;
+        if (sigaction(guarded[i], &note, NULL) != 0)
+            return tp_error(err, errlen, "--save: sigaction failed: %s", strerror(errno));
+        g->set[i] = true;
+    }
+    return 0;
+}
+
+static void unguard_signals(signal_guard *g)
+{
+    for (int i = 0; i < 2; i++)
+        if (g->set[i])
+            (void)sigaction(guarded[i], &g->was[i], NULL);   /* restoring what was installed cannot fail */
+}
+
+static const char *signal_name(int sig) { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
+
+/* The tests' way to signal a save at a chosen point: TPRUN_TEST_SAVE_SIGNAL
+ * names it ("tensor": after the first tensor written; "rename": between
+ * the two renames), and SIGTERM is raised there. */
+static void test_signal(const char *point)
+{
+    const char *at = getenv("TPRUN_TEST_SAVE_SIGNAL");
+    if (at && !strcmp(at, point))
+        (void)raise(SIGTERM);
+}
+
 /* tmp becomes dir; a directory already there is moved aside and removed
  * once the new one is in place. */
 static int replace_dir(const char *tmp, const char *dir, char *err, size_t errlen)
@@ -202,6 +324,7 @@ static int replace_dir(const char *tmp, const char *dir, char *err, size_t errle
         }
     }
     int rc = 0;
+    test_signal("rename");
     if (rename(tmp, dir) != 0) {
         rc = tp_error(err, errlen, "--save: cannot rename '%s' to '%s': %s", tmp, dir, strerror(errno));
         if (old && rename(old, dir) != 0)
@@ -212,6 +335,93 @@ static int replace_dir(const char *tmp, const char *dir, char *err, size_t errle
     }
     free(old);
     return rc;
+}
+
+/* ---- one save at a time, and what killed saves left ---------------------- */
+
+/* The process id in a leftover's name, BASE.tmp.PID.XXXXXX or
+ * BASE.old.PID (`kind` ".tmp." or ".old."), or 0 when it is not one. */
+static long leftover_owner(const char *name, const char *base, const char *kind)
+{
+    size_t n = strlen(base), k = strlen(kind);
+    if (strncmp(name, base, n) || strncmp(name + n, kind, k))
+        return 0;
+    char *end;
+    errno = 0;
+    long pid = strtol(name + n + k, &end, 10);
+    return !errno && pid > 0 && end != name + n + k && (*end == '\0' || *end == '.') ? pid : 0;
+}
+
+static bool process_gone(long pid) { return kill((pid_t)pid, 0) != 0 && errno == ESRCH; }
+
+/* With the lock held, what saves killed on this machine left beside DIR,
+ * their process gone: a DIR.tmp.PID.* is removed; a DIR.old.PID is the
+ * checkpoint a save moved aside and was killed before renaming its new
+ * one in: it becomes DIR again where there is no DIR, and is removed
+ * where there is. Best effort: what cannot be removed stays, and the save
+ * goes on. */
+static void clean_leftovers(const char *dir)
+{
+    const char *slash = strrchr(dir, '/');
+    char *parent = slash ? tp_xstrndup(dir, slash == dir ? 1 : (size_t)(slash - dir)) : tp_xstrdup(".");
+    const char *base = slash ? slash + 1 : dir;
+    DIR *d = opendir(parent);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        long tmp = leftover_owner(e->d_name, base, ".tmp."), old = leftover_owner(e->d_name, base, ".old.");
+        if (!(tmp && process_gone(tmp)) && !(old && process_gone(old)))
+            continue;
+        char *path = tp_xasprintf("%s/%s", parent, e->d_name);
+        if (!old || is_dir(dir) || rename(path, dir) != 0)
+            remove_tree(path);
+        free(path);
+    }
+    if (d)
+        closedir(d);
+    free(parent);
+}
+
+int tr_save_lock(const char *dir, int *fd, char *err, size_t errlen)
+{
+    char *path = tp_xasprintf("%s.lock", dir);
+    *fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    struct stat st;
+    int rc = 0;
+    if (*fd < 0)
+        rc = tp_error(err, errlen, "--save: cannot open the lock file '%s': %s", path, strerror(errno));
+    else if (fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode))
+        rc = tp_error(err, errlen, "--save: the lock file '%s' is not a regular file; remove it", path);
+    else if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char text[24] = "";
+        ssize_t n = pread(*fd, text, sizeof text - 1, 0);
+        long pid = n > 0 ? strtol(text, NULL, 10) : 0;
+        if (e == EWOULDBLOCK && pid > 0)
+            rc = tp_error(err, errlen, "--save: process %ld is saving to '%s' (it holds '%s'); two runs saving to one "
+                          "directory would each replace the other's checkpoint: save into another directory", pid,
+                          dir, path);
+        else
+            rc = tp_error(err, errlen, "--save: cannot lock '%s': %s", path, e == EWOULDBLOCK ?
+                          "another process holds it" : strerror(e));
+    } else {
+        char pid[24];
+        int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+        if (ftruncate(*fd, 0) != 0 || pwrite(*fd, pid, (size_t)len, 0) != len)
+            rc = tp_error(err, errlen, "--save: cannot write the lock file '%s': %s", path, strerror(errno));
+    }
+    if (rc && *fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+    free(path);
+    if (!rc)
+        clean_leftovers(dir);
+    return rc;
+}
+
+void tr_save_unlock(int fd)
+{
+    if (fd >= 0)
+        close(fd);   /* the lock goes with the descriptor; the file stays, so that no two runs lock two files */
 }
 
 /* The host memory a save stages through: this rank's slice of one
@@ -240,6 +450,17 @@ static void staging_free(staging *st)
     free(st->full);
 }
 
+/* A state that is not finite (the last step's update overflowed) is
+ * never saved: the save fails and DIR keeps the checkpoint it holds. */
+static int unsaved_if_invalid(const tr_weight *w, int k, const float *full, int64_t step, char *err, size_t errlen)
+{
+    char why[400];
+    if (!check_values(w, k, full, logical_elems(w), why, sizeof why))
+        return 0;
+    return tp_error(err, errlen, "--save: %s after step %lld: nothing was saved (the directory keeps what it "
+                    "held); lower --lr (or --weight-decay)", why, (long long)step);
+}
+
 /* Every weight's three states in turn: its slice to host (over dp, from
  * the runs, with ZeRO), gathered over tp to rank 0, written there. A
  * writing error on rank 0 is kept in *write_rc, and the gathers go on so
@@ -259,7 +480,14 @@ static int stream_states(tr_optim *o, const tr_layouts *l, checkpoint *c, bool g
             if (!rc && gathers)
                 rc = tr_gather_tensor(x->comm, l, &s->weights[i], i, st.slice, st.slices, st.full, err, errlen);
             if (!rc && writes && !*write_rc)
+                *write_rc = unsaved_if_invalid(&s->weights[i], k, st.full, o->step, err, errlen);
+            if (!rc && writes && !*write_rc)
                 *write_rc = checkpoint_put(c, k, i, st.full, err, errlen);
+            if (!rc && writes && !*write_rc)
+                test_signal("tensor");
+            if (!rc && writes && !*write_rc && save_signal)
+                *write_rc = tp_error(err, errlen, "interrupted by %s during --save: the save was abandoned (its "
+                                     "directory keeps what it held)", signal_name(save_signal));
         }
     staging_free(&st);
     return rc;
@@ -270,14 +498,23 @@ int tr_save(tr_optim *o, const tr_layouts *l, const tr_save_spec *spec, char *er
     bool gathers = !o->zero || o->zero->dp->rank == 0;    /* the replicas hold the same state, once gathered */
     bool writes = gathers && o->x->comm->rank == 0;
     checkpoint c = {0};
-    int write_rc = writes ? checkpoint_open(&c, o->x->s, spec, err, errlen) : 0;
+    signal_guard guard = {0};
+    int write_rc = writes ? guard_signals(&guard, err, errlen) : 0;
+    if (writes && !write_rc)
+        write_rc = checkpoint_open(&c, o->x->s, spec, err, errlen);
     int rc = stream_states(o, l, writes ? &c : NULL, gathers, &write_rc, err, errlen);
     if (!rc && writes && !write_rc)
         write_rc = checkpoint_finish(&c, spec, o->step, err, errlen);
-    if (!rc && writes && !write_rc)
+    if (!rc && writes && !write_rc) {
         write_rc = replace_dir(c.tmp, spec->dir, err, errlen);
+        if (!write_rc && save_signal)
+            write_rc = tp_error(err, errlen, "interrupted by %s during --save, which finished first: %s holds the "
+                                "new checkpoint", signal_name(save_signal), spec->dir);
+    }
     if (writes && (rc || write_rc) && c.tmp)
-        remove_tree(c.tmp);  /* the previous checkpoint, if any, is untouched */
+        remove_tree(c.tmp);  /* unpublished (gone once renamed in); a previous checkpoint is untouched */
+    if (writes)
+        unguard_signals(&guard);
     checkpoint_free(&c);     /* closes the files not finished */
     return rc ? rc : write_rc;
 }
@@ -288,17 +525,49 @@ static int read_step(const char *dir, int64_t *step, char *err, size_t errlen)
 {
     char *path = tp_xasprintf("%s/trainer_state.json", dir);
     json_error_t e;
-    json_t *root = json_load_file(path, 0, &e);
+    char why[600];
+    FILE *f = tp_input_fopen(path, why, sizeof why);
+    json_t *root = f ? json_loadf(f, 0, &e) : NULL;
+    if (f) {
+        fclose(f);
+        snprintf(why, sizeof why, "%s: %s", path, e.text);
+    }
     json_t *v = json_object_get(root, "step");
     int rc = 0;
     if (!root)
-        rc = tp_error(err, errlen, "--resume: %s: %s (a directory written by tprun --save holds it)", path, e.text);
+        rc = tp_error(err, errlen, "--resume: %s (a directory written by tprun --save holds it)", why);
     else if (!json_is_integer(v) || json_integer_value(v) < 0)
         rc = tp_error(err, errlen, "--resume: %s: \"step\" must be a non-negative integer", path);
     else
         *step = json_integer_value(v);
     json_decref(root);
     free(path);
+    return rc;
+}
+
+/* The state resumed, this rank's slice of every weight, master and
+ * moment: training from a NaN or a negative exp_avg_sq would go on
+ * silently and save the damage. Every rank reads all of its state (the
+ * reads are collective where it is sharded) before any reports. */
+static int check_state(tr_optim *o, const char *dir, char *err, size_t errlen)
+{
+    const tr_schedule *s = o->x->s;
+    int64_t most = 0;
+    for (int i = 0; i < s->nweights; i++)
+        most = s->weights[i].local_elems > most ? s->weights[i].local_elems : most;
+    float *slice = tp_xmalloc((size_t)most * sizeof *slice + 1);
+    char why[400] = "";
+    int rc = 0, bad_k = -1;
+    for (int i = 0; i < s->nweights && !rc; i++)
+        for (int k = 0; k < 3 && !rc; k++) {
+            rc = tr_optim_weight_to_host(o, k, i, slice, err, errlen);
+            if (!rc && bad_k < 0 && check_values(&s->weights[i], k, slice, s->weights[i].local_elems, why, sizeof why))
+                bad_k = k;
+        }
+    free(slice);
+    if (!rc && bad_k >= 0)
+        rc = tp_error(err, errlen, "--resume: %s%s: %s (of this rank's slice): the checkpoint is damaged; resume "
+                      "from an earlier one", dir, bad_k ? "/optimizer.safetensors" : ", its model weights", why);
     return rc;
 }
 
@@ -344,6 +613,8 @@ int tr_resume(tr_optim *o, const char *dir, char *err, size_t errlen)
     }
     free(whole);
     tp_checkpoint_close(c);
+    if (!rc)
+        rc = check_state(o, dir, err, errlen);
     if (!rc)
         o->step = step;
     return rc;

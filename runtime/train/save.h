@@ -7,13 +7,14 @@
  *                                2 GiB) model-0000i-of-0000n.safetensors and
  *                                model.safetensors.index.json, as
  *                                save_pretrained(max_shard_size=...) writes them
- *   config.json                  the --weights checkpoint's, unchanged
+ *   config.json                  the --weights checkpoint's, read as JSON before
+ *                                training and written again (the same object)
  *   optimizer.safetensors        AdamW's moments, full: NAME.exp_avg, NAME.exp_avg_sq
  *   trainer_state.json           {"step": steps taken, "max_steps": --steps,
  *                                 "learning_rate": --lr}
- * into DIR.tmp.XXXXXX, renamed to DIR at the end (an existing directory
- * DIR is replaced, and stays whole until then; anything else there is
- * refused before training).
+ * into DIR.tmp.PID.XXXXXX, renamed to DIR at the end (an existing
+ * directory DIR is moved aside to DIR.old.PID, and removed once the new
+ * one is in place; anything else there is refused before training).
  * --resume DIR loads the weights from DIR (it is a --weights), and the
  * moments and the step count from these files. */
 #ifndef TPRUN_TRAIN_SAVE_H
@@ -24,15 +25,35 @@
 
 #define TR_SAVE_SHARD_BYTES ((int64_t)2 << 30)
 
-/* Before training: the config.json --save copies (weights' directory, or
- * the directory of a weights file), in *config (malloc'ed), and a DIR that
- * is not a file. Returns 0 or -1 with a message. */
-int tr_save_check(const char *dir, const char *weights, char **config, char *err, size_t errlen);
+/* DIR as --save writes it: without its trailing slashes ("out/" is
+ * "out"), malloc'ed; NULL, with a message, for a name that is no
+ * directory of its own (".", "..", "/", ""), which --save could not
+ * replace as a whole by renames. */
+char *tr_save_name(const char *dir, char *err, size_t errlen);
+
+/* Before training: DIR as --save writes it, trailing slashes dropped, in
+ * *dest, and the text of the config.json it writes (read from the
+ * weights' directory, or the directory of a weights file, as JSON; a
+ * symbolic link or anything but a regular file there is refused) in
+ * *config (both malloc'ed, or NULL); DIR
+ * names a directory of its own (not ".", ".." or "/"), is not a file, and
+ * can be created or replaced (its parent exists and is writable).
+ * Returns 0 or -1 with a message. */
+int tr_save_check(const char *dir, const char *weights, char **dest, char **config, char *err, size_t errlen);
+
+/* Before training, on the rank that writes: DIR.lock (beside DIR, kept
+ * there) locked for this run, so that a second run saving to DIR is
+ * refused with this one's process id; then what saves killed here left
+ * (save.c: DIR.tmp.PID.*, DIR.old.PID of processes that are gone) is
+ * removed, or put back where a kill lost DIR. *fd holds the lock until
+ * tr_save_unlock. Returns 0 or -1 with a message. */
+int tr_save_lock(const char *dir, int *fd, char *err, size_t errlen);
+void tr_save_unlock(int fd);
 
 /* What --save writes besides the weights and moments. */
 typedef struct tr_save_spec {
     const char *dir;         /* --save DIR */
-    const char *config;      /* the config.json copied (tr_save_check) */
+    const char *config;      /* config.json's text (tr_save_check) */
     int64_t max_steps;       /* --steps, and --lr: trainer_state.json's */
     double lr;
     int64_t shard_bytes;     /* --max-shard-size */

@@ -1,6 +1,5 @@
 /* tokens.c: see tokens.h. */
 #include "runtime/train/tokens.h"
-#include <errno.h>
 #include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -9,6 +8,7 @@
 #include <sys/stat.h>
 #include "runtime/io/npy.h"
 #include "util/errmsg.h"
+#include "util/input_file.h"
 #include "util/xalloc.h"
 
 static uint32_t le32(const unsigned char *p)
@@ -19,9 +19,9 @@ static uint32_t le32(const unsigned char *p)
 /* llm.c's .bin: the header, then count tokens of 2 or 4 bytes, nothing more. */
 static int read_llmc(tr_tokens *t, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = tp_input_fopen(path, err, errlen);
     if (!f)
-        return tp_error(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+        return -1;
     unsigned char header[TR_LLMC_HEADER_INTS * 4];
     int rc = -1;
     unsigned char *raw = NULL;

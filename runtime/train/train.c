@@ -1,5 +1,7 @@
 /* train.c: see train.h. */
 #include "runtime/train/train.h"
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,7 +30,9 @@ typedef struct trainer {
     tr_zero zero;              /* the optimizer state's runs over dp (ZeRO-1) */
     bool sharded;
     tr_layouts layouts;        /* for the files gathered on rank 0 */
-    char *config;              /* --save: the config.json it copies */
+    char *save_dir;            /* --save: DIR, as written (tr_save_check) */
+    int save_lock;             /* its lock on the rank that writes it, else -1 */
+    char *config;              /* --save: the text of the config.json it writes */
     tr_train_log log;
 } trainer;
 
@@ -58,7 +62,10 @@ static int check_setup(trainer *tr, char *err, size_t errlen)
                         tp_dtype_name(s->dtype), be->name);
     if (tr->t->max_shard_given && !tr->t->save)
         return tp_error(err, errlen, "--max-shard-size goes with --save DIR: it sizes the model files --save writes");
-    return tr->t->save ? tr_save_check(tr->t->save, tr->o->weights, &tr->config, err, errlen) : 0;
+    if (tr->t->save && tr_save_check(tr->t->save, tr->o->weights, &tr->save_dir, &tr->config, err, errlen))
+        return -1;
+    bool writes = tr->comm->rank == 0 && tr->dp->rank == 0;   /* tr_save's writing rank */
+    return tr->t->save && writes ? tr_save_lock(tr->save_dir, &tr->save_lock, err, errlen) : 0;
 }
 
 /* The stream, checked to hold every step before step 1: D·B·S tokens a
@@ -140,9 +147,30 @@ static int combine_grads(trainer *tr, char *err, size_t errlen)
     return tr_dp_average_grads(tr->dp, tr->x, err, errlen);
 }
 
+/* Step i's loss or gradient norm is not finite: training stops before
+ * the weights take its update, so the last checkpoint saved stays the
+ * good one and nothing is saved from this state. Every rank holds the
+ * same two values (reduced over tp and dp) and so fails alike. */
+static int stop_nonfinite(trainer *tr, int64_t i, float loss, double norm, char *err, size_t errlen)
+{
+    int w;
+    if (tr_optim_first_nonfinite(&tr->optim, tr->dp, &w, err, errlen))
+        return -1;
+    char culprit[400] = "";
+    if (w >= 0)
+        snprintf(culprit, sizeof culprit, "; the first parameter whose gradient is not finite is %s",
+                 tr->s->weights[w].name);
+    return tp_error(err, errlen, "step %lld: the loss is %g and the gradient norm %g%s: training stopped before "
+                    "the update, nothing was saved%s; lower --lr (or --weight-decay), or pass --on-nonfinite skip "
+                    "to drop such steps", (long long)i + 1, (double)loss, norm, culprit,
+                    tr->t->save ? " (the --save directory keeps what it held)" : "");
+}
+
 /* Step i: the batch, forward and backward, the gradients combined over
  * the replicas (which then take identical optimizer steps), norm,
- * clipping, AdamW, and with ZeRO-1 the updated runs gathered.
+ * clipping, AdamW, and with ZeRO-1 the updated runs gathered. A loss or
+ * norm that is not finite stops training, or with --on-nonfinite skip
+ * drops the step's update (r->skipped).
  * x->profile is this step's alone: the schedule's ops, then the data-
  * parallel collectives and the optimizer (--grads-out's writing is in
  * neither). */
@@ -169,20 +197,28 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
     if (tr_optim_grad_norm(&tr->optim, tr->dp, &norm, err, errlen))
         return -1;
     p->optimizer_seconds = lap(x, &since);
+    bool finite = isfinite(loss) && isfinite(norm);
+    if (!finite && !tr->t->skip_nonfinite)
+        return stop_nonfinite(tr, i, loss, norm, err, errlen);
     if (first && tr->t->grads_out && write_grads(tr, err, errlen))
         return -1;
     since = now();
-    tr_optim_clip(&tr->optim, norm, max_grad_norm(tr));
     double lr = tr->t->lr * tr_lr_lambda(tr->t->schedule, i, tr->t->warmup, tr->t->steps);
-    tr_optim_adamw(&tr->optim, lr, tr->t->weight_decay, tr->t->decay_all);
+    if (finite) {
+        tr_optim_clip(&tr->optim, norm, max_grad_norm(tr));
+        tr_optim_adamw(&tr->optim, lr, tr->t->weight_decay, tr->t->decay_all);
+    } else {
+        tr->optim.step++;   /* skipped, yet taken: the schedule, the data and a save's step count move on */
+    }
     p->optimizer_seconds += lap(x, &since);
-    if (tr->sharded && tr_zero_gather_weights(&tr->zero, err, errlen))
+    if (finite && tr->sharded && tr_zero_gather_weights(&tr->zero, err, errlen))
         return -1;
     if (x->be->synchronize)
         x->be->synchronize();
     p->dp_seconds += now() - since;
     p->total_seconds += p->dp_seconds + p->optimizer_seconds;
-    *r = (tr_step_record){.step = i + 1, .loss = loss, .lr = lr, .grad_norm = norm, .seconds = now() - t0};
+    *r = (tr_step_record){.step = i + 1, .loss = loss, .lr = lr, .grad_norm = norm, .seconds = now() - t0,
+                          .skipped = !finite};
     return 0;
 }
 
@@ -203,7 +239,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
              double **step_seconds, int *nsteps, char *err, size_t errlen)
 {
     tp_comm *comm = &groups->tp;
-    trainer tr = {.o = o, .t = &o->train, .comm = comm, .dp = &groups->dp, .x = x, .s = x->s};
+    trainer tr = {.o = o, .t = &o->train, .comm = comm, .dp = &groups->dp, .x = x, .s = x->s, .save_lock = -1};
     bool rank0 = comm->rank == 0 && tr.dp->rank == 0, tty = isatty(STDOUT_FILENO);
     int rc = check_setup(&tr, err, errlen);
     if (!rc)
@@ -234,7 +270,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         if (rank0 && !o->quiet)
             tr_log_print(stdout, tty, &r, o->train.steps, tr.per_step * tr.dp->world);
     }
-    const tr_save_spec spec = {.dir = o->train.save, .config = tr.config, .max_steps = o->train.steps,
+    const tr_save_spec spec = {.dir = tr.save_dir, .config = tr.config, .max_steps = o->train.steps,
                                .lr = o->train.lr, .shard_bytes = o->train.max_shard_bytes};
     if (!rc && o->train.save && (tr.sharded || tr.dp->rank == 0))   /* replicated: replica 0 has it all */
         rc = tr_save(&tr.optim, &tr.layouts, &spec, err, errlen);
@@ -248,6 +284,8 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     tr_zero_free(&tr.zero);
     tr_layouts_free(&tr.layouts);
     tr_tokens_free(&tr.tokens);
+    tr_save_unlock(tr.save_lock);
+    free(tr.save_dir);
     free(tr.config);
     return rc;
 }

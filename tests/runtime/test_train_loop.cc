@@ -303,7 +303,7 @@ TEST(TrainLog, ProgressLineOnATerminalALinePerStepElsewhere)
         FILE *f = open_memstream(&buf, &len);
         ASSERT_TRUE(f);
         for (int64_t step = 1; step <= 2; step++) {
-            tr_step_record r = {step, 5.25, 1e-3, 0.5, 0.25};
+            tr_step_record r = {step, 5.25, 1e-3, 0.5, 0.25, false};
             tr_log_print(f, tty, &r, 2, 1000);
         }
         ASSERT_EQ(fclose(f), 0);
@@ -315,6 +315,22 @@ TEST(TrainLog, ProgressLineOnATerminalALinePerStepElsewhere)
         else
             EXPECT_EQ(out, "step 1/2" + line + "\nstep 2/2" + line + "\n");
     }
+}
+
+// A step --on-nonfinite skip dropped says so, and keeps its own line on
+// a terminal: the next step's line does not rewrite it.
+TEST(TrainLog, ASkippedStepSaysSoOnALineOfItsOwn)
+{
+    char *buf = nullptr;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    ASSERT_TRUE(f);
+    tr_step_record r = {1, NAN, 1e-3, NAN, 0.25, true};
+    tr_log_print(f, true, &r, 2, 1000);
+    ASSERT_EQ(fclose(f), 0);
+    EXPECT_EQ(std::string(buf, len),
+              "\rstep 1/2  loss nan  lr 1.00e-03  grad_norm nan  4000 tok/s  250.0 ms  skipped (not finite)\n");
+    free(buf);
 }
 
 TEST(SafetensorsWrite, ShardedWithAnIndexAboveTheShardSize)
@@ -384,24 +400,31 @@ TEST(SafetensorsWrite, StreamedInAnyOrderTheBytesOfOneWrite)
 TEST(TrainSave, RefusedBeforeTrainingWithoutAConfigOrOverAFile)
 {
     TempDir d;
-    char *config = nullptr;
+    char *config = nullptr, *dest = nullptr;
     char err[600] = "";
+    auto check = [&](const std::string &dir, const char *weights) {
+        free(dest);
+        free(config);
+        return tr_save_check(dir.c_str(), weights, &dest, &config, err, sizeof err);
+    };
     std::string file = d.write("file", "x");
-    EXPECT_EQ(tr_save_check(file.c_str(), d.path.c_str(), &config, err, sizeof err), -1);
+    EXPECT_EQ(check(file, d.path.c_str()), -1);
     EXPECT_TRUE(contains(err, "exists and is not a directory")) << err;
     std::string out = d.path + "/out";
-    EXPECT_EQ(tr_save_check(out.c_str(), nullptr, &config, err, sizeof err), -1);
+    EXPECT_EQ(check(out, nullptr), -1);
     EXPECT_TRUE(contains(err, "pass --weights DIR of a Hugging Face checkpoint")) << err;
-    EXPECT_EQ(tr_save_check(out.c_str(), d.path.c_str(), &config, err, sizeof err), -1);
+    EXPECT_EQ(check(out, d.path.c_str()), -1);
     EXPECT_TRUE(contains(err, "no config.json beside --weights")) << err;
-    std::string cfg = d.write("config.json", "{}");
-    ASSERT_EQ(tr_save_check(out.c_str(), d.path.c_str(), &config, err, sizeof err), 0) << err;
-    EXPECT_EQ(std::string(config), cfg);
-    free(config);
+    d.write("config.json", "{}");
+    ASSERT_EQ(check(out, d.path.c_str()), 0) << err;
+    EXPECT_EQ(std::string(config), "{}");
+    EXPECT_EQ(std::string(dest), out);
     // a weights file: the config.json beside it
-    ASSERT_EQ(tr_save_check(out.c_str(), file.c_str(), &config, err, sizeof err), 0) << err;
-    EXPECT_EQ(std::string(config), cfg);
+    ASSERT_EQ(check(out, file.c_str()), 0) << err;
+    EXPECT_EQ(std::string(config), "{}");
+    free(dest);
     free(config);
+    dest = config = nullptr;
 }
 
 // A two-rank gather inside one process: rank 0's view, with rank 1's
