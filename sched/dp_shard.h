@@ -33,9 +33,6 @@ extern const char *const tp_dp_shard_names[TP_DP_SHARD_COUNT];
 /* The mode a name spells, or -1. */
 int tp_dp_shard_parse(const char *name);
 
-/* Whether tprun runs the mode yet (all but parameters). */
-static inline int tp_dp_shard_supported(tp_dp_shard m) { return m <= TP_DP_SHARD_GRADIENTS; }
-
 /* Elements of one dp rank's run of a weight of n local elements: an equal
  * share rounded up to the weight region's alignment, so every run starts
  * aligned as the weights do. */
@@ -48,6 +45,14 @@ static inline int64_t tp_dp_shard_elems(int64_t n, int64_t dp)
  * runs short or empty): its reduced gradient's run then needs a buffer of
  * its own, where an unpadded weight's run stays in its gradient's place. */
 static inline int tp_dp_shard_padded(int64_t n, int64_t dp) { return tp_dp_shard_elems(n, dp) * dp != n; }
+
+/* Elements of the reshard staging a dp_reduce_scatter of such a weight's
+ * gradient takes: dp runs where the weight is padded (its gradient is
+ * copied there, zeros after it), none where the runs tile it. */
+static inline int64_t tp_dp_shard_staging_elems(int64_t n, int64_t dp)
+{
+    return tp_dp_shard_padded(n, dp) ? dp * tp_dp_shard_elems(n, dp) : 0;
+}
 
 /* Of that run, the elements rank d really holds (the rest is padding). */
 static inline int64_t tp_dp_shard_held(int64_t n, int64_t dp, int64_t d)

@@ -300,8 +300,12 @@ static char *op_body(const json_t *op, const json_t *weights)
         tp_buf_append(&b, "()");
     if ((v = json_object_get(op, "weight")))
         tp_buf_appendf(&b, " x %s", weight_name(weights, v));
+    if ((v = json_object_get(op, "weight_buf")))     /* FSDP: gathered into a buffer */
+        tp_buf_appendf(&b, " (b%" JSON_INTEGER_FORMAT ")", json_integer_value(v));
     if ((v = json_object_get(op, "bias")))
         tp_buf_appendf(&b, " + %s", weight_name(weights, v));
+    if ((v = json_object_get(op, "bias_buf")))
+        tp_buf_appendf(&b, " (b%" JSON_INTEGER_FORMAT ")", json_integer_value(v));
     if (tp_op_is_collective(kind))
         append_movement(&b, op, &tp_ops[kind]);
     else

@@ -71,8 +71,8 @@ static int opt_real(loader *L, json_t *o, const char *key, double *out)
     return 0;
 }
 
-/* "dp_shard": a mode tprun runs, beside data-parallel replicas to shard
- * over; absent: none. */
+/* "dp_shard": a mode, beside data-parallel replicas to shard over;
+ * absent: none. */
 static int load_dp_shard(loader *L, json_t *root, int64_t dp, tp_dp_shard *out)
 {
     json_t *v = json_object_get(root, "dp_shard");
@@ -82,9 +82,6 @@ static int load_dp_shard(loader *L, json_t *root, int64_t dp, tp_dp_shard *out)
     int mode = json_is_string(v) ? tp_dp_shard_parse(json_string_value(v)) : -1;
     if (mode < 0)
         return fail(L, "'dp_shard' must be \"none\", \"optimizer\", \"gradients\" or \"parameters\"");
-    if (!tp_dp_shard_supported((tp_dp_shard)mode))
-        return fail(L, "'dp_shard' is \"%s\", which this tprun cannot run yet (it shards the optimizer state "
-                    "and the gradients): recompile with train { shard = \"gradients\" }", tp_dp_shard_names[mode]);
     if (dp < 2 && mode != TP_DP_SHARD_NONE)
         return fail(L, "'dp_shard' is \"%s\" but the schedule has no data-parallel replicas to shard over",
                     tp_dp_shard_names[mode]);
@@ -611,6 +608,21 @@ static int check_all_to_all(loader *L, const tr_schedule *s, const tr_op *op)
     return 0;
 }
 
+/* dp_all_gather: a schedule whose replicas shard their parameters; out
+ * holds the dp runs of the weight. */
+static int check_dp_gathered(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    if (s->dp_shard != TP_DP_SHARD_PARAMETERS)
+        return fail(L, "is a data-parallel collective of sharded parameters, but the schedule's 'dp_shard' is \"%s\"",
+                    tp_dp_shard_names[s->dp_shard]);
+    int64_t runs = tp_dp_shard_elems(s->weights[op->weight].local_elems, s->data_parallel) * s->data_parallel;
+    if (elems_of(s, op->out) != runs || op->elems != runs)
+        return fail(L, "must gather weight %s's %d runs of %lld elements (elems %lld) into a buffer of as many",
+                    s->weights[op->weight].name, s->data_parallel, (long long)(runs / s->data_parallel),
+                    (long long)runs);
+    return 0;
+}
+
 /* dp_reduce_scatter: a schedule whose replicas shard their gradients; in is
  * the weight's local gradient, out its run (sched/dp_shard.h). */
 static int check_dp_scattered(loader *L, const tr_schedule *s, const tr_op *op)
@@ -697,6 +709,35 @@ static int check_operands(loader *L, const tr_schedule *s, const tr_op *op)
                                                          : check_buffer(L, s, op->out, d->out_ids, "out"))
         return -1;
     return check_param(L, op->weight, d->weight, "weight") || check_param(L, op->bias, d->bias, "bias") ? -1 : 0;
+}
+
+/* FSDP ("dp_shard": "parameters"): tprun keeps only each weight's run, so
+ * an op that reads a weight (a computation; the dp collectives only name
+ * theirs) reads it from a buffer a dp_all_gather filled, a float buffer
+ * of at least the weight's local elements; other schedules read the
+ * weights themselves. */
+static int check_gathered_weights(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    const int param[2] = {op->weight, op->bias}, buf[2] = {op->weight_buf, op->bias_buf};
+    static const char *const key[2] = {"weight_buf", "bias_buf"};
+    bool fsdp = s->dp_shard == TP_DP_SHARD_PARAMETERS, reads = !tp_op_is_dp_collective(op->kind);
+    for (int k = 0; k < 2; k++) {
+        if (buf[k] >= 0 && !(fsdp && reads && param[k] >= 0))
+            return fail(L, "'%s' reads a weight gathered over the data-parallel replicas, which only a computation "
+                        "reading a weight of a schedule whose 'dp_shard' is \"parameters\" does", key[k]);
+        if (param[k] >= 0 && fsdp && reads && buf[k] < 0)
+            return fail(L, "reads weight %s, of which this rank keeps only its run ('dp_shard' is \"parameters\"): "
+                        "it must read it from the buffer a dp_all_gather filled ('%s')", s->weights[param[k]].name,
+                        key[k]);
+        if (buf[k] < 0)
+            continue;
+        const tr_buf *b = &s->bufs[buf[k]];
+        if (b->dtype != s->dtype || b->offset < 0 || tr_buf_elems(b) < s->weights[param[k]].local_elems)
+            return fail(L, "'%s' is buffer %d, which cannot hold weight %s's %lld local elements in %s", key[k],
+                        buf[k], s->weights[param[k]].name, (long long)s->weights[param[k]].local_elems,
+                        tp_dtype_name(s->dtype));
+    }
+    return 0;
 }
 
 /* The integers each integer attribute type allows. */
@@ -812,7 +853,13 @@ static int read_operands(loader *L, const tr_schedule *s, json_t *o, tr_op *op)
         op->out = (int)out;
     op->weight = (int)weight;
     op->bias = (int)bias;
-    return check_operands(L, s, op);
+    int64_t weight_buf, bias_buf;
+    if (opt_int(L, o, "weight_buf", 0, s->nbufs - 1, -1, &weight_buf) ||
+        opt_int(L, o, "bias_buf", 0, s->nbufs - 1, -1, &bias_buf))
+        return -1;
+    op->weight_buf = (int)weight_buf;
+    op->bias_buf = (int)bias_buf;
+    return check_operands(L, s, op) || check_gathered_weights(L, s, op) ? -1 : 0;
 }
 
 /* An op of a known kind: its operands and attributes as sched/ops.def
@@ -854,6 +901,21 @@ static int load_op(loader *L, const tr_schedule *s, json_t *o, int index, tr_op 
     return rc;
 }
 
+/* Where tprun keeps each weight: in its place in the region, or with
+ * FSDP only this replica's run of it, the runs end to end (each of
+ * tp_dp_shard_elems: a multiple of the region's alignment). */
+static void place_stored_weights(tr_schedule *s)
+{
+    bool fsdp = s->dp_shard == TP_DP_SHARD_PARAMETERS;
+    s->stored_elems = fsdp ? 0 : s->weight_elems;
+    for (int i = 0; i < s->nweights; i++) {
+        tr_weight *w = &s->weights[i];
+        w->stored_offset = fsdp ? s->stored_elems : w->region_offset;
+        if (fsdp)
+            s->stored_elems += tp_dp_shard_elems(w->local_elems, s->data_parallel);
+    }
+}
+
 static int load_rank(loader *L, tr_schedule *s, json_t *root)
 {
     json_t *ranks = json_object_get(root, "ranks");
@@ -864,6 +926,7 @@ static int load_rank(loader *L, tr_schedule *s, json_t *root)
     if (!json_is_object(r) || get_int(L, r, "rank", s->rank, s->rank, &rank) ||
         load_weights(L, s, json_object_get(r, "weights")))
         return -1;
+    place_stored_weights(s);
     json_t *ops = json_object_get(r, "ops");
     if (!json_is_array(ops) || json_array_size(ops) > (1u << 24))
         return fail(L, "rank %d: 'ops' must be an array", s->rank);
@@ -1077,6 +1140,7 @@ int tr_schedule_load(tr_schedule *s, const char *path, int rank, int world_expec
         s->world = (int)world;
         s->data_parallel = (int)dp;
         s->rank = rank % (int)world;
+        s->dp_rank = rank / (int)world;
         json_t *plan = json_object_get(root, "plan");
         s->plan = tp_xstrdup(json_is_string(plan) ? json_string_value(plan) : "");
         if (!load_buffers(&L, s, json_object_get(root, "buffers")) && !load_io(&L, s, root) && !load_rank(&L, s, root) &&

@@ -32,6 +32,8 @@ typedef struct tr_weight {
     int64_t local_elems;
     int64_t region_offset;          /* in the rank's weight region, elements: a multiple of
                                      * WEIGHT_ALIGN_ELEMS */
+    int64_t stored_offset;          /* where tprun keeps it, elements: region_offset, or with
+                                     * FSDP its run's place in the runs (sched/dp_shard.h) */
 } tr_weight;
 
 /* An op: its operands, then the fields its attributes fill (sched/ops.def
@@ -46,6 +48,7 @@ typedef struct tr_op {
         int outs[TP_MAX_OUTS];
     };
     int weight, bias;              /* -1 when absent */
+    int weight_buf, bias_buf;      /* FSDP: the buffer they are read from (gathered); -1: the weights */
     int dim, dim2, index, parts, reduce_max;
     int64_t m, n, k, batch, seq, heads, head_dim, kv_heads;
     int64_t vocab_start, vocab_local, vocab_logical, pos_offset;
@@ -78,6 +81,8 @@ typedef struct tr_schedule {
     int rank;                               /* the rank loaded, within its tensor-parallel group */
     tr_weight *weights; int nweights;
     int64_t weight_elems;                   /* this rank's weight region */
+    int64_t stored_elems;                   /* the weights tprun keeps: the region, or with FSDP the runs */
+    int dp_rank;                            /* the replica loaded (launch rank / world) */
     tr_op *ops; int nops;
 } tr_schedule;
 

@@ -154,6 +154,11 @@ static void lifetimes_compute(const tp_ir *ir, lifetimes *L)
         for (int k = 0; k < op->nin && k < MAX_IN; k++)
             if (op->in[k] >= 0 && op->in[k] < n)
                 touch(&L->g[L->grp[op->in[k]]], (int64_t)i + 1);
+        /* a weight gathered over dp (FSDP) is read from its buffer */
+        const int from[2] = {op->weight_from - 1, op->bias_from - 1};
+        for (int k = 0; k < 2; k++)
+            if (from[k] >= 0 && from[k] < n)
+                touch(&L->g[L->grp[from[k]]], (int64_t)i + 1);
     }
 }
 
@@ -379,6 +384,11 @@ static bool check_refs(const tp_ir *ir, char *err, size_t errlen)
                         tp_op_names[op->kind], op->in[k], ir->nbufs);
                 return false;
             }
+        }
+        if (op->weight_from < 0 || op->weight_from > ir->nbufs || op->bias_from < 0 || op->bias_from > ir->nbufs) {
+            tp_error(err, errlen, "op %d (%s) reads its weight from outside the %d buffers", i, tp_op_names[op->kind],
+                     ir->nbufs);
+            return false;
         }
     }
     return true;

@@ -37,6 +37,10 @@ typedef struct tp_ir_op {
         int outs[TP_MAX_OUTS];
     };
     int weight, bias;          /* parameter indices (tp_ir.params), -1 for none */
+    /* FSDP: 1 + the buffer the weight / the bias is read from, a dp_all_gather's
+     * output; 0: the weight region (1-based, so that an op made without it reads
+     * the region) */
+    int weight_from, bias_from;
     int dim, dim2;             /* slice / gather / scatter / all-to-all dims */
     int parts;                 /* TP_OP_SLICE: number of chunks (index = rank) */
     int64_t start, length;     /* TP_OP_NARROW: the range of dim kept */

@@ -194,6 +194,11 @@ static int check_overlap(checker *c, int i)
                         (long long)(in->offset + in->bytes),
                         works_in_place(op->kind) ? "works in place only on the same buffer" : "needs them apart");
         }
+        const int gathered[2] = {op->weight_buf, op->bias_buf};   /* FSDP's weights, read throughout */
+        for (int k = 0; k < 2; k++)
+            if (gathered[k] >= 0 && overlap(out, &c->s->bufs[gathered[k]]))
+                return fail(c, "%s: its output, buffer %d, overlaps buffer %d, which holds the %s it reads",
+                            op_name(c, i, name, sizeof name), outs[o], gathered[k], k ? "bias" : "weight");
         for (int p = 0; p < o; p++)
             if (overlap(out, &c->s->bufs[outs[p]]))
                 return fail(c, "%s: its outputs, buffers %d and %d, overlap", op_name(c, i, name, sizeof name),

@@ -383,6 +383,9 @@ static void check_ir(writer *w)
         if (op->weight < -1 || op->weight >= ir->nparams || op->bias < -1 || op->bias >= ir->nparams)
             fail(w, "op %d (%s) names parameter %d, outside the %d parameters", i, tp_op_names[op->kind],
                  op->weight >= ir->nparams || op->weight < -1 ? op->weight : op->bias, ir->nparams);
+        if (op->weight_from < 0 || op->weight_from > ir->nbufs || op->bias_from < 0 || op->bias_from > ir->nbufs ||
+            (op->weight_from && op->weight < 0) || (op->bias_from && op->bias < 0))
+            fail(w, "op %d (%s) reads a gathered weight from no buffer, or for no weight", i, tp_op_names[op->kind]);
     }
     for (int p = 0; p < ir->nparams; p++) {
         const tp_ir_param *ip = &ir->params[p];
@@ -724,8 +727,12 @@ static void put_op(writer *w, const tp_ir_op *op, int index, int64_t rank)
         PUT_INT_FIELD(w, "out", op->out);
     if (op->weight >= 0)
         PUT_INT_FIELD(w, "weight", op->weight);
+    if (op->weight_from > 0)
+        PUT_INT_FIELD(w, "weight_buf", op->weight_from - 1);
     if (op->bias >= 0)
         PUT_INT_FIELD(w, "bias", op->bias);
+    if (op->bias_from > 0)
+        PUT_INT_FIELD(w, "bias_buf", op->bias_from - 1);
 
     put_attrs(w, op, index, rank);
 

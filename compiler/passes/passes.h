@@ -59,10 +59,15 @@ int tp_pass_autodiff(tp_graph *g, bool merge, tp_autodiff_error *err);
  * clones' values. TP_RECOMPUTE_NONE changes nothing. */
 void tp_pass_recompute(tp_graph *g, tp_recompute mode);
 /* zero.c: --train with data_parallel replicas sharding their gradients
- * (ZeRO-2: mode TP_DP_SHARD_GRADIENTS). After the last op that touches a
- * weight's gradient, a dp_reduce_scatter reduces it into the rank's run
+ * (ZeRO-2: mode TP_DP_SHARD_GRADIENTS) or their parameters too (FSDP:
+ * TP_DP_SHARD_PARAMETERS). After the last op that touches a weight's
+ * gradient, a dp_reduce_scatter reduces it into the rank's run
  * (sched/dp_shard.h), a new buffer that becomes the weight's gradient
- * (ir->grad_buf) and output; the whole gradient stops being an output. */
+ * (ir->grad_buf) and output; the whole gradient stops being an output.
+ * With FSDP, a dp_all_gather of each weight into a buffer before its first
+ * reader in the forward and again in the backward (once for a weight
+ * outside the layers), its readers reading it there (weight_from,
+ * bias_from). */
 void tp_pass_zero(tp_ir *ir, int64_t dp, tp_dp_shard mode);
 /* lower.c: the per-rank program: one buffer per value (local shapes), a
  * weight table in order of first use, the live and dead nodes as ops. */

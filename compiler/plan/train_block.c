@@ -55,8 +55,7 @@ static void read_max_norm(struct tp_plan *p, const tp_node *v, tp_config *c)
     p->train.max_grad_norm_value = tp_cfg_real(x);
 }
 
-/* shard = "optimizer": a mode tprun runs; the ZeRO stages it does not
- * run yet are said as such, not as the plan's mistake. */
+/* shard = "optimizer": one of the ZeRO stages (sched/dp_shard.h). */
 static void read_shard(struct tp_plan *p, const tp_node *v, tp_config *c)
 {
     tp_cfg_value x;
@@ -71,14 +70,6 @@ static void read_shard(struct tp_plan *p, const tp_node *v, tp_config *c)
         const char *near = x.s ? tp_suggest(x.s, tp_dp_shard_names, TP_DP_SHARD_COUNT) : NULL;
         if (near)
             tp_diag_help(g, "did you mean \"%s\"?", near);
-        return;
-    }
-    if (!tp_dp_shard_supported((tp_dp_shard)mode)) {
-        tp_diag *g = tp_diag_add(c->diags, TP_ERROR, v->span, "plan", "shard = \"%s\" is not supported by tprun "
-                                 "yet: it shards the optimizer state (ZeRO-1) and the gradients (ZeRO-2), not the "
-                                 "parameters", tp_dp_shard_names[mode]);
-        tp_diag_help(g, "shard = \"gradients\" slices the gradients, the fp32 master weights and AdamW's moments "
-                        "over the data-parallel ranks");
         return;
     }
     p->train.shard_mode = (tp_dp_shard)mode;

@@ -147,10 +147,17 @@ static int64_t staging_bytes(const tp_ir *ir)
     for (int i = 0; i < ir->nops; i++) {
         const tp_ir_op *op = &ir->ops[i];
         if (!op->dead && tp_op_is_collective(op->kind)) {
-            /* a data-parallel collective's tensor is its dp runs (runtime/exec/exec.c) */
-            int64_t out = buf_bytes(ir, op->out), in = op->nin ? buf_bytes(ir, op->in[0]) : 0;
-            if (tp_op_is_dp_collective(op->kind))
-                in = op->elems * (int64_t)tp_dtype_size(ir->bufs[op->out].dtype);
+            /* of the data-parallel collectives, only a padded weight's
+             * reduce-scatter stages (runtime/exec/exec.c) */
+            int64_t in = 0, out = 0;
+            if (!tp_op_is_dp_collective(op->kind)) {
+                in = buf_bytes(ir, op->in[0]);
+                out = buf_bytes(ir, op->out);
+            } else if (op->kind == TP_OP_DP_REDUCE_SCATTER) {
+                int64_t dp = op->elems / tp_ir_buf_elems(&ir->bufs[op->out]);   /* elems: dp runs of out's */
+                in = tp_dp_shard_staging_elems(param_elems(ir, op->weight), dp) *
+                     (int64_t)tp_dtype_size(ir->bufs[op->out].dtype);
+            }
             largest = in > largest ? in : largest;
             largest = out > largest ? out : largest;
         }
@@ -235,8 +242,12 @@ static step_memory memory_of(const tp_ir *ir, size_t dsize, dp_layout d)
         bool sharded = d.shard != TP_DP_SHARD_NONE, grad_runs = d.shard >= TP_DP_SHARD_GRADIENTS;
         int64_t state = sharded ? runs * 4 : weight_region_bytes(ir, 4);   /* fp32 moments and masters */
         /* ZeRO-2 leaves each gradient as its run; the whole gradients are
-         * activations of the backward, freed after their reduce-scatter */
+         * activations of the backward, freed after their reduce-scatter.
+         * FSDP keeps the parameters' runs; the gathered ones are
+         * activations, freed after their layer */
         m.grads = grad_runs ? runs * (int64_t)dsize : param_bytes(ir, dsize);
+        if (d.shard == TP_DP_SHARD_PARAMETERS)
+            m.params = runs * (int64_t)dsize;
         m.optimizer = 2 * state;
         m.masters = dsize == 4 ? 0 : state;
         /* ZeRO-1's reduced gradient runs of the padded weights (the others
@@ -285,6 +296,10 @@ static int64_t live_peak(const tp_ir *ir)
             int r = root_of(ir, op->in[k]);
             if (i > last[r]) last[r] = i;
         }
+        const int from[2] = {op->weight_from - 1, op->bias_from - 1};   /* FSDP's gathered weights */
+        for (int k = 0; k < 2; k++)
+            if (from[k] >= 0 && i > last[root_of(ir, from[k])])
+                last[root_of(ir, from[k])] = i;
     }
     int64_t *delta = tp_xcalloc((size_t)ir->nops + 2, sizeof *delta);
     for (int b = 0; b < n; b++) {
@@ -405,10 +420,12 @@ static double ratio_of(const tp_ir *ir, const comm_totals *t, size_t dsize)
  * replicated, one all-reduce of each gradient; ZeRO-1 and 2, a
  * reduce-scatter of each gradient (ZeRO-2's in the schedule, in the
  * backward) and an all-gather of each updated weight, in runs padded
- * to dp equal ones: a ring all-reduce's traffic. The step's loss and norm
- * add a few floats. */
+ * to dp equal ones: a ring all-reduce's traffic; FSDP, the schedule's
+ * all-gathers of each weight before the forward and again before the
+ * backward (once for a weight outside the layers): 1.5 times that. The
+ * step's loss and norm add a few floats. */
 typedef struct dp_traffic {
-    int count;                   /* collectives of each kind */
+    int count[2];                /* collectives of each kind */
     tp_op_kind kind[2];          /* all-reduce; or reduce-scatter, all-gather */
     int kinds;
     double bytes[2], sent[2];    /* the logical tensors, and what each rank sends */
@@ -419,7 +436,7 @@ static dp_traffic dp_traffic_of(const tp_ir *ir, size_t ds, dp_layout d)
     dp_traffic a = {0};
     if (d.dp <= 1)
         return a;
-    a.count = ir->nparams;
+    a.count[0] = a.count[1] = ir->nparams;
     if (d.shard == TP_DP_SHARD_NONE) {
         a.kinds = 1;
         a.kind[0] = TP_OP_ALL_REDUCE;
@@ -435,6 +452,16 @@ static dp_traffic dp_traffic_of(const tp_ir *ir, size_t ds, dp_layout d)
         a.bytes[k] = (double)padded * (double)ds;
         a.sent[k] = tp_ring_bytes(a.kind[k], padded, ds, d.dp);
     }
+    if (d.shard == TP_DP_SHARD_PARAMETERS) {
+        a.count[1] = 0;
+        a.bytes[1] = a.sent[1] = 0;
+        for (int i = 0; i < ir->nops; i++)
+            if (!ir->ops[i].dead && ir->ops[i].kind == TP_OP_DP_ALL_GATHER) {
+                a.count[1]++;
+                a.bytes[1] += (double)ir->ops[i].elems * (double)ds;
+                a.sent[1] += tp_ring_bytes(TP_OP_ALL_GATHER, ir->ops[i].elems, ds, d.dp);
+            }
+    }
     return a;
 }
 
@@ -445,7 +472,11 @@ static void print_memory(const tp_ir *ir, size_t ds, dp_layout dl, int64_t devic
     step_memory m = memory_of(ir, ds, dl);
     const char *stage = zero_stage(dl.shard);
     fprintf(out, "\n%s step, memory per rank\n", train ? "training" : "forward");
-    fprintf(out, "  parameters        %s\n", human((double)m.params, a, sizeof a));
+    fprintf(out, "  parameters        %s", human((double)m.params, a, sizeof a));
+    if (dl.shard == TP_DP_SHARD_PARAMETERS)
+        fprintf(out, "  (1/dp of them, %s: each rank's run of each, gathered for each layer, as activations)",
+                stage);
+    fprintf(out, "\n");
     if (train) {
         fprintf(out, "  gradients         %s", human((double)m.grads, a, sizeof a));
         if (dl.shard >= TP_DP_SHARD_GRADIENTS)
@@ -488,14 +519,17 @@ static void print_training(const tp_ir *ir, size_t ds, dp_layout dl, FILE *out)
                 bounded ? human(bound, b, sizeof b) : "-");
     }
     dp_traffic dt = dp_traffic_of(ir, ds, dl);
-    static const char *const what[3] = {"each gradient all-reduced over the %lld dp replicas, then / %lld",
-                                        "each gradient reduce-scattered over the %lld dp ranks, then / %lld: %s",
-                                        "each updated weight all-gathered over the %lld dp ranks: %s"};
-    static const char *const phase[3] = {"dp average", "dp reduce", "dp gather"};
+    static const char *const what[4] = {
+        "each gradient all-reduced over the %lld dp replicas, then / %lld",
+        "each gradient reduce-scattered over the %lld dp ranks, then / %lld: %s",
+        "each updated weight all-gathered over the %lld dp ranks: %s",
+        "each weight all-gathered over the %lld dp ranks before the forward and again before the backward, once "
+        "outside the layers: %s"};
+    static const char *const phase[4] = {"dp average", "dp reduce", "dp gather", "dp gather"};
     for (int k = 0; k < dt.kinds; k++) {
-        int row = dl.shard ? 1 + k : 0;
-        fprintf(out, "  %-10s %6d %14s %14s  (", phase[row], dt.count, human(dt.sent[k], a, sizeof a), "-");
-        if (row == 2)
+        int row = !dl.shard ? 0 : k == 0 ? 1 : dl.shard == TP_DP_SHARD_PARAMETERS ? 3 : 2;
+        fprintf(out, "  %-10s %6d %14s %14s  (", phase[row], dt.count[k], human(dt.sent[k], a, sizeof a), "-");
+        if (row >= 2)
             fprintf(out, what[row], (long long)dl.dp, zero_stage(dl.shard));
         else
             fprintf(out, what[row], (long long)dl.dp, (long long)dl.dp, zero_stage(dl.shard));
@@ -683,7 +717,7 @@ static json_t *training_json(const tp_ir *ir, size_t ds, dp_layout dl, tp_recomp
         json_t *totals = tp_xcheck(json_object());
         double sent = 0;
         for (int k = 0; k < dt.kinds; k++) {
-            json_object_set_new(totals, tp_op_names[dt.kind[k]], json_pack("{s:i, s:f, s:f}", "count", dt.count,
+            json_object_set_new(totals, tp_op_names[dt.kind[k]], json_pack("{s:i, s:f, s:f}", "count", dt.count[k],
                                                                           "bytes", dt.bytes[k], "sent_bytes",
                                                                           dt.sent[k]));
             sent += dt.sent[k];

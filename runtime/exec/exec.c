@@ -21,21 +21,22 @@ static double now_seconds(void)
 
 static void *buf_ptr(const tr_exec *x, int b) { return x->arena + x->s->bufs[b].offset; }
 static float *fbuf(const tr_exec *x, int b) { return (float *)buf_ptr(x, b); }
-/* Weights are stored in the backend's dtype: region offsets count elements.
- * In a bf16 backend the float * is only a handle passed to its kernels. */
+/* Weights are stored in the backend's dtype: offsets count elements (with
+ * FSDP this rank's run of each, sched/load.h's stored_offset). In a bf16
+ * backend the float * is only a handle passed to its kernels. */
 static float *weight(const tr_exec *x, int w)
 {
     return w < 0 ? NULL
-                 : (float *)(void *)(x->weights + x->s->weights[w].region_offset * (int64_t)tp_dtype_size(x->be->dtype));
+                 : (float *)(void *)(x->weights + x->s->weights[w].stored_offset * (int64_t)tp_dtype_size(x->be->dtype));
 }
 
 /* The staging a rank needs for its largest collective: TP_STAGING_BUFFERS
  * buffers (sched/workspace.h) of the largest tensor any collective
- * touches, this size each; a data-parallel collective's tensor is its dp
- * runs (`bytes`), which a padded weight's gradient is copied into. The
- * collectives below use them by role: staging[0] sends, staging[1]
- * receives an all-to-all's blocks. (compiler/report/report.c counts the
- * same.) */
+ * touches, this size each; of the data-parallel collectives only a
+ * padded weight's reduce-scatter stages, its dp runs
+ * (tp_dp_shard_staging_elems). The collectives below use them by role:
+ * staging[0] sends, staging[1] receives an all-to-all's blocks.
+ * (compiler/report/report.c counts the same.) */
 _Static_assert(TP_STAGING_BUFFERS == 2, "the collectives use staging[0] and staging[1]");
 static size_t largest_collective_bytes(const tr_schedule *s)
 {
@@ -44,9 +45,14 @@ static size_t largest_collective_bytes(const tr_schedule *s)
         const tr_op *op = &s->ops[i];
         if (!tp_op_is_collective(op->kind))
             continue;
-        size_t in = op->nin ? (size_t)s->bufs[op->in[0]].bytes : 0, out = (size_t)s->bufs[op->out].bytes;
-        if (tp_op_is_dp_collective(op->kind) && (size_t)op->bytes > in)
-            in = (size_t)op->bytes;
+        size_t in = 0, out = 0;
+        if (!tp_op_is_dp_collective(op->kind)) {
+            in = (size_t)s->bufs[op->in[0]].bytes;
+            out = (size_t)s->bufs[op->out].bytes;
+        } else if (op->kind == TP_OP_DP_REDUCE_SCATTER) {
+            in = (size_t)tp_dp_shard_staging_elems(s->weights[op->weight].local_elems, s->data_parallel) *
+                 tp_dtype_size(s->bufs[op->out].dtype);
+        }
         if (in > most) most = in;
         if (out > most) most = out;
     }
@@ -140,7 +146,7 @@ int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm
         return -1;
     x->staging_bytes = largest_collective_bytes(s);
     x->arena = be->alloc((size_t)s->arena_bytes + 1);
-    x->weights = be->alloc((size_t)s->weight_elems * tp_dtype_size(be->dtype) + 1);
+    x->weights = be->alloc((size_t)s->stored_elems * tp_dtype_size(be->dtype) + 1);
     bool staged = true;
     for (int i = 0; i < TP_STAGING_BUFFERS; i++)
         staged &= (x->staging[i] = be->alloc(x->staging_bytes + 1)) != NULL;
@@ -148,7 +154,7 @@ int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm
     x->rope_inv_freq = rope_tables(s);
     if (!x->arena || !x->weights || !staged) {
         snprintf(err, errlen, "cannot allocate %lld bytes of activations and %lld of weights on the %s backend",
-                 (long long)s->arena_bytes, (long long)(s->weight_elems * (int64_t)tp_dtype_size(be->dtype)), be->name);
+                 (long long)s->arena_bytes, (long long)(s->stored_elems * (int64_t)tp_dtype_size(be->dtype)), be->name);
         tr_exec_free(x);
         return -1;
     }
@@ -236,6 +242,16 @@ void tr_exec_write_weights(tr_exec *x, const float *host)
 #define EXEC(name) static int exec_##name(tr_exec *x, const tr_op *op, char *err, size_t errlen)
 
 static const tr_buf *in_buf(const tr_exec *x, const tr_op *op, int i) { return &x->s->bufs[op->in[i]]; }
+/* An op's weight and bias: in the weights, or with FSDP in the buffer a
+ * dp_all_gather filled. */
+static float *op_weight(const tr_exec *x, const tr_op *op)
+{
+    return op->weight_buf >= 0 ? fbuf(x, op->weight_buf) : weight(x, op->weight);
+}
+static float *op_bias(const tr_exec *x, const tr_op *op)
+{
+    return op->bias_buf >= 0 ? fbuf(x, op->bias_buf) : weight(x, op->bias);
+}
 static float *fin(const tr_exec *x, const tr_op *op, int i) { return fbuf(x, op->in[i]); }
 static const int32_t *iin(const tr_exec *x, const tr_op *op, int i) { return (const int32_t *)buf_ptr(x, op->in[i]); }
 static float *fout(const tr_exec *x, const tr_op *op) { return fbuf(x, op->out); }
@@ -247,53 +263,53 @@ static int64_t in_elems(const tr_exec *x, const tr_op *op, int i) { return tr_op
 EXEC(embedding)
 {
     int64_t dim = x->s->weights[op->weight].local_elems / op->vocab_local;
-    x->be->embedding(fout(x, op), iin(x, op, 0), in_elems(x, op, 0), weight(x, op->weight), op->vocab_local, dim,
+    x->be->embedding(fout(x, op), iin(x, op, 0), in_elems(x, op, 0), op_weight(x, op), op->vocab_local, dim,
                      op->vocab_start, op->masked);
     return 0;
 }
 
 EXEC(matmul)
 {
-    x->be->matmul(fout(x, op), fin(x, op, 0), weight(x, op->weight), op->m, op->n, op->k);
+    x->be->matmul(fout(x, op), fin(x, op, 0), op_weight(x, op), op->m, op->n, op->k);
     return 0;
 }
 
 EXEC(conv1d)
 {
-    x->be->conv1d(fout(x, op), fin(x, op, 0), weight(x, op->weight), op->m, op->n, op->k);
+    x->be->conv1d(fout(x, op), fin(x, op, 0), op_weight(x, op), op->m, op->n, op->k);
     return 0;
 }
 
 EXEC(bias_add)
 {
-    x->be->bias_add(fout(x, op), fin(x, op, 0), weight(x, op->bias), op->m, op->n, (float)op->scale);
+    x->be->bias_add(fout(x, op), fin(x, op, 0), op_bias(x, op), op->m, op->n, (float)op->scale);
     return 0;
 }
 
 EXEC(bias_gelu)
 {
     x->be->bias_unary(op->gelu_tanh ? TP_UNARY_GELU_TANH : TP_UNARY_GELU_ERF, fouts(x, op, 0), fouts(x, op, 1),
-                      fin(x, op, 0), weight(x, op->bias), op->m, op->n, (float)op->scale);
+                      fin(x, op, 0), op_bias(x, op), op->m, op->n, (float)op->scale);
     return 0;
 }
 
 EXEC(rmsnorm)
 {
-    x->be->rmsnorm(fout(x, op), fin(x, op, 0), weight(x, op->weight), op->m, op->n, (float)op->eps,
+    x->be->rmsnorm(fout(x, op), fin(x, op, 0), op_weight(x, op), op->m, op->n, (float)op->eps,
                    op->unit_offset);
     return 0;
 }
 
 EXEC(add_rmsnorm)
 {
-    x->be->add_rmsnorm(fouts(x, op, 0), fouts(x, op, 1), fin(x, op, 0), fin(x, op, 1), weight(x, op->weight), op->m,
+    x->be->add_rmsnorm(fouts(x, op, 0), fouts(x, op, 1), fin(x, op, 0), fin(x, op, 1), op_weight(x, op), op->m,
                        op->n, (float)op->eps, op->unit_offset);
     return 0;
 }
 
 EXEC(layernorm)
 {
-    x->be->layernorm(fout(x, op), fin(x, op, 0), weight(x, op->weight), weight(x, op->bias), op->m, op->n,
+    x->be->layernorm(fout(x, op), fin(x, op, 0), op_weight(x, op), op_bias(x, op), op->m, op->n,
                      (float)op->eps);
     return 0;
 }
@@ -426,7 +442,7 @@ EXEC(sum_rows)
 
 EXEC(rmsnorm_dx)
 {
-    x->be->rmsnorm_dx(fout(x, op), fin(x, op, 0), fin(x, op, 1), weight(x, op->weight), op->m, op->n, (float)op->eps,
+    x->be->rmsnorm_dx(fout(x, op), fin(x, op, 0), fin(x, op, 1), op_weight(x, op), op->m, op->n, (float)op->eps,
                       op->unit_offset);
     return 0;
 }
@@ -439,7 +455,7 @@ EXEC(rmsnorm_dw)
 
 EXEC(layernorm_dx)
 {
-    x->be->layernorm_dx(fout(x, op), fin(x, op, 0), fin(x, op, 1), weight(x, op->weight), op->m, op->n,
+    x->be->layernorm_dx(fout(x, op), fin(x, op, 0), fin(x, op, 1), op_weight(x, op), op->m, op->n,
                         (float)op->eps);
     return 0;
 }
@@ -568,6 +584,9 @@ EXEC(dp_reduce_scatter)
         return tp_error(err, errlen, "this run has no data-parallel group to reduce over");
     const tr_buf *in = in_buf(x, op, 0);
     int64_t n = tr_buf_elems(in), dp = x->dp->world, c = tp_dp_shard_elems(n, dp);
+    if (dp != x->s->data_parallel)
+        return tp_error(err, errlen, "the data-parallel group has %lld ranks, the schedule %d replicas", (long long)dp,
+                        x->s->data_parallel);
     const void *g = fin(x, op, 0);
     if (c * dp != n) {
         size_t es = tp_dtype_size(in->dtype);
@@ -581,6 +600,17 @@ EXEC(dp_reduce_scatter)
         return -1;
     x->be->scale(fout(x, op), fout(x, op), c, 1.0f / (float)dp);
     return 0;
+}
+
+/* FSDP: every dp rank's run of the weight, from the stored runs, into the
+ * buffer its readers read (its local elements, then padding). */
+EXEC(dp_all_gather)
+{
+    if (!x->dp || x->dp->world != x->s->data_parallel)
+        return tp_error(err, errlen, "this run has no data-parallel group of the schedule's %d replicas to gather "
+                        "over", x->s->data_parallel);
+    int64_t c = op->elems / x->dp->world;
+    return x->dp->ops->all_gather(x->dp, x->be->dtype, fout(x, op), weight(x, op->weight), c, err, errlen);
 }
 
 #undef EXEC

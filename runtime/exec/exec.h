@@ -65,12 +65,14 @@ void tr_exec_read_buf(tr_exec *x, int b, void *dst);
 void tr_exec_download(tr_exec *x, void *dst, const void *src, int64_t n, tp_dtype t);
 /* Fill the weight region from host float32 (s->weight_elems values, laid
  * out by region_offset), converted to the backend's dtype. Tests write
- * weights of their own with it; tprun loads with tr_weights_load, which
- * keeps no host copy of the region. */
+ * weights of their own with it, on schedules that keep the whole region
+ * (not FSDP's runs); tprun loads with tr_weights_load, which keeps no host
+ * copy of the region. */
 void tr_exec_write_weights(tr_exec *x, const float *host);
 
-/* Where buffer b and weight w's slice live in backend memory, for the
- * optimizer, which updates weights from the gradient buffers in place. */
+/* Where buffer b and weight w's slice (with FSDP, this rank's run of it)
+ * live in backend memory, for the optimizer, which updates weights from
+ * the gradient buffers in place. */
 float *tr_exec_buf(const tr_exec *x, int b);
 float *tr_exec_weight(const tr_exec *x, int w);
 

@@ -99,7 +99,7 @@ static int load_weights(job *j)
         j->masters = tp_xcalloc((size_t)s->weight_elems + 1, sizeof *j->masters);   /* gaps: 0 */
     tr_weight_source src = {.ckpt = j->ckpt, .seed = j->o->seed};
     tr_weights_sink dst = {.region = j->x.weights, .dtype = j->x.be->dtype, .fp32_copy = j->masters,
-                           .progress = progress, .ctx = j};
+                           .runs = s->dp_shard == TP_DP_SHARD_PARAMETERS, .progress = progress, .ctx = j};
     if (tr_weights_load(&j->x, &src, &dst, why, sizeof why))
         return fail(j, "%s", why);
     j->weight_bytes_read = j->ckpt ? tp_checkpoint_bytes_read_rank(j->ckpt, s->rank) : 0;

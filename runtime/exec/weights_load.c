@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/train/gather.h"
+#include "sched/dp_shard.h"
 #include "util/errmsg.h"
 #include "util/suffix.h"
 #include "util/xalloc.h"
@@ -60,19 +61,42 @@ static void round_to_bf16(void *buf, int64_t n)
     }
 }
 
-/* One slice to the region's element `at` onwards. */
+/* Where a weight's values go in the region: [first, first + held) of its
+ * local elements (all of them, or with FSDP this replica's run), to
+ * element `stored` of the region onwards. */
+typedef struct kept {
+    int64_t first, held, stored;
+} kept;
+
+/* Of n values that are the weight's local elements [from, from + n), in
+ * host memory at `values` (already in the region's dtype), those kept, to
+ * their place in the region. */
+static void put_kept(const tr_exec *x, const tr_weights_sink *dst, const kept *k, const char *values, int64_t from,
+                     int64_t n)
+{
+    int64_t lo = from > k->first ? from : k->first, hi = from + n < k->first + k->held ? from + n : k->first + k->held;
+    if (lo >= hi)
+        return;
+    size_t dsize = tp_dtype_size(dst->dtype);
+    /* to_device returns once the buffer may be written again */
+    x->be->to_device((char *)dst->region + (size_t)(k->stored + lo - k->first) * dsize,
+                     values + (size_t)(lo - from) * dsize, (size_t)(hi - lo) * dsize);
+}
+
+/* One slice to the region's element `at` onwards (fp32_copy's layout:
+ * the whole region's), the kept part of it to the region. */
 static int load_slice(const tr_exec *x, const tr_weight_source *src, const tr_weights_sink *dst,
-                      const tp_weight_slice *ws, int64_t at, staging *st, char *err, size_t errlen)
+                      const tp_weight_slice *ws, int64_t at, int64_t local0, const kept *k, staging *st, char *err,
+                      size_t errlen)
 {
     int64_t rows, width;
     if (tp_weight_slice_rows(ws, &rows, &width))
         return tp_error(err, errlen, "weight '%s': inconsistent slice in the schedule", ws->name);
     if (!dst->region)
         return read_rows(src, ws, 0, rows, dst->fp32_copy + at, err, errlen);
-    size_t dsize = tp_dtype_size(dst->dtype);
-    char *base = (char *)dst->region + (size_t)at * dsize;
     size_t row_bytes = (size_t)width * sizeof(float);
-    if (x->be->host_memory && dst->dtype == TP_F32) {
+    if (x->be->host_memory && dst->dtype == TP_F32 && !dst->runs) {   /* read in place */
+        char *base = (char *)dst->region + (size_t)at * sizeof(float);
         if (read_rows(src, ws, 0, rows, (float *)base, err, errlen))
             return -1;
         if (dst->fp32_copy)
@@ -91,8 +115,7 @@ static int load_slice(const tr_exec *x, const tr_weight_source *src, const tr_we
             memcpy(dst->fp32_copy + at + r * width, st->p, (size_t)n * row_bytes);
         if (dst->dtype == TP_BF16)
             round_to_bf16(st->p, n * width);
-        /* to_device returns once the buffer may be written again */
-        x->be->to_device(base + (size_t)(r * width) * dsize, st->p, (size_t)(n * width) * dsize);
+        put_kept(x, dst, k, st->p, local0 + r * width, n * width);
     }
     return 0;
 }
@@ -106,13 +129,17 @@ int tr_weights_load(const tr_exec *x, const tr_weight_source *src, const tr_weig
     for (int i = 0; i < s->nweights && !rc; i++) {
         const tr_weight *w = &s->weights[i];
         char *name = src->suffix ? tp_xasprintf("%s%s", w->name, src->suffix) : NULL;
-        int64_t at = w->region_offset;
+        int64_t at = w->region_offset, dp = s->data_parallel;
+        kept keep = {0, w->local_elems, w->region_offset};
+        if (dst->runs)
+            keep = (kept){s->dp_rank * tp_dp_shard_elems(w->local_elems, dp),
+                          tp_dp_shard_held(w->local_elems, dp, s->dp_rank), w->stored_offset};
         /* a packed weight's segments are row ranges (dim 0), held one after another */
         for (int k = 0; k < (w->nsegments ? w->nsegments : 1) && !rc; k++) {
             tp_weight_slice ws = tr_weight_slice(w, s->rank, k);
             if (name)
                 ws.name = name;
-            rc = load_slice(x, src, dst, &ws, at, &st, err, errlen);
+            rc = load_slice(x, src, dst, &ws, at, at - w->region_offset, &keep, &st, err, errlen);
             at += tp_weight_slice_numel(&ws);
         }
         free(name);

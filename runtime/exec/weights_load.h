@@ -31,6 +31,8 @@ typedef struct tr_weight_source {
 typedef struct tr_weights_sink {
     void *region;           /* backend memory: s->weight_elems values of dtype; NULL: fp32_copy alone
                                (host memory, float32), where the backend keeps only part of it */
+    bool runs;              /* region holds s->stored_elems: this replica's run of each weight at its
+                               stored_offset (FSDP); fp32_copy is still the whole region */
     tp_dtype dtype;         /* TP_F32, or TP_BF16 (rounded to nearest even) */
     float *fp32_copy;       /* (may be NULL) host: the float32 values as read, too (a bf16
                                training schedule's master weights start from them) */

@@ -24,8 +24,7 @@ static optim_part part_of(const tr_optim *o, int i)
                             tr_exec_buf(x, x->s->grads[i]), o->m + w->region_offset, o->v + w->region_offset,
                             w->local_elems};
     int64_t at = o->zero->offset[i];
-    char *stored = (char *)tr_exec_weight(x, i) + tr_zero_first(o->zero, i) * (int64_t)tp_dtype_size(x->be->dtype);
-    return (optim_part){(float *)(void *)stored, o->master ? o->master + at : NULL, tr_zero_grad(o->zero, i),
+    return (optim_part){tr_zero_weight_run(o->zero, i), o->master ? o->master + at : NULL, tr_zero_grad(o->zero, i),
                         o->m + at, o->v + at, tr_zero_held(o->zero, i)};
 }
 
@@ -57,6 +56,8 @@ int tr_optim_weight_to_host(tr_optim *o, int k, int i, float *host, char *err, s
     const tr_weight *w = &x->s->weights[i];
     size_t bytes = (size_t)w->local_elems * sizeof(float);
     const float *state = k == 1 ? o->m : k == 2 ? o->v : o->master ? o->master : NULL;
+    if (!state && o->zero && o->zero->fsdp)   /* fp32 weights kept in runs */
+        return tr_zero_unshard_stored(o->zero, i, host, err, errlen);
     if (!state)             /* fp32 weights: the weight itself, whole on every replica */
         x->be->to_host(host, tr_exec_weight(x, i), bytes);
     else if (o->zero)

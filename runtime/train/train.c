@@ -211,7 +211,7 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
         tr->optim.step++;   /* skipped, yet taken: the schedule, the data and a save's step count move on */
     }
     p->optimizer_seconds += lap(x, &since);
-    if (finite && tr->sharded && tr_zero_gather_weights(&tr->zero, err, errlen))
+    if (finite && tr->sharded && !tr->zero.fsdp && tr_zero_gather_weights(&tr->zero, err, errlen))
         return -1;
     if (x->be->synchronize)
         x->be->synchronize();

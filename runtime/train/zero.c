@@ -29,11 +29,18 @@ float *tr_zero_grad(const tr_zero *z, int w)
     return at(tr_exec_buf(z->x, z->x->s->grads[w]), tr_zero_first(z, w), es);
 }
 
+void *tr_zero_weight_run(const tr_zero *z, int w)
+{
+    char *stored = (char *)tr_exec_weight(z->x, w);
+    return z->fsdp ? stored : stored + tr_zero_first(z, w) * (int64_t)tp_dtype_size(z->x->be->dtype);
+}
+
 int tr_zero_init(tr_zero *z, tr_exec *x, tp_comm *dp, char *err, size_t errlen)
 {
     const tr_schedule *s = x->s;
     const tp_backend *be = x->be;
-    *z = (tr_zero){.x = x, .dp = dp, .scheduled = s->dp_shard >= TP_DP_SHARD_GRADIENTS};
+    *z = (tr_zero){.x = x, .dp = dp, .scheduled = s->dp_shard >= TP_DP_SHARD_GRADIENTS,
+                   .fsdp = s->dp_shard == TP_DP_SHARD_PARAMETERS};
     z->offset = tp_xcalloc((size_t)s->nweights + 1, sizeof *z->offset);
     z->padded_at = tp_xcalloc((size_t)s->nweights + 1, sizeof *z->padded_at);
     for (int i = 0; i < s->nweights; i++) {
@@ -133,7 +140,7 @@ int tr_zero_gather_weights(tr_zero *z, char *err, size_t errlen)
     for (int i = 0; i < x->s->nweights; i++) {
         float *w = tr_exec_weight(x, i);
         int64_t held = tr_zero_held(z, i);
-        const void *mine = held ? at(w, tr_zero_first(z, i), es) : z->tail;    /* an empty run sends padding */
+        const void *mine = held ? tr_zero_weight_run(z, i) : z->tail;    /* an empty run sends padding */
         if (held && held < run_elems(z, i)) {   /* the weight ends inside the run: the rest would be read past it */
             x->be->copy(z->tail, mine, (size_t)held * es);
             mine = z->tail;
@@ -142,6 +149,11 @@ int tr_zero_gather_weights(tr_zero *z, char *err, size_t errlen)
             return -1;
     }
     return 0;
+}
+
+int tr_zero_unshard_stored(tr_zero *z, int w, float *host, char *err, size_t errlen)
+{
+    return gather_run(z, w, TP_F32, tr_zero_weight_run(z, w), host, true, "weights", err, errlen);
 }
 
 int tr_zero_grad_to_host(tr_zero *z, int w, float *host, char *err, size_t errlen)

@@ -18,7 +18,11 @@
  *
  * ZeRO-2 ("dp_shard": "gradients") is the same but for the reduction: the
  * schedule's own dp_reduce_scatter ops leave each gradient as its run
- * (outputs.grads), the whole gradient freed in the backward already. */
+ * (outputs.grads), the whole gradient freed in the backward already.
+ * FSDP ("parameters") keeps only the runs of the weights too (the
+ * executor's weights are the runs: sched/load.h's stored_offset), which
+ * the schedule's dp_all_gather ops gather where the model reads them: the
+ * updated runs are never gathered here. */
 #ifndef TPRUN_TRAIN_ZERO_H
 #define TPRUN_TRAIN_ZERO_H
 
@@ -29,7 +33,8 @@
 typedef struct tr_zero {
     tr_exec *x;
     tp_comm *dp;         /* the replicas of this rank's tensor-parallel slice */
-    bool scheduled;      /* ZeRO-2: the schedule reduces the gradients into their runs */
+    bool scheduled;      /* ZeRO-2, FSDP: the schedule reduces the gradients into their runs */
+    bool fsdp;           /* FSDP: the executor keeps only each weight's run */
     int64_t *offset;     /* per weight: its run's offset in the shard region */
     int64_t elems;       /* the shard region: every weight's run, end to end */
     int64_t widest;      /* the longest run */
@@ -53,13 +58,18 @@ int64_t tr_zero_held(const tr_zero *z, int w);
 /* This rank's run of weight w's reduced gradient. */
 float *tr_zero_grad(const tr_zero *z, int w);
 
+/* This rank's run of weight w as the executor stores it (the weights'
+ * dtype): inside the whole local slice, or with FSDP all there is. */
+void *tr_zero_weight_run(const tr_zero *z, int w);
+
 /* Collective over dp: every gradient reduce-scattered into its run
  * (tr_zero_grad) and divided by dp. ZeRO-1 only: ZeRO-2's schedule has
  * done it. */
 int tr_zero_reduce_grads(tr_zero *z, char *err, size_t errlen);
 
 /* Collective over dp: every weight's updated runs gathered into the
- * weight region of every replica. */
+ * weight region of every replica (not with FSDP, whose schedule gathers
+ * them where the model reads them). */
 int tr_zero_gather_weights(tr_zero *z, char *err, size_t errlen);
 
 /* Collective over dp: weight w's reduced gradient, its runs gathered, as
@@ -70,6 +80,10 @@ int tr_zero_grad_to_host(tr_zero *z, int w, float *host, char *err, size_t errle
  * (`shards`, backend memory) gathered into `host`, its local elements:
  * one weight at a time, so that saving never holds a whole region. */
 int tr_zero_unshard_weight(tr_zero *z, const float *shards, int w, float *host, char *err, size_t errlen);
+
+/* Collective over dp: FSDP's fp32 weight w, its stored runs gathered into
+ * `host` (its local elements). */
+int tr_zero_unshard_stored(tr_zero *z, int w, float *host, char *err, size_t errlen);
 
 /* This rank's runs of fp32 state laid out like the weight region (`full`:
  * host memory when from_host, else backend memory) into `shards`. */

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -600,6 +602,76 @@ TEST(TrainReport, ZeroTwoDividesTheGradientsByDpInTheSchedule)
     // as the gradients become final, not after the whole backward
     last_backward = d.out.rfind("backward");
     EXPECT_LT(d.out.find("dp_reduce_scatter"), last_backward) << d.out;
+}
+
+// train { shard = "parameters" } (FSDP, ZeRO-3): the parameters fall as
+// 1/dp too; the schedule gathers each weight over dp before its first
+// reader in the forward and again in the backward, and once a weight
+// outside the layers (the embedding, the final norm, the head: FSDP2's
+// root), every reader of a weight reading the gathered buffer; the dp
+// traffic is 1.5 times ZeRO-1's all-reduce (the paper's ZeRO-3 bound,
+// here exactly: the root's weights are gathered once).
+TEST(TrainReport, FsdpDividesTheParametersByDpAndGathersThemInTheSchedule)
+{
+    TempDir tmp;
+    auto field = [](json_t *o, const char *key) { return double(json_integer_value(json_object_get(o, key))); };
+    auto training_of = [&](int dp, const std::string &shard, json_t **root) {
+        Proc p = dp_report(tmp, dp, "json", shard, "bf16");
+        EXPECT_EQ(p.code(), 0) << p.describe();
+        json_error_t err;
+        *root = json_loads(p.out.c_str(), 0, &err);
+        return json_object_get(*root, "training");
+    };
+    const int layer_weights = 2 * 9, root_weights = 3;
+    json_t *b, *z, *f;
+    json_t *base = training_of(1, "", &b);
+    for (int dp : {2, 4}) {
+        json_t *two = training_of(dp, "gradients", &z), *three = training_of(dp, "parameters", &f);
+        ASSERT_TRUE(two && three);
+        EXPECT_STREQ(json_string_value(json_object_get(three, "dp_shard")), "parameters");
+        EXPECT_EQ(field(three, "grad_bytes"), field(two, "grad_bytes")) << dp;
+        EXPECT_EQ(field(three, "optimizer_bytes"), field(two, "optimizer_bytes")) << dp;
+        EXPECT_EQ(field(three, "param_bytes"), field(two, "grad_bytes")) << dp;   // bf16 runs, both
+        EXPECT_GE(field(three, "param_bytes") * dp, field(base, "param_bytes")) << dp;
+        EXPECT_LE(field(three, "param_bytes") * dp, field(base, "param_bytes") + 2.0 * 8 * dp * 21) << dp;
+        json_t *sharded = json_object_get(json_object_get(three, "phases"), "dp_sharded");
+        json_t *totals = json_object_get(sharded, "totals");
+        json_t *gathers = json_object_get(totals, "all_gather"), *reduces = json_object_get(totals, "reduce_scatter");
+        EXPECT_EQ(json_integer_value(json_object_get(gathers, "count")), 2 * layer_weights + root_weights);
+        EXPECT_EQ(json_integer_value(json_object_get(reduces, "count")), layer_weights + root_weights);
+        double rs = json_real_value(json_object_get(reduces, "sent_bytes")),
+               ag = json_real_value(json_object_get(gathers, "sent_bytes"));
+        EXPECT_GT(ag, 1.5 * rs) << dp;   // all but the root's three weights twice
+        EXPECT_LT(ag, 2.0 * rs) << dp;
+        json_decref(z);
+        json_decref(f);
+    }
+    json_decref(b);
+
+    Proc text = dp_report(tmp, 2, "text", "parameters", "bf16");
+    ASSERT_EQ(text.code(), 0) << text.describe();
+    for (const char *line : {"(1/dp of them, ZeRO-3: each rank's run of each, gathered for each layer, as activations)",
+                             "each weight all-gathered over the 2 dp ranks before the forward and again before the "
+                             "backward, once outside the layers: ZeRO-3"})
+        EXPECT_TRUE(contains(text.out, line)) << line << "\n" << text.out;
+
+    std::vector<std::string> args = {megatron_on_dp(tmp, 2, "parameters"), "--train", "-o", tmp.path + "/f.sched"};
+    std::vector<std::string> sizes = tiny(2);
+    args.insert(args.end(), sizes.begin(), sizes.end());
+    Proc c = tpcc_test::run_program(kTpcc, args);
+    ASSERT_EQ(c.code(), 0) << c.err;
+    Proc d = tpcc_test::run_program(kTpcc, {"--dump", tmp.path + "/f.sched", "--rank", "0"});
+    EXPECT_TRUE(contains(d.out, "  dp shard    parameters, gradients and optimizer state, 1/2 on each replica\n"))
+        << d.out;
+    // every matmul reads its weight from a gathered buffer: "x NAME (bN)"
+    std::istringstream lines(d.out);
+    int matmuls = 0;
+    for (std::string line; std::getline(lines, line);)
+        if (contains(line, " matmul ")) {
+            matmuls++;
+            EXPECT_TRUE(std::regex_search(line, std::regex(R"(\.weight \(b[0-9]+\))"))) << line;
+        }
+    EXPECT_GT(matmuls, 0) << d.out;
 }
 
 // --device-memory goes with any report: a forward step's memory, or with

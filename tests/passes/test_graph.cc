@@ -222,7 +222,7 @@ TEST(LowerPass, MergedValuesGetNoBufferAndPassOnWhatWasSaidOfThem)
     t.g.values[b].f32_only = true;
     t.use({a});
     tp_ir ir;
-    tp_passes_opts o = {true, TP_BF16, false, TP_RECOMPUTE_NONE};
+    tp_passes_opts o = {true, TP_BF16, false, TP_RECOMPUTE_NONE, 1, TP_DP_SHARD_NONE};
     tp_autodiff_error err;
     ASSERT_EQ(tp_passes_run(&t.g, &o, &ir, &err), 0);
     ASSERT_EQ(ir.nbufs, t.g.nvalues - 1);

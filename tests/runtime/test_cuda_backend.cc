@@ -807,18 +807,21 @@ TEST_F(EmulatedDataParallel, Dp2Tp2Bf16TracksTheCpuOnOneRank)
 // fp32 masters: losses 5e-3 and gradients 0.15, as above), clipping at 0.5
 // every step so a wrong norm moves the losses; fp32 at dp 2 x tp 2 and
 // bf16 at dp 3 x tp 1 (runs padded, a rank holding none of the norms);
-// and ZeRO-2 (shard = "gradients", the schedule's dp_reduce_scatter ops on
-// the device) in bf16 at dp 2 x tp 2.
+// ZeRO-2 (shard = "gradients", the schedule's dp_reduce_scatter ops on
+// the device) in bf16 at dp 2 x tp 2; and FSDP (shard = "parameters",
+// the weights kept as runs and gathered by the schedule's dp_all_gather
+// ops) in fp32 at dp 3 x tp 1, saved and resumed.
 // Each rank's peak of device memory, a --save (and at dp 2 a --resume)
 // included, is what tpcc --report --train says to the byte: the
 // replicated step's parts with the moments and masters at their runs,
 // plus ZeRO's gradient runs and staging, and one byte of padding each of
 // tprun's buffers (expect_report_is_the_peak's, and ZeRO's three).
-TEST_F(EmulatedDataParallel, ZeroOneAndTwoTakeTheCpuStepsAndHoldWhatTheReportSays)
+TEST_F(EmulatedDataParallel, ShardedDataParallelTakesTheCpuStepsAndHoldsWhatTheReportSays)
 {
-    std::string sharded, grads_sharded;
+    std::string sharded, grads_sharded, fsdp;
     ASSERT_NO_FATAL_FAILURE(dp_plan(dir, sharded, "plans/llama-sp.plan", "shard = \"optimizer\","));
     ASSERT_NO_FATAL_FAILURE(dp_plan(dir, grads_sharded, "plans/llama-sp.plan", "shard = \"gradients\","));
+    ASSERT_NO_FATAL_FAILURE(dp_plan(dir, fsdp, "plans/llama-sp.plan", "shard = \"parameters\","));
     const std::vector<std::string> clip = {"--max-grad-norm", "0.5"};
     std::vector<int32_t> toks;
     for (int i = 0; i < 3 * 96; i++)
@@ -855,7 +858,7 @@ TEST_F(EmulatedDataParallel, ZeroOneAndTwoTakeTheCpuStepsAndHoldWhatTheReportSay
 
     struct Case { int dp, tp; std::string dtype; bool resume; const std::string &plan; const char *stage; };
     for (Case c : {Case{2, 2, "fp32", true, sharded, "zero"}, Case{3, 1, "bf16", false, sharded, "zero"},
-                   Case{2, 2, "bf16", false, grads_sharded, "zero2"}}) {
+                   Case{2, 2, "bf16", false, grads_sharded, "zero2"}, Case{3, 1, "fp32", true, fsdp, "fsdp"}}) {
         std::string tag = c.stage + std::string("-dp") + std::to_string(c.dp) + "tp" + std::to_string(c.tp) + c.dtype,
                     s = dir.path + "/" + tag + ".sched", log = dir.path + "/" + tag + ".json",
                     peaks = dir.path + "/" + tag + "-peak.txt", g = dir.path + "/" + tag + "-grads.safetensors",
@@ -1015,18 +1018,23 @@ TEST_F(EmulatedDataParallel, StagedCommTakesTheCpuStepsAndNcclsBitForBit)
 // ZeRO-1 (train { shard = "optimizer" }: gradients reduce-scattered, the
 // updated runs all-gathered over dp) at dp 2 x tp 2 through the staged
 // communicator: the CPU's steps on one rank (fp32 1e-5, bf16 5e-3), and
-// the replicated optimizer's through the same communicator (fp32, 1e-6).
-TEST_F(EmulatedDataParallel, StagedCommRunsZeroOne)
+// the replicated optimizer's through the same communicator (fp32, 1e-6);
+// FSDP (shard = "parameters": the schedule's dp collectives through it)
+// the same in fp32.
+TEST_F(EmulatedDataParallel, StagedCommRunsShardedDataParallel)
 {
-    std::string sharded;
+    std::string sharded, fsdp;
     ASSERT_NO_FATAL_FAILURE(dp_plan(dir, sharded, "plans/llama-sp.plan", "shard = \"optimizer\","));
+    ASSERT_NO_FATAL_FAILURE(dp_plan(dir, fsdp, "plans/llama-sp.plan", "shard = \"parameters\","));
     const std::vector<std::string> staged = {"--comm", "mpi"};
     Steps cpu = two_steps(kTprun, 1, 1);
     ASSERT_EQ(cpu.losses.size(), 2u) << cpu.run.describe();
     Steps replicated = two_steps(kEmulated, 2, 2, "fp32", staged);
     ASSERT_EQ(replicated.losses.size(), 2u) << replicated.run.describe();
-    for (std::string dtype : {"fp32", "bf16"}) {
-        Steps zero = two_steps(kEmulated, 2, 2, dtype, staged, sharded);
+    struct Case { std::string dtype; const std::string &plan; };
+    for (Case c : {Case{"fp32", sharded}, Case{"bf16", sharded}, Case{"fp32", fsdp}}) {
+        const std::string &dtype = c.dtype;
+        Steps zero = two_steps(kEmulated, 2, 2, dtype, staged, c.plan);
         ASSERT_EQ(zero.run.code(), 0) << dtype << ": " << zero.run.describe();
         ASSERT_EQ(zero.losses.size(), 2u) << dtype;
         for (size_t i = 0; i < 2; i++) {
@@ -1144,20 +1152,23 @@ TEST(Gpu, TensorCoreTrainingMatchesCpu)
 // and bf16.
 TEST(Gpu, StagedCommMatchesCpuAtTp2) { check_against_cpu(kTprun, gpu_plan(), {2}, true, {}, "mpi"); }
 
-// dp 2 x tp 2, replicated and ZeRO-1 (train { shard = "optimizer" }), on
-// this machine's GPUs (one is enough) through the host-staged
-// communicator: the CPU's two steps on one rank with the global batch
-// (fp32, cuBLAS without TF32: losses 1e-5 relative, first-step gradients
-// 1e-4 of each tensor's largest entry, as EmulatedDataParallel's).
+// dp 2 x tp 2, replicated, ZeRO-1, ZeRO-2 and FSDP (train { shard =
+// "optimizer" | "gradients" | "parameters" }), on this machine's GPUs (one
+// is enough) through the host-staged communicator: the CPU's two steps on
+// one rank with the global batch (fp32, cuBLAS without TF32: losses 1e-5
+// relative, first-step gradients 1e-4 of each tensor's largest entry, as
+// EmulatedDataParallel's).
 class GpuDataParallel : public DataParallelRuns {};
 
-TEST_F(GpuDataParallel, StagedCommDp2Tp2AndZeroOneTakeTheCpuSteps)
+TEST_F(GpuDataParallel, StagedCommDp2Tp2ShardedOrNotTakesTheCpuSteps)
 {
-    std::string sharded;
-    ASSERT_NO_FATAL_FAILURE(dp_plan(dir, sharded, "plans/llama-sp.plan", "shard = \"optimizer\","));
+    std::string zero1, zero2, fsdp;
+    ASSERT_NO_FATAL_FAILURE(dp_plan(dir, zero1, "plans/llama-sp.plan", "shard = \"optimizer\","));
+    ASSERT_NO_FATAL_FAILURE(dp_plan(dir, zero2, "plans/llama-sp.plan", "shard = \"gradients\","));
+    ASSERT_NO_FATAL_FAILURE(dp_plan(dir, fsdp, "plans/llama-sp.plan", "shard = \"parameters\","));
     Steps cpu = two_steps(kTprun, 1, 1);
     ASSERT_EQ(cpu.losses.size(), 2u) << cpu.run.describe();
-    for (const std::string &plan : {dp, sharded}) {
+    for (const std::string &plan : {dp, zero1, zero2, fsdp}) {
         Steps got = two_steps(kTprun, 2, 2, "fp32", {"--backend", "cuda", "--comm", "mpi"}, plan);
         if (contains(got.run.err, "no CUDA device") || contains(got.run.err, "usable GPU"))
             GTEST_SKIP() << got.run.err;

@@ -499,15 +499,16 @@ TEST(TrainRun, DataParallelEqualsOneRankOnTheGlobalBatch)
     EXPECT_TRUE(contains(forward.err, "is supported by tpcc --train only")) << forward.describe();
 }
 
-// ---- ZeRO-1 and ZeRO-2: the optimizer state, and the gradients, sharded
-// over the data-parallel ranks ----
+// ---- ZeRO-1, ZeRO-2 and FSDP: the optimizer state, the gradients and the
+// parameters sharded over the data-parallel ranks ----
 
-// Five steps of `plan_source` at dp x tp with train { shard = "optimizer" }
-// and with shard = "gradients" (the schedule reduce-scatters each gradient
-// in the backward): the losses and the final weights of replicated dp 2 x
-// tp 2 and of one rank on the global batch of 4, and the first step's
-// gradients; at dp 3 (tp 1) the runs are padded and a rank holds none of
-// the smaller weights.
+// Five steps of `plan_source` at dp x tp with train { shard = "optimizer" },
+// with shard = "gradients" (the schedule reduce-scatters each gradient in
+// the backward) and with shard = "parameters" (FSDP: each weight gathered
+// before its layer runs, forward and backward): the losses and the final
+// weights of replicated dp 2 x tp 2 and of one rank on the global batch of
+// 4, and the first step's gradients; at dp 3 (tp 1) the runs are padded
+// and a rank holds none of the smaller weights.
 // With resume_elsewhere, a checkpoint of two sharded steps resumes at tp
 // 4, at tp 1, replicated and sharded, each taking steps 3 to 5 of the
 // uninterrupted run.
@@ -524,10 +525,11 @@ void expect_sharding_is_replicated(const std::string &plan_source, const std::st
 {
     ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
     TempDir d;
-    std::string replicated, sharded, grads_sharded, dir = kFixtures + fixture + "/";
+    std::string replicated, sharded, grads_sharded, fsdp, dir = kFixtures + fixture + "/";
     ASSERT_NO_FATAL_FAILURE(dp_plan(d, replicated, plan_source));
     ASSERT_NO_FATAL_FAILURE(dp_plan(d, sharded, plan_source, "shard = \"optimizer\","));
     ASSERT_NO_FATAL_FAILURE(dp_plan(d, grads_sharded, plan_source, "shard = \"gradients\","));
+    ASSERT_NO_FATAL_FAILURE(dp_plan(d, fsdp, plan_source, "shard = \"parameters\","));
     std::vector<int32_t> toks;
     for (int i = 0; i < 5 * 96; i++)
         toks.push_back(int32_t((i * 37 + i / 16) % 128));     // five steps of 6 x 16
@@ -563,7 +565,8 @@ void expect_sharding_is_replicated(const std::string &plan_source, const std::st
     for (Run r : {Run{"ref", replicated, 1, 1, 6}, Run{"dp2tp2", replicated, 2, 2, 3},
                   Run{"zero-dp2tp2", sharded, 2, 2, 3}, Run{"zero-dp2tp1", sharded, 2, 1, 3},
                   Run{"zero-dp3tp1", sharded, 3, 1, 2}, Run{"zero2-dp2tp2", grads_sharded, 2, 2, 3},
-                  Run{"zero2-dp3tp1", grads_sharded, 3, 1, 2}}) {
+                  Run{"zero2-dp3tp1", grads_sharded, 3, 1, 2}, Run{"fsdp-dp2tp2", fsdp, 2, 2, 3},
+                  Run{"fsdp-dp3tp1", fsdp, 3, 1, 2}}) {
         std::string g = d.path + "/" + r.tag + "-grads.safetensors", save = d.path + "/" + r.tag + "-save";
         logs.push_back(run(r, 5, {"--weights", dir, "--grads-out", g, "--save", save}));
         ASSERT_EQ(logs.back().losses.size(), 5u) << r.tag;
@@ -581,9 +584,9 @@ void expect_sharding_is_replicated(const std::string &plan_source, const std::st
         EXPECT_LT(worst_relative(grads[k], grads[0]), 1e-5) << "run " << k;
         EXPECT_LT(worst_relative(finals[k], finals[0]), weights_tolerance) << "run " << k;
     }
-    // ZeRO-1 and ZeRO-2 against replicated dp on the same ranks: the same
-    // sums, reduced in runs; the saved moments gathered back from the runs
-    for (size_t k : {2, 5}) {
+    // ZeRO-1, ZeRO-2 and FSDP against replicated dp on the same ranks: the
+    // same sums, reduced in runs; the saved moments gathered back from the runs
+    for (size_t k : {2, 5, 7}) {
         for (size_t i = 0; i < 5; i++)
             EXPECT_NEAR(logs[k].losses[i], logs[1].losses[i], 1e-6 * logs[1].losses[i]) << "run " << k << " step "
                                                                                           << i + 1;
@@ -592,6 +595,7 @@ void expect_sharding_is_replicated(const std::string &plan_source, const std::st
     }
     EXPECT_LT(worst_relative(moments[4], moments[1]), weights_tolerance);
     EXPECT_LT(worst_relative(moments[6], moments[1]), weights_tolerance);
+    EXPECT_LT(worst_relative(moments[8], moments[1]), weights_tolerance);
 
     if (!resume_elsewhere)
         return;
@@ -601,7 +605,7 @@ void expect_sharding_is_replicated(const std::string &plan_source, const std::st
     run(Run{"zero-dp2tp2", sharded, 2, 2, 3}, 2, {"--weights", dir, "--save", part});
     for (Run r : {Run{"tp4", replicated, 1, 4, 6}, Run{"tp1", replicated, 1, 1, 6},
                   Run{"dp2tp2", replicated, 2, 2, 3}, Run{"zero-dp2tp2", sharded, 2, 2, 3},
-                  Run{"zero2-dp3tp1", grads_sharded, 3, 1, 2}}) {
+                  Run{"zero2-dp3tp1", grads_sharded, 3, 1, 2}, Run{"fsdp-dp3tp1", fsdp, 3, 1, 2}}) {
         std::vector<double> resumed = run(r, 5, {"--resume", part}).losses;
         ASSERT_EQ(resumed.size(), 3u) << r.tag;
         for (size_t i = 0; i < 3; i++)
@@ -609,12 +613,12 @@ void expect_sharding_is_replicated(const std::string &plan_source, const std::st
     }
 }
 
-TEST(TrainRun, ZeroOneAndTwoTakeTheStepsOfReplicatedDataParallelLlama)
+TEST(TrainRun, ShardedDataParallelTakesTheStepsOfReplicatedDataParallelLlama)
 {
     expect_sharding_is_replicated("plans/llama-sp.plan", "llama", 1e-5, 1e-5, true);
 }
 
-TEST(TrainRun, ZeroOneAndTwoTakeTheStepsOfReplicatedDataParallelGpt2Tied)
+TEST(TrainRun, ShardedDataParallelTakesTheStepsOfReplicatedDataParallelGpt2Tied)
 {
     expect_sharding_is_replicated("plans/gpt2-hf-sp.plan", "gpt2-tied", 1e-3, 1e-4, false);
 }

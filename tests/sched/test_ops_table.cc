@@ -76,8 +76,9 @@ json_t *weight(const char *name)
 // 3 one head of two floats [1, 1, 1, 2] (RoPE rotates pairs); 4 an output
 // like 1 and 5 one like 2, apart from the inputs; 6 and 7 more outputs like
 // 1 (the other outputs of a kind with several); 8 a data-parallel run of
-// the one-element weight [8].
-enum { IDS_BUF, FLOAT_BUF, LOGITS_BUF, PAIR_BUF, OUT_BUF, DLOGITS_BUF, MORE_OUT_BUFS, RUN_BUF = MORE_OUT_BUFS + 2 };
+// the one-element weight [8], 9 both replicas' runs of it [16].
+enum { IDS_BUF, FLOAT_BUF, LOGITS_BUF, PAIR_BUF, OUT_BUF, DLOGITS_BUF, MORE_OUT_BUFS, RUN_BUF = MORE_OUT_BUFS + 2,
+       RUNS_BUF };
 
 bool dp_collective(json_t *op)
 {
@@ -107,12 +108,12 @@ json_t *complete_op(int kind)
         int b = d.ids >> i & 1 ? IDS_BUF : i == 0 && reads_logits ? LOGITS_BUF : kind == TP_OP_ROPE ? PAIR_BUF : FLOAT_BUF;
         json_array_append_new(in, json_integer(b));
     }
-    bool run = tp_op_is_dp_collective((tp_op_kind)kind);
     json_t *op = json_pack("{s:s, s:o, s:i}", "op", tp_op_names[kind], "in", in, "out",
                            d.out_ids ? IDS_BUF
                            : kind == TP_OP_ROPE ? PAIR_BUF
                            : writes_logits ? DLOGITS_BUF
-                           : run ? RUN_BUF : OUT_BUF);
+                           : kind == TP_OP_DP_REDUCE_SCATTER ? RUN_BUF
+                           : kind == TP_OP_DP_ALL_GATHER ? RUNS_BUF : OUT_BUF);
     if (d.nout > 1)   // several outputs: one float buffer each
         json_object_set_new(op, "out", outs_list(d.nout));
     if (d.weight != TP_OPERAND_NONE)
@@ -125,27 +126,32 @@ json_t *complete_op(int kind)
 }
 
 // A one-rank schedule holding `op` (taken over); for a data-parallel
-// collective, of 2 replicas sharding their gradients.
+// collective, of 2 replicas sharding their gradients, or for a gather
+// their parameters (the lookup after it then reads its weight from the
+// gathered buffer).
 json_t *schedule_of(json_t *op)
 {
-    bool dp = dp_collective(op);
-    json_t *buffers = json_pack("[o, o, o, o, o, o, o, o, o]", buffer("ids", {1, 1}, "i32", 0),
+    bool dp = dp_collective(op), fsdp = !strcmp(json_string_value(json_object_get(op, "op")) ?: "", "dp_all_gather");
+    json_t *buffers = json_pack("[o, o, o, o, o, o, o, o, o, o]", buffer("ids", {1, 1}, "i32", 0),
                                 buffer("x", {1, 1, 1, 1}, "f32", 256), buffer("logits", {1, 1, 1}, "f32", 512),
                                 buffer("pair", {1, 1, 1, 2}, "f32", 768), buffer("y", {1, 1, 1, 1}, "f32", 896),
                                 buffer("dlogits", {1, 1, 1}, "f32", 960), buffer("z", {1, 1, 1, 1}, "f32", 1024),
-                                buffer("z2", {1, 1, 1, 1}, "f32", 1280), buffer("run", {8}, "f32", 1536));
+                                buffer("z2", {1, 1, 1, 1}, "f32", 1280), buffer("run", {8}, "f32", 1536),
+                                buffer("runs", {16}, "f32", 1792));
     // then a masked lookup of the input ids, which bounds the ids and labels tprun accepts to the table's one row
     json_t *lookup = json_pack("{s:s, s:[i], s:i, s:i, s:b, s:i, s:i}", "op", "embedding", "in", IDS_BUF, "out",
                                OUT_BUF, "weight", 0, "masked", 1, "vocab_start", 0, "vocab_local", 1);
+    if (fsdp)
+        json_object_set_new(lookup, "weight_buf", json_integer(RUNS_BUF));
     json_t *rank =
         json_pack("{s:i, s:[o, o], s:[o, o]}", "rank", 0, "weights", weight("w"), weight("b"), "ops", op, lookup);
     json_t *doc = json_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:i, s:{s:i, s:n}, s:{s:n, s:n}, s:o, s:[o]}", "magic",
                             TP_SCHEDULE_MAGIC, "format_version", TP_SCHEDULE_VERSION, "producer", "test", "input_hash",
-                            "0", "world_size", 1, "dtype", "f32", "arena_bytes", 1792, "inputs", "input_ids", 0,
+                            "0", "world_size", 1, "dtype", "f32", "arena_bytes", 1856, "inputs", "input_ids", 0,
                             "labels", "outputs", "loss", "logits", "buffers", buffers, "ranks", rank);
     if (dp) {
         json_object_set_new(doc, "data_parallel", json_integer(2));
-        json_object_set_new(doc, "dp_shard", json_string("gradients"));
+        json_object_set_new(doc, "dp_shard", json_string(fsdp ? "parameters" : "gradients"));
     }
     return doc;
 }
