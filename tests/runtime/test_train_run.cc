@@ -508,7 +508,10 @@ TEST(TrainRun, DataParallelEqualsOneRankOnTheGlobalBatch)
 // before its layer runs, forward and backward): the losses and the final
 // weights of replicated dp 2 x tp 2 and of one rank on the global batch of
 // 4, and the first step's gradients; at dp 3 (tp 1) the runs are padded
-// and a rank holds none of the smaller weights.
+// and a rank holds none of the smaller weights. With activation
+// recomputation (FSDP with recompute = "full": the backward's gathers come
+// before the recomputed layer; ZeRO-2 with "selective") the steps do not
+// change by a bit.
 // With resume_elsewhere, a checkpoint of two sharded steps resumes at tp
 // 4, at tp 1, replicated and sharded, each taking steps 3 to 5 of the
 // uninterrupted run.
@@ -525,11 +528,14 @@ void expect_sharding_is_replicated(const std::string &plan_source, const std::st
 {
     ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
     TempDir d;
-    std::string replicated, sharded, grads_sharded, fsdp, dir = kFixtures + fixture + "/";
+    std::string replicated, sharded, grads_sharded, fsdp, fsdp_full, grads_selective, dir = kFixtures + fixture + "/";
     ASSERT_NO_FATAL_FAILURE(dp_plan(d, replicated, plan_source));
     ASSERT_NO_FATAL_FAILURE(dp_plan(d, sharded, plan_source, "shard = \"optimizer\","));
     ASSERT_NO_FATAL_FAILURE(dp_plan(d, grads_sharded, plan_source, "shard = \"gradients\","));
     ASSERT_NO_FATAL_FAILURE(dp_plan(d, fsdp, plan_source, "shard = \"parameters\","));
+    ASSERT_NO_FATAL_FAILURE(dp_plan(d, fsdp_full, plan_source, "shard = \"parameters\",\n    recompute = \"full\","));
+    ASSERT_NO_FATAL_FAILURE(
+        dp_plan(d, grads_selective, plan_source, "shard = \"gradients\",\n    recompute = \"selective\","));
     std::vector<int32_t> toks;
     for (int i = 0; i < 5 * 96; i++)
         toks.push_back(int32_t((i * 37 + i / 16) % 128));     // five steps of 6 x 16
@@ -566,7 +572,8 @@ void expect_sharding_is_replicated(const std::string &plan_source, const std::st
                   Run{"zero-dp2tp2", sharded, 2, 2, 3}, Run{"zero-dp2tp1", sharded, 2, 1, 3},
                   Run{"zero-dp3tp1", sharded, 3, 1, 2}, Run{"zero2-dp2tp2", grads_sharded, 2, 2, 3},
                   Run{"zero2-dp3tp1", grads_sharded, 3, 1, 2}, Run{"fsdp-dp2tp2", fsdp, 2, 2, 3},
-                  Run{"fsdp-dp3tp1", fsdp, 3, 1, 2}}) {
+                  Run{"fsdp-dp3tp1", fsdp, 3, 1, 2}, Run{"fsdp-full-dp2tp2", fsdp_full, 2, 2, 3},
+                  Run{"zero2-selective-dp2tp2", grads_selective, 2, 2, 3}}) {
         std::string g = d.path + "/" + r.tag + "-grads.safetensors", save = d.path + "/" + r.tag + "-save";
         logs.push_back(run(r, 5, {"--weights", dir, "--grads-out", g, "--save", save}));
         ASSERT_EQ(logs.back().losses.size(), 5u) << r.tag;
@@ -596,6 +603,13 @@ void expect_sharding_is_replicated(const std::string &plan_source, const std::st
     EXPECT_LT(worst_relative(moments[4], moments[1]), weights_tolerance);
     EXPECT_LT(worst_relative(moments[6], moments[1]), weights_tolerance);
     EXPECT_LT(worst_relative(moments[8], moments[1]), weights_tolerance);
+    // recomputed: the same bits as without (runs 9 and 10 against 7 and 5)
+    for (auto [k, same] : {std::pair<size_t, size_t>{9, 7}, {10, 5}}) {
+        EXPECT_EQ(logs[k].losses, logs[same].losses) << "run " << k;
+        EXPECT_EQ(logs[k].norms, logs[same].norms) << "run " << k;
+        EXPECT_EQ(worst_relative(grads[k], grads[same]), 0.0) << "run " << k;
+        EXPECT_EQ(worst_relative(finals[k], finals[same]), 0.0) << "run " << k;
+    }
 
     if (!resume_elsewhere)
         return;
