@@ -396,6 +396,29 @@ Proc dp_report(const TempDir &tmp, int dp, const std::string &format, const std:
     return tpcc_test::run_program(kTpcc, args);
 }
 
+// --dump (rank 0) of the tiny Megatron Llama compiled for training on
+// mesh(dp = 2, tp = 2) with train { shard } `shard`.
+std::string dp2_dump(const TempDir &tmp, const std::string &shard)
+{
+    std::vector<std::string> args = {megatron_on_dp(tmp, 2, shard), "--train", "-o", tmp.path + "/" + shard + ".sched"};
+    std::vector<std::string> sizes = tiny(2);
+    args.insert(args.end(), sizes.begin(), sizes.end());
+    Proc c = tpcc_test::run_program(kTpcc, args);
+    EXPECT_EQ(c.code(), 0) << c.err;
+    return tpcc_test::run_program(kTpcc, {"--dump", tmp.path + "/" + shard + ".sched", "--rank", "0"}).out;
+}
+
+// The "training" object of dp_report's bf16 JSON (*root: the document, to
+// free), failing the test when the report fails.
+json_t *dp_training(const TempDir &tmp, int dp, const std::string &shard, json_t **root)
+{
+    Proc p = dp_report(tmp, dp, "json", shard, "bf16");
+    EXPECT_EQ(p.code(), 0) << p.describe();
+    json_error_t err;
+    *root = json_loads(p.out.c_str(), 0, &err);
+    return json_object_get(*root, "training");
+}
+
 // --dump says how many replicas of the tp group a dp x tp schedule runs.
 TEST(TrainCompile, DumpShowsTheDataParallelReplicas)
 {
@@ -528,13 +551,8 @@ TEST(TrainReport, ZeroOneDividesTheOptimizerStateByDp)
                              "its state is sharded over dp"})
         EXPECT_TRUE(contains(text.out, line)) << line << "\n" << text.out;
 
-    std::vector<std::string> args = {megatron_on_dp(tmp, 2, "optimizer"), "--train", "-o", tmp.path + "/z.sched"};
-    std::vector<std::string> sizes = tiny(2);
-    args.insert(args.end(), sizes.begin(), sizes.end());
-    Proc c = tpcc_test::run_program(kTpcc, args);
-    ASSERT_EQ(c.code(), 0) << c.err;
-    Proc d = tpcc_test::run_program(kTpcc, {"--dump", tmp.path + "/z.sched", "--rank", "0"});
-    EXPECT_TRUE(contains(d.out, "  dp shard    optimizer state, 1/2 on each replica\n")) << d.out;
+    std::string dump = dp2_dump(tmp, "optimizer");
+    EXPECT_TRUE(contains(dump, "  dp shard    optimizer state, 1/2 on each replica\n")) << dump;
 }
 
 // train { shard = "gradients" } (ZeRO-2): the gradients fall as 1/dp too,
@@ -547,13 +565,7 @@ TEST(TrainReport, ZeroTwoDividesTheGradientsByDpInTheSchedule)
 {
     TempDir tmp;
     auto field = [](json_t *o, const char *key) { return double(json_integer_value(json_object_get(o, key))); };
-    auto training_of = [&](int dp, const std::string &shard, json_t **root) {
-        Proc p = dp_report(tmp, dp, "json", shard, "bf16");
-        EXPECT_EQ(p.code(), 0) << p.describe();
-        json_error_t err;
-        *root = json_loads(p.out.c_str(), 0, &err);
-        return json_object_get(*root, "training");
-    };
+    auto training_of = [&](int dp, const std::string &shard, json_t **root) { return dp_training(tmp, dp, shard, root); };
     const int weights = 2 * 9 + 3;
     json_t *b, *o, *g;
     json_t *base = training_of(1, "", &b);
@@ -585,23 +597,15 @@ TEST(TrainReport, ZeroTwoDividesTheGradientsByDpInTheSchedule)
                              "each gradient reduce-scattered over the 2 dp ranks, then / 2: ZeRO-2"})
         EXPECT_TRUE(contains(text.out, line)) << line << "\n" << text.out;
 
-    std::vector<std::string> args = {megatron_on_dp(tmp, 2, "gradients"), "--train", "-o", tmp.path + "/z.sched"};
-    std::vector<std::string> sizes = tiny(2);
-    args.insert(args.end(), sizes.begin(), sizes.end());
-    Proc c = tpcc_test::run_program(kTpcc, args);
-    ASSERT_EQ(c.code(), 0) << c.err;
-    Proc d = tpcc_test::run_program(kTpcc, {"--dump", tmp.path + "/z.sched", "--rank", "0"});
-    EXPECT_TRUE(contains(d.out, "  dp shard    gradients and optimizer state, 1/2 on each replica\n")) << d.out;
-    size_t n = 0, at = 0, last_backward = 0;
-    while ((at = d.out.find("dp_reduce_scatter", at)) != std::string::npos) {
+    std::string dump = dp2_dump(tmp, "gradients");
+    EXPECT_TRUE(contains(dump, "  dp shard    gradients and optimizer state, 1/2 on each replica\n")) << dump;
+    size_t n = 0;
+    for (size_t at = dump.find("dp_reduce_scatter"); at != std::string::npos; at = dump.find("dp_reduce_scatter", at + 1))
         n++;
-        at++;
-    }
-    EXPECT_EQ(n, size_t(weights)) << d.out;
+    EXPECT_EQ(n, size_t(weights)) << dump;
     // the first one comes before the backward's last op: the reductions run
     // as the gradients become final, not after the whole backward
-    last_backward = d.out.rfind("backward");
-    EXPECT_LT(d.out.find("dp_reduce_scatter"), last_backward) << d.out;
+    EXPECT_LT(dump.find("dp_reduce_scatter"), dump.rfind("backward")) << dump;
 }
 
 // train { shard = "parameters" } (FSDP, ZeRO-3): the parameters fall as
@@ -615,13 +619,7 @@ TEST(TrainReport, FsdpDividesTheParametersByDpAndGathersThemInTheSchedule)
 {
     TempDir tmp;
     auto field = [](json_t *o, const char *key) { return double(json_integer_value(json_object_get(o, key))); };
-    auto training_of = [&](int dp, const std::string &shard, json_t **root) {
-        Proc p = dp_report(tmp, dp, "json", shard, "bf16");
-        EXPECT_EQ(p.code(), 0) << p.describe();
-        json_error_t err;
-        *root = json_loads(p.out.c_str(), 0, &err);
-        return json_object_get(*root, "training");
-    };
+    auto training_of = [&](int dp, const std::string &shard, json_t **root) { return dp_training(tmp, dp, shard, root); };
     const int layer_weights = 2 * 9, root_weights = 3;
     json_t *b, *z, *f;
     json_t *base = training_of(1, "", &b);
@@ -655,23 +653,18 @@ TEST(TrainReport, FsdpDividesTheParametersByDpAndGathersThemInTheSchedule)
                              "backward, once outside the layers: ZeRO-3"})
         EXPECT_TRUE(contains(text.out, line)) << line << "\n" << text.out;
 
-    std::vector<std::string> args = {megatron_on_dp(tmp, 2, "parameters"), "--train", "-o", tmp.path + "/f.sched"};
-    std::vector<std::string> sizes = tiny(2);
-    args.insert(args.end(), sizes.begin(), sizes.end());
-    Proc c = tpcc_test::run_program(kTpcc, args);
-    ASSERT_EQ(c.code(), 0) << c.err;
-    Proc d = tpcc_test::run_program(kTpcc, {"--dump", tmp.path + "/f.sched", "--rank", "0"});
-    EXPECT_TRUE(contains(d.out, "  dp shard    parameters, gradients and optimizer state, 1/2 on each replica\n"))
-        << d.out;
+    std::string dump = dp2_dump(tmp, "parameters");
+    EXPECT_TRUE(contains(dump, "  dp shard    parameters, gradients and optimizer state, 1/2 on each replica\n"))
+        << dump;
     // every matmul reads its weight from a gathered buffer: "x NAME (bN)"
-    std::istringstream lines(d.out);
+    std::istringstream lines(dump);
     int matmuls = 0;
     for (std::string line; std::getline(lines, line);)
         if (contains(line, " matmul ")) {
             matmuls++;
             EXPECT_TRUE(std::regex_search(line, std::regex(R"(\.weight \(b[0-9]+\))"))) << line;
         }
-    EXPECT_GT(matmuls, 0) << d.out;
+    EXPECT_GT(matmuls, 0) << dump;
 }
 
 // --device-memory goes with any report: a forward step's memory, or with
