@@ -171,28 +171,37 @@ void tp_diags_sort(tp_diags *d)
     }
     qsort(k, (size_t)d->count, sizeof *k, cmp_keyed);
 
-    /* duplicates found by their identity in a map: comparing each with the
-     * others at its offset made many findings at one place (all without a
-     * location, say) quadratic */
-    tp_map seen;
-    tp_map_init(&seen);
+    /* Duplicates share file and offset, so they sit together in runs once
+     * sorted; within a run of several, their identities go in a map
+     * (comparing each with the others made many findings at one place, all
+     * without a location say, quadratic). */
     tp_buf id;
     tp_buf_init(&id);
     int n = 0;
     d->errors = d->warnings = d->suppressed = 0;
-    for (int i = 0; i < d->count; i++) {
-        tp_diag *g = &k[i].diag;
-        identity(&id, g);
-        if (tp_map_put(&seen, id.data, id.len, n) != n) {
-            diag_free(g);
-            continue;
+    for (int start = 0, end; start < d->count; start = end) {
+        for (end = start + 1; end < d->count && k[end].diag.span.file == k[start].diag.span.file &&
+                              k[end].diag.span.offset == k[start].diag.span.offset;
+             end++)
+            ;
+        tp_map seen;
+        tp_map_init(&seen);
+        for (int i = start; i < end; i++) {
+            tp_diag *g = &k[i].diag;
+            if (end - start > 1) {
+                identity(&id, g);
+                if (tp_map_put(&seen, id.data, id.len, i) != i) {
+                    diag_free(g);
+                    continue;
+                }
+            }
+            d->items[n++] = *g;
+            count_level(d, g);
         }
-        d->items[n++] = *g;
-        count_level(d, g);
+        tp_map_free(&seen);
     }
     d->count = n;
     tp_buf_free(&id);
-    tp_map_free(&seen);
     free(k);
 }
 
