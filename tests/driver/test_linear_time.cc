@@ -1,7 +1,8 @@
 // Large inputs check in time linear in their size: a plan of many entries
-// that match no module, a config.json of many keys the model does not
-// read, many suppression comments (compiler/front/hf_check.c,
-// plan/plan.c, diag/diag.c, diag/lint.c, front/source.c), and the
+// that match no module, of many Python names, a config.json of many keys
+// the model does not read, many suppression comments
+// (compiler/front/hf_check.c, plan/plan.c, plan/pynames.c, diag/diag.c,
+// diag/lint.c, front/source.c), and the
 // diagnostics they make are capped per check with a count of the rest
 // (tp_diags_limit, --diagnostics-limit).
 //
@@ -62,6 +63,18 @@ std::string unmatched_entries(int n)
     std::string s = "parallelize \"model\" {\n";
     for (int i = 0; i < n; i++)
         s += "    \"nope" + std::to_string(i) + ".proj\": ColwiseParallel(),  # tpcc: ignore[relabel]\n";
+    return s + "}\n";
+}
+
+// n names bound to a PyTorch class, each used by an entry naming no module.
+std::string bound_names(int n)
+{
+    std::string s = "from torch.distributed.tensor.parallel import ColwiseParallel\n";
+    for (int i = 0; i < n; i++)
+        s += "c" + std::to_string(i) + " = ColwiseParallel\n";
+    s += "parallelize \"model\" {\n";
+    for (int i = 0; i < n; i++)
+        s += "    \"nope" + std::to_string(i) + ".proj\": c" + std::to_string(i) + "(),\n";
     return s + "}\n";
 }
 
@@ -131,6 +144,19 @@ TEST(LinearTime, UnmatchedPlanEntriesAndTheirSuppressions)
     EXPECT_NE(large.text.find("note: 29900 more [unmatched-entry] diagnostics not shown (--diagnostics-limit=0 "
                               "shows all)"),
               std::string::npos)
+        << large.text.substr(0, 2000);
+}
+
+TEST(LinearTime, PythonNamesThePlanBinds)
+{
+    TempDir dir;
+    Checked small = check(dir.write("small.plan", plan_text(bound_names(3000))), nullptr);
+    Checked large = check(dir.write("large.plan", plan_text(bound_names(30000))), nullptr);
+    EXPECT_LE(large.seconds, 15 * small.seconds) << "3k names: " << small.seconds << " s, 30k: " << large.seconds
+                                                 << " s";
+    // each name means the class: the entries are read, and only their modules are missing
+    EXPECT_GE(large.warnings, 30000);
+    EXPECT_NE(large.text.find("note: 29900 more [unmatched-entry] diagnostics not shown"), std::string::npos)
         << large.text.substr(0, 2000);
 }
 
