@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/map.h"
 #include "util/xalloc.h"
 
 void tp_diags_init(tp_diags *d)
@@ -149,26 +150,14 @@ static int cmp_keyed(const void *pa, const void *pb)
     return c ? c : cmp_int(a->seq, b->seq);
 }
 
-static int same_span(tp_span a, tp_span b)
+/* What makes two diagnostics the same: level, span, check and message. */
+static void identity(tp_buf *id, const tp_diag *g)
 {
-    return a.file == b.file && a.line == b.line && a.col == b.col &&
-           a.offset == b.offset && a.length == b.length;
-}
-
-static int same_diag(const tp_diag *a, const tp_diag *b)
-{
-    return a->level == b->level && same_span(a->span, b->span) &&
-           strcmp(a->check, b->check) == 0 && strcmp(a->message, b->message) == 0;
-}
-
-/* After sorting, duplicates share file and offset, so only the kept items
- * since the start of the current (file, offset) run need comparing. */
-static int is_duplicate(const tp_diag *kept, int nkept, int run_start, const tp_diag *g)
-{
-    for (int i = run_start; i < nkept; i++)
-        if (same_diag(&kept[i], g))
-            return 1;
-    return 0;
+    int numbers[] = {(int)g->level, g->span.file, g->span.line, g->span.col, g->span.offset, g->span.length};
+    id->len = 0;
+    tp_buf_append_n(id, (const char *)numbers, sizeof numbers);
+    tp_buf_append_n(id, g->check, strlen(g->check) + 1);
+    tp_buf_append(id, g->message);
 }
 
 void tp_diags_sort(tp_diags *d)
@@ -182,22 +171,74 @@ void tp_diags_sort(tp_diags *d)
     }
     qsort(k, (size_t)d->count, sizeof *k, cmp_keyed);
 
-    int n = 0, run_start = 0;
+    /* Duplicates share file and offset, so they sit together in runs once
+     * sorted; within a run of several, their identities go in a map
+     * (comparing each with the others made many findings at one place, all
+     * without a location say, quadratic). */
+    tp_buf id;
+    tp_buf_init(&id);
+    int n = 0;
     d->errors = d->warnings = d->suppressed = 0;
+    for (int start = 0, end; start < d->count; start = end) {
+        for (end = start + 1; end < d->count && k[end].diag.span.file == k[start].diag.span.file &&
+                              k[end].diag.span.offset == k[start].diag.span.offset;
+             end++)
+            ;
+        tp_map seen;
+        tp_map_init(&seen);
+        for (int i = start; i < end; i++) {
+            tp_diag *g = &k[i].diag;
+            if (end - start > 1) {
+                identity(&id, g);
+                if (tp_map_put(&seen, id.data, id.len, i) != i) {
+                    diag_free(g);
+                    continue;
+                }
+            }
+            d->items[n++] = *g;
+            count_level(d, g);
+        }
+        tp_map_free(&seen);
+    }
+    d->count = n;
+    tp_buf_free(&id);
+    free(k);
+}
+
+void tp_diags_limit(tp_diags *d, int limit)
+{
+    if (limit <= 0)
+        return;
+    /* each check's diagnostics, counted first so that the last one shown
+     * can say how many more there are */
+    tp_map checks;
+    tp_map_init(&checks);
+    int *total = tp_xcalloc((size_t)d->count + 1, sizeof *total);
+    int *shown = tp_xcalloc((size_t)d->count + 1, sizeof *shown);
+    int nchecks = 0;
+    for (int i = 0; i < d->count; i++)
+        if (!d->items[i].suppression) {
+            int64_t c = tp_map_puts(&checks, d->items[i].check, nchecks);
+            nchecks += c == nchecks;
+            total[c]++;
+        }
+    int n = 0;
     for (int i = 0; i < d->count; i++) {
-        tp_diag *g = &k[i].diag;
-        if (n > 0 && (d->items[n - 1].span.file != g->span.file ||
-                      d->items[n - 1].span.offset != g->span.offset))
-            run_start = n;
-        if (is_duplicate(d->items, n, run_start, g)) {
+        tp_diag *g = &d->items[i];
+        int64_t c = g->suppression ? -1 : tp_map_gets(&checks, g->check);
+        if (c >= 0 && ++shown[c] > limit) {
             diag_free(g);
             continue;
         }
+        if (c >= 0 && shown[c] == limit && total[c] > limit)
+            tp_diag_note_at(g, TP_NO_SPAN, "%d more [%s] diagnostic%s not shown (--diagnostics-limit=0 shows all)",
+                            total[c] - limit, g->check, total[c] - limit == 1 ? "" : "s");
         d->items[n++] = *g;
-        count_level(d, g);
     }
     d->count = n;
-    free(k);
+    free(shown);
+    free(total);
+    tp_map_free(&checks);
 }
 
 void tp_diags_drop(tp_diags *d, const unsigned char *drop)

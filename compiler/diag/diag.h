@@ -54,7 +54,7 @@ typedef struct tp_diags {
     tp_diag *items; int count, cap;
     int errors, warnings;   /* suppressed diagnostics are not counted */
     int suppressed;
-    tp_suppression *supps; int nsupps;
+    tp_suppression *supps; int nsupps, capsupps;
     bool linted;            /* tp_lint_apply has run */
 } tp_diags;
 
@@ -78,6 +78,13 @@ void tp_diag_fixit_claim(tp_diag *g, tp_span span, const char *replacement, cons
 /* Sort by file, then offset, keeping insertion order for ties; drop exact
  * duplicates (same level, check, span, message). */
 void tp_diags_sort(tp_diags *d);
+
+/* Keep the first `limit` diagnostics of each check (0: all), as clang's
+ * -ferror-limit: a large input with one mistake repeated must not pour
+ * megabytes of the same finding into a log. The last one kept says in a
+ * note how many more there were; suppressed ones (SARIF only) are kept
+ * and not counted; errors and warnings still count them all. */
+void tp_diags_limit(tp_diags *d, int limit);
 
 /* Remove the diagnostics whose drop[i] is set and count the rest again. */
 void tp_diags_drop(tp_diags *d, const unsigned char *drop);

@@ -6,6 +6,7 @@
 
 #include "compiler/diag/checks.h"
 #include "util/errmsg.h"
+#include "util/map.h"
 #include "util/xalloc.h"
 
 /* ---- -W ---- */
@@ -166,20 +167,44 @@ void tp_lint_comment(tp_diags *d, const tp_sources *src, tp_span at, const char 
         why_end--;
     s.justification = tp_xstrndup(why, (size_t)(why_end - why));
     s.used = tp_xcalloc((size_t)s.nchecks, 1);
-    d->supps = tp_xreallocarray(d->supps, (size_t)d->nsupps + 1, sizeof *d->supps);
+    d->supps = tp_xgrow(d->supps, d->nsupps, &d->capsupps, sizeof *d->supps, 16);
     d->supps[d->nsupps++] = s;
 }
 
 /* ---- applying them ---- */
 
+/* The suppressions by the line they silence: a map from (file, line) to
+ * the first, next[] chaining the others (a line can have its own comment
+ * and one alone on the line above). A scan of every suppression per
+ * diagnostic made a plan with many of both quadratic. */
+typedef struct supp_index {
+    tp_map first;
+    int *next;
+} supp_index;
+
+static void index_suppressions(supp_index *x, const tp_diags *d)
+{
+    tp_map_init(&x->first);
+    x->next = tp_xcalloc((size_t)d->nsupps + 1, sizeof *x->next);
+    for (int si = 0; si < d->nsupps; si++) {
+        int at[2] = {d->supps[si].at.file, d->supps[si].line};
+        int last = (int)tp_map_put(&x->first, at, sizeof at, si);
+        x->next[si] = -1;
+        if (last == si)
+            continue;
+        while (x->next[last] >= 0)     /* two at most: see above */
+            last = x->next[last];
+        x->next[last] = si;
+    }
+}
+
 /* Mark g suppressed when a comment covering its line names its check. */
-static void match_suppressions(tp_diags *d, int index)
+static void match_suppressions(tp_diags *d, const supp_index *x, int index)
 {
     tp_diag *g = &d->items[index];
-    for (int si = 0; si < d->nsupps; si++) {
+    int at[2] = {g->span.file, g->span.line};
+    for (int si = (int)tp_map_get(&x->first, at, sizeof at); si >= 0; si = x->next[si]) {
         tp_suppression *s = &d->supps[si];
-        if (s->at.file != g->span.file || s->line != g->span.line)
-            continue;
         for (int k = 0; k < s->nchecks; k++) {
             if (strcmp(s->checks[k], g->check) != 0)
                 continue;
@@ -229,9 +254,13 @@ void tp_lint_apply(tp_diags *d, const tp_lint *l)
     if (d->linted)
         return;
     d->linted = true;
+    supp_index x;
+    index_suppressions(&x, d);
     for (int i = 0; i < d->count; i++)
         if (d->items[i].span.file >= 0)
-            match_suppressions(d, i);
+            match_suppressions(d, &x, i);
+    tp_map_free(&x.first);
+    free(x.next);
     report_unused(d);
     tp_diags_sort(d);
 

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/diag/suggest.h"
-#include "util/xalloc.h"
 
 int tp_edit_distance_within(const char *a, const char *b, int k)
 {
@@ -12,8 +11,9 @@ int tp_edit_distance_within(const char *a, const char *b, int k)
     if (la > TP_SUGGEST_MAX_LENGTH || lb > TP_SUGGEST_MAX_LENGTH || (la > lb ? la - lb : lb - la) > band)
         return far;
     /* Levenshtein's rows, only the cells within k of the diagonal: a path
-     * through any other cell costs more than k. Cells outside hold far. */
-    int *row = tp_xmalloc((lb + 1) * sizeof *row);
+     * through any other cell costs more than k. Cells outside hold far.
+     * On the stack: a plan of many unmatched keys asks for many distances. */
+    int row[TP_SUGGEST_MAX_LENGTH + 1];
     for (size_t j = 0; j <= lb; j++)
         row[j] = j <= band ? (int)j : far;
     for (size_t i = 1; i <= la; i++) {
@@ -29,9 +29,7 @@ int tp_edit_distance_within(const char *a, const char *b, int k)
             diag = up;
         }
     }
-    int d = row[lb];
-    free(row);
-    return d;
+    return row[lb];
 }
 
 const char *tp_suggest(const char *word, const char *const *candidates, int n)

@@ -19,6 +19,7 @@
 #include "sched/write.h"
 #include "sched/format.h"
 #include "util/hash.h"
+#include "util/number.h"
 #include "util/xalloc.h"
 
 static const char usage[] =
@@ -67,6 +68,8 @@ static const char usage[] =
     "  --diagnostics-format=FMT   text (default), json or sarif (SARIF 2.1.0): one document\n"
     "                             for all the plans\n"
     "  --sarif-root DIR           SARIF URIs relative to DIR (default: the working directory)\n"
+    "  --diagnostics-limit=N      show at most N diagnostics of each check per plan (default 100;\n"
+    "                             0: all); the last one shown says how many more there are\n"
     "  -Werror                    report warnings as errors (exit status 1); -Wno-error undoes it\n"
     "  -W no-CHECK, -Wno-CHECK    drop CHECK's warnings (errors cannot be dropped)\n"
     "  -W CHECK=error|warning     report CHECK's warnings as errors, or as warnings under -Werror;\n"
@@ -86,8 +89,13 @@ static const char usage[] =
 enum {
     OPT_CHECK = 256, OPT_EXPLAIN, OPT_HF, OPT_FIX, OPT_FORMAT, OPT_COLOR, OPT_VERSION, OPT_REPORT,
     OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT, OPT_TP_PLAN, OPT_TRAIN, OPT_LOSS, OPT_RECOMPUTE, OPT_DEVICE_MEMORY,
-    OPT_ALLOW_OUTSIDE,
+    OPT_ALLOW_OUTSIDE, OPT_DIAG_LIMIT,
 };
+
+/* Diagnostics of one check shown per plan unless --diagnostics-limit says
+ * otherwise: more than any real plan makes, few enough that a generated
+ * plan with one mistake repeated stays readable. */
+enum { DEFAULT_DIAG_LIMIT = 100 };
 
 typedef enum mode { MODE_CHECK, MODE_COMPILE, MODE_EXPLAIN, MODE_REPORT, MODE_DUMP, MODE_EXPORT } mode;
 
@@ -110,6 +118,7 @@ typedef struct cli {
     tp_dtype dtype;
     int color;                  /* -1 auto */
     int rank;                   /* --rank, -1 for all */
+    int diag_limit;             /* --diagnostics-limit, 0 for all */
     tp_export_format export_format;
 } cli;
 
@@ -220,6 +229,14 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
         else if (!strcmp(arg, "sarif")) o->format = TP_FMT_SARIF;
         else return bad_usage("--diagnostics-format must be text, json or sarif, not '%s'", arg);
         return 0;
+    case OPT_DIAG_LIMIT: {
+        int64_t n;
+        if (tp_parse_int(arg, 0, INT32_MAX, &n))
+            return bad_usage("--diagnostics-limit takes a number of diagnostics from 0 (all) to 2147483647, not '%s'",
+                             arg);
+        o->diag_limit = (int)n;
+        return 0;
+    }
     case OPT_REPORT_FORMAT:
         if (!strcmp(arg, "text")) o->report_format = TP_REPORT_TEXT;
         else if (!strcmp(arg, "json")) o->report_format = TP_REPORT_JSON;
@@ -272,6 +289,7 @@ static int parse_args(cli *o, int argc, char **argv)
         {"diagnostics-format", required_argument, 0, OPT_FORMAT},
         {"color", required_argument, 0, OPT_COLOR},
         {"sarif-root", required_argument, 0, OPT_SARIF_ROOT},
+        {"diagnostics-limit", required_argument, 0, OPT_DIAG_LIMIT},
         {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, OPT_VERSION},
         {"export", required_argument, 0, OPT_EXPORT},
@@ -329,6 +347,7 @@ static int finish_diagnostics(const cli *o, tp_unit *u, const char *path, tp_out
 {
     tp_diags_sort(&u->diags);
     tp_lint_apply(&u->diags, &o->lint);
+    tp_diags_limit(&u->diags, o->diag_limit);
     int rc = u->io_error ? 2 : u->diags.errors ? 1 : 0;
     if (tp_output_add(output, path, &u->diags, &u->src, rc) < 0)
         rc = 2;
@@ -480,6 +499,7 @@ static int run(int argc, char **argv)
     o.color = -1;
     o.rank = -1;
     o.optimize = true;
+    o.diag_limit = DEFAULT_DIAG_LIMIT;
     int r = parse_args(&o, argc, argv);
     if (r != 0) {
         cli_free(&o);

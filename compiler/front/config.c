@@ -22,18 +22,19 @@ void tp_config_free(tp_config *c)
     for (int i = 0; i < c->count; i++)
         free(c->items[i].name);
     free(c->items);
+    tp_map_free(&c->index);
     if (c->hf_json)
         json_decref((json_t *)c->hf_json);
     free(c->hf_path);
     memset(c, 0, sizeof *c);
 }
 
+/* By the index: a plan's config block is an input of any size, and each
+ * binding looks its name up. */
 static tp_cfg_entry *find(const tp_config *c, const char *name)
 {
-    for (int i = 0; i < c->count; i++)
-        if (strcmp(c->items[i].name, name) == 0)
-            return &c->items[i];
-    return NULL;
+    int64_t i = tp_map_gets(&c->index, name);
+    return i >= 0 ? &c->items[i] : NULL;
 }
 
 bool tp_config_has(const tp_config *c, const char *name) { return find(c, name) != NULL; }
@@ -45,6 +46,7 @@ static tp_cfg_entry *bind(tp_config *c, const char *name)
     if (e)
         return e;
     c->items = tp_xgrow(c->items, c->count, &c->cap, sizeof *c->items, 32);
+    tp_map_puts(&c->index, name, c->count);
     e = &c->items[c->count++];
     memset(e, 0, sizeof *e);
     e->name = tp_xstrdup(name);

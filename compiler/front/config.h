@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include "compiler/front/ast.h"
 #include "compiler/diag/diag.h"
+#include "util/map.h"
 
 typedef enum tp_cfg_origin {
     TP_CFG_MODEL,      /* default in the model file */
@@ -50,6 +51,7 @@ typedef struct tp_cfg_entry {
 
 typedef struct tp_config {
     tp_cfg_entry *items; int count, cap;
+    tp_map index;             /* name -> position in items */
     void *hf_json;            /* json_t* of --hf-config, or NULL */
     char *hf_path;
     tp_diags *diags;

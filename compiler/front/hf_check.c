@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include "compiler/front/hf_check.h"
 #include "compiler/front/parse.h"
+#include "util/map.h"
 #include "util/xalloc.h"
 
 /* Keys that change what a model computes, with the JSON value that changes
@@ -40,7 +41,9 @@ static const char *const moe_model_types[] = {
 };
 static const char *const expert_keys[] = {"num_local_experts", "num_experts", "n_routed_experts"};
 
-/* What the check works on. */
+/* What the check works on. Every lookup per config.json key goes through
+ * a map built once (index_keys, index_reads, index_block): a scan per key
+ * made a config.json of n keys cost n times its size. */
 typedef struct hf_check {
     tp_config *c;
     tp_sources *src;
@@ -49,6 +52,13 @@ typedef struct hf_check {
     const tp_node *block;       /* the model's hf { }, or NULL */
     const tp_node *model_ast, *plan_ast;
     const char *model_path;
+    tp_map key_at;              /* a top-level key as written -> its index in key_spans */
+    tp_span *key_spans;
+    tp_map reads;               /* keys the model or plan reads with hf("key", ...) */
+    tp_map member_reads;        /* keys whose members they read: hf("key.member", ...) */
+    const tp_node *requires_dict;   /* hf { requires }, or NULL */
+    tp_map requires;            /* its keys -> their index in it */
+    tp_map understands;         /* hf { understands } keys */
 } hf_check;
 
 static bool in_table(const char *s, const char *const *table, size_t n)
@@ -153,28 +163,49 @@ void tp_hf_check_plan(tp_config *c, const tp_node *plan_ast)
 
 /* ---- config.json as a source: spans of its keys ---- */
 
+/* Where each top-level key of config.json is written, in one pass over
+ * the text (jansson has read it already, so it is valid JSON: a string at
+ * depth 1 followed by ':' is a key of the top-level object). A key is
+ * indexed as written between its quotes, so one spelled with an escape
+ * (\u0041) is not found and its diagnostics carry no line. The first of
+ * two equal keys is the one shown. */
+static void index_keys(hf_check *k)
+{
+    if (k->json_file < 0)
+        return;
+    const tp_source_file *f = &k->src->files[k->json_file];
+    const char *text = f->text, *end = f->text + f->size, *line_start = text;
+    int depth = 0, line = 1, nspans = 0, cap = 0;
+    for (const char *p = text; p < end; p++) {
+        if (*p == '\n') {
+            line++;
+            line_start = p + 1;
+        } else if (*p == '{' || *p == '[') {
+            depth++;
+        } else if (*p == '}' || *p == ']') {
+            depth--;
+        } else if (*p == '"') {
+            const char *open = p++;
+            while (p < end && *p != '"')
+                p += *p == '\\' ? 2 : 1;        /* a string holds no raw newline */
+            if (p >= end)
+                break;
+            const char *after = p + 1 + strspn(p + 1, " \t\r\n");
+            if (depth != 1 || after >= end || *after != ':')
+                continue;
+            k->key_spans = tp_xgrow(k->key_spans, nspans, &cap, sizeof *k->key_spans, 32);
+            k->key_spans[nspans] = (tp_span){k->json_file, line, (int)(open - line_start) + 1, (int)(open - text),
+                                             (int)(p - open) + 1};
+            tp_map_put(&k->key_at, open + 1, (size_t)(p - open - 1), nspans++);
+        }
+    }
+}
+
 /* The span of "key": in config.json's text, or TP_NO_SPAN. */
 static tp_span key_span(const hf_check *k, const char *key)
 {
-    if (k->json_file < 0)
-        return TP_NO_SPAN;
-    const char *text = k->src->files[k->json_file].text;
-    char *quoted = tp_xasprintf("\"%s\"", key);
-    tp_span at = TP_NO_SPAN;
-    for (const char *p = strstr(text, quoted); p; p = strstr(p + 1, quoted)) {
-        const char *after = p + strlen(quoted);
-        after += strspn(after, " \t\r\n");
-        if (*after != ':')
-            continue;
-        at = (tp_span){k->json_file, 1, 1, (int)(p - text), (int)strlen(quoted)};
-        for (const char *q = text; q < p; q++) {
-            at.col = *q == '\n' ? 1 : at.col + 1;
-            at.line += *q == '\n';
-        }
-        break;
-    }
-    free(quoted);
-    return at;
+    int64_t i = tp_map_gets(&k->key_at, key);
+    return i >= 0 ? k->key_spans[i] : TP_NO_SPAN;
 }
 
 /* A JSON value as a message shows it; malloc'ed. */
@@ -321,37 +352,47 @@ static bool check_architecture(const hf_check *k, tp_span model_ref)
 
 /* ---- the keys ---- */
 
-/* Does e (a config expression) call hf("key", ...), or read a member of
- * key (hf("key.member", ...): rope_scaling.factor reads rope_scaling)?
- * With members_only, only the second. */
-static bool expr_reads(const tp_node *e, const char *key, bool members_only)
+/* Record every key a config expression reads with hf("key", ...), and
+ * every object whose member it reads: hf("rope_scaling.factor", ...)
+ * reads a member of rope_scaling. */
+static void index_expr_reads(hf_check *k, const tp_node *e)
 {
     const char *read = tp_config_hf_key(e);
-    size_t n = strlen(key);
-    if (read && !strncmp(read, key, n) && (read[n] == '.' || (read[n] == '\0' && !members_only)))
-        return true;
+    if (read) {
+        tp_map_puts(&k->reads, read, 1);
+        for (const char *dot = strchr(read, '.'); dot; dot = strchr(dot + 1, '.'))
+            tp_map_put(&k->member_reads, read, (size_t)(dot - read), 1);
+    }
     for (int i = 0; i < e->nkids; i++)
-        if (expr_reads(e->kids[i], key, members_only))
-            return true;
-    return false;
+        index_expr_reads(k, e->kids[i]);
 }
 
-static bool file_reads(const tp_node *file, const char *key, bool members_only)
+static void index_reads(hf_check *k, const tp_node *file)
 {
     for (int i = 0; file && i < file->nkids; i++)
-        if (file->kids[i]->kind == N_CONFIG && expr_reads(file->kids[i], key, members_only))
-            return true;
-    return false;
+        if (file->kids[i]->kind == N_CONFIG)
+            index_expr_reads(k, file->kids[i]);
+}
+
+/* hf { requires } and hf { understands }, by key. */
+static void index_block(hf_check *k)
+{
+    const tp_node *dict = field(k->block, "requires");
+    k->requires_dict = dict && dict->kind == N_DICT ? dict : NULL;
+    for (int i = 0; k->requires_dict && i < dict->nkids; i++)
+        if (dict->kids[i]->kids[0]->kind == N_STR)
+            tp_map_puts(&k->requires, dict->kids[i]->kids[0]->str, i);
+    const tp_node *list = field(k->block, "understands");
+    for (int i = 0; list && i < list->nkids; i++)
+        if (list->kids[i]->kind == N_STR)
+            tp_map_puts(&k->understands, list->kids[i]->str, i);
 }
 
 /* The value the model's hf { requires } gives key, or NULL. */
 static const tp_node *required_value(const hf_check *k, const char *key)
 {
-    const tp_node *dict = field(k->block, "requires");
-    for (int i = 0; dict && dict->kind == N_DICT && i < dict->nkids; i++)
-        if (dict->kids[i]->kids[0]->kind == N_STR && !strcmp(dict->kids[i]->kids[0]->str, key))
-            return dict->kids[i]->kids[1];
-    return NULL;
+    int64_t i = tp_map_gets(&k->requires, key);
+    return i >= 0 ? k->requires_dict->kids[i]->kids[1] : NULL;
 }
 
 static const struct math_key *find_math_key(const char *key)
@@ -449,14 +490,15 @@ static void check_rope_scaling(const hf_check *k, const char *key, const json_t 
                     "without it", key);
 }
 
+/* Does the model or the plan read key, or a member of it? */
 static bool model_or_plan_reads(const hf_check *k, const char *key)
 {
-    return file_reads(k->model_ast, key, false) || file_reads(k->plan_ast, key, false);
+    return tp_map_gets(&k->reads, key) >= 0 || tp_map_gets(&k->member_reads, key) >= 0;
 }
 
 static bool model_or_plan_reads_member(const hf_check *k, const char *key)
 {
-    return file_reads(k->model_ast, key, true) || file_reads(k->plan_ast, key, true);
+    return tp_map_gets(&k->member_reads, key) >= 0;
 }
 
 /* An object the model reads member by member (rope_parameters,
@@ -638,7 +680,7 @@ static void check_key(const hf_check *k, const char *key, const json_t *v)
         check_required(k, key, v, want);
         return;
     }
-    if (lists(field(k->block, "understands"), key))
+    if (tp_map_gets(&k->understands, key) >= 0)
         return;
     const struct math_key *m = find_math_key(key);
     if (m) {
@@ -675,16 +717,30 @@ bool tp_hf_check_config(tp_config *c, tp_sources *src, const tp_node *model_ast,
                         const tp_node *plan_ast, const char *model_path, tp_span model_ref)
 {
     char err[512];
-    hf_check k = {c, src, c->hf_json, tp_sources_load(src, c->hf_path, err, sizeof err),
-                  find_hf_block(model_ast), model_ast, plan_ast, model_path};
+    hf_check k = {.c = c, .src = src, .json = c->hf_json, .json_file = tp_sources_load(src, c->hf_path, err, sizeof err),
+                  .block = find_hf_block(model_ast), .model_ast = model_ast, .plan_ast = plan_ast,
+                  .model_path = model_path};
+    bool same_architecture = true;
     if (!k.block)
         tp_diag_add(c->diags, TP_WARNING, model_ref, "hf-architecture",
                     "%s declares no hf { architectures = (...) }: tpcc cannot check that %s describes it",
                     model_path, c->hf_path);
-    else if (!check_architecture(&k, model_ref))
-        return false;
-    check_keys(&k);
-    return true;
+    else
+        same_architecture = check_architecture(&k, model_ref);
+    if (same_architecture) {
+        index_keys(&k);
+        index_reads(&k, model_ast);
+        index_reads(&k, plan_ast);
+        index_block(&k);
+        check_keys(&k);
+    }
+    tp_map_free(&k.key_at);
+    free(k.key_spans);
+    tp_map_free(&k.reads);
+    tp_map_free(&k.member_reads);
+    tp_map_free(&k.requires);
+    tp_map_free(&k.understands);
+    return same_architecture;
 }
 
 /* The key an hf() chain reads its value from: hf("a", hf("b", default))

@@ -31,6 +31,7 @@ void tp_sources_free(tp_sources *s)
     for (int i = 0; i < s->count; i++) {
         free(s->files[i].path);
         free(s->files[i].text);
+        free(s->files[i].line_starts);
     }
     free(s->files);
     tp_sources_init(s);
@@ -80,6 +81,24 @@ static int find_loaded(const tp_sources *s, const char *path)
     return found;
 }
 
+/* Where each line of f starts: one pass when the file is added, so that
+ * rendering a diagnostic finds its line at once (a scan from the start
+ * per diagnostic made n diagnostics on a file of n lines quadratic). */
+static void index_lines(tp_source_file *f)
+{
+    int cap = 0;
+    f->line_starts = NULL;
+    f->nlines = 0;
+    for (const char *p = f->text, *end = f->text + f->size;;) {
+        f->line_starts = tp_xgrow(f->line_starts, f->nlines, &cap, sizeof *f->line_starts, 64);
+        f->line_starts[f->nlines++] = (size_t)(p - f->text);
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl)
+            break;
+        p = nl + 1;
+    }
+}
+
 /* Takes ownership of text (size bytes plus a NUL). */
 static int add_owned(tp_sources *s, const char *path, char *text, size_t size)
 {
@@ -92,6 +111,7 @@ static int add_owned(tp_sources *s, const char *path, char *text, size_t size)
     f->text = text;
     f->size = size;
     f->unread = false;
+    index_lines(f);
     return s->count++;
 }
 
@@ -229,22 +249,14 @@ int tp_sources_load(tp_sources *s, const char *path, char *err, size_t errlen)
     return add_owned(s, path, text, size);
 }
 
-/* Lines are found by scanning from the start. Only the renderer calls this,
- * once per diagnostic, so a line index would not pay for itself. */
 int tp_source_line(const tp_sources *s, int file, int line, const char **start, int *len)
 {
     *start = NULL;
     *len = 0;
-    if (file < 0 || file >= s->count || line < 1 || s->files[file].unread)
+    if (file < 0 || file >= s->count || line < 1 || s->files[file].unread || line > s->files[file].nlines)
         return 0;
     const tp_source_file *f = &s->files[file];
-    const char *p = f->text, *end = f->text + f->size;
-    for (int l = 1; l < line; l++) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        if (!nl)
-            return 0;
-        p = nl + 1;
-    }
+    const char *p = f->text + f->line_starts[line - 1], *end = f->text + f->size;
     const char *e = memchr(p, '\n', (size_t)(end - p));
     if (!e)
         e = end;

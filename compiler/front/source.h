@@ -25,6 +25,8 @@ typedef struct tp_source_file {
     char *text;      /* contents, NUL-terminated */
     size_t size;     /* bytes, excluding the NUL */
     bool unread;     /* could not be read: a path for diagnostics to point at, no text */
+    size_t *line_starts;    /* offset of each line, for tp_source_line */
+    int nlines;
 } tp_source_file;
 
 typedef struct tp_sources {

@@ -8,6 +8,7 @@
 #include "compiler/plan/pynames.h"
 #include "compiler/plan/hf_styles.h"
 #include "compiler/diag/suggest.h"
+#include "util/map.h"
 #include "util/xalloc.h"
 
 /* A class name added here also goes in plan_classes and in the lists of
@@ -42,6 +43,27 @@ static const char *const *const style_kw[] = {
 
 int64_t tp_plan_tp_size(const tp_plan *p) { return p->mesh_size[p->tp_dim]; }
 
+/* fnmatch's special characters (flags 0): a component without them
+ * matches only itself. */
+static bool is_literal(const char *pattern, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strchr("*?[\\", pattern[i]))
+            return false;
+    return true;
+}
+
+static bool component_match(const char *pattern, size_t pl, const char *fqn, size_t fl)
+{
+    if (is_literal(pattern, pl))
+        return pl == fl && !memcmp(pattern, fqn, pl);
+    char *pc = tp_xstrndup(pattern, pl), *fc = tp_xstrndup(fqn, fl);
+    bool same = fnmatch(pc, fc, 0) == 0;
+    free(pc);
+    free(fc);
+    return same;
+}
+
 /* PyTorch splits the key on '.' and matches each part against the child
  * names one level down; the root itself is only named by the empty key. */
 bool tp_pattern_match(const char *pattern, const char *fqn)
@@ -49,20 +71,71 @@ bool tp_pattern_match(const char *pattern, const char *fqn)
     if (!*fqn || !*pattern)
         return !*fqn && !*pattern;
     for (;;) {
-        const char *pd = strchr(pattern, '.'), *fd = strchr(fqn, '.');
-        size_t pl = pd ? (size_t)(pd - pattern) : strlen(pattern);
-        size_t fl = fd ? (size_t)(fd - fqn) : strlen(fqn);
-        char *pc = tp_xstrndup(pattern, pl), *fc = tp_xstrndup(fqn, fl);
-        bool same = fnmatch(pc, fc, 0) == 0;
-        free(pc);
-        free(fc);
-        if (!same)
+        size_t pl = strcspn(pattern, "."), fl = strcspn(fqn, ".");
+        if (!component_match(pattern, pl, fqn, fl))
             return false;
-        if (!pd || !fd)
-            return !pd && !fd;
-        pattern = pd + 1;
-        fqn = fd + 1;
+        if (!pattern[pl] || !fqn[fl])
+            return !pattern[pl] && !fqn[fl];
+        pattern += pl + 1;
+        fqn += fl + 1;
     }
+}
+
+/* The modules by name: a key without wildcards (nearly every key) names
+ * at most one module, found in the map; only a key with wildcards is
+ * matched against every module (a scan per key made a plan of n keys
+ * cost n times the model). */
+typedef struct name_list {
+    char **names;
+    int n;
+} name_list;
+
+typedef struct module_index {
+    const tp_model *m;
+    tp_map by_fqn;
+    /* for did-you-mean: the module names relative to each parallelize
+     * path, made once per path (names_under) */
+    tp_map bases;
+    name_list *lists; int nlists, caplists;
+} module_index;
+
+static void module_index_init(module_index *x, const tp_model *m)
+{
+    memset(x, 0, sizeof *x);
+    x->m = m;
+    for (int i = 0; i < m->count; i++)
+        tp_map_puts(&x->by_fqn, m->all[i]->fqn, i);
+}
+
+static void module_index_free(module_index *x)
+{
+    for (int i = 0; i < x->nlists; i++) {
+        for (int k = 0; k < x->lists[i].n; k++)
+            free(x->lists[i].names[k]);
+        free(x->lists[i].names);
+    }
+    free(x->lists);
+    tp_map_free(&x->bases);
+    tp_map_free(&x->by_fqn);
+}
+
+/* The next module from index *i on that pattern matches, or NULL; *i
+ * moves past it. Loop as for (int i = 0; (mod = next_match(x, p, &i));). */
+static tp_module *next_match(const module_index *x, const char *pattern, int *i)
+{
+    const tp_model *m = x->m;
+    if (is_literal(pattern, strlen(pattern))) {
+        int64_t at = tp_map_gets(&x->by_fqn, pattern);
+        tp_module *found = at >= *i ? m->all[at] : NULL;
+        *i = m->count;
+        return found;
+    }
+    while (*i < m->count) {
+        tp_module *mod = m->all[(*i)++];
+        if (tp_pattern_match(pattern, mod->fqn))
+            return mod;
+    }
+    return NULL;
 }
 
 typedef struct reader {
@@ -385,7 +458,7 @@ static void read_mesh(tp_plan *p, const tp_node *item, tp_config *c)
 
 static void add_style(tp_plan *p, tp_style *s)
 {
-    p->styles = tp_xrealloc(p->styles, (size_t)(p->nstyles + 1) * sizeof *p->styles);
+    p->styles = tp_xgrow(p->styles, p->nstyles, &p->capstyles, sizeof *p->styles, 16);
     p->styles[p->nstyles++] = s;
 }
 
@@ -470,7 +543,7 @@ static tp_style *read_hf_style(reader *r, const tp_node *str)
 /* The desugared values live as long as the plan: styles point into them. */
 static const tp_node *keep_value(tp_plan *p, tp_node *value)
 {
-    p->values = tp_xrealloc(p->values, (size_t)(p->nvalues + 1) * sizeof *p->values);
+    p->values = tp_xgrow(p->values, p->nvalues, &p->capvalues, sizeof *p->values, 16);
     p->values[p->nvalues++] = value;
     return value;
 }
@@ -693,12 +766,10 @@ static bool supports(const tp_style *s, const tp_module *m)
  * not a fix --fix may apply, or NULL: the modules the new pattern matches
  * must all take the style and have no entry yet (else the rename makes a
  * duplicate-entry or an unsupported-module error). */
-static const char *rename_blocked(const tp_model *m, const tp_style *s, const char *pattern)
+static const char *rename_blocked(const module_index *x, const tp_style *s, const char *pattern)
 {
-    for (int i = 0; i < m->count; i++) {
-        const tp_module *mod = m->all[i];
-        if (!tp_pattern_match(pattern, mod->fqn))
-            continue;
+    const tp_module *mod;
+    for (int i = 0; (mod = next_match(x, pattern, &i));) {
         if (mod->style)
             return "another entry already parallelizes it";
         if (!supports(s, mod))
@@ -712,45 +783,59 @@ static char *absolute_pattern(const char *base, const char *key)
     return base[0] ? tp_xasprintf("%s.%s", base, key) : tp_xstrdup(key);
 }
 
-static void suggest_module(const tp_model *m, const tp_style *s, tp_diag *g)
+/* Every module name written relative to the parallelize path `base`: the
+ * names a key of that block may mean. */
+static void relative_names(const tp_model *m, const char *base, name_list *out)
 {
-    /* Candidates: every module name written relative to the parallelize path. */
-    const char **names = tp_xmalloc((size_t)m->count * sizeof *names);
-    char **owned = tp_xmalloc((size_t)m->count * sizeof *owned);
-    int n = 0;
-    const char *key = s->entry->kids[0]->str;
+    out->names = tp_xmalloc(((size_t)m->count + 1) * sizeof *out->names);
+    out->n = 0;
+    int parts = 1;
+    for (const char *q = base; *q; q++)
+        parts += *q == '.';
     for (int i = 0; i < m->count; i++) {
         const char *fqn = m->all[i]->fqn;
-        if (!s->base[0]) {
-            owned[n] = tp_xstrdup(fqn);
-        } else {
-            /* strip a prefix matching the base pattern */
-            int parts = 1;
-            for (const char *q = s->base; *q; q++)
-                parts += *q == '.';
-            const char *rest = fqn;
-            for (int k = 0; k < parts && rest; k++) {
-                rest = strchr(rest, '.');
-                if (rest) rest++;
-            }
-            if (!rest)
-                continue;
-            char *prefix = tp_xstrdup(fqn);
-            prefix[rest - fqn - 1] = '\0';
-            bool under = tp_pattern_match(s->base, prefix);
-            free(prefix);
-            if (!under)
-                continue;
-            owned[n] = tp_xstrdup(rest);
+        if (!base[0]) {
+            out->names[out->n++] = tp_xstrdup(fqn);
+            continue;
         }
-        names[n] = owned[n];
-        n++;
+        /* strip a prefix matching the base pattern */
+        const char *rest = fqn;
+        for (int k = 0; k < parts && rest; k++) {
+            rest = strchr(rest, '.');
+            if (rest) rest++;
+        }
+        if (!rest)
+            continue;
+        char *prefix = tp_xstrndup(fqn, (size_t)(rest - fqn - 1));
+        bool under = tp_pattern_match(base, prefix);
+        free(prefix);
+        if (under)
+            out->names[out->n++] = tp_xstrdup(rest);
     }
+}
+
+/* The names of relative_names(base), made once per parallelize path. */
+static const name_list *names_under(module_index *x, const char *base)
+{
+    int64_t i = tp_map_puts(&x->bases, base, x->nlists);
+    if (i == x->nlists) {
+        x->lists = tp_xgrow(x->lists, x->nlists, &x->caplists, sizeof *x->lists, 8);
+        relative_names(x->m, base, &x->lists[x->nlists++]);
+    }
+    return &x->lists[i];
+}
+
+static void suggest_module(module_index *x, const tp_style *s, tp_diag *g)
+{
+    const name_list *under = names_under(x, s->base);
+    const char *const *names = (const char *const *)under->names;
+    int n = under->n;
+    const char *key = s->entry->kids[0]->str;
     const char *best = tp_suggest(key, names, n);
     const char *sure = tp_suggest_sure(key, names, n);
     if (sure) {
         char *pattern = absolute_pattern(s->base, sure);
-        const char *blocked = rename_blocked(m, s, pattern);
+        const char *blocked = rename_blocked(x, s, pattern);
         if (blocked) {
             tp_diag_help(g, "did you mean '%s'? (--fix leaves it: %s)", sure, blocked);
         } else {
@@ -763,10 +848,6 @@ static void suggest_module(const tp_model *m, const tp_style *s, tp_diag *g)
     } else if (best) {
         tp_diag_help(g, "did you mean '%s'?", best);
     }
-    for (int i = 0; i < n; i++)
-        free(owned[i]);
-    free(owned);
-    free(names);
 }
 
 static int wildcards(const char *pattern)
@@ -814,10 +895,10 @@ static void conv1d_help(tp_diag *g, const tp_style *s)
 
 /* The deepest module the first `depth` components of pattern name, or
  * NULL (the root for depth 0). */
-static const tp_module *module_at(const tp_model *m, const char *pattern, int depth)
+static const tp_module *module_at(const module_index *x, const char *pattern, int depth)
 {
     if (depth == 0)
-        return m->root;
+        return x->m->root;
     const char *end = pattern;
     for (int k = 0; k < depth; k++) {
         end = strchr(end, '.');
@@ -827,10 +908,8 @@ static const tp_module *module_at(const tp_model *m, const char *pattern, int de
             end++;
     }
     char *prefix = end ? tp_xstrndup(pattern, (size_t)(end - pattern)) : tp_xstrdup(pattern);
-    const tp_module *found = NULL;
-    for (int i = 0; i < m->count && !found; i++)
-        if (tp_pattern_match(prefix, m->all[i]->fqn))
-            found = m->all[i];
+    int i = 0;
+    const tp_module *found = next_match(x, prefix, &i);
     free(prefix);
     return found;
 }
@@ -851,17 +930,17 @@ static int components(const char *path)
  * too, with the same words. Where the parallelize path itself names no
  * module, the training script's loop over it would find nothing to apply
  * the dict to: an error. */
-static void report_unmatched(tp_plan *p, tp_model *m, tp_style *s, tp_diags *d)
+static void report_unmatched(module_index *x, tp_style *s, tp_diags *d)
 {
     int depth = 0, total = components(s->pattern), base = components(s->base);
-    while (depth < total && module_at(m, s->pattern, depth + 1))
+    while (depth < total && module_at(x, s->pattern, depth + 1))
         depth++;
     tp_span at = s->entry->kids[0]->span;
     if (depth < base) {
         tp_diag *g = tp_diag_add(d, TP_ERROR, at, "unmatched-entry",
                                  "plan key '%s' matches no module: the parallelize path '%s' names none",
                                  s->pattern, s->base);
-        suggest_module(m, s, g);
+        suggest_module(x, s, g);
         return;
     }
     const char *rest = s->pattern;
@@ -869,13 +948,13 @@ static void report_unmatched(tp_plan *p, tp_model *m, tp_style *s, tp_diags *d)
         rest = strchr(rest, '.') + 1;
     const char *dot = strchr(rest, '.');
     int token_len = dot ? (int)(dot - rest) : (int)strlen(rest);
-    const tp_module *parent = module_at(m, s->pattern, depth);
+    const tp_module *parent = module_at(x, s->pattern, depth);
     tp_diag *g = tp_diag_add(d, TP_WARNING, at, "unmatched-entry",
                              "plan key '%s' matches no module: PyTorch warns \"Parallelize plan key '%s' could not "
                              "be resolved: no submodule matching token '%.*s' in module %s(...), skipping this plan "
                              "entry.\" and applies the rest of the plan",
                              s->pattern, rest, token_len, rest, parent ? parent->type : "?");
-    suggest_module(m, s, g);
+    suggest_module(x, s, g);
 }
 
 /* Why a Hugging Face string style does not fit the module, as
@@ -947,14 +1026,14 @@ static void report_unequal_packing(tp_diags *d, const tp_style *s, const tp_modu
 
 static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
 {
+    module_index x;
+    module_index_init(&x, m);
     for (int si = 0; si < p->nstyles; si++) {
         tp_style *s = p->styles[si];
         int duplicates = 0;
         bool unsupported = false;
-        for (int i = 0; i < m->count; i++) {
-            tp_module *mod = m->all[i];
-            if (!tp_pattern_match(s->pattern, mod->fqn))
-                continue;
+        tp_module *mod;
+        for (int i = 0; (mod = next_match(&x, s->pattern, &i));) {
             s->nmatched++;
             if (!supports(s, mod)) {
                 if (!unsupported) {
@@ -991,7 +1070,8 @@ static void resolve(tp_plan *p, tp_model *m, tp_diags *d)
     /* after every entry is resolved, so a rename is checked against them all */
     for (int si = 0; si < p->nstyles; si++)
         if (p->styles[si]->nmatched == 0)
-            report_unmatched(p, m, p->styles[si], d);
+            report_unmatched(&x, p->styles[si], d);
+    module_index_free(&x);
 }
 
 /* layers.7.mlp -> layers.*.mlp: one name for a module of every layer. */
@@ -1016,7 +1096,8 @@ static void warn_uncovered(tp_plan *p, tp_model *m, tp_diags *d)
     tp_buf names;
     tp_buf_init(&names);
     tp_module *first = NULL;
-    char **seen = NULL;
+    tp_map seen;                   /* the generic names listed */
+    tp_map_init(&seen);
     int nseen = 0;
     for (int i = 0; i < m->count; i++) {
         tp_module *mod = m->all[i];
@@ -1026,15 +1107,13 @@ static void warn_uncovered(tp_plan *p, tp_model *m, tp_diags *d)
         if (w && w->tied_to && w->tied_to->owner->style)
             continue;              /* covered by the entry of its tied twin */
         char *pat = generic_name(mod->fqn);
-        bool dup = false;
-        for (int k = 0; k < nseen && !dup; k++)
-            dup = !strcmp(seen[k], pat);
-        if (dup) { free(pat); continue; }
-        seen = tp_xrealloc(seen, (size_t)(nseen + 1) * sizeof *seen);
-        seen[nseen++] = pat;
-        tp_buf_appendf(&names, "%s'%s'", nseen > 1 ? ", " : "", pat);
-        if (!first)
-            first = mod;
+        if (tp_map_puts(&seen, pat, nseen) == nseen) {
+            nseen++;
+            tp_buf_appendf(&names, "%s'%s'", nseen > 1 ? ", " : "", pat);
+            if (!first)
+                first = mod;
+        }
+        free(pat);
     }
     if (nseen) {
         tp_diag *g = tp_diag_add(d, TP_WARNING, item_head(p->styles[0]->item), "uncovered-parameter",
@@ -1045,9 +1124,7 @@ static void warn_uncovered(tp_plan *p, tp_model *m, tp_diags *d)
         tp_diag_help(g, "shard them with ColwiseParallel()/RowwiseParallel(), or give them a "
                         "PrepareModuleOutput(...) entry to keep them replicated on purpose");
     }
-    for (int k = 0; k < nseen; k++)
-        free(seen[k]);
-    free(seen);
+    tp_map_free(&seen);
     tp_buf_free(&names);
 }
 

@@ -90,10 +90,10 @@ typedef struct tp_plan {
     bool loss_parallel;
     tp_span loss_parallel_span;
     tp_train_spec train;        /* train { }: the training script around the model */
-    tp_style **styles; int nstyles;
+    tp_style **styles; int nstyles, capstyles;
     /* plan values with their Python names resolved and conditions
      * evaluated (plan/pynames.h); styles point into them */
-    tp_node **values; int nvalues;
+    tp_node **values; int nvalues, capvalues;
 } tp_plan;
 
 /* Read the mesh and styles of a plan file and resolve them against the

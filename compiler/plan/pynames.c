@@ -193,16 +193,15 @@ void tp_pynames_free(tp_pynames *n)
         free(n->items[i].target);
     }
     free(n->items);
+    tp_map_free(&n->index);
     memset(n, 0, sizeof *n);
 }
 
 /* Later bindings replace earlier ones, as Python rebinds a name. */
 static void bind(tp_pynames *n, const char *name, tp_pyname_kind kind, const char *module, const char *target)
 {
-    tp_pyname *b = NULL;
-    for (int i = 0; i < n->count && !b; i++)
-        if (!strcmp(n->items[i].name, name))
-            b = &n->items[i];
+    int64_t i = tp_map_puts(&n->index, name, n->count);
+    tp_pyname *b = i < n->count ? &n->items[i] : NULL;
     if (b) {
         free(b->name);
         free(b->module);
@@ -219,10 +218,8 @@ static void bind(tp_pynames *n, const char *name, tp_pyname_kind kind, const cha
 
 static const tp_pyname *lookup(const tp_pynames *n, const char *name)
 {
-    for (int i = 0; i < n->count; i++)
-        if (!strcmp(n->items[i].name, name))
-            return &n->items[i];
-    return NULL;
+    int64_t i = tp_map_gets(&n->index, name);
+    return i >= 0 ? &n->items[i] : NULL;
 }
 
 bool tp_pynames_is_binding(const tp_node *item)

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include "compiler/front/ast.h"
 #include "compiler/front/config.h"
+#include "util/map.h"
 
 typedef enum tp_pyname_kind {
     TP_PYNAME_CLASS,     /* a PyTorch class or function tpcc knows the module of */
@@ -36,6 +37,7 @@ typedef struct tp_pyname {
 typedef struct tp_pynames {
     tp_pyname *items;
     int count, cap;
+    tp_map index;           /* name -> position in items: a plan binds any number */
     const tp_node *file;    /* for "bound later" notes */
     tp_config *c;
     tp_diags *d;

@@ -1,0 +1,13 @@
+/* number.h: numbers as people write them on a command line: decimal only
+ * and range-checked. strtol alone takes more: leading blanks, a '+', and
+ * a value past the type's range that wraps once cast to a smaller one. */
+#ifndef TP_UTIL_NUMBER_H
+#define TP_UTIL_NUMBER_H
+
+#include <stdint.h>
+
+/* s as an integer from min to max: an optional '-', then decimal digits,
+ * nothing else. Returns 0, or -1 (*out untouched). */
+int tp_parse_int(const char *s, int64_t min, int64_t max, int64_t *out);
+
+#endif /* TP_UTIL_NUMBER_H */
