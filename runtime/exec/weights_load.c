@@ -3,7 +3,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include "runtime/train/gather.h"
 #include "util/errmsg.h"
 #include "util/suffix.h"
 #include "util/xalloc.h"
