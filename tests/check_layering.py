@@ -11,6 +11,15 @@
       tree holds one file of that name (the CUDA kernels' own includes).
       A circle is printed with one include that makes each of its steps.
 
+  check_layering.py comment-paths ROOT
+      Every path a comment under those four folders names, "dir/file.ext",
+      exists: from the repository root, or from the commenting file's
+      folder or one above it ("backends/cpu/vec.h" in runtime/). A path
+      whose folder is none of this tree's (torch/distributed/..., a
+      Hugging Face or OpenBLAS file) is another project's and is not
+      checked, nor is one followed by ":line" (a diagnostic shown as an
+      example) or one from "./" or "../" (a path as a user writes it).
+
 Exit status 0 when the tree keeps the promise, 1 with what breaks it.
 """
 import os
@@ -127,11 +136,60 @@ def check_includes(root):
     return 1 if bad else 0
 
 
+COMMENT = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])\'', re.S)
+HASH_COMMENT = re.compile(r'#[^\n]*')
+PATH = re.compile(r'(?<![\w./~-])((?:[\w.-]+/)+[\w.-]+\.(?:c|h|cc|cpp|cu|cuh|y|l|def|py|sh|md|json|plan|model|txt|cmake))'
+                  r'(?![\w/-])(:[0-9])?')
+
+
+def comments(name, text):
+    """(line, text) of each comment."""
+    pattern = HASH_COMMENT if name == "CMakeLists.txt" else COMMENT
+    for m in pattern.finditer(text):
+        if m.group(0)[0] in "\"'":
+            continue   # a string or character literal
+        yield text.count("\n", 0, m.start()) + 1, m.group(0)
+
+
+def check_comment_paths(root):
+    stale = []
+    for lib in LIBRARIES:
+        for folder, _, names in os.walk(os.path.join(root, lib)):
+            for name in sorted(names):
+                if not (name.endswith(SOURCES) or name == "CMakeLists.txt"):
+                    continue
+                path = os.path.join(folder, name)
+                here = os.path.relpath(folder, root)
+                bases = [""]
+                while here not in ("", "."):
+                    bases.append(here)
+                    here = os.path.dirname(here)
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    text = fh.read()
+                for line, comment in comments(name, text):
+                    for m in PATH.finditer(comment):
+                        named, example = m.group(1), m.group(2)
+                        if example or named.startswith(("./", "../")):
+                            continue   # an example: a location, or a path as a user writes it
+                        if any(os.path.exists(os.path.join(root, b, named)) for b in bases):
+                            continue
+                        if not any(os.path.isdir(os.path.join(root, b, os.path.dirname(named))) for b in bases):
+                            continue   # another project's file
+                        at = line + comment.count("\n", 0, m.start())
+                        stale.append("%s:%d: %s" % (os.path.relpath(path, root), at, named))
+    for s in stale:
+        print(s + ": no such file")
+    if stale:
+        print("A comment names a file this tree does not have: name the file that is there now.")
+    return 1 if stale else 0
+
+
 def main(argv):
-    if len(argv) != 3 or argv[1] not in ("includes",):
+    checks = {"includes": check_includes, "comment-paths": check_comment_paths}
+    if len(argv) != 3 or argv[1] not in checks:
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    return check_includes(argv[2])
+    return checks[argv[1]](argv[2])
 
 
 if __name__ == "__main__":
