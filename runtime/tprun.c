@@ -21,13 +21,13 @@
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
-#include "runtime/exec/clobber.h"
+#include "runtime/job/clobber.h"
 #include "runtime/exec/exec.h"
 #include "runtime/backends/gpu.h"
 #include "runtime/comm/gpu_share.h"
 #include "runtime/comm/node.h"
 #include "runtime/io/npy.h"
-#include "runtime/exec/run.h"
+#include "runtime/job/run.h"
 #include "runtime/io/weights.h"
 #include "util/xalloc.h"
 

@@ -9,7 +9,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
-#include "compiler/front/source.h"
+#include "compiler/diag/source.h"
 
 typedef enum tp_diag_level { TP_ERROR, TP_WARNING, TP_NOTE } tp_diag_level;
 

@@ -10,7 +10,7 @@
 #include "compiler/diag/diag.h"
 #include "compiler/front/model.h"
 #include "compiler/plan/plan.h"
-#include "compiler/front/source.h"
+#include "compiler/diag/source.h"
 
 typedef struct tp_compile_opts {
     const char *const *defines; int ndefines;   /* "name=value" from -D */

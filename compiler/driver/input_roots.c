@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include "compiler/driver/input_roots.h"
 #include "compiler/driver/model_path.h"
-#include "compiler/front/source.h"
+#include "compiler/diag/source.h"
 #include "util/errmsg.h"
 #include "util/xalloc.h"
 

@@ -440,7 +440,8 @@ static int run_plan(const cli *o, const char *path, tp_output *output)
         tp_explain_print(&u.analysis, &u.plan, stdout);
     char *exported = NULL;
     if (o->mode == MODE_EXPORT && u.built && !u.diags.errors && !u.io_error) {
-        exported = tp_export(&u, path, o->export_format);
+        const tp_export_unit checked = {&u.plan, &u.model, &u.diags};
+        exported = tp_export(&checked, path, o->export_format);
         if (!exported && !u.diags.errors) {
             fprintf(stderr, "tpcc: --export: out of memory\n");
             u.io_error = true;

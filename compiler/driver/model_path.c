@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "compiler/driver/model_path.h"
-#include "compiler/front/source.h"
+#include "compiler/diag/source.h"
 #include "util/xalloc.h"
 
 static int readable(const char *path)

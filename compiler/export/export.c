@@ -11,12 +11,12 @@ int tp_export_format_parse(const char *name)
     return -1;
 }
 
-char *tp_export(tp_unit *u, const char *plan_path, tp_export_format fmt)
+char *tp_export(const tp_export_unit *u, const char *plan_path, tp_export_format fmt)
 {
     /* neither format has a place for the training script's part: say so
      * rather than drop it unseen */
-    if (u->plan.train.block)
-        tp_diag_add(&u->diags, TP_WARNING, u->plan.train.block->span, "export",
+    if (u->plan->train.block)
+        tp_diag_add(u->diags, TP_WARNING, u->plan->train.block->span, "export",
                     "the export carries the parallelize plan only, not train { }: the training script must split "
                     "its batches, clip its gradients and checkpoint its layers' activations as the block says");
     return fmt == TP_EXPORT_PYTORCH ? tp_export_pytorch(u, plan_path) : tp_export_hf(u);

@@ -10,16 +10,26 @@
 
 #include <stddef.h>
 #include <stdio.h>
-#include "compiler/driver/compile.h"
+#include "compiler/diag/diag.h"
+#include "compiler/front/model.h"
+#include "compiler/plan/plan.h"
 
 typedef enum tp_export_format { TP_EXPORT_PYTORCH, TP_EXPORT_HF } tp_export_format;
+
+/* What an export reads of a checked plan (the driver's tp_unit holds
+ * them), and where it reports an entry it cannot write. */
+typedef struct tp_export_unit {
+    const tp_plan *plan;
+    const tp_model *model;
+    tp_diags *diags;
+} tp_export_unit;
 
 /* "pytorch" or "hf"; -1 for anything else. */
 int tp_export_format_parse(const char *name);
 
 /* The unit's plan (built, without errors) in `fmt`, as a new string; NULL
- * when an entry has no equivalent (each reported in u->diags). */
-char *tp_export(tp_unit *u, const char *plan_path, tp_export_format fmt);
+ * when an entry has no equivalent (each reported in *u->diags). */
+char *tp_export(const tp_export_unit *u, const char *plan_path, tp_export_format fmt);
 
 /* Write `text` to stdout (out NULL or "-") or atomically to `out` (the
  * driver has checked that out is none of the inputs: driver/clobber.h).
@@ -28,8 +38,8 @@ int tp_export_write(const char *text, const char *out, char *err, size_t errlen)
 
 /* --- shared by the formats ---------------------------------------------- */
 
-char *tp_export_pytorch(tp_unit *u, const char *plan_path);
-char *tp_export_hf(tp_unit *u);
+char *tp_export_pytorch(const tp_export_unit *u, const char *plan_path);
+char *tp_export_hf(const tp_export_unit *u);
 
 /* The entry's key as written in its parallelize block's dict. */
 const char *tp_export_key(const tp_style *s);

@@ -18,11 +18,11 @@ static bool is_replicate(tp_io_layout l) { return !l.none && l.pl.kind == TP_REP
 static bool is_last_shard(tp_io_layout l) { return !l.none && l.pl.kind == TP_SHARD && l.pl.dim == -1; }
 
 /* The kind of the modules the entry matched; Linear when it matched none. */
-static tp_module_kind matched_kind(const tp_unit *u, const tp_style *s)
+static tp_module_kind matched_kind(const tp_export_unit *u, const tp_style *s)
 {
-    for (int i = 0; i < u->model.count; i++)
-        if (u->model.all[i]->style == s)
-            return u->model.all[i]->kind;
+    for (int i = 0; i < u->model->count; i++)
+        if (u->model->all[i]->style == s)
+            return u->model->all[i]->kind;
     return TP_MOD_LINEAR;
 }
 
@@ -37,7 +37,7 @@ static tp_module_kind matched_kind(const tp_unit *u, const tp_style *s)
  *   sequence_parallel      SequenceParallel(use_local_output=True)
  *   packed_colwise         itself (ColwiseParallel(tpcc_packed=True) has no string)
  * every one with use_local_output=True. */
-static const char *hf_style(const tp_unit *u, const tp_style *s)
+static const char *hf_style(const tp_export_unit *u, const tp_style *s)
 {
     /* a string transformers 5.23 registers is itself; 4.56's are gone there */
     if (s->hf)
@@ -67,7 +67,7 @@ static const char *hf_style(const tp_unit *u, const tp_style *s)
     }
 }
 
-static void no_equivalent(tp_unit *u, const tp_style *s)
+static void no_equivalent(const tp_export_unit *u, const tp_style *s)
 {
     char in[32], out[32], layouts[128];
     snprintf(layouts, sizeof layouts, "no registered style takes input_layouts=%s with output_layouts=%s on a%s",
@@ -80,15 +80,15 @@ static void no_equivalent(tp_unit *u, const tp_style *s)
                     : !s->use_local_output ? "every transformers style hands on a plain tensor (use_local_output=True)"
                     : s->kind == TP_STYLE_SEQUENCE ? "transformers' sequence_parallel shards dimension 1"
                     : layouts;
-    tp_diag *g = tp_diag_add(&u->diags, TP_ERROR, s->entry->span, "export",
+    tp_diag *g = tp_diag_add(u->diags, TP_ERROR, s->entry->span, "export",
                              "'%s': %s has no Hugging Face tp_plan equivalent: %s", s->pattern, s->name, why);
     tp_diag_help(g, "transformers 5.23 registers %s (see README, Python); export this plan with --export=pytorch",
                  hf_strings);
 }
 
-char *tp_export_hf(tp_unit *u)
+char *tp_export_hf(const tp_export_unit *u)
 {
-    const tp_plan *p = &u->plan;
+    const tp_plan *p = u->plan;
     json_t *plan = json_object();
     bool ok = plan != NULL;
     for (int i = 0; ok && i < p->nstyles; i++) {
@@ -101,10 +101,10 @@ char *tp_export_hf(tp_unit *u)
             ok = false;
     }
     if (p->loss_parallel)
-        tp_diag_add(&u->diags, TP_WARNING, p->loss_parallel_span, "export",
+        tp_diag_add(u->diags, TP_WARNING, p->loss_parallel_span, "export",
                     "a tp_plan does not say the loss runs under loss_parallel(): run it inside "
                     "`with torch.distributed.tensor.parallel.loss_parallel():` yourself");
-    char *text = ok && !u->diags.errors ? json_dumps(plan, JSON_INDENT(4) | JSON_PRESERVE_ORDER) : NULL;
+    char *text = ok && !u->diags->errors ? json_dumps(plan, JSON_INDENT(4) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(plan);
     if (!text)
         return NULL;

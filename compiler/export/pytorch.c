@@ -145,9 +145,9 @@ static bool put_style(writer *w, tp_diags *d, const tp_style *s)
 }
 
 /* PLAN = [(path, {key: style, ...}), ...] in the plan's order. */
-static bool put_blocks(writer *w, tp_unit *u)
+static bool put_blocks(writer *w, const tp_export_unit *u)
 {
-    const tp_plan *p = &u->plan;
+    const tp_plan *p = u->plan;
     bool ok = true;
     fputs("PLAN = [\n", w->f);
     for (int i = 0; i < p->nstyles; i++) {
@@ -160,7 +160,7 @@ static bool put_blocks(writer *w, tp_unit *u)
         fputs("        ", w->f);
         tp_export_pystr(w->f, tp_export_key(s));
         fputs(": ", w->f);
-        ok &= put_style(w, &u->diags, s);
+        ok &= put_style(w, u->diags, s);
         fputs(",\n", w->f);
         if (i + 1 == p->nstyles || p->styles[i + 1]->item != s->item)
             fputs("    }),\n", w->f);
@@ -216,7 +216,7 @@ static const char modules_at_fn[] =
     "            found.append(module)\n"
     "    return found\n";
 
-char *tp_export_pytorch(tp_unit *u, const char *plan_path)
+char *tp_export_pytorch(const tp_export_unit *u, const char *plan_path)
 {
     char *body = NULL, *text = NULL;
     size_t body_len = 0, text_len = 0;
@@ -229,7 +229,7 @@ char *tp_export_pytorch(tp_unit *u, const char *plan_path)
         free(body);
         return NULL;
     }
-    const tp_plan *p = &u->plan;
+    const tp_plan *p = u->plan;
     FILE *f = open_memstream(&text, &text_len);
     if (!f) {
         free(body);

@@ -7,7 +7,7 @@
 #define TPCC_AST_H
 
 #include <stdint.h>
-#include "compiler/front/source.h"
+#include "compiler/diag/source.h"
 
 typedef enum tp_node_kind {
     /* ---- top level ---- */

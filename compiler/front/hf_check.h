@@ -23,7 +23,7 @@
 #include <stdbool.h>
 #include "compiler/front/ast.h"
 #include "compiler/front/config.h"
-#include "compiler/front/source.h"
+#include "compiler/diag/source.h"
 
 /* Check the hf { } block of a model file: known fields, each a tuple of
  * strings (requires: a dict keyed by strings). Errors go to c->diags. */

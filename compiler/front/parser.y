@@ -41,7 +41,7 @@
 
 #include "compiler/front/ast.h"
 #include "compiler/diag/diag.h"
-#include "compiler/front/source.h"
+#include "compiler/diag/source.h"
 
 #ifndef YY_TYPEDEF_YY_SCANNER_T
 #define YY_TYPEDEF_YY_SCANNER_T

@@ -1,4 +1,4 @@
-/* lower.c: the graph as the per-rank program (ir.h).
+/* lower.c: the graph as the per-rank program (sched/program.h).
  *
  * Every value the graph kept becomes a buffer with the shape each rank
  * holds, numbered in the order the forward pass made them; a value merged

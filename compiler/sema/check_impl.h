@@ -1,5 +1,7 @@
-/* check_impl.h: internals shared by the propagation files (interp.c,
- * hooks.c, ops.c, params.c, fixit_plan.c). Not a public interface. */
+/* check_impl.h: internals shared by the files of compiler/sema/ that walk,
+ * propagate and record (interp.c, hooks.c, op_rules.c, params.c, record.c
+ * and the rest) and by the plan's fix-its (fixit_plan.c). Not a public
+ * interface. */
 #ifndef TPCC_CHECK_IMPL_H
 #define TPCC_CHECK_IMPL_H
 
@@ -129,7 +131,7 @@ void tp_hook_inputs(interp *I, tp_module *mod, iv *args, int nargs, char **kwnam
                     int nkw, tp_span call_span);
 iv tp_hook_output(interp *I, tp_module *mod, iv out, tp_span call_span);
 
-/* ops (ops.c) */
+/* ops (op_rules.c) */
 bool tp_op_is_primitive(const char *name);
 iv tp_op_apply(interp *I, const tp_node *call, const char *name, iv *args, int nargs,
                char **kwnames, iv *kwargs, int nkw);

@@ -1,4 +1,4 @@
-/* ops.c: layout rules of the primitive ops and leaf modules.
+/* op_rules.c: layout rules of the primitive ops and leaf modules.
  *
  * Rules are data where they can be: each primitive names the dimensions it
  * needs whole on every rank (a norm's features, RoPE's positions,

@@ -4,7 +4,7 @@
  * executor walks the schedule and calls these with pointers into the
  * activation arena and the weight region; every shape comes from the
  * schedule. Tensors are row-major and contiguous. Semantics follow the op
- * kinds of compiler/ir/ir.h and docs/schedule.md.
+ * kinds of sched/ops.def and docs/schedule.md.
  *
  * Element types. A backend stores the floating-point tensors of a schedule
  * in one dtype, `dtype`: TP_F32 (the CPU backend; the zero value, so a

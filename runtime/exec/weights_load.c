@@ -3,7 +3,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include "runtime/train/gather.h"
+#include "runtime/io/weights.h"
 #include "sched/dp_shard.h"
 #include "util/errmsg.h"
 #include "util/suffix.h"

@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 
+#include "sched/load.h"
 #include "util/xalloc.h"
 #include "util/errmsg.h"
 #include "util/input_file.h"
@@ -944,4 +945,22 @@ int64_t tp_weight_init_seeded_rows(const tp_weight_slice *s, uint64_t seed, int6
         }
     }
     return (v.r1 - v.r0) * w;
+}
+
+tp_weight_slice tr_weight_slice(const tr_weight *w, int rank, int k)
+{
+    tp_weight_slice s = {0};
+    s.name = w->name;
+    s.rank = rank;
+    s.ndim = w->rank;
+    for (int d = 0; d < w->rank; d++) {
+        s.shape[d] = w->shape[d];
+        s.logical[d] = w->logical[d];
+    }
+    s.dim = w->dim;
+    if (w->nsegments) {
+        s.offset = w->offset[k];
+        s.length = w->length[k];
+    }
+    return s;
 }

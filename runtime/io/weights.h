@@ -63,6 +63,12 @@ typedef struct tp_weight_slice {
     int ndim;            /* 1 or 2; 0: 1-D when shape[1] == 0, else 2-D */
 } tp_weight_slice;
 
+/* What rank `rank` holds of a schedule's weight w (sched/load.h) as a
+ * checkpoint slice: segment k of a packed weight (dim 0), else its one
+ * range, or the whole tensor when replicated. The name is w's. */
+struct tr_weight;
+tp_weight_slice tr_weight_slice(const struct tr_weight *w, int rank, int k);
+
 typedef struct tp_checkpoint tp_checkpoint;
 
 /* Ranks counted separately by tp_checkpoint_bytes_read_rank. */

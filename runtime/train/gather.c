@@ -6,24 +6,6 @@
 #include "util/errmsg.h"
 #include "util/xalloc.h"
 
-tp_weight_slice tr_weight_slice(const tr_weight *w, int rank, int k)
-{
-    tp_weight_slice s = {0};
-    s.name = w->name;
-    s.rank = rank;
-    s.ndim = w->rank;
-    for (int d = 0; d < w->rank; d++) {
-        s.shape[d] = w->shape[d];
-        s.logical[d] = w->logical[d];
-    }
-    s.dim = w->dim;
-    if (w->nsegments) {
-        s.offset = w->offset[k];
-        s.length = w->length[k];
-    }
-    return s;
-}
-
 /* The same weight, padded and logical shapes alike, split the same way
  * into slices of one size: its slices on every rank are gathered one
  * tensor at a time and placed into one tensor of rank 0's shape. */

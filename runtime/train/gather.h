@@ -17,11 +17,6 @@ typedef struct tr_layouts {
     int world;
 } tr_layouts;
 
-/* What rank `rank` holds of w as a checkpoint slice: segment k of a packed
- * weight (dim 0), else its one range, or the whole tensor when replicated.
- * The name is w's. */
-tp_weight_slice tr_weight_slice(const tr_weight *w, int rank, int k);
-
 /* Returns 0 or -1 with a message. */
 int tr_layouts_load(tr_layouts *l, const char *path, const tp_comm *comm, char *err, size_t errlen);
 void tr_layouts_free(tr_layouts *l);

@@ -16,7 +16,7 @@
 #define TPRUN_TRAIN_TRAIN_H
 
 #include "runtime/exec/exec.h"
-#include "runtime/exec/run.h"
+#include "runtime/train/job_options.h"
 #include "runtime/train/dp.h"
 
 /* Trains o->train.steps steps on the loaded weights (x's weight region);

@@ -20,7 +20,7 @@ extern "C" {
 #include "compiler/diag/diag.h"
 #include "compiler/diag/fingerprint.h"
 #include "compiler/diag/lint.h"
-#include "compiler/front/source.h"
+#include "compiler/diag/source.h"
 }
 
 namespace {

@@ -19,7 +19,7 @@ extern "C" {
 #include "compiler/front/config.h"
 #include "compiler/diag/diag.h"
 #include "compiler/front/parse.h"
-#include "compiler/front/source.h"
+#include "compiler/diag/source.h"
 }
 
 namespace {

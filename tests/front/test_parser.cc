@@ -16,7 +16,7 @@ extern "C" {
 #include "compiler/front/ast.h"
 #include "compiler/diag/diag.h"
 #include "compiler/front/parse.h"
-#include "compiler/front/source.h"
+#include "compiler/diag/source.h"
 }
 
 namespace {

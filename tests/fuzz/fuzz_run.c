@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "runtime/exec/run.h"
+#include "runtime/job/run.h"
 #include "runtime/io/npy.h"
 #include "sched/load.h"
 #include "tests/fuzz/mirror_comm.h"

@@ -1,4 +1,4 @@
-// The schedule file (compiler/passes/emit.c, sched/dump.c, hash.c):
+// The schedule file (sched/write.c, sched/dump.c, util/hash.c):
 // a hand-built two-rank program written, read back with jansson and checked
 // field by field per rank; byte-identical rewrites; atomic failure; and the
 // readable listing, including its refusal of files it cannot trust.

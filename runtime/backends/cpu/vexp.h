@@ -11,7 +11,7 @@
  * small. -inf gives 0, +inf gives inf, NaN gives NaN.
  *
  * Error: within 1 ulp of e^x (in double) over every float, the denormal
- * results included (tests/runtime/test_vexp.cc sweeps them). Only
+ * results included (tests/runtime/test_vec.cc sweeps them). Only
  * additions, multiplications and exact bit operations: the result is the
  * same on every ISA provided the multiply-adds are not fused, which
  * vec.c's build (-ffp-contract=off) ensures. */

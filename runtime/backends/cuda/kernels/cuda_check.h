@@ -1,6 +1,6 @@
 /* cuda_check.h: TP_CUDA_CHECK, the one check of a CUDA runtime call, for
- * every file that makes such calls: the backend (runtime/backend_cuda.c),
- * the NCCL communicator (runtime/comm_nccl.c) and the kernels' launchers
+ * every file that makes such calls: the backend (backends/cuda/backend_cuda.c),
+ * the NCCL communicator (backends/cuda/comm_nccl.c) and the kernels' launchers
  * (TP_LAUNCH of kernels/launch.h, and of its host emulation in the tests).
  * The includer includes the CUDA runtime's declarations (cudaError_t,
  * cudaGetErrorString) first: CUDA's own, or a test stand-in's.

@@ -11,7 +11,7 @@
 #include "runtime/backends/gpu.h"
 #include "runtime/comm/node.h"
 #include "runtime/io/npy.h"
-#include "runtime/exec/run.h"
+#include "runtime/job/run.h"
 #include "runtime/exec/weights_load.h"
 #include "runtime/train/dp.h"
 #include "runtime/io/weights.h"

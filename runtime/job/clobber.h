@@ -3,7 +3,7 @@
 #define TPRUN_CLOBBER_H
 
 #include <stddef.h>
-#include "runtime/exec/run.h"
+#include "runtime/job/run.h"
 
 /* -1 with a message naming both options and the file when a file output
  * (--out, --log-json, --grads-out, --profile-json, --trace) is the

@@ -1,6 +1,6 @@
 /* clobber.c: see clobber.h. */
 #define _XOPEN_SOURCE 700   /* realpath */
-#include "runtime/exec/clobber.h"
+#include "runtime/job/clobber.h"
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,13 +1,13 @@
-/* run.h: one tprun job on one rank: load the schedule and this rank's
- * weights, read the inputs, run the forward step, and produce the outputs
- * (logits, loss, summary, profile, trace), gathered on rank 0; or, for a
- * training schedule, hand the loaded weights to the training loop. */
-#ifndef TPRUN_RUN_H
-#define TPRUN_RUN_H
+/* job_options.h: what tprun's command line says about one job: the
+ * schedule, the weights, the inputs and outputs, and for a training
+ * schedule the training options (options.h). The job (runtime/job/run.h)
+ * runs with them and the training loop (train.h) reads them, so they sit
+ * here, below both. */
+#ifndef TPRUN_TRAIN_JOB_OPTIONS_H
+#define TPRUN_TRAIN_JOB_OPTIONS_H
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "runtime/comm/comm.h"
 #include "runtime/train/options.h"
 
 typedef struct tr_options {
@@ -26,9 +26,4 @@ typedef struct tr_options {
     tr_train_options train;     /* a training schedule's run (runtime/train/) */
 } tr_options;
 
-/* Returns 0, or an exit status with a message (naming this rank) in err.
- * With o->backend "cuda", tp_gpu_init has run and comm is tp_comm_nccl's or
- * tp_comm_staged's. */
-int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen);
-
-#endif /* TPRUN_RUN_H */
+#endif /* TPRUN_TRAIN_JOB_OPTIONS_H */

@@ -1,7 +1,7 @@
 /* source.c: loading source files and looking up their lines. */
 #define _POSIX_C_SOURCE 200809L   /* fdopen, fstat, O_CLOEXEC */
 
-#include "compiler/front/source.h"
+#include "compiler/diag/source.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-// Tests for compiler/front/source.c: loading files, line lookup, span joining.
+// Tests for compiler/diag/source.c: loading files, line lookup, span joining.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 extern "C" {
-#include "compiler/front/source.h"
+#include "compiler/diag/source.h"
 }
 
 namespace {

@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""check_layering.py: what the source tree's own structure promises.
+
+  check_layering.py includes ROOT
+      The folders of compiler/, runtime/, sched/ and util/ include each
+      other without a circle: for every two folders, at most one includes
+      the other, directly or through others, so each folder reads as a
+      layer above those it includes. An include is resolved as the
+      compiler resolves it: from the including file's folder, then from the
+      repository root (#include "sched/load.h"), then by its name where the
+      tree holds one file of that name (the CUDA kernels' own includes).
+      A circle is printed with one include that makes each of its steps.
+
+  check_layering.py comment-paths ROOT
+      Every path a comment under those four folders names, "dir/file.ext",
+      exists: from the repository root, or from the commenting file's
+      folder or one above it ("backends/cpu/vec.h" in runtime/). A path
+      whose folder is none of this tree's (torch/distributed/..., a
+      Hugging Face or OpenBLAS file) is another project's and is not
+      checked, nor is one followed by ":line" (a diagnostic shown as an
+      example) or one from "./" or "../" (a path as a user writes it).
+
+Exit status 0 when the tree keeps the promise, 1 with what breaks it.
+"""
+import os
+import re
+import sys
+
+LIBRARIES = ("compiler", "runtime", "sched", "util")
+SOURCES = (".c", ".h", ".cc", ".cpp", ".cu", ".cuh", ".y", ".l", ".def")
+INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
+
+
+def source_files(root):
+    for lib in LIBRARIES:
+        for folder, _, names in os.walk(os.path.join(root, lib)):
+            for name in sorted(names):
+                if name.endswith(SOURCES):
+                    yield os.path.relpath(os.path.join(folder, name), root)
+
+
+def include_graph(root):
+    """folder -> {folder it includes: (file, include) that shows it}"""
+    files = list(source_files(root))
+    by_name = {}
+    for f in files:
+        by_name.setdefault(os.path.basename(f), []).append(f)
+    edges = {}
+    for f in files:
+        with open(os.path.join(root, f), encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        here = os.path.dirname(f)
+        for inc in INCLUDE.findall(text):
+            target = None
+            for candidate in (os.path.join(here, inc), inc):
+                if os.path.isfile(os.path.join(root, candidate)):
+                    target = os.path.normpath(candidate)
+                    break
+            if target is None and len(by_name.get(os.path.basename(inc), [])) == 1:
+                target = by_name[os.path.basename(inc)][0]
+            if target is None:
+                continue   # a system, generated or test stand-in header
+            there = os.path.dirname(target)
+            if there != here and there.split(os.sep)[0] in LIBRARIES:
+                edges.setdefault(here, {}).setdefault(there, (f, inc))
+    return edges
+
+
+def circles(edges):
+    """One circle through each strongly connected set of folders (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+    counter = [0]
+
+    def connect(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, {})):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(group)
+
+    for v in sorted(edges):
+        if v not in index:
+            connect(v)
+
+    result = []
+    for group in found:
+        start = min(group)
+        # the shortest way back to start inside the group (breadth first)
+        back = {start: None}
+        queue = [start]
+        path = None
+        while queue and path is None:
+            v = queue.pop(0)
+            for w in sorted(edges.get(v, {})):
+                if w not in group:
+                    continue
+                if w == start:
+                    path = [v]
+                    while back[path[-1]] is not None:
+                        path.append(back[path[-1]])
+                    path.reverse()
+                    break
+                if w not in back:
+                    back[w] = v
+                    queue.append(w)
+        result.append(path + [start])
+    return result
+
+
+def check_includes(root):
+    edges = include_graph(root)
+    bad = circles(edges)
+    for circle in bad:
+        print("include circle: " + " -> ".join(circle))
+        for a, b in zip(circle, circle[1:]):
+            f, inc = edges[a][b]
+            print('  %s -> %s: %s includes "%s"' % (a, b, f, inc))
+    if bad:
+        print("Move what both sides need below both (a header of its own), or the file that "
+              "needs the upper folder up into it (docs/architecture.md, the libraries).")
+    return 1 if bad else 0
+
+
+COMMENT = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])\'', re.S)
+HASH_COMMENT = re.compile(r'#[^\n]*')
+PATH = re.compile(r'(?<![\w./~-])((?:[\w.-]+/)+[\w.-]+\.(?:c|h|cc|cpp|cu|cuh|y|l|def|py|sh|md|json|plan|model|txt|cmake))'
+                  r'(?![\w/-])(:[0-9])?')
+
+
+def comments(name, text):
+    """(line, text) of each comment."""
+    pattern = HASH_COMMENT if name == "CMakeLists.txt" else COMMENT
+    for m in pattern.finditer(text):
+        if m.group(0)[0] in "\"'":
+            continue   # a string or character literal
+        yield text.count("\n", 0, m.start()) + 1, m.group(0)
+
+
+def check_comment_paths(root):
+    stale = []
+    for lib in LIBRARIES:
+        for folder, _, names in os.walk(os.path.join(root, lib)):
+            for name in sorted(names):
+                if not (name.endswith(SOURCES) or name == "CMakeLists.txt"):
+                    continue
+                path = os.path.join(folder, name)
+                here = os.path.relpath(folder, root)
+                bases = [""]
+                while here not in ("", "."):
+                    bases.append(here)
+                    here = os.path.dirname(here)
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    text = fh.read()
+                for line, comment in comments(name, text):
+                    for m in PATH.finditer(comment):
+                        named, example = m.group(1), m.group(2)
+                        if example or named.startswith(("./", "../")):
+                            continue   # an example: a location, or a path as a user writes it
+                        if any(os.path.exists(os.path.join(root, b, named)) for b in bases):
+                            continue
+                        if not any(os.path.isdir(os.path.join(root, b, os.path.dirname(named))) for b in bases):
+                            continue   # another project's file
+                        at = line + comment.count("\n", 0, m.start())
+                        stale.append("%s:%d: %s" % (os.path.relpath(path, root), at, named))
+    for s in stale:
+        print(s + ": no such file")
+    if stale:
+        print("A comment names a file this tree does not have: name the file that is there now.")
+    return 1 if stale else 0
+
+
+def main(argv):
+    checks = {"includes": check_includes, "comment-paths": check_comment_paths}
+    if len(argv) != 3 or argv[1] not in checks:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    return checks[argv[1]](argv[2])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
