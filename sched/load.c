@@ -674,7 +674,7 @@ static int check_param(loader *L, int index, tp_operand use, const char *key)
 static int check_outs(loader *L, const tr_schedule *s, const tr_op *op)
 {
     const tp_op_def *d = &tp_ops[op->kind];
-    char what[16];
+    char what[24];   /* "out[" an int "]" */
     int written = 0;
     for (int o = 0; o < d->nout; o++) {
         if (op->outs[o] < 0)
@@ -699,7 +699,7 @@ static int check_operands(loader *L, const tr_schedule *s, const tr_op *op)
         return d->in_min == d->in_max
                    ? fail(L, "'in' lists %d buffers; it reads %d", op->nin, d->in_min)
                    : fail(L, "'in' lists %d buffers; it reads %d to %d", op->nin, d->in_min, d->in_max);
-    char what[16];
+    char what[24];
     for (int i = 0; i < op->nin; i++) {
         snprintf(what, sizeof what, "in[%d]", i);
         if (check_buffer(L, s, op->in[i], d->ids >> i & 1, what))

@@ -523,8 +523,7 @@ static void print_training(const tp_ir *ir, size_t ds, dp_layout dl, FILE *out)
         "each gradient all-reduced over the %lld dp replicas, then / %lld",
         "each gradient reduce-scattered over the %lld dp ranks, then / %lld: %s",
         "each updated weight all-gathered over the %lld dp ranks: %s",
-        "each weight all-gathered over the %lld dp ranks before the forward and again before the backward, once "
-        "outside the layers: %s"};
+        "each weight all-gathered over the %lld dp ranks for the forward, again for the backward: %s"};
     static const char *const phase[4] = {"dp average", "dp reduce", "dp gather", "dp gather"};
     for (int k = 0; k < dt.kinds; k++) {
         int row = !dl.shard ? 0 : k == 0 ? 1 : dl.shard == TP_DP_SHARD_PARAMETERS ? 3 : 2;

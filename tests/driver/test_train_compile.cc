@@ -649,8 +649,8 @@ TEST(TrainReport, FsdpDividesTheParametersByDpAndGathersThemInTheSchedule)
     Proc text = dp_report(tmp, 2, "text", "parameters", "bf16");
     ASSERT_EQ(text.code(), 0) << text.describe();
     for (const char *line : {"(1/dp of them, ZeRO-3: each rank's run of each, gathered for each layer, as activations)",
-                             "each weight all-gathered over the 2 dp ranks before the forward and again before the "
-                             "backward, once outside the layers: ZeRO-3"})
+                             "each weight all-gathered over the 2 dp ranks for the forward, again for the backward: "
+                             "ZeRO-3"})
         EXPECT_TRUE(contains(text.out, line)) << line << "\n" << text.out;
 
     std::string dump = dp2_dump(tmp, "parameters");
