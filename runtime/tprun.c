@@ -29,6 +29,7 @@
 #include "runtime/io/npy.h"
 #include "runtime/job/run.h"
 #include "runtime/io/weights.h"
+#include "util/number.h"
 #include "util/xalloc.h"
 
 static const char usage[] =
@@ -146,9 +147,8 @@ static int launcher_options_valid(const launcher *l)
         return -1;
     }
     if (l->ppn) {
-        char *end;
-        long ppn = strtol(l->ppn, &end, 10);
-        if (*end || end == l->ppn || ppn < 1 || ppn > 4096) {
+        int64_t ppn;
+        if (tp_parse_int(l->ppn, 1, 4096, &ppn)) {
             fprintf(stderr, "tprun: -ppn takes a number of ranks per node, not '%s'\n", l->ppn);
             return -1;
         }
@@ -179,17 +179,18 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         {0, 0, 0, 0},
     };
     int c, li;
+    int64_t v;
     char *end, why[300];
     opterr = 0;
     hydra_spellings(argc, argv);
     while ((c = getopt_long(argc, argv, ":n:f:qh", longs, &li)) != -1) {
         switch (c) {
         case 'n':
-            l->ranks = (int)strtol(optarg, &end, 10);
-            if (*end || l->ranks < 1 || l->ranks > 4096) {
-                fprintf(stderr, "tprun: -n takes a number of ranks, not '%s'\n", optarg);
+            if (tp_parse_int(optarg, 1, 4096, &v)) {
+                fprintf(stderr, "tprun: -n takes a number of ranks from 1 to 4096, not '%s'\n", optarg);
                 return -1;
             }
+            l->ranks = (int)v;
             break;
         case 'f': l->hostfile = optarg; break;
         case OPT_PPN: l->ppn = optarg; break;
@@ -207,9 +208,8 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         case OPT_OUT: o->out = optarg; break;
         case OPT_COMPARE: o->compare = optarg; break;
         case OPT_TOL:
-            o->tolerance = strtod(optarg, &end);
-            if (*end || !(o->tolerance >= 0)) {
-                fprintf(stderr, "tprun: --tolerance takes a non-negative number, not '%s'\n", optarg);
+            if (tp_parse_real(optarg, 0, &o->tolerance)) {
+                fprintf(stderr, "tprun: --tolerance takes a non-negative decimal number, not '%s'\n", optarg);
                 return -1;
             }
             break;
@@ -217,20 +217,19 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         case OPT_PROFILE_JSON: o->profile_json = optarg; break;
         case OPT_TRACE: o->trace = optarg; break;
         case OPT_THREADS:
-            o->threads = (int)strtol(optarg, &end, 10);
-            if (*end || o->threads < 1 || o->threads > 256) {
-                fprintf(stderr, "tprun: --threads takes a positive number, not '%s'\n", optarg);
+            if (tp_parse_int(optarg, 1, 256, &v)) {
+                fprintf(stderr, "tprun: --threads takes a number of threads from 1 to 256, not '%s'\n", optarg);
                 return -1;
             }
+            o->threads = (int)v;
             break;
         case OPT_REPEAT:
-            errno = 0;
-            o->repeat = (int)strtol(optarg, &end, 10);
-            if (errno || *end || !*optarg || o->repeat < 1 || o->repeat > 100000) {
+            if (tp_parse_int(optarg, 1, 100000, &v)) {
                 fprintf(stderr, "tprun: --repeat takes a number of forward steps from 1 to 100000, not '%s'\n",
                         optarg);
                 return -1;
             }
+            o->repeat = (int)v;
             break;
         case OPT_BACKEND:
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {

@@ -10,4 +10,9 @@
  * nothing else. Returns 0, or -1 (*out untouched). */
 int tp_parse_int(const char *s, int64_t min, int64_t max, int64_t *out);
 
+/* s as a finite real of at least min, written in decimal (digits, a
+ * point, an exponent): no blanks, '+', hex, "inf" or "nan", which strtod
+ * alone takes. Returns 0, or -1 (*out untouched). */
+int tp_parse_real(const char *s, double min, double *out);
+
 #endif /* TP_UTIL_NUMBER_H */

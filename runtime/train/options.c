@@ -1,12 +1,10 @@
 /* options.c: see options.h. */
 #include "runtime/train/options.h"
-#include <errno.h>
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
 #include "runtime/train/save.h"
 #include "util/bytes.h"
 #include "util/errmsg.h"
+#include "util/number.h"
 
 tr_train_options tr_train_defaults(void)
 {
@@ -16,24 +14,16 @@ tr_train_options tr_train_defaults(void)
 
 static int number(const char *name, const char *arg, double *out, char *err, size_t errlen)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(arg, &end);
-    if (errno || end == arg || *end || !isfinite(v) || v < 0)
-        return tp_error(err, errlen, "--%s takes a non-negative number, not '%s'", name, arg);
-    *out = v;
+    if (tp_parse_real(arg, 0, out))
+        return tp_error(err, errlen, "--%s takes a non-negative decimal number, not '%s'", name, arg);
     return 0;
 }
 
 static int count(const char *name, const char *arg, int64_t min, int64_t *out, char *err, size_t errlen)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(arg, &end, 10);
-    if (errno || end == arg || *end || v < min)
+    if (tp_parse_int(arg, min, INT64_MAX, out))
         return tp_error(err, errlen, "--%s takes a whole number of steps of at least %lld, not '%s'", name,
                         (long long)min, arg);
-    *out = v;
     return 0;
 }
 

@@ -250,6 +250,12 @@ TEST(Launcher, BadHostOptionsAreClearErrors)
         {{"-ppn", "2", sched}, "tprun: -ppn goes with -n N"},
         {{"-n", "2", "-ppn", "two", sched}, "tprun: -ppn takes a number of ranks per node, not 'two'"},
         {{"-n", "2", "-ppn", "0", sched}, "tprun: -ppn takes a number of ranks per node, not '0'"},
+        // decimal and in range: 2^32 + 1 wrapped to 1 rank once cast to int
+        {{"-n", "4294967297", sched}, "tprun: -n takes a number of ranks from 1 to 4096, not '4294967297'"},
+        {{"-n", "0x2", sched}, "tprun: -n takes a number of ranks from 1 to 4096, not '0x2'"},
+        {{"-n", "2", "--threads", "4294967297", sched}, "tprun: --threads takes a number of threads from 1 to 256"},
+        {{"-n", "2", "--repeat", " 3", sched}, "tprun: --repeat takes a number of forward steps from 1 to 100000"},
+        {{"-n", "2", "--tolerance", "inf", sched}, "tprun: --tolerance takes a non-negative decimal number, not 'inf'"},
         {{"-n", "2", sched, "-f"}, "tprun: -f needs a value"},
         {{"-n", "2", "-f", d.path + "/missing", sched},
          "tprun: -f: cannot read the hostfile " + d.path + "/missing: No such file or directory"},

@@ -194,8 +194,18 @@ TEST(TrainOptions, ParsedAndRefused)
         {"steps", "0", "--steps takes a whole number of steps of at least 1, not '0'"},
         {"steps", "3x", "not '3x'"},
         {"warmup", "-1", "--warmup takes"},
-        {"lr", "-1e-3", "--lr takes a non-negative number"},
+        {"lr", "-1e-3", "--lr takes a non-negative decimal number"},
         {"lr", "nan", "--lr takes"},
+        // decimal only: strtod alone reads hex, infinities and blanks
+        {"lr", "0x10", "--lr takes a non-negative decimal number, not '0x10'"},
+        {"lr", "inf", "not 'inf'"},
+        {"lr", " 1e-3", "not ' 1e-3'"},
+        {"lr", "+1e-3", "not '+1e-3'"},
+        {"lr", "1e999", "not '1e999'"},
+        {"weight-decay", "1e", "not '1e'"},
+        {"steps", " 5", "not ' 5'"},
+        {"steps", "+5", "not '+5'"},
+        {"steps", "99999999999999999999", "not '99999999999999999999'"},
         {"schedule", "linear", "--schedule takes cosine or constant, not 'linear'"},
     };
     for (const Bad &b : bad) {
