@@ -574,19 +574,26 @@ EXEC(all_to_all)
     return 0;
 }
 
+/* The data-parallel collectives run over x->dp, which must be the
+ * schedule's replicas (run.c hands it over before a training run). */
+static int check_dp_group(const tr_exec *x, char *err, size_t errlen)
+{
+    if (!x->dp || x->dp->world != x->s->data_parallel)
+        return tp_error(err, errlen, "this run has no data-parallel group of the schedule's %d replicas",
+                        x->s->data_parallel);
+    return 0;
+}
+
 /* Over the data-parallel group: the mean of the replicas' gradients of the
  * weight, this rank's run of it. A weight that does not divide into dp
  * runs goes through staging[0] with zeros after it (ones scaled by 0: the
  * backends have no fill), so its padding sums zeros. */
 EXEC(dp_reduce_scatter)
 {
-    if (!x->dp)
-        return tp_error(err, errlen, "this run has no data-parallel group to reduce over");
+    if (check_dp_group(x, err, errlen))
+        return -1;
     const tr_buf *in = in_buf(x, op, 0);
     int64_t n = tr_buf_elems(in), dp = x->dp->world, c = tp_dp_shard_elems(n, dp);
-    if (dp != x->s->data_parallel)
-        return tp_error(err, errlen, "the data-parallel group has %lld ranks, the schedule %d replicas", (long long)dp,
-                        x->s->data_parallel);
     const void *g = fin(x, op, 0);
     if (c * dp != n) {
         size_t es = tp_dtype_size(in->dtype);
@@ -606,9 +613,8 @@ EXEC(dp_reduce_scatter)
  * buffer its readers read (its local elements, then padding). */
 EXEC(dp_all_gather)
 {
-    if (!x->dp || x->dp->world != x->s->data_parallel)
-        return tp_error(err, errlen, "this run has no data-parallel group of the schedule's %d replicas to gather "
-                        "over", x->s->data_parallel);
+    if (check_dp_group(x, err, errlen))
+        return -1;
     int64_t c = op->elems / x->dp->world;
     return x->dp->ops->all_gather(x->dp, x->be->dtype, fout(x, op), weight(x, op->weight), c, err, errlen);
 }

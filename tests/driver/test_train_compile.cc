@@ -419,6 +419,15 @@ json_t *dp_training(const TempDir &tmp, int dp, const std::string &shard, json_t
     return json_object_get(*root, "training");
 }
 
+// The text report of dp 2 with train { shard } `shard` (bf16) says each of `lines`.
+void expect_dp2_report_says(const TempDir &tmp, const std::string &shard, std::initializer_list<const char *> lines)
+{
+    Proc text = dp_report(tmp, 2, "text", shard, "bf16");
+    ASSERT_EQ(text.code(), 0) << text.describe();
+    for (const char *line : lines)
+        EXPECT_TRUE(contains(text.out, line)) << line << "\n" << text.out;
+}
+
 // --dump says how many replicas of the tp group a dp x tp schedule runs.
 TEST(TrainCompile, DumpShowsTheDataParallelReplicas)
 {
@@ -543,13 +552,11 @@ TEST(TrainReport, ZeroOneDividesTheOptimizerStateByDp)
         json_decref(root);
     }
     json_decref(b);
-    Proc text = training(2, "optimizer", "text");
-    ASSERT_EQ(text.code(), 0) << text.describe();
-    for (const char *line : {"AdamW's two moments, fp32; 1/dp of them, ZeRO-1",
-                             "each gradient reduce-scattered over the 2 dp ranks, then / 2: ZeRO-1",
-                             "each updated weight all-gathered over the 2 dp ranks: ZeRO-1",
-                             "its state is sharded over dp"})
-        EXPECT_TRUE(contains(text.out, line)) << line << "\n" << text.out;
+    expect_dp2_report_says(tmp, "optimizer",
+                           {"AdamW's two moments, fp32; 1/dp of them, ZeRO-1",
+                            "each gradient reduce-scattered over the 2 dp ranks, then / 2: ZeRO-1",
+                            "each updated weight all-gathered over the 2 dp ranks: ZeRO-1",
+                            "its state is sharded over dp"});
 
     std::string dump = dp2_dump(tmp, "optimizer");
     EXPECT_TRUE(contains(dump, "  dp shard    optimizer state, 1/2 on each replica\n")) << dump;
@@ -590,12 +597,10 @@ TEST(TrainReport, ZeroTwoDividesTheGradientsByDpInTheSchedule)
     }
     json_decref(b);
 
-    Proc text = dp_report(tmp, 2, "text", "gradients", "bf16");
-    ASSERT_EQ(text.code(), 0) << text.describe();
-    for (const char *line : {"(1/dp of them, ZeRO-2: each rank's run of each, reduce-scattered in the backward)",
-                             "AdamW's two moments, fp32; 1/dp of them, ZeRO-2",
-                             "each gradient reduce-scattered over the 2 dp ranks, then / 2: ZeRO-2"})
-        EXPECT_TRUE(contains(text.out, line)) << line << "\n" << text.out;
+    expect_dp2_report_says(tmp, "gradients",
+                           {"(1/dp of them, ZeRO-2: each rank's run of each, reduce-scattered in the backward)",
+                            "AdamW's two moments, fp32; 1/dp of them, ZeRO-2",
+                            "each gradient reduce-scattered over the 2 dp ranks, then / 2: ZeRO-2"});
 
     std::string dump = dp2_dump(tmp, "gradients");
     EXPECT_TRUE(contains(dump, "  dp shard    gradients and optimizer state, 1/2 on each replica\n")) << dump;
@@ -646,12 +651,10 @@ TEST(TrainReport, FsdpDividesTheParametersByDpAndGathersThemInTheSchedule)
     }
     json_decref(b);
 
-    Proc text = dp_report(tmp, 2, "text", "parameters", "bf16");
-    ASSERT_EQ(text.code(), 0) << text.describe();
-    for (const char *line : {"(1/dp of them, ZeRO-3: each rank's run of each, gathered for each layer, as activations)",
-                             "each weight all-gathered over the 2 dp ranks for the forward, again for the backward: "
-                             "ZeRO-3"})
-        EXPECT_TRUE(contains(text.out, line)) << line << "\n" << text.out;
+    expect_dp2_report_says(tmp, "parameters",
+                           {"(1/dp of them, ZeRO-3: each rank's run of each, gathered for each layer, as activations)",
+                            "each weight all-gathered over the 2 dp ranks for the forward, again for the backward: "
+                            "ZeRO-3"});
 
     std::string dump = dp2_dump(tmp, "parameters");
     EXPECT_TRUE(contains(dump, "  dp shard    parameters, gradients and optimizer state, 1/2 on each replica\n"))
