@@ -7,15 +7,21 @@
 // (tp_diags_limit, --diagnostics-limit).
 //
 // The growth tests time the check of an input and of one ten times its
-// size, once each, in this process's CPU time (other jobs on the machine
-// do not count), and require at most 15 times the time: a quadratic path
-// takes about 100 times. The sizes keep each test within a second.
+// size in this process's CPU time (other jobs on the machine do not
+// count) and require at most 40 times the time. Linear work with the
+// diagnostics' n log n sort and a larger working set measures 10 to 13
+// times on a quiet machine and has reached 15 on a busy one (caches
+// shared with other jobs); a quadratic path takes about 100 times. The
+// small input is timed three times and its fastest run kept, since at a
+// few milliseconds one interruption would double it. The sizes keep each
+// test within a second.
 #include <gtest/gtest.h>
 
 #include <limits.h>
 #include <stdlib.h>
 #include <time.h>
 
+#include <algorithm>
 #include <string>
 
 #include "tests/support/plan_harness.h"
@@ -123,6 +129,15 @@ Checked check(const std::string &plan, const char *hf_config, int limit = 100)
     return c;
 }
 
+// The fastest of three checks of a small input, in seconds.
+double fastest_check_seconds(const std::string &plan, const char *hf_config)
+{
+    double fastest = check(plan, hf_config).seconds;
+    for (int i = 0; i < 2; i++)
+        fastest = std::min(fastest, check(plan, hf_config).seconds);
+    return fastest;
+}
+
 int count(const std::string &s, const std::string &what)
 {
     int n = 0;
@@ -134,9 +149,9 @@ int count(const std::string &s, const std::string &what)
 TEST(LinearTime, UnmatchedPlanEntriesAndTheirSuppressions)
 {
     TempDir dir;
-    Checked small = check(dir.write("small.plan", plan_text(unmatched_entries(3000))), nullptr);
+    double small = fastest_check_seconds(dir.write("small.plan", plan_text(unmatched_entries(3000))), nullptr);
     Checked large = check(dir.write("large.plan", plan_text(unmatched_entries(30000))), nullptr);
-    EXPECT_LE(large.seconds, 15 * small.seconds) << "3k entries: " << small.seconds << " s, 30k: " << large.seconds
+    EXPECT_LE(large.seconds, 40 * small) << "3k entries: " << small << " s, 30k: " << large.seconds
                                                  << " s";
     // every entry is found and counted; 100 are shown, the last saying how many more
     EXPECT_GE(large.warnings, 30000);
@@ -150,9 +165,9 @@ TEST(LinearTime, UnmatchedPlanEntriesAndTheirSuppressions)
 TEST(LinearTime, PythonNamesThePlanBinds)
 {
     TempDir dir;
-    Checked small = check(dir.write("small.plan", plan_text(bound_names(3000))), nullptr);
+    double small = fastest_check_seconds(dir.write("small.plan", plan_text(bound_names(3000))), nullptr);
     Checked large = check(dir.write("large.plan", plan_text(bound_names(30000))), nullptr);
-    EXPECT_LE(large.seconds, 15 * small.seconds) << "3k names: " << small.seconds << " s, 30k: " << large.seconds
+    EXPECT_LE(large.seconds, 40 * small) << "3k names: " << small << " s, 30k: " << large.seconds
                                                  << " s";
     // each name means the class: the entries are read, and only their modules are missing
     EXPECT_GE(large.warnings, 30000);
@@ -166,9 +181,9 @@ TEST(LinearTime, ConfigJsonKeysTheModelDoesNotRead)
     std::string plan = dir.write("llama.plan", plan_text(""));
     std::string small_json = dir.write("small.json", config_json(3000));
     std::string large_json = dir.write("large.json", config_json(30000));
-    Checked small = check(plan, small_json.c_str());
+    double small = fastest_check_seconds(plan, small_json.c_str());
     Checked large = check(plan, large_json.c_str());
-    EXPECT_LE(large.seconds, 15 * small.seconds) << "3k keys: " << small.seconds << " s, 30k: " << large.seconds
+    EXPECT_LE(large.seconds, 40 * small) << "3k keys: " << small << " s, 30k: " << large.seconds
                                                  << " s";
     EXPECT_GE(large.warnings, 30000);
     // each warning points at its key's line: unknown_key_0 on line 10
