@@ -2,7 +2,7 @@
 """check_layering.py: what the source tree's own structure promises.
 
   check_layering.py includes ROOT
-      The folders of compiler/, runtime/, sched/ and util/ include each
+      The folders of compiler/, grammar/, runtime/, sched/ and util/ include each
       other without a circle: for every two folders, at most one includes
       the other, directly or through others, so each folder reads as a
       layer above those it includes. An include is resolved as the
@@ -12,7 +12,7 @@
       A circle is printed with one include that makes each of its steps.
 
   check_layering.py comment-paths ROOT
-      Every path a comment under those four folders names, "dir/file.ext",
+      Every path a comment under those five folders names, "dir/file.ext",
       exists: from the repository root, or from the commenting file's
       folder or one above it ("backends/cpu/vec.h" in runtime/). A path
       whose folder is none of this tree's (torch/distributed/..., a
@@ -26,7 +26,7 @@ import os
 import re
 import sys
 
-LIBRARIES = ("compiler", "runtime", "sched", "util")
+LIBRARIES = ("compiler", "grammar", "runtime", "sched", "util")
 SOURCES = (".c", ".h", ".cc", ".cpp", ".cu", ".cuh", ".y", ".l", ".def")
 INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 

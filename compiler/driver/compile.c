@@ -5,7 +5,7 @@
 #include "compiler/driver/input_roots.h"
 #include "compiler/driver/model_path.h"
 #include "compiler/front/hf_check.h"
-#include "compiler/front/parse.h"
+#include "grammar/parse.h"
 #include "compiler/plan/pynames.h"
 #include "compiler/plan/train_block.h"
 #include "compiler/sema/data_split.h"

@@ -3,7 +3,7 @@
 #define TPCC_ASTUTIL_H
 
 #include <stdbool.h>
-#include "compiler/front/ast.h"
+#include "grammar/ast.h"
 
 /* The callee name of an N_CALL whose callee is a plain name, else NULL. */
 const char *tp_call_name(const tp_node *call);

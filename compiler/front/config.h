@@ -10,7 +10,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "compiler/front/ast.h"
+#include "grammar/ast.h"
 #include "compiler/diag/diag.h"
 #include "util/map.h"
 

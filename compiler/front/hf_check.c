@@ -6,7 +6,7 @@
 #include <string.h>
 #include <jansson.h>
 #include "compiler/front/hf_check.h"
-#include "compiler/front/parse.h"
+#include "grammar/parse.h"
 #include "util/map.h"
 #include "util/xalloc.h"
 

@@ -21,7 +21,7 @@
 #define TPCC_HF_CHECK_H
 
 #include <stdbool.h>
-#include "compiler/front/ast.h"
+#include "grammar/ast.h"
 #include "compiler/front/config.h"
 #include "compiler/diag/source.h"
 

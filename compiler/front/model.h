@@ -9,7 +9,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "compiler/front/ast.h"
+#include "grammar/ast.h"
 #include "compiler/front/config.h"
 #include "sched/layout.h"
 

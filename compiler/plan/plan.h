@@ -9,7 +9,7 @@
 #define TPCC_PLAN_H
 
 #include <stdbool.h>
-#include "compiler/front/ast.h"
+#include "grammar/ast.h"
 #include "compiler/front/config.h"
 #include "sched/layout.h"
 #include "compiler/front/model.h"

@@ -17,7 +17,7 @@
 #define TPCC_PYNAMES_H
 
 #include <stdbool.h>
-#include "compiler/front/ast.h"
+#include "grammar/ast.h"
 #include "compiler/front/config.h"
 #include "util/map.h"
 

@@ -26,7 +26,7 @@
 #define TPCC_TRAIN_BLOCK_H
 
 #include <stdbool.h>
-#include "compiler/front/ast.h"
+#include "grammar/ast.h"
 #include "compiler/front/config.h"
 #include "sched/dp_shard.h"
 #include "sched/layout.h"

@@ -3,7 +3,7 @@
  * The schedule's validation (sched/validate.c) proves what every backend
  * relies on; a backend whose kernels launch fixed grids or hold rows in
  * registers has limits of its own besides (the CUDA backend:
- * runtime/backends/cuda/kernels/launch_limits.h, the one place its kernels take
+ * runtime/kernels/launch_limits.h, the one place its kernels take
  * them from too). tprun compares every op of a schedule with them before
  * it allocates or loads anything (runtime/exec/limits_check.c), so a schedule
  * past one is refused with the op, the size and the limit instead of

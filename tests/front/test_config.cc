@@ -15,10 +15,10 @@
 #include <vector>
 
 extern "C" {
-#include "compiler/front/ast.h"
+#include "grammar/ast.h"
 #include "compiler/front/config.h"
 #include "compiler/diag/diag.h"
-#include "compiler/front/parse.h"
+#include "grammar/parse.h"
 #include "compiler/diag/source.h"
 }
 

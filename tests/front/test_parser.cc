@@ -1,5 +1,5 @@
-// Tests for the parser (compiler/front/lexer.l, compiler/front/parser.y) and the AST
-// helpers (compiler/front/ast.c): shipped files, tree shapes via tp_node_dump,
+// Tests for the parser (grammar/lexer.l, grammar/parser.y) and the AST
+// helpers (grammar/ast.c): shipped files, tree shapes via tp_node_dump,
 // error messages and recovery, and hostile input.
 #include <gtest/gtest.h>
 
@@ -13,9 +13,9 @@
 #include <string.h>
 
 extern "C" {
-#include "compiler/front/ast.h"
+#include "grammar/ast.h"
 #include "compiler/diag/diag.h"
-#include "compiler/front/parse.h"
+#include "grammar/parse.h"
 #include "compiler/diag/source.h"
 }
 

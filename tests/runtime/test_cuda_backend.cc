@@ -2,7 +2,7 @@
 //
 // Emulated.* run tprun_emulated: tprun's own sources — the executor, the
 // CUDA backend (runtime/backends/cuda/backend_cuda.c), the NCCL communicator
-// (runtime/backends/cuda/comm_nccl.c) and the kernels (runtime/backends/cuda/kernels/*.cu under the
+// (runtime/backends/cuda/comm_nccl.c) and the kernels (runtime/kernels/*.cu under the
 // host emulation of tests/runtime/cuda_emu) — against host stand-ins of the CUDA
 // runtime, cuBLAS and NCCL (tests/runtime/cuda_standin: host memory, OpenBLAS, MPI).
 // They need no GPU and no nvcc. Every shipped plan at tp = 1 and 2, in fp32
@@ -641,7 +641,7 @@ TEST_F(EmulatedRun, BadTimeoutIsRefused)
 }
 
 // A schedule the CPU backend runs whose sizes pass a limit of the CUDA
-// kernels (runtime/backends/cuda/kernels/launch_limits.h) is refused
+// kernels (runtime/kernels/launch_limits.h) is refused
 // before anything is allocated or loaded, with the op, the size, the limit
 // and what to do: a non-zero exit, no abort, no output. Head dimension 320:
 // attention holds at most 256 (at tp 1 and 2, fp32 and bf16); 640: RoPE

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 extern "C" {
-#include "compiler/front/parse.h"
+#include "grammar/parse.h"
 }
 
 namespace fs = std::filesystem;

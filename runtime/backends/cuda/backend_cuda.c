@@ -1,4 +1,4 @@
-/* backend_cuda.c: the CUDA backend — the kernels of runtime/backends/cuda/kernels/ and
+/* backend_cuda.c: the CUDA backend — the kernels of runtime/kernels/ and
  * cuBLAS, on one compute stream of one device per process.
  *
  * The table is backend_cpu's: the executor cannot tell them apart. Memory
@@ -17,7 +17,7 @@
  * call that waits; TPRUN_CUDA_SYNC=1 synchronises after every backend call
  * so a fault is reported with the op that caused it. */
 #include "runtime/backends/cuda/backend_cuda.h"
-#include "runtime/backends/cuda/kernels/launch_limits.h"
+#include "runtime/kernels/launch_limits.h"
 #include "sched/workspace.h"
 
 #include <limits.h>
@@ -345,7 +345,7 @@ static void cuda_matmul_tn(float *out, const float *a, const float *b, int64_t m
 }
 
 /* ------------------------------------------------------------------------ */
-/* kernels: one launcher each, runtime/backends/cuda/kernels/<family>.cu                  */
+/* kernels: one launcher each, runtime/kernels/<family>.cu                  */
 /* ------------------------------------------------------------------------ */
 
 /* the compute stream, as the launchers take it */

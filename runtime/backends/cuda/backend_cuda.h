@@ -14,8 +14,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include "runtime/backends/gpu.h"
-#include "runtime/backends/cuda/kernels/cuda_check.h"
-#include "runtime/backends/cuda/kernels/kernels.h"
+#include "runtime/kernels/cuda_check.h"
+#include "runtime/kernels/kernels.h"
 
 /* One device per process: the backend's state. */
 typedef struct tp_gpu {

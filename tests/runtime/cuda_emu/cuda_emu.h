@@ -1,9 +1,9 @@
 /* cuda_emu.h: a test-only host emulation of the CUDA execution model, so
- * the kernels of runtime/backends/cuda/kernels (*.cu) run (and are compared with the CPU
+ * the kernels of runtime/kernels (*.cu) run (and are compared with the CPU
  * backend) on machines without a GPU.
  *
  * The kernel sources are compiled by g++ as C++ with -DTP_CUDA_EMULATION
- * and -I tests/runtime/cuda_emu; runtime/backends/cuda/kernels/launch.h then includes this
+ * and -I tests/runtime/cuda_emu; runtime/kernels/launch.h then includes this
  * header instead of the CUDA headers. What it emulates:
  *
  *   - TP_LAUNCH runs every block of the grid, in a random order, one after

@@ -1,5 +1,5 @@
 /* cuda_emu_mma.h: the sm_80 PTX instructions of
- * runtime/backends/cuda/kernels/mma_sm80.cuh under the emulation, with the
+ * runtime/kernels/mma_sm80.cuh under the emulation, with the
  * fragment layouts the PTX ISA documents (mma_sm80.cuh lists them):
  *   - tp_mma_bf16_16816 and tp_ldmatrix_x4_trans are collectives of the
  *     whole warp (every lane must call them, as .sync.aligned requires);

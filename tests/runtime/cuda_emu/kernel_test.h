@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "tests/support/random_vec.h"
-#include "runtime/backends/cuda/kernels/kernels.h"
-#include "runtime/backends/cuda/kernels/launch.h"
+#include "runtime/kernels/kernels.h"
+#include "runtime/kernels/launch.h"
 extern "C" {
 #include "runtime/backends/backend.h"
 #include "sched/workspace.h"

@@ -1,4 +1,4 @@
-// The CUDA kernels of runtime/backends/cuda/kernels, compiled for the host under the
+// The CUDA kernels of runtime/kernels, compiled for the host under the
 // emulator (cuda_emu.h), against the CPU backend (runtime/backends/cpu/backend_cpu.c),
 // the reference: random inputs, ragged sizes (not multiples of a block or
 // a tile, one row, n = 1, the largest head dimension), GQA and MQA, masked

@@ -1,4 +1,4 @@
-// The tensor-core attention (runtime/backends/cuda/kernels/attention_flash.cuh)
+// The tensor-core attention (runtime/kernels/attention_flash.cuh)
 // under the emulator, and the emulator's sm_80 instructions
 // (cuda_emu_mma.h) it runs on: the fragments in the PTX ISA's layout, the
 // documented preconditions, cp.async's completion, and the hazard of a

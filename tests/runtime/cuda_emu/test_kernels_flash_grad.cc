@@ -1,5 +1,5 @@
 // The gradients of the tensor-core attention
-// (runtime/backends/cuda/kernels/attention_flash_grad.cuh) under the
+// (runtime/kernels/attention_flash_grad.cuh) under the
 // emulator: against attention's backward in double, element by element
 // within the rounding the kernels make, on ragged sequences, GQA and MQA,
 // each head dimension, capped scores, and each gradient alone; the same

@@ -1,4 +1,4 @@
-// The backward kernels of runtime/backends/cuda/kernels (the gradients and
+// The backward kernels of runtime/kernels (the gradients and
 // the optimizer), under the emulator, against the CPU backend's: random
 // inputs, ragged sizes, GQA, soft-capping, repeated and masked ids, padded
 // vocabularies, ignored labels, both storage types. Each comparison prints

@@ -1,4 +1,4 @@
-// common.cuh: what every kernel source of runtime/backends/cuda/kernels shares.
+// common.cuh: what every kernel source of runtime/kernels shares.
 // defines: TP_KCHECK, TP_CEIL_DIV, TP_UNROLL, tp_to_float / tp_from_float<T>
 // (the storage types: float, __nv_bfloat16), tp_warp_sum / tp_warp_max,
 // tp_block_sum / tp_block_max, tp_rows_threads, TP_GRID_STRIDE, tp_elementwise_blocks.

@@ -24,8 +24,8 @@
  *     (BINOP // (NAME hidden) (NAME heads))
  *
  * Recursion: the parser caps the height of every tree it builds (see
- * compiler/front/parser.y), so the recursive walks below stay shallow. */
-#include "compiler/front/ast.h"
+ * grammar/parser.y), so the recursive walks below stay shallow. */
+#include "grammar/ast.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

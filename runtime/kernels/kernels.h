@@ -1,5 +1,5 @@
 /* kernels.h: the CUDA kernels' launchers, one per op family
- * (runtime/backends/cuda/kernels/<family>.cu). The backend (runtime/backend_cuda.*)
+ * (runtime/kernels/<family>.cu). The backend (runtime/backends/cuda/backend_cuda.c)
  * calls these on its compute stream.
  *
  * Every launcher takes device pointers and the schedule's sizes, checks

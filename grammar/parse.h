@@ -1,8 +1,8 @@
-/* parse.h: the flex/bison front end (compiler/front/lexer.l, compiler/front/parser.y). */
+/* parse.h: the flex/bison front end (grammar/lexer.l, grammar/parser.y). */
 #ifndef TPCC_PARSE_H
 #define TPCC_PARSE_H
 
-#include "compiler/front/ast.h"
+#include "grammar/ast.h"
 #include "compiler/diag/diag.h"
 
 /* Parse file `file` of `src`. Always returns an N_FILE node (possibly with

@@ -3,7 +3,7 @@
  * The language is Python-flavoured: expressions follow Python's precedence,
  * strings take either quote, newlines mean nothing, and the dict of a
  * Python parallelize_module() call can be pasted unchanged after
- * `parallelize "path"`. The AST it builds is described in compiler/front/ast.h.
+ * `parallelize "path"`. The AST it builds is described in grammar/ast.h.
  *
  * The lexer (lexer.l) and the parser share one tp_parse_ctx: it is the
  * scanner's extra data and the parser's %parse-param. Neither prints nor
@@ -39,7 +39,7 @@
 %code requires {
 #include <stdint.h>
 
-#include "compiler/front/ast.h"
+#include "grammar/ast.h"
 #include "compiler/diag/diag.h"
 #include "compiler/diag/source.h"
 
