@@ -14,14 +14,6 @@ enum {
     USES_STYLE = 1 << 3,        /* then 1 << (3 + tp_style_kind) */
 };
 
-static const char *const style_class[] = {
-    [TP_STYLE_COLWISE] = "ColwiseParallel", [TP_STYLE_ROWWISE] = "RowwiseParallel",
-    [TP_STYLE_SEQUENCE] = "SequenceParallel", [TP_STYLE_PREPARE_INPUT] = "PrepareModuleInput",
-    [TP_STYLE_PREPARE_OUTPUT] = "PrepareModuleOutput",
-    [TP_STYLE_PREPARE_INPUT_OUTPUT] = "PrepareModuleInputOutput",
-};
-#define NSTYLE_CLASSES ((int)(sizeof style_class / sizeof *style_class))
-
 typedef struct writer {
     FILE *f;
     unsigned uses;
@@ -108,7 +100,7 @@ static bool put_style(writer *w, tp_diags *d, const tp_style *s)
         return false;
     }
     w->uses |= USES_STYLE << s->kind;
-    fprintf(w->f, "%s(", style_class[s->kind]);
+    fprintf(w->f, "%s(", tp_style_class_names[s->kind]);
     switch (s->kind) {
     case TP_STYLE_COLWISE:
     case TP_STYLE_ROWWISE:
@@ -184,11 +176,11 @@ static void put_imports(FILE *f, unsigned uses)
         fputc('\n', f);
     fputs("from torch.distributed.tensor.parallel import (\n", f);
     /* alphabetical, as an import sorter would keep them */
-    const char *names[NSTYLE_CLASSES + 1];
+    const char *names[TP_STYLE_NCLASSES + 1];
     int n = 0;
-    for (int k = 0; k < NSTYLE_CLASSES; k++)
+    for (int k = 0; k < TP_STYLE_NCLASSES; k++)
         if (uses & (USES_STYLE << k))
-            names[n++] = style_class[k];
+            names[n++] = tp_style_class_names[k];
     names[n++] = "parallelize_module";
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {

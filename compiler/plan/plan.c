@@ -7,39 +7,10 @@
 #include "compiler/plan/plan.h"
 #include "compiler/plan/pynames.h"
 #include "compiler/plan/hf_styles.h"
+#include "compiler/plan/styles.h"
 #include "compiler/diag/suggest.h"
 #include "util/map.h"
 #include "util/xalloc.h"
-
-/* A class name added here also goes in plan_classes and in the lists of
- * the modules that define it in pynames.c (what Python names resolve to). */
-static const char *const style_names[] = {
-    [TP_STYLE_COLWISE] = "ColwiseParallel",
-    [TP_STYLE_ROWWISE] = "RowwiseParallel",
-    [TP_STYLE_SEQUENCE] = "SequenceParallel",
-    [TP_STYLE_PREPARE_INPUT] = "PrepareModuleInput",
-    [TP_STYLE_PREPARE_OUTPUT] = "PrepareModuleOutput",
-    [TP_STYLE_PREPARE_INPUT_OUTPUT] = "PrepareModuleInputOutput",
-};
-#define NSTYLES ((int)(sizeof style_names / sizeof *style_names))
-
-/* Keyword arguments each constructor accepts, as in PyTorch 2.15, and
- * tpcc's own `tpcc_` options, which PyTorch does not have. */
-static const char *const colwise_kw[] = {"input_layouts", "output_layouts", "use_local_output",
-                                         "tpcc_replicate_heads", "tpcc_packed", NULL};
-static const char *const colrow_kw[] = {"input_layouts", "output_layouts", "use_local_output", NULL};
-static const char *const seq_kw[] = {"sequence_dim", "use_local_output", NULL};
-static const char *const pin_kw[] = {"input_layouts", "desired_input_layouts", "input_kwarg_layouts",
-                                     "desired_input_kwarg_layouts", "use_local_output", NULL};
-static const char *const pout_kw[] = {"output_layouts", "desired_output_layouts", "use_local_output", NULL};
-static const char *const pinout_kw[] = {"input_layouts", "desired_input_layouts", "input_kwarg_layouts",
-                                        "desired_input_kwarg_layouts", "use_local_input",
-                                        "output_layouts", "desired_output_layouts", "use_local_output", NULL};
-static const char *const *const style_kw[] = {
-    [TP_STYLE_COLWISE] = colwise_kw, [TP_STYLE_ROWWISE] = colrow_kw, [TP_STYLE_SEQUENCE] = seq_kw,
-    [TP_STYLE_PREPARE_INPUT] = pin_kw, [TP_STYLE_PREPARE_OUTPUT] = pout_kw,
-    [TP_STYLE_PREPARE_INPUT_OUTPUT] = pinout_kw,
-};
 
 int64_t tp_plan_tp_size(const tp_plan *p) { return p->mesh_size[p->tp_dim]; }
 
@@ -298,25 +269,23 @@ static bool read_outputs(reader *r, const tp_node *call, tp_io_spec *s)
 
 static bool check_keywords(reader *r, const tp_node *call, tp_style_kind k)
 {
+    const tp_style_row *row = &tp_style_rows[k];
     bool ok = true;
     for (int i = 1; i < call->nkids; i++) {
         const tp_node *a = call->kids[i];
         if (!a->name) {
             tp_diag_add(r->d, TP_ERROR, a->span, "plan",
-                        "%s takes keyword arguments only (as in PyTorch)", style_names[k]);
+                        "%s takes keyword arguments only (as in PyTorch)", row->class_name);
             ok = false;
             continue;
         }
         bool known = false;
-        for (const char *const *p = style_kw[k]; *p; p++)
+        for (const char *const *p = row->keywords; *p; p++)
             known |= !strcmp(*p, a->name);
         if (!known) {
             tp_diag *g = tp_diag_add(r->d, TP_ERROR, a->span, "plan", "%s has no argument '%s'",
-                                     style_names[k], a->name);
-            int nkw = 0;
-            while (style_kw[k][nkw])
-                nkw++;
-            const char *best = tp_suggest(a->name, style_kw[k], nkw);
+                                     row->class_name, a->name);
+            const char *best = tp_suggest(a->name, row->keywords, row->nkeywords);
             if (best)
                 tp_diag_help(g, "did you mean '%s'?", best);
             ok = false;
@@ -349,14 +318,12 @@ static bool read_replicate_heads(reader *r, const tp_node *e, int64_t *heads)
 static tp_style *read_style(reader *r, const tp_node *call)
 {
     const char *fn = tp_call_name(call);
-    int k = 0;
-    while (fn && k < NSTYLES && strcmp(fn, style_names[k]))
-        k++;
-    if (!fn || k == NSTYLES) {
+    int k = fn ? tp_style_find_class(fn) : -1;
+    if (k < 0) {
         tp_diag *g = tp_diag_add(r->d, TP_ERROR, call->span, "plan",
                                  "expected a parallel style such as ColwiseParallel()");
-        const char *sure = fn ? tp_suggest_sure(fn, style_names, NSTYLES) : NULL;
-        const char *best = sure ? sure : fn ? tp_suggest(fn, style_names, NSTYLES) : NULL;
+        const char *sure = fn ? tp_suggest_sure(fn, tp_style_class_names, TP_STYLE_NCLASSES) : NULL;
+        const char *best = sure ? sure : fn ? tp_suggest(fn, tp_style_class_names, TP_STYLE_NCLASSES) : NULL;
         if (best)
             tp_diag_help(g, "did you mean '%s'?", best);
         if (sure)
@@ -366,22 +333,22 @@ static tp_style *read_style(reader *r, const tp_node *call)
     if (!check_keywords(r, call, (tp_style_kind)k))
         return NULL;
     tp_style *s = tp_xcalloc(1, sizeof *s);
+    const tp_style_row *row = &tp_style_rows[k];
     s->kind = (tp_style_kind)k;
-    s->name = style_names[k];
+    s->name = row->class_name;
     s->call = call;
     bool ok = true;
     const tp_node *e;
     switch (s->kind) {
     case TP_STYLE_COLWISE:
     case TP_STYLE_ROWWISE:
-        /* Colwise: input R, output S(-1). Rowwise: input S(-1), output R. */
-        s->input.pl = s->kind == TP_STYLE_COLWISE ? tp_replicate() : tp_shard(-1);
-        s->output.pl = s->kind == TP_STYLE_COLWISE ? tp_shard(-1) : tp_replicate();
+        s->input.pl = row->input;
+        s->output.pl = row->output;
         if ((e = tp_call_kw(call, "input_layouts")) && e->kind != N_NONE)
             ok &= read_placement(r, e, false, &s->input);
         if ((e = tp_call_kw(call, "output_layouts")) && e->kind != N_NONE)
             ok &= read_placement(r, e, false, &s->output);
-        s->use_local_output = read_bool(r, call, "use_local_output", true);
+        s->use_local_output = read_bool(r, call, "use_local_output", row->local_out);
         if ((e = tp_call_kw(call, "tpcc_replicate_heads")))
             ok &= read_replicate_heads(r, e, &s->replicate_heads);
         if (s->kind == TP_STYLE_COLWISE)
@@ -392,24 +359,24 @@ static tp_style *read_style(reader *r, const tp_node *call)
         if ((e = tp_call_kw(call, "sequence_dim")) && !tp_eval_int(r->c, e, &d))
             ok = false;
         s->sequence_dim = (int)d;
-        s->use_local_output = read_bool(r, call, "use_local_output", false);
+        s->use_local_output = read_bool(r, call, "use_local_output", row->local_out);
         break;
     }
     case TP_STYLE_PREPARE_INPUT:
         ok &= read_inputs(r, call, &s->in);
-        s->in.use_local = read_bool(r, call, "use_local_output", false);
+        s->in.use_local = read_bool(r, call, "use_local_output", row->local_out);
         s->out.n = -1;
         break;
     case TP_STYLE_PREPARE_OUTPUT:
         ok &= read_outputs(r, call, &s->out);
-        s->out.use_local = read_bool(r, call, "use_local_output", true);
+        s->out.use_local = read_bool(r, call, "use_local_output", row->local_out);
         s->in.n = -1;
         break;
     case TP_STYLE_PREPARE_INPUT_OUTPUT:
         ok &= read_inputs(r, call, &s->in);
         ok &= read_outputs(r, call, &s->out);
-        s->in.use_local = read_bool(r, call, "use_local_input", false);
-        s->out.use_local = read_bool(r, call, "use_local_output", true);
+        s->in.use_local = read_bool(r, call, "use_local_input", row->local_in);
+        s->out.use_local = read_bool(r, call, "use_local_output", row->local_out);
         break;
     case TP_STYLE_IDENTITY:     /* only Hugging Face strings are hookless */
         break;
@@ -516,12 +483,8 @@ static tp_style *read_hf_style(reader *r, const tp_node *str)
     if (refused_hf_style(r, str, h))
         return NULL;
     tp_style *s = tp_xcalloc(1, sizeof *s);
-    static const tp_style_kind kinds[] = {
-        [TP_HF_COLWISE] = TP_STYLE_COLWISE, [TP_HF_ROWWISE] = TP_STYLE_ROWWISE,
-        [TP_HF_SEQUENCE] = TP_STYLE_SEQUENCE, [TP_HF_IDENTITY] = TP_STYLE_IDENTITY,
-    };
     s->hf = h;
-    s->kind = kinds[h->hooks];
+    s->kind = tp_style_of_hf(h->hooks);
     s->name = h->name;
     s->call = str;
     s->packed = h->packed;
@@ -751,15 +714,14 @@ static bool supports(const tp_style *s, const tp_module *m)
 {
     if (s->hf)
         return hf_supports(s->hf, m);
-    switch (s->kind) {
-    case TP_STYLE_COLWISE:
-        if (s->packed)
-            return m->kind == TP_MOD_LINEAR && m->nsegments > 0;
-        return m->kind == TP_MOD_LINEAR || m->kind == TP_MOD_EMBEDDING;
-    case TP_STYLE_ROWWISE: return m->kind == TP_MOD_LINEAR || m->kind == TP_MOD_EMBEDDING;
-    case TP_STYLE_SEQUENCE: return m->kind == TP_MOD_RMSNORM || m->kind == TP_MOD_LAYERNORM;
-    default: return true;
+    if (s->packed)      /* ColwiseParallel(tpcc_packed=True) */
+        return m->kind == TP_MOD_LINEAR && m->nsegments > 0;
+    switch (tp_style_rows[s->kind].takes) {
+    case TP_STYLE_TAKES_LINEAR_OR_EMBEDDING: return m->kind == TP_MOD_LINEAR || m->kind == TP_MOD_EMBEDDING;
+    case TP_STYLE_TAKES_NORM: return m->kind == TP_MOD_RMSNORM || m->kind == TP_MOD_LAYERNORM;
+    case TP_STYLE_TAKES_ANY: return true;
     }
+    return false;
 }
 
 /* Why renaming s's key so that its absolute pattern becomes `pattern` is

@@ -14,17 +14,9 @@
 #include "sched/layout.h"
 #include "compiler/front/model.h"
 #include "compiler/plan/hf_styles.h"
+#include "compiler/plan/styles.h"
 #include "compiler/plan/train_block.h"
 
-typedef enum tp_style_kind {
-    TP_STYLE_COLWISE,
-    TP_STYLE_ROWWISE,
-    TP_STYLE_SEQUENCE,
-    TP_STYLE_PREPARE_INPUT,
-    TP_STYLE_PREPARE_OUTPUT,
-    TP_STYLE_PREPARE_INPUT_OUTPUT,
-    TP_STYLE_IDENTITY,          /* Hugging Face styles with no forward hook of their own ("replicate") */
-} tp_style_kind;
 
 #define TP_MAX_IO 8
 

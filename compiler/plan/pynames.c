@@ -127,12 +127,14 @@ static const known_module known[] = {
  * listed does not exist (Python's ModuleNotFoundError). */
 static const char *const owned_packages[] = {"torch.distributed.tensor", "torch.distributed._tensor"};
 
-/* The classes a plan's values construct (plan.c's style_names and the
- * placements read_placement reads), and where PyTorch defines them (what
- * the help of a wrong import names). */
+/* The classes a plan's values construct (the styles of plan/styles.def
+ * and the placements plan.c's read_placement reads), and where PyTorch
+ * defines them (what the help of a wrong import names). */
 static const char *const plan_classes[] = {
-    "ColwiseParallel", "RowwiseParallel", "SequenceParallel", "PrepareModuleInput", "PrepareModuleOutput",
-    "PrepareModuleInputOutput", "Shard", "Replicate", "Partial", NULL};
+#define STYLE(NAME, class, ...) #class,
+#include "compiler/plan/styles.def"
+#undef STYLE
+    "Shard", "Replicate", "Partial", NULL};
 
 static const char *home_of(const char *cls)
 {

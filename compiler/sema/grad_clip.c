@@ -17,14 +17,15 @@
 #include "compiler/sema/grad_clip.h"
 
 /* Whether PyTorch holds the module's parameters as DTensors: a style
- * distributed them (Colwise, Rowwise, SequenceParallel and their Hugging
- * Face names), except a hook-less local one. */
+ * distributed them (plan/styles.def's params column: Colwise, Rowwise,
+ * SequenceParallel and their Hugging Face names), except a hook-less
+ * local one. */
 static bool dtensor_params(const tp_module *mod)
 {
     const tp_style *s = mod->style;
     if (!s || (s->hf && s->hf->no_hooks))
         return false;
-    return s->kind == TP_STYLE_COLWISE || s->kind == TP_STYLE_ROWWISE || s->kind == TP_STYLE_SEQUENCE;
+    return tp_style_distributes_params(s->kind);
 }
 
 /* Where a module's parameters are given their kind: its plan entry, else

@@ -6,32 +6,39 @@
 #include "compiler/sema/check_impl.h"
 #include "util/xalloc.h"
 
-/* PyTorch's partition functions: Colwise shards Linear rows (out
- * features) and Embedding columns; Rowwise shards Linear columns (in
- * features, bias replicated) and Embedding rows (vocab). */
+/* PyTorch's partition functions (plan/styles.def's params column):
+ * Colwise shards Linear rows (out features) and Embedding columns;
+ * Rowwise shards Linear columns (in features, bias replicated) and
+ * Embedding rows (vocab). */
+static tp_placement partition(tp_style_params params, const tp_module *m, bool bias)
+{
+    switch (params) {
+    case TP_STYLE_PARAMS_OUT_FEATURES: return m->kind == TP_MOD_LINEAR ? tp_shard(0) : tp_shard(1);
+    case TP_STYLE_PARAMS_IN_FEATURES:
+        return bias ? tp_replicate() : m->kind == TP_MOD_LINEAR ? tp_shard(1) : tp_shard(0);
+    case TP_STYLE_PARAMS_REPLICATED:
+    case TP_STYLE_PARAMS_UNTOUCHED: break;
+    }
+    return tp_replicate();
+}
+
 tp_placement tp_param_placement(const tp_param *prm)
 {
     const tp_module *m = prm->owner;
     const tp_style *s = m->style;
-    bool bias = !strcmp(prm->name, "bias");
-    if (!s)
+    if (!s || s->kind >= TP_STYLE_NCLASSES)
         return tp_replicate();
-    if (s->kind == TP_STYLE_COLWISE)
-        return m->kind == TP_MOD_LINEAR ? tp_shard(0) : tp_shard(1);
-    if (s->kind == TP_STYLE_ROWWISE)
-        return bias ? tp_replicate() : m->kind == TP_MOD_LINEAR ? tp_shard(1) : tp_shard(0);
-    return tp_replicate();
+    return partition(tp_style_rows[s->kind].params, m, !strcmp(prm->name, "bias"));
 }
 
-/* The style giving a parameter of `mod` the placement `want`, if any. */
+/* The style giving a weight of `mod` the placement `want`, if any. */
 static const char *style_for(const tp_module *mod, tp_placement want)
 {
-    if (want.kind != TP_SHARD)
+    if (want.kind != TP_SHARD || (mod->kind != TP_MOD_LINEAR && mod->kind != TP_MOD_EMBEDDING))
         return NULL;
-    if (mod->kind == TP_MOD_LINEAR)
-        return want.dim == 0 ? "ColwiseParallel" : "RowwiseParallel";
-    if (mod->kind == TP_MOD_EMBEDDING)
-        return want.dim == 0 ? "RowwiseParallel" : "ColwiseParallel";
+    for (int k = 0; k < TP_STYLE_NCLASSES; k++)
+        if (tp_placement_eq(partition(tp_style_rows[k].params, mod, false), want, 2))
+            return tp_style_class_names[k];
     return NULL;
 }
 
@@ -145,7 +152,7 @@ static void check_param_divisible(interp *I, tp_param *prm)
 int64_t tp_head_replicas(const interp *I, const tp_param *prm)
 {
     const tp_style *s = prm->owner->style;
-    if (!s || s->kind != TP_STYLE_COLWISE || !s->replicate_heads || I->tp <= s->replicate_heads ||
+    if (!s || !s->replicate_heads || I->tp <= s->replicate_heads ||     /* ColwiseParallel's keyword only */
         I->tp % s->replicate_heads)
         return 1;
     return I->tp / s->replicate_heads;

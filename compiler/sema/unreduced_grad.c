@@ -22,7 +22,7 @@ static bool torch_reduces_grads(const tp_style *s)
 {
     if (!s)
         return false;
-    if (s->kind == TP_STYLE_COLWISE || s->kind == TP_STYLE_ROWWISE || s->kind == TP_STYLE_SEQUENCE)
+    if (tp_style_distributes_params(s->kind))
         return true;     /* the style made them DTensors */
     return s->hf && !strcmp(s->hf->name, "replicated_with_grad_allreduce");
 }

@@ -129,6 +129,25 @@ class Render(unittest.TestCase):
         self.assertIn('"d": RowwiseParallel(input_layouts=Partial(), output_layouts=Replicate(),', text)
         self.assertIn("mesh(tp = tp)", text)
 
+    def test_styles_are_the_tables(self):
+        """python/tpcc/styles.py reads the classes of compiler/plan/styles.def,
+        in its order, and writes only the keywords each constructor takes."""
+        import re
+        from tpcc import styles
+        table = re.findall(r'^STYLE\((\w+), (\w+),\s*KEYWORDS\(([^)]*)\)', read(
+            os.path.join(ROOT, "compiler", "plan", "styles.def")), re.M)
+        self.assertEqual([cls for _, cls, _ in table], list(styles._STYLES))
+        api = {cls: getattr(tp_api, cls) for _, cls, _ in table}
+        made = {"PrepareModuleOutput": dict(output_layouts=Shard(1), desired_output_layouts=Replicate()),
+                "PrepareModuleInputOutput": dict(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
+                                                 output_layouts=Shard(1), desired_output_layouts=Replicate()),
+                "PrepareModuleInput": dict(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))}
+        for _, cls, keywords in table:
+            written = styles.style("k", api[cls](**made.get(cls, {})))
+            took = set(re.findall(r'"([^"]+)"', keywords))
+            for kw in re.findall(r'(\w+)=', written):
+                self.assertIn(kw, took, f"{cls}: {written}")
+
     def test_two_dimensional_mesh(self):
         mesh = DeviceMesh("cpu", (1, 2), mesh_dim_names=("dp", "tp"))
         text = tpcc.render_plan(llama(), megatron_plan(), mesh=mesh)

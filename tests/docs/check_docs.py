@@ -7,6 +7,10 @@
   check_docs.py flags SRC TPCC TPRUN the options of `tpcc --help` and `tprun --help`
                                      are those of man/tpcc.1, man/tprun.1 and
                                      docs/cli.md's option lists
+  check_docs.py recipes SRC          the recipes of docs/architecture.md ("Adding
+                                     ...") have the steps RECIPES counts, every
+                                     file they name exists, and the style recipe
+                                     names every file that names one style's kind
 
 Each prints what is wrong and exits 1; 0 when all is well.
 """
@@ -176,11 +180,73 @@ def check_flags(src, tpcc, tprun):
     return ok
 
 
+# The recipes of docs/architecture.md and how many numbered steps each
+# has: a step added to what the code needs is a step added here.
+RECIPES = {
+    'Adding a model family': 5,
+    'Adding a parallel style': 7,
+}
+# Where the code names one style (TP_STYLE_COLWISE, not the table's
+# TP_STYLE_NCLASSES, the hook-less TP_STYLE_IDENTITY or a column's
+# TP_STYLE_PARAMS_* and TP_STYLE_TAKES_* values); styles.h and
+# styles.c are generated from the table itself.
+ONE_STYLE = re.compile(r'\bTP_STYLE_(?!NCLASSES\b|IDENTITY\b|PARAMS_|TAKES_)[A-Z_]+\b')
+STYLE_TABLE_FILES = ('compiler/plan/styles.h', 'compiler/plan/styles.c')
+SOURCE_PATH = re.compile(r'`((?:compiler|grammar|runtime|sched|util|python|tools|tests|models|plans)/[\w./-]+)`')
+
+
+def sections(path):
+    """heading -> the text under it, for the ## headings of a page."""
+    out, head = {}, None
+    for line in open(path, encoding='utf-8'):
+        if line.startswith('## '):
+            head = line[3:].strip()
+            out[head] = ''
+        elif head:
+            out[head] += line
+    return out
+
+
+def check_recipes(src):
+    ok = True
+    page = sections(os.path.join(src, 'docs', 'architecture.md'))
+    for title, steps in RECIPES.items():
+        text = page.get(title)
+        if text is None:
+            print('docs/architecture.md: no section "%s"' % title)
+            ok = False
+            continue
+        numbered = [n for _, line in outside_fences(text.splitlines()) for n in re.findall(r'^(\d+)\. ', line)]
+        if numbered != [str(i) for i in range(1, steps + 1)]:
+            print('"%s": steps %s; RECIPES counts %d' % (title, ' '.join(numbered) or 'none', steps))
+            ok = False
+        for path in SOURCE_PATH.findall(text):
+            if re.search(r'\b[A-Z]{3,}\b', path):
+                continue    # a placeholder: models/NAME.model
+            if not os.path.exists(os.path.join(src, path)):
+                print('"%s" names %s, which does not exist' % (title, path))
+                ok = False
+    named = set(SOURCE_PATH.findall(page.get('Adding a parallel style', '')))
+    for folder, _, names in os.walk(os.path.join(src, 'compiler')):
+        for name in sorted(names):
+            path = os.path.relpath(os.path.join(folder, name), src)
+            if path in STYLE_TABLE_FILES or not name.endswith(('.c', '.h')):
+                continue
+            with open(os.path.join(src, path), encoding='utf-8') as f:
+                found = ONE_STYLE.search(f.read())
+            if found and path not in named:
+                print('%s names %s; "Adding a parallel style" does not name %s' % (path, found.group(0), path))
+                ok = False
+    return ok
+
+
 def main(argv):
     if len(argv) >= 3 and argv[1] == 'links':
         return 0 if check_links(argv[2]) else 1
     if len(argv) >= 3 and argv[1] == 'readme':
         return 0 if check_readme(argv[2]) else 1
+    if len(argv) >= 3 and argv[1] == 'recipes':
+        return 0 if check_recipes(argv[2]) else 1
     if len(argv) == 5 and argv[1] == 'flags':
         return 0 if check_flags(argv[2], argv[3], argv[4]) else 1
     print(__doc__, file=sys.stderr)
