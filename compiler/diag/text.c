@@ -32,11 +32,29 @@ typedef struct text_ctx {
     int color;
 } text_ctx;
 
+/* Text that echoes input (a plan key, a path, a config.json string) with
+ * its control characters written as \xNN: printed raw, an escape
+ * sequence in a plan could move the cursor or recolour the terminal of
+ * whoever reads the log. */
+static void append_visible(tp_buf *out, const char *s)
+{
+    for (const char *run = s;; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch && ch >= 0x20 && ch != 0x7F)
+            continue;
+        tp_buf_append_n(out, run, (size_t)(s - run));
+        if (!ch)
+            return;
+        tp_buf_appendf(out, "\\x%02x", ch);
+        run = s + 1;
+    }
+}
+
 static void put_colored(const text_ctx *c, const char *color, const char *s)
 {
     if (c->color)
         tp_buf_append(c->out, color);
-    tp_buf_append(c->out, s);
+    append_visible(c->out, s);
     if (c->color)
         tp_buf_append(c->out, C_RESET);
 }
@@ -140,7 +158,7 @@ static void header(const text_ctx *c, tp_span sp, tp_diag_level level, int attac
                                  : tp_xstrdup(message);
     /* clang prints the message of errors and warnings in bold. */
     if (level == TP_NOTE)
-        tp_buf_append(c->out, text);
+        append_visible(c->out, text);
     else
         put_colored(c, C_BOLD, text);
     free(text);
@@ -337,7 +355,9 @@ static void render_diag(const text_ctx *c, const tp_diag *g)
     }
     for (int i = 0; i < g->nhelps; i++) {
         put_colored(c, C_CARET, "fix:");
-        tp_buf_appendf(c->out, " %s\n", g->helps[i]);
+        tp_buf_append(c->out, " ");
+        append_visible(c->out, g->helps[i]);
+        tp_buf_append(c->out, "\n");
     }
 }
 

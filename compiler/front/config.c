@@ -8,6 +8,7 @@
 #include "compiler/front/config.h"
 #include "compiler/front/hf_json.h"
 #include "compiler/diag/suggest.h"
+#include "util/number.h"
 #include "util/xalloc.h"
 #include "sched/write.h"
 
@@ -142,10 +143,13 @@ static const char *parse_value(const char *text, tp_cfg_value *v, bool *is_bool)
         *v = float_value(f);
         return NULL;
     }
-    char *end;
-    long long x = strtoll(text, &end, 10);
-    if (errno || end == text || *end)
-        return "must be an integer, a float or true/false";
+    /* decimal only: no blanks, '+' or hex, which strtoll alone takes */
+    int64_t x;
+    if (tp_parse_int(text, INT64_MIN, INT64_MAX, &x)) {
+        const char *digits = text + (*text == '-');
+        bool integer = *digits && !digits[strspn(digits, "0123456789")];
+        return integer ? "is beyond a 64-bit integer's range" : "must be an integer, a float or true/false";
+    }
     *v = int_value(x);
     return NULL;
 }

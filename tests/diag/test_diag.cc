@@ -236,6 +236,25 @@ TEST_F(DiagTest, TextControlCharactersAreNotEchoed)
     EXPECT_EQ(text().find('\033'), std::string::npos);
 }
 
+// A message, a note and a fix echoing input (a plan key with a terminal
+// escape, a path with a newline) show its control characters as \xNN.
+TEST_F(DiagTest, TextMessagesEscapeTheControlCharactersTheyEcho)
+{
+    tp_diag *g = tp_diag_add(&diags_, TP_WARNING, TP_NO_SPAN, "unmatched-entry", "'%s' matches nothing",
+                             "a\033[2Jb");
+    tp_diag_note_at(g, TP_NO_SPAN, "from 'x\ny'");
+    tp_diag_help(g, "rename '%s'", "\x7f\t");
+    std::string out = text();
+    EXPECT_EQ(out, "tpcc: warning: 'a\\x1b[2Jb' matches nothing [unmatched-entry]\n"
+                   "note: from 'x\\x0ay'\n"
+                   "fix: rename '\\x7f\\x09'\n"
+                   "\n"
+                   "1 warning generated.\n");
+    // bytes of UTF-8 text are not control characters
+    tp_diag_add(&diags_, TP_NOTE, TP_NO_SPAN, "c", "caf\xc3\xa9");
+    EXPECT_NE(text().find("note: caf\xc3\xa9 [c]"), std::string::npos);
+}
+
 TEST_F(DiagTest, RenderWritesToStream)
 {
     add_golden();

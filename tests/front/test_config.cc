@@ -318,11 +318,19 @@ TEST(ConfigDefine, RejectsNonIntegers)
 {
     Cfg c;
     c.bind(llama_block, TP_CFG_MODEL);
-    for (const char *bad : {"tp=two", "tp=", "tp=2x", "tp=0x10", "tp=99999999999999999999", "tp=2 "}) {
+    // decimal only, as the integer a plan writes: strtoll alone takes the blank and the '+'
+    for (const char *bad : {"tp=two", "tp=", "tp=2x", "tp=0x10", "tp=2 ", "tp= 2", "tp=+2", "tp=-", "tp=--2"}) {
         std::string err = c.define(bad);
         EXPECT_NE(err, "") << bad << " was accepted";
         EXPECT_NE(err.find("an integer, a float or true/false"), std::string::npos) << bad << ": " << err;
     }
+    for (const char *huge : {"tp=99999999999999999999", "tp=-9223372036854775809"}) {
+        std::string err = c.define(huge);
+        EXPECT_NE(err.find("is beyond a 64-bit integer's range"), std::string::npos) << huge << ": " << err;
+    }
+    EXPECT_EQ(c.define("tp=-9223372036854775808"), "") << "the range's ends are integers";
+    EXPECT_EQ(c.value("tp"), INT64_MIN);
+    EXPECT_EQ(c.define("tp=1"), "");
     EXPECT_EQ(c.value("tp"), 1) << "a rejected -D must leave the value alone";
 }
 
