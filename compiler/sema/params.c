@@ -1,27 +1,12 @@
-/* params.c: parameter placements under the plan, tied weights and the
- * divisibility of every sharded parameter dimension. */
+/* params.c: the parameters under the plan, checked before the forward
+ * pass: tied weights placed alike, every sharded dimension divisible (or
+ * padded), and tpcc_replicate_heads's expanded weights. Their placements
+ * are param_placement.c's. */
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/front/astutil.h"
 #include "compiler/sema/check_impl.h"
 #include "util/xalloc.h"
-
-/* PyTorch's partition functions: Colwise shards Linear rows (out
- * features) and Embedding columns; Rowwise shards Linear columns (in
- * features, bias replicated) and Embedding rows (vocab). */
-tp_placement tp_param_placement(const tp_param *prm)
-{
-    const tp_module *m = prm->owner;
-    const tp_style *s = m->style;
-    bool bias = !strcmp(prm->name, "bias");
-    if (!s)
-        return tp_replicate();
-    if (s->kind == TP_STYLE_COLWISE)
-        return m->kind == TP_MOD_LINEAR ? tp_shard(0) : tp_shard(1);
-    if (s->kind == TP_STYLE_ROWWISE)
-        return bias ? tp_replicate() : m->kind == TP_MOD_LINEAR ? tp_shard(1) : tp_shard(0);
-    return tp_replicate();
-}
 
 /* The style giving a parameter of `mod` the placement `want`, if any. */
 static const char *style_for(const tp_module *mod, tp_placement want)
@@ -140,15 +125,6 @@ static void check_param_divisible(interp *I, tp_param *prm)
     if (prm->owner->decl)
         tp_diag_note_at(g, prm->owner->decl->span, "'%s' is declared here", prm->owner->fqn);
     tp_diag_help(g, "use a tp that divides %lld, or leave '%s' replicated", (long long)n, prm->owner->fqn);
-}
-
-int64_t tp_head_replicas(const interp *I, const tp_param *prm)
-{
-    const tp_style *s = prm->owner->style;
-    if (!s || s->kind != TP_STYLE_COLWISE || !s->replicate_heads || I->tp <= s->replicate_heads ||
-        I->tp % s->replicate_heads)
-        return 1;
-    return I->tp / s->replicate_heads;
 }
 
 /* ColwiseParallel(tpcc_replicate_heads=H) at tp > H: each of the H heads
