@@ -141,14 +141,6 @@ static int64_t mul(int64_t a, int64_t b)
 
 /* The reader has checked, in saturating arithmetic, that every buffer's
  * count is at most 2^50 (its bytes): this product never overflows. */
-int64_t tr_buf_elems(const tr_buf *b)
-{
-    int64_t n = 1;
-    for (int i = 0; i < b->rank; i++)
-        n *= b->shape[i];
-    return n;
-}
-
 static int load_buffers(loader *L, tr_schedule *s, json_t *arr)
 {
     if (!json_is_array(arr) || json_array_size(arr) > (1u << 24))

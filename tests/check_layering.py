@@ -20,10 +20,20 @@
       checked, nor is one followed by ":line" (a diagnostic shown as an
       example) or one from "./" or "../" (a path as a user writes it).
 
+  check_layering.py calls LIBRARY.a ...
+      No two files of the built static libraries call each other, directly
+      or through others: the graph from each object file to the object
+      files defining the symbols it uses (nm) has no circle, so every file
+      reads as a layer above the files it calls. A circle is printed with
+      its files and one symbol that makes each of its steps. The one
+      allowed circle is the generated lexer.c and parser.c (ALLOWED_CALL_CIRCLES
+      says why).
+
 Exit status 0 when the tree keeps the promise, 1 with what breaks it.
 """
 import os
 import re
+import subprocess
 import sys
 
 LIBRARIES = ("compiler", "grammar", "runtime", "sched", "util")
@@ -66,8 +76,9 @@ def include_graph(root):
     return edges
 
 
-def circles(edges):
-    """One circle through each strongly connected set of folders (Tarjan)."""
+def strong_groups(edges):
+    """The strongly connected sets of more than one node (Tarjan): the
+    nodes that reach each other, directly or through others."""
     index, low, stack, on_stack, found = {}, {}, [], set(), []
     counter = [0]
 
@@ -96,30 +107,35 @@ def circles(edges):
     for v in sorted(edges):
         if v not in index:
             connect(v)
+    return found
 
-    result = []
-    for group in found:
-        start = min(group)
-        # the shortest way back to start inside the group (breadth first)
-        back = {start: None}
-        queue = [start]
-        path = None
-        while queue and path is None:
-            v = queue.pop(0)
-            for w in sorted(edges.get(v, {})):
-                if w not in group:
-                    continue
-                if w == start:
-                    path = [v]
-                    while back[path[-1]] is not None:
-                        path.append(back[path[-1]])
-                    path.reverse()
-                    break
-                if w not in back:
-                    back[w] = v
-                    queue.append(w)
-        result.append(path + [start])
-    return result
+
+def shortest_circle(group, edges):
+    """The shortest way from the group's first node back to it inside the
+    group (breadth first), both ends included."""
+    start = min(group)
+    back = {start: None}
+    queue = [start]
+    while queue:
+        v = queue.pop(0)
+        for w in sorted(edges.get(v, {})):
+            if w not in group:
+                continue
+            if w == start:
+                path = [v]
+                while back[path[-1]] is not None:
+                    path.append(back[path[-1]])
+                path.reverse()
+                return path + [start]
+            if w not in back:
+                back[w] = v
+                queue.append(w)
+    return None
+
+
+def circles(edges):
+    """One circle through each strongly connected set of nodes."""
+    return [shortest_circle(group, edges) for group in strong_groups(edges)]
 
 
 def check_includes(root):
@@ -184,8 +200,64 @@ def check_comment_paths(root):
     return 1 if stale else 0
 
 
+# Flex's scanner and bison's parser are generated to call each other: the
+# parser calls the scanner for each token (yylex), and the scanner's rules
+# build the parser's token values with the parser's helpers. The grammar
+# tools make the pair; no file of this tree can be moved between them.
+ALLOWED_CALL_CIRCLES = {frozenset({"lexer.c", "parser.c"}): "the generated flex scanner and bison parser"}
+
+DEFINED = set("TDBRCGSVW")   # global text, data, bss, read-only, common, small, weak
+
+
+def call_graph(libraries):
+    """object file -> {object file defining a symbol it uses: that symbol}.
+    An object file is "file.c (libname.a)"; a symbol defined twice belongs
+    to the first definer, as the linker takes it from the libraries in order."""
+    defined, used = {}, {}
+    for lib in libraries:
+        listing = subprocess.run(["nm", "-A", lib], capture_output=True, text=True, check=True).stdout
+        prefix = lib + ":"
+        for line in listing.splitlines():
+            if not line.startswith(prefix):
+                continue
+            member, _, rest = line[len(prefix):].partition(":")
+            fields = rest.split()
+            if len(fields) < 2:
+                continue
+            obj = "%s (%s)" % (member[:-2] if member.endswith(".o") else member, os.path.basename(lib))
+            kind, symbol = fields[-2], fields[-1]
+            if kind == "U":
+                used.setdefault(obj, set()).add(symbol)
+            elif kind in DEFINED:
+                defined.setdefault(symbol, obj)
+    edges = {}
+    for obj, symbols in used.items():
+        for symbol in sorted(symbols):
+            there = defined.get(symbol)
+            if there and there != obj:
+                edges.setdefault(obj, {}).setdefault(there, symbol)
+    return edges
+
+
+def check_calls(libraries):
+    edges = call_graph(libraries)
+    bad = [g for g in strong_groups(edges)
+           if frozenset(obj.split(" (")[0] for obj in g) not in ALLOWED_CALL_CIRCLES]
+    for group in bad:
+        print("call circle between %d files: %s" % (len(group), ", ".join(sorted(group))))
+        circle = shortest_circle(group, edges)
+        for a, b in zip(circle, circle[1:]):
+            print("  %s -> %s: calls %s" % (a, b, edges[a][b]))
+    if bad:
+        print("Move what both sides call below both (a file of its own), so that each file calls only files below "
+              "it (docs/architecture.md, the call graph).")
+    return 1 if bad else 0
+
+
 def main(argv):
     checks = {"includes": check_includes, "comment-paths": check_comment_paths}
+    if len(argv) >= 3 and argv[1] == "calls":
+        return check_calls(argv[2:])
     if len(argv) != 3 or argv[1] not in checks:
         print(__doc__.strip(), file=sys.stderr)
         return 2

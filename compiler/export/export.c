@@ -1,5 +1,6 @@
 /* export.c: --export: pick the format, and write the result where -o says. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include "compiler/export/export.h"
 #include "util/atomic_write.h"
@@ -20,22 +21,6 @@ char *tp_export(const tp_export_unit *u, const char *plan_path, tp_export_format
                     "the export carries the parallelize plan only, not train { }: the training script must split "
                     "its batches, clip its gradients and checkpoint its layers' activations as the block says");
     return fmt == TP_EXPORT_PYTORCH ? tp_export_pytorch(u, plan_path) : tp_export_hf(u);
-}
-
-const char *tp_export_key(const tp_style *s)
-{
-    return s->entry->kids[0]->str;
-}
-
-void tp_export_pystr(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fputc('\\', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
 }
 
 int tp_export_write(const char *text, const char *out, char *err, size_t errlen)

@@ -9,7 +9,6 @@
 #define TPCC_EXPORT_H
 
 #include <stddef.h>
-#include <stdio.h>
 #include "compiler/diag/diag.h"
 #include "compiler/front/model.h"
 #include "compiler/plan/plan.h"
@@ -36,15 +35,9 @@ char *tp_export(const tp_export_unit *u, const char *plan_path, tp_export_format
  * Returns 0, or -1 with a message in err. */
 int tp_export_write(const char *text, const char *out, char *err, size_t errlen);
 
-/* --- shared by the formats ---------------------------------------------- */
+/* --- the formats tp_export picks from (pytorch.c, hf.c) -------------------- */
 
 char *tp_export_pytorch(const tp_export_unit *u, const char *plan_path);
 char *tp_export_hf(const tp_export_unit *u);
-
-/* The entry's key as written in its parallelize block's dict. */
-const char *tp_export_key(const tp_style *s);
-
-/* A Python string literal in double quotes. */
-void tp_export_pystr(FILE *f, const char *s);
 
 #endif /* TPCC_EXPORT_H */

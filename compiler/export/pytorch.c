@@ -4,6 +4,7 @@
  * defaults included, so the file says exactly what was checked), and
  * parallelize(model, mesh) calls parallelize_module once per block for
  * every module its path names. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/export/export.h"
@@ -13,6 +14,24 @@ enum {
     USES_REPLICATE = 1 << 0, USES_SHARD = 1 << 1, USES_PARTIAL = 1 << 2,
     USES_STYLE = 1 << 3,        /* then 1 << (3 + tp_style_kind) */
 };
+
+/* A Python string literal in double quotes. */
+static void py_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fputc('\\', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+/* The entry's key as written in its parallelize block's dict. */
+static const char *entry_key(const tp_style *s)
+{
+    return s->entry->kids[0]->str;
+}
 
 typedef struct writer {
     FILE *f;
@@ -48,7 +67,7 @@ static void put_kw_dict(writer *w, const char *name, char *const *kw, const tp_i
     for (int i = 0; i < n; i++) {
         if (i)
             fputs(", ", w->f);
-        tp_export_pystr(w->f, kw[i]);
+        py_str(w->f, kw[i]);
         fputs(": ", w->f);
         put_layout(w, &l[i]);
     }
@@ -146,11 +165,11 @@ static bool put_blocks(writer *w, const tp_export_unit *u)
         const tp_style *s = p->styles[i];
         if (i == 0 || p->styles[i - 1]->item != s->item) {
             fputs("    (", w->f);
-            tp_export_pystr(w->f, s->base);
+            py_str(w->f, s->base);
             fputs(", {\n", w->f);
         }
         fputs("        ", w->f);
-        tp_export_pystr(w->f, tp_export_key(s));
+        py_str(w->f, entry_key(s));
         fputs(": ", w->f);
         ok &= put_style(w, u->diags, s);
         fputs(",\n", w->f);
@@ -245,9 +264,9 @@ char *tp_export_pytorch(const tp_export_unit *u, const char *plan_path)
     fputs("\n\ndef parallelize(model, mesh):\n", f);
     if (p->mesh_ndim > 1) {
         fputs("    \"\"\"Apply PLAN to `model` on the mesh dimension ", f);
-        tp_export_pystr(f, p->mesh_name[p->tp_dim]);
+        py_str(f, p->mesh_name[p->tp_dim]);
         fputs(" of `mesh`.\"\"\"\n    tp_mesh = mesh[", f);
-        tp_export_pystr(f, p->mesh_name[p->tp_dim]);
+        py_str(f, p->mesh_name[p->tp_dim]);
         fputs("]\n", f);
     } else {
         fputs("    \"\"\"Apply PLAN to `model` on the 1-D tp `mesh`.\"\"\"\n    tp_mesh = mesh\n", f);

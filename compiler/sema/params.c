@@ -1,35 +1,12 @@
-/* params.c: parameter placements under the plan, tied weights and the
- * divisibility of every sharded parameter dimension. */
+/* params.c: the parameters under the plan, checked before the forward
+ * pass: tied weights placed alike, every sharded dimension divisible (or
+ * padded), and tpcc_replicate_heads's expanded weights. Their placements
+ * are param_placement.c's. */
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/front/astutil.h"
 #include "compiler/sema/check_impl.h"
 #include "util/xalloc.h"
-
-/* PyTorch's partition functions (plan/styles.def's params column):
- * Colwise shards Linear rows (out features) and Embedding columns;
- * Rowwise shards Linear columns (in features, bias replicated) and
- * Embedding rows (vocab). */
-static tp_placement partition(tp_style_params params, const tp_module *m, bool bias)
-{
-    switch (params) {
-    case TP_STYLE_PARAMS_OUT_FEATURES: return m->kind == TP_MOD_LINEAR ? tp_shard(0) : tp_shard(1);
-    case TP_STYLE_PARAMS_IN_FEATURES:
-        return bias ? tp_replicate() : m->kind == TP_MOD_LINEAR ? tp_shard(1) : tp_shard(0);
-    case TP_STYLE_PARAMS_REPLICATED:
-    case TP_STYLE_PARAMS_UNTOUCHED: break;
-    }
-    return tp_replicate();
-}
-
-tp_placement tp_param_placement(const tp_param *prm)
-{
-    const tp_module *m = prm->owner;
-    const tp_style *s = m->style;
-    if (!s || s->kind >= TP_STYLE_NCLASSES)
-        return tp_replicate();
-    return partition(tp_style_rows[s->kind].params, m, !strcmp(prm->name, "bias"));
-}
 
 /* The style giving a weight of `mod` the placement `want`, if any. */
 static const char *style_for(const tp_module *mod, tp_placement want)
@@ -37,7 +14,7 @@ static const char *style_for(const tp_module *mod, tp_placement want)
     if (want.kind != TP_SHARD || (mod->kind != TP_MOD_LINEAR && mod->kind != TP_MOD_EMBEDDING))
         return NULL;
     for (int k = 0; k < TP_STYLE_NCLASSES; k++)
-        if (tp_placement_eq(partition(tp_style_rows[k].params, mod, false), want, 2))
+        if (tp_placement_eq(tp_style_partition(tp_style_rows[k].params, mod, false), want, 2))
             return tp_style_class_names[k];
     return NULL;
 }
@@ -147,15 +124,6 @@ static void check_param_divisible(interp *I, tp_param *prm)
     if (prm->owner->decl)
         tp_diag_note_at(g, prm->owner->decl->span, "'%s' is declared here", prm->owner->fqn);
     tp_diag_help(g, "use a tp that divides %lld, or leave '%s' replicated", (long long)n, prm->owner->fqn);
-}
-
-int64_t tp_head_replicas(const interp *I, const tp_param *prm)
-{
-    const tp_style *s = prm->owner->style;
-    if (!s || !s->replicate_heads || I->tp <= s->replicate_heads ||     /* ColwiseParallel's keyword only */
-        I->tp % s->replicate_heads)
-        return 1;
-    return I->tp / s->replicate_heads;
 }
 
 /* ColwiseParallel(tpcc_replicate_heads=H) at tp > H: each of the H heads

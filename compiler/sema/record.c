@@ -5,7 +5,8 @@
  * placement and the shape each rank holds; values that only relabel or
  * view a tensor (to_local, a label, view_heads) share their source's value
  * or alias it. Every op and every layout change becomes a node, in the
- * order PyTorch runs them. The passes take it from there (passes/). */
+ * order PyTorch runs them. The passes take it from there (passes/). And
+ * every module call becomes a row of the --explain table. */
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/sema/check_impl.h"
@@ -90,4 +91,15 @@ tp_gnode *tp_record_redist(interp *I, tp_op_kind kind, tp_val *v, tp_val *r, con
     n->src_id = v->id;
     n->result_id = r->id;
     return n;
+}
+
+/* Rows are reserved when a module is entered, so the table reads in call
+ * order (a parent before its children), and completed when it returns. */
+int tp_record_boundary(interp *I, tp_module *mod, char *inputs)
+{
+    tp_analysis *a = I->a;
+    a->rows = tp_xgrow(a->rows, a->nrows, &a->caprows, sizeof *a->rows, 256);
+    a->rows[a->nrows] = (tp_boundary){tp_xstrdup(mod->fqn[0] ? mod->fqn : "(root)"), tp_xstrdup(mod->type),
+                                      mod->style, inputs, NULL};
+    return a->nrows++;
 }

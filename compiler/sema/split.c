@@ -9,25 +9,19 @@
  * Hugging Face's PackedColwiseParallel and Megatron's fused layouts do),
  * rank r holds its share of every segment one after another, and splitting
  * the local tensor into the segments' shares is right. Each piece is a
- * narrow op of the local tensor. */
+ * narrow op of the local tensor. A packed output read by anything else is
+ * packed.c's error. */
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/front/astutil.h"
-#include "compiler/sema/check_impl.h"
+#include "compiler/sema/op_table.h"
 #include "util/xalloc.h"
-
-static const char *const split_kw[] = {"split_size_or_sections", "dim", NULL};   /* torch.split */
-static const char *const chunk_kw[] = {"chunks", "dim", NULL};                   /* torch.chunk */
-
-bool tp_split_is(const char *name) { return !strcmp(name, "split") || !strcmp(name, "chunk"); }
-
-static const iv none_iv = {IV_NONE, NULL, NULL, 0, 0, NULL, {NULL}};
 
 static iv stop(interp *I, tp_span at, const char *fmt, const char *name)
 {
     tp_diag_add(I->d, TP_ERROR, at, "model", fmt, name);
     I->stop = true;
-    return none_iv;
+    return tp_none_iv;
 }
 
 /* Argument `pos` (after the tensor) or keyword kw; NULL when absent. */
@@ -169,23 +163,6 @@ static void contiguous_shard(interp *I, const tp_val *x, const char *name, int d
     }
 }
 
-void tp_packed_misuse(interp *I, tp_val *x, const char *what, tp_span span)
-{
-    if (!x->nsegments || x->poisoned)
-        return;
-    const tp_style *s = x->shard_cause;
-    tp_diag *g = tp_finding(I, TP_ERROR, s ? tp_entry_span(s) : span, "fused-shard", x, NULL,
-                            "the packed output of '%s' (each rank's share of its %d segments, one after another) "
-                            "reaches %s: only split() or chunk() into those segments reads it right",
-                            x->producer ? x->producer->fqn : "a fused projection", x->nsegments, what);
-    if (g)
-        tp_diag_note_at(g, span, "it is used here");
-    if (g)
-        tp_diag_help(g, "unpack it first, e.g. 'q, k, v = split(x, (a, b, c), dim=-1)' with the segments of "
-                        "packed=, or shard the projection with ColwiseParallel(use_local_output=False)");
-    x->poisoned = true;
-}
-
 /* One piece: x's layout facts, `size` along d (named `name` unless NULL),
  * a narrow of the local tensor from `start` (local) when recorded. */
 static tp_val *piece(interp *I, tp_val *x, int d, int64_t size, const char *name, int64_t start, int64_t length,
@@ -214,10 +191,13 @@ static tp_val *piece(interp *I, tp_val *x, int d, int64_t size, const char *name
     return r;
 }
 
-iv tp_split_apply(interp *I, const tp_node *call, tp_val *x)
+/* The row of split or chunk (op_table.c), for the tensor a->args[0]. */
+iv tp_split_apply(interp *I, const tp_op_row *op, const tp_op_args *a)
 {
-    const char *name = tp_call_name(call);
-    const char *const *kw = !strcmp(name, "chunk") ? chunk_kw : split_kw;
+    const tp_node *call = a->call;
+    tp_val *x = a->args[0].t;
+    const char *name = op->name;
+    const char *const *kw = op->keywords;
     for (int k = 1; k < call->nkids; k++)
         if (call->kids[k]->name && !tp_keyword_known(kw, call->kids[k]->name)) {
             char *takes = tp_keyword_list(kw);
@@ -225,27 +205,27 @@ iv tp_split_apply(interp *I, const tp_node *call, tp_val *x)
                         call->kids[k]->name, takes);
             free(takes);
             I->stop = true;
-            return none_iv;
+            return tp_none_iv;
         }
     int64_t d = 0;   /* torch's default */
     const tp_node *de = arg(call, 2, "dim");
     if (de && !tp_eval_int(I->c, de, &d)) {
         I->stop = true;
-        return none_iv;
+        return tp_none_iv;
     }
     if (d < -x->rank || d >= x->rank) {
         tp_diag_add(I->d, TP_ERROR, de ? de->span : call->span, "model",
                     "%s(): dim %lld is outside the tensor's %d dimensions (-%d to %d)", name, (long long)d, x->rank,
                     x->rank, x->rank - 1);
         I->stop = true;
-        return none_iv;
+        return tp_none_iv;
     }
     d = d < 0 ? d + x->rank : d;
     int64_t sizes[TP_MAX_SEGMENTS];
     const char *names[TP_MAX_SEGMENTS];
     int n = pieces(I, call, name, x->shape[d], sizes, names);
     if (!n)
-        return none_iv;
+        return tp_none_iv;
     tp_placement p = tp_placement_norm(x->pl, x->rank);
     /* at tp 1 the one shard is the whole tensor: every split of it is right */
     bool on_dim = p.kind == TP_SHARD && p.dim == d && I->tp > 1;

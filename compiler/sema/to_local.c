@@ -11,10 +11,8 @@
 #include <string.h>
 #include "compiler/front/astutil.h"
 #include "compiler/front/config.h"
-#include "compiler/sema/check_impl.h"
+#include "compiler/sema/op_table.h"
 #include "util/xalloc.h"
-
-bool tp_to_local_is(const char *name) { return !strcmp(name, "to_local"); }
 
 static bool refuse(interp *I, const tp_node *at, const char *msg)
 {
@@ -72,8 +70,12 @@ static bool known_arguments(interp *I, const tp_node *call)
     return true;
 }
 
-iv tp_to_local_apply(interp *I, const tp_node *call, tp_val *x)
+/* The row of to_local (op_table.c), for the tensor a->args[0]. */
+iv tp_to_local_apply(interp *I, const tp_op_row *op, const tp_op_args *a)
 {
+    (void)op;   /* its one row holds nothing the rule reads */
+    const tp_node *call = a->call;
+    tp_val *x = a->args[0].t;
     iv out = {IV_NONE, NULL, NULL, 0, 0, NULL, {NULL}};
     tp_to_local rec = {0};
     rec.rank = x->rank;
@@ -101,9 +103,9 @@ iv tp_to_local_apply(interp *I, const tp_node *call, tp_val *x)
     rec.view = r->gv;
     rec.span = call->span;
     rec.module = tp_cur_fqn(I);
-    tp_analysis *a = I->a;
-    a->to_locals = tp_xgrow(a->to_locals, a->nto_locals, &a->capto_locals, sizeof *a->to_locals, 4);
-    a->to_locals[a->nto_locals++] = rec;
+    tp_analysis *an = I->a;
+    an->to_locals = tp_xgrow(an->to_locals, an->nto_locals, &an->capto_locals, sizeof *an->to_locals, 4);
+    an->to_locals[an->nto_locals++] = rec;
     out.kind = IV_TENSOR;
     out.t = r;
     return out;
