@@ -97,6 +97,10 @@ static const char usage[] =
     "                       config.json from --weights DIR) with optimizer.safetensors and\n"
     "                       trainer_state.json, written atomically; DIR is checked before the\n"
     "                       first step and locked (DIR.lock) against a second run saving there\n"
+    "  --save-every N       --save DIR after every N-th step too, so a stopped run loses at most\n"
+    "                       N steps (each save replaces DIR atomically; --resume DIR goes on)\n"
+    "  --save-keep K        keep the K - 1 checkpoints DIR held before as DIR.step-S (S their\n"
+    "                       step), the newest ones; default 1: DIR only\n"
     "  --max-shard-size S   --save's model files: above S (default 2GiB; 5GB, 500MB, ...)\n"
     "                       model-0000i-of-0000n.safetensors with an index, as\n"
     "                       save_pretrained(max_shard_size=S)\n"
@@ -174,6 +178,7 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         {"log-json", required_argument, 0, OPT_TRAIN}, {"grads-out", required_argument, 0, OPT_TRAIN},
         {"save", required_argument, 0, OPT_TRAIN}, {"resume", required_argument, 0, OPT_TRAIN},
         {"max-shard-size", required_argument, 0, OPT_TRAIN}, {"on-nonfinite", required_argument, 0, OPT_TRAIN},
+        {"save-every", required_argument, 0, OPT_TRAIN}, {"save-keep", required_argument, 0, OPT_TRAIN},
         {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, OPT_VERSION},
         {"hostfile", required_argument, 0, 'f'}, {"ppn", required_argument, 0, OPT_PPN},
         {0, 0, 0, 0},

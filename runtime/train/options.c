@@ -9,7 +9,7 @@
 tr_train_options tr_train_defaults(void)
 {
     return (tr_train_options){.lr = 1e-3, .schedule = TR_LR_COSINE, .weight_decay = 0.01, .max_grad_norm = 1.0,
-                              .max_shard_bytes = TR_SAVE_SHARD_BYTES};
+                              .save_keep = 1, .max_shard_bytes = TR_SAVE_SHARD_BYTES};
 }
 
 static int number(const char *name, const char *arg, double *out, char *err, size_t errlen)
@@ -49,6 +49,12 @@ int tr_train_option(tr_train_options *t, const char *name, const char *arg, char
         t->decay_all = true;
     else if (!strcmp(name, "steps"))
         return count(name, arg, 1, &t->steps, err, errlen);
+    else if (!strcmp(name, "save-every"))
+        return count(name, arg, 1, &t->save_every, err, errlen);
+    else if (!strcmp(name, "save-keep")) {
+        if (tp_parse_int(arg, 1, INT64_MAX, &t->save_keep))
+            return tp_error(err, errlen, "--save-keep takes a number of checkpoints of at least 1, not '%s'", arg);
+    }
     else if (!strcmp(name, "warmup"))
         return count(name, arg, 0, &t->warmup, err, errlen);
     else if (!strcmp(name, "lr"))

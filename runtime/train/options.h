@@ -20,6 +20,8 @@ typedef struct tr_train_options {
     bool max_grad_norm_given;    /* on the command line: it overrides the schedule's */
     const char *log_json, *grads_out;
     const char *save, *resume;   /* Hugging Face checkpoint directories (save.h) */
+    int64_t save_every;          /* --save-every N: DIR replaced after every N-th step too; 0: at the end only */
+    int64_t save_keep;           /* --save-keep K: DIR and the K - 1 checkpoints before it (DIR.step-S) */
     int64_t max_shard_bytes;     /* --save's model files: one up to this size, else shards */
     bool max_shard_given;
     bool skip_nonfinite;         /* --on-nonfinite skip: drop a step whose loss or gradient norm is not finite,
@@ -33,7 +35,8 @@ tr_train_options tr_train_defaults(void);
 
 /* One training option of tprun's command line, by its long name ("data",
  * "steps", "lr", "warmup", "schedule", "weight-decay", "decay-all",
- * "max-grad-norm", "log-json", "grads-out", "save", "max-shard-size", "resume", "on-nonfinite"), with its
+ * "max-grad-norm", "log-json", "grads-out", "save", "save-every", "save-keep", "max-shard-size", "resume",
+ * "on-nonfinite"), with its
  * argument (NULL for a flag). Returns 0, or -1 with a message saying what the option takes. */
 int tr_train_option(tr_train_options *t, const char *name, const char *arg, char *err, size_t errlen);
 

@@ -20,6 +20,7 @@
 #include "util/atomic_write.h"
 #include "util/errmsg.h"
 #include "util/input_file.h"
+#include "util/number.h"
 #include "util/xalloc.h"
 
 static const char *const moment_suffix[2] = {".exp_avg", ".exp_avg_sq"};
@@ -310,9 +311,91 @@ static void test_signal(const char *point)
         (void)raise(SIGTERM);
 }
 
-/* tmp becomes dir; a directory already there is moved aside and removed
- * once the new one is in place. */
-static int replace_dir(const char *tmp, const char *dir, char *err, size_t errlen)
+/* The step a checkpoint directory's trainer_state.json records. */
+static int read_step(const char *dir, int64_t *step, char *err, size_t errlen)
+{
+    char *path = tp_xasprintf("%s/trainer_state.json", dir);
+    json_error_t e;
+    char why[600];
+    FILE *f = tp_input_fopen(path, why, sizeof why);
+    json_t *root = f ? json_loadf(f, 0, &e) : NULL;
+    if (f) {
+        fclose(f);
+        snprintf(why, sizeof why, "%s: %s", path, e.text);
+    }
+    json_t *v = json_object_get(root, "step");
+    int rc = 0;
+    if (!root)
+        rc = tp_error(err, errlen, "--resume: %s (a directory written by tprun --save holds it)", why);
+    else if (!json_is_integer(v) || json_integer_value(v) < 0)
+        rc = tp_error(err, errlen, "--resume: %s: \"step\" must be a non-negative integer", path);
+    else
+        *step = json_integer_value(v);
+    json_decref(root);
+    free(path);
+    return rc;
+}
+
+/* DIR.step-S, S a step, or -1 when `name` is not one beside `base`. */
+static int64_t kept_step(const char *name, const char *base)
+{
+    size_t n = strlen(base);
+    int64_t step;
+    if (strncmp(name, base, n) || strncmp(name + n, ".step-", 6) || tp_parse_int(name + n + 6, 0, INT64_MAX, &step))
+        return -1;
+    return step;
+}
+
+static int newest_first(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* --save-keep K: `old`, the checkpoint DIR held, becomes DIR.step-S, and
+ * of the DIR.step-* beside DIR the K - 1 of the highest steps stay. What
+ * cannot be read as a checkpoint, or renamed, is removed as a replaced
+ * DIR always was. */
+static void keep_old(const char *old, const char *dir, int64_t keep)
+{
+    char why[600];
+    int64_t step;
+    char *kept = NULL;
+    if (!read_step(old, &step, why, sizeof why)) {
+        kept = tp_xasprintf("%s.step-%lld", dir, (long long)step);
+        remove_tree(kept);   /* a checkpoint of the same step from an earlier run */
+    }
+    if (!kept || rename(old, kept) != 0)
+        remove_tree(old);
+    free(kept);
+    const char *slash = strrchr(dir, '/');
+    char *parent = slash ? tp_xstrndup(dir, slash == dir ? 1 : (size_t)(slash - dir)) : tp_xstrdup(".");
+    const char *base = slash ? slash + 1 : dir;
+    int64_t *steps = NULL;
+    int n = 0, cap = 0;
+    DIR *d = opendir(parent);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        int64_t s = kept_step(e->d_name, base);
+        if (s >= 0) {
+            steps = tp_xgrow(steps, n, &cap, sizeof *steps, 8);
+            steps[n++] = s;
+        }
+    }
+    if (d)
+        closedir(d);
+    qsort(steps, (size_t)n, sizeof *steps, newest_first);
+    for (int i = (int)(keep - 1); i < n; i++) {
+        char *path = tp_xasprintf("%s.step-%lld", dir, (long long)steps[i]);
+        remove_tree(path);
+        free(path);
+    }
+    free(steps);
+    free(parent);
+}
+
+/* tmp becomes dir; a directory already there is moved aside and, once the new
+ * one is in place, removed or kept (keep_old). */
+static int replace_dir(const char *tmp, const char *dir, int64_t keep, char *err, size_t errlen)
 {
     char *old = NULL;
     if (is_dir(dir)) {
@@ -330,6 +413,8 @@ static int replace_dir(const char *tmp, const char *dir, char *err, size_t errle
         if (old && rename(old, dir) != 0)
             rc = tp_error(err, errlen, "--save: cannot rename '%s' to '%s', and the previous checkpoint is in '%s'",
                           tmp, dir, old);
+    } else if (old && keep > 1) {
+        keep_old(old, dir, keep);
     } else if (old) {
         remove_tree(old);
     }
@@ -506,7 +591,7 @@ int tr_save(tr_optim *o, const tr_layouts *l, const tr_save_spec *spec, char *er
     if (!rc && writes && !write_rc)
         write_rc = checkpoint_finish(&c, spec, o->step, err, errlen);
     if (!rc && writes && !write_rc) {
-        write_rc = replace_dir(c.tmp, spec->dir, err, errlen);
+        write_rc = replace_dir(c.tmp, spec->dir, spec->keep, err, errlen);
         if (!write_rc && save_signal)
             write_rc = tp_error(err, errlen, "interrupted by %s during --save, which finished first: %s holds the "
                                 "new checkpoint", signal_name(save_signal), spec->dir);
@@ -520,30 +605,6 @@ int tr_save(tr_optim *o, const tr_layouts *l, const tr_save_spec *spec, char *er
 }
 
 /* ---- resuming ------------------------------------------------------------ */
-
-static int read_step(const char *dir, int64_t *step, char *err, size_t errlen)
-{
-    char *path = tp_xasprintf("%s/trainer_state.json", dir);
-    json_error_t e;
-    char why[600];
-    FILE *f = tp_input_fopen(path, why, sizeof why);
-    json_t *root = f ? json_loadf(f, 0, &e) : NULL;
-    if (f) {
-        fclose(f);
-        snprintf(why, sizeof why, "%s: %s", path, e.text);
-    }
-    json_t *v = json_object_get(root, "step");
-    int rc = 0;
-    if (!root)
-        rc = tp_error(err, errlen, "--resume: %s (a directory written by tprun --save holds it)", why);
-    else if (!json_is_integer(v) || json_integer_value(v) < 0)
-        rc = tp_error(err, errlen, "--resume: %s: \"step\" must be a non-negative integer", path);
-    else
-        *step = json_integer_value(v);
-    json_decref(root);
-    free(path);
-    return rc;
-}
 
 /* The state resumed, this rank's slice of every weight, master and
  * moment: training from a NaN or a negative exp_avg_sq would go on

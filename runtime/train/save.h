@@ -57,6 +57,7 @@ typedef struct tr_save_spec {
     int64_t max_steps;       /* --steps, and --lr: trainer_state.json's */
     double lr;
     int64_t shard_bytes;     /* --max-shard-size */
+    int64_t keep;            /* --save-keep: DIR and the keep - 1 checkpoints it held before, as DIR.step-S */
 } tr_save_spec;
 
 /* Collective, after the last step: weight by weight, the weight and its

@@ -62,6 +62,9 @@ static int check_setup(trainer *tr, char *err, size_t errlen)
                         tp_dtype_name(s->dtype), be->name);
     if (tr->t->max_shard_given && !tr->t->save)
         return tp_error(err, errlen, "--max-shard-size goes with --save DIR: it sizes the model files --save writes");
+    if ((tr->t->save_every || tr->t->save_keep != 1) && !tr->t->save)
+        return tp_error(err, errlen, "--save-every and --save-keep go with --save DIR: they say when DIR is written "
+                        "and how many checkpoints are kept beside it");
     if (tr->t->save && tr_save_check(tr->t->save, tr->o->weights, &tr->save_dir, &tr->config, err, errlen))
         return -1;
     bool writes = tr->comm->rank == 0 && tr->dp->rank == 0;   /* tr_save's writing rank */
@@ -257,6 +260,9 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     tr_profile *profiles = NULL;   /* kept when op times are wanted */
     int kept = 0;
     *nsteps = 0;
+    const tr_save_spec spec = {.dir = tr.save_dir, .config = tr.config, .max_steps = o->train.steps,
+                               .lr = o->train.lr, .shard_bytes = o->train.max_shard_bytes, .keep = o->train.save_keep};
+    bool saves = o->train.save && (tr.sharded || tr.dp->rank == 0);   /* replicated: replica 0 has it all */
     for (int64_t i = first; !rc && i < o->train.steps; i++) {
         tr_step_record r;
         rc = step(&tr, i, i == first, &r, err, errlen);
@@ -269,10 +275,11 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         tr_log_add(&tr.log, &r);
         if (rank0 && !o->quiet)
             tr_log_print(stdout, tty, &r, o->train.steps, tr.per_step * tr.dp->world);
+        /* --save-every: a long run loses at most N steps; the last is saved below */
+        if (saves && o->train.save_every && r.step % o->train.save_every == 0 && r.step < o->train.steps)
+            rc = tr_save(&tr.optim, &tr.layouts, &spec, err, errlen);
     }
-    const tr_save_spec spec = {.dir = tr.save_dir, .config = tr.config, .max_steps = o->train.steps,
-                               .lr = o->train.lr, .shard_bytes = o->train.max_shard_bytes};
-    if (!rc && o->train.save && (tr.sharded || tr.dp->rank == 0))   /* replicated: replica 0 has it all */
+    if (!rc && saves)
         rc = tr_save(&tr.optim, &tr.layouts, &spec, err, errlen);
     if (!rc && rank0 && o->train.log_json)
         rc = tr_log_write_json(&tr.log, o->train.log_json, err, errlen);

@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -431,6 +432,52 @@ TEST(CrashSafeSave, ASignalDuringTheSaveAbandonsOrFinishesIt)
                                            " holds the new checkpoint")) << finished.describe();
     EXPECT_TRUE(contains(slurp(dir + "/trainer_state.json"), "\"step\": 2"));
     nothing_beside();
+}
+
+// --save-every 2 over 5 steps writes DIR at steps 2 and 4 and after the
+// last; --save-keep 3 keeps the two it held before as DIR.step-4 and
+// DIR.step-2 (a third, older one, is pruned). Resuming DIR.step-2 to
+// step 5 reaches DIR's weights bit for bit: a periodic checkpoint is the
+// run's own state, not an approximation of it.
+TEST(PeriodicSave, EveryNStepsKeepingTheNewestAndResumable)
+{
+    TempDir d;
+    std::string sched = compile_step(d), dir = d.path + "/ckpt";
+    ASSERT_EQ(fs::create_directory(dir + ".step-1"), true);   // an older kept checkpoint, pruned below
+    put(dir + ".step-1/trainer_state.json", "{\"step\": 1}");
+    Proc p = train(sched, {"--steps", "5", "--save", dir, "--save-every", "2", "--save-keep", "3", "-q"});
+    ASSERT_EQ(p.code(), 0) << p.describe();
+    EXPECT_TRUE(contains(slurp(dir + "/trainer_state.json"), "\"step\": 5"));
+    EXPECT_TRUE(contains(slurp(dir + ".step-4/trainer_state.json"), "\"step\": 4"));
+    EXPECT_TRUE(contains(slurp(dir + ".step-2/trainer_state.json"), "\"step\": 2"));
+    std::vector<std::string> beside;
+    for (auto &e : fs::directory_iterator(d.path))
+        if (contains(e.path().filename().string(), "ckpt."))
+            beside.push_back(e.path().filename().string());
+    std::sort(beside.begin(), beside.end());
+    EXPECT_EQ(beside, (std::vector<std::string>{"ckpt.lock", "ckpt.step-2", "ckpt.step-4"}));
+
+    Proc resumed = tprun({sched, "--data", kFixture + "tokens.npy", "--steps", "5", "--resume", dir + ".step-2",
+                          "--save", d.path + "/again", "-q"});
+    ASSERT_EQ(resumed.code(), 0) << resumed.describe();
+    EXPECT_EQ(slurp(d.path + "/again/model.safetensors"), slurp(dir + "/model.safetensors"));
+    EXPECT_EQ(slurp(d.path + "/again/optimizer.safetensors"), slurp(dir + "/optimizer.safetensors"));
+
+    // the default keeps DIR only; the options need --save and a count of at least 1
+    ASSERT_EQ(train(sched, {"--steps", "2", "--save", dir, "--save-every", "1", "-q"}).code(), 0);
+    EXPECT_TRUE(fs::exists(dir + ".step-4")) << "a later run without --save-keep prunes nothing";
+    EXPECT_FALSE(fs::exists(dir + ".step-1"));
+    for (const auto &[args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+             {{"--save-every", "2"}, "--save-every and --save-keep go with --save DIR"},
+             {{"--save-keep", "2"}, "--save-every and --save-keep go with --save DIR"},
+             {{"--save", dir, "--save-every", "0"}, "--save-every takes a whole number of steps of at least 1"},
+             {{"--save", dir, "--save-keep", "0"}, "--save-keep takes a number of checkpoints of at least 1"}}) {
+        std::vector<std::string> a = {"--steps", "1"};
+        a.insert(a.end(), args.begin(), args.end());
+        Proc bad = train(sched, a);
+        EXPECT_NE(bad.code(), 0) << bad.describe();
+        EXPECT_TRUE(contains(bad.err, message)) << bad.describe();
+    }
 }
 
 }  // namespace
