@@ -7,6 +7,10 @@
   check_docs.py flags SRC TPCC TPRUN the options of `tpcc --help` and `tprun --help`
                                      are those of man/tpcc.1, man/tprun.1 and
                                      docs/cli.md's option lists
+  check_docs.py recipe SRC           docs/architecture.md's "Adding an op" has
+                                     ADD_OP_STEPS steps, each naming a file, and
+                                     names every file a new op takes; every
+                                     path it names exists
 
 Each prints what is wrong and exits 1; 0 when all is well.
 """
@@ -176,11 +180,75 @@ def check_flags(src, tpcc, tprun):
     return ok
 
 
+# "Adding an op" (docs/architecture.md): the row, the forward rule, the
+# gradient, the kernels, the executor, the tests, the format.
+ADD_OP_STEPS = 7
+# The files a new op and its gradient take besides those the code finds
+# itself (every backend's table, below): the row and the fields it fills,
+# the rules that record it and differentiate it, its kernels, its
+# executor, its tests and its documentation.
+ADD_OP_FILES = [
+    'sched/ops.def', 'sched/load.h', 'sched/program.h', 'sched/load.c',
+    'compiler/sema/op_rules.c', 'compiler/passes/autodiff.c',
+    'runtime/backends/backend.h', 'runtime/backends/cpu/backward.c', 'runtime/kernels/kernels.h',
+    'runtime/exec/exec.c',
+    'tests/sched/test_ops_table.cc', 'tests/runtime/test_backend_cpu.cc', 'tests/runtime/test_backend_cpu_grad.cc',
+    'tests/runtime/cuda_emu/test_kernels.cc', 'tests/runtime/cuda_emu/test_kernels_grad.cc', 'tools/reference.py',
+    'docs/schedule.md', 'sched/format.h',
+]
+
+
+def backend_tables(src):
+    """The files under runtime/ that define a backend's table
+    (`static const tp_backend name =`): each needs the new kernels."""
+    found = []
+    for root, _, files in os.walk(os.path.join(src, 'runtime')):
+        for f in files:
+            path = os.path.join(root, f)
+            if f.endswith('.c') and re.search(r'^static const tp_backend \w+ =', open(path, encoding='utf-8').read(),
+                                              re.M):
+                found.append(os.path.relpath(path, src))
+    return sorted(found)
+
+
+def check_recipe(src):
+    text = open(os.path.join(src, 'docs', 'architecture.md'), encoding='utf-8').read()
+    m = re.search(r'^## Adding an op\n(.*?)(?=^## |\Z)', text, re.M | re.S)
+    if not m:
+        print('docs/architecture.md: no "## Adding an op" section')
+        return False
+    steps = re.split(r'^(?=\d+\. )', m.group(1), flags=re.M)[1:]
+    ok = True
+    if [s.split('.')[0] for s in steps] != [str(n) for n in range(1, ADD_OP_STEPS + 1)]:
+        print('"Adding an op": steps %s; it takes 1 to %d' % (' '.join(s.split('.')[0] for s in steps), ADD_OP_STEPS))
+        ok = False
+    named = set()
+    for n, step in enumerate(steps, 1):
+        paths = set(re.findall(r'`([\w./-]+/[\w./-]*)`', step))
+        if not paths:
+            print('"Adding an op": step %d names no file' % n)
+            ok = False
+        named |= paths
+    for p in sorted(named):
+        if not os.path.exists(os.path.join(src, p)):
+            print('"Adding an op" names %s, which does not exist' % p)
+            ok = False
+    required = ADD_OP_FILES + backend_tables(src)
+    for f in required:
+        if f not in named:
+            print('"Adding an op" does not name %s, which a new op takes' % f)
+            ok = False
+    print('"Adding an op": %d steps, %d files named, %d required' % (len(steps), len(named), len(required)))
+    return ok
+
+
 def main(argv):
     if len(argv) >= 3 and argv[1] == 'links':
         return 0 if check_links(argv[2]) else 1
     if len(argv) >= 3 and argv[1] == 'readme':
         return 0 if check_readme(argv[2]) else 1
+    if len(argv) >= 3 and argv[1] == 'recipe':
+        return 0 if check_recipe(argv[2]) else 1
     if len(argv) == 5 and argv[1] == 'flags':
         return 0 if check_flags(argv[2], argv[3], argv[4]) else 1
     print(__doc__, file=sys.stderr)
