@@ -631,7 +631,7 @@ static int check_dp_scattered(loader *L, const tr_schedule *s, const tr_op *op)
 }
 
 static size_rule *const size_rules[TP_OP_COUNT] = {
-#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
+#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, place, f32, attrs, sizes, flops, kernels) \
     [TP_OP_##NAME] = check_##sizes,
 #include "sched/ops.def"
 #undef OP

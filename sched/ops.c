@@ -23,6 +23,12 @@ const char *const tp_op_names[TP_OP_COUNT] = {
 #define NONE TP_OPERAND_NONE
 #define REQUIRED TP_OPERAND_REQUIRED
 #define OPTIONAL TP_OPERAND_OPTIONAL
+#define IN_PLACE true
+#define APART false
+#define NO_F32 0u
+#define F32_IN(i) TP_F32_IN(i)
+#define F32_OUT TP_F32_OUT
+#define F32_LIKE_IN0 TP_F32_LIKE_IN0
 #define RANKED ATTR          /* to the reader, a rank-dependent value is like any other */
 
 /* The C type each attribute type is stored in: the reader writes the
@@ -41,9 +47,10 @@ const char *const tp_op_names[TP_OP_COUNT] = {
 #define NOUT(...) NOUT_(__VA_ARGS__)   /* the output count of the out column's words */
 #define NOUT_(n, ids) (n)
 #define TR_OP_INPUTS ((int)(sizeof ((tr_op *)0)->in / sizeof *((tr_op *)0)->in))
-#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
-    attrs _Static_assert((in_max) <= TR_OP_INPUTS, #name " reads more buffers than tr_op holds"); \
-    _Static_assert(NOUT(out) <= TP_MAX_OUTS, #name " writes more buffers than tr_op holds");
+#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, place, f32, attrs, sizes, flops, kernels) \
+    attrs _Static_assert((in_max) <= TR_OP_INPUTS, #name " reads more buffers than tr_op holds");                \
+    _Static_assert(NOUT(out) <= TP_MAX_OUTS, #name " writes more buffers than tr_op holds");                     \
+    _Static_assert(((f32) & (TP_F32_OUT - 1)) >> (in_max) == 0, #name " keeps f32 an input it does not read");
 #include "sched/ops.def"
 #undef OP
 #undef ATTR
@@ -51,15 +58,15 @@ const char *const tp_op_names[TP_OP_COUNT] = {
 /* Each kind's attributes, ended by a NULL key so that a kind without any
  * still has an array. */
 #define ATTR(key, type, field, value) {#key, TP_ATTR_##type, offsetof(tr_op, field)},
-#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
+#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, place, f32, attrs, sizes, flops, kernels) \
     static const tp_op_attr name##_attrs[] = {attrs {NULL, 0, 0}};
 #include "sched/ops.def"
 #undef OP
 #undef ATTR
 
 const tp_op_def tp_ops[TP_OP_COUNT] = {
-#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
-    [TP_OP_##NAME] = {role, in_min, in_max, ids, out, weight, bias, name##_attrs,                   \
+#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, place, f32, attrs, sizes, flops, kernels) \
+    [TP_OP_##NAME] = {role, in_min, in_max, ids, out, weight, bias, place, f32, name##_attrs,                    \
                       (int)(sizeof name##_attrs / sizeof *name##_attrs) - 1},
 #include "sched/ops.def"
 #undef OP

@@ -48,6 +48,12 @@ typedef enum tp_operand { TP_OPERAND_NONE, TP_OPERAND_REQUIRED, TP_OPERAND_OPTIO
 /* The most outputs an op kind declares (sched/ops.def's OUTS_FLOAT). */
 #define TP_MAX_OUTS 3
 
+/* The float operands of a kind that hold f32 whatever the schedule's dtype
+ * (sched/ops.def's f32 column), as bits: */
+#define TP_F32_IN(i) (1u << (i))     /* in[i] */
+#define TP_F32_OUT (1u << 16)        /* the output */
+#define TP_F32_LIKE_IN0 (1u << 17)   /* every float operand, where in[0] holds f32 */
+
 /* An op kind's signature and attributes (a row of sched/ops.def). */
 typedef struct tp_op_def {
     bool collective;           /* every rank of a group takes part */
@@ -57,6 +63,8 @@ typedef struct tp_op_def {
     int nout;                  /* buffers written: 1, or a list of nout ("out": [...]) */
     bool out_ids;              /* writes int32 rather than floats */
     tp_operand weight, bias;
+    bool in_place;             /* an output may be exactly an input */
+    unsigned f32;              /* TP_F32_*: the operands that hold f32 in a bf16 schedule */
     const tp_op_attr *attrs;   /* in the order tpcc writes them */
     int nattrs;
 } tp_op_def;

@@ -81,32 +81,24 @@ static int check_io(checker *c)
 
 /* ---- operands ----------------------------------------------------------- */
 
-/* The float operands that hold f32 whatever the schedule's dtype: the
- * loss and its per-token pieces (runtime/backends/backend.h). in: -1 for
- * the output. */
-static bool always_f32(tp_op_kind k, int in)
+/* Does operand `in` of op (-1: its output) hold f32 whatever the
+ * schedule's dtype? The loss and its per-token pieces do
+ * (runtime/backends/backend.h): the f32 column of sched/ops.def. */
+static bool holds_f32(const tr_schedule *s, const tr_op *op, int in)
 {
-    switch (k) {
-    case TP_OP_CROSS_ENTROPY:
-    case TP_OP_CE_MAX:
-    case TP_OP_CE_TARGET: return in < 0;
-    case TP_OP_CE_SUMEXP: return in < 0 || in == 1;   /* in[1]: the all-reduced max */
-    case TP_OP_CE_LOSS: return true;
-    case TP_OP_CE_GRAD: return in == 1 || in == 2;
-    default: return false;
-    }
+    unsigned f32 = tp_ops[op->kind].f32;
+    if (f32 & TP_F32_LIKE_IN0 && s->bufs[op->in[0]].dtype == TP_F32)
+        return true;
+    return f32 & (in < 0 ? TP_F32_OUT : TP_F32_IN(in));
 }
 
 /* A float operand holds the element type its kernel reads or writes: the
- * schedule's (the backend's), or f32 for the loss's pieces. An all-reduce
- * moves either (the pieces are all-reduced), the same in and out. */
+ * schedule's (the backend's), or f32 for the loss's pieces. */
 static int check_float_dtype(checker *c, int i, int in, int b)
 {
     const tr_op *op = &c->s->ops[i];
     const tr_buf *t = &c->s->bufs[b];
-    tp_dtype want = always_f32(op->kind, in) ? TP_F32 : c->s->dtype;
-    if (op->kind == TP_OP_ALL_REDUCE && c->s->bufs[op->in[0]].dtype == TP_F32)
-        want = TP_F32;
+    tp_dtype want = holds_f32(c->s, op, in) ? TP_F32 : c->s->dtype;
     if (t->dtype == TP_I32 || t->dtype == want)
         return 0;
     char name[64];
@@ -115,37 +107,9 @@ static int check_float_dtype(checker *c, int i, int in, int b)
 }
 
 /* Kinds whose kernels read each element (or row, or pair) before writing
- * it, so that out may be exactly an input. Every other kind needs an
- * output apart from its inputs: a kind added to sched/ops.def is held to
- * that until its kernels are known to work in place. */
-static bool works_in_place(tp_op_kind k)
-{
-    switch (k) {
-    case TP_OP_BIAS_ADD:
-    case TP_OP_RMSNORM:
-    case TP_OP_ADD_RMSNORM:
-    case TP_OP_BIAS_GELU:
-    case TP_OP_LAYERNORM:
-    case TP_OP_ROPE:
-    case TP_OP_SILU:
-    case TP_OP_GELU:
-    case TP_OP_RELU:
-    case TP_OP_SOFTCAP:
-    case TP_OP_ADD:
-    case TP_OP_MUL:
-    case TP_OP_SILU_MUL:
-    case TP_OP_SCALE:
-    case TP_OP_RMSNORM_DX:
-    case TP_OP_LAYERNORM_DX:
-    case TP_OP_SILU_GRAD:
-    case TP_OP_GELU_GRAD:
-    case TP_OP_RELU_GRAD:
-    case TP_OP_SOFTCAP_GRAD:
-    case TP_OP_SILU_MUL_GRAD:
-    case TP_OP_ALL_REDUCE: return true;
-    default: return false;
-    }
-}
+ * it, so that out may be exactly an input: IN_PLACE in the place column of
+ * sched/ops.def. Every other kind needs an output apart from its inputs. */
+static bool works_in_place(tp_op_kind k) { return tp_ops[k].in_place; }
 
 static bool overlap(const tr_buf *a, const tr_buf *b)
 {

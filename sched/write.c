@@ -681,8 +681,8 @@ static void put_attrs(writer *w, const tp_ir_op *op, int index, int64_t rank)
 #define RANKED(key, type, field, mul) \
     PUT(w, ", \"" #key "\": ");      \
     put_ranked(w, rank, mul);
-#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
-    case TP_OP_##NAME:                                                                  \
+#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, place, f32, attrs, sizes, flops, kernels) \
+    case TP_OP_##NAME:                                                                                         \
         attrs break;
     switch (op->kind) {
 #include "sched/ops.def"

@@ -99,8 +99,8 @@ static int64_t weight_region_bytes(const tp_ir *ir, size_t dsize)
 double tp_op_flops(const tp_ir_op *op)
 {
     switch (op->kind) {
-#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, attrs, sizes, flops) \
-    case TP_OP_##NAME:                                                                  \
+#define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, place, f32, attrs, sizes, flops, kernels) \
+    case TP_OP_##NAME:                                                                                         \
         return flops;
 #include "sched/ops.def"
 #undef OP

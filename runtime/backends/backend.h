@@ -6,6 +6,12 @@
  * schedule. Tensors are row-major and contiguous. Semantics follow the op
  * kinds of sched/ops.def and docs/schedule.md.
  *
+ * Which ops a backend runs is its table: each op kind names the members
+ * it calls (sched/ops.def's kernels column), and a member a backend leaves
+ * NULL is a kernel it lacks. tprun refuses a schedule with an op whose
+ * kernel the chosen backend lacks before anything runs
+ * (runtime/exec/kernels_check.h).
+ *
  * Element types. A backend stores the floating-point tensors of a schedule
  * in one dtype, `dtype`: TP_F32 (the CPU backend; the zero value, so a
  * table that leaves it out is fp32), or TP_BF16 (the CUDA backend of a bf16
@@ -154,7 +160,7 @@ typedef struct tp_backend {
     /* ---- training (tpcc --train): the backward kernels, each the gradient
      * of the forward kernel above it names, and the optimizer. Every one
      * writes its whole output. A backend without them (NULL) runs forward
-     * schedules only; the executor says so before running. ---- */
+     * schedules only. ---- */
 
     /* out[n, k] = a[m, n]^T . b[m, k] */
     void (*matmul_tn)(float *out, const float *a, const float *b, int64_t m, int64_t n, int64_t k);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 #include "runtime/exec/exec.h"
+#include "runtime/exec/kernels_check.h"
 #include "runtime/exec/limits_check.h"
 #include "runtime/exec/op_view.h"
 #include "runtime/io/weights.h"
@@ -79,44 +80,6 @@ static double **rope_tables(const tr_schedule *s)
     return tables;
 }
 
-/* The kernel a training op needs, or NULL when the backend has none. */
-static const void *training_kernel(const tp_backend *be, tp_op_kind k)
-{
-    switch (k) {
-    case TP_OP_MATMUL_TN: return (const void *)be->matmul_tn;
-    case TP_OP_SUM_ROWS: return (const void *)be->sum_rows;
-    case TP_OP_RMSNORM_DX: return (const void *)be->rmsnorm_dx;
-    case TP_OP_RMSNORM_DW: return (const void *)be->rmsnorm_dw;
-    case TP_OP_LAYERNORM_DX: return (const void *)be->layernorm_dx;
-    case TP_OP_LAYERNORM_DW: return (const void *)be->layernorm_dw;
-    case TP_OP_ATTENTION_GRAD: return (const void *)be->attention_grad;
-    case TP_OP_SILU_GRAD:
-    case TP_OP_GELU_GRAD:
-    case TP_OP_RELU_GRAD: return (const void *)be->unary_grad;
-    case TP_OP_SOFTCAP_GRAD: return (const void *)be->softcap_grad;
-    case TP_OP_SILU_MUL_GRAD: return (const void *)be->silu_mul_grad;
-    case TP_OP_EMBEDDING_GRAD: return (const void *)be->embedding_grad;
-    case TP_OP_NARROW_GRAD: return (const void *)be->narrow_grad;
-    case TP_OP_CROSS_ENTROPY_GRAD: return (const void *)be->cross_entropy_grad;
-    case TP_OP_CE_GRAD: return (const void *)be->ce_grad;
-    case TP_OP_ONES: return (const void *)be->ones;
-    default: return (const void *)be;     /* a forward op: every backend has it */
-    }
-}
-
-/* A schedule whose ops the backend cannot all run is refused before
- * anything runs. */
-static int check_kernels(const tr_schedule *s, const tp_backend *be, char *err, size_t errlen)
-{
-    for (int i = 0; i < s->nops; i++)
-        if (!training_kernel(be, s->ops[i].kind)) {
-            snprintf(err, errlen, "the %s backend has no %s kernel (op %d): it runs forward schedules only, not this "
-                     "training schedule", be->name, tp_op_names[s->ops[i].kind], i);
-            return -1;
-        }
-    return 0;
-}
-
 /* Host memory comes from calloc as untouched zero pages: write them now,
  * so the first step pays no page faults (the weights are written when
  * they are loaded). Device memory has no such first touch. */
@@ -142,7 +105,7 @@ int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm
                  s->dtype == TP_BF16 ? " (or run it with --backend cuda)" : "");
         return -1;
     }
-    if (check_kernels(s, be, err, errlen) || tr_exec_check_limits(s, be, err, errlen))
+    if (tr_exec_check_kernels(s, be, err, errlen) || tr_exec_check_limits(s, be, err, errlen))
         return -1;
     x->staging_bytes = largest_collective_bytes(s);
     x->arena = be->alloc((size_t)s->arena_bytes + 1);

@@ -50,8 +50,10 @@ typedef struct tr_exec {
                                     backend is synchronised after every op */
 } tr_exec;
 
-/* Allocate the arena, the weight region and the staging buffers once.
- * Returns 0 or -1 with a message. */
+/* Allocate the arena, the weight region and the staging buffers once,
+ * after checking that be computes in s's dtype and has every kernel and
+ * limit s needs (kernels_check.h, limits_check.h). Returns 0 or -1 with a
+ * message. */
 int tr_exec_init(tr_exec *x, const tr_schedule *s, const tp_backend *be, tp_comm *comm, char *err, size_t errlen);
 void tr_exec_free(tr_exec *x);
 

@@ -8,9 +8,11 @@
                                      are those of man/tpcc.1, man/tprun.1 and
                                      docs/cli.md's option lists
   check_docs.py recipes SRC          the recipes of docs/architecture.md ("Adding
-                                     ...") have the steps RECIPES counts, every
-                                     file they name exists, and the style recipe
-                                     names every file that names one style's kind
+                                     a model family", "... a parallel style", "...
+                                     an op") have the steps RECIPES counts, every
+                                     step names a file, every file they name
+                                     exists, and each names every place the code
+                                     needs (the style's, the op's)
 
 Each prints what is wrong and exits 1; 0 when all is well.
 """
@@ -185,14 +187,56 @@ def check_flags(src, tpcc, tprun):
 RECIPES = {
     'Adding a model family': 5,
     'Adding a parallel style': 7,
+    'Adding an op': 7,      # the row, the forward rule, the gradient, the kernels, the executor, the tests, the format
 }
+# A file or folder a recipe names, in backticks: `sched/ops.def`.
+NAMED_PATH = re.compile(r'`([\w.-]+/[\w./-]*)`')
+
 # Where the code names one style (TP_STYLE_COLWISE, not the table's
 # TP_STYLE_NCLASSES, the hook-less TP_STYLE_IDENTITY or a column's
 # TP_STYLE_PARAMS_* and TP_STYLE_TAKES_* values); styles.h and
 # styles.c are generated from the table itself.
 ONE_STYLE = re.compile(r'\bTP_STYLE_(?!NCLASSES\b|IDENTITY\b|PARAMS_|TAKES_)[A-Z_]+\b')
 STYLE_TABLE_FILES = ('compiler/plan/styles.h', 'compiler/plan/styles.c')
-SOURCE_PATH = re.compile(r'`((?:compiler|grammar|runtime|sched|util|python|tools|tests|models|plans)/[\w./-]+)`')
+
+# The files a new op and its gradient take besides those the code finds
+# itself (every backend's table, below): the row and the fields it fills,
+# the rules that record it and differentiate it, its kernels, its
+# executor, its tests and its documentation.
+ADD_OP_FILES = [
+    'sched/ops.def', 'sched/load.h', 'sched/program.h', 'sched/load.c',
+    'compiler/sema/op_table.c', 'compiler/sema/op_rules.c', 'compiler/passes/autodiff.c',
+    'runtime/backends/backend.h', 'runtime/backends/cpu/backward.c', 'runtime/kernels/kernels.h',
+    'runtime/exec/exec.c',
+    'tests/sched/test_ops_table.cc', 'tests/runtime/test_backend_cpu.cc', 'tests/runtime/test_backend_cpu_grad.cc',
+    'tests/runtime/cuda_emu/test_kernels.cc', 'tests/runtime/cuda_emu/test_kernels_grad.cc', 'tools/reference.py',
+    'docs/schedule.md', 'sched/format.h',
+]
+
+
+def sources_matching(src, top, pattern):
+    """The .c and .h files under top/ whose text matches pattern."""
+    found = []
+    for folder, _, names in os.walk(os.path.join(src, top)):
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            if name.endswith(('.c', '.h')) and pattern.search(open(path, encoding='utf-8').read()):
+                found.append(os.path.relpath(path, src))
+    return sorted(found)
+
+
+def style_places(src):
+    """Every compiler file that names one style's kind."""
+    return [f for f in sources_matching(src, 'compiler', ONE_STYLE) if f not in STYLE_TABLE_FILES]
+
+
+def op_places(src):
+    """ADD_OP_FILES and the files under runtime/ that define a backend's
+    table (`static const tp_backend name =`): each needs the new kernels."""
+    return ADD_OP_FILES + sources_matching(src, 'runtime', re.compile(r'^static const tp_backend \w+ =', re.M))
+
+
+PLACES = {'Adding a parallel style': style_places, 'Adding an op': op_places}
 
 
 def sections(path):
@@ -210,33 +254,38 @@ def sections(path):
 def check_recipes(src):
     ok = True
     page = sections(os.path.join(src, 'docs', 'architecture.md'))
-    for title, steps in RECIPES.items():
+    for title, count in RECIPES.items():
         text = page.get(title)
         if text is None:
             print('docs/architecture.md: no section "%s"' % title)
             ok = False
             continue
-        numbered = [n for _, line in outside_fences(text.splitlines()) for n in re.findall(r'^(\d+)\. ', line)]
-        if numbered != [str(i) for i in range(1, steps + 1)]:
-            print('"%s": steps %s; RECIPES counts %d' % (title, ' '.join(numbered) or 'none', steps))
+        steps = re.split(r'^(?=\d+\. )', text, flags=re.M)[1:]
+        numbers = [step.split('.')[0] for step in steps]
+        if numbers != [str(n) for n in range(1, count + 1)]:
+            print('"%s": steps %s; RECIPES counts %d' % (title, ' '.join(numbers) or 'none', count))
             ok = False
-        for path in SOURCE_PATH.findall(text):
+        named = set()
+        for n, step in enumerate(steps, 1):
+            paths = set(NAMED_PATH.findall(step))
+            if not paths:
+                print('"%s": step %d names no file' % (title, n))
+                ok = False
+            named |= paths
+        named |= set(NAMED_PATH.findall(text))
+        for path in sorted(named):
             if re.search(r'\b[A-Z]{3,}\b', path):
                 continue    # a placeholder: models/NAME.model
             if not os.path.exists(os.path.join(src, path)):
                 print('"%s" names %s, which does not exist' % (title, path))
                 ok = False
-    named = set(SOURCE_PATH.findall(page.get('Adding a parallel style', '')))
-    for folder, _, names in os.walk(os.path.join(src, 'compiler')):
-        for name in sorted(names):
-            path = os.path.relpath(os.path.join(folder, name), src)
-            if path in STYLE_TABLE_FILES or not name.endswith(('.c', '.h')):
-                continue
-            with open(os.path.join(src, path), encoding='utf-8') as f:
-                found = ONE_STYLE.search(f.read())
-            if found and path not in named:
-                print('%s names %s; "Adding a parallel style" does not name %s' % (path, found.group(0), path))
+        for path in PLACES.get(title, lambda _: [])(src):
+            if path not in named:
+                print('"%s" does not name %s, which the code needs' % (title, path))
                 ok = False
+        print('"%s": %d steps, %d files named' % (title, len(steps), len(named)))
+    return ok
+
     return ok
 
 

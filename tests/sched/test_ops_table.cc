@@ -4,7 +4,8 @@
 // names the op and what is missing; --dump lists the attributes in the
 // table's order. (That every kind has an executor is checked when
 // runtime/exec/exec.c compiles: its dispatch table names exec_<name> for
-// every row.)
+// every row; that its kernels column is what exec_<name> calls, by
+// OpTable.KernelsColumnIsWhatTheExecutorCalls, tests/CMakeLists.txt.)
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -230,6 +231,22 @@ TEST(OpTable, EveryKindHasANameAndASignature)
         }
     }
     EXPECT_EQ(tp_op_kind_named("frobnicate"), TP_OP_COUNT);
+}
+
+// The f32 column marks float operands only (ids, labels and positions are
+// int32 whatever the dtype), and a kind works in place only on floats it
+// reads and writes alike.
+TEST(OpTable, ThePlaceAndF32ColumnsFitTheSignature)
+{
+    for (int k = 0; k < TP_OP_COUNT; k++) {
+        const tp_op_def &d = def_of(k);
+        EXPECT_EQ(d.f32 & d.ids, 0u) << name_of(k) << ": an int32 input marked f32";
+        EXPECT_FALSE(d.out_ids && d.f32 & TP_F32_OUT) << name_of(k) << ": an int32 output marked f32";
+        EXPECT_FALSE(d.in_place && d.out_ids) << name_of(k) << ": int32 written in place";
+    }
+    EXPECT_TRUE(def_of(TP_OP_CE_LOSS).f32 & TP_F32_OUT);
+    EXPECT_TRUE(def_of(TP_OP_ALL_REDUCE).in_place);
+    EXPECT_FALSE(def_of(TP_OP_ATTENTION).in_place);
 }
 
 TEST(OpTable, FlopsCountMatmulsAndAttentionOnly)

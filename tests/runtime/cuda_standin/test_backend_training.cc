@@ -5,7 +5,8 @@
 // passes, the host's wait in sum_squares, and matmul_tn's cuBLAS call (the
 // stand-in checks every operand against its allocation) — in fp32 and
 // bf16. The kernels' numerics are test_kernels_grad.cc's; here one case
-// each, with the same tolerances.
+// each, with the same tolerances. And the table has every kernel of every
+// op kind (sched/ops.def's kernels column), forward and training.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 extern "C" {
 #include "runtime/backends/gpu.h"
 #include "runtime/exec/exec.h"
+#include "runtime/exec/kernels_check.h"
 }
 #include "tests/support/random_vec.h"
 
@@ -142,6 +144,12 @@ class BackendTraining : public ::testing::TestWithParam<tp_dtype> {
 
 // out[n, k] = a[m, n]^T . b[m, k] through cuBLAS: ragged sizes, one row,
 // and m = 0 (an empty sum: zeros). fp32 sums of up to 70 products.
+TEST_P(BackendTraining, HasEveryOpsKernels)
+{
+    for (int k = 0; k < TP_OP_COUNT; k++)
+        EXPECT_EQ(tr_backend_missing_kernel(be(), (tp_op_kind)k), nullptr) << tp_op_names[k];
+}
+
 TEST_P(BackendTraining, MatmulTn)
 {
     for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{7, 5, 3}, {70, 33, 17}, {1, 1, 9}, {0, 4, 6}}) {
