@@ -85,8 +85,13 @@ static const char usage[] =
     "  --steps N            optimizer steps to take\n"
     "  --lr LR              peak learning rate (default 1e-3)\n"
     "  --warmup W           linear warm-up steps (default 0)\n"
+    "  --warmup-start-factor F  the warm-up's first factor of LR (default 0, transformers';\n"
+    "                       PyTorch's LinearLR(start_factor=F))\n"
     "  --schedule S         cosine (default; transformers' get_cosine_schedule_with_warmup)\n"
     "                       or constant (after the warm-up)\n"
+    "  --min-lr M           the cosine's floor (default 0; CosineAnnealingLR's eta_min)\n"
+    "  --adam-beta1 B1, --adam-beta2 B2, --adam-epsilon E\n"
+    "                       AdamW's betas and eps (default 0.9, 0.999, 1e-8)\n"
     "  --weight-decay WD    AdamW's decoupled weight decay on 2-D weights (default 0.01)\n"
     "  --decay-all          decay norms and biases too\n"
     "  --max-grad-norm C    clip the global gradient norm to C (default 1.0; 0: no clipping)\n"
@@ -179,6 +184,9 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         {"save", required_argument, 0, OPT_TRAIN}, {"resume", required_argument, 0, OPT_TRAIN},
         {"max-shard-size", required_argument, 0, OPT_TRAIN}, {"on-nonfinite", required_argument, 0, OPT_TRAIN},
         {"save-every", required_argument, 0, OPT_TRAIN}, {"save-keep", required_argument, 0, OPT_TRAIN},
+        {"warmup-start-factor", required_argument, 0, OPT_TRAIN}, {"min-lr", required_argument, 0, OPT_TRAIN},
+        {"adam-beta1", required_argument, 0, OPT_TRAIN}, {"adam-beta2", required_argument, 0, OPT_TRAIN},
+        {"adam-epsilon", required_argument, 0, OPT_TRAIN},
         {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, OPT_VERSION},
         {"hostfile", required_argument, 0, 'f'}, {"ppn", required_argument, 0, OPT_PPN},
         {0, 0, 0, 0},

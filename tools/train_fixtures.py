@@ -21,6 +21,7 @@ For each config below, tests/fixtures/train/<name>/ gets
   final.safetensors  float32 weights after the STEPS steps
   logits.npy         float32 [BATCH, SEQ, vocab]: the final model's logits
                      on the first batch
+(a recipe's fixture, below, has neither grads.safetensors nor logits.npy)
 
 The models run in float32 with the "eager" attention implementation, every
 dropout probability 0 and in train() mode (checked to give the same loss as
@@ -104,6 +105,17 @@ CONFIGS = {
     # head_dim 8 (hidden // heads), q_norm/k_norm over it; sliding window off as published
     "qwen3": dict(LLAMA, model_type="qwen3", head_dim=8, use_sliding_window=False, sliding_window=None),
 }
+
+# The training script of each fixture: torch.optim.AdamW and transformers'
+# get_cosine_schedule_with_warmup, except where a recipe below says
+# otherwise. "llama-recipe" trains the llama fixture's model as seed
+# scripts do: AdamW(betas=(0.9, 0.99), eps=1e-6, weight_decay=0.1) and
+# SequentialLR(LinearLR(start_factor=0.1, total_iters=WARMUP),
+# CosineAnnealingLR(T_max=STEPS - WARMUP, eta_min=MIN_LR)).
+DEFAULT_RECIPE = {"betas": BETAS, "eps": EPS, "weight_decay": WEIGHT_DECAY, "start_factor": 0.0, "min_lr": 0.0}
+RECIPES = {"llama-recipe": {"betas": (0.9, 0.99), "eps": 1e-6, "weight_decay": 0.1, "start_factor": 0.1,
+                            "min_lr": 1e-4}}
+CONFIGS["llama-recipe"] = LLAMA
 
 # The tensor save_pretrained writes for each tied pair (the other name is dropped).
 TIED = {"gpt2-tied": ("transformer.wte.weight", "lm_head.weight")}
@@ -217,14 +229,26 @@ def check_finite_differences(name, model, ids, grads_path):
             sys.exit(f"{name}: autograd and finite differences disagree at {tensor}{list(index)}")
 
 
-def train(model, tokens):
+def scheduler(opt, recipe):
+    """transformers' warm-up and cosine, or PyTorch's LinearLR then
+    CosineAnnealingLR where the recipe starts the warm-up above 0."""
+    if not recipe["start_factor"]:
+        assert not recipe["min_lr"], "transformers' cosine here has no floor"
+        return get_cosine_schedule_with_warmup(opt, num_warmup_steps=WARMUP, num_training_steps=STEPS)
+    warm = torch.optim.lr_scheduler.LinearLR(opt, start_factor=recipe["start_factor"], end_factor=1.0,
+                                             total_iters=WARMUP)
+    cosine = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=STEPS - WARMUP, eta_min=recipe["min_lr"])
+    return torch.optim.lr_scheduler.SequentialLR(opt, schedulers=[warm, cosine], milestones=[WARMUP])
+
+
+def train(model, tokens, recipe):
     """STEPS steps of AdamW; the log of train.json's "steps"."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": recipe["weight_decay"]},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR, betas=BETAS, eps=EPS, foreach=False)
-    sched = get_cosine_schedule_with_warmup(opt, num_warmup_steps=WARMUP, num_training_steps=STEPS)
+                            lr=LR, betas=recipe["betas"], eps=recipe["eps"], foreach=False)
+    sched = scheduler(opt, recipe)
     log = []
     for step in range(1, STEPS + 1):
         ids = batch(tokens, step)
@@ -260,11 +284,15 @@ def make(name, keys, out_root):
     check_tied_sum(name, keys, model, first, grads)
     check_finite_differences(name, model, first, grads_path)
 
-    log = train(model, tokens)
+    recipe = RECIPES.get(name, DEFAULT_RECIPE)
+    log = train(model, tokens, recipe)
     if log[0]["loss"] != loss.item():
         sys.exit(f"{name}: step 1's loss {log[0]['loss']} differs from the gradient pass's {loss.item()}")
-    settings = {"batch": BATCH, "seq": SEQ, "lr": LR, "betas": list(BETAS), "eps": EPS, "weight_decay": WEIGHT_DECAY,
-                "max_grad_norm": MAX_GRAD_NORM, "warmup": WARMUP, "schedule": "cosine", "steps": log}
+    settings = {"batch": BATCH, "seq": SEQ, "lr": LR, "betas": list(recipe["betas"]), "eps": recipe["eps"],
+                "weight_decay": recipe["weight_decay"], "max_grad_norm": MAX_GRAD_NORM, "warmup": WARMUP,
+                "schedule": "cosine", "steps": log}
+    if name in RECIPES:
+        settings.update(warmup_start_factor=recipe["start_factor"], min_lr=recipe["min_lr"])
     with open(os.path.join(out, "train.json"), "w") as f:
         json.dump(settings, f, indent=2)
         f.write("\n")
@@ -274,6 +302,11 @@ def make(name, keys, out_root):
     with torch.no_grad():
         logits = model(input_ids=first).logits
     np.save(os.path.join(out, "logits.npy"), logits.numpy().astype(np.float32))
+    if name in RECIPES:
+        # the same model and data as the fixture of its config: its first
+        # step's gradients are that fixture's, and nothing reads the logits
+        for unused in ("grads.safetensors", "logits.npy"):
+            os.remove(os.path.join(out, unused))
     for entry in log:
         print(f"{name}: step {entry['step']}: loss {entry['loss']:.6f}, lr {entry['lr']:.3g}, "
               f"grad_norm {entry['grad_norm']:.4f}")

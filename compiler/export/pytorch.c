@@ -36,7 +36,14 @@ static const char *entry_key(const tp_style *s)
 typedef struct writer {
     FILE *f;
     unsigned uses;
+    int nargs;                  /* of the style being written: a ", " before each but the first */
 } writer;
+
+/* "name=" of the style's next argument. */
+static void put_arg(writer *w, const char *name)
+{
+    fprintf(w->f, "%s%s=", w->nargs++ ? ", " : "", name);
+}
 
 static void put_layout(writer *w, const tp_io_layout *l)
 {
@@ -52,18 +59,20 @@ static void put_layout(writer *w, const tp_io_layout *l)
 /* (a, b) or (a,): PyTorch keeps every layouts argument as a tuple. */
 static void put_tuple(writer *w, const char *name, const tp_io_layout *l, int n)
 {
-    fprintf(w->f, "%s=(", name);
+    put_arg(w, name);
+    fputc('(', w->f);
     for (int i = 0; i < n; i++) {
         if (i)
             fputs(", ", w->f);
         put_layout(w, &l[i]);
     }
-    fputs(n == 1 ? ",), " : "), ", w->f);
+    fputs(n == 1 ? ",)" : ")", w->f);
 }
 
 static void put_kw_dict(writer *w, const char *name, char *const *kw, const tp_io_layout *l, int n)
 {
-    fprintf(w->f, "%s={", name);
+    put_arg(w, name);
+    fputc('{', w->f);
     for (int i = 0; i < n; i++) {
         if (i)
             fputs(", ", w->f);
@@ -71,7 +80,7 @@ static void put_kw_dict(writer *w, const char *name, char *const *kw, const tp_i
         fputs(": ", w->f);
         put_layout(w, &l[i]);
     }
-    fputs("}, ", w->f);
+    fputc('}', w->f);
 }
 
 static void put_inputs(writer *w, const tp_io_spec *in)
@@ -92,7 +101,37 @@ static void put_outputs(writer *w, const tp_io_spec *out)
     put_tuple(w, "desired_output_layouts", out->desired, out->n);
 }
 
-static const char *py_bool(bool b) { return b ? "True" : "False"; }
+static void put_bool(writer *w, const char *name, bool b)
+{
+    put_arg(w, name);
+    fputs(b ? "True" : "False", w->f);
+}
+
+/* One argument of the style's row (plan/styles.def, exports). */
+static void put_style_arg(writer *w, const tp_style *s, tp_style_arg a)
+{
+    switch (a) {
+    case TP_ARG_INPUT_LAYOUT:       /* one placement: the constructors wrap it in a tuple themselves */
+        put_arg(w, "input_layouts");
+        put_layout(w, &s->input);
+        break;
+    case TP_ARG_OUTPUT_LAYOUT:
+        put_arg(w, "output_layouts");
+        put_layout(w, &s->output);
+        break;
+    case TP_ARG_USE_LOCAL_OUTPUT: put_bool(w, "use_local_output", s->use_local_output); break;
+    case TP_ARG_SEQUENCE_DIM:
+        put_arg(w, "sequence_dim");
+        fprintf(w->f, "%d", s->sequence_dim);
+        break;
+    case TP_ARG_INPUTS: put_inputs(w, &s->in); break;
+    case TP_ARG_INPUTS_USE_LOCAL_OUTPUT: put_bool(w, "use_local_output", s->in.use_local); break;
+    case TP_ARG_INPUTS_USE_LOCAL_INPUT: put_bool(w, "use_local_input", s->in.use_local); break;
+    case TP_ARG_OUTPUTS: put_outputs(w, &s->out); break;
+    case TP_ARG_OUTPUTS_USE_LOCAL_OUTPUT: put_bool(w, "use_local_output", s->out.use_local); break;
+    case TP_ARG_END: break;
+    }
+}
 
 /* One style as its constructor call with every argument; false (reported)
  * when it is not PyTorch's. */
@@ -120,37 +159,9 @@ static bool put_style(writer *w, tp_diags *d, const tp_style *s)
     }
     w->uses |= USES_STYLE << s->kind;
     fprintf(w->f, "%s(", tp_style_class_names[s->kind]);
-    switch (s->kind) {
-    case TP_STYLE_COLWISE:
-    case TP_STYLE_ROWWISE:
-        /* one placement each: the constructors wrap it in a tuple themselves */
-        fputs("input_layouts=", w->f);
-        put_layout(w, &s->input);
-        fputs(", output_layouts=", w->f);
-        put_layout(w, &s->output);
-        fputs(", ", w->f);
-        fprintf(w->f, "use_local_output=%s", py_bool(s->use_local_output));
-        break;
-    case TP_STYLE_SEQUENCE:
-        fprintf(w->f, "sequence_dim=%d, use_local_output=%s", s->sequence_dim, py_bool(s->use_local_output));
-        break;
-    case TP_STYLE_PREPARE_INPUT:
-        put_inputs(w, &s->in);
-        fprintf(w->f, "use_local_output=%s", py_bool(s->in.use_local));
-        break;
-    case TP_STYLE_PREPARE_OUTPUT:
-        put_outputs(w, &s->out);
-        fprintf(w->f, "use_local_output=%s", py_bool(s->out.use_local));
-        break;
-    case TP_STYLE_PREPARE_INPUT_OUTPUT:
-        put_inputs(w, &s->in);
-        fprintf(w->f, "use_local_input=%s, ", py_bool(s->in.use_local));
-        put_outputs(w, &s->out);
-        fprintf(w->f, "use_local_output=%s", py_bool(s->out.use_local));
-        break;
-    case TP_STYLE_IDENTITY:     /* refused above */
-        break;
-    }
+    w->nargs = 0;
+    for (const tp_style_arg *a = tp_style_rows[s->kind].exports; *a != TP_ARG_END; a++)
+        put_style_arg(w, s, *a);
     fputs(")", w->f);
     return true;
 }
@@ -231,7 +242,7 @@ char *tp_export_pytorch(const tp_export_unit *u, const char *plan_path)
 {
     char *body = NULL, *text = NULL;
     size_t body_len = 0, text_len = 0;
-    writer w = {open_memstream(&body, &body_len), 0};
+    writer w = {open_memstream(&body, &body_len), 0, 0};
     if (!w.f)
         return NULL;
     bool ok = put_blocks(&w, u);
@@ -259,7 +270,7 @@ char *tp_export_pytorch(const tp_export_unit *u, const char *plan_path)
             p->loss_parallel ? "The plan computes the loss under loss_parallel(): run the loss inside\n"
                                "# `with torch.distributed.tensor.parallel.loss_parallel():`."
                              : "The plan computes an ordinary loss (no loss_parallel()).",
-            py_bool(p->loss_parallel));
+            p->loss_parallel ? "True" : "False");
     fputs(modules_at_fn, f);
     fputs("\n\ndef parallelize(model, mesh):\n", f);
     if (p->mesh_ndim > 1) {

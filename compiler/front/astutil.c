@@ -40,6 +40,14 @@ const tp_node *tp_call_kw(const tp_node *call, const char *kw)
     return a ? a->kids[0] : NULL;
 }
 
+const tp_node *tp_call_shard_dim(const tp_node *e)
+{
+    const char *fn = tp_call_name(e);
+    if (!fn || strcmp(fn, "Shard") || e->nkids != 2)
+        return NULL;
+    return tp_call_npos(e) == 1 ? tp_call_pos(e, 0) : tp_call_kw(e, "dim");
+}
+
 bool tp_keyword_known(const char *const *keywords, const char *kw)
 {
     for (const char *const *k = keywords; k && *k; k++)

@@ -15,6 +15,11 @@ const tp_node *tp_call_kw(const tp_node *call, const char *kw);
 /* The N_ARG node of keyword `kw`, or NULL. */
 const tp_node *tp_call_kw_arg(const tp_node *call, const char *kw);
 
+/* The dimension of a Shard placement as PyTorch's Shard(dim: int) takes
+ * it, Shard(1) or Shard(dim=1): its node, or NULL when `e` is no call of
+ * Shard with that one argument. */
+const tp_node *tp_call_shard_dim(const tp_node *e);
+
 /* Keyword lists of constructors and ops: NULL-terminated; NULL is empty. */
 bool tp_keyword_known(const char *const *keywords, const char *kw);
 /* "eps, bias" for messages; malloc'ed. */

@@ -133,9 +133,10 @@ static bool read_placement(reader *r, const tp_node *e, bool allow_none, tp_io_l
     const char *fn = tp_call_name(e);
     if (fn && !strcmp(fn, "Replicate") && e->nkids == 1) { out->pl = tp_replicate(); return true; }
     if (fn && !strcmp(fn, "Partial") && tp_call_npos(e) <= 1) { out->pl = tp_partial(); return true; }
-    if (fn && !strcmp(fn, "Shard") && e->nkids == 2 && tp_call_npos(e) == 1) {
+    const tp_node *dim = tp_call_shard_dim(e);
+    if (dim) {
         int64_t d;
-        if (!tp_eval_int(r->c, tp_call_pos(e, 0), &d))
+        if (!tp_eval_int(r->c, dim, &d))
             return false;
         if (d < -TP_MAX_RANK || d >= TP_MAX_RANK)
             return bad(r, e, "plan", "Shard dimension out of range");

@@ -8,21 +8,24 @@
 #define UNUSED {TP_REPLICATE, 0}
 #define NO_HF -1
 
-#define STYLE(NAME, class, keywords, modules, params, hf, input, output, local_in, local_out) \
-    static const char *const keywords_##NAME[] = {keywords, NULL};
+#define EXPORTS(...) __VA_ARGS__
+#define STYLE(NAME, class, keywords, modules, params, hf, input, output, local_in, local_out, exports) \
+    static const char *const keywords_##NAME[] = {keywords, NULL};                                  \
+    static const tp_style_arg exports_##NAME[] = {exports, TP_ARG_END};
 #include "compiler/plan/styles.def"
 #undef STYLE
 
 const tp_style_row tp_style_rows[TP_STYLE_NCLASSES] = {
-#define STYLE(NAME, class, keywords, modules, params, hf, input, output, local_in, local_out)                    \
+#define STYLE(NAME, class, keywords, modules, params, hf, input, output, local_in, local_out, exports)                    \
     [TP_STYLE_##NAME] = {#class, keywords_##NAME, (int)(sizeof keywords_##NAME / sizeof *keywords_##NAME) - 1, \
-                         TP_STYLE_TAKES_##modules, TP_STYLE_PARAMS_##params, hf, input, output, local_in, local_out},
+                         TP_STYLE_TAKES_##modules, TP_STYLE_PARAMS_##params, hf, input, output, local_in, local_out, \
+                         exports_##NAME},
 #include "compiler/plan/styles.def"
 #undef STYLE
 };
 
 const char *const tp_style_class_names[TP_STYLE_NCLASSES] = {
-#define STYLE(NAME, class, keywords, modules, params, hf, input, output, local_in, local_out) [TP_STYLE_##NAME] = #class,
+#define STYLE(NAME, class, keywords, modules, params, hf, input, output, local_in, local_out, exports) [TP_STYLE_##NAME] = #class,
 #include "compiler/plan/styles.def"
 #undef STYLE
 };

@@ -8,7 +8,7 @@
 #include "sched/layout.h"
 
 typedef enum tp_style_kind {
-#define STYLE(NAME, class, keywords, modules, params, hf, input, output, local_in, local_out) TP_STYLE_##NAME,
+#define STYLE(NAME, class, keywords, modules, params, hf, input, output, local_in, local_out, exports) TP_STYLE_##NAME,
 #include "compiler/plan/styles.def"
 #undef STYLE
     TP_STYLE_NCLASSES,          /* the rows above: PyTorch's classes */
@@ -31,6 +31,21 @@ typedef enum tp_style_params {
     TP_STYLE_PARAMS_UNTOUCHED,      /* plain tensors, as the model made them */
 } tp_style_params;
 
+/* An argument the PyTorch exporter writes (export/pytorch.c), from a field
+ * of tp_style (plan.h). */
+typedef enum tp_style_arg {
+    TP_ARG_END,
+    TP_ARG_INPUT_LAYOUT,            /* input_layouts=<input>: one placement */
+    TP_ARG_OUTPUT_LAYOUT,           /* output_layouts=<output> */
+    TP_ARG_USE_LOCAL_OUTPUT,        /* use_local_output=<use_local_output> */
+    TP_ARG_SEQUENCE_DIM,            /* sequence_dim=<sequence_dim> */
+    TP_ARG_INPUTS,                  /* in: (desired_)input_layouts and (desired_)input_kwarg_layouts as given */
+    TP_ARG_INPUTS_USE_LOCAL_OUTPUT, /* use_local_output=<in.use_local>: PrepareModuleInput's name for it */
+    TP_ARG_INPUTS_USE_LOCAL_INPUT,  /* use_local_input=<in.use_local> */
+    TP_ARG_OUTPUTS,                 /* out: output_layouts, desired_output_layouts */
+    TP_ARG_OUTPUTS_USE_LOCAL_OUTPUT,/* use_local_output=<out.use_local> */
+} tp_style_arg;
+
 typedef struct tp_style_row {
     const char *class_name;         /* "ColwiseParallel" */
     const char *const *keywords;    /* NULL-terminated */
@@ -40,6 +55,7 @@ typedef struct tp_style_row {
     int hf;                         /* tp_hf_hooks that are these hooks, or -1 */
     tp_placement input, output;     /* default input_layouts, output_layouts */
     bool local_in, local_out;       /* default use_local_input, use_local_output */
+    const tp_style_arg *exports;    /* ends with TP_ARG_END */
 } tp_style_row;
 
 /* Indexed by tp_style_kind, below TP_STYLE_NCLASSES. */

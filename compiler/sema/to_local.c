@@ -25,7 +25,6 @@ static bool refuse(interp *I, const tp_node *at, const char *msg)
 static bool read_placement(interp *I, const tp_node *e, int rank, tp_placement *out)
 {
     const char *fn = tp_call_name(e);
-    int npos = fn ? tp_call_npos(e) : -1;
     if (fn && !strcmp(fn, "Replicate") && e->nkids == 1) {
         *out = tp_replicate();
         return true;
@@ -35,8 +34,9 @@ static bool read_placement(interp *I, const tp_node *e, int rank, tp_placement *
         return true;
     }
     int64_t d;
-    if (fn && !strcmp(fn, "Shard") && e->nkids == 2 && npos == 1) {
-        if (!tp_eval_int(I->c, tp_call_pos(e, 0), &d))
+    const tp_node *dim = tp_call_shard_dim(e);
+    if (dim) {
+        if (!tp_eval_int(I->c, dim, &d))
             return refuse(I, e, "Shard(dim) needs an integer dimension");
         if (d < -rank || d >= rank)
             return refuse(I, e, "Shard dimension out of range for the tensor");

@@ -31,7 +31,8 @@ int tr_exec_check_kernels(const tr_schedule *s, const tp_backend *be, char *err,
             continue;
         char name[600];
         snprintf(err, errlen, "%s: the %s backend has no %s kernel; run the schedule with --backend cpu, which has "
-                 "every op's kernels", tr_op_describe(s, i, name, sizeof name), be->name, missing);
+                 "every op's kernels%s", tr_op_describe(s, i, name, sizeof name), be->name, missing,
+                 s->dtype == TP_F32 ? "" : " (for fp32 schedules: compile it with tpcc --dtype fp32)");
         return -1;
     }
     return 0;

@@ -4,13 +4,13 @@
 
 static double max1(int64_t n) { return n > 1 ? (double)n : 1.0; }
 
-double tr_lr_lambda(tr_lr_schedule kind, int64_t step, int64_t warmup, int64_t total)
+double tr_lr_lambda(const tr_lr_shape *s, int64_t step)
 {
-    if (step < warmup)
-        return (double)step / max1(warmup);
-    if (kind == TR_LR_CONSTANT)
+    if (step < s->warmup)
+        return s->start_factor + (1.0 - s->start_factor) * (double)step / max1(s->warmup);
+    if (s->kind == TR_LR_CONSTANT)
         return 1.0;
-    double progress = (double)(step - warmup) / max1(total - warmup);
+    double progress = (double)(step - s->warmup) / max1(s->total - s->warmup);
     double f = 0.5 * (1.0 + cos(M_PI * 0.5 * 2.0 * progress));
-    return f > 0 ? f : 0.0;
+    return s->floor + (1.0 - s->floor) * (f > 0 ? f : 0.0);
 }

@@ -1,11 +1,17 @@
 /* lr.h: the learning rate of each step, as Hugging Face's schedulers
- * (transformers/optimization.py) compute it: base lr times a lambda of the
- * step index i (0 for the first step, the value LambdaLR applies before
- * its first scheduler.step()).
- *   warm-up, i < W:        i / max(1, W)
+ * (transformers/optimization.py) and PyTorch's (torch.optim.lr_scheduler)
+ * compute it: base lr times a lambda of the step index i (0 for the first
+ * step, the value the scheduler applies before its first step()).
+ *   warm-up, i < W:        F + (1 - F) i / max(1, W)
+ *                          F = 0: transformers' warm-up; F > 0: PyTorch's
+ *                          LinearLR(start_factor=F, total_iters=W)
  *   cosine (get_cosine_schedule_with_warmup, num_cycles 0.5):
- *                          max(0, 0.5 (1 + cos(pi progress))),
- *                          progress = (i - W) / max(1, N - W)
+ *                          m + (1 - m) max(0, 0.5 (1 + cos(pi progress))),
+ *                          progress = (i - W) / max(1, N - W); m = min_lr / lr:
+ *                          0 as transformers, or CosineAnnealingLR(eta_min=
+ *                          min_lr, T_max=N - W) after the warm-up
+ *                          (SequentialLR), get_cosine_with_min_lr_schedule_
+ *                          with_warmup
  *   constant (get_constant_schedule_with_warmup): 1 */
 #ifndef TPRUN_TRAIN_LR_H
 #define TPRUN_TRAIN_LR_H
@@ -18,8 +24,15 @@ extern "C" {
 
 typedef enum tr_lr_schedule { TR_LR_COSINE, TR_LR_CONSTANT } tr_lr_schedule;
 
-/* The factor for step `step` of `total` with `warmup` warm-up steps. */
-double tr_lr_lambda(tr_lr_schedule kind, int64_t step, int64_t warmup, int64_t total);
+typedef struct tr_lr_shape {
+    tr_lr_schedule kind;
+    int64_t warmup, total;      /* W and N: warm-up steps, all steps */
+    double start_factor;        /* F */
+    double floor;               /* m: the cosine's lowest factor */
+} tr_lr_shape;
+
+/* The factor for step `step`. */
+double tr_lr_lambda(const tr_lr_shape *shape, int64_t step);
 
 #ifdef __cplusplus
 }

@@ -169,15 +169,15 @@ void tr_optim_clip(tr_optim *o, double norm, double max_norm)
     }
 }
 
-void tr_optim_adamw(tr_optim *o, double lr, double wd, bool decay_all)
+void tr_optim_adamw(tr_optim *o, double lr, const tr_adamw_hparams *h)
 {
     tr_exec *x = o->x;
     const tr_schedule *s = x->s;
     o->step++;
     for (int i = 0; i < s->nweights; i++) {
         const tr_weight *w = &s->weights[i];
-        tp_adamw_step st = {.lr = lr, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
-                            .weight_decay = decay_all || w->rank >= 2 ? wd : 0, .step = o->step};
+        tp_adamw_step st = {.lr = lr, .beta1 = h->beta1, .beta2 = h->beta2, .eps = h->eps,
+                            .weight_decay = h->decay_all || w->rank >= 2 ? h->weight_decay : 0, .step = o->step};
         optim_part p = part_of(o, i);
         if (!p.n)
             continue;

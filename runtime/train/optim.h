@@ -80,6 +80,12 @@ void tr_optim_clip(tr_optim *o, double norm, double max_norm);
 
 /* One AdamW step at learning rate lr; weight decay wd on weights of rank
  * >= 2 (norms and biases get none) or on all with decay_all. */
-void tr_optim_adamw(tr_optim *o, double lr, double wd, bool decay_all);
+/* AdamW's settings besides the rate: torch.optim.AdamW's betas and eps. */
+typedef struct tr_adamw_hparams {
+    double beta1, beta2, eps, weight_decay;
+    bool decay_all;             /* decay norms and biases too, not only weights of rank >= 2 */
+} tr_adamw_hparams;
+
+void tr_optim_adamw(tr_optim *o, double lr, const tr_adamw_hparams *h);
 
 #endif /* TPRUN_TRAIN_OPTIM_H */

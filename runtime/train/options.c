@@ -8,7 +8,8 @@
 
 tr_train_options tr_train_defaults(void)
 {
-    return (tr_train_options){.lr = 1e-3, .schedule = TR_LR_COSINE, .weight_decay = 0.01, .max_grad_norm = 1.0,
+    return (tr_train_options){.lr = 1e-3, .schedule = TR_LR_COSINE, .adam_beta1 = 0.9, .adam_beta2 = 0.999,
+                              .adam_epsilon = 1e-8, .weight_decay = 0.01, .max_grad_norm = 1.0,
                               .save_keep = 1, .max_shard_bytes = TR_SAVE_SHARD_BYTES};
 }
 
@@ -16,6 +17,18 @@ static int number(const char *name, const char *arg, double *out, char *err, siz
 {
     if (tp_parse_real(arg, 0, out))
         return tp_error(err, errlen, "--%s takes a non-negative decimal number, not '%s'", name, arg);
+    return 0;
+}
+
+/* A number from 0 up to `below` (itself excluded where `open`). */
+static int fraction(const char *name, const char *arg, double below, bool open, double *out, char *err,
+                    size_t errlen)
+{
+    double v;
+    if (tp_parse_real(arg, 0, &v) || (open ? v >= below : v > below))
+        return tp_error(err, errlen, "--%s takes a decimal number from 0 to %g (%s), not '%s'", name, below,
+                        open ? "excluded" : "included", arg);
+    *out = v;
     return 0;
 }
 
@@ -57,6 +70,16 @@ int tr_train_option(tr_train_options *t, const char *name, const char *arg, char
     }
     else if (!strcmp(name, "warmup"))
         return count(name, arg, 0, &t->warmup, err, errlen);
+    else if (!strcmp(name, "warmup-start-factor"))
+        return fraction(name, arg, 1.0, false, &t->warmup_start_factor, err, errlen);
+    else if (!strcmp(name, "min-lr"))
+        return number(name, arg, &t->min_lr, err, errlen);
+    else if (!strcmp(name, "adam-beta1"))
+        return fraction(name, arg, 1.0, true, &t->adam_beta1, err, errlen);
+    else if (!strcmp(name, "adam-beta2"))
+        return fraction(name, arg, 1.0, true, &t->adam_beta2, err, errlen);
+    else if (!strcmp(name, "adam-epsilon"))
+        return number(name, arg, &t->adam_epsilon, err, errlen);
     else if (!strcmp(name, "lr"))
         return number(name, arg, &t->lr, err, errlen);
     else if (!strcmp(name, "weight-decay"))

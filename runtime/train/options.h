@@ -14,6 +14,9 @@ typedef struct tr_train_options {
     double lr;                   /* peak learning rate */
     int64_t warmup;
     tr_lr_schedule schedule;
+    double warmup_start_factor;  /* the warm-up's first factor: 0 (transformers) or LinearLR's start_factor */
+    double min_lr;               /* the cosine's floor (CosineAnnealingLR's eta_min) */
+    double adam_beta1, adam_beta2, adam_epsilon;   /* torch.optim.AdamW's betas and eps */
     double weight_decay;         /* for weights of rank >= 2, or all with decay_all */
     bool decay_all;
     double max_grad_norm;        /* 0: no clipping */
@@ -34,7 +37,8 @@ typedef struct tr_train_options {
 tr_train_options tr_train_defaults(void);
 
 /* One training option of tprun's command line, by its long name ("data",
- * "steps", "lr", "warmup", "schedule", "weight-decay", "decay-all",
+ * "steps", "lr", "warmup", "warmup-start-factor", "min-lr", "schedule",
+ * "adam-beta1", "adam-beta2", "adam-epsilon", "weight-decay", "decay-all",
  * "max-grad-norm", "log-json", "grads-out", "save", "save-every", "save-keep", "max-shard-size", "resume",
  * "on-nonfinite"), with its
  * argument (NULL for a flag). Returns 0, or -1 with a message saying what the option takes. */

@@ -336,14 +336,17 @@ static int read_step(const char *dir, int64_t *step, char *err, size_t errlen)
     return rc;
 }
 
-/* DIR.step-S, S a step, or -1 when `name` is not one beside `base`. */
+/* DIR.step-S, S a step as keep_old writes it (decimal, no leading zero),
+ * or -1 when `name` is not one beside `base`. */
 static int64_t kept_step(const char *name, const char *base)
 {
     size_t n = strlen(base);
     int64_t step;
     if (strncmp(name, base, n) || strncmp(name + n, ".step-", 6) || tp_parse_int(name + n + 6, 0, INT64_MAX, &step))
         return -1;
-    return step;
+    char canonical[24];
+    snprintf(canonical, sizeof canonical, "%lld", (long long)step);
+    return strcmp(name + n + 6, canonical) ? -1 : step;
 }
 
 static int newest_first(const void *a, const void *b)
@@ -352,18 +355,28 @@ static int newest_first(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
+static bool same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 /* --save-keep K: `old`, the checkpoint DIR held, becomes DIR.step-S, and
- * of the DIR.step-* beside DIR the K - 1 of the highest steps stay. What
- * cannot be read as a checkpoint, or renamed, is removed as a replaced
- * DIR always was. */
-static void keep_old(const char *old, const char *dir, int64_t keep)
+ * of the DIR.step-* beside DIR older than the checkpoint now in DIR (a
+ * step below `step`, its own) the K - 1 newest stay. A later one is
+ * another run's (DIR held a longer run this one went back from) and is
+ * left alone, as is the --resume directory `resume`: pruning them would
+ * lose what a rollback keeps. What cannot be read as a checkpoint, or
+ * renamed, is removed as a replaced DIR always was. */
+static void keep_old(const char *old, const char *dir, int64_t keep, int64_t step, const char *resume)
 {
     char why[600];
-    int64_t step;
+    int64_t old_step;
     char *kept = NULL;
-    if (!read_step(old, &step, why, sizeof why)) {
-        kept = tp_xasprintf("%s.step-%lld", dir, (long long)step);
-        remove_tree(kept);   /* a checkpoint of the same step from an earlier run */
+    if (!read_step(old, &old_step, why, sizeof why)) {
+        kept = tp_xasprintf("%s.step-%lld", dir, (long long)old_step);
+        if (!same_file(kept, resume))
+            remove_tree(kept);   /* a checkpoint of the same step from an earlier run */
     }
     if (!kept || rename(old, kept) != 0)
         remove_tree(old);
@@ -372,21 +385,24 @@ static void keep_old(const char *old, const char *dir, int64_t keep)
     char *parent = slash ? tp_xstrndup(dir, slash == dir ? 1 : (size_t)(slash - dir)) : tp_xstrdup(".");
     const char *base = slash ? slash + 1 : dir;
     int64_t *steps = NULL;
-    int n = 0, cap = 0;
+    int64_t n = 0;
+    int cap = 0;
     DIR *d = opendir(parent);
     for (struct dirent *e; d && (e = readdir(d));) {
         int64_t s = kept_step(e->d_name, base);
-        if (s >= 0) {
-            steps = tp_xgrow(steps, n, &cap, sizeof *steps, 8);
+        if (s >= 0 && s < step) {
+            steps = tp_xgrow(steps, (int)n, &cap, sizeof *steps, 8);
             steps[n++] = s;
         }
     }
     if (d)
         closedir(d);
-    qsort(steps, (size_t)n, sizeof *steps, newest_first);
-    for (int i = (int)(keep - 1); i < n; i++) {
+    if (n)
+        qsort(steps, (size_t)n, sizeof *steps, newest_first);
+    for (int64_t i = keep - 1; i < n; i++) {
         char *path = tp_xasprintf("%s.step-%lld", dir, (long long)steps[i]);
-        remove_tree(path);
+        if (!same_file(path, resume))
+            remove_tree(path);
         free(path);
     }
     free(steps);
@@ -395,8 +411,9 @@ static void keep_old(const char *old, const char *dir, int64_t keep)
 
 /* tmp becomes dir; a directory already there is moved aside and, once the new
  * one is in place, removed or kept (keep_old). */
-static int replace_dir(const char *tmp, const char *dir, int64_t keep, char *err, size_t errlen)
+static int replace_dir(const char *tmp, const tr_save_spec *spec, int64_t step, char *err, size_t errlen)
 {
+    const char *dir = spec->dir;
     char *old = NULL;
     if (is_dir(dir)) {
         old = tp_xasprintf("%s.old.%ld", dir, (long)getpid());
@@ -413,8 +430,8 @@ static int replace_dir(const char *tmp, const char *dir, int64_t keep, char *err
         if (old && rename(old, dir) != 0)
             rc = tp_error(err, errlen, "--save: cannot rename '%s' to '%s', and the previous checkpoint is in '%s'",
                           tmp, dir, old);
-    } else if (old && keep > 1) {
-        keep_old(old, dir, keep);
+    } else if (old && spec->keep > 1) {
+        keep_old(old, dir, spec->keep, step, spec->resume);
     } else if (old) {
         remove_tree(old);
     }
@@ -591,7 +608,7 @@ int tr_save(tr_optim *o, const tr_layouts *l, const tr_save_spec *spec, char *er
     if (!rc && writes && !write_rc)
         write_rc = checkpoint_finish(&c, spec, o->step, err, errlen);
     if (!rc && writes && !write_rc) {
-        write_rc = replace_dir(c.tmp, spec->dir, spec->keep, err, errlen);
+        write_rc = replace_dir(c.tmp, spec, o->step, err, errlen);
         if (!write_rc && save_signal)
             write_rc = tp_error(err, errlen, "interrupted by %s during --save, which finished first: %s holds the "
                                 "new checkpoint", signal_name(save_signal), spec->dir);

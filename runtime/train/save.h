@@ -58,6 +58,7 @@ typedef struct tr_save_spec {
     double lr;
     int64_t shard_bytes;     /* --max-shard-size */
     int64_t keep;            /* --save-keep: DIR and the keep - 1 checkpoints it held before, as DIR.step-S */
+    const char *resume;      /* --resume DIR, never pruned among those */
 } tr_save_spec;
 
 /* Collective, after the last step: weight by weight, the weight and its

@@ -62,6 +62,9 @@ static int check_setup(trainer *tr, char *err, size_t errlen)
                         tp_dtype_name(s->dtype), be->name);
     if (tr->t->max_shard_given && !tr->t->save)
         return tp_error(err, errlen, "--max-shard-size goes with --save DIR: it sizes the model files --save writes");
+    if (tr->t->min_lr > tr->t->lr)
+        return tp_error(err, errlen, "--min-lr %g is above --lr %g: the cosine falls from --lr to --min-lr",
+                        tr->t->min_lr, tr->t->lr);
     if ((tr->t->save_every || tr->t->save_keep != 1) && !tr->t->save)
         return tp_error(err, errlen, "--save-every and --save-keep go with --save DIR: they say when DIR is written "
                         "and how many checkpoints are kept beside it");
@@ -206,10 +209,15 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
     if (first && tr->t->grads_out && write_grads(tr, err, errlen))
         return -1;
     since = now();
-    double lr = tr->t->lr * tr_lr_lambda(tr->t->schedule, i, tr->t->warmup, tr->t->steps);
+    const tr_train_options *t = tr->t;
+    const tr_lr_shape shape = {.kind = t->schedule, .warmup = t->warmup, .total = t->steps,
+                               .start_factor = t->warmup_start_factor, .floor = t->lr > 0 ? t->min_lr / t->lr : 0};
+    double lr = t->lr * tr_lr_lambda(&shape, i);
     if (finite) {
+        const tr_adamw_hparams h = {.beta1 = t->adam_beta1, .beta2 = t->adam_beta2, .eps = t->adam_epsilon,
+                                    .weight_decay = t->weight_decay, .decay_all = t->decay_all};
         tr_optim_clip(&tr->optim, norm, max_grad_norm(tr));
-        tr_optim_adamw(&tr->optim, lr, tr->t->weight_decay, tr->t->decay_all);
+        tr_optim_adamw(&tr->optim, lr, &h);
     } else {
         tr->optim.step++;   /* skipped, yet taken: the schedule, the data and a save's step count move on */
     }
@@ -261,7 +269,8 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     int kept = 0;
     *nsteps = 0;
     const tr_save_spec spec = {.dir = tr.save_dir, .config = tr.config, .max_steps = o->train.steps,
-                               .lr = o->train.lr, .shard_bytes = o->train.max_shard_bytes, .keep = o->train.save_keep};
+                               .lr = o->train.lr, .shard_bytes = o->train.max_shard_bytes, .keep = o->train.save_keep,
+                               .resume = o->train.resume};
     bool saves = o->train.save && (tr.sharded || tr.dp->rank == 0);   /* replicated: replica 0 has it all */
     for (int64_t i = first; !rc && i < o->train.steps; i++) {
         tr_step_record r;

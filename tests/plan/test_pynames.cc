@@ -65,6 +65,19 @@ Checked check(const std::string &text, const std::vector<std::string> &defines =
     return c;
 }
 
+// Shard(dim=1) is PyTorch's own spelling of Shard(1) (seed scripts write
+// it); any other keyword is no placement.
+TEST(PlanPlacements, ShardTakesItsDimensionByKeywordAsPyTorchDoes)
+{
+    Checked by_keyword = check(plan_text("", "ColwiseParallel(output_layouts=Shard(dim=-1))", "RowwiseParallel()"));
+    Checked positional = check(plan_text("", "ColwiseParallel(output_layouts=Shard(-1))", "RowwiseParallel()"));
+    EXPECT_EQ(by_keyword.errors, 0) << by_keyword.text;
+    EXPECT_EQ(by_keyword.warnings, positional.warnings) << by_keyword.text << positional.text;
+    Checked wrong = check(plan_text("", "ColwiseParallel(output_layouts=Shard(dims=-1))", "RowwiseParallel()"));
+    EXPECT_GE(wrong.errors, 1) << wrong.text;     // the entry dropped: its neighbours disagree with it too
+    EXPECT_NE(wrong.text.find("expected Replicate(), Shard(d) or Partial()"), std::string::npos) << wrong.text;
+}
+
 TEST(PyNames, AliasesFromImportLinesAndAssignments)
 {
     Checked c = check(plan_text("from torch.distributed.tensor.parallel import ColwiseParallel as colwise_parallel, "

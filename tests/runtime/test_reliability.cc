@@ -480,4 +480,28 @@ TEST(PeriodicSave, EveryNStepsKeepingTheNewestAndResumable)
     }
 }
 
+// Pruning counts only the checkpoints older than the one a save puts in
+// DIR: going back to step 2 of a 5-step run (--resume DIR.step-2) keeps
+// that run's later checkpoints and the one resumed from, whatever K says;
+// a K past int's range keeps every checkpoint.
+TEST(PeriodicSave, PruningKeepsWhatARollbackNeeds)
+{
+    TempDir d;
+    std::string sched = compile_step(d), dir = d.path + "/ckpt";
+    Proc first = train(sched, {"--steps", "5", "--save", dir, "--save-every", "1", "--save-keep", "4294967297", "-q"});
+    ASSERT_EQ(first.code(), 0) << first.describe();
+    for (int s = 1; s <= 4; s++)
+        EXPECT_TRUE(fs::exists(dir + ".step-" + std::to_string(s))) << s;
+    std::string run_a_step4 = slurp(dir + ".step-4/model.safetensors");
+    Proc back = tprun({sched, "--data", kFixture + "tokens.npy", "--steps", "4", "--resume", dir + ".step-2", "--save",
+                       dir, "--save-every", "1", "--save-keep", "2", "-q"});
+    ASSERT_EQ(back.code(), 0) << back.describe();
+    EXPECT_TRUE(contains(slurp(dir + "/trainer_state.json"), "\"step\": 4"));
+    EXPECT_TRUE(contains(slurp(dir + ".step-3/trainer_state.json"), "\"step\": 3"));
+    EXPECT_TRUE(fs::exists(dir + ".step-2/model.safetensors")) << "the --resume directory is never pruned";
+    EXPECT_FALSE(fs::exists(dir + ".step-1"));
+    EXPECT_TRUE(contains(slurp(dir + ".step-5/trainer_state.json"), "\"step\": 5")) << "the longer run's, left alone";
+    EXPECT_EQ(slurp(dir + ".step-4/model.safetensors"), run_a_step4);
+}
+
 }  // namespace

@@ -137,6 +137,12 @@ TEST(TrainTokens, AStreamTooShortSaysHowManyStepsItHolds)
                               "--steps asks for 4")) << err;
 }
 
+double lambda(tr_lr_schedule kind, int64_t i, int64_t warmup, int64_t total, double start = 0, double floor = 0)
+{
+    const tr_lr_shape shape = {kind, warmup, total, start, floor};
+    return tr_lr_lambda(&shape, i);
+}
+
 // transformers.get_cosine_schedule_with_warmup(opt, W, N) and
 // get_constant_schedule_with_warmup(opt, W): the factor LambdaLR gives
 // step i, worked out by hand for W = 4, N = 20.
@@ -160,14 +166,29 @@ TEST(TrainLr, CosineAndConstantWithWarmupAsTransformers)
         {30, 0.5 * (1 + std::cos(pi * 26.0 / 16.0)), 1.0},
     };
     for (const Row &r : rows) {
-        EXPECT_NEAR(tr_lr_lambda(TR_LR_COSINE, r.i, 4, 20), r.cosine, 1e-15) << "step " << r.i;
-        EXPECT_NEAR(tr_lr_lambda(TR_LR_CONSTANT, r.i, 4, 20), r.constant, 1e-15) << "step " << r.i;
+        EXPECT_NEAR(lambda(TR_LR_COSINE, r.i, 4, 20), r.cosine, 1e-15) << "step " << r.i;
+        EXPECT_NEAR(lambda(TR_LR_CONSTANT, r.i, 4, 20), r.constant, 1e-15) << "step " << r.i;
     }
-    EXPECT_NEAR(tr_lr_lambda(TR_LR_COSINE, 8, 4, 20), 0.8535533905932737, 1e-15);
+    EXPECT_NEAR(lambda(TR_LR_COSINE, 8, 4, 20), 0.8535533905932737, 1e-15);
     // no warm-up: the first step at the full rate; max(1, N - W) for one step
-    EXPECT_EQ(tr_lr_lambda(TR_LR_COSINE, 0, 0, 10), 1.0);
-    EXPECT_EQ(tr_lr_lambda(TR_LR_COSINE, 0, 0, 1), 1.0);
-    EXPECT_NEAR(tr_lr_lambda(TR_LR_COSINE, 5, 0, 10), 0.5, 1e-15);
+    EXPECT_EQ(lambda(TR_LR_COSINE, 0, 0, 10), 1.0);
+    EXPECT_EQ(lambda(TR_LR_COSINE, 0, 0, 1), 1.0);
+    EXPECT_NEAR(lambda(TR_LR_COSINE, 5, 0, 10), 0.5, 1e-15);
+}
+
+// PyTorch's SequentialLR of LinearLR(start_factor=F, total_iters=W) and
+// CosineAnnealingLR(T_max=N - W, eta_min=m lr), by hand for W = 4, N = 20,
+// F = 0.1, m = 0.1 (the run against PyTorch's own schedulers is
+// TrainRun.MatchesPyTorchsRecipe).
+TEST(TrainLr, WarmupStartFactorAndCosineFloorAsPyTorch)
+{
+    EXPECT_NEAR(lambda(TR_LR_COSINE, 0, 4, 20, 0.1, 0.1), 0.1, 1e-15);
+    EXPECT_NEAR(lambda(TR_LR_COSINE, 2, 4, 20, 0.1, 0.1), 0.55, 1e-15);
+    EXPECT_NEAR(lambda(TR_LR_COSINE, 4, 4, 20, 0.1, 0.1), 1.0, 1e-15);
+    EXPECT_NEAR(lambda(TR_LR_COSINE, 12, 4, 20, 0.1, 0.1), 0.55, 1e-15);
+    EXPECT_NEAR(lambda(TR_LR_COSINE, 20, 4, 20, 0.1, 0.1), 0.1, 1e-15);
+    EXPECT_NEAR(lambda(TR_LR_CONSTANT, 1, 4, 20, 0.1, 0.1), 0.325, 1e-15);   // the floor is the cosine's
+    EXPECT_NEAR(lambda(TR_LR_CONSTANT, 9, 4, 20, 0.1, 0.1), 1.0, 1e-15);
 }
 
 TEST(TrainOptions, ParsedAndRefused)
@@ -177,7 +198,21 @@ TEST(TrainOptions, ParsedAndRefused)
     EXPECT_EQ(t.weight_decay, 0.01);
     EXPECT_EQ(t.max_grad_norm, 1.0);
     EXPECT_EQ(t.schedule, TR_LR_COSINE);
+    // torch.optim.AdamW's and transformers' defaults
+    EXPECT_EQ(t.adam_beta1, 0.9);
+    EXPECT_EQ(t.adam_beta2, 0.999);
+    EXPECT_EQ(t.adam_epsilon, 1e-8);
+    EXPECT_EQ(t.warmup_start_factor, 0.0);
+    EXPECT_EQ(t.min_lr, 0.0);
     char err[300];
+    EXPECT_EQ(tr_train_option(&t, "adam-beta2", "0.99", err, sizeof err), 0);
+    EXPECT_EQ(tr_train_option(&t, "adam-epsilon", "1e-6", err, sizeof err), 0);
+    EXPECT_EQ(tr_train_option(&t, "warmup-start-factor", "1", err, sizeof err), 0);
+    EXPECT_EQ(tr_train_option(&t, "min-lr", "1e-5", err, sizeof err), 0);
+    EXPECT_EQ(t.adam_beta2, 0.99);
+    EXPECT_EQ(t.adam_epsilon, 1e-6);
+    EXPECT_EQ(t.warmup_start_factor, 1.0);
+    EXPECT_EQ(t.min_lr, 1e-5);
     EXPECT_EQ(tr_train_option(&t, "steps", "20", err, sizeof err), 0);
     EXPECT_EQ(tr_train_option(&t, "lr", "3e-4", err, sizeof err), 0);
     EXPECT_EQ(tr_train_option(&t, "schedule", "constant", err, sizeof err), 0);
@@ -207,6 +242,12 @@ TEST(TrainOptions, ParsedAndRefused)
         {"steps", "+5", "not '+5'"},
         {"steps", "99999999999999999999", "not '99999999999999999999'"},
         {"schedule", "linear", "--schedule takes cosine or constant, not 'linear'"},
+        // torch.optim.AdamW raises ValueError for a beta outside [0, 1)
+        {"adam-beta1", "1", "--adam-beta1 takes a decimal number from 0 to 1 (excluded), not '1'"},
+        {"adam-beta2", "-0.1", "not '-0.1'"},
+        {"adam-epsilon", "-1e-8", "--adam-epsilon takes a non-negative decimal number"},
+        {"warmup-start-factor", "1.5", "--warmup-start-factor takes a decimal number from 0 to 1 (included)"},
+        {"min-lr", "nan", "--min-lr takes"},
     };
     for (const Bad &b : bad) {
         EXPECT_EQ(tr_train_option(&t, b.name, b.arg, err, sizeof err), -1) << b.name << " " << b.arg;

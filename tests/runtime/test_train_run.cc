@@ -109,6 +109,42 @@ TEST(TrainRun, MatchesPyTorchStepByStepAtTp1And2)
     json_decref(ref);
 }
 
+// A seed script's recipe (tools/train_fixtures.py, llama-recipe):
+// AdamW(betas=(0.9, 0.99), eps=1e-6, weight_decay=0.1) under PyTorch's
+// SequentialLR of LinearLR(start_factor=0.1) and CosineAnnealingLR(eta_min=
+// 1e-4), five steps at tp 2: the rates PyTorch's schedulers applied, the
+// losses and norms of its steps and its final weights. Before these
+// options tprun could express neither: its weights ended 2.8e-2 apart.
+TEST(TrainRun, MatchesPyTorchsRecipe)
+{
+    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
+    TempDir d;
+    std::string dir = kFixtures + "llama-recipe/", sched = compile(d, "llama-recipe", 2), log = d.path + "/log.json";
+    json_error_t e;
+    json_t *ref = json_load_file((dir + "train.json").c_str(), 0, &e);
+    ASSERT_TRUE(ref) << e.text;
+    Proc r = train(sched, 2, {"--weights", dir, "--data", dir + "tokens.npy", "--steps", "5", "--warmup", "2",
+                              "--warmup-start-factor", "0.1", "--min-lr", "1e-4", "--adam-beta1", "0.9",
+                              "--adam-beta2", "0.99", "--adam-epsilon", "1e-6", "--weight-decay", "0.1",
+                              "--log-json", log, "--save", d.path + "/out", "-q"});
+    ASSERT_EQ(r.code(), 0) << r.describe();
+    json_t *got = json_load_file(log.c_str(), 0, &e);
+    ASSERT_TRUE(got) << e.text;
+    json_t *steps = json_object_get(got, "steps"), *want = json_object_get(ref, "steps");
+    ASSERT_EQ(json_array_size(steps), 5u);
+    for (size_t i = 0; i < 5; i++) {
+        json_t *s = json_array_get(steps, i), *w = json_array_get(want, i);
+        EXPECT_NEAR(num(s, "loss"), num(w, "loss"), 1e-5 * num(w, "loss")) << "step " << i + 1;
+        EXPECT_NEAR(num(s, "grad_norm"), num(w, "grad_norm"), 1e-4 * num(w, "grad_norm")) << "step " << i + 1;
+        // CosineAnnealingLR steps its rate recursively, tprun in closed form
+        EXPECT_NEAR(num(s, "lr"), num(w, "lr"), 1e-12 * num(w, "lr")) << "step " << i + 1;
+    }
+    EXPECT_LT(worst_absolute(read_weights_of(d.path + "/out", sched), read_weights_of(dir + "final.safetensors", sched)),
+              2e-5);
+    json_decref(got);
+    json_decref(ref);
+}
+
 // --save after five steps holds torch's final weights; three steps saved
 // and resumed to five give the same checkpoint as five in one go.
 TEST(TrainRun, SaveHoldsTorchsWeightsAndResumeContinues)

@@ -60,6 +60,8 @@ TEST(ToLocal, ArgumentsAsPyTorchTakesThem)
         {"to_local(x, grad_placements=Partial())", "grad_placements is a tuple of placements"},
         {"to_local(x, grad_placements=(Partial(), Replicate()))", "exactly one placement"},
         {"to_local(x, grad_placements=(Shard(3),))", "Shard dimension out of range"},
+        {"to_local(x, grad_placements=(Shard(dim=3),))", "Shard dimension out of range"},
+        {"to_local(x, grad_placements=(Shard(dims=1),))", "holds Replicate(), Shard(dim) or Partial()"},
         {"to_local(x, grad_placements=(Sum(),))", "holds Replicate(), Shard(dim) or Partial()"},
         {"to_local(x, placements=(Partial(),))", "to_local() has one keyword: grad_placements"},
         {"to_local(x, x)", "takes the DTensor and a keyword only"},
