@@ -48,6 +48,17 @@ const tp_node *tp_call_shard_dim(const tp_node *e)
     return tp_call_npos(e) == 1 ? tp_call_pos(e, 0) : tp_call_kw(e, "dim");
 }
 
+const char *tp_call_partial_op(const tp_node *e)
+{
+    const char *fn = tp_call_name(e);
+    if (!fn || strcmp(fn, "Partial") || e->nkids > 2)
+        return NULL;
+    if (e->nkids == 1)
+        return "sum";
+    const tp_node *op = tp_call_npos(e) == 1 ? tp_call_pos(e, 0) : tp_call_kw(e, "reduce_op");
+    return op && op->kind == N_STR ? op->str : NULL;
+}
+
 bool tp_keyword_known(const char *const *keywords, const char *kw)
 {
     for (const char *const *k = keywords; k && *k; k++)

@@ -20,6 +20,12 @@ const tp_node *tp_call_kw_arg(const tp_node *call, const char *kw);
  * Shard with that one argument. */
 const tp_node *tp_call_shard_dim(const tp_node *e);
 
+/* The reduce op of a Partial placement as PyTorch's Partial(reduce_op=
+ * "sum") takes it, Partial(), Partial("sum") or Partial(reduce_op="sum"):
+ * "sum" when not given, the string given, or NULL when `e` is no call of
+ * Partial with at most that one string argument. */
+const char *tp_call_partial_op(const tp_node *e);
+
 /* Keyword lists of constructors and ops: NULL-terminated; NULL is empty. */
 bool tp_keyword_known(const char *const *keywords, const char *kw);
 /* "eps, bias" for messages; malloc'ed. */

@@ -121,7 +121,8 @@ static bool bad(reader *r, const tp_node *n, const char *check, const char *msg)
     return false;
 }
 
-/* Replicate() | Shard(d) | Partial() | None (when allowed). */
+/* Replicate() | Shard(d) | Partial() | None (when allowed), with PyTorch's
+ * keyword spellings: Shard(dim=d), Partial(reduce_op="sum"). */
 static bool read_placement(reader *r, const tp_node *e, bool allow_none, tp_io_layout *out)
 {
     memset(out, 0, sizeof *out);
@@ -132,7 +133,13 @@ static bool read_placement(reader *r, const tp_node *e, bool allow_none, tp_io_l
     }
     const char *fn = tp_call_name(e);
     if (fn && !strcmp(fn, "Replicate") && e->nkids == 1) { out->pl = tp_replicate(); return true; }
-    if (fn && !strcmp(fn, "Partial") && tp_call_npos(e) <= 1) { out->pl = tp_partial(); return true; }
+    const char *reduce = tp_call_partial_op(e);
+    if (reduce && strcmp(reduce, "sum")) {
+        tp_diag_add(r->d, TP_ERROR, e->span, "plan", "Partial(reduce_op=\"%s\"): tpcc models sums only "
+                    "(Partial() is reduce_op=\"sum\")", reduce);
+        return false;
+    }
+    if (reduce) { out->pl = tp_partial(); return true; }
     const tp_node *dim = tp_call_shard_dim(e);
     if (dim) {
         int64_t d;

@@ -29,7 +29,10 @@ static bool read_placement(interp *I, const tp_node *e, int rank, tp_placement *
         *out = tp_replicate();
         return true;
     }
-    if (fn && !strcmp(fn, "Partial") && e->nkids == 1) {
+    const char *reduce = tp_call_partial_op(e);
+    if (reduce && strcmp(reduce, "sum"))
+        return refuse(I, e, "grad_placements: tpcc models Partial sums only (Partial() is reduce_op=\"sum\")");
+    if (reduce) {
         *out = tp_partial();
         return true;
     }

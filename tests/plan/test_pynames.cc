@@ -76,6 +76,15 @@ TEST(PlanPlacements, ShardTakesItsDimensionByKeywordAsPyTorchDoes)
     Checked wrong = check(plan_text("", "ColwiseParallel(output_layouts=Shard(dims=-1))", "RowwiseParallel()"));
     EXPECT_GE(wrong.errors, 1) << wrong.text;     // the entry dropped: its neighbours disagree with it too
     EXPECT_NE(wrong.text.find("expected Replicate(), Shard(d) or Partial()"), std::string::npos) << wrong.text;
+    // Partial's reduce op, positional or by keyword: a sum is all tpcc models
+    for (const char *sum : {"Partial()", "Partial(\"sum\")", "Partial(reduce_op=\"sum\")"}) {
+        Checked c = check(plan_text("", "ColwiseParallel()", std::string("RowwiseParallel(input_layouts=") + sum + ")"));
+        Checked plain = check(plan_text("", "ColwiseParallel()", "RowwiseParallel(input_layouts=Partial())"));
+        EXPECT_EQ(c.errors, plain.errors) << sum << c.text;
+        EXPECT_EQ(c.warnings, plain.warnings) << sum << c.text;
+    }
+    Checked avg = check(plan_text("", "ColwiseParallel()", "RowwiseParallel(input_layouts=Partial(reduce_op=\"avg\"))"));
+    EXPECT_NE(avg.text.find("Partial(reduce_op=\"avg\"): tpcc models sums only"), std::string::npos) << avg.text;
 }
 
 TEST(PyNames, AliasesFromImportLinesAndAssignments)

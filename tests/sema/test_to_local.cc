@@ -62,6 +62,7 @@ TEST(ToLocal, ArgumentsAsPyTorchTakesThem)
         {"to_local(x, grad_placements=(Shard(3),))", "Shard dimension out of range"},
         {"to_local(x, grad_placements=(Shard(dim=3),))", "Shard dimension out of range"},
         {"to_local(x, grad_placements=(Shard(dims=1),))", "holds Replicate(), Shard(dim) or Partial()"},
+        {"to_local(x, grad_placements=(Partial(reduce_op=\"max\"),))", "tpcc models Partial sums only"},
         {"to_local(x, grad_placements=(Sum(),))", "holds Replicate(), Shard(dim) or Partial()"},
         {"to_local(x, placements=(Partial(),))", "to_local() has one keyword: grad_placements"},
         {"to_local(x, x)", "takes the DTensor and a keyword only"},
