@@ -9,6 +9,7 @@
  *
  * Diagnostics are separated by a blank line; a summary ("2 errors
  * generated.") follows when there are errors or warnings. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,19 +34,24 @@ typedef struct text_ctx {
 } text_ctx;
 
 /* Text that echoes input (a plan key, a path, a config.json string) with
- * its control characters written as \xNN: printed raw, an escape
- * sequence in a plan could move the cursor or recolour the terminal of
- * whoever reads the log. */
+ * its control characters written as \xNN (C0 and DEL) or \uNNNN (C1,
+ * U+0080-U+009F, which UTF-8 writes as C2 80-C2 9F): printed raw, an
+ * escape sequence in a plan could move the cursor or recolour the
+ * terminal of whoever reads the log. Other UTF-8 text is kept. */
 static void append_visible(tp_buf *out, const char *s)
 {
     for (const char *run = s;; s++) {
         unsigned char ch = (unsigned char)*s;
-        if (ch && ch >= 0x20 && ch != 0x7F)
+        bool c1 = ch == 0xC2 && (unsigned char)s[1] >= 0x80 && (unsigned char)s[1] <= 0x9F;
+        if (ch && ch >= 0x20 && ch != 0x7F && !c1)
             continue;
         tp_buf_append_n(out, run, (size_t)(s - run));
         if (!ch)
             return;
-        tp_buf_appendf(out, "\\x%02x", ch);
+        if (c1)
+            tp_buf_appendf(out, "\\u%04x", (unsigned char)*++s);
+        else
+            tp_buf_appendf(out, "\\x%02x", ch);
         run = s + 1;
     }
 }

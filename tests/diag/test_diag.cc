@@ -250,9 +250,9 @@ TEST_F(DiagTest, TextMessagesEscapeTheControlCharactersTheyEcho)
                    "fix: rename '\\x7f\\x09'\n"
                    "\n"
                    "1 warning generated.\n");
-    // bytes of UTF-8 text are not control characters
-    tp_diag_add(&diags_, TP_NOTE, TP_NO_SPAN, "c", "caf\xc3\xa9");
-    EXPECT_NE(text().find("note: caf\xc3\xa9 [c]"), std::string::npos);
+    // bytes of UTF-8 text are not control characters; U+009B (CSI) is
+    tp_diag_add(&diags_, TP_NOTE, TP_NO_SPAN, "c", "caf\xc3\xa9 \xc2\x9b" "2J \xc2\xa0");
+    EXPECT_NE(text().find("note: caf\xc3\xa9 \\u009b2J \xc2\xa0 [c]"), std::string::npos) << text();
 }
 
 TEST_F(DiagTest, RenderWritesToStream)
