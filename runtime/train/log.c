@@ -46,7 +46,15 @@ int tr_log_write_json(const tr_train_log *log, const char *path, char *err, size
             json_object_set_new(step, "skipped", json_true());
         json_array_append_new(steps, step);
     }
-    json_t *root = json_pack("{s:o}", "steps", steps);
+    const tr_train_settings *t = &log->settings;
+    json_t *settings = json_pack("{s:o, s:I, s:o, s:s, s:o, s:[o, o], s:o, s:o, s:b, s:o, s:I}",
+                                 "lr", number(t->lr), "warmup", (json_int_t)t->warmup,
+                                 "warmup_start_factor", number(t->warmup_start_factor), "schedule", t->schedule,
+                                 "min_lr", number(t->min_lr), "betas", number(t->beta1), number(t->beta2),
+                                 "eps", number(t->eps), "weight_decay", number(t->weight_decay),
+                                 "decay_all", t->decay_all, "max_grad_norm", number(t->max_grad_norm),
+                                 "steps", (json_int_t)t->steps);
+    json_t *root = json_pack("{s:o, s:o}", "settings", settings, "steps", steps);
     char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(root);
     if (!text)

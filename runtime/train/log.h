@@ -2,7 +2,10 @@
  *   step 3/100  loss 4.1234  lr 1.00e-03  grad_norm 1.234  12345 tok/s  45.6 ms
  * (rewritten in place on a terminal, one line each otherwise), and the
  * --log-json record, written at the end:
- *   {"steps": [{"step": 1, "loss": .., "lr": .., "grad_norm": .., "seconds": ..}, ...]}
+ *   {"settings": {"lr": .., "schedule": "cosine", ..},
+ *    "steps": [{"step": 1, "loss": .., "lr": .., "grad_norm": .., "seconds": ..}, ...]}
+ * where "settings" are the optimizer's and the schedule's, as the run
+ * applied them (tr_train_settings). 
  * A step whose update --on-nonfinite skip dropped ends its line with
  * "skipped (not finite)" and carries "skipped": true in the record. */
 #ifndef TPRUN_TRAIN_LOG_H
@@ -19,7 +22,16 @@ typedef struct tr_step_record {
     bool skipped;          /* its update dropped: the loss or the gradient norm was not finite */
 } tr_step_record;
 
+/* What the run applied, named as PyTorch and transformers name it. */
+typedef struct tr_train_settings {
+    double lr, warmup_start_factor, min_lr, beta1, beta2, eps, weight_decay, max_grad_norm;
+    int64_t warmup, steps;
+    const char *schedule;  /* "cosine" or "constant" */
+    bool decay_all;
+} tr_train_settings;
+
 typedef struct tr_train_log {
+    tr_train_settings settings;
     tr_step_record *steps;
     int64_t n, cap;
 } tr_train_log;

@@ -264,6 +264,12 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         rc = tr_optim_init(&tr.optim, x, tr.sharded ? &tr.zero : NULL, masters, err, errlen);
     if (!rc && o->train.resume)
         rc = resume(&tr, err, errlen);
+    const tr_train_options *t = &o->train;
+    tr.log.settings = (tr_train_settings){
+        .lr = t->lr, .warmup_start_factor = t->warmup_start_factor, .min_lr = t->min_lr, .beta1 = t->adam_beta1,
+        .beta2 = t->adam_beta2, .eps = t->adam_epsilon, .weight_decay = t->weight_decay,
+        .max_grad_norm = max_grad_norm(&tr), .warmup = t->warmup, .steps = t->steps,
+        .schedule = t->schedule == TR_LR_COSINE ? "cosine" : "constant", .decay_all = t->decay_all};
     int64_t first = tr.optim.step;
     tr_profile *profiles = NULL;   /* kept when op times are wanted */
     int kept = 0;

@@ -141,6 +141,13 @@ TEST(TrainRun, MatchesPyTorchsRecipe)
     }
     EXPECT_LT(worst_absolute(read_weights_of(d.path + "/out", sched), read_weights_of(dir + "final.safetensors", sched)),
               2e-5);
+    // --log-json's settings are those of train.json, under its names
+    json_t *settings = json_object_get(got, "settings");
+    for (const char *key : {"lr", "betas", "eps", "weight_decay", "max_grad_norm", "warmup", "warmup_start_factor",
+                            "min_lr", "schedule"})
+        EXPECT_TRUE(json_equal(json_object_get(settings, key), json_object_get(ref, key))) << key;
+    EXPECT_EQ(json_integer_value(json_object_get(settings, "steps")), 5);
+    EXPECT_TRUE(json_is_false(json_object_get(settings, "decay_all")));
     json_decref(got);
     json_decref(ref);
 }
