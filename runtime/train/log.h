@@ -26,7 +26,7 @@ typedef struct tr_step_record {
 typedef struct tr_train_settings {
     double lr, warmup_start_factor, min_lr, beta1, beta2, eps, weight_decay, max_grad_norm;
     int64_t warmup, steps;
-    const char *schedule;  /* "cosine" or "constant" */
+    const char *schedule;  /* tr_lr_schedule_names' */
     bool decay_all;
 } tr_train_settings;
 

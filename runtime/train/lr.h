@@ -12,7 +12,10 @@
  *                          min_lr, T_max=N - W) after the warm-up
  *                          (SequentialLR), get_cosine_with_min_lr_schedule_
  *                          with_warmup
- *   constant (get_constant_schedule_with_warmup): 1 */
+ *   constant (get_constant_schedule_with_warmup): 1
+ *   linear (get_linear_schedule_with_warmup): m + (1 - m) max(0, 1 - progress),
+ *                          m = min_lr / lr as for the cosine (PyTorch's
+ *                          LinearLR(start_factor=1, end_factor=m)) */
 #ifndef TPRUN_TRAIN_LR_H
 #define TPRUN_TRAIN_LR_H
 
@@ -22,7 +25,10 @@
 extern "C" {
 #endif
 
-typedef enum tr_lr_schedule { TR_LR_COSINE, TR_LR_CONSTANT } tr_lr_schedule;
+typedef enum tr_lr_schedule { TR_LR_COSINE, TR_LR_CONSTANT, TR_LR_LINEAR, TR_LR_NSCHEDULES } tr_lr_schedule;
+
+/* "cosine", "constant", "linear": --schedule's words, indexed by the kind. */
+extern const char *const tr_lr_schedule_names[TR_LR_NSCHEDULES];
 
 typedef struct tr_lr_shape {
     tr_lr_schedule kind;

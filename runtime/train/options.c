@@ -89,9 +89,12 @@ int tr_train_option(tr_train_options *t, const char *name, const char *arg, char
         return number(name, arg, &t->max_grad_norm, err, errlen);
     }
     else if (!strcmp(name, "schedule")) {
-        if (strcmp(arg, "cosine") && strcmp(arg, "constant"))
-            return tp_error(err, errlen, "--schedule takes cosine or constant, not '%s'", arg);
-        t->schedule = !strcmp(arg, "cosine") ? TR_LR_COSINE : TR_LR_CONSTANT;
+        int k = 0;
+        while (k < TR_LR_NSCHEDULES && strcmp(arg, tr_lr_schedule_names[k]))
+            k++;
+        if (k == TR_LR_NSCHEDULES)
+            return tp_error(err, errlen, "--schedule takes cosine, constant or linear, not '%s'", arg);
+        t->schedule = (tr_lr_schedule)k;
     } else if (!strcmp(name, "on-nonfinite")) {
         if (strcmp(arg, "stop") && strcmp(arg, "skip"))
             return tp_error(err, errlen, "--on-nonfinite takes stop or skip, not '%s'", arg);

@@ -269,7 +269,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         .lr = t->lr, .warmup_start_factor = t->warmup_start_factor, .min_lr = t->min_lr, .beta1 = t->adam_beta1,
         .beta2 = t->adam_beta2, .eps = t->adam_epsilon, .weight_decay = t->weight_decay,
         .max_grad_norm = max_grad_norm(&tr), .warmup = t->warmup, .steps = t->steps,
-        .schedule = t->schedule == TR_LR_COSINE ? "cosine" : "constant", .decay_all = t->decay_all};
+        .schedule = tr_lr_schedule_names[t->schedule], .decay_all = t->decay_all};
     int64_t first = tr.optim.step;
     tr_profile *profiles = NULL;   /* kept when op times are wanted */
     int kept = 0;

@@ -191,6 +191,23 @@ TEST(TrainLr, WarmupStartFactorAndCosineFloorAsPyTorch)
     EXPECT_NEAR(lambda(TR_LR_CONSTANT, 9, 4, 20, 0.1, 0.1), 1.0, 1e-15);
 }
 
+// transformers.get_linear_schedule_with_warmup(opt, 4, 20), as its
+// LambdaLR gave them (0.0, 0.5, 1.0, 0.75, 0.5, 0.0625, 0.0, 0.0), and
+// with a floor m it falls to m instead of 0.
+TEST(TrainLr, LinearDecayAsTransformers)
+{
+    const std::pair<int64_t, double> rows[] = {{0, 0.0},  {2, 0.5},     {4, 1.0},  {8, 0.75},
+                                               {12, 0.5}, {19, 0.0625}, {20, 0.0}, {21, 0.0}};
+    for (const auto &[i, want] : rows)
+        EXPECT_NEAR(lambda(TR_LR_LINEAR, i, 4, 20), want, 1e-15) << "step " << i;
+    EXPECT_NEAR(lambda(TR_LR_LINEAR, 12, 4, 20, 0.0, 0.2), 0.6, 1e-15);
+    EXPECT_NEAR(lambda(TR_LR_LINEAR, 20, 4, 20, 0.0, 0.2), 0.2, 1e-15);
+    tr_train_options t = tr_train_defaults();
+    char err[200];
+    EXPECT_EQ(tr_train_option(&t, "schedule", "linear", err, sizeof err), 0);
+    EXPECT_EQ(t.schedule, TR_LR_LINEAR);
+}
+
 TEST(TrainOptions, ParsedAndRefused)
 {
     tr_train_options t = tr_train_defaults();
@@ -241,7 +258,7 @@ TEST(TrainOptions, ParsedAndRefused)
         {"steps", " 5", "not ' 5'"},
         {"steps", "+5", "not '+5'"},
         {"steps", "99999999999999999999", "not '99999999999999999999'"},
-        {"schedule", "linear", "--schedule takes cosine or constant, not 'linear'"},
+        {"schedule", "exponential", "--schedule takes cosine, constant or linear, not 'exponential'"},
         // torch.optim.AdamW raises ValueError for a beta outside [0, 1)
         {"adam-beta1", "1", "--adam-beta1 takes a decimal number from 0 to 1 (excluded), not '1'"},
         {"adam-beta2", "-0.1", "not '-0.1'"},
@@ -323,9 +340,9 @@ TEST(TrainCli, TrainingOptionsNeedATrainingSchedule)
     EXPECT_NE(r.code(), 0);
     EXPECT_TRUE(contains(r.err, "is a forward schedule: --data, --steps and the other training options go with a "
                                 "schedule compiled with tpcc PLAN --train")) << r.describe();
-    tpcc_test::Proc bad = tpcc_test::run_program(kTprun, {sched, "--schedule", "linear"});
+    tpcc_test::Proc bad = tpcc_test::run_program(kTprun, {sched, "--schedule", "exponential"});
     EXPECT_EQ(bad.code(), 2);
-    EXPECT_TRUE(contains(bad.err, "tprun: --schedule takes cosine or constant, not 'linear'")) << bad.describe();
+    EXPECT_TRUE(contains(bad.err, "tprun: --schedule takes cosine, constant or linear, not 'exponential'")) << bad.describe();
 }
 
 // --repeat repeats a forward step; training counts its steps with --steps.
