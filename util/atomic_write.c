@@ -31,8 +31,7 @@ static int write_all(int fd, const char *data, size_t len)
  * to sync a directory, and the file is complete either way). */
 static void sync_dir(const char *path)
 {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? tp_xstrndup(path, slash == path ? 1 : (size_t)(slash - path)) : tp_xstrdup(".");
+    char *dir = tp_path_parent(path);
     int fd = open(dir, O_RDONLY);
     if (fd >= 0) {
         (void)fsync(fd);
@@ -138,8 +137,7 @@ int tp_check_output_path(const char *path, bool dir, char *err, size_t errlen)
     while (len > 1 && path[len - 1] == '/')
         len--;
     char *name = tp_xstrndup(path, len);
-    const char *slash = strrchr(name, '/');
-    char *parent = slash ? tp_xstrndup(name, slash == name ? 1 : (size_t)(slash - name)) : tp_xstrdup(".");
+    char *parent = tp_path_parent(name);
     struct stat st;
     const char *why = NULL;
     if (stat(parent, &st) != 0)
@@ -156,6 +154,12 @@ int tp_check_output_path(const char *path, bool dir, char *err, size_t errlen)
     free(parent);
     free(name);
     return rc;
+}
+
+char *tp_path_parent(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? tp_xstrndup(path, slash == path ? 1 : (size_t)(slash - path)) : tp_xstrdup(".");
 }
 
 bool tp_same_file(const char *a, const char *b)

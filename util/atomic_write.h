@@ -21,6 +21,10 @@ typedef struct tp_bytes {
  * or socket is refused. */
 int tp_write_file_atomic(const char *path, const tp_bytes *pieces, int npieces, char *err, size_t errlen);
 
+/* The directory `path` is an entry of, malloc'ed: "." for a bare name,
+ * "/" for an entry of the root. */
+char *tp_path_parent(const char *path);
+
 /* Whether both paths exist and name the same file (an output that would
  * replace one of the run's inputs). */
 bool tp_same_file(const char *a, const char *b);

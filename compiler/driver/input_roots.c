@@ -11,6 +11,7 @@
 #include "compiler/driver/model_path.h"
 #include "compiler/diag/source.h"
 #include "util/errmsg.h"
+#include "util/atomic_write.h"
 #include "util/xalloc.h"
 
 char *tp_roots_resolve(const char *path, char *err, size_t errlen)
@@ -36,9 +37,7 @@ void tp_roots_for_plan(tp_roots *r, const char *plan_path, char *const *allowed,
 {
     r->dirs = NULL;
     r->count = 0;
-    const char *slash = strrchr(plan_path, '/');
-    char *plan_dir = !slash ? tp_xstrdup(".") : slash == plan_path ? tp_xstrdup("/")
-                                                                  : tp_xstrndup(plan_path, (size_t)(slash - plan_path));
+    char *plan_dir = tp_path_parent(plan_path);
     add(r, plan_dir);
     free(plan_dir);
     char *models = tp_models_dir();

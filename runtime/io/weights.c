@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "sched/load.h"
+#include "util/atomic_write.h"
 #include "util/xalloc.h"
 #include "util/errmsg.h"
 #include "util/input_file.h"
@@ -104,16 +105,6 @@ static char *path_join(const char *dir, const char *name)
     if (n == 0)
         return tp_xstrdup(name);
     return tp_xasprintf("%s%s%s", dir, dir[n - 1] == '/' ? "" : "/", name);
-}
-
-static char *path_dirname(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        return tp_xstrdup(".");
-    if (slash == path)
-        return tp_xstrdup("/");
-    return tp_xstrndup(path, (size_t)(slash - path));
 }
 
 static bool file_exists(const char *path, bool *is_dir)
@@ -389,7 +380,7 @@ static int load_index(tp_checkpoint *c, const char *index_path, char *err, size_
         return tp_error(err, errlen, "%s: no \"weight_map\" object mapping tensor names to files", index_path);
     }
 
-    char *dir = path_dirname(index_path);
+    char *dir = tp_path_parent(index_path);
     int rc = 0;
     const char *key;
     json_t *val;

@@ -25,7 +25,7 @@ static bool in_checkpoint(const char *dir, const char *out)
         return false;
     const char *slash = strrchr(out, '/');
     const char *name = slash ? slash + 1 : out;
-    char *parent = slash ? tp_xstrndup(out, slash == out ? 1 : (size_t)(slash - out)) : tp_xstrdup(".");
+    char *parent = tp_path_parent(out);
     bool inside = tp_same_file(parent, dir) &&
                   (tp_ends_with(name, ".safetensors") || tp_ends_with(name, ".index.json") || !strcmp(name, "config.json"));
     free(parent);

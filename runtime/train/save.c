@@ -355,12 +355,6 @@ static int newest_first(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-static bool same_file(const char *a, const char *b)
-{
-    struct stat sa, sb;
-    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 /* --save-keep K: `old`, the checkpoint DIR held, becomes DIR.step-S, and
  * of the DIR.step-* beside DIR older than the checkpoint now in DIR (a
  * step below `step`, its own) the K - 1 newest stay. A later one is
@@ -375,14 +369,14 @@ static void keep_old(const char *old, const char *dir, int64_t keep, int64_t ste
     char *kept = NULL;
     if (!read_step(old, &old_step, why, sizeof why)) {
         kept = tp_xasprintf("%s.step-%lld", dir, (long long)old_step);
-        if (!same_file(kept, resume))
+        if (!tp_same_file(kept, resume))
             remove_tree(kept);   /* a checkpoint of the same step from an earlier run */
     }
     if (!kept || rename(old, kept) != 0)
         remove_tree(old);
     free(kept);
     const char *slash = strrchr(dir, '/');
-    char *parent = slash ? tp_xstrndup(dir, slash == dir ? 1 : (size_t)(slash - dir)) : tp_xstrdup(".");
+    char *parent = tp_path_parent(dir);
     const char *base = slash ? slash + 1 : dir;
     int64_t *steps = NULL;
     int64_t n = 0;
@@ -401,7 +395,7 @@ static void keep_old(const char *old, const char *dir, int64_t keep, int64_t ste
         qsort(steps, (size_t)n, sizeof *steps, newest_first);
     for (int64_t i = keep - 1; i < n; i++) {
         char *path = tp_xasprintf("%s.step-%lld", dir, (long long)steps[i]);
-        if (!same_file(path, resume))
+        if (!tp_same_file(path, resume))
             remove_tree(path);
         free(path);
     }
@@ -465,7 +459,7 @@ static bool process_gone(long pid) { return kill((pid_t)pid, 0) != 0 && errno ==
 static void clean_leftovers(const char *dir)
 {
     const char *slash = strrchr(dir, '/');
-    char *parent = slash ? tp_xstrndup(dir, slash == dir ? 1 : (size_t)(slash - dir)) : tp_xstrdup(".");
+    char *parent = tp_path_parent(dir);
     const char *base = slash ? slash + 1 : dir;
     DIR *d = opendir(parent);
     for (struct dirent *e; d && (e = readdir(d));) {
