@@ -29,6 +29,7 @@
 #include "runtime/io/npy.h"
 #include "runtime/job/run.h"
 #include "runtime/io/weights.h"
+#include "runtime/train/labels.h"
 #include "util/number.h"
 #include "util/xalloc.h"
 
@@ -53,9 +54,13 @@ static const char usage[] =
     "  --seed S             seed of the default initialisation (default 0), identical for any tp\n"
     "  --tokens IDS         token ids: a comma list or a .npy file (batch x seq from the schedule);\n"
     "                       default: a seeded sequence\n"
-    "  --labels IDS         labels for the loss (Hugging Face convention: shifted inside,\n"
-    "                       -100 ignored); 'tokens' uses the input ids. Required when the\n"
-    "                       schedule computes a loss, refused when its model returns logits\n"
+    "  --labels IDS         labels for the loss, in the schedule's convention (a model's own\n"
+    "                       loss shifts them, as Hugging Face's; tpcc --loss cross_entropy takes\n"
+    "                       the next tokens); 'tokens' uses the input ids (their next tokens for\n"
+    "                       the latter). Required when the schedule computes a loss, refused\n"
+    "                       when its model returns logits. Training: a stream beside --data\n"
+    "  --ignore-index N     the label value the loss ignores (default -100; PyTorch's\n"
+    "                       CrossEntropyLoss(ignore_index=N), such as a pad id)\n"
     "  --out FILE.npy       write the full logits [batch, seq, vocab] (gathered on rank 0)\n"
     "  --compare FILE.npy   compare the logits with a reference and report the largest difference\n"
     "  --tolerance T        the largest difference --compare accepts (default 1e-4)\n"
@@ -79,7 +84,9 @@ static const char usage[] =
     "Training (a schedule from `tpcc PLAN --train -o FILE.sched`; fp32, CPU backend):\n"
     "  --data TOKENS        the token stream: a 1-D .npy (int32, int64, uint16, uint32) or an\n"
     "                       llm.c .bin; step i takes the next batch x seq tokens as input ids\n"
-    "                       and labels (the loss shifts them, as Hugging Face does); with D\n"
+    "                       and labels (a model's own loss shifts them, as Hugging Face does;\n"
+    "                       for tpcc --loss cross_entropy the labels are the tokens one further\n"
+    "                       on, as llm.c's loader; --labels FILE gives them instead); with D\n"
     "                       data-parallel replicas, the next D x batch x seq, a slice each, and\n"
     "                       the gradients averaged over the replicas (--backend cpu)\n"
     "  --steps N            optimizer steps to take\n"
@@ -123,7 +130,7 @@ static const char usage[] =
 
 enum { OPT_WEIGHTS = 256, OPT_SEED, OPT_TOKENS, OPT_LABELS, OPT_OUT, OPT_COMPARE, OPT_TOL, OPT_PROFILE,
        OPT_PROFILE_JSON, OPT_TRACE, OPT_THREADS, OPT_REPEAT, OPT_BACKEND, OPT_COMM, OPT_VERSION, OPT_TRAIN,
-       OPT_PPN };
+       OPT_PPN, OPT_IGNORE_INDEX };
 
 /* -n and the options tprun hands to mpiexec with it */
 typedef struct launcher {
@@ -171,6 +178,7 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
     static const struct option longs[] = {
         {"weights", required_argument, 0, OPT_WEIGHTS}, {"seed", required_argument, 0, OPT_SEED},
         {"tokens", required_argument, 0, OPT_TOKENS}, {"labels", required_argument, 0, OPT_LABELS},
+        {"ignore-index", required_argument, 0, OPT_IGNORE_INDEX},
         {"out", required_argument, 0, OPT_OUT}, {"compare", required_argument, 0, OPT_COMPARE},
         {"tolerance", required_argument, 0, OPT_TOL}, {"profile", no_argument, 0, OPT_PROFILE},
         {"profile-json", required_argument, 0, OPT_PROFILE_JSON}, {"trace", required_argument, 0, OPT_TRACE},
@@ -219,6 +227,14 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
             break;
         case OPT_TOKENS: o->tokens = optarg; break;
         case OPT_LABELS: o->labels = optarg; break;
+        case OPT_IGNORE_INDEX:
+            if (tp_parse_int(optarg, INT32_MIN, INT32_MAX, &v)) {
+                fprintf(stderr, "tprun: --ignore-index takes a whole number (a label value, such as the pad id), "
+                                "not '%s'\n", optarg);
+                return -1;
+            }
+            o->ignore_index = (int32_t)v;
+            break;
         case OPT_OUT: o->out = optarg; break;
         case OPT_COMPARE: o->compare = optarg; break;
         case OPT_TOL:
@@ -451,6 +467,7 @@ int main(int argc, char **argv)
     launcher l = {0};
     o.threads = 1;
     o.tolerance = 1e-4;
+    o.ignore_index = TR_IGNORE_INDEX;
     /* getopt_long reorders argv; -n relaunches the command line as given */
     char **given = tp_xcalloc((size_t)argc + 1, sizeof *given);
     memcpy(given, argv, (size_t)argc * sizeof *given);

@@ -966,8 +966,12 @@ static int load_io(loader *L, tr_schedule *s, json_t *root)
     else if (get_int(L, inputs, "labels", 0, s->nbufs - 1, &labels)) return -1;
     if (json_is_null(lo) || !lo) loss = -1;
     else if (get_int(L, outputs, "loss", 0, s->nbufs - 1, &loss)) return -1;
+    int64_t shift = 1;
+    if (labels >= 0 && get_int(L, inputs, "label_shift", 0, 1, &shift))
+        return -1;
     s->input_ids = (int)ids;
     s->labels = (int)labels;
+    s->label_shift = (int)shift;
     s->loss = (int)loss;
     s->logits = -1;
     if (json_is_object(lg)) {

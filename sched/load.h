@@ -75,6 +75,9 @@ typedef struct tr_schedule {
     int64_t arena_bytes;
     tr_buf *bufs; int nbufs;
     int input_ids, labels, loss, logits;   /* buffer indices, -1 when absent */
+    int label_shift;                        /* with labels: 1, the loss shifts them (Hugging Face's
+                                               models); 0, they are the next tokens already
+                                               (tpcc --loss cross_entropy: torchtitan's trainer) */
     tp_placement logits_pl;
     int64_t vocab;                          /* real logits columns (padding dropped on output) */
     int *grads;                             /* per weight: its gradient's buffer; NULL: no backward */

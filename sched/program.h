@@ -94,6 +94,7 @@ typedef struct tp_ir {
     tp_ir_param *params; int nparams, capparams;
     int64_t world;             /* tp degree (the mesh size) */
     int loss_buf, logits_buf;  /* -1 when absent */
+    int label_shift;           /* the loss's labels: tp_graph's label_shift */
     int *grad_buf;             /* per parameter: its gradient's buffer (tpcc --train), or NULL */
     tp_placement logits_pl;    /* how the logits are laid out across ranks */
     int64_t logits_vocab;      /* their real columns as the checker knows them; 0: unknown */

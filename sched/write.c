@@ -503,10 +503,13 @@ static void put_io(writer *w)
     else
         PUT(w, "null");
     PUT(w, ", \"labels\": ");
-    if (inputs[1] >= 0)
+    if (inputs[1] >= 0) {
         put_int(w, inputs[1]);
-    else
+        PUT(w, ", \"label_shift\": ");
+        put_int(w, ir->label_shift);
+    } else {
         PUT(w, "null");
+    }
     PUT(w, "}");
 }
 

@@ -10,6 +10,7 @@ void tp_graph_init(tp_graph *g, int64_t world)
     memset(g, 0, sizeof *g);
     g->world = world;
     g->loss = g->logits = -1;
+    g->label_shift = 1;
 }
 
 void tp_graph_free(tp_graph *g)

@@ -64,6 +64,9 @@ typedef struct tp_graph {
     tp_ir_param *params; int nparams, capparams;   /* in order of first use */
     int64_t world;             /* devices on the mesh dimension the plan shards over */
     int loss, logits;          /* value indices, -1 when absent */
+    int label_shift;           /* 1: the loss shifts its labels (a model's own cross_entropy, as
+                                  Hugging Face's); 0: they are the next tokens already (--loss
+                                  cross_entropy, torchtitan's trainer) */
     int *param_grad;           /* per parameter: the value of its gradient (autodiff), or NULL */
     /* per parameter: the first forward node whose contribution to its
      * gradient is each rank's share only (autodiff), -1 when none is; NULL

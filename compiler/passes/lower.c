@@ -81,6 +81,7 @@ void tp_pass_lower(const tp_graph *g, tp_ir *ir)
             ir->grad_buf[p] = buffer(g, buffer_of, g->param_grad[p]);
     }
     ir->loss_buf = buffer(g, buffer_of, g->loss);
+    ir->label_shift = g->label_shift;
     ir->logits_buf = buffer(g, buffer_of, g->logits);
     ir->logits_pl = g->logits_pl;
     ir->logits_vocab = g->logits_vocab;

@@ -113,7 +113,9 @@ static void sum_loss(interp *I, tp_val *logits, tp_span span)
 }
 
 /* cross_entropy(logits, labels) with the labels a second model input,
- * shaped like the ids (Replicate, plain, as a data loader hands them).
+ * shaped like the ids (Replicate, plain, as a data loader hands them),
+ * and already the next tokens: torchtitan's loader hands input = w[:-1],
+ * labels = w[1:] of each window, and its loss does not shift them.
  * torchtitan's trainer runs it under loss_parallel() exactly when the plan
  * leaves the logits a DTensor sharded on the vocabulary (one setting,
  * parallel_dims.loss_parallel_enabled, does both); the plan's own
@@ -125,6 +127,7 @@ static void cross_entropy_loss(interp *I, tp_val *logits, const tp_val *ids, tp_
     labels->span = span;
     int gv = tp_record_value(I, labels, "labels");
     I->a->graph.values[gv].input = true;
+    I->a->graph.label_shift = 0;
     tp_plan *p = I->p;
     bool declared = p->loss_parallel;
     tp_placement pl = tp_placement_norm(logits->pl, logits->rank);

@@ -45,6 +45,20 @@ typedef struct tp_adamw_step {
     int64_t step;
 } tp_adamw_step;
 
+/* How a cross-entropy reads its labels and what its mean divides by.
+ * shift 1: Hugging Face's causal-LM loss, row (b, t) against
+ * labels[b, t+1], the last position of each sequence without one; shift 0:
+ * the labels are already the next tokens (torchtitan's trainer, PyTorch's
+ * CrossEntropyLoss), row (b, t) against labels[b, t]. Labels equal to -100
+ * are ignored either way. divisor 0: the loss is the mean over the call's
+ * labelled rows; > 0: their sum over `divisor`, which a training step sets
+ * so that the mean is over the labelled tokens of the whole global batch
+ * (every replica and micro-batch), not a mean of per-rank means. */
+typedef struct tp_ce_rule {
+    int shift;
+    double divisor;
+} tp_ce_rule;
+
 typedef struct tp_backend {
     const char *name;
     tp_dtype dtype;    /* storage of float tensors: TP_F32 (zero) or TP_BF16 */
@@ -139,23 +153,23 @@ typedef struct tp_backend {
     void (*join_blocks)(float *out, const float *blocks, const int64_t *shape, int rank, int dim, int parts);
     /* out[i, j] = pos_offset + j for a [b, s] tensor */
     void (*positions)(int32_t *out, int64_t b, int64_t s, int64_t pos_offset);
-    /* Hugging Face causal-LM loss: mean over t < s-1 of
-     * -log softmax(logits[b, t, :vocab])[labels[b, t+1]], labels -100 ignored;
-     * logits [b, s, v] with v >= vocab (padded columns ignored) */
+    /* the cross-entropy loss (rule: tp_ce_rule): -log softmax(logits[b, t, :vocab])
+     * of each labelled row's label, logits [b, s, v] with v >= vocab (padded
+     * columns ignored) */
     void (*cross_entropy)(float *loss, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
-                          int64_t vocab);
+                          int64_t vocab, tp_ce_rule rule);
     /* vocab-parallel pieces over local columns [vocab_start, vocab_start + v);
      * columns at or beyond `vocab` (padding) are ignored */
     void (*ce_max)(float *out, const float *logits, int64_t rows, int64_t v, int64_t vocab_start, int64_t vocab);
     void (*ce_sumexp)(float *out, const float *logits, const float *max, int64_t rows, int64_t v,
                       int64_t vocab_start, int64_t vocab);
-    /* out[b, t] = logits[b, t, labels[b, t+1] - vocab_start] when that column is
-     * local, else 0 (t < s-1; the last position is 0) */
+    /* out[b, t] = logits[b, t, label(b, t) - vocab_start] when that column is
+     * local, else 0 (a row without a label is 0) */
     void (*ce_target)(float *out, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
-                      int64_t vocab_start);
-    /* loss = mean over valid (b, t < s-1) of log(sumexp) + max - target */
+                      int64_t vocab_start, tp_ce_rule rule);
+    /* loss = the rule's mean over labelled rows of log(sumexp) + max - target */
     void (*ce_loss)(float *loss, const float *sumexp, const float *max, const float *target, const int32_t *labels,
-                    int64_t b, int64_t s);
+                    int64_t b, int64_t s, tp_ce_rule rule);
 
     /* ---- training (tpcc --train): the backward kernels, each the gradient
      * of the forward kernel above it names, and the optimizer. Every one
@@ -193,13 +207,13 @@ typedef struct tp_backend {
     void (*narrow_grad)(float *out, const float *dy, const int64_t *shape, int rank, int dim, int64_t start,
                         int64_t length);
     /* d loss / d logits of cross_entropy (d loss = 1): (softmax - onehot(label))
-     * / valid tokens at rows t < s-1 with a label, 0 elsewhere and in padded columns */
+     * / the rule's divisor at labelled rows, 0 elsewhere and in padded columns */
     void (*cross_entropy_grad)(float *dlogits, const float *logits, const int32_t *labels, int64_t b, int64_t s,
-                               int64_t v, int64_t vocab);
+                               int64_t v, int64_t vocab, tp_ce_rule rule);
     /* the same over the rank's columns [vocab_start, vocab_start + v), with the
      * all-reduced max and sumexp of each row */
     void (*ce_grad)(float *dlogits, const float *logits, const float *max, const float *sumexp, const int32_t *labels,
-                    int64_t b, int64_t s, int64_t v, int64_t vocab_start, int64_t vocab);
+                    int64_t b, int64_t s, int64_t v, int64_t vocab_start, int64_t vocab, tp_ce_rule rule);
     /* out[i] = 1 for i < n: d loss / d logits of a summed loss (tpcc --loss sum) */
     void (*ones)(float *out, int64_t n);
     /* the optimizer on n elements: w, m, v updated in place from g */

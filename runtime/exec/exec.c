@@ -353,10 +353,18 @@ EXEC(positions)
     return 0;
 }
 
+/* The schedule's label convention, and the step's divisor (0 outside
+ * training: the mean over this rank's labelled rows). */
+static tp_ce_rule ce_rule(const tr_exec *x)
+{
+    return (tp_ce_rule){.shift = x->s->label_shift, .divisor = x->loss_divisor};
+}
+
 EXEC(cross_entropy)
 {
     const int64_t *shape = in_buf(x, op, 0)->shape;
-    x->be->cross_entropy(fout(x, op), fin(x, op, 0), iin(x, op, 1), shape[0], shape[1], shape[2], op->vocab_logical);
+    x->be->cross_entropy(fout(x, op), fin(x, op, 0), iin(x, op, 1), shape[0], shape[1], shape[2], op->vocab_logical,
+                         ce_rule(x));
     return 0;
 }
 
@@ -377,7 +385,8 @@ EXEC(ce_sumexp)
 EXEC(ce_target)
 {
     const int64_t *shape = in_buf(x, op, 0)->shape;
-    x->be->ce_target(fout(x, op), fin(x, op, 0), iin(x, op, 1), shape[0], shape[1], op->vocab_local, op->vocab_start);
+    x->be->ce_target(fout(x, op), fin(x, op, 0), iin(x, op, 1), shape[0], shape[1], op->vocab_local, op->vocab_start,
+                     ce_rule(x));
     return 0;
 }
 
@@ -385,7 +394,7 @@ EXEC(ce_loss)
 {
     const tr_buf *labels = in_buf(x, op, 3);
     x->be->ce_loss(fout(x, op), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2), iin(x, op, 3), labels->shape[0],
-                   labels->rank > 1 ? labels->shape[1] : 1);
+                   labels->rank > 1 ? labels->shape[1] : 1, ce_rule(x));
     return 0;
 }
 
@@ -478,7 +487,7 @@ EXEC(cross_entropy_grad)
 {
     const int64_t *shape = in_buf(x, op, 0)->shape;
     x->be->cross_entropy_grad(fout(x, op), fin(x, op, 0), iin(x, op, 1), shape[0], shape[1], shape[2],
-                              op->vocab_logical);
+                              op->vocab_logical, ce_rule(x));
     return 0;
 }
 
@@ -486,7 +495,7 @@ EXEC(ce_grad)
 {
     const int64_t *shape = in_buf(x, op, 0)->shape;
     x->be->ce_grad(fout(x, op), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2), iin(x, op, 3), shape[0], shape[1],
-                   op->vocab_local, op->vocab_start, op->vocab_logical);
+                   op->vocab_local, op->vocab_start, op->vocab_logical, ce_rule(x));
     return 0;
 }
 

@@ -48,6 +48,8 @@ typedef struct tr_exec {
                                     computed once from the op's attributes */
     bool tracing;                /* op times wanted (profile, trace): an asynchronous
                                     backend is synchronised after every op */
+    double loss_divisor;         /* > 0: a training step's cross-entropy is its sum over
+                                    this (tp_ce_rule); 0: the mean over the rank's labels */
 } tr_exec;
 
 /* Allocate the arena, the weight region and the staging buffers once,

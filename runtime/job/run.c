@@ -16,6 +16,7 @@
 #include "runtime/train/dp.h"
 #include "runtime/io/weights.h"
 #include "runtime/train/gather.h"
+#include "runtime/train/labels.h"
 #include "runtime/train/train.h"
 #include "sched/validate.h"
 #include "util/atomic_write.h"
@@ -193,15 +194,27 @@ static int read_inputs(job *j)
         if (ids[i] < 0 || ids[i] >= j->vocab)
             rc = fail(j, "token id %d at position %lld is outside the vocabulary [0, %lld)", ids[i], (long long)i,
                       (long long)j->vocab);
-    if (!rc && j->o->labels && strcmp(j->o->labels, "tokens"))
-        rc = read_ids(j, "--labels", j->o->labels, labels, n);
-    else if (j->o->labels)
+    if (rc || !j->o->labels)
+        return rc;
+    bool from_ids = !strcmp(j->o->labels, "tokens");
+    if (!from_ids && read_ids(j, "--labels", j->o->labels, labels, n))
+        return -1;
+    if (from_ids)
         memcpy(labels, ids, (size_t)n * sizeof *labels);
-    for (int64_t i = 0; i < n && !rc && j->o->labels; i++)
-        if (labels[i] != -100 && (labels[i] < 0 || labels[i] >= j->vocab))
-            rc = fail(j, "label %d at position %lld is neither -100 nor in [0, %lld)", labels[i], (long long)i,
-                      (long long)j->vocab);
-    return rc;
+    int64_t bad = tr_labels_first_invalid(labels, n, j->vocab, j->o->ignore_index);
+    if (bad >= 0)
+        return fail(j, "label %d at position %lld is neither the ignore index %d nor in [0, %lld)", labels[bad],
+                    (long long)bad, j->o->ignore_index, (long long)j->vocab);
+    tr_labels_map_ignored(labels, n, j->o->ignore_index);
+    if (from_ids && s->label_shift == 0) {   /* the loss scores each row's next tokens */
+        const tr_buf *b = &s->bufs[s->labels];
+        int64_t seq = b->rank > 1 ? b->shape[b->rank - 1] : n;
+        int32_t *next = tp_xmalloc((size_t)n * sizeof *next);
+        tr_labels_next_tokens(next, labels, n / seq, seq);
+        free(j->labels);
+        j->labels = next;
+    }
+    return 0;
 }
 
 /* The inputs into the arena, before each step. */
@@ -619,9 +632,12 @@ static int options_match_training(job *j)
     if (o->repeat)
         return fail(j, "%s is a training schedule: --repeat repeats a forward step; a training run takes --steps N "
                     "(--log-json FILE records each step's time)", o->schedule);
-    if (o->tokens || o->labels || o->out || o->compare)
-        return fail(j, "%s is a training schedule: --tokens, --labels, --out and --compare go with forward "
-                    "schedules; it reads its batches from --data", o->schedule);
+    if (o->tokens || o->out || o->compare)
+        return fail(j, "%s is a training schedule: --tokens, --out and --compare go with forward schedules; it "
+                    "reads its batches from --data", o->schedule);
+    if (o->labels && !strcmp(o->labels, "tokens"))
+        return fail(j, "%s is a training schedule: its labels are the --data tokens already, unless --labels FILE "
+                    "gives a stream of them beside --data", o->schedule);
     return 0;
 }
 

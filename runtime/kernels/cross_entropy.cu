@@ -1,9 +1,9 @@
-// cross_entropy.cu: the Hugging Face causal-LM loss, whole or in the
-// vocab-parallel pieces the executor composes with all-reduces.
+// cross_entropy.cu: the causal-LM loss, whole or in the vocab-parallel
+// pieces the executor composes with all-reduces.
 // defines: tp_k_cross_entropy, tp_k_ce_max, tp_k_ce_sumexp, tp_k_ce_target, tp_k_ce_loss
 //
-// Position t of sequence b predicts token t+1: the label of row (b, t) is
-// labels[b, t+1], the last position has none, and -100 is ignored. Columns
+// Which label a row has (shifted or not) and what the mean divides by:
+// tp_ce_rule in runtime/backends/backend.h, cross_entropy.cuh. Columns
 // at or beyond `vocab` are padding and take no part in the softmax. Losses
 // are float32 whatever the storage type of the logits.
 #include "cross_entropy.cuh"
@@ -25,11 +25,11 @@ static __device__ float ce_partial_count[CE_BLOCKS];
 // log sum exp(l - max) + max - l[label], summed in row order.
 template <typename T>
 __global__ void cross_entropy_rows_kernel(const T *logits, const int32_t *labels, int64_t rows, int64_t s, int64_t v,
-                                          int64_t vocab)
+                                          int64_t vocab, int shift)
 {
     float total = 0.0f, count = 0.0f;
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const int32_t label = shifted_label(labels, r, s);
+        const int32_t label = row_label(labels, r, s, shift);
         if (label == CE_IGNORE)
             continue;
         assert(label >= 0 && label < vocab && "label outside the vocabulary");
@@ -47,7 +47,7 @@ __global__ void cross_entropy_rows_kernel(const T *logits, const int32_t *labels
 
 // One block: the mean over the partials of the first nparts blocks. With
 // no valid row it is 0/0 = NaN, as in torch.
-__global__ void cross_entropy_mean_kernel(float *loss, int nparts)
+__global__ void cross_entropy_mean_kernel(float *loss, int nparts, float divisor)
 {
     float total = 0.0f, count = 0.0f;
     for (int i = threadIdx.x; i < nparts; i += blockDim.x) {
@@ -57,7 +57,7 @@ __global__ void cross_entropy_mean_kernel(float *loss, int nparts)
     total = tp_block_sum(total);
     count = tp_block_sum(count);
     if (threadIdx.x == 0)
-        *loss = total / count;
+        *loss = total / ce_denominator(divisor, count);
 }
 
 // One block per row: the max over the local real columns; -inf (the
@@ -82,21 +82,21 @@ __global__ void ce_sumexp_kernel(float *out, const T *logits, const float *max, 
 // out[r] = logits[r, label - vocab_start] when that column is local, else 0
 template <typename T>
 __global__ void ce_target_kernel(float *out, const T *logits, const int32_t *labels, int64_t rows, int64_t s, int64_t v,
-                                 int64_t vocab_start)
+                                 int64_t vocab_start, int shift)
 {
     for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t col = (int64_t)shifted_label(labels, r, s) - vocab_start;
+        const int64_t col = (int64_t)row_label(labels, r, s, shift) - vocab_start;
         out[r] = col >= 0 && col < v ? tp_to_float(logits[r * v + col]) : 0.0f;
     }
 }
 
 // One block: mean over the valid rows of log(sumexp) + max - target.
 __global__ void ce_loss_kernel(float *loss, const float *sumexp, const float *max, const float *target,
-                               const int32_t *labels, int64_t rows, int64_t s)
+                               const int32_t *labels, int64_t rows, int64_t s, int shift, float divisor)
 {
     float total = 0.0f, count = 0.0f;
     for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
-        if (shifted_label(labels, r, s) == CE_IGNORE)
+        if (row_label(labels, r, s, shift) == CE_IGNORE)
             continue;
         total += logf(sumexp[r]) + max[r] - target[r];
         count += 1.0f;
@@ -104,30 +104,33 @@ __global__ void ce_loss_kernel(float *loss, const float *sumexp, const float *ma
     total = tp_block_sum(total);
     count = tp_block_sum(count);
     if (threadIdx.x == 0)
-        *loss = total / count;
+        *loss = total / ce_denominator(divisor, count);
 }
 
 // ---- kernel launchers
 
 template <typename T>
 static void launch_cross_entropy(tp_stream st, float *loss, const T *logits, const int32_t *labels, int64_t rows,
-                                 int64_t s, int64_t v, int64_t vocab)
+                                 int64_t s, int64_t v, int64_t vocab, int shift, float divisor)
 {
     const int blocks = rows < CE_BLOCKS ? (int)rows : CE_BLOCKS;
-    TP_LAUNCH(cross_entropy_rows_kernel<T>, blocks, tp_rows_threads(vocab), 0, st, logits, labels, rows, s, v, vocab);
-    TP_LAUNCH(cross_entropy_mean_kernel, 1, CE_REDUCE_THREADS, 0, st, loss, blocks);
+    TP_LAUNCH(cross_entropy_rows_kernel<T>, blocks, tp_rows_threads(vocab), 0, st, logits, labels, rows, s, v, vocab,
+              shift);
+    TP_LAUNCH(cross_entropy_mean_kernel, 1, CE_REDUCE_THREADS, 0, st, loss, blocks, divisor);
 }
 
 extern "C" void tp_k_cross_entropy(tp_stream st, tp_kernel_dtype t, float *loss, const void *logits,
-                                   const int32_t *labels, int64_t b, int64_t s, int64_t v, int64_t vocab)
+                                   const int32_t *labels, int64_t b, int64_t s, int64_t v, int64_t vocab, int shift,
+                                   float divisor)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(vocab > 0 && vocab <= v, "the real vocabulary fits the logits' columns");
     TP_KCHECK(b > 0 && s > 0, "a batch of at least one token"); // an empty mean still launches: loss = NaN
+    TP_KCHECK(shift == 0 || shift == 1, "labels shifted by one position or none");
     if (t == TP_KERNEL_F32)
-        launch_cross_entropy(st, loss, (const float *)logits, labels, b * s, s, v, vocab);
+        launch_cross_entropy(st, loss, (const float *)logits, labels, b * s, s, v, vocab, shift, divisor);
     else
-        launch_cross_entropy(st, loss, (const __nv_bfloat16 *)logits, labels, b * s, s, v, vocab);
+        launch_cross_entropy(st, loss, (const __nv_bfloat16 *)logits, labels, b * s, s, v, vocab, shift, divisor);
 }
 
 template <typename T>
@@ -175,28 +178,30 @@ extern "C" void tp_k_ce_sumexp(tp_stream st, tp_kernel_dtype t, float *out, cons
 
 template <typename T>
 static void launch_ce_target(tp_stream st, float *out, const T *logits, const int32_t *labels, int64_t rows, int64_t s,
-                             int64_t v, int64_t vocab_start)
+                             int64_t v, int64_t vocab_start, int shift)
 {
     TP_LAUNCH(ce_target_kernel<T>, tp_elementwise_blocks(rows, 256), 256, 0, st, out, logits, labels, rows, s, v,
-              vocab_start);
+              vocab_start, shift);
 }
 
 extern "C" void tp_k_ce_target(tp_stream st, tp_kernel_dtype t, float *out, const void *logits, const int32_t *labels,
-                               int64_t b, int64_t s, int64_t v, int64_t vocab_start)
+                               int64_t b, int64_t s, int64_t v, int64_t vocab_start, int shift)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(b >= 0 && s >= 0 && v >= 0 && vocab_start >= 0, "negative size");
+    TP_KCHECK(shift == 0 || shift == 1, "labels shifted by one position or none");
     if (b * s == 0)
         return;
     if (t == TP_KERNEL_F32)
-        launch_ce_target(st, out, (const float *)logits, labels, b * s, s, v, vocab_start);
+        launch_ce_target(st, out, (const float *)logits, labels, b * s, s, v, vocab_start, shift);
     else
-        launch_ce_target(st, out, (const __nv_bfloat16 *)logits, labels, b * s, s, v, vocab_start);
+        launch_ce_target(st, out, (const __nv_bfloat16 *)logits, labels, b * s, s, v, vocab_start, shift);
 }
 
 extern "C" void tp_k_ce_loss(tp_stream st, float *loss, const float *sumexp, const float *max, const float *target,
-                             const int32_t *labels, int64_t b, int64_t s)
+                             const int32_t *labels, int64_t b, int64_t s, int shift, float divisor)
 {
     TP_KCHECK(b > 0 && s > 0, "a batch of at least one token"); // an empty mean still launches: loss = NaN
-    TP_LAUNCH(ce_loss_kernel, 1, CE_REDUCE_THREADS, 0, st, loss, sumexp, max, target, labels, b * s, s);
+    TP_KCHECK(shift == 0 || shift == 1, "labels shifted by one position or none");
+    TP_LAUNCH(ce_loss_kernel, 1, CE_REDUCE_THREADS, 0, st, loss, sumexp, max, target, labels, b * s, s, shift, divisor);
 }

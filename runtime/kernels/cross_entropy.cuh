@@ -1,9 +1,11 @@
 // cross_entropy.cuh: what the loss (cross_entropy.cu) and its gradient
-// (cross_entropy_grad.cu) share: the shifted labels, the row statistics.
-// defines: CE_IGNORE, shifted_label, row_max, row_sumexp, real_columns
+// (cross_entropy_grad.cu) share: the rows' labels, the row statistics.
+// defines: CE_IGNORE, row_label, ce_denominator, row_max, row_sumexp, real_columns
 //
-// Position t of sequence b predicts token t+1: the label of row (b, t) is
-// labels[b, t+1], the last position has none, and -100 is ignored.
+// With shift 1 (Hugging Face's loss) position t of sequence b predicts token
+// t+1: the label of row (b, t) is labels[b, t+1] and the last position has
+// none; with shift 0 the labels are already the next tokens. -100 is
+// ignored.
 #ifndef TPRUN_KERNELS_CROSS_ENTROPY_CUH
 #define TPRUN_KERNELS_CROSS_ENTROPY_CUH
 
@@ -11,9 +13,17 @@
 
 #define CE_IGNORE (-100)
 
-__device__ __forceinline__ int32_t shifted_label(const int32_t *labels, int64_t row, int64_t s)
+__device__ __forceinline__ int32_t row_label(const int32_t *labels, int64_t row, int64_t s, int shift)
 {
-    return row % s + 1 < s ? labels[row + 1] : CE_IGNORE;
+    return row % s + shift < s ? labels[row + shift] : CE_IGNORE;
+}
+
+// What the loss's sum is divided by: the caller's divisor when it gives one
+// (a training step's share of the global batch's labelled tokens), else
+// the labelled rows counted.
+__device__ __forceinline__ float ce_denominator(float divisor, float labelled)
+{
+    return divisor > 0.0f ? divisor : labelled;
 }
 
 // max over row[0, n) (-inf for n = 0), to every thread of the block

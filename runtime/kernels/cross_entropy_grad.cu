@@ -2,8 +2,9 @@
 // with respect to the logits, whole or over a rank's vocabulary columns.
 // defines: tp_k_cross_entropy_grad, tp_k_ce_grad
 //
-// Row (b, t) with a label: (softmax - onehot(label)) / N, N the rows with a
-// label; rows without one and padded columns (at or beyond `vocab`) get 0.
+// Row (b, t) with a label: (softmax - onehot(label)) / N, N the caller's
+// divisor or else the rows with a label; rows without one and padded
+// columns (at or beyond `vocab`) get 0.
 #include "cross_entropy.cuh"
 
 #define CE_GRAD_COUNT_THREADS 1024
@@ -16,14 +17,14 @@
 static __device__ float ce_grad_rows;
 
 // One block: N.
-__global__ void ce_grad_count_kernel(const int32_t *labels, int64_t rows, int64_t s)
+__global__ void ce_grad_count_kernel(const int32_t *labels, int64_t rows, int64_t s, int shift, float divisor)
 {
     float count = 0.0f;
     for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
-        count += shifted_label(labels, r, s) != CE_IGNORE ? 1.0f : 0.0f;
+        count += row_label(labels, r, s, shift) != CE_IGNORE ? 1.0f : 0.0f;
     count = tp_block_sum(count);
     if (threadIdx.x == 0)
-        ce_grad_rows = count;
+        ce_grad_rows = ce_denominator(divisor, count);
 }
 
 // One block per row of v local columns, global columns vocab_start + c.
@@ -32,12 +33,13 @@ __global__ void ce_grad_count_kernel(const int32_t *labels, int64_t rows, int64_
 // the whole vocabulary).
 template <typename T>
 __global__ void ce_grad_kernel(T *dlogits, const T *logits, const float *max, const float *sumexp,
-                               const int32_t *labels, int64_t s, int64_t v, int64_t vocab_start, int64_t vocab)
+                               const int32_t *labels, int64_t s, int64_t v, int64_t vocab_start, int64_t vocab,
+                               int shift)
 {
     const int64_t r = blockIdx.x;
     const T *row = logits + r * v;
     T *out = dlogits + r * v;
-    const int32_t label = shifted_label(labels, r, s);
+    const int32_t label = row_label(labels, r, s, shift);
     if (label == CE_IGNORE) {
         for (int64_t c = threadIdx.x; c < v; c += blockDim.x)
             out[c] = tp_from_float<T>(0.0f);
@@ -67,41 +69,43 @@ __global__ void ce_grad_kernel(T *dlogits, const T *logits, const float *max, co
 template <typename T>
 static void launch_ce_grad(tp_stream st, T *dlogits, const T *logits, const float *max, const float *sumexp,
                            const int32_t *labels, int64_t rows, int64_t s, int64_t v, int64_t vocab_start,
-                           int64_t vocab)
+                           int64_t vocab, int shift, float divisor)
 {
-    TP_LAUNCH(ce_grad_count_kernel, 1, CE_GRAD_COUNT_THREADS, 0, st, labels, rows, s);
+    TP_LAUNCH(ce_grad_count_kernel, 1, CE_GRAD_COUNT_THREADS, 0, st, labels, rows, s, shift, divisor);
     TP_LAUNCH(ce_grad_kernel<T>, (unsigned)rows, tp_rows_threads(v), 0, st, dlogits, logits, max, sumexp, labels, s, v,
-              vocab_start, vocab);
+              vocab_start, vocab, shift);
 }
 
 static void ce_grad(tp_stream st, tp_kernel_dtype t, void *dlogits, const void *logits, const float *max,
                     const float *sumexp, const int32_t *labels, int64_t b, int64_t s, int64_t v, int64_t vocab_start,
-                    int64_t vocab)
+                    int64_t vocab, int shift, float divisor)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(b >= 0 && s >= 0 && v > 0 && vocab_start >= 0 && vocab > 0, "negative size");
     TP_KCHECK(b * s <= TP_CUDA_MAX_ROWS, "one block per row: at most 2^31-1 rows");
+    TP_KCHECK(shift == 0 || shift == 1, "labels shifted by one position or none");
     if (b * s == 0)
         return;
     if (t == TP_KERNEL_F32)
         launch_ce_grad(st, (float *)dlogits, (const float *)logits, max, sumexp, labels, b * s, s, v, vocab_start,
-                       vocab);
+                       vocab, shift, divisor);
     else
         launch_ce_grad(st, (__nv_bfloat16 *)dlogits, (const __nv_bfloat16 *)logits, max, sumexp, labels, b * s, s, v,
-                       vocab_start, vocab);
+                       vocab_start, vocab, shift, divisor);
 }
 
 extern "C" void tp_k_cross_entropy_grad(tp_stream st, tp_kernel_dtype t, void *dlogits, const void *logits,
-                                        const int32_t *labels, int64_t b, int64_t s, int64_t v, int64_t vocab)
+                                        const int32_t *labels, int64_t b, int64_t s, int64_t v, int64_t vocab,
+                                        int shift, float divisor)
 {
     TP_KCHECK(vocab <= v, "the real vocabulary fits the logits' columns");
-    ce_grad(st, t, dlogits, logits, NULL, NULL, labels, b, s, v, 0, vocab);
+    ce_grad(st, t, dlogits, logits, NULL, NULL, labels, b, s, v, 0, vocab, shift, divisor);
 }
 
 extern "C" void tp_k_ce_grad(tp_stream st, tp_kernel_dtype t, void *dlogits, const void *logits, const float *max,
                              const float *sumexp, const int32_t *labels, int64_t b, int64_t s, int64_t v,
-                             int64_t vocab_start, int64_t vocab)
+                             int64_t vocab_start, int64_t vocab, int shift, float divisor)
 {
     TP_KCHECK(max != NULL && sumexp != NULL, "the all-reduced row statistics");
-    ce_grad(st, t, dlogits, logits, max, sumexp, labels, b, s, v, vocab_start, vocab);
+    ce_grad(st, t, dlogits, logits, max, sumexp, labels, b, s, v, vocab_start, vocab, shift, divisor);
 }

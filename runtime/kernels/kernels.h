@@ -68,17 +68,18 @@ void tp_k_split_blocks(tp_stream s, tp_kernel_dtype t, void *out, const void *x,
 void tp_k_join_blocks(tp_stream s, tp_kernel_dtype t, void *out, const void *blocks, const int64_t *shape, int rank,
                       int dim, int parts);
 void tp_k_positions(tp_stream s, int32_t *out, int64_t b, int64_t seq, int64_t pos_offset);
-/* cross_entropy.cu: loss outputs are float32 scalars / per-token floats */
+/* cross_entropy.cu: loss outputs are float32 scalars / per-token floats;
+ * shift and divisor as tp_ce_rule (runtime/backends/backend.h) */
 void tp_k_cross_entropy(tp_stream s, tp_kernel_dtype t, float *loss, const void *logits, const int32_t *labels, int64_t b,
-                        int64_t seq, int64_t v, int64_t vocab);
+                        int64_t seq, int64_t v, int64_t vocab, int shift, float divisor);
 void tp_k_ce_max(tp_stream s, tp_kernel_dtype t, float *out, const void *logits, int64_t rows, int64_t v,
                  int64_t vocab_start, int64_t vocab);
 void tp_k_ce_sumexp(tp_stream s, tp_kernel_dtype t, float *out, const void *logits, const float *max, int64_t rows,
                     int64_t v, int64_t vocab_start, int64_t vocab);
 void tp_k_ce_target(tp_stream s, tp_kernel_dtype t, float *out, const void *logits, const int32_t *labels, int64_t b,
-                    int64_t seq, int64_t v, int64_t vocab_start);
+                    int64_t seq, int64_t v, int64_t vocab_start, int shift);
 void tp_k_ce_loss(tp_stream s, float *loss, const float *sumexp, const float *max, const float *target,
-                  const int32_t *labels, int64_t b, int64_t seq);
+                  const int32_t *labels, int64_t b, int64_t seq, int shift, float divisor);
 
 /* ---- training: the gradients of the kernels above and the optimizer. A
  * `scratch` argument is device memory the launcher's kernels pass data
@@ -113,10 +114,10 @@ void tp_k_narrow_grad(tp_stream s, tp_kernel_dtype t, void *out, const void *dy,
                       int64_t start, int64_t length);
 /* cross_entropy_grad.cu: max and sumexp are float32 */
 void tp_k_cross_entropy_grad(tp_stream s, tp_kernel_dtype t, void *dlogits, const void *logits, const int32_t *labels,
-                             int64_t b, int64_t seq, int64_t v, int64_t vocab);
+                             int64_t b, int64_t seq, int64_t v, int64_t vocab, int shift, float divisor);
 void tp_k_ce_grad(tp_stream s, tp_kernel_dtype t, void *dlogits, const void *logits, const float *max,
                   const float *sumexp, const int32_t *labels, int64_t b, int64_t seq, int64_t v, int64_t vocab_start,
-                  int64_t vocab);
+                  int64_t vocab, int shift, float divisor);
 /* elementwise_grad.cu: the seed gradient of a summed loss */
 void tp_k_ones(tp_stream s, tp_kernel_dtype t, void *out, int64_t n);
 /* optimizer.cu: w, g, m, v in the storage type; the sum of squares is

@@ -15,6 +15,7 @@ typedef struct tr_options {
     const char *weights;        /* NULL: seeded initialisation */
     uint64_t seed;
     const char *tokens, *labels;
+    int32_t ignore_index;       /* --ignore-index: the label value the loss skips (labels.h) */
     const char *out, *compare;
     double tolerance;
     bool profile, quiet;

@@ -98,12 +98,17 @@ static int read_npy(tr_tokens *t, const char *path, char *err, size_t errlen)
     return 0;
 }
 
-int tr_tokens_open(tr_tokens *t, const char *path, int64_t vocab, char *err, size_t errlen)
+int tr_tokens_read(tr_tokens *t, const char *path, char *err, size_t errlen)
 {
     memset(t, 0, sizeof *t);
     size_t len = strlen(path);
     bool bin = len > 4 && !strcmp(path + len - 4, ".bin");
-    if (bin ? read_llmc(t, path, err, errlen) : read_npy(t, path, err, errlen))
+    return bin ? read_llmc(t, path, err, errlen) : read_npy(t, path, err, errlen);
+}
+
+int tr_tokens_open(tr_tokens *t, const char *path, int64_t vocab, char *err, size_t errlen)
+{
+    if (tr_tokens_read(t, path, err, errlen))
         return -1;
     for (int64_t i = 0; i < t->count; i++)
         if (t->ids[i] < 0 || t->ids[i] >= vocab) {
@@ -123,15 +128,19 @@ void tr_tokens_free(tr_tokens *t)
 }
 
 int tr_tokens_require(const tr_tokens *t, const char *path, int replicas, int64_t per_replica, int64_t steps,
-                      char *err, size_t errlen)
+                      int64_t extra, char *err, size_t errlen)
 {
-    int64_t per_step = replicas * per_replica, holds = per_step > 0 ? t->count / per_step : 0;
+    int64_t per_step = replicas * per_replica, usable = t->count > extra ? t->count - extra : 0,
+            holds = per_step > 0 ? usable / per_step : 0;
     if (holds >= steps)
         return 0;
-    char shape[80] = "batch x seq";
+    char shape[80] = "batch x seq", more[120] = "";
     if (replicas > 1)
         snprintf(shape, sizeof shape, "%d data-parallel replicas x %" PRId64 " of batch x seq", replicas, per_replica);
-    return tp_error(err, errlen, "%s: its %" PRId64 " tokens hold %" PRId64 " step%s of %" PRId64 " (%s), "
+    if (extra)
+        snprintf(more, sizeof more, " and %" PRId64 " token%s after them (the labels are the stream one token "
+                 "further on)", extra, extra == 1 ? "" : "s");
+    return tp_error(err, errlen, "%s: its %" PRId64 " tokens hold %" PRId64 " step%s of %" PRId64 " (%s)%s, "
                     "--steps asks for %" PRId64 "; pass more data or fewer steps", path, t->count, holds,
-                    holds == 1 ? "" : "s", per_step, shape, steps);
+                    holds == 1 ? "" : "s", per_step, shape, more, steps);
 }

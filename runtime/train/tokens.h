@@ -30,17 +30,21 @@ typedef struct tr_tokens {
     int64_t count;
 } tr_tokens;
 
-/* Reads `path` (.bin: llm.c's format; anything else: .npy) and checks every
- * id against [0, vocab). Returns 0, or -1 with a message naming the file,
- * the position and the fix. */
+/* Reads `path` (.bin: llm.c's format; anything else: .npy), any int32
+ * values (a labels stream holds ignored ones). Returns 0, or -1 with a
+ * message naming the file and the fix. */
+int tr_tokens_read(tr_tokens *t, const char *path, char *err, size_t errlen);
+/* tr_tokens_read, then every id checked against [0, vocab): -1 with a
+ * message naming the position when one is outside. */
 int tr_tokens_open(tr_tokens *t, const char *path, int64_t vocab, char *err, size_t errlen);
 void tr_tokens_free(tr_tokens *t);
 
 /* 0 when the stream holds `steps` steps of `replicas` x `per_replica`
- * tokens each (data-parallel replicas x batch x seq), else -1 with a
- * message saying how many it holds. */
+ * tokens each (data-parallel replicas x batch x seq) and `extra` tokens
+ * after them (the last step's next token, for labels read one further
+ * on), else -1 with a message saying how many it holds. */
 int tr_tokens_require(const tr_tokens *t, const char *path, int replicas, int64_t per_replica, int64_t steps,
-                      char *err, size_t errlen);
+                      int64_t extra, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

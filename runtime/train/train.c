@@ -7,12 +7,12 @@
 #include <time.h>
 #include <unistd.h>
 #include "runtime/io/safetensors_write.h"
+#include "runtime/train/batches.h"
 #include "runtime/train/dp.h"
 #include "runtime/train/gather.h"
 #include "runtime/train/log.h"
 #include "runtime/train/optim.h"
 #include "runtime/train/save.h"
-#include "runtime/train/tokens.h"
 #include "runtime/train/zero.h"
 #include "util/errmsg.h"
 #include "util/xalloc.h"
@@ -24,7 +24,7 @@ typedef struct trainer {
     tp_comm *dp;               /* the replicas of this rank's shard */
     tr_exec *x;
     const tr_schedule *s;
-    tr_tokens tokens;
+    tr_batches batches;        /* what each step reads (--data, --labels) */
     int64_t per_step;          /* tokens per step and replica: B·S */
     tr_optim optim;
     tr_zero zero;              /* the optimizer state's runs over dp (ZeRO-1) */
@@ -74,14 +74,19 @@ static int check_setup(trainer *tr, char *err, size_t errlen)
     return tr->t->save && writes ? tr_save_lock(tr->save_dir, &tr->save_lock, err, errlen) : 0;
 }
 
-/* The stream, checked to hold every step before step 1: D·B·S tokens a
- * step, replica d's slice at (i·D + d)·B·S (step). */
+/* The streams, checked to hold every step before step 1 (batches.h). */
 static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
 {
-    tr->per_step = tr_buf_elems(&tr->s->bufs[tr->s->input_ids]);
-    if (tr_tokens_open(&tr->tokens, tr->t->data, vocab, err, errlen))
-        return -1;
-    return tr_tokens_require(&tr->tokens, tr->t->data, tr->dp->world, tr->per_step, tr->t->steps, err, errlen);
+    const tr_buf *ids = &tr->s->bufs[tr->s->input_ids];
+    tr->per_step = tr_buf_elems(ids);
+    const int64_t seq = ids->rank > 1 ? ids->shape[ids->rank - 1] : tr->per_step;
+    const tr_batch_shape shape = {.batch = tr->per_step / seq, .seq = seq, .replicas = tr->dp->world,
+                                  .steps = tr->t->steps, .label_shift = tr->s->labels >= 0 ? tr->s->label_shift : 1,
+                                  .vocab = vocab, .ignore_index = tr->o->ignore_index};
+    if (tr->s->labels < 0 && tr->o->labels)
+        return tp_error(err, errlen, "--labels: %s has no labels to take (its loss, tpcc --loss sum, reads none)",
+                        tr->o->schedule);
+    return tr_batches_open(&tr->batches, &shape, tr->t->data, tr->o->labels, err, errlen);
 }
 
 /* --grads-out: the full gradients of the first step taken, before clipping,
@@ -186,10 +191,11 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
     tr_exec *x = tr->x;
     tr_profile *p = &x->profile;
     double t0 = now();
-    const int32_t *ids = tr->tokens.ids + (i * tr->dp->world + tr->dp->rank) * tr->per_step;
-    tr_exec_write_buf(x, s->input_ids, ids);
-    if (s->labels >= 0)    /* a summed loss (tpcc --loss sum) has none */
-        tr_exec_write_buf(x, s->labels, ids);
+    tr_exec_write_buf(x, s->input_ids, tr_batches_ids(&tr->batches, i, tr->dp->rank));
+    if (s->labels >= 0) {  /* a summed loss (tpcc --loss sum) has none */
+        tr_exec_write_buf(x, s->labels, tr_batches_labels(&tr->batches, i, tr->dp->rank));
+        x->loss_divisor = tr_batches_divisor(&tr->batches, i);
+    }
     memset(p, 0, sizeof *p);
     if (tr_exec_run(x, err, errlen))
         return -1;
@@ -305,7 +311,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     tr_optim_free(&tr.optim);
     tr_zero_free(&tr.zero);
     tr_layouts_free(&tr.layouts);
-    tr_tokens_free(&tr.tokens);
+    tr_batches_free(&tr.batches);
     tr_save_unlock(tr.save_lock);
     free(tr.save_dir);
     free(tr.config);

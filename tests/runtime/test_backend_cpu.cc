@@ -18,6 +18,7 @@
 
 extern "C" {
 #include "runtime/backends/backend.h"
+#include "tests/support/ce_rule.h"
 }
 
 namespace {
@@ -753,7 +754,7 @@ TEST(BackendCpu, CrossEntropyMatchesHuggingFaceShiftedLoss)
         std::vector<int32_t> labels;
         make_ce_inputs(c, 100 + (unsigned)c.vocab, logits, labels);
         float loss = NAN;
-        be()->cross_entropy(&loss, logits.data(), labels.data(), c.b, c.s, c.padded, c.vocab);
+        be()->cross_entropy(&loss, logits.data(), labels.data(), c.b, c.s, c.padded, c.vocab, kHfLoss);
         double ref = ref_cross_entropy(logits, labels, c.b, c.s, c.padded, c.vocab);
         EXPECT_NEAR(loss, ref, 4 * kU * std::fabs(ref) + 1e-7) << "vocab " << c.vocab << " padded " << c.padded;
     }
@@ -766,18 +767,18 @@ TEST(BackendCpu, CrossEntropyIgnoresMinus100AndTheFirstLabel)
     // labels[0] is never a target (the shift); the -100 drops row 1
     std::vector<int32_t> labels = {2, 0, -100, 2};
     float loss = NAN;
-    be()->cross_entropy(&loss, logits.data(), labels.data(), b, s, v, v);
+    be()->cross_entropy(&loss, logits.data(), labels.data(), b, s, v, v, kHfLoss);
     double row0 = std::log(3.0);                                                   // uniform, label 0
     double row2 = std::log(3.0);                                                   // uniform, label 2
     EXPECT_NEAR(loss, (row0 + row2) / 2, 1e-6);
     // changing the label of the first position changes nothing
     labels[0] = -100;
     float again = NAN;
-    be()->cross_entropy(&again, logits.data(), labels.data(), b, s, v, v);
+    be()->cross_entropy(&again, logits.data(), labels.data(), b, s, v, v, kHfLoss);
     EXPECT_EQ(loss, again);
     // everything ignored: 0/0, as torch's mean over no elements
     std::vector<int32_t> none = {5, -100, -100, -100};
-    be()->cross_entropy(&loss, logits.data(), none.data(), b, s, v, v);
+    be()->cross_entropy(&loss, logits.data(), none.data(), b, s, v, v, kHfLoss);
     EXPECT_TRUE(std::isnan(loss));
 }
 
@@ -803,12 +804,12 @@ float vocab_parallel_loss(const Vec &logits, const std::vector<int32_t> &labels,
         be()->ce_sumexp(part.data(), local[r].data(), max.data(), rows, v, r * v, c.vocab);
         for (int64_t i = 0; i < rows; i++)
             sumexp[i] += part[i];
-        be()->ce_target(part.data(), local[r].data(), labels.data(), c.b, c.s, v, r * v);
+        be()->ce_target(part.data(), local[r].data(), labels.data(), c.b, c.s, v, r * v, kHfLoss);
         for (int64_t i = 0; i < rows; i++)
             target[i] += part[i];
     }
     float loss = NAN;
-    be()->ce_loss(&loss, sumexp.data(), max.data(), target.data(), labels.data(), c.b, c.s);
+    be()->ce_loss(&loss, sumexp.data(), max.data(), target.data(), labels.data(), c.b, c.s, kHfLoss);
     return loss;
 }
 
@@ -825,7 +826,7 @@ TEST(BackendCpu, VocabParallelPiecesComposeToCrossEntropy)
         std::vector<int32_t> labels;
         make_ce_inputs(c, 200 + (unsigned)c.vocab, logits, labels);
         float full = NAN;
-        be()->cross_entropy(&full, logits.data(), labels.data(), c.b, c.s, c.padded, c.vocab);
+        be()->cross_entropy(&full, logits.data(), labels.data(), c.b, c.s, c.padded, c.vocab, kHfLoss);
         for (int ranks : {1, 2, 4}) {
             float loss = vocab_parallel_loss(logits, labels, c, ranks);
             if (c.s == 1) { // no position has a target: both are NaN
@@ -845,7 +846,7 @@ TEST(BackendCpu, CeTargetPicksTheShiftedLocalLabelElseZero)
     Vec logits = {0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32};
     std::vector<int32_t> labels = {4, 5, 1, -100};
     Vec out(s, -1.0f);
-    be()->ce_target(out.data(), logits.data(), labels.data(), b, s, v, 3);
+    be()->ce_target(out.data(), logits.data(), labels.data(), b, s, v, 3, kHfLoss);
     // row 0 -> label 5 (local col 2); row 1 -> label 1 (not local); row 2 ->
     // -100; row 3 has no next token
     EXPECT_EQ(out, (Vec{2, 0, 0, 0}));

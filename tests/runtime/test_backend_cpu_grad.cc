@@ -32,6 +32,7 @@
 
 extern "C" {
 #include "runtime/backends/backend.h"
+#include "tests/support/ce_rule.h"
 #include "sched/rope.h"
 }
 
@@ -651,7 +652,7 @@ Vec ce_logits()
 Vec ce_grad_full(const Vec &logits)
 {
     Vec g(logits.size(), NAN);
-    be()->cross_entropy_grad(g.data(), logits.data(), kLabels.data(), kB, kS, kPadded, kVocab);
+    be()->cross_entropy_grad(g.data(), logits.data(), kLabels.data(), kB, kS, kPadded, kVocab, kHfLoss);
     return g;
 }
 
@@ -659,7 +660,7 @@ TEST(BackendCpuGrad, CrossEntropyGradient)
 {
     Map forward = [&](const Vec &logits) {
         Vec loss(1);
-        be()->cross_entropy(loss.data(), logits.data(), kLabels.data(), kB, kS, kPadded, kVocab);
+        be()->cross_entropy(loss.data(), logits.data(), kLabels.data(), kB, kS, kPadded, kVocab, kHfLoss);
         return loss;
     };
     // d loss = 1: the kernel's output is the gradient itself, scaled by c
@@ -728,7 +729,7 @@ TEST(BackendCpuGrad, CeGradOverRanksIsCrossEntropyGrad)
         for (int r = 0; r < ranks; r++) {
             Vec g(rows * v, NAN);
             be()->ce_grad(g.data(), local[r].data(), max.data(), sumexp.data(), kLabels.data(), kB, kS, v, r * v,
-                          kVocab);
+                          kVocab, kHfLoss);
             for (int64_t i = 0; i < rows; i++)
                 for (int64_t c = 0; c < v; c++) {
                     float w = want[i * kPadded + r * v + c];
@@ -745,7 +746,7 @@ TEST(BackendCpuGrad, CrossEntropyGradientWithNoLabelIsZero)
 {
     const std::vector<int32_t> none(kB * kS, -100);
     Vec logits = ce_logits(), g(logits.size(), NAN);
-    be()->cross_entropy_grad(g.data(), logits.data(), none.data(), kB, kS, kPadded, kVocab);
+    be()->cross_entropy_grad(g.data(), logits.data(), none.data(), kB, kS, kPadded, kVocab, kHfLoss);
     for (float x : g)
         EXPECT_EQ(x, 0.0f);
 }

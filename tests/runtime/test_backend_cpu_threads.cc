@@ -16,6 +16,7 @@
 
 extern "C" {
 #include "runtime/backends/backend.h"
+#include "tests/support/ce_rule.h"
 }
 
 #include "tests/support/random_vec.h"
@@ -105,7 +106,7 @@ TEST(CpuThreads, LossKernels)
     const auto logits = random_vec(M * V, 11, -4.0f, 4.0f);
     const auto l = labels(M, V - 10);
     expect_thread_independent("cross_entropy", 1,
-                              [&](auto &o) { be()->cross_entropy(o.data(), logits.data(), l.data(), B, S, V, V - 10); });
+                              [&](auto &o) { be()->cross_entropy(o.data(), logits.data(), l.data(), B, S, V, V - 10, kHfLoss); });
     expect_thread_independent("ce_max", M, [&](auto &o) { be()->ce_max(o.data(), logits.data(), M, V, 100, 350); });
     std::vector<float> mx(M);
     be()->ce_max(mx.data(), logits.data(), M, V, 100, 350);
@@ -114,10 +115,10 @@ TEST(CpuThreads, LossKernels)
     std::vector<float> se(M);
     be()->ce_sumexp(se.data(), logits.data(), mx.data(), M, V, 100, 350);
     expect_thread_independent("cross_entropy_grad", M * V, [&](auto &o) {
-        be()->cross_entropy_grad(o.data(), logits.data(), l.data(), B, S, V, V - 10);
+        be()->cross_entropy_grad(o.data(), logits.data(), l.data(), B, S, V, V - 10, kHfLoss);
     });
     expect_thread_independent("ce_grad", M * V, [&](auto &o) {
-        be()->ce_grad(o.data(), logits.data(), mx.data(), se.data(), l.data(), B, S, V, 100, 350);
+        be()->ce_grad(o.data(), logits.data(), mx.data(), se.data(), l.data(), B, S, V, 100, 350, kHfLoss);
     });
 }
 

@@ -237,7 +237,7 @@ TEST_P(Bf16Training, ResumeRestoresMastersAndMoments)
 // 1.0e-3 relative).
 TEST_P(Bf16Training, LossOutsideTheModelTracksFp32)
 {
-    std::vector<int32_t> tokens(2 * 2 * 32);
+    std::vector<int32_t> tokens(2 * 2 * 32 + 1);   // the labels are the stream one token further on
     for (size_t i = 0; i < tokens.size(); i++)
         tokens[i] = int32_t(i * 37 % 128);
     const std::string data = dir.write("tokens.npy", npy("<i4", raw(tokens), "(" + std::to_string(tokens.size()) + ",)"));

@@ -128,11 +128,11 @@ TEST(TrainTokens, AStreamTooShortSaysHowManyStepsItHolds)
     t.ids = ids.data();
     t.count = 100;
     char err[400] = "";
-    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 1, 32, 3, err, sizeof err), 0);
-    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 1, 32, 4, err, sizeof err), -1);
+    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 1, 32, 3, 0, err, sizeof err), 0);
+    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 1, 32, 4, 0, err, sizeof err), -1);
     EXPECT_TRUE(contains(err, "c.bin: its 100 tokens hold 3 steps of 32 (batch x seq), --steps asks for 4")) << err;
-    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 2, 16, 3, err, sizeof err), 0);
-    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 2, 16, 4, err, sizeof err), -1);
+    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 2, 16, 3, 0, err, sizeof err), 0);
+    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 2, 16, 4, 0, err, sizeof err), -1);
     EXPECT_TRUE(contains(err, "c.bin: its 100 tokens hold 3 steps of 32 (2 data-parallel replicas x 16 of batch x seq), "
                               "--steps asks for 4")) << err;
 }

@@ -114,8 +114,8 @@ TEST(TrainProfile, ForwardInputsAndOutputsStayRefused)
     ASSERT_EQ(c.code(), 0) << c.describe();
     Proc r = tpcc_test::run_program(kTprun, {sched, "--data", kTokens, "--steps", "1", "--out", d.path + "/l.npy"});
     EXPECT_EQ(r.code(), 1);
-    EXPECT_TRUE(contains(r.err, "is a training schedule: --tokens, --labels, --out and --compare go with forward "
-                                "schedules; it reads its batches from --data")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "is a training schedule: --tokens, --out and --compare go with forward schedules; it "
+                                "reads its batches from --data")) << r.describe();
     EXPECT_FALSE(std::filesystem::exists(d.path + "/l.npy"));
 }
 

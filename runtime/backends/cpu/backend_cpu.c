@@ -639,7 +639,8 @@ static void cpu_positions(int32_t *out, int64_t b, int64_t s, int64_t pos_offset
 /* ------------------------------------------------------------------------ */
 
 /* The rows and columns the loss reads: ce_rows.h. The mean is over the
- * rows with a label, and is NaN (0/0) when there are none, as in torch. */
+ * rows with a label (or the rule's divisor), and is NaN (0/0) when there
+ * are none, as in torch. */
 
 /* The loss is a sum over rows: each block of CE_BLOCK rows (a fixed size,
  * so the order of the additions does not depend on --threads) is summed on
@@ -651,6 +652,7 @@ typedef struct ce_args {
     const float *logits, *max;
     const int32_t *labels;
     int64_t b, s, v, vocab_start, vocab;
+    int shift;
     double *block_sum;    /* cross_entropy: each block's sum and rows counted */
     int64_t *block_count;
 } ce_args;
@@ -664,8 +666,8 @@ static void cross_entropy_part(void *ctx, int64_t c0, int64_t c1)
         int64_t count = 0;
         for (int64_t r = c * CE_BLOCK; r < (c + 1) * CE_BLOCK && r < rows; r++) {
             const int64_t bi = r / a->s, t = r % a->s;
-            int32_t label = shifted_label(a->labels, bi, t, a->s);
-            if (label == CE_IGNORE) /* also the last position, which has no label */
+            int32_t label = row_label(a->labels, bi, t, a->s, a->shift);
+            if (label == CE_IGNORE) /* also a shifted loss's last position, which has no label */
                 continue;
             assert(label >= 0 && label < a->vocab && "label outside the vocabulary");
             const float *row = a->logits + r * a->v;
@@ -680,11 +682,11 @@ static void cross_entropy_part(void *ctx, int64_t c0, int64_t c1)
 }
 
 static void cpu_cross_entropy(float *loss, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
-                              int64_t vocab)
+                              int64_t vocab, tp_ce_rule rule)
 {
     assert(vocab > 0 && vocab <= v);
     const int64_t blocks = (b * s + CE_BLOCK - 1) / CE_BLOCK;
-    ce_args a = {.logits = logits, .labels = labels, .b = b, .s = s, .v = v, .vocab = vocab};
+    ce_args a = {.logits = logits, .labels = labels, .b = b, .s = s, .v = v, .vocab = vocab, .shift = rule.shift};
     a.block_sum = tp_xmalloc((size_t)blocks * sizeof *a.block_sum + 1);
     a.block_count = tp_xmalloc((size_t)blocks * sizeof *a.block_count + 1);
     tp_cpu_parallel(blocks, 1, cross_entropy_part, &a);
@@ -696,7 +698,7 @@ static void cpu_cross_entropy(float *loss, const float *logits, const int32_t *l
     }
     free(a.block_sum);
     free(a.block_count);
-    *loss = (float)(total / (double)count);
+    *loss = (float)(total / ce_denominator(rule, count));
 }
 
 /* The vocab-parallel pieces, composed by the executor as
@@ -743,29 +745,29 @@ static void cpu_ce_sumexp(float *out, const float *logits, const float *max, int
  * and give 0, which ce_loss skips anyway. A row's target is a copy: the
  * rows are few and cheap, one thread does them. */
 static void cpu_ce_target(float *out, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
-                          int64_t vocab_start)
+                          int64_t vocab_start, tp_ce_rule rule)
 {
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t t = 0; t < s; t++) {
-            int64_t col = (int64_t)shifted_label(labels, bi, t, s) - vocab_start;
+            int64_t col = (int64_t)row_label(labels, bi, t, s, rule.shift) - vocab_start;
             out[bi * s + t] = (col >= 0 && col < v) ? logits[(bi * s + t) * v + col] : 0.0f;
         }
 }
 
 static void cpu_ce_loss(float *loss, const float *sumexp, const float *max, const float *target, const int32_t *labels,
-                        int64_t b, int64_t s)
+                        int64_t b, int64_t s, tp_ce_rule rule)
 {
     double total = 0.0;
     int64_t count = 0;
     for (int64_t bi = 0; bi < b; bi++)
-        for (int64_t t = 0; t + 1 < s; t++) {
-            if (shifted_label(labels, bi, t, s) == CE_IGNORE)
+        for (int64_t t = 0; t < s; t++) {
+            if (row_label(labels, bi, t, s, rule.shift) == CE_IGNORE)
                 continue;
             const int64_t r = bi * s + t;
             total += log((double)sumexp[r]) + (double)max[r] - (double)target[r];
             count++;
         }
-    *loss = (float)(total / (double)count);
+    *loss = (float)(total / ce_denominator(rule, count));
 }
 
 /* ------------------------------------------------------------------------ */

@@ -349,14 +349,14 @@ void tp_cpu_narrow_grad(float *out, const float *dy, const int64_t *shape, int r
 /* cross-entropy                                                             */
 /* ------------------------------------------------------------------------ */
 
-/* The rows the mean is over: those with a (shifted) label. Every rank has
- * all the labels, so a vocab-parallel rank counts the same N. */
-static int64_t labelled_rows(const int32_t *labels, int64_t b, int64_t s)
+/* The rows the mean is over: those with a label. Every rank has all the
+ * labels, so a vocab-parallel rank counts the same N. */
+static int64_t labelled_rows(const int32_t *labels, int64_t b, int64_t s, int shift)
 {
     int64_t count = 0;
     for (int64_t bi = 0; bi < b; bi++)
-        for (int64_t t = 0; t + 1 < s; t++)
-            count += shifted_label(labels, bi, t, s) != CE_IGNORE;
+        for (int64_t t = 0; t < s; t++)
+            count += row_label(labels, bi, t, s, shift) != CE_IGNORE;
     return count;
 }
 
@@ -376,9 +376,13 @@ static void ce_row_grad(float *out, const float *row, int64_t v, int64_t nreal, 
         out[c] = 0.0f;
 }
 
-/* With no labelled row the loss is NaN (0/0) but torch's gradient is 0:
- * every row is ignored. */
-static double inverse_count(int64_t count) { return count ? 1.0 / (double)count : 0.0; }
+/* 1 / the loss's denominator. With no labelled row the loss is NaN (0/0)
+ * but torch's gradient is 0: every row is ignored. */
+static double inverse_denominator(tp_ce_rule rule, const int32_t *labels, int64_t b, int64_t s)
+{
+    const double d = ce_denominator(rule, rule.divisor > 0 ? 0 : labelled_rows(labels, b, s, rule.shift));
+    return d > 0 ? 1.0 / d : 0.0;
+}
 
 /* The rows of the two gradients below: the full-vocabulary one (max and
  * sumexp NULL: each row's softmax as cpu_cross_entropy computes it) and
@@ -388,6 +392,7 @@ typedef struct ce_grad_args {
     const float *logits, *max, *sumexp;
     const int32_t *labels;
     int64_t s, v, vocab_start, nreal;
+    int shift;
     double inv_count;
 } ce_grad_args;
 
@@ -396,10 +401,10 @@ static void ce_grad_part(void *ctx, int64_t r0, int64_t r1)
     const ce_grad_args *a = ctx;
     const int64_t v = a->v;
     for (int64_t r = r0; r < r1; r++) {
-        const int32_t label = shifted_label(a->labels, r / a->s, r % a->s, a->s);
+        const int32_t label = row_label(a->labels, r / a->s, r % a->s, a->s, a->shift);
         float *out = a->dlogits + r * v;
         const float *row = a->logits + r * v;
-        if (label == CE_IGNORE) { /* the last position, or an ignored label */
+        if (label == CE_IGNORE) { /* a shifted loss's last position, or an ignored label */
             memset(out, 0, (size_t)v * sizeof *out);
             continue;
         }
@@ -415,22 +420,23 @@ static void ce_grad_part(void *ctx, int64_t r0, int64_t r1)
 }
 
 void tp_cpu_cross_entropy_grad(float *dlogits, const float *logits, const int32_t *labels, int64_t b, int64_t s,
-                               int64_t v, int64_t vocab)
+                               int64_t v, int64_t vocab, tp_ce_rule rule)
 {
     assert(vocab > 0 && vocab <= v);
     ce_grad_args a = {.dlogits = dlogits, .logits = logits, .labels = labels, .s = s, .v = v, .nreal = vocab,
-                      .inv_count = inverse_count(labelled_rows(labels, b, s))};
+                      .shift = rule.shift, .inv_count = inverse_denominator(rule, labels, b, s)};
     tp_cpu_parallel(b * s, 1, ce_grad_part, &a);
 }
 
 /* PyTorch's loss_parallel backward: each rank's columns from the
  * all-reduced max and sumexp, with no communication. */
 void tp_cpu_ce_grad(float *dlogits, const float *logits, const float *max, const float *sumexp,
-                    const int32_t *labels, int64_t b, int64_t s, int64_t v, int64_t vocab_start, int64_t vocab)
+                    const int32_t *labels, int64_t b, int64_t s, int64_t v, int64_t vocab_start, int64_t vocab,
+                    tp_ce_rule rule)
 {
     ce_grad_args a = {.dlogits = dlogits, .logits = logits, .max = max, .sumexp = sumexp, .labels = labels, .s = s,
                       .v = v, .vocab_start = vocab_start, .nreal = real_columns(v, vocab_start, vocab),
-                      .inv_count = inverse_count(labelled_rows(labels, b, s))};
+                      .shift = rule.shift, .inv_count = inverse_denominator(rule, labels, b, s)};
     tp_cpu_parallel(b * s, 1, ce_grad_part, &a);
 }
 

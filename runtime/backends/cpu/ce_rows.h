@@ -2,21 +2,31 @@
  * and a row's softmax statistics, shared by the loss (backend_cpu.c) and
  * its gradient (backward.c) so that the two can never disagree about them.
  *
- * Hugging Face's causal-LM loss shifts: position t predicts token t+1, so
- * the label of row (b, t) is labels[b, t+1] and the last position of each
- * sequence has none. Labels equal to -100 are ignored. */
+ * Hugging Face's causal-LM loss shifts (rule.shift 1): position t predicts
+ * token t+1, so the label of row (b, t) is labels[b, t+1] and the last
+ * position of each sequence has none. Labels already shifted (rule.shift 0)
+ * are read in place. Labels equal to -100 are ignored. */
 #ifndef TPRUN_CPU_CE_ROWS_H
 #define TPRUN_CPU_CE_ROWS_H
 
 #include <stdint.h>
 
+#include "runtime/backends/backend.h"
 #include "runtime/backends/cpu/vec.h"
 
 #define CE_IGNORE (-100)
 
-static inline int32_t shifted_label(const int32_t *labels, int64_t bi, int64_t t, int64_t s)
+static inline int32_t row_label(const int32_t *labels, int64_t bi, int64_t t, int64_t s, int shift)
 {
-    return t + 1 < s ? labels[bi * s + t + 1] : CE_IGNORE;
+    return t + shift < s ? labels[bi * s + t + shift] : CE_IGNORE;
+}
+
+/* What the loss's sum is divided by: the rule's divisor when it gives one
+ * (a training step's share of the global batch's labelled tokens), else
+ * the rows labelled here. */
+static inline double ce_denominator(tp_ce_rule rule, int64_t labelled)
+{
+    return rule.divisor > 0 ? rule.divisor : (double)labelled;
 }
 
 /* Columns [vocab_start, vocab_start + v) are local; those at or beyond

@@ -24,9 +24,10 @@ void tp_cpu_embedding_grad(float *dw, const int32_t *ids, const float *dy, int64
 void tp_cpu_narrow_grad(float *out, const float *dy, const int64_t *shape, int rank, int dim, int64_t start,
                         int64_t length);
 void tp_cpu_cross_entropy_grad(float *dlogits, const float *logits, const int32_t *labels, int64_t b, int64_t s,
-                               int64_t v, int64_t vocab);
+                               int64_t v, int64_t vocab, tp_ce_rule rule);
 void tp_cpu_ce_grad(float *dlogits, const float *logits, const float *max, const float *sumexp,
-                    const int32_t *labels, int64_t b, int64_t s, int64_t v, int64_t vocab_start, int64_t vocab);
+                    const int32_t *labels, int64_t b, int64_t s, int64_t v, int64_t vocab_start, int64_t vocab,
+                    tp_ce_rule rule);
 void tp_cpu_ones(float *out, int64_t n);
 void tp_cpu_adamw(float *w, const float *g, float *m, float *v, int64_t n, const tp_adamw_step *step);
 double tp_cpu_sum_squares(const float *x, int64_t n);

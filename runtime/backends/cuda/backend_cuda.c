@@ -479,9 +479,10 @@ static void cuda_positions(int32_t *out, int64_t b, int64_t s, int64_t pos_offse
 /* The loss and its pieces are float32 whatever the dtype (backend.h);
  * only the logits are in the storage dtype. */
 static void cuda_cross_entropy(float *loss, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
-                               int64_t vocab)
+                               int64_t vocab, tp_ce_rule rule)
 {
-    tp_k_cross_entropy(compute_stream(), gpu->kdt, loss, logits, labels, b, s, v, vocab);
+    tp_k_cross_entropy(compute_stream(), gpu->kdt, loss, logits, labels, b, s, v, vocab, rule.shift,
+                       (float)rule.divisor);
     done();
 }
 
@@ -499,16 +500,16 @@ static void cuda_ce_sumexp(float *out, const float *logits, const float *max, in
 }
 
 static void cuda_ce_target(float *out, const float *logits, const int32_t *labels, int64_t b, int64_t s, int64_t v,
-                           int64_t vocab_start)
+                           int64_t vocab_start, tp_ce_rule rule)
 {
-    tp_k_ce_target(compute_stream(), gpu->kdt, out, logits, labels, b, s, v, vocab_start);
+    tp_k_ce_target(compute_stream(), gpu->kdt, out, logits, labels, b, s, v, vocab_start, rule.shift);
     done();
 }
 
 static void cuda_ce_loss(float *loss, const float *sumexp, const float *max, const float *target, const int32_t *labels,
-                         int64_t b, int64_t s)
+                         int64_t b, int64_t s, tp_ce_rule rule)
 {
-    tp_k_ce_loss(compute_stream(), loss, sumexp, max, target, labels, b, s);
+    tp_k_ce_loss(compute_stream(), loss, sumexp, max, target, labels, b, s, rule.shift, (float)rule.divisor);
     done();
 }
 
@@ -628,18 +629,21 @@ static void cuda_narrow_grad(float *out, const float *dy, const int64_t *shape, 
 }
 
 static void cuda_cross_entropy_grad(float *dlogits, const float *logits, const int32_t *labels, int64_t b, int64_t s,
-                                    int64_t v, int64_t vocab)
+                                    int64_t v, int64_t vocab, tp_ce_rule rule)
 {
-    tp_k_cross_entropy_grad(compute_stream(), gpu->kdt, dlogits, logits, labels, b, s, v, vocab);
+    tp_k_cross_entropy_grad(compute_stream(), gpu->kdt, dlogits, logits, labels, b, s, v, vocab, rule.shift,
+                            (float)rule.divisor);
     done();
 }
 
 /* max and sumexp are float32 (backend.h); the logits and their gradient
  * are in the storage dtype */
 static void cuda_ce_grad(float *dlogits, const float *logits, const float *max, const float *sumexp,
-                         const int32_t *labels, int64_t b, int64_t s, int64_t v, int64_t vocab_start, int64_t vocab)
+                         const int32_t *labels, int64_t b, int64_t s, int64_t v, int64_t vocab_start, int64_t vocab,
+                         tp_ce_rule rule)
 {
-    tp_k_ce_grad(compute_stream(), gpu->kdt, dlogits, logits, max, sumexp, labels, b, s, v, vocab_start, vocab);
+    tp_k_ce_grad(compute_stream(), gpu->kdt, dlogits, logits, max, sumexp, labels, b, s, v, vocab_start, vocab,
+                 rule.shift, (float)rule.divisor);
     done();
 }
 

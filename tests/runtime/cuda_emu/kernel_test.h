@@ -21,6 +21,7 @@
 #include "runtime/kernels/launch.h"
 extern "C" {
 #include "runtime/backends/backend.h"
+#include "tests/support/ce_rule.h"
 #include "sched/workspace.h"
 }
 

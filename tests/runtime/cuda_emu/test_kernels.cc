@@ -847,7 +847,7 @@ float kernel_cross_entropy(tp_kernel_dtype t, const Vec &logits, const IVec &lab
     Dev dl(t, logits);
     DevOf<int32_t> dlab(labels);
     DevOf<float> dloss(1);
-    tp_k_cross_entropy(nullptr, t, dloss.ptr(), dl.ptr(), dlab.ptr(), b, s, v, vocab);
+    tp_k_cross_entropy(nullptr, t, dloss.ptr(), dl.ptr(), dlab.ptr(), b, s, v, vocab, 1, 0.0f);
     return dloss.download()[0];
 }
 
@@ -866,7 +866,7 @@ TEST_P(Kernels, CrossEntropy)
         Vec logits = as_stored(random_vec((size_t)(c.b * c.s * c.v), 40, -4.0f, 4.0f), t());
         IVec labels = random_labels(c.b, c.s, c.vocab, 41, c.ignore_every);
         float want;
-        cpu()->cross_entropy(&want, logits.data(), labels.data(), c.b, c.s, c.v, c.vocab);
+        cpu()->cross_entropy(&want, logits.data(), labels.data(), c.b, c.s, c.v, c.vocab, kHfLoss);
         expect_close({kernel_cross_entropy(t(), logits, labels, c.b, c.s, c.v, c.vocab)}, {want}, kLoss, what);
     }
     // every label ignored: 0/0 = NaN, as torch
@@ -893,7 +893,7 @@ TEST_P(Kernels, CrossEntropyPieces)
         Vec full = as_stored(random_vec((size_t)(rows * vpad), 50, -4.0f, 4.0f), t());
         IVec labels = random_labels(c.b, c.s, c.vocab, 51, 4);
         float want_loss;
-        cpu()->cross_entropy(&want_loss, full.data(), labels.data(), c.b, c.s, vpad, c.vocab);
+        cpu()->cross_entropy(&want_loss, full.data(), labels.data(), c.b, c.s, vpad, c.vocab, kHfLoss);
 
         DevOf<int32_t> dlab(labels);
         Vec gmax((size_t)rows, -INFINITY), gsum((size_t)rows, 0.0f), gtarget((size_t)rows, 0.0f);
@@ -905,11 +905,11 @@ TEST_P(Kernels, CrossEntropyPieces)
             locals.push_back(local);
             Vec want_max((size_t)rows), want_target((size_t)rows);
             cpu()->ce_max(want_max.data(), local.data(), rows, vl, r * vl, c.vocab);
-            cpu()->ce_target(want_target.data(), local.data(), labels.data(), c.b, c.s, vl, r * vl);
+            cpu()->ce_target(want_target.data(), local.data(), labels.data(), c.b, c.s, vl, r * vl, kHfLoss);
             Dev dlocal(t(), local);
             DevOf<float> dmax((size_t)rows), dtarget((size_t)rows);
             tp_k_ce_max(nullptr, t(), dmax.ptr(), dlocal.ptr(), rows, vl, r * vl, c.vocab);
-            tp_k_ce_target(nullptr, t(), dtarget.ptr(), dlocal.ptr(), dlab.ptr(), c.b, c.s, vl, r * vl);
+            tp_k_ce_target(nullptr, t(), dtarget.ptr(), dlocal.ptr(), dlab.ptr(), c.b, c.s, vl, r * vl, 1);
             const std::string rk = what + " rank " + std::to_string(r);
             expect_equal(dmax.download(), want_max, rk + " ce_max");       // a max: exact
             expect_equal(dtarget.download(), want_target, rk + " ce_target"); // a gather: exact
@@ -929,9 +929,9 @@ TEST_P(Kernels, CrossEntropyPieces)
                 gsum[(size_t)i] += want_sum[(size_t)i];
         }
         float want_pieces;
-        cpu()->ce_loss(&want_pieces, gsum.data(), gmax.data(), gtarget.data(), labels.data(), c.b, c.s);
+        cpu()->ce_loss(&want_pieces, gsum.data(), gmax.data(), gtarget.data(), labels.data(), c.b, c.s, kHfLoss);
         DevOf<float> dsum(gsum), dmax(gmax), dtarget(gtarget), dloss(1);
-        tp_k_ce_loss(nullptr, dloss.ptr(), dsum.ptr(), dmax.ptr(), dtarget.ptr(), dlab.ptr(), c.b, c.s);
+        tp_k_ce_loss(nullptr, dloss.ptr(), dsum.ptr(), dmax.ptr(), dtarget.ptr(), dlab.ptr(), c.b, c.s, 1, 0.0f);
         const float got = dloss.download()[0];
         expect_close({got}, {want_pieces}, kLoss, what + " ce_loss");
         expect_close({got}, {want_loss}, kLoss, what + " ce_loss = cross_entropy");

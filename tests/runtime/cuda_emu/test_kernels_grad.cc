@@ -314,10 +314,10 @@ TEST_P(GradKernels, CrossEntropy)
         Vec logits = as_stored(random_vec((size_t)(c.b * c.s * c.v), 88, -4.0f, 4.0f), t());
         IVec labels = random_labels(c.b, c.s, c.vocab, 89, c.ignore_every);
         Vec want(logits.size());
-        ref().cross_entropy_grad(want.data(), logits.data(), labels.data(), c.b, c.s, c.v, c.vocab);
+        ref().cross_entropy_grad(want.data(), logits.data(), labels.data(), c.b, c.s, c.v, c.vocab, kHfLoss);
         Dev dl(t(), logits), dout(t(), logits.size());
         DevOf<int32_t> dlab(labels);
-        tp_k_cross_entropy_grad(nullptr, t(), dout.ptr(), dl.ptr(), dlab.ptr(), c.b, c.s, c.v, c.vocab);
+        tp_k_cross_entropy_grad(nullptr, t(), dout.ptr(), dl.ptr(), dlab.ptr(), c.b, c.s, c.v, c.vocab, 1, 0.0f);
         compare(dout.download(), want, stored({1e-8, 1e-5}, t()), what);
     }
 }
@@ -337,7 +337,7 @@ TEST_P(GradKernels, CeGradPieces)
         Vec full = as_stored(random_vec((size_t)(rows * vpad), 90, -4.0f, 4.0f), t());
         IVec labels = random_labels(c.b, c.s, c.vocab, 91, 4);
         Vec whole(full.size());
-        ref().cross_entropy_grad(whole.data(), full.data(), labels.data(), c.b, c.s, vpad, c.vocab);
+        ref().cross_entropy_grad(whole.data(), full.data(), labels.data(), c.b, c.s, vpad, c.vocab, kHfLoss);
         // the all-reduced statistics, from the real columns
         Vec gmax((size_t)rows, -INFINITY), gsum((size_t)rows, 0.0f);
         for (int64_t i = 0; i < rows; i++) {
@@ -358,10 +358,10 @@ TEST_P(GradKernels, CeGradPieces)
             }
             Vec want(local.size());
             ref().ce_grad(want.data(), local.data(), gmax.data(), gsum.data(), labels.data(), c.b, c.s, c.vl, r * c.vl,
-                          c.vocab);
+                          c.vocab, kHfLoss);
             Dev dlocal(t(), local), dout(t(), local.size());
             tp_k_ce_grad(nullptr, t(), dout.ptr(), dlocal.ptr(), dmax.ptr(), dsum.ptr(), dlab.ptr(), c.b, c.s, c.vl,
-                         r * c.vl, c.vocab);
+                         r * c.vl, c.vocab, 1, 0.0f);
             const std::string rk = what + " rank " + std::to_string(r);
             compare(dout.download(), want, stored({1e-8, 1e-5}, t()), rk);
             compare(dout.download(), want_local, stored({1e-8, 1e-5}, t()), rk + " = cross_entropy_grad");

@@ -22,6 +22,7 @@ extern "C" {
 #include "runtime/backends/gpu.h"
 #include "runtime/exec/exec.h"
 #include "runtime/exec/kernels_check.h"
+#include "tests/support/ce_rule.h"
 }
 #include "tests/support/random_vec.h"
 
@@ -224,8 +225,8 @@ TEST_P(BackendTraining, EachEntryMatchesTheReference)
     // logits [2, 6, 40] with 37 real columns, labels with an ignored one
     std::vector<int32_t> labels = {3, 1, 36, -100, 7, 0, 9, 9, 2, 30, 11, 5};
     int32_t *dlabels = device_raw(labels);
-    r.cross_entropy_grad(want.data(), x.data(), labels.data(), 2, 6, n, 37);
-    be()->cross_entropy_grad(out, dx_, dlabels, 2, 6, n, 37);
+    r.cross_entropy_grad(want.data(), x.data(), labels.data(), 2, 6, n, 37, kHfLoss);
+    be()->cross_entropy_grad(out, dx_, dlabels, 2, 6, n, 37, kHfLoss);
     expect_close(host(out, want.size()), want, 1e-8, 1e-5, "cross_entropy_grad");
     Vec mx((size_t)m), sum((size_t)m);
     for (int64_t i = 0; i < m; i++) {
@@ -235,8 +236,8 @@ TEST_P(BackendTraining, EachEntryMatchesTheReference)
             s += std::exp((double)x[(size_t)(i * n + c)] - mx[(size_t)i]);
         sum[(size_t)i] = (float)s;
     }
-    r.ce_grad(want.data(), x.data(), mx.data(), sum.data(), labels.data(), 2, 6, n, 20, 37);
-    be()->ce_grad(out, dx_, device_raw(mx), device_raw(sum), dlabels, 2, 6, n, 20, 37);
+    r.ce_grad(want.data(), x.data(), mx.data(), sum.data(), labels.data(), 2, 6, n, 20, 37, kHfLoss);
+    be()->ce_grad(out, dx_, device_raw(mx), device_raw(sum), dlabels, 2, 6, n, 20, 37, kHfLoss);
     expect_close(host(out, want.size()), want, 1e-8, 1e-5, "ce_grad");
 
     // AdamW's step 2 from a state after step 1

@@ -1,0 +1,66 @@
+/* batches.h: what each training step reads: its input ids and labels, one
+ * slice per data-parallel replica, and the number of labelled tokens its
+ * loss is the mean over.
+ *
+ * The stream (--data) is read in order: step i's replica d takes the B·S
+ * tokens at (i·D + d)·B·S as its input ids [B, S]. Its labels:
+ *   - --labels FILE: a second stream of the same length, read at the same
+ *     place, in the schedule's convention (label_shift 1: aligned with the
+ *     inputs, shifted by the loss, as Hugging Face's `labels`; 0: already
+ *     the next tokens, as seed scripts' target_ids);
+ *   - else, with label_shift 1, the input ids themselves (the loss shifts
+ *     them, as model(input_ids=ids, labels=ids));
+ *   - else (label_shift 0) the B·S tokens one further on, llm.c's
+ *     DataLoader (x = buf[:-1], y = buf[1:]): every position has its next
+ *     token as label, and the stream must hold one token more.
+ * Labels equal to --ignore-index are not scored (labels.h).
+ *
+ * The loss of a step is the sum over every labelled token of the global
+ * batch (all replicas) divided by their number, not the mean of the
+ * replicas' means: each replica's kernels divide its sum by that number
+ * over D (tp_ce_rule's divisor) and the replicas' losses and gradients are
+ * then averaged as before. Every rank holds the whole stream, so each
+ * counts every step's labelled tokens itself, before step 1, and a step
+ * with none is refused there (its loss would be 0/0). */
+#ifndef TPRUN_TRAIN_BATCHES_H
+#define TPRUN_TRAIN_BATCHES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "runtime/train/tokens.h"
+
+typedef struct tr_batch_shape {
+    int64_t batch, seq;          /* one replica's [B, S] */
+    int replicas;                /* D */
+    int64_t steps;               /* --steps: every step is checked */
+    int label_shift;             /* the schedule's (sched/load.h) */
+    int64_t vocab;
+    int32_t ignore_index;        /* --ignore-index */
+} tr_batch_shape;
+
+typedef struct tr_batches {
+    tr_batch_shape shape;
+    const char *data_path, *labels_path;
+    tr_tokens data, labels;      /* labels.count 0: no --labels */
+    int32_t *step_labels;        /* one replica's labels of a step, the ignored ones -100 */
+    int64_t *labelled;           /* per step: the labelled tokens of the global batch */
+} tr_batches;
+
+/* Reads --data (and --labels when labels_path is not NULL), checks that
+ * they hold every step, that the labels are classes of the vocabulary or
+ * the ignore index, and that every step has a labelled token. Returns 0,
+ * or -1 with a message naming the file, the position or step and the fix. */
+int tr_batches_open(tr_batches *b, const tr_batch_shape *shape, const char *data_path, const char *labels_path,
+                    char *err, size_t errlen);
+void tr_batches_free(tr_batches *b);
+
+/* Step i's input ids [B, S] for replica d. */
+const int32_t *tr_batches_ids(const tr_batches *b, int64_t i, int d);
+/* Step i's labels [B, S] for replica d, the ignored ones -100 (valid until
+ * the next call). */
+const int32_t *tr_batches_labels(tr_batches *b, int64_t i, int d);
+/* What replica losses of step i divide their sums by: its labelled tokens
+ * over the D replicas, which average them. */
+double tr_batches_divisor(const tr_batches *b, int64_t i);
+
+#endif /* TPRUN_TRAIN_BATCHES_H */
