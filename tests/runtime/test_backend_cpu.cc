@@ -785,7 +785,8 @@ TEST(BackendCpu, CrossEntropyIgnoresMinus100AndTheFirstLabel)
 // The executor's vocab-parallel loss over `ranks` simulated ranks: slice the
 // logits by columns, ce_max, all-reduce MAX, ce_sumexp with the global max,
 // all-reduce SUM, ce_target, all-reduce SUM, ce_loss.
-float vocab_parallel_loss(const Vec &logits, const std::vector<int32_t> &labels, const CeCase &c, int ranks)
+float vocab_parallel_loss(const Vec &logits, const std::vector<int32_t> &labels, const CeCase &c, int ranks,
+                          tp_ce_rule rule = kHfLoss)
 {
     const int64_t rows = c.b * c.s, v = c.padded / ranks;
     const int64_t shape[3] = {c.b, c.s, c.padded};
@@ -804,12 +805,12 @@ float vocab_parallel_loss(const Vec &logits, const std::vector<int32_t> &labels,
         be()->ce_sumexp(part.data(), local[r].data(), max.data(), rows, v, r * v, c.vocab);
         for (int64_t i = 0; i < rows; i++)
             sumexp[i] += part[i];
-        be()->ce_target(part.data(), local[r].data(), labels.data(), c.b, c.s, v, r * v, kHfLoss);
+        be()->ce_target(part.data(), local[r].data(), labels.data(), c.b, c.s, v, r * v, rule);
         for (int64_t i = 0; i < rows; i++)
             target[i] += part[i];
     }
     float loss = NAN;
-    be()->ce_loss(&loss, sumexp.data(), max.data(), target.data(), labels.data(), c.b, c.s, kHfLoss);
+    be()->ce_loss(&loss, sumexp.data(), max.data(), target.data(), labels.data(), c.b, c.s, rule);
     return loss;
 }
 
@@ -838,6 +839,45 @@ TEST(BackendCpu, VocabParallelPiecesComposeToCrossEntropy)
                 << "vocab " << c.vocab << " padded " << c.padded << " over " << ranks << " ranks";
         }
     }
+}
+
+// A loss over labels that are the next tokens already (tp_ce_rule shift 0)
+// scores row (b, t) against labels[b, t]: on each row's next tokens, the
+// last ignored, it is the shifted loss on the row itself, bit for bit,
+// whole and vocab-parallel; a divisor replaces the count of labelled rows,
+// in the loss and in its gradient.
+TEST(BackendCpu, NextTokenLabelsAndADivisor)
+{
+    const CeCase c{2, 9, 37, 40};
+    Vec logits;
+    std::vector<int32_t> labels;
+    make_ce_inputs(c, 300, logits, labels);
+    std::vector<int32_t> next(labels.size());
+    for (int64_t r = 0; r < c.b; r++)
+        for (int64_t t = 0; t < c.s; t++)
+            next[r * c.s + t] = t + 1 < c.s ? labels[r * c.s + t + 1] : -100;
+    int64_t counted = 0;
+    for (int32_t y : next)
+        counted += y != -100;
+    float shifted = NAN, unshifted = NAN, divided = NAN;
+    be()->cross_entropy(&shifted, logits.data(), labels.data(), c.b, c.s, c.padded, c.vocab, kHfLoss);
+    be()->cross_entropy(&unshifted, logits.data(), next.data(), c.b, c.s, c.padded, c.vocab, kNextTokenLoss);
+    EXPECT_EQ(shifted, unshifted);
+    for (int ranks : {1, 2, 4})
+        EXPECT_EQ(vocab_parallel_loss(logits, next, c, ranks, kNextTokenLoss),
+                  vocab_parallel_loss(logits, labels, c, ranks, kHfLoss)) << ranks << " ranks";
+    const tp_ce_rule by_divisor = {0, 2.5};
+    be()->cross_entropy(&divided, logits.data(), next.data(), c.b, c.s, c.padded, c.vocab, by_divisor);
+    EXPECT_NEAR(divided, shifted * (float)counted / 2.5f, 1e-5 * divided);
+    EXPECT_NEAR(vocab_parallel_loss(logits, next, c, 2, by_divisor), divided, 1e-5 * divided);
+
+    Vec g1(logits.size()), g0(logits.size()), gd(logits.size());
+    be()->cross_entropy_grad(g1.data(), logits.data(), labels.data(), c.b, c.s, c.padded, c.vocab, kHfLoss);
+    be()->cross_entropy_grad(g0.data(), logits.data(), next.data(), c.b, c.s, c.padded, c.vocab, kNextTokenLoss);
+    be()->cross_entropy_grad(gd.data(), logits.data(), next.data(), c.b, c.s, c.padded, c.vocab, by_divisor);
+    EXPECT_EQ(g1, g0);
+    for (size_t i = 0; i < g1.size(); i++)
+        ASSERT_NEAR(gd[i], g1[i] * (float)counted / 2.5f, 1e-6) << i;
 }
 
 TEST(BackendCpu, CeTargetPicksTheShiftedLocalLabelElseZero)

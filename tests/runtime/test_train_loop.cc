@@ -30,6 +30,7 @@ extern "C" {
 #include "runtime/train/save.h"
 #include "runtime/train/options.h"
 #include "runtime/train/tokens.h"
+#include "runtime/train/batches.h"
 }
 
 namespace {
@@ -135,6 +136,66 @@ TEST(TrainTokens, AStreamTooShortSaysHowManyStepsItHolds)
     EXPECT_EQ(tr_tokens_require(&t, "c.bin", 2, 16, 4, 0, err, sizeof err), -1);
     EXPECT_TRUE(contains(err, "c.bin: its 100 tokens hold 3 steps of 32 (2 data-parallel replicas x 16 of batch x seq), "
                               "--steps asks for 4")) << err;
+}
+
+// What each step reads (batches.h): the stream in order, replica d of step
+// i at (i·D + d)·B·S; labels one token further on for a loss that does not
+// shift (llm.c's y = buf[1:]), the input ids themselves for one that does,
+// or --labels' stream; the ignore index rewritten to -100, and the divisor
+// the step's labelled tokens over the replicas.
+TEST(TrainBatches, EachStepReadsItsSliceAndItsLabels)
+{
+    tpcc_test::TempDir d;
+    std::vector<int32_t> ids(2 * 2 * 3 * 2 + 1), lab(ids.size());
+    for (size_t i = 0; i < ids.size(); i++) {
+        ids[i] = int32_t(i % 7);
+        lab[i] = i % 3 ? int32_t(i % 5) : 99;
+    }
+    auto file = [&](const char *name, const std::vector<int32_t> &v) {
+        return d.write(name, npy("<i4", raw(v), "(" + std::to_string(v.size()) + ",)"));
+    };
+    const std::string data = file("ids.npy", ids), labels = file("labels.npy", lab);
+    char err[600] = "";
+    // 2 steps of 2 replicas x [2, 3], the labels the next tokens
+    tr_batch_shape shape = {2, 3, 2, 2, 0, 7, 6};
+    tr_batches b;
+    ASSERT_EQ(tr_batches_open(&b, &shape, data.c_str(), nullptr, err, sizeof err), 0) << err;
+    for (int64_t i = 0; i < 2; i++)
+        for (int r = 0; r < 2; r++) {
+            const int64_t at = (i * 2 + r) * 6;
+            EXPECT_EQ(tr_batches_ids(&b, i, r), b.data.ids + at);
+            const int32_t *y = tr_batches_labels(&b, i, r);
+            for (int k = 0; k < 6; k++)    // ids[at + k + 1], the ignore index 6 as -100
+                EXPECT_EQ(y[k], ids[at + k + 1] == 6 ? -100 : ids[at + k + 1]) << i << " " << r << " " << k;
+        }
+    // step 1's labels are ids 13..24, of which 13 and 20 hold 6, ignored
+    EXPECT_EQ(tr_batches_divisor(&b, 1), (12.0 - 2.0) / 2.0);
+    tr_batches_free(&b);
+    // one token fewer: the last label has no token to be
+    std::vector<int32_t> short_ids(ids.begin(), ids.end() - 1);
+    const std::string cut = file("cut.npy", short_ids);
+    EXPECT_EQ(tr_batches_open(&b, &shape, cut.c_str(), nullptr, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "hold 1 step of 12 (2 data-parallel replicas x 6 of batch x seq) and 1 token after them "
+                              "(the labels are the stream one token further on), --steps asks for 2")) << err;
+    tr_batches_free(&b);
+    // a loss that shifts: the ids are the labels, in place; the divisor
+    // counts every position but each row's last
+    shape.label_shift = 1;
+    shape.ignore_index = -100;
+    ASSERT_EQ(tr_batches_open(&b, &shape, cut.c_str(), nullptr, err, sizeof err), 0) << err;
+    EXPECT_EQ(std::vector<int32_t>(tr_batches_labels(&b, 1, 1), tr_batches_labels(&b, 1, 1) + 6),
+              std::vector<int32_t>(short_ids.begin() + 18, short_ids.begin() + 24));
+    EXPECT_EQ(tr_batches_divisor(&b, 0), 2 * 2 * 2 / 2.0);
+    tr_batches_free(&b);
+    // --labels: the stream beside the ids, 99 the ignore index
+    std::vector<int32_t> short_lab(lab.begin(), lab.end() - 1);
+    const std::string beside = file("beside.npy", short_lab);
+    shape.ignore_index = 99;
+    ASSERT_EQ(tr_batches_open(&b, &shape, cut.c_str(), beside.c_str(), err, sizeof err), 0) << err;
+    const int32_t *y = tr_batches_labels(&b, 0, 1);
+    for (int k = 0; k < 6; k++)
+        EXPECT_EQ(y[k], lab[6 + k] == 99 ? -100 : lab[6 + k]) << k;
+    tr_batches_free(&b);
 }
 
 double lambda(tr_lr_schedule kind, int64_t i, int64_t warmup, int64_t total, double start = 0, double floor = 0)

@@ -842,12 +842,12 @@ IVec random_labels(int64_t b, int64_t s, int64_t vocab, unsigned seed, int ignor
 }
 
 float kernel_cross_entropy(tp_kernel_dtype t, const Vec &logits, const IVec &labels, int64_t b, int64_t s, int64_t v,
-                           int64_t vocab)
+                           int64_t vocab, tp_ce_rule rule = kHfLoss)
 {
     Dev dl(t, logits);
     DevOf<int32_t> dlab(labels);
     DevOf<float> dloss(1);
-    tp_k_cross_entropy(nullptr, t, dloss.ptr(), dl.ptr(), dlab.ptr(), b, s, v, vocab, 1, 0.0f);
+    tp_k_cross_entropy(nullptr, t, dloss.ptr(), dl.ptr(), dlab.ptr(), b, s, v, vocab, rule.shift, (float)rule.divisor);
     return dloss.download()[0];
 }
 
@@ -859,16 +859,22 @@ TEST_P(Kernels, CrossEntropy)
     };
     // padded vocabulary (37 columns, 31 real), one token per sequence (no
     // label at all: NaN), more rows than the kernel's 1024 blocks
-    for (Case c : {Case{2, 9, 37, 31, 3}, Case{1, 2, 1, 1, 0}, Case{3, 400, 16, 13, 5}, Case{1, 50, 1000, 1000, 0},
-                   Case{4, 1, 10, 10, 0}}) {
-        const std::string what = label(t(), "cross_entropy b" + std::to_string(c.b) + " s" + std::to_string(c.s) +
-                                                 " v" + std::to_string(c.v) + " vocab " + std::to_string(c.vocab));
-        Vec logits = as_stored(random_vec((size_t)(c.b * c.s * c.v), 40, -4.0f, 4.0f), t());
-        IVec labels = random_labels(c.b, c.s, c.vocab, 41, c.ignore_every);
-        float want;
-        cpu()->cross_entropy(&want, logits.data(), labels.data(), c.b, c.s, c.v, c.vocab, kHfLoss);
-        expect_close({kernel_cross_entropy(t(), logits, labels, c.b, c.s, c.v, c.vocab)}, {want}, kLoss, what);
-    }
+    // either label convention, each a mean over the labelled rows or a sum
+    // over a training step's divisor
+    for (tp_ce_rule rule : {kHfLoss, kNextTokenLoss, tp_ce_rule{1, 7.5}, tp_ce_rule{0, 7.5}})
+        for (Case c : {Case{2, 9, 37, 31, 3}, Case{1, 2, 1, 1, 0}, Case{3, 400, 16, 13, 5}, Case{1, 50, 1000, 1000, 0},
+                       Case{4, 1, 10, 10, 0}}) {
+            const std::string what = label(t(), "cross_entropy b" + std::to_string(c.b) + " s" + std::to_string(c.s) +
+                                                     " v" + std::to_string(c.v) + " vocab " + std::to_string(c.vocab) +
+                                                     " shift " + std::to_string(rule.shift) + " divisor " +
+                                                     std::to_string(rule.divisor));
+            Vec logits = as_stored(random_vec((size_t)(c.b * c.s * c.v), 40, -4.0f, 4.0f), t());
+            IVec labels = random_labels(c.b, c.s, c.vocab, 41, c.ignore_every);
+            float want;
+            cpu()->cross_entropy(&want, logits.data(), labels.data(), c.b, c.s, c.v, c.vocab, rule);
+            expect_close({kernel_cross_entropy(t(), logits, labels, c.b, c.s, c.v, c.vocab, rule)}, {want}, kLoss,
+                         what);
+        }
     // every label ignored: 0/0 = NaN, as torch
     IVec ignored(12, -100);
     Vec logits = as_stored(random_vec(12 * 5, 42), t());

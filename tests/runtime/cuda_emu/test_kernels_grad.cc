@@ -308,18 +308,21 @@ TEST_P(GradKernels, CrossEntropy)
         int64_t b, s, v, vocab;
         int ignore_every;
     };
-    for (Case c : {Case{2, 9, 37, 31, 3}, Case{1, 2, 1, 1, 0}, Case{3, 40, 16, 13, 5}, Case{1, 5, 1000, 1000, 0}}) {
-        const std::string what = label(t(), "cross_entropy_grad " + dims({c.b, c.s, c.v}) + " vocab " +
-                                                 std::to_string(c.vocab));
-        Vec logits = as_stored(random_vec((size_t)(c.b * c.s * c.v), 88, -4.0f, 4.0f), t());
-        IVec labels = random_labels(c.b, c.s, c.vocab, 89, c.ignore_every);
-        Vec want(logits.size());
-        ref().cross_entropy_grad(want.data(), logits.data(), labels.data(), c.b, c.s, c.v, c.vocab, kHfLoss);
-        Dev dl(t(), logits), dout(t(), logits.size());
-        DevOf<int32_t> dlab(labels);
-        tp_k_cross_entropy_grad(nullptr, t(), dout.ptr(), dl.ptr(), dlab.ptr(), c.b, c.s, c.v, c.vocab, 1, 0.0f);
-        compare(dout.download(), want, stored({1e-8, 1e-5}, t()), what);
-    }
+    for (tp_ce_rule rule : {kHfLoss, kNextTokenLoss, tp_ce_rule{1, 7.5}, tp_ce_rule{0, 7.5}})
+        for (Case c : {Case{2, 9, 37, 31, 3}, Case{1, 2, 1, 1, 0}, Case{3, 40, 16, 13, 5}, Case{1, 5, 1000, 1000, 0}}) {
+            const std::string what = label(t(), "cross_entropy_grad " + dims({c.b, c.s, c.v}) + " vocab " +
+                                                     std::to_string(c.vocab) + " shift " + std::to_string(rule.shift) +
+                                                     " divisor " + std::to_string(rule.divisor));
+            Vec logits = as_stored(random_vec((size_t)(c.b * c.s * c.v), 88, -4.0f, 4.0f), t());
+            IVec labels = random_labels(c.b, c.s, c.vocab, 89, c.ignore_every);
+            Vec want(logits.size());
+            ref().cross_entropy_grad(want.data(), logits.data(), labels.data(), c.b, c.s, c.v, c.vocab, rule);
+            Dev dl(t(), logits), dout(t(), logits.size());
+            DevOf<int32_t> dlab(labels);
+            tp_k_cross_entropy_grad(nullptr, t(), dout.ptr(), dl.ptr(), dlab.ptr(), c.b, c.s, c.v, c.vocab, rule.shift,
+                                    (float)rule.divisor);
+            compare(dout.download(), want, stored({1e-8, 1e-5}, t()), what);
+        }
 }
 
 // The vocab-parallel gradient on simulated ranks: each rank's columns from

@@ -1,0 +1,183 @@
+// Training on labels that are not the input ids (--labels, --ignore-index;
+// runtime/train/batches.h) against PyTorch's fixtures
+// (tools/label_fixtures.py): a fine-tuning batch with -100 over prompts and
+// padding, whose loss is the mean over the labelled tokens of the whole
+// global batch at every tp and dp degree, and seed 003's loop (torchtitan's
+// Llama, pre-shifted targets, CrossEntropyLoss(ignore_index=PAD), its
+// AdamW and warm-up); then the data the labels are refused for.
+#include <gtest/gtest.h>
+
+#include <jansson.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tests/support/grad_files.h"
+#include "tests/support/process.h"
+#include "tests/support/token_files.h"
+#include "tests/support/train_harness.h"
+
+namespace {
+
+using tpcc_test::contains;
+using tpcc_test::Proc;
+using tpcc_test::read_weights_of;
+using tpcc_test::TempDir;
+using tpcc_test::worst_absolute;
+
+const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/";
+
+Proc tprun(int ranks, const std::string &sched, const std::vector<std::string> &extra)
+{
+    std::vector<std::string> args = {"-n", std::to_string(ranks), sched};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return tpcc_test::run_program(kTprun, args, {}, 300);
+}
+
+std::string compile(const TempDir &d, const std::vector<std::string> &args, const std::string &name)
+{
+    std::string sched = d.path + "/" + name + ".sched";
+    std::vector<std::string> a = args;
+    a.insert(a.end(), {"--train", "-o", sched});
+    Proc c = tpcc_test::run_tpcc(a);
+    EXPECT_EQ(c.code(), 0) << c.describe();
+    return sched;
+}
+
+double num(json_t *o, const char *key) { return json_number_value(json_object_get(o, key)); }
+
+// Each step's loss, rate and norm of --log-json `log` against the fixture's
+// train.json, and the --save directory's weights (where `saved` names one)
+// against final.safetensors.
+void expect_fixture_steps(const std::string &dir, const std::string &log, const std::string &saved,
+                          const std::string &sched, const std::string &what)
+{
+    json_error_t e;
+    json_t *ref = json_load_file((dir + "train.json").c_str(), 0, &e), *got = json_load_file(log.c_str(), 0, &e);
+    ASSERT_TRUE(ref && got) << what << ": " << e.text;
+    json_t *steps = json_object_get(got, "steps"), *want = json_object_get(ref, "steps");
+    ASSERT_EQ(json_array_size(steps), json_array_size(want)) << what;
+    for (size_t i = 0; i < json_array_size(want); i++) {
+        json_t *s = json_array_get(steps, i), *w = json_array_get(want, i);
+        EXPECT_NEAR(num(s, "loss"), num(w, "loss"), 1e-5 * num(w, "loss")) << what << " step " << i + 1;
+        EXPECT_NEAR(num(s, "grad_norm"), num(w, "grad_norm"), 1e-4 * num(w, "grad_norm")) << what << " step " << i + 1;
+        EXPECT_NEAR(num(s, "lr"), num(w, "lr"), 1e-12 + 1e-12 * num(w, "lr")) << what << " step " << i + 1;
+    }
+    if (!saved.empty()) {
+        EXPECT_LT(worst_absolute(read_weights_of(saved, sched), read_weights_of(dir + "final.safetensors", sched)),
+                  2e-5) << what;
+    }
+    json_decref(ref);
+    json_decref(got);
+}
+
+// transformers' fine-tuning loss (labels -100 over prompts and padding)
+// at tp 1, tp 2 and dp 2 x tp 2. The two rows of a batch hold 13 and 3
+// labelled tokens: a replica of one row each averaging their means gives
+// another loss (5.73 against 5.57 at step 1) and other gradients.
+TEST(TrainLabels, FineTuningMatchesTransformersAtEveryDegree)
+{
+    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
+    TempDir d;
+    const std::string dir = kFixtures + "llama-labels/", plan = std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan";
+    std::string dp;
+    ASSERT_NO_FATAL_FAILURE(tpcc_test::dp_plan(d, dp));
+    struct Run { int dp, tp; std::string sched; };
+    std::vector<Run> runs;
+    for (int tp : {1, 2})
+        runs.push_back({1, tp, compile(d, {plan, "--hf-config", dir + "config.json", "-D", "vocab_multiple=1", "-D",
+                                           "tp=" + std::to_string(tp), "-D", "seq=16", "-D", "batch=2"},
+                                       "tp" + std::to_string(tp))});
+    std::string sched = d.path + "/dp2tp2.sched";
+    Proc c = tpcc_test::compile_dp(dp, 2, 2, 1, sched, true, "fp32", "llama-labels");
+    ASSERT_EQ(c.code(), 0) << c.describe();
+    runs.push_back({2, 2, sched});
+    for (const Run &r : runs) {
+        const std::string what = "dp " + std::to_string(r.dp) + " tp " + std::to_string(r.tp),
+                          log = d.path + "/log" + std::to_string(r.dp * r.tp) + ".json",
+                          out = d.path + "/out" + std::to_string(r.dp * r.tp);
+        Proc t = tprun(r.dp * r.tp, r.sched, {"--weights", dir, "--data", dir + "tokens.npy", "--labels",
+                                              dir + "labels.npy", "--steps", "5", "--warmup", "2", "--log-json", log,
+                                              "--save", out, "-q"});
+        ASSERT_EQ(t.code(), 0) << what << "\n" << t.describe();
+        expect_fixture_steps(dir, log, out, r.sched, what);
+    }
+}
+
+// Seed 003's loop: torchtitan's Llama returning its logits (tpcc --loss
+// cross_entropy, a loss that does not shift), x and y cut from padded
+// [BOT] text [EOT] sequences, ignore_index=PAD, AdamW(betas=(0.9, 0.99),
+// weight_decay=0.1) on every parameter, LinearLR(start_factor=0.1) then
+// the cosine: PyTorch's five steps at tp 1 and 2. (A step's loss and norm
+// are those of the weights the steps before it left; --save, which writes
+// a Hugging Face directory, has no config.json to write for this model.)
+TEST(TrainLabels, Seed003LoopMatchesPyTorch)
+{
+    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
+    TempDir d;
+    const std::string dir = kFixtures + "llama-seed003/";
+    for (int tp : {1, 2}) {
+        std::vector<std::string> args = {std::string(TPCC_SOURCE_DIR) + "/plans/llama-torchtitan.plan", "--loss",
+                                         "cross_entropy", "-D", "tp=" + std::to_string(tp)};
+        for (const char *def : {"vocab=128", "hidden=32", "layers=2", "heads=4", "kv_heads=2", "ffn=64", "seq=16",
+                                "batch=2", "rope_theta=10000.0", "use_rope_scaling=false", "rms_norm_eps=1e-5"})
+            args.insert(args.end(), {"-D", def});
+        const std::string what = "tp " + std::to_string(tp), sched = compile(d, args, "seed003-" + what.substr(3)),
+                          log = d.path + "/log" + what.substr(3) + ".json";
+        Proc t = tprun(tp, sched, {"--weights", dir + "model.safetensors", "--data", dir + "tokens.npy", "--labels",
+                                   dir + "labels.npy", "--ignore-index", "0", "--steps", "5", "--warmup", "2",
+                                   "--warmup-start-factor", "0.1", "--adam-beta2", "0.99", "--weight-decay", "0.1",
+                                   "--decay-all", "--log-json", log, "-q"});
+        ASSERT_EQ(t.code(), 0) << what << "\n" << t.describe();
+        expect_fixture_steps(dir, log, "", sched, what);
+    }
+}
+
+// Labels that cannot be scored are refused before the first step, with the
+// file, the position or step and the fix.
+TEST(TrainLabels, BadLabelsAreRefusedBeforeTraining)
+{
+    TempDir d;
+    const std::string dir = kFixtures + "llama-labels/";
+    const std::string sched = compile(d, {std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan", "--hf-config",
+                                          dir + "config.json", "-D", "vocab_multiple=1", "-D", "tp=1", "-D", "seq=16",
+                                          "-D", "batch=2"}, "tp1");
+    auto labels_file = [&](const std::string &name, std::vector<int32_t> v) {
+        return d.write(name, tpcc_test::npy("<i4", tpcc_test::raw(v), "(" + std::to_string(v.size()) + ",)"));
+    };
+    std::vector<int32_t> ok(32 * 5, 7);
+    std::vector<int32_t> outside = ok, minus100 = ok, none = ok, shorter(31 * 5, 7);
+    outside[40] = 128;
+    minus100[3] = -100;
+    for (int i = 32; i < 64; i++)
+        none[i] = -100;
+    struct Case { std::vector<std::string> extra; std::string says; };
+    const std::vector<Case> cases = {
+        {{"--labels", labels_file("short.npy", shorter)},
+         "holds 155 labels and --data " + dir + "tokens.npy 160 tokens: the labels are a stream beside the tokens, "
+         "one per token"},
+        {{"--labels", labels_file("outside.npy", outside)},
+         "label 40 is 128, neither a token of the model's vocabulary [0, 128) nor the ignore index -100"},
+        {{"--labels", labels_file("minus100.npy", minus100), "--ignore-index", "0"},
+         "label 3 is -100, neither a token of the model's vocabulary [0, 128) nor the ignore index 0 (--ignore-index; "
+         "-100 is ignored only as the default)"},
+        {{"--labels", labels_file("none.npy", none)},
+         "step 2 has no label to score: every label of its 32 tokens is ignored (--ignore-index -100, or the last "
+         "position of a row, which has no next token), so its loss would be 0/0"},
+        {{"--labels", "tokens"}, "its labels are the --data tokens already, unless --labels FILE gives a stream"},
+        {{"--ignore-index", "0x10"}, "--ignore-index takes a whole number"},
+    };
+    for (const Case &c : cases) {
+        std::vector<std::string> args = {sched, "--weights", dir, "--data", dir + "tokens.npy", "--steps", "5",
+                                         "--save", d.path + "/never"};
+        args.insert(args.end(), c.extra.begin(), c.extra.end());
+        Proc r = tpcc_test::run_program(kTprun, args);
+        EXPECT_NE(r.code(), 0) << r.describe();
+        EXPECT_TRUE(contains(r.err, c.says)) << r.describe();
+        EXPECT_FALSE(contains(r.out, "step 1")) << r.describe();
+    }
+}
+
+}  // namespace

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Fixtures for tprun's training on labels that are not the input ids:
+PyTorch's losses over masked and padded batches, for tests/fixtures/train/.
+
+  llama-labels/   fine-tuning as transformers does it: LlamaForCausalLM
+                  (the llama fixture's config) with labels beside the input
+                  ids, -100 over each row's prompt and over its right
+                  padding; model(input_ids, labels=labels).loss, the mean
+                  over the labelled tokens of the whole batch. The rows'
+                  labelled counts differ a lot, so a mean of the two rows'
+                  means (what data-parallel replicas of one row each would
+                  average) is another number.
+  llama-seed003/  seed 003's training loop: torchtitan's Llama layout (a
+                  model returning its logits), sequences [BOT] + text +
+                  [EOT] padded with [PAD] to seq + 1, x = tokens[:seq],
+                  y = tokens[1:seq + 1]; logits = model(x, padding mask);
+                  CrossEntropyLoss(ignore_index=PAD)(logits, y) with no
+                  shift; AdamW(betas=(0.9, 0.99), eps=1e-8,
+                  weight_decay=0.1) over every parameter;
+                  SequentialLR(LinearLR(start_factor=0.1), CosineAnnealingLR
+                  (eta_min=0)); clip_grad_norm_(1.0). Computed with
+                  transformers' LlamaForCausalLM (rms_norm_eps 1e-5,
+                  rope_theta 10000, no RoPE scaling: models/llama-
+                  torchtitan.model's function, tests/runtime/
+                  test_torchtitan.cc), the weights written under
+                  torchtitan's names (tools/make_checkpoint.py).
+
+Each directory holds model.safetensors (the initial weights), tokens.npy
+(int32 input ids, step i's [BATCH, SEQ] at (i-1)*BATCH*SEQ), labels.npy
+(int32, the same length: llama-labels' aligned with the ids, -100 ignored;
+llama-seed003's the next tokens, PAD ignored) and train.json (train_fixtures.py's
+keys, and "ignore_index"); llama-labels also config.json and
+final.safetensors (the weights after STEPS steps).
+
+Needs torch, transformers, safetensors and numpy; CI never runs it:
+  python3 tools/label_fixtures.py [OUT_DIR [NAME...]]
+"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_checkpoint import torchtitan_name  # noqa: E402
+from train_fixtures import (BATCH, LLAMA, LR, MAX_GRAD_NORM, SEQ, STEPS, WARMUP, build,  # noqa: E402
+                            save_pretrained, scheduler)
+
+PAD, BOT, EOT = 0, 1, 2
+
+
+def fine_tuning_batches(vocab):
+    """Per row a prompt (labels -100), a response and, in odd rows, right
+    padding (PAD ids, labels -100)."""
+    gen = np.random.default_rng(5)
+    ids = gen.integers(3, vocab, (STEPS * BATCH, SEQ)).astype(np.int32)
+    labels = ids.copy()
+    for r in range(STEPS * BATCH):
+        prompt = 2 if r % 2 == 0 else 9
+        labels[r, :prompt] = -100
+        if r % 2:
+            ids[r, 13:] = PAD
+            labels[r, 13:] = -100
+    return ids.reshape(-1), labels.reshape(-1)
+
+
+def seed003_batches(vocab):
+    """seed 003's PretrainingDataset: [BOT] + text + [EOT], padded to
+    SEQ + 1, cut into x and y."""
+    gen = np.random.default_rng(6)
+    xs, ys = [], []
+    for r in range(STEPS * BATCH):
+        text = list(gen.integers(3, vocab, int(gen.integers(4, SEQ + 4))))
+        tokens = ([BOT] + text + [EOT])[:SEQ + 1]
+        tokens += [PAD] * (SEQ + 1 - len(tokens))
+        xs.append(tokens[:SEQ])
+        ys.append(tokens[1:SEQ + 1])
+    return np.array(xs, np.int32).reshape(-1), np.array(ys, np.int32).reshape(-1)
+
+
+def step_rows(a, step):
+    n = BATCH * SEQ
+    return torch.from_numpy(a[(step - 1) * n:step * n].astype(np.int64)).reshape(BATCH, SEQ)
+
+
+def hf_loss(model, x, y):
+    return model(input_ids=x, labels=y).loss
+
+
+def seed003_loss(model, x, y):
+    logits = model(input_ids=x, attention_mask=(x != PAD).long()).logits
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1), ignore_index=PAD)
+
+
+def train(model, ids, labels, recipe, loss_fn):
+    params = list(model.parameters())
+    if recipe["decay_all"]:
+        groups = [{"params": params, "weight_decay": recipe["weight_decay"]}]
+    else:
+        groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": recipe["weight_decay"]},
+                  {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=LR, betas=recipe["betas"], eps=recipe["eps"], foreach=False)
+    sched = scheduler(opt, recipe)
+    log = []
+    for step in range(1, STEPS + 1):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model, step_rows(ids, step), step_rows(labels, step))
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
+        lr = sched.get_last_lr()[0]
+        opt.step()
+        sched.step()
+        log.append({"step": step, "loss": loss.item(), "lr": lr, "grad_norm": norm.item()})
+    return log
+
+
+def torchtitan_state(model):
+    return {torchtitan_name(k): v.detach().float().contiguous() for k, v in model.state_dict().items()
+            if not k.endswith("rotary_emb.inv_freq")}
+
+
+FIXTURES = {
+    "llama-labels": {"keys": LLAMA, "batches": fine_tuning_batches, "loss": hf_loss, "ignore_index": -100,
+                     "names": "hf", "recipe": {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01,
+                                               "start_factor": 0.0, "min_lr": 0.0, "decay_all": False}},
+    "llama-seed003": {"keys": dict(LLAMA, num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0),
+                      "batches": seed003_batches, "loss": seed003_loss, "ignore_index": PAD, "names": "torchtitan",
+                      "recipe": {"betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 0.1, "start_factor": 0.1,
+                                 "min_lr": 0.0, "decay_all": True}},
+}
+
+
+def make(name, spec, out_root):
+    out = os.path.join(out_root, name)
+    os.makedirs(out, exist_ok=True)
+    model = build(spec["keys"])
+    if spec["names"] == "hf":
+        save_pretrained(model, out, {"config.json": "config.json", "model.safetensors": "model.safetensors"})
+    else:
+        save_file(torchtitan_state(model), os.path.join(out, "model.safetensors"))
+    ids, labels = spec["batches"](spec["keys"]["vocab_size"])
+    np.save(os.path.join(out, "tokens.npy"), ids)
+    np.save(os.path.join(out, "labels.npy"), labels)
+    recipe = spec["recipe"]
+    log = train(model, ids, labels, recipe, spec["loss"])
+    settings = {"batch": BATCH, "seq": SEQ, "lr": LR, "betas": list(recipe["betas"]), "eps": recipe["eps"],
+                "weight_decay": recipe["weight_decay"], "max_grad_norm": MAX_GRAD_NORM, "warmup": WARMUP,
+                "schedule": "cosine", "warmup_start_factor": recipe["start_factor"], "min_lr": recipe["min_lr"],
+                "decay_all": recipe["decay_all"], "ignore_index": spec["ignore_index"], "steps": log}
+    with open(os.path.join(out, "train.json"), "w") as f:
+        json.dump(settings, f, indent=2)
+        f.write("\n")
+    if spec["names"] == "hf":   # --save writes a Hugging Face directory: the other has no config.json
+        save_pretrained(model, out, {"model.safetensors": "final.safetensors"})
+    for entry in log:
+        print(f"{name}: step {entry['step']}: loss {entry['loss']:.6f}, lr {entry['lr']:.3g}, "
+              f"grad_norm {entry['grad_norm']:.4f}")
+
+
+def main():
+    out_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "train")
+    names = sys.argv[2:] or list(FIXTURES)
+    for name in names:
+        if name not in FIXTURES:
+            sys.exit(f"label_fixtures.py: no fixture named {name!r}; known: {', '.join(FIXTURES)}")
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    for name in names:
+        make(name, FIXTURES[name], out_root)
+
+
+if __name__ == "__main__":
+    main()
