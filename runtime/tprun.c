@@ -90,6 +90,8 @@ static const char usage[] =
     "                       data-parallel replicas, the next D x batch x seq, a slice each, and\n"
     "                       the gradients averaged over the replicas (--backend cpu)\n"
     "  --steps N            optimizer steps to take\n"
+    "  --micro-batches M    gradient accumulation: M runs of the schedule's batch per step, their\n"
+    "                       gradients summed in fp32 before one optimizer step (default 1)\n"
     "  --lr LR              peak learning rate (default 1e-3)\n"
     "  --warmup W           linear warm-up steps (default 0)\n"
     "  --warmup-start-factor F  the warm-up's first factor of LR (default 0, transformers';\n"
@@ -186,6 +188,7 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         {"comm", required_argument, 0, OPT_COMM},
         {"repeat", required_argument, 0, OPT_REPEAT},
         {"data", required_argument, 0, OPT_TRAIN}, {"steps", required_argument, 0, OPT_TRAIN},
+        {"micro-batches", required_argument, 0, OPT_TRAIN},
         {"lr", required_argument, 0, OPT_TRAIN}, {"warmup", required_argument, 0, OPT_TRAIN},
         {"schedule", required_argument, 0, OPT_TRAIN}, {"weight-decay", required_argument, 0, OPT_TRAIN},
         {"decay-all", no_argument, 0, OPT_TRAIN}, {"max-grad-norm", required_argument, 0, OPT_TRAIN},

@@ -59,6 +59,13 @@ typedef struct tp_ce_rule {
     double divisor;
 } tp_ce_rule;
 
+/* Gradient accumulation over the micro-batches of one optimizer step, in
+ * fp32 whatever the storage dtype: the first micro-batch's gradient g is
+ * copied into acc, each later one but the last added to it, and the last
+ * one's becomes acc + g, rounded once to the storage dtype, for the
+ * optimizer to read where it always does. */
+typedef enum tp_grad_accum { TP_ACCUM_FIRST, TP_ACCUM_ADD, TP_ACCUM_LAST } tp_grad_accum;
+
 typedef struct tp_backend {
     const char *name;
     tp_dtype dtype;    /* storage of float tensors: TP_F32 (zero) or TP_BF16 */
@@ -227,6 +234,9 @@ typedef struct tp_backend {
                          const tp_adamw_step *step);
     /* sum of x[i]^2, in double, returned to the host */
     double (*sum_squares)(const float *x, int64_t n);
+    /* one micro-batch's gradient g (storage dtype) into the fp32 acc, or
+     * (TP_ACCUM_LAST) acc + g back into g: tp_grad_accum */
+    void (*accumulate_grad)(float *acc, float *g, int64_t n, tp_grad_accum phase);
 } tp_backend;
 
 const tp_backend *tp_backend_cpu(void);

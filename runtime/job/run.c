@@ -622,7 +622,7 @@ static int options_match_training(job *j)
     const tr_options *o = j->o;
     if (!j->s.grads) {
         if (o->train.steps || o->train.data || o->train.log_json || o->train.grads_out || o->train.save ||
-            o->train.max_shard_given || o->train.resume)
+            o->train.max_shard_given || o->train.resume || o->train.micro_batches > 1)
             return fail(j, "%s is a forward schedule: --data, --steps and the other training options go with a "
                         "schedule compiled with tpcc PLAN --train -o FILE.sched", o->schedule);
         return 0;

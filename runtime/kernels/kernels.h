@@ -131,6 +131,9 @@ void tp_k_adamw_master(tp_stream s, tp_kernel_dtype t, float *master, void *w, c
                        int64_t n, float grad_scale, double lr, double beta1, double beta2, double eps,
                        double weight_decay, int64_t step);
 void tp_k_sum_squares(tp_stream s, tp_kernel_dtype t, double *out, const void *x, int64_t n);
+/* phase: tp_grad_accum (runtime/backends/backend.h) as an int: 0 acc = g,
+ * 1 acc += g, 2 g = acc + g; acc fp32, g in the storage type */
+void tp_k_accumulate_grad(tp_stream s, tp_kernel_dtype t, float *acc, void *g, int64_t n, int phase);
 
 #ifdef __cplusplus
 }

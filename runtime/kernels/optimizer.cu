@@ -1,7 +1,7 @@
 // optimizer.cu: AdamW's update, on weights in the storage type or on fp32
 // master weights of bf16 ones, and the sum of squares of the
 // gradient-norm clipping.
-// defines: tp_k_adamw, tp_k_adamw_master, tp_k_sum_squares
+// defines: tp_k_adamw, tp_k_adamw_master, tp_k_sum_squares, tp_k_accumulate_grad
 #include "common.cuh"
 
 #define OPT_THREADS 256
@@ -67,6 +67,22 @@ __global__ void adamw_master_kernel(float *master, T *w, const T *g, float *m, f
         const float wn = adamw_update(master[i], tp_to_float(g[i]) * grad_scale, m[i], v[i], k);
         master[i] = wn;
         w[i] = tp_from_float<T>(wn);
+    }
+}
+
+// Gradient accumulation over micro-batches, in fp32: phase 0 copies g
+// into acc, 1 adds it, 2 writes acc + g back into g, rounded once to T.
+template <typename T> __global__ void accumulate_grad_kernel(float *acc, T *g, int64_t n, int phase)
+{
+    TP_GRID_STRIDE(i, n)
+    {
+        const float gi = tp_to_float(g[i]);
+        if (phase == 0)
+            acc[i] = gi;
+        else if (phase == 1)
+            acc[i] += gi;
+        else
+            g[i] = tp_from_float<T>(acc[i] + gi);
     }
 }
 
@@ -172,4 +188,18 @@ extern "C" void tp_k_sum_squares(tp_stream s, tp_kernel_dtype t, double *out, co
         launch_sum_squares(s, out, (const float *)x, n);
     else
         launch_sum_squares(s, out, (const __nv_bfloat16 *)x, n);
+}
+
+extern "C" void tp_k_accumulate_grad(tp_stream s, tp_kernel_dtype t, float *acc, void *g, int64_t n, int phase)
+{
+    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
+    TP_KCHECK(n >= 0, "negative size");
+    TP_KCHECK(phase >= 0 && phase <= 2, "first, add or last");
+    if (n == 0)
+        return;
+    const unsigned blocks = tp_elementwise_blocks(n, OPT_THREADS);
+    if (t == TP_KERNEL_F32)
+        TP_LAUNCH(accumulate_grad_kernel<float>, blocks, OPT_THREADS, 0, s, acc, (float *)g, n, phase);
+    else
+        TP_LAUNCH(accumulate_grad_kernel<__nv_bfloat16>, blocks, OPT_THREADS, 0, s, acc, (__nv_bfloat16 *)g, n, phase);
 }

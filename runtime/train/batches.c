@@ -1,6 +1,7 @@
 /* batches.c: see batches.h. */
 #include "runtime/train/batches.h"
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/train/labels.h"
@@ -8,11 +9,12 @@
 #include "util/xalloc.h"
 
 static int64_t per_replica(const tr_batch_shape *s) { return s->batch * s->seq; }
+static int64_t per_step(const tr_batch_shape *s) { return per_replica(s) * s->replicas * s->micro_batches; }
 
-/* Where step i's replica d starts in the streams. */
-static int64_t offset(const tr_batch_shape *s, int64_t i, int d)
+/* Where step i's micro-batch m of replica d starts in the streams. */
+static int64_t offset(const tr_batch_shape *s, int64_t i, int m, int d)
 {
-    return (i * s->replicas + d) * per_replica(s);
+    return ((i * s->micro_batches + m) * s->replicas + d) * per_replica(s);
 }
 
 /* With neither --labels nor a loss that shifts, the labels are the
@@ -47,13 +49,14 @@ static int count_steps(tr_batches *b, char *err, size_t errlen)
     b->labelled = tp_xmalloc((size_t)s->steps * sizeof *b->labelled + 1);
     for (int64_t i = 0; i < s->steps; i++) {
         b->labelled[i] = 0;
-        for (int d = 0; d < s->replicas; d++)
-            b->labelled[i] += tr_labels_counted(tr_batches_labels(b, i, d), s->batch, s->seq, s->label_shift,
-                                                TR_IGNORE_INDEX);
+        for (int m = 0; m < s->micro_batches; m++)
+            for (int d = 0; d < s->replicas; d++)
+                b->labelled[i] += tr_labels_counted(tr_batches_labels(b, i, m, d), s->batch, s->seq, s->label_shift,
+                                                    TR_IGNORE_INDEX);
         if (!b->labelled[i])
             return tp_error(err, errlen, "step %" PRId64 " has no label to score: every label of its %" PRId64
                             " tokens is ignored (--ignore-index %d%s), so its loss would be 0/0; give it labelled "
-                            "tokens or train fewer steps", i + 1, per_replica(s) * s->replicas, s->ignore_index,
+                            "tokens or train fewer steps", i + 1, per_step(s), s->ignore_index,
                             s->label_shift ? ", or the last position of a row, which has no next token" : "");
     }
     return 0;
@@ -69,8 +72,16 @@ int tr_batches_open(tr_batches *b, const tr_batch_shape *shape, const char *data
         return -1;
     if (labels_path && (tr_tokens_read(&b->labels, labels_path, err, errlen) || check_labels(b, err, errlen)))
         return -1;
-    if (tr_tokens_require(&b->data, data_path, s->replicas, per_replica(s), s->steps, next_in_stream(b) ? 1 : 0,
-                          err, errlen))
+    char is[160] = "batch x seq";
+    if (s->micro_batches > 1 || s->replicas > 1) {
+        int n = 0;
+        if (s->micro_batches > 1)
+            n += snprintf(is + n, sizeof is - (size_t)n, "%d micro-batches x ", s->micro_batches);
+        if (s->replicas > 1)
+            n += snprintf(is + n, sizeof is - (size_t)n, "%d data-parallel replicas x ", s->replicas);
+        snprintf(is + n, sizeof is - (size_t)n, "%" PRId64 " of batch x seq", per_replica(s));
+    }
+    if (tr_tokens_require(&b->data, data_path, per_step(s), is, s->steps, next_in_stream(b) ? 1 : 0, err, errlen))
         return -1;
     return count_steps(b, err, errlen);
 }
@@ -85,17 +96,17 @@ void tr_batches_free(tr_batches *b)
     b->labelled = NULL;
 }
 
-const int32_t *tr_batches_ids(const tr_batches *b, int64_t i, int d)
+const int32_t *tr_batches_ids(const tr_batches *b, int64_t i, int m, int d)
 {
-    return b->data.ids + offset(&b->shape, i, d);
+    return b->data.ids + offset(&b->shape, i, m, d);
 }
 
-const int32_t *tr_batches_labels(tr_batches *b, int64_t i, int d)
+const int32_t *tr_batches_labels(tr_batches *b, int64_t i, int m, int d)
 {
     const tr_batch_shape *s = &b->shape;
     const int32_t *from = b->labels.count ? b->labels.ids : b->data.ids;
     int64_t n = per_replica(s);
-    memcpy(b->step_labels, from + offset(s, i, d) + (next_in_stream(b) ? 1 : 0), (size_t)n * sizeof *from);
+    memcpy(b->step_labels, from + offset(s, i, m, d) + (next_in_stream(b) ? 1 : 0), (size_t)n * sizeof *from);
     tr_labels_map_ignored(b->step_labels, n, s->ignore_index);
     return b->step_labels;
 }

@@ -1,9 +1,11 @@
 /* batches.h: what each training step reads: its input ids and labels, one
- * slice per data-parallel replica, and the number of labelled tokens its
- * loss is the mean over.
+ * slice per micro-batch and data-parallel replica, and the number of
+ * labelled tokens its loss is the mean over.
  *
- * The stream (--data) is read in order: step i's replica d takes the B·S
- * tokens at (i·D + d)·B·S as its input ids [B, S]. Its labels:
+ * The stream (--data) is read in order: with M micro-batches and D
+ * replicas, replica d's micro-batch m of step i takes the B·S tokens at
+ * ((i·M + m)·D + d)·B·S as its input ids [B, S], so a step reads M·D·B·S
+ * tokens, as one step of batch M·D·B would. Its labels:
  *   - --labels FILE: a second stream of the same length, read at the same
  *     place, in the schedule's convention (label_shift 1: aligned with the
  *     inputs, shifted by the loss, as Hugging Face's `labels`; 0: already
@@ -16,10 +18,11 @@
  * Labels equal to --ignore-index are not scored (labels.h).
  *
  * The loss of a step is the sum over every labelled token of the global
- * batch (all replicas) divided by their number, not the mean of the
- * replicas' means: each replica's kernels divide its sum by that number
- * over D (tp_ce_rule's divisor) and the replicas' losses and gradients are
- * then averaged as before. Every rank holds the whole stream, so each
+ * batch (all micro-batches and replicas) divided by their number, not the
+ * mean of the replicas' or micro-batches' means: each run's kernels divide
+ * its sum by that number over D (tp_ce_rule's divisor), the micro-batches'
+ * sums add up (accum.h), and the replicas' losses and gradients are then
+ * averaged as before. Every rank holds the whole stream, so each
  * counts every step's labelled tokens itself, before step 1, and a step
  * with none is refused there (its loss would be 0/0). */
 #ifndef TPRUN_TRAIN_BATCHES_H
@@ -32,6 +35,7 @@
 typedef struct tr_batch_shape {
     int64_t batch, seq;          /* one replica's [B, S] */
     int replicas;                /* D */
+    int micro_batches;           /* M: runs of the schedule per optimizer step */
     int64_t steps;               /* --steps: every step is checked */
     int label_shift;             /* the schedule's (sched/load.h) */
     int64_t vocab;
@@ -54,13 +58,12 @@ int tr_batches_open(tr_batches *b, const tr_batch_shape *shape, const char *data
                     char *err, size_t errlen);
 void tr_batches_free(tr_batches *b);
 
-/* Step i's input ids [B, S] for replica d. */
-const int32_t *tr_batches_ids(const tr_batches *b, int64_t i, int d);
-/* Step i's labels [B, S] for replica d, the ignored ones -100 (valid until
- * the next call). */
-const int32_t *tr_batches_labels(tr_batches *b, int64_t i, int d);
-/* What replica losses of step i divide their sums by: its labelled tokens
- * over the D replicas, which average them. */
+/* Step i's micro-batch m's input ids [B, S] for replica d. */
+const int32_t *tr_batches_ids(const tr_batches *b, int64_t i, int m, int d);
+/* Its labels [B, S], the ignored ones -100 (valid until the next call). */
+const int32_t *tr_batches_labels(tr_batches *b, int64_t i, int m, int d);
+/* What each run of step i divides its sum by: the step's labelled tokens
+ * over the D replicas, which average their losses and gradients. */
 double tr_batches_divisor(const tr_batches *b, int64_t i);
 
 #endif /* TPRUN_TRAIN_BATCHES_H */

@@ -11,6 +11,7 @@
 typedef struct tr_train_options {
     const char *data;            /* --data: the token stream */
     int64_t steps;               /* --steps: 0 when not training */
+    int64_t micro_batches;       /* --micro-batches: schedule runs per optimizer step (accum.h) */
     double lr;                   /* peak learning rate */
     int64_t warmup;
     tr_lr_schedule schedule;
@@ -37,7 +38,7 @@ typedef struct tr_train_options {
 tr_train_options tr_train_defaults(void);
 
 /* One training option of tprun's command line, by its long name ("data",
- * "steps", "lr", "warmup", "warmup-start-factor", "min-lr", "schedule",
+ * "steps", "micro-batches", "lr", "warmup", "warmup-start-factor", "min-lr", "schedule",
  * "adam-beta1", "adam-beta2", "adam-epsilon", "weight-decay", "decay-all",
  * "max-grad-norm", "log-json", "grads-out", "save", "save-every", "save-keep", "max-shard-size", "resume",
  * "on-nonfinite"), with its

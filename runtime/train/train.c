@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "runtime/io/safetensors_write.h"
+#include "runtime/train/accum.h"
 #include "runtime/train/batches.h"
 #include "runtime/train/dp.h"
 #include "runtime/train/gather.h"
@@ -25,6 +26,7 @@ typedef struct trainer {
     tr_exec *x;
     const tr_schedule *s;
     tr_batches batches;        /* what each step reads (--data, --labels) */
+    tr_accum accum;            /* --micro-batches: their gradients' sum */
     int64_t per_step;          /* tokens per step and replica: B·S */
     tr_optim optim;
     tr_zero zero;              /* the optimizer state's runs over dp (ZeRO-1) */
@@ -81,7 +83,7 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
     tr->per_step = tr_buf_elems(ids);
     const int64_t seq = ids->rank > 1 ? ids->shape[ids->rank - 1] : tr->per_step;
     const tr_batch_shape shape = {.batch = tr->per_step / seq, .seq = seq, .replicas = tr->dp->world,
-                                  .steps = tr->t->steps, .label_shift = tr->s->labels >= 0 ? tr->s->label_shift : 1,
+                                  .micro_batches = (int)tr->t->micro_batches, .steps = tr->t->steps, .label_shift = tr->s->labels >= 0 ? tr->s->label_shift : 1,
                                   .vocab = vocab, .ignore_index = tr->o->ignore_index};
     if (tr->s->labels < 0 && tr->o->labels)
         return tp_error(err, errlen, "--labels: %s has no labels to take (its loss, tpcc --loss sum, reads none)",
@@ -191,16 +193,21 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
     tr_exec *x = tr->x;
     tr_profile *p = &x->profile;
     double t0 = now();
-    tr_exec_write_buf(x, s->input_ids, tr_batches_ids(&tr->batches, i, tr->dp->rank));
-    if (s->labels >= 0) {  /* a summed loss (tpcc --loss sum) has none */
-        tr_exec_write_buf(x, s->labels, tr_batches_labels(&tr->batches, i, tr->dp->rank));
-        x->loss_divisor = tr_batches_divisor(&tr->batches, i);
-    }
     memset(p, 0, sizeof *p);
-    if (tr_exec_run(x, err, errlen))
-        return -1;
-    float loss;
-    tr_exec_read_buf(x, s->loss, &loss);
+    float loss = 0.0f;
+    for (int m = 0; m < tr->accum.micro_batches; m++) {
+        tr_exec_write_buf(x, s->input_ids, tr_batches_ids(&tr->batches, i, m, tr->dp->rank));
+        if (s->labels >= 0) {  /* a summed loss (tpcc --loss sum) has none */
+            tr_exec_write_buf(x, s->labels, tr_batches_labels(&tr->batches, i, m, tr->dp->rank));
+            x->loss_divisor = tr_batches_divisor(&tr->batches, i);
+        }
+        if (tr_exec_run(x, err, errlen))
+            return -1;
+        float part;
+        tr_exec_read_buf(x, s->loss, &part);
+        loss += part;      /* each a sum over the step's labelled tokens: together their mean */
+        tr_accum_add(&tr->accum, m);
+    }
     double since = now();
     if (combine_grads(tr, err, errlen) || tr_dp_mean(tr->dp, x, tr->optim.sum, &loss, err, errlen))
         return -1;
@@ -267,6 +274,8 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     if (!rc && tr.sharded)
         rc = tr_zero_init(&tr.zero, x, tr.dp, err, errlen);
     if (!rc)
+        rc = tr_accum_init(&tr.accum, x, (int)o->train.micro_batches, err, errlen);
+    if (!rc)
         rc = tr_optim_init(&tr.optim, x, tr.sharded ? &tr.zero : NULL, masters, err, errlen);
     if (!rc && o->train.resume)
         rc = resume(&tr, err, errlen);
@@ -295,7 +304,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         }
         tr_log_add(&tr.log, &r);
         if (rank0 && !o->quiet)
-            tr_log_print(stdout, tty, &r, o->train.steps, tr.per_step * tr.dp->world);
+            tr_log_print(stdout, tty, &r, o->train.steps, tr.per_step * tr.dp->world * o->train.micro_batches);
         /* --save-every: a long run loses at most N steps; the last is saved below */
         if (saves && o->train.save_every && r.step % o->train.save_every == 0 && r.step < o->train.steps)
             rc = tr_save(&tr.optim, &tr.layouts, &spec, err, errlen);
@@ -312,6 +321,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     tr_zero_free(&tr.zero);
     tr_layouts_free(&tr.layouts);
     tr_batches_free(&tr.batches);
+    tr_accum_free(&tr.accum);
     tr_save_unlock(tr.save_lock);
     free(tr.save_dir);
     free(tr.config);

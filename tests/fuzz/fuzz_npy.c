@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(rc, "tr_tokens_open", err);
         if (!rc) {
             err[0] = '\0';
-            check(tr_tokens_require(&t, paths[i], 2, 16, 3, 0, err, sizeof err), "tr_tokens_require", err);
+            check(tr_tokens_require(&t, paths[i], 32, "2 x 16", 3, 0, err, sizeof err), "tr_tokens_require", err);
             tr_tokens_free(&t);
         }
     }

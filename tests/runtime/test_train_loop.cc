@@ -129,13 +129,13 @@ TEST(TrainTokens, AStreamTooShortSaysHowManyStepsItHolds)
     t.ids = ids.data();
     t.count = 100;
     char err[400] = "";
-    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 1, 32, 3, 0, err, sizeof err), 0);
-    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 1, 32, 4, 0, err, sizeof err), -1);
+    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 32, "batch x seq", 3, 0, err, sizeof err), 0);
+    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 32, "batch x seq", 4, 0, err, sizeof err), -1);
     EXPECT_TRUE(contains(err, "c.bin: its 100 tokens hold 3 steps of 32 (batch x seq), --steps asks for 4")) << err;
-    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 2, 16, 3, 0, err, sizeof err), 0);
-    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 2, 16, 4, 0, err, sizeof err), -1);
-    EXPECT_TRUE(contains(err, "c.bin: its 100 tokens hold 3 steps of 32 (2 data-parallel replicas x 16 of batch x seq), "
-                              "--steps asks for 4")) << err;
+    // 96 tokens and the one after them: 3 steps still; 5 more would need 97
+    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 32, "batch x seq", 3, 4, err, sizeof err), 0);
+    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 32, "batch x seq", 3, 5, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "c.bin: its 100 tokens hold 2 steps of 32 (batch x seq) and 5 tokens after them")) << err;
 }
 
 // What each step reads (batches.h): the stream in order, replica d of step
@@ -157,14 +157,15 @@ TEST(TrainBatches, EachStepReadsItsSliceAndItsLabels)
     const std::string data = file("ids.npy", ids), labels = file("labels.npy", lab);
     char err[600] = "";
     // 2 steps of 2 replicas x [2, 3], the labels the next tokens
-    tr_batch_shape shape = {2, 3, 2, 2, 0, 7, 6};
+    tr_batch_shape shape = {.batch = 2, .seq = 3, .replicas = 2, .micro_batches = 1, .steps = 2, .label_shift = 0,
+                            .vocab = 7, .ignore_index = 6};
     tr_batches b;
     ASSERT_EQ(tr_batches_open(&b, &shape, data.c_str(), nullptr, err, sizeof err), 0) << err;
     for (int64_t i = 0; i < 2; i++)
         for (int r = 0; r < 2; r++) {
             const int64_t at = (i * 2 + r) * 6;
-            EXPECT_EQ(tr_batches_ids(&b, i, r), b.data.ids + at);
-            const int32_t *y = tr_batches_labels(&b, i, r);
+            EXPECT_EQ(tr_batches_ids(&b, i, 0, r), b.data.ids + at);
+            const int32_t *y = tr_batches_labels(&b, i, 0, r);
             for (int k = 0; k < 6; k++)    // ids[at + k + 1], the ignore index 6 as -100
                 EXPECT_EQ(y[k], ids[at + k + 1] == 6 ? -100 : ids[at + k + 1]) << i << " " << r << " " << k;
         }
@@ -183,7 +184,7 @@ TEST(TrainBatches, EachStepReadsItsSliceAndItsLabels)
     shape.label_shift = 1;
     shape.ignore_index = -100;
     ASSERT_EQ(tr_batches_open(&b, &shape, cut.c_str(), nullptr, err, sizeof err), 0) << err;
-    EXPECT_EQ(std::vector<int32_t>(tr_batches_labels(&b, 1, 1), tr_batches_labels(&b, 1, 1) + 6),
+    EXPECT_EQ(std::vector<int32_t>(tr_batches_labels(&b, 1, 0, 1), tr_batches_labels(&b, 1, 0, 1) + 6),
               std::vector<int32_t>(short_ids.begin() + 18, short_ids.begin() + 24));
     EXPECT_EQ(tr_batches_divisor(&b, 0), 2 * 2 * 2 / 2.0);
     tr_batches_free(&b);
@@ -192,7 +193,7 @@ TEST(TrainBatches, EachStepReadsItsSliceAndItsLabels)
     const std::string beside = file("beside.npy", short_lab);
     shape.ignore_index = 99;
     ASSERT_EQ(tr_batches_open(&b, &shape, cut.c_str(), beside.c_str(), err, sizeof err), 0) << err;
-    const int32_t *y = tr_batches_labels(&b, 0, 1);
+    const int32_t *y = tr_batches_labels(&b, 0, 0, 1);
     for (int k = 0; k < 6; k++)
         EXPECT_EQ(y[k], lab[6 + k] == 99 ? -100 : lab[6 + k]) << k;
     tr_batches_free(&b);

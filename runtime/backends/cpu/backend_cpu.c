@@ -858,6 +858,7 @@ static const tp_backend cpu_backend = {
     .ones = tp_cpu_ones,
     .adamw = tp_cpu_adamw,
     .sum_squares = tp_cpu_sum_squares,
+    .accumulate_grad = tp_cpu_accumulate_grad,
 };
 
 const tp_backend *tp_backend_cpu(void) { return &cpu_backend; }

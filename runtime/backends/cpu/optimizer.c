@@ -73,6 +73,20 @@ void tp_cpu_adamw(float *w, const float *g, float *m, float *v, int64_t n, const
     tp_cpu_parallel(n, ADAMW_GRAIN, adamw_part, &a);
 }
 
+/* fp32 storage: the sums are the fp32 sums of the micro-batches'
+ * gradients in their order. */
+void tp_cpu_accumulate_grad(float *acc, float *g, int64_t n, tp_grad_accum phase)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (phase == TP_ACCUM_FIRST)
+            acc[i] = g[i];
+        else if (phase == TP_ACCUM_ADD)
+            acc[i] += g[i];
+        else
+            g[i] += acc[i];
+    }
+}
+
 /* The squared L2 norm of a gradient: one term of the global norm that
  * clipping divides by, summed over tensors and ranks by the caller. */
 double tp_cpu_sum_squares(const float *x, int64_t n)

@@ -662,6 +662,12 @@ static void cuda_adamw_master(float *master, float *w, const float *g, float *m,
     done();
 }
 
+static void cuda_accumulate_grad(float *acc, float *g, int64_t n, tp_grad_accum phase)
+{
+    tp_k_accumulate_grad(compute_stream(), gpu->kdt, acc, g, n, (int)phase);
+    done();
+}
+
 /* The host waits for the sum: clipping needs the norm before the update. */
 static double cuda_sum_squares(const float *x, int64_t n)
 {
@@ -713,7 +719,8 @@ static const tp_backend_limits cuda_limits = {
         .silu_mul_grad = cuda_silu_mul_grad,                                                            \
         .embedding_grad = cuda_embedding_grad, .narrow_grad = cuda_narrow_grad,                         \
         .cross_entropy_grad = cuda_cross_entropy_grad, .ce_grad = cuda_ce_grad, .adamw = cuda_adamw,    \
-        .adamw_master = cuda_adamw_master, .sum_squares = cuda_sum_squares, .ones = cuda_ones,          \
+        .adamw_master = cuda_adamw_master, .sum_squares = cuda_sum_squares,                             \
+        .accumulate_grad = cuda_accumulate_grad, .ones = cuda_ones,                                     \
     }
 
 static const tp_backend cuda_f32 = CUDA_TABLE(TP_F32);
