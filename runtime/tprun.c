@@ -81,7 +81,9 @@ static const char usage[] =
     "  -q, --quiet          print nothing but errors\n"
     "  -h, --help, --version\n"
     "\n"
-    "Training (a schedule from `tpcc PLAN --train -o FILE.sched`; fp32, CPU backend):\n"
+    "Training (a schedule from `tpcc PLAN --train -o FILE.sched`; fp32, CPU backend). What the\n"
+    "plan's train { } block gives (lr, betas, schedule, ...) is the default of the option below,\n"
+    "which overrides it:\n"
     "  --data TOKENS        the token stream: a 1-D .npy (int32, int64, uint16, uint32) or an\n"
     "                       llm.c .bin; step i takes the next batch x seq tokens as input ids\n"
     "                       and labels (a model's own loss shifts them, as Hugging Face does;\n"
@@ -97,7 +99,10 @@ static const char usage[] =
     "  --warmup-start-factor F  the warm-up's first factor of LR (default 0, transformers';\n"
     "                       PyTorch's LinearLR(start_factor=F))\n"
     "  --schedule S         cosine (default; transformers' get_cosine_schedule_with_warmup),\n"
-    "                       constant or linear (get_linear_schedule_with_warmup), after the warm-up\n"
+    "                       constant, linear (get_linear_schedule_with_warmup) or wsd\n"
+    "                       (get_wsd_schedule: stable, then --decay-steps), after the warm-up\n"
+    "  --decay-steps D      wsd: the last D steps decay to --min-lr (num_decay_steps)\n"
+    "  --decay-type T       wsd: their shape, cosine (default), linear or 1-sqrt\n"
     "  --min-lr M           the decay's floor (default 0; CosineAnnealingLR's eta_min)\n"
     "  --adam-beta1 B1, --adam-beta2 B2, --adam-epsilon E\n"
     "                       AdamW's betas and eps (default 0.9, 0.999, 1e-8)\n"
@@ -198,7 +203,8 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         {"save-every", required_argument, 0, OPT_TRAIN}, {"save-keep", required_argument, 0, OPT_TRAIN},
         {"warmup-start-factor", required_argument, 0, OPT_TRAIN}, {"min-lr", required_argument, 0, OPT_TRAIN},
         {"adam-beta1", required_argument, 0, OPT_TRAIN}, {"adam-beta2", required_argument, 0, OPT_TRAIN},
-        {"adam-epsilon", required_argument, 0, OPT_TRAIN},
+        {"adam-epsilon", required_argument, 0, OPT_TRAIN}, {"decay-steps", required_argument, 0, OPT_TRAIN},
+        {"decay-type", required_argument, 0, OPT_TRAIN},
         {"quiet", no_argument, 0, 'q'}, {"help", no_argument, 0, 'h'}, {"version", no_argument, 0, OPT_VERSION},
         {"hostfile", required_argument, 0, 'f'}, {"ppn", required_argument, 0, OPT_PPN},
         {0, 0, 0, 0},

@@ -59,15 +59,59 @@ static int opt_int(loader *L, json_t *o, const char *key, int64_t lo, int64_t hi
 }
 
 /* An optional number of at least 0 (absent: -1). */
-static int opt_real(loader *L, json_t *o, const char *key, double *out)
+/* One value of "train": its key's kind and range. */
+static int load_train_value(loader *L, const tp_train_key *k, json_t *v, tp_train_values *out)
 {
-    json_t *v = json_object_get(o, key);
-    *out = -1;
-    if (!v)
+    double x[2] = {0, 0};
+    bool ok;
+    if (k->kind == TP_TK_WORD) {
+        int w = json_is_string(v) ? tp_train_word(k, json_string_value(v)) : -1;
+        ok = w >= 0;
+        x[0] = w;
+    } else if (k->kind == TP_TK_BOOL) {
+        ok = json_is_boolean(v);
+        x[0] = json_is_true(v);
+    } else if (k->kind == TP_TK_PAIR) {
+        ok = json_is_array(v) && json_array_size(v) == 2 && json_is_number(json_array_get(v, 0)) &&
+             json_is_number(json_array_get(v, 1));
+        for (int i = 0; ok && i < 2; i++)
+            x[i] = json_number_value(json_array_get(v, (size_t)i));
+        ok = ok && tp_train_in_range(k, x[0]) && tp_train_in_range(k, x[1]);
+    } else {
+        ok = k->kind == TP_TK_COUNT ? json_is_integer(v) : json_is_number(v);
+        x[0] = json_number_value(v);
+        ok = ok && tp_train_in_range(k, x[0]);
+    }
+    if (!ok) {
+        char takes[160];
+        tp_train_key_takes(k, takes, sizeof takes);
+        return fail(L, "'train.%s' must be %s", k->name, takes);
+    }
+    for (int i = 0; i < (k->kind == TP_TK_PAIR ? 2 : 1); i++) {
+        out->v[k->field + i] = x[i];
+        out->given |= 1u << (k->field + i);
+    }
+    return 0;
+}
+
+/* "train": the plan's optimizer, clipping and schedule settings
+ * (sched/train_settings.h), each under its key; absent: none. */
+static int load_train(loader *L, json_t *root, tp_train_values *out)
+{
+    json_t *t = json_object_get(root, "train"), *v;
+    const char *key;
+    memset(out, 0, sizeof *out);
+    if (!t)
         return 0;
-    if (!json_is_number(v) || json_number_value(v) < 0)
-        return fail(L, "'%s' must be a number of at least 0", key);
-    *out = json_number_value(v);
+    if (!json_is_object(t))
+        return fail(L, "'train' must be an object of the plan's train { } settings");
+    json_object_foreach(t, key, v) {
+        const tp_train_key *k = tp_train_key_named(key);
+        if (!k)
+            return fail(L, "'train' has no setting '%s'; compile the schedule again with this tpcc", key);
+        if (load_train_value(L, k, v, out))
+            return -1;
+    }
     return 0;
 }
 
@@ -1115,7 +1159,7 @@ int tr_schedule_load(tr_schedule *s, const char *path, int rank, int world_expec
         ;
     else if (json_object_get(root, "data_parallel") && get_int(&L, root, "data_parallel", 2, 1 << 20, &dp))
         ;
-    else if (opt_real(&L, root, "max_grad_norm", &s->max_grad_norm))
+    else if (load_train(&L, root, &s->train))
         ;
     else if (load_dp_shard(&L, root, dp, &s->dp_shard))
         ;

@@ -9,6 +9,7 @@
 #include "sched/layout.h"
 #include "sched/ops.h"
 #include "sched/dp_shard.h"
+#include "sched/train_settings.h"
 #include "sched/workspace.h"
 
 typedef struct tr_buf {
@@ -69,8 +70,8 @@ typedef struct tr_schedule {
     int world;                              /* ranks of one tensor-parallel group */
     int data_parallel;                      /* replicas of that group (1: none); the job runs data_parallel x world */
     tp_dp_shard dp_shard;                   /* what the replicas hold in slices (sched/dp_shard.h) */
-    double max_grad_norm;                   /* the plan's train { max_grad_norm }, tprun's default
-                                             * --max-grad-norm; -1: the plan declares none */
+    tp_train_values train;                  /* the plan's train { } settings, tprun's defaults
+                                             * (sched/train_settings.h); none given: given == 0 */
     tp_dtype dtype;
     int64_t arena_bytes;
     tr_buf *bufs; int nbufs;

@@ -894,6 +894,39 @@ static void put_ranks(writer *w)
     free(ospan);
 }
 
+/* The plan's train { } settings, those it gives, under its keys. */
+static void put_train(writer *w, const tp_train_values *t)
+{
+    PUT(w, "{");
+    const char *sep = "";
+    for (int i = 0; i < tp_train_nkeys; i++) {
+        const tp_train_key *k = &tp_train_keys[i];
+        if (!tp_train_given(t, k->field))
+            continue;
+        put_n(w, sep, strlen(sep));
+        sep = ", ";
+        put_str(w, k->name);
+        PUT(w, ": ");
+        double x = t->v[k->field];
+        if (k->kind == TP_TK_WORD)
+            put_str(w, k->words[(int)x]);
+        else if (k->kind == TP_TK_BOOL)
+            put_bool(w, x != 0);
+        else if (k->kind == TP_TK_COUNT)
+            put_int(w, (int64_t)x);
+        else if (k->kind == TP_TK_REAL)
+            put_real(w, x, k->name, -1);
+        else {
+            PUT(w, "[");
+            put_real(w, x, k->name, -1);
+            PUT(w, ", ");
+            put_real(w, t->v[k->field + 1], k->name, -1);
+            PUT(w, "]");
+        }
+    }
+    PUT(w, "}");
+}
+
 static void put_document(writer *w)
 {
     const tp_ir *ir = w->ir;
@@ -923,9 +956,9 @@ static void put_document(writer *w)
         PUT(w, ",\n  \"dp_shard\": ");
         put_str(w, tp_dp_shard_names[m->dp_shard]);
     }
-    if (m->has_max_grad_norm) {
-        PUT(w, ",\n  \"max_grad_norm\": ");
-        put_real(w, m->max_grad_norm, "max_grad_norm", -1);
+    if (m->train && m->train->given) {
+        PUT(w, ",\n  \"train\": ");
+        put_train(w, m->train);
     }
     PUT(w, ",\n  \"dtype\": ");
     put_str(w, tp_dtype_name(m->dtype));

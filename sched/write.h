@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include "sched/dp_shard.h"
 #include "sched/program.h"
+#include "sched/train_settings.h"
 
 /* One resolved configuration value, recorded in the schedule's "config". */
 typedef enum tp_setting_kind { TP_SETTING_NULL, TP_SETTING_INT, TP_SETTING_BOOL, TP_SETTING_REAL, TP_SETTING_STR } tp_setting_kind;
@@ -27,8 +28,7 @@ typedef struct tp_schedule_meta {
     int nconfig;
     const char *plan_path;      /* recorded for provenance */
     int64_t data_parallel;      /* replicas of the tp group (tpcc --train); 0 or 1: none */
-    bool has_max_grad_norm;     /* the plan's train { max_grad_norm } (tpcc --train) */
-    double max_grad_norm;       /* its value, >= 0 (0: no clipping) */
+    const tp_train_values *train;   /* the plan's train { } settings (tpcc --train), or NULL */
     tp_dp_shard dp_shard;       /* the plan's train { shard }; written with data_parallel > 1 */
 } tp_schedule_meta;
 

@@ -389,8 +389,8 @@ static int compile_to_file(const cli *o, tp_unit *u, const char *path)
     int nsettings;
     tp_setting *settings = tp_config_settings(&u->config, &nsettings);
     tp_schedule_meta meta = {producer, input_hash(u, o), o->dtype, settings, nsettings, path,
-                             u->plan.data_parallel, o->train && u->plan.train.max_grad_norm,
-                             u->plan.train.max_grad_norm_value, u->plan.train.shard_mode};
+                             u->plan.data_parallel, o->train ? &u->plan.train.values : NULL,
+                             u->plan.train.shard_mode};
     int rc = tp_schedule_write(&u->ir, &meta, o->out, err, sizeof err);
     free(settings);
     if (rc < 0) {

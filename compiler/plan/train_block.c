@@ -4,10 +4,12 @@
 #include "compiler/diag/suggest.h"
 #include "compiler/plan/plan.h"
 #include "compiler/plan/train_block.h"
+#include "compiler/plan/train_values.h"
 #include "util/xalloc.h"
 
-static const char *const keys[] = {"sampler_dims", "max_grad_norm", "shard", "recompute"};
-enum { NKEYS = sizeof keys / sizeof *keys };
+/* The block's own keys; train_values.h's follow them. */
+static const char *const own_keys[] = {"sampler_dims", "shard", "recompute"};
+enum { NOWN = sizeof own_keys / sizeof *own_keys };
 
 /* One mesh dimension named by a string of sampler_dims. */
 static bool read_dim(struct tp_plan *p, const tp_node *e, tp_diags *d)
@@ -39,20 +41,6 @@ static void read_sampler(struct tp_plan *p, const tp_node *v, tp_diags *d)
     }
     for (int k = 0; k < v->nkids; k++)
         read_dim(p, v->kids[k], d);
-}
-
-static void read_max_norm(struct tp_plan *p, const tp_node *v, tp_config *c)
-{
-    tp_cfg_value x;
-    if (!tp_eval_value(c, v, &x))
-        return;
-    if (x.s || tp_cfg_real(x) < 0) {
-        tp_diag_add(c->diags, TP_ERROR, v->span, "plan", "max_grad_norm is clip_grad_norm_'s max_norm: a number "
-                    "of at least 0 (0: no clipping)");
-        return;
-    }
-    p->train.max_grad_norm = v;
-    p->train.max_grad_norm_value = tp_cfg_real(x);
 }
 
 /* shard = "optimizer": one of the ZeRO stages (sched/dp_shard.h). */
@@ -135,6 +123,25 @@ static void read_recompute(struct tp_plan *p, const tp_node *v, tp_config *c)
     free(quoted);
 }
 
+/* A key the block lacks: the one it is misspelt from, or the one a
+ * script's other name for it means (eta_min: min_lr). */
+static void unknown_key(const tp_node *a, tp_diags *d)
+{
+    tp_diag *g = tp_diag_add(d, TP_ERROR, a->span, "plan", "train { } has no key '%s'", a->name);
+    const tp_train_key *also = tp_train_key_also(a->name);
+    if (also) {
+        tp_diag_help(g, "did you mean '%s'? that is train { }'s name for %s: %s", also->name, also->also, also->is);
+        return;
+    }
+    const char *names[NOWN + TP_TF_COUNT];
+    memcpy(names, own_keys, sizeof own_keys);
+    for (int k = 0; k < tp_train_nkeys; k++)
+        names[NOWN + k] = tp_train_keys[k].name;
+    const char *near = tp_suggest(a->name, names, NOWN + tp_train_nkeys);
+    if (near)
+        tp_diag_help(g, "did you mean '%s'?", near);
+}
+
 void tp_train_block_read(struct tp_plan *p, const tp_node *file, tp_config *c)
 {
     for (int i = 0; i < file->nkids; i++) {
@@ -152,8 +159,9 @@ void tp_train_block_read(struct tp_plan *p, const tp_node *file, tp_config *c)
                 read_sampler(p, a->kids[0], c->diags);
                 continue;
             }
-            if (!strcmp(a->name, "max_grad_norm")) {
-                read_max_norm(p, a->kids[0], c);
+            const tp_train_key *key = tp_train_key_named(a->name);
+            if (key) {
+                tp_train_value_read(&p->train, key, a->kids[0], c);
                 continue;
             }
             if (!strcmp(a->name, "shard")) {
@@ -164,11 +172,9 @@ void tp_train_block_read(struct tp_plan *p, const tp_node *file, tp_config *c)
                 read_recompute(p, a->kids[0], c);
                 continue;
             }
-            tp_diag *g = tp_diag_add(c->diags, TP_ERROR, a->span, "plan", "train { } has no key '%s'", a->name);
-            const char *near = tp_suggest(a->name, keys, NKEYS);
-            if (near)
-                tp_diag_help(g, "did you mean '%s'?", near);
+            unknown_key(a, c->diags);
         }
+        tp_train_values_check(&p->train, c->diags);
     }
     if (p->train.sampler)
         return;

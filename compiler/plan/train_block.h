@@ -7,13 +7,19 @@
  *       max_grad_norm = 1.0      # clip_grad_norm_(model.parameters(), 1.0) after backward()
  *       shard = "optimizer"      # ZeRO-1 over the data-parallel dimensions
  *       recompute = "full"       # torchtitan's apply_ac, Megatron's --recompute-granularity
+ *       lr = 3e-4                # AdamW(lr=3e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+ *       betas = (0.9, 0.95)
+ *       schedule = "wsd"         # get_wsd_schedule(num_warmup_steps=100, num_decay_steps=200)
+ *       warmup_steps = 100
+ *       decay_steps = 200
  *   }
  *
  * sampler_dims: the mesh dimensions the data sampler gives ranks different
  * batches over (a name or a tuple of names); without it, the data-parallel
- * dimensions, as tprun feeds them. max_grad_norm: the max_norm of
- * torch.nn.utils.clip_grad_norm_ over model.parameters(), 0 for none; it
- * becomes the schedule's max_grad_norm, tprun's default --max-grad-norm.
+ * dimensions, as tprun feeds them. max_grad_norm (the max_norm of
+ * torch.nn.utils.clip_grad_norm_ over model.parameters(), 0 for none) and
+ * the optimizer's and the schedule's settings are train_values.h's: they
+ * go into the schedule as tprun's defaults.
  * shard: what the data-parallel replicas hold in 1/dp slices
  * (sched/dp_shard.h: "none", the default, "optimizer", "gradients",
  * "parameters"); it becomes the schedule's dp_shard. A data-parallel mesh
@@ -30,6 +36,7 @@
 #include "compiler/front/config.h"
 #include "sched/dp_shard.h"
 #include "sched/layout.h"
+#include "sched/train_settings.h"
 
 /* What a training step keeps of each transformer layer's forward for its
  * backward, and recomputes in the backward instead (passes/recompute.c). */
@@ -48,8 +55,8 @@ typedef struct tp_train_spec {
     const tp_node *block;                   /* NULL: the plan has none */
     const tp_node *sampler;                 /* the sampler_dims value; NULL: not given */
     bool sampler_over[TP_MAX_MESH_DIMS];    /* per mesh dimension: batches differ along it */
-    const tp_node *max_grad_norm;           /* the max_grad_norm value; NULL: not given */
-    double max_grad_norm_value;             /* >= 0; 0: no clipping */
+    tp_train_values values;                 /* the optimizer's and the schedule's keys (train_values.h) */
+    const tp_node *value_at[TP_TF_COUNT];   /* where each is written (given, or refused); NULL: absent */
     const tp_node *shard;                   /* the shard value; NULL: not given */
     tp_dp_shard shard_mode;                 /* TP_DP_SHARD_NONE unless given */
     tp_recompute recompute;                 /* TP_RECOMPUTE_NONE when not given */

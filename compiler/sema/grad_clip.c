@@ -37,7 +37,9 @@ static tp_span where(const tp_module *mod)
 
 void tp_check_grad_clip(const tp_model *m, const tp_plan *p, const tp_graph *g, tp_diags *diags)
 {
-    if (!p->train.max_grad_norm || p->train.max_grad_norm_value <= 0 || g->world <= 1)
+    const tp_node *clip = p->train.value_at[TP_TF_MAX_GRAD_NORM];
+    if (!tp_train_given(&p->train.values, TP_TF_MAX_GRAD_NORM) || p->train.values.v[TP_TF_MAX_GRAD_NORM] <= 0 ||
+        g->world <= 1)
         return;
     const tp_param *dtensor = NULL, *plain = NULL, *sliced = NULL;
     for (int i = 0; i < m->count; i++)
@@ -52,7 +54,7 @@ void tp_check_grad_clip(const tp_model *m, const tp_plan *p, const tp_graph *g, 
             else
                 plain = plain ? plain : prm;
         }
-    tp_span at = p->train.max_grad_norm->span;
+    tp_span at = clip->span;
     tp_diag *d;
     if (dtensor && (plain || sliced)) {
         const tp_param *x = plain ? plain : sliced;

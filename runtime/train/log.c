@@ -54,6 +54,10 @@ int tr_log_write_json(const tr_train_log *log, const char *path, char *err, size
                                  "eps", number(t->eps), "weight_decay", number(t->weight_decay),
                                  "decay_all", t->decay_all, "max_grad_norm", number(t->max_grad_norm),
                                  "steps", (json_int_t)t->steps);
+    if (settings && t->decay_type) {
+        json_object_set_new(settings, "decay_steps", json_integer(t->decay_steps));
+        json_object_set_new(settings, "decay_type", json_string(t->decay_type));
+    }
     json_t *root = json_pack("{s:o, s:o}", "settings", settings, "steps", steps);
     char *text = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(root);

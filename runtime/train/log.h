@@ -5,7 +5,8 @@
  *   {"settings": {"lr": .., "schedule": "cosine", ..},
  *    "steps": [{"step": 1, "loss": .., "lr": .., "grad_norm": .., "seconds": ..}, ...]}
  * where "settings" are the optimizer's and the schedule's, as the run
- * applied them (tr_train_settings). 
+ * applied them (tr_train_settings); "decay_steps" and "decay_type" with
+ * schedule "wsd" only.
  * A step whose update --on-nonfinite skip dropped ends its line with
  * "skipped (not finite)" and carries "skipped": true in the record. */
 #ifndef TPRUN_TRAIN_LOG_H
@@ -25,8 +26,9 @@ typedef struct tr_step_record {
 /* What the run applied, named as PyTorch and transformers name it. */
 typedef struct tr_train_settings {
     double lr, warmup_start_factor, min_lr, beta1, beta2, eps, weight_decay, max_grad_norm;
-    int64_t warmup, steps;
-    const char *schedule;  /* tr_lr_schedule_names' */
+    int64_t warmup, steps, decay_steps;
+    const char *schedule;  /* tp_lr_schedule_names' */
+    const char *decay_type;  /* wsd's (tp_lr_decay_names'), with decay_steps; NULL: another schedule's */
     bool decay_all;
 } tr_train_settings;
 

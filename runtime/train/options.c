@@ -1,5 +1,6 @@
 /* options.c: see options.h. */
 #include "runtime/train/options.h"
+#include <stdio.h>
 #include <string.h>
 #include "runtime/train/save.h"
 #include "util/bytes.h"
@@ -8,7 +9,7 @@
 
 tr_train_options tr_train_defaults(void)
 {
-    return (tr_train_options){.lr = 1e-3, .schedule = TR_LR_COSINE, .adam_beta1 = 0.9, .adam_beta2 = 0.999,
+    return (tr_train_options){.lr = 1e-3, .schedule = TP_LR_COSINE, .decay_type = TP_DECAY_COSINE, .adam_beta1 = 0.9, .adam_beta2 = 0.999,
                               .adam_epsilon = 1e-8, .weight_decay = 0.01, .max_grad_norm = 1.0,
                               .save_keep = 1, .max_shard_bytes = TR_SAVE_SHARD_BYTES, .micro_batches = 1};
 }
@@ -40,8 +41,25 @@ static int count(const char *name, const char *arg, int64_t min, int64_t *out, c
     return 0;
 }
 
+/* One of `names`: "--schedule takes cosine, constant, linear or wsd". */
+static int word(const char *name, const char *arg, const char *const *names, int n, int *out, char *err,
+                size_t errlen)
+{
+    for (*out = 0; *out < n; ++*out)
+        if (!strcmp(arg, names[*out]))
+            return 0;
+    char list[200];
+    size_t at = 0;
+    for (int k = 0; k < n && at < sizeof list; k++)
+        at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", !k ? "" : k + 1 < n ? ", " : " or ", names[k]);
+    return tp_error(err, errlen, "--%s takes %s, not '%s'", name, list, arg);
+}
+
 int tr_train_option(tr_train_options *t, const char *name, const char *arg, char *err, size_t errlen)
 {
+    int field = tp_train_field_of_flag(name);   /* an optimizer or schedule setting: it overrides the plan's */
+    if (field >= 0)
+        t->given |= 1u << field;
     if (!strcmp(name, "data"))
         t->data = arg;
     else if (!strcmp(name, "log-json"))
@@ -89,17 +107,20 @@ int tr_train_option(tr_train_options *t, const char *name, const char *arg, char
         return number(name, arg, &t->lr, err, errlen);
     else if (!strcmp(name, "weight-decay"))
         return number(name, arg, &t->weight_decay, err, errlen);
-    else if (!strcmp(name, "max-grad-norm")) {
-        t->max_grad_norm_given = true;
+    else if (!strcmp(name, "max-grad-norm"))
         return number(name, arg, &t->max_grad_norm, err, errlen);
-    }
-    else if (!strcmp(name, "schedule")) {
-        int k = 0;
-        while (k < TR_LR_NSCHEDULES && strcmp(arg, tr_lr_schedule_names[k]))
-            k++;
-        if (k == TR_LR_NSCHEDULES)
-            return tp_error(err, errlen, "--schedule takes cosine, constant or linear, not '%s'", arg);
-        t->schedule = (tr_lr_schedule)k;
+    else if (!strcmp(name, "decay-steps"))
+        return count(name, arg, 0, &t->decay_steps, err, errlen);
+    else if (!strcmp(name, "schedule") || !strcmp(name, "decay-type")) {
+        bool schedule = !strcmp(name, "schedule");
+        int k;
+        if (word(name, arg, schedule ? tp_lr_schedule_names : tp_lr_decay_names,
+                 schedule ? TP_LR_COUNT : TP_DECAY_COUNT, &k, err, errlen))
+            return -1;
+        if (schedule)
+            t->schedule = (tp_lr_schedule)k;
+        else
+            t->decay_type = (tp_lr_decay)k;
     } else if (!strcmp(name, "on-nonfinite")) {
         if (strcmp(arg, "stop") && strcmp(arg, "skip"))
             return tp_error(err, errlen, "--on-nonfinite takes stop or skip, not '%s'", arg);

@@ -14,14 +14,17 @@ typedef struct tr_train_options {
     int64_t micro_batches;       /* --micro-batches: schedule runs per optimizer step (accum.h) */
     double lr;                   /* peak learning rate */
     int64_t warmup;
-    tr_lr_schedule schedule;
+    tp_lr_schedule schedule;
     double warmup_start_factor;  /* the warm-up's first factor: 0 (transformers) or LinearLR's start_factor */
-    double min_lr;               /* the cosine's floor (CosineAnnealingLR's eta_min) */
+    double min_lr;               /* the decay's floor (CosineAnnealingLR's eta_min) */
+    int64_t decay_steps;         /* wsd: the last steps, which decay */
+    tp_lr_decay decay_type;      /* wsd: their shape */
     double adam_beta1, adam_beta2, adam_epsilon;   /* torch.optim.AdamW's betas and eps */
     double weight_decay;         /* for weights of rank >= 2, or all with decay_all */
     bool decay_all;
     double max_grad_norm;        /* 0: no clipping */
-    bool max_grad_norm_given;    /* on the command line: it overrides the schedule's */
+    uint32_t given;              /* bit f (sched/train_settings.h's fields): set on the command line, which
+                                    overrides the schedule's train { } value (runtime/train/settings.h) */
     const char *log_json, *grads_out;
     const char *save, *resume;   /* Hugging Face checkpoint directories (save.h) */
     int64_t save_every;          /* --save-every N: DIR replaced after every N-th step too; 0: at the end only */
@@ -33,12 +36,12 @@ typedef struct tr_train_options {
 } tr_train_options;
 
 /* The defaults: torch.optim.AdamW's lr, transformers' max_grad_norm 1.0,
- * weight decay 0.01, cosine with no warm-up, shards of 2 GiB; no
- * training. */
+ * weight decay 0.01, cosine with no warm-up (wsd's decay: cosine, as
+ * get_wsd_schedule's), shards of 2 GiB; no training. */
 tr_train_options tr_train_defaults(void);
 
 /* One training option of tprun's command line, by its long name ("data",
- * "steps", "micro-batches", "lr", "warmup", "warmup-start-factor", "min-lr", "schedule",
+ * "steps", "micro-batches", "lr", "warmup", "warmup-start-factor", "min-lr", "schedule", "decay-steps", "decay-type",
  * "adam-beta1", "adam-beta2", "adam-epsilon", "weight-decay", "decay-all",
  * "max-grad-norm", "log-json", "grads-out", "save", "save-every", "save-keep", "max-shard-size", "resume",
  * "on-nonfinite"), with its

@@ -14,13 +14,15 @@
 #include "runtime/train/log.h"
 #include "runtime/train/optim.h"
 #include "runtime/train/save.h"
+#include "runtime/train/settings.h"
 #include "runtime/train/zero.h"
 #include "util/errmsg.h"
 #include "util/xalloc.h"
 
 typedef struct trainer {
     const tr_options *o;
-    const tr_train_options *t;
+    const tr_train_options *t;  /* the settings in force: in_force */
+    tr_train_options in_force;  /* the flags over the schedule's train { } (settings.h) */
     tp_comm *comm;             /* the tensor-parallel group */
     tp_comm *dp;               /* the replicas of this rank's shard */
     tr_exec *x;
@@ -64,9 +66,6 @@ static int check_setup(trainer *tr, char *err, size_t errlen)
                         tp_dtype_name(s->dtype), be->name);
     if (tr->t->max_shard_given && !tr->t->save)
         return tp_error(err, errlen, "--max-shard-size goes with --save DIR: it sizes the model files --save writes");
-    if (tr->t->min_lr > tr->t->lr)
-        return tp_error(err, errlen, "--min-lr %g is above --lr %g: the cosine falls from --lr to --min-lr",
-                        tr->t->min_lr, tr->t->lr);
     if ((tr->t->save_every || tr->t->save_keep != 1) && !tr->t->save)
         return tp_error(err, errlen, "--save-every and --save-keep go with --save DIR: they say when DIR is written "
                         "and how many checkpoints are kept beside it");
@@ -129,13 +128,6 @@ static int write_grads(trainer *tr, char *err, size_t errlen)
     free(t);
     tr_full_free(full, s->nweights);
     return rc;
-}
-
-/* The max norm of the clipping: --max-grad-norm, else the plan's
- * train { max_grad_norm } (the schedule's), else the default. */
-static double max_grad_norm(const trainer *tr)
-{
-    return tr->t->max_grad_norm_given || tr->s->max_grad_norm < 0 ? tr->t->max_grad_norm : tr->s->max_grad_norm;
 }
 
 /* The time since *since, the backend's queue drained first when op times
@@ -223,13 +215,12 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
         return -1;
     since = now();
     const tr_train_options *t = tr->t;
-    const tr_lr_shape shape = {.kind = t->schedule, .warmup = t->warmup, .total = t->steps,
-                               .start_factor = t->warmup_start_factor, .floor = t->lr > 0 ? t->min_lr / t->lr : 0};
+    const tr_lr_shape shape = tr_train_lr_shape(t);
     double lr = t->lr * tr_lr_lambda(&shape, i);
     if (finite) {
         const tr_adamw_hparams h = {.beta1 = t->adam_beta1, .beta2 = t->adam_beta2, .eps = t->adam_epsilon,
                                     .weight_decay = t->weight_decay, .decay_all = t->decay_all};
-        tr_optim_clip(&tr->optim, norm, max_grad_norm(tr));
+        tr_optim_clip(&tr->optim, norm, t->max_grad_norm);
         tr_optim_adamw(&tr->optim, lr, &h);
     } else {
         tr->optim.step++;   /* skipped, yet taken: the schedule, the data and a save's step count move on */
@@ -263,9 +254,12 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
              double **step_seconds, int *nsteps, char *err, size_t errlen)
 {
     tp_comm *comm = &groups->tp;
-    trainer tr = {.o = o, .t = &o->train, .comm = comm, .dp = &groups->dp, .x = x, .s = x->s, .save_lock = -1};
+    trainer tr = {.o = o, .comm = comm, .dp = &groups->dp, .x = x, .s = x->s, .save_lock = -1};
+    tr.t = &tr.in_force;
     bool rank0 = comm->rank == 0 && tr.dp->rank == 0, tty = isatty(STDOUT_FILENO);
-    int rc = check_setup(&tr, err, errlen);
+    int rc = tr_train_in_force(&o->train, &x->s->train, &tr.in_force, err, errlen);
+    if (!rc)
+        rc = check_setup(&tr, err, errlen);
     if (!rc)
         rc = open_data(&tr, vocab, err, errlen);
     if (!rc && (o->train.grads_out || o->train.save))
@@ -279,18 +273,19 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         rc = tr_optim_init(&tr.optim, x, tr.sharded ? &tr.zero : NULL, masters, err, errlen);
     if (!rc && o->train.resume)
         rc = resume(&tr, err, errlen);
-    const tr_train_options *t = &o->train;
+    const tr_train_options *t = tr.t;
     tr.log.settings = (tr_train_settings){
         .lr = t->lr, .warmup_start_factor = t->warmup_start_factor, .min_lr = t->min_lr, .beta1 = t->adam_beta1,
         .beta2 = t->adam_beta2, .eps = t->adam_epsilon, .weight_decay = t->weight_decay,
-        .max_grad_norm = max_grad_norm(&tr), .warmup = t->warmup, .steps = t->steps,
-        .schedule = tr_lr_schedule_names[t->schedule], .decay_all = t->decay_all};
+        .max_grad_norm = t->max_grad_norm, .warmup = t->warmup, .steps = t->steps,
+        .schedule = tp_lr_schedule_names[t->schedule], .decay_all = t->decay_all,
+        .decay_steps = t->decay_steps, .decay_type = t->schedule == TP_LR_WSD ? tp_lr_decay_names[t->decay_type] : NULL};
     int64_t first = tr.optim.step;
     tr_profile *profiles = NULL;   /* kept when op times are wanted */
     int kept = 0;
     *nsteps = 0;
     const tr_save_spec spec = {.dir = tr.save_dir, .config = tr.config, .max_steps = o->train.steps,
-                               .lr = o->train.lr, .shard_bytes = o->train.max_shard_bytes, .keep = o->train.save_keep,
+                               .lr = t->lr, .shard_bytes = o->train.max_shard_bytes, .keep = o->train.save_keep,
                                .resume = o->train.resume};
     bool saves = o->train.save && (tr.sharded || tr.dp->rank == 0);   /* replicated: replica 0 has it all */
     for (int64_t i = first; !rc && i < o->train.steps; i++) {

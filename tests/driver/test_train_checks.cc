@@ -190,6 +190,60 @@ TEST(TrainChecks, MaxGradNormIsANonNegativeNumber)
     EXPECT_EQ(run_tpcc({"--check", write_plan(dir, "mesh(tp = tp)", "train { max_grad_norm = 0 }")}).code(), 0);
 }
 
+// The optimizer's and the schedule's keys (tests/bad/train-optimizer-values.plan,
+// train-schedule-contradictions.plan, train-schedule-wsd-no-decay.plan): each
+// error at the value, or the key, saying what the key is, what it takes and
+// how to fix it; --fix applies the schedule a misspelling meant.
+TEST(TrainChecks, OptimizerAndScheduleKeysSayWhatTheyTake)
+{
+    struct Case {
+        std::string plan;
+        std::vector<std::string> expect;
+    } cases[] = {
+        {"train-optimizer-values",
+         {":31:10: error: lr is AdamW's peak learning rate: a number of at least 0 [plan]",
+          ":32:19: error: betas is AdamW's betas (beta1, beta2): a pair of numbers (a, b), each from 0 to 1 "
+          "(excluded) [plan]",
+          ":33:11: error: eps is AdamW's eps: a number of at least 0 [plan]",
+          ":35:20: error: train { } gives weight_decay twice [plan]", ":34:20: note: first given here",
+          ":36:17: error: decay_all is whether weight decay applies to every parameter, norms and biases too, not "
+          "only matrices: True or False [plan]",
+          ":37:21: error: max_grad_norm is clip_grad_norm_'s max_norm (0: no clipping): a number of at least 0",
+          ":38:16: error: schedule is the learning-rate schedule: \"cosine\", \"constant\", \"linear\" or \"wsd\"",
+          "fix: did you mean \"cosine\"?",
+          ":39:20: error: warmup_steps is the linear warm-up's length in steps: a whole number of steps of at least 0",
+          ":40:20: error: start_factor is the warm-up's first rate as a fraction of lr (LinearLR's start_factor): a "
+          "number from 0 to 1 (included)",
+          ":41:5: error: train { } has no key 'eta_min' [plan]",
+          "fix: did you mean 'min_lr'? that is train { }'s name for eta_min: the rate the decay falls to",
+          "fix: did you mean 'warmup_steps'? that is train { }'s name for num_warmup_steps",
+          ":43:5: error: train { } has no key 'beta' [plan]", "fix: did you mean 'betas'?", "12 errors generated"}},
+        {"train-schedule-contradictions",
+         {":30:14: error: min_lr 0.001 is above lr 0.0001: the schedule decays from lr to min_lr [plan]",
+          ":29:10: note: lr is given here",
+          "fix: min_lr is a rate, not a fraction of lr: for a tenth of lr write min_lr = 1e-05",
+          ":32:19: error: decay_steps shapes the decay of schedule \"wsd\" (warmup-stable-decay), and the block's "
+          "schedule is \"linear\" [plan]",
+          "fix: say schedule = \"wsd\", or remove decay_steps", ":33:18: error: decay_type shapes the decay"}},
+        {"train-schedule-wsd-no-decay",
+         {":28:16: error: schedule \"wsd\" needs decay_steps: the steps at the end that decay to min_lr "
+          "(get_wsd_schedule's num_decay_steps) [plan]",
+          "fix: add decay_steps = N to the block: the rate holds at lr from the warm-up's end until the last N "
+          "steps"}},
+    };
+    for (const Case &c : cases) {
+        Proc r = run_tpcc({"--check", "--train", source_path("tests/bad/" + c.plan + ".plan")});
+        EXPECT_EQ(r.code(), 1) << r.describe();
+        for (const std::string &e : c.expect)
+            EXPECT_TRUE(contains(r.err, e)) << c.plan << ": " << e << "\n" << r.err;
+    }
+    TempDir dir;
+    std::string plan = write_plan(dir, "mesh(tp = tp)", "train { schedule = \"wsdd\", decay_steps = 10 }");
+    EXPECT_EQ(run_tpcc({"--fix", plan}).code(), 0);
+    EXPECT_TRUE(contains(slurp(plan), "train { schedule = \"wsd\", decay_steps = 10 }")) << slurp(plan);
+    EXPECT_EQ(run_tpcc({"--check", "--train", plan}).code(), 0);
+}
+
 // recompute is "none", "full" or "selective": anything else is an error at
 // the value, with the mode a misspelling meant as a fix-it; --recompute
 // goes with --train and takes the same names.

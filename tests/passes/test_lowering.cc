@@ -463,7 +463,7 @@ TEST_P(Program, ArenaDefBeforeUseAndMatchingCollectives)
     std::string path = dir.path + "/p.sched";
     int nsettings;
     tp_setting *settings = tp_config_settings(&u.config, &nsettings);
-    tp_schedule_meta meta = {"tpcc test", 0, TP_F32, settings, nsettings, c.plan.c_str(), 1, false, 0, TP_DP_SHARD_NONE};
+    tp_schedule_meta meta = {"tpcc test", 0, TP_F32, settings, nsettings, c.plan.c_str(), 1, nullptr, TP_DP_SHARD_NONE};
     ASSERT_EQ(tp_schedule_write(ir, &meta, path.c_str(), err, sizeof err), 0) << err;
     free(settings);
     std::vector<std::vector<std::string>> seq((size_t)c.tp);

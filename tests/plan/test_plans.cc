@@ -92,7 +92,7 @@ const std::set<std::string> kWithFixIts = {
     "arity-positional-for-keyword", "dtensor-logits-without-loss-parallel", "fused-contiguous-both",
     "fused-contiguous-gate-up", "fused-contiguous-qkv", "hf-style-strings", "mixed-residual", "python-name-undefined",
     "relabel-1d-positions", "relabel-prepare-input", "relabel-rowwise-embedding", "relabel-sp-plain-embedding",
-    "tied-mismatch", "train-data-split", "train-partial-grad", "train-unreduced-grad-hf",
+    "tied-mismatch", "train-data-split", "train-optimizer-values", "train-partial-grad", "train-unreduced-grad-hf",
 };
 
 bool has_fixits(const std::string &plan) { return kWithFixIts.count(fs::path(plan).stem().string()) > 0; }

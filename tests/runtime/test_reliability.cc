@@ -480,6 +480,68 @@ TEST(PeriodicSave, EveryNStepsKeepingTheNewestAndResumable)
     }
 }
 
+// The steps of a --log-json record: (lr, loss) each.
+std::vector<std::pair<double, double>> logged_steps(const std::string &log)
+{
+    std::vector<std::pair<double, double>> out;
+    json_error_t e;
+    json_t *got = json_load_file(log.c_str(), 0, &e);
+    EXPECT_TRUE(got) << log << ": " << e.text;
+    size_t i;
+    json_t *step;
+    json_array_foreach(json_object_get(got, "steps"), i, step)
+        out.push_back({json_number_value(json_object_get(step, "lr")), json_number_value(json_object_get(step, "loss"))});
+    json_decref(got);
+    return out;
+}
+
+// --resume goes on with the learning-rate schedule where the checkpoint
+// left it, for every schedule: five steps saved at step 3 (--save-every 3,
+// kept as DIR.step-3) and resumed to five take steps 4 and 5 at the rates
+// and losses of the run that never stopped, bit for bit. The warm-up
+// (2 steps) and, for wsd, the decay (the last 2) straddle the save. wsd
+// comes from the plan's train { } block, which the resumed run reads
+// from the schedule as the first did.
+TEST(ResumeSchedule, EveryScheduleGoesOnAtTheSavedStep)
+{
+    TempDir d;
+    std::string cosine = compile_step(d), plan_text = slurp(std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan");
+    plan_text.replace(plan_text.find("\"../models/"), 11, "\"" + std::string(TPCC_SOURCE_DIR) + "/models/");
+    std::string plan = d.path + "/wsd.plan", wsd = d.path + "/wsd.sched";
+    put(plan, plan_text + "\ntrain {\n    schedule = \"wsd\"\n    decay_steps = 2\n    decay_type = \"1-sqrt\"\n}\n");
+    Proc c = tpcc_test::run_tpcc({plan, "--hf-config", kFixture + "config.json", "-D", "tp=1", "-D", "seq=16", "-D",
+                                  "batch=2", "-D", "vocab_multiple=1", "--train", "-o", wsd});
+    ASSERT_EQ(c.code(), 0) << c.describe();
+    struct Case {
+        std::string sched;
+        std::vector<std::string> flags;
+    } cases[] = {{cosine, {"--schedule", "cosine"}}, {cosine, {"--schedule", "constant"}},
+                 {cosine, {"--schedule", "linear"}}, {wsd, {}}};
+    for (const Case &k : cases) {
+        std::string dir = d.path + "/ckpt" + (k.flags.empty() ? "" : k.flags[1]);
+        std::vector<std::string> common = {"--steps", "5", "--warmup", "2", "--min-lr", "1e-4", "-q"};
+        common.insert(common.end(), k.flags.begin(), k.flags.end());
+        std::vector<std::string> whole = {k.sched, "--data", kFixture + "tokens.npy", "--weights", kFixture, "--save",
+                                          dir, "--save-every", "3", "--save-keep", "2", "--log-json", d.path + "/whole.json"};
+        whole.insert(whole.end(), common.begin(), common.end());
+        Proc w = tprun(whole);
+        ASSERT_EQ(w.code(), 0) << w.describe();
+        std::vector<std::string> rest = {k.sched, "--data", kFixture + "tokens.npy", "--resume", dir + ".step-3",
+                                         "--log-json", d.path + "/rest.json"};
+        rest.insert(rest.end(), common.begin(), common.end());
+        Proc r = tprun(rest);
+        ASSERT_EQ(r.code(), 0) << r.describe();
+        auto all = logged_steps(d.path + "/whole.json"), resumed = logged_steps(d.path + "/rest.json");
+        ASSERT_EQ(all.size(), 5u);
+        ASSERT_EQ(resumed.size(), 2u);
+        for (size_t i = 0; i < 2; i++) {
+            EXPECT_EQ(resumed[i].first, all[3 + i].first) << k.sched << " " << i + 4;
+            EXPECT_EQ(resumed[i].second, all[3 + i].second) << k.sched << " " << i + 4;
+        }
+        EXPECT_NE(all[3].first, all[0].first) << "step 4's rate is not step 1's";
+    }
+}
+
 // Pruning counts only the checkpoints older than the one a save puts in
 // DIR: going back to step 2 of a 5-step run (--resume DIR.step-2) keeps
 // that run's later checkpoints and the one resumed from, whatever K says;

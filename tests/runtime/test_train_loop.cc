@@ -9,6 +9,8 @@
 // reader, and the header's layout byte by byte).
 #include <gtest/gtest.h>
 
+#include <jansson.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -29,6 +31,7 @@ extern "C" {
 #include "runtime/train/optim.h"
 #include "runtime/train/save.h"
 #include "runtime/train/options.h"
+#include "runtime/train/settings.h"
 #include "runtime/train/tokens.h"
 #include "runtime/train/batches.h"
 }
@@ -199,9 +202,9 @@ TEST(TrainBatches, EachStepReadsItsSliceAndItsLabels)
     tr_batches_free(&b);
 }
 
-double lambda(tr_lr_schedule kind, int64_t i, int64_t warmup, int64_t total, double start = 0, double floor = 0)
+double lambda(tp_lr_schedule kind, int64_t i, int64_t warmup, int64_t total, double start = 0, double floor = 0)
 {
-    const tr_lr_shape shape = {kind, warmup, total, start, floor};
+    const tr_lr_shape shape = {kind, warmup, total, start, floor, 0, TP_DECAY_COSINE};
     return tr_lr_lambda(&shape, i);
 }
 
@@ -228,14 +231,14 @@ TEST(TrainLr, CosineAndConstantWithWarmupAsTransformers)
         {30, 0.5 * (1 + std::cos(pi * 26.0 / 16.0)), 1.0},
     };
     for (const Row &r : rows) {
-        EXPECT_NEAR(lambda(TR_LR_COSINE, r.i, 4, 20), r.cosine, 1e-15) << "step " << r.i;
-        EXPECT_NEAR(lambda(TR_LR_CONSTANT, r.i, 4, 20), r.constant, 1e-15) << "step " << r.i;
+        EXPECT_NEAR(lambda(TP_LR_COSINE, r.i, 4, 20), r.cosine, 1e-15) << "step " << r.i;
+        EXPECT_NEAR(lambda(TP_LR_CONSTANT, r.i, 4, 20), r.constant, 1e-15) << "step " << r.i;
     }
-    EXPECT_NEAR(lambda(TR_LR_COSINE, 8, 4, 20), 0.8535533905932737, 1e-15);
+    EXPECT_NEAR(lambda(TP_LR_COSINE, 8, 4, 20), 0.8535533905932737, 1e-15);
     // no warm-up: the first step at the full rate; max(1, N - W) for one step
-    EXPECT_EQ(lambda(TR_LR_COSINE, 0, 0, 10), 1.0);
-    EXPECT_EQ(lambda(TR_LR_COSINE, 0, 0, 1), 1.0);
-    EXPECT_NEAR(lambda(TR_LR_COSINE, 5, 0, 10), 0.5, 1e-15);
+    EXPECT_EQ(lambda(TP_LR_COSINE, 0, 0, 10), 1.0);
+    EXPECT_EQ(lambda(TP_LR_COSINE, 0, 0, 1), 1.0);
+    EXPECT_NEAR(lambda(TP_LR_COSINE, 5, 0, 10), 0.5, 1e-15);
 }
 
 // PyTorch's SequentialLR of LinearLR(start_factor=F, total_iters=W) and
@@ -244,13 +247,13 @@ TEST(TrainLr, CosineAndConstantWithWarmupAsTransformers)
 // TrainRun.MatchesPyTorchsRecipe).
 TEST(TrainLr, WarmupStartFactorAndCosineFloorAsPyTorch)
 {
-    EXPECT_NEAR(lambda(TR_LR_COSINE, 0, 4, 20, 0.1, 0.1), 0.1, 1e-15);
-    EXPECT_NEAR(lambda(TR_LR_COSINE, 2, 4, 20, 0.1, 0.1), 0.55, 1e-15);
-    EXPECT_NEAR(lambda(TR_LR_COSINE, 4, 4, 20, 0.1, 0.1), 1.0, 1e-15);
-    EXPECT_NEAR(lambda(TR_LR_COSINE, 12, 4, 20, 0.1, 0.1), 0.55, 1e-15);
-    EXPECT_NEAR(lambda(TR_LR_COSINE, 20, 4, 20, 0.1, 0.1), 0.1, 1e-15);
-    EXPECT_NEAR(lambda(TR_LR_CONSTANT, 1, 4, 20, 0.1, 0.1), 0.325, 1e-15);   // the floor is the cosine's
-    EXPECT_NEAR(lambda(TR_LR_CONSTANT, 9, 4, 20, 0.1, 0.1), 1.0, 1e-15);
+    EXPECT_NEAR(lambda(TP_LR_COSINE, 0, 4, 20, 0.1, 0.1), 0.1, 1e-15);
+    EXPECT_NEAR(lambda(TP_LR_COSINE, 2, 4, 20, 0.1, 0.1), 0.55, 1e-15);
+    EXPECT_NEAR(lambda(TP_LR_COSINE, 4, 4, 20, 0.1, 0.1), 1.0, 1e-15);
+    EXPECT_NEAR(lambda(TP_LR_COSINE, 12, 4, 20, 0.1, 0.1), 0.55, 1e-15);
+    EXPECT_NEAR(lambda(TP_LR_COSINE, 20, 4, 20, 0.1, 0.1), 0.1, 1e-15);
+    EXPECT_NEAR(lambda(TP_LR_CONSTANT, 1, 4, 20, 0.1, 0.1), 0.325, 1e-15);   // the floor is the cosine's
+    EXPECT_NEAR(lambda(TP_LR_CONSTANT, 9, 4, 20, 0.1, 0.1), 1.0, 1e-15);
 }
 
 // transformers.get_linear_schedule_with_warmup(opt, 4, 20), as its
@@ -261,13 +264,129 @@ TEST(TrainLr, LinearDecayAsTransformers)
     const std::pair<int64_t, double> rows[] = {{0, 0.0},  {2, 0.5},     {4, 1.0},  {8, 0.75},
                                                {12, 0.5}, {19, 0.0625}, {20, 0.0}, {21, 0.0}};
     for (const auto &[i, want] : rows)
-        EXPECT_NEAR(lambda(TR_LR_LINEAR, i, 4, 20), want, 1e-15) << "step " << i;
-    EXPECT_NEAR(lambda(TR_LR_LINEAR, 12, 4, 20, 0.0, 0.2), 0.6, 1e-15);
-    EXPECT_NEAR(lambda(TR_LR_LINEAR, 20, 4, 20, 0.0, 0.2), 0.2, 1e-15);
+        EXPECT_NEAR(lambda(TP_LR_LINEAR, i, 4, 20), want, 1e-15) << "step " << i;
+    EXPECT_NEAR(lambda(TP_LR_LINEAR, 12, 4, 20, 0.0, 0.2), 0.6, 1e-15);
+    EXPECT_NEAR(lambda(TP_LR_LINEAR, 20, 4, 20, 0.0, 0.2), 0.2, 1e-15);
     tr_train_options t = tr_train_defaults();
     char err[200];
     EXPECT_EQ(tr_train_option(&t, "schedule", "linear", err, sizeof err), 0);
-    EXPECT_EQ(t.schedule, TR_LR_LINEAR);
+    EXPECT_EQ(t.schedule, TP_LR_LINEAR);
+}
+
+// Each case of tests/fixtures/train/lr_schedules.json (tools/
+// lr_schedule_fixture.py): the factors transformers' get_wsd_schedule (each
+// decay_type, with and without min_lr_ratio and warm-up) and the
+// schedulers tprun had before applied, step by step, against tprun's
+// rates from the same flags at --lr 1. wsd's warm-up starts from its floor
+// as get_wsd_schedule's does.
+TEST(TrainLr, SchedulesAsTransformers)
+{
+    json_error_t e;
+    json_t *ref = json_load_file((std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/lr_schedules.json").c_str(),
+                                 0, &e);
+    ASSERT_TRUE(ref) << e.text;
+    json_t *cases = json_object_get(ref, "cases"), *c;
+    size_t n, wsd = 0;
+    json_array_foreach(cases, n, c) {
+        tr_train_options flags = tr_train_defaults();
+        char err[300] = "";
+        const char *key;
+        json_t *v;
+        json_object_foreach(c, key, v) {
+            std::string flag = !strcmp(key, "decay_steps") ? "decay-steps" : !strcmp(key, "decay_type") ? "decay-type"
+                               : !strcmp(key, "min_lr") ? "min-lr" : key;
+            char arg[40];
+            if (json_is_string(v))
+                snprintf(arg, sizeof arg, "%s", json_string_value(v));
+            else if (json_is_integer(v))
+                snprintf(arg, sizeof arg, "%lld", (long long)json_integer_value(v));
+            else if (json_is_real(v))
+                snprintf(arg, sizeof arg, "%.17g", json_real_value(v));
+            else
+                continue;   // the factors
+            ASSERT_EQ(tr_train_option(&flags, flag.c_str(), arg, err, sizeof err), 0) << err;
+        }
+        tr_train_options t;
+        const tp_train_values none = {};
+        ASSERT_EQ(tr_train_in_force(&flags, &none, &t, err, sizeof err), 0) << err;
+        wsd += t.schedule == TP_LR_WSD;
+        const tr_lr_shape shape = tr_train_lr_shape(&t);
+        json_t *factors = json_object_get(c, "factors");
+        ASSERT_EQ(json_array_size(factors), size_t(t.steps));
+        for (int64_t i = 0; i < t.steps; i++)
+            EXPECT_NEAR(t.lr * tr_lr_lambda(&shape, i), json_number_value(json_array_get(factors, size_t(i))), 1e-12)
+                << "case " << n << " step " << i;
+    }
+    EXPECT_EQ(json_array_size(cases), 11u);
+    EXPECT_EQ(wsd, 7u);
+    json_decref(ref);
+}
+
+// The plan's train { } settings (the schedule's "train") are the defaults:
+// a flag overrides its own value only (--adam-beta2 leaves the plan's
+// beta1); what contradicts itself is refused naming where each value
+// comes from.
+TEST(TrainSettings, ThePlansAreDefaultsEachFlagOverrides)
+{
+    tp_train_values plan = {};
+    auto give = [&](tp_train_field f, double v) {
+        plan.v[f] = v;
+        plan.given |= 1u << f;
+    };
+    give(TP_TF_LR, 3e-4);
+    give(TP_TF_BETA1, 0.8);
+    give(TP_TF_BETA2, 0.95);
+    give(TP_TF_DECAY_ALL, 1);
+    give(TP_TF_MAX_GRAD_NORM, 0.5);
+    give(TP_TF_SCHEDULE, TP_LR_WSD);
+    give(TP_TF_WARMUP_STEPS, 2);
+    give(TP_TF_MIN_LR, 3e-5);
+    give(TP_TF_DECAY_STEPS, 4);
+    give(TP_TF_DECAY_TYPE, TP_DECAY_1_SQRT);
+    tr_train_options flags = tr_train_defaults(), t;
+    char err[400] = "";
+    for (auto [name, arg] : {std::pair{"steps", "10"}, {"adam-beta2", "0.99"}, {"max-grad-norm", "2"}})
+        ASSERT_EQ(tr_train_option(&flags, name, arg, err, sizeof err), 0) << err;
+    ASSERT_EQ(tr_train_in_force(&flags, &plan, &t, err, sizeof err), 0) << err;
+    EXPECT_EQ(t.lr, 3e-4);
+    EXPECT_EQ(t.adam_beta1, 0.8);
+    EXPECT_EQ(t.adam_beta2, 0.99);
+    EXPECT_EQ(t.adam_epsilon, 1e-8);          // tprun's default
+    EXPECT_TRUE(t.decay_all);
+    EXPECT_EQ(t.max_grad_norm, 2.0);
+    EXPECT_EQ(t.schedule, TP_LR_WSD);
+    EXPECT_EQ(t.warmup, 2);
+    EXPECT_EQ(t.decay_steps, 4);
+    EXPECT_EQ(t.decay_type, TP_DECAY_1_SQRT);
+    EXPECT_NEAR(t.warmup_start_factor, 0.1, 1e-15);   // min_lr_ratio, as get_wsd_schedule warms up
+    ASSERT_EQ(tr_train_option(&flags, "warmup-start-factor", "0", err, sizeof err), 0);
+    ASSERT_EQ(tr_train_in_force(&flags, &plan, &t, err, sizeof err), 0) << err;
+    EXPECT_EQ(t.warmup_start_factor, 0.0);    // given: kept
+
+    struct Bad {
+        std::vector<std::pair<const char *, const char *>> flags;
+        const char *expect;
+    } bad[] = {
+        {{{"lr", "1e-5"}}, "the plan's min_lr 3e-05 is above --lr 1e-05: the schedule decays from the peak rate"},
+        {{{"steps", "5"}}, "the plan's warmup_steps 2 and the plan's decay_steps 4 take more steps than --steps 5"},
+        {{{"decay-steps", "9"}}, "the plan's warmup_steps 2 and --decay-steps 9 take more steps than --steps 10"},
+        {{{"schedule", "cosine"}, {"decay-type", "linear"}},
+         "--decay-type shapes the decay of --schedule wsd (warmup-stable-decay); the schedule in force is cosine"},
+    };
+    for (const Bad &b : bad) {
+        tr_train_options f = flags;
+        for (auto [name, arg] : b.flags)
+            ASSERT_EQ(tr_train_option(&f, name, arg, err, sizeof err), 0) << err;
+        EXPECT_EQ(tr_train_in_force(&f, &plan, &t, err, sizeof err), -1) << b.expect;
+        EXPECT_TRUE(contains(err, b.expect)) << err;
+    }
+    // wsd with no decay steps on the command line or in the plan
+    const tp_train_values none = {};
+    tr_train_options f = tr_train_defaults();
+    ASSERT_EQ(tr_train_option(&f, "schedule", "wsd", err, sizeof err), 0);
+    ASSERT_EQ(tr_train_option(&f, "steps", "10", err, sizeof err), 0);
+    EXPECT_EQ(tr_train_in_force(&f, &none, &t, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "--schedule wsd needs --decay-steps N")) << err;
 }
 
 TEST(TrainOptions, ParsedAndRefused)
@@ -276,7 +395,7 @@ TEST(TrainOptions, ParsedAndRefused)
     EXPECT_EQ(t.lr, 1e-3);
     EXPECT_EQ(t.weight_decay, 0.01);
     EXPECT_EQ(t.max_grad_norm, 1.0);
-    EXPECT_EQ(t.schedule, TR_LR_COSINE);
+    EXPECT_EQ(t.schedule, TP_LR_COSINE);
     // torch.optim.AdamW's and transformers' defaults
     EXPECT_EQ(t.adam_beta1, 0.9);
     EXPECT_EQ(t.adam_beta2, 0.999);
@@ -299,7 +418,7 @@ TEST(TrainOptions, ParsedAndRefused)
     EXPECT_EQ(tr_train_option(&t, "decay-all", nullptr, err, sizeof err), 0);
     EXPECT_EQ(t.steps, 20);
     EXPECT_EQ(t.lr, 3e-4);
-    EXPECT_EQ(t.schedule, TR_LR_CONSTANT);
+    EXPECT_EQ(t.schedule, TP_LR_CONSTANT);
     EXPECT_EQ(t.max_grad_norm, 0.0);
     EXPECT_TRUE(t.decay_all);
     struct Bad {
@@ -320,7 +439,9 @@ TEST(TrainOptions, ParsedAndRefused)
         {"steps", " 5", "not ' 5'"},
         {"steps", "+5", "not '+5'"},
         {"steps", "99999999999999999999", "not '99999999999999999999'"},
-        {"schedule", "exponential", "--schedule takes cosine, constant or linear, not 'exponential'"},
+        {"schedule", "exponential", "--schedule takes cosine, constant, linear or wsd, not 'exponential'"},
+        {"decay-type", "sqrt", "--decay-type takes linear, cosine or 1-sqrt, not 'sqrt'"},
+        {"decay-steps", "-1", "--decay-steps takes a whole number of steps of at least 0, not '-1'"},
         // torch.optim.AdamW raises ValueError for a beta outside [0, 1)
         {"adam-beta1", "1", "--adam-beta1 takes a decimal number from 0 to 1 (excluded), not '1'"},
         {"adam-beta2", "-0.1", "not '-0.1'"},
@@ -404,7 +525,7 @@ TEST(TrainCli, TrainingOptionsNeedATrainingSchedule)
                                 "schedule compiled with tpcc PLAN --train")) << r.describe();
     tpcc_test::Proc bad = tpcc_test::run_program(kTprun, {sched, "--schedule", "exponential"});
     EXPECT_EQ(bad.code(), 2);
-    EXPECT_TRUE(contains(bad.err, "tprun: --schedule takes cosine, constant or linear, not 'exponential'")) << bad.describe();
+    EXPECT_TRUE(contains(bad.err, "tprun: --schedule takes cosine, constant, linear or wsd, not 'exponential'")) << bad.describe();
 }
 
 // --repeat repeats a forward step; training counts its steps with --steps.

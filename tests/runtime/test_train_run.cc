@@ -109,25 +109,14 @@ TEST(TrainRun, MatchesPyTorchStepByStepAtTp1And2)
     json_decref(ref);
 }
 
-// A seed script's recipe (tools/train_fixtures.py, llama-recipe):
-// AdamW(betas=(0.9, 0.99), eps=1e-6, weight_decay=0.1) under PyTorch's
-// SequentialLR of LinearLR(start_factor=0.1) and CosineAnnealingLR(eta_min=
-// 1e-4), five steps at tp 2: the rates PyTorch's schedulers applied, the
-// losses and norms of its steps and its final weights. Before these
-// options tprun could express neither: its weights ended 2.8e-2 apart.
-TEST(TrainRun, MatchesPyTorchsRecipe)
+// A --log-json record against the llama-recipe fixture's train.json:
+// PyTorch's rates, the losses and norms of its steps, and its settings
+// under its names.
+void expect_recipe(const std::string &log)
 {
-    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
-    TempDir d;
-    std::string dir = kFixtures + "llama-recipe/", sched = compile(d, "llama-recipe", 2), log = d.path + "/log.json";
     json_error_t e;
-    json_t *ref = json_load_file((dir + "train.json").c_str(), 0, &e);
+    json_t *ref = json_load_file((kFixtures + "llama-recipe/train.json").c_str(), 0, &e);
     ASSERT_TRUE(ref) << e.text;
-    Proc r = train(sched, 2, {"--weights", dir, "--data", dir + "tokens.npy", "--steps", "5", "--warmup", "2",
-                              "--warmup-start-factor", "0.1", "--min-lr", "1e-4", "--adam-beta1", "0.9",
-                              "--adam-beta2", "0.99", "--adam-epsilon", "1e-6", "--weight-decay", "0.1",
-                              "--log-json", log, "--save", d.path + "/out", "-q"});
-    ASSERT_EQ(r.code(), 0) << r.describe();
     json_t *got = json_load_file(log.c_str(), 0, &e);
     ASSERT_TRUE(got) << e.text;
     json_t *steps = json_object_get(got, "steps"), *want = json_object_get(ref, "steps");
@@ -139,8 +128,6 @@ TEST(TrainRun, MatchesPyTorchsRecipe)
         // CosineAnnealingLR steps its rate recursively, tprun in closed form
         EXPECT_NEAR(num(s, "lr"), num(w, "lr"), 1e-12 * num(w, "lr")) << "step " << i + 1;
     }
-    EXPECT_LT(worst_absolute(read_weights_of(d.path + "/out", sched), read_weights_of(dir + "final.safetensors", sched)),
-              2e-5);
     // --log-json's settings are those of train.json, under its names
     json_t *settings = json_object_get(got, "settings");
     for (const char *key : {"lr", "betas", "eps", "weight_decay", "max_grad_norm", "warmup", "warmup_start_factor",
@@ -150,6 +137,58 @@ TEST(TrainRun, MatchesPyTorchsRecipe)
     EXPECT_TRUE(json_is_false(json_object_get(settings, "decay_all")));
     json_decref(got);
     json_decref(ref);
+}
+
+// A seed script's recipe (tools/train_fixtures.py, llama-recipe):
+// AdamW(betas=(0.9, 0.99), eps=1e-6, weight_decay=0.1) under PyTorch's
+// SequentialLR of LinearLR(start_factor=0.1) and CosineAnnealingLR(eta_min=
+// 1e-4), five steps at tp 2: the rates PyTorch's schedulers applied, the
+// losses and norms of its steps and its final weights. Before these
+// options tprun could express neither: its weights ended 2.8e-2 apart.
+TEST(TrainRun, MatchesPyTorchsRecipe)
+{
+    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
+    TempDir d;
+    std::string dir = kFixtures + "llama-recipe/", sched = compile(d, "llama-recipe", 2), log = d.path + "/log.json";
+    Proc r = train(sched, 2, {"--weights", dir, "--data", dir + "tokens.npy", "--steps", "5", "--warmup", "2",
+                              "--warmup-start-factor", "0.1", "--min-lr", "1e-4", "--adam-beta1", "0.9",
+                              "--adam-beta2", "0.99", "--adam-epsilon", "1e-6", "--weight-decay", "0.1",
+                              "--log-json", log, "--save", d.path + "/out", "-q"});
+    ASSERT_EQ(r.code(), 0) << r.describe();
+    expect_recipe(log);
+    EXPECT_LT(worst_absolute(read_weights_of(d.path + "/out", sched), read_weights_of(dir + "final.safetensors", sched)),
+              2e-5);
+}
+
+// The same recipe written in the plan's train { } block, as the script
+// names it, reaches tprun through the schedule: run with no optimizer or
+// schedule flag, tprun takes PyTorch's steps and records the plan's
+// settings as those in force; a flag still overrides its own value.
+TEST(TrainRun, MatchesPyTorchsRecipeFromThePlan)
+{
+    TempDir d;
+    std::string dir = kFixtures + "llama-recipe/", plan, sched = d.path + "/recipe.sched", log = d.path + "/log.json";
+    tpcc_test::dp_plan(d, plan, "plans/llama-sp.plan",
+                       "lr = 1e-3\n    betas = (0.9, 0.99)\n    eps = 1e-6\n    weight_decay = 0.1\n"
+                       "    schedule = \"cosine\"\n    warmup_steps = 2\n    start_factor = 0.1\n    min_lr = 1e-4");
+    Proc c = compile_dp(plan, 1, 1, 2, sched, true, "fp32", "llama-recipe");
+    ASSERT_EQ(c.code(), 0) << c.describe();
+    EXPECT_TRUE(contains(tpcc_test::slurp(sched), "\"train\": {\"lr\": 0.001, \"betas\": [0.9, 0.99], \"eps\": 1e-06, "
+                                                  "\"weight_decay\": 0.1, \"schedule\": \"cosine\", "
+                                                  "\"warmup_steps\": 2, \"start_factor\": 0.1, \"min_lr\": 0.0001}"))
+        << tpcc_test::slurp(sched);
+    Proc r = train(sched, 1, {"--weights", dir, "--data", dir + "tokens.npy", "--steps", "5", "--log-json", log, "-q"});
+    ASSERT_EQ(r.code(), 0) << r.describe();
+    expect_recipe(log);
+    r = train(sched, 1, {"--weights", dir, "--data", dir + "tokens.npy", "--steps", "5", "--log-json", log, "-q",
+                         "--adam-epsilon", "1e-8", "--min-lr", "0"});
+    ASSERT_EQ(r.code(), 0) << r.describe();
+    json_t *got = json_load_file(log.c_str(), 0, nullptr), *settings = json_object_get(got, "settings");
+    EXPECT_EQ(num(settings, "eps"), 1e-8);
+    EXPECT_EQ(num(settings, "min_lr"), 0.0);
+    EXPECT_EQ(num(settings, "weight_decay"), 0.1);
+    EXPECT_EQ(json_number_value(json_array_get(json_object_get(settings, "betas"), 1)), 0.99);
+    json_decref(got);
 }
 
 // --save after five steps holds torch's final weights; three steps saved
