@@ -35,6 +35,8 @@ const tp_train_key tp_train_keys[] = {
      "warmup-stable-decay's decay length in steps", "num_decay_steps"},
     {"decay_type", TP_TK_WORD, TP_TF_DECAY_TYPE, 0, 0, false, WORDS(tp_lr_decay_names),
      "the shape of warmup-stable-decay's decay", NULL},
+    {"micro_batches", TP_TK_COUNT, TP_TF_MICRO_BATCHES, 1, 1 << 20, false, NULL, 0,
+     "the micro-batches whose gradients one optimizer step sums", "gradient_accumulation_steps"},
 };
 const int tp_train_nkeys = (int)(sizeof tp_train_keys / sizeof *tp_train_keys);
 
@@ -42,7 +44,8 @@ const char *const tp_train_flags[TP_TF_COUNT] = {
     [TP_TF_LR] = "lr", [TP_TF_BETA1] = "adam-beta1", [TP_TF_BETA2] = "adam-beta2", [TP_TF_EPS] = "adam-epsilon",
     [TP_TF_WEIGHT_DECAY] = "weight-decay", [TP_TF_DECAY_ALL] = "decay-all", [TP_TF_MAX_GRAD_NORM] = "max-grad-norm",
     [TP_TF_SCHEDULE] = "schedule", [TP_TF_WARMUP_STEPS] = "warmup", [TP_TF_START_FACTOR] = "warmup-start-factor",
-    [TP_TF_MIN_LR] = "min-lr", [TP_TF_DECAY_STEPS] = "decay-steps", [TP_TF_DECAY_TYPE] = "decay-type"};
+    [TP_TF_MIN_LR] = "min-lr", [TP_TF_DECAY_STEPS] = "decay-steps", [TP_TF_DECAY_TYPE] = "decay-type",
+    [TP_TF_MICRO_BATCHES] = "micro-batches"};
 
 const tp_train_key *tp_train_key_named(const char *name)
 {

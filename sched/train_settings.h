@@ -35,6 +35,7 @@ typedef enum tp_train_field {
     TP_TF_MIN_LR,
     TP_TF_DECAY_STEPS,
     TP_TF_DECAY_TYPE,
+    TP_TF_MICRO_BATCHES,
     TP_TF_COUNT
 } tp_train_field;
 

@@ -10,6 +10,12 @@ PyTorch's losses over masked and padded batches, for tests/fixtures/train/.
                   labelled counts differ a lot, so a mean of the two rows'
                   means (what data-parallel replicas of one row each would
                   average) is another number.
+  llama-accum/    gradient accumulation as transformers' Trainer does it:
+                  the llama-labels model and kind of labels, each step 4
+                  micro-batches of one row, each loss
+                  model(input_ids, labels, num_items_in_batch=N).loss with
+                  N the step's labelled tokens over all 4, backward after
+                  each, one optimizer step: the mean over the step's 4 rows.
   llama-seed003/  seed 003's training loop: torchtitan's Llama layout (a
                   model returning its logits), sequences [BOT] + text +
                   [EOT] padded with [PAD] to seq + 1, x = tokens[:seq],
@@ -50,15 +56,16 @@ from train_fixtures import (BATCH, LLAMA, LR, MAX_GRAD_NORM, SEQ, STEPS, WARMUP,
                             save_pretrained, scheduler)
 
 PAD, BOT, EOT = 0, 1, 2
+ACCUM = 4   # llama-accum's micro-batches per step
 
 
-def fine_tuning_batches(vocab):
+def fine_tuning_batches(vocab, rows_per_step=BATCH):
     """Per row a prompt (labels -100), a response and, in odd rows, right
     padding (PAD ids, labels -100)."""
     gen = np.random.default_rng(5)
-    ids = gen.integers(3, vocab, (STEPS * BATCH, SEQ)).astype(np.int32)
+    ids = gen.integers(3, vocab, (STEPS * rows_per_step, SEQ)).astype(np.int32)
     labels = ids.copy()
-    for r in range(STEPS * BATCH):
+    for r in range(STEPS * rows_per_step):
         prompt = 2 if r % 2 == 0 else 9
         labels[r, :prompt] = -100
         if r % 2:
@@ -81,9 +88,9 @@ def seed003_batches(vocab):
     return np.array(xs, np.int32).reshape(-1), np.array(ys, np.int32).reshape(-1)
 
 
-def step_rows(a, step):
-    n = BATCH * SEQ
-    return torch.from_numpy(a[(step - 1) * n:step * n].astype(np.int64)).reshape(BATCH, SEQ)
+def step_rows(a, step, rows=BATCH):
+    n = rows * SEQ
+    return torch.from_numpy(a[(step - 1) * n:step * n].astype(np.int64)).reshape(rows, SEQ)
 
 
 def hf_loss(model, x, y):
@@ -95,7 +102,21 @@ def seed003_loss(model, x, y):
     return F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1), ignore_index=PAD)
 
 
-def train(model, ids, labels, recipe, loss_fn):
+def accumulated_loss(model, x, y):
+    """One step of ACCUM micro-batches of a row each, as transformers'
+    Trainer accumulates: every micro-batch's summed loss over the step's
+    labelled tokens, backward after each; returns the step's loss (their
+    sum, the mean over the step) detached, the gradients accumulated."""
+    n = int((y[:, 1:] != -100).sum())
+    total = 0.0
+    for m in range(ACCUM):
+        loss = model(input_ids=x[m:m + 1], labels=y[m:m + 1], num_items_in_batch=n).loss
+        loss.backward()
+        total += loss.detach()
+    return total
+
+
+def train(model, ids, labels, recipe, loss_fn, rows=BATCH):
     params = list(model.parameters())
     if recipe["decay_all"]:
         groups = [{"params": params, "weight_decay": recipe["weight_decay"]}]
@@ -107,8 +128,9 @@ def train(model, ids, labels, recipe, loss_fn):
     log = []
     for step in range(1, STEPS + 1):
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model, step_rows(ids, step), step_rows(labels, step))
-        loss.backward()
+        loss = loss_fn(model, step_rows(ids, step, rows), step_rows(labels, step, rows))
+        if loss.requires_grad:   # an accumulated step has run its backwards
+            loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
         lr = sched.get_last_lr()[0]
         opt.step()
@@ -126,6 +148,10 @@ FIXTURES = {
     "llama-labels": {"keys": LLAMA, "batches": fine_tuning_batches, "loss": hf_loss, "ignore_index": -100,
                      "names": "hf", "recipe": {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01,
                                                "start_factor": 0.0, "min_lr": 0.0, "decay_all": False}},
+    "llama-accum": {"keys": LLAMA, "batches": lambda vocab: fine_tuning_batches(vocab, ACCUM),
+                    "loss": accumulated_loss, "ignore_index": -100, "names": "hf", "rows": ACCUM,
+                    "recipe": {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01, "start_factor": 0.0,
+                               "min_lr": 0.0, "decay_all": False}},
     "llama-seed003": {"keys": dict(LLAMA, num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0),
                       "batches": seed003_batches, "loss": seed003_loss, "ignore_index": PAD, "names": "torchtitan",
                       "recipe": {"betas": (0.9, 0.99), "eps": 1e-8, "weight_decay": 0.1, "start_factor": 0.1,
@@ -145,8 +171,9 @@ def make(name, spec, out_root):
     np.save(os.path.join(out, "tokens.npy"), ids)
     np.save(os.path.join(out, "labels.npy"), labels)
     recipe = spec["recipe"]
-    log = train(model, ids, labels, recipe, spec["loss"])
-    settings = {"batch": BATCH, "seq": SEQ, "lr": LR, "betas": list(recipe["betas"]), "eps": recipe["eps"],
+    rows = spec.get("rows", BATCH)
+    log = train(model, ids, labels, recipe, spec["loss"], rows)
+    settings = {"batch": rows, "seq": SEQ, "lr": LR, "betas": list(recipe["betas"]), "eps": recipe["eps"],
                 "weight_decay": recipe["weight_decay"], "max_grad_norm": MAX_GRAD_NORM, "warmup": WARMUP,
                 "schedule": "cosine", "warmup_start_factor": recipe["start_factor"], "min_lr": recipe["min_lr"],
                 "decay_all": recipe["decay_all"], "ignore_index": spec["ignore_index"], "steps": log}

@@ -194,15 +194,17 @@ static int64_t cuda_scratch_bytes(const tp_ir *ir, bool bf16)
  * byte of padding a buffer and the optimizer's two floats of sums; not the
  * CUDA context, cuBLAS's handle or NCCL's own buffers. */
 typedef struct step_memory {
-    int64_t params, grads, optimizer, masters, activations, staging, blas, scratch, zero, workspace, total;
+    int64_t params, grads, optimizer, masters, accumulator, activations, staging, blas, scratch, zero, workspace, total;
 } step_memory;
 
-/* How the data-parallel replicas hold the training state: dp of them,
- * sharding what `shard` says (sched/dp_shard.h). */
-typedef struct dp_layout {
+/* How a training step holds its state: dp data-parallel replicas,
+ * sharding what `shard` says (sched/dp_shard.h), and the micro-batches
+ * whose gradients it sums (the plan's train { micro_batches }). */
+typedef struct train_layout {
     int64_t dp;
     tp_dp_shard shard;
-} dp_layout;
+    int64_t micro_batches;
+} train_layout;
 
 /* The ZeRO paper's name for a sharding mode. */
 static const char *zero_stage(tp_dp_shard m)
@@ -211,9 +213,11 @@ static const char *zero_stage(tp_dp_shard m)
     return names[m];
 }
 
-static dp_layout dp_layout_of(const tp_plan *p)
+static train_layout train_layout_of(const tp_plan *p)
 {
-    return (dp_layout){p->data_parallel, p->data_parallel > 1 ? p->train.shard_mode : TP_DP_SHARD_NONE};
+    const tp_train_values *v = &p->train.values;
+    return (train_layout){p->data_parallel, p->data_parallel > 1 ? p->train.shard_mode : TP_DP_SHARD_NONE,
+                          tp_train_given(v, TP_TF_MICRO_BATCHES) ? (int64_t)v->v[TP_TF_MICRO_BATCHES] : 1};
 }
 
 /* ZeRO's shard region (runtime/train/zero.h): each weight's run over dp,
@@ -232,10 +236,10 @@ static int64_t shard_region_elems(const tp_ir *ir, int64_t dp, int64_t *widest, 
     return n;
 }
 
-static step_memory memory_of(const tp_ir *ir, size_t dsize, dp_layout d)
+static step_memory memory_of(const tp_ir *ir, size_t dsize, train_layout d)
 {
     bool train = training(ir);
-    step_memory m = {weight_region_bytes(ir, dsize), 0, 0, 0, 0, staging_bytes(ir), TP_CUDA_BLAS_WORKSPACE_BYTES,
+    step_memory m = {weight_region_bytes(ir, dsize), 0, 0, 0, 0, 0, staging_bytes(ir), TP_CUDA_BLAS_WORKSPACE_BYTES,
                      cuda_scratch_bytes(ir, dsize == 2), 0, 0, 0};
     if (train) {
         int64_t widest, padded, runs = shard_region_elems(ir, d.dp, &widest, &padded);
@@ -250,6 +254,8 @@ static step_memory memory_of(const tp_ir *ir, size_t dsize, dp_layout d)
             m.params = runs * (int64_t)dsize;
         m.optimizer = 2 * state;
         m.masters = dsize == 4 ? 0 : state;
+        /* gradient accumulation's fp32 sum of the gradient buffers (runtime/train/accum.h) */
+        m.accumulator = d.micro_batches > 1 ? m.grads / (int64_t)dsize * 4 : 0;
         /* ZeRO-1's reduced gradient runs of the padded weights (the others
          * stay in their gradients' place), and its collectives' staging:
          * dp runs of the widest and one more (fp32) */
@@ -258,7 +264,7 @@ static step_memory memory_of(const tp_ir *ir, size_t dsize, dp_layout d)
     /* the gradients live in the arena (outputs.grads), counted once */
     m.activations = ir->arena_bytes - m.grads;
     m.workspace = m.staging + m.blas + m.scratch + m.zero;
-    m.total = m.params + m.grads + m.optimizer + m.masters + m.activations + m.workspace;
+    m.total = m.params + m.grads + m.optimizer + m.masters + m.accumulator + m.activations + m.workspace;
     return m;
 }
 
@@ -431,7 +437,7 @@ typedef struct dp_traffic {
     double bytes[2], sent[2];    /* the logical tensors, and what each rank sends */
 } dp_traffic;
 
-static dp_traffic dp_traffic_of(const tp_ir *ir, size_t ds, dp_layout d)
+static dp_traffic dp_traffic_of(const tp_ir *ir, size_t ds, train_layout d)
 {
     dp_traffic a = {0};
     if (d.dp <= 1)
@@ -465,7 +471,7 @@ static dp_traffic dp_traffic_of(const tp_ir *ir, size_t ds, dp_layout d)
     return a;
 }
 
-static void print_memory(const tp_ir *ir, size_t ds, dp_layout dl, int64_t device_memory, FILE *out)
+static void print_memory(const tp_ir *ir, size_t ds, train_layout dl, int64_t device_memory, FILE *out)
 {
     char a[32], b[32], c[32], d[32];
     bool train = training(ir);
@@ -487,6 +493,9 @@ static void print_memory(const tp_ir *ir, size_t ds, dp_layout dl, int64_t devic
     if (m.masters)
         fprintf(out, "  master weights    %s  (fp32 copies of the parameters, which AdamW updates%s%s)\n",
                 human((double)m.masters, a, sizeof a), m.zero ? "; 1/dp of them, " : "", m.zero ? stage : "");
+    if (m.accumulator)
+        fprintf(out, "  accumulator       %s  (the fp32 sum of the gradients of %lld micro-batches)\n",
+                human((double)m.accumulator, a, sizeof a), (long long)dl.micro_batches);
     fprintf(out, "  activations       %s  (%s)\n", human((double)m.activations, a, sizeof a),
             train ? "the arena less the gradients: what the backward reads" : "the arena");
     fprintf(out, "  workspace         %s  (reshard staging %s; on CUDA, cuBLAS's %s", human((double)m.workspace, a, sizeof a),
@@ -502,7 +511,7 @@ static void print_memory(const tp_ir *ir, size_t ds, dp_layout dl, int64_t devic
     fprintf(out, "\n");
 }
 
-static void print_training(const tp_ir *ir, size_t ds, dp_layout dl, FILE *out)
+static void print_training(const tp_ir *ir, size_t ds, train_layout dl, FILE *out)
 {
     char a[32], b[32];
     fprintf(out, "\ncommunication per phase, bytes each rank sends with ring algorithms\n");
@@ -600,9 +609,9 @@ static void print_text(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
         fprintf(out, "  reference         %s per layer, %s for %d layers: training activations, 16-bit "
                      "(Korthikanti et al., Table 2)\n",
                 human(paper, a, sizeof a), human(paper * opt->nlayers, b, sizeof b), opt->nlayers);
-    print_memory(opt, ds, dp_layout_of(p), device_memory, out);
+    print_memory(opt, ds, train_layout_of(p), device_memory, out);
     if (training(opt))
-        print_training(opt, ds, dp_layout_of(p), out);
+        print_training(opt, ds, train_layout_of(p), out);
 
     fprintf(out, "\ncommunication, %s step, bytes each rank sends with ring algorithms\n",
             training(opt) ? "training" : "forward");
@@ -667,7 +676,7 @@ static json_t *totals_json(const comm_totals *t)
 
 /* The step's memory: "training" holds it with the rest of the training
  * figures, "forward" alone. */
-static json_t *memory_json(const tp_ir *ir, size_t ds, dp_layout dl, int64_t device_memory)
+static json_t *memory_json(const tp_ir *ir, size_t ds, train_layout dl, int64_t device_memory)
 {
     step_memory m = memory_of(ir, ds, dl);
     json_t *o = json_pack("{s:I, s:I, s:I}", "param_bytes", (json_int_t)m.params, "activation_bytes",
@@ -679,6 +688,8 @@ static json_t *memory_json(const tp_ir *ir, size_t ds, dp_layout dl, int64_t dev
     }
     if (m.masters)
         json_object_set_new(o, "master_bytes", json_integer(m.masters));
+    if (m.accumulator)
+        json_object_set_new(o, "accumulator_bytes", json_integer(m.accumulator));
     json_object_set_new(o, "workspace", json_pack("{s:I, s:I, s:I, s:I, s:I}", "bytes", (json_int_t)m.workspace,
                                                   "staging_bytes", (json_int_t)m.staging, "cuda_blas_bytes",
                                                   (json_int_t)m.blas, "cuda_scratch_bytes", (json_int_t)m.scratch,
@@ -690,7 +701,7 @@ static json_t *memory_json(const tp_ir *ir, size_t ds, dp_layout dl, int64_t dev
     return o;
 }
 
-static json_t *training_json(const tp_ir *ir, size_t ds, dp_layout dl, tp_recompute mode, int64_t device_memory)
+static json_t *training_json(const tp_ir *ir, size_t ds, train_layout dl, tp_recompute mode, int64_t device_memory)
 {
     json_t *o = memory_json(ir, ds, dl, device_memory);
     json_object_set_new(o, "dp_shard", json_string(tp_dp_shard_names[dl.shard]));
@@ -748,9 +759,9 @@ static void print_json(const tp_ir *opt, const tp_ir *unopt, const tp_plan *p, c
     json_object_set_new(root, "arena_bytes_O0", json_integer(unopt->arena_bytes));
     json_object_set_new(root, "forward_flops", json_real(phase_flops(opt, TP_PHASE_FORWARD)));
     if (training(opt))
-        json_object_set_new(root, "training", training_json(opt, ds, dp_layout_of(p), p->train.recompute, device_memory));
+        json_object_set_new(root, "training", training_json(opt, ds, train_layout_of(p), p->train.recompute, device_memory));
     else
-        json_object_set_new(root, "forward", memory_json(opt, ds, dp_layout_of(p), device_memory));
+        json_object_set_new(root, "forward", memory_json(opt, ds, train_layout_of(p), device_memory));
     json_object_set_new(root, "paper_activation_bytes_per_layer", json_real(paper_activation_bytes(opt, p)));
     json_t *list = tp_xcheck(json_array());
     for (int i = 0; i < opt->nops; i++) {

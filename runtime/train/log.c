@@ -47,13 +47,14 @@ int tr_log_write_json(const tr_train_log *log, const char *path, char *err, size
         json_array_append_new(steps, step);
     }
     const tr_train_settings *t = &log->settings;
-    json_t *settings = json_pack("{s:o, s:I, s:o, s:s, s:o, s:[o, o], s:o, s:o, s:b, s:o, s:I}",
+    json_t *settings = json_pack("{s:o, s:I, s:o, s:s, s:o, s:[o, o], s:o, s:o, s:b, s:o, s:I, s:I, s:i}",
                                  "lr", number(t->lr), "warmup", (json_int_t)t->warmup,
                                  "warmup_start_factor", number(t->warmup_start_factor), "schedule", t->schedule,
                                  "min_lr", number(t->min_lr), "betas", number(t->beta1), number(t->beta2),
                                  "eps", number(t->eps), "weight_decay", number(t->weight_decay),
                                  "decay_all", t->decay_all, "max_grad_norm", number(t->max_grad_norm),
-                                 "steps", (json_int_t)t->steps);
+                                 "steps", (json_int_t)t->steps, "micro_batches", (json_int_t)t->micro_batches,
+                                 "ignore_index", (int)t->ignore_index);
     if (settings && t->decay_type) {
         json_object_set_new(settings, "decay_steps", json_integer(t->decay_steps));
         json_object_set_new(settings, "decay_type", json_string(t->decay_type));

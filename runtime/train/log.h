@@ -5,8 +5,9 @@
  *   {"settings": {"lr": .., "schedule": "cosine", ..},
  *    "steps": [{"step": 1, "loss": .., "lr": .., "grad_norm": .., "seconds": ..}, ...]}
  * where "settings" are the optimizer's and the schedule's, as the run
- * applied them (tr_train_settings); "decay_steps" and "decay_type" with
- * schedule "wsd" only.
+ * applied them (tr_train_settings), with the micro-batches per step and
+ * the ignore index; "decay_steps" and "decay_type" with schedule "wsd"
+ * only.
  * A step whose update --on-nonfinite skip dropped ends its line with
  * "skipped (not finite)" and carries "skipped": true in the record. */
 #ifndef TPRUN_TRAIN_LOG_H
@@ -29,6 +30,8 @@ typedef struct tr_train_settings {
     int64_t warmup, steps, decay_steps;
     const char *schedule;  /* tp_lr_schedule_names' */
     const char *decay_type;  /* wsd's (tp_lr_decay_names'), with decay_steps; NULL: another schedule's */
+    int64_t micro_batches;   /* runs per optimizer step (accum.h) */
+    int32_t ignore_index;    /* the label value the loss skips (labels.h) */
     bool decay_all;
 } tr_train_settings;
 

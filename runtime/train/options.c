@@ -9,9 +9,10 @@
 
 tr_train_options tr_train_defaults(void)
 {
-    return (tr_train_options){.lr = 1e-3, .schedule = TP_LR_COSINE, .decay_type = TP_DECAY_COSINE, .adam_beta1 = 0.9, .adam_beta2 = 0.999,
-                              .adam_epsilon = 1e-8, .weight_decay = 0.01, .max_grad_norm = 1.0,
-                              .save_keep = 1, .max_shard_bytes = TR_SAVE_SHARD_BYTES, .micro_batches = 1};
+    return (tr_train_options){.lr = 1e-3, .schedule = TP_LR_COSINE, .decay_type = TP_DECAY_COSINE,
+                              .adam_beta1 = 0.9, .adam_beta2 = 0.999, .adam_epsilon = 1e-8, .weight_decay = 0.01,
+                              .max_grad_norm = 1.0, .save_keep = 1, .max_shard_bytes = TR_SAVE_SHARD_BYTES,
+                              .micro_batches = 1};
 }
 
 static int number(const char *name, const char *arg, double *out, char *err, size_t errlen)

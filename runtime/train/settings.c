@@ -76,6 +76,8 @@ int tr_train_in_force(const tr_train_options *flags, const tp_train_values *plan
         t.decay_steps = (int64_t)v[TP_TF_DECAY_STEPS];
     if (from_plan(flags, plan, TP_TF_DECAY_TYPE))
         t.decay_type = (tp_lr_decay)v[TP_TF_DECAY_TYPE];
+    if (from_plan(flags, plan, TP_TF_MICRO_BATCHES))
+        t.micro_batches = (int64_t)v[TP_TF_MICRO_BATCHES];
     t.given = flags->given | plan->given;
     if (t.schedule == TP_LR_WSD && !(t.given >> TP_TF_START_FACTOR & 1u))
         t.warmup_start_factor = t.lr > 0 ? t.min_lr / t.lr : 0;   /* min_lr_ratio: get_wsd_schedule's warm-up */

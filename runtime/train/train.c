@@ -82,8 +82,9 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
     tr->per_step = tr_buf_elems(ids);
     const int64_t seq = ids->rank > 1 ? ids->shape[ids->rank - 1] : tr->per_step;
     const tr_batch_shape shape = {.batch = tr->per_step / seq, .seq = seq, .replicas = tr->dp->world,
-                                  .micro_batches = (int)tr->t->micro_batches, .steps = tr->t->steps, .label_shift = tr->s->labels >= 0 ? tr->s->label_shift : 1,
-                                  .vocab = vocab, .ignore_index = tr->o->ignore_index};
+                                  .micro_batches = (int)tr->t->micro_batches, .steps = tr->t->steps,
+                                  .label_shift = tr->s->labels >= 0 ? tr->s->label_shift : 1, .vocab = vocab,
+                                  .ignore_index = tr->o->ignore_index};
     if (tr->s->labels < 0 && tr->o->labels)
         return tp_error(err, errlen, "--labels: %s has no labels to take (its loss, tpcc --loss sum, reads none)",
                         tr->o->schedule);
@@ -268,7 +269,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     if (!rc && tr.sharded)
         rc = tr_zero_init(&tr.zero, x, tr.dp, err, errlen);
     if (!rc)
-        rc = tr_accum_init(&tr.accum, x, (int)o->train.micro_batches, err, errlen);
+        rc = tr_accum_init(&tr.accum, x, (int)tr.t->micro_batches, err, errlen);
     if (!rc)
         rc = tr_optim_init(&tr.optim, x, tr.sharded ? &tr.zero : NULL, masters, err, errlen);
     if (!rc && o->train.resume)
@@ -279,7 +280,8 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         .beta2 = t->adam_beta2, .eps = t->adam_epsilon, .weight_decay = t->weight_decay,
         .max_grad_norm = t->max_grad_norm, .warmup = t->warmup, .steps = t->steps,
         .schedule = tp_lr_schedule_names[t->schedule], .decay_all = t->decay_all,
-        .decay_steps = t->decay_steps, .decay_type = t->schedule == TP_LR_WSD ? tp_lr_decay_names[t->decay_type] : NULL};
+        .decay_steps = t->decay_steps, .decay_type = t->schedule == TP_LR_WSD ? tp_lr_decay_names[t->decay_type] : NULL,
+        .micro_batches = t->micro_batches, .ignore_index = o->ignore_index};
     int64_t first = tr.optim.step;
     tr_profile *profiles = NULL;   /* kept when op times are wanted */
     int kept = 0;
@@ -299,7 +301,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         }
         tr_log_add(&tr.log, &r);
         if (rank0 && !o->quiet)
-            tr_log_print(stdout, tty, &r, o->train.steps, tr.per_step * tr.dp->world * o->train.micro_batches);
+            tr_log_print(stdout, tty, &r, o->train.steps, tr.per_step * tr.dp->world * tr.t->micro_batches);
         /* --save-every: a long run loses at most N steps; the last is saved below */
         if (saves && o->train.save_every && r.step % o->train.save_every == 0 && r.step < o->train.steps)
             rc = tr_save(&tr.optim, &tr.layouts, &spec, err, errlen);

@@ -326,6 +326,38 @@ TEST(TrainReport, Bf16CountsTheFp32MasterWeights)
     EXPECT_TRUE(contains(tpcc_test::run_program(kTpcc, text).out, "master weights"));
 }
 
+// train { micro_batches = 4 }: tprun sums the micro-batches' gradients in
+// an fp32 accumulator the size of the gradients (runtime/train/accum.h),
+// which the report counts in the total; one micro-batch has none.
+TEST(TrainReport, MicroBatchesAddAnFp32GradientAccumulator)
+{
+    TempDir d;
+    std::string text = tpcc_test::slurp(source_path("plans/llama-megatron.plan"));
+    tpcc_test::replace_once(text, "model \"../models/", "model \"" + std::string(TPCC_SOURCE_DIR) + "/models/");
+    const std::string accum = d.write("accum.plan", text + "\ntrain {\n    micro_batches = 4\n}\n");
+    std::map<std::string, json_int_t> one, four;
+    for (auto [plan, bytes] : {std::pair{source_path("plans/llama-megatron.plan"), &one}, std::pair{accum, &four}}) {
+        std::vector<std::string> args = tiny(2);
+        args.insert(args.begin(), {plan, "--train", "--report", "--report-format=json", "--dtype", "bf16"});
+        Proc p = tpcc_test::run_program(kTpcc, args);
+        ASSERT_EQ(p.code(), 0) << p.err;
+        json_t *root = json_loads(p.out.c_str(), 0, nullptr);
+        ASSERT_NE(root, nullptr) << p.out;
+        const char *key;
+        json_t *value;
+        json_object_foreach(json_object_get(root, "training"), key, value)
+            if (json_is_integer(value))
+                (*bytes)[key] = json_integer_value(value);
+        json_decref(root);
+    }
+    EXPECT_EQ(one.count("accumulator_bytes"), 0u);
+    EXPECT_EQ(four["accumulator_bytes"], four["grad_bytes"] * 2);   // fp32 sums of bf16 gradients
+    EXPECT_EQ(four["total_bytes"], one["total_bytes"] + four["accumulator_bytes"]);
+    std::vector<std::string> args = tiny(2);
+    args.insert(args.begin(), {accum, "--train", "--report"});
+    EXPECT_TRUE(contains(tpcc_test::run_program(kTpcc, args).out, "the fp32 sum of the gradients of 4 micro-batches"));
+}
+
 // --report --train: memory per rank (weights, gradients, AdamW's moments,
 // activations, the workspace: the staging of the largest collective,
 // cuBLAS's and the CUDA kernels' scratch), backward FLOPs, communication

@@ -106,6 +106,42 @@ TEST(TrainLabels, FineTuningMatchesTransformersAtEveryDegree)
     }
 }
 
+// Gradient accumulation as transformers' Trainer does it: each step 4
+// micro-batches of a row, each loss the sum over the step's labelled tokens
+// (num_items_in_batch), one optimizer step. tprun's 4 runs of a batch-1
+// schedule at tp 1 (--micro-batches 4), at tp 2 from the plan's
+// train { micro_batches = 4 }, and 2 replicas x 2 micro-batches at tp 2.
+TEST(TrainLabels, GradientAccumulationMatchesTransformers)
+{
+    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
+    TempDir d;
+    const std::string dir = kFixtures + "llama-accum/";
+    std::string with_key, plain;
+    ASSERT_NO_FATAL_FAILURE(tpcc_test::dp_plan(d, with_key, "plans/llama-sp.plan", "micro_batches = 4"));
+    ASSERT_NO_FATAL_FAILURE(tpcc_test::dp_plan(d, plain));
+    struct Run { std::string plan; int dp, tp; std::vector<std::string> flags; };
+    const std::vector<Run> runs = {{plain, 1, 1, {"--micro-batches", "4"}}, {with_key, 1, 2, {}},
+                                   {plain, 2, 2, {"--micro-batches", "2"}}};
+    for (size_t k = 0; k < runs.size(); k++) {
+        const Run &r = runs[k];
+        const std::string what = "dp " + std::to_string(r.dp) + " tp " + std::to_string(r.tp),
+                          sched = d.path + "/accum" + std::to_string(k) + ".sched",
+                          log = d.path + "/log" + std::to_string(k) + ".json", out = d.path + "/out" + std::to_string(k);
+        Proc c = tpcc_test::compile_dp(r.plan, r.dp, r.tp, 1, sched, true, "fp32", "llama-accum");
+        ASSERT_EQ(c.code(), 0) << c.describe();
+        std::vector<std::string> args = {"--weights", dir, "--data", dir + "tokens.npy", "--labels", dir + "labels.npy",
+                                         "--steps", "5", "--warmup", "2", "--log-json", log, "--save", out, "-q"};
+        args.insert(args.end(), r.flags.begin(), r.flags.end());
+        Proc t = tprun(r.dp * r.tp, sched, args);
+        ASSERT_EQ(t.code(), 0) << what << "\n" << t.describe();
+        expect_fixture_steps(dir, log, out, sched, what);
+        json_t *got = json_load_file(log.c_str(), 0, nullptr);
+        EXPECT_EQ(json_integer_value(json_object_get(json_object_get(got, "settings"), "micro_batches")),
+                  4 / r.dp) << what;
+        json_decref(got);
+    }
+}
+
 // Seed 003's loop: torchtitan's Llama returning its logits (tpcc --loss
 // cross_entropy, a loss that does not shift), x and y cut from padded
 // [BOT] text [EOT] sequences, ignore_index=PAD, AdamW(betas=(0.9, 0.99),

@@ -463,6 +463,38 @@ TEST_P(GradKernels, SumSquares)
     }
 }
 
+// Gradient accumulation over 3 micro-batches: the fp32 sum in their order,
+// rounded once to the storage type at the last (the CPU backend's the same
+// in fp32); a bf16 sum rounded at every add would differ.
+TEST_P(GradKernels, AccumulateGradSumsInFp32AndRoundsOnce)
+{
+    const int64_t n = 1000;
+    std::vector<Vec> g;
+    for (unsigned k = 0; k < 3; k++)
+        g.push_back(as_stored(random_vec((size_t)n, 110 + k), t()));
+    Vec sum(n), cpu_acc(n), cpu_g;
+    for (int64_t i = 0; i < n; i++)
+        sum[i] = (g[0][i] + g[1][i]) + g[2][i];
+    DevOf<float> acc((size_t)n);
+    Dev dg(t(), g[0]);
+    tp_k_accumulate_grad(nullptr, t(), acc.ptr(), dg.ptr(), n, TP_ACCUM_FIRST);
+    for (unsigned k = 1; k < 3; k++) {
+        Dev next(t(), g[k]);
+        tp_k_accumulate_grad(nullptr, t(), acc.ptr(), next.ptr(), n, k < 2 ? TP_ACCUM_ADD : TP_ACCUM_LAST);
+        if (k == 2)
+            expect_equal(next.download(), as_stored(sum, t()), label(t(), "accumulate_grad"));
+    }
+    if (t() == TP_KERNEL_F32) {   // the CPU backend, the reference
+        cpu_g = g[0];
+        ref().accumulate_grad(cpu_acc.data(), cpu_g.data(), n, TP_ACCUM_FIRST);
+        cpu_g = g[1];
+        ref().accumulate_grad(cpu_acc.data(), cpu_g.data(), n, TP_ACCUM_ADD);
+        cpu_g = g[2];
+        ref().accumulate_grad(cpu_acc.data(), cpu_g.data(), n, TP_ACCUM_LAST);
+        expect_equal(cpu_g, sum, "cpu accumulate_grad");
+    }
+}
+
 // ---- determinism: fixed reduction orders, so the schedule (the seed)
 // must not change a bit
 
