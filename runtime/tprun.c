@@ -91,7 +91,12 @@ static const char usage[] =
     "                       on, as llm.c's loader; --labels FILE gives them instead); with D\n"
     "                       data-parallel replicas, the next D x batch x seq, a slice each, and\n"
     "                       the gradients averaged over the replicas (--backend cpu)\n"
-    "  --steps N            optimizer steps to take\n"
+    "  --steps N            optimizer steps to take (default with --epochs: all its steps)\n"
+    "  --epochs E           passes over the data the run may make (default 1); each epoch takes\n"
+    "                       the whole steps its samples (rows of seq tokens) hold\n"
+    "  --shuffle-seed S     each epoch visits the samples in a permutation drawn from S and the\n"
+    "                       epoch (default: the stream's order); a resumed run sees the samples\n"
+    "                       the run it resumes would have seen\n"
     "  --micro-batches M    gradient accumulation: M runs of the schedule's batch per step, their\n"
     "                       gradients summed in fp32 before one optimizer step (default 1)\n"
     "  --lr LR              peak learning rate (default 1e-3)\n"
@@ -193,7 +198,8 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         {"comm", required_argument, 0, OPT_COMM},
         {"repeat", required_argument, 0, OPT_REPEAT},
         {"data", required_argument, 0, OPT_TRAIN}, {"steps", required_argument, 0, OPT_TRAIN},
-        {"micro-batches", required_argument, 0, OPT_TRAIN},
+        {"micro-batches", required_argument, 0, OPT_TRAIN}, {"epochs", required_argument, 0, OPT_TRAIN},
+        {"shuffle-seed", required_argument, 0, OPT_TRAIN},
         {"lr", required_argument, 0, OPT_TRAIN}, {"warmup", required_argument, 0, OPT_TRAIN},
         {"schedule", required_argument, 0, OPT_TRAIN}, {"weight-decay", required_argument, 0, OPT_TRAIN},
         {"decay-all", no_argument, 0, OPT_TRAIN}, {"max-grad-norm", required_argument, 0, OPT_TRAIN},

@@ -12,7 +12,7 @@ tr_train_options tr_train_defaults(void)
     return (tr_train_options){.lr = 1e-3, .schedule = TP_LR_COSINE, .decay_type = TP_DECAY_COSINE,
                               .adam_beta1 = 0.9, .adam_beta2 = 0.999, .adam_epsilon = 1e-8, .weight_decay = 0.01,
                               .max_grad_norm = 1.0, .save_keep = 1, .max_shard_bytes = TR_SAVE_SHARD_BYTES,
-                              .micro_batches = 1};
+                              .micro_batches = 1, .epochs = 1};
 }
 
 static int number(const char *name, const char *arg, double *out, char *err, size_t errlen)
@@ -81,6 +81,19 @@ int tr_train_option(tr_train_options *t, const char *name, const char *arg, char
         t->decay_all = true;
     else if (!strcmp(name, "steps"))
         return count(name, arg, 1, &t->steps, err, errlen);
+    else if (!strcmp(name, "epochs")) {
+        if (tp_parse_int(arg, 1, INT32_MAX, &t->epochs))
+            return tp_error(err, errlen, "--epochs takes a number of passes over the data of at least 1, not '%s'",
+                            arg);
+    }
+    else if (!strcmp(name, "shuffle-seed")) {
+        int64_t seed;
+        if (tp_parse_int(arg, 0, INT64_MAX, &seed))
+            return tp_error(err, errlen, "--shuffle-seed takes a whole number from 0 to %lld, not '%s'",
+                            (long long)INT64_MAX, arg);
+        t->shuffle = true;
+        t->shuffle_seed = (uint64_t)seed;
+    }
     else if (!strcmp(name, "micro-batches")) {
         if (tp_parse_int(arg, 1, 1 << 20, &t->micro_batches))
             return tp_error(err, errlen, "--micro-batches takes a number of micro-batches per step from 1 to %d, not "

@@ -12,6 +12,9 @@ typedef struct tr_train_options {
     const char *data;            /* --data: the token stream */
     int64_t steps;               /* --steps: 0 when not training */
     int64_t micro_batches;       /* --micro-batches: schedule runs per optimizer step (accum.h) */
+    int64_t epochs;              /* --epochs: passes over the data (batches.h); with no --steps, all their steps */
+    bool shuffle;                /* --shuffle-seed given */
+    uint64_t shuffle_seed;
     double lr;                   /* peak learning rate */
     int64_t warmup;
     tp_lr_schedule schedule;
@@ -41,7 +44,7 @@ typedef struct tr_train_options {
 tr_train_options tr_train_defaults(void);
 
 /* One training option of tprun's command line, by its long name ("data",
- * "steps", "micro-batches", "lr", "warmup", "warmup-start-factor", "min-lr", "schedule", "decay-steps", "decay-type",
+ * "steps", "epochs", "shuffle-seed", "micro-batches", "lr", "warmup", "warmup-start-factor", "min-lr", "schedule", "decay-steps", "decay-type",
  * "adam-beta1", "adam-beta2", "adam-epsilon", "weight-decay", "decay-all",
  * "max-grad-norm", "log-json", "grads-out", "save", "save-every", "save-keep", "max-shard-size", "resume",
  * "on-nonfinite"), with its

@@ -37,7 +37,7 @@ static int check(const tr_train_options *flags, const tp_train_values *plan, con
     if (wsd && !(t->given >> TP_TF_DECAY_STEPS & 1u))
         return tp_error(err, errlen, "--schedule wsd needs --decay-steps N, the last steps, which decay to --min-lr "
                         "(get_wsd_schedule's num_decay_steps), or decay_steps in the plan's train { }");
-    if (wsd && t->warmup + t->decay_steps > t->steps)
+    if (wsd && t->steps && t->warmup + t->decay_steps > t->steps)   /* steps 0: --epochs, counted later */
         return tp_error(err, errlen, "%s %lld and %s %lld take more steps than --steps %lld: the rate would decay "
                         "before it has warmed up", origin(flags, plan, TP_TF_WARMUP_STEPS, a, sizeof a),
                         (long long)t->warmup, origin(flags, plan, TP_TF_DECAY_STEPS, b, sizeof b),

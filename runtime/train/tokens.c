@@ -126,18 +126,3 @@ void tr_tokens_free(tr_tokens *t)
     t->ids = NULL;
     t->count = 0;
 }
-
-int tr_tokens_require(const tr_tokens *t, const char *path, int64_t per_step, const char *per_step_is, int64_t steps,
-                      int64_t extra, char *err, size_t errlen)
-{
-    int64_t usable = t->count > extra ? t->count - extra : 0, holds = per_step > 0 ? usable / per_step : 0;
-    if (holds >= steps)
-        return 0;
-    char more[120] = "";
-    if (extra)
-        snprintf(more, sizeof more, " and %" PRId64 " token%s after them (the labels are the stream one token "
-                 "further on)", extra, extra == 1 ? "" : "s");
-    return tp_error(err, errlen, "%s: its %" PRId64 " tokens hold %" PRId64 " step%s of %" PRId64 " (%s)%s, "
-                    "--steps asks for %" PRId64 "; pass more data or fewer steps", path, t->count, holds,
-                    holds == 1 ? "" : "s", per_step, per_step_is, more, steps);
-}

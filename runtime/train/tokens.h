@@ -39,14 +39,6 @@ int tr_tokens_read(tr_tokens *t, const char *path, char *err, size_t errlen);
 int tr_tokens_open(tr_tokens *t, const char *path, int64_t vocab, char *err, size_t errlen);
 void tr_tokens_free(tr_tokens *t);
 
-/* 0 when the stream holds `steps` steps of `per_step` tokens each (what
- * they are, e.g. "2 data-parallel replicas x 16 of batch x seq", in
- * `per_step_is`) and `extra` tokens after them (the last step's next
- * token, for labels read one further on), else -1 with a message saying
- * how many it holds. */
-int tr_tokens_require(const tr_tokens *t, const char *path, int64_t per_step, const char *per_step_is, int64_t steps,
-                      int64_t extra, char *err, size_t errlen);
-
 #ifdef __cplusplus
 }
 #endif

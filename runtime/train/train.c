@@ -83,6 +83,8 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
     const int64_t seq = ids->rank > 1 ? ids->shape[ids->rank - 1] : tr->per_step;
     const tr_batch_shape shape = {.batch = tr->per_step / seq, .seq = seq, .replicas = tr->dp->world,
                                   .micro_batches = (int)tr->t->micro_batches, .steps = tr->t->steps,
+                                  .epochs = tr->t->epochs, .shuffle = tr->t->shuffle,
+                                  .shuffle_seed = tr->t->shuffle_seed,
                                   .label_shift = tr->s->labels >= 0 ? tr->s->label_shift : 1, .vocab = vocab,
                                   .ignore_index = tr->o->ignore_index};
     if (tr->s->labels < 0 && tr->o->labels)
@@ -263,6 +265,11 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         rc = check_setup(&tr, err, errlen);
     if (!rc)
         rc = open_data(&tr, vocab, err, errlen);
+    if (!rc && !o->train.steps) {   /* --epochs: every step they hold, now counted */
+        tr_train_options flags = o->train;
+        flags.steps = tr.batches.steps;
+        rc = tr_train_in_force(&flags, &x->s->train, &tr.in_force, err, errlen);
+    }
     if (!rc && (o->train.grads_out || o->train.save))
         rc = tr_layouts_load(&tr.layouts, o->schedule, comm, err, errlen);
     tr.sharded = x->s->dp_shard != TP_DP_SHARD_NONE;
@@ -286,11 +293,11 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     tr_profile *profiles = NULL;   /* kept when op times are wanted */
     int kept = 0;
     *nsteps = 0;
-    const tr_save_spec spec = {.dir = tr.save_dir, .config = tr.config, .max_steps = o->train.steps,
+    const tr_save_spec spec = {.dir = tr.save_dir, .config = tr.config, .max_steps = tr.t->steps,
                                .lr = t->lr, .shard_bytes = o->train.max_shard_bytes, .keep = o->train.save_keep,
                                .resume = o->train.resume};
     bool saves = o->train.save && (tr.sharded || tr.dp->rank == 0);   /* replicated: replica 0 has it all */
-    for (int64_t i = first; !rc && i < o->train.steps; i++) {
+    for (int64_t i = first; !rc && i < tr.t->steps; i++) {
         tr_step_record r;
         rc = step(&tr, i, i == first, &r, err, errlen);
         if (rc)
@@ -301,9 +308,9 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         }
         tr_log_add(&tr.log, &r);
         if (rank0 && !o->quiet)
-            tr_log_print(stdout, tty, &r, o->train.steps, tr.per_step * tr.dp->world * tr.t->micro_batches);
+            tr_log_print(stdout, tty, &r, tr.t->steps, tr.per_step * tr.dp->world * tr.t->micro_batches);
         /* --save-every: a long run loses at most N steps; the last is saved below */
-        if (saves && o->train.save_every && r.step % o->train.save_every == 0 && r.step < o->train.steps)
+        if (saves && o->train.save_every && r.step % o->train.save_every == 0 && r.step < tr.t->steps)
             rc = tr_save(&tr.optim, &tr.layouts, &spec, err, errlen);
     }
     if (!rc && saves)

@@ -171,6 +171,52 @@ TEST(TrainLabels, Seed003LoopMatchesPyTorch)
     }
 }
 
+// Shuffled epochs: two passes over the llama fixture's 10 samples (5 steps
+// each) in orders drawn from the seed; stopped after step 3 and resumed,
+// the run sees the same samples and ends with the same weights, bit for
+// bit, as the run that never stopped; --epochs alone takes every step.
+TEST(TrainData, ShuffledEpochsResumeWhereTheyStopped)
+{
+    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
+    TempDir d;
+    const std::string dir = kFixtures + "llama/";
+    const std::string sched = compile(d, {std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan", "--hf-config",
+                                          dir + "config.json", "-D", "vocab_multiple=1", "-D", "tp=2", "-D", "seq=16",
+                                          "-D", "batch=2"}, "tp2");
+    // a constant rate: a run of 3 steps takes the first 3 of a run of 7
+    const std::vector<std::string> common = {"--data", dir + "tokens.npy", "--epochs", "2", "--shuffle-seed", "11",
+                                             "--schedule", "constant", "-q"};
+    auto run = [&](std::vector<std::string> extra) {
+        extra.insert(extra.end(), common.begin(), common.end());
+        return tprun(2, sched, extra);
+    };
+    Proc whole = run({"--weights", dir, "--steps", "7", "--save", d.path + "/whole", "--log-json", d.path + "/w.json"});
+    ASSERT_EQ(whole.code(), 0) << whole.describe();
+    Proc part = run({"--weights", dir, "--steps", "3", "--save", d.path + "/part"});
+    ASSERT_EQ(part.code(), 0) << part.describe();
+    Proc rest = run({"--resume", d.path + "/part", "--steps", "7", "--save", d.path + "/rest", "--log-json",
+                     d.path + "/r.json"});
+    ASSERT_EQ(rest.code(), 0) << rest.describe();
+    EXPECT_TRUE(tpcc_test::slurp(d.path + "/whole/model.safetensors") ==
+                tpcc_test::slurp(d.path + "/rest/model.safetensors"));
+    const std::vector<double> w = tpcc_test::logged_losses(d.path + "/w.json"),
+                              r = tpcc_test::logged_losses(d.path + "/r.json");
+    ASSERT_EQ(w.size(), 7u);
+    ASSERT_EQ(r.size(), 4u);
+    for (size_t i = 0; i < 4; i++)
+        EXPECT_EQ(r[i], w[3 + i]) << "step " << 4 + i;
+    // another seed reads other samples: other losses
+    Proc other = tprun(2, sched, {"--weights", dir, "--data", dir + "tokens.npy", "--epochs", "2", "--shuffle-seed",
+                                  "12", "--steps", "7", "--log-json", d.path + "/o.json", "-q"});
+    ASSERT_EQ(other.code(), 0) << other.describe();
+    EXPECT_NE(tpcc_test::logged_losses(d.path + "/o.json"), w);
+    // --epochs without --steps: every step of the two epochs
+    Proc all = tprun(2, sched, {"--weights", dir, "--data", dir + "tokens.npy", "--epochs", "2", "--log-json",
+                                d.path + "/a.json", "-q"});
+    ASSERT_EQ(all.code(), 0) << all.describe();
+    EXPECT_EQ(tpcc_test::logged_losses(d.path + "/a.json").size(), 10u);
+}
+
 // Labels that cannot be scored are refused before the first step, with the
 // file, the position or step and the fix.
 TEST(TrainLabels, BadLabelsAreRefusedBeforeTraining)

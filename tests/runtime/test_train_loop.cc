@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -125,22 +126,6 @@ TEST(TrainTokens, EveryFaultIsAnErrorNamingTheFile)
     EXPECT_TRUE(contains(missing.err, "cannot open")) << missing.err;
 }
 
-TEST(TrainTokens, AStreamTooShortSaysHowManyStepsItHolds)
-{
-    tr_tokens t = {};
-    std::vector<int32_t> ids(100, 1);
-    t.ids = ids.data();
-    t.count = 100;
-    char err[400] = "";
-    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 32, "batch x seq", 3, 0, err, sizeof err), 0);
-    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 32, "batch x seq", 4, 0, err, sizeof err), -1);
-    EXPECT_TRUE(contains(err, "c.bin: its 100 tokens hold 3 steps of 32 (batch x seq), --steps asks for 4")) << err;
-    // 96 tokens and the one after them: 3 steps still; 5 more would need 97
-    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 32, "batch x seq", 3, 4, err, sizeof err), 0);
-    EXPECT_EQ(tr_tokens_require(&t, "c.bin", 32, "batch x seq", 3, 5, err, sizeof err), -1);
-    EXPECT_TRUE(contains(err, "c.bin: its 100 tokens hold 2 steps of 32 (batch x seq) and 5 tokens after them")) << err;
-}
-
 // What each step reads (batches.h): the stream in order, replica d of step
 // i at (i·D + d)·B·S; labels one token further on for a loss that does not
 // shift (llm.c's y = buf[1:]), the input ids themselves for one that does,
@@ -160,14 +145,15 @@ TEST(TrainBatches, EachStepReadsItsSliceAndItsLabels)
     const std::string data = file("ids.npy", ids), labels = file("labels.npy", lab);
     char err[600] = "";
     // 2 steps of 2 replicas x [2, 3], the labels the next tokens
-    tr_batch_shape shape = {.batch = 2, .seq = 3, .replicas = 2, .micro_batches = 1, .steps = 2, .label_shift = 0,
-                            .vocab = 7, .ignore_index = 6};
+    tr_batch_shape shape = {.batch = 2, .seq = 3, .replicas = 2, .micro_batches = 1, .steps = 2, .epochs = 1,
+                            .shuffle = false, .shuffle_seed = 0, .label_shift = 0, .vocab = 7, .ignore_index = 6};
     tr_batches b;
     ASSERT_EQ(tr_batches_open(&b, &shape, data.c_str(), nullptr, err, sizeof err), 0) << err;
     for (int64_t i = 0; i < 2; i++)
         for (int r = 0; r < 2; r++) {
             const int64_t at = (i * 2 + r) * 6;
-            EXPECT_EQ(tr_batches_ids(&b, i, 0, r), b.data.ids + at);
+            const int32_t *x = tr_batches_ids(&b, i, 0, r);
+            EXPECT_EQ(std::vector<int32_t>(x, x + 6), std::vector<int32_t>(ids.begin() + at, ids.begin() + at + 6));
             const int32_t *y = tr_batches_labels(&b, i, 0, r);
             for (int k = 0; k < 6; k++)    // ids[at + k + 1], the ignore index 6 as -100
                 EXPECT_EQ(y[k], ids[at + k + 1] == 6 ? -100 : ids[at + k + 1]) << i << " " << r << " " << k;
@@ -179,7 +165,7 @@ TEST(TrainBatches, EachStepReadsItsSliceAndItsLabels)
     std::vector<int32_t> short_ids(ids.begin(), ids.end() - 1);
     const std::string cut = file("cut.npy", short_ids);
     EXPECT_EQ(tr_batches_open(&b, &shape, cut.c_str(), nullptr, err, sizeof err), -1);
-    EXPECT_TRUE(contains(err, "hold 1 step of 12 (2 data-parallel replicas x 6 of batch x seq) and 1 token after them "
+    EXPECT_TRUE(contains(err, "hold 1 step of 12 (2 data-parallel replicas x 6 of batch x seq) and a token after them "
                               "(the labels are the stream one token further on), --steps asks for 2")) << err;
     tr_batches_free(&b);
     // a loss that shifts: the ids are the labels, in place; the divisor
@@ -200,6 +186,45 @@ TEST(TrainBatches, EachStepReadsItsSliceAndItsLabels)
     for (int k = 0; k < 6; k++)
         EXPECT_EQ(y[k], lab[6 + k] == 99 ? -100 : lab[6 + k]) << k;
     tr_batches_free(&b);
+}
+
+// Samples (rows of seq tokens) in epochs: without a seed each epoch reads
+// the stream's order again; with one, each epoch a permutation drawn from
+// the seed and the epoch, every sample once, the same for the same seed,
+// another for another epoch; steps 0 asks for every step the epochs hold
+// (whole steps: the odd sample is left, as drop_last).
+TEST(TrainBatches, EpochsVisitEverySampleOnceInASeededOrder)
+{
+    tpcc_test::TempDir d;
+    std::vector<int32_t> ids(9 * 4);            // 9 samples of 4, sample k all k
+    for (size_t i = 0; i < ids.size(); i++)
+        ids[i] = int32_t(i / 4);
+    const std::string data = d.write("ids.npy", npy("<i4", raw(ids), "(36,)"));
+    char err[600] = "";
+    auto samples_of = [&](bool shuffle, uint64_t seed, int64_t epochs) {
+        tr_batch_shape shape = {.batch = 2, .seq = 4, .replicas = 1, .micro_batches = 1, .steps = 0,
+                                .epochs = epochs, .shuffle = shuffle, .shuffle_seed = seed, .label_shift = 1,
+                                .vocab = 9, .ignore_index = -100};
+        tr_batches b;
+        std::vector<int> seen;
+        EXPECT_EQ(tr_batches_open(&b, &shape, data.c_str(), nullptr, err, sizeof err), 0) << err;
+        EXPECT_EQ(b.steps, 4 * epochs);         // 9 samples: 4 steps of 2 an epoch
+        for (int64_t i = 0; i < b.steps; i++) {
+            const int32_t *x = tr_batches_ids(&b, i, 0, 0);
+            seen.push_back(x[0]);
+            seen.push_back(x[4]);
+        }
+        tr_batches_free(&b);
+        return seen;
+    };
+    EXPECT_EQ(samples_of(false, 0, 2), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7}));
+    const std::vector<int> a = samples_of(true, 7, 2), again = samples_of(true, 7, 2), other = samples_of(true, 8, 2);
+    EXPECT_EQ(a, again);
+    EXPECT_NE(a, other);
+    const std::vector<int> first(a.begin(), a.begin() + 8), second(a.begin() + 8, a.end());
+    EXPECT_NE(first, second);
+    for (const std::vector<int> &epoch : {first, second})
+        EXPECT_EQ(std::set<int>(epoch.begin(), epoch.end()).size(), 8u);   // 8 of the 9, none twice
 }
 
 double lambda(tp_lr_schedule kind, int64_t i, int64_t warmup, int64_t total, double start = 0, double floor = 0)
