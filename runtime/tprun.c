@@ -97,6 +97,10 @@ static const char usage[] =
     "  --shuffle-seed S     each epoch visits the samples in a permutation drawn from S and the\n"
     "                       epoch (default: the stream's order); a resumed run sees the samples\n"
     "                       the run it resumes would have seen\n"
+    "  --eval-data FILE     a validation stream (as --data): its loss and perplexity, the\n"
+    "                       weights not updated, after every --eval-every N steps and the last\n"
+    "  --eval-labels FILE   its labels, as --labels for --data\n"
+    "  --eval-every N       steps between evaluations (default: the last step only)\n"
     "  --micro-batches M    gradient accumulation: M runs of the schedule's batch per step, their\n"
     "                       gradients summed in fp32 before one optimizer step (default 1)\n"
     "  --lr LR              peak learning rate (default 1e-3)\n"
@@ -199,7 +203,8 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         {"repeat", required_argument, 0, OPT_REPEAT},
         {"data", required_argument, 0, OPT_TRAIN}, {"steps", required_argument, 0, OPT_TRAIN},
         {"micro-batches", required_argument, 0, OPT_TRAIN}, {"epochs", required_argument, 0, OPT_TRAIN},
-        {"shuffle-seed", required_argument, 0, OPT_TRAIN},
+        {"shuffle-seed", required_argument, 0, OPT_TRAIN}, {"eval-data", required_argument, 0, OPT_TRAIN},
+        {"eval-labels", required_argument, 0, OPT_TRAIN}, {"eval-every", required_argument, 0, OPT_TRAIN},
         {"lr", required_argument, 0, OPT_TRAIN}, {"warmup", required_argument, 0, OPT_TRAIN},
         {"schedule", required_argument, 0, OPT_TRAIN}, {"weight-decay", required_argument, 0, OPT_TRAIN},
         {"decay-all", no_argument, 0, OPT_TRAIN}, {"max-grad-norm", required_argument, 0, OPT_TRAIN},

@@ -35,8 +35,9 @@ Each directory holds model.safetensors (the initial weights), tokens.npy
 (int32 input ids, step i's [BATCH, SEQ] at (i-1)*BATCH*SEQ), labels.npy
 (int32, the same length: llama-labels' aligned with the ids, -100 ignored;
 llama-seed003's the next tokens, PAD ignored) and train.json (train_fixtures.py's
-keys, and "ignore_index"); llama-labels also config.json and
-final.safetensors (the weights after STEPS steps).
+keys, and "ignore_index"); llama-labels also config.json, final.safetensors (the weights after STEPS
+steps) and eval.json (the initial weights' loss over the whole stream: the
+validation loss --eval-data gives before any update).
 
 Needs torch, transformers, safetensors and numpy; CI never runs it:
   python3 tools/label_fixtures.py [OUT_DIR [NAME...]]
@@ -145,7 +146,7 @@ def torchtitan_state(model):
 
 
 FIXTURES = {
-    "llama-labels": {"keys": LLAMA, "batches": fine_tuning_batches, "loss": hf_loss, "ignore_index": -100,
+    "llama-labels": {"keys": LLAMA, "batches": fine_tuning_batches, "loss": hf_loss, "ignore_index": -100, "eval": True,
                      "names": "hf", "recipe": {"betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01,
                                                "start_factor": 0.0, "min_lr": 0.0, "decay_all": False}},
     "llama-accum": {"keys": LLAMA, "batches": lambda vocab: fine_tuning_batches(vocab, ACCUM),
@@ -170,6 +171,14 @@ def make(name, spec, out_root):
     ids, labels = spec["batches"](spec["keys"]["vocab_size"])
     np.save(os.path.join(out, "tokens.npy"), ids)
     np.save(os.path.join(out, "labels.npy"), labels)
+    if spec.get("eval"):
+        # the validation loss of the initial weights over the whole stream
+        with torch.no_grad():
+            whole = model(input_ids=torch.from_numpy(ids.astype(np.int64)).reshape(-1, SEQ),
+                          labels=torch.from_numpy(labels.astype(np.int64)).reshape(-1, SEQ)).loss.item()
+        with open(os.path.join(out, "eval.json"), "w") as f:
+            json.dump({"loss": whole}, f, indent=2)
+            f.write("\n")
     recipe = spec["recipe"]
     rows = spec.get("rows", BATCH)
     log = train(model, ids, labels, recipe, spec["loss"], rows)

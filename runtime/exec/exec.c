@@ -603,10 +603,15 @@ static int (*const exec_of[TP_OP_COUNT])(tr_exec *x, const tr_op *op, char *err,
 
 int tr_exec_run(tr_exec *x, char *err, size_t errlen)
 {
+    return tr_exec_run_ops(x, x->s->nops, err, errlen);
+}
+
+int tr_exec_run_ops(tr_exec *x, int nops, char *err, size_t errlen)
+{
     const tr_schedule *s = x->s;
     const tp_backend *be = x->be;
     double t0 = now_seconds();
-    for (int i = 0; i < s->nops; i++) {
+    for (int i = 0; i < nops; i++) {
         const tr_op *op = &s->ops[i];
         char why[400], name[600];
         double start = now_seconds();

@@ -83,5 +83,8 @@ float *tr_exec_weight(const tr_exec *x, int w);
 /* Run every op once. On failure the message names the rank, the op, its
  * module and plan entry. */
 int tr_exec_run(tr_exec *x, char *err, size_t errlen);
+/* The first nops ops of the schedule only (a training schedule's forward:
+ * the ops up to the one that writes the loss). */
+int tr_exec_run_ops(tr_exec *x, int nops, char *err, size_t errlen);
 
 #endif /* TPRUN_EXEC_H */

@@ -28,7 +28,11 @@ void tr_log_print(FILE *f, bool tty, const tr_step_record *r, int64_t total, int
     fprintf(f, "%sstep %lld/%lld  loss %.4f  lr %.2e  grad_norm %.3f  %.0f tok/s  %.1f ms%s%s", tty ? "\r" : "",
             (long long)r->step, (long long)total, r->loss, r->lr, r->grad_norm,
             r->seconds > 0 ? (double)tokens / r->seconds : 0, r->seconds * 1e3,
-            r->skipped ? "  skipped (not finite)" : "", tty && r->step < total && !r->skipped ? "\033[K" : "\n");
+            r->skipped ? "  skipped (not finite)" : "",
+            tty && r->step < total && !r->skipped && !r->evaluated ? "\033[K" : "\n");
+    if (r->evaluated)
+        fprintf(f, "eval after step %lld: loss %.4f  perplexity %.2f\n", (long long)r->step, r->eval_loss,
+                exp(r->eval_loss));
     fflush(f);
 }
 
@@ -44,6 +48,10 @@ int tr_log_write_json(const tr_train_log *log, const char *path, char *err, size
                                  "lr", number(r->lr), "grad_norm", number(r->grad_norm), "seconds", number(r->seconds));
         if (step && r->skipped)
             json_object_set_new(step, "skipped", json_true());
+        if (step && r->evaluated) {
+            json_object_set_new(step, "eval_loss", number(r->eval_loss));
+            json_object_set_new(step, "eval_perplexity", number(exp(r->eval_loss)));
+        }
         json_array_append_new(steps, step);
     }
     const tr_train_settings *t = &log->settings;

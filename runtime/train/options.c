@@ -63,6 +63,12 @@ int tr_train_option(tr_train_options *t, const char *name, const char *arg, char
         t->given |= 1u << field;
     if (!strcmp(name, "data"))
         t->data = arg;
+    else if (!strcmp(name, "eval-data"))
+        t->eval_data = arg;
+    else if (!strcmp(name, "eval-labels"))
+        t->eval_labels = arg;
+    else if (!strcmp(name, "eval-every"))
+        return count(name, arg, 1, &t->eval_every, err, errlen);
     else if (!strcmp(name, "log-json"))
         t->log_json = arg;
     else if (!strcmp(name, "grads-out"))

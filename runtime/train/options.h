@@ -29,6 +29,8 @@ typedef struct tr_train_options {
     uint32_t given;              /* bit f (sched/train_settings.h's fields): set on the command line, which
                                     overrides the schedule's train { } value (runtime/train/settings.h) */
     const char *log_json, *grads_out;
+    const char *eval_data, *eval_labels;   /* --eval-data, --eval-labels: the validation streams (eval.h) */
+    int64_t eval_every;          /* --eval-every N: the validation loss after every N-th step and the last */
     const char *save, *resume;   /* Hugging Face checkpoint directories (save.h) */
     int64_t save_every;          /* --save-every N: DIR replaced after every N-th step too; 0: at the end only */
     int64_t save_keep;           /* --save-keep K: DIR and the K - 1 checkpoints before it (DIR.step-S) */
@@ -44,7 +46,7 @@ typedef struct tr_train_options {
 tr_train_options tr_train_defaults(void);
 
 /* One training option of tprun's command line, by its long name ("data",
- * "steps", "epochs", "shuffle-seed", "micro-batches", "lr", "warmup", "warmup-start-factor", "min-lr", "schedule", "decay-steps", "decay-type",
+ * "eval-data", "eval-labels", "eval-every", "steps", "epochs", "shuffle-seed", "micro-batches", "lr", "warmup", "warmup-start-factor", "min-lr", "schedule", "decay-steps", "decay-type",
  * "adam-beta1", "adam-beta2", "adam-epsilon", "weight-decay", "decay-all",
  * "max-grad-norm", "log-json", "grads-out", "save", "save-every", "save-keep", "max-shard-size", "resume",
  * "on-nonfinite"), with its

@@ -10,6 +10,7 @@
 #include "runtime/train/accum.h"
 #include "runtime/train/batches.h"
 #include "runtime/train/dp.h"
+#include "runtime/train/eval.h"
 #include "runtime/train/gather.h"
 #include "runtime/train/log.h"
 #include "runtime/train/optim.h"
@@ -29,6 +30,7 @@ typedef struct trainer {
     const tr_schedule *s;
     tr_batches batches;        /* what each step reads (--data, --labels) */
     tr_accum accum;            /* --micro-batches: their gradients' sum */
+    tr_eval eval;              /* --eval-data */
     int64_t per_step;          /* tokens per step and replica: B·S */
     tr_optim optim;
     tr_zero zero;              /* the optimizer state's runs over dp (ZeRO-1) */
@@ -87,9 +89,13 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
                                   .shuffle_seed = tr->t->shuffle_seed,
                                   .label_shift = tr->s->labels >= 0 ? tr->s->label_shift : 1, .vocab = vocab,
                                   .ignore_index = tr->o->ignore_index};
-    if (tr->s->labels < 0 && tr->o->labels)
-        return tp_error(err, errlen, "--labels: %s has no labels to take (its loss, tpcc --loss sum, reads none)",
-                        tr->o->schedule);
+    if (tr->s->labels < 0 && (tr->o->labels || tr->t->eval_data))
+        return tp_error(err, errlen, "%s: %s has no labels to take (its loss, tpcc --loss sum, reads none)",
+                        tr->o->labels ? "--labels" : "--eval-data", tr->o->schedule);
+    if ((tr->t->eval_every || tr->t->eval_labels) && !tr->t->eval_data)
+        return tp_error(err, errlen, "--eval-every and --eval-labels go with --eval-data FILE, the validation stream");
+    if (tr->t->eval_data && tr_eval_open(&tr->eval, tr->s, &shape, tr->t->eval_data, tr->t->eval_labels, err, errlen))
+        return -1;
     return tr_batches_open(&tr->batches, &shape, tr->t->data, tr->o->labels, err, errlen);
 }
 
@@ -306,6 +312,11 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
             profiles = tp_xgrow(profiles, *nsteps, &kept, sizeof *profiles, 16);
             profiles[(*nsteps)++] = x->profile;
         }
+        const int64_t every = o->train.eval_every;
+        if (o->train.eval_data && ((every && r.step % every == 0) || r.step == tr.t->steps)) {
+            r.evaluated = true;
+            rc = tr_eval_loss(&tr.eval, x, tr.dp, tr.optim.sum, &r.eval_loss, err, errlen);
+        }
         tr_log_add(&tr.log, &r);
         if (rank0 && !o->quiet)
             tr_log_print(stdout, tty, &r, tr.t->steps, tr.per_step * tr.dp->world * tr.t->micro_batches);
@@ -326,6 +337,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     tr_layouts_free(&tr.layouts);
     tr_batches_free(&tr.batches);
     tr_accum_free(&tr.accum);
+    tr_eval_free(&tr.eval);
     tr_save_unlock(tr.save_lock);
     free(tr.save_dir);
     free(tr.config);

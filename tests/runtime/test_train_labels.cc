@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -215,6 +216,62 @@ TEST(TrainData, ShuffledEpochsResumeWhereTheyStopped)
                                 d.path + "/a.json", "-q"});
     ASSERT_EQ(all.code(), 0) << all.describe();
     EXPECT_EQ(tpcc_test::logged_losses(d.path + "/a.json").size(), 10u);
+}
+
+// --eval-data: the validation loss of the weights as they stand, over
+// every whole batch of the stream, after every --eval-every steps and the
+// last, and its perplexity. Evaluating changes no step (the same losses as
+// without), and a stream that is the training data itself gives, before
+// any update, the first step's loss (here after step 0: a zero rate).
+TEST(TrainData, EvaluationReportsTheValidationLoss)
+{
+    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
+    TempDir d;
+    const std::string dir = kFixtures + "llama-labels/";
+    std::string dp;
+    ASSERT_NO_FATAL_FAILURE(tpcc_test::dp_plan(d, dp));
+    const std::string sched = d.path + "/dp2.sched";
+    Proc c = tpcc_test::compile_dp(dp, 2, 1, 1, sched, true, "fp32", "llama-labels");
+    ASSERT_EQ(c.code(), 0) << c.describe();
+    const std::vector<std::string> common = {"--weights", dir, "--data", dir + "tokens.npy", "--labels",
+                                             dir + "labels.npy", "--steps", "3", "--warmup", "2"};
+    auto run = [&](const std::string &log, std::vector<std::string> extra) {
+        extra.insert(extra.end(), common.begin(), common.end());
+        extra.insert(extra.end(), {"--log-json", log});
+        return tprun(2, sched, extra);
+    };
+    Proc plain = run(d.path + "/plain.json", {"-q"});
+    ASSERT_EQ(plain.code(), 0) << plain.describe();
+    Proc with = run(d.path + "/eval.json", {"--eval-data", dir + "tokens.npy", "--eval-labels", dir + "labels.npy",
+                                            "--eval-every", "2"});
+    ASSERT_EQ(with.code(), 0) << with.describe();
+    EXPECT_TRUE(contains(with.out, "eval after step 2: loss ")) << with.out;
+    EXPECT_TRUE(contains(with.out, "eval after step 3: loss ")) << with.out;
+    EXPECT_FALSE(contains(with.out, "eval after step 1")) << with.out;
+    EXPECT_EQ(tpcc_test::logged_losses(d.path + "/eval.json"), tpcc_test::logged_losses(d.path + "/plain.json"));
+    json_t *log = json_load_file((d.path + "/eval.json").c_str(), 0, nullptr);
+    ASSERT_TRUE(log);
+    json_t *steps = json_object_get(log, "steps");
+    EXPECT_FALSE(json_object_get(json_array_get(steps, 0), "eval_loss"));
+    const double loss = num(json_array_get(steps, 1), "eval_loss");
+    EXPECT_NEAR(num(json_array_get(steps, 1), "eval_perplexity"), std::exp(loss), 1e-9 * std::exp(loss));
+    json_decref(log);
+    // the whole stream (5 batches of 2 rows) before any update: the mean over
+    // all its labelled tokens, which the first step's loss is for its batch;
+    // a zero rate keeps the weights, so it equals transformers' loss there
+    Proc zero = run(d.path + "/zero.json", {"--eval-data", dir + "tokens.npy", "--eval-labels", dir + "labels.npy",
+                                            "--eval-every", "1", "--lr", "0", "-q"});
+    ASSERT_EQ(zero.code(), 0) << zero.describe();
+    json_t *z = json_load_file((d.path + "/zero.json").c_str(), 0, nullptr);
+    ASSERT_TRUE(z);
+    const double e1 = num(json_array_get(json_object_get(z, "steps"), 0), "eval_loss"),
+                 e3 = num(json_array_get(json_object_get(z, "steps"), 2), "eval_loss");
+    EXPECT_EQ(e1, e3);   // nothing moved
+    json_decref(z);
+    json_t *ref = json_load_file((dir + "eval.json").c_str(), 0, nullptr);
+    ASSERT_TRUE(ref);
+    EXPECT_NEAR(e1, num(ref, "loss"), 1e-5 * num(ref, "loss"));
+    json_decref(ref);
 }
 
 // Labels that cannot be scored are refused before the first step, with the

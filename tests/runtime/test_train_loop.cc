@@ -579,7 +579,7 @@ TEST(TrainLog, ProgressLineOnATerminalALinePerStepElsewhere)
         FILE *f = open_memstream(&buf, &len);
         ASSERT_TRUE(f);
         for (int64_t step = 1; step <= 2; step++) {
-            tr_step_record r = {step, 5.25, 1e-3, 0.5, 0.25, false};
+            tr_step_record r = {step, 5.25, 1e-3, 0.5, 0.25, false, false, 0.0};
             tr_log_print(f, tty, &r, 2, 1000);
         }
         ASSERT_EQ(fclose(f), 0);
@@ -601,7 +601,7 @@ TEST(TrainLog, ASkippedStepSaysSoOnALineOfItsOwn)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     ASSERT_TRUE(f);
-    tr_step_record r = {1, NAN, 1e-3, NAN, 0.25, true};
+    tr_step_record r = {1, NAN, 1e-3, NAN, 0.25, true, false, 0.0};
     tr_log_print(f, true, &r, 2, 1000);
     ASSERT_EQ(fclose(f), 0);
     EXPECT_EQ(std::string(buf, len),

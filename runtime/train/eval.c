@@ -1,0 +1,50 @@
+/* eval.c: see eval.h. */
+#include "runtime/train/eval.h"
+#include "runtime/train/dp.h"
+#include "util/errmsg.h"
+
+int tr_eval_open(tr_eval *e, const tr_schedule *s, const tr_batch_shape *shape, const char *path,
+                 const char *labels_path, char *err, size_t errlen)
+{
+    *e = (tr_eval){0};
+    tr_batch_shape once = *shape;
+    once.steps = 0;            /* every whole batch */
+    once.epochs = 1;
+    once.micro_batches = 1;
+    once.shuffle = false;
+    char why[1000];
+    if (tr_batches_open(&e->batches, &once, path, labels_path, why, sizeof why))
+        return tp_error(err, errlen, "--eval-data: %s", why);
+    for (int64_t i = 0; i < e->batches.steps; i++)
+        e->labelled += e->batches.labelled[i];
+    for (int i = 0; i < s->nops; i++)
+        if (s->ops[i].out == s->loss)
+            e->forward_ops = i + 1;
+    return 0;
+}
+
+void tr_eval_free(tr_eval *e)
+{
+    tr_batches_free(&e->batches);
+}
+
+int tr_eval_loss(tr_eval *e, tr_exec *x, tp_comm *dp, float *scratch, double *loss, char *err, size_t errlen)
+{
+    const tr_schedule *s = x->s;
+    const double divisor = (double)e->labelled / (double)dp->world;
+    float total = 0.0f;
+    for (int64_t i = 0; i < e->batches.steps; i++) {
+        tr_exec_write_buf(x, s->input_ids, tr_batches_ids(&e->batches, i, 0, dp->rank));
+        tr_exec_write_buf(x, s->labels, tr_batches_labels(&e->batches, i, 0, dp->rank));
+        x->loss_divisor = divisor;
+        if (tr_exec_run_ops(x, e->forward_ops, err, errlen))
+            return -1;
+        float part;
+        tr_exec_read_buf(x, s->loss, &part);
+        total += part;
+    }
+    if (tr_dp_mean(dp, x, scratch, &total, err, errlen))
+        return -1;
+    *loss = total;
+    return 0;
+}
