@@ -1,0 +1,224 @@
+#!/usr/bin/env python3
+"""Text to tprun's training files, through the model's own tokenizer.
+
+    python3 tools/prepare_data.py --tokenizer tokenizer.json --config config.json \\
+        INPUT... -o OUT [--seq N (--pack | --pad)] [--val-fraction F] [--seed S]
+
+INPUT is a text file (documents separated by blank lines), a JSONL file
+(one document an object: "text", or "prompt" and "completion"), or a
+Hugging Face dataset directory (datasets.load_from_disk; its "text"
+column). Each document is encoded with the tokenizer (tokenizers'
+tokenizer.json, as transformers' fast tokenizers save it) without its
+special tokens, and framed with the model's bos_token_id and eos_token_id
+from config.json where it has them.
+
+Layouts:
+  --pack (default)  the documents end to end, one stream (llm.c's and
+                    torchtitan's pretraining data): OUT.train.npy; the loss
+                    shifts the ids themselves
+  --pad             one row of --seq tokens a document (seed 003's padded
+                    batches): truncated, or padded with the tokenizer's pad
+                    token (config pad_token_id, else the eos); labels beside
+                    the ids (OUT.train.labels.npy) with -100 over the
+                    padding, for tprun --labels
+A JSONL document with "prompt" and "completion" (fine-tuning) also gets
+-100 over its prompt's labels, in either layout (packed: a labels stream
+beside the ids).
+
+--val-fraction F (default 0.1) holds out that fraction of the documents,
+drawn with --seed, as OUT.val.npy (and OUT.val.labels.npy) for tprun
+--eval-data (--eval-labels). Every id is checked against config.json's
+vocab_size: a tokenizer made for another model is an error, before any
+file is written. Output arrays are int32 .npy, 1-D.
+
+Needs numpy, and the tokenizers package (and datasets for a dataset
+directory) from PyPI; like llm.c's data scripts, nothing else in tpcc
+needs them. The layout functions take any encode callable: tests run them
+without tokenizers (tests/tools/test_prepare_data.py).
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+IGNORE = -100
+
+
+class DataError(Exception):
+    """Input that cannot become training data: what, where, how to fix."""
+
+
+def read_documents(path, load_dataset_dir=None):
+    """[(prompt or None, text)] of a .txt, a .jsonl or a dataset directory."""
+    if os.path.isdir(path):
+        if load_dataset_dir is None:
+            raise DataError(f"{path}: a dataset directory needs the datasets package (pip install datasets)")
+        return [(None, t) for t in load_dataset_dir(path)]
+    with open(path, encoding="utf-8") as f:
+        raw = f.read()
+    if not path.endswith(".jsonl"):
+        return [(None, d.strip()) for d in raw.split("\n\n") if d.strip()]
+    docs = []
+    for n, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{n}: not JSON ({e.msg}); a JSONL file has one object a line") from None
+        if isinstance(obj, dict) and isinstance(obj.get("text"), str):
+            docs.append((None, obj["text"]))
+        elif isinstance(obj, dict) and isinstance(obj.get("prompt"), str) and isinstance(obj.get("completion"), str):
+            docs.append((obj["prompt"], obj["completion"]))
+        else:
+            raise DataError(f"{path}:{n}: an object needs a \"text\" string, or \"prompt\" and \"completion\" strings")
+    return docs
+
+
+class Framing:
+    """What a document's ids are framed with: the model's special tokens."""
+
+    def __init__(self, config, vocab_size_of_tokenizer):
+        self.vocab = config.get("vocab_size")
+        if not isinstance(self.vocab, int) or self.vocab <= 0:
+            raise DataError("config.json has no vocab_size: pass the model's own config.json")
+        if vocab_size_of_tokenizer > self.vocab:
+            raise DataError(f"the tokenizer has {vocab_size_of_tokenizer} tokens and the model's vocab_size is "
+                            f"{self.vocab}: the tokenizer is not this model's; pass its own tokenizer.json")
+        self.bos = config.get("bos_token_id")
+        self.eos = config.get("eos_token_id")
+        if isinstance(self.eos, list):   # Llama 3's several end tokens: the first ends a document
+            self.eos = self.eos[0]
+        pad = config.get("pad_token_id")
+        self.pad = pad if isinstance(pad, int) else self.eos
+
+    def frame(self, ids):
+        return ([self.bos] if self.bos is not None else []) + list(ids) + ([self.eos] if self.eos is not None else [])
+
+
+def encode_document(encode, framing, prompt, text):
+    """(ids, labels): the document framed, labels -100 over a prompt."""
+    if prompt is None:
+        ids = framing.frame(encode(text))
+        return ids, list(ids)
+    p, c = encode(prompt), encode(text)
+    ids = framing.frame(p + c)
+    start = 1 if framing.bos is not None else 0
+    labels = list(ids)
+    for i in range(start + len(p)):
+        labels[i] = IGNORE
+    return ids, labels
+
+
+def check_ids(ids, framing, where):
+    bad = [i for i in ids if not 0 <= i < framing.vocab]
+    if bad:
+        raise DataError(f"{where}: token id {bad[0]} is outside the model's vocabulary [0, {framing.vocab}): the "
+                        f"tokenizer is not this model's")
+
+
+def pack(docs):
+    """One stream of every document end to end, and its labels."""
+    ids = [i for d, _ in docs for i in d]
+    labels = [l for _, ls in docs for l in ls]
+    return np.array(ids, np.int32), np.array(labels, np.int32)
+
+
+def pad(docs, seq, pad_id):
+    """A row of seq tokens a document, truncated or padded (labels -100 over
+    the padding)."""
+    if pad_id is None:
+        raise DataError("--pad needs a pad token: config.json has neither pad_token_id nor eos_token_id")
+    rows, labels = [], []
+    for ids, ls in docs:
+        ids, ls = ids[:seq], ls[:seq]
+        rows.append(ids + [pad_id] * (seq - len(ids)))
+        labels.append(ls + [IGNORE] * (seq - len(ls)))
+    return np.array(rows, np.int32).reshape(-1), np.array(labels, np.int32).reshape(-1)
+
+
+def split(n, fraction, seed):
+    """The held-out documents' indices, drawn with seed; at least one of
+    two or more when fraction > 0."""
+    if not 0 <= fraction < 1:
+        raise DataError(f"--val-fraction {fraction} is not in [0, 1)")
+    k = int(round(n * fraction))
+    if fraction > 0 and n > 1:
+        k = max(k, 1)
+    return set(np.random.default_rng(seed).permutation(n)[:k].tolist())
+
+
+def prepare(documents, encode, framing, layout, seq, fraction, seed):
+    """{"train": (ids, labels or None), "val": ...}: labels where the layout
+    or a prompt needs them."""
+    encoded = []
+    for n, (prompt, text) in enumerate(documents):
+        ids, labels = encode_document(encode, framing, prompt, text)
+        check_ids(ids, framing, f"document {n + 1}")
+        encoded.append((ids, labels))
+    held = split(len(encoded), fraction, seed)
+    needs_labels = layout == "pad" or any(p is not None for p, _ in documents)
+    out = {}
+    for name, docs in (("train", [d for i, d in enumerate(encoded) if i not in held]),
+                       ("val", [d for i, d in enumerate(encoded) if i in held])):
+        if not docs:
+            continue
+        ids, labels = pad(docs, seq, framing.pad) if layout == "pad" else pack(docs)
+        out[name] = (ids, labels if needs_labels else None)
+    if "train" not in out:
+        raise DataError("no document is left to train on: lower --val-fraction or give more documents")
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("inputs", nargs="+", help="text, JSONL or dataset-directory inputs")
+    ap.add_argument("--tokenizer", required=True, help="the model's tokenizer.json")
+    ap.add_argument("--config", required=True, help="the model's config.json (vocab_size, bos/eos/pad token ids)")
+    ap.add_argument("-o", "--out", required=True, help="output prefix: OUT.train.npy, OUT.val.npy, ...")
+    layout = ap.add_mutually_exclusive_group()
+    layout.add_argument("--pack", dest="layout", action="store_const", const="pack", help="one stream (default)")
+    layout.add_argument("--pad", dest="layout", action="store_const", const="pad", help="a row of --seq a document")
+    ap.add_argument("--seq", type=int, help="with --pad: the row length, the schedule's seq")
+    ap.add_argument("--val-fraction", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    layout = args.layout or "pack"
+    if layout == "pad" and (args.seq is None or args.seq < 2):
+        ap.error("--pad needs --seq N (N >= 2), the schedule's sequence length")
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        sys.exit("prepare_data.py: needs the tokenizers package: pip install tokenizers")
+    try:
+        with open(args.config, encoding="utf-8") as f:
+            config = json.load(f)
+        tok = Tokenizer.from_file(args.tokenizer)
+        framing = Framing(config, tok.get_vocab_size())
+
+        def load_dataset_dir(path):
+            try:
+                import datasets
+            except ImportError:
+                raise DataError(f"{path}: a dataset directory needs the datasets package (pip install datasets)")
+            ds = datasets.load_from_disk(path)
+            if "text" not in ds.column_names:
+                raise DataError(f"{path}: the dataset has no \"text\" column (it has {ds.column_names})")
+            return list(ds["text"])
+
+        documents = [d for path in args.inputs for d in read_documents(path, load_dataset_dir)]
+        out = prepare(documents, lambda t: tok.encode(t, add_special_tokens=False).ids, framing, layout, args.seq,
+                      args.val_fraction, args.seed)
+    except (DataError, OSError, json.JSONDecodeError) as e:
+        sys.exit(f"prepare_data.py: {e}")
+    for name, (ids, labels) in out.items():
+        np.save(f"{args.out}.{name}.npy", ids)
+        if labels is not None:
+            np.save(f"{args.out}.{name}.labels.npy", labels)
+        print(f"{args.out}.{name}.npy: {len(ids)} tokens" + (" (and labels)" if labels is not None else ""))
+
+
+if __name__ == "__main__":
+    main()
