@@ -117,6 +117,8 @@ static const char usage[] =
     "                       AdamW's betas and eps (default 0.9, 0.999, 1e-8)\n"
     "  --weight-decay WD    AdamW's decoupled weight decay on 2-D weights (default 0.01)\n"
     "  --decay-all          decay norms and biases too\n"
+    "  --no-decay NAMES     decay every parameter but those whose name holds one of NAMES\n"
+    "                       (comma-separated: bias,norm, as transformers' Trainer)\n"
     "  --max-grad-norm C    clip the global gradient norm to C (default 1.0; 0: no clipping)\n"
     "  --log-json FILE      {\"settings\": {the optimizer's and the schedule's},\n"
     "                       \"steps\": [{\"step\", \"loss\", \"lr\", \"grad_norm\", \"seconds\"}...]}\n"
@@ -207,7 +209,7 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         {"eval-labels", required_argument, 0, OPT_TRAIN}, {"eval-every", required_argument, 0, OPT_TRAIN},
         {"lr", required_argument, 0, OPT_TRAIN}, {"warmup", required_argument, 0, OPT_TRAIN},
         {"schedule", required_argument, 0, OPT_TRAIN}, {"weight-decay", required_argument, 0, OPT_TRAIN},
-        {"decay-all", no_argument, 0, OPT_TRAIN}, {"max-grad-norm", required_argument, 0, OPT_TRAIN},
+        {"decay-all", no_argument, 0, OPT_TRAIN}, {"no-decay", required_argument, 0, OPT_TRAIN}, {"max-grad-norm", required_argument, 0, OPT_TRAIN},
         {"log-json", required_argument, 0, OPT_TRAIN}, {"grads-out", required_argument, 0, OPT_TRAIN},
         {"save", required_argument, 0, OPT_TRAIN}, {"resume", required_argument, 0, OPT_TRAIN},
         {"max-shard-size", required_argument, 0, OPT_TRAIN}, {"on-nonfinite", required_argument, 0, OPT_TRAIN},

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "util/errmsg.h"
 #include "util/xalloc.h"
 
@@ -169,6 +170,22 @@ void tr_optim_clip(tr_optim *o, double norm, double max_norm)
     }
 }
 
+bool tr_adamw_decays(const tr_adamw_hparams *h, const tr_weight *w)
+{
+    if (h->decay_all)
+        return true;
+    if (!h->no_decay)
+        return w->rank >= 2;
+    for (const char *part = h->no_decay; *part;) {
+        size_t n = strcspn(part, ",");
+        for (const char *at = w->name; n && *at; at++)
+            if (!strncmp(at, part, n))
+                return false;
+        part += n + (part[n] == ',');
+    }
+    return true;
+}
+
 void tr_optim_adamw(tr_optim *o, double lr, const tr_adamw_hparams *h)
 {
     tr_exec *x = o->x;
@@ -177,7 +194,7 @@ void tr_optim_adamw(tr_optim *o, double lr, const tr_adamw_hparams *h)
     for (int i = 0; i < s->nweights; i++) {
         const tr_weight *w = &s->weights[i];
         tp_adamw_step st = {.lr = lr, .beta1 = h->beta1, .beta2 = h->beta2, .eps = h->eps,
-                            .weight_decay = h->decay_all || w->rank >= 2 ? h->weight_decay : 0, .step = o->step};
+                            .weight_decay = tr_adamw_decays(h, w) ? h->weight_decay : 0, .step = o->step};
         optim_part p = part_of(o, i);
         if (!p.n)
             continue;

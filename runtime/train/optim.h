@@ -78,13 +78,21 @@ int tr_optim_first_nonfinite(tr_optim *o, tp_comm *dp, int *first, char *err, si
  * norm; max_norm 0 leaves them. */
 void tr_optim_clip(tr_optim *o, double norm, double max_norm);
 
-/* One AdamW step at learning rate lr; weight decay wd on weights of rank
- * >= 2 (norms and biases get none) or on all with decay_all. */
-/* AdamW's settings besides the rate: torch.optim.AdamW's betas and eps. */
+/* AdamW's settings besides the rate: torch.optim.AdamW's betas and eps,
+ * and which parameters take its weight decay: those of rank >= 2 (norms
+ * and biases get none), or all with decay_all, or with no_decay every one
+ * whose name holds none of its comma-separated parts (transformers'
+ * Trainer excludes "bias" and the norms' weights by name this way). */
 typedef struct tr_adamw_hparams {
     double beta1, beta2, eps, weight_decay;
     bool decay_all;             /* decay norms and biases too, not only weights of rank >= 2 */
+    const char *no_decay;       /* "bias,norm": the names that take none; NULL: by rank */
 } tr_adamw_hparams;
+
+/* Whether weight w takes h's weight decay. */
+bool tr_adamw_decays(const tr_adamw_hparams *h, const tr_weight *w);
+
+/* One AdamW step at learning rate lr. */
 
 void tr_optim_adamw(tr_optim *o, double lr, const tr_adamw_hparams *h);
 

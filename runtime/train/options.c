@@ -85,6 +85,12 @@ int tr_train_option(tr_train_options *t, const char *name, const char *arg, char
     }
     else if (!strcmp(name, "decay-all"))
         t->decay_all = true;
+    else if (!strcmp(name, "no-decay")) {
+        if (!*arg || strspn(arg, ",") == strlen(arg))
+            return tp_error(err, errlen, "--no-decay takes the name parts of the parameters that take no weight "
+                            "decay, comma-separated (bias,norm), not '%s'", arg);
+        t->no_decay = arg;
+    }
     else if (!strcmp(name, "steps"))
         return count(name, arg, 1, &t->steps, err, errlen);
     else if (!strcmp(name, "epochs")) {

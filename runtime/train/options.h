@@ -25,6 +25,7 @@ typedef struct tr_train_options {
     double adam_beta1, adam_beta2, adam_epsilon;   /* torch.optim.AdamW's betas and eps */
     double weight_decay;         /* for weights of rank >= 2, or all with decay_all */
     bool decay_all;
+    const char *no_decay;        /* --no-decay NAMES: parameters whose name holds one take no decay (optim.h) */
     double max_grad_norm;        /* 0: no clipping */
     uint32_t given;              /* bit f (sched/train_settings.h's fields): set on the command line, which
                                     overrides the schedule's train { } value (runtime/train/settings.h) */
@@ -45,7 +46,7 @@ typedef struct tr_train_options {
  * get_wsd_schedule's), shards of 2 GiB; no training. */
 tr_train_options tr_train_defaults(void);
 
-/* One training option of tprun's command line, by its long name ("data",
+/* One training option of tprun's command line, by its long name ("no-decay", "data",
  * "eval-data", "eval-labels", "eval-every", "steps", "epochs", "shuffle-seed", "micro-batches", "lr", "warmup", "warmup-start-factor", "min-lr", "schedule", "decay-steps", "decay-type",
  * "adam-beta1", "adam-beta2", "adam-epsilon", "weight-decay", "decay-all",
  * "max-grad-norm", "log-json", "grads-out", "save", "save-every", "save-keep", "max-shard-size", "resume",

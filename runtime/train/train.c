@@ -68,6 +68,9 @@ static int check_setup(trainer *tr, char *err, size_t errlen)
                         tp_dtype_name(s->dtype), be->name);
     if (tr->t->max_shard_given && !tr->t->save)
         return tp_error(err, errlen, "--max-shard-size goes with --save DIR: it sizes the model files --save writes");
+    if (tr->t->no_decay && tr->t->decay_all)
+        return tp_error(err, errlen, "--no-decay %s names the parameters without weight decay, decay_all decays "
+                        "every one: give one of them", tr->t->no_decay);
     if ((tr->t->save_every || tr->t->save_keep != 1) && !tr->t->save)
         return tp_error(err, errlen, "--save-every and --save-keep go with --save DIR: they say when DIR is written "
                         "and how many checkpoints are kept beside it");
@@ -228,7 +231,8 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
     double lr = t->lr * tr_lr_lambda(&shape, i);
     if (finite) {
         const tr_adamw_hparams h = {.beta1 = t->adam_beta1, .beta2 = t->adam_beta2, .eps = t->adam_epsilon,
-                                    .weight_decay = t->weight_decay, .decay_all = t->decay_all};
+                                    .weight_decay = t->weight_decay, .decay_all = t->decay_all,
+                                    .no_decay = t->no_decay};
         tr_optim_clip(&tr->optim, norm, t->max_grad_norm);
         tr_optim_adamw(&tr->optim, lr, &h);
     } else {

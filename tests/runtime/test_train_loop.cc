@@ -227,6 +227,37 @@ TEST(TrainBatches, EpochsVisitEverySampleOnceInASeededOrder)
         EXPECT_EQ(std::set<int>(epoch.begin(), epoch.end()).size(), 8u);   // 8 of the 9, none twice
 }
 
+// Which parameters take AdamW's weight decay: those of rank 2 or more, or
+// every one (decay_all), or every one whose name holds none of --no-decay's
+// parts (transformers' Trainer: "bias" and the norms by name).
+TEST(TrainOptim, WeightDecayByRankAllOrName)
+{
+    char qn[] = "model.layers.0.self_attn.q_proj.weight", nn[] = "model.layers.0.input_layernorm.weight",
+         bn[] = "model.layers.0.self_attn.q_proj.bias";
+    tr_weight q = {}, norm = {}, bias = {};
+    q.name = qn;
+    norm.name = nn;
+    bias.name = bn;
+    q.rank = 2;
+    norm.rank = bias.rank = 1;
+    tr_adamw_hparams h = {};
+    EXPECT_TRUE(tr_adamw_decays(&h, &q));
+    EXPECT_FALSE(tr_adamw_decays(&h, &norm));
+    h.decay_all = true;
+    EXPECT_TRUE(tr_adamw_decays(&h, &norm));
+    h = {};
+    h.no_decay = "bias,layernorm";
+    EXPECT_TRUE(tr_adamw_decays(&h, &q));
+    EXPECT_FALSE(tr_adamw_decays(&h, &norm));
+    EXPECT_FALSE(tr_adamw_decays(&h, &bias));
+    h.no_decay = "q_proj";                  // a matrix excluded, the norm decayed
+    EXPECT_FALSE(tr_adamw_decays(&h, &q));
+    EXPECT_TRUE(tr_adamw_decays(&h, &norm));
+    h.no_decay = ",,norm,";                 // empty parts name nothing
+    EXPECT_TRUE(tr_adamw_decays(&h, &q));
+    EXPECT_FALSE(tr_adamw_decays(&h, &norm));
+}
+
 double lambda(tp_lr_schedule kind, int64_t i, int64_t warmup, int64_t total, double start = 0, double floor = 0)
 {
     const tr_lr_shape shape = {kind, warmup, total, start, floor, 0, TP_DECAY_COSINE};
