@@ -194,7 +194,7 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
     };
     int c, li;
     int64_t v;
-    char *end, why[300];
+    char why[300];
     opterr = 0;
     hydra_spellings(argc, argv);
     while ((c = getopt_long(argc, argv, ":n:f:qh", longs, &li)) != -1) {
@@ -210,10 +210,8 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         case OPT_PPN: l->ppn = optarg; break;
         case OPT_WEIGHTS: o->weights = optarg; break;
         case OPT_SEED:
-            errno = 0;
-            o->seed = strtoull(optarg, &end, 10);
-            if (errno || *end || end == optarg || strchr(optarg, '-')) {     /* strtoull wraps "-1" */
-                fprintf(stderr, "tprun: --seed takes a non-negative integer, not '%s'\n", optarg);
+            if (tp_parse_uint(optarg, &o->seed)) {
+                fprintf(stderr, "tprun: --seed takes a non-negative decimal integer below 2^64, not '%s'\n", optarg);
                 return -1;
             }
             break;

@@ -5,7 +5,6 @@
  * aborts the job. A group split off the world (data parallelism) has its
  * own MPI_Comm and shares the world's stall watchdog (stall.h), which ends
  * the job when a collective waits longer than TPRUN_TIMEOUT. */
-#include <errno.h>
 #include <limits.h>
 #include <mpi.h>
 #include <stdbool.h>
@@ -16,6 +15,7 @@
 #include "runtime/comm/comm.h"
 #include "runtime/comm/node.h"
 #include "runtime/comm/stall.h"
+#include "util/number.h"
 #include "util/xalloc.h"
 
 typedef struct mpi_comm {
@@ -379,15 +379,11 @@ static int max_count_of(int64_t *out, char *err, size_t errlen)
     *out = INT_MAX;
     if (!v)
         return 0;
-    char *end;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    if (errno || end == v || *end || n < 1 || n > INT_MAX) {
+    if (tp_parse_int(v, 1, INT_MAX, out)) {
         snprintf(err, errlen, "TPRUN_MPI_MAX_COUNT takes a whole number of elements from 1 to %d, not '%s'", INT_MAX,
                  v);
         return -1;
     }
-    *out = n;
     return 0;
 }
 

@@ -1,7 +1,5 @@
 /* stall.c: see stall.h. */
 #include "runtime/comm/stall.h"
-#include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -10,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "util/number.h"
 
 struct tp_stall_watch {
     int rank;
@@ -41,10 +40,8 @@ int tp_stall_timeout(double *seconds, char *err, size_t errlen)
     *seconds = 600;
     if (!v)
         return 0;
-    char *end;
-    errno = 0;
-    double s = strtod(v, &end);
-    if (errno || end == v || *end || !isfinite(s) || s <= 0) {
+    double s;
+    if (tp_parse_real(v, 0, &s) || s == 0) {
         snprintf(err, errlen, "TPRUN_TIMEOUT takes a positive number of seconds, not '%s'", v);
         return -1;
     }

@@ -47,8 +47,6 @@
  * the compute stream. */
 #include "runtime/backends/cuda/backend_cuda.h"
 
-#include <errno.h>
-#include <math.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -58,6 +56,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "util/number.h"
 
 /* Collectives the watchdog can see in flight at once: the events are
  * reused round-robin. Reusing one that is still pending only delays when
@@ -563,10 +562,8 @@ static int parse_timeout(double *out, char *err, size_t errlen)
     *out = DEFAULT_TIMEOUT_S;
     if (!s || !*s)
         return 0;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !(v > 0) || !isfinite(v)) {
+    double v;
+    if (tp_parse_real(s, 0, &v) || v == 0) {
         snprintf(err, errlen, "TPRUN_NCCL_TIMEOUT takes a positive number of seconds, not '%s'", s);
         return -1;
     }
