@@ -364,6 +364,16 @@ static int gather_bytes(tp_comm *c, void *out, const void *in, size_t bytes, cha
     return m->host.ops->gather_bytes(&m->host, out, in, bytes, err, errlen);
 }
 
+/* On the host communicator too: the ranks' status and a message are host
+ * data, and an I/O phase's ranks wait in it under the host watchdog's
+ * TPRUN_IO_TIMEOUT, never in an NCCL collective the watchdog here would
+ * hold to TPRUN_NCCL_TIMEOUT. */
+static int agree(tp_comm *c, int rc, char *err, size_t errlen)
+{
+    nccl_comm *m = c->impl;
+    return m->host.ops->agree ? m->host.ops->agree(&m->host, rc, err, errlen) : rc != 0;
+}
+
 static void abort_all(tp_comm *c, int status)
 {
     nccl_comm *m = c->impl;
@@ -550,6 +560,7 @@ static const tp_comm_ops nccl_ops = {
 #else
     NULL,   /* split: ncclCommSplit is NCCL 2.18's */
 #endif
+    agree,
 };
 
 /* ------------------------------------------------------------------------ */
