@@ -123,6 +123,8 @@ static const char usage[] =
     "Environment:\n"
     "  TPRUN_TIMEOUT        seconds a rank waits in one MPI collective before it ends the job\n"
     "                       (default 600); TPRUN_NCCL_TIMEOUT the same for NCCL (default 300)\n"
+    "  TPRUN_IO_TIMEOUT     seconds an I/O phase (loading, a save) may last before the ranks\n"
+    "                       end the job (default 7200); TPRUN_TIMEOUT does not apply in it\n"
     "  TPRUN_MPI_MAX_COUNT  the most elements one MPI call carries; larger collectives run in\n"
     "                       chunks (default 2147483647; lower it only to test the chunking)\n";
 
