@@ -8,7 +8,9 @@
  *
  * A failure on one rank prints that rank's message and aborts the whole
  * job through the communicator, so no rank is left waiting in a
- * collective. */
+ * collective; one in a phase every rank leaves together (loading, a save:
+ * tp_agree) is every rank's, printed once, and ends the job without an
+ * abort. A rank that dies is named by its monitor (job/monitor.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -21,11 +23,14 @@
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
+#include "runtime/job/child.h"
 #include "runtime/job/clobber.h"
+#include "runtime/job/monitor.h"
 #include "runtime/exec/exec.h"
 #include "runtime/backends/gpu.h"
 #include "runtime/comm/gpu_share.h"
 #include "runtime/comm/node.h"
+#include "runtime/comm/progress.h"
 #include "runtime/io/npy.h"
 #include "runtime/job/run.h"
 #include "runtime/io/weights.h"
@@ -143,6 +148,8 @@ static const char usage[] =
     "Environment:\n"
     "  TPRUN_TIMEOUT        seconds a rank waits in one MPI collective before it ends the job\n"
     "                       (default 600); TPRUN_NCCL_TIMEOUT the same for NCCL (default 300)\n"
+    "  TPRUN_IO_TIMEOUT     seconds an I/O phase (loading, a save) may last before the ranks\n"
+    "                       end the job (default 7200); TPRUN_TIMEOUT does not apply in it\n"
     "  TPRUN_MPI_MAX_COUNT  the most elements one MPI call carries; larger collectives run in\n"
     "                       chunks (default 2147483647; lower it only to test the chunking)\n";
 
@@ -224,7 +231,7 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
     };
     int c, li;
     int64_t v;
-    char *end, why[300];
+    char why[300];
     opterr = 0;
     hydra_spellings(argc, argv);
     while ((c = getopt_long(argc, argv, ":n:f:qh", longs, &li)) != -1) {
@@ -240,10 +247,8 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         case OPT_PPN: l->ppn = optarg; break;
         case OPT_WEIGHTS: o->weights = optarg; break;
         case OPT_SEED:
-            errno = 0;
-            o->seed = strtoull(optarg, &end, 10);
-            if (errno || *end || end == optarg || strchr(optarg, '-')) {     /* strtoull wraps "-1" */
-                fprintf(stderr, "tprun: --seed takes a non-negative integer, not '%s'\n", optarg);
+            if (tp_parse_uint(optarg, &o->seed)) {
+                fprintf(stderr, "tprun: --seed takes a non-negative decimal integer below 2^64, not '%s'\n", optarg);
                 return -1;
             }
             break;
@@ -330,25 +335,14 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
     return 0;
 }
 
-/* the launched mpiexec, for the signal handler */
-static volatile pid_t launched;
-static volatile sig_atomic_t interrupted;
-
-static void forward_signal(int sig)
-{
-    interrupted = sig;
-    if (launched > 0)
-        kill(launched, sig);
-}
-
 /* -n N: run the same command line under mpiexec, every argument as given
  * (the ranks, under MPI, take -n, -f and -ppn as said and launch nothing),
  * after mpiexec's own -n, -f and -ppn (MPICH's hydra spellings). `argv` is
  * the command line before getopt reordered it. mpiexec runs as a child,
- * not in tprun's place: SIGINT and SIGTERM are passed on to it and make
- * the exit status non-zero whatever mpiexec returns (it can return 0 when
- * the signal came before the ranks started), and it is killed with tprun
- * (PR_SET_PDEATHSIG survives exec). An ignored SIGINT stays ignored. */
+ * not in tprun's place: SIGINT and SIGTERM are passed on to it (child.h)
+ * and make the exit status non-zero whatever mpiexec returns (it can
+ * return 0 when the signal came before the ranks started), and it is
+ * killed with tprun (PR_SET_PDEATHSIG survives exec). */
 static int launch(const launcher *l, int argc, char **argv)
 {
     if (l->hostfile && access(l->hostfile, R_OK) != 0) {
@@ -372,17 +366,8 @@ static int launch(const launcher *l, int argc, char **argv)
     }
     for (int i = 0; i < argc; i++)
         args[k++] = argv[i];
-    /* SIGINT stays ignored where it was (a background job of a script) */
-    struct sigaction forward = {.sa_handler = forward_signal}, was;
-    sigemptyset(&forward.sa_mask);
-    if (sigaction(SIGINT, NULL, &was) || (was.sa_handler != SIG_IGN && sigaction(SIGINT, &forward, NULL)) ||
-        sigaction(SIGTERM, &forward, NULL)) {
-        fprintf(stderr, "tprun: sigaction failed: %s\n", strerror(errno));
-        free(args);
-        return 2;
-    }
-    fflush(NULL);
-    pid_t child = fork();
+    char err[300];
+    pid_t child = tp_child_start(err, sizeof err);
     if (child == 0) {
 #ifdef __linux__
         prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -393,19 +378,11 @@ static int launch(const launcher *l, int argc, char **argv)
         _exit(2);
     }
     free(args);
-    if (child < 0) {
-        fprintf(stderr, "tprun: cannot start mpiexec: fork failed: %s\n", strerror(errno));
+    int status, interrupted = child < 0 ? -1 : tp_child_wait(child, &status, err, sizeof err);
+    if (interrupted < 0) {
+        fprintf(stderr, "tprun: cannot run mpiexec: %s\n", err);
         return 2;
     }
-    launched = child;
-    if (interrupted)                       /* a signal before launched was set */
-        kill(child, interrupted);
-    int status;
-    while (waitpid(child, &status, 0) < 0)
-        if (errno != EINTR) {
-            fprintf(stderr, "tprun: waiting for mpiexec failed: %s\n", strerror(errno));
-            return 2;
-        }
     if (interrupted) {
         fprintf(stderr, "tprun: interrupted (%s): the job did not finish\n", interrupted == SIGINT ? "SIGINT" : "SIGTERM");
         return 128 + interrupted;
@@ -460,19 +437,21 @@ static int stage_through_host(tp_comm *host, const char *asked, bool quiet, bool
     return 0;
 }
 
-/* A rank ends with its launcher (mpiexec's proxy, its parent): killed
- * with SIGKILL, the launcher cannot end it, and a rank left behind would
- * wait in a collective for peers that are gone. */
-static int end_with_launcher(char *err, size_t errlen)
+/* A rank's processes end with their parent: the monitor with the
+ * launcher (mpiexec's proxy), the rank with its monitor (monitor.h).
+ * Killed with SIGKILL, a parent cannot end its child, and a rank left
+ * behind would wait in a collective for peers that are gone. */
+static int end_with_parent(char *err, size_t errlen)
 {
 #ifdef __linux__
-    pid_t launcher = getppid();
+    pid_t parent = getppid();
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
         snprintf(err, errlen, "prctl(PR_SET_PDEATHSIG) failed: %s", strerror(errno));
         return -1;
     }
-    if (getppid() != launcher) {     /* it died before the signal was armed */
-        snprintf(err, errlen, "the launcher (process %d) has exited", (int)launcher);
+    if (getppid() != parent) {     /* it died before the signal was armed */
+        snprintf(err, errlen, "the parent process (%d: the launcher, or this rank's monitor) has exited",
+                 (int)parent);
         return -1;
     }
 #else
@@ -503,6 +482,19 @@ int main(int argc, char **argv)
         free(given);
         return r < 0 ? 2 : 0;
     }
+    /* a rank of a launched job runs under its monitor, which names it if
+     * it dies (monitor.h); the fork comes first, before a GPU's driver or
+     * MPI has started */
+    if (under_mpi()) {
+        tp_rank_end end;
+        int m = end_with_parent(err, sizeof err) ? -1 : tp_monitor_start(&end, err, sizeof err);
+        if (m) {
+            if (m < 0)
+                fprintf(stderr, "tprun: %s\n", err);
+            free(given);
+            return m < 0 ? 2 : tp_monitor_end_as(&end);
+        }
+    }
     /* the backend: asked for, or cuda where a GPU is usable (--backend cpu,
      * or no driver, never loads the CUDA libraries) */
     char why[512] = "";
@@ -527,11 +519,12 @@ int main(int argc, char **argv)
         return r;
 
     tp_comm comm;
-    if (under_mpi() ? end_with_launcher(err, sizeof err) || tp_comm_mpi(&comm, &argc, &argv, err, sizeof err)
+    if (under_mpi() ? end_with_parent(err, sizeof err) || tp_comm_mpi(&comm, &argc, &argv, err, sizeof err)
                     : tp_comm_single(&comm)) {
         fprintf(stderr, "tprun: %s\n", err);
         return 2;
     }
+    tp_progress_set_rank(comm.rank);
     if (comm.world == 1 && srun_tasks() > 1) {
         /* each task would run alone, as its own job of one rank */
         fprintf(stderr, "tprun: srun started %d tasks but MPI sees 1 rank: srun's process manager does not reach "
@@ -560,8 +553,13 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    int rc = tr_run(&o, &comm, err, sizeof err);
-    if (rc) {
+    bool everywhere;
+    int rc = tr_run(&o, &comm, &everywhere, err, sizeof err);
+    if (rc && everywhere) {
+        /* every rank holds this failure and returns: one says it, none aborts */
+        if (comm.rank == 0)
+            fprintf(stderr, "tprun: %s\n", err);
+    } else if (rc) {
         fprintf(stderr, "tprun: %s\n", err);
         fflush(NULL);
         if (comm.world > 1 && comm.ops->abort) {

@@ -6,7 +6,8 @@
 #include <stdint.h>
 
 /* "80GiB", "80GB", "512MiB", "1e9": a byte count (GiB = 2^30, GB = 10^9,
- * as transformers' max_shard_size reads them); -1 when it is not one. */
+ * as transformers' max_shard_size reads them), the number decimal
+ * (tp_parse_real); -1 when it is not one. */
 int64_t tp_parse_bytes(const char *s);
 
 #endif /* TP_UTIL_BYTES_H */

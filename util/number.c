@@ -21,6 +21,18 @@ int tp_parse_int(const char *s, int64_t min, int64_t max, int64_t *out)
     return 0;
 }
 
+int tp_parse_uint(const char *s, uint64_t *out)
+{
+    if (!*s || s[strspn(s, digits)])
+        return -1;
+    errno = 0;
+    unsigned long long v = strtoull(s, NULL, 10);
+    if (errno == ERANGE)
+        return -1;
+    *out = v;
+    return 0;
+}
+
 int tp_parse_real(const char *s, double min, double *out)
 {
     if (!*s || *s == '+' || s[strspn(s, "0123456789.eE+-")])

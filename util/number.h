@@ -10,6 +10,11 @@
  * nothing else. Returns 0, or -1 (*out untouched). */
 int tp_parse_int(const char *s, int64_t min, int64_t max, int64_t *out);
 
+/* s as an unsigned 64-bit integer: decimal digits only (strtoull alone
+ * takes blanks, a '+', and wraps "-1" to 2^64 - 1). Returns 0, or -1
+ * (*out untouched). */
+int tp_parse_uint(const char *s, uint64_t *out);
+
 /* s as a finite real of at least min, written in decimal (digits, a
  * point, an exponent): no blanks, '+', hex, "inf" or "nan", which strtod
  * alone takes. Returns 0, or -1 (*out untouched). */

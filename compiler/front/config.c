@@ -101,11 +101,12 @@ static tp_cfg_value string_value(const char *s) { return (tp_cfg_value){false, 0
 static bool truthy(tp_cfg_value v) { return v.is_float ? v.f != 0 : v.i != 0; }
 
 /* A float as -D writes it: the model language's form without digit groups
- * (1e-5, 500000.0, -2.5, .5). strtod alone would also take hex, inf and
- * nan; a bare integer is not a float. */
+ * (1e-5, 500000.0, -2.5, .5), and as an integer is written, without a
+ * leading '+'. strtod alone would also take hex, inf, nan, blanks and the
+ * '+'; a bare integer is not a float. */
 static bool is_float_text(const char *t)
 {
-    t += *t == '-' || *t == '+';
+    t += *t == '-';
     size_t whole = strspn(t, "0123456789"), frac = 0;
     t += whole;
     bool dot = *t == '.';

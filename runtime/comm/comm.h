@@ -13,6 +13,7 @@
 #ifndef TPRUN_COMM_H
 #define TPRUN_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "sched/ops.h"     /* tp_dtype */
@@ -61,7 +62,23 @@ struct tp_comm_ops {
      * (MPI_Comm_split); collective over c. (optional: NULL where the
      * communicator cannot split, which then refuses data parallelism) */
     int (*split)(tp_comm *c, int color, int key, tp_comm *out, char *err, size_t errlen);
+    /* host memory: every rank's status rc (0: it succeeded) and, from the
+     * lowest rank whose rc is not 0, its message in err, on every rank;
+     * returns 0 when every rc was 0, else 1 + that rank; -1 when the call
+     * itself failed (err: why, this rank's). Collective over c.
+     * (optional: NULL where each rank runs alone, whose status stays its
+     * own) */
+    int (*agree)(tp_comm *c, int rc, char *err, size_t errlen);
 };
+
+/* Every rank leaves an I/O phase (progress.h), or a step that failed on
+ * every rank, together, knowing whether one failed and why: 0 when no
+ * rank's rc was set; else -1. Where *everywhere is set, err holds the
+ * lowest failing rank's message on every rank, "rank R: " before it when
+ * c has several (no rank waits for another: the job ends without an
+ * abort). It stays false where the agreement itself failed or c cannot
+ * agree, err then this rank's own. Collective over c. */
+int tp_agree(tp_comm *c, int rc, bool *everywhere, char *err, size_t errlen);
 
 /* A single process: every collective is a copy; node 0 of 1. */
 int tp_comm_single(tp_comm *c);

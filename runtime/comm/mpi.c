@@ -5,7 +5,6 @@
  * aborts the job. A group split off the world (data parallelism) has its
  * own MPI_Comm and shares the world's stall watchdog (stall.h), which ends
  * the job when a collective waits longer than TPRUN_TIMEOUT. */
-#include <errno.h>
 #include <limits.h>
 #include <mpi.h>
 #include <stdbool.h>
@@ -16,6 +15,7 @@
 #include "runtime/comm/comm.h"
 #include "runtime/comm/node.h"
 #include "runtime/comm/stall.h"
+#include "util/number.h"
 #include "util/xalloc.h"
 
 typedef struct mpi_comm {
@@ -280,6 +280,28 @@ static int gather_bytes(tp_comm *c, void *out, const void *in, size_t bytes, cha
     return on_comm(c, &k, err, errlen) ? -1 : run_chunks(c, &k, err, errlen);
 }
 
+/* The lowest failing rank (world: none) by MPI_MIN, then its message
+ * from it. The message travels as a fixed buffer: every rank passes the
+ * same count, whatever its own errlen. */
+static int agree(tp_comm *c, int rc, char *err, size_t errlen)
+{
+    MPI_Comm comm = comm_of(c);
+    int mine = rc ? c->rank : c->world, first = c->world;
+    tp_stall_watch *w = entering(c, "MPI_Allreduce of the ranks' status", 1);
+    if (left(w, MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce of the ranks' status", err,
+             errlen))
+        return -1;
+    if (first == c->world)
+        return 0;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", c->rank == first ? err : "");
+    w = entering(c, "MPI_Bcast of a rank's error", (int64_t)sizeof msg);
+    if (left(w, MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, first, comm), "MPI_Bcast of a rank's error", err, errlen))
+        return -1;
+    snprintf(err, errlen, "%s", msg);
+    return 1 + first;
+}
+
 static void abort_all(tp_comm *c, int status)
 {
     (void)c;
@@ -322,7 +344,7 @@ static int split(tp_comm *c, int color, int key, tp_comm *out, char *err, size_t
 }
 
 static const tp_comm_ops mpi_ops = {
-    "mpi", all_gather, reduce_scatter, all_reduce, all_to_all, gather_bytes, abort_all, finalize, split,
+    "mpi", all_gather, reduce_scatter, all_reduce, all_to_all, gather_bytes, abort_all, finalize, split, agree,
 };
 
 /* The watchdog's way to end the job: MPI_Abort, from its own thread
@@ -379,23 +401,19 @@ static int max_count_of(int64_t *out, char *err, size_t errlen)
     *out = INT_MAX;
     if (!v)
         return 0;
-    char *end;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    if (errno || end == v || *end || n < 1 || n > INT_MAX) {
+    if (tp_parse_int(v, 1, INT_MAX, out)) {
         snprintf(err, errlen, "TPRUN_MPI_MAX_COUNT takes a whole number of elements from 1 to %d, not '%s'", INT_MAX,
                  v);
         return -1;
     }
-    *out = n;
     return 0;
 }
 
 int tp_comm_mpi(tp_comm *c, int *argc, char ***argv, char *err, size_t errlen)
 {
-    double timeout;
+    tp_stall_limits limits;
     int64_t max_count;
-    if (tp_stall_timeout(&timeout, err, errlen) || max_count_of(&max_count, err, errlen))
+    if (tp_stall_limits_get(&limits, err, errlen) || max_count_of(&max_count, err, errlen))
         return -1;
     int provided;
     if (check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", err, errlen))
@@ -413,7 +431,7 @@ int tp_comm_mpi(tp_comm *c, int *argc, char ***argv, char *err, size_t errlen)
     m->comm = MPI_COMM_WORLD;
     m->world = true;
     m->max_count = max_count;
-    if (c->world > 1 && tp_stall_watch_start(&m->watch, c->rank, timeout, abort_stalled, NULL, err, errlen)) {
+    if (c->world > 1 && tp_stall_watch_start(&m->watch, c->rank, limits, abort_stalled, NULL, err, errlen)) {
         free(m);
         return -1;
     }

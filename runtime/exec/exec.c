@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 #include "runtime/exec/exec.h"
+#include "runtime/comm/progress.h"
 #include "runtime/exec/kernels_check.h"
 #include "runtime/exec/limits_check.h"
 #include "runtime/exec/op_view.h"
@@ -601,6 +602,11 @@ static int (*const exec_of[TP_OP_COUNT])(tr_exec *x, const tr_op *op, char *err,
 #undef OP
 };
 
+/* The phases as a rank that dies in one is named (progress.h). ORDER tp_phase */
+static const char *const phase_where[TP_PHASE_COUNT] = {
+    "in the forward pass", "in the backward pass", "reducing the gradients over the tensor-parallel ranks",
+};
+
 int tr_exec_run(tr_exec *x, char *err, size_t errlen)
 {
     return tr_exec_run_ops(x, x->s->nops, err, errlen);
@@ -615,6 +621,8 @@ int tr_exec_run_ops(tr_exec *x, int nops, char *err, size_t errlen)
         const tr_op *op = &s->ops[i];
         char why[400], name[600];
         double start = now_seconds();
+        if (!i || op->phase != s->ops[i - 1].phase)
+            tp_progress_phase(phase_where[op->phase]);
         if (be->begin_op)
             be->begin_op(i, tp_op_names[op->kind], op->module, op->entry);
         if (exec_of[op->kind](x, op, why, sizeof why)) {

@@ -10,6 +10,7 @@
 #include "runtime/backends/cpu/vec.h"
 #include "runtime/backends/gpu.h"
 #include "runtime/comm/node.h"
+#include "runtime/comm/progress.h"
 #include "runtime/io/npy.h"
 #include "runtime/job/run.h"
 #include "runtime/exec/weights_load.h"
@@ -20,6 +21,7 @@
 #include "runtime/train/train.h"
 #include "sched/validate.h"
 #include "util/atomic_write.h"
+#include "util/errmsg.h"
 #include "util/json_quote.h"
 #include "util/xalloc.h"
 
@@ -31,6 +33,7 @@ typedef struct job {
     tp_checkpoint *ckpt;
     int64_t vocab;              /* rows of the input embedding: valid token ids */
     size_t weight_bytes_read;
+    bool everywhere;            /* the failure in err is every rank's (tp_agree): no abort needed */
     int32_t *ids, *labels;      /* the inputs, host copies: every step writes them again, since
                                    the arena reuses their memory once they are read */
     int nsteps;                 /* forward steps run (--repeat) */
@@ -42,19 +45,23 @@ typedef struct job {
     size_t errlen;
 } job;
 
+/* The message, without the rank: tr_run names the rank at the end, this
+ * one's or, for a failure every rank agreed on, the one it came from. */
 static int fail(job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(job *j, const char *fmt, ...)
 {
-    char msg[900];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    tp_verror(j->err, j->errlen, fmt, ap);
     va_end(ap);
-    if (j->comm->world > 1)
-        snprintf(j->err, j->errlen, "rank %d: %s", j->comm->rank, msg);
-    else
-        snprintf(j->err, j->errlen, "%s", msg);
     return 1;
+}
+
+/* The end of an I/O phase (progress.h), which every rank reaches: they
+ * leave it together, a failure on one every rank's (tp_agree). */
+static int agreed(job *j, int rc)
+{
+    return tp_agree(j->comm, rc, &j->everywhere, j->err, j->errlen) ? 1 : 0;
 }
 
 static bool rank0(const job *j) { return j->comm->rank == 0; }
@@ -643,7 +650,7 @@ static int options_match_training(job *j)
     return 0;
 }
 
-int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
+int tr_run(const tr_options *o, tp_comm *comm, bool *everywhere, char *err, size_t errlen)
 {
     job j = {0};
     j.o = o;
@@ -652,12 +659,16 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
     j.errlen = errlen;
     err[0] = '\0';
     char why[900];
-    if (tr_schedule_load(&j.s, o->schedule, comm->rank, comm->world > 1 ? comm->world : 0, why, sizeof why))
-        return fail(&j, "%s", why);
-    int rc = options_match_training(&j), ranks = j.s.world * j.s.data_parallel;
+    tp_progress_io("loading the schedule");
+    int rc = tr_schedule_load(&j.s, o->schedule, comm->rank, comm->world > 1 ? comm->world : 0, why, sizeof why)
+                 ? fail(&j, "%s", why) : 0;
+    int ranks = j.s.world * j.s.data_parallel;
+    if (!rc)
+        rc = options_match_training(&j);
     if (!rc && comm->world == 1 && ranks > 1)
         rc = fail(&j, "%s is a schedule for %d ranks: run it with tprun -n %d %s", o->schedule, ranks, ranks,
                   o->schedule);
+    rc = agreed(&j, rc);
     tr_dp groups = {0};
     if (!rc && j.s.data_parallel > 1 && !j.s.grads)
         rc = fail(&j, "%s has data_parallel %d but no backward: only training schedules (tpcc --train) have "
@@ -666,6 +677,9 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
         rc = fail(&j, "%s", why);
     if (!rc)
         rc = locate_ranks(&j);
+    /* from here to the agreement below, no collective: every rank gets there */
+    bool in_step = !rc;
+    tp_progress_io("loading the weights");
     const tp_backend *be = tp_backend_cpu();
     if (!rc && o->backend && !strcmp(o->backend, "cuda") && !(be = tp_backend_cuda(j.s.dtype)))
         rc = fail(&j, "the cuda backend computes in fp32 or bf16, the schedule is %s", tp_dtype_name(j.s.dtype));
@@ -679,16 +693,21 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
         j.vocab = tr_schedule_token_vocab(&j.s);   /* the range the validator proved safe */
         rc = load_weights(&j);
     }
+    if (!rc && !j.s.grads) {
+        tp_progress_io("reading the inputs");
+        rc = read_inputs(&j);
+    }
+    if (in_step)
+        rc = agreed(&j, rc);
     if (!rc && j.s.grads) {
         if (rank0(&j) && j.nodes && !o->quiet)     /* a forward run prints it with its results */
             print_header(&j);
-        if (tr_train(o, &groups, &j.x, j.masters, j.vocab, &j.step_seconds, &j.nsteps, why, sizeof why))
+        if (tr_train(o, &groups, &j.x, j.masters, j.vocab, &j.step_seconds, &j.nsteps, &j.everywhere, why,
+                     sizeof why))
             rc = fail(&j, "%s", why);
         if (!rc)
             rc = report(&j);
     } else {
-        if (!rc)
-            rc = read_inputs(&j);
         if (!rc)
             rc = run_forward(&j);
         if (!rc)
@@ -706,5 +725,12 @@ int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen)
     tr_exec_free(&j.x);
     tr_dp_free(&groups);
     tr_schedule_free(&j.s);
+    /* a failure every rank agreed on names its rank already */
+    if (rc && !j.everywhere && comm->world > 1) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", err);
+        tp_error(err, errlen, "rank %d: %s", comm->rank, msg);
+    }
+    *everywhere = rc && j.everywhere;
     return rc;
 }

@@ -5,13 +5,18 @@
 #ifndef TPRUN_RUN_H
 #define TPRUN_RUN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include "runtime/comm/comm.h"
 #include "runtime/train/job_options.h"
 
-/* Returns 0, or an exit status with a message (naming this rank) in err.
- * With o->backend "cuda", tp_gpu_init has run and comm is tp_comm_nccl's or
- * tp_comm_staged's. */
-int tr_run(const tr_options *o, tp_comm *comm, char *err, size_t errlen);
+/* Returns 0, or an exit status with a message (naming its rank, where
+ * there are several) in err. *everywhere says that every rank returns
+ * this failure and message: it came from an I/O phase (loading the
+ * schedule, the weights or the inputs, a training run's: train.h) that
+ * the ranks leave together (tp_agree), so none waits for another and the
+ * job needs no abort. With o->backend "cuda", tp_gpu_init has run and
+ * comm is tp_comm_nccl's or tp_comm_staged's. */
+int tr_run(const tr_options *o, tp_comm *comm, bool *everywhere, char *err, size_t errlen);
 
 #endif /* TPRUN_RUN_H */

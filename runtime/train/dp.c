@@ -5,7 +5,7 @@
 
 int tr_dp_init(tr_dp *g, tp_comm *world, int tp, int dp, char *err, size_t errlen)
 {
-    *g = (tr_dp){.tp = *world};
+    *g = (tr_dp){.tp = *world, .world = world};
     if (dp == 1)
         return tp_comm_single(&g->dp);
     if (!world->ops->split)

@@ -16,6 +16,7 @@
 
 typedef struct tr_dp {
     tp_comm tp, dp;
+    tp_comm *world;       /* the job's: what every rank agrees on (tp_agree) */
     bool split;           /* tp and dp are groups of the world to release */
 } tr_dp;
 

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "runtime/exec/weights_load.h"
 #include "runtime/io/safetensors_write.h"
@@ -311,6 +312,20 @@ static void test_signal(const char *point)
         (void)raise(SIGTERM);
 }
 
+/* The tests' way to make a save slow, as a slow file system would:
+ * TPRUN_TEST_SAVE_DELAY=S holds the writing rank S seconds before it
+ * publishes the checkpoint. */
+static void test_delay(void)
+{
+    const char *v = getenv("TPRUN_TEST_SAVE_DELAY");
+    double s;
+    if (!v || tp_parse_real(v, 0, &s))
+        return;
+    struct timespec t = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&t, &t) != 0 && errno == EINTR)
+        continue;
+}
+
 /* The step a checkpoint directory's trainer_state.json records. */
 static int read_step(const char *dir, int64_t *step, char *err, size_t errlen)
 {
@@ -599,8 +614,10 @@ int tr_save(tr_optim *o, const tr_layouts *l, const tr_save_spec *spec, char *er
     if (writes && !write_rc)
         write_rc = checkpoint_open(&c, o->x->s, spec, err, errlen);
     int rc = stream_states(o, l, writes ? &c : NULL, gathers, &write_rc, err, errlen);
-    if (!rc && writes && !write_rc)
+    if (!rc && writes && !write_rc) {
+        test_delay();
         write_rc = checkpoint_finish(&c, spec, o->step, err, errlen);
+    }
     if (!rc && writes && !write_rc) {
         write_rc = replace_dir(c.tmp, spec, o->step, err, errlen);
         if (!write_rc && save_signal)
@@ -643,11 +660,12 @@ static int check_state(tr_optim *o, const char *dir, char *err, size_t errlen)
     return rc;
 }
 
-int tr_resume(tr_optim *o, const char *dir, char *err, size_t errlen)
+/* The files of a --resume directory into o: its step in *step, this
+ * rank's slices of the moments. Reads files only, no collective. */
+static int read_resumed(tr_optim *o, const char *dir, int64_t *step, char *err, size_t errlen)
 {
     tr_exec *x = o->x;
-    int64_t step = 0;
-    if (read_step(dir, &step, err, errlen))
+    if (read_step(dir, step, err, errlen))
         return -1;
     char *path = tp_xasprintf("%s/optimizer.safetensors", dir);
     tp_checkpoint *c;
@@ -685,8 +703,20 @@ int tr_resume(tr_optim *o, const char *dir, char *err, size_t errlen)
     }
     free(whole);
     tp_checkpoint_close(c);
-    if (!rc)
-        rc = check_state(o, dir, err, errlen);
+    return rc;
+}
+
+int tr_resume(tr_optim *o, const char *dir, char *err, size_t errlen)
+{
+    int64_t step = 0;
+    int rc = read_resumed(o, dir, &step, err, errlen);
+    /* the state is read back even where the files failed: sharded, the
+     * reads are collective, and a rank that skipped them would leave the
+     * others waiting in them rather than in the agreement that ends the
+     * --resume phase (train.c) */
+    char why[600];
+    if (check_state(o, dir, why, sizeof why) && !rc)
+        rc = tp_error(err, errlen, "%s", why);
     if (!rc)
         o->step = step;
     return rc;

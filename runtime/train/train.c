@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "runtime/comm/progress.h"
 #include "runtime/io/safetensors_write.h"
 #include "runtime/train/accum.h"
 #include "runtime/train/batches.h"
@@ -26,6 +27,8 @@ typedef struct trainer {
     tr_train_options in_force;  /* the flags over the schedule's train { } (settings.h) */
     tp_comm *comm;             /* the tensor-parallel group */
     tp_comm *dp;               /* the replicas of this rank's shard */
+    tp_comm *world;            /* every rank of the job: what they agree on */
+    bool everywhere;           /* the failure returned is every rank's (tp_agree) */
     tr_exec *x;
     const tr_schedule *s;
     tr_batches batches;        /* what each step reads (--data, --labels) */
@@ -35,6 +38,7 @@ typedef struct trainer {
     tr_optim optim;
     tr_zero zero;              /* the optimizer state's runs over dp (ZeRO-1) */
     bool sharded;
+    bool saves;                /* --save: this rank holds state the checkpoint takes */
     tr_layouts layouts;        /* for the files gathered on rank 0 */
     char *save_dir;            /* --save: DIR, as written (tr_save_check) */
     int save_lock;             /* its lock on the rank that writes it, else -1 */
@@ -78,6 +82,15 @@ static int check_setup(trainer *tr, char *err, size_t errlen)
         return -1;
     bool writes = tr->comm->rank == 0 && tr->dp->rank == 0;   /* tr_save's writing rank */
     return tr->t->save && writes ? tr_save_lock(tr->save_dir, &tr->save_lock, err, errlen) : 0;
+}
+
+/* Every rank leaves an I/O phase (or a step that stopped on every rank)
+ * through one collective over the job, knowing whether a rank failed and
+ * why: a save that fails on the rank writing it fails the same way on
+ * every rank, which then all end without an abort (tp_agree). */
+static int agree(trainer *tr, int rc, char *err, size_t errlen)
+{
+    return tp_agree(tr->world, rc, &tr->everywhere, err, errlen);
 }
 
 /* The streams, checked to hold every step before step 1 (batches.h). */
@@ -197,6 +210,7 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
     tr_exec *x = tr->x;
     tr_profile *p = &x->profile;
     double t0 = now();
+    tp_progress_step(i + 1);
     memset(p, 0, sizeof *p);
     float loss = 0.0f;
     for (int m = 0; m < tr->accum.micro_batches; m++) {
@@ -213,18 +227,24 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
         tr_accum_add(&tr->accum, m);
     }
     double since = now();
+    tp_progress_phase("averaging the gradients over the data-parallel replicas");
     if (combine_grads(tr, err, errlen) || tr_dp_mean(tr->dp, x, tr->optim.sum, &loss, err, errlen))
         return -1;
     p->dp_seconds = lap(x, &since);
+    tp_progress_phase("in the optimizer step");
     double norm;
     if (tr_optim_grad_norm(&tr->optim, tr->dp, &norm, err, errlen))
         return -1;
     p->optimizer_seconds = lap(x, &since);
     bool finite = isfinite(loss) && isfinite(norm);
-    if (!finite && !tr->t->skip_nonfinite)
-        return stop_nonfinite(tr, i, loss, norm, err, errlen);
-    if (first && tr->t->grads_out && write_grads(tr, err, errlen))
-        return -1;
+    if (!finite && !tr->t->skip_nonfinite)     /* every rank stops here, with the same values */
+        return agree(tr, stop_nonfinite(tr, i, loss, norm, err, errlen), err, errlen);
+    if (first && tr->t->grads_out) {
+        tp_progress_io("writing --grads-out");
+        if (agree(tr, write_grads(tr, err, errlen), err, errlen))
+            return -1;
+        tp_progress_phase("in the optimizer step");
+    }
     since = now();
     const tr_train_options *t = tr->t;
     const tr_lr_shape shape = tr_train_lr_shape(t);
@@ -263,13 +283,28 @@ static int resume(trainer *tr, char *err, size_t errlen)
     return 0;
 }
 
+/* --save DIR now: an I/O phase every rank enters, in which the ranks
+ * holding the state save it (replica 0's, or with ZeRO every rank), and
+ * which they all leave together. */
+static int save(trainer *tr, const tr_save_spec *spec, char *err, size_t errlen)
+{
+    tp_progress_io("saving the checkpoint");
+    int rc = tr->saves ? tr_save(&tr->optim, &tr->layouts, spec, err, errlen) : 0;
+    return agree(tr, rc, err, errlen);
+}
+
 int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *masters, int64_t vocab,
-             double **step_seconds, int *nsteps, char *err, size_t errlen)
+             double **step_seconds, int *nsteps, bool *everywhere, char *err, size_t errlen)
 {
     tp_comm *comm = &groups->tp;
-    trainer tr = {.o = o, .comm = comm, .dp = &groups->dp, .x = x, .s = x->s, .save_lock = -1};
+    trainer tr = {.o = o, .comm = comm, .dp = &groups->dp, .world = groups->world, .x = x, .s = x->s,
+                  .save_lock = -1};
     tr.t = &tr.in_force;
     bool rank0 = comm->rank == 0 && tr.dp->rank == 0, tty = isatty(STDOUT_FILENO);
+    /* the setup reads files and runs no collective: every rank gets to the
+     * agreement, a failure on one (a lock another run holds, a damaged
+     * data file) is every rank's */
+    tp_progress_io("reading the data");
     int rc = tr_train_in_force(&o->train, &x->s->train, &tr.in_force, err, errlen);
     if (!rc)
         rc = check_setup(&tr, err, errlen);
@@ -289,8 +324,12 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         rc = tr_accum_init(&tr.accum, x, (int)tr.t->micro_batches, err, errlen);
     if (!rc)
         rc = tr_optim_init(&tr.optim, x, tr.sharded ? &tr.zero : NULL, masters, err, errlen);
-    if (!rc && o->train.resume)
-        rc = resume(&tr, err, errlen);
+    tr.saves = o->train.save && (tr.sharded || tr.dp->rank == 0);   /* replicated: replica 0 has it all */
+    rc = agree(&tr, rc, err, errlen);
+    if (!rc && o->train.resume) {
+        tp_progress_io("reading the --resume state");
+        rc = agree(&tr, resume(&tr, err, errlen), err, errlen);
+    }
     const tr_train_options *t = tr.t;
     tr.log.settings = (tr_train_settings){
         .lr = t->lr, .warmup_start_factor = t->warmup_start_factor, .min_lr = t->min_lr, .beta1 = t->adam_beta1,
@@ -306,7 +345,6 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     const tr_save_spec spec = {.dir = tr.save_dir, .config = tr.config, .max_steps = tr.t->steps,
                                .lr = t->lr, .shard_bytes = o->train.max_shard_bytes, .keep = o->train.save_keep,
                                .resume = o->train.resume};
-    bool saves = o->train.save && (tr.sharded || tr.dp->rank == 0);   /* replicated: replica 0 has it all */
     for (int64_t i = first; !rc && i < tr.t->steps; i++) {
         tr_step_record r;
         rc = step(&tr, i, i == first, &r, err, errlen);
@@ -319,19 +357,23 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         const int64_t every = o->train.eval_every;
         if (o->train.eval_data && ((every && r.step % every == 0) || r.step == tr.t->steps)) {
             r.evaluated = true;
+            tp_progress_phase("evaluating --eval-data");
             rc = tr_eval_loss(&tr.eval, x, tr.dp, tr.optim.sum, &r.eval_loss, err, errlen);
         }
         tr_log_add(&tr.log, &r);
         if (rank0 && !o->quiet)
             tr_log_print(stdout, tty, &r, tr.t->steps, tr.per_step * tr.dp->world * tr.t->micro_batches);
         /* --save-every: a long run loses at most N steps; the last is saved below */
-        if (saves && o->train.save_every && r.step % o->train.save_every == 0 && r.step < tr.t->steps)
-            rc = tr_save(&tr.optim, &tr.layouts, &spec, err, errlen);
+        if (o->train.save && o->train.save_every && r.step % o->train.save_every == 0 && r.step < tr.t->steps)
+            rc = save(&tr, &spec, err, errlen);
     }
-    if (!rc && saves)
-        rc = tr_save(&tr.optim, &tr.layouts, &spec, err, errlen);
-    if (!rc && rank0 && o->train.log_json)
-        rc = tr_log_write_json(&tr.log, o->train.log_json, err, errlen);
+    if (!rc && o->train.save)
+        rc = save(&tr, &spec, err, errlen);
+    if (!rc && o->train.log_json) {
+        tp_progress_io("writing --log-json");
+        rc = agree(&tr, rank0 ? tr_log_write_json(&tr.log, o->train.log_json, err, errlen) : 0, err, errlen);
+    }
+    *everywhere = rc && tr.everywhere;
     *step_seconds = tp_xmalloc((size_t)*nsteps * sizeof **step_seconds + 1);
     tr_profile_keep_median(&x->profile, profiles, *nsteps, *step_seconds);
     free(profiles);

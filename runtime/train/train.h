@@ -26,8 +26,13 @@
  * For --profile: leaves the median step's profile (by its total time) in
  * x->profile, and every step's total time this run took in *step_seconds
  * (malloc'ed, *nsteps of them; the caller frees it). Returns 0, or -1
- * with a message in err. */
+ * with a message in err. The I/O phases (reading the data and a
+ * --resume state, each --save, --grads-out, --log-json) are entered by
+ * every rank together and left through tp_agree (comm.h): a failure in
+ * one, or a step that is not finite, is every rank's, with the same
+ * message, and sets *everywhere (no rank waits for another; nothing needs
+ * aborting). */
 int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *masters, int64_t vocab,
-             double **step_seconds, int *nsteps, char *err, size_t errlen);
+             double **step_seconds, int *nsteps, bool *everywhere, char *err, size_t errlen);
 
 #endif /* TPRUN_TRAIN_TRAIN_H */

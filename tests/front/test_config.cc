@@ -343,7 +343,7 @@ TEST(ConfigDefine, Floats)
     EXPECT_EQ(c.define("theta=500000.0"), "");
     EXPECT_EQ(c.real("theta"), 500000.0);
     const std::vector<std::pair<const char *, double>> cases = {
-        {"-2.5", -2.5}, {".5", 0.5}, {"5.", 5.0}, {"5e5", 5e5}, {"+1E-06", 1e-6}};
+        {"-2.5", -2.5}, {".5", 0.5}, {"5.", 5.0}, {"5e5", 5e5}, {"1E-06", 1e-6}, {"1e+06", 1e6}};
     for (auto [text, want] : cases) {
         EXPECT_EQ(c.define(std::string("eps=") + text), "") << text;
         EXPECT_EQ(c.real("eps"), want) << text;
@@ -356,8 +356,10 @@ TEST(ConfigDefine, RejectsMalformedFloats)
 {
     Cfg c;
     c.bind("config { eps = 1e-6 }", TP_CFG_MODEL);
+    // decimal as an integer is: strtod alone takes the blank, the '+' and hex
     for (const char *bad : {"eps=1e", "eps=1e+", "eps=1.5.2", "eps=.", "eps=e5", "eps=inf", "eps=nan", "eps=0x1p3",
-                            "eps=1_000.5", "eps=1.5 "}) {
+                            "eps=1_000.5", "eps=1.5 ", "eps=+1.5", "eps=+1E-06", "eps= 1.5", "eps=0x10.8",
+                            "eps=-+1.5", "eps=+.5"}) {
         std::string err = c.define(bad);
         EXPECT_NE(err.find("an integer, a float or true/false"), std::string::npos) << bad << ": " << err;
     }

@@ -87,7 +87,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         tp_comm comm;
         tp_comm_mirror(&comm, rank, ranks);
         err[0] = '\0';
-        if (tr_run(&o, &comm, err, sizeof err) && !err[0]) {
+        bool everywhere;
+        if (tr_run(&o, &comm, &everywhere, err, sizeof err) && !err[0]) {
             fprintf(stderr, "fuzz_run: rank %d failed without a message\n", rank);
             abort();
         }

@@ -1,12 +1,11 @@
 /* fuzz_safetensors.c: libFuzzer entry point. The input is a checkpoint:
- * one .safetensors file, or, when it holds SEPARATOR, a sharded one:
+ * one .safetensors file, or, when it holds TP_FUZZ_SEPARATOR, a sharded one:
  * model.safetensors.index.json, then its shards, written as
  * model-0000K-of-0000N.safetensors into a directory opened as tprun opens
  * --weights DIR. Every tensor the checkpoint names is then read as tprun
  * reads slices: whole, each half along dim 0 and dim 1, and padded by a
  * row as a vocabulary is. A checkpoint or a slice that is refused must
  * come with a message. */
-#define _GNU_SOURCE   /* memmem */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,7 +16,6 @@
 #include "runtime/io/weights.h"
 #include "tests/fuzz/scratch.h"
 
-#define SEPARATOR "\n#tpcc-fuzz-file\n"
 #define MAX_SHARDS 4
 #define MAX_TENSORS 64
 #define MAX_ELEMS (1 << 20)
@@ -115,17 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const uint8_t *parts[MAX_SHARDS + 1];
     size_t lens[MAX_SHARDS + 1];
-    int nparts = 0;
-    const uint8_t *p = data, *end = data + size;
-    size_t seplen = strlen(SEPARATOR);
-    while (nparts < MAX_SHARDS + 1) {
-        const uint8_t *next = memmem(p, (size_t)(end - p), SEPARATOR, seplen);
-        parts[nparts] = p;
-        lens[nparts++] = (size_t)((next ? next : end) - p);
-        if (!next)
-            break;
-        p = next + seplen;
-    }
+    int nparts = tp_fuzz_split(data, size, parts, lens, MAX_SHARDS + 1);
     bool sharded = nparts > 1;
     const char *path = sharded ? write_sharded(parts, lens, nparts) : tp_fuzz_path("model.safetensors");
     if (!path || (!sharded && tp_fuzz_write(path, data, size)))

@@ -1,4 +1,5 @@
 /* scratch.c: see scratch.h. */
+#define _GNU_SOURCE   /* memmem */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,4 +69,20 @@ int tp_fuzz_write(const char *path, const uint8_t *data, size_t size)
         return -1;
     size_t wrote = size ? fwrite(data, 1, size, f) : 0;
     return fclose(f) != 0 || wrote != size ? -1 : 0;
+}
+
+int tp_fuzz_split(const uint8_t *data, size_t size, const uint8_t *parts[], size_t lens[], int max)
+{
+    const uint8_t *p = data, *end = data + size;
+    size_t seplen = strlen(TP_FUZZ_SEPARATOR);
+    int n = 0;
+    while (n < max) {
+        const uint8_t *next = n + 1 < max ? memmem(p, (size_t)(end - p), TP_FUZZ_SEPARATOR, seplen) : NULL;
+        parts[n] = p;
+        lens[n++] = (size_t)((next ? next : end) - p);
+        if (!next)
+            break;
+        p = next + seplen;
+    }
+    return n;
 }

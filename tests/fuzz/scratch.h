@@ -19,4 +19,12 @@ const char *tp_fuzz_mkdir(const char *name);
  * skipped: a full disk is not a finding). */
 int tp_fuzz_write(const char *path, const uint8_t *data, size_t size);
 
+/* An input of several files: their bytes joined by this line (bundle.py
+ * writes them so). */
+#define TP_FUZZ_SEPARATOR "\n#tpcc-fuzz-file\n"
+
+/* The input's files, at most max: parts[k] and lens[k]; the last part
+ * holds the rest. Returns how many. */
+int tp_fuzz_split(const uint8_t *data, size_t size, const uint8_t *parts[], size_t lens[], int max);
+
 #endif /* TPCC_FUZZ_SCRATCH_H */

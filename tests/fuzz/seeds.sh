@@ -6,11 +6,13 @@
 #                --train, bf16), the families' plans on their transformers fixtures
 #   safetensors  the fixtures' checkpoints, and one split into a sharded bundle
 #   npy          the fixtures' tokens.npy and logits.npy, an llm.c token file
+#   train        a two-step run's --save files, trainer_state.json and
+#                optimizer.safetensors, after its token stream (.npy, .bin)
 set -euo pipefail
 tpcc=$1 out=$2
 src=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$out"
-mkdir -p "$out"/{plan,schedule,run,safetensors,npy}
+mkdir -p "$out"/{plan,schedule,run,safetensors,npy,train}
 
 cp "$src"/plans/*.plan "$src"/plans/hf/*.plan "$src"/models/*.model "$src"/tests/bad/*.plan "$src"/tests/plans/*.plan \
     "$out/plan/"
@@ -64,3 +66,32 @@ header = [20240520, 1, 64] + [0] * 253     # llm.c's gpt-2 token file: magic, ve
 with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", *header) + struct.pack("<64H", *range(64)))
 PY
+
+# fuzz_train's schedule (ORDER fuzz_train.c); its weights' names and shapes
+# from --grads-out, a checkpoint of them, two steps saved from it
+tprun=$(dirname "$tpcc")/tprun t=$out/train-run
+mkdir -p "$t/base"
+"$tpcc" "$src/plans/llama-tiny.plan" -D tp=1 -D layers=1 -D hidden=8 -D heads=2 -D kv_heads=1 -D ffn=8 -D vocab=16 \
+    -D seq=4 -D batch=1 --train -o "$t/train.sched" >/dev/null
+python3 - "$t" <<'PY'
+import struct, sys
+ids = [(i * 5 + 3) % 16 for i in range(24)]
+header = "{'descr': '<i4', 'fortran_order': False, 'shape': (24,), }"
+header += " " * (-(len(header) + 11) % 64) + "\n"
+with open(sys.argv[1] + "/tokens.npy", "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + struct.pack("<24i", *ids))
+with open(sys.argv[1] + "/tokens.bin", "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, 24, *[0] * 253) + struct.pack("<24H", *ids))
+PY
+"$tprun" "$t/train.sched" --data "$t/tokens.npy" --steps 1 -q --grads-out "$t/base/model.safetensors"
+echo '{}' >"$t/base/config.json"
+"$tprun" "$t/train.sched" --data "$t/tokens.npy" --weights "$t/base" --steps 2 -q --save "$t/ckpt"
+for tokens in npy bin; do
+    python3 - "$t/tokens.$tokens" "$t/ckpt/trainer_state.json" "$t/ckpt/optimizer.safetensors" \
+        "$out/train/resume-$tokens" <<'PY'
+import sys
+parts = [open(p, "rb").read() for p in sys.argv[1:4]]
+open(sys.argv[4], "wb").write(b"\n#tpcc-fuzz-file\n".join(parts))
+PY
+done
+rm -rf "$t"

@@ -91,4 +91,10 @@ done
 TPRUN_TIMEOUT=soon "$tprun" -n 2 "$d/forward.sched" -q 2>"$d/err"; rc=$?
 [ $rc -ne 0 ] || fail "TPRUN_TIMEOUT=soon was accepted"
 grep -q "TPRUN_TIMEOUT takes a positive number of seconds, not 'soon'" "$d/err" || fail "TPRUN_TIMEOUT=soon: no message"
+# decimal, as every number tprun reads: strtod alone takes hex, strtoll a '+'
+TPRUN_TIMEOUT=0x10 "$tprun" -n 2 "$d/forward.sched" -q 2>"$d/err" && fail "TPRUN_TIMEOUT=0x10 was accepted"
+grep -q "TPRUN_TIMEOUT takes a positive number of seconds, not '0x10'" "$d/err" || fail "TPRUN_TIMEOUT=0x10: no message"
+TPRUN_MPI_MAX_COUNT=+4 "$tprun" -n 2 "$d/forward.sched" -q 2>"$d/err" && fail "TPRUN_MPI_MAX_COUNT=+4 was accepted"
+grep -q "TPRUN_MPI_MAX_COUNT takes a whole number of elements from 1 to 2147483647, not '+4'" "$d/err" ||
+    fail "TPRUN_MPI_MAX_COUNT=+4: no message"
 echo "ok"

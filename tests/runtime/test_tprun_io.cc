@@ -71,9 +71,13 @@ TEST(TprunInputs, TokensOfAnotherShapeAndNegativeSeedsAreRefused)
         Proc p = tpcc_test::run_program(kTprun, {sched, "-q", "--labels", "tokens", "--tokens", good});
         EXPECT_EQ(p.code(), 0) << p.describe();
     }
-    Proc seed = tpcc_test::run_program(kTprun, {sched, "-q", "--seed", "-1"});
-    EXPECT_EQ(seed.code(), 2) << seed.describe();
-    EXPECT_TRUE(contains(seed.err, "--seed takes a non-negative integer, not '-1'")) << seed.err;
+    // decimal digits only: strtoull alone wraps "-1" and takes a blank or a '+'
+    for (const char *bad : {"-1", "+5", " 5", "0x10", "18446744073709551616"}) {
+        Proc seed = tpcc_test::run_program(kTprun, {sched, "-q", "--seed", bad});
+        EXPECT_EQ(seed.code(), 2) << seed.describe();
+        EXPECT_TRUE(contains(seed.err, std::string("--seed takes a non-negative decimal integer below 2^64, not '") +
+                                           bad + "'")) << seed.err;
+    }
 }
 
 }  // namespace

@@ -504,6 +504,11 @@ TEST(TrainOptions, ParsedAndRefused)
         {"adam-epsilon", "-1e-8", "--adam-epsilon takes a non-negative decimal number"},
         {"warmup-start-factor", "1.5", "--warmup-start-factor takes a decimal number from 0 to 1 (included)"},
         {"min-lr", "nan", "--min-lr takes"},
+        // a size's number is decimal as any real is
+        {"max-shard-size", "0x10GB", "--max-shard-size takes a size such as 2GiB, 5GB or 500MB, not '0x10GB'"},
+        {"max-shard-size", "+2GB", "not '+2GB'"},
+        {"max-shard-size", " 2GB", "not ' 2GB'"},
+        {"max-shard-size", "infGB", "not 'infGB'"},
     };
     for (const Bad &b : bad) {
         EXPECT_EQ(tr_train_option(&t, b.name, b.arg, err, sizeof err), -1) << b.name << " " << b.arg;

@@ -47,8 +47,6 @@
  * the compute stream. */
 #include "runtime/backends/cuda/backend_cuda.h"
 
-#include <errno.h>
-#include <math.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -58,6 +56,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "util/number.h"
 
 /* Collectives the watchdog can see in flight at once: the events are
  * reused round-robin. Reusing one that is still pending only delays when
@@ -365,6 +364,16 @@ static int gather_bytes(tp_comm *c, void *out, const void *in, size_t bytes, cha
     return m->host.ops->gather_bytes(&m->host, out, in, bytes, err, errlen);
 }
 
+/* On the host communicator too: the ranks' status and a message are host
+ * data, and an I/O phase's ranks wait in it under the host watchdog's
+ * TPRUN_IO_TIMEOUT, never in an NCCL collective the watchdog here would
+ * hold to TPRUN_NCCL_TIMEOUT. */
+static int agree(tp_comm *c, int rc, char *err, size_t errlen)
+{
+    nccl_comm *m = c->impl;
+    return m->host.ops->agree ? m->host.ops->agree(&m->host, rc, err, errlen) : rc != 0;
+}
+
 static void abort_all(tp_comm *c, int status)
 {
     nccl_comm *m = c->impl;
@@ -551,6 +560,7 @@ static const tp_comm_ops nccl_ops = {
 #else
     NULL,   /* split: ncclCommSplit is NCCL 2.18's */
 #endif
+    agree,
 };
 
 /* ------------------------------------------------------------------------ */
@@ -563,10 +573,8 @@ static int parse_timeout(double *out, char *err, size_t errlen)
     *out = DEFAULT_TIMEOUT_S;
     if (!s || !*s)
         return 0;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end || !(v > 0) || !isfinite(v)) {
+    double v;
+    if (tp_parse_real(s, 0, &v) || v == 0) {
         snprintf(err, errlen, "TPRUN_NCCL_TIMEOUT takes a positive number of seconds, not '%s'", s);
         return -1;
     }

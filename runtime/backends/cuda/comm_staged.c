@@ -204,6 +204,13 @@ static int gather_bytes(tp_comm *c, void *out, const void *in, size_t bytes, cha
     return m->host.ops->gather_bytes(&m->host, out, in, bytes, err, errlen);
 }
 
+/* Host memory already: the host communicator's. */
+static int agree(tp_comm *c, int rc, char *err, size_t errlen)
+{
+    staged_comm *m = c->impl;
+    return m->host.ops->agree ? m->host.ops->agree(&m->host, rc, err, errlen) : rc != 0;
+}
+
 static void abort_all(tp_comm *c, int status)
 {
     staged_comm *m = c->impl;
@@ -235,7 +242,7 @@ static void finalize(tp_comm *c)
 static int split(tp_comm *c, int color, int key, tp_comm *out, char *err, size_t errlen);
 
 static const tp_comm_ops staged_ops = {
-    "mpi-staged", all_gather, reduce_scatter, all_reduce, all_to_all, gather_bytes, abort_all, finalize, split,
+    "mpi-staged", all_gather, reduce_scatter, all_reduce, all_to_all, gather_bytes, abort_all, finalize, split, agree,
 };
 
 /* The host communicator split with the same color and key: rank r of the
