@@ -141,10 +141,13 @@ static int write_json_text(const char *path, const char *text, char *err, size_t
     return tp_write_file_atomic(path, pieces, 2, err, errlen);
 }
 
-static int write_state(const char *path, int64_t step, int64_t max_steps, double lr, char *err, size_t errlen)
+static int write_state(const char *path, int64_t step, const tr_save_spec *spec, char *err, size_t errlen)
 {
-    json_t *root = json_pack("{s:I, s:I, s:f}", "step", (json_int_t)step, "max_steps", (json_int_t)max_steps,
-                             "learning_rate", lr);
+    const tr_data_order *d = &spec->order;
+    json_t *seed = d->shuffled ? json_integer((json_int_t)d->shuffle_seed) : json_null();
+    json_t *root = json_pack("{s:I, s:I, s:f, s:{s:I, s:I, s:o}}", "step", (json_int_t)step, "max_steps",
+                             (json_int_t)spec->max_steps, "learning_rate", spec->lr, "data", "samples_per_step",
+                             (json_int_t)d->samples_per_step, "seq", (json_int_t)d->seq, "shuffle_seed", seed);
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
     if (!text)
@@ -230,7 +233,7 @@ static int checkpoint_finish(checkpoint *c, const tr_save_spec *spec, int64_t st
     if (!rc)
         rc = write_json_text(cfg, spec->config, err, errlen);
     if (!rc)
-        rc = write_state(state, step, spec->max_steps, spec->lr, err, errlen);
+        rc = write_state(state, step, spec, err, errlen);
     free(cfg);
     free(state);
     return rc;
@@ -326,8 +329,26 @@ static void test_delay(void)
         continue;
 }
 
-/* The step a checkpoint directory's trainer_state.json records. */
-static int read_step(const char *dir, int64_t *step, char *err, size_t errlen)
+/* What "data" in trainer_state.json says differs from `want`, or NULL:
+ * none recorded, or the same order. */
+static const char *order_differs(json_t *data, const tr_data_order *want)
+{
+    json_t *seed = json_object_get(data, "shuffle_seed");
+    if (!json_is_object(data))
+        return NULL;
+    if (json_integer_value(json_object_get(data, "seq")) != want->seq)
+        return "sequence length";
+    if (json_integer_value(json_object_get(data, "samples_per_step")) != want->samples_per_step)
+        return "samples a step (batch x --micro-batches x data-parallel replicas)";
+    if (json_is_null(seed) == want->shuffled ||
+        (want->shuffled && (uint64_t)json_integer_value(seed) != want->shuffle_seed))
+        return "--shuffle-seed";
+    return NULL;
+}
+
+/* The step a checkpoint directory's trainer_state.json records, and with
+ * `order` its data order checked (order_differs). */
+static int read_step(const char *dir, const tr_data_order *order, int64_t *step, char *err, size_t errlen)
 {
     char *path = tp_xasprintf("%s/trainer_state.json", dir);
     json_error_t e;
@@ -344,6 +365,11 @@ static int read_step(const char *dir, int64_t *step, char *err, size_t errlen)
         rc = tp_error(err, errlen, "--resume: %s (a directory written by tprun --save holds it)", why);
     else if (!json_is_integer(v) || json_integer_value(v) < 0)
         rc = tp_error(err, errlen, "--resume: %s: \"step\" must be a non-negative integer", path);
+    else if (order && order_differs(json_object_get(root, "data"), order))
+        rc = tp_error(err, errlen, "--resume: %s was trained with another %s: this run would not read the samples "
+                      "the one it resumes would have; resume with the same data settings (its \"data\": batch, "
+                      "--micro-batches, replicas, seq and --shuffle-seed)", dir,
+                      order_differs(json_object_get(root, "data"), order));
     else
         *step = json_integer_value(v);
     json_decref(root);
@@ -382,7 +408,7 @@ static void keep_old(const char *old, const char *dir, int64_t keep, int64_t ste
     char why[600];
     int64_t old_step;
     char *kept = NULL;
-    if (!read_step(old, &old_step, why, sizeof why)) {
+    if (!read_step(old, NULL, &old_step, why, sizeof why)) {
         kept = tp_xasprintf("%s.step-%lld", dir, (long long)old_step);
         if (!tp_same_file(kept, resume))
             remove_tree(kept);   /* a checkpoint of the same step from an earlier run */
@@ -662,10 +688,11 @@ static int check_state(tr_optim *o, const char *dir, char *err, size_t errlen)
 
 /* The files of a --resume directory into o: its step in *step, this
  * rank's slices of the moments. Reads files only, no collective. */
-static int read_resumed(tr_optim *o, const char *dir, int64_t *step, char *err, size_t errlen)
+static int read_resumed(tr_optim *o, const char *dir, const tr_data_order *order, int64_t *step, char *err,
+                        size_t errlen)
 {
     tr_exec *x = o->x;
-    if (read_step(dir, step, err, errlen))
+    if (read_step(dir, order, step, err, errlen))
         return -1;
     char *path = tp_xasprintf("%s/optimizer.safetensors", dir);
     tp_checkpoint *c;
@@ -706,10 +733,10 @@ static int read_resumed(tr_optim *o, const char *dir, int64_t *step, char *err, 
     return rc;
 }
 
-int tr_resume(tr_optim *o, const char *dir, char *err, size_t errlen)
+int tr_resume(tr_optim *o, const char *dir, const tr_data_order *order, char *err, size_t errlen)
 {
     int64_t step = 0;
-    int rc = read_resumed(o, dir, &step, err, errlen);
+    int rc = read_resumed(o, dir, order, &step, err, errlen);
     /* the state is read back even where the files failed: sharded, the
      * reads are collective, and a rank that skipped them would leave the
      * others waiting in them rather than in the agreement that ends the

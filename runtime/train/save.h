@@ -51,6 +51,15 @@ int tr_save_lock(const char *dir, int *fd, char *err, size_t errlen);
 void tr_save_unlock(int fd);
 
 /* What --save writes besides the weights and moments. */
+/* The order a run reads its samples in (batches.h): a resumed run that
+ * read them otherwise would not see the samples the run it resumes would
+ * have. trainer_state.json keeps it as "data". */
+typedef struct tr_data_order {
+    int64_t samples_per_step, seq;
+    bool shuffled;
+    uint64_t shuffle_seed;
+} tr_data_order;
+
 typedef struct tr_save_spec {
     const char *dir;         /* --save DIR */
     const char *config;      /* config.json's text (tr_save_check) */
@@ -59,6 +68,7 @@ typedef struct tr_save_spec {
     int64_t shard_bytes;     /* --max-shard-size */
     int64_t keep;            /* --save-keep: DIR and the keep - 1 checkpoints it held before, as DIR.step-S */
     const char *resume;      /* --resume DIR, never pruned among those */
+    tr_data_order order;     /* trainer_state.json's "data" */
 } tr_save_spec;
 
 /* Collective, after the last step: weight by weight, the weight and its
@@ -70,8 +80,10 @@ typedef struct tr_save_spec {
  * weight's runs. Returns 0 or -1 with a message. */
 int tr_save(tr_optim *o, const tr_layouts *l, const tr_save_spec *spec, char *err, size_t errlen);
 
-/* --resume: this rank's slices of the moments into o, and o->step.
- * Returns 0 or -1 with a message. */
-int tr_resume(tr_optim *o, const char *dir, char *err, size_t errlen);
+/* --resume: this rank's slices of the moments into o, and o->step; the
+ * data order the run read in is checked against `order` (a checkpoint that
+ * records none, from before it was recorded, is taken as it is). Returns 0
+ * or -1 with a message. */
+int tr_resume(tr_optim *o, const char *dir, const tr_data_order *order, char *err, size_t errlen);
 
 #endif /* TPRUN_TRAIN_SAVE_H */

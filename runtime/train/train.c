@@ -272,9 +272,9 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
 
 /* --resume: the moments and the step count; training goes on from the
  * next step, and so does the data stream. */
-static int resume(trainer *tr, char *err, size_t errlen)
+static int resume(trainer *tr, const tr_data_order *order, char *err, size_t errlen)
 {
-    if (tr_resume(&tr->optim, tr->t->resume, err, errlen))
+    if (tr_resume(&tr->optim, tr->t->resume, order, err, errlen))
         return -1;
     if (tr->optim.step >= tr->t->steps)
         return tp_error(err, errlen, "--resume: %s has taken %lld steps already, --steps %lld asks for no more; "
@@ -325,10 +325,13 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     if (!rc)
         rc = tr_optim_init(&tr.optim, x, tr.sharded ? &tr.zero : NULL, masters, err, errlen);
     tr.saves = o->train.save && (tr.sharded || tr.dp->rank == 0);   /* replicated: replica 0 has it all */
+    const tr_batch_shape *b = &tr.batches.shape;
+    const tr_data_order order = {.samples_per_step = b->batch * b->replicas * b->micro_batches, .seq = b->seq,
+                                 .shuffled = b->shuffle, .shuffle_seed = b->shuffle_seed};
     rc = agree(&tr, rc, err, errlen);
     if (!rc && o->train.resume) {
         tp_progress_io("reading the --resume state");
-        rc = agree(&tr, resume(&tr, err, errlen), err, errlen);
+        rc = agree(&tr, resume(&tr, &order, err, errlen), err, errlen);
     }
     const tr_train_options *t = tr.t;
     tr.log.settings = (tr_train_settings){
@@ -344,7 +347,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     *nsteps = 0;
     const tr_save_spec spec = {.dir = tr.save_dir, .config = tr.config, .max_steps = tr.t->steps,
                                .lr = t->lr, .shard_bytes = o->train.max_shard_bytes, .keep = o->train.save_keep,
-                               .resume = o->train.resume};
+                               .resume = o->train.resume, .order = order};
     for (int64_t i = first; !rc && i < tr.t->steps; i++) {
         tr_step_record r;
         rc = step(&tr, i, i == first, &r, err, errlen);

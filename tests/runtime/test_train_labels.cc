@@ -206,6 +206,21 @@ TEST(TrainData, ShuffledEpochsResumeWhereTheyStopped)
     ASSERT_EQ(r.size(), 4u);
     for (size_t i = 0; i < 4; i++)
         EXPECT_EQ(r[i], w[3 + i]) << "step " << 4 + i;
+    // trainer_state.json records the order; a resume that would read others is refused
+    EXPECT_TRUE(contains(tpcc_test::slurp(d.path + "/part/trainer_state.json"), "\"shuffle_seed\": 11"));
+    for (const std::vector<std::string> &change :
+         {std::vector<std::string>{"--shuffle-seed", "12"}, std::vector<std::string>{"--micro-batches", "2"}}) {
+        std::vector<std::string> args = {"--resume", d.path + "/part", "--steps", "7", "--data", dir + "tokens.npy",
+                                         "--epochs", "4", "-q"};
+        args.insert(args.end(), change.begin(), change.end());
+        if (change[0] != "--shuffle-seed")
+            args.insert(args.end(), {"--shuffle-seed", "11"});
+        Proc refused = tprun(2, sched, args);
+        EXPECT_NE(refused.code(), 0) << refused.describe();
+        EXPECT_TRUE(contains(refused.err, "was trained with another " +
+                                          std::string(change[0] == "--shuffle-seed" ? "--shuffle-seed" : "samples a step")))
+            << refused.describe();
+    }
     // another seed reads other samples: other losses
     Proc other = tprun(2, sched, {"--weights", dir, "--data", dir + "tokens.npy", "--epochs", "2", "--shuffle-seed",
                                   "12", "--steps", "7", "--log-json", d.path + "/o.json", "-q"});
