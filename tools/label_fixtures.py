@@ -53,8 +53,8 @@ from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_checkpoint import torchtitan_name  # noqa: E402
-from train_fixtures import (BATCH, LLAMA, LR, MAX_GRAD_NORM, SEQ, STEPS, WARMUP, build,  # noqa: E402
-                            save_pretrained, scheduler)
+from train_fixtures import (BATCH, LLAMA, LR, MAX_GRAD_NORM, SEQ, STEPS, WARMUP, build, make_all,  # noqa: E402
+                            print_log, save_pretrained, scheduler)
 
 PAD, BOT, EOT = 0, 1, 2
 ACCUM = 4   # llama-accum's micro-batches per step
@@ -191,23 +191,8 @@ def make(name, spec, out_root):
         f.write("\n")
     if spec["names"] == "hf":   # --save writes a Hugging Face directory: the other has no config.json
         save_pretrained(model, out, {"model.safetensors": "final.safetensors"})
-    for entry in log:
-        print(f"{name}: step {entry['step']}: loss {entry['loss']:.6f}, lr {entry['lr']:.3g}, "
-              f"grad_norm {entry['grad_norm']:.4f}")
-
-
-def main():
-    out_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "train")
-    names = sys.argv[2:] or list(FIXTURES)
-    for name in names:
-        if name not in FIXTURES:
-            sys.exit(f"label_fixtures.py: no fixture named {name!r}; known: {', '.join(FIXTURES)}")
-    torch.use_deterministic_algorithms(True)
-    torch.set_num_threads(1)
-    for name in names:
-        make(name, FIXTURES[name], out_root)
+    print_log(name, log)
 
 
 if __name__ == "__main__":
-    main()
+    make_all(FIXTURES, make, "label_fixtures.py")

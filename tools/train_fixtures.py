@@ -307,23 +307,29 @@ def make(name, keys, out_root):
         # step's gradients are that fixture's, and nothing reads the logits
         for unused in ("grads.safetensors", "logits.npy"):
             os.remove(os.path.join(out, unused))
+    print_log(name, log)
+
+
+def print_log(name, log):
     for entry in log:
         print(f"{name}: step {entry['step']}: loss {entry['loss']:.6f}, lr {entry['lr']:.3g}, "
               f"grad_norm {entry['grad_norm']:.4f}")
 
 
-def main():
+def make_all(table, make_one, script):
+    """`script` [OUT_DIR [NAME...]]: make_one(name, table[name], out) for
+    each name (all of the table's by default), deterministically."""
     out_root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
         os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "train")
-    names = sys.argv[2:] or list(CONFIGS)
+    names = sys.argv[2:] or list(table)
     for name in names:
-        if name not in CONFIGS:
-            sys.exit(f"train_fixtures.py: no config named {name!r}; known: {', '.join(CONFIGS)}")
+        if name not in table:
+            sys.exit(f"{script}: no fixture named {name!r}; known: {', '.join(table)}")
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
     for name in names:
-        make(name, CONFIGS[name], out_root)
+        make_one(name, table[name], out_root)
 
 
 if __name__ == "__main__":
-    main()
+    make_all(CONFIGS, make, "train_fixtures.py")

@@ -289,6 +289,26 @@ TEST(TrainCompile, Bf16TrainingStoresGradientsInBf16AndGoesWithCompiling)
 
 namespace {
 
+// The integer fields of --report-format=json's "training" (with the
+// workspace's bytes as "workspace_bytes") of tpcc on `args`.
+std::map<std::string, json_int_t> training_bytes(const std::vector<std::string> &args)
+{
+    std::map<std::string, json_int_t> bytes;
+    Proc p = tpcc_test::run_program(kTpcc, args);
+    EXPECT_EQ(p.code(), 0) << p.err;
+    json_t *root = json_loads(p.out.c_str(), 0, nullptr);
+    EXPECT_NE(root, nullptr) << p.out;
+    const char *key;
+    json_t *value;
+    json_t *training = json_object_get(root, "training");
+    json_object_foreach(training, key, value)
+        if (json_is_integer(value))
+            bytes[key] = json_integer_value(value);
+    bytes["workspace_bytes"] = json_integer_value(json_object_get(json_object_get(training, "workspace"), "bytes"));
+    json_decref(root);
+    return bytes;
+}
+
 // --report --train --dtype bf16 against fp32: half the bytes for the
 // weights, gradients and activations, the same fp32 moments, and tprun's
 // fp32 master weights beside them (the fp32 weights' size).
@@ -299,19 +319,7 @@ TEST(TrainReport, Bf16CountsTheFp32MasterWeights)
         std::vector<std::string> args = tiny(2);
         args.insert(args.begin(), {source_path("plans/llama-megatron.plan"), "--train", "--report",
                                    "--report-format=json", "--dtype", dtype});
-        Proc p = tpcc_test::run_program(kTpcc, args);
-        ASSERT_EQ(p.code(), 0) << p.err;
-        json_t *root = json_loads(p.out.c_str(), 0, nullptr);
-        ASSERT_NE(root, nullptr) << p.out;
-        const char *key;
-        json_t *value;
-        json_t *training = json_object_get(root, "training");
-        json_object_foreach(training, key, value)
-            if (json_is_integer(value))
-                bytes[dtype][key] = json_integer_value(value);
-        json_t *workspace = json_object_get(training, "workspace");
-        bytes[dtype]["workspace_bytes"] = json_integer_value(json_object_get(workspace, "bytes"));
-        json_decref(root);
+        bytes[dtype] = training_bytes(args);
     }
     std::map<std::string, json_int_t> &f = bytes["fp32"], &b = bytes["bf16"];
     EXPECT_EQ(b["param_bytes"] * 2, f["param_bytes"]);
@@ -339,16 +347,7 @@ TEST(TrainReport, MicroBatchesAddAnFp32GradientAccumulator)
     for (auto [plan, bytes] : {std::pair{source_path("plans/llama-megatron.plan"), &one}, std::pair{accum, &four}}) {
         std::vector<std::string> args = tiny(2);
         args.insert(args.begin(), {plan, "--train", "--report", "--report-format=json", "--dtype", "bf16"});
-        Proc p = tpcc_test::run_program(kTpcc, args);
-        ASSERT_EQ(p.code(), 0) << p.err;
-        json_t *root = json_loads(p.out.c_str(), 0, nullptr);
-        ASSERT_NE(root, nullptr) << p.out;
-        const char *key;
-        json_t *value;
-        json_object_foreach(json_object_get(root, "training"), key, value)
-            if (json_is_integer(value))
-                (*bytes)[key] = json_integer_value(value);
-        json_decref(root);
+        *bytes = training_bytes(args);
     }
     EXPECT_EQ(one.count("accumulator_bytes"), 0u);
     EXPECT_EQ(four["accumulator_bytes"], four["grad_bytes"] * 2);   // fp32 sums of bf16 gradients
