@@ -25,6 +25,12 @@ A JSONL document with "prompt" and "completion" (fine-tuning) also gets
 -100 over its prompt's labels, in either layout (packed: a labels stream
 beside the ids).
 
+The labels are Hugging Face's, aligned with the ids: a model's own loss
+shifts them. For a schedule whose loss does not (tpcc --loss
+cross_entropy, torchtitan's and seed scripts' CrossEntropyLoss over
+target_ids), --next-token-labels writes each position's next token
+instead, the last of each row (--pad) or of the stream ignored.
+
 --val-fraction F (default 0.1) holds out that fraction of the documents,
 drawn with --seed, as OUT.val.npy (and OUT.val.labels.npy) for tprun
 --eval-data (--eval-labels). Every id is checked against config.json's
@@ -150,22 +156,34 @@ def split(n, fraction, seed):
     return set(np.random.default_rng(seed).permutation(n)[:k].tolist())
 
 
-def prepare(documents, encode, framing, layout, seq, fraction, seed):
-    """{"train": (ids, labels or None), "val": ...}: labels where the layout
-    or a prompt needs them."""
+def next_tokens(labels, seq):
+    """Labels for a loss that does not shift: position t's is the label of
+    t + 1 within its row of seq (the whole stream for seq None), the last
+    ignored."""
+    rows = labels.reshape(-1, seq) if seq else labels.reshape(1, -1)
+    out = np.full_like(rows, IGNORE)
+    out[:, :-1] = rows[:, 1:]
+    return out.reshape(-1)
+
+
+def prepare(documents, encode, framing, layout, seq, fraction, seed, next_token_labels=False):
+    """{"train": (ids, labels or None), "val": ...}: labels where the layout,
+    a prompt or next-token labels need them."""
     encoded = []
     for n, (prompt, text) in enumerate(documents):
         ids, labels = encode_document(encode, framing, prompt, text)
         check_ids(ids, framing, f"document {n + 1}")
         encoded.append((ids, labels))
     held = split(len(encoded), fraction, seed)
-    needs_labels = layout == "pad" or any(p is not None for p, _ in documents)
+    needs_labels = layout == "pad" or next_token_labels or any(p is not None for p, _ in documents)
     out = {}
     for name, docs in (("train", [d for i, d in enumerate(encoded) if i not in held]),
                        ("val", [d for i, d in enumerate(encoded) if i in held])):
         if not docs:
             continue
         ids, labels = pad(docs, seq, framing.pad) if layout == "pad" else pack(docs)
+        if next_token_labels:
+            labels = next_tokens(labels, seq if layout == "pad" else None)
         out[name] = (ids, labels if needs_labels else None)
     if "train" not in out:
         raise DataError("no document is left to train on: lower --val-fraction or give more documents")
@@ -182,6 +200,8 @@ def main(argv=None):
     layout.add_argument("--pack", dest="layout", action="store_const", const="pack", help="one stream (default)")
     layout.add_argument("--pad", dest="layout", action="store_const", const="pad", help="a row of --seq a document")
     ap.add_argument("--seq", type=int, help="with --pad: the row length, the schedule's seq")
+    ap.add_argument("--next-token-labels", action="store_true",
+                    help="labels for a loss that does not shift them (tpcc --loss cross_entropy)")
     ap.add_argument("--val-fraction", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -210,7 +230,7 @@ def main(argv=None):
 
         documents = [d for path in args.inputs for d in read_documents(path, load_dataset_dir)]
         out = prepare(documents, lambda t: tok.encode(t, add_special_tokens=False).ids, framing, layout, args.seq,
-                      args.val_fraction, args.seed)
+                      args.val_fraction, args.seed, args.next_token_labels)
     except (DataError, OSError, json.JSONDecodeError) as e:
         sys.exit(f"prepare_data.py: {e}")
     for name, (ids, labels) in out.items():

@@ -629,13 +629,14 @@ static int options_match_training(job *j)
     const tr_options *o = j->o;
     if (!j->s.grads) {
         if (o->train.steps || o->train.data || o->train.log_json || o->train.grads_out || o->train.save ||
-            o->train.max_shard_given || o->train.resume || o->train.micro_batches > 1 || o->train.epochs > 1 ||
-            o->train.shuffle)
+            o->train.max_shard_given || o->train.resume || o->train.micro_batches > 1 || o->train.epochs ||
+            o->train.shuffle || o->train.eval_data || o->train.eval_labels || o->train.eval_every ||
+            o->train.no_decay)
             return fail(j, "%s is a forward schedule: --data, --steps and the other training options go with a "
                         "schedule compiled with tpcc PLAN --train -o FILE.sched", o->schedule);
         return 0;
     }
-    if ((!o->train.steps && o->train.epochs == 1) || !o->train.data)
+    if ((!o->train.steps && !o->train.epochs) || !o->train.data)
         return fail(j, "%s is a training schedule (tpcc --train): give it --data TOKENS and --steps N (or --epochs "
                     "E, every step of E passes over the data)", o->schedule);
     if (o->repeat)

@@ -44,13 +44,22 @@ static void order_epoch(tr_batches *b, int64_t e)
     b->order_epoch = e;
 }
 
-/* Where the r-th row the run reads starts in the streams: epoch r / (the
- * rows an epoch's steps take), the sample at that place of its order. */
-static int64_t row_offset(tr_batches *b, int64_t r)
+/* The sample the r-th row the run reads is: epoch r / (the rows an
+ * epoch's steps take), the sample at that place of its order. */
+static int64_t sample_of(tr_batches *b, int64_t r)
 {
     const int64_t per_epoch = b->steps_per_epoch * rows_per_step(&b->shape), e = r / per_epoch, j = r % per_epoch;
     order_epoch(b, e);
-    return (b->order ? b->order[j] : j) * b->shape.seq;
+    return b->order ? b->order[j] : j;
+}
+
+/* Sample k's labels (seq of them, the ignored ones -100) into out. */
+static void sample_labels(const tr_batches *b, int64_t k, int32_t *out)
+{
+    const tr_batch_shape *s = &b->shape;
+    const int32_t *from = b->labels.count ? b->labels.ids : b->data.ids;
+    memcpy(out, from + k * s->seq + (next_in_stream(b) ? 1 : 0), (size_t)s->seq * sizeof *out);
+    tr_labels_map_ignored(out, s->seq, s->ignore_index);
 }
 
 /* The first row of step i's micro-batch m of replica d. */
@@ -95,7 +104,11 @@ static int count_samples(tr_batches *b, char *err, size_t errlen)
             n += snprintf(step_is + n, sizeof step_is - (size_t)n, "%d data-parallel replicas x ", s->replicas);
         snprintf(step_is + n, sizeof step_is - (size_t)n, "%" PRId64 " of batch x seq", per_replica(s));
     }
-    const int64_t holds = b->steps_per_epoch * s->epochs;
+    int64_t holds, rows;
+    if (__builtin_mul_overflow(b->steps_per_epoch, s->epochs, &holds) ||
+        __builtin_mul_overflow(holds, rows_per_step(s), &rows))
+        return tp_error(err, errlen, "%s: %" PRId64 " epochs of %" PRId64 " steps are more steps than tprun counts; "
+                        "train fewer epochs", b->data_path, s->epochs, b->steps_per_epoch);
     if (!b->steps)
         b->steps = holds;
     if (holds && b->steps <= holds)
@@ -114,25 +127,34 @@ static int count_samples(tr_batches *b, char *err, size_t errlen)
                     holds == 1 ? "" : "s", rows_per_step(s) * s->seq, step_is, more, over, s->steps);
 }
 
-/* Every step's labelled tokens over the micro-batches and replicas; a step
- * without one is refused (PyTorch's mean over no element is NaN). */
+/* Every step's labelled tokens over the micro-batches and replicas, from
+ * each sample's count (the samples' tokens read once, whatever the
+ * epochs); a training step without one is refused (PyTorch's mean over no
+ * element is NaN). A loss without labels counts nothing. */
 static int count_labelled(tr_batches *b, char *err, size_t errlen)
 {
     const tr_batch_shape *s = &b->shape;
+    if (!s->scored)
+        return 0;
+    int64_t *per_sample = tp_xmalloc((size_t)b->samples * sizeof *per_sample + 1);
+    for (int64_t k = 0; k < b->samples; k++) {
+        sample_labels(b, k, b->step_labels);
+        per_sample[k] = tr_labels_counted(b->step_labels, 1, s->seq, s->label_shift, TR_IGNORE_INDEX);
+    }
     b->labelled = tp_xmalloc((size_t)b->steps * sizeof *b->labelled + 1);
-    for (int64_t i = 0; i < b->steps; i++) {
+    int rc = 0;
+    for (int64_t i = 0; i < b->steps && !rc; i++) {
         b->labelled[i] = 0;
-        for (int m = 0; m < s->micro_batches; m++)
-            for (int d = 0; d < s->replicas; d++)
-                b->labelled[i] += tr_labels_counted(tr_batches_labels(b, i, m, d), s->batch, s->seq, s->label_shift,
-                                                    TR_IGNORE_INDEX);
-        if (!b->labelled[i])
-            return tp_error(err, errlen, "step %" PRId64 " has no label to score: every label of its %" PRId64
+        for (int64_t r = i * rows_per_step(s); r < (i + 1) * rows_per_step(s); r++)
+            b->labelled[i] += per_sample[sample_of(b, r)];
+        if (!b->labelled[i] && !s->any_step)
+            rc = tp_error(err, errlen, "step %" PRId64 " has no label to score: every label of its %" PRId64
                             " tokens is ignored (--ignore-index %d%s), so its loss would be 0/0; give it labelled "
                             "tokens or train fewer steps", i + 1, rows_per_step(s) * s->seq, s->ignore_index,
                             s->label_shift ? ", or the last position of a row, which has no next token" : "");
     }
-    return 0;
+    free(per_sample);
+    return rc;
 }
 
 int tr_batches_open(tr_batches *b, const tr_batch_shape *shape, const char *data_path, const char *labels_path,
@@ -165,28 +187,20 @@ void tr_batches_free(tr_batches *b)
     *b = (tr_batches){0};
 }
 
-/* B rows of `from`, those of step i's micro-batch m of replica d, each
- * shifted by `skip` tokens, into out. */
-static void gather_rows(tr_batches *b, int32_t *out, const int32_t *from, int64_t skip, int64_t i, int m, int d)
+const int32_t *tr_batches_ids(tr_batches *b, int64_t i, int m, int d)
 {
     const tr_batch_shape *s = &b->shape;
     for (int64_t row = 0; row < s->batch; row++)
-        memcpy(out + row * s->seq, from + row_offset(b, first_row(s, i, m, d) + row) + skip,
-               (size_t)s->seq * sizeof *out);
-}
-
-const int32_t *tr_batches_ids(tr_batches *b, int64_t i, int m, int d)
-{
-    gather_rows(b, b->step_ids, b->data.ids, 0, i, m, d);
+        memcpy(b->step_ids + row * s->seq, b->data.ids + sample_of(b, first_row(s, i, m, d) + row) * s->seq,
+               (size_t)s->seq * sizeof *b->step_ids);
     return b->step_ids;
 }
 
 const int32_t *tr_batches_labels(tr_batches *b, int64_t i, int m, int d)
 {
     const tr_batch_shape *s = &b->shape;
-    const bool next = next_in_stream(b);
-    gather_rows(b, b->step_labels, b->labels.count ? b->labels.ids : b->data.ids, next ? 1 : 0, i, m, d);
-    tr_labels_map_ignored(b->step_labels, per_replica(s), s->ignore_index);
+    for (int64_t row = 0; row < s->batch; row++)
+        sample_labels(b, sample_of(b, first_row(s, i, m, d) + row), b->step_labels + row * s->seq);
     return b->step_labels;
 }
 

@@ -51,6 +51,8 @@ typedef struct tr_batch_shape {
     int label_shift;             /* the schedule's (sched/load.h) */
     int64_t vocab;
     int32_t ignore_index;        /* --ignore-index */
+    bool scored;                 /* the loss reads labels: their counts are wanted (not tpcc --loss sum) */
+    bool any_step;               /* a step may hold no labelled token (evaluation: the mean is the stream's) */
 } tr_batch_shape;
 
 typedef struct tr_batches {

@@ -1,5 +1,6 @@
 /* eval.c: see eval.h. */
 #include "runtime/train/eval.h"
+#include <inttypes.h>
 #include "runtime/train/dp.h"
 #include "util/errmsg.h"
 
@@ -12,14 +13,21 @@ int tr_eval_open(tr_eval *e, const tr_schedule *s, const tr_batch_shape *shape, 
     once.epochs = 1;
     once.micro_batches = 1;
     once.shuffle = false;
+    once.any_step = true;      /* the mean is over the whole stream's labelled tokens */
     char why[1000];
     if (tr_batches_open(&e->batches, &once, path, labels_path, why, sizeof why))
         return tp_error(err, errlen, "--eval-data: %s", why);
     for (int64_t i = 0; i < e->batches.steps; i++)
         e->labelled += e->batches.labelled[i];
+    if (!e->labelled)
+        return tp_error(err, errlen, "--eval-data %s: every label of its %" PRId64 " batches is ignored (--ignore-index "
+                        "%d): there is no loss to evaluate", path, e->batches.steps, shape->ignore_index);
     for (int i = 0; i < s->nops; i++)
         if (s->ops[i].out == s->loss)
             e->forward_ops = i + 1;
+    if (!e->forward_ops)
+        return tp_error(err, errlen, "--eval-data: no op of the schedule writes its loss (buffer %d); recompile it "
+                        "with tpcc --train", s->loss);
     return 0;
 }
 
@@ -32,7 +40,7 @@ int tr_eval_loss(tr_eval *e, tr_exec *x, tp_comm *dp, float *scratch, double *lo
 {
     const tr_schedule *s = x->s;
     const double divisor = (double)e->labelled / (double)dp->world;
-    float total = 0.0f;
+    double total = 0.0;
     for (int64_t i = 0; i < e->batches.steps; i++) {
         tr_exec_write_buf(x, s->input_ids, tr_batches_ids(&e->batches, i, 0, dp->rank));
         tr_exec_write_buf(x, s->labels, tr_batches_labels(&e->batches, i, 0, dp->rank));
@@ -43,8 +51,9 @@ int tr_eval_loss(tr_eval *e, tr_exec *x, tp_comm *dp, float *scratch, double *lo
         tr_exec_read_buf(x, s->loss, &part);
         total += part;
     }
-    if (tr_dp_mean(dp, x, scratch, &total, err, errlen))
+    float mean = (float)total;
+    if (tr_dp_mean(dp, x, scratch, &mean, err, errlen))
         return -1;
-    *loss = total;
+    *loss = mean;
     return 0;
 }

@@ -12,7 +12,7 @@ tr_train_options tr_train_defaults(void)
     return (tr_train_options){.lr = 1e-3, .schedule = TP_LR_COSINE, .decay_type = TP_DECAY_COSINE,
                               .adam_beta1 = 0.9, .adam_beta2 = 0.999, .adam_epsilon = 1e-8, .weight_decay = 0.01,
                               .max_grad_norm = 1.0, .save_keep = 1, .max_shard_bytes = TR_SAVE_SHARD_BYTES,
-                              .micro_batches = 1, .epochs = 1};
+                              .micro_batches = 1};
 }
 
 static int number(const char *name, const char *arg, double *out, char *err, size_t errlen)
@@ -94,9 +94,9 @@ int tr_train_option(tr_train_options *t, const char *name, const char *arg, char
     else if (!strcmp(name, "steps"))
         return count(name, arg, 1, &t->steps, err, errlen);
     else if (!strcmp(name, "epochs")) {
-        if (tp_parse_int(arg, 1, INT32_MAX, &t->epochs))
-            return tp_error(err, errlen, "--epochs takes a number of passes over the data of at least 1, not '%s'",
-                            arg);
+        if (tp_parse_int(arg, 1, TR_MAX_EPOCHS, &t->epochs))
+            return tp_error(err, errlen, "--epochs takes a number of passes over the data from 1 to %d, not '%s'",
+                            TR_MAX_EPOCHS, arg);
     }
     else if (!strcmp(name, "shuffle-seed")) {
         int64_t seed;

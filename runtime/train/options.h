@@ -8,11 +8,14 @@
 #include <stdint.h>
 #include "runtime/train/lr.h"
 
+#define TR_MAX_EPOCHS 100000
+
 typedef struct tr_train_options {
     const char *data;            /* --data: the token stream */
     int64_t steps;               /* --steps: 0 when not training */
     int64_t micro_batches;       /* --micro-batches: schedule runs per optimizer step (accum.h) */
-    int64_t epochs;              /* --epochs: passes over the data (batches.h); with no --steps, all their steps */
+    int64_t epochs;              /* --epochs: passes over the data (batches.h), with no --steps all their steps;
+                                    0: not given, one */
     bool shuffle;                /* --shuffle-seed given */
     uint64_t shuffle_seed;
     double lr;                   /* peak learning rate */

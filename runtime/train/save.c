@@ -145,9 +145,10 @@ static int write_state(const char *path, int64_t step, const tr_save_spec *spec,
 {
     const tr_data_order *d = &spec->order;
     json_t *seed = d->shuffled ? json_integer((json_int_t)d->shuffle_seed) : json_null();
-    json_t *root = json_pack("{s:I, s:I, s:f, s:{s:I, s:I, s:o}}", "step", (json_int_t)step, "max_steps",
-                             (json_int_t)spec->max_steps, "learning_rate", spec->lr, "data", "samples_per_step",
-                             (json_int_t)d->samples_per_step, "seq", (json_int_t)d->seq, "shuffle_seed", seed);
+    json_t *root = json_pack("{s:I, s:I, s:f, s:{s:I, s:I, s:I, s:o}}", "step", (json_int_t)step, "max_steps",
+                             (json_int_t)spec->max_steps, "learning_rate", spec->lr, "data", "samples",
+                             (json_int_t)d->samples, "samples_per_step", (json_int_t)d->samples_per_step, "seq",
+                             (json_int_t)d->seq, "shuffle_seed", seed);
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
     if (!text)
@@ -338,6 +339,8 @@ static const char *order_differs(json_t *data, const tr_data_order *want)
         return NULL;
     if (json_integer_value(json_object_get(data, "seq")) != want->seq)
         return "sequence length";
+    if (json_integer_value(json_object_get(data, "samples")) != want->samples)
+        return "stream (its number of samples of seq tokens differs)";
     if (json_integer_value(json_object_get(data, "samples_per_step")) != want->samples_per_step)
         return "samples a step (batch x --micro-batches x data-parallel replicas)";
     if (json_is_null(seed) == want->shuffled ||

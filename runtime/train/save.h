@@ -55,7 +55,7 @@ void tr_save_unlock(int fd);
  * read them otherwise would not see the samples the run it resumes would
  * have. trainer_state.json keeps it as "data". */
 typedef struct tr_data_order {
-    int64_t samples_per_step, seq;
+    int64_t samples, samples_per_step, seq;   /* the stream's samples: the shuffle draws from them all */
     bool shuffled;
     uint64_t shuffle_seed;
 } tr_data_order;

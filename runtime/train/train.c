@@ -101,10 +101,10 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
     const int64_t seq = ids->rank > 1 ? ids->shape[ids->rank - 1] : tr->per_step;
     const tr_batch_shape shape = {.batch = tr->per_step / seq, .seq = seq, .replicas = tr->dp->world,
                                   .micro_batches = (int)tr->t->micro_batches, .steps = tr->t->steps,
-                                  .epochs = tr->t->epochs, .shuffle = tr->t->shuffle,
+                                  .epochs = tr->t->epochs ? tr->t->epochs : 1, .shuffle = tr->t->shuffle,
                                   .shuffle_seed = tr->t->shuffle_seed,
                                   .label_shift = tr->s->labels >= 0 ? tr->s->label_shift : 1, .vocab = vocab,
-                                  .ignore_index = tr->o->ignore_index};
+                                  .ignore_index = tr->o->ignore_index, .scored = tr->s->labels >= 0};
     if (tr->s->labels < 0 && (tr->o->labels || tr->t->eval_data))
         return tp_error(err, errlen, "%s: %s has no labels to take (its loss, tpcc --loss sum, reads none)",
                         tr->o->labels ? "--labels" : "--eval-data", tr->o->schedule);
@@ -326,7 +326,8 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         rc = tr_optim_init(&tr.optim, x, tr.sharded ? &tr.zero : NULL, masters, err, errlen);
     tr.saves = o->train.save && (tr.sharded || tr.dp->rank == 0);   /* replicated: replica 0 has it all */
     const tr_batch_shape *b = &tr.batches.shape;
-    const tr_data_order order = {.samples_per_step = b->batch * b->replicas * b->micro_batches, .seq = b->seq,
+    const tr_data_order order = {.samples = tr.batches.samples,
+                                 .samples_per_step = b->batch * b->replicas * b->micro_batches, .seq = b->seq,
                                  .shuffled = b->shuffle, .shuffle_seed = b->shuffle_seed};
     rc = agree(&tr, rc, err, errlen);
     if (!rc && o->train.resume) {
@@ -359,15 +360,17 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         }
         const int64_t every = o->train.eval_every;
         if (o->train.eval_data && ((every && r.step % every == 0) || r.step == tr.t->steps)) {
-            r.evaluated = true;
             tp_progress_phase("evaluating --eval-data");
             rc = tr_eval_loss(&tr.eval, x, tr.dp, tr.optim.sum, &r.eval_loss, err, errlen);
+            r.evaluated = !rc;
+            if (rc)
+                break;
         }
         tr_log_add(&tr.log, &r);
         if (rank0 && !o->quiet)
             tr_log_print(stdout, tty, &r, tr.t->steps, tr.per_step * tr.dp->world * tr.t->micro_batches);
         /* --save-every: a long run loses at most N steps; the last is saved below */
-        if (o->train.save && o->train.save_every && r.step % o->train.save_every == 0 && r.step < tr.t->steps)
+        if (!rc && o->train.save && o->train.save_every && r.step % o->train.save_every == 0 && r.step < tr.t->steps)
             rc = save(&tr, &spec, err, errlen);
     }
     if (!rc && o->train.save)

@@ -146,7 +146,8 @@ TEST(TrainBatches, EachStepReadsItsSliceAndItsLabels)
     char err[600] = "";
     // 2 steps of 2 replicas x [2, 3], the labels the next tokens
     tr_batch_shape shape = {.batch = 2, .seq = 3, .replicas = 2, .micro_batches = 1, .steps = 2, .epochs = 1,
-                            .shuffle = false, .shuffle_seed = 0, .label_shift = 0, .vocab = 7, .ignore_index = 6};
+                            .shuffle = false, .shuffle_seed = 0, .label_shift = 0, .vocab = 7, .ignore_index = 6,
+                            .scored = true, .any_step = false};
     tr_batches b;
     ASSERT_EQ(tr_batches_open(&b, &shape, data.c_str(), nullptr, err, sizeof err), 0) << err;
     for (int64_t i = 0; i < 2; i++)
@@ -177,6 +178,19 @@ TEST(TrainBatches, EachStepReadsItsSliceAndItsLabels)
               std::vector<int32_t>(short_ids.begin() + 18, short_ids.begin() + 24));
     EXPECT_EQ(tr_batches_divisor(&b, 0), 2 * 2 * 2 / 2.0);
     tr_batches_free(&b);
+    // a step of nothing but ignored labels: refused in training, counted as
+    // none where only the whole stream's mean matters (evaluation)
+    std::vector<int32_t> ignored(short_ids.size(), 99);
+    const std::string all_ignored = file("ignored.npy", ignored);
+    shape.ignore_index = 99;
+    EXPECT_EQ(tr_batches_open(&b, &shape, cut.c_str(), all_ignored.c_str(), err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "step 1 has no label to score")) << err;
+    tr_batches_free(&b);
+    shape.any_step = true;
+    ASSERT_EQ(tr_batches_open(&b, &shape, cut.c_str(), all_ignored.c_str(), err, sizeof err), 0) << err;
+    EXPECT_EQ(b.labelled[0], 0);
+    tr_batches_free(&b);
+    shape.any_step = false;
     // --labels: the stream beside the ids, 99 the ignore index
     std::vector<int32_t> short_lab(lab.begin(), lab.end() - 1);
     const std::string beside = file("beside.npy", short_lab);
@@ -204,7 +218,7 @@ TEST(TrainBatches, EpochsVisitEverySampleOnceInASeededOrder)
     auto samples_of = [&](bool shuffle, uint64_t seed, int64_t epochs) {
         tr_batch_shape shape = {.batch = 2, .seq = 4, .replicas = 1, .micro_batches = 1, .steps = 0,
                                 .epochs = epochs, .shuffle = shuffle, .shuffle_seed = seed, .label_shift = 1,
-                                .vocab = 9, .ignore_index = -100};
+                                .vocab = 9, .ignore_index = -100, .scored = true, .any_step = false};
         tr_batches b;
         std::vector<int> seen;
         EXPECT_EQ(tr_batches_open(&b, &shape, data.c_str(), nullptr, err, sizeof err), 0) << err;

@@ -38,6 +38,12 @@ class PrepareData(unittest.TestCase):
         self.assertEqual(ids.reshape(2, 5).tolist(), [[1, 5, 4, 2, 0], [1, 4, 4, 4, 4]])   # the second truncated
         self.assertEqual(labels.reshape(2, 5).tolist(), [[1, 5, 4, 2, -100], [1, 4, 4, 4, 4]])
 
+    def test_next_token_labels_for_a_loss_that_does_not_shift(self):
+        out = pd.prepare([(None, "ab c"), (None, "a b c d e f")], encode, self.framing(), "pad", 5, 0.0, 0, True)
+        self.assertEqual(out["train"][1].reshape(2, 5).tolist(), [[5, 4, 2, -100, -100], [4, 4, 4, 4, -100]])
+        packed = pd.prepare([("q", "aa")], encode, self.framing(), "pack", None, 0.0, 0, True)
+        self.assertEqual(packed["train"][1].tolist(), [-100, 5, 2, -100])   # bos predicts the prompt: not scored
+
     def test_a_prompt_is_not_scored(self):
         out = pd.prepare([("q q", "aa")], encode, self.framing(), "pack", None, 0.0, 0)
         ids, labels = out["train"]

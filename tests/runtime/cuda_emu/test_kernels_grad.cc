@@ -333,14 +333,16 @@ TEST_P(GradKernels, CeGradPieces)
     struct Case {
         int64_t b, s, vocab, tp, vl;
     };
+    for (tp_ce_rule rule : {kHfLoss, kNextTokenLoss, tp_ce_rule{1, 7.5}, tp_ce_rule{0, 7.5}})
     for (Case c : {Case{2, 9, 31, 4, 8}, Case{1, 6, 20, 4, 8}, Case{3, 1, 5, 1, 5}}) {
         const int64_t rows = c.b * c.s, vpad = c.vl * c.tp;
         const std::string what = label(t(), "ce_grad " + dims({c.b, c.s}) + " vocab " + std::to_string(c.vocab) +
-                                                 " tp " + std::to_string(c.tp));
+                                                 " tp " + std::to_string(c.tp) + " shift " + std::to_string(rule.shift) +
+                                                 " divisor " + std::to_string(rule.divisor));
         Vec full = as_stored(random_vec((size_t)(rows * vpad), 90, -4.0f, 4.0f), t());
         IVec labels = random_labels(c.b, c.s, c.vocab, 91, 4);
         Vec whole(full.size());
-        ref().cross_entropy_grad(whole.data(), full.data(), labels.data(), c.b, c.s, vpad, c.vocab, kHfLoss);
+        ref().cross_entropy_grad(whole.data(), full.data(), labels.data(), c.b, c.s, vpad, c.vocab, rule);
         // the all-reduced statistics, from the real columns
         Vec gmax((size_t)rows, -INFINITY), gsum((size_t)rows, 0.0f);
         for (int64_t i = 0; i < rows; i++) {
@@ -361,10 +363,10 @@ TEST_P(GradKernels, CeGradPieces)
             }
             Vec want(local.size());
             ref().ce_grad(want.data(), local.data(), gmax.data(), gsum.data(), labels.data(), c.b, c.s, c.vl, r * c.vl,
-                          c.vocab, kHfLoss);
+                          c.vocab, rule);
             Dev dlocal(t(), local), dout(t(), local.size());
             tp_k_ce_grad(nullptr, t(), dout.ptr(), dlocal.ptr(), dmax.ptr(), dsum.ptr(), dlab.ptr(), c.b, c.s, c.vl,
-                         r * c.vl, c.vocab, 1, 0.0f);
+                         r * c.vl, c.vocab, rule.shift, (float)rule.divisor);
             const std::string rk = what + " rank " + std::to_string(r);
             compare(dout.download(), want, stored({1e-8, 1e-5}, t()), rk);
             compare(dout.download(), want_local, stored({1e-8, 1e-5}, t()), rk + " = cross_entropy_grad");
