@@ -36,6 +36,25 @@ void tr_log_print(FILE *f, bool tty, const tr_step_record *r, int64_t total, int
     fflush(f);
 }
 
+void tr_log_summary(FILE *f, const tr_train_log *log, int64_t tokens, const char *saved)
+{
+    if (!log->n)
+        return;
+    const tr_step_record *first = &log->steps[0], *last = &log->steps[log->n - 1];
+    double seconds = 0.0;
+    for (int64_t i = 0; i < log->n; i++)
+        seconds += log->steps[i].seconds;
+    fprintf(f, "trained steps %lld-%lld in %.1f s (%.0f tok/s): loss %.4f -> %.4f", (long long)first->step,
+            (long long)last->step, seconds, seconds > 0 ? (double)(tokens * log->n) / seconds : 0.0, first->loss,
+            last->loss);
+    if (last->evaluated)
+        fprintf(f, ", eval loss %.4f (perplexity %.2f)", last->eval_loss, exp(last->eval_loss));
+    if (saved)
+        fprintf(f, "; saved %s", saved);
+    fprintf(f, "\n");
+    fflush(f);
+}
+
 /* JSON has no NaN or infinity: a diverged step's values are null. */
 static json_t *number(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 

@@ -53,6 +53,12 @@ void tr_log_free(tr_train_log *log);
  * ends it). */
 void tr_log_print(FILE *f, bool tty, const tr_step_record *r, int64_t total, int64_t tokens);
 
+/* The run's summary line after its last step:
+ *   trained steps 1-300 in 126.1 s (1218 tok/s): loss 6.2500 -> 3.0251,
+ *   eval loss 3.5944 (perplexity 36.40); saved trained
+ * `tokens` a step's, `saved` the --save directory or NULL. */
+void tr_log_summary(FILE *f, const tr_train_log *log, int64_t tokens, const char *saved);
+
 /* Writes the record atomically. Returns 0 or -1 with a message. */
 int tr_log_write_json(const tr_train_log *log, const char *path, char *err, size_t errlen);
 

@@ -379,6 +379,8 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         tp_progress_io("writing --log-json");
         rc = agree(&tr, rank0 ? tr_log_write_json(&tr.log, o->train.log_json, err, errlen) : 0, err, errlen);
     }
+    if (!rc && rank0 && !o->quiet)
+        tr_log_summary(stdout, &tr.log, tr.per_step * tr.dp->world * tr.t->micro_batches, o->train.save);
     *everywhere = rc && tr.everywhere;
     *step_seconds = tp_xmalloc((size_t)*nsteps * sizeof **step_seconds + 1);
     tr_profile_keep_median(&x->profile, profiles, *nsteps, *step_seconds);

@@ -265,6 +265,8 @@ TEST(TrainData, EvaluationReportsTheValidationLoss)
     EXPECT_TRUE(contains(with.out, "eval after step 2: loss ")) << with.out;
     EXPECT_TRUE(contains(with.out, "eval after step 3: loss ")) << with.out;
     EXPECT_FALSE(contains(with.out, "eval after step 1")) << with.out;
+    EXPECT_TRUE(contains(with.out, "trained steps 1-3 in ")) << with.out;     // the summary, with the last eval
+    EXPECT_TRUE(contains(with.out.substr(with.out.find("trained steps")), ", eval loss ")) << with.out;
     EXPECT_EQ(tpcc_test::logged_losses(d.path + "/eval.json"), tpcc_test::logged_losses(d.path + "/plain.json"));
     json_t *log = json_load_file((d.path + "/eval.json").c_str(), 0, nullptr);
     ASSERT_TRUE(log);
