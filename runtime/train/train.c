@@ -14,6 +14,7 @@
 #include "runtime/train/log.h"
 #include "runtime/train/optim.h"
 #include "runtime/train/save.h"
+#include "runtime/train/segments.h"
 #include "runtime/train/settings.h"
 #include "runtime/train/zero.h"
 #include "util/errmsg.h"
@@ -28,6 +29,7 @@ typedef struct trainer {
     tr_exec *x;
     const tr_schedule *s;
     tr_batches batches;        /* what each step reads (--data, --labels) */
+    int32_t *segments;         /* a run's segments, where the schedule takes them (segments.h) */
     tr_accum accum;            /* --micro-batches: their gradients' sum */
     int64_t per_step;          /* tokens per step and replica: B·S */
     tr_optim optim;
@@ -88,6 +90,8 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
     if (tr->s->labels < 0 && tr->o->labels)
         return tp_error(err, errlen, "--labels: %s has no labels to take (its loss, tpcc --loss sum, reads none)",
                         tr->o->schedule);
+    if (tr->s->segments >= 0)
+        tr->segments = tp_xmalloc((size_t)tr->per_step * sizeof *tr->segments);
     return tr_batches_open(&tr->batches, &shape, tr->t->data, tr->o->labels, err, errlen);
 }
 
@@ -189,7 +193,13 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
     memset(p, 0, sizeof *p);
     float loss = 0.0f;
     for (int m = 0; m < tr->accum.micro_batches; m++) {
-        tr_exec_write_buf(x, s->input_ids, tr_batches_ids(&tr->batches, i, m, tr->dp->rank));
+        const int32_t *ids = tr_batches_ids(&tr->batches, i, m, tr->dp->rank);
+        tr_exec_write_buf(x, s->input_ids, ids);
+        if (s->segments >= 0) {
+            const int64_t seq = tr->batches.shape.seq;
+            tr_segments_of(tr->segments, ids, tr->per_step / seq, seq, tr->o->pad_id, tr->o->eos_id);
+            tr_exec_write_buf(x, s->segments, tr->segments);
+        }
         if (s->labels >= 0) {  /* a summed loss (tpcc --loss sum) has none */
             tr_exec_write_buf(x, s->labels, tr_batches_labels(&tr->batches, i, m, tr->dp->rank));
             x->loss_divisor = tr_batches_divisor(&tr->batches, i);
@@ -318,6 +328,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     tr_zero_free(&tr.zero);
     tr_layouts_free(&tr.layouts);
     tr_batches_free(&tr.batches);
+    free(tr.segments);
     tr_accum_free(&tr.accum);
     tr_save_unlock(tr.save_lock);
     free(tr.save_dir);

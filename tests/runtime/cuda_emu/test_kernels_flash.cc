@@ -175,7 +175,7 @@ AttnData attn_data(const AttnCase &c)
     AttnData x;
     static_cast<AttnInputs &>(x) = attn_inputs(c, 9);
     x.want.resize(x.q.size());
-    cpu()->attention(x.want.data(), x.q.data(), x.k.data(), x.v.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap);
+    cpu()->attention(x.want.data(), x.q.data(), x.k.data(), x.v.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap, nullptr);
     return x;
 }
 
@@ -193,7 +193,7 @@ TEST(FlashAttention, MatchesTheCpuBackend)
         Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), dout(TP_KERNEL_BF16, x.q.size());
         const size_t runs = tp_emu_launches_of("flash_attention_kernel");
         tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d,
-                       (float)c.scale, (float)c.softcap);
+                       (float)c.scale, (float)c.softcap, nullptr);
         EXPECT_EQ(tp_emu_launches_of("flash_attention_kernel"), runs + 1) << c.name();
         compare(dout.download(), x.want, kFlashTol, "tensor-core attention " + c.name());
     }
@@ -211,7 +211,7 @@ TEST(FlashAttention, MisalignedOperandsTakeTheFp32Kernel)
     const void *q = static_cast<const __nv_bfloat16 *>(dq.ptr()) + 1;
     const size_t runs = tp_emu_launches_of("flash_attention_kernel");
     tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), q, dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale,
-                   (float)c.softcap);
+                   (float)c.softcap, nullptr);
     EXPECT_EQ(tp_emu_launches_of("flash_attention_kernel"), runs) << "the tensor-core kernel ran";
     compare(dout.download(), x.want, stored({3e-6, 1e-5}, TP_KERNEL_BF16), "misaligned attention " + c.name());
 }

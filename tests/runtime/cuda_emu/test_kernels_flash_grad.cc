@@ -128,7 +128,7 @@ std::vector<Vec> run_grad(const AttnCase &c, const GradData &x, const bool which
                  reduce_runs = tp_emu_launches_of("flash_kv_reduce_kernel");
     tp_k_attention_grad(nullptr, TP_KERNEL_BF16, which[0] ? gq.ptr() : nullptr, which[1] ? gk.ptr() : nullptr,
                         which[2] ? gv.ptr() : nullptr, dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(), scratch.ptr(), c.b,
-                        c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap);
+                        c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap, nullptr);
     // the tensor-core kernels ran, those the gradients asked for; dk and dv
     // split by query head where a kv head has several
     const bool kv = which[1] || which[2];
@@ -173,7 +173,7 @@ TEST(FlashAttentionGrad, TheDoubleReferenceIsTheCpuBackends)
         GradData x = grad_data(c);
         std::vector<Vec> cpu_grad = {Vec(x.q.size()), Vec(x.k.size()), Vec(x.k.size())};
         cpu()->attention_grad(cpu_grad[0].data(), cpu_grad[1].data(), cpu_grad[2].data(), x.q.data(), x.k.data(),
-                              x.v.data(), x.dy.data(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap);
+                              x.v.data(), x.dy.data(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap, nullptr);
         for (int i = 0; i < 3; i++)
             compare(cpu_grad[(size_t)i], Vec(x.want[i].begin(), x.want[i].end()), {1e-5, 1e-5},
                     "cpu backend " + c.name() + " " + kNames[i]);
@@ -213,7 +213,7 @@ TEST(FlashAttentionGrad, MisalignedOperandsTakeTheFp32Kernels)
     const void *dy = ddy.at(1);
     const size_t flash_runs = tp_emu_launches_of("flash_attention");
     tp_k_attention_grad(nullptr, TP_KERNEL_BF16, gq.ptr(), gk.ptr(), gv.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), dy,
-                        scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap);
+                        scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap, nullptr);
     EXPECT_EQ(tp_emu_launches_of("flash_attention"), flash_runs) << "a tensor-core kernel ran";
     Dev *got[3] = {&gq, &gk, &gv};
     for (int i = 0; i < 3; i++)
