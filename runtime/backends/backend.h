@@ -136,7 +136,9 @@ typedef struct tp_backend {
      * query head i reads kv head i / (h / g); softcap > 0 caps each score
      * as softcap * tanh(score / softcap); with segments ([b, s], NULL for
      * none), query t sees key u <= t only where segments[u] == segments[t]
-     * >= 0, and a query that sees no key (padding) is 0 */
+     * >= 0, and a query that sees no key (padding) is 0; the documents are
+     * numbered in order along each row (-1 anywhere), which lets a kernel
+     * skip the keys before a query's document */
     void (*attention)(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
                       int64_t g, int64_t d, double scale, double softcap, const int32_t *segments);
     /* out = cap * tanh(x / cap) */

@@ -1,6 +1,6 @@
 // attention.cu: causal scaled-dot-product attention with grouped KV heads:
 // bf16 with head dimension 64, 96, 128 or 256 on tensor cores (attention_flash.cuh),
-// the rest (fp32, other head dimensions, documents) a warp per query in fp32.
+// the rest (fp32, other head dimensions) a warp per query in fp32.
 // defines: tp_k_attention
 #include "attention.cuh"
 #include "attention_flash.cuh"
@@ -53,12 +53,12 @@ extern "C" void tp_k_attention(tp_stream st, tp_kernel_dtype t, void *out, const
     attn_check(b, s, h, g, d, scale, softcap);
     if (b == 0 || s == 0 || h == 0)
         return;
-    if (t == TP_KERNEL_BF16 && !segments && flash_attention_supports(d, q, k, v)) {
+    if (t == TP_KERNEL_BF16 && flash_attention_supports(d, q, k, v)) {
         __nv_bfloat16 *o = (__nv_bfloat16 *)out;
         const __nv_bfloat16 *bq = (const __nv_bfloat16 *)q, *bk = (const __nv_bfloat16 *)k,
                             *bv = (const __nv_bfloat16 *)v;
         flash_for_head_dim<256>(d, [&](auto dim) {
-            flash_attention_launch<decltype(dim)::value>(st, o, bq, bk, bv, b, s, h, g, scale, softcap);
+            flash_attention_launch<decltype(dim)::value>(st, o, bq, bk, bv, b, s, h, g, scale, softcap, segments);
         });
     } else if (t == TP_KERNEL_F32)
         launch_attention(st, (float *)out, (const float *)q, (const float *)k, (const float *)v, b, s, h, g, d, scale,

@@ -1,6 +1,6 @@
 // attention_grad.cu: the gradients of attention (attention.cu) with
 // respect to q, k and v: bf16 with head dimension 64, 96 or 128 on tensor cores
-// (attention_flash_grad.cuh), the rest (and documents) in fp32 here.
+// (attention_flash_grad.cuh), the rest in fp32 here.
 // defines: tp_k_attention_grad
 //
 // With P the causal softmax of the (scaled, capped) scores S and O = P V,
@@ -207,13 +207,13 @@ extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, v
     attn_check(b, s, h, g, d, scale, softcap);
     if (b == 0 || s == 0 || h == 0)
         return;
-    if (t == TP_KERNEL_BF16 && !segments && flash_attention_grad_supports(d, dq, dk, dv, q, k, v, dy)) {
+    if (t == TP_KERNEL_BF16 && flash_attention_grad_supports(d, dq, dk, dv, q, k, v, dy)) {
         __nv_bfloat16 *gq = (__nv_bfloat16 *)dq, *gk = (__nv_bfloat16 *)dk, *gv = (__nv_bfloat16 *)dv;
         const __nv_bfloat16 *bq = (const __nv_bfloat16 *)q, *bk = (const __nv_bfloat16 *)k,
                             *bv = (const __nv_bfloat16 *)v, *bdy = (const __nv_bfloat16 *)dy;
         flash_for_head_dim<128>(d, [&](auto dim) {
             flash_attention_grad_launch<decltype(dim)::value>(st, gq, gk, gv, bq, bk, bv, bdy, scratch, b, s, h, g,
-                                                              scale, softcap);
+                                                              scale, softcap, segments);
         });
     } else if (t == TP_KERNEL_F32)
         launch_attention_grad(st, (float *)dq, (float *)dk, (float *)dv, (const float *)q, (const float *)k,

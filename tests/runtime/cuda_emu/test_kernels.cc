@@ -580,7 +580,8 @@ TEST_P(Kernels, Attention)
 
 // Documents (tpcc --segments): a padded row and a row of several
 // documents against the CPU backend; the query tiles (8 queries) and key
-// tiles cross the documents' edges. bf16 runs the warp kernels too.
+// tiles cross the documents' edges (bf16 at d 64 and 128 on tensor cores:
+// test_kernels_flash.cc has their blocks).
 TEST_P(Kernels, AttentionWithinDocuments)
 {
     struct Case {
@@ -602,7 +603,8 @@ TEST_P(Kernels, AttentionWithinDocuments)
         DevOf<int32_t> dseg(seg);
         tp_k_attention(nullptr, t(), dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d, (float)scale,
                        (float)softcap, dseg.ptr());
-        expect_close(dout.download(), want, stored({3e-6, 1e-5}, t()), what);
+        const Tol tol = t() == TP_KERNEL_BF16 && tp_cuda_flash_head_dim(c.d) ? kFlashTol : stored({3e-6, 1e-5}, t());
+        expect_close(dout.download(), want, tol, what);
     }
 }
 

@@ -199,6 +199,27 @@ TEST(FlashAttention, MatchesTheCpuBackend)
     }
 }
 
+// Documents (tpcc --segments, attn_block_documents) on tensor cores: a
+// block of padding queries is 0 and walks no tile.
+TEST(FlashAttention, DocumentsMatchTheCpuBackend)
+{
+    for (AttnCase c : {AttnCase{2, 200, 2, 1, 64, 0.125, 0}, AttnCase{2, 200, 4, 2, 128, 0.2, 2.0},
+                       AttnCase{2, 150, 2, 2, 256, 1 / std::sqrt(256.0), 0}}) {
+        AttnInputs x = attn_inputs(c, 16);
+        const IVec seg = attn_block_documents(c.b, c.s);
+        Vec want(x.q.size());
+        cpu()->attention(want.data(), x.q.data(), x.k.data(), x.v.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap,
+                         seg.data());
+        Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), dout(TP_KERNEL_BF16, x.q.size());
+        DevOf<int32_t> dseg(seg);
+        const size_t runs = tp_emu_launches_of("flash_attention_kernel");
+        tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d,
+                       (float)c.scale, (float)c.softcap, dseg.ptr());
+        EXPECT_EQ(tp_emu_launches_of("flash_attention_kernel"), runs + 1) << c.name();
+        compare(dout.download(), want, kFlashTol, "tensor-core attention within documents " + c.name());
+    }
+}
+
 // Operands not 16-byte aligned (the tensor-core kernel stages 16 bytes at a
 // time) take the fp32 kernel: its tolerance, not the tensor cores'.
 TEST(FlashAttention, MisalignedOperandsTakeTheFp32Kernel)
@@ -230,7 +251,7 @@ template <int D> void expect_missing_trailing_barrier_caught()
     for (uint64_t seed = 1; seed <= 4; seed++) {
         tp_emu_set_seed(seed);
         flash_attention_launch<D, false>(nullptr, static_cast<__nv_bfloat16 *>(dout.ptr()), bq, bk, bv, c.b, c.s, c.h,
-                                         c.g, (float)c.scale, (float)c.softcap);
+                                         c.g, (float)c.scale, (float)c.softcap, nullptr);
         caught += max_error(dout.download(), x.want) > kFlashTol.atol + kFlashTol.rtol; // |want| <= 1
     }
     EXPECT_GE(caught, 2) << "d " << D << ": of 4 seeds, the hazard showed in " << caught;

@@ -162,12 +162,14 @@ TEST_P(GradKernels, Attention)
 
 // Documents (tpcc --segments): a padded row and a row of several
 // documents; a padding query passes no gradient, a key none from another
-// document's queries. bf16 runs these kernels too.
+// document's queries.
 TEST_P(GradKernels, AttentionWithinDocuments)
 {
     const char *names[] = {"dq", "dk", "dv"};
     const bool bf16 = t() == TP_KERNEL_BF16;
     for (AttnCase c : {AttnCase{2, 29, 4, 2, 64, 0.125, 0.0}, AttnCase{2, 20, 2, 1, 33, 0.2, 2.0}}) {
+        if (bf16 && tp_cuda_flash_grad_head_dim(c.d))
+            continue; // the tensor-core kernels: test_kernels_flash_grad.cc
         const float amp = 3.0f / std::sqrt(std::sqrt((float)c.d));
         Vec q = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 82, -amp, amp), t());
         Vec k = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 83, -amp, amp), t());
