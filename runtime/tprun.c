@@ -35,6 +35,7 @@
 #include "runtime/job/run.h"
 #include "runtime/io/weights.h"
 #include "runtime/train/labels.h"
+#include "runtime/train/segments.h"
 #include "util/number.h"
 #include "util/xalloc.h"
 
@@ -66,6 +67,10 @@ static const char usage[] =
     "                       when its model returns logits. Training: a stream beside --data\n"
     "  --ignore-index N     the label value the loss ignores (default -100; PyTorch's\n"
     "                       CrossEntropyLoss(ignore_index=N), such as a pad id)\n"
+    "  --pad-id P           tokens equal to P are padding: no query sees them, and a padding\n"
+    "                       query's attention is 0 (a schedule compiled with tpcc --segments)\n"
+    "  --eos-id E           a document ends after each E: attention within documents and\n"
+    "                       positions restarting at each (packed sequences; tpcc --segments)\n"
     "  --out FILE.npy       write the full logits [batch, seq, vocab] (gathered on rank 0)\n"
     "  --compare FILE.npy   compare the logits with a reference and report the largest difference\n"
     "  --tolerance T        the largest difference --compare accepts (default 1e-4)\n"
@@ -155,7 +160,7 @@ static const char usage[] =
 
 enum { OPT_WEIGHTS = 256, OPT_SEED, OPT_TOKENS, OPT_LABELS, OPT_OUT, OPT_COMPARE, OPT_TOL, OPT_PROFILE,
        OPT_PROFILE_JSON, OPT_TRACE, OPT_THREADS, OPT_REPEAT, OPT_BACKEND, OPT_COMM, OPT_VERSION, OPT_TRAIN,
-       OPT_PPN, OPT_IGNORE_INDEX };
+       OPT_PPN, OPT_IGNORE_INDEX, OPT_PAD_ID, OPT_EOS_ID };
 
 /* -n and the options tprun hands to mpiexec with it */
 typedef struct launcher {
@@ -204,6 +209,7 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         {"weights", required_argument, 0, OPT_WEIGHTS}, {"seed", required_argument, 0, OPT_SEED},
         {"tokens", required_argument, 0, OPT_TOKENS}, {"labels", required_argument, 0, OPT_LABELS},
         {"ignore-index", required_argument, 0, OPT_IGNORE_INDEX},
+        {"pad-id", required_argument, 0, OPT_PAD_ID}, {"eos-id", required_argument, 0, OPT_EOS_ID},
         {"out", required_argument, 0, OPT_OUT}, {"compare", required_argument, 0, OPT_COMPARE},
         {"tolerance", required_argument, 0, OPT_TOL}, {"profile", no_argument, 0, OPT_PROFILE},
         {"profile-json", required_argument, 0, OPT_PROFILE_JSON}, {"trace", required_argument, 0, OPT_TRACE},
@@ -261,6 +267,15 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
                 return -1;
             }
             o->ignore_index = (int32_t)v;
+            break;
+        case OPT_PAD_ID:
+        case OPT_EOS_ID:
+            if (tp_parse_int(optarg, 0, INT32_MAX, &v)) {
+                fprintf(stderr, "tprun: %s takes a token id, a whole number from 0, not '%s'\n",
+                        c == OPT_PAD_ID ? "--pad-id" : "--eos-id", optarg);
+                return -1;
+            }
+            *(c == OPT_PAD_ID ? &o->pad_id : &o->eos_id) = v;
             break;
         case OPT_OUT: o->out = optarg; break;
         case OPT_COMPARE: o->compare = optarg; break;
@@ -469,6 +484,7 @@ int main(int argc, char **argv)
     o.threads = 1;
     o.tolerance = 1e-4;
     o.ignore_index = TR_IGNORE_INDEX;
+    o.pad_id = o.eos_id = TR_NO_ID;
     /* getopt_long reorders argv; -n relaunches the command line as given */
     char **given = tp_xcalloc((size_t)argc + 1, sizeof *given);
     memcpy(given, argv, (size_t)argc * sizeof *given);

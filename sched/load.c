@@ -416,6 +416,10 @@ static int check_rope(loader *L, const tr_schedule *s, const tr_op *op)
         return fail(L, "expects a [batch, seq, heads, head_dim] buffer");
     if (op->rotary_dim % 2 || op->rotary_dim < 2 || op->rotary_dim > s->bufs[op->in[0]].shape[3])
         return fail(L, "rotary_dim %lld must be even, at least 2 and at most head_dim", (long long)op->rotary_dim);
+    const int64_t *x = s->bufs[op->in[0]].shape;
+    if (op->nin > 1 && elems_of(s, op->in[1]) != mul(x[0], x[1]))
+        return fail(L, "in[1] holds %lld positions; x [batch, seq, heads, head_dim] has %lld tokens",
+                    (long long)elems_of(s, op->in[1]), (long long)mul(x[0], x[1]));
     const char *why = tp_rope_scaling_invalid(&op->rope);
     if (why)
         return fail(L, "scaling \"%s\": %s", tp_rope_type_name(op->rope.type), why);
@@ -432,7 +436,8 @@ static int check_attention(loader *L, const tr_schedule *s, const tr_op *op)
 {
     int64_t q = head_elems(op, op->heads), kv = head_elems(op, op->kv_heads);
     if (elems_of(s, op->in[0]) != q || elems_of(s, op->out) != q || op->heads % op->kv_heads ||
-        elems_of(s, op->in[1]) != kv || elems_of(s, op->in[2]) != kv)
+        elems_of(s, op->in[1]) != kv || elems_of(s, op->in[2]) != kv ||
+        (op->nin > 3 && elems_of(s, op->in[3]) != mul(op->batch, op->seq)))
         return fail(L, "sizes do not match its buffers");
     return 0;
 }
@@ -471,7 +476,8 @@ static int check_positions(loader *L, const tr_schedule *s, const tr_op *op)
 {
     const tr_buf *out = &s->bufs[op->out];
     int64_t seq = out->rank ? out->shape[out->rank - 1] : 1;
-    if ((op->nin && elems_of(s, op->in[0]) != tr_buf_elems(out)) || op->pos_offset + seq > INT32_MAX)
+    if ((op->nin && elems_of(s, op->in[0]) != tr_buf_elems(out)) ||
+        (op->nin > 1 && elems_of(s, op->in[1]) != tr_buf_elems(out)) || op->pos_offset + seq > INT32_MAX)
         return fail(L, "positions from %lld do not match its ids or pass the int32 range", (long long)op->pos_offset);
     return 0;
 }
@@ -568,7 +574,8 @@ static int check_attention_grad(loader *L, const tr_schedule *s, const tr_op *op
     for (int o = 0; o < 3; o++)
         outs_fit &= op->outs[o] < 0 || elems_of(s, op->outs[o]) == out[o];
     if (elems_of(s, op->in[0]) != q || elems_of(s, op->in[1]) != kv || elems_of(s, op->in[2]) != kv ||
-        elems_of(s, op->in[3]) != q || !outs_fit || op->heads % op->kv_heads)
+        elems_of(s, op->in[3]) != q || !outs_fit || op->heads % op->kv_heads ||
+        (op->nin > 4 && elems_of(s, op->in[4]) != mul(op->batch, op->seq)))
         return fail(L, "sizes do not match its buffers");
     return 0;
 }
@@ -872,8 +879,8 @@ static int read_outs(loader *L, const tr_schedule *s, json_t *o, tr_op *op)
 static int read_operands(loader *L, const tr_schedule *s, json_t *o, tr_op *op)
 {
     json_t *in = json_object_get(o, "in");
-    if (!json_is_array(in) || json_array_size(in) > 4)
-        return fail(L, "'in' must be an array of at most 4 buffers");
+    if (!json_is_array(in) || json_array_size(in) > TP_MAX_INS)
+        return fail(L, "'in' must be an array of at most %d buffers", TP_MAX_INS);
     op->nin = (int)json_array_size(in);
     for (int i = 0; i < op->nin; i++) {
         json_t *b = json_array_get(in, (size_t)i);
@@ -1010,9 +1017,12 @@ static int load_io(loader *L, tr_schedule *s, json_t *root)
     else if (get_int(L, inputs, "labels", 0, s->nbufs - 1, &labels)) return -1;
     if (json_is_null(lo) || !lo) loss = -1;
     else if (get_int(L, outputs, "loss", 0, s->nbufs - 1, &loss)) return -1;
-    int64_t shift = 1;
+    int64_t shift = 1, segments = -1;
     if (labels >= 0 && get_int(L, inputs, "label_shift", 0, 1, &shift))
         return -1;
+    if (json_object_get(inputs, "segments") && get_int(L, inputs, "segments", 0, s->nbufs - 1, &segments))
+        return -1;
+    s->segments = (int)segments;
     s->input_ids = (int)ids;
     s->labels = (int)labels;
     s->label_shift = (int)shift;
@@ -1032,6 +1042,9 @@ static int load_io(loader *L, tr_schedule *s, json_t *root)
     }
     if (s->bufs[s->input_ids].dtype != TP_I32 || (s->labels >= 0 && s->bufs[s->labels].dtype != TP_I32))
         return fail(L, "input ids and labels must be i32 buffers");
+    if (s->segments >= 0 && (s->bufs[s->segments].dtype != TP_I32 ||
+                             tr_buf_elems(&s->bufs[s->segments]) != tr_buf_elems(&s->bufs[s->input_ids])))
+        return fail(L, "segments, buffer %d, must be i32 with one value per input id", s->segments);
     return 0;
 }
 

@@ -41,7 +41,7 @@ typedef struct tr_weight {
  * says which; the others are 0). */
 typedef struct tr_op {
     tp_op_kind kind;
-    int in[4], nin;
+    int in[TP_MAX_INS], nin;
     /* the buffers written: out, or outs[0 .. tp_ops[kind].nout) of a kind
      * with several, -1 where one is not wanted (out is outs[0]) */
     union {
@@ -79,6 +79,8 @@ typedef struct tr_schedule {
     int label_shift;                        /* with labels: 1, the loss shifts them (Hugging Face's
                                                models); 0, they are the next tokens already
                                                (tpcc --loss cross_entropy: torchtitan's trainer) */
+    int segments;                           /* i32 [batch, seq]: each position's document, -1 for
+                                               padding (tpcc --segments); -1 when absent */
     tp_placement logits_pl;
     int64_t vocab;                          /* real logits columns (padding dropped on output) */
     int *grads;                             /* per weight: its gradient's buffer; NULL: no backward */

@@ -47,6 +47,9 @@ typedef enum tp_operand { TP_OPERAND_NONE, TP_OPERAND_REQUIRED, TP_OPERAND_OPTIO
 
 /* The most outputs an op kind declares (sched/ops.def's OUTS_FLOAT). */
 #define TP_MAX_OUTS 3
+/* The most buffers an op kind reads (sched/ops.def's in_max: attention_grad's
+ * q, k, v, dy and segments). */
+#define TP_MAX_INS 5
 
 /* The float operands of a kind that hold f32 whatever the schedule's dtype
  * (sched/ops.def's f32 column), as bits: */

@@ -22,13 +22,14 @@ typedef struct tp_ir_buf {
     char *name;                /* "model.layers.0.self_attn.q_proj.out" */
     int64_t offset;            /* in the activation arena, bytes */
     bool input, output;        /* a model input, or the logits/loss */
+    bool segments;             /* the input of each position's document (tpcc --segments) */
     bool f32_only;             /* the loss and its per-token pieces: float32 whatever the dtype */
     int alias_of;              /* >= 0: a view of that buffer (same storage) */
 } tp_ir_buf;
 
 typedef struct tp_ir_op {
     tp_op_kind kind;
-    int in[4], nin;            /* buffer indices; add/mul: in[1] may broadcast over leading dims */
+    int in[TP_MAX_INS], nin;            /* buffer indices; add/mul: in[1] may broadcast over leading dims */
     /* the buffers written: out (-1 for none), or for a kind with several
      * outputs (tp_ops[kind].nout > 1) outs[0 .. nout), -1 where one is not
      * wanted; out is outs[0], so a walk over outs[0 .. nout) sees every op's */

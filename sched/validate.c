@@ -68,6 +68,7 @@ static int check_io(checker *c)
 {
     const tr_schedule *s = c->s;
     if (check_placed(c, s->input_ids, "input ids") || check_placed(c, s->labels, "labels") ||
+        check_placed(c, s->segments, "segments") ||
         check_placed(c, s->loss, "loss") || check_placed(c, s->logits, "logits"))
         return -1;
     /* tprun reads the loss into one float */
@@ -199,6 +200,10 @@ static int id_range(checker *c, int i, int b, int64_t *hi)
         *hi = tr_schedule_token_vocab(s);
         return 0;
     }
+    if (b == s->segments) {   /* documents of a row number below its length */
+        *hi = t->shape[t->rank - 1];
+        return 0;
+    }
     return fail(c, "%s reads ids from buffer %d ('%s'), which neither tprun (input ids, labels of a loss) nor an "
                 "earlier positions op writes", op_name(c, i, name, sizeof name), b, t->name);
 }
@@ -213,11 +218,16 @@ static int check_ids(checker *c, int i)
     const tp_op_def *d = &tp_ops[op->kind];
     char name[64];
     for (int k = 0; k < op->nin; k++) {
-        if (!(d->ids >> k & 1) || op->kind == TP_OP_POSITIONS || op->kind == TP_OP_ROPE)   /* neither reads values */
+        if (!(d->ids >> k & 1) || (op->kind == TP_OP_POSITIONS && k == 0))   /* it reads their shape only */
             continue;
         int64_t hi;
         if (id_range(c, i, op->in[k], &hi))
             return -1;
+        /* rope looks its positions up in a table of pos_offset + seq */
+        const int64_t *x = c->s->bufs[op->in[0]].shape;
+        if (op->kind == TP_OP_ROPE && hi > op->pos_offset + x[1])
+            return fail(c, "%s: its positions reach %lld, past the %lld its table covers",
+                        op_name(c, i, name, sizeof name), (long long)hi - 1, (long long)(op->pos_offset + x[1]));
         bool lookup = op->kind == TP_OP_EMBEDDING || op->kind == TP_OP_EMBEDDING_GRAD;
         if (lookup && !op->masked && (op->vocab_start != 0 || op->vocab_local < hi))
             return fail(c, "%s: an unmasked lookup of rows [%lld, %lld) reads ids up to %lld", op_name(c, i, name,

@@ -414,11 +414,16 @@ static void check_ir(writer *w)
                  tp_placement_str(pl, buf, sizeof buf));
         }
     }
-    int ninputs = 0;
-    for (int b = 0; b < ir->nbufs; b++)
-        ninputs += ir->bufs[b].input;
-    if (ninputs > 2)
-        fail(w, "the program has %d inputs; a schedule has input_ids and labels only", ninputs);
+    int ninputs = 0, nsegments = 0;
+    for (int b = 0; b < ir->nbufs; b++) {
+        ninputs += ir->bufs[b].input && !ir->bufs[b].segments;
+        nsegments += ir->bufs[b].segments;
+        if (ir->bufs[b].segments && (!ir->bufs[b].input || ir->bufs[b].dtype != TP_I32))
+            fail(w, "buffer %d (%s) holds segments but is not an i32 input", b, ir->bufs[b].name);
+    }
+    if (ninputs > 2 || nsegments > 1)
+        fail(w, "the program has %d inputs and %d of segments; a schedule has input_ids, labels and segments only",
+             ninputs, nsegments);
     /* with sharded gradients, a gradient is the run of it over the replicas */
     int64_t dp = w->meta->data_parallel;
     bool runs = dp > 1 && w->meta->dp_shard >= TP_DP_SHARD_GRADIENTS;
@@ -493,10 +498,13 @@ static void put_config(writer *w)
 static void put_io(writer *w)
 {
     const tp_ir *ir = w->ir;
-    int inputs[2] = {-1, -1}, n = 0;
-    for (int b = 0; b < ir->nbufs && n < 2; b++)
-        if (ir->bufs[b].input)
+    int inputs[2] = {-1, -1}, n = 0, segments = -1;
+    for (int b = 0; b < ir->nbufs; b++) {
+        if (ir->bufs[b].segments)
+            segments = b;
+        else if (ir->bufs[b].input && n < 2)
             inputs[n++] = b;
+    }
     PUT(w, "{\"input_ids\": ");
     if (inputs[0] >= 0)
         put_int(w, inputs[0]);
@@ -509,6 +517,10 @@ static void put_io(writer *w)
         put_int(w, ir->label_shift);
     } else {
         PUT(w, "null");
+    }
+    if (segments >= 0) {   /* only where asked for: other schedules stay as they were */
+        PUT(w, ", \"segments\": ");
+        put_int(w, segments);
     }
     PUT(w, "}");
 }

@@ -149,9 +149,13 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     tp_check_grad_clip(&u->model, &u->plan, &u->analysis.graph, &u->diags);
     if (opts->program && !u->diags.errors) {
         tp_passes_opts passes = {opts->optimize, opts->dtype, opts->train, u->plan.train.recompute,
-                                 u->plan.data_parallel, u->plan.train.shard_mode};
+                                 u->plan.data_parallel, u->plan.train.shard_mode, opts->segments};
         tp_autodiff_error err;
-        if (tp_passes_run(&u->analysis.graph, &passes, &u->ir, &err)) {
+        int failed = tp_passes_run(&u->analysis.graph, &passes, &u->ir, &err);
+        if (failed && err.segments) {
+            tp_diag *d = tp_diag_add(&u->diags, TP_ERROR, ref->span, "model", "%s", err.message);
+            tp_diag_help(d, "compile without --segments, or change the model as the message says");
+        } else if (failed) {
             /* at the plan entry that made the node, else at the model the plan names */
             const tp_gnode *n = err.node >= 0 ? &u->analysis.graph.nodes[err.node] : NULL;
             tp_span at = n && n->entry ? tp_entry_span(n->entry) : ref->span;

@@ -24,6 +24,7 @@ typedef struct tp_compile_opts {
     int nallow_outside;
     bool recompute_given;                       /* --recompute: overrides the plan's train { recompute } */
     tp_recompute recompute;
+    bool segments;                              /* --segments: attention within documents (passes.h) */
 } tp_compile_opts;
 
 typedef struct tp_unit {

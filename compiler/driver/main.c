@@ -57,6 +57,9 @@ static const char usage[] =
     "  --recompute none|full|selective\n"
     "                             with --train: the activation recomputation of the transformer\n"
     "                             layers, overriding the plan's train { recompute }\n"
+    "  --segments                 the schedule takes segments, each position's document (-1:\n"
+    "                             padding): attention within documents, positions restarting at\n"
+    "                             each (tprun --eos-id, --pad-id fill them)\n"
     "  -D name=value              override a configuration value (tp, seq, hidden, ...)\n"
     "  --allow-outside PATH       a plan may also read its model from PATH (repeatable)\n"
     "  --hf-config FILE|DIR       read hf(key, default) values from a Hugging Face config.json\n"
@@ -88,7 +91,7 @@ static const char usage[] =
 
 enum {
     OPT_CHECK = 256, OPT_EXPLAIN, OPT_HF, OPT_FIX, OPT_FORMAT, OPT_COLOR, OPT_VERSION, OPT_REPORT,
-    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT, OPT_TP_PLAN, OPT_TRAIN, OPT_LOSS, OPT_RECOMPUTE, OPT_DEVICE_MEMORY,
+    OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT, OPT_TP_PLAN, OPT_TRAIN, OPT_LOSS, OPT_RECOMPUTE, OPT_SEGMENTS, OPT_DEVICE_MEMORY,
     OPT_ALLOW_OUTSIDE, OPT_DIAG_LIMIT,
 };
 
@@ -107,6 +110,7 @@ typedef struct cli {
     tp_outer_loss loss;         /* --loss sum|cross_entropy */
     bool recompute_given;       /* --recompute, which overrides the plan's train { recompute } */
     tp_recompute recompute;
+    bool segments;              /* --segments */
     int64_t device_memory;      /* --device-memory, bytes; 0: not given */
     bool auto_plan;             /* --tp-plan auto */
     const char **defines; int ndefines;
@@ -218,6 +222,7 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
             return bad_usage("--recompute must be none, full or selective, not '%s'", arg);
         o->recompute_given = true;
         return 0;
+    case OPT_SEGMENTS: o->segments = true; return 0;
     case OPT_DEVICE_MEMORY:
         o->device_memory = tp_parse_bytes(arg);
         return o->device_memory > 0 ? 0 : bad_usage("--device-memory takes a size such as 80GiB or 40GB, not '%s'", arg);
@@ -296,6 +301,7 @@ static int parse_args(cli *o, int argc, char **argv)
         {"train", no_argument, 0, OPT_TRAIN},
         {"loss", required_argument, 0, OPT_LOSS},
         {"recompute", required_argument, 0, OPT_RECOMPUTE},
+        {"segments", no_argument, 0, OPT_SEGMENTS},
         {"device-memory", required_argument, 0, OPT_DEVICE_MEMORY},
         {"allow-outside", required_argument, 0, OPT_ALLOW_OUTSIDE},
         {0, 0, 0, 0},
@@ -315,6 +321,8 @@ static int parse_args(cli *o, int argc, char **argv)
         return bad_usage("%s", "--loss goes with --train (the loss a training step computes on the logits)");
     if (o->recompute_given && !o->train)
         return bad_usage("%s", "--recompute goes with --train (what a training step's backward recomputes)");
+    if (o->segments && o->mode != MODE_COMPILE && o->mode != MODE_REPORT && o->mode != MODE_CHECK)
+        return bad_usage("%s", "--segments goes with -o, --check or --report (it changes the schedule)");
     if (o->device_memory && o->mode != MODE_REPORT)
         return bad_usage("%s", "--device-memory goes with --report");
     if (o->train && (o->mode == MODE_DUMP || o->mode == MODE_EXPORT || o->mode == MODE_EXPLAIN))
@@ -338,7 +346,7 @@ static tp_compile_opts compile_opts(const cli *o, bool optimize)
     bool program = o->mode == MODE_COMPILE || o->mode == MODE_REPORT || (o->mode == MODE_CHECK && o->train);
     return (tp_compile_opts){o->defines,   o->ndefines, o->hf,   optimize,          o->dtype,
                              program,      o->train,    o->loss, o->allow_outside, o->nallow_outside,
-                             o->recompute_given, o->recompute};
+                             o->recompute_given, o->recompute, o->segments};
 }
 
 /* Apply -W and suppressions to the unit's diagnostics, apply --fix, then
@@ -366,7 +374,7 @@ static int fix(tp_unit *u, const char *path, const tp_compile_opts *opts, const 
 }
 
 /* What determines the schedule: the sources, every resolved config value,
- * the dtype and the optimisation level. */
+ * the dtype, the optimisation level and --segments. */
 static uint64_t input_hash(tp_unit *u, const cli *o)
 {
     uint64_t h = TP_HASH_INIT;
@@ -379,7 +387,9 @@ static uint64_t input_hash(tp_unit *u, const cli *o)
         h = v.s ? tp_hash(h, v.s, strlen(v.s)) : v.is_float ? tp_hash(h, &v.f, sizeof v.f) : tp_hash(h, &v.i, sizeof v.i);
     }
     int flags[2] = {(int)o->dtype, o->optimize};
-    return tp_hash(h, flags, sizeof flags);
+    h = tp_hash(h, flags, sizeof flags);
+    /* only when given, so that every other schedule keeps its hash */
+    return o->segments ? tp_hash(h, "--segments", strlen("--segments")) : h;
 }
 
 static int compile_to_file(const cli *o, tp_unit *u, const char *path)

@@ -420,7 +420,7 @@ static void loss_backward(autodiff *A, const tp_gnode *n)
 static void joint_grads(autodiff *A, const tp_gnode *n, tp_op_kind kind, int ngrads, int dy)
 {
     const tp_ir_op *f = &n->op;
-    int grads[TP_MAX_OUTS], in[4];
+    int grads[TP_MAX_OUTS], in[TP_MAX_INS];
     bool any = false;
     for (int k = 0; k < TP_MAX_OUTS; k++) {
         grads[k] = -1;

@@ -19,12 +19,14 @@ typedef struct tp_passes_opts {
     tp_recompute recompute;  /* --train: what each layer's backward recomputes of its forward */
     int64_t data_parallel;   /* --train: the replicas of the tp group (1: none) */
     tp_dp_shard dp_shard;    /* --train: what the replicas hold in slices (sched/dp_shard.h) */
+    bool segments;           /* --segments: attention within documents, positions by document */
 } tp_passes_opts;
 
 /* Why the backward pass could not be derived: the forward node it was
  * differentiating (-1: none in particular) and what is missing. */
 typedef struct tp_autodiff_error {
     int node;
+    bool segments;       /* the segments pass refused the model, not the backward */
     char message[400];
 } tp_autodiff_error;
 
@@ -69,16 +71,23 @@ void tp_pass_recompute(tp_graph *g, tp_recompute mode);
  * outside the layers), its readers reading it there (weight_from,
  * bias_from). */
 void tp_pass_zero(tp_ir *ir, int64_t dp, tp_dp_shard mode);
+/* segments.c: --segments. A segments input (i32 [batch, seq]: each
+ * position's document, -1 for padding) that every attention and attention
+ * gradient reads, and every positions op; every rope reads the positions
+ * by document that a positions op put first in the program computes.
+ * Returns 0, or -1 with err filled when the model cannot take them. */
+int tp_pass_segments(tp_ir *ir, char *err, size_t errlen);
 /* lower.c: the per-rank program: one buffer per value (local shapes), a
  * weight table in order of first use, the live and dead nodes as ops. */
 void tp_pass_lower(const tp_graph *g, tp_ir *out);
 
 /* The whole pipeline: merge and fuse (-O1), dead code, the backward and
  * its recomputation (when training), lower, the pairs fused (-O1), the
- * data-parallel reduce-scatters of sharded gradients, the element type,
+ * data-parallel reduce-scatters of sharded gradients, the segments input
+ * (--segments), the element type,
  * the memory plan (memplan.h). `out`
  * is zeroed first. Returns 0, or -1 when the backward cannot be derived
- * (*err says why; `out` is then empty). */
+ * or the segments not taken (*err says why; `out` is then empty). */
 int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodiff_error *err);
 
 #endif /* TP_PASSES_PASSES_H */

@@ -6,6 +6,7 @@
 int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodiff_error *err)
 {
     memset(out, 0, sizeof *out);
+    err->segments = false;
     if (opts->optimize) {
         tp_pass_merge(g);
         tp_pass_fuse(g);
@@ -20,6 +21,12 @@ int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodi
         tp_pass_fuse_pairs(out);
     if (opts->train)
         tp_pass_zero(out, opts->data_parallel, opts->dp_shard);
+    if (opts->segments && tp_pass_segments(out, err->message, sizeof err->message)) {
+        err->node = -1;
+        err->segments = true;
+        tp_ir_free(out);
+        return -1;
+    }
     tp_ir_set_dtype(out, opts->dtype);
     tp_memplan(out);
     return 0;

@@ -126,15 +126,21 @@ typedef struct tp_backend {
     /* Hugging Face Llama RoPE (rotate_half) on x[b, s, h, d], position of
      * token j is pos_offset + j, frequencies inv_freq[0 .. d/2) (host
      * memory; sched/rope.h computes them from theta and the scaling),
-     * cos and sin multiplied by scale (yarn's attention_factor, else 1) */
+     * cos and sin multiplied by scale (yarn's attention_factor, else 1);
+     * with pos (device memory, [b, s], each below pos_offset + s), token
+     * j's position is pos[j] instead (positions by document) */
     /* the first `rotary` of each head's d rotate (partial rotary), the rest pass through */
     void (*rope)(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t rotary,
-                 int64_t pos_offset, const double *inv_freq, double scale);
+                 int64_t pos_offset, const double *inv_freq, double scale, const int32_t *pos);
     /* causal softmax(q k^T * scale) v; q, out [b, s, h, d]; k, v [b, s, g, d];
      * query head i reads kv head i / (h / g); softcap > 0 caps each score
-     * as softcap * tanh(score / softcap) */
+     * as softcap * tanh(score / softcap); with segments ([b, s], NULL for
+     * none), query t sees key u <= t only where segments[u] == segments[t]
+     * >= 0, and a query that sees no key (padding) is 0; the documents are
+     * numbered in order along each row (-1 anywhere), which lets a kernel
+     * skip the keys before a query's document */
     void (*attention)(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
-                      int64_t g, int64_t d, double scale, double softcap);
+                      int64_t g, int64_t d, double scale, double softcap, const int32_t *segments);
     /* out = cap * tanh(x / cap) */
     void (*softcap)(float *out, const float *x, int64_t n, float cap);
     /* silu(x) = x * sigmoid(x); gelu: the tanh approximation (GPT-2's gelu_new) or the exact
@@ -158,8 +164,10 @@ typedef struct tp_backend {
      * through these. */
     void (*split_blocks)(float *out, const float *x, const int64_t *shape, int rank, int dim, int parts);
     void (*join_blocks)(float *out, const float *blocks, const int64_t *shape, int rank, int dim, int parts);
-    /* out[i, j] = pos_offset + j for a [b, s] tensor */
-    void (*positions)(int32_t *out, int64_t b, int64_t s, int64_t pos_offset);
+    /* out[i, j] = pos_offset + j for a [b, s] tensor; with segments ([b, s],
+     * NULL for none), pos_offset + j - the first j' of row i with
+     * segments[i, j'] == segments[i, j] (positions restarting at each document) */
+    void (*positions)(int32_t *out, int64_t b, int64_t s, int64_t pos_offset, const int32_t *segments);
     /* the cross-entropy loss (rule: tp_ce_rule): -log softmax(logits[b, t, :vocab])
      * of each labelled row's label, logits [b, s, v] with v >= vocab (padded
      * columns ignored) */
@@ -196,10 +204,10 @@ typedef struct tp_backend {
     void (*layernorm_dw)(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps);
     /* the gradients of attention's q, k and v from its output's gradient dy
      * (shapes and arguments as attention): dq like q, dk and dv like k, in
-     * one pass; an output that is NULL is not computed */
+     * one pass; an output that is NULL is not computed; segments as attention's */
     void (*attention_grad)(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
                            const float *dy, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, double scale,
-                           double softcap);
+                           double softcap, const int32_t *segments);
     /* dx = dy * f'(x) */
     void (*unary_grad)(tp_unary op, float *dx, const float *x, const float *dy, int64_t n);
     void (*softcap_grad)(float *dx, const float *x, const float *dy, int64_t n, float cap);

@@ -218,6 +218,8 @@ static float *op_bias(const tr_exec *x, const tr_op *op)
 }
 static float *fin(const tr_exec *x, const tr_op *op, int i) { return fbuf(x, op->in[i]); }
 static const int32_t *iin(const tr_exec *x, const tr_op *op, int i) { return (const int32_t *)buf_ptr(x, op->in[i]); }
+/* an optional input (segments, positions by document): NULL where the op has none */
+static const int32_t *opt_iin(const tr_exec *x, const tr_op *op, int i) { return i < op->nin ? iin(x, op, i) : NULL; }
 static float *fout(const tr_exec *x, const tr_op *op) { return fbuf(x, op->out); }
 /* output o of a kind with several; NULL where it is not computed */
 static float *fouts(const tr_exec *x, const tr_op *op, int o) { return op->outs[o] < 0 ? NULL : fbuf(x, op->outs[o]); }
@@ -282,14 +284,14 @@ EXEC(rope)
 {
     const int64_t *shape = in_buf(x, op, 0)->shape;
     x->be->rope(fout(x, op), fin(x, op, 0), shape[0], shape[1], shape[2], shape[3], op->rotary_dim, op->pos_offset,
-                x->rope_inv_freq[op - x->s->ops], tp_rope_cos_sin_scale(&op->rope));
+                x->rope_inv_freq[op - x->s->ops], tp_rope_cos_sin_scale(&op->rope), opt_iin(x, op, 1));
     return 0;
 }
 
 EXEC(attention)
 {
     x->be->attention(fout(x, op), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2), op->batch, op->seq, op->heads,
-                     op->kv_heads, op->head_dim, op->scale, op->softcap);
+                     op->kv_heads, op->head_dim, op->scale, op->softcap, opt_iin(x, op, 3));
     return 0;
 }
 
@@ -350,7 +352,8 @@ EXEC(positions)
 {
     const tr_buf *out = &x->s->bufs[op->out];
     int64_t seq = out->rank ? out->shape[out->rank - 1] : 1;
-    x->be->positions((int32_t *)buf_ptr(x, op->out), tr_buf_elems(out) / seq, seq, op->pos_offset);
+    x->be->positions((int32_t *)buf_ptr(x, op->out), tr_buf_elems(out) / seq, seq, op->pos_offset,
+                     opt_iin(x, op, 1));
     return 0;
 }
 
@@ -443,7 +446,7 @@ EXEC(attention_grad)
 {
     x->be->attention_grad(fouts(x, op, 0), fouts(x, op, 1), fouts(x, op, 2), fin(x, op, 0), fin(x, op, 1),
                           fin(x, op, 2), fin(x, op, 3), op->batch, op->seq, op->heads, op->kv_heads, op->head_dim,
-                          op->scale, op->softcap);
+                          op->scale, op->softcap, opt_iin(x, op, 4));
     return 0;
 }
 

@@ -18,6 +18,7 @@
 #include "runtime/io/weights.h"
 #include "runtime/train/gather.h"
 #include "runtime/train/labels.h"
+#include "runtime/train/segments.h"
 #include "runtime/train/train.h"
 #include "sched/validate.h"
 #include "util/atomic_write.h"
@@ -36,6 +37,7 @@ typedef struct job {
     bool everywhere;            /* the failure in err is every rank's (tp_agree): no abort needed */
     int32_t *ids, *labels;      /* the inputs, host copies: every step writes them again, since
                                    the arena reuses their memory once they are read */
+    int32_t *segments;          /* of the ids, where the schedule takes them (segments.h) */
     int nsteps;                 /* forward steps run (--repeat) */
     double *step_seconds;       /* each step's time, in the order run */
     float *masters;             /* a bf16 training schedule's weights as read, fp32: the optimizer's
@@ -201,6 +203,12 @@ static int read_inputs(job *j)
         if (ids[i] < 0 || ids[i] >= j->vocab)
             rc = fail(j, "token id %d at position %lld is outside the vocabulary [0, %lld)", ids[i], (long long)i,
                       (long long)j->vocab);
+    if (!rc && s->segments >= 0) {
+        const tr_buf *b = &s->bufs[s->input_ids];
+        int64_t seq = b->rank > 1 ? b->shape[b->rank - 1] : n;
+        j->segments = tp_xmalloc((size_t)n * sizeof *j->segments);
+        tr_segments_of(j->segments, ids, n / seq, seq, j->o->pad_id, j->o->eos_id);
+    }
     if (rc || !j->o->labels)
         return rc;
     bool from_ids = !strcmp(j->o->labels, "tokens");
@@ -231,6 +239,8 @@ static void write_inputs(job *j)
     tr_exec_write_buf(&j->x, s->input_ids, j->ids);
     if (s->labels >= 0 && j->o->labels)
         tr_exec_write_buf(&j->x, s->labels, j->labels);
+    if (s->segments >= 0)
+        tr_exec_write_buf(&j->x, s->segments, j->segments);
 }
 
 /* ---- outputs ------------------------------------------------------------ */
@@ -666,6 +676,9 @@ int tr_run(const tr_options *o, tp_comm *comm, bool *everywhere, char *err, size
     int ranks = j.s.world * j.s.data_parallel;
     if (!rc)
         rc = options_match_training(&j);
+    if (!rc && tr_segments_check(o->schedule, j.s.segments >= 0, tr_schedule_token_vocab(&j.s), o->pad_id,
+                                 o->eos_id, why, sizeof why))
+        rc = fail(&j, "%s", why);
     if (!rc && comm->world == 1 && ranks > 1)
         rc = fail(&j, "%s is a schedule for %d ranks: run it with tprun -n %d %s", o->schedule, ranks, ranks,
                   o->schedule);
@@ -721,6 +734,7 @@ int tr_run(const tr_options *o, tp_comm *comm, bool *everywhere, char *err, size
     free(j.step_seconds);
     free(j.ids);
     free(j.labels);
+    free(j.segments);
     free(j.masters);
     free(j.nodes);
     tr_exec_free(&j.x);

@@ -14,21 +14,22 @@
 template <typename T>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
     attention_kernel(T *out, const T *q, const T *k, const T *v, int64_t s, int64_t h, int64_t g, int64_t d,
-                     int keys_per_tile, float scale, float softcap)
+                     int keys_per_tile, float scale, float softcap, const int32_t *segments)
 {
     TP_SHARED(float, ktile, ATTN_TILE);
     TP_SHARED(float, vtile, ATTN_TILE);
     attn_online o;
     int64_t t;
-    if (!attn_forward_row(o, q, k, v, s, h, g, d, keys_per_tile, scale, softcap, ktile, vtile, &t))
+    if (!attn_forward_row(o, q, k, v, s, h, g, d, keys_per_tile, scale, softcap, segments, ktile, vtile, &t))
         return;
+    const float inv = o.denom > 0.0f ? 1.0f / o.denom : 0.0f; // 0: a query that sees no key (padding)
     const int lane = threadIdx.x % 32;
     T *out_row = out + (((int64_t)blockIdx.z * s + t) * h + blockIdx.y) * d;
     TP_UNROLL
     for (int i = 0; i < ATTN_PER_LANE; i++) {
         const int64_t c = lane + 32 * i;
         if (c < d)
-            out_row[c] = tp_from_float<T>(o.acc[i] / o.denom);
+            out_row[c] = tp_from_float<T>(o.acc[i] * inv);
     }
 }
 
@@ -36,15 +37,16 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
 
 template <typename T>
 static void launch_attention(tp_stream st, T *out, const T *q, const T *k, const T *v, int64_t b, int64_t s,
-                             int64_t h, int64_t g, int64_t d, float scale, float softcap)
+                             int64_t h, int64_t g, int64_t d, float scale, float softcap, const int32_t *segments)
 {
     const dim3 grid((unsigned)TP_CEIL_DIV(s, ATTN_WARPS), (unsigned)h, (unsigned)b);
     TP_LAUNCH(attention_kernel<T>, grid, ATTN_WARPS * 32, 0, st, out, q, k, v, s, h, g, d, attn_rows_per_tile(d),
-              scale, softcap);
+              scale, softcap, segments);
 }
 
 extern "C" void tp_k_attention(tp_stream st, tp_kernel_dtype t, void *out, const void *q, const void *k, const void *v,
-                               int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, float scale, float softcap)
+                               int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, float scale, float softcap,
+                               const int32_t *segments)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(out != q && out != k && out != v, "out must not overlap the inputs");
@@ -56,12 +58,12 @@ extern "C" void tp_k_attention(tp_stream st, tp_kernel_dtype t, void *out, const
         const __nv_bfloat16 *bq = (const __nv_bfloat16 *)q, *bk = (const __nv_bfloat16 *)k,
                             *bv = (const __nv_bfloat16 *)v;
         flash_for_head_dim<256>(d, [&](auto dim) {
-            flash_attention_launch<decltype(dim)::value>(st, o, bq, bk, bv, b, s, h, g, scale, softcap);
+            flash_attention_launch<decltype(dim)::value>(st, o, bq, bk, bv, b, s, h, g, scale, softcap, segments);
         });
     } else if (t == TP_KERNEL_F32)
         launch_attention(st, (float *)out, (const float *)q, (const float *)k, (const float *)v, b, s, h, g, d, scale,
-                         softcap);
+                         softcap, segments);
     else
         launch_attention(st, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k,
-                         (const __nv_bfloat16 *)v, b, s, h, g, d, scale, softcap);
+                         (const __nv_bfloat16 *)v, b, s, h, g, d, scale, softcap, segments);
 }

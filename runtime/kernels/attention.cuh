@@ -2,7 +2,7 @@
 // (attention_grad.cu) share: the tiling, the walk over staged rows, the
 // scores and the online softmax.
 // defines: ATTN_* sizes, attn_rows_per_tile, attn_check, attn_walk, attn_load, attn_dot, attn_score,
-// attn_ds, attn_online, attn_forward_row
+// attn_ds, attn_sees, attn_online, attn_forward_row
 #ifndef TPRUN_KERNELS_ATTENTION_CUH
 #define TPRUN_KERNELS_ATTENTION_CUH
 
@@ -102,6 +102,14 @@ __device__ __forceinline__ float attn_ds(float p, float score, float dsum, float
     return p * (dp - dsum) * capped;
 }
 
+// Whether query t sees key u <= t of a row whose documents are seg (NULL:
+// every key): only a key of its own document, and a padding query (-1)
+// none, so its row is 0.
+__device__ __forceinline__ bool attn_sees(const int32_t *seg, int64_t t, int64_t u)
+{
+    return !seg || (seg[t] >= 0 && seg[u] == seg[t]);
+}
+
 // The online softmax of one query (a warp): a running maximum mx, a running
 // denominator and an output accumulator, both rescaled when the maximum
 // grows. Every lane holds the same score, so the branch is warp-uniform,
@@ -147,15 +155,18 @@ struct attn_online {
 
 // Block (query tile, head, batch) of the forward and of the softmax
 // statistics: warp w owns query t = tile * 8 + w of head hi, which reads kv
-// head hi / (h / g), and folds the keys it sees (causal: 0 .. t) into
-// `o`. Warps whose query lies past the sequence still stage tiles and
-// reach every barrier.
+// head hi / (h / g), and folds the keys it sees (causal: 0 .. t, of its
+// document with segments) into `o`; a query that sees none keeps denom 0.
+// Warps whose query lies past the sequence still stage tiles and reach
+// every barrier.
 template <typename T>
 __device__ __forceinline__ bool attn_forward_row(attn_online &o, const T *q, const T *k, const T *v, int64_t s,
                                                  int64_t h, int64_t g, int64_t d, int keys_per_tile, float scale,
-                                                 float softcap, float *ktile, float *vtile, int64_t *query)
+                                                 float softcap, const int32_t *segments, float *ktile, float *vtile,
+                                                 int64_t *query)
 {
     const int64_t bi = blockIdx.z, hi = blockIdx.y, kh = hi / (h / g);
+    const int32_t *seg = segments ? segments + bi * s : nullptr;
     const int64_t first = (int64_t)blockIdx.x * ATTN_WARPS;
     const int64_t t = first + threadIdx.x / 32;
     const bool active = t < s;
@@ -164,8 +175,9 @@ __device__ __forceinline__ bool attn_forward_row(attn_online &o, const T *q, con
     attn_load(qr, q + ((bi * s + t) * h + hi) * d, d, active);
     o.start();
     attn_walk(k, v, g, kh, bi, s, d, 0, kend, keys_per_tile, ktile, vtile, active, 0, t + 1,
-              [&](const float *kr, const float *vr, int64_t) {
-                  o.add(attn_score(attn_dot(qr, kr, d), scale, softcap), vr, d);
+              [&](const float *kr, const float *vr, int64_t u) {
+                  if (attn_sees(seg, t, u))
+                      o.add(attn_score(attn_dot(qr, kr, d), scale, softcap), vr, d);
               });
     *query = t;
     return active;

@@ -24,8 +24,15 @@
 //
 // The same kernel gives the gradients' statistics (kStats): each query's
 // log-sum-exp and D = dy . O instead of O.
+//
+// With documents (segments, backend.h), a score a query does not see is
+// -inf as a causally hidden one is, and a block starts its walk at the
+// tile of the first key any of its queries sees (flash_first_key): the
+// tiles before its queries' documents are skipped, all of them for a
+// block of padding, whose queries are 0.
 // defines: FLASH_*, flash_for_head_dim, flash_attention_supports, flash_stride, flash_kv_tiles,
-// flash_stage, flash_warp, flash_softmax, flash_out, flash_attention_launch, flash_attention_stats_launch
+// flash_stage, flash_warp, flash_document_sees, flash_first_key, flash_queries_end, flash_block_value,
+// flash_softmax, flash_out, flash_attention_launch, flash_attention_stats_launch
 #ifndef TPRUN_KERNELS_ATTENTION_FLASH_CUH
 #define TPRUN_KERNELS_ATTENTION_FLASH_CUH
 
@@ -111,13 +118,67 @@ template <int D> struct flash_warp {
     float mx[2], denom[2], o[D / 8][4];
 };
 
+// Whether query `row` sees `key` by documents (seg: the batch row's, or
+// nullptr for none); the caller checks causality (key <= row).
+__device__ __forceinline__ bool flash_document_sees(const int32_t *seg, int64_t row, int64_t key, int64_t s)
+{
+    return !seg || (row < s && attn_sees(seg, row, key));
+}
+
+// Documents are numbered in order along a row (backend.h), so the keys the
+// queries [q0, qend) see start at the first key of the document of the
+// first of them that is not padding (a pad between two of its tokens
+// aside); qend when all are padding, and see nothing.
+__device__ __forceinline__ int64_t flash_first_key(const int32_t *seg, int64_t q0, int64_t qend)
+{
+    int64_t t = q0;
+    while (t < qend && seg[t] < 0)
+        t++;
+    if (t == qend)
+        return qend;
+    int64_t first = t;
+    for (int64_t u = t - 1; u >= 0 && (seg[u] == seg[t] || seg[u] < 0); u--)
+        if (seg[u] == seg[t])
+            first = u;
+    return first;
+}
+
+// And the queries that see any of the keys [k0, kend) end after the last
+// token of the document of the last of them that is not padding; k0 when
+// all are padding, seen by none.
+__device__ __forceinline__ int64_t flash_queries_end(const int32_t *seg, int64_t k0, int64_t kend, int64_t s)
+{
+    int64_t k = kend - 1;
+    while (k >= k0 && seg[k] < 0)
+        k--;
+    if (k < k0)
+        return k0;
+    int64_t end = k + 1;
+    for (int64_t u = k + 1; u < s && (seg[u] == seg[k] || seg[u] < 0); u++)
+        if (seg[u] == seg[k])
+            end = u + 1;
+    return end;
+}
+
+// f() computed by thread 0 alone and handed to every thread of the block
+// (a barrier: every thread calls it, once per kernel).
+template <typename F> __device__ __forceinline__ int64_t flash_block_value(F f)
+{
+    TP_SHARED(int64_t, flash_value, 1);
+    if (threadIdx.x == 0)
+        flash_value[0] = f();
+    __syncthreads();
+    return flash_value[0];
+}
+
 // The online softmax over one tile's scores (KEYS keys from k0; row0 the
 // lane's first query, the second is row0 + 8): the rows' maxima grow, the
 // accumulator and denominator are rescaled, and s is replaced by the
 // probabilities, packed as the A fragments p of the P V product.
 template <int D, int KEYS>
 __device__ __forceinline__ void flash_softmax(uint32_t (&p)[KEYS / 16][4], flash_warp<D> &w, float (&s)[KEYS / 8][4],
-                                              int64_t k0, int64_t row0, int64_t seq, float scale, float softcap)
+                                              int64_t k0, int64_t row0, int64_t seq, float scale, float softcap,
+                                              const int32_t *seg)
 {
     const int t = threadIdx.x % 4;
     float tile_max[2] = {-INFINITY, -INFINITY};
@@ -126,7 +187,8 @@ __device__ __forceinline__ void flash_softmax(uint32_t (&p)[KEYS / 16][4], flash
         TP_UNROLL
         for (int i = 0; i < 4; i++) {
             const int64_t key = k0 + n * 8 + 2 * t + i % 2, row = row0 + 8 * (i / 2);
-            s[n][i] = key <= row && key < seq ? attn_score(s[n][i], scale, softcap) : -INFINITY;
+            const bool seen = key <= row && key < seq && flash_document_sees(seg, row, key, seq);
+            s[n][i] = seen ? attn_score(s[n][i], scale, softcap) : -INFINITY;
             tile_max[i / 2] = fmaxf(tile_max[i / 2], s[n][i]);
         }
     float base[2];
@@ -135,7 +197,7 @@ __device__ __forceinline__ void flash_softmax(uint32_t (&p)[KEYS / 16][4], flash
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(TP_FULL_MASK, tile_max[r], 1));
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(TP_FULL_MASK, tile_max[r], 2));
         const float mx = fmaxf(w.mx[r], tile_max[r]);
-        base[r] = mx == -INFINITY ? 0.0f : mx; // a row that has seen no key (past the sequence)
+        base[r] = mx == -INFINITY ? 0.0f : mx; // a row that has seen no key (past the sequence, padding)
         const float rescale = expf(w.mx[r] - base[r]); // 0 for the first keys
         w.mx[r] = mx;
         w.denom[r] *= rescale;
@@ -171,7 +233,7 @@ struct flash_out {
 template <int D, bool kTrailingBarrier, bool kStats>
 __global__ void __launch_bounds__(FLASH_WARPS * 32)
     flash_attention_kernel(flash_out dst, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
-                           int64_t s, int64_t h, int64_t g, float scale, float softcap)
+                           int64_t s, int64_t h, int64_t g, float scale, float softcap, const int32_t *segments)
 {
     constexpr int KEYS = flash_keys<D>();
     typedef flash_kv_tiles<D, KEYS> tiles; // (a macro argument holds no comma)
@@ -183,9 +245,12 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     const int64_t kend = q0 + FLASH_QUERIES < s ? q0 + FLASH_QUERIES : s; // keys any query here sees
     const int64_t warp_q0 = q0 + warp * 16, warp_last = warp_q0 + 15;     // the warp's queries
     const int64_t row0 = warp_q0 + qd;                                    // this lane's first query
+    const int32_t *seg = segments ? segments + bi * s : nullptr;
+    const int64_t first = seg ? flash_block_value([&] { return flash_first_key(seg, q0, kend); }) : 0;
+    const int64_t kstart = first < kend ? first / KEYS * KEYS : kend;    // no tile for a block of padding
 
-    flash_stage<D, KEYS>(sm.k, k, bi, s, g, kh, 0);
-    flash_stage<D, KEYS>(sm.v, v, bi, s, g, kh, 0);
+    flash_stage<D, KEYS>(sm.k, k, bi, s, g, kh, kstart);
+    flash_stage<D, KEYS>(sm.v, v, bi, s, g, kh, kstart);
 
     flash_warp<D> w;
     warp_load_a<D>(w.q, q + ((bi * s + warp_q0) * h + hi) * D, h * D, s - warp_q0);
@@ -194,7 +259,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         w.mx[r] = -INFINITY, w.denom[r] = 0.0f;
     warp_zero<D>(w.o);
 
-    for (int64_t k0 = 0; k0 < kend; k0 += KEYS) {
+    for (int64_t k0 = kstart; k0 < kend; k0 += KEYS) {
         const bool more = k0 + KEYS < kend, mine = k0 <= warp_last; // causal: skip tiles past the warp
         float sc[KEYS / 8][4];
         uint32_t p[KEYS / 16][4];
@@ -210,7 +275,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         else
             tp_cp_async_commit(); // an empty group keeps the count the waits expect
         if (mine)
-            flash_softmax<D, KEYS>(p, w, sc, k0, row0, s, scale, softcap);
+            flash_softmax<D, KEYS>(p, w, sc, k0, row0, s, scale, softcap, seg);
         tp_cp_async_wait<1>(); // this tile's values
         __syncthreads();
         if (mine)
@@ -223,13 +288,14 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
             tp_cp_async_commit();
     }
 
-    float inv[2]; // used only for rows in the sequence, which see key 0
+    tp_cp_async_wait<0>(); // the first tiles of a block that walked none
+    float inv[2];
     TP_UNROLL
     for (int r = 0; r < 2; r++) {
         float denom = w.denom[r];
         denom += __shfl_xor_sync(TP_FULL_MASK, denom, 1);
         denom += __shfl_xor_sync(TP_FULL_MASK, denom, 2);
-        inv[r] = 1.0f / denom;
+        inv[r] = denom > 0.0f ? 1.0f / denom : 0.0f; // 0: a row that sees no key (padding)
         if (!kStats)
             continue;
         // D = dy . O: this lane's columns of the row, then its quad's
@@ -249,7 +315,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         dot += __shfl_xor_sync(TP_FULL_MASK, dot, 2);
         if (row < s && t == 0) {
             const int64_t stat = (bi * h + hi) * s + row;
-            dst.lse[stat] = w.mx[r] + logf(denom);
+            dst.lse[stat] = denom > 0.0f ? w.mx[r] + logf(denom) : INFINITY; // P = 0 for a row that sees nothing
             dst.dsum[stat] = dot;
         }
     }
@@ -261,12 +327,12 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
 template <int D, bool kTrailingBarrier = true>
 static void flash_attention_launch(tp_stream st, __nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                    const __nv_bfloat16 *v, int64_t b, int64_t s, int64_t h, int64_t g, float scale,
-                                   float softcap)
+                                   float softcap, const int32_t *segments)
 {
     const dim3 grid((unsigned)TP_CEIL_DIV(s, FLASH_QUERIES), (unsigned)h, (unsigned)b);
     const flash_out dst = {out, nullptr, nullptr, nullptr};
     TP_LAUNCH((flash_attention_kernel<D, kTrailingBarrier, false>), grid, FLASH_WARPS * 32, 0, st, dst, q, k, v, s, h,
-              g, scale, softcap);
+              g, scale, softcap, segments);
 }
 
 // The statistics of the gradients, from the same forward: lse and dsum of
@@ -274,12 +340,13 @@ static void flash_attention_launch(tp_stream st, __nv_bfloat16 *out, const __nv_
 template <int D>
 static void flash_attention_stats_launch(tp_stream st, float *lse, float *dsum, const __nv_bfloat16 *q,
                                          const __nv_bfloat16 *k, const __nv_bfloat16 *v, const __nv_bfloat16 *dy,
-                                         int64_t b, int64_t s, int64_t h, int64_t g, float scale, float softcap)
+                                         int64_t b, int64_t s, int64_t h, int64_t g, float scale, float softcap,
+                                         const int32_t *segments)
 {
     const dim3 grid((unsigned)TP_CEIL_DIV(s, FLASH_QUERIES), (unsigned)h, (unsigned)b);
     const flash_out dst = {nullptr, dy, lse, dsum};
     TP_LAUNCH((flash_attention_kernel<D, true, true>), grid, FLASH_WARPS * 32, 0, st, dst, q, k, v, s, h, g, scale,
-              softcap);
+              softcap, segments);
 }
 
 #endif // TPRUN_KERNELS_ATTENTION_FLASH_CUH

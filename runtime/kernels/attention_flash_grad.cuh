@@ -30,6 +30,11 @@
 // P (|dP| + sum_j P_j |dP_j|)), then the store's rounding. Soft-capping
 // multiplies dS by 1 - (S / cap)^2, as attn_ds does.
 //
+// With documents (segments), a pair a query does not see by them is
+// hidden as a causally hidden one is; dq's block walks the keys from its
+// queries' first document on (flash_first_key), dk and dv's the queries
+// up to the end of its keys' last (flash_queries_end).
+//
 // Tiles come into shared memory by cp.async, rows padded as the forward's.
 // dq's key and value tiles are double-buffered; dk and dv keep the 64 keys
 // and values of the block staged and bring one tile of queries and output
@@ -81,7 +86,7 @@ template <int D>
 __global__ void __launch_bounds__(FLASH_WARPS * 32)
     flash_attention_dq_kernel(__nv_bfloat16 *dq, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                               const __nv_bfloat16 *v, const __nv_bfloat16 *dy, const float *lse, const float *dsum,
-                              int64_t s, int64_t h, int64_t g, float scale, float softcap)
+                              int64_t s, int64_t h, int64_t g, float scale, float softcap, const int32_t *segments)
 {
     constexpr int KEYS = flash_grad_tiles<D>::DQ_KEYS, STRIDE = flash_stride<D>();
     typedef flash_kv_tiles<D, KEYS> tiles; // (a macro argument holds no comma)
@@ -91,9 +96,12 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     const int64_t q0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * FLASH_QUERIES;
     const int64_t kend = q0 + FLASH_QUERIES < s ? q0 + FLASH_QUERIES : s; // keys any query here sees
     const int64_t warp_q0 = q0 + warp * 16, row0 = warp_q0 + qd;
+    const int32_t *seg = segments ? segments + bi * s : nullptr;
+    const int64_t seen_from = seg ? flash_block_value([&] { return flash_first_key(seg, q0, kend); }) : 0;
+    const int64_t kstart = seen_from < kend ? seen_from / KEYS * KEYS : kend; // no tile for a block of padding
 
-    flash_stage<D, KEYS>(smem[0].k, k, bi, s, g, kh, 0);
-    flash_stage<D, KEYS>(smem[0].v, v, bi, s, g, kh, 0);
+    flash_stage<D, KEYS>(smem[0].k, k, bi, s, g, kh, kstart);
+    flash_stage<D, KEYS>(smem[0].v, v, bi, s, g, kh, kstart);
 
     uint32_t qa[D / 16][4], dya[D / 16][4];
     const int64_t first = ((bi * s + warp_q0) * h + hi) * D;
@@ -110,7 +118,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     warp_zero<D>(acc);
 
     int stage = 0;
-    for (int64_t k0 = 0; k0 < kend; k0 += KEYS, stage ^= 1) {
+    for (int64_t k0 = kstart; k0 < kend; k0 += KEYS, stage ^= 1) {
         const bool mine = k0 <= warp_q0 + 15 && warp_q0 < s; // causal: skip tiles past the warp
         if (k0 + KEYS < kend) {
             flash_stage<D, KEYS>(smem[stage ^ 1].k, k, bi, s, g, kh, k0 + KEYS);
@@ -135,7 +143,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
                     const int64_t key = k0 + n * 8 + 2 * t + i % 2, row = row0 + 8 * (i / 2);
                     float p;
                     flash_grad_pair(p, sc[n][i], sc[n][i], dp[n][i], row_lse[i / 2], row_dsum[i / 2],
-                                    key <= row && row < s, scale, softcap);
+                                    key <= row && row < s && flash_document_sees(seg, row, key, s), scale, softcap);
                 }
             uint32_t dsa[KEYS / 16][4];
             warp_c_to_a<KEYS>(dsa, sc);
@@ -143,6 +151,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         }
         __syncthreads(); // every warp is done with this stage before the next tile's copy overwrites it
     }
+    tp_cp_async_wait<0>(); // the first tiles of a block that walked none
     const float row_scale[2] = {scale, scale};
     warp_store_c<D>(dq + first, h * D, s - warp_q0, acc, row_scale);
 }
@@ -162,7 +171,8 @@ template <int D, bool kSplit>
 __global__ void __launch_bounds__(FLASH_WARPS * 32)
     flash_attention_dkv_kernel(flash_kv_out out, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                const __nv_bfloat16 *v, const __nv_bfloat16 *dy, const float *lse, const float *dsum,
-                               int64_t s, int64_t h, int64_t g, float scale, float softcap)
+                               int64_t s, int64_t h, int64_t g, float scale, float softcap,
+                               const int32_t *segments)
 {
     constexpr int QUERIES = flash_grad_tiles<D>::DKV_QUERIES, STRIDE = flash_stride<D>();
     TP_SHARED(flash_dkv_smem<D>, smem, 1);
@@ -173,6 +183,9 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     const int64_t heads_to = heads_from + (kSplit ? 1 : group);
     const int64_t k0 = (int64_t)blockIdx.x * FLASH_KEYS, warp_k0 = k0 + warp * 16, key0 = warp_k0 + kd;
     const bool dk = out.dk, dv = out.dv;
+    const int32_t *seg = segments ? segments + bi * s : nullptr;
+    const int64_t kend = k0 + FLASH_KEYS < s ? k0 + FLASH_KEYS : s;
+    const int64_t qend = seg ? flash_block_value([&] { return flash_queries_end(seg, k0, kend, s); }) : s;
 
     flash_stage<D, FLASH_KEYS>(sm.k, k, bi, s, g, kh, k0);
     flash_stage<D, FLASH_KEYS>(sm.v, v, bi, s, g, kh, k0);
@@ -182,7 +195,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     warp_zero<D>(dv_acc);
     for (int64_t hi = heads_from; hi < heads_to; hi++) {
         const float *head_lse = lse + (bi * h + hi) * s, *head_dsum = dsum + (bi * h + hi) * s;
-        for (int64_t t0 = k0; t0 < s; t0 += QUERIES) {
+        for (int64_t t0 = k0; t0 < qend; t0 += QUERIES) {
             flash_stage<D, QUERIES>(sm.q, q, bi, s, h, hi, t0);
             flash_stage<D, QUERIES>(sm.dy, dy, bi, s, h, hi, t0);
             tp_cp_async_wait<0>();
@@ -203,7 +216,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
                     TP_UNROLL
                     for (int i = 0; i < 4; i++) {
                         const int64_t query = t0 + n * 8 + 2 * t + i % 2, key = key0 + 8 * (i / 2);
-                        const bool seen = key <= query && query < s;
+                        const bool seen = key <= query && query < s && flash_document_sees(seg, query, key, s);
                         flash_grad_pair(sc[n][i], dp[n][i], sc[n][i], dp[n][i], seen ? head_lse[query] : 0.0f,
                                         seen ? head_dsum[query] : 0.0f, seen, scale, softcap);
                     }
@@ -267,27 +280,27 @@ template <int D>
 static void flash_attention_grad_launch(tp_stream st, __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv,
                                         const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                         const __nv_bfloat16 *dy, float *scratch, int64_t b, int64_t s, int64_t h,
-                                        int64_t g, float scale, float softcap)
+                                        int64_t g, float scale, float softcap, const int32_t *segments)
 {
     float *lse = scratch, *dsum = scratch + b * h * s;
-    flash_attention_stats_launch<D>(st, lse, dsum, q, k, v, dy, b, s, h, g, scale, softcap);
+    flash_attention_stats_launch<D>(st, lse, dsum, q, k, v, dy, b, s, h, g, scale, softcap, segments);
     const unsigned tiles = (unsigned)TP_CEIL_DIV(s, FLASH_QUERIES);
     if (dq)
         TP_LAUNCH(flash_attention_dq_kernel<D>, dim3(tiles, (unsigned)h, (unsigned)b), FLASH_WARPS * 32, 0, st, dq, q,
-                  k, v, dy, lse, dsum, s, h, g, scale, softcap);
+                  k, v, dy, lse, dsum, s, h, g, scale, softcap, segments);
     if (!dk && !dv)
         return;
     flash_kv_out out = {dk, dv, nullptr, nullptr};
     if (!tp_cuda_flash_kv_by_query_head(h, g)) {
         TP_LAUNCH((flash_attention_dkv_kernel<D, false>), dim3(tiles, (unsigned)g, (unsigned)b), FLASH_WARPS * 32, 0,
-                  st, out, q, k, v, dy, lse, dsum, s, h, g, scale, softcap);
+                  st, out, q, k, v, dy, lse, dsum, s, h, g, scale, softcap, segments);
         return;
     }
     float *heads = scratch + 2 * b * h * s;
     out.head_dk = dk ? heads : nullptr;
     out.head_dv = dv ? heads + b * s * h * D : nullptr;
     TP_LAUNCH((flash_attention_dkv_kernel<D, true>), dim3(tiles, (unsigned)h, (unsigned)b), FLASH_WARPS * 32, 0, st,
-              out, q, k, v, dy, lse, dsum, s, h, g, scale, softcap);
+              out, q, k, v, dy, lse, dsum, s, h, g, scale, softcap, segments);
     const int64_t n = b * s * g * D;
     TP_LAUNCH(flash_kv_reduce_kernel, tp_elementwise_blocks(n, 256), 256, 0, st, out, n, h, g, (int64_t)D, scale);
 }

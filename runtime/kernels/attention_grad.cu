@@ -27,25 +27,28 @@
 template <typename T>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
     attention_stats_kernel(float *lse, float *dsum, const T *q, const T *k, const T *v, const T *dy, int64_t s,
-                           int64_t h, int64_t g, int64_t d, int keys_per_tile, float scale, float softcap)
+                           int64_t h, int64_t g, int64_t d, int keys_per_tile, float scale, float softcap,
+                           const int32_t *segments)
 {
     TP_SHARED(float, ktile, ATTN_TILE);
     TP_SHARED(float, vtile, ATTN_TILE);
     attn_online o;
     int64_t t;
-    if (!attn_forward_row(o, q, k, v, s, h, g, d, keys_per_tile, scale, softcap, ktile, vtile, &t))
+    if (!attn_forward_row(o, q, k, v, s, h, g, d, keys_per_tile, scale, softcap, segments, ktile, vtile, &t))
         return;
+    // a query that sees no key (padding): P = 0 everywhere (lse +inf), D 0
+    const float inv = o.denom > 0.0f ? 1.0f / o.denom : 0.0f;
     const int64_t row = ((int64_t)blockIdx.z * s + t) * h + blockIdx.y;
     float dyr[ATTN_PER_LANE];
     attn_load(dyr, dy + row * d, d, true);
     float dot = 0.0f;
     TP_UNROLL
     for (int i = 0; i < ATTN_PER_LANE; i++)
-        dot += dyr[i] * (o.acc[i] / o.denom);
+        dot += dyr[i] * (o.acc[i] * inv);
     dot = tp_warp_sum(dot);
     if (threadIdx.x % 32 == 0) {
         const int64_t at = ((int64_t)blockIdx.z * h + blockIdx.y) * s + t;
-        lse[at] = o.mx + logf(o.denom);
+        lse[at] = o.denom > 0.0f ? o.mx + logf(o.denom) : INFINITY;
         dsum[at] = dot;
     }
 }
@@ -79,11 +82,13 @@ template <typename T> __device__ __forceinline__ void grad_store(T *out, const f
 template <typename T>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
     attention_dq_kernel(T *dq, const T *q, const T *k, const T *v, const T *dy, const float *lse, const float *dsum,
-                        int64_t s, int64_t h, int64_t g, int64_t d, int keys_per_tile, float scale, float softcap)
+                        int64_t s, int64_t h, int64_t g, int64_t d, int keys_per_tile, float scale, float softcap,
+                        const int32_t *segments)
 {
     TP_SHARED(float, ktile, ATTN_TILE);
     TP_SHARED(float, vtile, ATTN_TILE);
     const int64_t bi = blockIdx.z, hi = blockIdx.y, kh = hi / (h / g);
+    const int32_t *seg = segments ? segments + bi * s : nullptr;
     const int64_t first = (int64_t)blockIdx.x * ATTN_WARPS, t = first + threadIdx.x / 32;
     const bool active = t < s;
     const int64_t kend = first + ATTN_WARPS < s ? first + ATTN_WARPS : s;
@@ -93,7 +98,9 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32)
     attn_load(dyr, dy + row * d, d, active);
     const float l = active ? lse[at] : 0.0f, dsumt = active ? dsum[at] : 0.0f;
     attn_walk(k, v, g, kh, bi, s, d, 0, kend, keys_per_tile, ktile, vtile, active, 0, t + 1,
-              [&](const float *kr, const float *vr, int64_t) {
+              [&](const float *kr, const float *vr, int64_t u) {
+                  if (!attn_sees(seg, t, u))
+                      return;
                   const float score = attn_score(attn_dot(qr, kr, d), scale, softcap);
                   grad_axpy(acc, attn_ds(expf(score - l), score, dsumt, attn_dot(dyr, vr, d), softcap), kr, d);
               });
@@ -120,11 +127,12 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, 1)
     attention_dkv_kernel(typename G::type *dk, typename G::type *dv, const typename G::type *q,
                          const typename G::type *k, const typename G::type *v, const typename G::type *dy,
                          const float *lse, const float *dsum, int64_t s, int64_t h, int64_t g, int64_t d,
-                         int rows_per_tile, float scale, float softcap)
+                         int rows_per_tile, float scale, float softcap, const int32_t *segments)
 {
     TP_SHARED(float, qtile, ATTN_TILE);
     TP_SHARED(float, dytile, ATTN_TILE);
     const int64_t bi = blockIdx.z, kh = blockIdx.y, group = h / g;
+    const int32_t *seg = segments ? segments + bi * s : nullptr;
     const int64_t first = (int64_t)blockIdx.x * ATTN_WARPS, j = first + threadIdx.x / 32;
     const bool active = j < s;
     const int64_t row = (bi * s + j) * g + kh;
@@ -135,6 +143,8 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, 1)
         const float *hl = lse + (bi * h + hi) * s, *hd = dsum + (bi * h + hi) * s;
         attn_walk(q, dy, h, hi, bi, s, d, first, s, rows_per_tile, qtile, dytile, active, j, s,
                   [&](const float *qt, const float *dyt, int64_t t) {
+                      if (!attn_sees(seg, t, j))
+                          return;
                       const float score = attn_score(attn_dot(kr, qt, d), scale, softcap);
                       const float p = expf(score - hl[t]);
                       if (G::dv)
@@ -154,29 +164,29 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, 1)
 template <typename T>
 static void launch_attention_grad(tp_stream st, T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *dy,
                                   float *scratch, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, float scale,
-                                  float softcap)
+                                  float softcap, const int32_t *segments)
 {
     float *lse = scratch, *dsum = scratch + b * h * s;
     const int per_tile = attn_rows_per_tile(d);
     const dim3 queries((unsigned)TP_CEIL_DIV(s, ATTN_WARPS), (unsigned)h, (unsigned)b);
     TP_LAUNCH(attention_stats_kernel<T>, queries, ATTN_WARPS * 32, 0, st, lse, dsum, q, k, v, dy, s, h, g, d, per_tile,
-              scale, softcap);
+              scale, softcap, segments);
     if (dq)
         TP_LAUNCH(attention_dq_kernel<T>, queries, ATTN_WARPS * 32, 0, st, dq, q, k, v, dy, lse, dsum, s, h, g, d,
-                  per_tile, scale, softcap);
+                  per_tile, scale, softcap, segments);
     typedef kv_grad<T, true, true> dk_dv;     // (a macro argument holds no comma)
     typedef kv_grad<T, true, false> dk_only;
     typedef kv_grad<T, false, true> dv_only;
     const dim3 keys((unsigned)TP_CEIL_DIV(s, ATTN_WARPS), (unsigned)g, (unsigned)b);
     if (dk && dv)
         TP_LAUNCH(attention_dkv_kernel<dk_dv>, keys, ATTN_WARPS * 32, 0, st, dk, dv, q, k, v, dy, lse,
-                  dsum, s, h, g, d, per_tile, scale, softcap);
+                  dsum, s, h, g, d, per_tile, scale, softcap, segments);
     else if (dk)
         TP_LAUNCH(attention_dkv_kernel<dk_only>, keys, ATTN_WARPS * 32, 0, st, dk, dv, q, k, v, dy,
-                  lse, dsum, s, h, g, d, per_tile, scale, softcap);
+                  lse, dsum, s, h, g, d, per_tile, scale, softcap, segments);
     else if (dv)
         TP_LAUNCH(attention_dkv_kernel<dv_only>, keys, ATTN_WARPS * 32, 0, st, dk, dv, q, k, v, dy,
-                  lse, dsum, s, h, g, d, per_tile, scale, softcap);
+                  lse, dsum, s, h, g, d, per_tile, scale, softcap, segments);
 }
 
 // Whether out, when computed, overlaps none of the inputs.
@@ -187,7 +197,8 @@ static bool apart(const void *out, const void *q, const void *k, const void *v, 
 
 extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, void *dk, void *dv, const void *q,
                                     const void *k, const void *v, const void *dy, float *scratch, int64_t b, int64_t s,
-                                    int64_t h, int64_t g, int64_t d, float scale, float softcap)
+                                    int64_t h, int64_t g, int64_t d, float scale, float softcap,
+                                    const int32_t *segments)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(dq || dk || dv, "at least one gradient to compute");
@@ -202,13 +213,13 @@ extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, v
                             *bv = (const __nv_bfloat16 *)v, *bdy = (const __nv_bfloat16 *)dy;
         flash_for_head_dim<128>(d, [&](auto dim) {
             flash_attention_grad_launch<decltype(dim)::value>(st, gq, gk, gv, bq, bk, bv, bdy, scratch, b, s, h, g,
-                                                              scale, softcap);
+                                                              scale, softcap, segments);
         });
     } else if (t == TP_KERNEL_F32)
         launch_attention_grad(st, (float *)dq, (float *)dk, (float *)dv, (const float *)q, (const float *)k,
-                              (const float *)v, (const float *)dy, scratch, b, s, h, g, d, scale, softcap);
+                              (const float *)v, (const float *)dy, scratch, b, s, h, g, d, scale, softcap, segments);
     else
         launch_attention_grad(st, (__nv_bfloat16 *)dq, (__nv_bfloat16 *)dk, (__nv_bfloat16 *)dv,
                               (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v,
-                              (const __nv_bfloat16 *)dy, scratch, b, s, h, g, d, scale, softcap);
+                              (const __nv_bfloat16 *)dy, scratch, b, s, h, g, d, scale, softcap, segments);
 }

@@ -41,10 +41,11 @@ void tp_k_layernorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, co
  * through; inv_freq, rotary/2 doubles in host memory (<= 256), travels
  * with the launch; cos and sin are multiplied by scale (yarn) */
 void tp_k_rope(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t b, int64_t seq, int64_t h, int64_t d,
-               int64_t rotary, int64_t pos_offset, const double *inv_freq, double scale);
-/* attention.cu: causal, GQA, scores times scale, capped when softcap > 0 */
+               int64_t rotary, int64_t pos_offset, const double *inv_freq, double scale, const int32_t *pos);
+/* attention.cu: causal, GQA, scores times scale, capped when softcap > 0;
+ * segments (device, [b, seq], or NULL) as backend.h's attention */
 void tp_k_attention(tp_stream s, tp_kernel_dtype t, void *out, const void *q, const void *k, const void *v, int64_t b,
-                    int64_t seq, int64_t h, int64_t g, int64_t d, float scale, float softcap);
+                    int64_t seq, int64_t h, int64_t g, int64_t d, float scale, float softcap, const int32_t *segments);
 /* elementwise.cu: op 0 silu, 1 gelu (tanh), 2 relu, 3 gelu (erf); binary 0 add, 1 mul (b broadcasts) */
 void tp_k_unary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *x, int64_t n);
 void tp_k_binary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *a, int64_t n, const void *b, int64_t nb);
@@ -67,7 +68,7 @@ void tp_k_split_blocks(tp_stream s, tp_kernel_dtype t, void *out, const void *x,
                        int parts);
 void tp_k_join_blocks(tp_stream s, tp_kernel_dtype t, void *out, const void *blocks, const int64_t *shape, int rank,
                       int dim, int parts);
-void tp_k_positions(tp_stream s, int32_t *out, int64_t b, int64_t seq, int64_t pos_offset);
+void tp_k_positions(tp_stream s, int32_t *out, int64_t b, int64_t seq, int64_t pos_offset, const int32_t *segments);
 /* cross_entropy.cu: loss outputs are float32 scalars / per-token floats;
  * shift and divisor as tp_ce_rule (runtime/backends/backend.h) */
 void tp_k_cross_entropy(tp_stream s, tp_kernel_dtype t, float *loss, const void *logits, const int32_t *labels, int64_t b,
@@ -99,7 +100,7 @@ void tp_k_sum_rows(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int
  * one is); scratch tp_cuda_attention_grad_scratch floats (sched/workspace.h) */
 void tp_k_attention_grad(tp_stream s, tp_kernel_dtype t, void *dq, void *dk, void *dv, const void *q, const void *k,
                          const void *v, const void *dy, float *scratch, int64_t b, int64_t seq, int64_t h, int64_t g,
-                         int64_t d, float scale, float softcap);
+                         int64_t d, float scale, float softcap, const int32_t *segments);
 /* elementwise_grad.cu: op as tp_k_unary */
 void tp_k_unary_grad(tp_stream s, tp_kernel_dtype t, int op, void *dx, const void *x, const void *dy, int64_t n);
 /* swiglu.cu: da = dy * b * silu'(a), db = dy * silu(a); NULL: not computed */

@@ -1,5 +1,5 @@
 // reshard.cu: chunk copies for R -> S and for collectives along inner dims,
-// and position ids.
+// and position ids (by document with segments).
 // defines: tp_k_slice, tp_k_narrow, tp_k_narrow_grad, tp_k_split_blocks, tp_k_join_blocks, tp_k_positions
 #include "common.cuh"
 
@@ -48,6 +48,19 @@ __global__ void positions_kernel(int32_t *out, int64_t n, int64_t s, int64_t pos
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = (int32_t)(pos_offset + i % s);
+}
+
+// Positions by document: a thread per row walks it once, each document's
+// first position restarting at pos_offset (done once a step, before the
+// layers: a row's walk is cheap next to them).
+__global__ void document_positions_kernel(int32_t *out, const int32_t *seg, int64_t b, int64_t s, int64_t pos_offset)
+{
+    for (int64_t bi = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; bi < b; bi += (int64_t)gridDim.x * blockDim.x)
+        for (int64_t j = 0, first = 0; j < s; j++) {
+            if (j > 0 && seg[bi * s + j] != seg[bi * s + j - 1])
+                first = j;
+            out[bi * s + j] = (int32_t)(pos_offset + j - first);
+        }
 }
 
 // ---- kernel launchers
@@ -162,11 +175,16 @@ extern "C" void tp_k_join_blocks(tp_stream s, tp_kernel_dtype t, void *out, cons
 
 // out[i, j] = pos_offset + j for a [b, s] tensor; a sequence shard passes
 // pos_offset = rank * s
-extern "C" void tp_k_positions(tp_stream st, int32_t *out, int64_t b, int64_t s, int64_t pos_offset)
+extern "C" void tp_k_positions(tp_stream st, int32_t *out, int64_t b, int64_t s, int64_t pos_offset,
+                               const int32_t *segments)
 {
     TP_KCHECK(b >= 0 && s >= 0 && pos_offset >= 0 && pos_offset + s <= INT32_MAX, "positions fit in int32");
     if (b * s == 0)
         return;
-    TP_LAUNCH(positions_kernel, tp_elementwise_blocks(b * s, RESHARD_THREADS), RESHARD_THREADS, 0, st, out, b * s, s,
+    if (segments)
+        TP_LAUNCH(document_positions_kernel, tp_elementwise_blocks(b, RESHARD_THREADS), RESHARD_THREADS, 0, st, out,
+                  segments, b, s, pos_offset);
+    else
+        TP_LAUNCH(positions_kernel, tp_elementwise_blocks(b * s, RESHARD_THREADS), RESHARD_THREADS, 0, st, out, b * s, s,
               pos_offset);
 }

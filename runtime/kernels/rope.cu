@@ -18,7 +18,8 @@ struct rope_freqs {
 //   out[i]       = x[i] cos(p f_i) - x[i + r/2] sin(p f_i)
 //   out[i + r/2] = x[i + r/2] cos(p f_i) + x[i] sin(p f_i)
 // and dims [r, d) of every head pass through (partial rotary).
-// with p = pos_offset + (token's index in the sequence), f_i =
+// with p = pos[token] where positions are given (by document), else
+// pos_offset + (token's index in the sequence), f_i =
 // inv_freq[i] (theta and the scaling, sched/rope.h), cos and sin times
 // f.scale. The angle and its sin/cos are double, as on the CPU: in
 // float, p f_i at p ~ 8k is off by ~5e-4 rad. One sin/cos per (position,
@@ -26,10 +27,10 @@ struct rope_freqs {
 // the same thread, so out may equal x.
 template <typename T>
 __global__ void rope_kernel(T *out, const T *x, int64_t s, int64_t h, int64_t d, int64_t rotary, int64_t pos_offset,
-                            rope_freqs f)
+                            const int32_t *positions, rope_freqs f)
 {
     const int64_t tok = blockIdx.x;
-    const double pos = (double)(pos_offset + tok % s);
+    const double pos = (double)(positions ? positions[tok] : pos_offset + tok % s);
     const int64_t half = rotary / 2;
     if (out != x)
         for (int64_t e = threadIdx.x; e < h * (d - rotary); e += blockDim.x) {
@@ -57,15 +58,16 @@ __global__ void rope_kernel(T *out, const T *x, int64_t s, int64_t h, int64_t d,
 
 template <typename T>
 static void launch_rope(tp_stream st, T *out, const T *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t rotary,
-                        int64_t pos_offset, const rope_freqs &f)
+                        int64_t pos_offset, const int32_t *pos, const rope_freqs &f)
 {
     const int64_t half = rotary / 2;
     const int threads = half >= 128 ? 128 : (int)TP_CEIL_DIV(half, 32) * 32;
-    TP_LAUNCH(rope_kernel<T>, (unsigned)(b * s), threads, 0, st, out, x, s, h, d, rotary, pos_offset, f);
+    TP_LAUNCH(rope_kernel<T>, (unsigned)(b * s), threads, 0, st, out, x, s, h, d, rotary, pos_offset, pos, f);
 }
 
 extern "C" void tp_k_rope(tp_stream st, tp_kernel_dtype t, void *out, const void *x, int64_t b, int64_t s, int64_t h,
-                          int64_t d, int64_t rotary, int64_t pos_offset, const double *inv_freq, double scale)
+                          int64_t d, int64_t rotary, int64_t pos_offset, const double *inv_freq, double scale,
+                          const int32_t *pos)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(rotary % 2 == 0 && rotary <= TP_CUDA_MAX_ROTARY_DIM && rotary <= d,
@@ -79,7 +81,7 @@ extern "C" void tp_k_rope(tp_stream st, tp_kernel_dtype t, void *out, const void
     for (int64_t i = 0; i < rotary / 2; i++)
         f.inv_freq[i] = inv_freq[i];
     if (t == TP_KERNEL_F32)
-        launch_rope(st, (float *)out, (const float *)x, b, s, h, d, rotary, pos_offset, f);
+        launch_rope(st, (float *)out, (const float *)x, b, s, h, d, rotary, pos_offset, pos, f);
     else
-        launch_rope(st, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, b, s, h, d, rotary, pos_offset, f);
+        launch_rope(st, (__nv_bfloat16 *)out, (const __nv_bfloat16 *)x, b, s, h, d, rotary, pos_offset, pos, f);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "runtime/train/labels.h"
+#include "runtime/train/segments.h"
 #include "util/errmsg.h"
 #include "util/xalloc.h"
 
@@ -165,6 +166,7 @@ int tr_batches_open(tr_batches *b, const tr_batch_shape *shape, const char *data
     const tr_batch_shape *s = &b->shape;
     b->step_ids = tp_xmalloc((size_t)per_replica(s) * sizeof *b->step_ids + 1);
     b->step_labels = tp_xmalloc((size_t)per_replica(s) * sizeof *b->step_labels + 1);
+    b->step_segments = tp_xmalloc((size_t)per_replica(s) * sizeof *b->step_segments + 1);
     if (tr_tokens_open(&b->data, data_path, s->vocab, err, errlen))
         return -1;
     if (labels_path && (tr_tokens_read(&b->labels, labels_path, err, errlen) || check_labels(b, err, errlen)))
@@ -182,6 +184,7 @@ void tr_batches_free(tr_batches *b)
     tr_tokens_free(&b->labels);
     free(b->step_ids);
     free(b->step_labels);
+    free(b->step_segments);
     free(b->labelled);
     free(b->order);
     *b = (tr_batches){0};
@@ -202,6 +205,13 @@ const int32_t *tr_batches_labels(tr_batches *b, int64_t i, int m, int d)
     for (int64_t row = 0; row < s->batch; row++)
         sample_labels(b, sample_of(b, first_row(s, i, m, d) + row), b->step_labels + row * s->seq);
     return b->step_labels;
+}
+
+const int32_t *tr_batches_segments(tr_batches *b, int64_t i, int m, int d)
+{
+    const tr_batch_shape *s = &b->shape;
+    tr_segments_of(b->step_segments, tr_batches_ids(b, i, m, d), s->batch, s->seq, s->pad_id, s->eos_id);
+    return b->step_segments;
 }
 
 double tr_batches_divisor(const tr_batches *b, int64_t i)

@@ -53,6 +53,7 @@ typedef struct tr_batch_shape {
     int32_t ignore_index;        /* --ignore-index */
     bool scored;                 /* the loss reads labels: their counts are wanted (not tpcc --loss sum) */
     bool any_step;               /* a step may hold no labelled token (evaluation: the mean is the stream's) */
+    int64_t pad_id, eos_id;      /* --pad-id, --eos-id: what the segments are built from (segments.h) */
 } tr_batch_shape;
 
 typedef struct tr_batches {
@@ -66,6 +67,7 @@ typedef struct tr_batches {
     int64_t order_epoch;
     int32_t *step_ids;           /* one replica's input ids of a step */
     int32_t *step_labels;        /* one replica's labels of a step, the ignored ones -100 */
+    int32_t *step_segments;      /* its segments (tpcc --segments) */
     int64_t *labelled;           /* per step: the labelled tokens of the global batch */
 } tr_batches;
 
@@ -83,6 +85,9 @@ void tr_batches_free(tr_batches *b);
 const int32_t *tr_batches_ids(tr_batches *b, int64_t i, int m, int d);
 /* Its labels [B, S], the ignored ones -100 (valid until the next call). */
 const int32_t *tr_batches_labels(tr_batches *b, int64_t i, int m, int d);
+/* Its segments [B, S] (segments.h: documents and padding from the ids),
+ * for a schedule that takes them (valid until the next call). */
+const int32_t *tr_batches_segments(tr_batches *b, int64_t i, int m, int d);
 /* What each run of step i divides its sum by: the step's labelled tokens
  * over the D replicas, which average their losses and gradients. */
 double tr_batches_divisor(const tr_batches *b, int64_t i);

@@ -16,6 +16,7 @@ typedef struct tr_options {
     uint64_t seed;
     const char *tokens, *labels;
     int32_t ignore_index;       /* --ignore-index: the label value the loss skips (labels.h) */
+    int64_t pad_id, eos_id;     /* --pad-id, --eos-id: the segments' tokens (segments.h); TR_NO_ID: none */
     const char *out, *compare;
     double tolerance;
     bool profile, quiet;

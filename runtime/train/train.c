@@ -104,7 +104,8 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
                                   .epochs = tr->t->epochs ? tr->t->epochs : 1, .shuffle = tr->t->shuffle,
                                   .shuffle_seed = tr->t->shuffle_seed,
                                   .label_shift = tr->s->labels >= 0 ? tr->s->label_shift : 1, .vocab = vocab,
-                                  .ignore_index = tr->o->ignore_index, .scored = tr->s->labels >= 0};
+                                  .ignore_index = tr->o->ignore_index, .scored = tr->s->labels >= 0,
+                                  .pad_id = tr->o->pad_id, .eos_id = tr->o->eos_id};
     if (tr->s->labels < 0 && (tr->o->labels || tr->t->eval_data))
         return tp_error(err, errlen, "%s: %s has no labels to take (its loss, tpcc --loss sum, reads none)",
                         tr->o->labels ? "--labels" : "--eval-data", tr->o->schedule);
@@ -215,6 +216,8 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
     float loss = 0.0f;
     for (int m = 0; m < tr->accum.micro_batches; m++) {
         tr_exec_write_buf(x, s->input_ids, tr_batches_ids(&tr->batches, i, m, tr->dp->rank));
+        if (s->segments >= 0)
+            tr_exec_write_buf(x, s->segments, tr_batches_segments(&tr->batches, i, m, tr->dp->rank));
         if (s->labels >= 0) {  /* a summed loss (tpcc --loss sum) has none */
             tr_exec_write_buf(x, s->labels, tr_batches_labels(&tr->batches, i, m, tr->dp->rank));
             x->loss_divisor = tr_batches_divisor(&tr->batches, i);

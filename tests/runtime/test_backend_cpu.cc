@@ -315,12 +315,12 @@ TEST(BackendCpu, RopeMatchesHuggingFaceRotateHalf)
         Vec x = random_vec(c.b * c.s * c.h * c.d, 60 + (unsigned)c.d);
         Vec out(x.size());
         const std::vector<double> f = default_freqs(c.d, c.theta);
-        be()->rope(out.data(), x.data(), c.b, c.s, c.h, c.d, c.d, c.off, f.data(), 1.0);
+        be()->rope(out.data(), x.data(), c.b, c.s, c.h, c.d, c.d, c.off, f.data(), 1.0, nullptr);
         // a rotation of a pair: two products and a sum, rounded once; the
         // angles are computed in double by both
         expect_close(out, ref_rope(x, c.b, c.s, c.h, c.d, c.off, c.theta), 4 * kU, 4 * kU, "rope");
         Vec inplace = x;
-        be()->rope(inplace.data(), inplace.data(), c.b, c.s, c.h, c.d, c.d, c.off, f.data(), 1.0);
+        be()->rope(inplace.data(), inplace.data(), c.b, c.s, c.h, c.d, c.d, c.off, f.data(), 1.0, nullptr);
         EXPECT_EQ(inplace, out);
     }
 }
@@ -335,7 +335,7 @@ TEST(BackendCpu, PartialRopeRotatesTheLeadingDimsOnly)
         for (int64_t i = 0; i < r; i++)
             lead[row * r + i] = x[row * d + i];
     const std::vector<double> f = default_freqs(r, 10000.0);
-    be()->rope(out.data(), x.data(), b, s, h, d, r, off, f.data(), 1.0);
+    be()->rope(out.data(), x.data(), b, s, h, d, r, off, f.data(), 1.0, nullptr);
     DVec want = ref_rope(lead, b, s, h, r, off, 10000.0);
     for (int64_t row = 0; row < b * s * h; row++) {
         for (int64_t i = 0; i < r; i++)
@@ -344,7 +344,7 @@ TEST(BackendCpu, PartialRopeRotatesTheLeadingDimsOnly)
             EXPECT_EQ(out[row * d + i], x[row * d + i]) << "row " << row << " dim " << i;
     }
     Vec inplace = x;
-    be()->rope(inplace.data(), inplace.data(), b, s, h, d, r, off, f.data(), 1.0);
+    be()->rope(inplace.data(), inplace.data(), b, s, h, d, r, off, f.data(), 1.0, nullptr);
     EXPECT_EQ(inplace, out);
 }
 
@@ -356,8 +356,8 @@ TEST(BackendCpu, RopeScaleMultipliesTheRotatedDimsOnly)
     const double scale = 1.1386294361119890;
     Vec x = random_vec(b * s * h * d, 63), plain(x.size()), scaled(x.size());
     const std::vector<double> f = default_freqs(r, 10000.0);
-    be()->rope(plain.data(), x.data(), b, s, h, d, r, off, f.data(), 1.0);
-    be()->rope(scaled.data(), x.data(), b, s, h, d, r, off, f.data(), scale);
+    be()->rope(plain.data(), x.data(), b, s, h, d, r, off, f.data(), 1.0, nullptr);
+    be()->rope(scaled.data(), x.data(), b, s, h, d, r, off, f.data(), scale, nullptr);
     for (int64_t row = 0; row < b * s * h; row++)
         for (int64_t i = 0; i < d; i++)
             EXPECT_NEAR(scaled[row * d + i], i < r ? plain[row * d + i] * scale : x[row * d + i], 4 * kU)
@@ -371,25 +371,32 @@ TEST(BackendCpu, RopeWithOffsetEqualsTheMatchingSliceOfTheFullSequence)
     const int64_t b = 1, s = 6, h = 2, d = 6;
     Vec x = random_vec(b * s * h * d, 61), full(x.size());
     const std::vector<double> f = default_freqs(d, 10000.0);
-    be()->rope(full.data(), x.data(), b, s, h, d, d, 0, f.data(), 1.0);
+    be()->rope(full.data(), x.data(), b, s, h, d, d, 0, f.data(), 1.0, nullptr);
     const int64_t half = s / 2 * h * d;
     Vec second(x.begin() + half, x.end()), out(half);
-    be()->rope(out.data(), second.data(), b, s / 2, h, d, d, s / 2, f.data(), 1.0);
+    be()->rope(out.data(), second.data(), b, s / 2, h, d, d, s / 2, f.data(), 1.0, nullptr);
     EXPECT_EQ(out, Vec(full.begin() + half, full.end()));
 }
 
 // --- attention ---------------------------------------------------------------------
 
+// With seg ([b, s]), query t sees key j <= t only where seg[j] == seg[t]
+// >= 0; a query that sees none is 0.
 DVec ref_attention(const Vec &q, const Vec &k, const Vec &v, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d,
-                   double scale, double softcap)
+                   double scale, double softcap, const int32_t *seg = nullptr)
 {
     DVec out(q.size());
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t hi = 0; hi < h; hi++) {
             int64_t kh = hi * g / h; // the kv head that serves this query head
             for (int64_t t = 0; t < s; t++) {
-                DVec sc(t + 1);
+                auto sees = [&](int64_t j) {
+                    return !seg || (seg[bi * s + t] >= 0 && seg[bi * s + j] == seg[bi * s + t]);
+                };
+                DVec sc(t + 1, -INFINITY);
                 for (int64_t j = 0; j <= t; j++) {
+                    if (!sees(j))
+                        continue;
                     double dot = 0;
                     for (int64_t c = 0; c < d; c++)
                         dot += (double)q[((bi * s + t) * h + hi) * d + c] * k[((bi * s + j) * g + kh) * d + c];
@@ -398,6 +405,8 @@ DVec ref_attention(const Vec &q, const Vec &k, const Vec &v, int64_t b, int64_t 
                         sc[j] = softcap * std::tanh(sc[j] / softcap);
                 }
                 double mx = *std::max_element(sc.begin(), sc.end()), z = 0;
+                if (mx == -INFINITY)
+                    continue; // out stays 0
                 for (double &e : sc)
                     z += (e = std::exp(e - mx));
                 for (int64_t c = 0; c < d; c++) {
@@ -426,12 +435,55 @@ TEST(BackendCpu, AttentionIsCausalGqaSoftmax)
         Vec k = random_vec(c.b * c.s * c.g * c.d, 71 + (unsigned)c.s);
         Vec v = random_vec(c.b * c.s * c.g * c.d, 72 + (unsigned)c.s);
         Vec out(q.size(), std::nanf(""));
-        be()->attention(out.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap);
+        be()->attention(out.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap, nullptr);
         // outputs are convex combinations of |v| <= 1, accumulated in fp32
         // one key block at a time
         expect_close(out, ref_attention(q, k, v, c.b, c.s, c.h, c.g, c.d, scale, softcap), 1e-6, 0,
                      ("attention s=" + std::to_string(c.s) + " h=" + std::to_string(c.h) + " g=" +
                       std::to_string(c.g)).c_str());
+    }
+}
+
+// Documents (tpcc --segments): row 0 left padding, then documents that
+// cross the kernel's query blocks (64); row 1 packed documents, the first
+// of one token, then right padding. Padding queries are 0.
+TEST(BackendCpu, AttentionStaysWithinDocuments)
+{
+    const int64_t b = 2, s = 150, h = 4, g = 2, d = 8;
+    std::vector<int32_t> seg(b * s);
+    for (int64_t t = 0; t < s; t++) {
+        seg[t] = t < 5 ? -1 : t < 70 ? 0 : t < 71 ? 1 : 2;
+        seg[s + t] = t < 1 ? 0 : t < 90 ? 1 : t < 140 ? 2 : -1;
+    }
+    Vec q = random_vec(b * s * h * d, 73), k = random_vec(b * s * g * d, 74), v = random_vec(b * s * g * d, 75);
+    for (auto [scale, softcap] : {std::pair<double, double>{1.0 / std::sqrt((double)d), 0.0}, {0.5, 2.0}}) {
+        Vec out(q.size(), std::nanf(""));
+        be()->attention(out.data(), q.data(), k.data(), v.data(), b, s, h, g, d, scale, softcap, seg.data());
+        DVec want = ref_attention(q, k, v, b, s, h, g, d, scale, softcap, seg.data());
+        expect_close(out, want, 1e-6, 0, "attention within documents");
+        // and not what plain causal attention gives
+        EXPECT_GT(std::fabs(want[(70 * h) * d] - ref_attention(q, k, v, b, s, h, g, d, scale, softcap)[(70 * h) * d]),
+                  1e-3);
+    }
+}
+
+// Positions by document restart at each change of segment; rope at such
+// positions is rope of each document on its own.
+TEST(BackendCpu, PositionsAndRopeRestartAtEachDocument)
+{
+    const std::vector<int32_t> seg = {-1, -1, 0, 0, 0, 1, 1, 2, 0, 0, 1, 1, 1, 1, -1, -1};
+    std::vector<int32_t> pos(16, -7);
+    be()->positions(pos.data(), 2, 8, 0, seg.data());
+    EXPECT_EQ(pos, (std::vector<int32_t>{0, 1, 0, 1, 2, 0, 1, 0, 0, 1, 0, 1, 2, 3, 0, 1}));
+    const int64_t h = 2, d = 8;
+    std::vector<double> f = {1.0, 0.1, 0.01, 0.001};
+    Vec x = random_vec(16 * h * d, 76), out(x.size()), alone(3 * h * d);
+    be()->rope(out.data(), x.data(), 2, 8, h, d, d, 0, f.data(), 1.0, pos.data());
+    // the first document of row 1, tokens 8 .. 9, and the second, 10 .. 13, as sequences of their own
+    for (auto [first, len] : {std::pair<int64_t, int64_t>{8, 2}, {10, 4}}) {
+        Vec one(x.begin() + first * h * d, x.begin() + (first + len) * h * d), got(one.size());
+        be()->rope(got.data(), one.data(), 1, len, h, d, d, 0, f.data(), 1.0, nullptr);
+        EXPECT_EQ(got, Vec(out.begin() + first * h * d, out.begin() + (first + len) * h * d)) << first;
     }
 }
 
@@ -696,7 +748,7 @@ TEST(BackendCpu, NarrowKeepsTheRangeOfEveryDim)
 TEST(BackendCpu, PositionsCountFromTheOffset)
 {
     std::vector<int32_t> out(2 * 5, -1);
-    be()->positions(out.data(), 2, 5, 10);
+    be()->positions(out.data(), 2, 5, 10, nullptr);
     EXPECT_EQ(out, (std::vector<int32_t>{10, 11, 12, 13, 14, 10, 11, 12, 13, 14}));
 }
 

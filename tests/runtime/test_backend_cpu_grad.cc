@@ -306,6 +306,7 @@ struct AttnCase {
     const char *name;
     int64_t b, s, h, g, d;
     double scale, softcap;
+    const int32_t *segments = nullptr;   // [b, s]: documents (tpcc --segments), -1 padding
 };
 
 // GQA (4 query heads over 2 kv heads), plain multi-head, softcap (the
@@ -329,7 +330,7 @@ std::vector<Vec> attention_grads(const AttnCase &c, const Vec &q, const Vec &k, 
     std::vector<Vec> out = {Vec(q.size(), NAN), Vec(k.size(), NAN), Vec(k.size(), NAN)};
     be()->attention_grad(want[kQ] ? out[kQ].data() : nullptr, want[kK] ? out[kK].data() : nullptr,
                          want[kV] ? out[kV].data() : nullptr, q.data(), k.data(), v.data(), dy.data(), c.b, c.s, c.h,
-                         c.g, c.d, c.scale, c.softcap);
+                         c.g, c.d, c.scale, c.softcap, c.segments);
     return out;
 }
 
@@ -341,7 +342,8 @@ void expect_attention_gradient(const AttnCase &c, AttnInput which)
     Vec q = random_vec(nq, 30), k = random_vec(nkv, 31), v = random_vec(nkv, 32);
     auto run = [&](const Vec &qq, const Vec &kk, const Vec &vv) {
         Vec out(nq);
-        be()->attention(out.data(), qq.data(), kk.data(), vv.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap);
+        be()->attention(out.data(), qq.data(), kk.data(), vv.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap,
+                        c.segments);
         return out;
     };
     Map forward = [&](const Vec &x) {
@@ -351,6 +353,19 @@ void expect_attention_gradient(const AttnCase &c, AttnInput which)
     const char *input = which == kQ ? "dq" : which == kK ? "dk" : "dv";
     std::string what = std::string("attention ") + input + " (" + c.name + ")";
     expect_gradient(what.c_str(), forward, vjp, which == kQ ? q : which == kK ? k : v);
+}
+
+// Documents: row 0 left padding then two documents, row 1 three documents
+// (one of a single token) then right padding; a padding query passes no
+// gradient, and no key gets one from another document's queries.
+const int32_t kSegments[2 * 9] = {-1, -1, 0, 0, 0, 1, 1, 1, 1, 0, 0, 1, 2, 2, 2, 2, -1, -1};
+
+TEST(BackendCpuGrad, AttentionGradientsStayWithinDocuments)
+{
+    for (AttnCase c : {AttnCase{"documents", 2, 9, 4, 2, 8, 0.5, 0, kSegments},
+                       AttnCase{"documents softcap", 2, 9, 4, 2, 8, 1.0, 1.5, kSegments}})
+        for (AttnInput which : {kQ, kK, kV})
+            expect_attention_gradient(c, which);
 }
 
 TEST(BackendCpuGrad, AttentionQueryGradient)
@@ -608,8 +623,8 @@ TEST(BackendCpuGrad, RopeInverseUndoesRope)
     for (int64_t rotary : {d, (int64_t)4}) {
         std::vector<double> f = rope_freqs(rotary, false), inv = rope_freqs(rotary, true);
         Vec x = random_vec(b * s * h * d, 50), y(x.size()), back(x.size());
-        be()->rope(y.data(), x.data(), b, s, h, d, rotary, 5, f.data(), 1.0);
-        be()->rope(back.data(), y.data(), b, s, h, d, rotary, 5, inv.data(), 1.0);
+        be()->rope(y.data(), x.data(), b, s, h, d, rotary, 5, f.data(), 1.0, nullptr);
+        be()->rope(back.data(), y.data(), b, s, h, d, rotary, 5, inv.data(), 1.0, nullptr);
         for (size_t i = 0; i < x.size(); i++)
             EXPECT_NEAR(back[i], x[i], 4 * kU) << "rotary " << rotary << " element " << i;
     }
@@ -622,12 +637,12 @@ TEST(BackendCpuGrad, RopeInverseIsTheAdjoint)
     std::vector<double> f = rope_freqs(rotary, false), inv = rope_freqs(rotary, true);
     Map forward = [&](const Vec &x) {
         Vec out(x.size());
-        be()->rope(out.data(), x.data(), b, s, h, d, rotary, 3, f.data(), scale);
+        be()->rope(out.data(), x.data(), b, s, h, d, rotary, 3, f.data(), scale, nullptr);
         return out;
     };
     Map vjp = [&](const Vec &dy) {
         Vec dx(dy.size());
-        be()->rope(dx.data(), dy.data(), b, s, h, d, rotary, 3, inv.data(), scale);
+        be()->rope(dx.data(), dy.data(), b, s, h, d, rotary, 3, inv.data(), scale, nullptr);
         return dx;
     };
     expect_gradient("rope (inverse)", forward, vjp, random_vec(b * s * h * d, 51));

@@ -73,11 +73,11 @@ TEST(CpuThreads, ForwardKernels)
     for (int64_t i = 0; i < D / 2; i++)
         inv_freq[i] = 1.0 / std::pow(10000.0, 2.0 * i / D);
     expect_thread_independent("rope", q.size(), [&](auto &o) {
-        be()->rope(o.data(), q.data(), B, S, H, D, D - 8, 3, inv_freq.data(), 1.25);
+        be()->rope(o.data(), q.data(), B, S, H, D, D - 8, 3, inv_freq.data(), 1.25, nullptr);
     });
     for (double softcap : {0.0, 5.0})
         expect_thread_independent("attention softcap " + std::to_string(softcap), q.size(), [&](auto &o) {
-            be()->attention(o.data(), q.data(), k.data(), v.data(), B, S, H, G, D, 0.17, softcap);
+            be()->attention(o.data(), q.data(), k.data(), v.data(), B, S, H, G, D, 0.17, softcap, nullptr);
         });
     const int64_t n = 3 * 4096 + 5;
     const auto e = random_vec(n, 8, -6.0f, 6.0f), f = random_vec(n, 9);
@@ -153,7 +153,7 @@ TEST(CpuThreads, BackwardKernels)
     for (double softcap : {0.0, 5.0})
         expect_thread_independent("attention_grad softcap " + std::to_string(softcap), nq + 2 * nkv, [&](auto &o) {
             be()->attention_grad(o.data(), o.data() + nq, o.data() + nq + nkv, q.data(), k.data(), v.data(),
-                                 dout.data(), B, S, H, G, D, 0.17, softcap);
+                                 dout.data(), B, S, H, G, D, 0.17, softcap, nullptr);
         });
     // repeated ids: rows that several tokens add into
     std::vector<int32_t> ids(M);

@@ -410,6 +410,35 @@ TEST_F(EmulatedRun, TensorCoreTrainingMatchesCpu)
     }
 }
 
+// Attention masks (tpcc --segments, tprun --pad-id and --eos-id) on the
+// CUDA backend: transformers' training on left-padded packed documents
+// (tools/mask_fixtures.py), fp32 at tp 2: the positions by document, RoPE
+// at them and the masked attention and its gradients take PyTorch's steps.
+TEST_F(EmulatedRun, DocumentsTrainLikeTransformers)
+{
+    const std::string fixture = source_path("tests/fixtures/train/llama-documents/"), sched = dir.path + "/docs.sched",
+                      log = dir.path + "/log.json";
+    Proc c = run_program(kTpcc, {plan, "--hf-config", fixture + "config.json", "-D", "vocab_multiple=1", "-D", "tp=2",
+                                 "-D", "seq=16", "-D", "batch=2", "--train", "--segments", "-o", sched});
+    ASSERT_EQ(c.code(), 0) << c.describe();
+    Proc p = run(kEmulated, 2, sched, {"--backend", "cuda", "--weights", fixture, "--data", fixture + "tokens.npy",
+                                       "--labels", fixture + "labels.npy", "--pad-id", "0", "--eos-id", "2", "--steps",
+                                       "5", "--warmup", "2", "--log-json", log, "-q"});
+    ASSERT_EQ(p.code(), 0) << p.describe();
+    json_error_t e;
+    json_t *got = json_load_file(log.c_str(), 0, &e), *ref = json_load_file((fixture + "train.json").c_str(), 0, &e);
+    ASSERT_TRUE(got && ref) << e.text;
+    json_t *steps = json_object_get(got, "steps"), *want = json_object_get(ref, "steps");
+    ASSERT_EQ(json_array_size(steps), json_array_size(want));
+    for (size_t i = 0; i < json_array_size(want); i++) {
+        const double a = json_number_value(json_object_get(json_array_get(steps, i), "loss")),
+                     b = json_number_value(json_object_get(json_array_get(want, i), "loss"));
+        EXPECT_NEAR(a, b, 1e-5 * b) << "step " << i + 1;
+    }
+    json_decref(got);
+    json_decref(ref);
+}
+
 // tpcc --report's memory of a step (a training step when `train`) is what
 // tprun's CUDA backend allocates: each rank's peak of device memory
 // (TP_STANDIN_DEVICE_PEAK) over a step at tp 2 is the report's total and

@@ -147,7 +147,7 @@ TEST(TrainBatches, EachStepReadsItsSliceAndItsLabels)
     // 2 steps of 2 replicas x [2, 3], the labels the next tokens
     tr_batch_shape shape = {.batch = 2, .seq = 3, .replicas = 2, .micro_batches = 1, .steps = 2, .epochs = 1,
                             .shuffle = false, .shuffle_seed = 0, .label_shift = 0, .vocab = 7, .ignore_index = 6,
-                            .scored = true, .any_step = false};
+                            .scored = true, .any_step = false, .pad_id = -1, .eos_id = -1};
     tr_batches b;
     ASSERT_EQ(tr_batches_open(&b, &shape, data.c_str(), nullptr, err, sizeof err), 0) << err;
     for (int64_t i = 0; i < 2; i++)
@@ -218,7 +218,8 @@ TEST(TrainBatches, EpochsVisitEverySampleOnceInASeededOrder)
     auto samples_of = [&](bool shuffle, uint64_t seed, int64_t epochs) {
         tr_batch_shape shape = {.batch = 2, .seq = 4, .replicas = 1, .micro_batches = 1, .steps = 0,
                                 .epochs = epochs, .shuffle = shuffle, .shuffle_seed = seed, .label_shift = 1,
-                                .vocab = 9, .ignore_index = -100, .scored = true, .any_step = false};
+                                .vocab = 9, .ignore_index = -100, .scored = true, .any_step = false,
+                                .pad_id = -1, .eos_id = -1};
         tr_batches b;
         std::vector<int> seen;
         EXPECT_EQ(tr_batches_open(&b, &shape, data.c_str(), nullptr, err, sizeof err), 0) << err;

@@ -220,7 +220,7 @@ TEST(OpTable, EveryKindHasANameAndASignature)
         EXPECT_EQ(tp_op_kind_named(tp_op_names[k]), k);
         EXPECT_LE(0, d.in_min) << name_of(k);
         EXPECT_LE(d.in_min, d.in_max) << name_of(k);
-        EXPECT_LE(d.in_max, 4) << name_of(k);
+        EXPECT_LE(d.in_max, TP_MAX_INS) << name_of(k);
         EXPECT_TRUE(d.nout >= 1 && d.nout <= TP_MAX_OUTS) << name_of(k);
         EXPECT_TRUE(d.nout == 1 || !d.collective) << name_of(k) << ": a collective with several outputs";
         std::set<std::string> keys;

@@ -29,7 +29,11 @@
  * rank holds, so a kv head's gradient is the same whichever rank computes
  * it. The pool's threads take (batch element, kv head) pairs, each with
  * the query heads of its group: the sums stay in that order at any thread
- * count. */
+ * count.
+ *
+ * With segments, a key of another document than its query's is hidden as
+ * one in its future is (documents.h); a row that sees no key (padding)
+ * has P = 0 and passes no gradient. */
 #include "runtime/backends/cpu/cpu_training.h"
 
 #include <assert.h>
@@ -38,6 +42,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include "runtime/backends/cpu/documents.h"
 #include "runtime/backends/cpu/pool.h"
 #include "runtime/backends/cpu/vec.h"
 #include "runtime/backends/cpu/vexp.h"
@@ -53,6 +58,7 @@ typedef struct head_view {
     float *dq, *dk, *dv;
     int64_t qstride, kvstride, d;
     double scale, softcap;
+    const int32_t *seg;   /* the row's documents, or NULL */
 } head_view;
 
 /* The scratch of one query block: a block of scores (then P) and of dP
@@ -83,6 +89,8 @@ static void scores(const head_view *hv, int64_t q0, int64_t nq, int64_t k0, int6
             row[j] = (float)(hv->softcap * tanh(row[j] / hv->softcap));
         for (int64_t j = seen < 0 ? 0 : seen; j < nk; j++)
             row[j] = -INFINITY;
+        if (hv->seg)
+            tp_cpu_hide_other_documents(row, seen, hv->seg, q0 + i, k0);
     }
 }
 
@@ -117,7 +125,7 @@ static void row_stats(const head_view *hv, int64_t q0, int64_t nq, bool with_dsu
         }
     }
     for (int64_t i = 0; i < nq; i++)
-        br->dsum[i] /= br->denom[i];
+        br->dsum[i] = br->denom[i] > 0 ? br->dsum[i] / br->denom[i] : 0.0;   /* 0: a row that sees nothing */
 }
 
 /* The second walk: P and dS block by block, and their products into the
@@ -133,6 +141,11 @@ static void block_grads(const head_view *hv, int64_t q0, int64_t nq, block_rows 
         scores(hv, q0, nq, k0, nk, br->p, need_ds ? br->ds : NULL);
         for (int64_t i = 0; i < nq; i++) {
             float *prow = br->p + i * nk, *dsrow = br->ds + i * nk;
+            if (br->denom[i] == 0) {   /* a row that sees no key: no probability, no gradient */
+                memset(prow, 0, (size_t)nk * sizeof *prow);
+                memset(dsrow, 0, (size_t)nk * sizeof *dsrow);
+                continue;
+            }
             const float inv = (float)(1.0 / br->denom[i]), dsum = (float)br->dsum[i];
             for (int64_t j = 0; j < nk; j++) {
                 /* from the capped score itself, tanh = score / softcap; 1
@@ -168,6 +181,7 @@ typedef struct grad_job {
     const float *q, *k, *v, *dy;
     int64_t s, h, g, d;
     double scale, softcap;
+    const int32_t *segments;
 } grad_job;
 
 /* kv heads [begin, end), numbered bi * g + kh over the batch: each with the
@@ -186,7 +200,8 @@ static void kv_heads_part(void *ctx, int64_t begin, int64_t end)
             const int64_t qrow = bi * s * h + hi;
             head_view hv = {j->q + qrow * d, j->dy + qrow * d, j->k + kvrow * d, j->v + kvrow * d,
                             j->dq ? j->dq + qrow * d : NULL, j->dk ? j->dk + kvrow * d : NULL,
-                            j->dv ? j->dv + kvrow * d : NULL, h * d, g * d, d, j->scale, j->softcap};
+                            j->dv ? j->dv + kvrow * d : NULL, h * d, g * d, d, j->scale, j->softcap,
+                            j->segments ? j->segments + bi * s : NULL};
             for (int64_t q0 = 0; q0 < s; q0 += GRAD_QBLOCK) {
                 const int64_t nq = s - q0 < GRAD_QBLOCK ? s - q0 : GRAD_QBLOCK;
                 row_stats(&hv, q0, nq, j->dq || j->dk, &br);
@@ -199,7 +214,7 @@ static void kv_heads_part(void *ctx, int64_t begin, int64_t end)
 
 void tp_cpu_attention_grad(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
                            const float *dy, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, double scale,
-                           double softcap)
+                           double softcap, const int32_t *segments)
 {
     /* the outputs accumulate: they must not overlap the inputs or each other */
     assert((!dq || (dq != q && dq != k && dq != v && dq != dy)) && (!dk || (dk != q && dk != k && dk != v && dk != dy)) &&
@@ -213,6 +228,6 @@ void tp_cpu_attention_grad(float *dq, float *dk, float *dv, const float *q, cons
         memset(dv, 0, (size_t)(b * s * g * d) * sizeof *dv);
     if (!dq && !dk && !dv)
         return;
-    grad_job job = {dq, dk, dv, q, k, v, dy, s, h, g, d, scale, softcap};
+    grad_job job = {dq, dk, dv, q, k, v, dy, s, h, g, d, scale, softcap, segments};
     tp_cpu_parallel(b * g, 1, kv_heads_part, &job);
 }

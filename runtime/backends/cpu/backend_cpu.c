@@ -26,6 +26,7 @@
 #include "runtime/backends/backend.h"
 #include "runtime/backends/cpu/ce_rows.h"
 #include "runtime/backends/cpu/cpu_training.h"
+#include "runtime/backends/cpu/documents.h"
 #include "runtime/backends/cpu/narrow_dims.h"
 #include "runtime/backends/cpu/norm_stats.h"
 #include "runtime/backends/cpu/pool.h"
@@ -294,7 +295,8 @@ typedef struct rope_args {
     float *out;
     const float *x;
     int64_t s, h, d, rotary;
-    const double *cos_sin; /* rope_table.h */
+    const double *cos_sin; /* rope_table.h: from position 0 with pos, else from pos_offset */
+    const int32_t *pos;    /* each token's position (by document), or NULL */
 } rope_args;
 
 /* tokens [t0, t1) of the b x s */
@@ -303,7 +305,7 @@ static void rope_part(void *ctx, int64_t t0, int64_t t1)
     const rope_args *a = ctx;
     const int64_t h = a->h, d = a->d, rotary = a->rotary, half = rotary / 2;
     for (int64_t t = t0; t < t1; t++) {
-        const double *cs = a->cos_sin + 2 * (t % a->s) * half; /* token t's position */
+        const double *cs = a->cos_sin + 2 * (a->pos ? a->pos[t] : t % a->s) * half; /* token t's position */
         for (int64_t hi = 0; hi < h; hi++) {
             const float *xr = a->x + (t * h + hi) * d;
             float *o = a->out + (t * h + hi) * d;
@@ -320,10 +322,12 @@ static void rope_part(void *ctx, int64_t t0, int64_t t1)
 }
 
 static void cpu_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t rotary,
-                     int64_t pos_offset, const double *inv_freq, double scale)
+                     int64_t pos_offset, const double *inv_freq, double scale, const int32_t *pos)
 {
     assert(rotary % 2 == 0 && rotary <= d);
-    rope_args a = {out, x, s, h, d, rotary, tp_cpu_rope_table(inv_freq, rotary / 2, pos_offset, s, scale)};
+    const double *table = pos ? tp_cpu_rope_table(inv_freq, rotary / 2, 0, pos_offset + s, scale)
+                              : tp_cpu_rope_table(inv_freq, rotary / 2, pos_offset, s, scale);
+    rope_args a = {out, x, s, h, d, rotary, table, pos};
     tp_cpu_parallel(b * s, ROW_GRAIN, rope_part, &a);
 }
 
@@ -354,6 +358,7 @@ typedef struct attention_args {
     const float *q, *k, *v;
     int64_t s, h, g, d, nqblocks;
     double scale, softcap;
+    const int32_t *segments;   /* [b, s], or NULL */
 } attention_args;
 
 /* One row's scores against keys k0 .. k0 + nk - 1 (row, in place: its
@@ -364,12 +369,13 @@ static void attention_row(const tp_cpu_vec *vec, float *row, int64_t seen, int64
                           double *denom, float *o, int64_t d)
 {
     for (int64_t j = 0; j < seen && softcap > 0; j++)
-        row[j] = (float)(softcap * tanh(row[j] / softcap));
-    if (seen <= 0) {
+        if (row[j] > -INFINITY)   /* a key of another document stays hidden */
+            row[j] = (float)(softcap * tanh(row[j] / softcap));
+    const float bmax = seen > 0 ? vec->max(row, seen) : -INFINITY;
+    if (bmax == -INFINITY) {   /* every key of the block hidden: causally, or by its document */
         memset(row, 0, (size_t)nk * sizeof *row);
         return;
     }
-    const float bmax = vec->max(row, seen);
     const float nmax = bmax > *mx ? bmax : *mx;
     /* exp(-inf) = 0 on the first block: nothing to rescale */
     const float rescale = tp_vexpf(*mx - nmax);
@@ -417,6 +423,8 @@ static void attention_part(void *ctx, int64_t t0, int64_t t1)
             for (int64_t r = 0; r < m; r++) {
                 /* query q0 + i sees keys k0 .. q0 + i of this block */
                 const int64_t i = r % nq, seen = q0 + i - k0 + 1 < nk ? q0 + i - k0 + 1 : nk;
+                if (a->segments)
+                    tp_cpu_hide_other_documents(p + r * nk, seen, a->segments + bi * s, q0 + i, k0);
                 attention_row(vec, p + r * nk, seen, nk, a->softcap, &mx[r], &denom[r], ob + r * d, d);
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)d, (int)nk, 1.0f, p, (int)nk,
@@ -424,7 +432,7 @@ static void attention_part(void *ctx, int64_t t0, int64_t t1)
         }
         for (int64_t r = 0; r < m; r++) {
             float *o = ofirst + (r % nq * h + r / nq) * d;
-            const float inv = (float)(1.0 / denom[r]);
+            const float inv = denom[r] > 0 ? (float)(1.0 / denom[r]) : 0.0f;   /* 0: a row that sees nothing */
             for (int64_t c = 0; c < d; c++)
                 o[c] = ob[r * d + c] * inv;
         }
@@ -437,13 +445,13 @@ static void attention_part(void *ctx, int64_t t0, int64_t t1)
 }
 
 static void cpu_attention(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
-                          int64_t g, int64_t d, double scale, double softcap)
+                          int64_t g, int64_t d, double scale, double softcap, const int32_t *segments)
 {
     /* the contract of every backend's attention: out apart from the inputs */
     assert(out != q && out != k && out != v);
     assert(g > 0 && h % g == 0 && d > 0);
     const int64_t nqblocks = (s + ATTN_QBLOCK - 1) / ATTN_QBLOCK;
-    attention_args a = {out, q, k, v, s, h, g, d, nqblocks, scale, softcap};
+    attention_args a = {out, q, k, v, s, h, g, d, nqblocks, scale, softcap, segments};
     tp_cpu_parallel(b * g * nqblocks, 1, attention_part, &a);
 }
 
@@ -624,14 +632,18 @@ static void cpu_slice(float *out, const float *x, const int64_t *shape, int rank
     cpu_narrow(out, x, shape, rank, d, index * chunk, chunk);
 }
 
-/* Position ids for learned position embeddings; a sequence shard passes
- * pos_offset = rank * s. */
-static void cpu_positions(int32_t *out, int64_t b, int64_t s, int64_t pos_offset)
+/* Position ids for learned position embeddings and RoPE; a sequence
+ * shard passes pos_offset = rank * s. With segments, each document's
+ * first position is pos_offset. */
+static void cpu_positions(int32_t *out, int64_t b, int64_t s, int64_t pos_offset, const int32_t *segments)
 {
     assert(pos_offset >= 0 && pos_offset + s <= INT32_MAX);
     for (int64_t bi = 0; bi < b; bi++)
-        for (int64_t j = 0; j < s; j++)
-            out[bi * s + j] = (int32_t)(pos_offset + j);
+        for (int64_t j = 0, first = 0; j < s; j++) {
+            if (segments && j > 0 && segments[bi * s + j] != segments[bi * s + j - 1])
+                first = j;
+            out[bi * s + j] = (int32_t)(pos_offset + j - first);
+        }
 }
 
 /* ------------------------------------------------------------------------ */

@@ -384,16 +384,16 @@ static void cuda_layernorm(float *out, const float *x, const float *w, const flo
 }
 
 static void cuda_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t rotary,
-                      int64_t pos_offset, const double *inv_freq, double scale)
+                      int64_t pos_offset, const double *inv_freq, double scale, const int32_t *pos)
 {
-    tp_k_rope(compute_stream(), gpu->kdt, out, x, b, s, h, d, rotary, pos_offset, inv_freq, scale);
+    tp_k_rope(compute_stream(), gpu->kdt, out, x, b, s, h, d, rotary, pos_offset, inv_freq, scale, pos);
     done();
 }
 
 static void cuda_attention(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
-                           int64_t gk, int64_t d, double scale, double softcap)
+                           int64_t gk, int64_t d, double scale, double softcap, const int32_t *segments)
 {
-    tp_k_attention(compute_stream(), gpu->kdt, out, q, k, v, b, s, h, gk, d, (float)scale, (float)softcap);
+    tp_k_attention(compute_stream(), gpu->kdt, out, q, k, v, b, s, h, gk, d, (float)scale, (float)softcap, segments);
     done();
 }
 
@@ -470,9 +470,9 @@ static void cuda_join_blocks(float *out, const float *blocks, const int64_t *sha
     done();
 }
 
-static void cuda_positions(int32_t *out, int64_t b, int64_t s, int64_t pos_offset)
+static void cuda_positions(int32_t *out, int64_t b, int64_t s, int64_t pos_offset, const int32_t *segments)
 {
-    tp_k_positions(compute_stream(), out, b, s, pos_offset);
+    tp_k_positions(compute_stream(), out, b, s, pos_offset, segments);
     done();
 }
 
@@ -585,14 +585,14 @@ static void cuda_layernorm_dw(float *dw, const float *x, const float *dy, int64_
 
 static void cuda_attention_grad(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
                                 const float *dy, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, double scale,
-                                double softcap)
+                                double softcap, const int32_t *segments)
 {
     TP_GPU_ASSERT(b >= 0 && s >= 0 && h >= 0);
     if (!dq && !dk && !dv)
         return;
     float *scratch = scratch_floats(tp_cuda_attention_grad_scratch(gpu->kdt == TP_KERNEL_BF16, b, s, h, g, d));
     tp_k_attention_grad(compute_stream(), gpu->kdt, dq, dk, dv, q, k, v, dy, scratch, b, s, h, g, d, (float)scale,
-                        (float)softcap);
+                        (float)softcap, segments);
     done();
 }
 

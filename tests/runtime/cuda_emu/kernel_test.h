@@ -136,6 +136,35 @@ inline AttnInputs attn_inputs(const AttnCase &c, unsigned seed)
             as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), seed + 2), TP_KERNEL_BF16)};
 }
 
+// Documents for b rows of s positions (tpcc --segments, s >= 12): row 0
+// three padding tokens, a document to s / 2, one of a single token, one to
+// the end; row 1 (and the rest) one of a single token, one to s - 4, then
+// right padding. Padding queries see nothing; most keys are another
+// document's to some query.
+inline IVec attn_documents(int64_t b, int64_t s)
+{
+    IVec seg((size_t)(b * s));
+    for (int64_t r = 0; r < b; r++)
+        for (int64_t t = 0; t < s; t++)
+            seg[(size_t)(r * s + t)] = r == 0 ? (t < 3 ? -1 : t < s / 2 ? 0 : t == s / 2 ? 1 : 2)
+                                              : (t < 1 ? 0 : t < s - 4 ? 1 : -1);
+    return seg;
+}
+
+// Documents for the tensor-core kernels' blocks of 64 queries (s >= 150):
+// row 0 starts with more than a block of padding, then a document of one
+// token and two crossing blocks and tiles; row 1 (and the rest) ends with
+// a block of padding.
+inline IVec attn_block_documents(int64_t b, int64_t s)
+{
+    IVec seg((size_t)(b * s));
+    for (int64_t r = 0; r < b; r++)
+        for (int64_t t = 0; t < s; t++)
+            seg[(size_t)(r * s + t)] = r == 0 ? (t < 70 ? -1 : t < 71 ? 0 : t < 140 ? 1 : 2)
+                                              : (t < 1 ? 0 : t < 100 ? 1 : t < s - 64 ? 2 : -1);
+    return seg;
+}
+
 // ---- comparison
 
 struct Tol {

@@ -519,13 +519,30 @@ TEST_P(Kernels, Rope)
         Vec x = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 8), t());
         Vec want(x.size());
         const double scale = tp_rope_cos_sin_scale(&c.scaling);
-        cpu()->rope(want.data(), x.data(), c.b, c.s, c.h, c.d, r, c.pos, f.data(), scale);
+        cpu()->rope(want.data(), x.data(), c.b, c.s, c.h, c.d, r, c.pos, f.data(), scale, nullptr);
         Dev dx(t(), x), dout(t(), x.size());
-        tp_k_rope(nullptr, t(), dout.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, r, c.pos, f.data(), scale);
+        tp_k_rope(nullptr, t(), dout.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, r, c.pos, f.data(), scale, nullptr);
         expect_close(dout.download(), want, tol, what);
-        tp_k_rope(nullptr, t(), dx.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, r, c.pos, f.data(), scale); // in place
+        tp_k_rope(nullptr, t(), dx.ptr(), dx.ptr(), c.b, c.s, c.h, c.d, r, c.pos, f.data(), scale, nullptr); // in place
         expect_close(dx.download(), want, tol, what + " in place");
     }
+}
+
+// At the positions a positions op numbered by document.
+TEST_P(Kernels, RopeAtDocumentPositions)
+{
+    const int64_t b = 2, s = 16, h = 3, d = 10, r = 6;
+    const tp_rope_scaling none = {TP_ROPE_DEFAULT, 1.0, 1.0, 4.0, 0, 32.0, 1.0, 1.0, true};
+    std::vector<double> f(r / 2);
+    tp_rope_inv_freq(&none, 10000.0, r, s, f.data());
+    IVec seg = attn_documents(b, s), pos((size_t)(b * s));
+    cpu()->positions(pos.data(), b, s, 0, seg.data());
+    Vec x = as_stored(random_vec((size_t)(b * s * h * d), 15), t()), want(x.size());
+    cpu()->rope(want.data(), x.data(), b, s, h, d, r, 0, f.data(), 1.0, pos.data());
+    Dev dx(t(), x), dout(t(), x.size());
+    DevOf<int32_t> dpos(pos);
+    tp_k_rope(nullptr, t(), dout.ptr(), dx.ptr(), b, s, h, d, r, 0, f.data(), 1.0, dpos.ptr());
+    expect_close(dout.download(), want, stored({1e-6, 1e-6}, t()), label(t(), "rope at document positions"));
 }
 
 // ---- attention: fp32 dot products (up to 256 terms) and an fp32 online
@@ -553,10 +570,40 @@ TEST_P(Kernels, Attention)
         Vec k = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 10, -amp, amp), t());
         Vec v = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 11), t());
         Vec want(q.size());
-        cpu()->attention(want.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap);
+        cpu()->attention(want.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap, nullptr);
         Dev dq(t(), q), dk(t(), k), dv(t(), v), dout(t(), q.size());
         tp_k_attention(nullptr, t(), dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d, (float)scale,
-                       (float)softcap);
+                       (float)softcap, nullptr);
+        expect_close(dout.download(), want, tol, what);
+    }
+}
+
+// Documents (tpcc --segments): a padded row and a row of several
+// documents against the CPU backend; the query tiles (8 queries) and key
+// tiles cross the documents' edges (bf16 at d 64 and 128 on tensor cores:
+// test_kernels_flash.cc has their blocks).
+TEST_P(Kernels, AttentionWithinDocuments)
+{
+    struct Case {
+        int64_t b, s, h, g, d;
+    };
+    for (Case c : {Case{2, 37, 4, 2, 64}, Case{2, 20, 2, 1, 33}, Case{3, 70, 2, 2, 128}})
+    for (auto [scale, softcap] : {std::pair<double, double>{1.0 / std::sqrt((double)c.d), 0.0}, {0.2, 2.0}}) {
+        const std::string what = label(t(), "attention within documents s" + std::to_string(c.s) + " d" +
+                                                std::to_string(c.d) + (softcap > 0 ? " capped" : ""));
+        const float amp = 3.0f / std::sqrt(std::sqrt((float)c.d));
+        Vec q = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 12, -amp, amp), t());
+        Vec k = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 13, -amp, amp), t());
+        Vec v = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 14), t());
+        IVec seg = attn_documents(c.b, c.s);
+        Vec want(q.size());
+        cpu()->attention(want.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap,
+                         seg.data());
+        Dev dq(t(), q), dk(t(), k), dv(t(), v), dout(t(), q.size());
+        DevOf<int32_t> dseg(seg);
+        tp_k_attention(nullptr, t(), dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d, (float)scale,
+                       (float)softcap, dseg.ptr());
+        const Tol tol = t() == TP_KERNEL_BF16 && tp_cuda_flash_head_dim(c.d) ? kFlashTol : stored({3e-6, 1e-5}, t());
         expect_close(dout.download(), want, tol, what);
     }
 }
@@ -814,13 +861,25 @@ TEST_P(Kernels, SliceSplitJoin)
     }
 }
 
+// By document: restarting at each change of segment, from the offset.
+TEST(KernelsI32, PositionsByDocument)
+{
+    for (auto [b, s, off] : {std::tuple<int64_t, int64_t, int64_t>{2, 16, 0}, {3, 300, 7}}) {
+        IVec seg = attn_documents(b, s), want((size_t)(b * s));
+        cpu()->positions(want.data(), b, s, off, seg.data());
+        DevOf<int32_t> dseg(seg), dout(want.size());
+        tp_k_positions(nullptr, dout.ptr(), b, s, off, dseg.ptr());
+        EXPECT_EQ(dout.download(), want) << "b " << b << " s " << s << " offset " << off;
+    }
+}
+
 TEST(KernelsI32, Positions)
 {
     for (auto [b, s, off] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 0}, {2, 7, 14}, {3, 300, 900}}) {
         IVec want((size_t)(b * s));
-        cpu()->positions(want.data(), b, s, off);
+        cpu()->positions(want.data(), b, s, off, nullptr);
         DevOf<int32_t> dout(want.size());
-        tp_k_positions(nullptr, dout.ptr(), b, s, off);
+        tp_k_positions(nullptr, dout.ptr(), b, s, off, nullptr);
         EXPECT_EQ(dout.download(), want) << "b " << b << " s " << s << " offset " << off;
     }
 }
@@ -963,7 +1022,7 @@ TEST_P(Kernels, ResultsDoNotDependOnTheSchedule)
         tp_emu_set_seed(seed);
         Dev dx(t(), x), dw(t(), w), dout(t(), x.size()), dq(t(), q), dattn(t(), q.size());
         tp_k_rmsnorm(nullptr, t(), dout.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-6f, false);
-        tp_k_attention(nullptr, t(), dattn.ptr(), dq.ptr(), dq.ptr(), dq.ptr(), 1, s, h, h, d, 0.125f, 0.0f);
+        tp_k_attention(nullptr, t(), dattn.ptr(), dq.ptr(), dq.ptr(), dq.ptr(), 1, s, h, h, d, 0.125f, 0.0f, nullptr);
         const float loss = kernel_cross_entropy(t(), logits, labels, 1, m, n, n);
         if (seed == 1) {
             first_norm = dout.download();
@@ -988,7 +1047,7 @@ TEST(KernelsDeath, PreconditionsAbortWithAMessage)
 {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     void *p = reinterpret_cast<void *>(16), *q = reinterpret_cast<void *>(32); // distinct, never dereferenced
-    EXPECT_DEATH(tp_k_attention(nullptr, TP_KERNEL_F32, p, q, q, q, 1, 4, 2, 2, 512, 0.125f, 0.0f),
+    EXPECT_DEATH(tp_k_attention(nullptr, TP_KERNEL_F32, p, q, q, q, 1, 4, 2, 2, 512, 0.125f, 0.0f, nullptr),
                  "head dimension at most 256");
     int64_t shape[] = {5, 4};
     EXPECT_DEATH(tp_k_slice(nullptr, TP_KERNEL_F32, nullptr, nullptr, shape, 2, 0, 0, 2),

@@ -175,7 +175,7 @@ AttnData attn_data(const AttnCase &c)
     AttnData x;
     static_cast<AttnInputs &>(x) = attn_inputs(c, 9);
     x.want.resize(x.q.size());
-    cpu()->attention(x.want.data(), x.q.data(), x.k.data(), x.v.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap);
+    cpu()->attention(x.want.data(), x.q.data(), x.k.data(), x.v.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap, nullptr);
     return x;
 }
 
@@ -193,9 +193,30 @@ TEST(FlashAttention, MatchesTheCpuBackend)
         Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), dout(TP_KERNEL_BF16, x.q.size());
         const size_t runs = tp_emu_launches_of("flash_attention_kernel");
         tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d,
-                       (float)c.scale, (float)c.softcap);
+                       (float)c.scale, (float)c.softcap, nullptr);
         EXPECT_EQ(tp_emu_launches_of("flash_attention_kernel"), runs + 1) << c.name();
         compare(dout.download(), x.want, kFlashTol, "tensor-core attention " + c.name());
+    }
+}
+
+// Documents (tpcc --segments, attn_block_documents) on tensor cores: a
+// block of padding queries is 0 and walks no tile.
+TEST(FlashAttention, DocumentsMatchTheCpuBackend)
+{
+    for (AttnCase c : {AttnCase{2, 200, 2, 1, 64, 0.125, 0}, AttnCase{2, 200, 4, 2, 128, 0.2, 2.0},
+                       AttnCase{2, 150, 2, 2, 256, 1 / std::sqrt(256.0), 0}}) {
+        AttnInputs x = attn_inputs(c, 16);
+        const IVec seg = attn_block_documents(c.b, c.s);
+        Vec want(x.q.size());
+        cpu()->attention(want.data(), x.q.data(), x.k.data(), x.v.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap,
+                         seg.data());
+        Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), dout(TP_KERNEL_BF16, x.q.size());
+        DevOf<int32_t> dseg(seg);
+        const size_t runs = tp_emu_launches_of("flash_attention_kernel");
+        tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d,
+                       (float)c.scale, (float)c.softcap, dseg.ptr());
+        EXPECT_EQ(tp_emu_launches_of("flash_attention_kernel"), runs + 1) << c.name();
+        compare(dout.download(), want, kFlashTol, "tensor-core attention within documents " + c.name());
     }
 }
 
@@ -211,7 +232,7 @@ TEST(FlashAttention, MisalignedOperandsTakeTheFp32Kernel)
     const void *q = static_cast<const __nv_bfloat16 *>(dq.ptr()) + 1;
     const size_t runs = tp_emu_launches_of("flash_attention_kernel");
     tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), q, dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale,
-                   (float)c.softcap);
+                   (float)c.softcap, nullptr);
     EXPECT_EQ(tp_emu_launches_of("flash_attention_kernel"), runs) << "the tensor-core kernel ran";
     compare(dout.download(), x.want, stored({3e-6, 1e-5}, TP_KERNEL_BF16), "misaligned attention " + c.name());
 }
@@ -230,7 +251,7 @@ template <int D> void expect_missing_trailing_barrier_caught()
     for (uint64_t seed = 1; seed <= 4; seed++) {
         tp_emu_set_seed(seed);
         flash_attention_launch<D, false>(nullptr, static_cast<__nv_bfloat16 *>(dout.ptr()), bq, bk, bv, c.b, c.s, c.h,
-                                         c.g, (float)c.scale, (float)c.softcap);
+                                         c.g, (float)c.scale, (float)c.softcap, nullptr);
         caught += max_error(dout.download(), x.want) > kFlashTol.atol + kFlashTol.rtol; // |want| <= 1
     }
     EXPECT_GE(caught, 2) << "d " << D << ": of 4 seeds, the hazard showed in " << caught;

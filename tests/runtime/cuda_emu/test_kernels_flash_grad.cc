@@ -29,7 +29,8 @@ struct GradData : AttnInputs {
     std::vector<double> want[3], terms[3];
 };
 
-GradData grad_data(const AttnCase &c)
+// seg: documents ([b, s], tpcc --segments), or nullptr for none
+GradData grad_data(const AttnCase &c, const int32_t *seg = nullptr)
 {
     GradData x;
     static_cast<AttnInputs &>(x) = attn_inputs(c, 21);
@@ -47,6 +48,9 @@ GradData grad_data(const AttnCase &c)
             auto qrow = [&](const Vec &m, int64_t t) { return &m[(size_t)(((bi * s + t) * c.h + hi) * d)]; };
             auto krow = [&](const Vec &m, int64_t j) { return &m[(size_t)(((bi * s + j) * c.g + kh) * d)]; };
             auto at = [&](int64_t row, int64_t heads, int64_t head) { return (size_t)(((bi * s + row) * heads + head) * d); };
+            auto sees = [&](int64_t t, int64_t j) {
+                return !seg || (seg[bi * s + t] >= 0 && seg[bi * s + j] == seg[bi * s + t]);
+            };
             for (int64_t t = 0; t < s; t++) {
                 const float *qt = qrow(x.q, t), *dyt = qrow(x.dy, t);
                 double mx = -INFINITY, denom = 0.0;
@@ -56,12 +60,15 @@ GradData grad_data(const AttnCase &c)
                         dot += (double)qt[e] * krow(x.k, j)[e];
                     const double raw = dot * c.scale;
                     score[(size_t)j] = c.softcap > 0 ? c.softcap * std::tanh(raw / c.softcap) : raw;
-                    mx = std::max(mx, score[(size_t)j]);
+                    if (sees(t, j))
+                        mx = std::max(mx, score[(size_t)j]);
                 }
+                if (mx == -INFINITY)
+                    continue; // a padding query: no gradient
                 for (int64_t j = 0; j <= t; j++)
-                    denom += std::exp(score[(size_t)j] - mx);
+                    denom += sees(t, j) ? std::exp(score[(size_t)j] - mx) : 0.0;
                 for (int64_t j = 0; j <= t; j++)
-                    p[(size_t)j] = std::exp(score[(size_t)j] - mx) / denom;
+                    p[(size_t)j] = sees(t, j) ? std::exp(score[(size_t)j] - mx) / denom : 0.0;
                 // D = dy . O = sum_j P_j dP_j, and the size of its terms
                 double dsum = 0.0, dsize = 0.0;
                 for (int64_t j = 0; j <= t; j++) {
@@ -118,8 +125,9 @@ void expect_within_rounding(const Vec &got, const std::vector<double> &want, con
 }
 
 // dq, dk and dv of c (those `which` selects) from the kernels
-std::vector<Vec> run_grad(const AttnCase &c, const GradData &x, const bool which[3])
+std::vector<Vec> run_grad(const AttnCase &c, const GradData &x, const bool which[3], const IVec *seg = nullptr)
 {
+    DevOf<int32_t> dseg(seg ? *seg : IVec(1));
     Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), ddy(TP_KERNEL_BF16, x.dy);
     Dev gq(TP_KERNEL_BF16, x.q.size()), gk(TP_KERNEL_BF16, x.k.size()), gv(TP_KERNEL_BF16, x.k.size());
     DevOf<float> scratch((size_t)tp_cuda_attention_grad_scratch(true, c.b, c.s, c.h, c.g, c.d));
@@ -128,7 +136,7 @@ std::vector<Vec> run_grad(const AttnCase &c, const GradData &x, const bool which
                  reduce_runs = tp_emu_launches_of("flash_kv_reduce_kernel");
     tp_k_attention_grad(nullptr, TP_KERNEL_BF16, which[0] ? gq.ptr() : nullptr, which[1] ? gk.ptr() : nullptr,
                         which[2] ? gv.ptr() : nullptr, dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(), scratch.ptr(), c.b,
-                        c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap);
+                        c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap, seg ? dseg.ptr() : nullptr);
     // the tensor-core kernels ran, those the gradients asked for; dk and dv
     // split by query head where a kv head has several
     const bool kv = which[1] || which[2];
@@ -165,6 +173,21 @@ TEST(FlashAttentionGrad, MatchesAttentionsBackwardInDouble)
     }
 }
 
+// Documents (tpcc --segments, attn_block_documents): the blocks skip the
+// tiles outside their documents, and padding passes no gradient.
+TEST(FlashAttentionGrad, DocumentsMatchTheirBackwardInDouble)
+{
+    for (const AttnCase &c : {AttnCase{2, 200, 2, 1, 64, 0.125, 0}, AttnCase{2, 200, 4, 2, 128, 0.2, 2.0}}) {
+        const IVec seg = attn_block_documents(c.b, c.s);
+        GradData x = grad_data(c, seg.data());
+        const bool all[3] = {true, true, true};
+        std::vector<Vec> got = run_grad(c, x, all, &seg);
+        for (int i = 0; i < 3; i++)
+            expect_within_rounding(got[(size_t)i], x.want[i], x.terms[i],
+                                   "tensor-core attention within documents " + c.name() + " " + kNames[i]);
+    }
+}
+
 // The reference above is attention's backward: the CPU backend's (fp32,
 // checked against PyTorch's autograd elsewhere) agrees with it.
 TEST(FlashAttentionGrad, TheDoubleReferenceIsTheCpuBackends)
@@ -173,7 +196,7 @@ TEST(FlashAttentionGrad, TheDoubleReferenceIsTheCpuBackends)
         GradData x = grad_data(c);
         std::vector<Vec> cpu_grad = {Vec(x.q.size()), Vec(x.k.size()), Vec(x.k.size())};
         cpu()->attention_grad(cpu_grad[0].data(), cpu_grad[1].data(), cpu_grad[2].data(), x.q.data(), x.k.data(),
-                              x.v.data(), x.dy.data(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap);
+                              x.v.data(), x.dy.data(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap, nullptr);
         for (int i = 0; i < 3; i++)
             compare(cpu_grad[(size_t)i], Vec(x.want[i].begin(), x.want[i].end()), {1e-5, 1e-5},
                     "cpu backend " + c.name() + " " + kNames[i]);
@@ -213,7 +236,7 @@ TEST(FlashAttentionGrad, MisalignedOperandsTakeTheFp32Kernels)
     const void *dy = ddy.at(1);
     const size_t flash_runs = tp_emu_launches_of("flash_attention");
     tp_k_attention_grad(nullptr, TP_KERNEL_BF16, gq.ptr(), gk.ptr(), gv.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), dy,
-                        scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap);
+                        scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap, nullptr);
     EXPECT_EQ(tp_emu_launches_of("flash_attention"), flash_runs) << "a tensor-core kernel ran";
     Dev *got[3] = {&gq, &gk, &gv};
     for (int i = 0; i < 3; i++)

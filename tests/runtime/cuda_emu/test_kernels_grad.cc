@@ -141,7 +141,7 @@ TEST_P(GradKernels, Attention)
             DevOf<float> scratch((size_t)tp_cuda_attention_grad_scratch(bf16, c.b, c.s, c.h, c.g, c.d));
             std::vector<Vec> want = {Vec(q.size()), Vec(k.size()), Vec(k.size())};
             ref().attention_grad(want[0].data(), want[1].data(), want[2].data(), q.data(), k.data(), v.data(),
-                                 dy.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap);
+                                 dy.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap, nullptr);
             // all three in one launch (dk and dv from one key-major kernel), then
             // each alone (the kernels that compute dk or dv only)
             for (int only = -1; only < 3; only++) {
@@ -150,7 +150,7 @@ TEST_P(GradKernels, Attention)
                 for (int which = 0; which < 3; which++)
                     out[which] = only < 0 || only == which ? out[which] : nullptr;
                 tp_k_attention_grad(nullptr, t(), out[0], out[1], out[2], dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(),
-                                    scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)scale, (float)softcap);
+                                    scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)scale, (float)softcap, nullptr);
                 Dev *got[3] = {&gq, &gk, &gv};
                 for (int which = 0; which < 3; which++)
                     if (out[which])
@@ -158,6 +158,37 @@ TEST_P(GradKernels, Attention)
                                 label(t(), shape + " " + names[which] + (only < 0 ? "" : " alone")));
             }
         }
+}
+
+// Documents (tpcc --segments): a padded row and a row of several
+// documents; a padding query passes no gradient, a key none from another
+// document's queries.
+TEST_P(GradKernels, AttentionWithinDocuments)
+{
+    const char *names[] = {"dq", "dk", "dv"};
+    const bool bf16 = t() == TP_KERNEL_BF16;
+    for (AttnCase c : {AttnCase{2, 29, 4, 2, 64, 0.125, 0.0}, AttnCase{2, 20, 2, 1, 33, 0.2, 2.0}}) {
+        if (bf16 && tp_cuda_flash_grad_head_dim(c.d))
+            continue; // the tensor-core kernels: test_kernels_flash_grad.cc
+        const float amp = 3.0f / std::sqrt(std::sqrt((float)c.d));
+        Vec q = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 82, -amp, amp), t());
+        Vec k = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 83, -amp, amp), t());
+        Vec v = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 84), t());
+        Vec dy = as_stored(random_vec(q.size(), 85), t());
+        IVec seg = attn_documents(c.b, c.s);
+        Dev dq(t(), q), dk(t(), k), dv(t(), v), ddy(t(), dy), gq(t(), q.size()), gk(t(), k.size()), gv(t(), k.size());
+        DevOf<int32_t> dseg(seg);
+        DevOf<float> scratch((size_t)tp_cuda_attention_grad_scratch(bf16, c.b, c.s, c.h, c.g, c.d));
+        std::vector<Vec> want = {Vec(q.size()), Vec(k.size()), Vec(k.size())};
+        ref().attention_grad(want[0].data(), want[1].data(), want[2].data(), q.data(), k.data(), v.data(),
+                             dy.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap, seg.data());
+        tp_k_attention_grad(nullptr, t(), gq.ptr(), gk.ptr(), gv.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(),
+                            scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap, dseg.ptr());
+        Dev *got[3] = {&gq, &gk, &gv};
+        for (int which = 0; which < 3; which++)
+            compare(got[which]->download(), want[which], stored({1e-5, 1e-5}, t()),
+                    label(t(), "attention within documents " + c.name() + " " + names[which]));
+    }
 }
 
 // ---- elementwise: a few fp32 operations per element
@@ -517,7 +548,7 @@ TEST_P(GradKernels, ResultsDoNotDependOnTheSchedule)
         DevOf<float> scratch((size_t)std::max<int64_t>(attention_scratch, m));
         DevOf<int32_t> dids(ids);
         tp_k_attention_grad(nullptr, t(), dattn_q.ptr(), dattn.ptr(), dattn_v.ptr(), dq.ptr(), dk.ptr(), dk.ptr(),
-                            dq.ptr(), scratch.ptr(), 1, s, h, g, d, 0.15f, 0.0f);
+                            dq.ptr(), scratch.ptr(), 1, s, h, g, d, 0.15f, 0.0f, nullptr);
         tp_k_rmsnorm_dw(nullptr, t(), dw.ptr(), dx.ptr(), ddy.ptr(), scratch.ptr(), m, n, 1e-6f);
         tp_k_embedding_grad(nullptr, t(), demb.ptr(), dids.ptr(), ddy.ptr(), m, 5, n, 0, false);
         std::vector<Vec> now = {dattn_q.download(), dattn.download(), dattn_v.download(), dw.download(),

@@ -288,9 +288,9 @@ TEST_P(BackendTraining, AttentionGrad)
         float *dq = device(q), *dk = device(k), *dv = device(v), *ddy = device(dy);
         std::vector<Vec> want = {Vec(q.size()), Vec(k.size()), Vec(k.size())};
         reference().attention_grad(want[0].data(), want[1].data(), want[2].data(), q.data(), k.data(), v.data(),
-                                   dy.data(), b, s, h, g, d, 0.3, 2.0);
+                                   dy.data(), b, s, h, g, d, 0.3, 2.0, nullptr);
         float *out[3] = {device_zeros(q.size()), device_zeros(k.size()), device_zeros(k.size())};
-        be()->attention_grad(out[0], out[1], out[2], dq, dk, dv, ddy, b, s, h, g, d, 0.3, 2.0);
+        be()->attention_grad(out[0], out[1], out[2], dq, dk, dv, ddy, b, s, h, g, d, 0.3, 2.0, nullptr);
         for (int which = 0; which < 3; which++)
             expect_close(host(out[which], want[which].size()), want[which], 1e-5, 1e-5,
                          "attention_grad " + std::to_string(which) + " s " + std::to_string(s));
