@@ -27,7 +27,7 @@ struct Unit {
         std::vector<const char *> d;
         for (const auto &s : defines)
             d.push_back(s.c_str());
-        tp_compile_opts opts = {d.data(), int(d.size()), nullptr, optimize, TP_F32, true, false, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE};
+        tp_compile_opts opts = {d.data(), int(d.size()), nullptr, optimize, TP_F32, true, false, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE, false};
         tp_compile(&u, source_path(plan).c_str(), &opts);
         EXPECT_TRUE(u.built) << rendered(&u);
     }
@@ -222,7 +222,7 @@ TEST(LowerPass, MergedValuesGetNoBufferAndPassOnWhatWasSaidOfThem)
     t.g.values[b].f32_only = true;
     t.use({a});
     tp_ir ir;
-    tp_passes_opts o = {true, TP_BF16, false, TP_RECOMPUTE_NONE, 1, TP_DP_SHARD_NONE};
+    tp_passes_opts o = {true, TP_BF16, false, TP_RECOMPUTE_NONE, 1, TP_DP_SHARD_NONE, false};
     tp_autodiff_error err;
     ASSERT_EQ(tp_passes_run(&t.g, &o, &ir, &err), 0);
     ASSERT_EQ(ir.nbufs, t.g.nvalues - 1);
@@ -244,8 +244,8 @@ TEST(Passes, DiagnosticsAreTheSameAtO0AndO1)
         tp_unit a, b;
         std::vector<const char *> none;
         bool train = is_train_plan(plan);
-        tp_compile_opts o1 = {none.data(), 0, nullptr, true, TP_F32, true, train, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE};
-        tp_compile_opts o0 = {none.data(), 0, nullptr, false, TP_F32, true, train, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE};
+        tp_compile_opts o1 = {none.data(), 0, nullptr, true, TP_F32, true, train, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE, false};
+        tp_compile_opts o0 = {none.data(), 0, nullptr, false, TP_F32, true, train, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE, false};
         tp_compile(&a, plan.c_str(), &o1);
         tp_compile(&b, plan.c_str(), &o0);
         EXPECT_EQ(rendered(&a), rendered(&b)) << plan;
