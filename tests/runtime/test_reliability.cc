@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "tests/support/process.h"
+#include "tests/support/train_harness.h"
 
 namespace {
 
@@ -480,21 +481,6 @@ TEST(PeriodicSave, EveryNStepsKeepingTheNewestAndResumable)
     }
 }
 
-// The steps of a --log-json record: (lr, loss) each.
-std::vector<std::pair<double, double>> logged_steps(const std::string &log)
-{
-    std::vector<std::pair<double, double>> out;
-    json_error_t e;
-    json_t *got = json_load_file(log.c_str(), 0, &e);
-    EXPECT_TRUE(got) << log << ": " << e.text;
-    size_t i;
-    json_t *step;
-    json_array_foreach(json_object_get(got, "steps"), i, step)
-        out.push_back({json_number_value(json_object_get(step, "lr")), json_number_value(json_object_get(step, "loss"))});
-    json_decref(got);
-    return out;
-}
-
 // --resume goes on with the learning-rate schedule where the checkpoint
 // left it, for every schedule: five steps saved at step 3 (--save-every 3,
 // kept as DIR.step-3) and resumed to five take steps 4 and 5 at the rates
@@ -531,7 +517,7 @@ TEST(ResumeSchedule, EveryScheduleGoesOnAtTheSavedStep)
         rest.insert(rest.end(), common.begin(), common.end());
         Proc r = tprun(rest);
         ASSERT_EQ(r.code(), 0) << r.describe();
-        auto all = logged_steps(d.path + "/whole.json"), resumed = logged_steps(d.path + "/rest.json");
+        auto all = tpcc_test::logged_steps(d.path + "/whole.json"), resumed = tpcc_test::logged_steps(d.path + "/rest.json");
         ASSERT_EQ(all.size(), 5u);
         ASSERT_EQ(resumed.size(), 2u);
         for (size_t i = 0; i < 2; i++) {

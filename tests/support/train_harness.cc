@@ -49,17 +49,25 @@ Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::s
     return run_tpcc(args);
 }
 
-std::vector<double> logged_losses(const std::string &log)
+std::vector<std::pair<double, double>> logged_steps(const std::string &log)
 {
-    std::vector<double> losses;
+    std::vector<std::pair<double, double>> out;
     json_error_t e;
     json_t *got = json_load_file(log.c_str(), 0, &e);
     EXPECT_TRUE(got) << log << ": " << e.text;
     size_t i;
     json_t *step;
     json_array_foreach(json_object_get(got, "steps"), i, step)
-        losses.push_back(json_number_value(json_object_get(step, "loss")));
+        out.push_back({json_number_value(json_object_get(step, "lr")), json_number_value(json_object_get(step, "loss"))});
     json_decref(got);
+    return out;
+}
+
+std::vector<double> logged_losses(const std::string &log)
+{
+    std::vector<double> losses;
+    for (const auto &[lr, loss] : logged_steps(log))
+        losses.push_back(loss);
     return losses;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/support/process.h"
@@ -31,5 +32,7 @@ Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::s
 // Each step's loss in a --log-json file (none, with a failure, when it
 // cannot be read).
 std::vector<double> logged_losses(const std::string &log);
+// Each step's (rate, loss) in a --log-json file.
+std::vector<std::pair<double, double>> logged_steps(const std::string &log);
 
 }  // namespace tpcc_test
