@@ -952,58 +952,60 @@ TEST_P(Kernels, CrossEntropyPieces)
     // 20 over 4 x 8 (rank 2 half padding, rank 3 padding only: max -inf,
     // sumexp 0); one rank and one token per sequence (no label: NaN)
     for (tp_ce_rule rule : {kHfLoss, kNextTokenLoss, tp_ce_rule{1, 7.5}, tp_ce_rule{0, 7.5}})
-    for (Case c : {Case{2, 9, 31, 4, 8}, Case{1, 6, 20, 4, 8}, Case{3, 1, 5, 1, 5}}) {
-        const int64_t vl = c.vl, vpad = vl * c.tp, rows = c.b * c.s;
-        const std::string what = label(t(), "ce pieces b" + std::to_string(c.b) + " s" + std::to_string(c.s) +
-                                                 " vocab " + std::to_string(c.vocab) + " tp " + std::to_string(c.tp) +
-                                                 " shift " + std::to_string(rule.shift) + " divisor " +
-                                                 std::to_string(rule.divisor));
-        Vec full = as_stored(random_vec((size_t)(rows * vpad), 50, -4.0f, 4.0f), t());
-        IVec labels = random_labels(c.b, c.s, c.vocab, 51, 4);
-        float want_loss;
-        cpu()->cross_entropy(&want_loss, full.data(), labels.data(), c.b, c.s, vpad, c.vocab, rule);
+        for (Case c : {Case{2, 9, 31, 4, 8}, Case{1, 6, 20, 4, 8}, Case{3, 1, 5, 1, 5}}) {
+            const int64_t vl = c.vl, vpad = vl * c.tp, rows = c.b * c.s;
+            const std::string what = label(t(), "ce pieces b" + std::to_string(c.b) + " s" + std::to_string(c.s) +
+                                                     " vocab " + std::to_string(c.vocab) + " tp " +
+                                                     std::to_string(c.tp) +
+                                                     " shift " + std::to_string(rule.shift) + " divisor " +
+                                                     std::to_string(rule.divisor));
+            Vec full = as_stored(random_vec((size_t)(rows * vpad), 50, -4.0f, 4.0f), t());
+            IVec labels = random_labels(c.b, c.s, c.vocab, 51, 4);
+            float want_loss;
+            cpu()->cross_entropy(&want_loss, full.data(), labels.data(), c.b, c.s, vpad, c.vocab, rule);
 
-        DevOf<int32_t> dlab(labels);
-        Vec gmax((size_t)rows, -INFINITY), gsum((size_t)rows, 0.0f), gtarget((size_t)rows, 0.0f);
-        std::vector<Vec> locals;
-        for (int64_t r = 0; r < c.tp; r++) {
-            Vec local((size_t)(rows * vl));
-            for (int64_t i = 0; i < rows; i++)
-                std::copy_n(full.begin() + i * vpad + r * vl, vl, local.begin() + i * vl);
-            locals.push_back(local);
-            Vec want_max((size_t)rows), want_target((size_t)rows);
-            cpu()->ce_max(want_max.data(), local.data(), rows, vl, r * vl, c.vocab);
-            cpu()->ce_target(want_target.data(), local.data(), labels.data(), c.b, c.s, vl, r * vl, rule);
-            Dev dlocal(t(), local);
-            DevOf<float> dmax((size_t)rows), dtarget((size_t)rows);
-            tp_k_ce_max(nullptr, t(), dmax.ptr(), dlocal.ptr(), rows, vl, r * vl, c.vocab);
-            tp_k_ce_target(nullptr, t(), dtarget.ptr(), dlocal.ptr(), dlab.ptr(), c.b, c.s, vl, r * vl, rule.shift);
-            const std::string rk = what + " rank " + std::to_string(r);
-            expect_equal(dmax.download(), want_max, rk + " ce_max");       // a max: exact
-            expect_equal(dtarget.download(), want_target, rk + " ce_target"); // a gather: exact
-            for (int64_t i = 0; i < rows; i++) {
-                gmax[(size_t)i] = std::max(gmax[(size_t)i], want_max[(size_t)i]);
-                gtarget[(size_t)i] += want_target[(size_t)i];
+            DevOf<int32_t> dlab(labels);
+            Vec gmax((size_t)rows, -INFINITY), gsum((size_t)rows, 0.0f), gtarget((size_t)rows, 0.0f);
+            std::vector<Vec> locals;
+            for (int64_t r = 0; r < c.tp; r++) {
+                Vec local((size_t)(rows * vl));
+                for (int64_t i = 0; i < rows; i++)
+                    std::copy_n(full.begin() + i * vpad + r * vl, vl, local.begin() + i * vl);
+                locals.push_back(local);
+                Vec want_max((size_t)rows), want_target((size_t)rows);
+                cpu()->ce_max(want_max.data(), local.data(), rows, vl, r * vl, c.vocab);
+                cpu()->ce_target(want_target.data(), local.data(), labels.data(), c.b, c.s, vl, r * vl, rule);
+                Dev dlocal(t(), local);
+                DevOf<float> dmax((size_t)rows), dtarget((size_t)rows);
+                tp_k_ce_max(nullptr, t(), dmax.ptr(), dlocal.ptr(), rows, vl, r * vl, c.vocab);
+                tp_k_ce_target(nullptr, t(), dtarget.ptr(), dlocal.ptr(), dlab.ptr(), c.b, c.s, vl, r * vl, rule.shift);
+                const std::string rk = what + " rank " + std::to_string(r);
+                expect_equal(dmax.download(), want_max, rk + " ce_max");       // a max: exact
+                expect_equal(dtarget.download(), want_target, rk + " ce_target"); // a gather: exact
+                for (int64_t i = 0; i < rows; i++) {
+                    gmax[(size_t)i] = std::max(gmax[(size_t)i], want_max[(size_t)i]);
+                    gtarget[(size_t)i] += want_target[(size_t)i];
+                }
             }
+            for (int64_t r = 0; r < c.tp; r++) {
+                Vec want_sum((size_t)rows);
+                cpu()->ce_sumexp(want_sum.data(), locals[(size_t)r].data(), gmax.data(), rows, vl, r * vl, c.vocab);
+                Dev dlocal(t(), locals[(size_t)r]);
+                DevOf<float> dmax(gmax), dsum((size_t)rows);
+                tp_k_ce_sumexp(nullptr, t(), dsum.ptr(), dlocal.ptr(), dmax.ptr(), rows, vl, r * vl, c.vocab);
+                expect_close(dsum.download(), want_sum, kLoss, what + " rank " + std::to_string(r) + " ce_sumexp");
+                for (int64_t i = 0; i < rows; i++)
+                    gsum[(size_t)i] += want_sum[(size_t)i];
+            }
+            float want_pieces;
+            cpu()->ce_loss(&want_pieces, gsum.data(), gmax.data(), gtarget.data(), labels.data(), c.b, c.s, rule);
+            DevOf<float> dsum(gsum), dmax(gmax), dtarget(gtarget), dloss(1);
+            tp_k_ce_loss(nullptr, dloss.ptr(), dsum.ptr(), dmax.ptr(), dtarget.ptr(), dlab.ptr(), c.b, c.s, rule.shift,
+                         (float)rule.divisor);
+            const float got = dloss.download()[0];
+            expect_close({got}, {want_pieces}, kLoss, what + " ce_loss");
+            expect_close({got}, {want_loss}, kLoss, what + " ce_loss = cross_entropy");
         }
-        for (int64_t r = 0; r < c.tp; r++) {
-            Vec want_sum((size_t)rows);
-            cpu()->ce_sumexp(want_sum.data(), locals[(size_t)r].data(), gmax.data(), rows, vl, r * vl, c.vocab);
-            Dev dlocal(t(), locals[(size_t)r]);
-            DevOf<float> dmax(gmax), dsum((size_t)rows);
-            tp_k_ce_sumexp(nullptr, t(), dsum.ptr(), dlocal.ptr(), dmax.ptr(), rows, vl, r * vl, c.vocab);
-            expect_close(dsum.download(), want_sum, kLoss, what + " rank " + std::to_string(r) + " ce_sumexp");
-            for (int64_t i = 0; i < rows; i++)
-                gsum[(size_t)i] += want_sum[(size_t)i];
-        }
-        float want_pieces;
-        cpu()->ce_loss(&want_pieces, gsum.data(), gmax.data(), gtarget.data(), labels.data(), c.b, c.s, rule);
-        DevOf<float> dsum(gsum), dmax(gmax), dtarget(gtarget), dloss(1);
-        tp_k_ce_loss(nullptr, dloss.ptr(), dsum.ptr(), dmax.ptr(), dtarget.ptr(), dlab.ptr(), c.b, c.s, rule.shift, (float)rule.divisor);
-        const float got = dloss.download()[0];
-        expect_close({got}, {want_pieces}, kLoss, what + " ce_loss");
-        expect_close({got}, {want_loss}, kLoss, what + " ce_loss = cross_entropy");
-    }
 }
 
 // ---- determinism: the reductions are fixed trees, so the schedule (the

@@ -365,44 +365,45 @@ TEST_P(GradKernels, CeGradPieces)
         int64_t b, s, vocab, tp, vl;
     };
     for (tp_ce_rule rule : {kHfLoss, kNextTokenLoss, tp_ce_rule{1, 7.5}, tp_ce_rule{0, 7.5}})
-    for (Case c : {Case{2, 9, 31, 4, 8}, Case{1, 6, 20, 4, 8}, Case{3, 1, 5, 1, 5}}) {
-        const int64_t rows = c.b * c.s, vpad = c.vl * c.tp;
-        const std::string what = label(t(), "ce_grad " + dims({c.b, c.s}) + " vocab " + std::to_string(c.vocab) +
-                                                 " tp " + std::to_string(c.tp) + " shift " + std::to_string(rule.shift) +
-                                                 " divisor " + std::to_string(rule.divisor));
-        Vec full = as_stored(random_vec((size_t)(rows * vpad), 90, -4.0f, 4.0f), t());
-        IVec labels = random_labels(c.b, c.s, c.vocab, 91, 4);
-        Vec whole(full.size());
-        ref().cross_entropy_grad(whole.data(), full.data(), labels.data(), c.b, c.s, vpad, c.vocab, rule);
-        // the all-reduced statistics, from the real columns
-        Vec gmax((size_t)rows, -INFINITY), gsum((size_t)rows, 0.0f);
-        for (int64_t i = 0; i < rows; i++) {
-            for (int64_t col = 0; col < c.vocab; col++)
-                gmax[(size_t)i] = std::max(gmax[(size_t)i], full[(size_t)(i * vpad + col)]);
-            double sum = 0.0;
-            for (int64_t col = 0; col < c.vocab; col++)
-                sum += std::exp((double)full[(size_t)(i * vpad + col)] - gmax[(size_t)i]);
-            gsum[(size_t)i] = (float)sum;
-        }
-        DevOf<int32_t> dlab(labels);
-        DevOf<float> dmax(gmax), dsum(gsum);
-        for (int64_t r = 0; r < c.tp; r++) {
-            Vec local((size_t)(rows * c.vl)), want_local(local.size());
+        for (Case c : {Case{2, 9, 31, 4, 8}, Case{1, 6, 20, 4, 8}, Case{3, 1, 5, 1, 5}}) {
+            const int64_t rows = c.b * c.s, vpad = c.vl * c.tp;
+            const std::string what = label(t(), "ce_grad " + dims({c.b, c.s}) + " vocab " + std::to_string(c.vocab) +
+                                                     " tp " + std::to_string(c.tp) + " shift " +
+                                                     std::to_string(rule.shift) +
+                                                     " divisor " + std::to_string(rule.divisor));
+            Vec full = as_stored(random_vec((size_t)(rows * vpad), 90, -4.0f, 4.0f), t());
+            IVec labels = random_labels(c.b, c.s, c.vocab, 91, 4);
+            Vec whole(full.size());
+            ref().cross_entropy_grad(whole.data(), full.data(), labels.data(), c.b, c.s, vpad, c.vocab, rule);
+            // the all-reduced statistics, from the real columns
+            Vec gmax((size_t)rows, -INFINITY), gsum((size_t)rows, 0.0f);
             for (int64_t i = 0; i < rows; i++) {
-                std::copy_n(full.begin() + i * vpad + r * c.vl, c.vl, local.begin() + i * c.vl);
-                std::copy_n(whole.begin() + i * vpad + r * c.vl, c.vl, want_local.begin() + i * c.vl);
+                for (int64_t col = 0; col < c.vocab; col++)
+                    gmax[(size_t)i] = std::max(gmax[(size_t)i], full[(size_t)(i * vpad + col)]);
+                double sum = 0.0;
+                for (int64_t col = 0; col < c.vocab; col++)
+                    sum += std::exp((double)full[(size_t)(i * vpad + col)] - gmax[(size_t)i]);
+                gsum[(size_t)i] = (float)sum;
             }
-            Vec want(local.size());
-            ref().ce_grad(want.data(), local.data(), gmax.data(), gsum.data(), labels.data(), c.b, c.s, c.vl, r * c.vl,
-                          c.vocab, rule);
-            Dev dlocal(t(), local), dout(t(), local.size());
-            tp_k_ce_grad(nullptr, t(), dout.ptr(), dlocal.ptr(), dmax.ptr(), dsum.ptr(), dlab.ptr(), c.b, c.s, c.vl,
-                         r * c.vl, c.vocab, rule.shift, (float)rule.divisor);
-            const std::string rk = what + " rank " + std::to_string(r);
-            compare(dout.download(), want, stored({1e-8, 1e-5}, t()), rk);
-            compare(dout.download(), want_local, stored({1e-8, 1e-5}, t()), rk + " = cross_entropy_grad");
+            DevOf<int32_t> dlab(labels);
+            DevOf<float> dmax(gmax), dsum(gsum);
+            for (int64_t r = 0; r < c.tp; r++) {
+                Vec local((size_t)(rows * c.vl)), want_local(local.size());
+                for (int64_t i = 0; i < rows; i++) {
+                    std::copy_n(full.begin() + i * vpad + r * c.vl, c.vl, local.begin() + i * c.vl);
+                    std::copy_n(whole.begin() + i * vpad + r * c.vl, c.vl, want_local.begin() + i * c.vl);
+                }
+                Vec want(local.size());
+                ref().ce_grad(want.data(), local.data(), gmax.data(), gsum.data(), labels.data(), c.b, c.s, c.vl,
+                              r * c.vl, c.vocab, rule);
+                Dev dlocal(t(), local), dout(t(), local.size());
+                tp_k_ce_grad(nullptr, t(), dout.ptr(), dlocal.ptr(), dmax.ptr(), dsum.ptr(), dlab.ptr(), c.b, c.s, c.vl,
+                             r * c.vl, c.vocab, rule.shift, (float)rule.divisor);
+                const std::string rk = what + " rank " + std::to_string(r);
+                compare(dout.download(), want, stored({1e-8, 1e-5}, t()), rk);
+                compare(dout.download(), want_local, stored({1e-8, 1e-5}, t()), rk + " = cross_entropy_grad");
+            }
         }
-    }
 }
 
 // ---- AdamW: three steps of torch's update order in fp32 against the
