@@ -207,11 +207,18 @@ const int32_t *tr_batches_labels(tr_batches *b, int64_t i, int m, int d)
     return b->step_labels;
 }
 
-const int32_t *tr_batches_segments(tr_batches *b, int64_t i, int m, int d)
+void tr_batches_write(tr_batches *b, tr_exec *x, int64_t i, int m, int d)
 {
     const tr_batch_shape *s = &b->shape;
-    tr_segments_of(b->step_segments, tr_batches_ids(b, i, m, d), s->batch, s->seq, s->pad_id, s->eos_id);
-    return b->step_segments;
+    const tr_schedule *sched = x->s;
+    const int32_t *ids = tr_batches_ids(b, i, m, d);
+    tr_exec_write_buf(x, sched->input_ids, ids);
+    if (sched->segments >= 0) {
+        tr_segments_of(b->step_segments, ids, s->batch, s->seq, s->pad_id, s->eos_id);
+        tr_exec_write_buf(x, sched->segments, b->step_segments);
+    }
+    if (sched->labels >= 0)    /* a summed loss (tpcc --loss sum) has none */
+        tr_exec_write_buf(x, sched->labels, tr_batches_labels(b, i, m, d));
 }
 
 double tr_batches_divisor(const tr_batches *b, int64_t i)

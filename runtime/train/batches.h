@@ -38,6 +38,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "runtime/exec/exec.h"
 #include "runtime/train/tokens.h"
 
 typedef struct tr_batch_shape {
@@ -85,9 +86,10 @@ void tr_batches_free(tr_batches *b);
 const int32_t *tr_batches_ids(tr_batches *b, int64_t i, int m, int d);
 /* Its labels [B, S], the ignored ones -100 (valid until the next call). */
 const int32_t *tr_batches_labels(tr_batches *b, int64_t i, int m, int d);
-/* Its segments [B, S] (segments.h: documents and padding from the ids),
- * for a schedule that takes them (valid until the next call). */
-const int32_t *tr_batches_segments(tr_batches *b, int64_t i, int m, int d);
+/* Step i's micro-batch m of replica d into x's schedule inputs: its ids,
+ * its segments (segments.h: documents and padding from those ids) where
+ * the schedule takes them, its labels where its loss reads them. */
+void tr_batches_write(tr_batches *b, tr_exec *x, int64_t i, int m, int d);
 /* What each run of step i divides its sum by: the step's labelled tokens
  * over the D replicas, which average their losses and gradients. */
 double tr_batches_divisor(const tr_batches *b, int64_t i);

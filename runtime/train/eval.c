@@ -42,10 +42,7 @@ int tr_eval_loss(tr_eval *e, tr_exec *x, tp_comm *dp, float *scratch, double *lo
     const double divisor = (double)e->labelled / (double)dp->world;
     double total = 0.0;
     for (int64_t i = 0; i < e->batches.steps; i++) {
-        tr_exec_write_buf(x, s->input_ids, tr_batches_ids(&e->batches, i, 0, dp->rank));
-        if (s->segments >= 0)
-            tr_exec_write_buf(x, s->segments, tr_batches_segments(&e->batches, i, 0, dp->rank));
-        tr_exec_write_buf(x, s->labels, tr_batches_labels(&e->batches, i, 0, dp->rank));
+        tr_batches_write(&e->batches, x, i, 0, dp->rank);
         x->loss_divisor = divisor;
         if (tr_exec_run_ops(x, e->forward_ops, err, errlen))
             return -1;

@@ -215,13 +215,9 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
     memset(p, 0, sizeof *p);
     float loss = 0.0f;
     for (int m = 0; m < tr->accum.micro_batches; m++) {
-        tr_exec_write_buf(x, s->input_ids, tr_batches_ids(&tr->batches, i, m, tr->dp->rank));
-        if (s->segments >= 0)
-            tr_exec_write_buf(x, s->segments, tr_batches_segments(&tr->batches, i, m, tr->dp->rank));
-        if (s->labels >= 0) {  /* a summed loss (tpcc --loss sum) has none */
-            tr_exec_write_buf(x, s->labels, tr_batches_labels(&tr->batches, i, m, tr->dp->rank));
+        tr_batches_write(&tr->batches, x, i, m, tr->dp->rank);
+        if (s->labels >= 0)
             x->loss_divisor = tr_batches_divisor(&tr->batches, i);
-        }
         if (tr_exec_run(x, err, errlen))
             return -1;
         float part;
