@@ -34,8 +34,6 @@
 #include "runtime/io/npy.h"
 #include "runtime/job/run.h"
 #include "runtime/io/weights.h"
-#include "runtime/train/labels.h"
-#include "runtime/train/segments.h"
 #include "util/number.h"
 #include "util/xalloc.h"
 
@@ -160,7 +158,7 @@ static const char usage[] =
 
 enum { OPT_WEIGHTS = 256, OPT_SEED, OPT_TOKENS, OPT_LABELS, OPT_OUT, OPT_COMPARE, OPT_TOL, OPT_PROFILE,
        OPT_PROFILE_JSON, OPT_TRACE, OPT_THREADS, OPT_REPEAT, OPT_BACKEND, OPT_COMM, OPT_VERSION, OPT_TRAIN,
-       OPT_PPN, OPT_IGNORE_INDEX, OPT_PAD_ID, OPT_EOS_ID };
+       OPT_PPN };
 
 /* -n and the options tprun hands to mpiexec with it */
 typedef struct launcher {
@@ -208,8 +206,8 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
     static const struct option longs[] = {
         {"weights", required_argument, 0, OPT_WEIGHTS}, {"seed", required_argument, 0, OPT_SEED},
         {"tokens", required_argument, 0, OPT_TOKENS}, {"labels", required_argument, 0, OPT_LABELS},
-        {"ignore-index", required_argument, 0, OPT_IGNORE_INDEX},
-        {"pad-id", required_argument, 0, OPT_PAD_ID}, {"eos-id", required_argument, 0, OPT_EOS_ID},
+        {"ignore-index", required_argument, 0, OPT_TRAIN},
+        {"pad-id", required_argument, 0, OPT_TRAIN}, {"eos-id", required_argument, 0, OPT_TRAIN},
         {"out", required_argument, 0, OPT_OUT}, {"compare", required_argument, 0, OPT_COMPARE},
         {"tolerance", required_argument, 0, OPT_TOL}, {"profile", no_argument, 0, OPT_PROFILE},
         {"profile-json", required_argument, 0, OPT_PROFILE_JSON}, {"trace", required_argument, 0, OPT_TRACE},
@@ -260,23 +258,6 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
             break;
         case OPT_TOKENS: o->tokens = optarg; break;
         case OPT_LABELS: o->labels = optarg; break;
-        case OPT_IGNORE_INDEX:
-            if (tp_parse_int(optarg, INT32_MIN, INT32_MAX, &v)) {
-                fprintf(stderr, "tprun: --ignore-index takes a whole number (a label value, such as the pad id), "
-                                "not '%s'\n", optarg);
-                return -1;
-            }
-            o->ignore_index = (int32_t)v;
-            break;
-        case OPT_PAD_ID:
-        case OPT_EOS_ID:
-            if (tp_parse_int(optarg, 0, INT32_MAX, &v)) {
-                fprintf(stderr, "tprun: %s takes a token id, a whole number from 0, not '%s'\n",
-                        c == OPT_PAD_ID ? "--pad-id" : "--eos-id", optarg);
-                return -1;
-            }
-            *(c == OPT_PAD_ID ? &o->pad_id : &o->eos_id) = v;
-            break;
         case OPT_OUT: o->out = optarg; break;
         case OPT_COMPARE: o->compare = optarg; break;
         case OPT_TOL:
@@ -483,8 +464,6 @@ int main(int argc, char **argv)
     launcher l = {0};
     o.threads = 1;
     o.tolerance = 1e-4;
-    o.ignore_index = TR_IGNORE_INDEX;
-    o.pad_id = o.eos_id = TR_NO_ID;
     /* getopt_long reorders argv; -n relaunches the command line as given */
     char **given = tp_xcalloc((size_t)argc + 1, sizeof *given);
     memcpy(given, argv, (size_t)argc * sizeof *given);

@@ -64,7 +64,17 @@ static int load_train_value(loader *L, const tp_train_key *k, json_t *v, tp_trai
 {
     double x[2] = {0, 0};
     bool ok;
-    if (k->kind == TP_TK_WORD) {
+    if (k->kind == TP_TK_NAMES) {
+        size_t i;
+        json_t *name;
+        ok = json_is_array(v) && json_array_size(v) > 0;
+        out->no_decay[0] = '\0';
+        json_array_foreach(v, i, name) {
+            ok = ok && json_is_string(name) && tp_train_name_ok(json_string_value(name)) &&
+                 tp_train_names_add(out->no_decay, json_string_value(name));
+        }
+        x[0] = 1;
+    } else if (k->kind == TP_TK_WORD) {
         int w = json_is_string(v) ? tp_train_word(k, json_string_value(v)) : -1;
         ok = w >= 0;
         x[0] = w;
@@ -78,7 +88,7 @@ static int load_train_value(loader *L, const tp_train_key *k, json_t *v, tp_trai
             x[i] = json_number_value(json_array_get(v, (size_t)i));
         ok = ok && tp_train_in_range(k, x[0]) && tp_train_in_range(k, x[1]);
     } else {
-        ok = k->kind == TP_TK_COUNT ? json_is_integer(v) : json_is_number(v);
+        ok = k->kind == TP_TK_COUNT || k->kind == TP_TK_ID ? json_is_integer(v) : json_is_number(v);
         x[0] = json_number_value(v);
         ok = ok && tp_train_in_range(k, x[0]);
     }

@@ -37,6 +37,14 @@ const tp_train_key tp_train_keys[] = {
      "the shape of warmup-stable-decay's decay", NULL},
     {"micro_batches", TP_TK_COUNT, TP_TF_MICRO_BATCHES, 1, 1 << 20, false, NULL, 0,
      "the micro-batches whose gradients one optimizer step sums", "gradient_accumulation_steps"},
+    {"no_decay", TP_TK_NAMES, TP_TF_NO_DECAY, 0, 0, false, NULL, 0,
+     "the name parts of the parameters without weight decay (all others take it)", NULL},
+    {"ignore_index", TP_TK_ID, TP_TF_IGNORE_INDEX, INT32_MIN, INT32_MAX, false, NULL, 0,
+     "the label value the loss ignores (CrossEntropyLoss's ignore_index)", NULL},
+    {"pad_id", TP_TK_ID, TP_TF_PAD_ID, 0, INT32_MAX, false, NULL, 0,
+     "the token of padding, a key no query attends to", "pad_token_id"},
+    {"eos_id", TP_TK_ID, TP_TF_EOS_ID, 0, INT32_MAX, false, NULL, 0,
+     "the token that ends a document of a packed sequence", "eos_token_id"},
 };
 const int tp_train_nkeys = (int)(sizeof tp_train_keys / sizeof *tp_train_keys);
 
@@ -45,7 +53,8 @@ const char *const tp_train_flags[TP_TF_COUNT] = {
     [TP_TF_WEIGHT_DECAY] = "weight-decay", [TP_TF_DECAY_ALL] = "decay-all", [TP_TF_MAX_GRAD_NORM] = "max-grad-norm",
     [TP_TF_SCHEDULE] = "schedule", [TP_TF_WARMUP_STEPS] = "warmup", [TP_TF_START_FACTOR] = "warmup-start-factor",
     [TP_TF_MIN_LR] = "min-lr", [TP_TF_DECAY_STEPS] = "decay-steps", [TP_TF_DECAY_TYPE] = "decay-type",
-    [TP_TF_MICRO_BATCHES] = "micro-batches"};
+    [TP_TF_MICRO_BATCHES] = "micro-batches", [TP_TF_NO_DECAY] = "no-decay", [TP_TF_IGNORE_INDEX] = "ignore-index",
+    [TP_TF_PAD_ID] = "pad-id", [TP_TF_EOS_ID] = "eos-id"};
 
 const tp_train_key *tp_train_key_named(const char *name)
 {
@@ -83,7 +92,7 @@ bool tp_train_in_range(const tp_train_key *k, double x)
 {
     if (!isfinite(x) || x < k->min || x > k->max || (k->max_excluded && x == k->max))
         return false;
-    return k->kind != TP_TK_COUNT || x == floor(x);
+    return (k->kind != TP_TK_COUNT && k->kind != TP_TK_ID) || x == floor(x);
 }
 
 void tp_train_key_takes(const tp_train_key *k, char *buf, size_t len)
@@ -99,13 +108,20 @@ void tp_train_key_takes(const tp_train_key *k, char *buf, size_t len)
                                    k->words[w]);
         return;
     }
+    if (k->kind == TP_TK_NAMES) {
+        snprintf(buf, len, "a name or a tuple of names, such as (\"bias\", \"norm\"), none empty or with a comma");
+        return;
+    }
     const char *what = k->kind == TP_TK_COUNT ? "a whole number of steps"
+                       : k->kind == TP_TK_ID  ? "a whole number"
                        : k->kind == TP_TK_PAIR ? "a pair of numbers (a, b), each"
                                                : "a number";
+    const int digits = k->kind == TP_TK_COUNT || k->kind == TP_TK_ID ? 10 : 6;   /* whole ones in full */
     if (isinf(k->max))
-        snprintf(buf, len, "%s of at least %g", what, k->min);
+        snprintf(buf, len, "%s of at least %.*g", what, digits, k->min);
     else
-        snprintf(buf, len, "%s from %g to %g (%s)", what, k->min, k->max, k->max_excluded ? "excluded" : "included");
+        snprintf(buf, len, "%s from %.*g to %.*g (%s)", what, digits, k->min, digits, k->max,
+                 k->max_excluded ? "excluded" : "included");
 }
 
 int tp_train_word(const tp_train_key *k, const char *word)
@@ -114,4 +130,20 @@ int tp_train_word(const tp_train_key *k, const char *word)
         if (!strcmp(k->words[w], word))
             return w;
     return -1;
+}
+
+bool tp_train_name_ok(const char *name)
+{
+    return *name && !strchr(name, ',');
+}
+
+bool tp_train_names_add(char *names, const char *name)
+{
+    size_t at = strlen(names), n = strlen(name);
+    if (at + (at ? 1 : 0) + n + 1 > TP_TRAIN_NAMES_MAX)
+        return false;
+    if (at)
+        names[at++] = ',';
+    memcpy(names + at, name, n + 1);
+    return true;
 }

@@ -36,13 +36,20 @@ typedef enum tp_train_field {
     TP_TF_DECAY_STEPS,
     TP_TF_DECAY_TYPE,
     TP_TF_MICRO_BATCHES,
+    TP_TF_NO_DECAY,
+    TP_TF_IGNORE_INDEX,
+    TP_TF_PAD_ID,
+    TP_TF_EOS_ID,
     TP_TF_COUNT
 } tp_train_field;
 
-/* Values, each as a double: a count is whole, a flag 0 or 1, a word the
- * index of its name. */
+#define TP_TRAIN_NAMES_MAX 256   /* no_decay's names, comma-joined, with the NUL */
+
+/* Values, each as a double: a count or an id is whole, a flag 0 or 1, a
+ * word the index of its name; names (no_decay) are a string apart. */
 typedef struct tp_train_values {
     double v[TP_TF_COUNT];
+    char no_decay[TP_TRAIN_NAMES_MAX];   /* "bias,norm": tprun's --no-decay spelling */
     uint32_t given;            /* bit f: v[f] was given */
 } tp_train_values;
 
@@ -53,7 +60,9 @@ typedef enum tp_train_kind {
     TP_TK_COUNT,    /* a whole number of steps */
     TP_TK_BOOL,     /* True or False */
     TP_TK_WORD,     /* one of `words` */
-    TP_TK_PAIR      /* two numbers, fields `field` and `field + 1` */
+    TP_TK_PAIR,     /* two numbers, fields `field` and `field + 1` */
+    TP_TK_ID,       /* a whole number: a token id or a label value */
+    TP_TK_NAMES     /* a name or a tuple of names (tp_train_values.no_decay) */
 } tp_train_kind;
 
 typedef struct tp_train_key {
@@ -86,7 +95,8 @@ const tp_train_key *tp_train_key_also(const char *name);
 /* The value tprun's flag `flag` sets, or -1. */
 int tp_train_field_of_flag(const char *flag);
 
-/* Whether x is a value of the key: in its range, and whole for a count. */
+/* Whether x is a value of the key: in its range, and whole for a count
+ * or an id. */
 bool tp_train_in_range(const tp_train_key *k, double x);
 
 /* What the key takes, for a message: "a number of at least 0", "a pair of
@@ -95,5 +105,13 @@ void tp_train_key_takes(const tp_train_key *k, char *buf, size_t len);
 
 /* The index of `word` among the key's words, or -1. */
 int tp_train_word(const tp_train_key *k, const char *word);
+
+/* Whether `name` can be one of no_decay's names: not empty, no comma
+ * (the names are joined by commas). */
+bool tp_train_name_ok(const char *name);
+
+/* Appends `name` to the comma-joined `names` (TP_TRAIN_NAMES_MAX bytes);
+ * false when it would not fit. */
+bool tp_train_names_add(char *names, const char *name);
 
 #endif /* TP_SCHED_TRAIN_SETTINGS_H */

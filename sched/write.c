@@ -906,6 +906,22 @@ static void put_ranks(writer *w)
     free(ospan);
 }
 
+/* Comma-joined names as a JSON list: "bias,norm" as ["bias", "norm"]. */
+static void put_names(writer *w, const char *names)
+{
+    PUT(w, "[");
+    for (const char *at = names; *at;) {
+        size_t n = strcspn(at, ",");
+        char *one = tp_xstrndup(at, n);
+        if (at != names)
+            PUT(w, ", ");
+        put_str(w, one);
+        free(one);
+        at += n + (at[n] == ',');
+    }
+    PUT(w, "]");
+}
+
 /* The plan's train { } settings, those it gives, under its keys. */
 static void put_train(writer *w, const tp_train_values *t)
 {
@@ -924,8 +940,10 @@ static void put_train(writer *w, const tp_train_values *t)
             put_str(w, k->words[(int)x]);
         else if (k->kind == TP_TK_BOOL)
             put_bool(w, x != 0);
-        else if (k->kind == TP_TK_COUNT)
+        else if (k->kind == TP_TK_COUNT || k->kind == TP_TK_ID)
             put_int(w, (int64_t)x);
+        else if (k->kind == TP_TK_NAMES)
+            put_names(w, t->no_decay);
         else if (k->kind == TP_TK_REAL)
             put_real(w, x, k->name, -1);
         else {

@@ -148,13 +148,20 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     tp_check(&u->model, &u->plan, &u->config, opts->loss, &u->analysis);
     tp_check_grad_clip(&u->model, &u->plan, &u->analysis.graph, &u->diags);
     if (opts->program && !u->diags.errors) {
+        /* the plan's pad_id or eos_id: the training run builds segments from them, as tpcc --segments asks */
+        const tp_node *masks_key = !opts->train ? NULL
+                                   : u->plan.train.value_at[TP_TF_PAD_ID] ? u->plan.train.value_at[TP_TF_PAD_ID]
+                                                                          : u->plan.train.value_at[TP_TF_EOS_ID];
         tp_passes_opts passes = {opts->optimize, opts->dtype, opts->train, u->plan.train.recompute,
-                                 u->plan.data_parallel, u->plan.train.shard_mode, opts->segments};
+                                 u->plan.data_parallel, u->plan.train.shard_mode, opts->segments || masks_key};
         tp_autodiff_error err;
         int failed = tp_passes_run(&u->analysis.graph, &passes, &u->ir, &err);
         if (failed && err.segments) {
-            tp_diag *d = tp_diag_add(&u->diags, TP_ERROR, ref->span, "model", "%s", err.message);
-            tp_diag_help(d, "compile without --segments, or change the model as the message says");
+            tp_diag *d = tp_diag_add(&u->diags, TP_ERROR, opts->segments || !masks_key ? ref->span : masks_key->span,
+                                     "model", "%s", err.message);
+            tp_diag_help(d, "%s, or change the model as the message says",
+                         opts->segments ? "compile without --segments"
+                                        : "remove pad_id and eos_id from the plan's train { } (they mask attention)");
         } else if (failed) {
             /* at the plan entry that made the node, else at the model the plan names */
             const tp_gnode *n = err.node >= 0 ? &u->analysis.graph.nodes[err.node] : NULL;

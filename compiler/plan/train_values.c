@@ -47,12 +47,42 @@ static bool read_number(const tp_train_key *k, const tp_node *v, tp_config *c, d
     tp_cfg_value x;
     if (!tp_eval_value(c, v, &x))
         return false;
-    bool whole = k->kind == TP_TK_COUNT || k->kind == TP_TK_BOOL;
+    bool whole = k->kind == TP_TK_COUNT || k->kind == TP_TK_BOOL || k->kind == TP_TK_ID;
     if (x.s || (whole && x.is_float) || !tp_train_in_range(k, tp_cfg_real(x))) {
         refuse(k, v, c->diags);
         return false;
     }
     *out = tp_cfg_real(x);
+    return true;
+}
+
+/* A names key's value (no_decay): a string, or a tuple or list of them,
+ * each a name part without a comma, joined into t's string. */
+static bool read_names(struct tp_train_spec *t, const tp_train_key *k, const tp_node *v, tp_config *c)
+{
+    const bool many = v->kind == N_TUPLE || v->kind == N_LIST;
+    const int n = many ? v->nkids : 1;
+    char names[TP_TRAIN_NAMES_MAX] = "";
+    if (many && !n) {
+        refuse(k, v, c->diags);
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        const tp_node *one = many ? v->kids[i] : v;
+        tp_cfg_value x;
+        if (!tp_eval_value(c, one, &x))
+            return false;
+        if (!x.s || !tp_train_name_ok(x.s)) {
+            refuse(k, one, c->diags);
+            return false;
+        }
+        if (!tp_train_names_add(names, x.s)) {
+            tp_diag_add(c->diags, TP_ERROR, v->span, "plan", "%s's names take more than %d characters; name "
+                        "shorter parts of the parameter names", k->name, TP_TRAIN_NAMES_MAX - 1);
+            return false;
+        }
+    }
+    memcpy(t->values.no_decay, names, sizeof names);
     return true;
 }
 
@@ -69,7 +99,10 @@ void tp_train_value_read(struct tp_train_spec *t, const tp_train_key *k, const t
         t->value_at[k->field + 1] = v;
     double x[2];
     bool ok;
-    if (k->kind == TP_TK_WORD)
+    if (k->kind == TP_TK_NAMES) {
+        ok = read_names(t, k, v, c);
+        x[0] = 1;
+    } else if (k->kind == TP_TK_WORD)
         ok = read_word(k, v, c, &x[0]);
     else if (k->kind != TP_TK_PAIR)
         ok = read_number(k, v, c, &x[0]);
@@ -129,4 +162,17 @@ void tp_train_values_check(const struct tp_train_spec *t, tp_diags *d)
                      v->v[TP_TF_LR] / 10);
     }
     check_wsd(t, d);
+    if (tp_train_given(v, TP_TF_NO_DECAY) && tp_train_given(v, TP_TF_DECAY_ALL) && v->v[TP_TF_DECAY_ALL]) {
+        tp_diag *g = tp_diag_add(d, TP_ERROR, t->value_at[TP_TF_NO_DECAY]->span, "plan", "no_decay names the "
+                                 "parameters without weight decay, and decay_all = True decays every one");
+        tp_diag_note_at(g, t->value_at[TP_TF_DECAY_ALL]->span, "decay_all is given here");
+        tp_diag_help(g, "keep one of them");
+    }
+    if (tp_train_given(v, TP_TF_PAD_ID) && tp_train_given(v, TP_TF_EOS_ID) &&
+        v->v[TP_TF_PAD_ID] == v->v[TP_TF_EOS_ID]) {
+        tp_diag *g = tp_diag_add(d, TP_ERROR, t->value_at[TP_TF_EOS_ID]->span, "plan", "eos_id %.0f is pad_id too: "
+                                 "a token cannot both end a document and be padding", v->v[TP_TF_EOS_ID]);
+        tp_diag_note_at(g, t->value_at[TP_TF_PAD_ID]->span, "pad_id is given here");
+        tp_diag_help(g, "pad with another id, or give only eos_id");
+    }
 }

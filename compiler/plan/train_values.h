@@ -15,12 +15,17 @@
  *       min_lr = 3e-5           # CosineAnnealingLR(eta_min=3e-5)
  *       decay_steps = 200       # "wsd": get_wsd_schedule(num_decay_steps=200,
  *       decay_type = "linear"   #        decay_type="linear")
+ *       no_decay = ("bias", "norm")   # parameters whose name holds one: no decay
+ *       ignore_index = 0        # CrossEntropyLoss(ignore_index=0)
+ *       pad_id = 0              # attention_mask = (ids != 0)
+ *       eos_id = 2              # a document ends after each 2 (packed rows)
  *   }
  *
  * Each value is checked where it is written (type and range), and the
  * block as a whole for keys that contradict each other. The given ones go
  * into the schedule's "train" object: tprun's defaults, which its flags
- * override. */
+ * override. pad_id and eos_id give the schedule its segments input, as
+ * tpcc --segments does (runtime/train/segments.h). */
 #ifndef TPCC_TRAIN_VALUES_H
 #define TPCC_TRAIN_VALUES_H
 
@@ -35,7 +40,8 @@ void tp_train_value_read(struct tp_train_spec *t, const tp_train_key *k, const t
 
 /* After the block: errors for keys that contradict each other (min_lr
  * above lr; decay_steps or decay_type without schedule = "wsd"; "wsd"
- * without decay_steps), at the key that does. */
+ * without decay_steps; no_decay with decay_all = True; eos_id equal to
+ * pad_id), at the key that does. */
 void tp_train_values_check(const struct tp_train_spec *t, tp_diags *d);
 
 #endif /* TPCC_TRAIN_VALUES_H */

@@ -207,7 +207,7 @@ static int read_inputs(job *j)
         const tr_buf *b = &s->bufs[s->input_ids];
         int64_t seq = b->rank > 1 ? b->shape[b->rank - 1] : n;
         j->segments = tp_xmalloc((size_t)n * sizeof *j->segments);
-        tr_segments_of(j->segments, ids, n / seq, seq, j->o->pad_id, j->o->eos_id);
+        tr_segments_of(j->segments, ids, n / seq, seq, j->o->train.pad_id, j->o->train.eos_id);
     }
     if (rc || !j->o->labels)
         return rc;
@@ -216,11 +216,11 @@ static int read_inputs(job *j)
         return -1;
     if (from_ids)
         memcpy(labels, ids, (size_t)n * sizeof *labels);
-    int64_t bad = tr_labels_first_invalid(labels, n, j->vocab, j->o->ignore_index);
+    int64_t bad = tr_labels_first_invalid(labels, n, j->vocab, j->o->train.ignore_index);
     if (bad >= 0)
         return fail(j, "label %d at position %lld is neither the ignore index %d nor in [0, %lld)", labels[bad],
-                    (long long)bad, j->o->ignore_index, (long long)j->vocab);
-    tr_labels_map_ignored(labels, n, j->o->ignore_index);
+                    (long long)bad, j->o->train.ignore_index, (long long)j->vocab);
+    tr_labels_map_ignored(labels, n, j->o->train.ignore_index);
     if (from_ids && s->label_shift == 0) {   /* the loss scores each row's next tokens */
         const tr_buf *b = &s->bufs[s->labels];
         int64_t seq = b->rank > 1 ? b->shape[b->rank - 1] : n;
@@ -676,8 +676,9 @@ int tr_run(const tr_options *o, tp_comm *comm, bool *everywhere, char *err, size
     int ranks = j.s.world * j.s.data_parallel;
     if (!rc)
         rc = options_match_training(&j);
-    if (!rc && tr_segments_check(o->schedule, j.s.segments >= 0, tr_schedule_token_vocab(&j.s), o->pad_id,
-                                 o->eos_id, why, sizeof why))
+    /* a training run checks its ids in force, the plan's train { } ones among them (train.c) */
+    if (!rc && !j.s.grads && tr_segments_check(o->schedule, j.s.segments >= 0, tr_schedule_token_vocab(&j.s),
+                                               o->train.pad_id, o->train.eos_id, why, sizeof why))
         rc = fail(&j, "%s", why);
     if (!rc && comm->world == 1 && ranks > 1)
         rc = fail(&j, "%s is a schedule for %d ranks: run it with tprun -n %d %s", o->schedule, ranks, ranks,

@@ -15,8 +15,6 @@ typedef struct tr_options {
     const char *weights;        /* NULL: seeded initialisation */
     uint64_t seed;
     const char *tokens, *labels;
-    int32_t ignore_index;       /* --ignore-index: the label value the loss skips (labels.h) */
-    int64_t pad_id, eos_id;     /* --pad-id, --eos-id: the segments' tokens (segments.h); TR_NO_ID: none */
     const char *out, *compare;
     double tolerance;
     bool profile, quiet;

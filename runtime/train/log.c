@@ -82,6 +82,19 @@ int tr_log_write_json(const tr_train_log *log, const char *path, char *err, size
                                  "decay_all", t->decay_all, "max_grad_norm", number(t->max_grad_norm),
                                  "steps", (json_int_t)t->steps, "micro_batches", (json_int_t)t->micro_batches,
                                  "ignore_index", (int)t->ignore_index);
+    if (settings && t->no_decay) {   /* as the plan's no_decay: a list of name parts */
+        json_t *names = json_array();
+        for (const char *at = t->no_decay; *at;) {
+            size_t n = strcspn(at, ",");
+            json_array_append_new(names, json_stringn(at, n));
+            at += n + (at[n] == ',');
+        }
+        json_object_set_new(settings, "no_decay", names);
+    }
+    if (settings && t->pad_id >= 0)
+        json_object_set_new(settings, "pad_id", json_integer(t->pad_id));
+    if (settings && t->eos_id >= 0)
+        json_object_set_new(settings, "eos_id", json_integer(t->eos_id));
     if (settings && t->decay_type) {
         json_object_set_new(settings, "decay_steps", json_integer(t->decay_steps));
         json_object_set_new(settings, "decay_type", json_string(t->decay_type));

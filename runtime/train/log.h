@@ -37,7 +37,9 @@ typedef struct tr_train_settings {
     const char *decay_type;  /* wsd's (tp_lr_decay_names'), with decay_steps; NULL: another schedule's */
     int64_t micro_batches;   /* runs per optimizer step (accum.h) */
     int32_t ignore_index;    /* the label value the loss skips (labels.h) */
+    int64_t pad_id, eos_id;  /* the segments' tokens (segments.h); TR_NO_ID: none, not written */
     bool decay_all;
+    const char *no_decay;    /* "bias,norm": the names without decay; NULL: by rank (optim.h) */
 } tr_train_settings;
 
 typedef struct tr_train_log {

@@ -2,7 +2,9 @@
 #include "runtime/train/options.h"
 #include <stdio.h>
 #include <string.h>
+#include "runtime/train/labels.h"
 #include "runtime/train/save.h"
+#include "runtime/train/segments.h"
 #include "util/bytes.h"
 #include "util/errmsg.h"
 #include "util/number.h"
@@ -12,7 +14,8 @@ tr_train_options tr_train_defaults(void)
     return (tr_train_options){.lr = 1e-3, .schedule = TP_LR_COSINE, .decay_type = TP_DECAY_COSINE,
                               .adam_beta1 = 0.9, .adam_beta2 = 0.999, .adam_epsilon = 1e-8, .weight_decay = 0.01,
                               .max_grad_norm = 1.0, .save_keep = 1, .max_shard_bytes = TR_SAVE_SHARD_BYTES,
-                              .micro_batches = 1};
+                              .micro_batches = 1, .ignore_index = TR_IGNORE_INDEX, .pad_id = TR_NO_ID,
+                              .eos_id = TR_NO_ID};
 }
 
 static int number(const char *name, const char *arg, double *out, char *err, size_t errlen)
@@ -90,6 +93,17 @@ int tr_train_option(tr_train_options *t, const char *name, const char *arg, char
             return tp_error(err, errlen, "--no-decay takes the name parts of the parameters that take no weight "
                             "decay, comma-separated (bias,norm), not '%s'", arg);
         t->no_decay = arg;
+    }
+    else if (!strcmp(name, "ignore-index")) {
+        int64_t v;
+        if (tp_parse_int(arg, INT32_MIN, INT32_MAX, &v))
+            return tp_error(err, errlen, "--ignore-index takes a whole number (a label value, such as the pad id), "
+                            "not '%s'", arg);
+        t->ignore_index = (int32_t)v;
+    }
+    else if (!strcmp(name, "pad-id") || !strcmp(name, "eos-id")) {
+        if (tp_parse_int(arg, 0, INT32_MAX, !strcmp(name, "pad-id") ? &t->pad_id : &t->eos_id))
+            return tp_error(err, errlen, "--%s takes a token id, a whole number from 0, not '%s'", name, arg);
     }
     else if (!strcmp(name, "steps"))
         return count(name, arg, 1, &t->steps, err, errlen);

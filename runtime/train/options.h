@@ -30,6 +30,9 @@ typedef struct tr_train_options {
     bool decay_all;
     const char *no_decay;        /* --no-decay NAMES: parameters whose name holds one take no decay (optim.h) */
     double max_grad_norm;        /* 0: no clipping */
+    int32_t ignore_index;        /* --ignore-index: the label value the loss skips (labels.h) */
+    int64_t pad_id, eos_id;      /* --pad-id, --eos-id: the segments' tokens (segments.h); TR_NO_ID: none.
+                                    A forward run reads these three too. */
     uint32_t given;              /* bit f (sched/train_settings.h's fields): set on the command line, which
                                     overrides the schedule's train { } value (runtime/train/settings.h) */
     const char *log_json, *grads_out;
@@ -46,13 +49,14 @@ typedef struct tr_train_options {
 
 /* The defaults: torch.optim.AdamW's lr, transformers' max_grad_norm 1.0,
  * weight decay 0.01, cosine with no warm-up (wsd's decay: cosine, as
- * get_wsd_schedule's), shards of 2 GiB; no training. */
+ * get_wsd_schedule's), shards of 2 GiB, ignore index -100, no pad or eos
+ * id; no training. */
 tr_train_options tr_train_defaults(void);
 
 /* One training option of tprun's command line, by its long name ("no-decay", "data",
  * "eval-data", "eval-labels", "eval-every", "steps", "epochs", "shuffle-seed", "micro-batches", "lr", "warmup", "warmup-start-factor", "min-lr", "schedule", "decay-steps", "decay-type",
  * "adam-beta1", "adam-beta2", "adam-epsilon", "weight-decay", "decay-all",
- * "max-grad-norm", "log-json", "grads-out", "save", "save-every", "save-keep", "max-shard-size", "resume",
+ * "max-grad-norm", "ignore-index", "pad-id", "eos-id", "log-json", "grads-out", "save", "save-every", "save-keep", "max-shard-size", "resume",
  * "on-nonfinite"), with its
  * argument (NULL for a flag). Returns 0, or -1 with a message saying what the option takes. */
 int tr_train_option(tr_train_options *t, const char *name, const char *arg, char *err, size_t errlen);

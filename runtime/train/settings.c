@@ -78,6 +78,19 @@ int tr_train_in_force(const tr_train_options *flags, const tp_train_values *plan
         t.decay_type = (tp_lr_decay)v[TP_TF_DECAY_TYPE];
     if (from_plan(flags, plan, TP_TF_MICRO_BATCHES))
         t.micro_batches = (int64_t)v[TP_TF_MICRO_BATCHES];
+    if (from_plan(flags, plan, TP_TF_NO_DECAY))
+        t.no_decay = plan->no_decay;
+    if (from_plan(flags, plan, TP_TF_IGNORE_INDEX))
+        t.ignore_index = (int32_t)v[TP_TF_IGNORE_INDEX];
+    if (from_plan(flags, plan, TP_TF_PAD_ID))
+        t.pad_id = (int64_t)v[TP_TF_PAD_ID];
+    if (from_plan(flags, plan, TP_TF_EOS_ID))
+        t.eos_id = (int64_t)v[TP_TF_EOS_ID];
+    /* a flag overrides the plan's opposite too: --decay-all its no_decay, --no-decay its decay_all */
+    if (flags->given >> TP_TF_DECAY_ALL & 1u && from_plan(flags, plan, TP_TF_NO_DECAY))
+        t.no_decay = NULL;
+    if (flags->given >> TP_TF_NO_DECAY & 1u && from_plan(flags, plan, TP_TF_DECAY_ALL))
+        t.decay_all = false;
     t.given = flags->given | plan->given;
     if (t.schedule == TP_LR_WSD && !(t.given >> TP_TF_START_FACTOR & 1u))
         t.warmup_start_factor = t.lr > 0 ? t.min_lr / t.lr : 0;   /* min_lr_ratio: get_wsd_schedule's warm-up */

@@ -16,6 +16,7 @@
 #include "runtime/train/log.h"
 #include "runtime/train/optim.h"
 #include "runtime/train/save.h"
+#include "runtime/train/segments.h"
 #include "runtime/train/settings.h"
 #include "runtime/train/zero.h"
 #include "util/errmsg.h"
@@ -104,8 +105,10 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
                                   .epochs = tr->t->epochs ? tr->t->epochs : 1, .shuffle = tr->t->shuffle,
                                   .shuffle_seed = tr->t->shuffle_seed,
                                   .label_shift = tr->s->labels >= 0 ? tr->s->label_shift : 1, .vocab = vocab,
-                                  .ignore_index = tr->o->ignore_index, .scored = tr->s->labels >= 0,
-                                  .pad_id = tr->o->pad_id, .eos_id = tr->o->eos_id};
+                                  .ignore_index = tr->t->ignore_index, .scored = tr->s->labels >= 0,
+                                  .pad_id = tr->t->pad_id, .eos_id = tr->t->eos_id};
+    if (tr_segments_check(tr->o->schedule, tr->s->segments >= 0, vocab, tr->t->pad_id, tr->t->eos_id, err, errlen))
+        return -1;
     if (tr->s->labels < 0 && (tr->o->labels || tr->t->eval_data))
         return tp_error(err, errlen, "%s: %s has no labels to take (its loss, tpcc --loss sum, reads none)",
                         tr->o->labels ? "--labels" : "--eval-data", tr->o->schedule);
@@ -340,7 +343,8 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
         .max_grad_norm = t->max_grad_norm, .warmup = t->warmup, .steps = t->steps,
         .schedule = tp_lr_schedule_names[t->schedule], .decay_all = t->decay_all,
         .decay_steps = t->decay_steps, .decay_type = t->schedule == TP_LR_WSD ? tp_lr_decay_names[t->decay_type] : NULL,
-        .micro_batches = t->micro_batches, .ignore_index = o->ignore_index};
+        .micro_batches = t->micro_batches, .ignore_index = t->ignore_index, .pad_id = t->pad_id,
+        .eos_id = t->eos_id, .no_decay = t->no_decay};
     int64_t first = tr.optim.step;
     tr_profile *profiles = NULL;   /* kept when op times are wanted */
     int kept = 0;

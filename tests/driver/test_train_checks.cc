@@ -225,6 +225,16 @@ TEST(TrainChecks, OptimizerAndScheduleKeysSayWhatTheyTake)
           ":32:19: error: decay_steps shapes the decay of schedule \"wsd\" (warmup-stable-decay), and the block's "
           "schedule is \"linear\" [plan]",
           "fix: say schedule = \"wsd\", or remove decay_steps", ":33:18: error: decay_type shapes the decay"}},
+        {"train-data-values",
+         {":29:16: error: no_decay names the parameters without weight decay, and decay_all = True decays every one "
+          "[plan]",
+          ":30:17: note: decay_all is given here",
+          ":31:20: error: ignore_index is the label value the loss ignores (CrossEntropyLoss's ignore_index): a whole "
+          "number from -2147483648 to 2147483647 (included) [plan]",
+          ":33:14: error: eos_id 3 is pad_id too: a token cannot both end a document and be padding [plan]",
+          "fix: pad with another id, or give only eos_id",
+          ":34:5: error: train { } has no key 'pad_token_id' [plan]",
+          "fix: did you mean 'pad_id'? that is train { }'s name for pad_token_id", "4 errors generated"}},
         {"train-schedule-wsd-no-decay",
          {":28:16: error: schedule \"wsd\" needs decay_steps: the steps at the end that decay to min_lr "
           "(get_wsd_schedule's num_decay_steps) [plan]",
@@ -238,6 +248,12 @@ TEST(TrainChecks, OptimizerAndScheduleKeysSayWhatTheyTake)
             EXPECT_TRUE(contains(r.err, e)) << c.plan << ": " << e << "\n" << r.err;
     }
     TempDir dir;
+    for (const char *bad : {"()", "(\"bias\", \"\")", "\"bias,norm\"", "(1,)"}) {   // names, none empty or with a comma
+        Proc r = run_tpcc({"--check", write_plan(dir, "mesh(tp = tp)", std::string("train { no_decay = ") + bad + " }")});
+        EXPECT_EQ(r.code(), 1) << bad;
+        EXPECT_TRUE(contains(r.err, "no_decay is the name parts of the parameters without weight decay (all others "
+                                    "take it): a name or a tuple of names")) << bad << "\n" << r.err;
+    }
     std::string plan = write_plan(dir, "mesh(tp = tp)", "train { schedule = \"wsdd\", decay_steps = 10 }");
     EXPECT_EQ(run_tpcc({"--fix", plan}).code(), 0);
     EXPECT_TRUE(contains(slurp(plan), "train { schedule = \"wsd\", decay_steps = 10 }")) << slurp(plan);

@@ -147,28 +147,50 @@ TEST(TrainLabels, GradientAccumulationMatchesTransformers)
 // cross_entropy, a loss that does not shift), x and y cut from padded
 // [BOT] text [EOT] sequences, ignore_index=PAD, AdamW(betas=(0.9, 0.99),
 // weight_decay=0.1) on every parameter, LinearLR(start_factor=0.1) then
-// the cosine: PyTorch's five steps at tp 1 and 2. (A step's loss and norm
-// are those of the weights the steps before it left; --save, which writes
-// a Hugging Face directory, has no config.json to write for this model.)
+// the cosine: PyTorch's five steps at tp 1 and 2 from tprun's flags, and
+// at dp 2 x tp 2 from the plan's train { } alone, which also masks the
+// padding from attention (pad_id, as the seed's attention_mask). (A step's
+// loss and norm are those of the weights the steps before it left; --save,
+// which writes a Hugging Face directory, has no config.json to write for
+// this model.)
 TEST(TrainLabels, Seed003LoopMatchesPyTorch)
 {
     ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
     TempDir d;
     const std::string dir = kFixtures + "llama-seed003/";
-    for (int tp : {1, 2}) {
-        std::vector<std::string> args = {std::string(TPCC_SOURCE_DIR) + "/plans/llama-torchtitan.plan", "--loss",
-                                         "cross_entropy", "-D", "tp=" + std::to_string(tp)};
+    std::string recipe_plan;
+    ASSERT_NO_FATAL_FAILURE(tpcc_test::dp_plan(d, recipe_plan, "plans/llama-torchtitan.plan",
+                                               "betas = (0.9, 0.99)\n    weight_decay = 0.1\n    decay_all = True\n"
+                                               "    warmup_steps = 2\n    start_factor = 0.1\n    ignore_index = 0\n"
+                                               "    pad_id = 0"));
+    const std::vector<std::string> recipe_flags = {"--ignore-index", "0", "--warmup", "2", "--warmup-start-factor",
+                                                   "0.1", "--adam-beta2", "0.99", "--weight-decay", "0.1",
+                                                   "--decay-all"};
+    struct Run { int dp, tp; std::string plan; std::vector<std::string> flags; };
+    const std::vector<Run> runs = {{1, 1, std::string(TPCC_SOURCE_DIR) + "/plans/llama-torchtitan.plan", recipe_flags},
+                                   {1, 2, std::string(TPCC_SOURCE_DIR) + "/plans/llama-torchtitan.plan", recipe_flags},
+                                   {2, 2, recipe_plan, {}}};
+    for (const Run &r : runs) {
+        std::vector<std::string> args = {r.plan, "--loss", "cross_entropy", "-D", "tp=" + std::to_string(r.tp)};
+        if (r.dp > 1)
+            args.insert(args.end(), {"-D", "dp=" + std::to_string(r.dp)});
         for (const char *def : {"vocab=128", "hidden=32", "layers=2", "heads=4", "kv_heads=2", "ffn=64", "seq=16",
-                                "batch=2", "rope_theta=10000.0", "use_rope_scaling=false", "rms_norm_eps=1e-5"})
+                                "rope_theta=10000.0", "use_rope_scaling=false", "rms_norm_eps=1e-5"})
             args.insert(args.end(), {"-D", def});
-        const std::string what = "tp " + std::to_string(tp), sched = compile(d, args, "seed003-" + what.substr(3)),
-                          log = d.path + "/log" + what.substr(3) + ".json";
-        Proc t = tprun(tp, sched, {"--weights", dir + "model.safetensors", "--data", dir + "tokens.npy", "--labels",
-                                   dir + "labels.npy", "--ignore-index", "0", "--steps", "5", "--warmup", "2",
-                                   "--warmup-start-factor", "0.1", "--adam-beta2", "0.99", "--weight-decay", "0.1",
-                                   "--decay-all", "--log-json", log, "-q"});
+        args.insert(args.end(), {"-D", "batch=" + std::to_string(2 / r.dp)});
+        const std::string what = "dp " + std::to_string(r.dp) + " tp " + std::to_string(r.tp),
+                          name = "seed003-" + std::to_string(r.dp) + "x" + std::to_string(r.tp),
+                          sched = compile(d, args, name), log = d.path + "/" + name + ".json";
+        std::vector<std::string> run = {"--weights", dir + "model.safetensors", "--data", dir + "tokens.npy",
+                                        "--labels", dir + "labels.npy", "--steps", "5", "--log-json", log, "-q"};
+        run.insert(run.end(), r.flags.begin(), r.flags.end());
+        Proc t = tprun(r.dp * r.tp, sched, run);
         ASSERT_EQ(t.code(), 0) << what << "\n" << t.describe();
         expect_fixture_steps(dir, log, "", sched, what);
+        if (r.dp > 1) {   // the plan's pad_id reached the run: the schedule takes segments, the log names it
+            EXPECT_TRUE(contains(tpcc_test::slurp(sched), "\"segments\"")) << what;
+            EXPECT_TRUE(contains(tpcc_test::slurp(log), "\"pad_id\": 0")) << what;
+        }
     }
 }
 

@@ -460,6 +460,53 @@ TEST(TrainSettings, ThePlansAreDefaultsEachFlagOverrides)
     EXPECT_TRUE(contains(err, "--schedule wsd needs --decay-steps N")) << err;
 }
 
+// The data keys and no_decay of the plan's train { } are defaults too:
+// each flag overrides its own, --decay-all the plan's no_decay and
+// --no-decay the plan's decay_all (one of the two is in force).
+TEST(TrainSettings, DataKeysAndNoDecayFromThePlan)
+{
+    tp_train_values plan = {};
+    auto give = [&](tp_train_field f, double v) {
+        plan.v[f] = v;
+        plan.given |= 1u << f;
+    };
+    give(TP_TF_IGNORE_INDEX, 0);
+    give(TP_TF_PAD_ID, 0);
+    give(TP_TF_EOS_ID, 2);
+    give(TP_TF_NO_DECAY, 1);
+    ASSERT_TRUE(tp_train_names_add(plan.no_decay, "bias"));
+    ASSERT_TRUE(tp_train_names_add(plan.no_decay, "norm"));
+    tr_train_options flags = tr_train_defaults(), t;
+    char err[400] = "";
+    ASSERT_EQ(tr_train_in_force(&flags, &plan, &t, err, sizeof err), 0) << err;
+    EXPECT_EQ(t.ignore_index, 0);
+    EXPECT_EQ(t.pad_id, 0);
+    EXPECT_EQ(t.eos_id, 2);
+    EXPECT_STREQ(t.no_decay, "bias,norm");
+    for (auto [name, arg] : {std::pair{"ignore-index", "-100"}, {"pad-id", "5"}, {"decay-all", nullptr}})
+        ASSERT_EQ(tr_train_option(&flags, name, arg, err, sizeof err), 0) << err;
+    ASSERT_EQ(tr_train_in_force(&flags, &plan, &t, err, sizeof err), 0) << err;
+    EXPECT_EQ(t.ignore_index, -100);
+    EXPECT_EQ(t.pad_id, 5);
+    EXPECT_EQ(t.eos_id, 2);
+    EXPECT_TRUE(t.decay_all);
+    EXPECT_EQ(t.no_decay, nullptr);
+    give(TP_TF_DECAY_ALL, 1);
+    flags = tr_train_defaults();
+    ASSERT_EQ(tr_train_option(&flags, "no-decay", "norm", err, sizeof err), 0) << err;
+    ASSERT_EQ(tr_train_in_force(&flags, &plan, &t, err, sizeof err), 0) << err;
+    EXPECT_FALSE(t.decay_all);
+    EXPECT_STREQ(t.no_decay, "norm");
+    // names that do not fit the schedule's string are refused, not cut
+    char names[TP_TRAIN_NAMES_MAX] = "";
+    const std::string long_name(TP_TRAIN_NAMES_MAX / 2, 'n');
+    EXPECT_TRUE(tp_train_names_add(names, long_name.c_str()));
+    EXPECT_FALSE(tp_train_names_add(names, long_name.c_str()));
+    EXPECT_EQ(std::string(names), long_name);
+    EXPECT_FALSE(tp_train_name_ok(""));
+    EXPECT_FALSE(tp_train_name_ok("bias,norm"));
+}
+
 TEST(TrainOptions, ParsedAndRefused)
 {
     tr_train_options t = tr_train_defaults();

@@ -191,6 +191,30 @@ TEST(TrainRun, MatchesPyTorchsRecipeFromThePlan)
     json_decref(got);
 }
 
+// no_decay and the data keys of train { } reach tprun through the schedule
+// too: the names as a list, eos_id as the segments' documents (the plan's
+// eos_id gives the schedule its segments input, as tpcc --segments would),
+// and the run records both as in force.
+TEST(TrainRun, NoDecayAndDataKeysFromThePlan)
+{
+    TempDir d;
+    std::string dir = kFixtures + "llama-recipe/", plan, sched = d.path + "/keys.sched", log = d.path + "/log.json";
+    tpcc_test::dp_plan(d, plan, "plans/llama-sp.plan", "no_decay = (\"bias\", \"norm\")\n    eos_id = 2");
+    Proc c = compile_dp(plan, 1, 1, 2, sched, true, "fp32", "llama-recipe");
+    ASSERT_EQ(c.code(), 0) << c.describe();
+    const std::string text = tpcc_test::slurp(sched);
+    EXPECT_TRUE(contains(text, "\"train\": {\"no_decay\": [\"bias\", \"norm\"], \"eos_id\": 2}")) << text;
+    EXPECT_TRUE(contains(text, "\"segments\"")) << text;
+    Proc r = train(sched, 1, {"--weights", dir, "--data", dir + "tokens.npy", "--steps", "1", "--log-json", log, "-q"});
+    ASSERT_EQ(r.code(), 0) << r.describe();
+    json_t *got = json_load_file(log.c_str(), 0, nullptr), *settings = json_object_get(got, "settings");
+    json_t *names = json_object_get(settings, "no_decay");
+    ASSERT_EQ(json_array_size(names), 2u) << tpcc_test::slurp(log);
+    EXPECT_STREQ(json_string_value(json_array_get(names, 1)), "norm");
+    EXPECT_EQ(json_integer_value(json_object_get(settings, "eos_id")), 2);
+    json_decref(got);
+}
+
 // --save after five steps holds torch's final weights; three steps saved
 // and resumed to five give the same checkpoint as five in one go.
 TEST(TrainRun, SaveHoldsTorchsWeightsAndResumeContinues)

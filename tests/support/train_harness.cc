@@ -22,7 +22,9 @@ void dp_plan(const TempDir &d, std::string &plan, const std::string &source, con
 {
     std::string text = slurp(std::string(TPCC_SOURCE_DIR) + "/" + source);
     replace_once(text, "model \"../models/", "model \"" + std::string(TPCC_SOURCE_DIR) + "/models/");
-    replace_once(text, "    tp = 2\n", "    tp = 2\n    dp = 1\n");
+    const size_t tp_line = text.find("\n    tp = ");   // the config's tp, whatever its value: dp beside it
+    ASSERT_NE(tp_line, std::string::npos) << source << " has no config value tp";
+    text.insert(text.find('\n', tp_line + 1) + 1, "    dp = 1\n");
     replace_once(text, "mesh(tp = tp)", "mesh(dp = dp, tp = tp)");
     // on a 2-D mesh each block names its dimension
     for (size_t at = text.find("\nparallelize \""); at != std::string::npos; at = text.find("\nparallelize \"", at + 1)) {
