@@ -68,9 +68,11 @@ mkdir -p "$build_dir"
 if [[ -n "${TPCC:-}" && -n "${TPRUN:-}" ]]; then
     tpcc="$TPCC" tprun="$TPRUN"          # built elsewhere (a machine without our build tools)
 else
+    # the log keeps ptxas's register and spill report of every kernel beside the timings
     log="$build_dir/bench-gpu-build.log"
-    if ! cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DTPCC_TESTS=OFF -DTPCC_CUDA=ON >"$log" 2>&1 ||
-       ! cmake --build "$build_dir" -j"$(nproc)" --target tpcc tprun >>"$log" 2>&1; then
+    if ! cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DTPCC_TESTS=OFF -DTPCC_CUDA=ON \
+             -DTPCC_PTXAS_VERBOSE=ON >"$log" 2>&1 ||
+       ! cmake --build "$build_dir" -j"$(nproc)" --target tpcc tprun tprun_cuda >>"$log" 2>&1; then
         cat "$log" >&2
         echo "bench_gpu: build failed (log: $log)" >&2
         exit 1

@@ -12,7 +12,8 @@
 #   SEQ, BATCH   the step's shape (default 512 x 8)
 #   DTYPE    the schedule's dtype (default fp32; PyTorch then runs fp32
 #            with TF32 off, as cuBLAS does for tprun)
-#   TPCC, TPRUN  the binaries (default build/tpcc, build/tprun)
+#   TPCC, TPRUN  the binaries (default build/tpcc, build/tprun, with the CUDA
+#            backend beside it: tools/setup.sh --cuda)
 #
 # Both sides: AdamW (lr 1e-3 after 2 warm-up steps, cosine, betas 0.9 and
 # 0.999, weight decay 0.01 on matrices only), clip_grad_norm_ at 1.0,

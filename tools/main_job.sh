@@ -1,16 +1,48 @@
 #!/usr/bin/env bash
 # The main job: compile the shipped tiny Llama plan (sequence parallel,
-# loss parallel) for 2 ranks, run it with tprun on seeded weights, and check
-# its logits against a one-rank run of the same model.
+# vocab-parallel loss) for 2 ranks and for 1, run both with tprun on the
+# same seeded weights and tokens, and check that the 2 ranks' logits are the
+# one rank's. Prints what was compiled, the losses and the agreement; the
+# schedules and logits stay in BUILD/main-job/.
+#
+#   tools/main_job.sh [BUILD]      # BUILD defaults to build (tools/setup.sh's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=build/main-job
+build=${1:-build}
+plan=plans/llama-tiny.plan
+out=$build/main-job
 mkdir -p "$out"
 
-build/tpcc plans/llama-tiny.plan -o "$out/llama-tiny-tp1.sched" -D tp=1
-build/tpcc plans/llama-tiny.plan -o "$out/llama-tiny-tp2.sched"
+"$build/tpcc" "$plan" -D tp=1 -o "$out/llama-tiny-tp1.sched"
+"$build/tpcc" "$plan" -o "$out/llama-tiny-tp2.sched"
 
-# the reference: the same seeded weights and tokens on one rank
-build/tprun -q "$out/llama-tiny-tp1.sched" --labels tokens --out "$out/logits-tp1.npy"
-build/tprun -n 2 "$out/llama-tiny-tp2.sched" --labels tokens --out "$out/logits-tp2.npy" \
-    --compare "$out/logits-tp1.npy"
+# tprun's report of a run; on a failure, all of it
+run() {
+    local report
+    if ! report=$("$build/tprun" "$@" 2>&1); then
+        printf '%s\n' "$report" >&2
+        echo "main job: failed: tprun $*" >&2
+        exit 1
+    fi
+    printf '%s\n' "$report"
+}
+one=$(run "$out/llama-tiny-tp1.sched" --labels tokens --out "$out/logits-tp1.npy")
+two=$(run -n 2 "$out/llama-tiny-tp2.sched" --labels tokens --out "$out/logits-tp2.npy" \
+          --compare "$out/logits-tp1.npy")
+
+# a value of the schedule's configuration (its "config" object is one line)
+config() { sed -n "s/^ *\"config\": {.*\"$1\": \([^,}]*\).*/\1/p" "$out/llama-tiny-tp2.sched"; }
+# a field of tprun's report: the line's words after its label
+field() { sed -n "s/^  $1  *//p"; }
+agreement=$(field agreement <<<"$two")
+difference=$(sed -n 's/.*| = \([^ ]*\) at .*/\1/p' <<<"$agreement")
+tolerance=$(sed -n 's/.*(tolerance \([^)]*\)).*/\1/p' <<<"$agreement")
+verdict=${agreement##*: }
+
+echo "compiled  $plan (sequence parallel, vocab-parallel loss) for 2 ranks (tp $(config tp), dp 1) and for 1:"
+echo "          a Llama of $(config layers) layers, hidden $(config hidden), $(config heads) heads" \
+     "($(config kv_heads) kv), ffn $(config ffn), vocab $(config vocab); batch $(config batch) x seq $(config seq)"
+echo "ran       tprun -n 2 and tprun on the same seeded weights and tokens:" \
+     "$(sed -n 's/^tprun: .*(2 ranks, \(.*\))$/\1/p' <<<"$two")"
+echo "loss      $(field loss <<<"$two") on 2 ranks, $(field loss <<<"$one") on 1 rank"
+echo "logits    $(field logits <<<"$two"): max |2 ranks - 1 rank| = $difference, tolerance $tolerance: $verdict"

@@ -61,7 +61,9 @@ static const tp_gpu_module *load(char *err, size_t errlen)
         }
         return module = m;
     }
-    snprintf(err, errlen, "the CUDA backend %s is missing (looked for %s and %s): install it beside tprun's build",
+    snprintf(err, errlen,
+             "the CUDA backend %s is missing (looked for %s and %s): build it beside tprun "
+             "(cmake --build BUILD --target tprun_cuda; in the source tree, tools/setup.sh --cuda)",
              TP_GPU_MODULE_FILE, path[0], path[1]);
     return NULL;
 }

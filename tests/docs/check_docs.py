@@ -5,8 +5,9 @@
                                      and docs/*.md resolves
   check_docs.py readme SRC           README.md is a front door: at most 200 lines
   check_docs.py flags SRC TPCC TPRUN the options of `tpcc --help` and `tprun --help`
-                                     are those of man/tpcc.1, man/tprun.1 and
-                                     docs/cli.md's option lists
+                                     are those the tools accept (their getopt
+                                     tables) and those of man/tpcc.1, man/tprun.1
+                                     and docs/cli.md's option lists
   check_docs.py recipes SRC          the recipes of docs/architecture.md ("Adding
                                      a model family", "... a parallel style", "...
                                      an op") have the steps RECIPES counts, every
@@ -108,7 +109,11 @@ def check_readme(src):
 OPTION = re.compile(r'(?<![\w-])(--[a-z][a-z0-9-]*[a-z0-9]|-[A-Za-z](?![A-Za-z])[0-9]?)')
 
 
-def options_of_text(text, tool):
+# MPICH's spelling of a long option with one dash (tprun's -ppn, -hostfile).
+HYDRA_OPTION = re.compile(r'(?<![\w-])-[a-z]{2,}\b')
+
+
+def options_of_text(text, tool, pattern=OPTION):
     """The options a help text (or a Markdown code block like it) lists: the
     first column of its option lines and of its usage lines."""
     found = set()
@@ -119,7 +124,7 @@ def options_of_text(text, tool):
         if not (s.startswith('-') or s.startswith(tool + ' ') or s.startswith('mpiexec ')):
             continue
         first = re.split(r'\s{2,}', s)[0]
-        found.update(OPTION.findall(first))
+        found.update(pattern.findall(first))
     return found
 
 
@@ -161,6 +166,26 @@ def options_of_cli(path, tool):
     return found
 
 
+# Where each tool parses its options: getopt_long's optstring and its
+# `static const struct option longs[]` table.
+OPTION_TABLES = {'tpcc': 'compiler/driver/main.c', 'tprun': 'runtime/tprun.c'}
+# tpcc's -O takes 0 or 1, which its help spells with it; tprun hands
+# MPICH's one-dash spellings to getopt with two (hydra_spellings).
+HELP_SPELLING = {'-O0': '-O', '-O1': '-O'}
+
+
+def options_accepted(path):
+    """The options a tool's getopt_long call accepts: --name for each row
+    of its longs[] table, -x for each letter of its optstring."""
+    text = open(path, encoding='utf-8').read()
+    table = re.search(r'static const struct option longs\[\] = \{(.*?)\n\s*\};', text, re.S)
+    optstring = re.search(r'getopt_long\(argc, argv, "([^"]*)"', text)
+    if not table or not optstring:
+        return None
+    return ({'--' + name for name in re.findall(r'\{"([a-z0-9-]+)",', table.group(1))} |
+            {'-' + c for c in optstring.group(1) if c.isalpha()})
+
+
 def check_flags(src, tpcc, tprun):
     ok = True
     for tool, exe in (('tpcc', tpcc), ('tprun', tprun)):
@@ -170,6 +195,19 @@ def check_flags(src, tpcc, tprun):
         if len(helped) < 10:
             print('%s --help: only %d options found' % (tool, len(helped)))
             ok = False
+        accepted = options_accepted(os.path.join(src, OPTION_TABLES[tool]))
+        if accepted is None:
+            print('%s: no getopt_long optstring or longs[] table found' % OPTION_TABLES[tool])
+            ok = False
+        else:
+            hydra = {'-' + o for o in options_of_text(out, tool, HYDRA_OPTION)}
+            spelled = {HELP_SPELLING.get(o, o) for o in helped | hydra}
+            for o in sorted(accepted - spelled):
+                print('%s: %s accepts %s, which %s --help does not list' % (OPTION_TABLES[tool], tool, o, tool))
+                ok = False
+            for o in sorted(spelled - accepted):
+                print('%s --help lists %s, which %s does not accept' % (tool, o, OPTION_TABLES[tool]))
+                ok = False
         for name, listed in (('man/%s.1' % tool, options_of_man(os.path.join(src, 'man', tool + '.1'))),
                              ('docs/cli.md', options_of_cli(os.path.join(src, 'docs', 'cli.md'), tool))):
             for o in sorted(helped - listed):
