@@ -219,12 +219,17 @@ static void match_suppressions(tp_diags *d, const supp_index *x, int index)
     }
 }
 
+/* An error can end the check before it reaches a suppressed line (a
+ * config.json that cannot be read, a model that does not build): a
+ * suppression silences nothing only in a plan checked without one. That
+ * it names an error is said either way. */
 static void report_unused(tp_diags *d)
 {
+    const bool complete = d->errors == 0;
     for (int si = 0; si < d->nsupps; si++) {
         const tp_suppression *s = &d->supps[si];
         for (int k = 0; k < s->nchecks; k++) {
-            if (s->used[k] == TP_SUPPRESSION_USED)
+            if (s->used[k] == TP_SUPPRESSION_USED || (!complete && s->used[k] != TP_SUPPRESSION_ERROR_ONLY))
                 continue;
             tp_span sp = s->spans[k];
             if (s->used[k] == TP_SUPPRESSION_ERROR_ONLY) {

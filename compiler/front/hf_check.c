@@ -146,10 +146,13 @@ void tp_hf_check_block(tp_config *c, const tp_node *model_ast)
             tp_diag_add(c->diags, TP_ERROR, a->kids[0]->span, "model",
                         "hf { requires } must be a dict from config.json keys to values: "
                         "requires = {\"hidden_act\": \"silu\"}");
-        else if (!tuple_field && strcmp(a->name, "requires"))
+        else if (!strcmp(a->name, "positions_from") && a->kids[0]->kind != N_STR)
+            tp_diag_add(c->diags, TP_ERROR, a->kids[0]->span, "model",
+                        "hf { positions_from } must be a module path: positions_from = \"model.embed_tokens\"");
+        else if (!tuple_field && strcmp(a->name, "requires") && strcmp(a->name, "positions_from"))
             tp_diag_add(c->diags, TP_ERROR, a->span, "model",
-                        "hf { } has no field '%s'; it takes architectures, model_types, understands "
-                        "and requires", a->name);
+                        "hf { } has no field '%s'; it takes architectures, model_types, understands, "
+                        "requires and positions_from", a->name);
     }
 }
 

@@ -8,6 +8,7 @@
  *         model_types   = ("llama",)
  *         understands   = ("torch_dtype", "bos_token_id", ...)   # change nothing tpcc computes
  *         requires      = {"hidden_act": "silu"}                 # the only value it computes
+ *         positions_from = "model.embed_tokens"                  # see model.h
  *     }
  *
  * config.json must name one of those architectures, and every key in it

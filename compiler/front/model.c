@@ -446,6 +446,26 @@ static void apply_tie(builder *b, tp_module *mod, const tp_node *call)
     free(ft);
 }
 
+/* hf { positions_from = "..." }: a module of the model (hf_check.c checks
+ * the field is a string). */
+static void find_positions_from(tp_model *m, const tp_node *const *files, int nfiles, tp_diags *d)
+{
+    for (int f = 0; f < nfiles; f++)
+        for (int i = 0; i < files[f]->nkids; i++) {
+            const tp_node *block = files[f]->kids[i];
+            for (int k = 0; block->kind == N_HF && k < block->nkids; k++) {
+                const tp_node *a = block->kids[k];
+                if (a->kind != N_ASSIGN || strcmp(a->name, "positions_from") || a->kids[0]->kind != N_STR)
+                    continue;
+                m->positions_from = tp_model_find(m, a->kids[0]->str);
+                if (!m->positions_from)
+                    tp_diag_add(d, TP_ERROR, a->kids[0]->span, "model", "hf { positions_from } names '%s', which "
+                                "is no module of the model: give the path of the module whose output's length "
+                                "transformers counts the positions by (\"model.embed_tokens\")", a->kids[0]->str);
+            }
+        }
+}
+
 bool tp_model_build(tp_model *m, const tp_node *const *files, int nfiles, tp_config *c)
 {
     memset(m, 0, sizeof *m);
@@ -468,6 +488,7 @@ bool tp_model_build(tp_model *m, const tp_node *const *files, int nfiles, tp_con
         return false;
     builder b = {m, c, c->diags, 0, false, false};
     m->root = build_user(&b, root_def, "", "", NULL, NULL);
+    find_positions_from(m, files, nfiles, c->diags);
     return true;
 }
 

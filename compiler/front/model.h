@@ -59,6 +59,11 @@ typedef struct tp_module {
 typedef struct tp_model {
     tp_module *root;
     tp_module **all; int count, cap;    /* preorder */
+    /* hf { positions_from = "model.embed_tokens" }: the module whose output's
+     * length transformers numbers the positions by (LlamaModel's
+     * position_ids = arange(inputs_embeds.shape[1])) when the caller
+     * passes no position_ids; NULL: the positions do not depend on it */
+    tp_module *positions_from;
     const tp_node **defs; int ndefs;    /* module type definitions */
 } tp_model;
 

@@ -221,6 +221,10 @@ iv tp_op_scale(interp *I, const tp_node *e, tp_val *x, double factor);
  * loss the loss on them (outputs.c) */
 void tp_model_output(interp *I, iv out, const tp_val *ids, tp_span span);
 
+/* a module's output the model numbers its positions by, sharded over the
+ * sequence as a plain tensor: the position-ids warning (positions.c) */
+void tp_check_positions_source(interp *I, const tp_module *mod, const tp_val *out, tp_span span);
+
 /* the parameters under the plan, before the walk (params.c) */
 void tp_check_params(interp *I);
 

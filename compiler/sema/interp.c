@@ -343,6 +343,8 @@ static iv call_module(interp *I, tp_module *mod, iv *args, int nargs, char **kwn
         I->cur = mod;
         if (!I->stop) {
             out = tp_hook_output(I, mod, out, site->span);
+            if (out.kind == IV_TENSOR)
+                tp_check_positions_source(I, mod, out.t, site->span);
             /* the innermost module that returned the value is its producer:
              * that is where a fix-it can change what it returns */
             if (out.kind == IV_TENSOR && !out.t->producer)

@@ -50,6 +50,18 @@ class Check(unittest.TestCase):
         self.assertEqual(errors(tpcc.check(llama(), plan, tp=2, seq=SEQ)), [])
         tpcc.assert_clean(llama(), plan, tp=2, seq=SEQ)
 
+    def test_sequence_sharded_embedding_needs_position_ids(self):
+        # LlamaModel counts the positions from the embedding's output: a
+        # sequence shard of it fails the forward unless the caller passes
+        # position_ids
+        plan = {"model.layers.*": sp_layer_plan(), "": sp_root_plan()}
+        diags = tpcc.check(llama(), plan, tp=2, seq=SEQ)
+        self.assertEqual([(d.check, d.level, d.path, d.key) for d in diags],
+                         [("position-ids", "warning", "", "model.embed_tokens")])
+        self.assertIn("position_ids=torch.arange(16)", diags[0].help[0])
+        self.assertEqual(tpcc.check(llama(), plan, tp=2, seq=SEQ, position_ids=True), [])
+        self.assertEqual(tpcc.check(llama(), megatron_plan(), tp=2, seq=SEQ), [])
+
     def test_rowwise_on_q_proj(self):
         plan = megatron_plan()
         plan["model.layers.*.self_attn.q_proj"] = RowwiseParallel()
@@ -215,7 +227,7 @@ class Export(unittest.TestCase):
         scope = self.exported("plans/llama-sp.plan")
         self.assertFalse(scope["LOSS_PARALLEL"])
         self.assertEqual([path for path, _ in scope["PLAN"]], ["model.layers.*", ""])
-        self.assertEqual(tpcc.check(llama(), scope["PLAN"], tp=2, seq=SEQ), [])
+        self.assertEqual(tpcc.check(llama(), scope["PLAN"], tp=2, seq=SEQ, position_ids=True), [])
 
         text = tpcc.render_plan(llama(), scope["PLAN"], tp=2)
         rendered = os.path.join(self.dir.name, "rendered.plan")

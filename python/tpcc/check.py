@@ -85,8 +85,10 @@ class _Run:
                 f.write(config_text)
         self.hf_config = os.path.abspath(hf_config) if hf_config else None
 
-    def run(self, args, extra_defines):
+    def run(self, args, extra_defines, position_ids=False):
         cmd = [self.tpcc, *args, "--color=never"]
+        if position_ids:   # the caller numbers the positions: transformers does not count them from a shard
+            cmd += ["-W", "no-position-ids"]
         if self.hf_config:
             cmd += ["--hf-config", self.hf_config]
         for name, value in (extra_defines or {}).items():
@@ -127,14 +129,17 @@ def _read(run, d):
 
 
 def check(model, plan, tp=2, seq=None, loss_parallel=False, mesh=None, hf_config=None, extra_defines=None,
-          model_file=None):
+          model_file=None, position_ids=False):
     """Check `plan` (parallelize_module's dict of ParallelStyle objects, a
     dict of module path -> such a dict, or a list of (path, dict)) on
     `model` (a transformers model: its config gives the family and the
-    sizes). Returns the diagnostics, errors and warnings, as Diagnostic."""
+    sizes). Returns the diagnostics, errors and warnings, as Diagnostic.
+    position_ids=True: the caller passes the model its position_ids, so a
+    plan that shards the embedding's output over the sequence does not get
+    the position-ids warning."""
     run = _Run(model, plan, tp, seq, loss_parallel, mesh, hf_config, model_file)
     try:
-        p = run.run(["--check", "--diagnostics-format=json"], extra_defines)
+        p = run.run(["--check", "--diagnostics-format=json"], extra_defines, position_ids)
         try:
             doc = json.loads(p.stdout)
         except ValueError as e:
@@ -145,20 +150,20 @@ def check(model, plan, tp=2, seq=None, loss_parallel=False, mesh=None, hf_config
 
 
 def report(model, plan, tp=2, seq=None, loss_parallel=False, mesh=None, hf_config=None, extra_defines=None,
-           model_file=None):
+           model_file=None, position_ids=False):
     """tpcc's text report (clang-style, with the rendered plan's lines)."""
     run = _Run(model, plan, tp, seq, loss_parallel, mesh, hf_config, model_file)
     try:
-        return run.run(["--check"], extra_defines).stderr
+        return run.run(["--check"], extra_defines, position_ids).stderr
     finally:
         run.close()
 
 
 def assert_clean(model, plan, tp=2, seq=None, loss_parallel=False, mesh=None, hf_config=None,
-                 extra_defines=None, model_file=None, allow_warnings=True):
+                 extra_defines=None, model_file=None, allow_warnings=True, position_ids=False):
     """For pytest: raise PlanCheckFailed with tpcc's text report when the
     plan has errors (or any warning, with allow_warnings=False)."""
-    args = (model, plan, tp, seq, loss_parallel, mesh, hf_config, extra_defines, model_file)
+    args = (model, plan, tp, seq, loss_parallel, mesh, hf_config, extra_defines, model_file, position_ids)
     diags = check(*args)
     bad = [d for d in diags if d.level == "error" or (not allow_warnings and d.level == "warning")]
     if bad:

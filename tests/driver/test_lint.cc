@@ -137,7 +137,7 @@ TEST(LintSarif, ManyPlansAreOneSchemaValidDocument)
         }
     }
     EXPECT_TRUE(io);
-    EXPECT_EQ(suppressed, 2u);
+    EXPECT_EQ(suppressed, 3u);   // suppressed.plan's three
     EXPECT_GT(files.size(), plans_in("tests/bad").size()) << "results of every plan in the one run";
     EXPECT_TRUE(files.count("tests/bad/relabel-rowwise-embedding.plan"));
     EXPECT_FALSE(json_is_true(at(doc.root, "runs.0.invocations.0.executionSuccessful")));
@@ -279,10 +279,10 @@ TEST(LintSarif, FingerprintsSurviveRunsAndInsertedLines)
     std::vector<std::string> args = {"--diagnostics-format=sarif", "--sarif-root", dir.path, "-D", "layers=2", plan};
     std::vector<long long> before_lines, after_lines;
     std::vector<std::string> before = fingerprints(tpcc(args).out, &before_lines);
-    ASSERT_EQ(before.size(), 3u);
+    ASSERT_EQ(before.size(), 4u);
     EXPECT_EQ(fingerprints(tpcc(args).out), before);
     std::set<std::string> distinct(before.begin(), before.end());
-    EXPECT_EQ(distinct.size(), 3u);
+    EXPECT_EQ(distinct.size(), 4u);
 
     dir.write("p.plan", "\n" + text);
     std::vector<std::string> after = fingerprints(tpcc(args).out, &after_lines);
@@ -497,13 +497,14 @@ TEST(LintSuppress, SarifReportsThemSuppressedAndJsonCountsThem)
         "unused-suppression:21",
         "unused-suppression:21",
         "repeated-gather:22",
+        "position-ids:27 suppressed inSource 'callers pass position_ids' by line 27",
     };
     EXPECT_EQ(seen, want) << r.out.substr(0, 3000);
 
     Proc j = tpcc({kSuppressed, "-D", "layers=2", "--diagnostics-format=json"});
     JsonDoc jdoc(j.out);
     ASSERT_TRUE(jdoc.root) << jdoc.error;
-    EXPECT_EQ(json_integer_value(at(jdoc.root, "suppressed")), 2);
+    EXPECT_EQ(json_integer_value(at(jdoc.root, "suppressed")), 3);
     EXPECT_EQ(json_integer_value(at(jdoc.root, "warnings")), 4);
     EXPECT_EQ(json_array_size(at(jdoc.root, "diagnostics")), 4u);
 }
