@@ -158,16 +158,61 @@ static bool is_weight_of(const tr_schedule *s, const char *name)
     return false;
 }
 
-size_t tr_weights_unused(const tr_schedule *s, const tp_checkpoint *c, const char **first)
+/* Whether checkpoint tensors a and b hold the same values: the same dtype
+ * and shape, compared as float32, the first row alone (two layers' weights
+ * of one shape differ there: a checkpoint of more layers costs a row per
+ * pair), then in pieces of about a million values. A read that fails
+ * compares unequal. */
+static bool same_values(tp_checkpoint *c, const char *a, const char *b)
+{
+    const char *dtype[2];
+    int ndim[2];
+    int64_t shape[2][8];
+    if (tp_checkpoint_tensor_info(c, a, &dtype[0], &ndim[0], shape[0]) ||
+        tp_checkpoint_tensor_info(c, b, &dtype[1], &ndim[1], shape[1]) || strcmp(dtype[0], dtype[1]) ||
+        ndim[0] != ndim[1] || ndim[0] < 1 || ndim[0] > 2 || memcmp(shape[0], shape[1], (size_t)ndim[0] * 8))
+        return false;
+    tp_weight_slice slice = {.rank = -1, .shape = {shape[0][0], ndim[0] == 2 ? shape[0][1] : 0}, .dim = -1,
+                             .ndim = ndim[0]};
+    int64_t rows, width;
+    if (tp_weight_slice_rows(&slice, &rows, &width) || width <= 0)
+        return false;
+    const int64_t piece = width >= (1 << 20) ? 1 : (1 << 20) / width;
+    float *x = tp_xmalloc((size_t)(piece * width) * sizeof *x), *y = tp_xmalloc((size_t)(piece * width) * sizeof *y);
+    char err[300];
+    bool same = true;
+    for (int64_t row = 0, n = 1; same && row < rows; row += n, n = rows - row < piece ? rows - row : piece) {
+        tp_weight_slice sa = slice, sb = slice;
+        sa.name = a;
+        sb.name = b;
+        same = !tp_checkpoint_read_rows(c, &sa, row, n, x, err, sizeof err) &&
+               !tp_checkpoint_read_rows(c, &sb, row, n, y, err, sizeof err) &&
+               !memcmp(x, y, (size_t)(n * width) * sizeof *x);
+    }
+    free(x);
+    free(y);
+    return same;
+}
+
+/* Whether checkpoint tensor `name` is a second copy of a weight the
+ * schedule takes (tied). */
+static bool tied_copy(const tr_schedule *s, tp_checkpoint *c, const char *name)
+{
+    for (int i = 0; i < s->nweights; i++)
+        if (same_values(c, name, s->weights[i].name))
+            return true;
+    return false;
+}
+
+size_t tr_weights_unused(const tr_schedule *s, tp_checkpoint *c, const char **first)
 {
     size_t unused = 0;
     *first = NULL;
-    bool tied_head = !is_weight_of(s, "lm_head.weight");
     for (size_t i = 0; i < tp_checkpoint_num_tensors(c); i++) {
         const char *name = tp_checkpoint_tensor_name(c, i);
         bool buffer = tp_ends_with(name, ".inv_freq") || tp_ends_with(name, ".attn.bias") ||
                       tp_ends_with(name, ".attn.masked_bias");
-        if (buffer || (tied_head && !strcmp(name, "lm_head.weight")) || is_weight_of(s, name))
+        if (buffer || is_weight_of(s, name) || tied_copy(s, c, name))
             continue;
         if (!unused++)
             *first = name;

@@ -50,8 +50,11 @@ int tr_weights_load(const tr_exec *x, const tr_weight_source *src, const tr_weig
  * and the first of them by name (NULL when none): a checkpoint of another
  * configuration (more layers) whose other tensors match. Not counted, as
  * transformers does not load them either: buffers (rotary inv_freq,
- * GPT-2's causal-mask attn.bias and masked_bias) and lm_head.weight when
- * the schedule has no head of its own (tied to the embedding). */
-size_t tr_weights_unused(const tr_schedule *s, const tp_checkpoint *c, const char **first);
+ * GPT-2's causal-mask attn.bias and masked_bias), and a tied weight's
+ * second copy: a tensor of the same dtype, shape and values as one the
+ * model takes (lm_head.weight beside the embedding it is tied to, or
+ * torchtitan's output.weight beside tok_embeddings.weight), whatever its
+ * name. Only such a candidate is read, in pieces. */
+size_t tr_weights_unused(const tr_schedule *s, tp_checkpoint *c, const char **first);
 
 #endif /* TPRUN_WEIGHTS_LOAD_H */

@@ -289,6 +289,52 @@ TEST(TrainRun, SaveHoldsTorchsWeightsAndResumeContinues)
     EXPECT_FALSE(std::filesystem::exists(d.path + "/other"));
 }
 
+// A checkpoint that saves a tied weight twice (torchtitan's output.weight
+// beside tok_embeddings.weight; here the embedding's values under a name
+// the model does not take) loads without the "does not take" warning: the
+// copy is recognised by its values, not its name. The same name holding
+// other values is warned about.
+TEST(TrainRun, ATiedCopyIsKnownByItsValues)
+{
+    TempDir d;
+    const std::string dir = kFixtures + "llama/", sched = compile(d, "llama", 1);
+    tp_checkpoint *c = nullptr;
+    char err[400];
+    ASSERT_EQ(tp_checkpoint_open(&c, (dir + "model.safetensors").c_str(), err, sizeof err), 0) << err;
+    std::vector<std::vector<float>> data;
+    std::vector<tp_st_tensor> tensors;
+    for (size_t i = 0; i < tp_checkpoint_num_tensors(c); i++) {
+        tp_st_tensor t = {tp_checkpoint_tensor_name(c, i), 0, {}, nullptr};
+        const char *dtype;
+        ASSERT_EQ(tp_checkpoint_tensor_info(c, t.name, &dtype, &t.ndim, t.shape), 0);
+        tp_weight_slice all = {t.name, 0, {t.shape[0], t.ndim == 2 ? t.shape[1] : 0}, {0, 0}, -1, 0, 0, t.ndim};
+        data.emplace_back(tp_weight_slice_numel(&all));
+        ASSERT_EQ(tp_checkpoint_read(c, &all, data.back().data(), err, sizeof err), 0) << err;
+        tensors.push_back(t);
+    }
+    for (size_t i = 0; i < tensors.size(); i++)
+        tensors[i].data = data[i].data();
+    size_t embed = 0;
+    while (embed < tensors.size() && std::string(tensors[embed].name) != "model.embed_tokens.weight")
+        embed++;
+    ASSERT_LT(embed, tensors.size());
+    tp_st_tensor copy = tensors[embed];
+    copy.name = "output.weight";
+    tensors.push_back(copy);
+    std::vector<float> other = data[embed];
+    other.back() += 1.0f;
+    for (bool tied : {true, false}) {
+        tensors.back().data = tied ? data[embed].data() : other.data();
+        const std::string ckpt = d.path + (tied ? "/tied.safetensors" : "/other.safetensors");
+        ASSERT_EQ(tp_safetensors_write(ckpt.c_str(), tensors.data(), int(tensors.size()), err, sizeof err), 0) << err;
+        Proc r = train(sched, 1, {"--weights", ckpt, "--data", dir + "tokens.npy", "--steps", "1"});
+        EXPECT_EQ(r.code(), 0) << r.describe();
+        EXPECT_EQ(contains(r.err, "holds 1 tensors the schedule's model does not take (output.weight)"), !tied)
+            << r.describe();
+    }
+    tp_checkpoint_close(c);
+}
+
 // --max-shard-size: above it, --save writes the weights as
 // save_pretrained(max_shard_size=...) does (numbered shards and an index),
 // which --weights and --resume read back as the one-file checkpoint.
