@@ -138,7 +138,7 @@ static const char usage[] =
     "                       under the checkpoint's names\n"
     "  --save DIR           after the last step, a Hugging Face checkpoint (model.safetensors,\n"
     "                       config.json from --weights DIR) with optimizer.safetensors and\n"
-    "                       trainer_state.json, written atomically; DIR is checked before the\n"
+    "                       tprun_state.json, written atomically; DIR is checked before the\n"
     "                       first step and locked (DIR.lock) against a second run saving there\n"
     "  --save-every N       --save DIR after every N-th step too, so a stopped run loses at most\n"
     "                       N steps (each save replaces DIR atomically; --resume DIR goes on)\n"

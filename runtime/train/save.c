@@ -152,7 +152,7 @@ static int write_state(const char *path, int64_t step, const tr_save_spec *spec,
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
     if (!text)
-        return tp_error(err, errlen, "cannot encode trainer_state.json");
+        return tp_error(err, errlen, "cannot encode tprun_state.json");
     int rc = write_json_text(path, text, err, errlen);
     free(text);
     return rc;
@@ -217,7 +217,7 @@ static int checkpoint_put(checkpoint *c, int k, int i, const float *tensor, char
                   : tp_st_file_put(c->optimizer, 2 * i + k - 1, tensor, err, errlen);
 }
 
-/* The tensor files finished, config.json and trainer_state.json beside
+/* The tensor files finished, config.json and tprun_state.json beside
  * them. */
 static int checkpoint_finish(checkpoint *c, const tr_save_spec *spec, int64_t step, char *err, size_t errlen)
 {
@@ -230,7 +230,7 @@ static int checkpoint_finish(checkpoint *c, const tr_save_spec *spec, int64_t st
         tp_st_file_abandon(optimizer);
     else
         rc = tp_st_file_finish(optimizer, err, errlen);
-    char *cfg = tp_xasprintf("%s/config.json", c->tmp), *state = tp_xasprintf("%s/trainer_state.json", c->tmp);
+    char *cfg = tp_xasprintf("%s/config.json", c->tmp), *state = tp_xasprintf("%s/tprun_state.json", c->tmp);
     if (!rc)
         rc = write_json_text(cfg, spec->config, err, errlen);
     if (!rc)
@@ -330,7 +330,7 @@ static void test_delay(void)
         continue;
 }
 
-/* What "data" in trainer_state.json says differs from `want`, or NULL:
+/* What "data" in tprun_state.json says differs from `want`, or NULL:
  * none recorded, or the same order. */
 static const char *order_differs(json_t *data, const tr_data_order *want)
 {
@@ -349,11 +349,11 @@ static const char *order_differs(json_t *data, const tr_data_order *want)
     return NULL;
 }
 
-/* The step a checkpoint directory's trainer_state.json records, and with
+/* The step a checkpoint directory's tprun_state.json records, and with
  * `order` its data order checked (order_differs). */
 static int read_step(const char *dir, const tr_data_order *order, int64_t *step, char *err, size_t errlen)
 {
-    char *path = tp_xasprintf("%s/trainer_state.json", dir);
+    char *path = tp_xasprintf("%s/tprun_state.json", dir);
     json_error_t e;
     char why[600];
     FILE *f = tp_input_fopen(path, why, sizeof why);

@@ -10,7 +10,7 @@
  *   config.json                  the --weights checkpoint's, read as JSON before
  *                                training and written again (the same object)
  *   optimizer.safetensors        AdamW's moments, full: NAME.exp_avg, NAME.exp_avg_sq
- *   trainer_state.json           {"step": steps taken, "max_steps": --steps,
+ *   tprun_state.json           {"step": steps taken, "max_steps": --steps,
  *                                 "learning_rate": --lr}
  * into DIR.tmp.PID.XXXXXX, renamed to DIR at the end (an existing
  * directory DIR is moved aside to DIR.old.PID, and removed once the new
@@ -53,7 +53,7 @@ void tr_save_unlock(int fd);
 /* What --save writes besides the weights and moments. */
 /* The order a run reads its samples in (batches.h): a resumed run that
  * read them otherwise would not see the samples the run it resumes would
- * have. trainer_state.json keeps it as "data". */
+ * have. tprun_state.json keeps it as "data". */
 typedef struct tr_data_order {
     int64_t samples, samples_per_step, seq;   /* the stream's samples: the shuffle draws from them all */
     bool shuffled;
@@ -63,12 +63,12 @@ typedef struct tr_data_order {
 typedef struct tr_save_spec {
     const char *dir;         /* --save DIR */
     const char *config;      /* config.json's text (tr_save_check) */
-    int64_t max_steps;       /* --steps, and --lr: trainer_state.json's */
+    int64_t max_steps;       /* --steps, and --lr: tprun_state.json's */
     double lr;
     int64_t shard_bytes;     /* --max-shard-size */
     int64_t keep;            /* --save-keep: DIR and the keep - 1 checkpoints it held before, as DIR.step-S */
     const char *resume;      /* --resume DIR, never pruned among those */
-    tr_data_order order;     /* trainer_state.json's "data" */
+    tr_data_order order;     /* tprun_state.json's "data" */
 } tr_save_spec;
 
 /* Collective, after the last step: weight by weight, the weight and its

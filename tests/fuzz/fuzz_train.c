@@ -1,7 +1,7 @@
 /* fuzz_train.c: libFuzzer entry point. The input is what a training run
  * reads besides its schedule and weights, three files joined by
  * TP_FUZZ_SEPARATOR (scratch.h):
- *     TOKENS  SEPARATOR  trainer_state.json  SEPARATOR  optimizer.safetensors
+ *     TOKENS  SEPARATOR  tprun_state.json  SEPARATOR  optimizer.safetensors
  * TOKENS is the --data stream, read as a .npy when it starts with NumPy's
  * magic, else as llm.c's .bin (runtime/train/tokens.c); the other two make
  * a --resume directory (runtime/train/save.c), a part the input lacks
@@ -114,7 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bool npy = lens[0] >= 6 && !memcmp(parts[0], "\x93NUMPY", 6);
     const char *tokens = npy ? "data.npy" : "data.bin";
     unlink(tp_fuzz_path(npy ? "data.bin" : "data.npy"));
-    if (put(tokens, parts, lens, nparts, 0) || put("resume/trainer_state.json", parts, lens, nparts, 1) ||
+    if (put(tokens, parts, lens, nparts, 0) || put("resume/tprun_state.json", parts, lens, nparts, 1) ||
         put("resume/optimizer.safetensors", parts, lens, nparts, 2))
         return 0;
     tr_options o = {.schedule = sched, .tolerance = 1e-4, .quiet = true, .threads = 1, .backend = "cpu",

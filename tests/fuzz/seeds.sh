@@ -6,7 +6,7 @@
 #                --train, bf16), the families' plans on their transformers fixtures
 #   safetensors  the fixtures' checkpoints, and one split into a sharded bundle
 #   npy          the fixtures' tokens.npy and logits.npy, an llm.c token file
-#   train        a two-step run's --save files, trainer_state.json and
+#   train        a two-step run's --save files, tprun_state.json and
 #                optimizer.safetensors, after its token stream (.npy, .bin)
 set -euo pipefail
 tpcc=$1 out=$2
@@ -87,7 +87,7 @@ PY
 echo '{}' >"$t/base/config.json"
 "$tprun" "$t/train.sched" --data "$t/tokens.npy" --weights "$t/base" --steps 2 -q --save "$t/ckpt"
 for tokens in npy bin; do
-    python3 - "$t/tokens.$tokens" "$t/ckpt/trainer_state.json" "$t/ckpt/optimizer.safetensors" \
+    python3 - "$t/tokens.$tokens" "$t/ckpt/tprun_state.json" "$t/ckpt/optimizer.safetensors" \
         "$out/train/resume-$tokens" <<'PY'
 import sys
 parts = [open(p, "rb").read() for p in sys.argv[1:4]]

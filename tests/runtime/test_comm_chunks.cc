@@ -87,7 +87,7 @@ TEST(MpiChunks, TrainingLogsAndSavesTheSameBytesInChunks)
         std::vector<double> losses = tpcc_test::logged_losses(d.path + "/" + tag + "-whole.json");
         EXPECT_EQ(losses.size(), 3u) << tag;
         EXPECT_EQ(tpcc_test::logged_losses(d.path + "/" + tag + "-chunked.json"), losses) << tag;
-        for (const char *file : {"/model.safetensors", "/optimizer.safetensors", "/trainer_state.json"}) {
+        for (const char *file : {"/model.safetensors", "/optimizer.safetensors", "/tprun_state.json"}) {
             std::string saved = tpcc_test::slurp(d.path + "/" + tag + "-whole" + file);
             EXPECT_FALSE(saved.empty()) << tag << file;
             EXPECT_TRUE(tpcc_test::slurp(d.path + "/" + tag + "-chunked" + file) == saved) << tag << file;

@@ -109,7 +109,7 @@ TEST(IoPhase, ASlowSaveOutlastsTheCollectiveTimeout)
     command.insert(command.end(), args.begin(), args.end());
     Proc p = merged(command, {"TPRUN_TIMEOUT=1", "TPRUN_TEST_SAVE_DELAY=2"});
     EXPECT_EQ(p.code(), 0) << p.describe();
-    EXPECT_TRUE(contains(tpcc_test::slurp(dir + "/trainer_state.json"), "\"step\": 2")) << p.describe();
+    EXPECT_TRUE(contains(tpcc_test::slurp(dir + "/tprun_state.json"), "\"step\": 2")) << p.describe();
 }
 
 // A save past TPRUN_IO_TIMEOUT: the ranks name the phase and the step
@@ -128,7 +128,7 @@ TEST(IoPhase, AStalledSaveIsNamedAndEndsTheJob)
     EXPECT_TRUE(contains(p.out, ": at step 1, saving the checkpoint: not done after ")) << p.describe();
     EXPECT_TRUE(contains(p.out, "(TPRUN_IO_TIMEOUT=2): a file system stalled, or a rank stopped or died in it; "
                                 "ending every rank")) << p.describe();
-    EXPECT_FALSE(tpcc_test::slurp(dir + "/trainer_state.json").size()) << "the stalled save published nothing";
+    EXPECT_FALSE(tpcc_test::slurp(dir + "/tprun_state.json").size()) << "the stalled save published nothing";
 }
 
 // A save that fails on the rank writing it (a signal raised there by

@@ -106,7 +106,7 @@ TEST(NonFinite, StopsNamingTheStepAndKeepsTheLastCheckpoint)
     std::string sched = compile_step(d), dir = d.path + "/ckpt";
     Proc good = train(sched, {"--steps", "2", "--save", dir, "-q"});
     ASSERT_EQ(good.code(), 0) << good.describe();
-    std::string model = slurp(dir + "/model.safetensors"), state = slurp(dir + "/trainer_state.json");
+    std::string model = slurp(dir + "/model.safetensors"), state = slurp(dir + "/tprun_state.json");
     Proc bad = train(sched, {"--steps", "4", "--lr", "1e30", "--save", dir, "--log-json", d.path + "/log.json"});
     EXPECT_EQ(bad.code(), 1) << bad.describe();
     EXPECT_TRUE(contains(bad.err, "step 2: the loss is ")) << bad.describe();
@@ -115,7 +115,7 @@ TEST(NonFinite, StopsNamingTheStepAndKeepsTheLastCheckpoint)
     EXPECT_TRUE(contains(bad.err, "--on-nonfinite skip")) << bad.describe();
     EXPECT_FALSE(contains(bad.out, "step 3/4")) << bad.describe();
     EXPECT_EQ(slurp(dir + "/model.safetensors"), model);
-    EXPECT_EQ(slurp(dir + "/trainer_state.json"), state);
+    EXPECT_EQ(slurp(dir + "/tprun_state.json"), state);
     EXPECT_FALSE(fs::exists(d.path + "/log.json"));
     for (auto &e : fs::directory_iterator(d.path)) {   // no temporary or moved-aside directory left beside it
         EXPECT_FALSE(contains(e.path().filename().string(), "ckpt.tmp")) << e.path();
@@ -242,7 +242,7 @@ TEST(InputFiles, AFifoIsRefusedNotWaitedOn)
                 index = d.path + "/model.safetensors.index.json";
     for (auto &f : {fifo, bin, index})
         ASSERT_EQ(mkfifo(f.c_str(), 0600), 0);
-    // a checkpoint directory whose weights, config.json or trainer_state.json is a FIFO
+    // a checkpoint directory whose weights, config.json or tprun_state.json is a FIFO
     auto checkpoint_with = [&](const std::string &name, const std::string &fifo_name) {
         std::string dir = d.path + "/" + name;
         fs::create_directory(dir);
@@ -262,8 +262,8 @@ TEST(InputFiles, AFifoIsRefusedNotWaitedOn)
     ASSERT_EQ(mkfifo((sharded + "/model-00001-of-00001.safetensors").c_str(), 0600), 0);
     std::string resume_dir = d.path + "/resume";
     ASSERT_EQ(train(sched, {"--steps", "1", "--save", resume_dir, "-q"}).code(), 0);
-    fs::remove(resume_dir + "/trainer_state.json");
-    ASSERT_EQ(mkfifo((resume_dir + "/trainer_state.json").c_str(), 0600), 0);
+    fs::remove(resume_dir + "/tprun_state.json");
+    ASSERT_EQ(mkfifo((resume_dir + "/tprun_state.json").c_str(), 0600), 0);
     std::string forward = d.path + "/forward.sched";
     ASSERT_EQ(tpcc_test::run_tpcc({std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan", "--hf-config",
                                    kFixture + "config.json", "-D", "tp=1", "-D", "seq=16", "-D", "batch=2", "-D",
@@ -409,7 +409,7 @@ TEST(CrashSafeSave, ASignalDuringTheSaveAbandonsOrFinishesIt)
     TempDir d;
     std::string sched = compile_step(d), dir = d.path + "/ckpt";
     ASSERT_EQ(train(sched, {"--steps", "1", "--save", dir, "-q"}).code(), 0);
-    std::string one = slurp(dir + "/trainer_state.json");
+    std::string one = slurp(dir + "/tprun_state.json");
     auto signalled = [&](const std::string &point) {
         std::vector<std::string> args = {sched, "--data", kFixture + "tokens.npy", "--weights", kFixture, "--steps",
                                          "2", "--save", dir, "-q"};
@@ -425,13 +425,13 @@ TEST(CrashSafeSave, ASignalDuringTheSaveAbandonsOrFinishesIt)
     EXPECT_EQ(abandoned.code(), 1) << abandoned.describe();
     EXPECT_TRUE(contains(abandoned.err, "interrupted by SIGTERM during --save: the save was abandoned"))
         << abandoned.describe();
-    EXPECT_EQ(slurp(dir + "/trainer_state.json"), one);
+    EXPECT_EQ(slurp(dir + "/tprun_state.json"), one);
     nothing_beside();
     Proc finished = signalled("rename");
     EXPECT_EQ(finished.code(), 1) << finished.describe();
     EXPECT_TRUE(contains(finished.err, "interrupted by SIGTERM during --save, which finished first: " + dir +
                                            " holds the new checkpoint")) << finished.describe();
-    EXPECT_TRUE(contains(slurp(dir + "/trainer_state.json"), "\"step\": 2"));
+    EXPECT_TRUE(contains(slurp(dir + "/tprun_state.json"), "\"step\": 2"));
     nothing_beside();
 }
 
@@ -445,12 +445,12 @@ TEST(PeriodicSave, EveryNStepsKeepingTheNewestAndResumable)
     TempDir d;
     std::string sched = compile_step(d), dir = d.path + "/ckpt";
     ASSERT_EQ(fs::create_directory(dir + ".step-1"), true);   // an older kept checkpoint, pruned below
-    put(dir + ".step-1/trainer_state.json", "{\"step\": 1}");
+    put(dir + ".step-1/tprun_state.json", "{\"step\": 1}");
     Proc p = train(sched, {"--steps", "5", "--save", dir, "--save-every", "2", "--save-keep", "3", "-q"});
     ASSERT_EQ(p.code(), 0) << p.describe();
-    EXPECT_TRUE(contains(slurp(dir + "/trainer_state.json"), "\"step\": 5"));
-    EXPECT_TRUE(contains(slurp(dir + ".step-4/trainer_state.json"), "\"step\": 4"));
-    EXPECT_TRUE(contains(slurp(dir + ".step-2/trainer_state.json"), "\"step\": 2"));
+    EXPECT_TRUE(contains(slurp(dir + "/tprun_state.json"), "\"step\": 5"));
+    EXPECT_TRUE(contains(slurp(dir + ".step-4/tprun_state.json"), "\"step\": 4"));
+    EXPECT_TRUE(contains(slurp(dir + ".step-2/tprun_state.json"), "\"step\": 2"));
     std::vector<std::string> beside;
     for (auto &e : fs::directory_iterator(d.path))
         if (contains(e.path().filename().string(), "ckpt."))
@@ -544,11 +544,11 @@ TEST(PeriodicSave, PruningKeepsWhatARollbackNeeds)
     Proc back = tprun({sched, "--data", kFixture + "tokens.npy", "--steps", "4", "--resume", dir + ".step-2", "--save",
                        dir, "--save-every", "1", "--save-keep", "2", "-q"});
     ASSERT_EQ(back.code(), 0) << back.describe();
-    EXPECT_TRUE(contains(slurp(dir + "/trainer_state.json"), "\"step\": 4"));
-    EXPECT_TRUE(contains(slurp(dir + ".step-3/trainer_state.json"), "\"step\": 3"));
+    EXPECT_TRUE(contains(slurp(dir + "/tprun_state.json"), "\"step\": 4"));
+    EXPECT_TRUE(contains(slurp(dir + ".step-3/tprun_state.json"), "\"step\": 3"));
     EXPECT_TRUE(fs::exists(dir + ".step-2/model.safetensors")) << "the --resume directory is never pruned";
     EXPECT_FALSE(fs::exists(dir + ".step-1"));
-    EXPECT_TRUE(contains(slurp(dir + ".step-5/trainer_state.json"), "\"step\": 5")) << "the longer run's, left alone";
+    EXPECT_TRUE(contains(slurp(dir + ".step-5/tprun_state.json"), "\"step\": 5")) << "the longer run's, left alone";
     EXPECT_EQ(slurp(dir + ".step-4/model.safetensors"), run_a_step4);
 }
 

@@ -227,7 +227,7 @@ TEST_P(Bf16Training, ResumeRestoresMastersAndMoments)
     ASSERT_EQ(r.code(), 0) << r.describe();
     for (const char *file : {"/model.safetensors", "/optimizer.safetensors"})
         EXPECT_TRUE(slurp(dir.path + "/resumed" + file) == slurp(two + file)) << file << " differs";
-    EXPECT_TRUE(contains(slurp(dir.path + "/resumed/trainer_state.json"), "\"step\": 2"));
+    EXPECT_TRUE(contains(slurp(dir.path + "/resumed/tprun_state.json"), "\"step\": 2"));
 }
 
 // A model that returns its logits, with the loss outside (torchtitan's

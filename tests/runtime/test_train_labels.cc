@@ -228,8 +228,8 @@ TEST(TrainData, ShuffledEpochsResumeWhereTheyStopped)
     ASSERT_EQ(r.size(), 4u);
     for (size_t i = 0; i < 4; i++)
         EXPECT_EQ(r[i], w[3 + i]) << "step " << 4 + i;
-    // trainer_state.json records the order; a resume that would read others is refused
-    EXPECT_TRUE(contains(tpcc_test::slurp(d.path + "/part/trainer_state.json"), "\"shuffle_seed\": 11"));
+    // tprun_state.json records the order; a resume that would read others is refused
+    EXPECT_TRUE(contains(tpcc_test::slurp(d.path + "/part/tprun_state.json"), "\"shuffle_seed\": 11"));
     for (const std::vector<std::string> &change :
          {std::vector<std::string>{"--shuffle-seed", "12"}, std::vector<std::string>{"--micro-batches", "2"}}) {
         std::vector<std::string> args = {"--resume", d.path + "/part", "--steps", "7", "--data", dir + "tokens.npy",

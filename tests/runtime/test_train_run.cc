@@ -249,13 +249,13 @@ TEST(TrainRun, SaveHoldsTorchsWeightsAndResumeContinues)
     Proc logits = train(fwd, 2, {"--weights", d.path + "/five", "--tokens", batch, "--labels", "tokens", "--compare",
                                  dir + "logits.npy", "--tolerance", "1e-4"});
     EXPECT_EQ(logits.code(), 0) << logits.describe();
-    EXPECT_TRUE(contains(tpcc_test::slurp(d.path + "/five/trainer_state.json"), "\"step\": 5"));
+    EXPECT_TRUE(contains(tpcc_test::slurp(d.path + "/five/tprun_state.json"), "\"step\": 5"));
 
     Proc first = run({"--weights", dir, "--steps", "5", "--save", d.path + "/three"});
     ASSERT_EQ(first.code(), 0) << first.describe();
     Proc three = run({"--weights", dir, "--steps", "3", "--save", d.path + "/three"});   // replaces the directory
     ASSERT_EQ(three.code(), 0) << three.describe();
-    EXPECT_TRUE(contains(tpcc_test::slurp(d.path + "/three/trainer_state.json"), "\"step\": 3"));
+    EXPECT_TRUE(contains(tpcc_test::slurp(d.path + "/three/tprun_state.json"), "\"step\": 3"));
     Proc rest = run({"--resume", d.path + "/three", "--steps", "5", "--save", d.path + "/resumed"});
     ASSERT_EQ(rest.code(), 0) << rest.describe();
     EXPECT_LT(worst_absolute(read_weights_of(d.path + "/resumed", sched), read_weights_of(d.path + "/five", sched)), 1e-6);
