@@ -26,8 +26,8 @@ run() {
     fi
     printf '%s\n' "$report"
 }
-one=$(run "$out/llama-tiny-tp1.sched" --labels tokens --out "$out/logits-tp1.npy")
-two=$(run -n 2 "$out/llama-tiny-tp2.sched" --labels tokens --out "$out/logits-tp2.npy" \
+one=$(run "$out/llama-tiny-tp1.sched" --out "$out/logits-tp1.npy")
+two=$(run -n 2 "$out/llama-tiny-tp2.sched" --out "$out/logits-tp2.npy" \
           --compare "$out/logits-tp1.npy")
 
 # a value of the schedule's configuration (its "config" object is one line)
@@ -44,5 +44,7 @@ echo "          a Llama of $(config layers) layers, hidden $(config hidden), $(c
      "($(config kv_heads) kv), ffn $(config ffn), vocab $(config vocab); batch $(config batch) x seq $(config seq)"
 echo "ran       tprun -n 2 and tprun on the same seeded weights and tokens:" \
      "$(sed -n 's/^tprun: .*(2 ranks, \(.*\))$/\1/p' <<<"$two")"
-echo "loss      $(field loss <<<"$two") on 2 ranks, $(field loss <<<"$one") on 1 rank"
+# the loss's value: its note (the labels are the input ids) said once below
+loss() { field loss <<<"$1" | sed 's/ .*//'; }
+echo "loss      $(loss "$two") on 2 ranks, $(loss "$one") on 1 rank (next-token loss on the input ids)"
 echo "logits    $(field logits <<<"$two"): max |2 ranks - 1 rank| = $difference, tolerance $tolerance: $verdict"

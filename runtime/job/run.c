@@ -37,6 +37,7 @@ typedef struct job {
     bool everywhere;            /* the failure in err is every rank's (tp_agree): no abort needed */
     int32_t *ids, *labels;      /* the inputs, host copies: every step writes them again, since
                                    the arena reuses their memory once they are read */
+    const char *labels_from;    /* --labels, or "tokens" for a loss given none; NULL: no loss */
     int32_t *segments;          /* of the ids, where the schedule takes them (segments.h) */
     int nsteps;                 /* forward steps run (--repeat) */
     double *step_seconds;       /* each step's time, in the order run */
@@ -163,15 +164,14 @@ static int read_ids(job *j, const char *what, const char *arg, int32_t *dst, int
     return 0;
 }
 
-/* --labels goes with a loss: a schedule that computes one needs them, one
- * whose model returns only logits has nothing to use them for. --out and
- * --compare go with logits. */
+/* --labels goes with a loss: a schedule that computes one scores them, or
+ * without --labels the input ids (model(input_ids, labels=input_ids), the
+ * language-model loss of the text itself); one whose model returns only
+ * logits has nothing to use them for. --out and --compare go with logits. */
 static int options_match_schedule(job *j)
 {
     const tr_schedule *s = &j->s;
-    if (s->loss >= 0 && !j->o->labels)
-        return fail(j, "%s computes a loss: pass its labels with --labels IDS (or --labels tokens, the input ids)",
-                    j->o->schedule);
+    j->labels_from = s->loss < 0 ? NULL : j->o->labels ? j->o->labels : "tokens";
     if (s->loss < 0 && j->o->labels)
         return fail(j, "--labels: %s computes no loss (its model returns the logits); drop --labels, or compile a "
                     "model whose forward returns cross_entropy(logits, labels)", j->o->schedule);
@@ -209,10 +209,10 @@ static int read_inputs(job *j)
         j->segments = tp_xmalloc((size_t)n * sizeof *j->segments);
         tr_segments_of(j->segments, ids, n / seq, seq, j->o->train.pad_id, j->o->train.eos_id);
     }
-    if (rc || !j->o->labels)
+    if (rc || !j->labels_from)
         return rc;
-    bool from_ids = !strcmp(j->o->labels, "tokens");
-    if (!from_ids && read_ids(j, "--labels", j->o->labels, labels, n))
+    bool from_ids = !strcmp(j->labels_from, "tokens");
+    if (!from_ids && read_ids(j, "--labels", j->labels_from, labels, n))
         return -1;
     if (from_ids)
         memcpy(labels, ids, (size_t)n * sizeof *labels);
@@ -237,7 +237,7 @@ static void write_inputs(job *j)
 {
     const tr_schedule *s = &j->s;
     tr_exec_write_buf(&j->x, s->input_ids, j->ids);
-    if (s->labels >= 0 && j->o->labels)
+    if (s->labels >= 0 && j->labels_from)
         tr_exec_write_buf(&j->x, s->labels, j->labels);
     if (s->segments >= 0)
         tr_exec_write_buf(&j->x, s->segments, j->segments);
@@ -374,8 +374,8 @@ static void print_summary(job *j, const float *logits, const int64_t shape[3], f
     printf("  plan        %s, produced by %s\n", s->plan, s->producer);
     printf("  weights     %s\n", j->o->weights ? j->o->weights : "seeded initialisation");
     printf("  logits      [%lld, %lld, %lld]\n", (long long)shape[0], (long long)shape[1], (long long)shape[2]);
-    if (j->o->labels)
-        printf("  loss        %.6f\n", loss);
+    if (j->labels_from)
+        printf("  loss        %.6f%s\n", loss, j->o->labels ? "" : " (labels: the input ids)");
     printf("  next token  ");
     for (int64_t b = 0; b < shape[0]; b++) {       /* argmax at the last position of each sequence */
         const float *row = logits + ((b + 1) * shape[1] - 1) * shape[2];

@@ -255,13 +255,19 @@ const LogitsCase kLogitsCases[] = {
 INSTANTIATE_TEST_SUITE_P(Llama, LogitsOnly, ::testing::ValuesIn(kLogitsCases),
                          [](const auto &info) { return std::string(info.param.what); });
 
-// --labels goes with a loss and only with one.
-TEST(Labels, RequiredForALossRefusedForLogits)
+// --labels goes with a loss and only with one; a loss given none scores
+// the input ids, as model(input_ids, labels=input_ids) does: the same loss
+// as --labels tokens.
+TEST(Labels, InputIdsByDefaultRefusedForLogits)
 {
     TempDir dir, variant;
-    Proc missing = tprun(1, compile(dir, source_path("plans/llama-sp.plan"), 1), {});
-    EXPECT_EQ(missing.code(), 1) << missing.describe();
-    EXPECT_TRUE(contains(missing.err, "computes a loss: pass its labels with --labels IDS")) << missing.describe();
+    const std::string sched = compile(dir, source_path("plans/llama-sp.plan"), 1);
+    Proc plain = tprun(1, sched, {}), given = tprun(1, sched, {"--labels", "tokens"});
+    ASSERT_EQ(plain.code(), 0) << plain.describe();
+    ASSERT_EQ(given.code(), 0) << given.describe();
+    EXPECT_TRUE(contains(plain.out, " (labels: the input ids)")) << plain.describe();
+    const std::string loss = given.out.substr(given.out.find("  loss"), 22);
+    EXPECT_EQ(plain.out.substr(plain.out.find("  loss"), 22), loss) << plain.out << given.out;
     Proc extra = tprun(1, compile(variant, logits_only(variant, "plans/llama-sp.plan"), 1), {"--labels", "tokens"});
     EXPECT_EQ(extra.code(), 1) << extra.describe();
     EXPECT_TRUE(contains(extra.err, "computes no loss (its model returns the logits); drop --labels"))
