@@ -34,6 +34,7 @@ typedef struct job {
     tp_checkpoint *ckpt;
     int64_t vocab;              /* rows of the input embedding: valid token ids */
     size_t weight_bytes_read;
+    uint64_t data_bytes_read;   /* training: of its data streams (batches.h) */
     bool everywhere;            /* the failure in err is every rank's (tp_agree): no abort needed */
     int32_t *ids, *labels;      /* the inputs, host copies: every step writes them again, since
                                    the arena reuses their memory once they are read */
@@ -424,7 +425,7 @@ typedef struct rank_stats {
     double seconds[TP_OP_COUNT];
     double count[TP_OP_COUNT];
     double phase[TP_PHASE_COUNT], dp, optimizer;
-    double comm_bytes, weight_bytes, total;
+    double comm_bytes, weight_bytes, data_bytes, total;
 } rank_stats;
 
 static int gather_stats(job *j, rank_stats *all)
@@ -440,6 +441,7 @@ static int gather_stats(job *j, rank_stats *all)
     mine.optimizer = j->x.profile.optimizer_seconds;
     mine.comm_bytes = j->x.profile.comm_bytes;
     mine.weight_bytes = (double)j->weight_bytes_read;
+    mine.data_bytes = (double)j->data_bytes_read;
     mine.total = j->x.profile.total_seconds;
     char why[400];
     if (j->comm->ops->gather_bytes(j->comm, all, &mine, sizeof mine, why, sizeof why))
@@ -479,9 +481,12 @@ static void print_profile(const job *j, const rank_stats *all)
         char median[48] = "";
         if (j->nsteps > 1)
             snprintf(median, sizeof median, " (median of %d steps)", j->nsteps);
-        printf("profile, rank %d: %.3f ms %s%s, %.1f KiB moved by collectives, %.1f KiB of weights read\n", r,
+        char data[64] = "";
+        if (training)
+            snprintf(data, sizeof data, ", %.1f KiB of data read", all[r].data_bytes / 1024);
+        printf("profile, rank %d: %.3f ms %s%s, %.1f KiB moved by collectives, %.1f KiB of weights read%s\n", r,
                all[r].total * 1e3, training ? "per training step" : "forward", median, all[r].comm_bytes / 1024,
-               all[r].weight_bytes / 1024);
+               all[r].weight_bytes / 1024, data);
         if (training)
             print_phases(&all[r]);
         for (int k = 0; k < TP_OP_COUNT; k++)
@@ -515,6 +520,7 @@ static int write_profile_json(job *j, const rank_stats *all, const double *steps
                        j->s.grads ? "step_seconds" : "forward_seconds", all[r].total, all[r].weight_bytes,
                        all[r].comm_bytes);
         if (j->s.grads) {
+            tp_buf_appendf(&f, "\"data_bytes_read\": %.0f, ", all[r].data_bytes);
             tp_buf_append(&f, "\"phases\": {");
             for (int k = 0; k < TP_PHASE_COUNT; k++)
                 tp_buf_appendf(&f, "\"%s\": %.9g, ", tp_phase_names[k], all[r].phase[k]);
@@ -716,8 +722,8 @@ int tr_run(const tr_options *o, tp_comm *comm, bool *everywhere, char *err, size
     if (!rc && j.s.grads) {
         if (rank0(&j) && j.nodes && !o->quiet)     /* a forward run prints it with its results */
             print_header(&j);
-        if (tr_train(o, &groups, &j.x, j.masters, j.vocab, &j.step_seconds, &j.nsteps, &j.everywhere, why,
-                     sizeof why))
+        if (tr_train(o, &groups, &j.x, j.masters, j.vocab, &j.step_seconds, &j.nsteps, &j.data_bytes_read,
+                     &j.everywhere, why, sizeof why))
             rc = fail(&j, "%s", why);
         if (!rc)
             rc = report(&j);

@@ -93,7 +93,7 @@ static int agree(trainer *tr, int rc, char *err, size_t errlen)
     return tp_agree(tr->world, rc, &tr->everywhere, err, errlen);
 }
 
-/* The streams, checked to hold every step before step 1 (batches.h). */
+/* The streams, their headers checked to hold every step (batches.h). */
 static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
 {
     const tr_buf *ids = &tr->s->bufs[tr->s->input_ids];
@@ -111,9 +111,23 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
                         tr->o->labels ? "--labels" : "--eval-data", tr->o->schedule);
     if ((tr->t->eval_every || tr->t->eval_labels) && !tr->t->eval_data)
         return tp_error(err, errlen, "--eval-every and --eval-labels go with --eval-data FILE, the validation stream");
-    if (tr->t->eval_data && tr_eval_open(&tr->eval, tr->s, &shape, tr->t->eval_data, tr->t->eval_labels, err, errlen))
+    const char *const paths[TR_STREAM_KINDS] = {[TR_STREAM_DATA] = tr->t->data, [TR_STREAM_LABELS] = tr->o->labels},
+                      *const eval[TR_STREAM_KINDS] = {[TR_STREAM_DATA] = tr->t->eval_data,
+                                                      [TR_STREAM_LABELS] = tr->t->eval_labels};
+    if (tr->t->eval_data && tr_eval_open(&tr->eval, tr->s, &shape, eval, err, errlen))
         return -1;
-    return tr_batches_open(&tr->batches, &shape, tr->t->data, tr->o->labels, err, errlen);
+    return tr_batches_open(&tr->batches, &shape, paths, err, errlen);
+}
+
+/* The streams' values, checked before step 1, the work split over every
+ * rank of the job (tr_batches_check); every rank leaves with the same
+ * outcome. */
+static int check_data(trainer *tr, char *err, size_t errlen)
+{
+    tp_progress_io("checking the data");
+    if (tr_batches_check(&tr->batches, tr->world, &tr->everywhere, err, errlen))
+        return -1;
+    return tr->t->eval_data ? tr_eval_check(&tr->eval, tr->world, &tr->everywhere, err, errlen) : 0;
 }
 
 /* --grads-out: the full gradients of the first step taken, before clipping,
@@ -215,7 +229,8 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
     memset(p, 0, sizeof *p);
     float loss = 0.0f;
     for (int m = 0; m < tr->accum.micro_batches; m++) {
-        tr_batches_write(&tr->batches, x, i, m, tr->dp->rank);
+        if (tr_batches_write(&tr->batches, x, i, m, tr->dp->rank, err, errlen))
+            return -1;
         if (s->labels >= 0)
             x->loss_divisor = tr_batches_divisor(&tr->batches, i);
         if (tr_exec_run(x, err, errlen))
@@ -293,7 +308,7 @@ static int save(trainer *tr, const tr_save_spec *spec, char *err, size_t errlen)
 }
 
 int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *masters, int64_t vocab,
-             double **step_seconds, int *nsteps, bool *everywhere, char *err, size_t errlen)
+             double **step_seconds, int *nsteps, uint64_t *data_bytes, bool *everywhere, char *err, size_t errlen)
 {
     tp_comm *comm = &groups->tp;
     trainer tr = {.o = o, .comm = comm, .dp = &groups->dp, .world = groups->world, .x = x, .s = x->s,
@@ -329,6 +344,8 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
                                  .samples_per_step = b->batch * b->replicas * b->micro_batches, .seq = b->seq,
                                  .shuffled = b->shuffle, .shuffle_seed = b->shuffle_seed};
     rc = agree(&tr, rc, err, errlen);
+    if (!rc)
+        rc = check_data(&tr, err, errlen);
     if (!rc && o->train.resume) {
         tp_progress_io("reading the --resume state");
         rc = agree(&tr, resume(&tr, &order, err, errlen), err, errlen);
@@ -381,6 +398,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     if (!rc && rank0 && !o->quiet)
         tr_log_summary(stdout, &tr.log, tr.per_step * tr.dp->world * tr.t->micro_batches, o->train.save);
     *everywhere = rc && tr.everywhere;
+    *data_bytes = tr_batches_bytes_read(&tr.batches) + tr_batches_bytes_read(&tr.eval.batches);
     *step_seconds = tp_xmalloc((size_t)*nsteps * sizeof **step_seconds + 1);
     tr_profile_keep_median(&x->profile, profiles, *nsteps, *step_seconds);
     free(profiles);
