@@ -113,6 +113,13 @@ static const char usage[] =
     "  --eval-data FILE     a validation stream (as --data): its loss and perplexity, the\n"
     "                       weights not updated, after every --eval-every N steps and the last\n"
     "  --eval-labels FILE   its labels, as --labels for --data\n"
+    "  --attention-mask FILE  a stream beside --data: Hugging Face's attention_mask, 1 a token,\n"
+    "                       0 padding (as --pad-id, which it replaces; tpcc --segments)\n"
+    "  --position-ids FILE  a stream beside --data: DataCollatorWithFlattening's position_ids, a\n"
+    "                       document starting at each 0 and counting up by one (as --eos-id,\n"
+    "                       which it replaces; tpcc --segments)\n"
+    "  --eval-attention-mask FILE, --eval-position-ids FILE\n"
+    "                       the same for --eval-data, given with --attention-mask, --position-ids\n"
     "  --eval-every N       steps between evaluations (default: the last step only)\n"
     "  --micro-batches M    gradient accumulation: M runs of the schedule's batch per step, their\n"
     "                       gradients summed in fp32 before one optimizer step (default 1)\n"
@@ -223,6 +230,9 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         {"micro-batches", required_argument, 0, OPT_TRAIN}, {"epochs", required_argument, 0, OPT_TRAIN},
         {"shuffle-seed", required_argument, 0, OPT_TRAIN}, {"eval-data", required_argument, 0, OPT_TRAIN},
         {"eval-labels", required_argument, 0, OPT_TRAIN}, {"eval-every", required_argument, 0, OPT_TRAIN},
+        {"attention-mask", required_argument, 0, OPT_TRAIN}, {"position-ids", required_argument, 0, OPT_TRAIN},
+        {"eval-attention-mask", required_argument, 0, OPT_TRAIN},
+        {"eval-position-ids", required_argument, 0, OPT_TRAIN},
         {"lr", required_argument, 0, OPT_TRAIN}, {"warmup", required_argument, 0, OPT_TRAIN},
         {"schedule", required_argument, 0, OPT_TRAIN}, {"weight-decay", required_argument, 0, OPT_TRAIN},
         {"decay-all", no_argument, 0, OPT_TRAIN}, {"no-decay", required_argument, 0, OPT_TRAIN}, {"max-grad-norm", required_argument, 0, OPT_TRAIN},

@@ -208,7 +208,8 @@ static int read_inputs(job *j)
         const tr_buf *b = &s->bufs[s->input_ids];
         int64_t seq = b->rank > 1 ? b->shape[b->rank - 1] : n;
         j->segments = tp_xmalloc((size_t)n * sizeof *j->segments);
-        tr_segments_of(j->segments, ids, n / seq, seq, j->o->pad_id, j->o->eos_id);
+        const tr_segment_marks marks = {.ids = ids, .pad_id = j->o->pad_id, .eos_id = j->o->eos_id};
+        tr_segments_of(j->segments, &marks, n / seq, seq);
     }
     if (rc || !j->o->labels)
         return rc;
@@ -644,15 +645,17 @@ static int options_match_training(job *j)
 {
     const tr_options *o = j->o;
     if (!j->s.grads) {
-        if (o->train.steps || o->train.data || o->train.log_json || o->train.grads_out || o->train.save ||
+        bool streams = false;
+        for (int k = 0; k < TR_STREAM_KINDS; k++)
+            streams |= o->train.streams[k] || o->train.eval[k];
+        if (streams || o->train.steps || o->train.log_json || o->train.grads_out || o->train.save ||
             o->train.max_shard_given || o->train.resume || o->train.micro_batches > 1 || o->train.epochs ||
-            o->train.shuffle || o->train.eval_data || o->train.eval_labels || o->train.eval_every ||
-            o->train.no_decay)
+            o->train.shuffle || o->train.eval_every || o->train.no_decay)
             return fail(j, "%s is a forward schedule: --data, --steps and the other training options go with a "
                         "schedule compiled with tpcc PLAN --train -o FILE.sched", o->schedule);
         return 0;
     }
-    if ((!o->train.steps && !o->train.epochs) || !o->train.data)
+    if ((!o->train.steps && !o->train.epochs) || !o->train.streams[TR_STREAM_DATA])
         return fail(j, "%s is a training schedule (tpcc --train): give it --data TOKENS and --steps N (or --epochs "
                     "E, every step of E passes over the data)", o->schedule);
     if (o->repeat)
@@ -682,8 +685,11 @@ int tr_run(const tr_options *o, tp_comm *comm, bool *everywhere, char *err, size
     int ranks = j.s.world * j.s.data_parallel;
     if (!rc)
         rc = options_match_training(&j);
-    if (!rc && tr_segments_check(o->schedule, j.s.segments >= 0, tr_schedule_token_vocab(&j.s), o->pad_id,
-                                 o->eos_id, why, sizeof why))
+    const tr_segment_sources sources = {.pad_id = o->pad_id, .eos_id = o->eos_id,
+                                        .attention_mask = o->train.streams[TR_STREAM_ATTENTION_MASK],
+                                        .position_ids = o->train.streams[TR_STREAM_POSITION_IDS]};
+    if (!rc && tr_segments_check(o->schedule, j.s.segments >= 0, tr_schedule_token_vocab(&j.s), &sources, why,
+                                 sizeof why))
         rc = fail(&j, "%s", why);
     if (!rc && comm->world == 1 && ranks > 1)
         rc = fail(&j, "%s is a schedule for %d ranks: run it with tprun -n %d %s", o->schedule, ranks, ranks,

@@ -128,11 +128,15 @@ static int count_samples(tr_batches *b, char *err, size_t errlen)
 int tr_batches_open(tr_batches *b, const tr_batch_shape *shape, const char *const paths[TR_STREAM_KINDS],
                     char *err, size_t errlen)
 {
-    *b = (tr_batches){.shape = *shape, .steps = shape->steps, .order_epoch = -1};
+    *b = (tr_batches){.shape = *shape, .steps = shape->steps, .order_epoch = -1,
+                      .rules = {.vocab = shape->vocab, .ignore_index = shape->ignore_index, .seq = shape->seq,
+                                .pad_id = shape->pad_id}};
     const tr_batch_shape *s = &b->shape;
     b->step_ids = tp_xmalloc((size_t)per_replica(s) * sizeof *b->step_ids + 1);
     b->step_labels = tp_xmalloc((size_t)per_replica(s) * sizeof *b->step_labels + 1);
     b->step_segments = tp_xmalloc((size_t)per_replica(s) * sizeof *b->step_segments + 1);
+    b->step_mask = tp_xmalloc((size_t)per_replica(s) * sizeof *b->step_mask + 1);
+    b->step_positions = tp_xmalloc((size_t)per_replica(s) * sizeof *b->step_positions + 1);
     for (int k = 0; k < TR_STREAM_KINDS; k++)
         if (paths[k] && tr_tokens_open(&b->streams[k], paths[k], err, errlen))
             return -1;
@@ -152,6 +156,8 @@ void tr_batches_free(tr_batches *b)
     free(b->step_ids);
     free(b->step_labels);
     free(b->step_segments);
+    free(b->step_mask);
+    free(b->step_positions);
     free(b->labelled);
     free(b->order);
     *b = (tr_batches){0};
@@ -188,46 +194,66 @@ void tr_batches_sample_labels(const tr_batches *b, int64_t k, int32_t *out)
     tr_labels_map_ignored(out, s->seq, s->ignore_index);
 }
 
-static tr_stream_rules rules_of(const tr_batch_shape *s)
+void tr_batches_first_bad(const tr_batches *b, int64_t first[TR_STREAM_KINDS])
 {
-    return (tr_stream_rules){.vocab = s->vocab, .ignore_index = s->ignore_index};
+    for (int k = 0; k < TR_STREAM_KINDS; k++) {
+        int64_t p = b->streams[k].file ? tr_stream_first_bad((tr_stream_kind)k, &b->rows, &b->rules) : -1;
+        if (p >= 0 && p < first[k])
+            first[k] = p;
+    }
 }
 
-int tr_batches_bad_value(tr_batches *b, tr_stream_kind k, int64_t p, char *err, size_t errlen)
+int tr_batches_bad(tr_batches *b, const int64_t first[TR_STREAM_KINDS], char *err, size_t errlen)
 {
-    if (tr_batches_read_rows(b, p / b->shape.seq, 1, err, errlen))
-        return -1;
-    const tr_stream_rules rules = rules_of(&b->shape);
-    return tr_stream_bad(k, &b->rows, p, &rules, flag_of(b, k), b->streams[k].path, err, errlen);
+    for (int k = 0; k < TR_STREAM_KINDS; k++)
+        if (first[k] != INT64_MAX) {
+            const int64_t p = first[k];
+            if (tr_batches_read_rows(b, p / b->shape.seq, 1, err, errlen))
+                return -1;
+            return tr_stream_bad((tr_stream_kind)k, &b->rows, p, &b->rules, flag_of(b, k), b->streams[k].path,
+                                 err, errlen);
+        }
+    return 0;
 }
 
 /* The rows read keep every stream's rule (checked before step 1, so a
  * value that breaks one now was written since). */
 static int check_rows(tr_batches *b, char *err, size_t errlen)
 {
-    const tr_stream_rules rules = rules_of(&b->shape);
-    for (int k = 0; k < TR_STREAM_KINDS; k++) {
-        int64_t p = b->streams[k].file ? tr_stream_first_bad((tr_stream_kind)k, &b->rows, &rules) : -1;
-        if (p >= 0)
-            return tr_batches_bad_value(b, (tr_stream_kind)k, p, err, errlen);
-    }
-    return 0;
+    int64_t first[TR_STREAM_KINDS];
+    for (int k = 0; k < TR_STREAM_KINDS; k++)
+        first[k] = INT64_MAX;
+    tr_batches_first_bad(b, first);
+    return tr_batches_bad(b, first, err, errlen);
+}
+
+/* A row's first S values of stream k, which its rule keeps within int32. */
+static void narrow(int32_t *out, const tr_batches *b, tr_stream_kind k)
+{
+    for (int64_t t = 0; t < b->shape.seq; t++)
+        out[t] = (int32_t)b->rows.v[k][t];
 }
 
 int tr_batches_read(tr_batches *b, int64_t i, int m, int d, char *err, size_t errlen)
 {
     const tr_batch_shape *s = &b->shape;
+    const bool mask = b->streams[TR_STREAM_ATTENTION_MASK].file, positions = b->streams[TR_STREAM_POSITION_IDS].file;
     for (int64_t row = 0; row < s->batch; row++) {
-        const int64_t k = tr_batches_sample(b, first_row(s, i, m, d) + row);
+        const int64_t k = tr_batches_sample(b, first_row(s, i, m, d) + row), at = row * s->seq;
         if (tr_batches_read_rows(b, k, 1, err, errlen) || check_rows(b, err, errlen))
             return -1;
-        const int64_t *ids = b->rows.v[TR_STREAM_DATA];
-        for (int64_t t = 0; t < s->seq; t++)     /* checked: in [0, vocab) */
-            b->step_ids[row * s->seq + t] = (int32_t)ids[t];
+        narrow(b->step_ids + at, b, TR_STREAM_DATA);
+        if (mask)
+            narrow(b->step_mask + at, b, TR_STREAM_ATTENTION_MASK);
+        if (positions)
+            narrow(b->step_positions + at, b, TR_STREAM_POSITION_IDS);
         if (s->scored)
-            tr_batches_sample_labels(b, k, b->step_labels + row * s->seq);
+            tr_batches_sample_labels(b, k, b->step_labels + at);
     }
-    tr_segments_of(b->step_segments, b->step_ids, s->batch, s->seq, s->pad_id, s->eos_id);
+    const tr_segment_marks marks = {.ids = b->step_ids, .attention_mask = mask ? b->step_mask : NULL,
+                                    .position_ids = positions ? b->step_positions : NULL, .pad_id = s->pad_id,
+                                    .eos_id = s->eos_id};
+    tr_segments_of(b->step_segments, &marks, s->batch, s->seq);
     return 0;
 }
 

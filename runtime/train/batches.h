@@ -71,6 +71,7 @@ typedef struct tr_batch_shape {
 typedef struct tr_batches {
     tr_batch_shape shape;
     tr_tokens streams[TR_STREAM_KINDS];   /* file NULL: not given (--data always is) */
+    tr_stream_rules rules;       /* what their values must be (the shape's) */
     int64_t samples;             /* rows of S tokens the stream holds */
     int64_t steps_per_epoch;
     int64_t steps;               /* of the run: shape.steps, or every step of the epochs */
@@ -81,6 +82,7 @@ typedef struct tr_batches {
     int32_t *step_ids;           /* one replica's input ids of a step */
     int32_t *step_labels;        /* one replica's labels of a step, the ignored ones -100 */
     int32_t *step_segments;      /* its segments (tpcc --segments) */
+    int32_t *step_mask, *step_positions;   /* its attention mask and position ids, where given */
     int64_t *labelled;           /* per step: the labelled tokens of the global batch (tr_batches_check) */
 } tr_batches;
 
@@ -107,7 +109,8 @@ int tr_batches_check(tr_batches *b, tp_comm *c, bool *everywhere, char *err, siz
 
 /* Step i's micro-batch m of replica d, read: b->step_ids [B, S],
  * b->step_labels (where the loss is scored) and b->step_segments
- * (segments.h: documents and padding from those ids). Returns 0, or -1
+ * (segments.h: documents and padding from those ids and the masks beside
+ * them). Returns 0, or -1
  * with a message (an I/O error; a value that breaks its rule, the file
  * changed since it was checked). */
 int tr_batches_read(tr_batches *b, int64_t i, int m, int d, char *err, size_t errlen);
@@ -130,8 +133,13 @@ int tr_batches_read_rows(tr_batches *b, int64_t row, int64_t n, char *err, size_
 /* Sample k's labels (S of them, the ignored ones -100) into out, from
  * b->rows, which holds it. */
 void tr_batches_sample_labels(const tr_batches *b, int64_t k, int32_t *out);
-/* The message for position p of stream k, whose value breaks its rule:
- * its row read again (b->rows). Returns -1. */
-int tr_batches_bad_value(tr_batches *b, tr_stream_kind k, int64_t p, char *err, size_t errlen);
+/* first[k] lowered to the first position in b->rows whose value of
+ * stream k breaks its rule (streams.h), for every stream given; INT64_MAX
+ * stays where none does. */
+void tr_batches_first_bad(const tr_batches *b, int64_t first[TR_STREAM_KINDS]);
+/* 0 where first[] holds no position; else -1 with the message for the
+ * first stream's (--data's before --labels'), its row read again into
+ * b->rows. */
+int tr_batches_bad(tr_batches *b, const int64_t first[TR_STREAM_KINDS], char *err, size_t errlen);
 
 #endif /* TPRUN_TRAIN_BATCHES_H */

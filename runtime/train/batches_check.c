@@ -26,7 +26,6 @@ static int scan_share(tr_batches *b, int share, int shares, int64_t first[TR_STR
                       char *err, size_t errlen)
 {
     const tr_batch_shape *s = &b->shape;
-    const tr_stream_rules rules = {.vocab = s->vocab, .ignore_index = s->ignore_index};
     const int64_t chunk = TR_CHECK_VALUES / s->seq > 0 ? TR_CHECK_VALUES / s->seq : 1;
     int64_t lo, hi;
     share_of(b, share, shares, &lo, &hi);
@@ -34,11 +33,7 @@ static int scan_share(tr_batches *b, int share, int shares, int64_t first[TR_STR
         const int64_t n = hi - row < chunk ? hi - row : chunk;
         if (tr_batches_read_rows(b, row, n, err, errlen))
             return -1;
-        for (int k = 0; k < TR_STREAM_KINDS; k++) {
-            int64_t p = b->streams[k].file ? tr_stream_first_bad((tr_stream_kind)k, &b->rows, &rules) : -1;
-            if (p >= 0 && p < first[k])
-                first[k] = p;
-        }
+        tr_batches_first_bad(b, first);
         for (int64_t k = row; s->scored && k < row + n && k < b->samples; k++) {
             tr_batches_sample_labels(b, k, b->step_labels);
             per_sample[k] = tr_labels_counted(b->step_labels, 1, s->seq, s->label_shift, TR_IGNORE_INDEX);
@@ -88,9 +83,7 @@ int tr_batches_check(tr_batches *b, tp_comm *c, bool *everywhere, char *err, siz
                         b->streams[TR_STREAM_DATA].path, why);
     }
     /* every rank holds what they all found: each fails alike, or none */
-    for (int k = 0; k < TR_STREAM_KINDS && !rc; k++)
-        if (first[k] != INT64_MAX)
-            rc = tr_batches_bad_value(b, (tr_stream_kind)k, first[k], err, errlen);
+    rc = tr_batches_bad(b, first, err, errlen);
     if (!rc && b->shape.scored)
         rc = count_labelled(b, per_sample, err, errlen);
     free(per_sample);

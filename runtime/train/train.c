@@ -93,6 +93,30 @@ static int agree(trainer *tr, int rc, char *err, size_t errlen)
     return tp_agree(tr->world, rc, &tr->everywhere, err, errlen);
 }
 
+/* The evaluation's streams go with --eval-data, and its masks with
+ * training's (the kinds after the labels, streams.h): both take their
+ * segments from the same sources, --pad-id and --eos-id being the same
+ * for both, so a mask given for one stream alone would leave the other's
+ * padding or documents unmarked. */
+static int check_eval_streams(const trainer *tr, char *err, size_t errlen)
+{
+    const char *const *eval = tr->t->eval, *const *train = tr->t->streams;
+    for (int k = 0; k < TR_STREAM_KINDS; k++)
+        if (eval[k] && !eval[TR_STREAM_DATA])
+            return tp_error(err, errlen, "%s goes with --eval-data FILE, the validation stream it lies beside",
+                            tr_streams[k].eval_flag);
+    for (int k = TR_STREAM_ATTENTION_MASK; k < TR_STREAM_KINDS && eval[TR_STREAM_DATA]; k++) {
+        if (train[k] && !eval[k])
+            return tp_error(err, errlen, "%s gives --data's %s; --eval-data %s needs its own: give %s FILE",
+                            tr_streams[k].flag, tr_streams[k].values, eval[TR_STREAM_DATA], tr_streams[k].eval_flag);
+        if (eval[k] && !train[k])
+            return tp_error(err, errlen, "%s goes with %s: the validation stream's segments come from what the "
+                            "training stream's do; give %s FILE for --data too", tr_streams[k].eval_flag,
+                            tr_streams[k].flag, tr_streams[k].flag);
+    }
+    return 0;
+}
+
 /* The streams, their headers checked to hold every step (batches.h). */
 static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
 {
@@ -106,15 +130,18 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
                                   .label_shift = tr->s->labels >= 0 ? tr->s->label_shift : 1, .vocab = vocab,
                                   .ignore_index = tr->o->ignore_index, .scored = tr->s->labels >= 0,
                                   .pad_id = tr->o->pad_id, .eos_id = tr->o->eos_id};
-    if (tr->s->labels < 0 && (tr->o->labels || tr->t->eval_data))
+    const char *const *eval = tr->t->eval;
+    if (tr->s->labels < 0 && (tr->o->labels || eval[TR_STREAM_DATA]))
         return tp_error(err, errlen, "%s: %s has no labels to take (its loss, tpcc --loss sum, reads none)",
                         tr->o->labels ? "--labels" : "--eval-data", tr->o->schedule);
-    if ((tr->t->eval_every || tr->t->eval_labels) && !tr->t->eval_data)
-        return tp_error(err, errlen, "--eval-every and --eval-labels go with --eval-data FILE, the validation stream");
-    const char *const paths[TR_STREAM_KINDS] = {[TR_STREAM_DATA] = tr->t->data, [TR_STREAM_LABELS] = tr->o->labels},
-                      *const eval[TR_STREAM_KINDS] = {[TR_STREAM_DATA] = tr->t->eval_data,
-                                                      [TR_STREAM_LABELS] = tr->t->eval_labels};
-    if (tr->t->eval_data && tr_eval_open(&tr->eval, tr->s, &shape, eval, err, errlen))
+    if (tr->t->eval_every && !eval[TR_STREAM_DATA])
+        return tp_error(err, errlen, "--eval-every goes with --eval-data FILE, the validation stream");
+    if (check_eval_streams(tr, err, errlen))
+        return -1;
+    const char *paths[TR_STREAM_KINDS];
+    memcpy(paths, tr->t->streams, sizeof paths);
+    paths[TR_STREAM_LABELS] = tr->o->labels;
+    if (eval[TR_STREAM_DATA] && tr_eval_open(&tr->eval, tr->s, &shape, eval, err, errlen))
         return -1;
     return tr_batches_open(&tr->batches, &shape, paths, err, errlen);
 }
@@ -127,7 +154,7 @@ static int check_data(trainer *tr, char *err, size_t errlen)
     tp_progress_io("checking the data");
     if (tr_batches_check(&tr->batches, tr->world, &tr->everywhere, err, errlen))
         return -1;
-    return tr->t->eval_data ? tr_eval_check(&tr->eval, tr->world, &tr->everywhere, err, errlen) : 0;
+    return tr->t->eval[TR_STREAM_DATA] ? tr_eval_check(&tr->eval, tr->world, &tr->everywhere, err, errlen) : 0;
 }
 
 /* --grads-out: the full gradients of the first step taken, before clipping,
@@ -375,7 +402,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
             profiles[(*nsteps)++] = x->profile;
         }
         const int64_t every = o->train.eval_every;
-        if (o->train.eval_data && ((every && r.step % every == 0) || r.step == tr.t->steps)) {
+        if (o->train.eval[TR_STREAM_DATA] && ((every && r.step % every == 0) || r.step == tr.t->steps)) {
             tp_progress_phase("evaluating --eval-data");
             rc = tr_eval_loss(&tr.eval, x, tr.dp, tr.optim.sum, &r.eval_loss, err, errlen);
             r.evaluated = !rc;

@@ -158,11 +158,11 @@ TEST(TrainTokens, EveryFaultIsAnErrorNamingTheFile)
 }
 
 // tr_batches_open, then on one rank tr_batches_check (the values' rules,
-// the labelled tokens counted); labels may be null.
+// the labelled tokens counted); the streams beside the data may be null.
 int open_batches(tr_batches *b, const tr_batch_shape &shape, const std::string &data, const char *labels, char *err,
-                 size_t errlen)
+                 size_t errlen, const char *attention_mask = nullptr, const char *position_ids = nullptr)
 {
-    const char *paths[TR_STREAM_KINDS] = {data.c_str(), labels};
+    const char *paths[TR_STREAM_KINDS] = {data.c_str(), labels, attention_mask, position_ids};
     if (tr_batches_open(b, &shape, paths, err, errlen))
         return -1;
     tp_comm one;
@@ -262,9 +262,10 @@ TEST(TrainBatches, EachStepReadsItsSliceAndItsLabels)
 
 // Every value is checked before step 1, the tail after the last sample
 // too: ids of the vocabulary (whatever their dtype holds), labels of it or
-// the ignore index, every stream beside --data of its length; the message
-// names the flag, the file and the position. A value written after the
-// check is refused where a step reads it.
+// the ignore index, attention masks and position ids as Hugging Face
+// writes them and tprun reads them, every stream beside --data of its
+// length; the message names the flag, the file and the position. A value
+// written after the check is refused where a step reads it.
 TEST(TrainBatches, ValuesOutsideTheirRulesAreRefused)
 {
     TempDir d;
@@ -310,6 +311,51 @@ TEST(TrainBatches, ValuesOutsideTheirRulesAreRefused)
     EXPECT_TRUE(contains(err, "--eval-labels " + d.path + "/lab.npy: label 6 is 100")) << err;
     tr_batches_free(&b);
     shape.evaluation = false;
+    // Hugging Face's masks: an attention mask of 0 and 1; position ids that
+    // start at 0 at each row (sample) and after padding, and count up by
+    // one within a document
+    const std::vector<int32_t> ones(ok.size(), 1), count = {0, 1, 2, 3, 0, 1, 0, 1, 0, 1, 2};
+    std::vector<int32_t> two = ones, padded = ones, jump = count, row = count, far = count, after = count;
+    two[7] = 2;
+    padded[2] = 0;
+    jump[2] = 3;
+    row[4] = 3;
+    far[9] = 4;
+    after[3] = 3;
+    const std::string mask = ints("mask.npy", ones), pos = ints("pos.npy", count);
+    struct Masks { std::string mask, positions, says; };
+    const std::vector<Masks> masks = {
+        {ints("two.npy", two), pos, "--attention-mask " + d.path + "/two.npy: mask value 7 is 2: an attention mask "
+                                    "holds 1 for a token and 0 for padding (Hugging Face's attention_mask), nothing "
+                                    "else"},
+        {ints("ten.npy", std::vector<int32_t>(10, 1)), pos,
+         "--attention-mask " + d.path + "/ten.npy holds 10 mask values and --data " + data + " 11 tokens: the mask "
+         "values are a stream beside the tokens, one per token"},
+        {mask, ints("jump.npy", jump), "--position-ids " + d.path + "/jump.npy: position id 2 is 3 after 1: within a "
+                                       "document positions count up by one, and a document starts at 0; write 2"},
+        {mask, ints("row.npy", row), "position id 4 is 3 at the first token of a row (sample 1 of 4 tokens): each "
+                                     "row starts a document, at 0"},
+        {mask, ints("far.npy", far), "position id 9 is 4, outside a row of 4 tokens [0, 4)"},
+        {ints("padded.npy", padded), ints("after.npy", after),
+         "position id 3 is 3 at the first token after padding: tprun starts a document there, numbered from 0"},
+    };
+    for (const Masks &c : masks) {
+        EXPECT_EQ(open_batches(&b, shape, data, nullptr, err, sizeof err, c.mask.c_str(), c.positions.c_str()), -1);
+        EXPECT_TRUE(contains(err, c.says)) << err;
+        tr_batches_free(&b);
+    }
+    // kept: the segments from the streams (a padding's position id is
+    // free; after it a document starts)
+    std::vector<int32_t> free_id = count;
+    free_id[2] = 3;
+    free_id[3] = 0;
+    ASSERT_EQ(open_batches(&b, shape, data, nullptr, err, sizeof err, (d.path + "/padded.npy").c_str(),
+                           ints("free.npy", free_id).c_str()), 0) << err;
+    ASSERT_EQ(tr_batches_read(&b, 1, 0, 0, err, sizeof err), 0) << err;
+    EXPECT_EQ(std::vector<int32_t>(b.step_segments, b.step_segments + 4), (std::vector<int32_t>{0, 0, 1, 1}));
+    ASSERT_EQ(tr_batches_read(&b, 0, 0, 0, err, sizeof err), 0) << err;
+    EXPECT_EQ(std::vector<int32_t>(b.step_segments, b.step_segments + 4), (std::vector<int32_t>{0, 0, -1, 1}));
+    tr_batches_free(&b);
     // checked, then rewritten: step 2 reads what is there now
     const std::string later = ints("later.npy", ok);
     ASSERT_EQ(open_batches(&b, shape, later, nullptr, err, sizeof err), 0) << err;
