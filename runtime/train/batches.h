@@ -1,6 +1,6 @@
-/* batches.h: what each training step reads: its input ids and labels, one
- * slice per micro-batch and data-parallel replica, and the number of
- * labelled tokens its loss is the mean over.
+/* batches.h: what each training step reads: its input ids, labels and
+ * segments, one slice per micro-batch and data-parallel replica, and the
+ * number of labelled tokens its loss is the mean over.
  *
  * The stream (--data) is cut into samples of S tokens, which an epoch
  * visits in the stream's order or, with --shuffle-seed, in a permutation
@@ -22,7 +22,10 @@
  *   - else (label_shift 0) the B·S tokens one further on, llm.c's
  *     DataLoader (x = buf[:-1], y = buf[1:]): every position has its next
  *     token as label, and the stream must hold one token more.
- * Labels equal to --ignore-index are not scored (labels.h).
+ * Labels equal to --ignore-index are not scored (labels.h). The segments
+ * (segments.h) come from the ids and, where given, from the attention
+ * mask and position ids: streams of the same length, read at the same
+ * place.
  *
  * The loss of a step is the sum over every labelled token of the global
  * batch (all micro-batches and replicas) divided by their number, not the
@@ -35,7 +38,7 @@
  * pread of S values (S + 1 where the labels are the stream one further on)
  * per stream and row. Before step 1 every value of every stream is
  * checked against its rule (streams.h: ids of the vocabulary, labels of it
- * or the ignore index), and every step's labelled tokens are counted (a
+ * or the ignore index, masks as tprun reads them), and every step's labelled tokens are counted (a
  * step with none is refused: its loss would be 0/0); the work is split
  * over the job's ranks (tr_batches_check): rank r of W reads its 1/W of
  * the rows, in large chunks, and collectives combine what they found. A
