@@ -75,7 +75,8 @@ static const char usage[] =
     "  --compare FILE.npy   compare the logits with a reference and report the largest difference\n"
     "  --tolerance T        the largest difference --compare accepts (default 1e-4)\n"
     "  --profile            time per op kind and per collective, per rank\n"
-    "  --profile-json FILE  the same plus weight bytes read and collective bytes, as JSON\n"
+    "  --profile-json FILE  the same plus weight bytes read and collective bytes, as JSON; training:\n"
+    "                       the bytes of the data each rank read (--profile's KiB of data read)\n"
     "  --trace FILE         Chrome trace-event JSON, one track per rank (Perfetto)\n"
     "  --threads T          the CPU backend's threads per rank, which every kernel splits its\n"
     "                       work over, BLAS calls included (default 1)\n"
@@ -102,7 +103,8 @@ static const char usage[] =
     "                       for tpcc --loss cross_entropy the labels are the tokens one further\n"
     "                       on, as llm.c's loader; --labels FILE gives them instead); with D\n"
     "                       data-parallel replicas, the next D x batch x seq, a slice each, and\n"
-    "                       the gradients averaged over the replicas\n"
+    "                       the gradients averaged over the replicas. Read on demand: each rank\n"
+    "                       checks its share of the stream before step 1, then reads its own rows\n"
     "  --steps N            optimizer steps to take (default with --epochs: all its steps)\n"
     "  --epochs E           passes over the data the run may make (default 1); each epoch takes\n"
     "                       the whole steps its samples (rows of seq tokens) hold\n"
@@ -112,6 +114,13 @@ static const char usage[] =
     "  --eval-data FILE     a validation stream (as --data): its loss and perplexity, the\n"
     "                       weights not updated, after every --eval-every N steps and the last\n"
     "  --eval-labels FILE   its labels, as --labels for --data\n"
+    "  --attention-mask FILE  a stream beside --data: Hugging Face's attention_mask, 1 a token,\n"
+    "                       0 padding (as --pad-id, which it replaces; tpcc --segments)\n"
+    "  --position-ids FILE  a stream beside --data: DataCollatorWithFlattening's position_ids, a\n"
+    "                       document starting at each 0 and counting up by one (as --eos-id,\n"
+    "                       which it replaces; tpcc --segments)\n"
+    "  --eval-attention-mask FILE, --eval-position-ids FILE\n"
+    "                       the same for --eval-data, given with --attention-mask, --position-ids\n"
     "  --eval-every N       steps between evaluations (default: the last step only)\n"
     "  --micro-batches M    gradient accumulation: M runs of the schedule's batch per step, their\n"
     "                       gradients summed in fp32 before one optimizer step (default 1)\n"
@@ -229,6 +238,9 @@ static int parse_args(tr_options *o, launcher *l, int argc, char **argv)
         {"micro-batches", required_argument, 0, OPT_TRAIN}, {"epochs", required_argument, 0, OPT_TRAIN},
         {"shuffle-seed", required_argument, 0, OPT_TRAIN}, {"eval-data", required_argument, 0, OPT_TRAIN},
         {"eval-labels", required_argument, 0, OPT_TRAIN}, {"eval-every", required_argument, 0, OPT_TRAIN},
+        {"attention-mask", required_argument, 0, OPT_TRAIN}, {"position-ids", required_argument, 0, OPT_TRAIN},
+        {"eval-attention-mask", required_argument, 0, OPT_TRAIN},
+        {"eval-position-ids", required_argument, 0, OPT_TRAIN},
         {"lr", required_argument, 0, OPT_TRAIN}, {"warmup", required_argument, 0, OPT_TRAIN},
         {"schedule", required_argument, 0, OPT_TRAIN}, {"weight-decay", required_argument, 0, OPT_TRAIN},
         {"decay-all", no_argument, 0, OPT_TRAIN}, {"no-decay", required_argument, 0, OPT_TRAIN}, {"max-grad-norm", required_argument, 0, OPT_TRAIN},

@@ -2,7 +2,7 @@
 """Text to tprun's training files, through the model's own tokenizer.
 
     python3 tools/prepare_data.py --tokenizer tokenizer.json --config config.json \\
-        INPUT... -o OUT [--seq N (--pack | --pad)] [--val-fraction F] [--seed S]
+        INPUT... -o OUT [--pack | --pad] [--seq N] [--val-fraction F] [--seed S]
 
 INPUT is a text file (documents separated by blank lines), a JSONL file
 (one document an object: "text", or "prompt" and "completion"), or a
@@ -15,12 +15,19 @@ from config.json where it has them.
 Layouts:
   --pack (default)  the documents end to end, one stream (llm.c's and
                     torchtitan's pretraining data): OUT.train.npy; the loss
-                    shifts the ids themselves
+                    shifts the ids themselves. With --seq N, beside it
+                    OUT.train.position_ids.npy for tprun --position-ids:
+                    each document's positions from 0, and again from 0 at
+                    each row of N tokens tprun cuts the stream into
+                    (DataCollatorWithFlattening's position_ids)
   --pad             one row of --seq tokens a document (seed 003's padded
                     batches): truncated, or padded with the tokenizer's pad
                     token (config pad_token_id, else the eos); labels beside
                     the ids (OUT.train.labels.npy) with -100 over the
-                    padding, for tprun --labels
+                    padding, for tprun --labels, and the padding's
+                    attention_mask (OUT.train.attention_mask.npy: 1 a
+                    token, 0 padding) for tprun --attention-mask, which
+                    tells padding from a token of the same id
 A JSONL document with "prompt" and "completion" (fine-tuning) also gets
 -100 over its prompt's labels, in either layout (packed: a labels stream
 beside the ids).
@@ -32,8 +39,8 @@ target_ids), --next-token-labels writes each position's next token
 instead, the last of each row (--pad) or of the stream ignored.
 
 --val-fraction F (default 0.1) holds out that fraction of the documents,
-drawn with --seed, as OUT.val.npy (and OUT.val.labels.npy) for tprun
---eval-data (--eval-labels). Every id is checked against config.json's
+drawn with --seed, as OUT.val.npy (and OUT.val.labels.npy, ...) for tprun
+--eval-data (--eval-labels, ...). Every id is checked against config.json's
 vocab_size: a tokenizer made for another model is an error, before any
 file is written. Output arrays are int32 .npy, 1-D.
 
@@ -125,24 +132,44 @@ def check_ids(ids, framing, where):
                         f"tokenizer is not this model's")
 
 
-def pack(docs):
-    """One stream of every document end to end, and its labels."""
+class Streams:
+    """A split's arrays: the ids and the streams beside them (None where the
+    layout writes none), each OUT.<split>.<name>.npy but the ids'."""
+
+    def __init__(self, ids, labels, attention_mask=None, position_ids=None):
+        self.ids, self.labels, self.attention_mask, self.position_ids = ids, labels, attention_mask, position_ids
+
+    def beside(self):
+        return {"labels": self.labels, "attention_mask": self.attention_mask, "position_ids": self.position_ids}
+
+
+def pack(docs, seq):
+    """One stream of every document end to end, its labels, and with a row
+    length seq its position ids: from 0 at each document's first token and
+    at each row's."""
     ids = [i for d, _ in docs for i in d]
     labels = [l for _, ls in docs for l in ls]
-    return np.array(ids, np.int32), np.array(labels, np.int32)
+    positions = None
+    if seq:
+        starts = np.cumsum([0] + [len(d) for d, _ in docs[:-1]])
+        doc_start = np.repeat(starts, [len(d) for d, _ in docs])
+        at = np.arange(len(ids))
+        positions = (at - np.maximum(doc_start, at - at % seq)).astype(np.int32)
+    return Streams(np.array(ids, np.int32), np.array(labels, np.int32), position_ids=positions)
 
 
 def pad(docs, seq, pad_id):
-    """A row of seq tokens a document, truncated or padded (labels -100 over
-    the padding)."""
+    """A row of seq tokens a document, truncated or padded (labels -100 and
+    attention_mask 0 over the padding)."""
     if pad_id is None:
         raise DataError("--pad needs a pad token: config.json has neither pad_token_id nor eos_token_id")
-    rows, labels = [], []
+    rows, labels, mask = [], [], []
     for ids, ls in docs:
         ids, ls = ids[:seq], ls[:seq]
         rows.append(ids + [pad_id] * (seq - len(ids)))
         labels.append(ls + [IGNORE] * (seq - len(ls)))
-    return np.array(rows, np.int32).reshape(-1), np.array(labels, np.int32).reshape(-1)
+        mask.append([1] * len(ids) + [0] * (seq - len(ids)))
+    return Streams(*(np.array(a, np.int32).reshape(-1) for a in (rows, labels, mask)))
 
 
 def split(n, fraction, seed):
@@ -167,8 +194,8 @@ def next_tokens(labels, seq):
 
 
 def prepare(documents, encode, framing, layout, seq, fraction, seed, next_token_labels=False):
-    """{"train": (ids, labels or None), "val": ...}: labels where the layout,
-    a prompt or next-token labels need them."""
+    """{"train": Streams, "val": ...}: labels where the layout, a prompt or
+    next-token labels need them."""
     encoded = []
     for n, (prompt, text) in enumerate(documents):
         ids, labels = encode_document(encode, framing, prompt, text)
@@ -181,10 +208,12 @@ def prepare(documents, encode, framing, layout, seq, fraction, seed, next_token_
                        ("val", [d for i, d in enumerate(encoded) if i in held])):
         if not docs:
             continue
-        ids, labels = pad(docs, seq, framing.pad) if layout == "pad" else pack(docs)
+        streams = pad(docs, seq, framing.pad) if layout == "pad" else pack(docs, seq)
         if next_token_labels:
-            labels = next_tokens(labels, seq if layout == "pad" else None)
-        out[name] = (ids, labels if needs_labels else None)
+            streams.labels = next_tokens(streams.labels, seq if layout == "pad" else None)
+        if not needs_labels:
+            streams.labels = None
+        out[name] = streams
     if "train" not in out:
         raise DataError("no document is left to train on: lower --val-fraction or give more documents")
     return out
@@ -199,7 +228,8 @@ def main(argv=None):
     layout = ap.add_mutually_exclusive_group()
     layout.add_argument("--pack", dest="layout", action="store_const", const="pack", help="one stream (default)")
     layout.add_argument("--pad", dest="layout", action="store_const", const="pad", help="a row of --seq a document")
-    ap.add_argument("--seq", type=int, help="with --pad: the row length, the schedule's seq")
+    ap.add_argument("--seq", type=int, help="the schedule's seq: --pad's row length; with --pack, position ids "
+                                            "restarting at each row of it")
     ap.add_argument("--next-token-labels", action="store_true",
                     help="labels for a loss that does not shift them (tpcc --loss cross_entropy)")
     ap.add_argument("--val-fraction", type=float, default=0.1)
@@ -208,6 +238,8 @@ def main(argv=None):
     layout = args.layout or "pack"
     if layout == "pad" and (args.seq is None or args.seq < 2):
         ap.error("--pad needs --seq N (N >= 2), the schedule's sequence length")
+    if args.seq is not None and args.seq < 2:
+        ap.error("--seq N takes the schedule's sequence length, N >= 2")
     try:
         from tokenizers import Tokenizer
     except ImportError:
@@ -233,11 +265,12 @@ def main(argv=None):
                       args.val_fraction, args.seed, args.next_token_labels)
     except (DataError, OSError, json.JSONDecodeError) as e:
         sys.exit(f"prepare_data.py: {e}")
-    for name, (ids, labels) in out.items():
-        np.save(f"{args.out}.{name}.npy", ids)
-        if labels is not None:
-            np.save(f"{args.out}.{name}.labels.npy", labels)
-        print(f"{args.out}.{name}.npy: {len(ids)} tokens" + (" (and labels)" if labels is not None else ""))
+    for name, streams in out.items():
+        np.save(f"{args.out}.{name}.npy", streams.ids)
+        written = [k for k, a in streams.beside().items() if a is not None]
+        for k in written:
+            np.save(f"{args.out}.{name}.{k}.npy", streams.beside()[k])
+        print(f"{args.out}.{name}.npy: {len(streams.ids)} tokens" + (f" (and {', '.join(written)})" if written else ""))
 
 
 if __name__ == "__main__":

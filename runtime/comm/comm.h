@@ -69,6 +69,11 @@ struct tp_comm_ops {
      * (optional: NULL where each rank runs alone, whose status stays its
      * own) */
     int (*agree)(tp_comm *c, int rc, char *err, size_t errlen);
+    /* host memory: buf (n int64) = the sum, or with min the least, over
+     * ranks, in place; exact where float32 is not (counts, positions in a
+     * stream of tokens). Collective over c. (optional: NULL where each
+     * rank runs alone, whose values stay its own) */
+    int (*reduce_i64)(tp_comm *c, int64_t *buf, int64_t n, int min, char *err, size_t errlen);
 };
 
 /* Every rank leaves an I/O phase (progress.h), or a step that failed on

@@ -302,6 +302,13 @@ static int agree(tp_comm *c, int rc, char *err, size_t errlen)
     return 1 + first;
 }
 
+static int reduce_i64(tp_comm *c, int64_t *buf, int64_t n, int min, char *err, size_t errlen)
+{
+    chunked k = {.what = "MPI_Allreduce of int64", .type = MPI_INT64_T, .elem = (int64_t)sizeof *buf, .n = n,
+                 .out = buf, .op = min ? MPI_MIN : MPI_SUM, .call = all_reduce_chunk};
+    return on_comm(c, &k, err, errlen) ? -1 : run_chunks(c, &k, err, errlen);
+}
+
 static void abort_all(tp_comm *c, int status)
 {
     (void)c;
@@ -345,6 +352,7 @@ static int split(tp_comm *c, int color, int key, tp_comm *out, char *err, size_t
 
 static const tp_comm_ops mpi_ops = {
     "mpi", all_gather, reduce_scatter, all_reduce, all_to_all, gather_bytes, abort_all, finalize, split, agree,
+    reduce_i64,
 };
 
 /* The watchdog's way to end the job: MPI_Abort, from its own thread

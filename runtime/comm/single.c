@@ -38,6 +38,7 @@ static int split(tp_comm *c, int color, int key, tp_comm *out, char *err, size_t
 static const tp_comm_ops single_ops = {
     "single", copy, copy, reduce_in_place, copy, gather_bytes, NULL, finalize, split,
     NULL,   /* agree: one rank's status is the job's */
+    NULL,   /* reduce_i64: one rank's values are the job's */
 };
 
 int tp_comm_single(tp_comm *c)

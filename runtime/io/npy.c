@@ -5,6 +5,7 @@
 #include "util/atomic_write.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -253,15 +254,12 @@ static void shape_text(char *buf, size_t len, const int64_t *shape, int ndim)
  * writing a message to err. */
 typedef size_t (*npy_check)(const char *path, const hdr *h, char *err, size_t errlen);
 
-/* Reads the header and the data of a .npy file. On success *raw holds
- * *count items of the size check() returned (malloc'ed, never NULL). */
-static int npy_load(const char *path, npy_check check, hdr *h, void **raw, size_t *count, size_t *isz, char *err,
+/* Reads and checks the header of the .npy file open as fp (at its start),
+ * and the file's size against the shape. On success fp is at the first element, *count items of the size check()
+ * returned follow. */
+static int npy_open(FILE *fp, const char *path, npy_check check, hdr *h, uint64_t *count, size_t *isz, char *err,
                     size_t errlen)
 {
-    *raw = NULL;
-    FILE *fp = tp_input_fopen(path, err, errlen);
-    if (!fp)
-        return -1;
     int rc = -1;
     char *htext = NULL;
     unsigned char pre[12];
@@ -323,7 +321,7 @@ static int npy_load(const char *path, npy_check check, hdr *h, void **raw, size_
         }
     }
     size_t bytes = (size_t)n * *isz;
-    /* Check the size before allocating: a header may announce any shape. */
+    /* the size before anything is allocated: a header may announce any shape */
     struct stat st;
     long here = ftell(fp);
     if (fstat(fileno(fp), &st) == 0 && S_ISREG(st.st_mode) && here >= 0 &&
@@ -332,18 +330,36 @@ static int npy_load(const char *path, npy_check check, hdr *h, void **raw, size_
              (uint64_t)st.st_size - (uint64_t)here, bytes);
         goto done;
     }
-    *raw = tp_xmalloc(bytes);
-    size_t got = bytes ? fread(*raw, 1, bytes, fp) : 0;
-    if (got != bytes) {
-        tp_error(err, errlen, "%s: data is truncated: %zu of %zu bytes", path, got, bytes);
-        free(*raw);
-        *raw = NULL;
-        goto done;
-    }
-    *count = (size_t)n;
+    *count = n;
     rc = 0;
 done:
     free(htext);
+    h->p = h->end = NULL;      /* they pointed into htext */
+    return rc;
+}
+
+/* Reads the header and the data of a .npy file. On success *raw holds
+ * *count items of the size check() returned (malloc'ed, never NULL). */
+static int npy_load(const char *path, npy_check check, hdr *h, void **raw, size_t *count, size_t *isz, char *err,
+                    size_t errlen)
+{
+    *raw = NULL;
+    FILE *fp = tp_input_fopen(path, err, errlen);
+    if (!fp)
+        return -1;
+    uint64_t n;
+    int rc = npy_open(fp, path, check, h, &n, isz, err, errlen);
+    if (!rc) {
+        size_t bytes = (size_t)n * *isz;
+        *raw = tp_xmalloc(bytes);
+        size_t got = bytes ? fread(*raw, 1, bytes, fp) : 0;
+        *count = (size_t)n;
+        if (got != bytes) {
+            rc = tp_error(err, errlen, "%s: data is truncated: %zu of %zu bytes", path, got, bytes);
+            free(*raw);
+            *raw = NULL;
+        }
+    }
     fclose(fp);
     return rc;
 }
@@ -382,6 +398,31 @@ static size_t check_tokens(const char *path, const hdr *h, char *err, size_t err
     return token_dtypes[t].size;
 }
 
+int64_t tp_npy_token_value(const unsigned char *p, size_t item, bool is_signed)
+{
+    uint64_t u = 0;
+    for (size_t b = 0; b < item; b++)        /* little-endian, whatever the host */
+        u |= (uint64_t)p[b] << (8 * b);
+    return is_signed && item == 4 ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
+}
+
+int tp_npy_token_header(FILE *fp, const char *path, tp_npy_token_layout *out, char *err, size_t errlen)
+{
+    hdr h;
+    uint64_t count;
+    size_t isz;
+    if (npy_open(fp, path, check_tokens, &h, &count, &isz, err, errlen))
+        return -1;
+    long here = ftell(fp);
+    if (here < 0)
+        return tp_error(err, errlen, "%s: cannot tell where its data starts: %s", path, strerror(errno));
+    *out = (tp_npy_token_layout){.offset = here, .ndim = h.ndim, .item = isz,
+                                 .is_signed = token_dtypes[token_dtype(h.descr)].is_signed};
+    out->shape[0] = h.shape[0];
+    out->shape[1] = h.ndim == 2 ? h.shape[1] : 0;
+    return 0;
+}
+
 int tp_npy_read_tokens(const char *path, int32_t **out, int64_t shape[2], int *ndim, char *err, size_t errlen)
 {
     *out = NULL;
@@ -393,11 +434,7 @@ int tp_npy_read_tokens(const char *path, int32_t **out, int64_t shape[2], int *n
     int32_t *ids = tp_xmalloc(count ? count * 4 : 4);
     bool is_signed = token_dtypes[token_dtype(h.descr)].is_signed;
     for (size_t i = 0; i < count; i++) {
-        const unsigned char *p = (const unsigned char *)raw + isz * i;
-        uint64_t u = 0;
-        for (size_t b = 0; b < isz; b++)        /* little-endian, whatever the host */
-            u |= (uint64_t)p[b] << (8 * b);
-        int64_t v = is_signed && isz == 4 ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
+        int64_t v = tp_npy_token_value((const unsigned char *)raw + isz * i, isz, is_signed);
         if (v < INT32_MIN || v > INT32_MAX) {
             tp_error(err, errlen, "%s: token id %" PRId64 "%s at flat index %zu does not fit in int32", path, v,
                      is_signed ? "" : " (unsigned)", i);

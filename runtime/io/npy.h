@@ -19,8 +19,10 @@
 #ifndef TPRUN_NPY_H
 #define TPRUN_NPY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +44,23 @@ int tp_npy_write_i32(const char *path, const int32_t *data, const int64_t *shape
  * shape[0..ndim) the dimensions and shape[1] = 0 for a 1-D array. Returns
  * -1 with a message in err otherwise, and *out = NULL. */
 int tp_npy_read_tokens(const char *path, int32_t **out, int64_t shape[2], int *ndim, char *err, size_t errlen);
+
+/* A token array read in pieces (a training stream, which need not fit in
+ * memory): the header of fp, open at the start of `path`, checked as
+ * tp_npy_read_tokens checks it, and the file's size against the shape;
+ * fp is left at the first id. Returns 0, or -1 with a message in err. */
+typedef struct tp_npy_token_layout {
+    int64_t offset;        /* bytes before the first id */
+    int64_t shape[2];      /* as tp_npy_read_tokens's */
+    int ndim;
+    size_t item;           /* bytes of one id: 2, 4 or 8 */
+    bool is_signed;
+} tp_npy_token_layout;
+int tp_npy_token_header(FILE *fp, const char *path, tp_npy_token_layout *out, char *err, size_t errlen);
+
+/* The id of `item` bytes at p, little-endian whatever the host (llm.c's
+ * .bin files store theirs the same way), signed or not, as an int64. */
+int64_t tp_npy_token_value(const unsigned char *p, size_t item, bool is_signed);
 
 /* Reads a float32 ('<f4') or float64 ('<f8', converted) array of any rank
  * up to TP_NPY_MAX_DIMS, C order (e.g. reference logits). On success returns

@@ -48,9 +48,14 @@ int tr_outputs_spare_inputs(const tr_options *o, char *err, size_t errlen)
     const named outputs[] = {{"--out", o->out}, {"--log-json", o->train.log_json},
                              {"--grads-out", o->train.grads_out}, {"--profile-json", o->profile_json},
                              {"--trace", o->trace}};
-    const named inputs[] = {{"the schedule", o->schedule}, {"--weights", o->weights}, {"--tokens", o->tokens},
-                            {"--labels", o->labels}, {"--compare", o->compare}, {"--data", o->train.data},
-                            {"--resume", o->train.resume}};
+    named inputs[6 + 2 * TR_STREAM_KINDS] = {{"the schedule", o->schedule}, {"--weights", o->weights},
+                                             {"--tokens", o->tokens}, {"--labels", o->labels},
+                                             {"--compare", o->compare}, {"--resume", o->train.resume}};
+    named *stream = inputs + 6;   /* --data and the streams beside it, the evaluation's too */
+    for (int k = 0; k < TR_STREAM_KINDS; k++) {
+        *stream++ = (named){tr_streams[k].flag, o->train.streams[k]};
+        *stream++ = (named){tr_streams[k].eval_flag, o->train.eval[k]};
+    }
     for (size_t i = 0; i < sizeof outputs / sizeof *outputs; i++) {
         if (!outputs[i].path)
             continue;

@@ -34,6 +34,7 @@ typedef struct job {
     tp_checkpoint *ckpt;
     int64_t vocab;              /* rows of the input embedding: valid token ids */
     size_t weight_bytes_read;
+    uint64_t data_bytes_read;   /* training: of its data streams (batches.h) */
     bool everywhere;            /* the failure in err is every rank's (tp_agree): no abort needed */
     int32_t *ids, *labels;      /* the inputs, host copies: every step writes them again, since
                                    the arena reuses their memory once they are read */
@@ -207,7 +208,8 @@ static int read_inputs(job *j)
         const tr_buf *b = &s->bufs[s->input_ids];
         int64_t seq = b->rank > 1 ? b->shape[b->rank - 1] : n;
         j->segments = tp_xmalloc((size_t)n * sizeof *j->segments);
-        tr_segments_of(j->segments, ids, n / seq, seq, j->o->train.pad_id, j->o->train.eos_id);
+        const tr_segment_marks marks = {.ids = ids, .pad_id = j->o->train.pad_id, .eos_id = j->o->train.eos_id};
+        tr_segments_of(j->segments, &marks, n / seq, seq);
     }
     if (rc || !j->labels_from)
         return rc;
@@ -424,7 +426,7 @@ typedef struct rank_stats {
     double seconds[TP_OP_COUNT];
     double count[TP_OP_COUNT];
     double phase[TP_PHASE_COUNT], dp, optimizer;
-    double comm_bytes, weight_bytes, total;
+    double comm_bytes, weight_bytes, data_bytes, total;
 } rank_stats;
 
 static int gather_stats(job *j, rank_stats *all)
@@ -440,6 +442,7 @@ static int gather_stats(job *j, rank_stats *all)
     mine.optimizer = j->x.profile.optimizer_seconds;
     mine.comm_bytes = j->x.profile.comm_bytes;
     mine.weight_bytes = (double)j->weight_bytes_read;
+    mine.data_bytes = (double)j->data_bytes_read;
     mine.total = j->x.profile.total_seconds;
     char why[400];
     if (j->comm->ops->gather_bytes(j->comm, all, &mine, sizeof mine, why, sizeof why))
@@ -479,9 +482,12 @@ static void print_profile(const job *j, const rank_stats *all)
         char median[48] = "";
         if (j->nsteps > 1)
             snprintf(median, sizeof median, " (median of %d steps)", j->nsteps);
-        printf("profile, rank %d: %.3f ms %s%s, %.1f KiB moved by collectives, %.1f KiB of weights read\n", r,
+        char data[64] = "";
+        if (training)
+            snprintf(data, sizeof data, ", %.1f KiB of data read", all[r].data_bytes / 1024);
+        printf("profile, rank %d: %.3f ms %s%s, %.1f KiB moved by collectives, %.1f KiB of weights read%s\n", r,
                all[r].total * 1e3, training ? "per training step" : "forward", median, all[r].comm_bytes / 1024,
-               all[r].weight_bytes / 1024);
+               all[r].weight_bytes / 1024, data);
         if (training)
             print_phases(&all[r]);
         for (int k = 0; k < TP_OP_COUNT; k++)
@@ -515,6 +521,7 @@ static int write_profile_json(job *j, const rank_stats *all, const double *steps
                        j->s.grads ? "step_seconds" : "forward_seconds", all[r].total, all[r].weight_bytes,
                        all[r].comm_bytes);
         if (j->s.grads) {
+            tp_buf_appendf(&f, "\"data_bytes_read\": %.0f, ", all[r].data_bytes);
             tp_buf_append(&f, "\"phases\": {");
             for (int k = 0; k < TP_PHASE_COUNT; k++)
                 tp_buf_appendf(&f, "\"%s\": %.9g, ", tp_phase_names[k], all[r].phase[k]);
@@ -638,15 +645,17 @@ static int options_match_training(job *j)
 {
     const tr_options *o = j->o;
     if (!j->s.grads) {
-        if (o->train.steps || o->train.data || o->train.log_json || o->train.grads_out || o->train.save ||
+        bool streams = false;
+        for (int k = 0; k < TR_STREAM_KINDS; k++)
+            streams |= o->train.streams[k] || o->train.eval[k];
+        if (streams || o->train.steps || o->train.log_json || o->train.grads_out || o->train.save ||
             o->train.max_shard_given || o->train.resume || o->train.micro_batches > 1 || o->train.epochs ||
-            o->train.shuffle || o->train.eval_data || o->train.eval_labels || o->train.eval_every ||
-            o->train.no_decay)
+            o->train.shuffle || o->train.eval_every || o->train.no_decay)
             return fail(j, "%s is a forward schedule: --data, --steps and the other training options go with a "
                         "schedule compiled with tpcc PLAN --train -o FILE.sched", o->schedule);
         return 0;
     }
-    if ((!o->train.steps && !o->train.epochs) || !o->train.data)
+    if ((!o->train.steps && !o->train.epochs) || !o->train.streams[TR_STREAM_DATA])
         return fail(j, "%s is a training schedule (tpcc --train): give it --data TOKENS and --steps N (or --epochs "
                     "E, every step of E passes over the data)", o->schedule);
     if (o->repeat)
@@ -677,8 +686,11 @@ int tr_run(const tr_options *o, tp_comm *comm, bool *everywhere, char *err, size
     if (!rc)
         rc = options_match_training(&j);
     /* a training run checks its ids in force, the plan's train { } ones among them (train.c) */
+    const tr_segment_sources sources = {.pad_id = o->train.pad_id, .eos_id = o->train.eos_id,
+                                        .attention_mask = o->train.streams[TR_STREAM_ATTENTION_MASK],
+                                        .position_ids = o->train.streams[TR_STREAM_POSITION_IDS]};
     if (!rc && !j.s.grads && tr_segments_check(o->schedule, j.s.segments >= 0, tr_schedule_token_vocab(&j.s),
-                                               o->train.pad_id, o->train.eos_id, why, sizeof why))
+                                               &sources, why, sizeof why))
         rc = fail(&j, "%s", why);
     if (!rc && comm->world == 1 && ranks > 1)
         rc = fail(&j, "%s is a schedule for %d ranks: run it with tprun -n %d %s", o->schedule, ranks, ranks,
@@ -717,8 +729,8 @@ int tr_run(const tr_options *o, tp_comm *comm, bool *everywhere, char *err, size
     if (!rc && j.s.grads) {
         if (rank0(&j) && j.nodes && !o->quiet)     /* a forward run prints it with its results */
             print_header(&j);
-        if (tr_train(o, &groups, &j.x, j.masters, j.vocab, &j.step_seconds, &j.nsteps, &j.everywhere, why,
-                     sizeof why))
+        if (tr_train(o, &groups, &j.x, j.masters, j.vocab, &j.step_seconds, &j.nsteps, &j.data_bytes_read,
+                     &j.everywhere, why, sizeof why))
             rc = fail(&j, "%s", why);
         if (!rc)
             rc = report(&j);

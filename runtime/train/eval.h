@@ -10,6 +10,7 @@
 #ifndef TPRUN_TRAIN_EVAL_H
 #define TPRUN_TRAIN_EVAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include "runtime/comm/comm.h"
 #include "runtime/exec/exec.h"
@@ -21,12 +22,16 @@ typedef struct tr_eval {
     int forward_ops;       /* the ops up to and with the loss's */
 } tr_eval;
 
-/* The evaluation stream in `shape`'s batches (its steps, epochs and
- * micro-batches are the evaluation's own). Returns 0, or -1 with a message
- * naming the file (too short for a batch, tokens outside the vocabulary,
- * bad labels, no labelled token). */
-int tr_eval_open(tr_eval *e, const tr_schedule *s, const tr_batch_shape *shape, const char *path,
-                 const char *labels_path, char *err, size_t errlen);
+/* The evaluation streams (paths, as tr_batches_open's) in `shape`'s
+ * batches (its steps, epochs and micro-batches are the evaluation's own).
+ * Returns 0, or -1 with a message naming the file (too short for a
+ * batch) or the schedule (no loss to evaluate). */
+int tr_eval_open(tr_eval *e, const tr_schedule *s, const tr_batch_shape *shape,
+                 const char *const paths[TR_STREAM_KINDS], char *err, size_t errlen);
+/* Their checks before step 1 (tr_batches_check: tokens outside the
+ * vocabulary, bad labels), and a labelled token to evaluate. Collective
+ * over c, as tr_batches_check. Returns 0, or -1 with a message. */
+int tr_eval_check(tr_eval *e, tp_comm *c, bool *everywhere, char *err, size_t errlen);
 void tr_eval_free(tr_eval *e);
 
 /* The validation loss over the whole stream, every rank the same value

@@ -64,13 +64,18 @@ int tr_train_option(tr_train_options *t, const char *name, const char *arg, char
     int field = tp_train_field_of_flag(name);   /* an optimizer or schedule setting: it overrides the plan's */
     if (field >= 0)
         t->given |= 1u << field;
-    if (!strcmp(name, "data"))
-        t->data = arg;
-    else if (!strcmp(name, "eval-data"))
-        t->eval_data = arg;
-    else if (!strcmp(name, "eval-labels"))
-        t->eval_labels = arg;
-    else if (!strcmp(name, "eval-every"))
+    /* the streams' flags (--labels is the job's, for forward runs too) */
+    for (int k = 0; k < TR_STREAM_KINDS; k++) {
+        if (k != TR_STREAM_LABELS && !strcmp(name, tr_streams[k].flag + 2)) {
+            t->streams[k] = arg;
+            return 0;
+        }
+        if (!strcmp(name, tr_streams[k].eval_flag + 2)) {
+            t->eval[k] = arg;
+            return 0;
+        }
+    }
+    if (!strcmp(name, "eval-every"))
         return count(name, arg, 1, &t->eval_every, err, errlen);
     else if (!strcmp(name, "log-json"))
         t->log_json = arg;

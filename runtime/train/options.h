@@ -7,11 +7,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "runtime/train/lr.h"
+#include "runtime/train/streams.h"
 
 #define TR_MAX_EPOCHS 100000
 
 typedef struct tr_train_options {
-    const char *data;            /* --data: the token stream */
+    const char *streams[TR_STREAM_KINDS];  /* by the flags of streams.h: --data (the token stream),
+                                              --attention-mask, --position-ids; NULL: not given
+                                              (--labels is the job's: job_options.h) */
     int64_t steps;               /* --steps: 0 when not training */
     int64_t micro_batches;       /* --micro-batches: schedule runs per optimizer step (accum.h) */
     int64_t epochs;              /* --epochs: passes over the data (batches.h), with no --steps all their steps;
@@ -36,7 +39,8 @@ typedef struct tr_train_options {
     uint32_t given;              /* bit f (sched/train_settings.h's fields): set on the command line, which
                                     overrides the schedule's train { } value (runtime/train/settings.h) */
     const char *log_json, *grads_out;
-    const char *eval_data, *eval_labels;   /* --eval-data, --eval-labels: the validation streams (eval.h) */
+    const char *eval[TR_STREAM_KINDS];     /* --eval-data and the streams beside it, by their eval flags
+                                              (streams.h): the validation streams (eval.h) */
     int64_t eval_every;          /* --eval-every N: the validation loss after every N-th step and the last */
     const char *save, *resume;   /* Hugging Face checkpoint directories (save.h) */
     int64_t save_every;          /* --save-every N: DIR replaced after every N-th step too; 0: at the end only */
@@ -53,8 +57,9 @@ typedef struct tr_train_options {
  * id; no training. */
 tr_train_options tr_train_defaults(void);
 
-/* One training option of tprun's command line, by its long name ("no-decay", "data",
- * "eval-data", "eval-labels", "eval-every", "steps", "epochs", "shuffle-seed", "micro-batches", "lr", "warmup", "warmup-start-factor", "min-lr", "schedule", "decay-steps", "decay-type",
+/* One training option of tprun's command line, by its long name ("no-decay", a stream's
+ * flag or evaluation flag of streams.h but "labels" ("data", "attention-mask", "eval-data",
+ * "eval-labels", ...), "eval-every", "steps", "epochs", "shuffle-seed", "micro-batches", "lr", "warmup", "warmup-start-factor", "min-lr", "schedule", "decay-steps", "decay-type",
  * "adam-beta1", "adam-beta2", "adam-epsilon", "weight-decay", "decay-all",
  * "max-grad-norm", "ignore-index", "pad-id", "eos-id", "log-json", "grads-out", "save", "save-every", "save-keep", "max-shard-size", "resume",
  * "on-nonfinite"), with its

@@ -94,7 +94,31 @@ static int agree(trainer *tr, int rc, char *err, size_t errlen)
     return tp_agree(tr->world, rc, &tr->everywhere, err, errlen);
 }
 
-/* The streams, checked to hold every step before step 1 (batches.h). */
+/* The evaluation's streams go with --eval-data, and its masks with
+ * training's (the kinds after the labels, streams.h): both take their
+ * segments from the same sources, --pad-id and --eos-id being the same
+ * for both, so a mask given for one stream alone would leave the other's
+ * padding or documents unmarked. */
+static int check_eval_streams(const trainer *tr, char *err, size_t errlen)
+{
+    const char *const *eval = tr->t->eval, *const *train = tr->t->streams;
+    for (int k = 0; k < TR_STREAM_KINDS; k++)
+        if (eval[k] && !eval[TR_STREAM_DATA])
+            return tp_error(err, errlen, "%s goes with --eval-data FILE, the validation stream it lies beside",
+                            tr_streams[k].eval_flag);
+    for (int k = TR_STREAM_ATTENTION_MASK; k < TR_STREAM_KINDS && eval[TR_STREAM_DATA]; k++) {
+        if (train[k] && !eval[k])
+            return tp_error(err, errlen, "%s gives --data's %s; --eval-data %s needs its own: give %s FILE",
+                            tr_streams[k].flag, tr_streams[k].values, eval[TR_STREAM_DATA], tr_streams[k].eval_flag);
+        if (eval[k] && !train[k])
+            return tp_error(err, errlen, "%s goes with %s: the validation stream's segments come from what the "
+                            "training stream's do; give %s FILE for --data too", tr_streams[k].eval_flag,
+                            tr_streams[k].flag, tr_streams[k].flag);
+    }
+    return 0;
+}
+
+/* The streams, their headers checked to hold every step (batches.h). */
 static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
 {
     const tr_buf *ids = &tr->s->bufs[tr->s->input_ids];
@@ -107,16 +131,36 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
                                   .label_shift = tr->s->labels >= 0 ? tr->s->label_shift : 1, .vocab = vocab,
                                   .ignore_index = tr->t->ignore_index, .scored = tr->s->labels >= 0,
                                   .pad_id = tr->t->pad_id, .eos_id = tr->t->eos_id};
-    if (tr_segments_check(tr->o->schedule, tr->s->segments >= 0, vocab, tr->t->pad_id, tr->t->eos_id, err, errlen))
+    const tr_segment_sources sources = {.pad_id = tr->t->pad_id, .eos_id = tr->t->eos_id,
+                                        .attention_mask = tr->t->streams[TR_STREAM_ATTENTION_MASK],
+                                        .position_ids = tr->t->streams[TR_STREAM_POSITION_IDS]};
+    if (tr_segments_check(tr->o->schedule, tr->s->segments >= 0, vocab, &sources, err, errlen))
         return -1;
-    if (tr->s->labels < 0 && (tr->o->labels || tr->t->eval_data))
+    const char *const *eval = tr->t->eval;
+    if (tr->s->labels < 0 && (tr->o->labels || eval[TR_STREAM_DATA]))
         return tp_error(err, errlen, "%s: %s has no labels to take (its loss, tpcc --loss sum, reads none)",
                         tr->o->labels ? "--labels" : "--eval-data", tr->o->schedule);
-    if ((tr->t->eval_every || tr->t->eval_labels) && !tr->t->eval_data)
-        return tp_error(err, errlen, "--eval-every and --eval-labels go with --eval-data FILE, the validation stream");
-    if (tr->t->eval_data && tr_eval_open(&tr->eval, tr->s, &shape, tr->t->eval_data, tr->t->eval_labels, err, errlen))
+    if (tr->t->eval_every && !eval[TR_STREAM_DATA])
+        return tp_error(err, errlen, "--eval-every goes with --eval-data FILE, the validation stream");
+    if (check_eval_streams(tr, err, errlen))
         return -1;
-    return tr_batches_open(&tr->batches, &shape, tr->t->data, tr->o->labels, err, errlen);
+    const char *paths[TR_STREAM_KINDS];
+    memcpy(paths, tr->t->streams, sizeof paths);
+    paths[TR_STREAM_LABELS] = tr->o->labels;
+    if (eval[TR_STREAM_DATA] && tr_eval_open(&tr->eval, tr->s, &shape, eval, err, errlen))
+        return -1;
+    return tr_batches_open(&tr->batches, &shape, paths, err, errlen);
+}
+
+/* The streams' values, checked before step 1, the work split over every
+ * rank of the job (tr_batches_check); every rank leaves with the same
+ * outcome. */
+static int check_data(trainer *tr, char *err, size_t errlen)
+{
+    tp_progress_io("checking the data");
+    if (tr_batches_check(&tr->batches, tr->world, &tr->everywhere, err, errlen))
+        return -1;
+    return tr->t->eval[TR_STREAM_DATA] ? tr_eval_check(&tr->eval, tr->world, &tr->everywhere, err, errlen) : 0;
 }
 
 /* --grads-out: the full gradients of the first step taken, before clipping,
@@ -218,7 +262,8 @@ static int step(trainer *tr, int64_t i, bool first, tr_step_record *r, char *err
     memset(p, 0, sizeof *p);
     float loss = 0.0f;
     for (int m = 0; m < tr->accum.micro_batches; m++) {
-        tr_batches_write(&tr->batches, x, i, m, tr->dp->rank);
+        if (tr_batches_write(&tr->batches, x, i, m, tr->dp->rank, err, errlen))
+            return -1;
         if (s->labels >= 0)
             x->loss_divisor = tr_batches_divisor(&tr->batches, i);
         if (tr_exec_run(x, err, errlen))
@@ -296,7 +341,7 @@ static int save(trainer *tr, const tr_save_spec *spec, char *err, size_t errlen)
 }
 
 int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *masters, int64_t vocab,
-             double **step_seconds, int *nsteps, bool *everywhere, char *err, size_t errlen)
+             double **step_seconds, int *nsteps, uint64_t *data_bytes, bool *everywhere, char *err, size_t errlen)
 {
     tp_comm *comm = &groups->tp;
     trainer tr = {.o = o, .comm = comm, .dp = &groups->dp, .world = groups->world, .x = x, .s = x->s,
@@ -332,6 +377,8 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
                                  .samples_per_step = b->batch * b->replicas * b->micro_batches, .seq = b->seq,
                                  .shuffled = b->shuffle, .shuffle_seed = b->shuffle_seed};
     rc = agree(&tr, rc, err, errlen);
+    if (!rc)
+        rc = check_data(&tr, err, errlen);
     if (!rc && o->train.resume) {
         tp_progress_io("reading the --resume state");
         rc = agree(&tr, resume(&tr, &order, err, errlen), err, errlen);
@@ -362,7 +409,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
             profiles[(*nsteps)++] = x->profile;
         }
         const int64_t every = o->train.eval_every;
-        if (o->train.eval_data && ((every && r.step % every == 0) || r.step == tr.t->steps)) {
+        if (o->train.eval[TR_STREAM_DATA] && ((every && r.step % every == 0) || r.step == tr.t->steps)) {
             tp_progress_phase("evaluating --eval-data");
             rc = tr_eval_loss(&tr.eval, x, tr.dp, tr.optim.sum, &r.eval_loss, err, errlen);
             r.evaluated = !rc;
@@ -385,6 +432,7 @@ int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *master
     if (!rc && rank0 && !o->quiet)
         tr_log_summary(stdout, &tr.log, tr.per_step * tr.dp->world * tr.t->micro_batches, o->train.save);
     *everywhere = rc && tr.everywhere;
+    *data_bytes = tr_batches_bytes_read(&tr.batches) + tr_batches_bytes_read(&tr.eval.batches);
     *step_seconds = tp_xmalloc((size_t)*nsteps * sizeof **step_seconds + 1);
     tr_profile_keep_median(&x->profile, profiles, *nsteps, *step_seconds);
     free(profiles);

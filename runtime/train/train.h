@@ -25,14 +25,17 @@
  * fp32 (NULL for fp32 storage, where the weights are their own masters).
  * For --profile: leaves the median step's profile (by its total time) in
  * x->profile, and every step's total time this run took in *step_seconds
- * (malloc'ed, *nsteps of them; the caller frees it). Returns 0, or -1
+ * (malloc'ed, *nsteps of them; the caller frees it), and in *data_bytes
+ * the bytes of the data streams this rank read (batches.h). Returns 0, or -1
  * with a message in err. The I/O phases (reading the data and a
  * --resume state, each --save, --grads-out, --log-json) are entered by
- * every rank together and left through tp_agree (comm.h): a failure in
+ * every rank together and left through tp_agree (comm.h), as is the check
+ * of the data's values, split over the ranks: a failure in
  * one, or a step that is not finite, is every rank's, with the same
  * message, and sets *everywhere (no rank waits for another; nothing needs
  * aborting). */
 int tr_train(const tr_options *o, tr_dp *groups, tr_exec *x, const float *masters, int64_t vocab,
-             double **step_seconds, int *nsteps, bool *everywhere, char *err, size_t errlen);
+             double **step_seconds, int *nsteps, uint64_t *data_bytes, bool *everywhere, char *err,
+             size_t errlen);
 
 #endif /* TPRUN_TRAIN_TRAIN_H */

@@ -78,10 +78,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     .train = tr_train_defaults()};
     o.labels = s.loss >= 0 && !s.grads ? "tokens" : NULL;    /* training reads its labels from --data */
     if (s.grads) {
-        o.train.data = zero_tokens(&s);
+        o.train.streams[TR_STREAM_DATA] = zero_tokens(&s);
         o.train.steps = 1;
     }
-    bool run = ranks <= MAX_RANKS && small_enough(&s) && (!s.grads || o.train.data);
+    bool run = ranks <= MAX_RANKS && small_enough(&s) && (!s.grads || o.train.streams[TR_STREAM_DATA]);
     tr_schedule_free(&s);
     for (int rank = 0; run && rank < ranks; rank++) {
         tp_comm comm;

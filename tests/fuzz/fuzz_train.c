@@ -119,7 +119,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     tr_options o = {.schedule = sched, .tolerance = 1e-4, .quiet = true, .threads = 1, .backend = "cpu",
                     .train = tr_train_defaults()};
-    o.train.data = tp_fuzz_path(tokens);
+    o.train.streams[TR_STREAM_DATA] = tp_fuzz_path(tokens);
     o.train.steps = STEPS;
     o.train.resume = o.weights = dir;
     tp_comm comm;

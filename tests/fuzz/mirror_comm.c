@@ -48,6 +48,7 @@ static void finalize(tp_comm *c) { (void)c; }
 static const tp_comm_ops mirror_ops = {
     "mirror", all_gather, reduce_scatter, all_reduce, all_to_all, gather_bytes, NULL, finalize, NULL,
     NULL,   /* agree: each rank runs alone, its status its own */
+    NULL,   /* reduce_i64: and its values */
 };
 
 void tp_comm_mirror(tp_comm *c, int rank, int world)

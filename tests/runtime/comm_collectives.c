@@ -6,7 +6,7 @@
  *   comm_collectives OUT_PREFIX
  *
  * Rank r checks every result against what it computes itself (the inputs
- * are small whole numbers, so every sum is exact in any order) and writes
+ * are whole numbers, so every sum is exact in any order) and writes
  * the bits of every result, in order, to OUT_PREFIX.rank<r>, so runs that
  * split the collectives into different chunks can be compared byte for
  * byte. Exits non-zero with a message at the first wrong element. */
@@ -112,6 +112,26 @@ static bool all_reduce(probe *p, int64_t n, int max)
     return ok;
 }
 
+/* reduce_i64, the sum and the min, in place, on values past float64's
+ * exact integers (a few ranks' sums of them stay below 2^63). */
+static bool reduce_i64(probe *p, int64_t n, int min)
+{
+    const int64_t big = ((int64_t)1 << 60) + 1;
+    int world = p->comm.world, rank = p->comm.rank;
+    int64_t *buf = tp_xcalloc((size_t)n + 1, 8), *want = tp_xcalloc((size_t)n + 1, 8);
+    for (int64_t i = 0; i < n; i++) {
+        buf[i] = big + value(rank, 0, i);
+        want[i] = min ? big + value(0, 0, i) : 0;
+        for (int r = 0; !min && r < world; r++)
+            want[i] += big + value(r, 0, i);
+    }
+    const char *what = min ? "reduce_i64 min" : "reduce_i64";
+    bool ok = !failed(p, what, p->comm.ops->reduce_i64(&p->comm, buf, n, min, p->err, sizeof p->err)) &&
+              keep(p, what, n, buf, want, n, 8);
+    free(buf), free(want);
+    return ok;
+}
+
 /* all_to_all: out block r is block `rank` of rank r's input. */
 static bool all_to_all(probe *p, int64_t n)
 {
@@ -170,7 +190,7 @@ int main(int argc, char **argv)
     for (size_t s = 0; ok && s < sizeof sizes / sizeof sizes[0]; s++) {
         int64_t n = sizes[s];
         ok = all_gather(&p, n) && reduce_scatter(&p, n) && all_reduce(&p, n, 0) && all_reduce(&p, n, 1) &&
-             all_to_all(&p, n) && gather_bytes(&p, n);
+             reduce_i64(&p, n, 0) && reduce_i64(&p, n, 1) && all_to_all(&p, n) && gather_bytes(&p, n);
     }
     if (p.out && fclose(p.out) != 0 && ok) {
         fprintf(stderr, "rank %d: cannot write %s\n", p.comm.rank, path);

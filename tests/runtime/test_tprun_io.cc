@@ -38,6 +38,8 @@ TEST(TprunOutputs, NeverReplaceAnInput)
                                                                                  " would overwrite the file of --tokens"},
              {{"--weights", fixture, "--out", fixture + "/model.safetensors"},
               "would overwrite the file of --weights '" + fixture + "'"},
+             {{"--eval-attention-mask", tokens, "--trace", tokens}, "--trace " + tokens +
+                                                                    " would overwrite the file of --eval-attention-mask"},
          }) {
         std::vector<std::string> args = {sched, "-q"};
         args.insert(args.end(), k.args.begin(), k.args.end());

@@ -261,7 +261,8 @@ TEST(TrainData, ShuffledEpochsResumeWhereTheyStopped)
 // every whole batch of the stream, after every --eval-every steps and the
 // last, and its perplexity. Evaluating changes no step (the same losses as
 // without), and a stream that is the training data itself gives, before
-// any update, the first step's loss (here after step 0: a zero rate).
+// any update, the first step's loss (here after step 0: a zero rate). A
+// bad value is found by the rank whose half of the stream holds it.
 TEST(TrainData, EvaluationReportsTheValidationLoss)
 {
     ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
@@ -313,6 +314,15 @@ TEST(TrainData, EvaluationReportsTheValidationLoss)
     ASSERT_TRUE(ref);
     EXPECT_NEAR(e1, num(ref, "loss"), 1e-5 * num(ref, "loss"));
     json_decref(ref);
+    // a bad label in rank 1's half of the stream: found there, said once
+    std::vector<int32_t> labels(160, 7);
+    labels[150] = 128;
+    const std::string bad = d.write("bad.npy", tpcc_test::npy("<i4", tpcc_test::raw(labels), "(160,)"));
+    Proc refused = run(d.path + "/bad.json", {"--eval-data", dir + "tokens.npy", "--eval-labels", bad, "-q"});
+    EXPECT_EQ(refused.code(), 1) << refused.describe();
+    const std::string says = "--eval-labels " + bad + ": label 150 is 128, neither a token of the model's vocabulary";
+    EXPECT_TRUE(contains(refused.err, says)) << refused.describe();
+    EXPECT_EQ(refused.err.find(says), refused.err.rfind(says)) << refused.describe();
 }
 
 // Labels that cannot be scored are refused before the first step, with the

@@ -23,6 +23,7 @@
 #include "tests/support/process.h"
 #include "tests/support/token_files.h"
 extern "C" {
+#include "runtime/comm/comm.h"
 #include "runtime/io/safetensors_write.h"
 #include "runtime/io/weights.h"
 #include "runtime/train/dp.h"
@@ -47,23 +48,27 @@ using tpcc_test::TempDir;
 
 struct Opened {
     int rc;
-    std::vector<int32_t> ids;
+    std::vector<int64_t> values;
     std::string err;
 };
 
-Opened open_tokens(const std::string &path, int64_t vocab)
+// A stream's header, then every value read.
+Opened open_tokens(const std::string &path)
 {
     tr_tokens t;
     char err[800] = "";
-    Opened o{tr_tokens_open(&t, path.c_str(), vocab, err, sizeof err), {}, err};
+    Opened o{tr_tokens_open(&t, path.c_str(), err, sizeof err), {}, err};
     if (o.rc == 0) {
-        o.ids.assign(t.ids, t.ids + t.count);
-        tr_tokens_free(&t);
+        o.values.resize((size_t)t.count);
+        o.rc = tr_tokens_read(&t, 0, t.count, o.values.data(), err, sizeof err);
+        o.err = err;
+        tr_tokens_close(&t);
     }
     return o;
 }
 
 const std::vector<int32_t> kIds = {5, 0, 127, 3, 64, 1};
+const std::vector<int64_t> kValues(kIds.begin(), kIds.end());
 
 TEST(TrainTokens, NpyOfEveryIntegerDtype)
 {
@@ -74,10 +79,14 @@ TEST(TrainTokens, NpyOfEveryIntegerDtype)
     for (auto [name, bytes] : std::vector<std::pair<std::string, std::string>>{
              {"i4.npy", npy("<i4", raw(kIds), "(6,)")}, {"i8.npy", npy("<i8", raw(i8), "(6,)")},
              {"u2.npy", npy("<u2", raw(u2), "(6,)")}, {"u4.npy", npy("<u4", raw(u4), "(6,)")}}) {
-        Opened o = open_tokens(d.write(name, bytes), 128);
+        Opened o = open_tokens(d.write(name, bytes));
         ASSERT_EQ(o.rc, 0) << name << ": " << o.err;
-        EXPECT_EQ(o.ids, kIds) << name;
+        EXPECT_EQ(o.values, kValues) << name;
     }
+    // values beyond int32 are read as they are: the rules judge them (TrainBatches)
+    Opened big = open_tokens(d.write("big.npy", npy("<u4", raw(std::vector<uint32_t>{3000000000u}), "(1,)")));
+    ASSERT_EQ(big.rc, 0) << big.err;
+    EXPECT_EQ(big.values, std::vector<int64_t>{3000000000});
 }
 
 TEST(TrainTokens, LlmcBinOfBothKinds)
@@ -86,13 +95,37 @@ TEST(TrainTokens, LlmcBinOfBothKinds)
     std::vector<uint16_t> u2(kIds.begin(), kIds.end());
     std::vector<uint32_t> u4(kIds.begin(), kIds.end());
     u4[2] = 70000;          // beyond uint16: the llama-3 kind's reason to exist
-    Opened gpt2 = open_tokens(d.write("gpt2.bin", llmc(20240520, 1, u2)), 128);
+    Opened gpt2 = open_tokens(d.write("gpt2.bin", llmc(20240520, 1, u2)));
     ASSERT_EQ(gpt2.rc, 0) << gpt2.err;
-    EXPECT_EQ(gpt2.ids, kIds);
-    Opened llama = open_tokens(d.write("llama3.bin", llmc(20240801, 7, u4)), 128256);
+    EXPECT_EQ(gpt2.values, kValues);
+    Opened llama = open_tokens(d.write("llama3.bin", llmc(20240801, 7, u4)));
     ASSERT_EQ(llama.rc, 0) << llama.err;
-    EXPECT_EQ(llama.ids[2], 70000);
-    EXPECT_EQ(llama.ids[5], 1);
+    EXPECT_EQ(llama.values[2], 70000);
+    EXPECT_EQ(llama.values[5], 1);
+}
+
+// Read in pieces: any range, the bytes counted; a file cut short after it
+// was opened is an error, not a short read.
+TEST(TrainTokens, ReadOnDemandAndCountedInBytes)
+{
+    TempDir d;
+    std::vector<uint16_t> u2(kIds.begin(), kIds.end());
+    const std::string path = d.write("gpt2.bin", llmc(20240520, 1, u2));
+    tr_tokens t;
+    char err[800] = "";
+    ASSERT_EQ(tr_tokens_open(&t, path.c_str(), err, sizeof err), 0) << err;
+    EXPECT_EQ(t.count, 6);
+    EXPECT_EQ(t.bytes_read, 0u);            // the header alone
+    std::vector<int64_t> v(3);
+    ASSERT_EQ(tr_tokens_read(&t, 2, 3, v.data(), err, sizeof err), 0) << err;
+    EXPECT_EQ(v, (std::vector<int64_t>{127, 3, 64}));
+    EXPECT_EQ(t.bytes_read, 6u);
+    EXPECT_EQ(tr_tokens_read(&t, 4, 3, v.data(), err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "values 4 to 7 asked for, the stream holds 6")) << err;
+    std::filesystem::resize_file(path, 1024 + 8);
+    EXPECT_EQ(tr_tokens_read(&t, 2, 3, v.data(), err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, path + ": cut short since it was opened: values 2 to 5 are gone")) << err;
+    tr_tokens_close(&t);
 }
 
 TEST(TrainTokens, EveryFaultIsAnErrorNamingTheFile)
@@ -108,22 +141,45 @@ TEST(TrainTokens, EveryFaultIsAnErrorNamingTheFile)
         {"short.bin", llmc(20240520, 1, u2, 7), "the header says 7 tokens (14 bytes after the header), the file holds 12"},
         {"long.bin", llmc(20240520, 1, u2, 5), "the header says 5 tokens"},
         {"header.bin", std::string(100, '\0'), "shorter than llm.c's 1024-byte header"},
-        {"vocab.npy", npy("<i4", raw(kIds), "(6,)"), "token 2 is 127, outside the model's vocabulary [0, 100)"},
-        {"neg.npy", npy("<i4", raw(std::vector<int32_t>{1, -1}), "(2,)"), "token 1 is -1, outside"},
         {"two_d.npy", npy("<i4", raw(kIds), "(2, 3)"), "a token stream is a 1-D array, this one is [2, 3]"},
         {"float.npy", npy("<f4", raw(std::vector<float>{1, 2}), "(2,)"), "token ids must be int32"},
-        {"big.npy", npy("<u4", raw(std::vector<uint32_t>{3000000000u}), "(1,)"), "does not fit in int32"},
+        {"cut.npy", npy("<i4", raw(kIds), "(7,)"), "data is truncated: 24 of 28 bytes"},
     };
     for (const Case &c : cases) {
         std::string path = d.write(c.name, c.bytes);
-        Opened o = open_tokens(path, 100);
+        Opened o = open_tokens(path);
         EXPECT_EQ(o.rc, -1) << c.name;
         EXPECT_TRUE(contains(o.err, c.expect)) << c.name << ": " << o.err;
         EXPECT_TRUE(contains(o.err, path)) << c.name << ": " << o.err;
     }
-    Opened missing = open_tokens(d.path + "/none.bin", 100);
+    Opened missing = open_tokens(d.path + "/none.bin");
     EXPECT_EQ(missing.rc, -1);
     EXPECT_TRUE(contains(missing.err, "cannot open")) << missing.err;
+}
+
+// tr_batches_open, then on one rank tr_batches_check (the values' rules,
+// the labelled tokens counted); the streams beside the data may be null.
+int open_batches(tr_batches *b, const tr_batch_shape &shape, const std::string &data, const char *labels, char *err,
+                 size_t errlen, const char *attention_mask = nullptr, const char *position_ids = nullptr)
+{
+    const char *paths[TR_STREAM_KINDS] = {data.c_str(), labels, attention_mask, position_ids};
+    if (tr_batches_open(b, &shape, paths, err, errlen))
+        return -1;
+    tp_comm one;
+    tp_comm_single(&one);
+    bool everywhere = false;
+    int rc = tr_batches_check(b, &one, &everywhere, err, errlen);
+    EXPECT_EQ(everywhere, rc != 0);      // a failure every rank holds; nothing else
+    return rc;
+}
+
+// Step i's micro-batch 0 of replica d: its ids, or its labels.
+std::vector<int32_t> step_of(tr_batches *b, int64_t i, int d, bool labels)
+{
+    char err[600] = "";
+    EXPECT_EQ(tr_batches_read(b, i, 0, d, err, sizeof err), 0) << err;
+    const int32_t *v = labels ? b->step_labels : b->step_ids;
+    return std::vector<int32_t>(v, v + b->shape.batch * b->shape.seq);
 }
 
 // What each step reads (batches.h): the stream in order, replica d of step
@@ -147,35 +203,37 @@ TEST(TrainBatches, EachStepReadsItsSliceAndItsLabels)
     // 2 steps of 2 replicas x [2, 3], the labels the next tokens
     tr_batch_shape shape = {.batch = 2, .seq = 3, .replicas = 2, .micro_batches = 1, .steps = 2, .epochs = 1,
                             .shuffle = false, .shuffle_seed = 0, .label_shift = 0, .vocab = 7, .ignore_index = 6,
-                            .scored = true, .any_step = false, .pad_id = -1, .eos_id = -1};
+                            .scored = true, .any_step = false, .evaluation = false, .pad_id = -1, .eos_id = -1};
     tr_batches b;
-    ASSERT_EQ(tr_batches_open(&b, &shape, data.c_str(), nullptr, err, sizeof err), 0) << err;
+    ASSERT_EQ(open_batches(&b, shape, data, nullptr, err, sizeof err), 0) << err;
+    EXPECT_EQ(tr_batches_bytes_read(&b), 4u * 25);     // the check read each token once
     for (int64_t i = 0; i < 2; i++)
         for (int r = 0; r < 2; r++) {
             const int64_t at = (i * 2 + r) * 6;
-            const int32_t *x = tr_batches_ids(&b, i, 0, r);
-            EXPECT_EQ(std::vector<int32_t>(x, x + 6), std::vector<int32_t>(ids.begin() + at, ids.begin() + at + 6));
-            const int32_t *y = tr_batches_labels(&b, i, 0, r);
+            EXPECT_EQ(step_of(&b, i, r, false), std::vector<int32_t>(ids.begin() + at, ids.begin() + at + 6));
+            const std::vector<int32_t> y = step_of(&b, i, r, true);
             for (int k = 0; k < 6; k++)    // ids[at + k + 1], the ignore index 6 as -100
                 EXPECT_EQ(y[k], ids[at + k + 1] == 6 ? -100 : ids[at + k + 1]) << i << " " << r << " " << k;
         }
     // step 1's labels are ids 13..24, of which 13 and 20 hold 6, ignored
     EXPECT_EQ(tr_batches_divisor(&b, 1), (12.0 - 2.0) / 2.0);
+    // then each read above of a replica's 2 rows: S + 1 tokens a row
+    EXPECT_EQ(tr_batches_bytes_read(&b), 4u * (25 + 2 * 2 * 2 * 2 * 4));
     tr_batches_free(&b);
     // one token fewer: the last label has no token to be
     std::vector<int32_t> short_ids(ids.begin(), ids.end() - 1);
     const std::string cut = file("cut.npy", short_ids);
-    EXPECT_EQ(tr_batches_open(&b, &shape, cut.c_str(), nullptr, err, sizeof err), -1);
-    EXPECT_TRUE(contains(err, "hold 1 step of 12 (2 data-parallel replicas x 6 of batch x seq) and a token after them "
-                              "(the labels are the stream one token further on), --steps asks for 2")) << err;
+    EXPECT_EQ(open_batches(&b, shape, cut, nullptr, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "--data " + cut + ": its 24 tokens hold 1 step of 12 (2 data-parallel replicas x 6 of "
+                              "batch x seq) and a token after them (the labels are the stream one token further on), "
+                              "--steps asks for 2")) << err;
     tr_batches_free(&b);
     // a loss that shifts: the ids are the labels, in place; the divisor
     // counts every position but each row's last
     shape.label_shift = 1;
     shape.ignore_index = -100;
-    ASSERT_EQ(tr_batches_open(&b, &shape, cut.c_str(), nullptr, err, sizeof err), 0) << err;
-    EXPECT_EQ(std::vector<int32_t>(tr_batches_labels(&b, 1, 0, 1), tr_batches_labels(&b, 1, 0, 1) + 6),
-              std::vector<int32_t>(short_ids.begin() + 18, short_ids.begin() + 24));
+    ASSERT_EQ(open_batches(&b, shape, cut, nullptr, err, sizeof err), 0) << err;
+    EXPECT_EQ(step_of(&b, 1, 1, true), std::vector<int32_t>(short_ids.begin() + 18, short_ids.begin() + 24));
     EXPECT_EQ(tr_batches_divisor(&b, 0), 2 * 2 * 2 / 2.0);
     tr_batches_free(&b);
     // a step of nothing but ignored labels: refused in training, counted as
@@ -183,11 +241,11 @@ TEST(TrainBatches, EachStepReadsItsSliceAndItsLabels)
     std::vector<int32_t> ignored(short_ids.size(), 99);
     const std::string all_ignored = file("ignored.npy", ignored);
     shape.ignore_index = 99;
-    EXPECT_EQ(tr_batches_open(&b, &shape, cut.c_str(), all_ignored.c_str(), err, sizeof err), -1);
+    EXPECT_EQ(open_batches(&b, shape, cut, all_ignored.c_str(), err, sizeof err), -1);
     EXPECT_TRUE(contains(err, "step 1 has no label to score")) << err;
     tr_batches_free(&b);
     shape.any_step = true;
-    ASSERT_EQ(tr_batches_open(&b, &shape, cut.c_str(), all_ignored.c_str(), err, sizeof err), 0) << err;
+    ASSERT_EQ(open_batches(&b, shape, cut, all_ignored.c_str(), err, sizeof err), 0) << err;
     EXPECT_EQ(b.labelled[0], 0);
     tr_batches_free(&b);
     shape.any_step = false;
@@ -195,10 +253,117 @@ TEST(TrainBatches, EachStepReadsItsSliceAndItsLabels)
     std::vector<int32_t> short_lab(lab.begin(), lab.end() - 1);
     const std::string beside = file("beside.npy", short_lab);
     shape.ignore_index = 99;
-    ASSERT_EQ(tr_batches_open(&b, &shape, cut.c_str(), beside.c_str(), err, sizeof err), 0) << err;
-    const int32_t *y = tr_batches_labels(&b, 0, 0, 1);
+    ASSERT_EQ(open_batches(&b, shape, cut, beside.c_str(), err, sizeof err), 0) << err;
+    const std::vector<int32_t> y = step_of(&b, 0, 1, true);
     for (int k = 0; k < 6; k++)
         EXPECT_EQ(y[k], lab[6 + k] == 99 ? -100 : lab[6 + k]) << k;
+    tr_batches_free(&b);
+}
+
+// Every value is checked before step 1, the tail after the last sample
+// too: ids of the vocabulary (whatever their dtype holds), labels of it or
+// the ignore index, attention masks and position ids as Hugging Face
+// writes them and tprun reads them, every stream beside --data of its
+// length; the message names the flag, the file and the position. A value
+// written after the check is refused where a step reads it.
+TEST(TrainBatches, ValuesOutsideTheirRulesAreRefused)
+{
+    TempDir d;
+    std::vector<int32_t> ok(2 * 4 + 3, 1);       // 2 samples of 4, 3 tokens after them
+    auto file = [&](const std::string &name, const std::string &descr, const std::string &bytes, size_t n) {
+        return d.write(name, npy(descr, bytes, "(" + std::to_string(n) + ",)"));
+    };
+    auto ints = [&](const std::string &name, std::vector<int32_t> v) {
+        return file(name, "<i4", raw(v), v.size());
+    };
+    tr_batch_shape shape = {.batch = 1, .seq = 4, .replicas = 1, .micro_batches = 1, .steps = 2, .epochs = 1,
+                            .shuffle = false, .shuffle_seed = 0, .label_shift = 1, .vocab = 100, .ignore_index = -100,
+                            .scored = true, .any_step = false, .evaluation = false, .pad_id = -1, .eos_id = -1};
+    std::vector<int32_t> tail = ok, neg = ok, lab = ok, shorter(ok.begin(), ok.end() - 1);
+    tail[10] = 127;
+    neg[5] = -1;
+    lab[6] = 100;
+    struct Case { std::string data; std::string labels; std::string says; };
+    const std::string data = ints("ok.npy", ok);
+    const std::vector<Case> cases = {
+        {ints("tail.npy", tail), "", "--data " + d.path + "/tail.npy: token 10 is 127, outside the model's vocabulary "
+                                     "[0, 100); was the corpus tokenised for another model?"},
+        {ints("neg.npy", neg), "", "token 5 is -1, outside"},
+        {file("big.npy", "<u4", raw(std::vector<uint32_t>(11, 3000000000u)), 11), "",
+         "token 0 is 3000000000, outside"},
+        {data, ints("lab.npy", lab), "--labels " + d.path + "/lab.npy: label 6 is 100, neither a token of the model's "
+                                     "vocabulary [0, 100) nor the ignore index -100"},
+        {data, ints("short.npy", shorter), "--labels " + d.path + "/short.npy holds 10 labels and --data " + data +
+                                           " 11 tokens: the labels are a stream beside the tokens, one per token"},
+    };
+    for (const Case &c : cases) {
+        tr_batches b;
+        char err[800] = "";
+        EXPECT_EQ(open_batches(&b, shape, c.data, c.labels.empty() ? nullptr : c.labels.c_str(), err, sizeof err), -1);
+        EXPECT_TRUE(contains(err, c.says)) << err;
+        tr_batches_free(&b);
+    }
+    // the evaluation's streams by their flags
+    shape.evaluation = true;
+    tr_batches b;
+    char err[800] = "";
+    EXPECT_EQ(open_batches(&b, shape, data, (d.path + "/lab.npy").c_str(), err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "--eval-labels " + d.path + "/lab.npy: label 6 is 100")) << err;
+    tr_batches_free(&b);
+    shape.evaluation = false;
+    // Hugging Face's masks: an attention mask of 0 and 1; position ids that
+    // start at 0 at each row (sample) and after padding, and count up by
+    // one within a document
+    const std::vector<int32_t> ones(ok.size(), 1), count = {0, 1, 2, 3, 0, 1, 0, 1, 0, 1, 2};
+    std::vector<int32_t> two = ones, padded = ones, jump = count, row = count, far = count, after = count;
+    two[7] = 2;
+    padded[2] = 0;
+    jump[2] = 3;
+    row[4] = 3;
+    far[9] = 4;
+    after[3] = 3;
+    const std::string mask = ints("mask.npy", ones), pos = ints("pos.npy", count);
+    struct Masks { std::string mask, positions, says; };
+    const std::vector<Masks> masks = {
+        {ints("two.npy", two), pos, "--attention-mask " + d.path + "/two.npy: mask value 7 is 2: an attention mask "
+                                    "holds 1 for a token and 0 for padding (Hugging Face's attention_mask), nothing "
+                                    "else"},
+        {ints("ten.npy", std::vector<int32_t>(10, 1)), pos,
+         "--attention-mask " + d.path + "/ten.npy holds 10 mask values and --data " + data + " 11 tokens: the mask "
+         "values are a stream beside the tokens, one per token"},
+        {mask, ints("jump.npy", jump), "--position-ids " + d.path + "/jump.npy: position id 2 is 3 after 1: within a "
+                                       "document positions count up by one, and a document starts at 0; write 2"},
+        {mask, ints("row.npy", row), "position id 4 is 3 at the first token of a row (sample 1 of 4 tokens): each "
+                                     "row starts a document, at 0"},
+        {mask, ints("far.npy", far), "position id 9 is 4, outside a row of 4 tokens [0, 4)"},
+        {ints("padded.npy", padded), ints("after.npy", after),
+         "position id 3 is 3 at the first token after padding: tprun starts a document there, numbered from 0"},
+    };
+    for (const Masks &c : masks) {
+        EXPECT_EQ(open_batches(&b, shape, data, nullptr, err, sizeof err, c.mask.c_str(), c.positions.c_str()), -1);
+        EXPECT_TRUE(contains(err, c.says)) << err;
+        tr_batches_free(&b);
+    }
+    // kept: the segments from the streams (a padding's position id is
+    // free; after it a document starts)
+    std::vector<int32_t> free_id = count;
+    free_id[2] = 3;
+    free_id[3] = 0;
+    ASSERT_EQ(open_batches(&b, shape, data, nullptr, err, sizeof err, (d.path + "/padded.npy").c_str(),
+                           ints("free.npy", free_id).c_str()), 0) << err;
+    ASSERT_EQ(tr_batches_read(&b, 1, 0, 0, err, sizeof err), 0) << err;
+    EXPECT_EQ(std::vector<int32_t>(b.step_segments, b.step_segments + 4), (std::vector<int32_t>{0, 0, 1, 1}));
+    ASSERT_EQ(tr_batches_read(&b, 0, 0, 0, err, sizeof err), 0) << err;
+    EXPECT_EQ(std::vector<int32_t>(b.step_segments, b.step_segments + 4), (std::vector<int32_t>{0, 0, -1, 1}));
+    tr_batches_free(&b);
+    // checked, then rewritten: step 2 reads what is there now
+    const std::string later = ints("later.npy", ok);
+    ASSERT_EQ(open_batches(&b, shape, later, nullptr, err, sizeof err), 0) << err;
+    std::vector<int32_t> bad = ok;
+    bad[6] = 100;
+    ints("later.npy", bad);
+    EXPECT_EQ(tr_batches_read(&b, 1, 0, 0, err, sizeof err), -1);
+    EXPECT_TRUE(contains(err, "token 6 is 100, outside")) << err;
     tr_batches_free(&b);
 }
 
@@ -219,13 +384,13 @@ TEST(TrainBatches, EpochsVisitEverySampleOnceInASeededOrder)
         tr_batch_shape shape = {.batch = 2, .seq = 4, .replicas = 1, .micro_batches = 1, .steps = 0,
                                 .epochs = epochs, .shuffle = shuffle, .shuffle_seed = seed, .label_shift = 1,
                                 .vocab = 9, .ignore_index = -100, .scored = true, .any_step = false,
-                                .pad_id = -1, .eos_id = -1};
+                                .evaluation = false, .pad_id = -1, .eos_id = -1};
         tr_batches b;
         std::vector<int> seen;
-        EXPECT_EQ(tr_batches_open(&b, &shape, data.c_str(), nullptr, err, sizeof err), 0) << err;
+        EXPECT_EQ(open_batches(&b, shape, data, nullptr, err, sizeof err), 0) << err;
         EXPECT_EQ(b.steps, 4 * epochs);         // 9 samples: 4 steps of 2 an epoch
         for (int64_t i = 0; i < b.steps; i++) {
-            const int32_t *x = tr_batches_ids(&b, i, 0, 0);
+            const std::vector<int32_t> x = step_of(&b, i, 0, false);
             seen.push_back(x[0]);
             seen.push_back(x[4]);
         }

@@ -1,5 +1,6 @@
-// Attention masks (tpcc --segments; tprun --pad-id and --eos-id;
-// runtime/train/segments.h): the segments tprun builds from the ids,
+// Attention masks (tpcc --segments; tprun --pad-id and --eos-id,
+// --attention-mask and --position-ids; runtime/train/segments.h): the
+// segments tprun builds from the ids and from the streams beside them,
 // PyTorch's training on left-padded rows of packed documents
 // (tools/mask_fixtures.py) at tp 1 and 2, a forward run whose packed
 // document gives the logits it gives alone (GPT-2's learned positions),
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/io/npy.h"
@@ -60,12 +62,33 @@ TEST(Segments, FromPaddingAndEndsOfDocuments)
 {
     const std::vector<int32_t> ids = {0, 0, 5, 2, 7, 8, 2, 9, /* row 2 */ 4, 2, 2, 6, 0, 3, 0, 0};
     std::vector<int32_t> seg(ids.size(), 99);
-    tr_segments_of(seg.data(), ids.data(), 2, 8, 0, 2);
-    EXPECT_EQ(seg, (std::vector<int32_t>{-1, -1, 0, 0, 1, 1, 1, 2, 0, 0, 1, 2, -1, 2, -1, -1}));
-    tr_segments_of(seg.data(), ids.data(), 2, 8, TR_NO_ID, TR_NO_ID);   // one document a row
-    EXPECT_EQ(seg, std::vector<int32_t>(16, 0));
-    tr_segments_of(seg.data(), ids.data(), 2, 8, 0, TR_NO_ID);         // padding only
-    EXPECT_EQ(seg, (std::vector<int32_t>{-1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, -1, -1}));
+    auto segments = [&](const int32_t *mask, const int32_t *positions, int64_t pad_id, int64_t eos_id) {
+        const tr_segment_marks m = {ids.data(), mask, positions, pad_id, eos_id};
+        tr_segments_of(seg.data(), &m, 2, 8);
+        return seg;
+    };
+    const std::vector<int32_t> want = {-1, -1, 0, 0, 1, 1, 1, 2, 0, 0, 1, 2, -1, 2, -1, -1};
+    EXPECT_EQ(segments(nullptr, nullptr, 0, 2), want);
+    EXPECT_EQ(segments(nullptr, nullptr, TR_NO_ID, TR_NO_ID), std::vector<int32_t>(16, 0));   // one document a row
+    EXPECT_EQ(segments(nullptr, nullptr, 0, TR_NO_ID),                                     // padding only
+              (std::vector<int32_t>{-1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, -1, -1}));
+    // the same from Hugging Face's streams: an attention mask's 0 is padding,
+    // a position id's 0 starts a document (the row's first wherever it is)
+    const std::vector<int32_t> mask = {0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 0},
+                               positions = {1, 1, 0, 1, 0, 1, 2, 0, 0, 1, 0, 0, 1, 0, 1, 1};
+    EXPECT_EQ(segments(mask.data(), nullptr, TR_NO_ID, 2), want);
+    // a token after padding has position id 0 (positions restart there):
+    // it starts a document of its own, where no EOS ended the one before
+    std::vector<int32_t> after = want;
+    after[13] = 3;
+    EXPECT_EQ(segments(mask.data(), positions.data(), TR_NO_ID, TR_NO_ID), after);
+    EXPECT_EQ(segments(nullptr, positions.data(), 0, TR_NO_ID), after);
+    // what only a stream says: the pad id 0 a token of the text (row 2's
+    // fifth), documents starting without an EOS (row 1 at 4 and 6)
+    const std::vector<int32_t> text = {1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 0},
+                               starts = {0, 1, 2, 3, 0, 1, 0, 1, 0, 0, 1, 2, 3, 4, 0, 0};
+    EXPECT_EQ(segments(text.data(), starts.data(), TR_NO_ID, TR_NO_ID),
+              (std::vector<int32_t>{0, 0, 0, 0, 1, 1, 2, 2, -1, 0, 0, 0, 0, 0, -1, -1}));
 }
 
 // transformers' LlamaForCausalLM on rows of left padding and documents
@@ -118,6 +141,90 @@ TEST(TrainMasks, DocumentsAndPaddingMatchTransformers)
     json_decref(ref);
 }
 
+// Each step's (loss, gradient norm) of a --log-json file.
+std::vector<std::pair<double, double>> losses_and_norms(const std::string &log)
+{
+    std::vector<std::pair<double, double>> out;
+    json_error_t e;
+    json_t *got = json_load_file(log.c_str(), 0, &e);
+    EXPECT_TRUE(got) << log << ": " << e.text;
+    size_t i;
+    json_t *step;
+    json_array_foreach(json_object_get(got, "steps"), i, step)
+        out.push_back({num(step, "loss"), num(step, "grad_norm")});
+    json_decref(got);
+    return out;
+}
+
+// Hugging Face's streams beside the data (--attention-mask,
+// --position-ids) give the segments the ids give (--pad-id, --eos-id) on
+// the fixture's rows of left padding and documents ended by EOS, whichever
+// of the two marks the padding and the documents: the same losses and
+// norms, bit for bit.
+TEST(TrainMasks, StreamsGiveTheSegmentsOfTheIds)
+{
+    TempDir d;
+    const std::string sched = llama(d, 1, true), mask = kDir + "attention_mask.npy", pos = kDir + "position_ids.npy";
+    auto steps = [&](const std::string &name, const std::vector<std::string> &marks) {
+        std::vector<std::string> args = {"--weights", kDir, "--data", kDir + "tokens.npy", "--labels",
+                                         kDir + "labels.npy", "--steps", "3", "--warmup", "1", "-q", "--log-json",
+                                         d.path + "/" + name + ".json"};
+        args.insert(args.end(), marks.begin(), marks.end());
+        Proc t = tprun(1, sched, args);
+        EXPECT_EQ(t.code(), 0) << name << "\n" << t.describe();
+        return losses_and_norms(d.path + "/" + name + ".json");
+    };
+    const auto ids = steps("ids", {"--pad-id", "0", "--eos-id", "2"});
+    ASSERT_EQ(ids.size(), 3u);
+    EXPECT_EQ(steps("streams", {"--attention-mask", mask, "--position-ids", pos}), ids);
+    EXPECT_EQ(steps("mask", {"--attention-mask", mask, "--eos-id", "2"}), ids);
+    EXPECT_EQ(steps("positions", {"--pad-id", "0", "--position-ids", pos}), ids);
+}
+
+// What only the streams say (tools/mask_fixtures.py llama-streams): the
+// pad id 0 is also a token of the text, and documents start without an
+// EOS; transformers' LlamaForCausalLM given the attention_mask (as the
+// document mask) and the position_ids: tprun's losses and norms at tp 1
+// and 2. --pad-id 0 there takes the text's 0s for padding, after which
+// the position ids go on: refused, where tprun would number otherwise.
+TEST(TrainMasks, StreamsMatchTransformers)
+{
+    ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
+    TempDir d;
+    const std::string dir = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama-streams/";
+    json_error_t e;
+    json_t *ref = json_load_file((dir + "train.json").c_str(), 0, &e);
+    ASSERT_TRUE(ref) << e.text;
+    std::vector<std::pair<double, double>> want;
+    size_t i;
+    json_t *step;
+    json_array_foreach(json_object_get(ref, "steps"), i, step)
+        want.push_back({num(step, "loss"), num(step, "grad_norm")});
+    json_decref(ref);
+    ASSERT_EQ(want.size(), 5u);
+    auto run = [&](int tp, const std::vector<std::string> &padding) {
+        std::vector<std::string> args = {"--weights", kDir, "--data", dir + "tokens.npy", "--labels",
+                                         dir + "labels.npy", "--position-ids", dir + "position_ids.npy", "--steps",
+                                         "5", "--warmup", "2", "-q", "--log-json", d.path + "/log.json"};
+        args.insert(args.end(), padding.begin(), padding.end());
+        return tprun(tp, llama(d, tp, true), args);
+    };
+    for (int tp : {1, 2}) {
+        Proc t = run(tp, {"--attention-mask", dir + "attention_mask.npy"});
+        ASSERT_EQ(t.code(), 0) << t.describe();
+        const auto got = losses_and_norms(d.path + "/log.json");
+        ASSERT_EQ(got.size(), want.size()) << "tp " << tp;
+        for (size_t k = 0; k < want.size(); k++) {
+            EXPECT_NEAR(got[k].first, want[k].first, 1e-5 * want[k].first) << "tp " << tp << " step " << k + 1;
+            EXPECT_NEAR(got[k].second, want[k].second, 1e-4 * want[k].second) << "tp " << tp << " step " << k + 1;
+        }
+    }
+    Proc pad = run(1, {"--pad-id", "0"});
+    EXPECT_EQ(pad.code(), 1) << pad.describe();
+    EXPECT_TRUE(contains(pad.err, "position_ids.npy: position id 6 is 4 at the first token after padding"))
+        << pad.describe();
+}
+
 std::vector<float> logits(const std::string &path)
 {
     float *data = nullptr;
@@ -163,11 +270,14 @@ TEST(TrainMasks, ForwardDocumentIsItsOwnSequence)
 }
 
 // --pad-id and --eos-id need a schedule with segments, ids of the
-// vocabulary and one id each; refused before any step, saying what to do.
+// vocabulary and one id each, the streams too and one source each for the
+// padding and the documents, the evaluation's streams the training's;
+// refused before any step, saying what to do.
 TEST(TrainMasks, BadCombinationsAreRefusedBeforeTraining)
 {
     TempDir d;
     const std::string with = llama(d, 1, true), without = llama(d, 1, false);
+    const std::string mask = kDir + "attention_mask.npy", pos = kDir + "position_ids.npy";
     const std::vector<std::string> data = {"--weights", kDir, "--data", kDir + "tokens.npy", "--steps", "1", "-q"};
     struct Case { std::string sched; std::vector<std::string> extra; std::string says; };
     const std::vector<Case> cases = {
@@ -177,6 +287,19 @@ TEST(TrainMasks, BadCombinationsAreRefusedBeforeTraining)
         {with, {"--pad-id", "2", "--eos-id", "2"}, "--pad-id and --eos-id are both 2: a token cannot both end a "
                                                    "document and be padding"},
         {with, {"--eos-id", "128"}, "--eos-id 128 is not a token of the model's vocabulary [0, 128)"},
+        {without, {"--attention-mask", mask}, "--attention-mask: " + without + " takes no segments"},
+        {with, {"--attention-mask", mask, "--pad-id", "0"}, "--attention-mask and --pad-id both say which tokens are "
+                                                            "padding: give one"},
+        {with, {"--position-ids", pos, "--eos-id", "2"}, "--position-ids and --eos-id both say where documents "
+                                                         "start: give one"},
+        {with, {"--attention-mask", mask, "--eval-data", kDir + "tokens.npy"},
+         "--attention-mask gives --data's mask values; --eval-data " + kDir + "tokens.npy needs its own: give "
+         "--eval-attention-mask FILE"},
+        {with, {"--position-ids", pos, "--eval-data", kDir + "tokens.npy", "--eval-position-ids", pos,
+                "--eval-attention-mask", mask},
+         "--eval-attention-mask goes with --attention-mask: the validation stream's segments come from what the "
+         "training stream's do"},
+        {with, {"--eval-position-ids", pos}, "--eval-position-ids goes with --eval-data FILE"},
     };
     for (const Case &c : cases) {
         std::vector<std::string> args = data;

@@ -2,8 +2,9 @@
 // median step's time split into the schedule's phases (forward, backward,
 // the gradients' reduction over tp) and the trainer's (the average over
 // the data-parallel replicas, the optimizer), every op kind's time, every
-// step's total, and the last step's ops in a Chrome trace with their
-// phase; on a dp 2 x tp 2 mesh, so that every phase has work.
+// step's total, the bytes of the data each rank read, and the last
+// step's ops in a Chrome trace with their phase; on a dp 2 x tp 2 mesh, so
+// that every phase has work and the data's check is split four ways.
 #include <gtest/gtest.h>
 
 #include <jansson.h>
@@ -43,7 +44,8 @@ TEST(TrainProfile, PhasesOpsAndStepsOfEveryRank)
         EXPECT_TRUE(contains(r.out, "profile, rank " + std::to_string(rank) + ": ")) << r.out;
     EXPECT_TRUE(contains(r.out, " ms per training step (median of 3 steps), ")) << r.out;
     EXPECT_TRUE(contains(r.out, "\n  phases             forward ")) << r.out;
-    for (const char *part : {" ms, backward ", " ms, grad_sync ", " ms, dp_average ", " ms, optimizer ", "matmul_tn "})
+    for (const char *part : {" ms, backward ", " ms, grad_sync ", " ms, dp_average ", " ms, optimizer ", "matmul_tn ",
+                             " KiB of data read\n"})
         EXPECT_TRUE(contains(r.out, part)) << part << "\n" << r.out;
 
     json_error_t e;
@@ -53,6 +55,17 @@ TEST(TrainProfile, PhasesOpsAndStepsOfEveryRank)
     ASSERT_EQ(json_array_size(ranks), 4u);
     size_t i;
     json_t *rk;
+    // the stream's 10 samples of 16 int32 tokens: before step 1 each rank
+    // checks its 2 or 3 of them (a quarter, together all), then reads its
+    // replica's sample of each of the 3 steps, never the whole stream
+    const double sample = 16 * 4;
+    double checked = 0;
+    json_array_foreach(ranks, i, rk) {
+        const double own = num(rk, "data_bytes_read") - 3 * sample;
+        EXPECT_TRUE(own == 2 * sample || own == 3 * sample) << "rank " << i << ": " << own;
+        checked += own;
+    }
+    EXPECT_EQ(checked, 10 * sample);
     json_array_foreach(ranks, i, rk) {
         SCOPED_TRACE("rank " + std::to_string(i));
         EXPECT_FALSE(json_object_get(rk, "forward_seconds"));   // a training step is more than its forward

@@ -27,36 +27,49 @@ class PrepareData(unittest.TestCase):
 
     def test_packed_stream_frames_each_document(self):
         out = pd.prepare([(None, "ab c"), (None, "dddd")], encode, self.framing(), "pack", None, 0.0, 0)
-        ids, labels = out["train"]
+        ids = out["train"].ids
         self.assertEqual(ids.tolist(), [1, 5, 4, 2, 1, 7, 2])
-        self.assertIsNone(labels)          # the loss shifts the ids themselves
+        self.assertIsNone(out["train"].labels)          # the loss shifts the ids themselves
+        self.assertIsNone(out["train"].position_ids)    # no rows to number them in
         self.assertEqual(ids.dtype, np.int32)
+
+    def test_packed_position_ids_restart_at_documents_and_rows(self):
+        docs = [(None, "ab c"), (None, "dddd"), (None, "a b c")]
+        out = pd.prepare(docs, encode, self.framing(), "pack", 3, 0.0, 0)["train"]
+        self.assertEqual(out.ids.tolist(), [1, 5, 4, 2, 1, 7, 2, 1, 4, 4, 4, 2])
+        self.assertEqual(out.position_ids.tolist(), [0, 1, 2, 0, 0, 1, 0, 0, 1, 0, 1, 2])
+        self.assertEqual(out.position_ids.dtype, np.int32)
 
     def test_padded_rows_ignore_their_padding(self):
         out = pd.prepare([(None, "ab c"), (None, "a b c d e f")], encode, self.framing(), "pad", 5, 0.0, 0)
-        ids, labels = out["train"]
-        self.assertEqual(ids.reshape(2, 5).tolist(), [[1, 5, 4, 2, 0], [1, 4, 4, 4, 4]])   # the second truncated
-        self.assertEqual(labels.reshape(2, 5).tolist(), [[1, 5, 4, 2, -100], [1, 4, 4, 4, 4]])
+        rows = out["train"]
+        self.assertEqual(rows.ids.reshape(2, 5).tolist(), [[1, 5, 4, 2, 0], [1, 4, 4, 4, 4]])   # the second truncated
+        self.assertEqual(rows.labels.reshape(2, 5).tolist(), [[1, 5, 4, 2, -100], [1, 4, 4, 4, 4]])
+        self.assertEqual(rows.attention_mask.reshape(2, 5).tolist(), [[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]])
+
+    def test_padding_with_the_eos_is_told_apart_by_the_mask(self):
+        out = pd.prepare([(None, "ab")], encode, self.framing(pad_token_id=None), "pad", 5, 0.0, 0)["train"]
+        self.assertEqual(out.ids.tolist(), [1, 5, 2, 2, 2])          # padded with the eos
+        self.assertEqual(out.attention_mask.tolist(), [1, 1, 1, 0, 0])
 
     def test_next_token_labels_for_a_loss_that_does_not_shift(self):
         out = pd.prepare([(None, "ab c"), (None, "a b c d e f")], encode, self.framing(), "pad", 5, 0.0, 0, True)
-        self.assertEqual(out["train"][1].reshape(2, 5).tolist(), [[5, 4, 2, -100, -100], [4, 4, 4, 4, -100]])
+        self.assertEqual(out["train"].labels.reshape(2, 5).tolist(), [[5, 4, 2, -100, -100], [4, 4, 4, 4, -100]])
         packed = pd.prepare([("q", "aa")], encode, self.framing(), "pack", None, 0.0, 0, True)
-        self.assertEqual(packed["train"][1].tolist(), [-100, 5, 2, -100])   # bos predicts the prompt: not scored
+        self.assertEqual(packed["train"].labels.tolist(), [-100, 5, 2, -100])   # bos predicts the prompt: not scored
 
     def test_a_prompt_is_not_scored(self):
         out = pd.prepare([("q q", "aa")], encode, self.framing(), "pack", None, 0.0, 0)
-        ids, labels = out["train"]
-        self.assertEqual(ids.tolist(), [1, 4, 4, 5, 2])
-        self.assertEqual(labels.tolist(), [-100, -100, -100, 5, 2])
+        self.assertEqual(out["train"].ids.tolist(), [1, 4, 4, 5, 2])
+        self.assertEqual(out["train"].labels.tolist(), [-100, -100, -100, 5, 2])
 
     def test_held_out_documents_are_drawn_by_the_seed(self):
         docs = [(None, "a " * (n + 1)) for n in range(10)]
         a = pd.prepare(docs, encode, self.framing(), "pack", None, 0.2, 7)
         b = pd.prepare(docs, encode, self.framing(), "pack", None, 0.2, 7)
-        self.assertEqual(a["val"][0].tolist(), b["val"][0].tolist())
-        self.assertEqual(len(a["val"][0]) + len(a["train"][0]), sum(n + 3 for n in range(10)))
-        self.assertEqual(int((a["val"][0] == 1).sum()), 2)      # two documents, each starting with bos
+        self.assertEqual(a["val"].ids.tolist(), b["val"].ids.tolist())
+        self.assertEqual(len(a["val"].ids) + len(a["train"].ids), sum(n + 3 for n in range(10)))
+        self.assertEqual(int((a["val"].ids == 1).sum()), 2)      # two documents, each starting with bos
         with self.assertRaisesRegex(pd.DataError, "no document is left to train on"):
             pd.prepare(docs[:1], encode, self.framing(), "pack", None, 0.9, 0)
 

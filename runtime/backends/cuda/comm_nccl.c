@@ -374,6 +374,17 @@ static int agree(tp_comm *c, int rc, char *err, size_t errlen)
     return m->host.ops->agree ? m->host.ops->agree(&m->host, rc, err, errlen) : rc != 0;
 }
 
+/* Host memory: the host communicator's (MPI, where there are ranks to reduce over). */
+static int reduce_i64(tp_comm *c, int64_t *buf, int64_t n, int min, char *err, size_t errlen)
+{
+    nccl_comm *m = c->impl;
+    if (!m->host.ops->reduce_i64) {
+        snprintf(err, errlen, "the %s host communicator cannot reduce host values", m->host.ops->name);
+        return -1;
+    }
+    return m->host.ops->reduce_i64(&m->host, buf, n, min, err, errlen);
+}
+
 static void abort_all(tp_comm *c, int status)
 {
     nccl_comm *m = c->impl;
@@ -560,7 +571,7 @@ static const tp_comm_ops nccl_ops = {
 #else
     NULL,   /* split: ncclCommSplit is NCCL 2.18's */
 #endif
-    agree,
+    agree, reduce_i64,
 };
 
 /* ------------------------------------------------------------------------ */

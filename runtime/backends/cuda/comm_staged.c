@@ -211,6 +211,17 @@ static int agree(tp_comm *c, int rc, char *err, size_t errlen)
     return m->host.ops->agree ? m->host.ops->agree(&m->host, rc, err, errlen) : rc != 0;
 }
 
+/* Host memory: the host communicator's (MPI, where there are ranks to reduce over). */
+static int reduce_i64(tp_comm *c, int64_t *buf, int64_t n, int min, char *err, size_t errlen)
+{
+    staged_comm *m = c->impl;
+    if (!m->host.ops->reduce_i64) {
+        snprintf(err, errlen, "the %s host communicator cannot reduce host values", m->host.ops->name);
+        return -1;
+    }
+    return m->host.ops->reduce_i64(&m->host, buf, n, min, err, errlen);
+}
+
 static void abort_all(tp_comm *c, int status)
 {
     staged_comm *m = c->impl;
@@ -243,6 +254,7 @@ static int split(tp_comm *c, int color, int key, tp_comm *out, char *err, size_t
 
 static const tp_comm_ops staged_ops = {
     "mpi-staged", all_gather, reduce_scatter, all_reduce, all_to_all, gather_bytes, abort_all, finalize, split, agree,
+    reduce_i64,
 };
 
 /* The host communicator split with the same color and key: rank r of the
