@@ -88,7 +88,7 @@ static const char usage[] =
     "Examples (from the source tree; installed, the plans are in PREFIX/share/tpcc/plans):\n"
     "  tpcc --check plans/*.plan\n"
     "  tpcc --report -D tp=4 --train --dtype bf16 --device-memory 80GiB plans/llama-sp.plan\n"
-    "  tpcc plans/llama-tiny.plan -o tiny.sched      # then: tprun -n 2 tiny.sched --labels tokens\n"
+    "  tpcc plans/llama-tiny.plan -o tiny.sched      # then: tprun -n 2 tiny.sched\n"
     "\n"
     "Exit status: 0 when no plan has errors (warnings allowed), 1 when a plan has\n"
     "errors, 2 for usage errors and unreadable files.\n"
