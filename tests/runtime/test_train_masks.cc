@@ -19,6 +19,7 @@
 #include "runtime/train/segments.h"
 #include "tests/support/grad_files.h"
 #include "tests/support/process.h"
+#include "tests/support/train_harness.h"
 #include "tests/support/token_files.h"
 
 namespace {
@@ -46,14 +47,19 @@ std::string compile(const TempDir &d, std::vector<std::string> args, const std::
     return sched;
 }
 
-std::string llama(const TempDir &d, int tp, bool segments)
+std::string llama(const TempDir &d, int tp, bool segments, int dp = 1)
 {
-    std::vector<std::string> args = {std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan", "--hf-config",
-                                     kDir + "config.json", "-D", "vocab_multiple=1", "-D", "tp=" + std::to_string(tp),
-                                     "-D", "seq=16", "-D", "batch=2", "--train"};
+    std::string plan = std::string(TPCC_SOURCE_DIR) + "/plans/llama-sp.plan";
+    if (dp > 1)   // the global batch of 2 rows, one a replica
+        tpcc_test::dp_plan(d, plan);
+    std::vector<std::string> args = {plan, "--hf-config", kDir + "config.json", "-D", "vocab_multiple=1", "-D",
+                                     "tp=" + std::to_string(tp), "-D", "seq=16", "-D", "batch=" + std::to_string(2 / dp),
+                                     "--train"};
+    if (dp > 1)
+        args.insert(args.end(), {"-D", "dp=" + std::to_string(dp)});
     if (segments)
         args.push_back("--segments");
-    return compile(d, args, "llama" + std::to_string(tp) + (segments ? "-segments" : ""));
+    return compile(d, args, "llama" + std::to_string(dp) + "x" + std::to_string(tp) + (segments ? "-segments" : ""));
 }
 
 double num(json_t *o, const char *key) { return json_number_value(json_object_get(o, key)); }
@@ -94,7 +100,7 @@ TEST(Segments, FromPaddingAndEndsOfDocuments)
 // transformers' LlamaForCausalLM on rows of left padding and documents
 // ended by EOS, the eager attention given the document mask and the
 // positions restarting at each document: tprun's losses, norms and final
-// weights at tp 1 and 2. Without --segments the losses are another's.
+// weights at tp 1, tp 2 and 2 replicas x tp 2 (a row each). Without --segments the losses are another's.
 TEST(TrainMasks, DocumentsAndPaddingMatchTransformers)
 {
     ASSERT_TRUE(tpcc_test::on_path("mpiexec")) << tpcc_test::kInstallMpich;
@@ -105,12 +111,13 @@ TEST(TrainMasks, DocumentsAndPaddingMatchTransformers)
     json_t *want = json_object_get(ref, "steps");
     const std::vector<std::string> data = {"--weights", kDir, "--data", kDir + "tokens.npy", "--labels",
                                            kDir + "labels.npy", "--steps", "5", "--warmup", "2", "-q"};
-    for (int tp : {1, 2}) {
-        const std::string sched = llama(d, tp, true), log = d.path + "/log" + std::to_string(tp) + ".json",
-                          out = d.path + "/out" + std::to_string(tp), what = "tp " + std::to_string(tp);
+    for (auto [dp, tp] : {std::pair{1, 1}, {1, 2}, {2, 2}}) {
+        const std::string what = "dp " + std::to_string(dp) + " tp " + std::to_string(tp),
+                          sched = llama(d, tp, true, dp), log = d.path + "/log" + std::to_string(dp * tp) + ".json",
+                          out = d.path + "/out" + std::to_string(dp * tp);
         std::vector<std::string> args = data;
         args.insert(args.end(), {"--pad-id", "0", "--eos-id", "2", "--log-json", log, "--save", out});
-        Proc t = tprun(tp, sched, args);
+        Proc t = tprun(dp * tp, sched, args);
         ASSERT_EQ(t.code(), 0) << what << "\n" << t.describe();
         json_t *got = json_load_file(log.c_str(), 0, &e);
         ASSERT_TRUE(got) << e.text;
