@@ -686,9 +686,7 @@ int tr_run(const tr_options *o, tp_comm *comm, bool *everywhere, char *err, size
     if (!rc)
         rc = options_match_training(&j);
     /* a training run checks its ids in force, the plan's train { } ones among them (train.c) */
-    const tr_segment_sources sources = {.pad_id = o->train.pad_id, .eos_id = o->train.eos_id,
-                                        .attention_mask = o->train.streams[TR_STREAM_ATTENTION_MASK],
-                                        .position_ids = o->train.streams[TR_STREAM_POSITION_IDS]};
+    const tr_segment_sources sources = tr_train_segment_sources(&o->train);
     if (!rc && !j.s.grads && tr_segments_check(o->schedule, j.s.segments >= 0, tr_schedule_token_vocab(&j.s),
                                                &sources, why, sizeof why))
         rc = fail(&j, "%s", why);

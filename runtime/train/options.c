@@ -18,6 +18,13 @@ tr_train_options tr_train_defaults(void)
                               .eos_id = TR_NO_ID};
 }
 
+tr_segment_sources tr_train_segment_sources(const tr_train_options *t)
+{
+    return (tr_segment_sources){.pad_id = t->pad_id, .eos_id = t->eos_id,
+                                .attention_mask = t->streams[TR_STREAM_ATTENTION_MASK],
+                                .position_ids = t->streams[TR_STREAM_POSITION_IDS]};
+}
+
 static int number(const char *name, const char *arg, double *out, char *err, size_t errlen)
 {
     if (tp_parse_real(arg, 0, out))

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "runtime/train/lr.h"
+#include "runtime/train/segments.h"
 #include "runtime/train/streams.h"
 
 #define TR_MAX_EPOCHS 100000
@@ -56,6 +57,10 @@ typedef struct tr_train_options {
  * get_wsd_schedule's), shards of 2 GiB, ignore index -100, no pad or eos
  * id; no training. */
 tr_train_options tr_train_defaults(void);
+
+/* Where t's segments come from: its pad and EOS ids and its mask streams
+ * (segments.h), for the check a forward run and a training run make. */
+tr_segment_sources tr_train_segment_sources(const tr_train_options *t);
 
 /* One training option of tprun's command line, by its long name ("no-decay", a stream's
  * flag or evaluation flag of streams.h but "labels" ("data", "attention-mask", "eval-data",

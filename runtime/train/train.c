@@ -131,9 +131,7 @@ static int open_data(trainer *tr, int64_t vocab, char *err, size_t errlen)
                                   .label_shift = tr->s->labels >= 0 ? tr->s->label_shift : 1, .vocab = vocab,
                                   .ignore_index = tr->t->ignore_index, .scored = tr->s->labels >= 0,
                                   .pad_id = tr->t->pad_id, .eos_id = tr->t->eos_id};
-    const tr_segment_sources sources = {.pad_id = tr->t->pad_id, .eos_id = tr->t->eos_id,
-                                        .attention_mask = tr->t->streams[TR_STREAM_ATTENTION_MASK],
-                                        .position_ids = tr->t->streams[TR_STREAM_POSITION_IDS]};
+    const tr_segment_sources sources = tr_train_segment_sources(tr->t);
     if (tr_segments_check(tr->o->schedule, tr->s->segments >= 0, vocab, &sources, err, errlen))
         return -1;
     const char *const *eval = tr->t->eval;

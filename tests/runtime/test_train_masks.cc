@@ -148,21 +148,6 @@ TEST(TrainMasks, DocumentsAndPaddingMatchTransformers)
     json_decref(ref);
 }
 
-// Each step's (loss, gradient norm) of a --log-json file.
-std::vector<std::pair<double, double>> losses_and_norms(const std::string &log)
-{
-    std::vector<std::pair<double, double>> out;
-    json_error_t e;
-    json_t *got = json_load_file(log.c_str(), 0, &e);
-    EXPECT_TRUE(got) << log << ": " << e.text;
-    size_t i;
-    json_t *step;
-    json_array_foreach(json_object_get(got, "steps"), i, step)
-        out.push_back({num(step, "loss"), num(step, "grad_norm")});
-    json_decref(got);
-    return out;
-}
-
 // Hugging Face's streams beside the data (--attention-mask,
 // --position-ids) give the segments the ids give (--pad-id, --eos-id) on
 // the fixture's rows of left padding and documents ended by EOS, whichever
@@ -179,7 +164,7 @@ TEST(TrainMasks, StreamsGiveTheSegmentsOfTheIds)
         args.insert(args.end(), marks.begin(), marks.end());
         Proc t = tprun(1, sched, args);
         EXPECT_EQ(t.code(), 0) << name << "\n" << t.describe();
-        return losses_and_norms(d.path + "/" + name + ".json");
+        return tpcc_test::logged_fields(d.path + "/" + name + ".json", "loss", "grad_norm");
     };
     const auto ids = steps("ids", {"--pad-id", "0", "--eos-id", "2"});
     ASSERT_EQ(ids.size(), 3u);
@@ -219,7 +204,7 @@ TEST(TrainMasks, StreamsMatchTransformers)
     for (int tp : {1, 2}) {
         Proc t = run(tp, {"--attention-mask", dir + "attention_mask.npy"});
         ASSERT_EQ(t.code(), 0) << t.describe();
-        const auto got = losses_and_norms(d.path + "/log.json");
+        const auto got = tpcc_test::logged_fields(d.path + "/log.json", "loss", "grad_norm");
         ASSERT_EQ(got.size(), want.size()) << "tp " << tp;
         for (size_t k = 0; k < want.size(); k++) {
             EXPECT_NEAR(got[k].first, want[k].first, 1e-5 * want[k].first) << "tp " << tp << " step " << k + 1;

@@ -51,7 +51,9 @@ Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::s
     return run_tpcc(args);
 }
 
-std::vector<std::pair<double, double>> logged_steps(const std::string &log)
+std::vector<std::pair<double, double>> logged_steps(const std::string &log) { return logged_fields(log, "lr", "loss"); }
+
+std::vector<std::pair<double, double>> logged_fields(const std::string &log, const char *first, const char *second)
 {
     std::vector<std::pair<double, double>> out;
     json_error_t e;
@@ -60,7 +62,7 @@ std::vector<std::pair<double, double>> logged_steps(const std::string &log)
     size_t i;
     json_t *step;
     json_array_foreach(json_object_get(got, "steps"), i, step)
-        out.push_back({json_number_value(json_object_get(step, "lr")), json_number_value(json_object_get(step, "loss"))});
+        out.push_back({json_number_value(json_object_get(step, first)), json_number_value(json_object_get(step, second))});
     json_decref(got);
     return out;
 }

@@ -34,5 +34,7 @@ Proc compile_dp(const std::string &plan, int dp, int tp, int batch, const std::s
 std::vector<double> logged_losses(const std::string &log);
 // Each step's (rate, loss) in a --log-json file.
 std::vector<std::pair<double, double>> logged_steps(const std::string &log);
+// Each step's two fields `first` and `second` in a --log-json file.
+std::vector<std::pair<double, double>> logged_fields(const std::string &log, const char *first, const char *second);
 
 }  // namespace tpcc_test
