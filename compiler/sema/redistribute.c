@@ -171,10 +171,11 @@ tp_val *tp_redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *c
     if (v->is_index) {
         /* PyTorch moves ids like any tensor; a schedule's slices and
          * collectives carry floats only (sched/ops.def) */
-        tp_diag *g = tp_finding(I, TP_ERROR, cause ? tp_entry_span(cause) : span, "integer-redistribute", v, NULL,
-                                "the %s of integer %s (%s -> %s) is not supported: tprun moves only float tensors "
-                                "between layouts", tp_redist_name(k), v->is_position ? "positions" : "token ids",
-                                tp_pl_str(v->pl, v->rank, a), tp_pl_str(to, v->rank, b));
+        tp_diag *g = tp_finding(I, TP_UNSUPPORTED, cause ? tp_entry_span(cause) : span, "unsupported", v, NULL,
+                                "the %s of integer %s (%s -> %s): tprun moves only float tensors between layouts, "
+                                "and would need integer slices and collectives", tp_redist_name(k),
+                                v->is_position ? "positions" : "token ids", tp_pl_str(v->pl, v->rank, a),
+                                tp_pl_str(to, v->rank, b));
         if (g)
             tp_diag_help(g, "keep the ids in the layout they come in (Replicate()): redistribute the embedding's "
                             "output instead, which moves the same rows as floats");

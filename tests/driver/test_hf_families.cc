@@ -15,6 +15,7 @@
 
 using tpcc_test::contains;
 using tpcc_test::Proc;
+using tpcc_test::replaced;
 using tpcc_test::slurp;
 using tpcc_test::source_path;
 using tpcc_test::TempDir;
@@ -71,15 +72,6 @@ TEST(RopeSpellings, BothCompileToTheSameSchedule)
     }
 }
 
-// text with its first `from` replaced by `to`; `from` must occur.
-std::string replaced(std::string text, const std::string &from, const std::string &to)
-{
-    size_t at = text.find(from);
-    EXPECT_NE(at, std::string::npos) << from << " is not in\n" << text;
-    if (at != std::string::npos)
-        text.replace(at, from.size(), to);
-    return text;
-}
 
 // A fixture's config.json with one edit, written to dir.
 std::string edited(const TempDir &dir, const std::string &fixture, const std::string &from, const std::string &to)

@@ -103,7 +103,7 @@ std::multiset<Finding> findings(const tp_unit *u)
         std::string where;
         if (g.span.file >= 0)
             where = canonical(u->src.files[g.span.file].path) + ":" + std::to_string(g.span.line);
-        out.insert({where, g.level == TP_ERROR ? "error" : "warning", g.check});
+        out.insert({where, tp_diag_level_name(g.level), g.check});
     }
     return out;
 }
@@ -113,7 +113,7 @@ std::multiset<Finding> expectations(const std::string &plan)
     std::multiset<Finding> out;
     std::ifstream in(plan);
     std::string line;
-    static const std::regex item(R"((error|warning)\[([a-z-]+)\])");
+    static const std::regex item(R"((error|warning|unsupported)\[([a-z-]+)\])");
     static const std::regex at(R"(#\s*expect-at\s+(\S+):(\d+):(.*))");
     std::string dir = fs::path(plan).parent_path().string();
     for (int n = 1; std::getline(in, line); n++) {

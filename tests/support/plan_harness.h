@@ -49,11 +49,13 @@ void configure(tp_unit *u, const std::string &plan, const std::vector<std::strin
 // (Plans/ShippedPlan.ChecksCleanAtEveryDividingTp).
 bool tp_divides_sizes(tp_unit *u, int64_t tp);
 
-// The errors and warnings of a compiled unit (notes are not findings).
+// The errors, warnings and unsupported findings of a compiled unit (notes
+// are not findings).
 std::multiset<Finding> findings(const tp_unit *u);
 
 // Expectations written in a plan file:
 //   ... offending line ...   # expect: error[relabel] warning[repeated-gather]
+//   ... a line tpcc cannot handle yet ...   # expect: unsupported[unsupported]
 //   # expect-at ../../models/llama.model:61: error[mixed-tensor]
 //   # expect-nowhere: error[config]
 std::multiset<Finding> expectations(const std::string &plan);
