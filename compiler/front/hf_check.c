@@ -243,8 +243,8 @@ static bool config_is_moe(const json_t *json)
     return false;
 }
 
-/* Does the model file at path declare hf { architectures } with arch? */
-static bool file_implements(const char *path, const char *arch)
+/* Does the model file at path list value in its hf { } field `name`? */
+static bool file_lists(const char *path, const char *name, const char *value)
 {
     tp_sources src;
     tp_diags diags;
@@ -255,7 +255,7 @@ static bool file_implements(const char *path, const char *arch)
     int id = tp_sources_load(&src, path, err, sizeof err);
     if (id >= 0) {
         tp_node *ast = tp_parse(&src, id, &diags);
-        found = lists(field(find_hf_block(ast), "architectures"), arch);
+        found = lists(field(find_hf_block(ast), name), value);
         tp_node_free(ast);
     }
     tp_diags_free(&diags);
@@ -276,6 +276,11 @@ static bool really_in(const char *path, const char *real_dir)
     return in;
 }
 
+bool tp_hf_model_implements_type(const char *model_path, const char *model_type)
+{
+    return file_lists(model_path, "model_types", model_type);
+}
+
 /* The first (by name) other .model file beside model_path that implements
  * arch, or NULL; malloc'ed. */
 static char *sibling_implementing(const char *model_path, const char *arch)
@@ -291,7 +296,7 @@ static char *sibling_implementing(const char *model_path, const char *arch)
             continue;
         char *path = slash ? tp_xasprintf("%s/%s", dir, ent->d_name) : tp_xstrdup(ent->d_name);
         if (strcmp(path, model_path) && (!best || strcmp(path, best) < 0) && really_in(path, real_dir) &&
-            file_implements(path, arch)) {
+            file_lists(path, "architectures", arch)) {
             free(best);
             best = path;
         } else {

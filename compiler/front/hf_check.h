@@ -30,6 +30,10 @@
  * strings (requires: a dict keyed by strings). Errors go to c->diags. */
 void tp_hf_check_block(tp_config *c, const tp_node *model_ast);
 
+/* Whether the model file at model_path lists model_type in its
+ * hf { model_types }. */
+bool tp_hf_model_implements_type(const char *model_path, const char *model_type);
+
 /* An hf { } block in a plan is an error: it describes a model file. */
 void tp_hf_check_plan(tp_config *c, const tp_node *plan_ast);
 
