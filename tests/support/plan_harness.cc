@@ -21,15 +21,20 @@ namespace tpcc_test {
 
 std::string source_path(const std::string &rel) { return std::string(TPCC_SOURCE_DIR) + "/" + rel; }
 
+tp_compile_opts compile_options(const std::vector<const char *> &defines, bool train, bool program)
+{
+    // the test plans under tests/ name the test families' models there
+    static char *test_models = realpath(source_path("tests/models").c_str(), nullptr);
+    return {defines.data(), int(defines.size()), nullptr, true, TP_F32, program, train, TP_LOSS_NONE,
+            &test_models, 1, false, TP_RECOMPUTE_NONE, false};
+}
+
 void compile(tp_unit *u, const std::string &plan, const std::vector<std::string> &defines, bool train)
 {
     std::vector<const char *> d;
     for (const auto &s : defines)
         d.push_back(s.c_str());
-    // the test plans under tests/ name the test families' models there
-    static char *test_models = realpath(source_path("tests/models").c_str(), nullptr);
-    tp_compile_opts opts = {d.data(), int(d.size()), nullptr, true, TP_F32, true, train, TP_LOSS_NONE,
-                            &test_models, 1, false, TP_RECOMPUTE_NONE, false};
+    tp_compile_opts opts = compile_options(d, train, true);
     tp_compile(u, plan.c_str(), &opts);
     tp_diags_sort(&u->diags);
 }
@@ -169,6 +174,12 @@ std::string scratch_copy(const std::string &plan)
     fs::create_directories(fs::path(root) / "tests");
     fs::create_directory_symlink(source_path("tests/models"), fs::path(root) / "tests/models");
     return copy.string();
+}
+
+std::string scratch_root(const std::string &copy, const std::string &plan)
+{
+    std::string rel = fs::relative(plan, TPCC_SOURCE_DIR).string();
+    return copy.substr(0, copy.size() - rel.size() - 1);
 }
 
 }  // namespace tpcc_test

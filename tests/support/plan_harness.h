@@ -27,6 +27,11 @@ struct Finding {
     std::string str() const { return where + ": " + level + "[" + check + "]"; }
 };
 
+// The options compile() compiles with: `defines` (kept alive by the
+// caller), --train when `train`, the program derived when `program`, models
+// from tests/models/ too.
+tp_compile_opts compile_options(const std::vector<const char *> &defines, bool train, bool program);
+
 // Compile a plan (with --train when `train`), its model read from its own
 // tree, models/ or tests/models/ (the test families the plans under tests/
 // name, as --allow-outside allows); the unit must be freed with tp_unit_free.
@@ -69,6 +74,9 @@ std::vector<std::string> files_in(const std::string &dir, const std::string &ext
 // Copy `plan` into a fresh scratch directory at the same depth, with
 // models/ and tests/models/ linked to the source tree, and return the copy.
 std::string scratch_copy(const std::string &plan);
+
+// The scratch directory a copy of `plan` made by scratch_copy lies in.
+std::string scratch_root(const std::string &copy, const std::string &plan);
 
 std::string source_path(const std::string &rel);
 
