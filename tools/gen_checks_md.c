@@ -15,8 +15,11 @@ typedef struct check_doc {
     const char *name, *level, *short_desc, *full_desc, *help, *what, *example;
 } check_doc;
 
-/* TP_ERROR, TP_WARNING -> "error", "warning" */
-#define TP_LEVEL_NAME(level) (strcmp(#level, "TP_WARNING") == 0 ? "warning" : "error")
+/* TP_ERROR, TP_WARNING, TP_UNSUPPORTED -> "error", "warning", "unsupported" */
+#define TP_LEVEL_NAME(level)                           \
+    (strcmp(#level, "TP_WARNING") == 0       ? "warning" \
+     : strcmp(#level, "TP_UNSUPPORTED") == 0 ? "unsupported" \
+                                             : "error")
 
 static const check_doc checks[] = {
 #define TP_CHECK(name, level, short_desc, full_desc, help, what, example) \
@@ -43,7 +46,10 @@ static const char intro[] =
     "means PyTorch raises, or computes something other than the model, and no\n"
     "option or comment hides it; only **warnings** can be silenced (`-W no-CHECK`,\n"
     "`# tpcc: ignore[CHECK]`) or promoted (`-Werror`, `-W CHECK=error`), as\n"
-    "[Lint in CI](lint.md) describes. SARIF's rules carry each check's\n"
+    "[Lint in CI](lint.md) describes. What tpcc cannot handle yet is not an\n"
+    "error but its own level and check, [`unsupported`](#unsupported): the plan\n"
+    "may be right, `--check` exits 0, and an output that cannot be made exits 3.\n"
+    "SARIF's rules carry each check's\n"
     "descriptions and help, and their `helpUri` is the check's section here.\n"
     "\n"
     "| check | level | what |\n"

@@ -69,10 +69,12 @@ static void count_level(tp_diags *d, const tp_diag *g)
         d->errors++;
     else if (g->level == TP_WARNING)
         d->warnings++;
+    else if (g->level == TP_UNSUPPORTED)
+        d->unsupported++;
 }
 
-tp_diag *tp_diag_add(tp_diags *d, tp_diag_level level, tp_span span,
-                     const char *check, const char *fmt, ...)
+static tp_diag *diag_add_v(tp_diags *d, tp_diag_level level, tp_span span, const char *check, const char *fmt,
+                           va_list ap)
 {
     if (d->count == d->cap) {
         d->cap = d->cap ? d->cap * 2 : 16;
@@ -83,11 +85,27 @@ tp_diag *tp_diag_add(tp_diags *d, tp_diag_level level, tp_span span,
     g->level = level;
     g->span = span;
     g->check = tp_xstrdup(check ? check : "");
+    g->message = tp_xvasprintf(fmt, ap);
+    count_level(d, g);
+    return g;
+}
+
+tp_diag *tp_diag_add(tp_diags *d, tp_diag_level level, tp_span span,
+                     const char *check, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    g->message = tp_xvasprintf(fmt, ap);
+    tp_diag *g = diag_add_v(d, level, span, check, fmt, ap);
     va_end(ap);
-    count_level(d, g);
+    return g;
+}
+
+tp_diag *tp_diag_unsupported(tp_diags *d, tp_span span, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    tp_diag *g = diag_add_v(d, TP_UNSUPPORTED, span, "unsupported", fmt, ap);
+    va_end(ap);
     return g;
 }
 
@@ -178,7 +196,7 @@ void tp_diags_sort(tp_diags *d)
     tp_buf id;
     tp_buf_init(&id);
     int n = 0;
-    d->errors = d->warnings = d->suppressed = 0;
+    d->errors = d->warnings = d->unsupported = d->suppressed = 0;
     for (int start = 0, end; start < d->count; start = end) {
         for (end = start + 1; end < d->count && k[end].diag.span.file == k[start].diag.span.file &&
                               k[end].diag.span.offset == k[start].diag.span.offset;
@@ -244,7 +262,7 @@ void tp_diags_limit(tp_diags *d, int limit)
 void tp_diags_drop(tp_diags *d, const unsigned char *drop)
 {
     int n = 0;
-    d->errors = d->warnings = d->suppressed = 0;
+    d->errors = d->warnings = d->unsupported = d->suppressed = 0;
     for (int i = 0; i < d->count; i++) {
         if (drop[i]) {
             diag_free(&d->items[i]);

@@ -11,7 +11,15 @@
 #include <stdio.h>
 #include "compiler/diag/source.h"
 
-typedef enum tp_diag_level { TP_ERROR, TP_WARNING, TP_NOTE } tp_diag_level;
+/* An error is a plan bug (PyTorch raises or computes something other than
+ * the model); a warning works but costs; unsupported is what tpcc cannot
+ * handle yet, whatever PyTorch does (check "unsupported": the plan may be
+ * right, and no schedule can be made of it); a note only informs. */
+typedef enum tp_diag_level { TP_ERROR, TP_WARNING, TP_NOTE, TP_UNSUPPORTED } tp_diag_level;
+
+/* "error", "warning", "note", "unsupported": the text and JSON name
+ * (diag/level.c). */
+const char *tp_diag_level_name(tp_diag_level level);
 
 typedef struct tp_fixit {
     tp_span span;       /* the text to replace (length 0: insert at offset) */
@@ -36,7 +44,7 @@ typedef struct tp_diag {
     char **helps; int nhelps;        /* "fix: ..." lines, human readable */
     tp_fixit *fixits; int nfixits;   /* machine-applicable edits */
     int suppression;        /* 1 + index of the "# tpcc: ignore" that silences it; 0: none */
-    char *promoted;         /* the -W option that made this warning an error, or NULL */
+    char *promoted;         /* the -W option that made this finding an error, or NULL */
 } tp_diag;
 
 /* A "# tpcc: ignore[CHECK, ...]" comment (diag/lint.c). */
@@ -48,11 +56,11 @@ typedef struct tp_suppression {
     char *justification;    /* the text after ']', or "" */
 } tp_suppression;
 
-enum { TP_SUPPRESSION_USED = 1, TP_SUPPRESSION_ERROR_ONLY = 2 };
+enum { TP_SUPPRESSION_USED = 1, TP_SUPPRESSION_ERROR_ONLY = 2, TP_SUPPRESSION_UNSUPPORTED_ONLY = 3 };
 
 typedef struct tp_diags {
     tp_diag *items; int count, cap;
-    int errors, warnings;   /* suppressed diagnostics are not counted */
+    int errors, warnings, unsupported;   /* suppressed diagnostics are not counted */
     int suppressed;
     tp_suppression *supps; int nsupps, capsupps;
     bool linted;            /* tp_lint_apply has run */
@@ -65,6 +73,10 @@ void tp_diags_free(tp_diags *d);
 tp_diag *tp_diag_add(tp_diags *d, tp_diag_level level, tp_span span,
                      const char *check, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* What tpcc cannot handle yet, at span: level TP_UNSUPPORTED, check
+ * "unsupported". The message says what tpcc would need. */
+tp_diag *tp_diag_unsupported(tp_diags *d, tp_span span, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void tp_diag_note_at(tp_diag *g, tp_span span, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void tp_diag_help(tp_diag *g, const char *fmt, ...)
@@ -97,7 +109,7 @@ typedef struct tp_diag_unit {
     const char *plan;           /* the plan path as given */
     const tp_diags *diags;
     const tp_sources *src;
-    int status;                 /* the plan's exit status (0, 1, 2) */
+    int status;                 /* the plan's exit status (0, 1, 2, 3) */
 } tp_diag_unit;
 
 typedef struct tp_render_opts {

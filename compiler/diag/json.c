@@ -3,8 +3,9 @@
  *
  *   {"version": 1, "diagnostics": [{"level", "check", "message", "file",
  *    "line", "column", "offset", "length", "notes", "help", "fixits",
- *    "plan"}], "errors", "warnings", "suppressed",
- *    "plans": [{"plan", "status", "errors", "warnings", "suppressed"}]}
+ *    "plan"}], "errors", "warnings", "unsupported", "suppressed",
+ *    "plans": [{"plan", "status", "errors", "warnings", "unsupported",
+ *    "suppressed"}]}
  *
  * "file" is where the finding is (a plan, its model, a config.json),
  * "plan" the plan whose check found it. Suppressed findings are left out
@@ -31,7 +32,7 @@ static void json_location(json_t *o, const tp_sources *src, tp_span sp, int with
 static json_t *json_diag(const tp_diag *g, const tp_sources *src)
 {
     json_t *o = tp_json_obj();
-    tp_json_set(o, "level", tp_json_str(tp_json_level(g->level)));
+    tp_json_set(o, "level", tp_json_str(tp_diag_level_name(g->level)));
     tp_json_set(o, "check", tp_json_str(g->check));
     tp_json_set(o, "message", tp_json_str(g->message));
     json_location(o, src, g->span, 1);
@@ -69,6 +70,7 @@ static json_t *json_plan(const tp_diag_unit *u)
     tp_json_set(o, "status", tp_json_int(u->status));
     tp_json_set(o, "errors", tp_json_int(u->diags->errors));
     tp_json_set(o, "warnings", tp_json_int(u->diags->warnings));
+    tp_json_set(o, "unsupported", tp_json_int(u->diags->unsupported));
     tp_json_set(o, "suppressed", tp_json_int(u->diags->suppressed));
     return o;
 }
@@ -78,7 +80,7 @@ char *tp_diags_render_json(const tp_diag_unit *units, int n)
     json_t *root = tp_json_obj();
     tp_json_set(root, "version", tp_json_int(1));
     json_t *diags = tp_json_arr(), *plans = tp_json_arr();
-    long long errors = 0, warnings = 0, suppressed = 0;
+    long long errors = 0, warnings = 0, unsupported = 0, suppressed = 0;
     for (int u = 0; u < n; u++) {
         const tp_diags *d = units[u].diags;
         for (int i = 0; i < d->count; i++) {
@@ -90,12 +92,14 @@ char *tp_diags_render_json(const tp_diag_unit *units, int n)
         }
         errors += d->errors;
         warnings += d->warnings;
+        unsupported += d->unsupported;
         suppressed += d->suppressed;
         tp_json_push(plans, json_plan(&units[u]));
     }
     tp_json_set(root, "diagnostics", diags);
     tp_json_set(root, "errors", tp_json_int(errors));
     tp_json_set(root, "warnings", tp_json_int(warnings));
+    tp_json_set(root, "unsupported", tp_json_int(unsupported));
     tp_json_set(root, "suppressed", tp_json_int(suppressed));
     tp_json_set(root, "plans", plans);
     return tp_json_dump(root);

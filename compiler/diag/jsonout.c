@@ -78,15 +78,6 @@ char *tp_json_dump(json_t *root)
     return out;
 }
 
-const char *tp_json_level(tp_diag_level level)
-{
-    switch (level) {
-    case TP_ERROR: return "error";
-    case TP_WARNING: return "warning";
-    default: return "note";
-    }
-}
-
 int tp_json_has_file(const tp_sources *src, tp_span sp)
 {
     return sp.file >= 0 && sp.file < src->count;

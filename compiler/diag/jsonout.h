@@ -19,8 +19,6 @@ json_t *tp_json_str(const char *s);
 json_t *tp_json_text(const char *s);
 /* The document, indented, with a final newline; releases root. Malloc'ed. */
 char *tp_json_dump(json_t *root);
-/* "error", "warning", "note". */
-const char *tp_json_level(tp_diag_level level);
 /* Whether sp points into one of src's files. */
 int tp_json_has_file(const tp_sources *src, tp_span sp);
 

@@ -214,6 +214,8 @@ static void match_suppressions(tp_diags *d, const supp_index *x, int index)
                 s->used[k] = TP_SUPPRESSION_USED;
             } else if (g->level == TP_ERROR && !s->used[k]) {
                 s->used[k] = TP_SUPPRESSION_ERROR_ONLY;
+            } else if (g->level == TP_UNSUPPORTED && !s->used[k]) {
+                s->used[k] = TP_SUPPRESSION_UNSUPPORTED_ONLY;
             }
         }
     }
@@ -237,6 +239,11 @@ static void report_unused(tp_diags *d)
                                          "the '%s' finding on line %d is an error, which cannot be suppressed",
                                          s->checks[k], s->line);
                 tp_diag_help(g, "an error is something PyTorch raises or computes wrongly: fix the plan");
+            } else if (s->used[k] == TP_SUPPRESSION_UNSUPPORTED_ONLY) {
+                tp_diag *g = tp_diag_add(d, TP_WARNING, sp, "unused-suppression",
+                                         "the finding on line %d is unsupported (what tpcc cannot handle yet), "
+                                         "which a comment cannot silence", s->line);
+                tp_diag_help(g, "-W no-unsupported leaves unsupported findings out of --check");
             } else {
                 tp_diag *g = tp_diag_add(d, TP_WARNING, sp, "unused-suppression",
                                          "no '%s' warning on line %d: this suppression silences nothing",
@@ -252,6 +259,22 @@ static tp_lint_action action_for(const tp_lint *l, const char *check)
 {
     int i = l->actions ? tp_check_index(check) : -1;
     return i >= 0 ? l->actions[i] : TP_LINT_DEFAULT;
+}
+
+/* -W unsupported=error makes g an error; -W no-unsupported drops it
+ * (returns true) unless an output was asked for: that output cannot be
+ * made, and it must say why. -Werror is for warnings only. */
+static bool apply_to_unsupported(const tp_lint *l, tp_diag *g)
+{
+    tp_lint_action a = action_for(l, g->check);
+    if (a == TP_LINT_ERROR) {
+        g->level = TP_ERROR;
+        g->promoted = tp_xasprintf("-W %s=error", g->check);
+    } else if (a == TP_LINT_OFF && l->output) {
+        tp_diag_note_at(g, TP_NO_SPAN, "-W no-%s does not hide it here: the output asked for cannot be made "
+                                       "without what it needs", g->check);
+    }
+    return a == TP_LINT_OFF && !l->output;
 }
 
 void tp_lint_apply(tp_diags *d, const tp_lint *l)
@@ -274,6 +297,10 @@ void tp_lint_apply(tp_diags *d, const tp_lint *l)
         tp_diag *g = &d->items[i];
         if (g->suppression) {
             tp_diag_drop_fixits(g);
+            continue;
+        }
+        if (g->level == TP_UNSUPPORTED) {
+            drop[i] = apply_to_unsupported(l, g);
             continue;
         }
         if (g->level != TP_WARNING)

@@ -4,7 +4,10 @@
  * Only warnings can be silenced or disabled. An error means PyTorch raises
  * or computes something other than the model (a wrong shard, a grown
  * sequence), so no option or comment hides one; -W CHECK=error and -Werror
- * make warnings errors. */
+ * make warnings errors. Unsupported findings (what tpcc cannot handle yet)
+ * answer to -W only: -W unsupported=error makes them errors, and
+ * -W no-unsupported drops them unless an output was asked for, which
+ * cannot be made past them. */
 #ifndef TPCC_LINT_H
 #define TPCC_LINT_H
 
@@ -22,6 +25,7 @@ typedef enum tp_lint_action {
 
 typedef struct tp_lint {
     bool werror;
+    bool output;                /* -o, --report or --export: unsupported findings stop it, so stay shown */
     tp_lint_action *actions;    /* per check of tp_checks, NULL until a -W names one */
 } tp_lint;
 

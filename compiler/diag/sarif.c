@@ -16,6 +16,9 @@
  *   fix-its             one fix
  *   help lines          result.properties.help
  *   "# tpcc: ignore"    a result with suppressions [{"kind": "inSource"}]
+ *   unsupported         level "note" (SARIF has no level for "not
+ *                       handled yet"; a note is listed without failing a
+ *                       code-scanning check), rule "unsupported"
  *
  * URIs are relative to the root (--sarif-root, else the working
  * directory) with uriBaseId %SRCROOT%, which originalUriBaseIds resolves;
@@ -46,6 +49,13 @@ typedef struct sarif_ctx {
     uint64_t *hashes;           /* fingerprints of the results so far */
     int nhashes;
 } sarif_ctx;
+
+/* SARIF's levels are none, note, warning and error: what tpcc cannot
+ * handle yet is a note, no problem found in the plan. */
+static const char *sarif_level(tp_diag_level level)
+{
+    return level == TP_UNSUPPORTED ? "note" : tp_diag_level_name(level);
+}
 
 /* ---- URIs ---- */
 
@@ -212,7 +222,7 @@ static json_t *sarif_rule(const tp_check_info *check)
     tp_json_set(rule, "helpUri", tp_json_str(uri));
     free(uri);
     json_t *config = tp_json_obj();
-    tp_json_set(config, "level", tp_json_str(tp_json_level(check->level)));
+    tp_json_set(config, "level", tp_json_str(sarif_level(check->level)));
     tp_json_set(rule, "defaultConfiguration", config);
     return rule;
 }
@@ -380,7 +390,7 @@ static json_t *sarif_result(sarif_ctx *c, const tp_diag *g, const tp_diag_unit *
     int rule = tp_check_index(g->check);
     if (rule >= 0)
         tp_json_set(res, "ruleIndex", tp_json_int(rule));
-    tp_json_set(res, "level", tp_json_str(tp_json_level(g->level)));
+    tp_json_set(res, "level", tp_json_str(sarif_level(g->level)));
     tp_json_set(res, "message", tp_json_text(g->message));
     tp_json_set(res, "locations", sarif_locations(c, g, u));
     int relative;
@@ -420,7 +430,7 @@ static json_t *sarif_invocations(const tp_diag_unit *units, int n)
 {
     int ok = 1;
     for (int i = 0; i < n; i++)
-        ok &= units[i].status < 2;
+        ok &= units[i].status != 2;     /* 2: a file could not be read, or a usage error */
     json_t *inv = tp_json_obj();
     tp_json_set(inv, "executionSuccessful", json_boolean(ok));
     json_t *arr = tp_json_arr();

@@ -8,7 +8,8 @@
  *   fix: write RowwiseParallel(input_layouts=Replicate())
  *
  * Diagnostics are separated by a blank line; a summary ("2 errors
- * generated.") follows when there are errors or warnings. */
+ * generated.") follows when there are errors, warnings or unsupported
+ * findings. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #define C_ERROR "\033[0;1;31m"
 #define C_WARNING "\033[0;1;35m"
 #define C_NOTE "\033[0;1;36m"
+#define C_UNSUPPORTED "\033[0;1;33m"
 #define C_CARET "\033[0;1;32m"
 #define C_FIXIT "\033[0;32m"
 
@@ -121,20 +123,12 @@ static void append_expanded(tp_buf *out, const char *line, int len)
 
 /* ---- header line ---- */
 
-static const char *level_name(tp_diag_level level)
-{
-    switch (level) {
-    case TP_ERROR: return "error";
-    case TP_WARNING: return "warning";
-    default: return "note";
-    }
-}
-
 static const char *level_color(tp_diag_level level)
 {
     switch (level) {
     case TP_ERROR: return C_ERROR;
     case TP_WARNING: return C_WARNING;
+    case TP_UNSUPPORTED: return C_UNSUPPORTED;
     default: return C_NOTE;
     }
 }
@@ -154,11 +148,11 @@ static void header(const text_ctx *c, tp_span sp, tp_diag_level level, int attac
         put_colored(c, C_BOLD, loc);
     free(loc);
 
-    char *label = tp_xasprintf("%s: ", level_name(level));
+    char *label = tp_xasprintf("%s: ", tp_diag_level_name(level));
     put_colored(c, level_color(level), label);
     free(label);
 
-    /* a warning made an error says by which option, as clang's [-Werror,-Wx] */
+    /* a finding made an error says by which option, as clang's [-Werror,-Wx] */
     char *text = check && *check && promoted ? tp_xasprintf("%s [%s, %s]", message, check, promoted)
                : check && *check ? tp_xasprintf("%s [%s]", message, check)
                                  : tp_xstrdup(message);
@@ -373,15 +367,21 @@ static void append_count(tp_buf *out, int n, const char *what)
 }
 
 /* "1 error generated.", "2 warnings generated.",
- * "2 errors, 1 warning generated." */
-static void summary(tp_buf *out, int errors, int warnings)
+ * "2 errors, 1 warning, 1 unsupported generated." */
+static void summary(tp_buf *out, const tp_diags *d)
 {
-    if (errors > 0)
-        append_count(out, errors, "error");
-    if (errors > 0 && warnings > 0)
-        tp_buf_append(out, ", ");
-    if (warnings > 0)
-        append_count(out, warnings, "warning");
+    const char *sep = "";
+    if (d->errors > 0) {
+        append_count(out, d->errors, "error");
+        sep = ", ";
+    }
+    if (d->warnings > 0) {
+        tp_buf_append(out, sep);
+        append_count(out, d->warnings, "warning");
+        sep = ", ";
+    }
+    if (d->unsupported > 0)
+        tp_buf_appendf(out, "%s%d unsupported", sep, d->unsupported);
     tp_buf_append(out, " generated.\n");
 }
 
@@ -398,10 +398,10 @@ char *tp_diags_render_text(const tp_diags *d, const tp_sources *src, int color)
             tp_buf_append(&out, "\n");
         render_diag(&c, &d->items[i]);
     }
-    if (d->errors > 0 || d->warnings > 0) {
+    if (d->errors > 0 || d->warnings > 0 || d->unsupported > 0) {
         if (shown > 0)
             tp_buf_append(&out, "\n");
-        summary(&out, d->errors, d->warnings);
+        summary(&out, d);
     }
     return tp_buf_take(&out);
 }

@@ -13,10 +13,12 @@
 char *tp_plans_dir(void);
 
 /* The shipped plan for the config.json at `config_path`, chosen by its
- * model_type: a malloc'ed path, or NULL with an error in diags pointing
- * into config.json (added to src): "io" when it cannot be read, "config"
- * without a model_type, "plan" when no plan is shipped for it (the message
- * lists the ones there are). */
+ * model_type: a malloc'ed path, or NULL with a finding in diags pointing
+ * into config.json (added to src): errors "io" when it cannot be read,
+ * "config" without a model_type, "plan" when no plan is shipped for it
+ * (the message lists the ones there are, the help the plans of another
+ * layout whose model implements it); "unsupported" for a
+ * mixture-of-experts family, for which no plan can be written yet. */
 char *tp_auto_plan(const char *config_path, const char *plans_dir, tp_sources *src, tp_diags *diags);
 
 #endif /* TPCC_AUTO_PLAN_H */

@@ -138,6 +138,8 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     if (u->diags.errors)
         return;
     tp_plan_build(&u->plan, u->plan_ast, u->plan_file, &u->model, &u->config);
+    if (u->plan.incomplete)
+        return;            /* the layouts without an entry tpcc cannot read would only produce noise */
     if (opts->recompute_given)
         u->plan.train.recompute = opts->recompute;
     if (u->plan.dp_dim >= 0 && !opts->train)
@@ -147,7 +149,7 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     tp_check_data_split(&u->model, &u->plan, &u->diags);
     tp_check(&u->model, &u->plan, &u->config, opts->loss, &u->analysis);
     tp_check_grad_clip(&u->model, &u->plan, &u->analysis.graph, &u->diags);
-    if (opts->program && !u->diags.errors) {
+    if (opts->program && !u->diags.errors && !u->diags.unsupported) {
         /* the plan's pad_id or eos_id: the training run builds segments from them, as tpcc --segments asks */
         const tp_node *masks_key = !opts->train ? NULL
                                    : u->plan.train.value_at[TP_TF_PAD_ID] ? u->plan.train.value_at[TP_TF_PAD_ID]
@@ -166,10 +168,10 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
             /* at the plan entry that made the node, else at the model the plan names */
             const tp_gnode *n = err.node >= 0 ? &u->analysis.graph.nodes[err.node] : NULL;
             tp_span at = n && n->entry ? tp_entry_span(n->entry) : ref->span;
-            tp_diag *d = n && n->module
-                             ? tp_diag_add(&u->diags, TP_ERROR, at, "backward", "%s (in '%s')", err.message,
-                                           n->module->fqn)
-                             : tp_diag_add(&u->diags, TP_ERROR, at, "backward", "%s", err.message);
+            char *in = n && n->module ? tp_xasprintf(" (in '%s')", n->module->fqn) : tp_xstrdup("");
+            tp_diag *d = err.unsupported ? tp_diag_unsupported(&u->diags, at, "%s%s", err.message, in)
+                                         : tp_diag_add(&u->diags, TP_ERROR, at, "backward", "%s%s", err.message, in);
+            free(in);
             tp_diag_help(d, "compile the forward step without --train, or change the plan so the op is supported");
         } else if (opts->train) {
             tp_check_unreduced_grads(&u->model, &u->plan, &u->analysis.graph, &u->diags);

@@ -75,9 +75,11 @@ static const char usage[] =
     "  --diagnostics-limit=N      show at most N diagnostics of each check per plan (default 100;\n"
     "                             0: all); the last one shown says how many more there are\n"
     "  -Werror                    report warnings as errors (exit status 1); -Wno-error undoes it\n"
-    "  -W no-CHECK, -Wno-CHECK    drop CHECK's warnings (errors cannot be dropped)\n"
+    "  -W no-CHECK, -Wno-CHECK    drop CHECK's warnings (errors cannot be dropped); -W no-unsupported\n"
+    "                             leaves what tpcc cannot handle yet out of --check\n"
     "  -W CHECK=error|warning     report CHECK's warnings as errors, or as warnings under -Werror;\n"
-    "                             -Werror=CHECK is -W CHECK=error\n"
+    "                             -Werror=CHECK is -W CHECK=error; -W unsupported=error makes what\n"
+    "                             tpcc cannot handle yet errors\n"
     "  --color=WHEN               auto (default), always or never\n"
     "  -h, --help                 show this help\n"
     "  --version                  show the version\n"
@@ -90,8 +92,9 @@ static const char usage[] =
     "  tpcc --report -D tp=4 --train --dtype bf16 --device-memory 80GiB plans/llama-sp.plan\n"
     "  tpcc plans/llama-tiny.plan -o tiny.sched      # then: tprun -n 2 tiny.sched\n"
     "\n"
-    "Exit status: 0 when no plan has errors (warnings allowed), 1 when a plan has\n"
-    "errors, 2 for usage errors and unreadable files.\n"
+    "Exit status: 0 when no plan has errors (warnings and unsupported findings allowed),\n"
+    "1 when a plan has errors, 2 for usage errors and unreadable files, 3 when -o, --report\n"
+    "or --export cannot be made of a plan for what tpcc does not support yet.\n"
     "Documentation: docs/ (language.md the language, checks.md every check, cli.md every option,\n"
     "schedule.md the schedule).\n";
 
@@ -333,6 +336,8 @@ static int parse_args(cli *o, int argc, char **argv)
         return bad_usage("%s", "--device-memory goes with --report");
     if (o->train && (o->mode == MODE_DUMP || o->mode == MODE_EXPORT || o->mode == MODE_EXPLAIN))
         return bad_usage("%s", "--train goes with -o, --check or --report");
+    /* the outputs that cannot be made past an unsupported finding (exit 3) */
+    o->lint.output = o->mode == MODE_COMPILE || o->mode == MODE_REPORT || o->mode == MODE_EXPORT;
     if (o->mode == MODE_DUMP && o->auto_plan)
         return bad_usage("%s", "--dump reads a schedule; --tp-plan auto is for checking and compiling");
     if (o->mode == MODE_DUMP)
@@ -355,6 +360,22 @@ static tp_compile_opts compile_opts(const cli *o, bool optimize)
                              o->recompute_given, o->recompute, o->segments};
 }
 
+/* The exit status of linted findings: 2 when an input could not be read,
+ * 1 for errors, 3 for what tpcc cannot handle yet when an output was asked
+ * for (a schedule, a report, an export: none can be made), else 0. */
+static int findings_status(const cli *o, const tp_diags *d, bool unreadable)
+{
+    return unreadable ? 2 : d->errors ? 1 : d->unsupported && o->lint.output ? 3 : 0;
+}
+
+/* The more serious of two exit statuses: 2 (usage, unreadable input) over
+ * 1 (plan errors) over 3 (unsupported, no output made) over 0. */
+static int worse_status(int a, int b)
+{
+    static const int rank[] = {[0] = 0, [3] = 1, [1] = 2, [2] = 3};
+    return rank[b] > rank[a] ? b : a;
+}
+
 /* Apply -W and suppressions to the unit's diagnostics, apply --fix, then
  * hand them to the output. Returns the exit status. */
 static int finish_diagnostics(const cli *o, tp_unit *u, const char *path, tp_output *output)
@@ -362,7 +383,7 @@ static int finish_diagnostics(const cli *o, tp_unit *u, const char *path, tp_out
     tp_diags_sort(&u->diags);
     tp_lint_apply(&u->diags, &o->lint);
     tp_diags_limit(&u->diags, o->diag_limit);
-    int rc = u->io_error ? 2 : u->diags.errors ? 1 : 0;
+    int rc = findings_status(o, &u->diags, u->io_error);
     if (tp_output_add(output, path, &u->diags, &u->src, rc) < 0)
         rc = 2;
     return rc;
@@ -464,8 +485,7 @@ static int run_plan(const cli *o, const char *path, tp_output *output)
         }
     }
     int rc = finish_diagnostics(o, &u, path, output);
-    if (fix_rc > rc)
-        rc = fix_rc;
+    rc = worse_status(rc, fix_rc);
     if (rc == 0 && exported)
         rc = write_export(exported, o->out);
     free(exported);
@@ -477,8 +497,9 @@ static int run_plan(const cli *o, const char *path, tp_output *output)
     return rc;
 }
 
-/* --tp-plan auto: the shipped plan config.json's model_type picks, or an
- * error in config.json saying why there is none. */
+/* --tp-plan auto: the shipped plan config.json's model_type picks, or a
+ * finding in config.json saying why there is none: an error (exit 2, as
+ * an unreadable input) or what tpcc cannot handle yet (a MoE family). */
 static int run_auto_plan(const cli *o, tp_output *output)
 {
     char *config = tp_config_json_path(o->hf);
@@ -488,11 +509,16 @@ static int run_auto_plan(const cli *o, tp_output *output)
     tp_sources_init(&src);
     tp_diags_init(&diags);
     char *plan = tp_auto_plan(config, plans_dir, &src, &diags);
-    int rc = 2;
-    if (plan)
+    int rc;
+    if (plan) {
         rc = run_plan(o, plan, output);
-    else
-        tp_output_add(output, config, &diags, &src, rc);
+    } else {
+        bool unreadable = diags.errors > 0;
+        tp_lint_apply(&diags, &o->lint);
+        rc = findings_status(o, &diags, unreadable);
+        if (tp_output_add(output, config, &diags, &src, rc) < 0)
+            rc = 2;
+    }
     tp_diags_free(&diags);
     tp_sources_free(&src);
     free(plan);
@@ -544,8 +570,7 @@ static int run(int argc, char **argv)
             rc = run_auto_plan(&o, &output);
         for (int i = optind; i < argc; i++) {
             int one = run_plan(&o, argv[i], &output);
-            if (one > rc)
-                rc = one;
+            rc = worse_status(rc, one);
         }
         if (tp_output_finish(&output) < 0)
             rc = write_failed(docs, "the diagnostics");

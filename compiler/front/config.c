@@ -69,7 +69,7 @@ int tp_config_load_hf(tp_config *c, const char *dir_or_file, tp_sources *src)
     int line, col;
     json_t *root = tp_hf_json_read(path, &line, &col, err, sizeof err);
     if (!root) {
-        tp_hf_json_error(src, c->diags, path, line, col, "io", err);
+        tp_hf_json_finding(src, c->diags, path, line, col, TP_ERROR, "io", err);
         free(path);
         return -1;
     }

@@ -54,6 +54,7 @@ typedef struct tp_config {
     tp_map index;             /* name -> position in items */
     void *hf_json;            /* json_t* of --hf-config, or NULL */
     char *hf_path;
+    int64_t seq_window;       /* config.json's sliding window, which seq must stay within; 0: none */
     tp_diags *diags;
 } tp_config;
 

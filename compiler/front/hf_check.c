@@ -6,6 +6,9 @@
 #include <string.h>
 #include <jansson.h>
 #include "compiler/front/hf_check.h"
+#include "compiler/front/hf_names.h"
+#include "compiler/front/window.h"
+#include "sched/rope.h"
 #include "grammar/parse.h"
 #include "util/map.h"
 #include "util/xalloc.h"
@@ -34,11 +37,7 @@ static const struct math_key {
     {"use_bidirectional_attention", "false"},
 };
 
-/* Mixture-of-experts families: tpcc has no expert layers yet. */
-static const char *const moe_model_types[] = {
-    "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "dbrx", "olmoe", "phimoe",
-    "granitemoe", "jetmoe", "jamba",
-};
+/* Keys that make a mixture-of-experts model: tpcc has no expert layers yet. */
 static const char *const expert_keys[] = {"num_local_experts", "num_experts", "n_routed_experts"};
 
 /* What the check works on. Every lookup per config.json key goes through
@@ -239,7 +238,7 @@ static char *describe_config(const json_t *json)
 static bool config_is_moe(const json_t *json)
 {
     const char *type = json_string_at(json, "model_type");
-    if (type && in_table(type, moe_model_types, sizeof moe_model_types / sizeof *moe_model_types))
+    if (type && tp_hf_moe_model_type(type))
         return true;
     for (size_t i = 0; i < sizeof expert_keys / sizeof *expert_keys; i++)
         if (json_integer_value(json_object_get(json, expert_keys[i])) > 0)
@@ -247,8 +246,8 @@ static bool config_is_moe(const json_t *json)
     return false;
 }
 
-/* Does the model file at path declare hf { architectures } with arch? */
-static bool file_implements(const char *path, const char *arch)
+/* Does the model file at path list value in its hf { } field `name`? */
+static bool file_lists(const char *path, const char *name, const char *value)
 {
     tp_sources src;
     tp_diags diags;
@@ -259,7 +258,7 @@ static bool file_implements(const char *path, const char *arch)
     int id = tp_sources_load(&src, path, err, sizeof err);
     if (id >= 0) {
         tp_node *ast = tp_parse(&src, id, &diags);
-        found = lists(field(find_hf_block(ast), "architectures"), arch);
+        found = lists(field(find_hf_block(ast), name), value);
         tp_node_free(ast);
     }
     tp_diags_free(&diags);
@@ -280,6 +279,11 @@ static bool really_in(const char *path, const char *real_dir)
     return in;
 }
 
+bool tp_hf_model_implements_type(const char *model_path, const char *model_type)
+{
+    return file_lists(model_path, "model_types", model_type);
+}
+
 /* The first (by name) other .model file beside model_path that implements
  * arch, or NULL; malloc'ed. */
 static char *sibling_implementing(const char *model_path, const char *arch)
@@ -295,7 +299,7 @@ static char *sibling_implementing(const char *model_path, const char *arch)
             continue;
         char *path = slash ? tp_xasprintf("%s/%s", dir, ent->d_name) : tp_xstrdup(ent->d_name);
         if (strcmp(path, model_path) && (!best || strcmp(path, best) < 0) && really_in(path, real_dir) &&
-            file_implements(path, arch)) {
+            file_lists(path, "architectures", arch)) {
             free(best);
             best = path;
         } else {
@@ -313,11 +317,6 @@ static char *sibling_implementing(const char *model_path, const char *arch)
 static void help_other_architecture(const hf_check *k, tp_diag *g)
 {
     const char *arch = json_string_value(json_array_get(json_object_get(k->json, "architectures"), 0));
-    if (config_is_moe(k->json)) {
-        tp_diag_help(g, "MoE is not supported yet: tpcc has no expert layers, so no model file can "
-                        "implement %s", arch ? arch : "a mixture-of-experts family");
-        return;
-    }
     char *other = arch ? sibling_implementing(k->model_path, arch) : NULL;
     if (other)
         tp_diag_help(g, "%s implements %s: name it in the plan's model line", other, arch);
@@ -343,10 +342,18 @@ static bool check_architecture(const hf_check *k, tp_span model_ref)
         return true;
     char *config = describe_config(k->json), *impl = joined(implemented);
     char *types = joined(field(k->block, "model_types"));
-    tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, model_ref, "hf-architecture",
-                             "%s is %s; %s implements %s (model_type '%s')", k->c->hf_path, config,
-                             k->model_path, impl, types);
-    help_other_architecture(k, g);
+    if (config_is_moe(k->json)) {
+        /* no model file can implement it: not the plan's mistake */
+        tp_diag *g = tp_diag_unsupported(k->c->diags, model_ref, "%s is %s, a mixture-of-experts model: tpcc "
+                                         "would need expert layers (the router, the experts and their styles) to "
+                                         "check or compile it", k->c->hf_path, config);
+        tp_diag_help(g, "check and run the plan with PyTorch itself; tpcc checks dense models only");
+    } else {
+        tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, model_ref, "hf-architecture",
+                                 "%s is %s; %s implements %s (model_type '%s')", k->c->hf_path, config,
+                                 k->model_path, impl, types);
+        help_other_architecture(k, g);
+    }
     free(config);
     free(impl);
     free(types);
@@ -459,7 +466,25 @@ static bool window_masks_nothing(const hf_check *k, const json_t *v, int64_t *se
 {
     bool has_seq = tp_config_has(k->c, "seq") && tp_config_get(k->c, "seq", TP_NO_SPAN, seq);
     return !v || json_is_null(v) || json_is_false(json_object_get(k->json, "use_sliding_window")) ||
-           (json_is_integer(v) && has_seq && json_integer_value(v) >= *seq);
+           (json_is_number(v) && has_seq && json_number_value(v) >= (double)*seq);
+}
+
+/* The sliding window config.json sets, or 0: none (null, or
+ * use_sliding_window false). tpcc's attention attends to every earlier
+ * position, so seq must stay within it. */
+static int64_t config_window(const hf_check *k)
+{
+    const json_t *v = json_object_get(k->json, "sliding_window");
+    if (!json_is_number(v) || json_is_false(json_object_get(k->json, "use_sliding_window")))
+        return 0;
+    return (int64_t)json_number_value(v);
+}
+
+/* The config's tp (1 when it has none). */
+static int64_t config_tp(const hf_check *k)
+{
+    int64_t tp = 1;
+    return tp_config_has(k->c, "tp") && tp_config_get(k->c, "tp", TP_NO_SPAN, &tp) && tp > 0 ? tp : 1;
 }
 
 static void check_sliding_window(const hf_check *k, const json_t *v)
@@ -467,30 +492,67 @@ static void check_sliding_window(const hf_check *k, const json_t *v)
     int64_t seq = 0;
     if (window_masks_nothing(k, v, &seq))
         return;
-    char *window = json_text(v);
-    tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, "sliding_window"), "hf-key",
-                             "%s sets sliding_window %s, below seq %lld: each position attends to only "
-                             "the last %s, and %s attends to all of them", k->c->hf_path, window,
-                             (long long)seq, window, k->model_path);
-    tp_diag_help(g, "compile with -D seq=%s or less, or use a model file with sliding-window attention",
-                 window);
-    free(window);
+    if (!json_is_number(v)) {
+        char *window = json_text(v);
+        tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, "sliding_window"), "hf-key",
+                                 "%s sets sliding_window to %s: transformers takes a number of positions, or null",
+                                 k->c->hf_path, window);
+        tp_diag_help(g, "correct %s", k->c->hf_path);
+        free(window);
+        return;
+    }
+    int64_t window = config_window(k);
+    tp_diag *g = tp_diag_unsupported(k->c->diags, key_span(k, "sliding_window"),
+                                     "%s sets sliding_window %lld, below seq %lld: each position attends to only "
+                                     "the last %lld positions, and %s attends to all of them: " TP_WINDOW_NEEDS,
+                                     k->c->hf_path, (long long)window, (long long)seq, (long long)window,
+                                     k->model_path);
+    tp_window_help(g, window, config_tp(k));
+}
+
+/* The RoPE type of a rope_scaling or rope_parameters object, or NULL. */
+static const char *rope_type_of(const json_t *v)
+{
+    const char *type = json_string_value(json_object_get(v, "rope_type"));
+    return type ? type : json_string_value(json_object_get(v, "type"));
+}
+
+/* A RoPE type transformers computes and rope() does not (longrope). */
+static bool rope_type_unsupported(const char *type)
+{
+    return type && tp_hf_rope_type_defined(type) && tp_rope_type_parse(type) < 0;
+}
+
+/* What tpcc would need for a RoPE type rope() does not compute. */
+static void report_rope_type(const hf_check *k, const char *key, const char *type)
+{
+    tp_diag *g = tp_diag_unsupported(k->c->diags, key_span(k, key),
+                                     "%s sets %s type '%s', which transformers computes: tpcc would need its "
+                                     "frequencies in rope() (it computes default, linear, dynamic, llama3 and yarn)",
+                                     k->c->hf_path, key, type);
+    tp_diag_help(g, "check and run the plan with PyTorch itself, or use a checkpoint without RoPE scaling");
 }
 
 /* rope_scaling or rope_parameters in a model file that does not read it:
  * only HF's "default" type (absent in rope_parameters) is unscaled RoPE. */
 static void check_rope_scaling(const hf_check *k, const char *key, const json_t *v)
 {
-    const char *type = json_string_value(json_object_get(v, "rope_type"));
-    if (!type)
-        type = json_string_value(json_object_get(v, "type"));
+    const char *type = rope_type_of(v);
     if (type ? !strcmp(type, "default") : !strcmp(key, "rope_parameters"))
         return;                 /* HF's name for unscaled RoPE */
+    if (rope_type_unsupported(type)) {
+        report_rope_type(k, key, type);
+        return;
+    }
     tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, key), "hf-key",
-                             "%s: unsupported %s type '%s'; %s computes unscaled RoPE",
-                             k->c->hf_path, key, type ? type : "?", k->model_path);
-    tp_diag_help(g, "use a model file that reads %s, or compile at a length the checkpoint supports "
-                    "without it", key);
+                             "%s: %s type '%s'; %s computes unscaled RoPE", k->c->hf_path, key, type ? type : "?",
+                             k->model_path);
+    if (type && !tp_hf_rope_type_defined(type))
+        tp_diag_help(g, "transformers defines no RoPE type '%s' either (ROPE_INIT_FUNCTIONS): correct %s", type,
+                     k->c->hf_path);
+    else
+        tp_diag_help(g, "use a model file that reads %s, or compile at a length the checkpoint supports "
+                        "without it", key);
 }
 
 /* Does the model or the plan read key, or a member of it? */
@@ -543,14 +605,18 @@ static void check_layer_types(const hf_check *k, const json_t *v)
         if (type && (!strcmp(type, "full_attention") || (!strcmp(type, "sliding_attention") && window_harmless)))
             continue;
         char *what = json_text(json_array_get(v, i));
-        tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, "layer_types"), "hf-key",
-                                 "%s: layer_types[%zu] is %s, and %s computes full causal attention in every layer",
-                                 k->c->hf_path, i, what, k->model_path);
-        if (type && !strcmp(type, "sliding_attention"))
-            tp_diag_help(g, "that layer's sliding_window is below seq %lld: compile with a seq no longer "
-                            "than the window", (long long)seq);
-        else
+        if (type && !strcmp(type, "sliding_attention") && json_is_number(window)) {
+            tp_diag *g = tp_diag_unsupported(k->c->diags, key_span(k, "layer_types"),
+                                             "%s: layer_types[%zu] is %s with a sliding_window below seq %lld, and %s "
+                                             "attends to all of them: " TP_WINDOW_NEEDS, k->c->hf_path, i, what,
+                                             (long long)seq, k->model_path);
+            tp_window_help(g, (int64_t)json_number_value(window), config_tp(k));
+        } else {
+            tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, "layer_types"), "hf-key",
+                                     "%s: layer_types[%zu] is %s, and %s computes full causal attention in every "
+                                     "layer", k->c->hf_path, i, what, k->model_path);
             tp_diag_help(g, "use a model file that computes it");
+        }
         free(what);
         return;
     }
@@ -566,6 +632,8 @@ static void check_rope_parameters(const hf_check *k, const json_t *v)
     static const char *const handled[] = {"rope_type", "type", "rope_theta", NULL};
     const json_t *theta = json_object_get(v, "rope_theta");
     check_rope_scaling(k, "rope_parameters", v);
+    if (rope_type_unsupported(rope_type_of(v)))
+        return;                 /* its members are the type's */
     check_members(k, "rope_parameters", v, handled);
     if (theta && !(json_is_number(theta) && json_number_value(theta) == 10000.0)) {
         char *value = json_text(theta);
@@ -600,14 +668,19 @@ static void check_math_key(const hf_check *k, const char *key, const json_t *v, 
     if (is_neutral(m, v))
         return;
     char *value = json_text(v);
-    tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, key), "hf-key",
-                             "%s sets %s to %s, which changes what the model computes, and %s "
-                             "does not read it", k->c->hf_path, key, value, k->model_path);
-    if (in_table(key, expert_keys, sizeof expert_keys / sizeof *expert_keys))
-        tp_diag_help(g, "MoE is not supported yet: tpcc has no expert layers");
-    else
+    if (in_table(key, expert_keys, sizeof expert_keys / sizeof *expert_keys)) {
+        tp_diag *g = tp_diag_unsupported(k->c->diags, key_span(k, key),
+                                         "%s sets %s to %s, a mixture-of-experts model: tpcc would need expert "
+                                         "layers (the router, the experts and their styles) to compute it",
+                                         k->c->hf_path, key, value);
+        tp_diag_help(g, "check and run the plan with PyTorch itself; tpcc checks dense models only");
+    } else {
+        tp_diag *g = tp_diag_add(k->c->diags, TP_ERROR, key_span(k, key), "hf-key",
+                                 "%s sets %s to %s, which changes what the model computes, and %s "
+                                 "does not read it", k->c->hf_path, key, value, k->model_path);
         tp_diag_help(g, "use a model file that reads it with hf(\"%s\", ...), or remove it from %s "
                         "if the checkpoint does not use it", key, k->c->hf_path);
+    }
     free(value);
 }
 
@@ -655,6 +728,18 @@ static void check_read_key(const hf_check *k, const char *key, const json_t *v)
             tp_diag_help(g, "correct %s: transformers refuses it too", k->c->hf_path);
             free(value);
         }
+        return;
+    }
+    const char *type = rope_type_of(v);
+    if (rope_type_unsupported(type)) {
+        /* a model that reads the type hands it to rope(), which reports
+         * it; the type's own members (longrope's factor lists) and its
+         * hf { requires } are consequences */
+        char *rope_type = tp_xasprintf("%s.rope_type", key), *legacy = tp_xasprintf("%s.type", key);
+        if (!model_or_plan_reads(k, rope_type) && !model_or_plan_reads(k, legacy))
+            report_rope_type(k, key, type);
+        free(rope_type);
+        free(legacy);
         return;
     }
     check_members(k, key, v, NULL);
@@ -723,6 +808,7 @@ bool tp_hf_check_config(tp_config *c, tp_sources *src, const tp_node *model_ast,
     hf_check k = {.c = c, .src = src, .json = c->hf_json, .json_file = tp_sources_load(src, c->hf_path, err, sizeof err),
                   .block = find_hf_block(model_ast), .model_ast = model_ast, .plan_ast = plan_ast,
                   .model_path = model_path};
+    c->seq_window = config_window(&k);
     bool same_architecture = true;
     if (!k.block)
         tp_diag_add(c->diags, TP_WARNING, model_ref, "hf-architecture",

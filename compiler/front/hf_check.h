@@ -14,10 +14,11 @@
  * config.json must name one of those architectures, and every key in it
  * must be read by an hf() call of the model's config block, be understood,
  * or hold the value the model requires; a key known to change the math
- * (MoE experts, softcapping, a RoPE scaling, a sliding window shorter than
- * seq, ...) is an error unless it holds the value that changes nothing,
- * and any other key is a warning: nothing config.json says is ignored
- * silently. */
+ * (softcapping, a RoPE scaling, ...) is an error unless it holds the value
+ * that changes nothing, and any other key is a warning: nothing config.json
+ * says is ignored silently. What no model file can compute yet (MoE
+ * experts, a sliding window shorter than seq, longrope) is unsupported,
+ * not an error. */
 #ifndef TPCC_HF_CHECK_H
 #define TPCC_HF_CHECK_H
 
@@ -30,13 +31,17 @@
  * strings (requires: a dict keyed by strings). Errors go to c->diags. */
 void tp_hf_check_block(tp_config *c, const tp_node *model_ast);
 
+/* Whether the model file at model_path lists model_type in its
+ * hf { model_types }. */
+bool tp_hf_model_implements_type(const char *model_path, const char *model_type);
+
 /* An hf { } block in a plan is an error: it describes a model file. */
 void tp_hf_check_plan(tp_config *c, const tp_node *plan_ast);
 
 /* Check c's config.json against the model file at model_path (as loaded
  * into src): the architecture (reported at model_ref, the plan's `model`
- * line) and every key. Call after all config blocks and -D are bound: it
- * reads `seq`. Returns false when config.json is another architecture,
+ * line) and every key; sets c->seq_window. Call after all config blocks
+ * and -D are bound: it reads `seq` and `tp`. Returns false when config.json is another architecture,
  * where every later finding would be noise. */
 bool tp_hf_check_config(tp_config *c, tp_sources *src, const tp_node *model_ast,
                         const tp_node *plan_ast, const char *model_path, tp_span model_ref);

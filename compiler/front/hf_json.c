@@ -28,8 +28,8 @@ json_t *tp_hf_json_read(const char *path, int *line, int *col, char *err, size_t
     return root;
 }
 
-void tp_hf_json_error(tp_sources *src, tp_diags *diags, const char *path, int line, int col, const char *check,
-                      const char *message)
+tp_diag *tp_hf_json_finding(tp_sources *src, tp_diags *diags, const char *path, int line, int col,
+                            tp_diag_level level, const char *check, const char *message)
 {
     char unused[512];
     int file = tp_sources_load(src, path, unused, sizeof unused);
@@ -46,5 +46,5 @@ void tp_hf_json_error(tp_sources *src, tp_diags *diags, const char *path, int li
     } else {
         at = (tp_span){file, 1, 1, 0, 0};
     }
-    tp_diag_add(diags, TP_ERROR, at, check, "%s", message);
+    return tp_diag_add(diags, level, at, check, "%s", message);
 }

@@ -15,10 +15,10 @@
  * else 1 and 1 (the file cannot be opened, or is not an object). */
 json_t *tp_hf_json_read(const char *path, int *line, int *col, char *err, size_t errlen);
 
-/* Add an error of `check` at line:col of the file at `path`, loading it
- * into src so the finding shows its line (line 1 of an unread file when
- * it cannot be read). */
-void tp_hf_json_error(tp_sources *src, tp_diags *diags, const char *path, int line, int col, const char *check,
-                      const char *message);
+/* Add a finding of `check` at `level` at line:col of the file at `path`,
+ * loading it into src so the finding shows its line (line 1 of an unread
+ * file when it cannot be read). Returns it, for notes and help. */
+tp_diag *tp_hf_json_finding(tp_sources *src, tp_diags *diags, const char *path, int line, int col,
+                            tp_diag_level level, const char *check, const char *message);
 
 #endif /* TPCC_HF_JSON_H */

@@ -60,16 +60,35 @@ typedef struct autodiff {
     tp_autodiff_error *err;
 } autodiff;
 
-static int fail(autodiff *A, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(autodiff *A, const char *fmt, ...)
+static int fail_v(autodiff *A, bool unsupported, const char *fmt, va_list ap)
 {
     if (!A->err->message[0]) {    /* the first failure is the one reported */
         A->err->node = A->at;
-        va_list ap;
-        va_start(ap, fmt);
+        A->err->unsupported = unsupported;
         vsnprintf(A->err->message, sizeof A->err->message, fmt, ap);
-        va_end(ap);
     }
+    return -1;
+}
+
+/* The model has no backward (no loss, a weight without a gradient). */
+static int fail(autodiff *A, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(autodiff *A, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fail_v(A, false, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* The backward exists, and tpcc cannot derive it yet. */
+static int refuse(autodiff *A, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refuse(autodiff *A, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fail_v(A, true, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -480,7 +499,8 @@ static int op_backward(autodiff *A, const tp_gnode *n, int dy)
     case TP_OP_SCALE: same_attrs(input_grad(A, n, f->in[0], TP_OP_SCALE, 1, &dy), f); return 0;
     case TP_OP_NARROW: same_attrs(input_grad(A, n, f->in[0], TP_OP_NARROW_GRAD, 1, &dy), f); return 0;
     default:
-        return fail(A, "tpcc cannot differentiate %s yet", tp_op_names[f->kind]);
+        return refuse(A, "tpcc cannot differentiate %s yet: it would need %s's gradient rule", tp_op_names[f->kind],
+                      tp_op_names[f->kind]);
     }
 }
 
@@ -544,7 +564,8 @@ static int redist_backward(autodiff *A, const tp_gnode *n)
         break;
     }
     default:
-        return fail(A, "tpcc cannot differentiate the redistribution %s yet", tp_op_names[f->kind]);
+        return refuse(A, "tpcc cannot differentiate the redistribution %s yet: it would need its conjugate "
+                         "collective", tp_op_names[f->kind]);
     }
     push(&A->to_value[storage(A, src)], out, false, NULL);
     return 0;
@@ -569,8 +590,8 @@ static int refuse_unsupported_weights(autodiff *A)
 {
     for (int p = 0; p < A->g->nparams; p++)
         if (A->g->params[p].replicas > 1)
-            return fail(A, "weight %s is replicated over %lld ranks (tpcc_replicate_heads): its gradient would need a "
-                           "reduction within each group of replicas, which --train does not do yet",
+            return refuse(A, "weight %s is replicated over %lld ranks (tpcc_replicate_heads): its gradient would need "
+                             "a reduction within each group of replicas, which --train does not do yet",
                         A->g->params[p].name, (long long)A->g->params[p].replicas);
     return 0;
 }

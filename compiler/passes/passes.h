@@ -27,6 +27,7 @@ typedef struct tp_passes_opts {
 typedef struct tp_autodiff_error {
     int node;
     bool segments;       /* the segments pass refused the model, not the backward */
+    bool unsupported;    /* what tpcc cannot differentiate yet, not a model without a gradient */
     char message[400];
 } tp_autodiff_error;
 

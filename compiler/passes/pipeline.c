@@ -7,6 +7,7 @@ int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodi
 {
     memset(out, 0, sizeof *out);
     err->segments = false;
+    err->unsupported = false;
     if (opts->optimize) {
         tp_pass_merge(g);
         tp_pass_fuse(g);

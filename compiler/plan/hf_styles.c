@@ -12,7 +12,9 @@
                        "(a plain tensor labelled, a DTensor redistributed), "
 #define ROWWISE_LINEAR "weight Shard(1) (input features), bias replicated and added once after the " \
                        "all-reduce; "
-#define MOE_REFUSAL "it shards mixture-of-experts weights, and MoE is not supported yet"
+/* tpcc's models have no expert layers (a MoE checkpoint is unsupported),
+ * so a MoE style always lands on a module without experts */
+#define MOE_REFUSAL "it is for mixture-of-experts weights, which this model does not have"
 
 static const tp_hf_style styles[] = {
     {"colwise", "5.23", "ColwiseParallel(input_layouts=Replicate(), output_layouts=Shard(-1))",

@@ -531,7 +531,9 @@ static void read_parallelize(tp_plan *p, const tp_node *item, tp_config *c, tp_p
             continue;
         }
         if (val->kind == N_CALL || val->kind == N_COND) {
+            int unsupported = c->diags->unsupported;
             tp_node *plain = tp_pynames_desugar(names, val);
+            p->incomplete |= c->diags->unsupported > unsupported;
             if (!plain)
                 continue;
             val = keep_value(p, plain);
@@ -603,10 +605,10 @@ static int block_dim(const tp_plan *p, const tp_node *item, tp_diags *d)
 static void report_second_dim(const tp_plan *p, const tp_node *item, int dim, const tp_node *first, tp_diags *d)
 {
     const char *other = p->mesh_name[dim], *chosen = p->mesh_name[p->tp_dim];
-    tp_diag *g = tp_diag_add(d, TP_ERROR, item_head(item), "mesh",
-                             "this block is on mesh dimension '%s' and an earlier one on '%s': tpcc compiles "
-                             "a forward schedule whose tensor-parallel plan runs over one mesh dimension",
-                             other, chosen);
+    tp_diag *g = tp_diag_unsupported(d, item_head(item),
+                                     "this block is on mesh dimension '%s' and an earlier one on '%s': tpcc compiles "
+                                     "a forward schedule whose tensor-parallel plan runs over one mesh dimension, and "
+                                     "would need a 2-D tensor-parallel lowering", other, chosen);
     tp_diag_note_at(g, item_head(first), "on \"%s\" here", chosen);
     tp_diag_help(g, "put every parallelize block on the same dimension; a plan over both '%s' and '%s' "
                     "is not supported yet", chosen, other);
@@ -632,11 +634,11 @@ void tp_plan_refuse_data_parallel(const tp_plan *p, tp_diags *d)
     const char *dp = p->mesh_name[dim], *tp = p->mesh_name[p->tp_dim];
     long long n = (long long)p->mesh_size[dim];
     const tp_node *arg = p->mesh_arg[dim];
-    tp_diag *g = tp_diag_add(d, TP_ERROR, arg ? arg->span : p->mesh_span, "mesh",
+    tp_diag *g = tp_diag_unsupported(d, arg ? arg->span : p->mesh_span,
                              "mesh dimension '%s' (size %lld) is data parallel: no parallelize block is on it, "
-                             "and a forward schedule runs the tensor-parallel plan over one mesh dimension ('%s'); "
-                             "a %s x %s mesh (each %s replica its own batch, world size %lld) is supported by "
-                             "tpcc --train only",
+                             "and a forward schedule runs the tensor-parallel plan over one mesh dimension ('%s') "
+                             "and would need data-parallel replicas: a %s x %s mesh (each %s replica its own batch, "
+                             "world size %lld) is supported by tpcc --train only",
                              dp, n, tp, dp, tp, dp, n * (long long)p->mesh_size[p->tp_dim]);
     char *keep = dim_decl(p, p->tp_dim);
     if (arg && arg->kids[0]->kind == N_NAME)
@@ -655,10 +657,11 @@ void tp_plan_refuse_data_parallel(const tp_plan *p, tp_diags *d)
 static void report_dp_after_tp(const tp_plan *p, int dim, tp_diags *d)
 {
     const tp_node *arg = p->mesh_arg[dim];
-    tp_diag *g = tp_diag_add(d, TP_ERROR, arg ? arg->span : p->mesh_span, "mesh",
-                             "data-parallel mesh dimension '%s' comes after the tensor-parallel one '%s': tprun "
-                             "lays ranks out with the tensor-parallel dimension fastest (the last one)",
-                             p->mesh_name[dim], p->mesh_name[p->tp_dim]);
+    tp_diag *g = tp_diag_unsupported(d, arg ? arg->span : p->mesh_span,
+                                     "data-parallel mesh dimension '%s' comes after the tensor-parallel one '%s': "
+                                     "tprun lays ranks out with the tensor-parallel dimension fastest (the last one), "
+                                     "and would need its groups strided to run this mesh",
+                                     p->mesh_name[dim], p->mesh_name[p->tp_dim]);
     tp_diag_help(g, "declare the mesh as mesh(%s = ..., %s = ...)", p->mesh_name[dim], p->mesh_name[p->tp_dim]);
 }
 
@@ -1144,7 +1147,8 @@ bool tp_plan_build(tp_plan *p, const tp_node *file, int file_id, tp_model *m, tp
     }
     tp_pynames_free(&names);
     resolve(p, m, c->diags);
-    warn_uncovered(p, m, c->diags);
+    if (!p->incomplete)     /* a parameter an entry tpcc cannot read shards is not uncovered */
+        warn_uncovered(p, m, c->diags);
     return true;
 }
 

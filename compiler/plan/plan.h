@@ -83,6 +83,9 @@ typedef struct tp_plan {
     tp_span loss_parallel_span;
     tp_train_spec train;        /* train { }: the training script around the model */
     tp_style **styles; int nstyles, capstyles;
+    /* an entry tpcc cannot read yet was left out (unsupported): the
+     * layouts without it are not the plan's, so they are not checked */
+    bool incomplete;
     /* plan values with their Python names resolved and conditions
      * evaluated (plan/pynames.h); styles point into them */
     tp_node **values; int nvalues, capvalues;
@@ -94,8 +97,8 @@ typedef struct tp_plan {
 bool tp_plan_build(tp_plan *p, const tp_node *file, int file_id, tp_model *m, tp_config *c);
 void tp_plan_free(tp_plan *p);
 
-/* The error for a data-parallel dimension (p->dp_dim >= 0) where the
- * schedule is not a training one. */
+/* The unsupported finding for a data-parallel dimension (p->dp_dim >= 0)
+ * where the schedule is not a training one. */
 void tp_plan_refuse_data_parallel(const tp_plan *p, tp_diags *d);
 
 /* The size of the dimension the styles act on: the world size of one

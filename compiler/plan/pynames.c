@@ -564,9 +564,11 @@ static bool desugar(tp_pynames *n, tp_node **e)
         if (!resolve(n, x->kids[0], &cls, &module, &foreign))
             return false;
         if (foreign) {
-            tp_diag_add(n->d, TP_ERROR, x->kids[0]->span, "plan",
-                        "%s comes from %s, which tpcc does not read: a plan's values are PyTorch's parallel "
-                        "styles and placements", cls, module);
+            tp_diag *g = tp_diag_unsupported(n->d, x->kids[0]->span,
+                                             "%s comes from %s, which tpcc does not read: it knows PyTorch's "
+                                             "parallel styles and placements, and would need that module's",
+                                             cls, module);
+            tp_diag_help(g, "check and run the plan with PyTorch itself, or use PyTorch's styles here");
             ok = false;
         }
         tp_node *name = tp_node_new(N_NAME, x->kids[0]->span);

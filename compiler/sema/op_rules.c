@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "compiler/front/astutil.h"
+#include "compiler/front/hf_names.h"
+#include "compiler/front/window.h"
 #include "compiler/sema/op_table.h"
 #include "util/xalloc.h"
 
@@ -352,14 +354,23 @@ static bool rotary_dims(interp *I, const tp_node *call, int64_t head_dim, double
     return false;
 }
 
-/* An error at keyword argument kw of an op call (at the call when kw is
- * NULL): fmt with one string argument. Stops the walk; returns false. */
-static bool op_arg_error(interp *I, const tp_node *call, const char *kw, const char *fmt, const char *arg)
+/* A finding at keyword argument kw of an op call (at the call when kw is
+ * NULL): fmt with one string argument; check "model" for an error, or
+ * what tpcc cannot compute yet (TP_UNSUPPORTED). Stops the walk; returns
+ * false. */
+static bool op_arg_finding(interp *I, const tp_node *call, const char *kw, tp_diag_level level, const char *fmt,
+                           const char *arg)
 {
     const tp_node *at = kw ? tp_call_kw_arg(call, kw) : call;
-    tp_diag_add(I->d, TP_ERROR, at ? at->span : call->span, "model", fmt, arg);
+    tp_diag_add(I->d, level, at ? at->span : call->span, level == TP_UNSUPPORTED ? "unsupported" : "model", fmt,
+                arg);
     I->stop = true;
     return false;
+}
+
+static bool op_arg_error(interp *I, const tp_node *call, const char *kw, const char *fmt, const char *arg)
+{
+    return op_arg_finding(I, call, kw, TP_ERROR, fmt, arg);
 }
 
 /* yarn's beta_fast=, beta_slow= (HF's 32 and 1 when absent), truncate=
@@ -391,8 +402,9 @@ static bool rope_yarn_kwargs(interp *I, const tp_node *call, char **kwnames, iv 
  * when absent). Dynamic NTK grows from max_position_embeddings (the
  * config's, as _compute_dynamic_ntk_parameters reads it; an
  * original_max_position_embeddings member is not its key), the others
- * from original_max_position_embeddings. A type tpcc does not compute
- * (longrope, ...) is an error: ignoring it would change the logits. */
+ * from original_max_position_embeddings. A type transformers computes and
+ * tpcc does not (longrope) is unsupported, another an error: ignoring
+ * either would change the logits. */
 static bool rope_scaling_kwargs(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw,
                                 tp_rope_scaling *r)
 {
@@ -402,10 +414,16 @@ static bool rope_scaling_kwargs(interp *I, const tp_node *call, char **kwnames, 
         return op_arg_error(I, call, "scaling", "rope(): %s must be a string, such as \"llama3\"", "scaling");
     if (type) {
         int t = tp_rope_type_parse(type->s);
+        if (t < 0 && tp_hf_rope_type_defined(type->s))
+            return op_arg_finding(I, call, "scaling", TP_UNSUPPORTED,
+                                  "rope(): RoPE scaling \"%s\", which transformers computes: tpcc would need its "
+                                  "frequencies in rope() (it computes default, linear, dynamic, llama3 and yarn)",
+                                  type->s);
         if (t < 0)
             return op_arg_error(I, call, "scaling",
-                                "rope(): RoPE scaling \"%s\" is not supported (tpcc computes default, linear, "
-                                "dynamic, llama3 and yarn)", type->s);
+                                "rope(): RoPE scaling \"%s\" is no RoPE type transformers defines "
+                                "(ROPE_INIT_FUNCTIONS), and none tpcc computes (default, linear, dynamic, llama3, "
+                                "yarn)", type->s);
         r->type = (tp_rope_type)t;
     }
     const char *context = r->type == TP_ROPE_DYNAMIC && kwarg("max_position_embeddings", kwnames, kwargs, nkw)
@@ -513,9 +531,13 @@ static bool hf_activation(interp *I, const tp_node *call, iv *args, int nargs, t
     tp_buf_init(&names);
     for (int i = 0; i < NACTIVATIONS; i++)
         tp_buf_appendf(&names, "%s%s", i ? ", " : "", hf_activations[i].name);
-    tp_diag *g = tp_diag_add(I->d, TP_ERROR, at->span, "model",
-                             "activation(): the Hugging Face activation \"%s\" is not supported; tpcc computes %s",
-                             args[1].s, names.data);
+    tp_diag *g = tp_hf_activation_defined(args[1].s)
+                     ? tp_diag_unsupported(I->d, at->span,
+                                           "activation(): transformers' activation \"%s\": tpcc would need its "
+                                           "kernel (it computes %s)", args[1].s, names.data)
+                     : tp_diag_add(I->d, TP_ERROR, at->span, "model",
+                                   "activation(): \"%s\" is no activation transformers defines (ACT2FN raises "
+                                   "KeyError); tpcc computes %s", args[1].s, names.data);
     const tp_cfg_entry *e = at->kind == N_NAME ? tp_config_entry(I->c, at->name) : NULL;
     if (g && e && e->span.file >= 0)
         tp_diag_note_at(g, e->span, "'%s' is defined here", at->name);
@@ -527,7 +549,7 @@ static bool hf_activation(interp *I, const tp_node *call, iv *args, int nargs, t
 /* attention(..., sliding_window=W): position i attends to positions
  * j > i - W (Hugging Face's sliding_window_overlay). A window of at least
  * the sequence length masks nothing; a shorter one would, and the runtime's
- * attention has no window, so it is an error rather than other logits. */
+ * attention has no window, so it is unsupported rather than other logits. */
 static bool window_covers_seq(interp *I, const tp_node *call, char **kwnames, iv *kwargs, int nkw,
                               const tp_val *q)
 {
@@ -543,12 +565,11 @@ static bool window_covers_seq(interp *I, const tp_node *call, char **kwnames, iv
     int64_t seq = q->rank > 1 ? q->shape[1] : 0;
     if (w->i >= seq)
         return true;
-    tp_diag *g = tp_diag_add(I->d, TP_ERROR, at->span, "model",
-                             "attention(): sliding_window %lld is below seq %lld: each position attends to only "
-                             "the last %lld positions, and tpcc's attention attends to all of them",
-                             (long long)w->i, (long long)seq, (long long)w->i);
-    tp_diag_help(g, "compile with -D seq=%lld or less: sliding-window attention is not supported yet",
-                 (long long)w->i);
+    tp_diag *g = tp_diag_unsupported(I->d, at->span,
+                                     "attention(): sliding_window %lld is below seq %lld: each position attends to "
+                                     "only the last %lld positions, and tpcc's attention attends to all of them: "
+                                     TP_WINDOW_NEEDS, (long long)w->i, (long long)seq, (long long)w->i);
+    tp_window_help(g, w->i, I->tp);
     I->stop = true;
     return false;
 }

@@ -4,7 +4,9 @@
  * runs; on the way the smells of a wasteful plan are reported (a change
  * undone, a gather repeated, a gather sliced again). Also the check every
  * new shard makes: its dimension splits evenly. */
+#include <string.h>
 #include "compiler/sema/check_impl.h"
+#include "compiler/front/window.h"
 #include "util/xalloc.h"
 
 /* A layout change as the --explain table and the smells read it. */
@@ -29,7 +31,14 @@ void tp_check_shard_divisible(interp *I, tp_val *v, const tp_style *cause, tp_sp
         return;
     if (span.file >= 0)
         tp_diag_note_at(g, span, "the tensor is sharded here");
-    if (v->dimname[p.dim][0] && tp_config_has(I->c, v->dimname[p.dim]))
+    int64_t within = tp_seq_within_window(I->c->seq_window, I->tp);
+    if (!strcmp(v->dimname[p.dim], "seq") && I->c->seq_window && padded > I->c->seq_window && within > 0)
+        /* padding would pass the window, which is unsupported: the one seq
+         * both findings name (window.h) */
+        tp_diag_help(g, "cut seq to %lld (-D seq=%lld): padding it to %lld would pass config.json's sliding_window "
+                        "%lld, which tpcc does not compute yet; or use a tp that divides %lld", (long long)within,
+                     (long long)within, (long long)padded, (long long)I->c->seq_window, (long long)n);
+    else if (v->dimname[p.dim][0] && tp_config_has(I->c, v->dimname[p.dim]))
         tp_diag_help(g, "pad %s to %lld (-D %s=%lld), or use a tp that divides %lld",
                      v->dimname[p.dim], (long long)padded, v->dimname[p.dim], (long long)padded, (long long)n);
     else
@@ -171,10 +180,11 @@ tp_val *tp_redistribute(interp *I, tp_val *v, tp_placement to, const tp_style *c
     if (v->is_index) {
         /* PyTorch moves ids like any tensor; a schedule's slices and
          * collectives carry floats only (sched/ops.def) */
-        tp_diag *g = tp_finding(I, TP_ERROR, cause ? tp_entry_span(cause) : span, "integer-redistribute", v, NULL,
-                                "the %s of integer %s (%s -> %s) is not supported: tprun moves only float tensors "
-                                "between layouts", tp_redist_name(k), v->is_position ? "positions" : "token ids",
-                                tp_pl_str(v->pl, v->rank, a), tp_pl_str(to, v->rank, b));
+        tp_diag *g = tp_finding(I, TP_UNSUPPORTED, cause ? tp_entry_span(cause) : span, "unsupported", v, NULL,
+                                "the %s of integer %s (%s -> %s): tprun moves only float tensors between layouts, "
+                                "and would need integer slices and collectives", tp_redist_name(k),
+                                v->is_position ? "positions" : "token ids", tp_pl_str(v->pl, v->rank, a),
+                                tp_pl_str(to, v->rank, b));
         if (g)
             tp_diag_help(g, "keep the ids in the layout they come in (Replicate()): redistribute the embedding's "
                             "output instead, which moves the same rows as floats");

@@ -36,7 +36,7 @@ class Note:
 @dataclasses.dataclass(frozen=True)
 class Diagnostic:
     check: str                  # "relabel", "layout-mismatch", ...
-    level: str                  # "error" or "warning"
+    level: str                  # "error", "warning" or "unsupported" (what tpcc cannot handle yet)
     message: str
     key: str = None             # the plan dict's key the finding is about, if any
     path: str = None            # the module path whose dict holds key ("" for the model itself)
@@ -162,7 +162,8 @@ def report(model, plan, tp=2, seq=None, loss_parallel=False, mesh=None, hf_confi
 def assert_clean(model, plan, tp=2, seq=None, loss_parallel=False, mesh=None, hf_config=None,
                  extra_defines=None, model_file=None, allow_warnings=True, position_ids=False):
     """For pytest: raise PlanCheckFailed with tpcc's text report when the
-    plan has errors (or any warning, with allow_warnings=False)."""
+    plan has errors (or any warning, with allow_warnings=False). What tpcc
+    cannot handle yet (level "unsupported") is no error of the plan."""
     args = (model, plan, tp, seq, loss_parallel, mesh, hf_config, extra_defines, model_file, position_ids)
     diags = check(*args)
     bad = [d for d in diags if d.level == "error" or (not allow_warnings and d.level == "warning")]

@@ -214,6 +214,9 @@ TEST_F(DiagTest, TextSummaryPlurals)
     tp_diag_add(&diags_, TP_WARNING, TP_NO_SPAN, "c", "w2");
     std::string out = text();
     EXPECT_EQ(out.substr(out.rfind("\n\n") + 2), "2 errors, 2 warnings generated.\n");
+    tp_diag_unsupported(&diags_, TP_NO_SPAN, "u1");
+    out = text();
+    EXPECT_EQ(out.substr(out.rfind("\n\n") + 2), "2 errors, 2 warnings, 1 unsupported generated.\n");
 }
 
 TEST_F(DiagTest, TextColor)
@@ -344,7 +347,7 @@ TEST_F(DiagTest, Json)
 
     json_t *root = parse(out);
     ASSERT_NE(root, nullptr);
-    EXPECT_EQ(keys(root), "version,diagnostics,errors,warnings,suppressed,plans");
+    EXPECT_EQ(keys(root), "version,diagnostics,errors,warnings,unsupported,suppressed,plans");
     EXPECT_EQ(json_integer_value(json_object_get(root, "errors")), 1);
     EXPECT_EQ(json_integer_value(json_object_get(root, "warnings")), 1);
     json_t *list = json_object_get(root, "diagnostics");
@@ -390,6 +393,37 @@ TEST_F(DiagTest, JsonEmpty)
     ASSERT_NE(root, nullptr);
     EXPECT_EQ(json_array_size(json_object_get(root, "diagnostics")), 0u);
     EXPECT_EQ(json_integer_value(json_object_get(root, "errors")), 0);
+    json_decref(root);
+}
+
+// What tpcc cannot handle yet: its own level and check, counted apart,
+// "unsupported:" in text (in yellow), "unsupported" in JSON, a note of the
+// rule "unsupported" in SARIF.
+TEST_F(DiagTest, UnsupportedIsItsOwnLevel)
+{
+    int f = add("a.plan", "mesh(dp = 2, tp = 2)\n");
+    tp_diag *g = tp_diag_unsupported(&diags_, span_at(&src_, f, 1, 6, 6), "x: tpcc would need y");
+    EXPECT_EQ(g->level, TP_UNSUPPORTED);
+    EXPECT_STREQ(g->check, "unsupported");
+    EXPECT_EQ(diags_.unsupported, 1);
+    EXPECT_EQ(diags_.errors + diags_.warnings, 0);
+    EXPECT_EQ(text(), "a.plan:1:6: unsupported: x: tpcc would need y [unsupported]\n"
+                      "    1 | mesh(dp = 2, tp = 2)\n"
+                      "      |      ^~~~~~\n"
+                      "\n"
+                      "1 unsupported generated.\n");
+    EXPECT_NE(text(1).find("\033[0;1;33munsupported: \033[0m"), std::string::npos);
+    json_t *root = parse(json());
+    ASSERT_NE(root, nullptr);
+    EXPECT_EQ(str(json_object_get(json_array_get(json_object_get(root, "diagnostics"), 0), "level")), "unsupported");
+    EXPECT_EQ(json_integer_value(json_object_get(root, "unsupported")), 1);
+    EXPECT_EQ(json_integer_value(json_object_get(root, "errors")), 0);
+    json_decref(root);
+    root = parse(sarif());
+    ASSERT_NE(root, nullptr);
+    json_t *result = json_array_get(json_object_get(json_array_get(json_object_get(root, "runs"), 0), "results"), 0);
+    EXPECT_EQ(str(json_object_get(result, "level")), "note");
+    EXPECT_EQ(str(json_object_get(result, "ruleId")), "unsupported");
     json_decref(root);
 }
 
@@ -668,6 +702,38 @@ TEST_F(DiagTest, LintAppliesToWarningsOnly)
               "\n"
               "2 errors, 1 warning generated.\n");
     tp_lint_free(&l);
+}
+
+// -W unsupported=error makes unsupported findings errors; -W
+// no-unsupported drops them unless an output was asked for, which then
+// says why it does not; -Werror leaves them alone.
+TEST_F(DiagTest, LintOfUnsupported)
+{
+    char err[256];
+    for (const char *option : {"unsupported=error", "no-unsupported", "error"}) {
+        for (bool output : {false, true}) {
+            SCOPED_TRACE(std::string(option) + (output ? " with an output" : ""));
+            tp_diags_free(&diags_);
+            tp_diags_init(&diags_);
+            tp_diag_unsupported(&diags_, TP_NO_SPAN, "u");
+            tp_lint l = {};
+            l.output = output;
+            ASSERT_EQ(tp_lint_option(&l, option, err, sizeof err), 0) << err;
+            tp_lint_apply(&diags_, &l);
+            if (!strcmp(option, "unsupported=error")) {
+                EXPECT_EQ(diags_.errors, 1);
+                EXPECT_EQ(text(), "tpcc: error: u [unsupported, -W unsupported=error]\n\n1 error generated.\n");
+            } else if (!strcmp(option, "no-unsupported") && !output) {
+                EXPECT_EQ(diags_.count, 0);
+            } else if (!strcmp(option, "no-unsupported")) {
+                EXPECT_EQ(diags_.unsupported, 1);
+                EXPECT_NE(text().find("note: -W no-unsupported does not hide it here"), std::string::npos) << text();
+            } else {
+                EXPECT_EQ(text(), "tpcc: unsupported: u [unsupported]\n\n1 unsupported generated.\n");
+            }
+            tp_lint_free(&l);
+        }
+    }
 }
 
 // ---- fix-its ----

@@ -177,6 +177,58 @@ TEST(TpPlanAuto, UsageErrors)
     EXPECT_TRUE(contains(r.err, "(shipped: gemma, gemma2, llama, mistral, phi3, qwen2, qwen3)")) << r.err;
 }
 
+// GPT-2 has no transformers plan shipped: the refusal names the shipped
+// plans whose model implements model_type 'gpt2'. A mixture-of-experts
+// family has none, and none can be written yet: unsupported, so --check
+// exits 0 and -o 3, in text, JSON and SARIF.
+TEST(TpPlanAuto, RefusalsNameTheFittingPlanOrSayNoneCanBe)
+{
+    Proc gpt2 = tpcc({"--check", "--tp-plan", "auto", "--hf-config", hf_fixture("gpt2-tied")});
+    EXPECT_EQ(gpt2.code(), 2) << gpt2.describe();
+    EXPECT_TRUE(contains(gpt2.err, "fix: " + source_path("plans/gpt2-hf-sp.plan") + " or " +
+                                       source_path("plans/gpt2-sp-tied.plan") + " applies to model_type 'gpt2'"))
+        << gpt2.describe();
+
+    const std::string mixtral = source_path("tests/fixtures/mixtral.config.json");
+    Proc check = tpcc({"--check", "--tp-plan", "auto", "--hf-config", mixtral});
+    EXPECT_EQ(check.code(), 0) << check.describe();
+    EXPECT_EQ(check.err.rfind(mixtral + ":1:1: unsupported: model_type 'mixtral' is a mixture-of-experts family: no "
+                                        "plan, shipped or written, can be checked or compiled yet: tpcc would need "
+                                        "expert layers",
+                              0),
+              0u)
+        << check.describe();
+    EXPECT_TRUE(contains(check.err, "[unsupported]\n")) << check.describe();
+    TempDir dir;
+    Proc o = tpcc({"--tp-plan", "auto", "--hf-config", mixtral, "-o", dir.path + "/x.sched"});
+    EXPECT_EQ(o.code(), 3) << o.describe();
+    EXPECT_TRUE(std::filesystem::is_empty(dir.path));
+    EXPECT_EQ(tpcc({"--check", "--tp-plan", "auto", "--hf-config", mixtral, "-W", "unsupported=error"}).code(), 1);
+
+    Proc json = tpcc({"--check", "--tp-plan", "auto", "--hf-config", mixtral, "--diagnostics-format=json"});
+    EXPECT_EQ(json.code(), 0) << json.describe();
+    json_error_t jerr;
+    json_t *doc = json_loads(json.out.c_str(), 0, &jerr);
+    ASSERT_NE(doc, nullptr) << json.describe();
+    json_t *d = json_array_get(json_object_get(doc, "diagnostics"), 0);
+    EXPECT_STREQ(json_string_value(json_object_get(d, "level")), "unsupported");
+    EXPECT_STREQ(json_string_value(json_object_get(d, "check")), "unsupported");
+    EXPECT_EQ(json_integer_value(json_object_get(doc, "unsupported")), 1);
+    json_decref(doc);
+
+    Proc sarif = tpcc({"--check", "--tp-plan", "auto", "--hf-config", mixtral, "--diagnostics-format=sarif"});
+    EXPECT_EQ(sarif.code(), 0) << sarif.describe();
+    doc = json_loads(sarif.out.c_str(), 0, &jerr);
+    ASSERT_NE(doc, nullptr) << sarif.describe();
+    json_t *run = json_array_get(json_object_get(doc, "runs"), 0);
+    json_t *result = json_array_get(json_object_get(run, "results"), 0);
+    EXPECT_STREQ(json_string_value(json_object_get(result, "ruleId")), "unsupported");
+    EXPECT_STREQ(json_string_value(json_object_get(result, "level")), "note");
+    json_t *inv = json_array_get(json_object_get(run, "invocations"), 0);
+    EXPECT_TRUE(json_is_true(json_object_get(inv, "executionSuccessful"))) << sarif.out;
+    json_decref(doc);
+}
+
 TEST(TpPlanAuto, ConfigWithoutModelTypeOrUnreadable)
 {
     TempDir dir;

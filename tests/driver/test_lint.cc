@@ -2,7 +2,8 @@
 // driver/output.c): one JSON or SARIF document for many plans, valid
 // against the OASIS SARIF 2.1.0 schema; locations for I/O errors; URIs
 // relative to --sarif-root; fingerprints that survive unrelated edits;
-// -Werror, -W and "# tpcc: ignore[...]" comments; every check documented
+// -Werror, -W and "# tpcc: ignore[...]" comments; unsupported findings
+// (their level, exit statuses and -W); every check documented
 // in docs/checks.md; the pre-commit hook and the workflow file.
 #include <gtest/gtest.h>
 
@@ -29,6 +30,7 @@ namespace fs = std::filesystem;
 using tpcc_test::contains;
 using tpcc_test::JsonDoc;
 using tpcc_test::Proc;
+using tpcc_test::replaced;
 using tpcc_test::slurp;
 using tpcc_test::source_path;
 using tpcc_test::TempDir;
@@ -39,6 +41,7 @@ const std::string kWarns = source_path("plans/llama-sp-input-layouts.plan");
 const std::string kBad = source_path("tests/bad/relabel-rowwise-embedding.plan");
 const std::string kSuppressed = source_path("tests/lint/suppressed.plan");
 const std::string kSuppressedError = source_path("tests/lint/suppressed-error.plan");
+const std::string kUnsupported = source_path("tests/lint/unsupported.plan");
 
 Proc tpcc(const std::vector<std::string> &args)
 {
@@ -518,6 +521,115 @@ TEST(LintSuppress, DroppedWarningsLeaveSuppressionsUsed)
     EXPECT_EQ(r.err, "") << r.describe();
 }
 
+// --- unsupported: what tpcc cannot handle yet -----------------------------------------------------
+
+// Its own level: "unsupported:" and in the summary; the plan may be right,
+// so --check exits 0.
+TEST(LintUnsupported, TextGolden)
+{
+    Proc r = tpcc({"--check", kUnsupported, "-D", "layers=2"});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_EQ(relative(r.err), slurp(source_path("tests/lint/unsupported.expected")));
+}
+
+// An output that cannot be made of the plan exits 3 and writes nothing; a
+// plan error as well is exit 1, an unreadable plan besides 2.
+TEST(LintUnsupported, OutputsExitThreeAndWriteNothing)
+{
+    TempDir dir;
+    Proc o = tpcc({kUnsupported, "-D", "layers=2", "-o", dir.path + "/x.sched"});
+    EXPECT_EQ(o.code(), 3) << o.describe();
+    EXPECT_TRUE(contains(o.err, "unsupported: mesh dimension 'dp' (size 2) is data parallel")) << o.describe();
+    Proc report = tpcc({"--report", kUnsupported, "-D", "layers=2"});
+    EXPECT_EQ(report.code(), 3) << report.describe();
+    EXPECT_EQ(report.out, "");
+    Proc exported = tpcc({"--export=pytorch", kUnsupported, "-D", "layers=2", "-o", dir.path + "/x.py"});
+    EXPECT_EQ(exported.code(), 3) << exported.describe();
+    EXPECT_TRUE(fs::is_empty(dir.path));
+    std::string both = dir.write("both.plan", replaced(slurp(kUnsupported), "\"../../models/llama.model\"",
+                                                         "\"" + source_path("models/llama.model") + "\"") +
+                                                  "parallelize \"\" on \"tp\" {\n    \"model.norm\": ColwiseParallel(),\n}\n");
+    EXPECT_EQ(tpcc({both, "-D", "layers=2", "-o", dir.path + "/y.sched"}).code(), 1);
+    EXPECT_EQ(tpcc({"--check", kUnsupported, dir.path + "/missing.plan"}).code(), 2);
+}
+
+// -W unsupported=error makes them errors; -W no-unsupported leaves them out
+// of --check but not out of an output it stops; -Werror leaves them alone.
+TEST(LintUnsupported, LevelsAnswerToW)
+{
+    Proc error = tpcc({"--check", kUnsupported, "-D", "layers=2", "-W", "unsupported=error"});
+    EXPECT_EQ(error.code(), 1) << error.describe();
+    EXPECT_TRUE(contains(error.err, ": error: mesh dimension 'dp'")) << error.describe();
+    EXPECT_TRUE(contains(error.err, "[unsupported, -W unsupported=error]\n")) << error.describe();
+    EXPECT_TRUE(contains(error.err, "\n1 error generated.\n")) << error.describe();
+    Proc werror = tpcc({"--check", kUnsupported, "-D", "layers=2", "-Werror"});
+    EXPECT_EQ(werror.code(), 0) << werror.describe();
+    EXPECT_TRUE(contains(werror.err, "\n1 unsupported generated.\n")) << werror.describe();
+    Proc off = tpcc({"--check", kUnsupported, "-D", "layers=2", "-W", "no-unsupported"});
+    EXPECT_EQ(off.code(), 0) << off.describe();
+    EXPECT_EQ(off.err, "");
+    TempDir dir;
+    Proc kept = tpcc({kUnsupported, "-D", "layers=2", "-W", "no-unsupported", "-o", dir.path + "/x.sched"});
+    EXPECT_EQ(kept.code(), 3) << kept.describe();
+    EXPECT_TRUE(contains(kept.err, "unsupported: mesh dimension 'dp'")) << kept.describe();
+    EXPECT_TRUE(contains(kept.err, "note: -W no-unsupported does not hide it here")) << kept.describe();
+    EXPECT_TRUE(fs::is_empty(dir.path));
+}
+
+// JSON: level "unsupported", counted apart; the plan's status 0 under
+// --check, 3 for -o.
+TEST(LintUnsupported, JsonGolden)
+{
+    Proc r = tpcc({"--check", kUnsupported, "-D", "layers=2", "--diagnostics-format=json"});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_EQ(relative(r.out), slurp(source_path("tests/lint/unsupported.json")));
+    TempDir dir;
+    Proc o = tpcc({kUnsupported, "-D", "layers=2", "-o", dir.path + "/x.sched", "--diagnostics-format=json"});
+    EXPECT_EQ(o.code(), 3) << o.describe();
+    JsonDoc doc(o.out);
+    ASSERT_TRUE(doc.root) << doc.error;
+    EXPECT_EQ(json_integer_value(at(doc.root, "plans.0.status")), 3);
+}
+
+// SARIF has no such level: a note, of the rule "unsupported" (whose default
+// level is note), in a successful run; valid against the schema.
+TEST(LintUnsupported, SarifGolden)
+{
+    Proc r = tpcc({"--check", kUnsupported, "-D", "layers=2", "--diagnostics-format=sarif", "--sarif-root",
+                   TPCC_SOURCE_DIR});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    JsonDoc doc(r.out);
+    ASSERT_TRUE(doc.root) << doc.error;
+    int rule = tp_check_index("unsupported");
+    ASSERT_GE(rule, 0);
+    // the rule's index moves when checks.def grows: checked here, not in the golden
+    EXPECT_EQ(json_integer_value(at(doc.root, "runs.0.results.0.ruleIndex")), rule);
+    json_object_del(at(doc.root, "runs.0.results.0"), "ruleIndex");
+    char *results = json_dumps(at(doc.root, "runs.0.results"), JSON_INDENT(2) | JSON_SORT_KEYS);
+    EXPECT_EQ(std::string(results) + "\n", slurp(source_path("tests/lint/unsupported.sarif-results.json")));
+    free(results);
+    json_t *config = at(doc.root, "runs.0.tool.driver.rules." + std::to_string(rule) + ".defaultConfiguration");
+    EXPECT_EQ(str(at(config, "level")), "note");
+    EXPECT_TRUE(json_is_true(at(doc.root, "runs.0.invocations.0.executionSuccessful")));
+    expect_valid_sarif(r.out);
+}
+
+// A comment cannot silence it: the comment is an unused suppression.
+TEST(LintUnsupported, CommentsCannotSilenceIt)
+{
+    TempDir dir;
+    std::string text = replaced(slurp(kUnsupported), "\"../../models/llama.model\"",
+                                "\"" + source_path("models/llama.model") + "\"");
+    std::string plan = dir.write("x.plan", replaced(text, "mesh(dp = 2, tp = tp)\n",
+                                                    "mesh(dp = 2, tp = tp)   # tpcc: ignore[unsupported]\n"));
+    Proc r = tpcc({"--check", plan, "-D", "layers=2"});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    EXPECT_TRUE(contains(r.err, "unsupported: mesh dimension 'dp'")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "warning: the finding on line 12 is unsupported (what tpcc cannot handle yet), "
+                                "which a comment cannot silence [unused-suppression]"))
+        << r.describe();
+}
+
 // --- documentation and CI files -------------------------------------------------------------------
 
 // Every check of checks.def has its section in docs/checks.md ("## NAME",
@@ -536,7 +648,7 @@ TEST(LintDocs, EveryCheckIsDocumentedAndKnown)
     EXPECT_EQ(anchors, table);
 
     // the level, a span argument (calls inside it included), then the name
-    std::regex reported("TP_(?:ERROR|WARNING|NOTE),\\s*(?:[^,;()]|\\([^()]*\\))+,\\s*\"([a-z-]+)\"|"
+    std::regex reported("TP_(?:ERROR|WARNING|NOTE|UNSUPPORTED),\\s*(?:[^,;()]|\\([^()]*\\))+,\\s*\"([a-z-]+)\"|"
                         "bad\\(r, [^,]+, \"([a-z-]+)\"");
     int found = 0;
     for (const auto &e : fs::recursive_directory_iterator(source_path("compiler"))) {

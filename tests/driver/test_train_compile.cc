@@ -258,7 +258,8 @@ TEST(TrainCompile, ReplicatedHeadsAreRefusedAtTheirEntry)
     std::string plan = tmp.write("kv.plan", text);
     Proc p = tpcc_test::run_program(kTpcc, {plan, "--train", "-o", tmp.path + "/t.sched", "-D", "tp=4", "-D",
                                             "kv_heads=2", "-D", "heads=8"});
-    EXPECT_EQ(p.code(), 1) << p.err;
+    EXPECT_EQ(p.code(), 3) << p.err;
+    EXPECT_TRUE(contains(p.err, "unsupported: weight ")) << p.err;
     EXPECT_TRUE(contains(p.err, "replicated over 2 ranks")) << p.err;
     EXPECT_FALSE(std::filesystem::exists(tmp.path + "/t.sched"));
 }

@@ -498,7 +498,7 @@ TEST(BrokenModel, OpAttributeValues)
         {"attention(x, x, x, scale=0)", "attention(): scale must be a positive number"},
         {"attention(x, x, x, softcap=-1)", "attention(): softcap must be a number, 0 for none"},
         {"gelu(x, approximate=True)", "gelu(): approximate must be \"none\" or \"tanh\" (a string)"},
-        {"activation(x, \"quick_gelu\")", "the Hugging Face activation \"quick_gelu\" is not supported"},
+        {"activation(x, \"quick_gleu\")", "activation(): \"quick_gleu\" is no activation transformers defines"},
         {"activation(x)", "activation(x, name) takes a tensor and a Hugging Face activation name"},
         {"softcap(x, -2.0)", "softcap(x, cap) takes a tensor and a number, the cap (0 for none)"},
         {"x * x * \"a\"", "a tensor operator needs two tensors, or a tensor and a number"},

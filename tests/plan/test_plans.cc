@@ -1,7 +1,8 @@
 // Plans end to end: every shipped plan checks clean at every tp that
 // divides its sizes; every bad plan produces exactly the diagnostics written
 // inside it; every fix-it, applied, leaves a plan without those errors (for
-// the bad plans that have fix-its).
+// the bad plans that have fix-its); --fix, run again and again, reaches a
+// fixed point on every shipped and bad plan at tp 1, 2, 4 and 8.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,11 @@
 #include <set>
 
 #include "tests/support/plan_harness.h"
+#include "tests/support/process.h"
+
+extern "C" {
+#include "compiler/driver/fix.h"
+}
 
 using namespace tpcc_test;
 namespace fs = std::filesystem;
@@ -159,7 +165,6 @@ TEST_P(FixableBadPlan, FixItsLeaveOnlyUnfixableErrors)
         if (g.level == TP_ERROR && !g.nfixits)
             unfixable.insert(g.check);
     }
-    fs::path root = fs::path(copy).parent_path().parent_path().parent_path();
     char err[512];
     ASSERT_GT(tp_diags_apply_fixits(&u.diags, &u.src, err, sizeof err), 0) << err;
     tp_unit_free(&u);
@@ -174,10 +179,69 @@ TEST_P(FixableBadPlan, FixItsLeaveOnlyUnfixableErrors)
     EXPECT_TRUE(std::includes(unfixable.begin(), unfixable.end(), after.begin(), after.end()))
         << "fixed plan:\n" << fixed << "\ndiagnostics:\n" << rendered(&v);
     tp_unit_free(&v);
-    fs::remove_all(root);
+    fs::remove_all(scratch_root(copy, GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Plans, FixableBadPlan, ::testing::ValuesIn(fixable_bad_plans()),
                          [](const auto &info) { return name_of(info.param); });
+
+// --- --fix to a fixed point --------------------------------------------------
+
+// Fix-its never contradict each other: `tpcc --check --fix -D tp=N`, run
+// on its own output again and again, stops changing the plan within a few
+// runs and never brings back a text it had (two fixes undoing each other).
+class FixFixedPoint : public ::testing::TestWithParam<std::string> {};
+
+// Runs of --fix: each applies up to 4 rounds itself, so a plan that still
+// changes after this many never settles.
+constexpr int kFixRuns = 4;
+
+TEST_P(FixFixedPoint, RepeatedFixStopsChangingThePlan)
+{
+    const bool train = is_train_plan(GetParam());
+    for (int tp : {1, 2, 4, 8}) {
+        SCOPED_TRACE("tp=" + std::to_string(tp));
+        std::string copy = scratch_copy(GetParam());
+        std::string define = "tp=" + std::to_string(tp);
+        std::vector<const char *> defines = {define.c_str()};
+        tp_compile_opts opts = compile_options(defines, train, train);   // as --check compiles
+        tp_lint lint{};
+        std::vector<std::string> texts = {slurp(copy)};
+        bool settled = false;
+        for (int run = 0; run < kFixRuns && !settled; run++) {
+            tp_unit u;
+            tp_compile(&u, copy.c_str(), &opts);
+            FILE *log = fopen("/dev/null", "w");
+            char err[512];
+            int applied = tp_fix_plan(&u, copy.c_str(), &opts, &lint, log, err, sizeof err);
+            fclose(log);
+            tp_unit_free(&u);
+            ASSERT_GE(applied, 0) << err;
+            std::string text = slurp(copy);
+            settled = text == texts.back();
+            EXPECT_TRUE(settled || std::find(texts.begin(), texts.end(), text) == texts.end())
+                << "run " << run + 1 << " brought back an earlier text:\n" << text;
+            texts.push_back(text);
+        }
+        EXPECT_TRUE(settled) << "still changing after " << kFixRuns << " runs of --fix:\n" << texts.back();
+        fs::remove_all(scratch_root(copy, GetParam()));
+    }
+}
+
+std::vector<std::string> shipped_and_bad_plans()
+{
+    std::vector<std::string> v;
+    for (const char *dir : {"plans", "plans/hf", "tests/bad"}) {
+        auto in = files_in(dir, ".plan");
+        v.insert(v.end(), in.begin(), in.end());
+    }
+    return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Plans, FixFixedPoint, ::testing::ValuesIn(shipped_and_bad_plans()),
+                         [](const auto &info) {
+                             std::string dir = fs::path(info.param).parent_path().filename().string();
+                             return name_of(dir) + "_" + name_of(info.param);
+                         });
 
 }  // namespace

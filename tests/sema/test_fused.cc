@@ -11,6 +11,7 @@
 #include "tests/support/process.h"
 
 using tpcc_test::contains;
+using tpcc_test::replaced;
 using tpcc_test::TempDir;
 
 namespace {
@@ -48,15 +49,6 @@ const char *const kAttn =
     "        a = attention(view_heads(q, head_dim), view_heads(k, head_dim), view_heads(v, head_dim))";
 const char *const kMlp = "gate, up = chunk(gu, 2, dim=-1)\n        return down_proj(silu(gate) * up)";
 const char *const kPacked = ", packed=(heads * head_dim, kv_heads * head_dim, kv_heads * head_dim)";
-
-std::string replaced(std::string text, const std::string &what, const std::string &with)
-{
-    size_t at = text.find(what);
-    EXPECT_NE(at, std::string::npos) << what;
-    if (at != std::string::npos)
-        text.replace(at, what.size(), with);
-    return text;
-}
 
 struct Case {
     std::string attn = kAttn, mlp = kMlp, qkv = kPacked;

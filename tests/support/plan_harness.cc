@@ -22,15 +22,20 @@ namespace tpcc_test {
 
 std::string source_path(const std::string &rel) { return std::string(TPCC_SOURCE_DIR) + "/" + rel; }
 
+tp_compile_opts compile_options(const std::vector<const char *> &defines, bool train, bool program)
+{
+    // the test plans under tests/ name the test families' models there
+    static char *test_models = realpath(source_path("tests/models").c_str(), nullptr);
+    return {defines.data(), int(defines.size()), nullptr, true, TP_F32, program, train, TP_LOSS_NONE,
+            &test_models, 1, false, TP_RECOMPUTE_NONE, false};
+}
+
 void compile(tp_unit *u, const std::string &plan, const std::vector<std::string> &defines, bool train)
 {
     std::vector<const char *> d;
     for (const auto &s : defines)
         d.push_back(s.c_str());
-    // the test plans under tests/ name the test families' models there
-    static char *test_models = realpath(source_path("tests/models").c_str(), nullptr);
-    tp_compile_opts opts = {d.data(), int(d.size()), nullptr, true, TP_F32, true, train, TP_LOSS_NONE,
-                            &test_models, 1, false, TP_RECOMPUTE_NONE, false};
+    tp_compile_opts opts = compile_options(d, train, true);
     tp_compile(u, plan.c_str(), &opts);
     // as tpcc reports them: the plan's `# tpcc: ignore[...]` comments silence their warnings
     const tp_lint no_options = {};
@@ -107,7 +112,7 @@ std::multiset<Finding> findings(const tp_unit *u)
         std::string where;
         if (g.span.file >= 0)
             where = canonical(u->src.files[g.span.file].path) + ":" + std::to_string(g.span.line);
-        out.insert({where, g.level == TP_ERROR ? "error" : "warning", g.check});
+        out.insert({where, tp_diag_level_name(g.level), g.check});
     }
     return out;
 }
@@ -117,7 +122,7 @@ std::multiset<Finding> expectations(const std::string &plan)
     std::multiset<Finding> out;
     std::ifstream in(plan);
     std::string line;
-    static const std::regex item(R"((error|warning)\[([a-z-]+)\])");
+    static const std::regex item(R"((error|warning|unsupported)\[([a-z-]+)\])");
     static const std::regex at(R"(#\s*expect-at\s+(\S+):(\d+):(.*))");
     std::string dir = fs::path(plan).parent_path().string();
     for (int n = 1; std::getline(in, line); n++) {
@@ -173,6 +178,12 @@ std::string scratch_copy(const std::string &plan)
     fs::create_directories(fs::path(root) / "tests");
     fs::create_directory_symlink(source_path("tests/models"), fs::path(root) / "tests/models");
     return copy.string();
+}
+
+std::string scratch_root(const std::string &copy, const std::string &plan)
+{
+    std::string rel = fs::relative(plan, TPCC_SOURCE_DIR).string();
+    return copy.substr(0, copy.size() - rel.size() - 1);
 }
 
 }  // namespace tpcc_test

@@ -27,6 +27,11 @@ struct Finding {
     std::string str() const { return where + ": " + level + "[" + check + "]"; }
 };
 
+// The options compile() compiles with: `defines` (kept alive by the
+// caller), --train when `train`, the program derived when `program`, models
+// from tests/models/ too.
+tp_compile_opts compile_options(const std::vector<const char *> &defines, bool train, bool program);
+
 // Compile a plan (with --train when `train`), its model read from its own
 // tree, models/ or tests/models/ (the test families the plans under tests/
 // name, as --allow-outside allows); the unit must be freed with tp_unit_free.
@@ -49,11 +54,13 @@ void configure(tp_unit *u, const std::string &plan, const std::vector<std::strin
 // (Plans/ShippedPlan.ChecksCleanAtEveryDividingTp).
 bool tp_divides_sizes(tp_unit *u, int64_t tp);
 
-// The errors and warnings of a compiled unit (notes are not findings).
+// The errors, warnings and unsupported findings of a compiled unit (notes
+// are not findings).
 std::multiset<Finding> findings(const tp_unit *u);
 
 // Expectations written in a plan file:
 //   ... offending line ...   # expect: error[relabel] warning[repeated-gather]
+//   ... a line tpcc cannot handle yet ...   # expect: unsupported[unsupported]
 //   # expect-at ../../models/llama.model:61: error[mixed-tensor]
 //   # expect-nowhere: error[config]
 std::multiset<Finding> expectations(const std::string &plan);
@@ -67,6 +74,9 @@ std::vector<std::string> files_in(const std::string &dir, const std::string &ext
 // Copy `plan` into a fresh scratch directory at the same depth, with
 // models/ and tests/models/ linked to the source tree, and return the copy.
 std::string scratch_copy(const std::string &plan);
+
+// The scratch directory a copy of `plan` made by scratch_copy lies in.
+std::string scratch_root(const std::string &copy, const std::string &plan);
 
 std::string source_path(const std::string &rel);
 

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <gtest/gtest.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -51,6 +53,15 @@ std::string slurp(const std::string &path)
     std::ostringstream s;
     s << in.rdbuf();
     return s.str();
+}
+
+std::string replaced(std::string text, const std::string &from, const std::string &to)
+{
+    size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from << " is not in\n" << text;
+    if (at != std::string::npos)
+        text.replace(at, from.size(), to);
+    return text;
 }
 
 std::string Proc::describe() const

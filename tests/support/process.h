@@ -24,6 +24,10 @@ public:
 
 std::string slurp(const std::string &path);
 
+// text with its first `from` replaced by `to`; `from` must occur (a test
+// failure says where it does not).
+std::string replaced(std::string text, const std::string &from, const std::string &to);
+
 struct Proc {
     int status = -1;          // raw wait status
     bool timed_out = false;
