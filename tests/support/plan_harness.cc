@@ -29,7 +29,7 @@ void compile(tp_unit *u, const std::string &plan, const std::vector<std::string>
     // the test plans under tests/ name the test families' models there
     static char *test_models = realpath(source_path("tests/models").c_str(), nullptr);
     tp_compile_opts opts = {d.data(), int(d.size()), nullptr, true, TP_F32, true, train, TP_LOSS_NONE,
-                            &test_models, 1, false, TP_RECOMPUTE_NONE, false};
+                            &test_models, 1, false, TP_RECOMPUTE_NONE, false, nullptr, nullptr, 0};
     tp_compile(u, plan.c_str(), &opts);
     tp_diags_sort(&u->diags);
 }
