@@ -70,7 +70,8 @@ static const char usage[] =
     "  --fix                      apply the fixes that are sure to the plan files (never the\n"
     "                             model or config.json), then check the plans again\n"
     "  --diagnostics-format=FMT   text (default), json or sarif (SARIF 2.1.0): one document\n"
-    "                             for all the plans\n"
+    "                             for all the plans; github: GitHub Actions' annotations\n"
+    "  --output-format=FMT        the same (ruff's name)\n"
     "  --sarif-root DIR           SARIF URIs relative to DIR (default: the working directory)\n"
     "  --diagnostics-limit=N      show at most N diagnostics of each check per plan (default 100;\n"
     "                             0: all); the last one shown says how many more there are\n"
@@ -238,7 +239,8 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
         if (!strcmp(arg, "text")) o->format = TP_FMT_TEXT;
         else if (!strcmp(arg, "json")) o->format = TP_FMT_JSON;
         else if (!strcmp(arg, "sarif")) o->format = TP_FMT_SARIF;
-        else return bad_usage("--diagnostics-format must be text, json or sarif, not '%s'", arg);
+        else if (!strcmp(arg, "github")) o->format = TP_FMT_GITHUB;
+        else return bad_usage("--diagnostics-format must be text, json, sarif or github, not '%s'", arg);
         return 0;
     case OPT_DIAG_LIMIT: {
         int64_t n;
@@ -283,6 +285,14 @@ static int check_auto_plan(const cli *o, int argc, char **argv)
     return 0;
 }
 
+/* A pattern the shell left as it was because no file matches it
+ * (a *.plan in a directory without plans): no plan at all, not a
+ * plan that cannot be read. */
+static bool unmatched_pattern(const char *arg)
+{
+    return strpbrk(arg, "*?[") && access(arg, F_OK) != 0;
+}
+
 /* Returns 0 to run, 1 to exit successfully (help, version), -1 on a usage error. */
 static int parse_args(cli *o, int argc, char **argv)
 {
@@ -298,6 +308,7 @@ static int parse_args(cli *o, int argc, char **argv)
         {"fix", no_argument, 0, OPT_FIX},
         {"tp-plan", required_argument, 0, OPT_TP_PLAN},
         {"diagnostics-format", required_argument, 0, OPT_FORMAT},
+        {"output-format", required_argument, 0, OPT_FORMAT},     /* ruff's name */
         {"color", required_argument, 0, OPT_COLOR},
         {"sarif-root", required_argument, 0, OPT_SARIF_ROOT},
         {"diagnostics-limit", required_argument, 0, OPT_DIAG_LIMIT},
@@ -341,6 +352,10 @@ static int parse_args(cli *o, int argc, char **argv)
         return check_auto_plan(o, argc, argv);
     if (optind >= argc)
         return bad_usage("%s", "no plan given");
+    for (int i = optind; i < argc; i++)
+        if (unmatched_pattern(argv[i]))
+            return bad_usage("no plan matches '%s' (the shell passes on a pattern that matches no file as it is): "
+                             "name the plans, or check where they are", argv[i]);
     if (o->mode != MODE_CHECK && argc - optind != 1)
         return bad_usage("%s", "-o, --explain, --report and --export take one plan");
     return 0;
@@ -536,7 +551,7 @@ static int run(int argc, char **argv)
     int rc = 0;
     /* an export on stdout keeps stdout for itself */
     FILE *docs = o.mode == MODE_EXPORT ? stderr : stdout;
-    if (tp_output_init(&output, o.format, color, docs, o.sarif_root, err, sizeof err) < 0) {
+    if (tp_output_init(&output, o.format, color, o.mode == MODE_CHECK, docs, o.sarif_root, err, sizeof err) < 0) {
         fprintf(stderr, "tpcc: %s\n", err);
         rc = 2;
     } else {

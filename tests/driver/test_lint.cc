@@ -2,7 +2,8 @@
 // driver/output.c): one JSON or SARIF document for many plans, valid
 // against the OASIS SARIF 2.1.0 schema; locations for I/O errors; URIs
 // relative to --sarif-root; fingerprints that survive unrelated edits;
-// -Werror, -W and "# tpcc: ignore[...]" comments; every check documented
+// -Werror, -W and "# tpcc: ignore[...]" comments; GitHub's workflow
+// commands; every check documented
 // in docs/checks.md; the pre-commit hook and the workflow file.
 #include <gtest/gtest.h>
 
@@ -366,6 +367,27 @@ TEST(LintSarif, AutoPlanFailureIsAResult)
     expect_valid_sarif(r.out);
 }
 
+// --- GitHub annotations ----------------------------------------------------------------------------
+
+// --diagnostics-format=github: a workflow command per finding on stdout,
+// paths relative to the working directory (the source tree here), the
+// suppressed findings left out; --output-format is the same option.
+TEST(LintGithub, Golden)
+{
+    std::vector<std::string> args = {"--check", "--diagnostics-format=github", "-D", "layers=2",
+                                     "tests/bad/relabel-rowwise-embedding.plan", "tests/lint/suppressed.plan"};
+    Proc r = tpcc(args);
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_EQ(r.out, slurp(source_path("tests/lint/github.expected")));
+    EXPECT_EQ(r.err, "") << "stdout only";
+    args[1] = "--output-format=github";
+    EXPECT_EQ(tpcc(args).out, r.out);
+    // absolute paths below the working directory are relative too
+    args[4] = source_path("tests/bad/relabel-rowwise-embedding.plan");
+    args[5] = source_path("tests/lint/suppressed.plan");
+    EXPECT_EQ(tpcc(args).out, r.out);
+}
+
 // --- -Werror and -W ---------------------------------------------------------------------------------
 
 TEST(LintLevels, WerrorMakesWarningsErrors)
@@ -390,7 +412,7 @@ TEST(LintLevels, PerCheckLevels)
 {
     Proc off = tpcc({kWarns, "-D", "layers=2", "-W", "no-repeated-gather"});
     EXPECT_EQ(off.code(), 0);
-    EXPECT_EQ(off.err, "") << off.describe();
+    EXPECT_EQ(off.err, "All checks passed! (1 plan)\n") << off.describe();
 
     Proc err = tpcc({kWarns, "-D", "layers=2", "-W", "repeated-gather=error"});
     EXPECT_EQ(err.code(), 1);
@@ -440,7 +462,7 @@ TEST(LintLevels, GccSpellings)
     EXPECT_TRUE(contains(err.err, "[repeated-gather, -W repeated-gather=error]")) << err.describe();
     Proc off = tpcc({kWarns, "-D", "layers=2", "-Wno-repeated-gather"});
     EXPECT_EQ(off.code(), 0);
-    EXPECT_EQ(off.err, "") << off.describe();
+    EXPECT_EQ(off.err, "All checks passed! (1 plan)\n") << off.describe();
     EXPECT_EQ(tpcc({kWarns, "-Werror=repeated-gathr"}).code(), 2);
 }
 
@@ -514,7 +536,7 @@ TEST(LintSuppress, DroppedWarningsLeaveSuppressionsUsed)
 {
     Proc r = tpcc({kSuppressed, "-D", "layers=2", "-W", "no-repeated-gather", "-W", "no-unused-suppression"});
     EXPECT_EQ(r.code(), 0);
-    EXPECT_EQ(r.err, "") << r.describe();
+    EXPECT_EQ(r.err, "All checks passed! (1 plan)\n") << r.describe();
 }
 
 // --- documentation and CI files -------------------------------------------------------------------
