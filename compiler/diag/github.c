@@ -2,7 +2,7 @@
  * finding, which a workflow step turns into annotations on the pull
  * request (a pull request from a fork, which cannot upload SARIF, too):
  *
- *   ::error file=plans/x.plan,line=12,col=5,endColumn=17,title=tpcc (relabel)::MESSAGE
+ *   ::error file=plans/llama-sp.plan,line=12,col=5,endColumn=17,title=tpcc (relabel)::MESSAGE
  *
  * Warnings are ::warning, notes ::notice. The notes' locations and the
  * fix lines follow the message, one a line. GitHub reads the message up
