@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install the build dependencies of tpcc and tprun from Debian's packages
 # (python3-numpy for the reference tests, python3-jsonschema and python3-yaml
-# for the SARIF schema and CI-file tests) and build into build/ what is
-# asked for:
+# for the SARIF schema and CI-file tests, pre-commit to run the hook as a
+# user's pre-commit does) and build into build/ what is asked for:
 #
 #   tools/setup.sh           build/tpcc and build/tprun: all the main job
 #                            (tools/main_job.sh) and any CPU run needs
@@ -30,7 +30,7 @@ for arg in "$@"; do
 done
 
 packages=(build-essential cmake pkg-config flex bison libjansson-dev libgtest-dev
-          libopenblas-dev libmpich-dev mpich python3-numpy python3-jsonschema python3-yaml)
+          libopenblas-dev libmpich-dev mpich python3-numpy python3-jsonschema python3-yaml pre-commit)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -289,7 +289,8 @@ int tp_diags_render(const tp_diag_unit *units, int n, tp_diag_format fmt,
         free(s);
     } else {
         for (int i = 0; i < n; i++) {
-            char *s = tp_diags_render_text(units[i].diags, units[i].src, opts->color);
+            char *s = fmt == TP_FMT_GITHUB ? tp_diags_render_github(&units[i], opts->cwd)
+                                           : tp_diags_render_text(units[i].diags, units[i].src, opts->color);
             tp_buf_append(&b, s);
             free(s);
         }

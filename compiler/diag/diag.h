@@ -101,7 +101,7 @@ void tp_diags_limit(tp_diags *d, int limit);
 /* Remove the diagnostics whose drop[i] is set and count the rest again. */
 void tp_diags_drop(tp_diags *d, const unsigned char *drop);
 
-typedef enum tp_diag_format { TP_FMT_TEXT, TP_FMT_JSON, TP_FMT_SARIF } tp_diag_format;
+typedef enum tp_diag_format { TP_FMT_TEXT, TP_FMT_JSON, TP_FMT_SARIF, TP_FMT_GITHUB } tp_diag_format;
 
 /* One plan's findings. JSON and SARIF render any number of these as one
  * document; text renders each in turn. */
@@ -114,7 +114,7 @@ typedef struct tp_diag_unit {
 
 typedef struct tp_render_opts {
     int color;                  /* ANSI colours (text only) */
-    const char *cwd;            /* absolute: relative paths are relative to it (SARIF) */
+    const char *cwd;            /* absolute: relative paths are relative to it (SARIF, GitHub) */
     const char *root;           /* absolute: SARIF URIs are relative to it (%SRCROOT%) */
 } tp_render_opts;
 
@@ -128,6 +128,9 @@ int tp_diags_render(const tp_diag_unit *units, int n, tp_diag_format fmt,
 char *tp_diags_render_text(const tp_diags *d, const tp_sources *src, int color);
 char *tp_diags_render_json(const tp_diag_unit *units, int n);
 char *tp_diags_render_sarif(const tp_diag_unit *units, int n, const tp_render_opts *opts);
+/* GitHub Actions' workflow commands (diag/github.c), paths below cwd
+ * relative to it. */
+char *tp_diags_render_github(const tp_diag_unit *u, const char *cwd);
 
 /* What became of one fix-it (--fix). */
 typedef enum tp_fix_status {

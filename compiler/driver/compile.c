@@ -50,10 +50,10 @@ static int load(tp_unit *u, const char *path, tp_span from)
 /* The model file must be one the plan may read (input_roots.h): the
  * error points at the plan's model line. */
 static bool model_allowed(tp_unit *u, const char *plan_path, const char *model_path, tp_span from,
-                          const tp_compile_opts *opts)
+                          const tp_model_dirs *dirs, const tp_compile_opts *opts)
 {
     tp_roots roots;
-    tp_roots_for_plan(&roots, plan_path, opts->allow_outside, opts->nallow_outside);
+    tp_roots_for_plan(&roots, plan_path, dirs, opts->allow_outside, opts->nallow_outside);
     char err[1024], help[1024];
     int rc = tp_roots_check(&roots, model_path, err, sizeof err, help, sizeof help);
     tp_roots_free(&roots);
@@ -64,6 +64,32 @@ static bool model_allowed(tp_unit *u, const char *plan_path, const char *model_p
         tp_diag_help(d, "%s", help);
     u->io_error = true;
     return false;
+}
+
+/* The plan's model file (model_path.h), one it may read, or NULL after
+ * an error at its model line that says where it was looked for. */
+static char *find_model(tp_unit *u, const char *plan_path, const tp_node *ref, const tp_compile_opts *opts)
+{
+    tp_model_dirs dirs;
+    tp_model_dirs_for_plan(&dirs, plan_path, opts->model_path, opts->nmodel_path);
+    char *path = tp_find_model(plan_path, ref->str, &dirs);
+    if (!path) {
+        char *err, *looked;
+        tp_model_not_found(plan_path, ref->str, &dirs, &err, &looked);
+        tp_diag *d = tp_diag_add(&u->diags, TP_ERROR, ref->span, "io", "%s", err);
+        tp_diag_note_at(d, TP_NO_SPAN, "%s", looked);
+        tp_diag_help(d, "name the model's path relative to the plan, or put it in a models/ directory beside the "
+                        "plan or above it; a directory elsewhere goes in TPCC_MODEL_PATH or in model-path in "
+                        ".tpcc.toml or pyproject.toml's [tool.tpcc] (docs/lint.md)");
+        free(err);
+        free(looked);
+        u->io_error = true;
+    } else if (!model_allowed(u, plan_path, path, ref->span, &dirs, opts)) {
+        free(path);
+        path = NULL;
+    }
+    tp_model_dirs_free(&dirs);
+    return path;
 }
 
 static void bind_config_blocks(tp_unit *u, const tp_node *file, tp_cfg_origin origin)
@@ -96,11 +122,9 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     }
     if (nrefs > 1)
         tp_diag_add(&u->diags, TP_ERROR, ref->span, "plan", "a plan applies to one model; it names %d", nrefs);
-    char *model_path = tp_find_model(plan_path, ref->str);
-    if (!model_allowed(u, plan_path, model_path, ref->span, opts)) {
-        free(model_path);
+    char *model_path = find_model(u, plan_path, ref, opts);
+    if (!model_path)
         return;
-    }
     u->model_file = load(u, model_path, ref->span);
     free(model_path);
     if (u->model_file < 0)
@@ -119,7 +143,9 @@ void tp_compile(tp_unit *u, const char *plan_path, const tp_compile_opts *opts)
     for (int i = 0; i < opts->ndefines; i++) {
         char err[512];
         if (tp_config_override(&u->config, opts->defines[i], err, sizeof err) < 0) {
-            tp_diag_add(&u->diags, TP_ERROR, TP_NO_SPAN, "config", "%s", err);
+            const char *at = opts->define_at ? opts->define_at[i] : NULL;
+            tp_diag_add(&u->diags, TP_ERROR, TP_NO_SPAN, "config", "%s%s%s", at ? at : "", at ? ": defines: " : "",
+                        err);
             u->io_error = true;
         }
     }

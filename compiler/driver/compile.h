@@ -13,18 +13,21 @@
 #include "compiler/diag/source.h"
 
 typedef struct tp_compile_opts {
-    const char *const *defines; int ndefines;   /* "name=value" from -D */
+    const char *const *defines; int ndefines;   /* "name=value": a settings file's defines, then -D's */
     const char *hf_config;                      /* --hf-config FILE or NULL */
     bool optimize;                              /* -O1 (merge and drop redistributions) */
     tp_dtype dtype;                             /* element type of the program (--dtype) */
     bool program;                               /* run the passes: the per-rank program (ir) */
     bool train;                                 /* --train: the backward pass and the weights' gradients */
     tp_outer_loss loss;                         /* --loss: the loss on logits the model returns */
-    char *const *allow_outside;                 /* --allow-outside, resolved (input_roots.h) */
+    char *const *allow_outside;                 /* allow-outside, --allow-outside, resolved (input_roots.h) */
     int nallow_outside;
     bool recompute_given;                       /* --recompute: overrides the plan's train { recompute } */
     tp_recompute recompute;
     bool segments;                              /* --segments: attention within documents (passes.h) */
+    const char *const *define_at;               /* per define: "FILE:LINE:COL" of a settings file's, NULL for -D's */
+    char *const *model_path;                    /* the settings' model-path, absolute (model_path.h) */
+    int nmodel_path;
 } tp_compile_opts;
 
 typedef struct tp_unit {

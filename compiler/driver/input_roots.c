@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "compiler/driver/input_roots.h"
-#include "compiler/driver/model_path.h"
 #include "compiler/diag/source.h"
 #include "util/errmsg.h"
 #include "util/atomic_write.h"
@@ -33,26 +32,16 @@ static void add(tp_roots *r, const char *path)
     r->dirs[r->count++] = real;
 }
 
-void tp_roots_for_plan(tp_roots *r, const char *plan_path, char *const *allowed, int nallowed)
+void tp_roots_for_plan(tp_roots *r, const char *plan_path, const tp_model_dirs *models, char *const *allowed,
+                       int nallowed)
 {
     r->dirs = NULL;
     r->count = 0;
     char *plan_dir = tp_path_parent(plan_path);
     add(r, plan_dir);
     free(plan_dir);
-    char *models = tp_models_dir();
-    add(r, models);
-    free(models);
-    const char *env = getenv("TPCC_MODEL_PATH");
-    for (const char *dir = env; dir;) {
-        size_t len = strcspn(dir, ":");
-        if (len > 0) {
-            char *one = tp_xstrndup(dir, len);
-            add(r, one);
-            free(one);
-        }
-        dir = dir[len] ? dir + len + 1 : NULL;
-    }
+    for (int i = 0; i < models->count; i++)
+        add(r, models->dirs[i]);
     for (int i = 0; i < nallowed; i++)
         add(r, allowed[i]);
 }
@@ -91,16 +80,13 @@ int tp_roots_check(const tp_roots *r, const char *path, char *err, size_t errlen
         char *slash = strrchr(dir, '/');
         if (slash)
             slash[slash == dir] = '\0';   /* "/x" -> "/" */
-        char *models = tp_models_dir();
-        const char *where = "outside the directories a plan may read (the plan's own directory and below, %s, "
-                            "TPCC_MODEL_PATH, --allow-outside)";
-        char *why = tp_xasprintf(where, models);
+        const char *why = "outside the directories a plan may read (the plan's own directory and below, the "
+                          "models/ directories beside it and above it, tpcc's models, TPCC_MODEL_PATH, the "
+                          "settings' model-path and allow-outside, --allow-outside)";
         rc = strcmp(real, path) ? tp_error(err, errlen, "'%s' resolves to '%s', %s", path, real, why)
                                 : tp_error(err, errlen, "'%s' is %s", path, why);
-        tp_error(help, helplen, "move the file under the plan's directory or into %s, or allow its directory: "
-                 "--allow-outside %s", models, dir);
-        free(why);
-        free(models);
+        tp_error(help, helplen, "move the file under the plan's directory or into a models/ directory beside it, "
+                 "or allow its directory: --allow-outside %s", dir);
         free(dir);
     } else if (stat(real, &st) != 0) {
         rc = tp_error(err, errlen, "cannot open '%s': %s", path, strerror(errno));

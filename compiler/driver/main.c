@@ -12,9 +12,11 @@
 #include "compiler/driver/fix.h"
 #include "compiler/driver/input_roots.h"
 #include "compiler/driver/output.h"
+#include "compiler/driver/settings_find.h"
 #include "compiler/export/export.h"
 #include "compiler/front/config.h"
 #include "compiler/report/report.h"
+#include "util/atomic_write.h"
 #include "util/bytes.h"
 #include "sched/write.h"
 #include "sched/format.h"
@@ -63,6 +65,9 @@ static const char usage[] =
     "                             each (tprun --eos-id, --pad-id fill them)\n"
     "  -D name=value              override a configuration value (tp, seq, hidden, ...)\n"
     "  --allow-outside PATH       a plan may also read its model from PATH (repeatable)\n"
+    "  --config FILE              the settings of FILE (a .tpcc.toml, or a pyproject.toml's\n"
+    "                             [tool.tpcc]) for every plan, instead of the nearest file\n"
+    "  --isolated                 no settings file\n"
     "  --hf-config FILE|DIR       read hf(key, default) values from a Hugging Face config.json\n"
     "                             (or a model directory's), checked against the model's hf { }\n"
     "  --tp-plan auto             with --hf-config and no plan file: the plan transformers itself\n"
@@ -70,7 +75,8 @@ static const char usage[] =
     "  --fix                      apply the fixes that are sure to the plan files (never the\n"
     "                             model or config.json), then check the plans again\n"
     "  --diagnostics-format=FMT   text (default), json or sarif (SARIF 2.1.0): one document\n"
-    "                             for all the plans\n"
+    "                             for all the plans; github: GitHub Actions' annotations\n"
+    "  --output-format=FMT        the same (ruff's name)\n"
     "  --sarif-root DIR           SARIF URIs relative to DIR (default: the working directory)\n"
     "  --diagnostics-limit=N      show at most N diagnostics of each check per plan (default 100;\n"
     "                             0: all); the last one shown says how many more there are\n"
@@ -85,7 +91,9 @@ static const char usage[] =
     "  --version                  show the version\n"
     "\n"
     "A comment '# tpcc: ignore[CHECK]' on a line (or alone on the line above it)\n"
-    "silences CHECK's warnings there.\n"
+    "silences CHECK's warnings there. Settings (model-path, allow-outside, defines,\n"
+    "werror, warnings) come from the nearest .tpcc.toml or pyproject.toml [tool.tpcc]\n"
+    "above each plan; options override them (docs/lint.md).\n"
     "\n"
     "Examples (from the source tree; installed, the plans are in PREFIX/share/tpcc/plans):\n"
     "  tpcc --check plans/*.plan\n"
@@ -101,7 +109,7 @@ static const char usage[] =
 enum {
     OPT_CHECK = 256, OPT_EXPLAIN, OPT_HF, OPT_FIX, OPT_FORMAT, OPT_COLOR, OPT_VERSION, OPT_REPORT,
     OPT_REPORT_FORMAT, OPT_DUMP, OPT_RANK, OPT_DTYPE, OPT_EXPORT, OPT_SARIF_ROOT, OPT_TP_PLAN, OPT_TRAIN, OPT_LOSS, OPT_RECOMPUTE, OPT_SEGMENTS, OPT_DEVICE_MEMORY,
-    OPT_ALLOW_OUTSIDE, OPT_DIAG_LIMIT,
+    OPT_ALLOW_OUTSIDE, OPT_DIAG_LIMIT, OPT_CONFIG, OPT_ISOLATED,
 };
 
 /* Diagnostics of one check shown per plan unless --diagnostics-limit says
@@ -125,7 +133,10 @@ typedef struct cli {
     const char **defines; int ndefines;
     char **allow_outside; int nallow_outside;   /* --allow-outside, resolved */
     const char *hf, *out, *dump, *sarif_root;
-    tp_lint lint;               /* -W, -Werror */
+    const char **warnings; int nwarnings;       /* -W arguments (-Werror is "error"), checked */
+    bool output;                /* -o, --report or --export: what an unsupported finding stops (exit 3) */
+    const char *config;         /* --config FILE */
+    bool isolated;              /* --isolated: no settings file */
     tp_diag_format format;
     tp_report_format report_format;
     tp_dtype dtype;
@@ -187,9 +198,19 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
     case OPT_HF: o->hf = arg; return 0;
     case OPT_SARIF_ROOT: o->sarif_root = arg; return 0;
     case 'W': {
+        /* checked now, applied per plan after its settings file's (plan_opts_init) */
         char err[512];
-        return tp_lint_option(&o->lint, arg, err, sizeof err) < 0 ? bad_usage("%s", err) : 0;
+        tp_lint scratch = {0};
+        int rc = tp_lint_option(&scratch, arg, err, sizeof err);
+        tp_lint_free(&scratch);
+        if (rc < 0)
+            return bad_usage("%s", err);
+        o->warnings = tp_xreallocarray(o->warnings, (size_t)o->nwarnings + 1, sizeof *o->warnings);
+        o->warnings[o->nwarnings++] = arg;
+        return 0;
     }
+    case OPT_CONFIG: o->config = arg; return 0;
+    case OPT_ISOLATED: o->isolated = true; return 0;
     case OPT_ALLOW_OUTSIDE: {
         char err[512];
         char *real = tp_roots_resolve(arg, err, sizeof err);
@@ -241,7 +262,8 @@ static int parse_option(cli *o, int c, const char *arg, char **argv)
         if (!strcmp(arg, "text")) o->format = TP_FMT_TEXT;
         else if (!strcmp(arg, "json")) o->format = TP_FMT_JSON;
         else if (!strcmp(arg, "sarif")) o->format = TP_FMT_SARIF;
-        else return bad_usage("--diagnostics-format must be text, json or sarif, not '%s'", arg);
+        else if (!strcmp(arg, "github")) o->format = TP_FMT_GITHUB;
+        else return bad_usage("--diagnostics-format must be text, json, sarif or github, not '%s'", arg);
         return 0;
     case OPT_DIAG_LIMIT: {
         int64_t n;
@@ -286,6 +308,14 @@ static int check_auto_plan(const cli *o, int argc, char **argv)
     return 0;
 }
 
+/* A pattern the shell left as it was because no file matches it
+ * (a *.plan in a directory without plans): no plan at all, not a
+ * plan that cannot be read. */
+static bool unmatched_pattern(const char *arg)
+{
+    return strpbrk(arg, "*?[") && access(arg, F_OK) != 0;
+}
+
 /* Returns 0 to run, 1 to exit successfully (help, version), -1 on a usage error. */
 static int parse_args(cli *o, int argc, char **argv)
 {
@@ -301,6 +331,7 @@ static int parse_args(cli *o, int argc, char **argv)
         {"fix", no_argument, 0, OPT_FIX},
         {"tp-plan", required_argument, 0, OPT_TP_PLAN},
         {"diagnostics-format", required_argument, 0, OPT_FORMAT},
+        {"output-format", required_argument, 0, OPT_FORMAT},     /* ruff's name */
         {"color", required_argument, 0, OPT_COLOR},
         {"sarif-root", required_argument, 0, OPT_SARIF_ROOT},
         {"diagnostics-limit", required_argument, 0, OPT_DIAG_LIMIT},
@@ -313,6 +344,8 @@ static int parse_args(cli *o, int argc, char **argv)
         {"segments", no_argument, 0, OPT_SEGMENTS},
         {"device-memory", required_argument, 0, OPT_DEVICE_MEMORY},
         {"allow-outside", required_argument, 0, OPT_ALLOW_OUTSIDE},
+        {"config", required_argument, 0, OPT_CONFIG},
+        {"isolated", no_argument, 0, OPT_ISOLATED},
         {0, 0, 0, 0},
     };
     int c;
@@ -326,6 +359,8 @@ static int parse_args(cli *o, int argc, char **argv)
         set_mode(o, MODE_COMPILE);
     if (o->modes > 1)
         return bad_usage("%s", "choose one of -o, --check, --explain, --report, --dump and --export");
+    if (o->config && o->isolated)
+        return bad_usage("%s", "--config FILE and --isolated (no settings file) exclude each other");
     if (o->loss != TP_LOSS_NONE && !o->train)
         return bad_usage("%s", "--loss goes with --train (the loss a training step computes on the logits)");
     if (o->recompute_given && !o->train)
@@ -337,7 +372,7 @@ static int parse_args(cli *o, int argc, char **argv)
     if (o->train && (o->mode == MODE_DUMP || o->mode == MODE_EXPORT || o->mode == MODE_EXPLAIN))
         return bad_usage("%s", "--train goes with -o, --check or --report");
     /* the outputs that cannot be made past an unsupported finding (exit 3) */
-    o->lint.output = o->mode == MODE_COMPILE || o->mode == MODE_REPORT || o->mode == MODE_EXPORT;
+    o->output = o->mode == MODE_COMPILE || o->mode == MODE_REPORT || o->mode == MODE_EXPORT;
     if (o->mode == MODE_DUMP && o->auto_plan)
         return bad_usage("%s", "--dump reads a schedule; --tp-plan auto is for checking and compiling");
     if (o->mode == MODE_DUMP)
@@ -346,18 +381,79 @@ static int parse_args(cli *o, int argc, char **argv)
         return check_auto_plan(o, argc, argv);
     if (optind >= argc)
         return bad_usage("%s", "no plan given");
+    for (int i = optind; i < argc; i++)
+        if (unmatched_pattern(argv[i]))
+            return bad_usage("no plan matches '%s' (the shell passes on a pattern that matches no file as it is): "
+                             "name the plans, or check where they are", argv[i]);
     if (o->mode != MODE_CHECK && argc - optind != 1)
         return bad_usage("%s", "-o, --explain, --report and --export take one plan");
     return 0;
 }
 
-static tp_compile_opts compile_opts(const cli *o, bool optimize)
+/* What one plan is checked with: its settings file's values, then the
+ * command line's on top (settings.h). */
+typedef struct plan_opts {
+    const tp_settings *settings;            /* NULL: none */
+    const char **defines, **define_at;      /* the file's, then -D's (define_at NULL) */
+    int ndefines;
+    char **allow_outside;                   /* the file's and --allow-outside's (borrowed) */
+    int nallow_outside;
+    tp_lint lint;                           /* the file's -W and -Werror, then the command line's */
+} plan_opts;
+
+static void plan_opts_init(plan_opts *p, const cli *o, const tp_settings *s)
+{
+    static const tp_settings none;
+    memset(p, 0, sizeof *p);
+    p->settings = s;
+    if (!s)
+        s = &none;
+    p->ndefines = s->ndefines + o->ndefines;
+    p->defines = tp_xcalloc((size_t)p->ndefines + 1, sizeof *p->defines);
+    p->define_at = tp_xcalloc((size_t)p->ndefines + 1, sizeof *p->define_at);
+    for (int i = 0; i < s->ndefines; i++) {
+        p->defines[i] = s->defines[i];
+        p->define_at[i] = s->define_at[i];
+    }
+    for (int i = 0; i < o->ndefines; i++)
+        p->defines[s->ndefines + i] = o->defines[i];
+    p->nallow_outside = s->nallow_outside + o->nallow_outside;
+    p->allow_outside = tp_xcalloc((size_t)p->nallow_outside + 1, sizeof *p->allow_outside);
+    for (int i = 0; i < s->nallow_outside; i++)
+        p->allow_outside[i] = s->allow_outside[i];
+    for (int i = 0; i < o->nallow_outside; i++)
+        p->allow_outside[s->nallow_outside + i] = o->allow_outside[i];
+    /* both lists were checked when they were read: neither can fail here */
+    char err[512];
+    for (int i = 0; i < s->nwarnings; i++)
+        tp_lint_option(&p->lint, s->warnings[i], err, sizeof err);
+    for (int i = 0; i < o->nwarnings; i++)
+        tp_lint_option(&p->lint, o->warnings[i], err, sizeof err);
+    p->lint.output = o->output;
+}
+
+static void plan_opts_free(plan_opts *p)
+{
+    free(p->defines);
+    free(p->define_at);
+    free(p->allow_outside);
+    tp_lint_free(&p->lint);
+}
+
+static tp_compile_opts compile_opts(const cli *o, const plan_opts *p, bool optimize)
 {
     /* --check --train derives the backward too: what it cannot differentiate is an error there */
     bool program = o->mode == MODE_COMPILE || o->mode == MODE_REPORT || (o->mode == MODE_CHECK && o->train);
-    return (tp_compile_opts){o->defines,   o->ndefines, o->hf,   optimize,          o->dtype,
-                             program,      o->train,    o->loss, o->allow_outside, o->nallow_outside,
-                             o->recompute_given, o->recompute, o->segments};
+    tp_compile_opts c = {.defines = p->defines, .ndefines = p->ndefines, .define_at = p->define_at,
+                         .hf_config = o->hf, .optimize = optimize, .dtype = o->dtype, .program = program,
+                         .train = o->train, .loss = o->loss, .allow_outside = p->allow_outside,
+                         .nallow_outside = p->nallow_outside, .recompute_given = o->recompute_given,
+                         .recompute = o->recompute, .segments = o->segments};
+    if (p->settings) {
+        c.model_path = p->settings->model_path;
+        c.nmodel_path = p->settings->nmodel_path;
+    }
+    return c;
 }
 
 /* The exit status of linted findings: 2 when an input could not be read,
@@ -365,7 +461,7 @@ static tp_compile_opts compile_opts(const cli *o, bool optimize)
  * for (a schedule, a report, an export: none can be made), else 0. */
 static int findings_status(const cli *o, const tp_diags *d, bool unreadable)
 {
-    return unreadable ? 2 : d->errors ? 1 : d->unsupported && o->lint.output ? 3 : 0;
+    return unreadable ? 2 : d->errors ? 1 : d->unsupported && o->output ? 3 : 0;
 }
 
 /* The more serious of two exit statuses: 2 (usage, unreadable input) over
@@ -378,10 +474,10 @@ static int worse_status(int a, int b)
 
 /* Apply -W and suppressions to the unit's diagnostics, apply --fix, then
  * hand them to the output. Returns the exit status. */
-static int finish_diagnostics(const cli *o, tp_unit *u, const char *path, tp_output *output)
+static int finish_diagnostics(const cli *o, const plan_opts *p, tp_unit *u, const char *path, tp_output *output)
 {
     tp_diags_sort(&u->diags);
-    tp_lint_apply(&u->diags, &o->lint);
+    tp_lint_apply(&u->diags, &p->lint);
     tp_diags_limit(&u->diags, o->diag_limit);
     int rc = findings_status(o, &u->diags, u->io_error);
     if (tp_output_add(output, path, &u->diags, &u->src, rc) < 0)
@@ -437,9 +533,9 @@ static int compile_to_file(const cli *o, tp_unit *u, const char *path)
     return 0;
 }
 
-static int report(const cli *o, tp_unit *u, const char *path)
+static int report(const cli *o, const plan_opts *p, tp_unit *u, const char *path)
 {
-    tp_compile_opts opts = compile_opts(o, false);
+    tp_compile_opts opts = compile_opts(o, p, false);
     tp_unit unopt;
     tp_compile(&unopt, path, &opts);
     int rc = 0;
@@ -460,9 +556,11 @@ static int write_export(const char *text, const char *out)
 }
 
 /* Run one plan in the selected mode; returns its exit status. */
-static int run_plan(const cli *o, const char *path, tp_output *output)
+static int run_plan(const cli *o, const tp_settings *settings, const char *path, tp_output *output)
 {
-    tp_compile_opts opts = compile_opts(o, o->optimize);
+    plan_opts p;
+    plan_opts_init(&p, o, settings);
+    tp_compile_opts opts = compile_opts(o, &p, o->optimize);
     tp_unit u;
     tp_compile(&u, path, &opts);
     char msg[1024];
@@ -470,9 +568,10 @@ static int run_plan(const cli *o, const char *path, tp_output *output)
     if (writes_out && tp_output_clobbers_input(o->out, &u, o->mode == MODE_COMPILE, msg, sizeof msg)) {
         fprintf(stderr, "tpcc: %s\n", msg);
         tp_unit_free(&u);
+        plan_opts_free(&p);
         return 2;
     }
-    int fix_rc = o->fix ? fix(&u, path, &opts, &o->lint) : 0;
+    int fix_rc = o->fix ? fix(&u, path, &opts, &p.lint) : 0;
     if (o->mode == MODE_EXPLAIN && u.built)
         tp_explain_print(&u.analysis, &u.plan, stdout);
     char *exported = NULL;
@@ -484,7 +583,7 @@ static int run_plan(const cli *o, const char *path, tp_output *output)
             u.io_error = true;
         }
     }
-    int rc = finish_diagnostics(o, &u, path, output);
+    int rc = finish_diagnostics(o, &p, &u, path, output);
     rc = worse_status(rc, fix_rc);
     if (rc == 0 && exported)
         rc = write_export(exported, o->out);
@@ -492,15 +591,16 @@ static int run_plan(const cli *o, const char *path, tp_output *output)
     if (rc == 0 && o->mode == MODE_COMPILE)
         rc = compile_to_file(o, &u, path);
     else if (rc == 0 && o->mode == MODE_REPORT)
-        rc = report(o, &u, path);
+        rc = report(o, &p, &u, path);
     tp_unit_free(&u);
+    plan_opts_free(&p);
     return rc;
 }
 
 /* --tp-plan auto: the shipped plan config.json's model_type picks, or a
  * finding in config.json saying why there is none: an error (exit 2, as
  * an unreadable input) or what tpcc cannot handle yet (a MoE family). */
-static int run_auto_plan(const cli *o, tp_output *output)
+static int run_auto_plan(const cli *o, const tp_settings *settings, tp_output *output)
 {
     char *config = tp_config_json_path(o->hf);
     char *plans_dir = tp_plans_dir();
@@ -511,10 +611,13 @@ static int run_auto_plan(const cli *o, tp_output *output)
     char *plan = tp_auto_plan(config, plans_dir, &src, &diags);
     int rc;
     if (plan) {
-        rc = run_plan(o, plan, output);
+        rc = run_plan(o, settings, plan, output);
     } else {
         bool unreadable = diags.errors > 0;
-        tp_lint_apply(&diags, &o->lint);
+        plan_opts p;
+        plan_opts_init(&p, o, settings);
+        tp_lint_apply(&diags, &p.lint);
+        plan_opts_free(&p);
         rc = findings_status(o, &diags, unreadable);
         if (tp_output_add(output, config, &diags, &src, rc) < 0)
             rc = 2;
@@ -527,9 +630,30 @@ static int run_auto_plan(const cli *o, tp_output *output)
     return rc;
 }
 
+/* The settings file of each plan (settings_find.h), of --tp-plan auto's
+ * in settings[nplans]: its plan is tpcc's own, so its settings are the
+ * working directory's. Returns 0, or 2 after saying what is wrong. */
+static int find_settings(const cli *o, char **plans, int nplans, tp_settings_cache *cache,
+                         const tp_settings **settings)
+{
+    char err[1024];
+    for (int i = 0; i <= nplans && !o->isolated; i++) {
+        if (i == nplans && !o->auto_plan)
+            break;
+        char *dir = i < nplans ? tp_path_parent(plans[i]) : tp_xstrdup(".");
+        int rc = tp_settings_for(cache, dir, o->config, &settings[i], err, sizeof err);
+        free(dir);
+        if (rc < 0) {
+            fprintf(stderr, "tpcc: %s\n", err);
+            return 2;
+        }
+    }
+    return 0;
+}
+
 static void cli_free(cli *o)
 {
-    tp_lint_free(&o->lint);
+    free(o->warnings);
     free(o->defines);
     for (int i = 0; i < o->nallow_outside; i++)
         free(o->allow_outside[i]);
@@ -556,26 +680,34 @@ static int run(int argc, char **argv)
         cli_free(&o);
         return rc < 0 ? 2 : 0;
     }
+    /* every plan's settings file before anything is written: a broken
+     * one is a usage error, with nothing half-written */
+    int nplans = argc - optind;
+    tp_settings_cache cache = {0};
+    const tp_settings **settings = tp_xcalloc((size_t)nplans + 1, sizeof *settings);
+    int rc = find_settings(&o, argv + optind, nplans, &cache, settings);
     int color = o.color < 0 ? isatty(STDERR_FILENO) && !getenv("NO_COLOR") : o.color;
-    tp_output output;
+    tp_output output = {0};
     char err[512];
-    int rc = 0;
     /* an export on stdout keeps stdout for itself */
     FILE *docs = o.mode == MODE_EXPORT ? stderr : stdout;
-    if (tp_output_init(&output, o.format, color, docs, o.sarif_root, err, sizeof err) < 0) {
+    if (rc == 0 &&
+        tp_output_init(&output, o.format, color, o.mode == MODE_CHECK, docs, o.sarif_root, err, sizeof err) < 0) {
         fprintf(stderr, "tpcc: %s\n", err);
         rc = 2;
-    } else {
+    } else if (rc == 0) {
         if (o.auto_plan)
-            rc = run_auto_plan(&o, &output);
-        for (int i = optind; i < argc; i++) {
-            int one = run_plan(&o, argv[i], &output);
+            rc = run_auto_plan(&o, settings[nplans], &output);
+        for (int i = 0; i < nplans; i++) {
+            int one = run_plan(&o, settings[i], argv[optind + i], &output);
             rc = worse_status(rc, one);
         }
         if (tp_output_finish(&output) < 0)
             rc = write_failed(docs, "the diagnostics");
     }
     tp_output_free(&output);
+    free(settings);
+    tp_settings_cache_free(&cache);
     cli_free(&o);
     return rc;
 }

@@ -2,28 +2,20 @@
 #define _XOPEN_SOURCE 700   /* readlink */
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "compiler/driver/model_path.h"
+#include "compiler/driver/project_dirs.h"
 #include "compiler/diag/source.h"
+#include "util/atomic_write.h"
 #include "util/xalloc.h"
 
 static int readable(const char *path)
 {
     return access(path, R_OK) == 0;
-}
-
-/* dir/name when it exists, else NULL */
-static char *in_dir(const char *dir, size_t dirlen, const char *name)
-{
-    if (dirlen == 0)
-        return NULL;
-    char *p = tp_xasprintf("%.*s/%s", (int)dirlen, dir, name);
-    if (readable(p))
-        return p;
-    free(p);
-    return NULL;
 }
 
 char *tp_installed_dir(const char *what)
@@ -52,25 +44,97 @@ char *tp_models_dir(void)
     return tp_xstrdup(TPCC_MODELS_DIR);
 }
 
-char *tp_find_model(const char *plan_path, const char *ref)
+/* Takes dir; drops it when the list has it already. */
+static void add_dir(tp_model_dirs *d, char *dir)
+{
+    for (int i = 0; i < d->count; i++)
+        if (!strcmp(d->dirs[i], dir)) {
+            free(dir);
+            return;
+        }
+    d->dirs = tp_xreallocarray(d->dirs, (size_t)d->count + 1, sizeof *d->dirs);
+    d->dirs[d->count++] = dir;
+}
+
+/* dir/models when it is a directory and not a symbolic link */
+static char *models_in(const char *dir)
+{
+    char *models = tp_xasprintf("%s/models", strcmp(dir, "/") ? dir : "");
+    struct stat st;
+    if (lstat(models, &st) == 0 && S_ISDIR(st.st_mode))
+        return models;
+    free(models);
+    return NULL;
+}
+
+void tp_model_dirs_for_plan(tp_model_dirs *d, const char *plan_path, char *const *configured, int nconfigured)
+{
+    d->dirs = NULL;
+    d->count = 0;
+    const char *env = getenv("TPCC_MODEL_PATH");
+    for (const char *dir = env; dir;) {
+        size_t len = strcspn(dir, ":");
+        if (len > 0)
+            add_dir(d, tp_xstrndup(dir, len));
+        dir = dir[len] ? dir + len + 1 : NULL;
+    }
+    for (int i = 0; i < nconfigured; i++)
+        add_dir(d, tp_xstrdup(configured[i]));
+    char *plan_dir = tp_path_parent(plan_path);
+    char **above;
+    int nabove = tp_project_dirs(plan_dir, &above);
+    free(plan_dir);
+    for (int i = 0; i < nabove; i++) {
+        char *models = models_in(above[i]);
+        if (models)
+            add_dir(d, models);
+    }
+    tp_project_dirs_free(above, nabove);
+    add_dir(d, tp_models_dir());
+}
+
+void tp_model_dirs_free(tp_model_dirs *d)
+{
+    for (int i = 0; i < d->count; i++)
+        free(d->dirs[i]);
+    free(d->dirs);
+    d->dirs = NULL;
+    d->count = 0;
+}
+
+static const char *file_name(const char *ref)
+{
+    const char *slash = strrchr(ref, '/');
+    return slash ? slash + 1 : ref;
+}
+
+char *tp_find_model(const char *plan_path, const char *ref, const tp_model_dirs *dirs)
 {
     char *beside = tp_path_relative_to(plan_path, ref);
     if (ref[0] == '/' || readable(beside))
         return beside;
-    const char *name = strrchr(ref, '/') ? strrchr(ref, '/') + 1 : ref;
-    char *found = NULL;
-    const char *env = getenv("TPCC_MODEL_PATH");
-    for (const char *dir = env; dir && !found;) {
-        size_t len = strcspn(dir, ":");
-        found = in_dir(dir, len, name);
-        dir = dir[len] ? dir + len + 1 : NULL;
-    }
-    char *installed = found ? NULL : tp_installed_dir("models");
-    if (installed)
-        found = in_dir(installed, strlen(installed), name);
-    free(installed);
-    if (!found)
-        return beside;
     free(beside);
-    return found;
+    const char *name = file_name(ref);
+    for (int i = 0; i < dirs->count && *name; i++) {
+        char *p = tp_xasprintf("%s/%s", dirs->dirs[i], name);
+        if (readable(p))
+            return p;
+        free(p);
+    }
+    return NULL;
+}
+
+void tp_model_not_found(const char *plan_path, const char *ref, const tp_model_dirs *dirs, char **err,
+                        char **looked)
+{
+    char *beside = tp_path_relative_to(plan_path, ref);
+    *err = tp_xasprintf("cannot find the model '%s' (not at '%s', nor in a directory models are looked for in)",
+                        ref, beside);
+    tp_buf b;
+    tp_buf_init(&b);
+    tp_buf_appendf(&b, "looked for '%s' in", file_name(ref));
+    for (int i = 0; i < dirs->count; i++)
+        tp_buf_appendf(&b, "%s %s", i ? "," : "", dirs->dirs[i]);
+    *looked = tp_buf_take(&b);
+    free(beside);
 }

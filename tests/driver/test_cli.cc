@@ -52,14 +52,43 @@ TEST(Cli, BinaryExists)
 
 // --- exit statuses ------------------------------------------------------------------------------
 
-TEST(CliExit, CleanPlanIsZeroAndSilent)
+// A clean check says so in one line, as ruff does; -o and the other modes stay silent.
+TEST(CliExit, CleanPlanIsZeroAndOneLine)
 {
     Proc r = run({"--check", kClean, "-D", "layers=2"});
     EXPECT_EQ(r.code(), 0) << r.describe();
-    EXPECT_EQ(r.err, "") << r.describe();
+    EXPECT_EQ(r.err, "All checks passed! (1 plan)\n") << r.describe();
     EXPECT_EQ(r.out, "") << r.describe();
     // --check is the default
     EXPECT_EQ(run({kClean, "-D", "layers=2"}).code(), 0);
+    Proc two = run({"--check", kClean, kClean, "-D", "layers=2"});
+    EXPECT_EQ(two.err, "All checks passed! (2 plans)\n") << two.describe();
+    // a warning is a finding: its summary is clang's, not this line
+    Proc warns = run({"--check", kClean, source_path("plans/llama-sp-input-layouts.plan"), "-D", "layers=2"});
+    EXPECT_EQ(warns.code(), 0) << warns.describe();
+    EXPECT_FALSE(contains(warns.err, "All checks passed")) << warns.describe();
+    TempDir dir;
+    Proc compiled = run({kClean, "-D", "layers=2", "-o", dir.path + "/x.sched"});
+    EXPECT_EQ(compiled.code(), 0) << compiled.describe();
+    EXPECT_EQ(compiled.err, "") << "compiling stays silent";
+}
+
+// No plan at all, or a pattern the shell passed on unmatched: a usage
+// error that writes nothing, not an empty document.
+TEST(CliExit, NoPlanWritesNothing)
+{
+    for (const std::vector<std::string> &args :
+         {std::vector<std::string>{"--check", "--diagnostics-format=sarif"},
+          std::vector<std::string>{"--check", "--diagnostics-format=sarif", source_path("plans") + "/*.nothing"},
+          std::vector<std::string>{"--check", "--diagnostics-format=json", kClean, source_path("plans/nope-[0-9].plan")}}) {
+        Proc r = run(args);
+        EXPECT_EQ(r.code(), 2) << r.describe();
+        EXPECT_EQ(r.out, "") << r.describe();
+        EXPECT_TRUE(contains(r.err, "no plan")) << r.describe();
+    }
+    Proc pattern = run({"--check", source_path("plans") + "/*.nothing"});
+    EXPECT_TRUE(contains(pattern.err, "tpcc: no plan matches '" + source_path("plans") + "/*.nothing' (the shell passes "
+                                      "on a pattern that matches no file as it is)")) << pattern.describe();
 }
 
 TEST(CliExit, BadPlanIsOne)
@@ -673,7 +702,7 @@ TEST(CliHfArchitecture, RealQwen2ConfigDividesAsPublished)
     for (const char *tp : {"2", "4"}) {
         Proc r = run({"--check", "--hf-config", fixture("qwen2.5-7b"), plan, "-D", std::string("tp=") + tp});
         EXPECT_EQ(r.code(), 0) << "tp " << tp << "\n" << r.describe();
-        EXPECT_EQ(r.err, "") << "tp " << tp << ": every key is read or understood\n" << r.describe();
+        EXPECT_EQ(r.err, "All checks passed! (1 plan)\n") << "tp " << tp << ": every key is read or understood\n" << r.describe();
     }
     Proc r = run({"--check", "--hf-config", fixture("qwen2.5-7b"), plan, "-D", "tp=8"});
     EXPECT_EQ(r.code(), 1) << r.describe();
@@ -687,7 +716,7 @@ TEST(CliHfKeys, SlidingWindowIsUnsupportedOnlyBelowSeq)
     std::string cfg = fixture("llama-sliding.config.json");
     Proc at_2048 = run({"--check", "--hf-config", cfg, kClean});
     EXPECT_EQ(at_2048.code(), 0) << "a 4096 window at seq 2048 changes nothing\n" << at_2048.describe();
-    EXPECT_EQ(at_2048.err, "") << at_2048.describe();
+    EXPECT_EQ(at_2048.err, "All checks passed! (1 plan)\n") << at_2048.describe();
     Proc at_8192 = run({"--check", "--hf-config", cfg, kClean, "-D", "seq=8192"});
     EXPECT_EQ(at_8192.code(), 0) << at_8192.describe();
     EXPECT_TRUE(contains(at_8192.err, "llama-sliding.config.json:10:3: unsupported: ")) << at_8192.describe();
@@ -859,7 +888,7 @@ TEST(CliHfKeys, PlanValueOverConfigJsonIsAWarning)
                                 "[config-override]")) << r.describe();
     EXPECT_TRUE(contains(r.err, "-D kv_heads=... wins over both")) << r.describe();
     Proc without = run({"--check", path});
-    EXPECT_EQ(without.err, "") << "no config.json, nothing overridden\n" << without.describe();
+    EXPECT_EQ(without.err, "All checks passed! (1 plan)\n") << "no config.json, nothing overridden\n" << without.describe();
 }
 
 TEST(CliHfKeys, ModelWithoutHfBlockIsAWarning)
@@ -882,7 +911,7 @@ TEST(CliHfArchitecture, PublishedGpt2ConfigChecksClean)
     for (const char *tp : {"2", "4"}) {
         Proc r = run({"--check", "--hf-config", fixture("gpt2.config.json"), plan, "-D", std::string("tp=") + tp});
         EXPECT_EQ(r.code(), 0) << "tp " << tp << "\n" << r.describe();
-        EXPECT_EQ(r.err, "") << "tp " << tp << ": every key is read or understood\n" << r.describe();
+        EXPECT_EQ(r.err, "All checks passed! (1 plan)\n") << "tp " << tp << ": every key is read or understood\n" << r.describe();
     }
     Proc r = run({"--check", "--hf-config", fixture("gpt2.config.json"), plan, "-D", "tp=8"});
     EXPECT_EQ(r.code(), 1) << r.describe();

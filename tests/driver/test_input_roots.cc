@@ -197,6 +197,90 @@ TEST(InputRoots, ModelPathDirectoriesAreAllowed)
     EXPECT_EQ(r.code(), 0) << r.describe();
 }
 
+// plans/ beside models/, as the repository lays them out, copied anywhere:
+// every shipped plan finds its model in the copy (its ../models/ line, and
+// a bare name through the models/ directories above the plan), never
+// refused as outside, with the same verdict as in the source tree.
+TEST(ModelPath, CopiedPlansAndModelsFindEachOther)
+{
+    TempDir dir;
+    fs::copy(source_path("plans"), dir.path + "/plans", fs::copy_options::recursive);
+    fs::copy(source_path("models"), dir.path + "/models", fs::copy_options::recursive);
+    std::vector<std::string> copies = {"--check", "-D", "tp=2"}, originals = copies;
+    for (const char *sub : {"plans", "plans/hf"})
+        for (const auto &e : fs::directory_iterator(dir.path + "/" + sub))
+            if (e.path().extension() == ".plan") {
+                copies.push_back(e.path().string());
+                originals.push_back(source_path(std::string(sub) + "/" + e.path().filename().string()));
+            }
+    ASSERT_GT(copies.size(), 20u);
+    // no TPCC_MODEL_PATH: only what the copy holds
+    Proc copied = tpcc(copies, {"TPCC_MODEL_PATH="});
+    Proc original = tpcc(originals, {"TPCC_MODEL_PATH="});
+    EXPECT_FALSE(contains(copied.err, "[io]")) << copied.describe();
+    EXPECT_EQ(copied.code(), original.code()) << copied.describe();
+    std::string err = copied.err;
+    for (size_t at; (at = err.find(dir.path + "/")) != std::string::npos;)
+        err.erase(at, dir.path.size() + 1);
+    std::string want = original.err;
+    const std::string src = std::string(TPCC_SOURCE_DIR) + "/";
+    for (size_t at; (at = want.find(src)) != std::string::npos;)
+        want.erase(at, src.size());
+    EXPECT_EQ(err, want);
+
+    // a bare name: the models/ beside plans/ has it
+    std::string text = slurp(source_path("plans/llama-tiny.plan"));
+    tpcc_test::replace_once(text, kModelLine, "\"llama.model\"");
+    std::string bare = dir.write("plans/bare.plan", text);
+    Proc r = tpcc({"--check", bare}, {"TPCC_MODEL_PATH="});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+    // and one level deeper, as plans/hf/ is
+    fs::create_directories(dir.path + "/plans/deeper");
+    r = tpcc({"--check", dir.write("plans/deeper/bare.plan", text)}, {"TPCC_MODEL_PATH="});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+}
+
+// A build-tree tpcc finds its source tree's models by name (an installed
+// one, its share/tpcc/models): README's `model "llama.model"` works from
+// the build directory.
+TEST(ModelPath, BuildTreeTpccFindsItsModels)
+{
+    Tree t;
+    Proc r = tpcc({"--check", t.plan("llama.model")}, {"TPCC_MODEL_PATH="});
+    EXPECT_EQ(r.code(), 0) << r.describe();
+}
+
+// Nowhere to be found: the error says where tpcc looked and how to fix it.
+TEST(ModelPath, NotFoundSaysWhereItLooked)
+{
+    Tree t;
+    t.llama("models/other.model");
+    Proc r = tpcc({"--check", t.plan("mine.model")}, {"TPCC_MODEL_PATH=" + t.outside});
+    expect_refused(r, "cannot find the model 'mine.model' (not at '" + t.plan_dir +
+                          "/mine.model', nor in a directory models are looked for in)");
+    EXPECT_TRUE(contains(r.err, "note: looked for 'mine.model' in " + t.outside + ", " + t.dir.path + "/models, " +
+                                    std::string(TPCC_SOURCE_DIR) + "/models\n")) << r.describe();
+    EXPECT_TRUE(contains(r.err, "fix: name the model's path relative to the plan, or put it in a models/ directory "
+                                "beside the plan or above it; a directory elsewhere goes in TPCC_MODEL_PATH or in "
+                                "model-path")) << r.describe();
+}
+
+// A models/ that is a symbolic link is not looked in (it could lead
+// anywhere); nor is anything above the repository's root.
+TEST(ModelPath, SymlinkedModelsAndAboveTheRootAreNotSearched)
+{
+    Tree t;
+    t.llama("outside/mine.model");
+    ASSERT_EQ(symlink(t.outside.c_str(), (t.dir.path + "/models").c_str()), 0);
+    Proc r = tpcc({"--check", t.plan("mine.model")}, {"TPCC_MODEL_PATH="});
+    expect_refused(r, "cannot find the model 'mine.model'");
+    fs::remove(t.dir.path + "/models");
+    t.llama("models/mine.model");
+    EXPECT_EQ(tpcc({"--check", t.plan("mine.model")}, {"TPCC_MODEL_PATH="}).code(), 0);
+    fs::create_directories(t.plan_dir + "/.git");
+    expect_refused(tpcc({"--check", t.plan("mine.model")}, {"TPCC_MODEL_PATH="}), "cannot find the model");
+}
+
 TEST(InputRoots, AllowOutsideMustExist)
 {
     Tree t;

@@ -114,7 +114,7 @@ Checked check(const std::string &plan, const char *hf_config, int limit = 100)
 {
     char *allow[] = {const_cast<char *>(models_dir())};
     tp_compile_opts opts = {nullptr, 0, hf_config, true, TP_F32, false, false, TP_LOSS_NONE, allow, 1,
-                            false, TP_RECOMPUTE_NONE, false};
+                            false, TP_RECOMPUTE_NONE, false, nullptr, nullptr, 0};
     tp_lint lint = {};
     double start = cpu_seconds();
     tp_unit u;

@@ -3,7 +3,8 @@
 // against the OASIS SARIF 2.1.0 schema; locations for I/O errors; URIs
 // relative to --sarif-root; fingerprints that survive unrelated edits;
 // -Werror, -W and "# tpcc: ignore[...]" comments; unsupported findings
-// (their level, exit statuses and -W); every check documented
+// (their level, exit statuses and -W); GitHub's workflow commands; every
+// check documented
 // in docs/checks.md; the pre-commit hook and the workflow file.
 #include <gtest/gtest.h>
 
@@ -369,6 +370,27 @@ TEST(LintSarif, AutoPlanFailureIsAResult)
     expect_valid_sarif(r.out);
 }
 
+// --- GitHub annotations ----------------------------------------------------------------------------
+
+// --diagnostics-format=github: a workflow command per finding on stdout,
+// paths relative to the working directory (the source tree here), the
+// suppressed findings left out; --output-format is the same option.
+TEST(LintGithub, Golden)
+{
+    std::vector<std::string> args = {"--check", "--diagnostics-format=github", "-D", "layers=2",
+                                     "tests/bad/relabel-rowwise-embedding.plan", "tests/lint/suppressed.plan"};
+    Proc r = tpcc(args);
+    EXPECT_EQ(r.code(), 1) << r.describe();
+    EXPECT_EQ(r.out, slurp(source_path("tests/lint/github.expected")));
+    EXPECT_EQ(r.err, "") << "stdout only";
+    args[1] = "--output-format=github";
+    EXPECT_EQ(tpcc(args).out, r.out);
+    // absolute paths below the working directory are relative too
+    args[4] = source_path("tests/bad/relabel-rowwise-embedding.plan");
+    args[5] = source_path("tests/lint/suppressed.plan");
+    EXPECT_EQ(tpcc(args).out, r.out);
+}
+
 // --- -Werror and -W ---------------------------------------------------------------------------------
 
 TEST(LintLevels, WerrorMakesWarningsErrors)
@@ -393,7 +415,7 @@ TEST(LintLevels, PerCheckLevels)
 {
     Proc off = tpcc({kWarns, "-D", "layers=2", "-W", "no-repeated-gather"});
     EXPECT_EQ(off.code(), 0);
-    EXPECT_EQ(off.err, "") << off.describe();
+    EXPECT_EQ(off.err, "All checks passed! (1 plan)\n") << off.describe();
 
     Proc err = tpcc({kWarns, "-D", "layers=2", "-W", "repeated-gather=error"});
     EXPECT_EQ(err.code(), 1);
@@ -443,7 +465,7 @@ TEST(LintLevels, GccSpellings)
     EXPECT_TRUE(contains(err.err, "[repeated-gather, -W repeated-gather=error]")) << err.describe();
     Proc off = tpcc({kWarns, "-D", "layers=2", "-Wno-repeated-gather"});
     EXPECT_EQ(off.code(), 0);
-    EXPECT_EQ(off.err, "") << off.describe();
+    EXPECT_EQ(off.err, "All checks passed! (1 plan)\n") << off.describe();
     EXPECT_EQ(tpcc({kWarns, "-Werror=repeated-gathr"}).code(), 2);
 }
 
@@ -518,7 +540,7 @@ TEST(LintSuppress, DroppedWarningsLeaveSuppressionsUsed)
 {
     Proc r = tpcc({kSuppressed, "-D", "layers=2", "-W", "no-repeated-gather", "-W", "no-unused-suppression"});
     EXPECT_EQ(r.code(), 0);
-    EXPECT_EQ(r.err, "") << r.describe();
+    EXPECT_EQ(r.err, "All checks passed! (1 plan)\n") << r.describe();
 }
 
 // --- unsupported: what tpcc cannot handle yet -----------------------------------------------------
@@ -567,7 +589,7 @@ TEST(LintUnsupported, LevelsAnswerToW)
     EXPECT_TRUE(contains(werror.err, "\n1 unsupported generated.\n")) << werror.describe();
     Proc off = tpcc({"--check", kUnsupported, "-D", "layers=2", "-W", "no-unsupported"});
     EXPECT_EQ(off.code(), 0) << off.describe();
-    EXPECT_EQ(off.err, "");
+    EXPECT_EQ(off.err, "All checks passed! (1 plan)\n");
     TempDir dir;
     Proc kept = tpcc({kUnsupported, "-D", "layers=2", "-W", "no-unsupported", "-o", dir.path + "/x.sched"});
     EXPECT_EQ(kept.code(), 3) << kept.describe();

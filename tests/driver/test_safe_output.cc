@@ -213,24 +213,26 @@ TEST(NoClobber, RelativeToAnotherDirectory)
 // ---- where a plan's model is found ----
 
 // Beside the plan first; else its file name in TPCC_MODEL_PATH (then the
-// installed models, which tests/install/test_install.sh checks).
+// models/ directories above the plan and tpcc's own: test_input_roots.cc;
+// the installed models: tests/install/test_install.sh).
 TEST(ModelPath, SearchedByFileNameInTpccModelPath)
 {
-    TempDir dir;
+    TempDir dir, elsewhere;
     std::string text = slurp(source_path("plans/llama-tiny.plan"));
-    text.replace(text.find("../models/llama.model"), 21, "llama.model");
+    text.replace(text.find("../models/llama.model"), 21, "mine.model");
     std::string plan = dir.write("mine.plan", text);
     Proc missing = tpcc_test::run_program(kTpcc, {"--check", plan});
     EXPECT_EQ(missing.code(), 2) << missing.describe();
-    EXPECT_TRUE(contains(missing.err, "llama.model")) << missing.describe();
+    EXPECT_TRUE(contains(missing.err, "mine.model")) << missing.describe();
+    elsewhere.write("mine.model", slurp(source_path("models/llama.model")));
     Proc found = tpcc_test::run_program(kTpcc, {"--check", plan},
-                                        {"TPCC_MODEL_PATH=/nonexistent::" + source_path("models")});
+                                        {"TPCC_MODEL_PATH=/nonexistent::" + elsewhere.path});
     EXPECT_EQ(found.code(), 0) << found.describe();
     // a model beside the plan wins over the search path
-    dir.write("llama.model", "this is not a model");
-    Proc beside = tpcc_test::run_program(kTpcc, {"--check", plan}, {"TPCC_MODEL_PATH=" + source_path("models")});
+    dir.write("mine.model", "this is not a model");
+    Proc beside = tpcc_test::run_program(kTpcc, {"--check", plan}, {"TPCC_MODEL_PATH=" + elsewhere.path});
     EXPECT_EQ(beside.code(), 1) << beside.describe();
-    EXPECT_TRUE(contains(beside.err, dir.path + "/llama.model")) << beside.describe();
+    EXPECT_TRUE(contains(beside.err, dir.path + "/mine.model")) << beside.describe();
 }
 
 // ---- tprun given a plan ----

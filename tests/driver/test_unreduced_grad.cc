@@ -41,8 +41,8 @@ TEST(UnreducedGrad, ShippedPlansHaveNoneAtO0AndO1)
     for (const auto &plan : shipped_plans()) {
         tp_unit a, b;
         std::vector<const char *> none;
-        tp_compile_opts o1 = {none.data(), 0, nullptr, true, TP_F32, true, true, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE, false};
-        tp_compile_opts o0 = {none.data(), 0, nullptr, false, TP_F32, true, true, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE, false};
+        tp_compile_opts o1 = {none.data(), 0, nullptr, true, TP_F32, true, true, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE, false, nullptr, nullptr, 0};
+        tp_compile_opts o0 = {none.data(), 0, nullptr, false, TP_F32, true, true, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE, false, nullptr, nullptr, 0};
         tp_compile(&a, plan.c_str(), &o1);
         tp_compile(&b, plan.c_str(), &o0);
         EXPECT_EQ(unreduced(a), 0) << plan << "\n" << rendered(&a);

@@ -26,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (tp_fuzz_write(path, data, size))
         return 0;
     tp_compile_opts opts = {NULL, 0, NULL, true, TP_F32, true, false, TP_LOSS_NONE, NULL, 0, false, TP_RECOMPUTE_NONE,
-                            false};
+                            false, NULL, NULL, 0};
     tp_unit u;
     tp_compile(&u, path, &opts);
     tp_diags_sort(&u.diags);

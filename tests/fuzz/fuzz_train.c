@@ -45,7 +45,7 @@ static const char *compile_schedule(void)
     const char *path = tp_fuzz_path("train.sched");
     tp_unit u;
     tp_compile_opts opts = {defines, (int)(sizeof defines / sizeof *defines), NULL, true, TP_F32, true, true,
-                            TP_LOSS_NONE, NULL, 0, false, TP_RECOMPUTE_NONE, false};
+                            TP_LOSS_NONE, NULL, 0, false, TP_RECOMPUTE_NONE, false, NULL, NULL, 0};
     tp_compile(&u, TPCC_SOURCE_DIR "/plans/llama-tiny.plan", &opts);
     if (u.diags.errors || !u.built)
         fail("compiling plans/llama-tiny.plan", "the plan has errors");

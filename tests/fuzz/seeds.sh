@@ -8,11 +8,17 @@
 #   npy          the fixtures' tokens.npy and logits.npy, an llm.c token file
 #   train        a two-step run's --save files, tprun_state.json and
 #                optimizer.safetensors, after its token stream (.npy, .bin)
+#   toml         the repository's pyproject.toml and the settings in docs/lint.md
 set -euo pipefail
 tpcc=$1 out=$2
 src=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$out"
-mkdir -p "$out"/{plan,schedule,run,safetensors,npy,train}
+mkdir -p "$out"/{plan,schedule,run,safetensors,npy,train,toml}
+
+cp "$src/python/pyproject.toml" "$out/toml/python-pyproject.toml"
+# the ```toml blocks of docs/lint.md
+awk '/^```toml/ {n++; on = 1; next} /^```/ {on = 0} on {print > (out "/toml/lint-" n ".toml")}' out="$out" \
+    "$src/docs/lint.md"
 
 cp "$src"/plans/*.plan "$src"/plans/hf/*.plan "$src"/models/*.model "$src"/tests/bad/*.plan "$src"/tests/plans/*.plan \
     "$out/plan/"

@@ -27,7 +27,7 @@ struct Unit {
         std::vector<const char *> d;
         for (const auto &s : defines)
             d.push_back(s.c_str());
-        tp_compile_opts opts = {d.data(), int(d.size()), nullptr, optimize, TP_F32, true, false, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE, false};
+        tp_compile_opts opts = {d.data(), int(d.size()), nullptr, optimize, TP_F32, true, false, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE, false, nullptr, nullptr, 0};
         tp_compile(&u, source_path(plan).c_str(), &opts);
         EXPECT_TRUE(u.built) << rendered(&u);
     }
@@ -244,8 +244,8 @@ TEST(Passes, DiagnosticsAreTheSameAtO0AndO1)
         tp_unit a, b;
         std::vector<const char *> none;
         bool train = is_train_plan(plan);
-        tp_compile_opts o1 = {none.data(), 0, nullptr, true, TP_F32, true, train, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE, false};
-        tp_compile_opts o0 = {none.data(), 0, nullptr, false, TP_F32, true, train, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE, false};
+        tp_compile_opts o1 = {none.data(), 0, nullptr, true, TP_F32, true, train, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE, false, nullptr, nullptr, 0};
+        tp_compile_opts o0 = {none.data(), 0, nullptr, false, TP_F32, true, train, TP_LOSS_NONE, nullptr, 0, false, TP_RECOMPUTE_NONE, false, nullptr, nullptr, 0};
         tp_compile(&a, plan.c_str(), &o1);
         tp_compile(&b, plan.c_str(), &o0);
         EXPECT_EQ(rendered(&a), rendered(&b)) << plan;

@@ -31,7 +31,7 @@ struct Step {
     {
         const char *d[] = {"layers=4"};
         const std::string plan = "plans/llama-tiny.plan";
-        tp_compile_opts opts = {d, 1, nullptr, optimize, TP_F32, true, true, TP_LOSS_NONE, nullptr, 0, true, mode, false};
+        tp_compile_opts opts = {d, 1, nullptr, optimize, TP_F32, true, true, TP_LOSS_NONE, nullptr, 0, true, mode, false, nullptr, nullptr, 0};
         tp_compile(&u, source_path(plan).c_str(), &opts);
         EXPECT_TRUE(u.built && !u.diags.errors) << rendered(&u);
     }

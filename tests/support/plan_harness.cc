@@ -27,7 +27,7 @@ tp_compile_opts compile_options(const std::vector<const char *> &defines, bool t
     // the test plans under tests/ name the test families' models there
     static char *test_models = realpath(source_path("tests/models").c_str(), nullptr);
     return {defines.data(), int(defines.size()), nullptr, true, TP_F32, program, train, TP_LOSS_NONE,
-            &test_models, 1, false, TP_RECOMPUTE_NONE, false};
+            &test_models, 1, false, TP_RECOMPUTE_NONE, false, nullptr, nullptr, 0};
 }
 
 void compile(tp_unit *u, const std::string &plan, const std::vector<std::string> &defines, bool train)
