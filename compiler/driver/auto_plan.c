@@ -89,9 +89,13 @@ static bool plan_fits(const char *path, const char *model_type)
     tp_node *ast = id >= 0 ? tp_parse(&src, id, &diags) : NULL;
     for (int i = 0; ast && i < ast->nkids && !fits; i++)
         if (ast->kids[i]->kind == N_MODEL_REF) {
-            char *model = tp_find_model(path, ast->kids[i]->str);
-            fits = tp_hf_model_implements_type(model, model_type);
+            /* a shipped plan's model is found as any plan's: no settings */
+            tp_model_dirs dirs;
+            tp_model_dirs_for_plan(&dirs, path, NULL, 0);
+            char *model = tp_find_model(path, ast->kids[i]->str, &dirs);
+            fits = model && tp_hf_model_implements_type(model, model_type);
             free(model);
+            tp_model_dirs_free(&dirs);
         }
     if (ast)
         tp_node_free(ast);
