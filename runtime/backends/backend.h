@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "runtime/backends/backend_limits.h"
+#include "runtime/backends/optim_parts.h"
 #include "sched/ops.h"     /* tp_dtype */
 
 typedef enum tp_unary { TP_UNARY_SILU, TP_UNARY_GELU_TANH, TP_UNARY_RELU, TP_UNARY_GELU_ERF } tp_unary;
@@ -234,14 +235,16 @@ typedef struct tp_backend {
     /* the optimizer on n elements: w, m, v updated in place from g */
     void (*adamw)(float *w, const float *g, float *m, float *v, int64_t n, const tp_adamw_step *step);
     /* (a backend storing bf16) mixed precision, as torch AMP and Megatron
-     * train bf16 weights: master, m and v are float32 whatever `dtype` is,
-     * w and g in the storage dtype. The step updates the master from
-     * g * grad_scale (fp32; clipping's factor, so the gradient is rounded
-     * once only) and sets w to the master rounded to nearest even. */
-    void (*adamw_master)(float *master, float *w, const float *g, float *m, float *v, int64_t n, float grad_scale,
-                         const tp_adamw_step *step);
-    /* sum of x[i]^2, in double, returned to the host */
-    double (*sum_squares)(const float *x, int64_t n);
+     * train bf16 weights, on every part of a rank's weights at once:
+     * master, m and v are float32 whatever `dtype` is, w and g in the
+     * storage dtype. The step updates each master from g * grad_scale
+     * (fp32; clipping's factor, so the gradient is rounded once only),
+     * with step->weight_decay where the part decays, and sets w to the
+     * master rounded to nearest even. */
+    void (*adamw_master)(const tp_adamw_part *parts, int nparts, float grad_scale, const tp_adamw_step *step);
+    /* the sum of x[i]^2 over every element of the runs, in double,
+     * returned to the host */
+    double (*sum_squares)(const tp_run *runs, int nruns);
     /* one micro-batch's gradient g (storage dtype) into the fp32 acc, or
      * (TP_ACCUM_LAST) acc + g back into g: tp_grad_accum */
     void (*accumulate_grad)(float *acc, float *g, int64_t n, tp_grad_accum phase);

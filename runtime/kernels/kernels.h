@@ -18,6 +18,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "runtime/backends/optim_parts.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -121,17 +123,20 @@ void tp_k_ce_grad(tp_stream s, tp_kernel_dtype t, void *dlogits, const void *log
                   int64_t vocab, int shift, float divisor);
 /* elementwise_grad.cu: the seed gradient of a summed loss */
 void tp_k_ones(tp_stream s, tp_kernel_dtype t, void *out, int64_t n);
-/* optimizer.cu: w, g, m, v in the storage type; the sum of squares is
- * written to *out (device memory) */
+/* optimizer.cu: w, g, m, v in the storage type */
 void tp_k_adamw(tp_stream s, tp_kernel_dtype t, void *w, const void *g, void *m, void *v, int64_t n, double lr,
                 double beta1, double beta2, double eps, double weight_decay, int64_t step);
-/* mixed precision: master, m, v float32; w and g in the storage type; g is
- * multiplied by grad_scale, the master takes the step and w becomes the
- * master rounded to the storage type */
-void tp_k_adamw_master(tp_stream s, tp_kernel_dtype t, float *master, void *w, const void *g, float *m, float *v,
-                       int64_t n, float grad_scale, double lr, double beta1, double beta2, double eps,
-                       double weight_decay, int64_t step);
-void tp_k_sum_squares(tp_stream s, tp_kernel_dtype t, double *out, const void *x, int64_t n);
+/* mixed precision over many parts in one pass (a launch per
+ * TP_K_ADAMW_PARTS of them): each g is multiplied by grad_scale, the master
+ * takes the step and w becomes the master rounded to the storage type */
+#define TP_K_ADAMW_PARTS 32
+void tp_k_adamw_master_parts(tp_stream s, tp_kernel_dtype t, const tp_adamw_part *parts, int nparts,
+                             float grad_scale, double lr, double beta1, double beta2, double eps, double weight_decay,
+                             int64_t step);
+/* The sum of the squares of every element of the runs, in double, written
+ * to *out (device memory), in an order that depends on the runs' sizes
+ * only. */
+void tp_k_sum_squares(tp_stream s, tp_kernel_dtype t, double *out, const tp_run *runs, int nruns);
 /* phase: tp_grad_accum (runtime/backends/backend.h) as an int: 0 acc = g,
  * 1 acc += g, 2 g = acc + g; acc fp32, g in the storage type */
 void tp_k_accumulate_grad(tp_stream s, tp_kernel_dtype t, float *acc, void *g, int64_t n, int phase);

@@ -108,12 +108,17 @@ int tr_optim_grad_norm(tr_optim *o, tp_comm *dp, double *norm, char *err, size_t
 {
     tr_exec *x = o->x;
     const tr_schedule *s = x->s;
-    double sum = 0;
+    /* every part this rank counts, in one sum: one wait for the backend */
+    tp_run *runs = tp_xcalloc((size_t)s->nweights + 1, sizeof *runs);
+    int nruns = 0;
     for (int i = 0; i < s->nweights; i++)
         if (x->comm->rank % tr_weight_replicas(&s->weights[i], x->comm->world) == 0) {
             optim_part p = part_of(o, i);
-            sum += p.n ? x->be->sum_squares(p.g, p.n) : 0;
+            if (p.n)
+                runs[nruns++] = (tp_run){p.g, p.n};
         }
+    double sum = x->be->sum_squares(runs, nruns);
+    free(runs);
     /* two floats, the sum and what float32 rounded off it, keep the
      * all-reduced total near double precision */
     float pair[2] = {(float)sum, 0};
@@ -136,7 +141,8 @@ int tr_optim_first_nonfinite(tr_optim *o, tp_comm *dp, int *first, char *err, si
     }
     for (int i = 0; i < n; i++) {
         optim_part p = part_of(o, i);
-        flags[i] = p.n && !isfinite(x->be->sum_squares(p.g, p.n));   /* in double: finite when every element is */
+        const tp_run run = {p.g, p.n};
+        flags[i] = p.n && !isfinite(x->be->sum_squares(&run, 1));   /* in double: finite when every element is */
     }
     x->be->to_device(dev, flags, bytes - 1);
     int rc = x->comm->ops->all_reduce(x->comm, TP_F32, dev, n, 0, err, errlen);
@@ -191,16 +197,24 @@ void tr_optim_adamw(tr_optim *o, double lr, const tr_adamw_hparams *h)
     tr_exec *x = o->x;
     const tr_schedule *s = x->s;
     o->step++;
+    tp_adamw_step st = {.lr = lr, .beta1 = h->beta1, .beta2 = h->beta2, .eps = h->eps,
+                        .weight_decay = h->weight_decay, .step = o->step};
+    if (o->master) {        /* every weight in one pass (multi-tensor) */
+        tp_adamw_part *parts = tp_xcalloc((size_t)s->nweights + 1, sizeof *parts);
+        int nparts = 0;
+        for (int i = 0; i < s->nweights; i++) {
+            optim_part p = part_of(o, i);
+            if (p.n)
+                parts[nparts++] = (tp_adamw_part){p.master, p.w, p.m, p.v, p.g, p.n, tr_adamw_decays(h, &s->weights[i])};
+        }
+        x->be->adamw_master(parts, nparts, o->grad_scale, &st);
+        free(parts);
+        return;
+    }
     for (int i = 0; i < s->nweights; i++) {
-        const tr_weight *w = &s->weights[i];
-        tp_adamw_step st = {.lr = lr, .beta1 = h->beta1, .beta2 = h->beta2, .eps = h->eps,
-                            .weight_decay = tr_adamw_decays(h, w) ? h->weight_decay : 0, .step = o->step};
         optim_part p = part_of(o, i);
-        if (!p.n)
-            continue;
-        if (o->master)
-            x->be->adamw_master(p.master, p.w, p.g, p.m, p.v, p.n, o->grad_scale, &st);
-        else
+        st.weight_decay = tr_adamw_decays(h, &s->weights[i]) ? h->weight_decay : 0;
+        if (p.n)
             x->be->adamw(p.w, p.g, p.m, p.v, p.n, &st);
     }
 }

@@ -859,8 +859,10 @@ TEST(BackendCpuGrad, SumSquaresInDouble)
     double want = 0;
     for (float f : x)
         want += (double)f * f;
-    EXPECT_EQ(be()->sum_squares(x.data(), 3), want);
-    EXPECT_EQ(be()->sum_squares(x.data(), 0), 0.0);
+    const tp_run whole = {x.data(), 3}, split[] = {{x.data(), 1}, {x.data() + 1, 0}, {x.data() + 1, 2}};
+    EXPECT_EQ(be()->sum_squares(&whole, 1), want);
+    EXPECT_EQ(be()->sum_squares(split, 3), want);
+    EXPECT_EQ(be()->sum_squares(&whole, 0), 0.0);
 }
 
 } // namespace

@@ -31,6 +31,6 @@ void tp_cpu_ce_grad(float *dlogits, const float *logits, const float *max, const
 void tp_cpu_ones(float *out, int64_t n);
 void tp_cpu_adamw(float *w, const float *g, float *m, float *v, int64_t n, const tp_adamw_step *step);
 void tp_cpu_accumulate_grad(float *acc, float *g, int64_t n, tp_grad_accum phase);
-double tp_cpu_sum_squares(const float *x, int64_t n);
+double tp_cpu_sum_squares(const tp_run *runs, int nruns);
 
 #endif /* TPRUN_CPU_TRAINING_H */

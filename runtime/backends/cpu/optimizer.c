@@ -87,12 +87,13 @@ void tp_cpu_accumulate_grad(float *acc, float *g, int64_t n, tp_grad_accum phase
     }
 }
 
-/* The squared L2 norm of a gradient: one term of the global norm that
- * clipping divides by, summed over tensors and ranks by the caller. */
-double tp_cpu_sum_squares(const float *x, int64_t n)
+/* The squared L2 norm of the gradients of the runs: the global norm that
+ * clipping divides by, summed over ranks by the caller. */
+double tp_cpu_sum_squares(const tp_run *runs, int nruns)
 {
     double acc = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        acc += (double)x[i] * x[i];
+    for (int r = 0; r < nruns; r++)
+        for (int64_t i = 0; i < runs[r].n; i++)
+            acc += (double)runs[r].x[i] * runs[r].x[i];
     return acc;
 }

@@ -654,11 +654,10 @@ static void cuda_adamw(float *w, const float *g, float *m, float *v, int64_t n, 
     done();
 }
 
-static void cuda_adamw_master(float *master, float *w, const float *g, float *m, float *v, int64_t n,
-                              float grad_scale, const tp_adamw_step *step)
+static void cuda_adamw_master(const tp_adamw_part *parts, int nparts, float grad_scale, const tp_adamw_step *step)
 {
-    tp_k_adamw_master(compute_stream(), gpu->kdt, master, w, g, m, v, n, grad_scale, step->lr, step->beta1,
-                      step->beta2, step->eps, step->weight_decay, step->step);
+    tp_k_adamw_master_parts(compute_stream(), gpu->kdt, parts, nparts, grad_scale, step->lr, step->beta1, step->beta2,
+                            step->eps, step->weight_decay, step->step);
     done();
 }
 
@@ -669,10 +668,10 @@ static void cuda_accumulate_grad(float *acc, float *g, int64_t n, tp_grad_accum 
 }
 
 /* The host waits for the sum: clipping needs the norm before the update. */
-static double cuda_sum_squares(const float *x, int64_t n)
+static double cuda_sum_squares(const tp_run *runs, int nruns)
 {
     double *sum = scratch((size_t)TP_CUDA_SUM_SQUARES_SCRATCH_BYTES), host = 0.0;
-    tp_k_sum_squares(compute_stream(), gpu->kdt, sum, x, n);
+    tp_k_sum_squares(compute_stream(), gpu->kdt, sum, runs, nruns);
     TP_CUDA_CHECK(cudaMemcpyAsync(&host, sum, sizeof host, cudaMemcpyDeviceToHost, gpu->stream));
     TP_CUDA_CHECK(cudaStreamSynchronize(gpu->stream));
     return host;

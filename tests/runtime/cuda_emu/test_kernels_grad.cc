@@ -441,6 +441,15 @@ TEST_P(GradKernels, AdamW)
 // |w| ~ 1 by ~1e-6, far below bf16's half-ulp (2^-9 at 1): the master
 // moves, the bf16 weight must not (an update done in bf16 would lose it).
 
+// tp_k_adamw_master_parts on one part
+void adamw_master_one(tp_kernel_dtype t, float *master, void *w, const void *g, float *m, float *v, int64_t n,
+                      float grad_scale, const tp_adamw_step &st)
+{
+    const tp_adamw_part part = {master, (float *)w, m, v, (const float *)g, n, st.weight_decay != 0};
+    tp_k_adamw_master_parts(nullptr, t, &part, 1, grad_scale, st.lr, st.beta1, st.beta2, st.eps, st.weight_decay,
+                            st.step);
+}
+
 TEST_P(GradKernels, AdamWMaster)
 {
     const int64_t n = 1000;
@@ -455,8 +464,7 @@ TEST_P(GradKernels, AdamWMaster)
         const tp_adamw_step st = {1e-2, 0.9, 0.999, 1e-8, 0.1, step};
         ref().adamw(master.data(), scaled.data(), m.data(), v.data(), n, &st);
         Dev dg(t(), g);
-        tp_k_adamw_master(nullptr, t(), dmaster.ptr(), dw.ptr(), dg.ptr(), dm.ptr(), dv.ptr(), n, scale, st.lr,
-                          st.beta1, st.beta2, st.eps, st.weight_decay, st.step);
+        adamw_master_one(t(), dmaster.ptr(), dw.ptr(), dg.ptr(), dm.ptr(), dv.ptr(), n, scale, st);
         const std::string what = label(t(), "adamw_master step " + std::to_string(step));
         compare(dmaster.download(), master, {1e-6, 1e-6}, what + " master");
         compare(dm.download(), m, {1e-8, 1e-6}, what + " m");
@@ -466,8 +474,8 @@ TEST_P(GradKernels, AdamWMaster)
     const Vec before = dmaster.download(), w_before = dw.download();
     const Vec g = as_stored(random_vec((size_t)n, 99, -0.1f, 0.1f), t());
     Dev dg(t(), g);
-    tp_k_adamw_master(nullptr, t(), dmaster.ptr(), dw.ptr(), dg.ptr(), dm.ptr(), dv.ptr(), n, 1.0f, 1e-6, 0.9,
-                      0.999, 1e-8, 0.0, 4);
+    adamw_master_one(t(), dmaster.ptr(), dw.ptr(), dg.ptr(), dm.ptr(), dv.ptr(), n, 1.0f,
+                     tp_adamw_step{1e-6, 0.9, 0.999, 1e-8, 0.0, 4});
     const Vec after = dmaster.download(), w_after = dw.download();
     int64_t moved = 0, w_moved = 0;
     for (size_t i = 0; i < (size_t)n; i++) {
@@ -488,13 +496,91 @@ TEST_P(GradKernels, SumSquares)
 {
     for (int64_t n : {0, 1, 1000, 300000}) {
         Vec x = as_stored(random_vec((size_t)n, 97), t());
-        const double want = ref().sum_squares(x.data(), n);
+        const tp_run host_run = {x.data(), n};
+        const double want = ref().sum_squares(&host_run, 1);
         Dev dx(t(), x);
         DevOf<double> dout(1);
-        tp_k_sum_squares(nullptr, t(), dout.ptr(), dx.ptr(), n);
+        const tp_run run = {(const float *)dx.ptr(), n};
+        tp_k_sum_squares(nullptr, t(), dout.ptr(), &run, 1);
         const double got = dout.download()[0];
         EXPECT_NEAR(got, want, 1e-12 * (want + 1.0)) << label(t(), "sum_squares n " + std::to_string(n));
     }
+}
+
+// ---- many parts in one call, as a rank's whole step takes them
+
+// Sizes about the edges of a thread's 8 elements and of a block's chunk
+// of 8192, and where the parts of `count` lie in one buffer: every other
+// one off 16 bytes by one element (the element path), 8 apart.
+struct PartsLayout {
+    std::vector<int64_t> at, n;
+    int64_t total = 0;
+    explicit PartsLayout(int count)
+    {
+        static const int64_t sizes[] = {0, 1, 7, 8, 9, 15, 16, 17, 100, 2047, 2048, 2049, 8191, 8192, 8193, 12000};
+        for (int i = 0; i < count; i++) {
+            n.push_back(sizes[i % (int)(sizeof sizes / sizeof *sizes)]);
+            at.push_back(total + i % 2);
+            total = (at.back() + n.back() + 7) / 8 * 8 + 8;
+        }
+    }
+};
+
+// 40 weights (a launch of 32 parts, then one of 8), weight decay on every
+// third, a step past the first on moments already set, the gradient
+// halved by clipping: each part's master, m and v as the reference's step
+// of that part alone, with its own decay, and w the master stored; what
+// lies between the parts untouched. A part skipped, run twice, given
+// another's decay or another's chunks fails.
+TEST_P(GradKernels, AdamWMasterManyParts)
+{
+    const int count = 40;
+    const PartsLayout l(count);
+    const size_t total = (size_t)l.total;
+    Vec master = random_vec(total, 120), m = random_vec(total, 121, -0.01f, 0.01f),
+        v = random_vec(total, 122, 0.0f, 1e-4f), g = as_stored(random_vec(total, 123, -0.1f, 0.1f), t());
+    DevOf<float> dmaster(master), dm(m), dv(v);
+    Dev dw(t(), as_stored(master, t())), dg(t(), g);
+    std::vector<tp_adamw_part> parts;
+    for (int i = 0; i < count; i++) {
+        const int64_t at = l.at[(size_t)i], n = l.n[(size_t)i];
+        const bool decay = i % 3 == 0;
+        parts.push_back({dmaster.ptr() + at, (float *)dw.at(at), dm.ptr() + at, dv.ptr() + at,
+                         (const float *)dg.at(at), n, decay});
+        Vec half(g.begin() + at, g.begin() + at + n);
+        for (float &x : half)
+            x *= 0.5f;
+        const tp_adamw_step st = {1e-2, 0.9, 0.999, 1e-8, decay ? 0.1 : 0.0, 3};
+        ref().adamw(master.data() + at, half.data(), m.data() + at, v.data() + at, n, &st);
+    }
+    tp_k_adamw_master_parts(nullptr, t(), parts.data(), count, 0.5f, 1e-2, 0.9, 0.999, 1e-8, 0.1, 3);
+    const std::string what = label(t(), "adamw_master over 40 parts");
+    compare(dmaster.download(), master, {1e-6, 1e-6}, what + " master");
+    compare(dm.download(), m, {1e-8, 1e-6}, what + " m");
+    compare(dv.download(), v, {1e-10, 1e-6}, what + " v");
+    expect_equal(dw.download(), as_stored(dmaster.download(), t()), what + " w = the master, stored");
+}
+
+// 70 runs (a launch of 64, then one of 6 adding to it), as the gradient
+// norm sums a rank's parts: the double sum of every run's squares.
+TEST_P(GradKernels, SumSquaresOverManyRuns)
+{
+    const int count = 70;
+    const PartsLayout l(count);
+    const Vec x = as_stored(random_vec((size_t)l.total, 124), t());
+    Dev dx(t(), x);
+    std::vector<tp_run> runs;
+    double want = 0.0;
+    for (int i = 0; i < count; i++) {
+        runs.push_back({(const float *)dx.at(l.at[(size_t)i]), l.n[(size_t)i]});
+        for (int64_t k = l.at[(size_t)i]; k < l.at[(size_t)i] + l.n[(size_t)i]; k++)
+            want += (double)x[(size_t)k] * x[(size_t)k];
+    }
+    DevOf<double> dout(1);
+    tp_k_sum_squares(nullptr, t(), dout.ptr(), runs.data(), count);
+    EXPECT_NEAR(dout.download()[0], want, 1e-12 * want) << label(t(), "sum_squares over 70 runs");
+    tp_k_sum_squares(nullptr, t(), dout.ptr(), runs.data(), 0);
+    EXPECT_EQ(dout.download()[0], 0.0) << label(t(), "sum_squares over no run");
 }
 
 // Gradient accumulation over 3 micro-batches: the fp32 sum in their order,

@@ -259,7 +259,8 @@ TEST_P(BackendTraining, EachEntryMatchesTheReference)
         g *= 0.5f;
     float *dmaster = device_raw(master), *dmm = device_raw(mm), *dmvv = device_raw(mvv), *dw = device(master);
     r.adamw(master.data(), half.data(), mm.data(), mvv.data(), m * n, &st);
-    be()->adamw_master(dmaster, dw, ddy, dmm, dmvv, m * n, 0.5f, &st);
+    const tp_adamw_part part = {dmaster, dw, dmm, dmvv, ddy, m * n, true};
+    be()->adamw_master(&part, 1, 0.5f, &st);
     Vec got_master(master.size()), got_m(master.size()), got_v(master.size());
     be()->to_host(got_master.data(), dmaster, master.size() * 4);
     be()->to_host(got_m.data(), dmm, master.size() * 4);
@@ -272,7 +273,8 @@ TEST_P(BackendTraining, EachEntryMatchesTheReference)
     const Vec w_got = host(dw, master.size()), w_want = stored(got_master);
     EXPECT_TRUE(w_got == w_want) << "adamw_master: w is the master in the storage dtype";
 
-    const double ss = be()->sum_squares(dx_, m * n), want_ss = r.sum_squares(x.data(), m * n);
+    const tp_run run = {dx_, m * n}, host_run = {x.data(), m * n};
+    const double ss = be()->sum_squares(&run, 1), want_ss = r.sum_squares(&host_run, 1);
     EXPECT_NEAR(ss, want_ss, 1e-12 * want_ss) << "sum_squares";
 }
 
