@@ -48,6 +48,8 @@
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
+# shellcheck source=tools/gpu_peak.sh
+source tools/gpu_peak.sh
 
 steps="${1:-10}"
 if ! [[ "$steps" =~ ^[1-9][0-9]*$ ]]; then
@@ -102,25 +104,6 @@ else
     for t in 2 4 8; do [[ "$t" -le "$gpus" ]] && tps="$tps $t"; done
 fi
 
-# dense peak TFLOP/s of one GPU: NVIDIA's data sheets (SXM where both exist)
-peak_of() {   # dtype
-    local dt="$1" spec="${PEAK_TFLOPS:-}"
-    if [[ -n "$spec" ]]; then
-        echo "$spec" | tr ',' '\n' | sed -n "s/^$dt=//p" | head -1
-        return
-    fi
-    case "$name:$dt" in
-        *H100*PCIe*:bf16) echo 756 ;;  *H100*PCIe*:fp32) echo 51 ;;
-        *H100*:bf16|*H200*:bf16|*H800*:bf16) echo 989 ;;
-        *H100*:fp32|*H200*:fp32|*H800*:fp32) echo 67 ;;
-        *A100*:bf16|*A800*:bf16) echo 312 ;;  *A100*:fp32|*A800*:fp32) echo 19.5 ;;
-        *L40S*:bf16) echo 362 ;;  *L40S*:fp32) echo 91.6 ;;
-        *A10*:bf16) echo 125 ;;   *A10*:fp32) echo 31.2 ;;
-        *L4*:bf16) echo 121 ;;    *L4*:fp32) echo 30.3 ;;
-        *) echo "" ;;
-    esac
-}
-
 model_flops() {   # dtype
     # shellcheck disable=SC2086
     "$tpcc" --report --report-format=json "$plan" $sizes -D tp=1 --dtype "$1" |
@@ -136,13 +119,14 @@ assert len(slowest["steps"]) == int(sys.argv[2]), "one time per step"
 print(slowest["ops"].get("attention", {}).get("seconds", 0.0), slowest["forward_seconds"])' "$1" "$2"
 }
 
-# PyTorch eager's forward of the same shapes (transformers' LlamaForCausalLM,
+# PyTorch's forward of the same shapes (transformers' LlamaForCausalLM,
 # SDPA attention, random weights: the time does not depend on them) on one
-# GPU, the median of STEPS calls after one warm-up; "n/a" without torch and
-# transformers. Only for plans of the Llama family at tp 1.
+# GPU, eager and under torch.compile: for each the median of STEPS calls
+# after warm-up calls (compile's first compiles); "n/a n/a" without torch
+# and transformers. Only for plans of the Llama family at tp 1.
 torch_ms() {   # dtype
     # shellcheck disable=SC2086
-    python3 - "$1" "$steps" $sizes <<'EOF' 2>/dev/null || echo "n/a"
+    python3 - "$1" "$steps" $sizes <<'EOF' 2>/dev/null || echo "n/a n/a"
 import statistics, sys, time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -156,16 +140,23 @@ dtype = torch.bfloat16 if dt == "bf16" else torch.float32
 with torch.device("cuda"):
     model = LlamaForCausalLM(config).to(dtype).eval()
 ids = torch.randint(0, config.vocab_size, (int(d["batch"]), int(d["seq"])), device="cuda")
-times = []
-with torch.no_grad():
-    model(ids)
-    for _ in range(steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        model(ids)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-print("%.2f" % (statistics.median(times) * 1e3))
+
+
+def median_ms(forward):
+    times = []
+    with torch.no_grad():
+        for _ in range(2):
+            forward(ids)
+        for _ in range(steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            forward(ids)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+print("%.2f %.2f" % (median_ms(model), median_ms(torch.compile(model))))
 EOF
 }
 
@@ -200,12 +191,12 @@ EOF
 torch_version=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "not installed")
 echo "GPU: ${name:-unknown} x $gpus; plan $plan; $sizes; median of $steps steps after loading; torch $torch_version"
 echo
-echo "| dtype | tp | median step ms | tokens/s | model TFLOP/s | MFU | attention ms (profiled) | attention share | PyTorch SDPA ms (same inputs) | attention / SDPA time | PyTorch eager ms | tprun / PyTorch throughput |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| dtype | tp | median step ms | tokens/s | model TFLOP/s | MFU | attention ms (profiled) | attention share | PyTorch SDPA ms (same inputs) | attention / SDPA time | PyTorch eager ms | torch.compile ms | tprun / eager throughput | tprun / compile throughput |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 for dt in $dtypes; do
     flops=$(model_flops "$dt")
-    peak=$(peak_of "$dt")
+    peak=$(peak_tflops "$name" "$dt")
     for tp in $tps; do
         sched="$work/$(basename "$plan" .plan)-$dt-tp$tp.sched"
         # shellcheck disable=SC2086
@@ -231,10 +222,11 @@ print(math.prod(next(b for b in json.load(open(sys.argv[1]))["buffers"] if b["na
             exit 1
         fi
         read -r attn profiled < <(attention_seconds "$prof" "$steps")
-        peer="n/a"
-        [[ "$tp" -eq 1 && "$(basename "$plan")" == llama* ]] && peer=$(torch_ms "$dt")
+        peers="n/a n/a"
+        [[ "$tp" -eq 1 && "$(basename "$plan")" == llama* ]] && peers=$(torch_ms "$dt")
+        read -r eager compiled <<< "$peers"
         sdpa=$(sdpa_ms "$dt" "$tp")
-        python3 - "$dt" "$tp" "$med" "$tokens" "$flops" "${peak:-}" "$attn" "$profiled" "$peer" "$sdpa" <<'EOF'
+        python3 - "$dt" "$tp" "$med" "$tokens" "$flops" "${peak:-}" "$attn" "$profiled" "$eager" "$sdpa" "$compiled" <<'EOF'
 import sys
 dt, tp, med_ms, tokens, flops, peak = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), \
     float(sys.argv[5]), sys.argv[6]
@@ -243,11 +235,11 @@ med = med_ms / 1e3
 tflops = flops / med / 1e12
 mfu = f"{100 * tflops / (tp * float(peak)):.1f}%" if peak else "n/a (set PEAK_TFLOPS)"
 share = f"{100 * attn / profiled:.1f}%" if profiled > 0 else "n/a"
-peer = sys.argv[9]
-ratio = f"{float(peer) / med_ms:.2f}" if peer != "n/a" else "n/a"
+eager, compiled = sys.argv[9], sys.argv[11]
+ratio = lambda peer: f"{float(peer) / med_ms:.2f}" if peer != "n/a" else "n/a"
 sdpa = sys.argv[10]
 attn_ratio = f"{attn * 1e3 / float(sdpa):.2f}" if sdpa != "n/a" else "n/a"
-print(f"| {dt} | {tp} | {med_ms:.2f} | {tokens / med:,.0f} | {tflops:.1f} | {mfu} | {attn * 1e3:.2f} | {share} | {sdpa} | {attn_ratio} | {peer} | {ratio} |")
+print(f"| {dt} | {tp} | {med_ms:.2f} | {tokens / med:,.0f} | {tflops:.1f} | {mfu} | {attn * 1e3:.2f} | {share} | {sdpa} | {attn_ratio} | {eager} | {compiled} | {ratio(eager)} | {ratio(compiled)} |")
 EOF
     done
 done
