@@ -137,6 +137,16 @@ bool tp_train_name_ok(const char *name)
     return *name && !strchr(name, ',');
 }
 
+bool tp_train_names_next(const char **at, const char **name, size_t *len)
+{
+    if (!**at)
+        return false;
+    *name = *at;
+    *len = strcspn(*at, ",");
+    *at += *len + ((*at)[*len] == ',');
+    return true;
+}
+
 bool tp_train_names_add(char *names, const char *name)
 {
     size_t at = strlen(names), n = strlen(name);

@@ -114,4 +114,10 @@ bool tp_train_name_ok(const char *name);
  * false when it would not fit. */
 bool tp_train_names_add(char *names, const char *name);
 
+/* The names of a comma-joined list, one a call: the next one's start in
+ * *name and its length in *len, *at moved past it and its comma; false
+ * at the end.
+ *   for (const char *at = names, *name; tp_train_names_next(&at, &name, &len);) */
+bool tp_train_names_next(const char **at, const char **name, size_t *len);
+
 #endif /* TP_SCHED_TRAIN_SETTINGS_H */

@@ -27,6 +27,7 @@
 #include "sched/memplan.h"
 #include "sched/write.h"
 #include "sched/format.h"
+#include "sched/train_settings.h"
 #include "util/xalloc.h"
 #include "util/errmsg.h"
 
@@ -910,14 +911,13 @@ static void put_ranks(writer *w)
 static void put_names(writer *w, const char *names)
 {
     PUT(w, "[");
-    for (const char *at = names; *at;) {
-        size_t n = strcspn(at, ",");
-        char *one = tp_xstrndup(at, n);
-        if (at != names)
+    size_t n;
+    for (const char *at = names, *name; tp_train_names_next(&at, &name, &n);) {
+        char *one = tp_xstrndup(name, n);
+        if (name != names)
             PUT(w, ", ");
         put_str(w, one);
         free(one);
-        at += n + (at[n] == ',');
     }
     PUT(w, "]");
 }

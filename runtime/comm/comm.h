@@ -85,6 +85,20 @@ struct tp_comm_ops {
  * agree, err then this rank's own. Collective over c. */
 int tp_agree(tp_comm *c, int rc, bool *everywhere, char *err, size_t errlen);
 
+/* The host-data operations of a communicator whose collectives run on a
+ * device (comm_nccl.c, comm_staged.c): its host communicator's, which
+ * carries the ranks' status and host values. A host without them runs
+ * one rank (single.c): its status and values are the job's. */
+static inline int tp_comm_host_agree(tp_comm *host, int rc, char *err, size_t errlen)
+{
+    return host->ops->agree ? host->ops->agree(host, rc, err, errlen) : rc != 0;
+}
+
+static inline int tp_comm_host_reduce_i64(tp_comm *host, int64_t *buf, int64_t n, int min, char *err, size_t errlen)
+{
+    return host->ops->reduce_i64 ? host->ops->reduce_i64(host, buf, n, min, err, errlen) : 0;
+}
+
 /* A single process: every collective is a copy; node 0 of 1. */
 int tp_comm_single(tp_comm *c);
 

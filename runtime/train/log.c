@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "sched/train_settings.h"
 #include "util/atomic_write.h"
 #include "util/errmsg.h"
 #include "util/xalloc.h"
@@ -84,11 +85,9 @@ int tr_log_write_json(const tr_train_log *log, const char *path, char *err, size
                                  "ignore_index", (int)t->ignore_index);
     if (settings && t->no_decay) {   /* as the plan's no_decay: a list of name parts */
         json_t *names = json_array();
-        for (const char *at = t->no_decay; *at;) {
-            size_t n = strcspn(at, ",");
-            json_array_append_new(names, json_stringn(at, n));
-            at += n + (at[n] == ',');
-        }
+        size_t n;
+        for (const char *at = t->no_decay, *name; tp_train_names_next(&at, &name, &n);)
+            json_array_append_new(names, json_stringn(name, n));
         json_object_set_new(settings, "no_decay", names);
     }
     if (settings && t->pad_id >= 0)

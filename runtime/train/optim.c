@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "sched/train_settings.h"
 #include "util/errmsg.h"
 #include "util/xalloc.h"
 
@@ -182,13 +183,11 @@ bool tr_adamw_decays(const tr_adamw_hparams *h, const tr_weight *w)
         return true;
     if (!h->no_decay)
         return w->rank >= 2;
-    for (const char *part = h->no_decay; *part;) {
-        size_t n = strcspn(part, ",");
-        for (const char *at = w->name; n && *at; at++)
-            if (!strncmp(at, part, n))
+    size_t n;
+    for (const char *at = h->no_decay, *part; tp_train_names_next(&at, &part, &n);)
+        for (const char *in = w->name; n && *in; in++)
+            if (!strncmp(in, part, n))
                 return false;
-        part += n + (part[n] == ',');
-    }
     return true;
 }
 

@@ -208,18 +208,14 @@ static int gather_bytes(tp_comm *c, void *out, const void *in, size_t bytes, cha
 static int agree(tp_comm *c, int rc, char *err, size_t errlen)
 {
     staged_comm *m = c->impl;
-    return m->host.ops->agree ? m->host.ops->agree(&m->host, rc, err, errlen) : rc != 0;
+    return tp_comm_host_agree(&m->host, rc, err, errlen);
 }
 
-/* Host memory: the host communicator's (MPI, where there are ranks to reduce over). */
+/* Host memory: the host communicator's. */
 static int reduce_i64(tp_comm *c, int64_t *buf, int64_t n, int min, char *err, size_t errlen)
 {
     staged_comm *m = c->impl;
-    if (!m->host.ops->reduce_i64) {
-        snprintf(err, errlen, "the %s host communicator cannot reduce host values", m->host.ops->name);
-        return -1;
-    }
-    return m->host.ops->reduce_i64(&m->host, buf, n, min, err, errlen);
+    return tp_comm_host_reduce_i64(&m->host, buf, n, min, err, errlen);
 }
 
 static void abort_all(tp_comm *c, int status)
