@@ -563,12 +563,14 @@ static int check_sum_rows(loader *L, const tr_schedule *s, const tr_op *op)
     return 0;
 }
 
-/* x and dy of m x n; dx of m x n (with a weight of n), or dw of n. */
+/* x and dy of m x n; dx of m x n (with a weight of n, and what is added
+ * to it like it), or dw of n. */
 static int check_norm_grad(loader *L, const tr_schedule *s, const tr_op *op)
 {
     int64_t mn = mul(op->m, op->n);
     int64_t out = op->weight >= 0 ? mn : op->n;
     if (elems_of(s, op->in[0]) != mn || elems_of(s, op->in[1]) != mn || elems_of(s, op->out) != out ||
+        (op->nin > 2 && elems_of(s, op->in[2]) != out) ||
         (op->weight >= 0 && s->weights[op->weight].local_elems != op->n))
         return fail(L, "sizes m=%lld n=%lld do not match its buffers", (long long)op->m, (long long)op->n);
     return 0;

@@ -122,8 +122,9 @@ print(slowest["ops"].get("attention", {}).get("seconds", 0.0), slowest["forward_
 # PyTorch's forward of the same shapes (transformers' LlamaForCausalLM,
 # SDPA attention, random weights: the time does not depend on them) on one
 # GPU, eager and under torch.compile: for each the median of STEPS calls
-# after warm-up calls (compile's first compiles); "n/a n/a" without torch
-# and transformers. Only for plans of the Llama family at tp 1.
+# after warm-up calls (compile's first compiles); "n/a" for each that
+# cannot run (no torch and transformers; compile without Triton or a C
+# compiler). Only for plans of the Llama family at tp 1.
 torch_ms() {   # dtype
     # shellcheck disable=SC2086
     python3 - "$1" "$steps" $sizes <<'EOF' 2>/dev/null || echo "n/a n/a"
@@ -156,7 +157,12 @@ def median_ms(forward):
     return statistics.median(times) * 1e3
 
 
-print("%.2f %.2f" % (median_ms(model), median_ms(torch.compile(model))))
+print("%.2f" % median_ms(model), end=" ", flush=True)
+try:
+    compiled = "%.2f" % median_ms(torch.compile(model))
+except Exception:
+    compiled = "n/a"
+print(compiled)
 EOF
 }
 
@@ -224,7 +230,7 @@ print(math.prod(next(b for b in json.load(open(sys.argv[1]))["buffers"] if b["na
         read -r attn profiled < <(attention_seconds "$prof" "$steps")
         peers="n/a n/a"
         [[ "$tp" -eq 1 && "$(basename "$plan")" == llama* ]] && peers=$(torch_ms "$dt")
-        read -r eager compiled <<< "$peers"
+        read -r eager compiled _ <<< "$peers"
         sdpa=$(sdpa_ms "$dt" "$tp")
         python3 - "$dt" "$tp" "$med" "$tokens" "$flops" "${peak:-}" "$attn" "$profiled" "$eager" "$sdpa" "$compiled" <<'EOF'
 import sys

@@ -45,6 +45,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+python3 -c 'import torch, transformers' 2>/dev/null ||
+    { echo "bench_train_gpu: needs torch and transformers (pip install torch transformers)" >&2; exit 1; }
 steps=${1:-12}
 [[ "$steps" =~ ^[1-9][0-9]*$ ]] && (( steps >= 3 )) ||
     { echo "usage: $0 [STEPS]   (STEPS an integer >= 3, default 12)" >&2; exit 2; }

@@ -472,14 +472,16 @@ static int worse_status(int a, int b)
     return rank[b] > rank[a] ? b : a;
 }
 
-/* Apply -W and suppressions to the unit's diagnostics, apply --fix, then
- * hand them to the output. Returns the exit status. */
-static int finish_diagnostics(const cli *o, const plan_opts *p, tp_unit *u, const char *path, tp_output *output)
+/* Apply -W and suppressions to the unit's diagnostics, then hand them to
+ * the output with the plan's status: theirs, or fix_rc (--fix's) where
+ * that is worse. Returns the exit status. */
+static int finish_diagnostics(const cli *o, const plan_opts *p, tp_unit *u, int fix_rc, const char *path,
+                              tp_output *output)
 {
     tp_diags_sort(&u->diags);
     tp_lint_apply(&u->diags, &p->lint);
     tp_diags_limit(&u->diags, o->diag_limit);
-    int rc = findings_status(o, &u->diags, u->io_error);
+    int rc = worse_status(findings_status(o, &u->diags, u->io_error), fix_rc);
     if (tp_output_add(output, path, &u->diags, &u->src, rc) < 0)
         rc = 2;
     return rc;
@@ -583,8 +585,7 @@ static int run_plan(const cli *o, const tp_settings *settings, const char *path,
             u.io_error = true;
         }
     }
-    int rc = finish_diagnostics(o, &p, &u, path, output);
-    rc = worse_status(rc, fix_rc);
+    int rc = finish_diagnostics(o, &p, &u, fix_rc, path, output);
     if (rc == 0 && exported)
         rc = write_export(exported, o->out);
     free(exported);

@@ -9,6 +9,11 @@
  *  - A bias add followed by the gelu of its result (GPT-2's c_fc) becomes
  *    one bias_gelu; the biased value is written too only when something
  *    else reads it (gelu_grad, in a training schedule).
+ *  - In the backward, an RMSNorm's input gradient whose one reader is the
+ *    add joining it to the residual stream's gradient (rmsnorm_dw may run
+ *    between them) becomes an rmsnorm_dx that adds it (its third input),
+ *    writing the sum where the add did: the gradient is not written and
+ *    read back.
  *
  * On the program rather than the graph, after autodiff: the backward is
  * the pair's, and the checks, which read the graph, see the model's own
@@ -41,7 +46,8 @@ static int alias_root(const tp_ir *ir, int b)
 
 /* By alias root: the last live op that reads its storage, or nops where
  * the program hands it out (an output, a parameter's gradient). Fusing
- * changes only what the second op of a pair reads, so one walk before
+ * changes only what the second op of a pair reads (and what an
+ * rmsnorm_dx reads before its add, which reads it too), so one walk before
  * fusing answers for every pair. */
 static int *last_reads(const tp_ir *ir)
 {
@@ -106,15 +112,68 @@ static bool fuse_bias_gelu(tp_ir *ir, const int *last_read, int at, tp_ir_op *bi
     return true;
 }
 
+/* Whether op reads buffer root b (by alias root). */
+static bool reads(const tp_ir *ir, const tp_ir_op *op, int b)
+{
+    for (int k = 0; k < op->nin; k++)
+        if (op->in[k] >= 0 && alias_root(ir, op->in[k]) == b)
+            return true;
+    return false;
+}
+
+/* Whether op writes buffer root b. */
+static bool writes(const tp_ir *ir, const tp_ir_op *op, int b)
+{
+    for (int o = 0; o < tp_ops[op->kind].nout; o++)
+        if (op->outs[o] >= 0 && alias_root(ir, op->outs[o]) == b)
+            return true;
+    return false;
+}
+
+/* rmsnorm_dx (at i) whose one reader is add(dx, r) or add(r, dx) (at j):
+ * rmsnorm_dx adds r and writes the add's result. Between the two no op
+ * may read dx or the sum, or write r or the sum: the sum is written
+ * earlier, r read earlier. */
+static bool fuse_norm_dx_add(tp_ir *ir, const int *last_read, int i)
+{
+    tp_ir_op *dx = &ir->ops[i];
+    const int d = dx->out;
+    if (dx->kind != TP_OP_RMSNORM_DX || dx->nin != 2 || own_elems(ir, d) < 0 || last_read[d] >= ir->nops)
+        return false;
+    const int j = last_read[d];
+    tp_ir_op *add = &ir->ops[j];
+    if (j <= i || add->kind != TP_OP_ADD || add->nin != 2 || (add->in[0] == d) == (add->in[1] == d))
+        return false;
+    const int r = add->in[add->in[0] == d ? 1 : 0], sum = add->out;
+    const int64_t elems = own_elems(ir, d);
+    if (own_elems(ir, sum) != elems || tp_ir_buf_elems(&ir->bufs[r]) != elems)
+        return false;
+    const int r_root = alias_root(ir, r);
+    if (alias_root(ir, sum) == d || alias_root(ir, sum) == r_root)
+        return false;
+    for (int k = i + 1; k < j; k++) {
+        const tp_ir_op *op = &ir->ops[k];
+        if (!op->dead && (reads(ir, op, d) || reads(ir, op, sum) || writes(ir, op, r_root) || writes(ir, op, sum)))
+            return false;
+    }
+    dx->in[2] = r;
+    dx->nin = 3;
+    dx->out = sum;
+    add->dead = true;
+    return true;
+}
+
 void tp_pass_fuse_pairs(tp_ir *ir)
 {
     int *last_read = last_reads(ir);
     for (int i = 0; i < ir->nops; i++) {
         const int j = next_live(ir, i);
-        if (ir->ops[i].dead || j < 0)
+        if (ir->ops[i].dead)
             continue;
-        if (fuse_add_norm(ir, &ir->ops[i], &ir->ops[j]) ||
-            fuse_bias_gelu(ir, last_read, j, &ir->ops[i], &ir->ops[j]))
+        if (fuse_norm_dx_add(ir, last_read, i))
+            continue;
+        if (j >= 0 && (fuse_add_norm(ir, &ir->ops[i], &ir->ops[j]) ||
+                       fuse_bias_gelu(ir, last_read, j, &ir->ops[i], &ir->ops[j])))
             ir->ops[i].dead = true;
     }
     free(last_read);

@@ -196,9 +196,12 @@ typedef struct tp_backend {
     void (*matmul_tn)(float *out, const float *a, const float *b, int64_t m, int64_t n, int64_t k);
     /* out[j] = scale * sum_i x[i, j] */
     void (*sum_rows)(float *out, const float *x, int64_t m, int64_t n, float scale);
-    /* rmsnorm's gradients: dx (weight w, unit_offset as the forward) and dw */
+    /* rmsnorm's gradients: dx (weight w, unit_offset as the forward) and dw.
+     * With add (else NULL), dx = add + that gradient, as an add of the
+     * gradient stored in the dtype would make it: the residual stream's
+     * gradient joining the norm's (compiler/passes/fuse_pairs.c) */
     void (*rmsnorm_dx)(float *dx, const float *x, const float *dy, const float *w, int64_t m, int64_t n, float eps,
-                       bool unit_offset);
+                       bool unit_offset, const float *add);
     void (*rmsnorm_dw)(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps);
     /* layernorm's gradients: dx (weight w) and dw (the bias's is sum_rows) */
     void (*layernorm_dx)(float *dx, const float *x, const float *dy, const float *w, int64_t m, int64_t n, float eps);

@@ -419,7 +419,7 @@ EXEC(sum_rows)
 EXEC(rmsnorm_dx)
 {
     x->be->rmsnorm_dx(fout(x, op), fin(x, op, 0), fin(x, op, 1), op_weight(x, op), op->m, op->n, (float)op->eps,
-                      op->unit_offset);
+                      op->unit_offset, op->nin > 2 ? fin(x, op, 2) : NULL);
     return 0;
 }
 

@@ -89,8 +89,10 @@ void tp_k_ce_loss(tp_stream s, float *loss, const float *sumexp, const float *ma
  * through, of the size given; the caller owns it. */
 
 /* norms_grad.cu: scratch tp_cuda_norm_grad_scratch floats (sched/workspace.h) */
+/* rmsnorm_dx with add (else NULL): dx = add + the gradient stored in the
+ * dtype, added in fp32 and stored again, as an add op after it would */
 void tp_k_rmsnorm_dx(tp_stream s, tp_kernel_dtype t, void *dx, const void *x, const void *dy, const void *w, int64_t m,
-                     int64_t n, float eps, bool unit_offset);
+                     int64_t n, float eps, bool unit_offset, const void *add);
 void tp_k_rmsnorm_dw(tp_stream s, tp_kernel_dtype t, void *dw, const void *x, const void *dy, float *scratch, int64_t m,
                      int64_t n, float eps);
 void tp_k_layernorm_dx(tp_stream s, tp_kernel_dtype t, void *dx, const void *x, const void *dy, const void *w, int64_t m,

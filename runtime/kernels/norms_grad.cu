@@ -14,8 +14,11 @@
 // One block per row. With w' = w (or 1 + w with unit_offset), y = x r w',
 // r = 1 / sqrt(mean(x^2) + eps):
 //   dx = r w' dy - x r^3 / n * sum(dy w' x)
+// With add, dx = add + that dx rounded to T: what the add op after an
+// unfused rmsnorm_dx computes, so -O0 and -O1 agree bit for bit.
 template <typename T>
-__global__ void rmsnorm_dx_kernel(T *dx, const T *x, const T *dy, const T *w, int64_t n, float eps, bool unit_offset)
+__global__ void rmsnorm_dx_kernel(T *dx, const T *x, const T *dy, const T *w, int64_t n, float eps, bool unit_offset,
+                                  const T *add)
 {
     const float offset = unit_offset ? 1.0f : 0.0f;
     const int64_t row = (int64_t)blockIdx.x * n;
@@ -26,7 +29,8 @@ __global__ void rmsnorm_dx_kernel(T *dx, const T *x, const T *dy, const T *w, in
     const float c = tp_block_sum(dot) * r * r * r / (float)n;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
         const float g = tp_to_float(dy[row + j]) * (offset + tp_to_float(w[j]));
-        dx[row + j] = tp_from_float<T>(r * g - c * tp_to_float(x[row + j]));
+        const T d = tp_from_float<T>(r * g - c * tp_to_float(x[row + j]));
+        dx[row + j] = add ? tp_from_float<T>(tp_to_float(add[row + j]) + tp_to_float(d)) : d;
     }
 }
 
@@ -172,23 +176,23 @@ extern "C" void tp_k_sum_rows(tp_stream s, tp_kernel_dtype t, void *out, const v
 
 template <typename T>
 static void launch_rmsnorm_dx(tp_stream s, T *dx, const T *x, const T *dy, const T *w, int64_t m, int64_t n, float eps,
-                              bool unit_offset)
+                              bool unit_offset, const T *add)
 {
-    TP_LAUNCH(rmsnorm_dx_kernel<T>, (unsigned)m, tp_rows_threads(n), 0, s, dx, x, dy, w, n, eps, unit_offset);
+    TP_LAUNCH(rmsnorm_dx_kernel<T>, (unsigned)m, tp_rows_threads(n), 0, s, dx, x, dy, w, n, eps, unit_offset, add);
 }
 
 extern "C" void tp_k_rmsnorm_dx(tp_stream s, tp_kernel_dtype t, void *dx, const void *x, const void *dy, const void *w,
-                                int64_t m, int64_t n, float eps, bool unit_offset)
+                                int64_t m, int64_t n, float eps, bool unit_offset, const void *add)
 {
     check_rows(t, m, n);
     if (m == 0)
         return;
     if (t == TP_KERNEL_F32)
         launch_rmsnorm_dx(s, (float *)dx, (const float *)x, (const float *)dy, (const float *)w, m, n, eps,
-                          unit_offset);
+                          unit_offset, (const float *)add);
     else
         launch_rmsnorm_dx(s, (__nv_bfloat16 *)dx, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)dy,
-                          (const __nv_bfloat16 *)w, m, n, eps, unit_offset);
+                          (const __nv_bfloat16 *)w, m, n, eps, unit_offset, (const __nv_bfloat16 *)add);
 }
 
 template <typename T>

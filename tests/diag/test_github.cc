@@ -52,4 +52,20 @@ TEST(DiagGithub, EscapesMessagesAndProperties)
     tp_sources_free(&src);
 }
 
+// What tpcc cannot handle yet fails no plan: a notice, not an error.
+TEST(DiagGithub, UnsupportedIsANotice)
+{
+    tp_sources src;
+    tp_diags d;
+    tp_sources_init(&src);
+    tp_diags_init(&d);
+    const std::string text = "mesh(dp = 2)\n";
+    int f = tp_sources_add(&src, "/work/x.plan", text.data(), text.size());
+    tp_diag_add(&d, TP_UNSUPPORTED, tp_span{f, 1, 1, 0, 12}, "unsupported", "not yet");
+    EXPECT_EQ(render(&d, &src, "/work/x.plan", "/work"),
+              "::notice file=x.plan,line=1,col=1,endColumn=13,title=tpcc (unsupported)::not yet\n");
+    tp_diags_free(&d);
+    tp_sources_free(&src);
+}
+
 }  // namespace

@@ -172,16 +172,49 @@ TEST(Fusion, AddRmsNormAtO1ThePairAtO0)
 {
     at_o1_and_o0({"plans/llama-sp.plan", "plans/llama-megatron.plan", "plans/gemma-sp.plan"},
                  [](const Schedule &, std::map<std::string, int> f1, std::map<std::string, int> f0,
-                    const std::string &what, bool) {
+                    const std::string &what, bool train) {
                      EXPECT_EQ(f1["add_rmsnorm"], 4) << what;   // 2 layers x 2 norms + the final one - the first
                      EXPECT_EQ(f1["rmsnorm"], 1) << what;
-                     EXPECT_EQ(f1["add"], f0["add"] - 4) << what;
+                     // training: and the backward's 4 into rmsnorm_dx (below)
+                     EXPECT_EQ(f1["add"], f0["add"] - 4 - (train ? 4 : 0)) << what;
                      EXPECT_EQ(f0["rmsnorm"], 5) << what;
                      EXPECT_EQ(f0["add_rmsnorm"], 0) << what;
                  });
     TempDir dg;
     Schedule g(dg, "plans/gpt2-hf-sp.plan", kLayers2);
     EXPECT_EQ(kinds(g, 0)["add_rmsnorm"], 0);
+}
+
+// rmsnorm_dx's (of rank 0) with a third input, the gradient they add.
+int adding_norm_grads(const Schedule &s)
+{
+    int n = 0;
+    size_t i;
+    json_t *op;
+    json_array_foreach(s.ops(0), i, op) n += std::string(json_string_value(json_object_get(op, "op"))) == "rmsnorm_dx" &&
+                                             json_array_size(json_object_get(op, "in")) == 3;
+    return n;
+}
+
+// -O1 fuses the backward's add of each layer norm's input gradient to the
+// residual stream's into the rmsnorm_dx (both norms of every layer; the
+// final norm's gradient has another reader, its all-gather or the last
+// layer's projections), RMSNorm and Gemma's (1 + w); the sum is written
+// where the add wrote it, and nothing reads the norm's own gradient. -O0,
+// forward schedules and LayerNorm models have none.
+TEST(Fusion, RmsNormDxAddAtO1ThePairAtO0)
+{
+    at_o1_and_o0({"plans/llama-sp.plan", "plans/llama-megatron.plan", "plans/gemma-sp.plan"},
+                 [](const Schedule &s1, std::map<std::string, int> f1, std::map<std::string, int>,
+                    const std::string &what, bool train) {
+                     EXPECT_EQ(adding_norm_grads(s1), train ? 4 : 0) << what;
+                     EXPECT_EQ(f1["rmsnorm_dx"], train ? 5 : 0) << what;
+                 });
+    TempDir d0, dg;
+    Schedule o0(d0, "plans/llama-sp.plan", with(kLayers2, {"--train", "-O0"}));
+    EXPECT_EQ(adding_norm_grads(o0), 0);
+    Schedule g(dg, "plans/gpt2-hf-sp.plan", with(kLayers2, {"--train"}));
+    EXPECT_EQ(adding_norm_grads(g), 0);
 }
 
 // -O1 fuses each GPT-2 MLP's c_fc bias with the gelu after it. A forward

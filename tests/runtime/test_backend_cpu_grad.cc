@@ -220,11 +220,26 @@ TEST(BackendCpuGrad, RmsNormInputGradient)
         Vec x0 = norm_input(c.m, c.n, 11);
         Map vjp = [&](const Vec &dy) {
             Vec dx(c.m * c.n, NAN);
-            be()->rmsnorm_dx(dx.data(), x0.data(), dy.data(), w.data(), c.m, c.n, eps, c.unit_offset);
+            be()->rmsnorm_dx(dx.data(), x0.data(), dy.data(), w.data(), c.m, c.n, eps, c.unit_offset, nullptr);
             return dx;
         };
         expect_gradient(c.unit_offset ? "rmsnorm_dx (unit_offset)" : "rmsnorm_dx", forward, vjp, x0);
     }
+}
+
+// With a gradient to add (-O1's fusion of the add after it): what
+// rmsnorm_dx then the add give, bit for bit, also written over it.
+TEST(BackendCpuGrad, RmsNormDxAddsAsTheAddAfterIt)
+{
+    const NormCase c = kNormCases[2];
+    Vec w = random_vec(c.n, 13, 0.5f, 1.5f), x = norm_input(c.m, c.n, 14), dy = random_vec(c.m * c.n, 15),
+        res = random_vec(c.m * c.n, 16, -3.0f, 3.0f), grad(c.m * c.n), pair(c.m * c.n), fused(c.m * c.n);
+    be()->rmsnorm_dx(grad.data(), x.data(), dy.data(), w.data(), c.m, c.n, 1e-5f, false, nullptr);
+    be()->binary(TP_BINARY_ADD, pair.data(), res.data(), c.m * c.n, grad.data(), c.m * c.n);
+    be()->rmsnorm_dx(fused.data(), x.data(), dy.data(), w.data(), c.m, c.n, 1e-5f, false, res.data());
+    EXPECT_EQ(fused, pair);
+    be()->rmsnorm_dx(res.data(), x.data(), dy.data(), w.data(), c.m, c.n, 1e-5f, false, res.data());
+    EXPECT_EQ(res, pair);
 }
 
 TEST(BackendCpuGrad, RmsNormWeightGradient)
@@ -292,8 +307,8 @@ TEST(BackendCpuGrad, NormInputGradientsMayOverwriteDy)
     const int64_t m = 3, n = 9;
     Vec x = norm_input(m, n, 19), w = random_vec(n, 20), dy = random_vec(m * n, 21);
     Vec rms(m * n), ln(m * n), rms_in = dy, ln_in = dy;
-    be()->rmsnorm_dx(rms.data(), x.data(), dy.data(), w.data(), m, n, 1e-6f, true);
-    be()->rmsnorm_dx(rms_in.data(), x.data(), rms_in.data(), w.data(), m, n, 1e-6f, true);
+    be()->rmsnorm_dx(rms.data(), x.data(), dy.data(), w.data(), m, n, 1e-6f, true, nullptr);
+    be()->rmsnorm_dx(rms_in.data(), x.data(), rms_in.data(), w.data(), m, n, 1e-6f, true, nullptr);
     be()->layernorm_dx(ln.data(), x.data(), dy.data(), w.data(), m, n, 1e-6f);
     be()->layernorm_dx(ln_in.data(), x.data(), ln_in.data(), w.data(), m, n, 1e-6f);
     EXPECT_EQ(rms, rms_in);

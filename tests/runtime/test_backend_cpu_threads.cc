@@ -128,7 +128,7 @@ TEST(CpuThreads, BackwardKernels)
     expect_thread_independent("matmul_tn", N * K, [&](auto &o) { be()->matmul_tn(o.data(), dy.data(), a.data(), M, N, K); });
     expect_thread_independent("sum_rows", N, [&](auto &o) { be()->sum_rows(o.data(), dy.data(), M, N, 0.5f); });
     expect_thread_independent("rmsnorm_dx", M * N, [&](auto &o) {
-        be()->rmsnorm_dx(o.data(), x.data(), dy.data(), w.data(), M, N, 1e-5f, false);
+        be()->rmsnorm_dx(o.data(), x.data(), dy.data(), w.data(), M, N, 1e-5f, false, nullptr);
     });
     expect_thread_independent("rmsnorm_dw", N,
                               [&](auto &o) { be()->rmsnorm_dw(o.data(), x.data(), dy.data(), M, N, 1e-5f); });

@@ -80,6 +80,7 @@ void tp_cpu_matmul_tn(float *out, const float *a, const float *b, int64_t m, int
 typedef struct grad_args {
     float *out;
     const float *x, *dy, *w;
+    const float *add;       /* norm_dx: added to dx, or NULL */
     const int32_t *ids;
     int64_t m, n, rows, vocab_start;
     double offset;
@@ -143,16 +144,18 @@ static void norm_dx_part(void *ctx, int64_t i0, int64_t i1)
         for (int64_t j = 0; j < n; j++) {
             double gy = (double)dyr[j] * (offset + a->w[j]);
             double xhat = ((double)xr[j] - st.mean) * st.inv;
-            a->out[i * n + j] = (float)(st.inv * (gy - mean_gy - xhat * mean_gy_xhat));
+            const float dx = (float)(st.inv * (gy - mean_gy - xhat * mean_gy_xhat));
+            a->out[i * n + j] = a->add ? a->add[i * n + j] + dx : dx;
         }
     }
 }
 
 static void norm_dx(float *dx, const float *x, const float *dy, const float *w, double offset, int64_t m, int64_t n,
-                    float eps, bool centered)
+                    float eps, bool centered, const float *add)
 {
     assert(n > 0 && w);
-    grad_args a = {.out = dx, .x = x, .dy = dy, .w = w, .n = n, .offset = offset, .eps = eps, .centered = centered};
+    grad_args a = {.out = dx, .x = x, .dy = dy, .w = w, .add = add, .n = n, .offset = offset, .eps = eps,
+                   .centered = centered};
     tp_cpu_parallel(m, ROW_GRAIN, norm_dx_part, &a);
 }
 
@@ -201,9 +204,9 @@ static void norm_dw(float *dw, const float *x, const float *dy, int64_t m, int64
 }
 
 void tp_cpu_rmsnorm_dx(float *dx, const float *x, const float *dy, const float *w, int64_t m, int64_t n, float eps,
-                       bool unit_offset)
+                       bool unit_offset, const float *add)
 {
-    norm_dx(dx, x, dy, w, unit_offset ? 1.0 : 0.0, m, n, eps, false);
+    norm_dx(dx, x, dy, w, unit_offset ? 1.0 : 0.0, m, n, eps, false, add);
 }
 
 void tp_cpu_rmsnorm_dw(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps)
@@ -213,7 +216,7 @@ void tp_cpu_rmsnorm_dw(float *dw, const float *x, const float *dy, int64_t m, in
 
 void tp_cpu_layernorm_dx(float *dx, const float *x, const float *dy, const float *w, int64_t m, int64_t n, float eps)
 {
-    norm_dx(dx, x, dy, w, 0.0, m, n, eps, true);
+    norm_dx(dx, x, dy, w, 0.0, m, n, eps, true, NULL);
 }
 
 void tp_cpu_layernorm_dw(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps)

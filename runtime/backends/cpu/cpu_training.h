@@ -10,7 +10,7 @@
 void tp_cpu_matmul_tn(float *out, const float *a, const float *b, int64_t m, int64_t n, int64_t k);
 void tp_cpu_sum_rows(float *out, const float *x, int64_t m, int64_t n, float scale);
 void tp_cpu_rmsnorm_dx(float *dx, const float *x, const float *dy, const float *w, int64_t m, int64_t n, float eps,
-                       bool unit_offset);
+                       bool unit_offset, const float *add);
 void tp_cpu_rmsnorm_dw(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps);
 void tp_cpu_layernorm_dx(float *dx, const float *x, const float *dy, const float *w, int64_t m, int64_t n, float eps);
 void tp_cpu_layernorm_dw(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps);

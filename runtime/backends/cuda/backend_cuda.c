@@ -556,9 +556,9 @@ static void cuda_sum_rows(float *out, const float *x, int64_t m, int64_t n, floa
 }
 
 static void cuda_rmsnorm_dx(float *dx, const float *x, const float *dy, const float *w, int64_t m, int64_t n, float eps,
-                            bool unit_offset)
+                            bool unit_offset, const float *add)
 {
-    tp_k_rmsnorm_dx(compute_stream(), gpu->kdt, dx, x, dy, w, m, n, eps, unit_offset);
+    tp_k_rmsnorm_dx(compute_stream(), gpu->kdt, dx, x, dy, w, m, n, eps, unit_offset, add);
     done();
 }
 

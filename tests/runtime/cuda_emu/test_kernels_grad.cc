@@ -79,15 +79,35 @@ TEST_P(GradKernels, RmsNorm)
             Vec dy = as_stored(random_vec((size_t)(m * n), 72), t());
             Vec w = as_stored(random_vec((size_t)n, 73, 0.5f, 1.5f), t());
             Vec want_dx(x.size()), want_dw((size_t)n);
-            ref().rmsnorm_dx(want_dx.data(), x.data(), dy.data(), w.data(), m, n, 1e-5f, unit_offset);
+            ref().rmsnorm_dx(want_dx.data(), x.data(), dy.data(), w.data(), m, n, 1e-5f, unit_offset, nullptr);
             ref().rmsnorm_dw(want_dw.data(), x.data(), dy.data(), m, n, 1e-5f);
             Dev dx(t(), x), ddy(t(), dy), dw(t(), w), dout(t(), x.size()), dgw(t(), (size_t)n);
             DevOf<float> scratch((size_t)m);
-            tp_k_rmsnorm_dx(nullptr, t(), dout.ptr(), dx.ptr(), ddy.ptr(), dw.ptr(), m, n, 1e-5f, unit_offset);
+            tp_k_rmsnorm_dx(nullptr, t(), dout.ptr(), dx.ptr(), ddy.ptr(), dw.ptr(), m, n, 1e-5f, unit_offset, nullptr);
             compare(dout.download(), want_dx, stored({2e-5, 1e-5}, t()), what + " dx");
             tp_k_rmsnorm_dw(nullptr, t(), dgw.ptr(), dx.ptr(), ddy.ptr(), scratch.ptr(), m, n, 1e-5f);
             compare(dgw.download(), want_dw, stored({2e-5 * std::sqrt((double)m), 1e-5}, t()), what + " dw");
         }
+}
+
+// With a gradient to add (-O1's fusion of the add after it): what
+// rmsnorm_dx then an add of the stored result give, bit for bit, also when
+// the sum is written over what it adds.
+TEST_P(GradKernels, RmsNormDxAddsAsTheAddAfterIt)
+{
+    const int64_t m = 5, n = 1000;
+    const Vec x = as_stored(random_vec((size_t)(m * n), 77, -2.0f, 2.0f), t());
+    const Vec dy = as_stored(random_vec((size_t)(m * n), 78), t());
+    const Vec w = as_stored(random_vec((size_t)n, 79, 0.5f, 1.5f), t());
+    const Vec res = as_stored(random_vec((size_t)(m * n), 80, -3.0f, 3.0f), t());
+    Dev dx(t(), x), ddy(t(), dy), dw(t(), w), dres(t(), res), dgrad(t(), x.size()), dpair(t(), x.size()),
+        dfused(t(), x.size());
+    tp_k_rmsnorm_dx(nullptr, t(), dgrad.ptr(), dx.ptr(), ddy.ptr(), dw.ptr(), m, n, 1e-5f, true, nullptr);
+    tp_k_binary(nullptr, t(), 0, dpair.ptr(), dres.ptr(), m * n, dgrad.ptr(), m * n);
+    tp_k_rmsnorm_dx(nullptr, t(), dfused.ptr(), dx.ptr(), ddy.ptr(), dw.ptr(), m, n, 1e-5f, true, dres.ptr());
+    expect_equal(dfused.download(), dpair.download(), label(t(), "rmsnorm_dx + add, fused"));
+    tp_k_rmsnorm_dx(nullptr, t(), dres.ptr(), dx.ptr(), ddy.ptr(), dw.ptr(), m, n, 1e-5f, true, dres.ptr());
+    expect_equal(dres.download(), dpair.download(), label(t(), "rmsnorm_dx + add, over what it adds"));
 }
 
 TEST_P(GradKernels, LayerNorm)
@@ -526,7 +546,8 @@ struct PartsLayout {
     }
 };
 
-// 40 weights (a launch of 32 parts, then one of 8), weight decay on every
+// 49 weights, 45 of them not empty (a launch of 32 parts, then one of 13
+// that the last, empty, part ends), weight decay on every
 // third, a step past the first on moments already set, the gradient
 // halved by clipping: each part's master, m and v as the reference's step
 // of that part alone, with its own decay, and w the master stored; what
@@ -534,7 +555,7 @@ struct PartsLayout {
 // another's decay or another's chunks fails.
 TEST_P(GradKernels, AdamWMasterManyParts)
 {
-    const int count = 40;
+    const int count = 49;
     const PartsLayout l(count);
     const size_t total = (size_t)l.total;
     Vec master = random_vec(total, 120), m = random_vec(total, 121, -0.01f, 0.01f),
@@ -554,14 +575,15 @@ TEST_P(GradKernels, AdamWMasterManyParts)
         ref().adamw(master.data() + at, half.data(), m.data() + at, v.data() + at, n, &st);
     }
     tp_k_adamw_master_parts(nullptr, t(), parts.data(), count, 0.5f, 1e-2, 0.9, 0.999, 1e-8, 0.1, 3);
-    const std::string what = label(t(), "adamw_master over 40 parts");
+    const std::string what = label(t(), "adamw_master over 49 parts");
     compare(dmaster.download(), master, {1e-6, 1e-6}, what + " master");
     compare(dm.download(), m, {1e-8, 1e-6}, what + " m");
     compare(dv.download(), v, {1e-10, 1e-6}, what + " v");
     expect_equal(dw.download(), as_stored(dmaster.download(), t()), what + " w = the master, stored");
 }
 
-// 70 runs (a launch of 64, then one of 6 adding to it), as the gradient
+// 70 runs, 65 of them not empty (a launch of 64, then one of 1 adding to
+// it), as the gradient
 // norm sums a rank's parts: the double sum of every run's squares.
 TEST_P(GradKernels, SumSquaresOverManyRuns)
 {

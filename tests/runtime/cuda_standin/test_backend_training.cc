@@ -177,8 +177,8 @@ TEST_P(BackendTraining, EachEntryMatchesTheReference)
     r.sum_rows(want.data(), x.data(), m, n, 0.25f);
     be()->sum_rows(out, dx_, m, n, 0.25f);
     expect_close(host(out, (size_t)n), Vec(want.begin(), want.begin() + n), 1e-5, 1e-5, "sum_rows");
-    r.rmsnorm_dx(want.data(), x.data(), dy.data(), w.data(), m, n, 1e-5f, true);
-    be()->rmsnorm_dx(out, dx_, ddy, dw_, m, n, 1e-5f, true);
+    r.rmsnorm_dx(want.data(), x.data(), dy.data(), w.data(), m, n, 1e-5f, true, nullptr);
+    be()->rmsnorm_dx(out, dx_, ddy, dw_, m, n, 1e-5f, true, nullptr);
     expect_close(host(out, want.size()), want, 2e-5, 1e-5, "rmsnorm_dx");
     r.rmsnorm_dw(want.data(), x.data(), dy.data(), m, n, 1e-5f);
     be()->rmsnorm_dw(out, dx_, ddy, m, n, 1e-5f);
