@@ -100,23 +100,44 @@ template <typename T> __device__ __forceinline__ void store8(T *p, const float *
     }
 }
 
-// The parts of one launch: part p owns the blocks [first_chunk[p],
-// first_chunk[p + 1]); vec[p]: its five buffers are 16-byte aligned.
-struct adamw_batch {
-    int nparts;
-    int first_chunk[TP_K_ADAMW_PARTS + 1];
-    tp_adamw_part part[TP_K_ADAMW_PARTS];
-    float decay[TP_K_ADAMW_PARTS];      // 1 - lr wd, or 1 for a part without weight decay
-    bool vec[TP_K_ADAMW_PARTS];
+// Up to N parts of one launch (tp_adamw_part or tp_run: item[p].n
+// elements), cut into chunks of OPT_CHUNK elements: part p owns chunks
+// [first_chunk[p], first_chunk[p + 1]); vec[p]: its buffers are 16-byte
+// aligned. The launchers gather them (for_batches); the kernels walk a
+// chunk (walk_chunk).
+template <typename Item, int N> struct chunk_batch {
+    int count;
+    int first_chunk[N + 1];
+    Item item[N];
+    bool vec[N];
+
+    // The part of chunk c (a scan of at most N), and the chunk's elements
+    // [*start, *end) of it.
+    __device__ __forceinline__ int part(int c, int64_t *start, int64_t *end) const
+    {
+        int p = 0;
+        while (p + 1 < count && c >= first_chunk[p + 1])
+            p++;
+        *start = (int64_t)(c - first_chunk[p]) * OPT_CHUNK;
+        *end = *start + OPT_CHUNK < item[p].n ? *start + OPT_CHUNK : item[p].n;
+        return p;
+    }
 };
 
-// The part whose chunks hold block `block`: a scan of at most a batch.
-__device__ __forceinline__ int part_of_block(const int *first_chunk, int nparts, int block)
+// This thread's elements of [start, end): whole groups of 8 by
+// group(i0) where vec (16-byte loads and stores), the rest one by one
+// by one(i), in the same order within a thread either way.
+template <typename G, typename O>
+__device__ __forceinline__ void walk_chunk(int64_t start, int64_t end, bool vec, G group, O one)
 {
-    int p = 0;
-    while (p + 1 < nparts && block >= first_chunk[p + 1])
-        p++;
-    return p;
+    for (int64_t i0 = start + (int64_t)threadIdx.x * OPT_PER_THREAD; i0 < end;
+         i0 += (int64_t)blockDim.x * OPT_PER_THREAD) {
+        if (vec && i0 + OPT_PER_THREAD <= end)
+            group(i0);
+        else
+            for (int64_t i = i0; i < i0 + OPT_PER_THREAD && i < end; i++)
+                one(i);
+    }
 }
 
 // Mixed precision: the step on the fp32 master from g (storage type, read
@@ -125,19 +146,20 @@ __device__ __forceinline__ int part_of_block(const int *first_chunk, int nparts,
 // with, becomes the master rounded to T (to nearest even). A block takes
 // one chunk of one part.
 template <typename T>
-__global__ void __launch_bounds__(OPT_THREADS) adamw_master_kernel(adamw_batch b, float grad_scale, adamw_consts k)
+__global__ void __launch_bounds__(OPT_THREADS)
+    adamw_master_kernel(chunk_batch<tp_adamw_part, TP_K_ADAMW_PARTS> b, float grad_scale, adamw_consts k)
 {
-    const int p = part_of_block(b.first_chunk, b.nparts, (int)blockIdx.x);
-    const tp_adamw_part q = b.part[p];
+    int64_t start, end;
+    const int p = b.part((int)blockIdx.x, &start, &end);
+    const tp_adamw_part q = b.item[p];
     float *master = q.master, *m = q.m, *v = q.v;
     T *w = (T *)q.w;
     const T *g = (const T *)q.g;
-    k.decay = b.decay[p];
-    const int64_t start = (int64_t)(blockIdx.x - b.first_chunk[p]) * OPT_CHUNK;
-    const int64_t end = start + OPT_CHUNK < q.n ? start + OPT_CHUNK : q.n;
-    for (int64_t i0 = start + (int64_t)threadIdx.x * OPT_PER_THREAD; i0 < end;
-         i0 += (int64_t)blockDim.x * OPT_PER_THREAD) {
-        if (b.vec[p] && i0 + OPT_PER_THREAD <= end) {
+    if (!q.decay)
+        k.decay = 1.0f;     // w * 1: torch's parameter group without weight decay
+    walk_chunk(
+        start, end, b.vec[p],
+        [&](int64_t i0) {
             float mw[OPT_PER_THREAD], gi[OPT_PER_THREAD], mi[OPT_PER_THREAD], vi[OPT_PER_THREAD];
             load8(mw, master + i0);
             load8(gi, g + i0);
@@ -150,14 +172,12 @@ __global__ void __launch_bounds__(OPT_THREADS) adamw_master_kernel(adamw_batch b
             store8(m + i0, mi);
             store8(v + i0, vi);
             store8(w + i0, mw);
-            continue;
-        }
-        for (int64_t i = i0; i < i0 + OPT_PER_THREAD && i < end; i++) {
+        },
+        [&](int64_t i) {
             const float wn = adamw_update(master[i], tp_to_float(g[i]) * grad_scale, m[i], v[i], k);
             master[i] = wn;
             w[i] = tp_from_float<T>(wn);
-        }
-    }
+        });
 }
 
 // Gradient accumulation over micro-batches, in fp32: phase 0 copies g
@@ -176,40 +196,28 @@ template <typename T> __global__ void accumulate_grad_kernel(float *acc, T *g, i
     }
 }
 
-// The runs of one launch of the sum of squares, chunked as adamw_batch's
-// parts.
-struct sumsq_batch {
-    int nruns, chunks;
-    int first_chunk[SUMSQ_RUNS + 1];
-    tp_run run[SUMSQ_RUNS];
-    bool vec[SUMSQ_RUNS];
-};
-
 // Block i: the sum of x^2 over chunks i, i + gridDim.x, ... of the runs,
 // in double, left in sumsq_partial[i].
-template <typename T> __global__ void __launch_bounds__(OPT_THREADS) sum_squares_kernel(sumsq_batch b)
+template <typename T> __global__ void __launch_bounds__(OPT_THREADS) sum_squares_kernel(chunk_batch<tp_run, SUMSQ_RUNS> b)
 {
     double acc = 0.0;
-    for (int c = (int)blockIdx.x; c < b.chunks; c += (int)gridDim.x) {
-        const int r = part_of_block(b.first_chunk, b.nruns, c);
-        const T *x = (const T *)b.run[r].x;
-        const int64_t start = (int64_t)(c - b.first_chunk[r]) * OPT_CHUNK;
-        const int64_t end = start + OPT_CHUNK < b.run[r].n ? start + OPT_CHUNK : b.run[r].n;
-        for (int64_t i0 = start + (int64_t)threadIdx.x * OPT_PER_THREAD; i0 < end;
-             i0 += (int64_t)blockDim.x * OPT_PER_THREAD) {
-            if (b.vec[r] && i0 + OPT_PER_THREAD <= end) {
+    for (int c = (int)blockIdx.x; c < b.first_chunk[b.count]; c += (int)gridDim.x) {
+        int64_t start, end;
+        const int r = b.part(c, &start, &end);
+        const T *x = (const T *)b.item[r].x;
+        walk_chunk(
+            start, end, b.vec[r],
+            [&](int64_t i0) {
                 float xi[OPT_PER_THREAD];
                 load8(xi, x + i0);
                 TP_UNROLL
                 for (int e = 0; e < OPT_PER_THREAD; e++)
                     acc += (double)xi[e] * xi[e];
-                continue;
-            }
-            for (int64_t i = i0; i < i0 + OPT_PER_THREAD && i < end; i++) {
+            },
+            [&](int64_t i) {
                 const double xi = tp_to_float(x[i]);
                 acc += xi * xi;
-            }
-        }
+            });
     }
     acc = tp_block_sum(acc);
     if (threadIdx.x == 0)
@@ -264,72 +272,72 @@ extern "C" void tp_k_adamw(tp_stream s, tp_kernel_dtype t, void *w, const void *
         launch_adamw(s, (__nv_bfloat16 *)w, (const __nv_bfloat16 *)g, (__nv_bfloat16 *)m, (__nv_bfloat16 *)v, n, k);
 }
 
-// Chunks of n elements.
-static int64_t chunks_of(int64_t n) { return TP_CEIL_DIV(n, (int64_t)OPT_CHUNK); }
+// Gathers items[0 .. count) in batches of N, each with its chunks, and
+// calls launch(batch) for each batch; empty parts are left out, and no
+// batch is launched when every part is empty. aligned(item): whether its
+// buffers are 16-byte aligned.
+template <int N, typename Item, typename A, typename L>
+static void for_batches(const Item *items, int count, A aligned, L launch)
+{
+    TP_KCHECK(count >= 0, "a count of parts");
+    chunk_batch<Item, N> b;
+    b.count = 0;
+    b.first_chunk[0] = 0;
+    for (int i = 0; i < count; i++) {
+        const int64_t n = items[i].n;
+        TP_KCHECK(n >= 0, "negative size");
+        const int64_t chunks = TP_CEIL_DIV(n, (int64_t)OPT_CHUNK);
+        TP_KCHECK(chunks <= INT_MAX - b.first_chunk[b.count], "a part of fewer than 2^44 elements");
+        if (n > 0) {
+            b.item[b.count] = items[i];
+            b.vec[b.count] = aligned(items[i]);
+            b.first_chunk[b.count + 1] = b.first_chunk[b.count] + (int)chunks;
+            b.count++;
+        }
+        // a full batch, or the last part: launch what is gathered
+        if (b.count > 0 && (b.count == N || i == count - 1)) {
+            launch(b);
+            b.count = 0;
+        }
+    }
+}
 
 extern "C" void tp_k_adamw_master_parts(tp_stream s, tp_kernel_dtype t, const tp_adamw_part *parts, int nparts,
                                         float grad_scale, double lr, double beta1, double beta2, double eps,
                                         double weight_decay, int64_t step)
 {
     adamw_consts k;
-    TP_KCHECK(nparts >= 0, "a count of parts");
     adamw_prepare(t, 0, lr, beta1, beta2, eps, weight_decay, step, &k);
-    adamw_batch b;
-    b.nparts = 0;
-    b.first_chunk[0] = 0;
-    for (int i = 0; i < nparts; i++) {
-        const tp_adamw_part &q = parts[i];
-        TP_KCHECK(q.n >= 0, "negative size");
-        TP_KCHECK(chunks_of(q.n) <= INT_MAX - b.first_chunk[b.nparts], "a part of fewer than 2^44 elements");
-        if (q.n > 0) {
-            b.part[b.nparts] = q;
-            b.decay[b.nparts] = q.decay ? k.decay : 1.0f;
-            b.vec[b.nparts] = tp_aligned16(q.master) && tp_aligned16(q.w) && tp_aligned16(q.g) &&
-                              tp_aligned16(q.m) && tp_aligned16(q.v);
-            b.first_chunk[b.nparts + 1] = b.first_chunk[b.nparts] + (int)chunks_of(q.n);
-            b.nparts++;
-        }
-        // a full batch, or the last part: launch what is gathered
-        if (b.nparts > 0 && (b.nparts == TP_K_ADAMW_PARTS || i == nparts - 1)) {
-            const unsigned blocks = (unsigned)b.first_chunk[b.nparts];
+    for_batches<TP_K_ADAMW_PARTS>(
+        parts, nparts,
+        [](const tp_adamw_part &q) {
+            return tp_aligned16(q.master) && tp_aligned16(q.w) && tp_aligned16(q.g) && tp_aligned16(q.m) &&
+                   tp_aligned16(q.v);
+        },
+        [&](const chunk_batch<tp_adamw_part, TP_K_ADAMW_PARTS> &b) {
+            const unsigned blocks = (unsigned)b.first_chunk[b.count];
             if (t == TP_KERNEL_F32)
                 TP_LAUNCH(adamw_master_kernel<float>, blocks, OPT_THREADS, 0, s, b, grad_scale, k);
             else
                 TP_LAUNCH(adamw_master_kernel<__nv_bfloat16>, blocks, OPT_THREADS, 0, s, b, grad_scale, k);
-            b.nparts = 0;
-        }
-    }
+        });
 }
 
 extern "C" void tp_k_sum_squares(tp_stream s, tp_kernel_dtype t, double *out, const tp_run *runs, int nruns)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
-    TP_KCHECK(nruns >= 0, "a count of runs");
-    sumsq_batch b;
-    b.nruns = 0;
-    b.first_chunk[0] = 0;
     bool launched = false;
-    for (int i = 0; i < nruns; i++) {
-        TP_KCHECK(runs[i].n >= 0, "negative size");
-        TP_KCHECK(chunks_of(runs[i].n) <= INT_MAX - b.first_chunk[b.nruns], "a run of fewer than 2^44 elements");
-        if (runs[i].n > 0) {
-            b.run[b.nruns] = runs[i];
-            b.vec[b.nruns] = tp_aligned16(runs[i].x);
-            b.first_chunk[b.nruns + 1] = b.first_chunk[b.nruns] + (int)chunks_of(runs[i].n);
-            b.nruns++;
-        }
-        if (b.nruns > 0 && (b.nruns == SUMSQ_RUNS || i == nruns - 1)) {
-            b.chunks = b.first_chunk[b.nruns];
-            const int blocks = b.chunks < SUMSQ_BLOCKS ? b.chunks : SUMSQ_BLOCKS;
+    for_batches<SUMSQ_RUNS>(
+        runs, nruns, [](const tp_run &r) { return tp_aligned16(r.x); },
+        [&](const chunk_batch<tp_run, SUMSQ_RUNS> &b) {
+            const int chunks = b.first_chunk[b.count], blocks = chunks < SUMSQ_BLOCKS ? chunks : SUMSQ_BLOCKS;
             if (t == TP_KERNEL_F32)
                 TP_LAUNCH(sum_squares_kernel<float>, blocks, OPT_THREADS, 0, s, b);
             else
                 TP_LAUNCH(sum_squares_kernel<__nv_bfloat16>, blocks, OPT_THREADS, 0, s, b);
             TP_LAUNCH(sum_squares_total_kernel, 1, SUMSQ_BLOCKS, 0, s, out, blocks, launched);
             launched = true;
-            b.nruns = 0;
-        }
-    }
+        });
     if (!launched)
         TP_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof *out, (cudaStream_t)s));
 }
