@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #define TP_SCHEDULE_MAGIC "tpcc-schedule"
-#define TP_SCHEDULE_VERSION 14
+#define TP_SCHEDULE_VERSION 15
 
 /* Print rank `rank` (or every rank when rank < 0) of a schedule file.
  * Returns 0, or -1 with a message for an unreadable or invalid file. */

@@ -442,11 +442,18 @@ static int64_t head_elems(const tr_op *op, int64_t heads)
     return mul(mul(mul(op->batch, op->seq), heads), op->head_dim);
 }
 
+/* each query's log-sum-exp, [batch, heads, seq] */
+static int64_t lse_elems(const tr_op *op) { return mul(mul(op->batch, op->heads), op->seq); }
+
+/* out[0] like q (always written), out[1] one float per query and head */
 static int check_attention(loader *L, const tr_schedule *s, const tr_op *op)
 {
     int64_t q = head_elems(op, op->heads), kv = head_elems(op, op->kv_heads);
-    if (elems_of(s, op->in[0]) != q || elems_of(s, op->out) != q || op->heads % op->kv_heads ||
+    if (op->outs[0] < 0)
+        return fail(L, "out[0], the attention's output, is null");
+    if (elems_of(s, op->in[0]) != q || elems_of(s, op->outs[0]) != q || op->heads % op->kv_heads ||
         elems_of(s, op->in[1]) != kv || elems_of(s, op->in[2]) != kv ||
+        (op->outs[1] >= 0 && elems_of(s, op->outs[1]) != lse_elems(op)) ||
         (op->nin > 3 && elems_of(s, op->in[3]) != mul(op->batch, op->seq)))
         return fail(L, "sizes do not match its buffers");
     return 0;
@@ -576,8 +583,8 @@ static int check_norm_grad(loader *L, const tr_schedule *s, const tr_op *op)
     return 0;
 }
 
-/* q, k, v and dy as the forward attention's; dq like q, dk and dv like k,
- * each where it is computed. */
+/* q, k, v, dy, o and lse as the forward attention's; dq like q, dk and dv
+ * like k, each where it is computed. */
 static int check_attention_grad(loader *L, const tr_schedule *s, const tr_op *op)
 {
     int64_t q = head_elems(op, op->heads), kv = head_elems(op, op->kv_heads);
@@ -586,8 +593,8 @@ static int check_attention_grad(loader *L, const tr_schedule *s, const tr_op *op
     for (int o = 0; o < 3; o++)
         outs_fit &= op->outs[o] < 0 || elems_of(s, op->outs[o]) == out[o];
     if (elems_of(s, op->in[0]) != q || elems_of(s, op->in[1]) != kv || elems_of(s, op->in[2]) != kv ||
-        elems_of(s, op->in[3]) != q || !outs_fit || op->heads % op->kv_heads ||
-        (op->nin > 4 && elems_of(s, op->in[4]) != mul(op->batch, op->seq)))
+        elems_of(s, op->in[3]) != q || elems_of(s, op->in[4]) != q || elems_of(s, op->in[5]) != lse_elems(op) ||
+        !outs_fit || op->heads % op->kv_heads || (op->nin > 6 && elems_of(s, op->in[6]) != mul(op->batch, op->seq)))
         return fail(L, "sizes do not match its buffers");
     return 0;
 }

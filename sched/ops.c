@@ -28,6 +28,7 @@ const char *const tp_op_names[TP_OP_COUNT] = {
 #define NO_F32 0u
 #define F32_IN(i) TP_F32_IN(i)
 #define F32_OUT TP_F32_OUT
+#define F32_OUT_AT(o) TP_F32_OUT_AT(o)
 #define F32_LIKE_IN0 TP_F32_LIKE_IN0
 #define RANKED ATTR          /* to the reader, a rank-dependent value is like any other */
 
@@ -50,7 +51,8 @@ const char *const tp_op_names[TP_OP_COUNT] = {
 #define OP(NAME, name, role, in_min, in_max, ids, out, weight, bias, place, f32, attrs, sizes, flops, kernels) \
     attrs _Static_assert((in_max) <= TR_OP_INPUTS, #name " reads more buffers than tr_op holds");                \
     _Static_assert(NOUT(out) <= TP_MAX_OUTS, #name " writes more buffers than tr_op holds");                     \
-    _Static_assert(((f32) & (TP_F32_OUT - 1)) >> (in_max) == 0, #name " keeps f32 an input it does not read");
+    _Static_assert(((f32) & (TP_F32_OUT - 1)) >> (in_max) == 0, #name " keeps f32 an input it does not read"); \
+    _Static_assert(((f32) >> 16 & 0xfu) >> NOUT(out) == 0, #name " keeps f32 an output it does not write");
 #include "sched/ops.def"
 #undef OP
 #undef ATTR

@@ -48,14 +48,15 @@ typedef enum tp_operand { TP_OPERAND_NONE, TP_OPERAND_REQUIRED, TP_OPERAND_OPTIO
 /* The most outputs an op kind declares (sched/ops.def's OUTS_FLOAT). */
 #define TP_MAX_OUTS 3
 /* The most buffers an op kind reads (sched/ops.def's in_max: attention_grad's
- * q, k, v, dy and segments). */
-#define TP_MAX_INS 5
+ * q, k, v, dy, the forward's output and log-sum-exp, and segments). */
+#define TP_MAX_INS 7
 
 /* The float operands of a kind that hold f32 whatever the schedule's dtype
  * (sched/ops.def's f32 column), as bits: */
 #define TP_F32_IN(i) (1u << (i))     /* in[i] */
-#define TP_F32_OUT (1u << 16)        /* the output */
-#define TP_F32_LIKE_IN0 (1u << 17)   /* every float operand, where in[0] holds f32 */
+#define TP_F32_OUT_AT(o) (1u << (16 + (o)))   /* output o (of TP_MAX_OUTS) */
+#define TP_F32_OUT TP_F32_OUT_AT(0)            /* the output, or the first of several */
+#define TP_F32_LIKE_IN0 (1u << 20)   /* every float operand, where in[0] holds f32 */
 
 /* An op kind's signature and attributes (a row of sched/ops.def). */
 typedef struct tp_op_def {

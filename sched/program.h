@@ -23,7 +23,8 @@ typedef struct tp_ir_buf {
     int64_t offset;            /* in the activation arena, bytes */
     bool input, output;        /* a model input, or the logits/loss */
     bool segments;             /* the input of each position's document (tpcc --segments) */
-    bool f32_only;             /* the loss and its per-token pieces: float32 whatever the dtype */
+    bool f32_only;             /* float32 whatever the dtype: the loss and its per-token pieces,
+                                * attention's log-sum-exp */
     int alias_of;              /* >= 0: a view of that buffer (same storage) */
 } tp_ir_buf;
 

@@ -82,15 +82,16 @@ static int check_io(checker *c)
 
 /* ---- operands ----------------------------------------------------------- */
 
-/* Does operand `in` of op (-1: its output) hold f32 whatever the
+/* Does operand `in` of op (-1 - o: its output o) hold f32 whatever the
  * schedule's dtype? The loss and its per-token pieces do
- * (runtime/backends/backend.h): the f32 column of sched/ops.def. */
+ * (runtime/backends/backend.h), and attention's log-sum-exp: the f32
+ * column of sched/ops.def. */
 static bool holds_f32(const tr_schedule *s, const tr_op *op, int in)
 {
     unsigned f32 = tp_ops[op->kind].f32;
     if (f32 & TP_F32_LIKE_IN0 && s->bufs[op->in[0]].dtype == TP_F32)
         return true;
-    return f32 & (in < 0 ? TP_F32_OUT : TP_F32_IN(in));
+    return f32 & (in < 0 ? TP_F32_OUT_AT(-1 - in) : TP_F32_IN(in));
 }
 
 /* A float operand holds the element type its kernel reads or writes: the
@@ -294,9 +295,8 @@ static int check_op(checker *c, int i)
     for (int k = 0; k < op->nin; k++)
         if (check_float_dtype(c, i, k, op->in[k]))
             return -1;
-    int outs[TP_MAX_OUTS], n = written(op, outs);
-    for (int o = 0; o < n; o++)
-        if (check_float_dtype(c, i, -1, outs[o]))
+    for (int o = 0; o < tp_ops[op->kind].nout; o++)
+        if (op->outs[o] >= 0 && check_float_dtype(c, i, -1 - o, op->outs[o]))
             return -1;
     if (check_overlap(c, i) || check_ids(c, i) || check_blas_sizes(c, i))
         return -1;

@@ -48,16 +48,17 @@ static inline bool tp_cuda_flash_head_dim(int64_t d) { return tp_cuda_flash_grad
 static inline bool tp_cuda_flash_kv_by_query_head(int64_t h, int64_t g) { return h > g; }
 
 /* Floats of scratch attention's gradient takes on the CUDA backend, for
- * [b, s, h, d] queries and g kv heads: each query's log-sum-exp and dy . O
- * (2 b h s), and on tensor cores, where dk and dv are split by query head,
- * each query head's fp32 dk and dv before they are added in head order
- * (2 b s h d). A bf16 schedule whose operands turn out misaligned takes
- * the fp32 kernel, which uses less. */
+ * [b, s, h, d] queries and g kv heads: each query's D = dy . O (b h s;
+ * its log-sum-exp is the forward's, a buffer of the schedule), and on
+ * tensor cores, where dk and dv are split by query head, each query head's
+ * fp32 dk and dv before they are added in head order (2 b s h d). A bf16
+ * schedule whose operands turn out misaligned takes the fp32 kernel, which
+ * uses less. */
 static inline int64_t tp_cuda_attention_grad_scratch(bool bf16, int64_t b, int64_t s, int64_t h, int64_t g,
                                                      int64_t d)
 {
     bool split = bf16 && tp_cuda_flash_grad_head_dim(d) && tp_cuda_flash_kv_by_query_head(h, g);
-    return 2 * b * h * s + (split ? 2 * b * s * h * d : 0);
+    return b * h * s + (split ? 2 * b * s * h * d : 0);
 }
 
 /* Floats of scratch a norm's weight gradient takes for m rows: each row's

@@ -434,9 +434,10 @@ static void loss_backward(autodiff *A, const tp_gnode *n)
 }
 
 /* One op for the gradients of the forward's first `ngrads` inputs, from
- * those inputs and dy (attention's q, k and v; silu_mul's a and b): out[k]
- * is input k's, -1 where that input needs none. */
-static void joint_grads(autodiff *A, const tp_gnode *n, tp_op_kind kind, int ngrads, int dy)
+ * those inputs and dy (attention's q, k and v; silu_mul's a and b), and
+ * where reads_out the forward's output after dy: out[k] is input k's, -1
+ * where that input needs none. */
+static void joint_grads(autodiff *A, const tp_gnode *n, tp_op_kind kind, int ngrads, int dy, bool reads_out)
 {
     const tp_ir_op *f = &n->op;
     int grads[TP_MAX_OUTS], in[TP_MAX_INS];
@@ -452,8 +453,11 @@ static void joint_grads(autodiff *A, const tp_gnode *n, tp_op_kind kind, int ngr
     if (!any)
         return;
     memcpy(in, f->in, (size_t)ngrads * sizeof *in);
-    in[ngrads] = dy;
-    tp_ir_op *op = emit(A, kind, -1, ngrads + 1, in);
+    int nin = ngrads;
+    in[nin++] = dy;
+    if (reads_out)
+        in[nin++] = f->out;
+    tp_ir_op *op = emit(A, kind, -1, nin, in);
     memcpy(op->outs, grads, sizeof grads);
     same_attrs(op, f);
     for (int k = 0; k < ngrads; k++)
@@ -483,8 +487,10 @@ static int op_backward(autodiff *A, const tp_gnode *n, int dy)
         op->inverse = true;
         return 0;
     }
-    case TP_OP_ATTENTION: joint_grads(A, n, TP_OP_ATTENTION_GRAD, 3, dy); return 0;
-    case TP_OP_SILU_MUL: joint_grads(A, n, TP_OP_SILU_MUL_GRAD, 2, dy); return 0;
+    /* attention's reads its output too (D = dy . o, and beside it the
+     * forward's log-sum-exp, attention_stats.c) */
+    case TP_OP_ATTENTION: joint_grads(A, n, TP_OP_ATTENTION_GRAD, 3, dy, true); return 0;
+    case TP_OP_SILU_MUL: joint_grads(A, n, TP_OP_SILU_MUL_GRAD, 2, dy, false); return 0;
     case TP_OP_SILU:
     case TP_OP_GELU:
     case TP_OP_RELU:

@@ -39,6 +39,13 @@ void tp_pass_merge(tp_graph *g);
  * the silu's input; the silu is left to the dead-code pass. Runs before
  * autodiff, so the backward is silu_mul's own (silu_mul_grad). */
 void tp_pass_fuse(tp_graph *g);
+/* attention_stats.c: --train, on the lowered program. Each attention
+ * whose gradient the program computes writes its log-sum-exp (out[1], a
+ * new f32 [batch, heads, seq] buffer), which the attention_grad reads
+ * after q, k, v, dy and the attention's output (autodiff's), so the
+ * backward takes the softmax from the forward instead of recomputing its
+ * statistics. */
+void tp_pass_attention_stats(tp_ir *ir);
 /* fuse_pairs.c: -O1, on the lowered program. An op whose next op reads
  * its result becomes, with it, one fused op, and is marked dead: an add
  * and the RMSNorm of the sum one add_rmsnorm writing both results; a bias

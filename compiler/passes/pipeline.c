@@ -18,6 +18,8 @@ int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodi
     if (opts->train)
         tp_pass_recompute(g, opts->recompute);
     tp_pass_lower(g, out);
+    if (opts->train)
+        tp_pass_attention_stats(out);
     if (opts->optimize)
         tp_pass_fuse_pairs(out);
     if (opts->train)

@@ -15,10 +15,11 @@
  *     bias added in place) too, as Megatron's selective recomputation keeps
  *     the projections and recomputes the cheap ops: norms, RoPE,
  *     activations, elementwise ops, and the attention core. The attention's
- *     backward (attention_grad) reads only q, k, v and the output's
- *     gradient and recomputes the softmax itself in every mode, so there
- *     are no statistics to keep; what selective recomputes of the attention
- *     is its output, which o_proj's weight gradient reads.
+ *     backward (attention_grad) reads q, k, v, the output and its
+ *     gradient (and the log-sum-exp the output's attention writes beside
+ *     it, attention_stats.c, after this pass); what selective recomputes
+ *     of the attention is its output, which o_proj's weight gradient and
+ *     attention_grad read, and with it those statistics.
  *
  * A value the backward reads and the layer does not keep is recomputed,
  * with every value of the layer it is computed from that is not kept: the

@@ -139,9 +139,12 @@ typedef struct tp_backend {
      * none), query t sees key u <= t only where segments[u] == segments[t]
      * >= 0, and a query that sees no key (padding) is 0; the documents are
      * numbered in order along each row (-1 anywhere), which lets a kernel
-     * skip the keys before a query's document */
-    void (*attention)(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
-                      int64_t g, int64_t d, double scale, double softcap, const int32_t *segments);
+     * skip the keys before a query's document; lse (fp32 [b, h, s], in
+     * every dtype; NULL: not wanted) gets each query's log-sum-exp of its
+     * scores, mx + log(sum exp(score - mx)) over the keys it sees, +inf
+     * for one that sees none, for the gradient */
+    void (*attention)(float *out, float *lse, const float *q, const float *k, const float *v, int64_t b, int64_t s,
+                      int64_t h, int64_t g, int64_t d, double scale, double softcap, const int32_t *segments);
     /* out = cap * tanh(x / cap) */
     void (*softcap)(float *out, const float *x, int64_t n, float cap);
     /* silu(x) = x * sigmoid(x); gelu: the tanh approximation (GPT-2's gelu_new) or the exact
@@ -208,10 +211,13 @@ typedef struct tp_backend {
     void (*layernorm_dw)(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps);
     /* the gradients of attention's q, k and v from its output's gradient dy
      * (shapes and arguments as attention): dq like q, dk and dv like k, in
-     * one pass; an output that is NULL is not computed; segments as attention's */
+     * one pass, with P = exp(score - lse) and D = dy . o from the
+     * forward's output o and log-sum-exp lse (the attention's own, on this
+     * backend, for these q, k, v); an output that is NULL is not computed;
+     * segments as attention's */
     void (*attention_grad)(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
-                           const float *dy, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, double scale,
-                           double softcap, const int32_t *segments);
+                           const float *dy, const float *o, const float *lse, int64_t b, int64_t s, int64_t h,
+                           int64_t g, int64_t d, double scale, double softcap, const int32_t *segments);
     /* dx = dy * f'(x) */
     void (*unary_grad)(tp_unary op, float *dx, const float *x, const float *dy, int64_t n);
     void (*softcap_grad)(float *dx, const float *x, const float *dy, int64_t n, float cap);

@@ -290,8 +290,8 @@ EXEC(rope)
 
 EXEC(attention)
 {
-    x->be->attention(fout(x, op), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2), op->batch, op->seq, op->heads,
-                     op->kv_heads, op->head_dim, op->scale, op->softcap, opt_iin(x, op, 3));
+    x->be->attention(fouts(x, op, 0), fouts(x, op, 1), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2), op->batch,
+                     op->seq, op->heads, op->kv_heads, op->head_dim, op->scale, op->softcap, opt_iin(x, op, 3));
     return 0;
 }
 
@@ -445,8 +445,8 @@ EXEC(layernorm_dw)
 EXEC(attention_grad)
 {
     x->be->attention_grad(fouts(x, op, 0), fouts(x, op, 1), fouts(x, op, 2), fin(x, op, 0), fin(x, op, 1),
-                          fin(x, op, 2), fin(x, op, 3), op->batch, op->seq, op->heads, op->kv_heads, op->head_dim,
-                          op->scale, op->softcap, opt_iin(x, op, 4));
+                          fin(x, op, 2), fin(x, op, 3), fin(x, op, 4), fin(x, op, 5), op->batch, op->seq, op->heads,
+                          op->kv_heads, op->head_dim, op->scale, op->softcap, opt_iin(x, op, 6));
     return 0;
 }
 

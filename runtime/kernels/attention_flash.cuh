@@ -22,8 +22,10 @@
 // multiplies the current values and the next values while it scores the
 // next keys.
 //
-// The same kernel gives the gradients' statistics (kStats): each query's
-// log-sum-exp and D = dy . O instead of O.
+// Where a gradient follows, the kernel writes each query's log-sum-exp
+// beside O, from the same maximum and denominator (the sum of the rounded
+// probabilities), which the gradients' kernels read
+// (attention_flash_grad.cuh).
 //
 // With documents (segments, backend.h), a score a query does not see is
 // -inf as a causally hidden one is, and a block starts its walk at the
@@ -32,7 +34,7 @@
 // block of padding, whose queries are 0.
 // defines: FLASH_*, flash_for_head_dim, flash_attention_supports, flash_stride, flash_kv_tiles,
 // flash_stage, flash_warp, flash_document_sees, flash_first_key, flash_queries_end, flash_block_value,
-// flash_softmax, flash_out, flash_attention_launch, flash_attention_stats_launch
+// flash_softmax, flash_attention_launch
 #ifndef TPRUN_KERNELS_ATTENTION_FLASH_CUH
 #define TPRUN_KERNELS_ATTENTION_FLASH_CUH
 
@@ -218,22 +220,15 @@ __device__ __forceinline__ void flash_softmax(uint32_t (&p)[KEYS / 16][4], flash
     warp_c_to_a<KEYS>(p, s);
 }
 
-// What the kernel writes: the output, or, for the gradients
-// (attention_flash_grad.cuh), each query's log-sum-exp and D = dy . O,
-// lse and dsum at [(batch h + head) s + query].
-struct flash_out {
-    __nv_bfloat16 *out;
-    const __nv_bfloat16 *dy;
-    float *lse, *dsum;
-};
-
 // Block (query tile, head, batch); the query tiles run last first, so the
 // blocks with the most keys start first. kTrailingBarrier is false only in
-// the emulated tests, which show that its absence is caught.
-template <int D, bool kTrailingBarrier, bool kStats>
+// the emulated tests, which show that its absence is caught. lse (or
+// NULL) at [(batch h + head) s + query].
+template <int D, bool kTrailingBarrier>
 __global__ void __launch_bounds__(FLASH_WARPS * 32)
-    flash_attention_kernel(flash_out dst, const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
-                           int64_t s, int64_t h, int64_t g, float scale, float softcap, const int32_t *segments)
+    flash_attention_kernel(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
+                           const __nv_bfloat16 *v, int64_t s, int64_t h, int64_t g, float scale, float softcap,
+                           const int32_t *segments)
 {
     constexpr int KEYS = flash_keys<D>();
     typedef flash_kv_tiles<D, KEYS> tiles; // (a macro argument holds no comma)
@@ -296,57 +291,23 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         denom += __shfl_xor_sync(TP_FULL_MASK, denom, 1);
         denom += __shfl_xor_sync(TP_FULL_MASK, denom, 2);
         inv[r] = denom > 0.0f ? 1.0f / denom : 0.0f; // 0: a row that sees no key (padding)
-        if (!kStats)
-            continue;
-        // D = dy . O: this lane's columns of the row, then its quad's
         const int64_t row = row0 + 8 * r;
-        float dot = 0.0f;
-        if (row < s) {
-            const uint32_t *dy_row = reinterpret_cast<const uint32_t *>(dst.dy + ((bi * s + row) * h + hi) * D);
-            TP_UNROLL
-            for (int n = 0; n < D / 8; n++) {
-                const uint32_t pair = dy_row[n * 4 + t];
-                dot += (__uint_as_float(pair << 16) * w.o[n][2 * r] +
-                        __uint_as_float(pair & 0xffff0000u) * w.o[n][2 * r + 1]) *
-                       inv[r];
-            }
-        }
-        dot += __shfl_xor_sync(TP_FULL_MASK, dot, 1);
-        dot += __shfl_xor_sync(TP_FULL_MASK, dot, 2);
-        if (row < s && t == 0) {
-            const int64_t stat = (bi * h + hi) * s + row;
-            dst.lse[stat] = denom > 0.0f ? w.mx[r] + logf(denom) : INFINITY; // P = 0 for a row that sees nothing
-            dst.dsum[stat] = dot;
-        }
+        if (lse && row < s && t == 0) // P = exp(score - lse) = 0 for a row that sees nothing
+            lse[(bi * h + hi) * s + row] = denom > 0.0f ? w.mx[r] + logf(denom) : INFINITY;
     }
-    if (!kStats)
-        warp_store_c<D>(dst.out + ((bi * s + warp_q0) * h + hi) * D, h * D, s - warp_q0, w.o, inv);
+    warp_store_c<D>(out + ((bi * s + warp_q0) * h + hi) * D, h * D, s - warp_q0, w.o, inv);
 }
 
-// [b, s, h, D] queries, [b, s, g, D] keys and values, tp_cuda_flash_head_dim(D).
+// [b, s, h, D] queries and output, [b, s, g, D] keys and values, [b, h, s]
+// lse (or NULL), tp_cuda_flash_head_dim(D).
 template <int D, bool kTrailingBarrier = true>
-static void flash_attention_launch(tp_stream st, __nv_bfloat16 *out, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
-                                   const __nv_bfloat16 *v, int64_t b, int64_t s, int64_t h, int64_t g, float scale,
-                                   float softcap, const int32_t *segments)
+static void flash_attention_launch(tp_stream st, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *q,
+                                   const __nv_bfloat16 *k, const __nv_bfloat16 *v, int64_t b, int64_t s, int64_t h,
+                                   int64_t g, float scale, float softcap, const int32_t *segments)
 {
     const dim3 grid((unsigned)TP_CEIL_DIV(s, FLASH_QUERIES), (unsigned)h, (unsigned)b);
-    const flash_out dst = {out, nullptr, nullptr, nullptr};
-    TP_LAUNCH((flash_attention_kernel<D, kTrailingBarrier, false>), grid, FLASH_WARPS * 32, 0, st, dst, q, k, v, s, h,
-              g, scale, softcap, segments);
-}
-
-// The statistics of the gradients, from the same forward: lse and dsum of
-// every query ([b, h, s]), dy the output's gradient ([b, s, h, D]).
-template <int D>
-static void flash_attention_stats_launch(tp_stream st, float *lse, float *dsum, const __nv_bfloat16 *q,
-                                         const __nv_bfloat16 *k, const __nv_bfloat16 *v, const __nv_bfloat16 *dy,
-                                         int64_t b, int64_t s, int64_t h, int64_t g, float scale, float softcap,
-                                         const int32_t *segments)
-{
-    const dim3 grid((unsigned)TP_CEIL_DIV(s, FLASH_QUERIES), (unsigned)h, (unsigned)b);
-    const flash_out dst = {nullptr, dy, lse, dsum};
-    TP_LAUNCH((flash_attention_kernel<D, true, true>), grid, FLASH_WARPS * 32, 0, st, dst, q, k, v, s, h, g, scale,
-              softcap, segments);
+    TP_LAUNCH((flash_attention_kernel<D, kTrailingBarrier>), grid, FLASH_WARPS * 32, 0, st, out, lse, q, k, v, s, h, g,
+              scale, softcap, segments);
 }
 
 #endif // TPRUN_KERNELS_ATTENTION_FLASH_CUH

@@ -6,8 +6,9 @@
 // FlashAttention-2's backward, with dq from a kernel of its own instead of
 // atomics, so every sum runs in a fixed order and a step's gradients are
 // the same bits on every run:
-//   1. the forward kernel in its statistics mode writes each query's
-//      log-sum-exp L and D = dy . O;
+//   1. the forward kernel wrote each query's log-sum-exp L beside its
+//      output O, and a first kernel (attention_grad.cu) writes each
+//      query's D = dy . O from the stored O;
 //   2. dq: a block takes 64 queries of one head (16 a warp) and walks the
 //      keys they see in tiles: S = Q K^T and dP = dy V^T, then
 //      dS = P (dP - D) with P = exp(S - L), and dq += dS K;
@@ -24,8 +25,9 @@
 // Every product is an m16n8k16 bf16 product accumulated in fp32
 // (warp_tiles.cuh); the warp's queries or keys stay A fragments, the
 // scores C fragments, and P and dS become the next product's A fragments
-// rounded to bf16 (2^-9 relative a term). With P from a log-sum-exp and D
-// that the forward computed with rounded weights, each gradient is within
+// rounded to bf16 (2^-9 relative a term). With P from a log-sum-exp that
+// the forward computed with rounded weights, and D from the output rounded
+// to bf16 as it was stored, each gradient is within
 // 2^-7 of the size of its terms (dS's counted before its cancellation:
 // P (|dP| + sum_j P_j |dP_j|)), then the store's rounding. Soft-capping
 // multiplies dS by 1 - (S / cap)^2, as attn_ds does.
@@ -273,17 +275,18 @@ static __global__ void flash_kv_reduce_kernel(flash_kv_out out, int64_t n, int64
     }
 }
 
-// [b, s, h, D] queries and dy, [b, s, g, D] keys and values; scratch holds
-// tp_cuda_attention_grad_scratch floats (sched/workspace.h: L, D, then
-// the query heads' dk and dv). Any of dq, dk and dv may be null.
+// [b, s, h, D] queries and dy, [b, s, g, D] keys and values; lse and dsum
+// each query's log-sum-exp (the forward's) and D ([b, h, s]); where dk and
+// dv are split by query head, heads holds each query head's fp32 dk and dv
+// (2 b s h D floats: tp_cuda_attention_grad_scratch, sched/workspace.h).
+// Any of dq, dk and dv may be null.
 template <int D>
 static void flash_attention_grad_launch(tp_stream st, __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv,
                                         const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
-                                        const __nv_bfloat16 *dy, float *scratch, int64_t b, int64_t s, int64_t h,
-                                        int64_t g, float scale, float softcap, const int32_t *segments)
+                                        const __nv_bfloat16 *dy, const float *lse, const float *dsum, float *heads,
+                                        int64_t b, int64_t s, int64_t h, int64_t g, float scale, float softcap,
+                                        const int32_t *segments)
 {
-    float *lse = scratch, *dsum = scratch + b * h * s;
-    flash_attention_stats_launch<D>(st, lse, dsum, q, k, v, dy, b, s, h, g, scale, softcap, segments);
     const unsigned tiles = (unsigned)TP_CEIL_DIV(s, FLASH_QUERIES);
     if (dq)
         TP_LAUNCH(flash_attention_dq_kernel<D>, dim3(tiles, (unsigned)h, (unsigned)b), FLASH_WARPS * 32, 0, st, dq, q,
@@ -296,7 +299,6 @@ static void flash_attention_grad_launch(tp_stream st, __nv_bfloat16 *dq, __nv_bf
                   st, out, q, k, v, dy, lse, dsum, s, h, g, scale, softcap, segments);
         return;
     }
-    float *heads = scratch + 2 * b * h * s;
     out.head_dk = dk ? heads : nullptr;
     out.head_dv = dv ? heads + b * s * h * D : nullptr;
     TP_LAUNCH((flash_attention_dkv_kernel<D, true>), dim3(tiles, (unsigned)h, (unsigned)b), FLASH_WARPS * 32, 0, st,

@@ -9,11 +9,11 @@
 //   dS = P (dP - D) * (1 - (S / cap)^2 when capped),
 //   dq = scale dS K,  dk = scale dS^T Q,  dv = P^T dy,
 // dk and dv summed over the query heads of each kv head. One launcher for
-// the three: a first kernel writes every query's log-sum-exp and D (as the
-// forward does, plus a dot product) to scratch, once for all of them; then
-// dq walks the keys of each query, and one key-major kernel walks the
-// queries of each key for dk and dv together (one score, one P per pair
-// for both). dq is not summed into from the key-major walk (atomics would
+// the three: P comes from the log-sum-exp the forward wrote, and a first
+// kernel writes every query's D = dy . O (from the forward's output) to
+// scratch, once for all of them; then dq walks the keys of each query, and
+// one key-major kernel walks the queries of each key for dk and dv
+// together (one score, one P per pair for both). dq is not summed into from the key-major walk (atomics would
 // make it depend on the schedule): every sum runs in a fixed order, so the
 // results, a kv head's included, do not depend on the schedule or on which
 // other heads a rank holds.
@@ -22,34 +22,23 @@
 
 // ---- CUDA kernels
 
-// Block (query tile, head, batch), as the forward: lse[(bi h + hi) s + t]
-// = mx + log(denom), and D at the same index of dsum.
+// A warp per row (query t of head hi, batch bi: row (bi s + t) h + hi of
+// dy and o), striding over the rows: dsum[(bi h + hi) s + t] = dy . o, in
+// fp32 over the lanes' columns, then the warp's sum.
 template <typename T>
-__global__ void __launch_bounds__(ATTN_WARPS * 32)
-    attention_stats_kernel(float *lse, float *dsum, const T *q, const T *k, const T *v, const T *dy, int64_t s,
-                           int64_t h, int64_t g, int64_t d, int keys_per_tile, float scale, float softcap,
-                           const int32_t *segments)
+__global__ void attention_dsum_kernel(float *dsum, const T *dy, const T *o, int64_t rows, int64_t s, int64_t h,
+                                      int64_t d)
 {
-    TP_SHARED(float, ktile, ATTN_TILE);
-    TP_SHARED(float, vtile, ATTN_TILE);
-    attn_online o;
-    int64_t t;
-    if (!attn_forward_row(o, q, k, v, s, h, g, d, keys_per_tile, scale, softcap, segments, ktile, vtile, &t))
-        return;
-    // a query that sees no key (padding): P = 0 everywhere (lse +inf), D 0
-    const float inv = o.denom > 0.0f ? 1.0f / o.denom : 0.0f;
-    const int64_t row = ((int64_t)blockIdx.z * s + t) * h + blockIdx.y;
-    float dyr[ATTN_PER_LANE];
-    attn_load(dyr, dy + row * d, d, true);
-    float dot = 0.0f;
-    TP_UNROLL
-    for (int i = 0; i < ATTN_PER_LANE; i++)
-        dot += dyr[i] * (o.acc[i] * inv);
-    dot = tp_warp_sum(dot);
-    if (threadIdx.x % 32 == 0) {
-        const int64_t at = ((int64_t)blockIdx.z * h + blockIdx.y) * s + t;
-        lse[at] = o.denom > 0.0f ? o.mx + logf(o.denom) : INFINITY;
-        dsum[at] = dot;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
+    for (int64_t row = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+        float dot = 0.0f;
+        for (int64_t c = threadIdx.x % 32; c < d; c += 32)
+            dot += tp_to_float(dy[row * d + c]) * tp_to_float(o[row * d + c]);
+        dot = tp_warp_sum(dot); // the row is the warp's: its lanes reach this together
+        if (threadIdx.x % 32 == 0) {
+            const int64_t t = row / h % s, bi = row / h / s, hi = row % h;
+            dsum[(bi * h + hi) * s + t] = dot;
+        }
     }
 }
 
@@ -163,14 +152,11 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, 1)
 
 template <typename T>
 static void launch_attention_grad(tp_stream st, T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *dy,
-                                  float *scratch, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, float scale,
-                                  float softcap, const int32_t *segments)
+                                  const float *lse, const float *dsum, int64_t b, int64_t s, int64_t h, int64_t g,
+                                  int64_t d, float scale, float softcap, const int32_t *segments)
 {
-    float *lse = scratch, *dsum = scratch + b * h * s;
     const int per_tile = attn_rows_per_tile(d);
     const dim3 queries((unsigned)TP_CEIL_DIV(s, ATTN_WARPS), (unsigned)h, (unsigned)b);
-    TP_LAUNCH(attention_stats_kernel<T>, queries, ATTN_WARPS * 32, 0, st, lse, dsum, q, k, v, dy, s, h, g, d, per_tile,
-              scale, softcap, segments);
     if (dq)
         TP_LAUNCH(attention_dq_kernel<T>, queries, ATTN_WARPS * 32, 0, st, dq, q, k, v, dy, lse, dsum, s, h, g, d,
                   per_tile, scale, softcap, segments);
@@ -189,37 +175,55 @@ static void launch_attention_grad(tp_stream st, T *dq, T *dk, T *dv, const T *q,
                   lse, dsum, s, h, g, d, per_tile, scale, softcap, segments);
 }
 
-// Whether out, when computed, overlaps none of the inputs.
-static bool apart(const void *out, const void *q, const void *k, const void *v, const void *dy)
+// D = dy . O of every query into dsum ([b, h, s]).
+template <typename T>
+static void launch_attention_dsum(tp_stream st, float *dsum, const T *dy, const T *o, int64_t b, int64_t s, int64_t h,
+                                  int64_t d)
 {
-    return !out || (out != q && out != k && out != v && out != dy);
+    const int64_t rows = b * s * h;
+    TP_LAUNCH(attention_dsum_kernel<T>, tp_elementwise_blocks(rows * 32, ATTN_WARPS * 32), ATTN_WARPS * 32, 0, st,
+              dsum, dy, o, rows, s, h, d);
+}
+
+// Whether out, when computed, overlaps none of the inputs.
+static bool apart(const void *out, const void *q, const void *k, const void *v, const void *dy, const void *o)
+{
+    return !out || (out != q && out != k && out != v && out != dy && out != o);
 }
 
 extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, void *dk, void *dv, const void *q,
-                                    const void *k, const void *v, const void *dy, float *scratch, int64_t b, int64_t s,
-                                    int64_t h, int64_t g, int64_t d, float scale, float softcap,
-                                    const int32_t *segments)
+                                    const void *k, const void *v, const void *dy, const void *o, const float *lse,
+                                    float *scratch, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d,
+                                    float scale, float softcap, const int32_t *segments)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(dq || dk || dv, "at least one gradient to compute");
-    TP_KCHECK(apart(dq, q, k, v, dy) && apart(dk, q, k, v, dy) && apart(dv, q, k, v, dy) && (!dk || dk != dv),
+    TP_KCHECK(apart(dq, q, k, v, dy, o) && apart(dk, q, k, v, dy, o) && apart(dv, q, k, v, dy, o) &&
+                  (!dk || dk != dv),
               "the gradients must not overlap the inputs or each other");
     attn_check(b, s, h, g, d, scale, softcap);
     if (b == 0 || s == 0 || h == 0)
         return;
+    float *dsum = scratch;
+    if (t == TP_KERNEL_F32)
+        launch_attention_dsum(st, dsum, (const float *)dy, (const float *)o, b, s, h, d);
+    else
+        launch_attention_dsum(st, dsum, (const __nv_bfloat16 *)dy, (const __nv_bfloat16 *)o, b, s, h, d);
     if (t == TP_KERNEL_BF16 && flash_attention_grad_supports(d, dq, dk, dv, q, k, v, dy)) {
         __nv_bfloat16 *gq = (__nv_bfloat16 *)dq, *gk = (__nv_bfloat16 *)dk, *gv = (__nv_bfloat16 *)dv;
         const __nv_bfloat16 *bq = (const __nv_bfloat16 *)q, *bk = (const __nv_bfloat16 *)k,
                             *bv = (const __nv_bfloat16 *)v, *bdy = (const __nv_bfloat16 *)dy;
         flash_for_head_dim<128>(d, [&](auto dim) {
-            flash_attention_grad_launch<decltype(dim)::value>(st, gq, gk, gv, bq, bk, bv, bdy, scratch, b, s, h, g,
-                                                              scale, softcap, segments);
+            flash_attention_grad_launch<decltype(dim)::value>(st, gq, gk, gv, bq, bk, bv, bdy, lse, dsum,
+                                                              scratch + b * h * s, b, s, h, g, scale, softcap,
+                                                              segments);
         });
     } else if (t == TP_KERNEL_F32)
         launch_attention_grad(st, (float *)dq, (float *)dk, (float *)dv, (const float *)q, (const float *)k,
-                              (const float *)v, (const float *)dy, scratch, b, s, h, g, d, scale, softcap, segments);
+                              (const float *)v, (const float *)dy, lse, dsum, b, s, h, g, d, scale, softcap,
+                              segments);
     else
         launch_attention_grad(st, (__nv_bfloat16 *)dq, (__nv_bfloat16 *)dk, (__nv_bfloat16 *)dv,
                               (const __nv_bfloat16 *)q, (const __nv_bfloat16 *)k, (const __nv_bfloat16 *)v,
-                              (const __nv_bfloat16 *)dy, scratch, b, s, h, g, d, scale, softcap, segments);
+                              (const __nv_bfloat16 *)dy, lse, dsum, b, s, h, g, d, scale, softcap, segments);
 }

@@ -45,9 +45,11 @@ void tp_k_layernorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, co
 void tp_k_rope(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t b, int64_t seq, int64_t h, int64_t d,
                int64_t rotary, int64_t pos_offset, const double *inv_freq, double scale, const int32_t *pos);
 /* attention.cu: causal, GQA, scores times scale, capped when softcap > 0;
- * segments (device, [b, seq], or NULL) as backend.h's attention */
-void tp_k_attention(tp_stream s, tp_kernel_dtype t, void *out, const void *q, const void *k, const void *v, int64_t b,
-                    int64_t seq, int64_t h, int64_t g, int64_t d, float scale, float softcap, const int32_t *segments);
+ * lse (fp32 [b, h, seq]) and segments (device, [b, seq]), either NULL, as
+ * backend.h's attention */
+void tp_k_attention(tp_stream s, tp_kernel_dtype t, void *out, float *lse, const void *q, const void *k, const void *v,
+                    int64_t b, int64_t seq, int64_t h, int64_t g, int64_t d, float scale, float softcap,
+                    const int32_t *segments);
 /* elementwise.cu: op 0 silu, 1 gelu (tanh), 2 relu, 3 gelu (erf); binary 0 add, 1 mul (b broadcasts) */
 void tp_k_unary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *x, int64_t n);
 void tp_k_binary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *a, int64_t n, const void *b, int64_t nb);
@@ -101,10 +103,12 @@ void tp_k_layernorm_dw(tp_stream s, tp_kernel_dtype t, void *dw, const void *x, 
                        int64_t m, int64_t n, float eps);
 void tp_k_sum_rows(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t m, int64_t n, float scale);
 /* attention_grad.cu: dq, dk and dv in one launch, each NULL where it is not wanted (at least
- * one is); scratch tp_cuda_attention_grad_scratch floats (sched/workspace.h) */
+ * one is), from the forward's output o and log-sum-exp lse; scratch
+ * tp_cuda_attention_grad_scratch floats (sched/workspace.h) */
 void tp_k_attention_grad(tp_stream s, tp_kernel_dtype t, void *dq, void *dk, void *dv, const void *q, const void *k,
-                         const void *v, const void *dy, float *scratch, int64_t b, int64_t seq, int64_t h, int64_t g,
-                         int64_t d, float scale, float softcap, const int32_t *segments);
+                         const void *v, const void *dy, const void *o, const float *lse, float *scratch, int64_t b,
+                         int64_t seq, int64_t h, int64_t g, int64_t d, float scale, float softcap,
+                         const int32_t *segments);
 /* elementwise_grad.cu: op as tp_k_unary */
 void tp_k_unary_grad(tp_stream s, tp_kernel_dtype t, int op, void *dx, const void *x, const void *dy, int64_t n);
 /* swiglu.cu: da = dy * b * silu'(a), db = dy * silu(a); NULL: not computed */

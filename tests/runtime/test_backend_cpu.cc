@@ -45,7 +45,7 @@ void expect_close(const Vec &got, const DVec &want, double atol, double rtol, co
     ASSERT_EQ(got.size(), want.size()) << what;
     int bad = 0;
     for (size_t i = 0; i < got.size() && bad < 5; i++) {
-        double err = std::fabs((double)got[i] - want[i]);
+        double err = got[i] == want[i] ? 0.0 : std::fabs((double)got[i] - want[i]);   /* an inf meets the same inf */
         if (!(err <= atol + rtol * std::fabs(want[i]))) {
             ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i];
             bad++;
@@ -382,10 +382,14 @@ TEST(BackendCpu, RopeWithOffsetEqualsTheMatchingSliceOfTheFullSequence)
 
 // With seg ([b, s]), query t sees key j <= t only where seg[j] == seg[t]
 // >= 0; a query that sees none is 0.
+// The output, and into *lse ([b, h, s]) where given each query's
+// log-sum-exp of its scores, +inf for one that sees no key.
 DVec ref_attention(const Vec &q, const Vec &k, const Vec &v, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d,
-                   double scale, double softcap, const int32_t *seg = nullptr)
+                   double scale, double softcap, const int32_t *seg = nullptr, DVec *lse = nullptr)
 {
     DVec out(q.size());
+    if (lse)
+        lse->assign((size_t)(b * h * s), INFINITY);
     for (int64_t bi = 0; bi < b; bi++)
         for (int64_t hi = 0; hi < h; hi++) {
             int64_t kh = hi * g / h; // the kv head that serves this query head
@@ -409,6 +413,8 @@ DVec ref_attention(const Vec &q, const Vec &k, const Vec &v, int64_t b, int64_t 
                     continue; // out stays 0
                 for (double &e : sc)
                     z += (e = std::exp(e - mx));
+                if (lse)
+                    (*lse)[(size_t)((bi * h + hi) * s + t)] = mx + std::log(z);
                 for (int64_t c = 0; c < d; c++) {
                     double acc = 0;
                     for (int64_t j = 0; j <= t; j++)
@@ -434,13 +440,18 @@ TEST(BackendCpu, AttentionIsCausalGqaSoftmax)
         Vec q = random_vec(c.b * c.s * c.h * c.d, 70 + (unsigned)c.s, -c.qscale, c.qscale);
         Vec k = random_vec(c.b * c.s * c.g * c.d, 71 + (unsigned)c.s);
         Vec v = random_vec(c.b * c.s * c.g * c.d, 72 + (unsigned)c.s);
-        Vec out(q.size(), std::nanf(""));
-        be()->attention(out.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap, nullptr);
+        Vec out(q.size(), std::nanf("")), lse((size_t)(c.b * c.h * c.s), std::nanf(""));
+        be()->attention(out.data(), lse.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap,
+                        nullptr);
+        const std::string what = "attention s=" + std::to_string(c.s) + " h=" + std::to_string(c.h) + " g=" +
+                                 std::to_string(c.g);
+        DVec want_lse;
         // outputs are convex combinations of |v| <= 1, accumulated in fp32
         // one key block at a time
-        expect_close(out, ref_attention(q, k, v, c.b, c.s, c.h, c.g, c.d, scale, softcap), 1e-6, 0,
-                     ("attention s=" + std::to_string(c.s) + " h=" + std::to_string(c.h) + " g=" +
-                      std::to_string(c.g)).c_str());
+        expect_close(out, ref_attention(q, k, v, c.b, c.s, c.h, c.g, c.d, scale, softcap, nullptr, &want_lse), 1e-6, 0,
+                     what.c_str());
+        // the log-sum-exp: fp32's rounding of scores up to ~1e3 (the large q scale)
+        expect_close(lse, want_lse, 1e-5, 1e-6, (what + " lse").c_str());
     }
 }
 
@@ -457,10 +468,13 @@ TEST(BackendCpu, AttentionStaysWithinDocuments)
     }
     Vec q = random_vec(b * s * h * d, 73), k = random_vec(b * s * g * d, 74), v = random_vec(b * s * g * d, 75);
     for (auto [scale, softcap] : {std::pair<double, double>{1.0 / std::sqrt((double)d), 0.0}, {0.5, 2.0}}) {
-        Vec out(q.size(), std::nanf(""));
-        be()->attention(out.data(), q.data(), k.data(), v.data(), b, s, h, g, d, scale, softcap, seg.data());
-        DVec want = ref_attention(q, k, v, b, s, h, g, d, scale, softcap, seg.data());
+        Vec out(q.size(), std::nanf("")), lse((size_t)(b * h * s), std::nanf(""));
+        be()->attention(out.data(), lse.data(), q.data(), k.data(), v.data(), b, s, h, g, d, scale, softcap,
+                        seg.data());
+        DVec want_lse;
+        DVec want = ref_attention(q, k, v, b, s, h, g, d, scale, softcap, seg.data(), &want_lse);
         expect_close(out, want, 1e-6, 0, "attention within documents");
+        expect_close(lse, want_lse, 1e-5, 1e-6, "attention's log-sum-exp within documents (padding +inf)");
         // and not what plain causal attention gives
         EXPECT_GT(std::fabs(want[(70 * h) * d] - ref_attention(q, k, v, b, s, h, g, d, scale, softcap)[(70 * h) * d]),
                   1e-3);

@@ -343,9 +343,12 @@ std::vector<Vec> attention_grads(const AttnCase &c, const Vec &q, const Vec &k, 
                                  std::array<bool, 3> want = {true, true, true})
 {
     std::vector<Vec> out = {Vec(q.size(), NAN), Vec(k.size(), NAN), Vec(k.size(), NAN)};
+    Vec o(q.size()), lse((size_t)(c.b * c.h * c.s));   // the forward's, which the gradient reads
+    be()->attention(o.data(), lse.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap,
+                    c.segments);
     be()->attention_grad(want[kQ] ? out[kQ].data() : nullptr, want[kK] ? out[kK].data() : nullptr,
-                         want[kV] ? out[kV].data() : nullptr, q.data(), k.data(), v.data(), dy.data(), c.b, c.s, c.h,
-                         c.g, c.d, c.scale, c.softcap, c.segments);
+                         want[kV] ? out[kV].data() : nullptr, q.data(), k.data(), v.data(), dy.data(), o.data(),
+                         lse.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap, c.segments);
     return out;
 }
 
@@ -357,8 +360,8 @@ void expect_attention_gradient(const AttnCase &c, AttnInput which)
     Vec q = random_vec(nq, 30), k = random_vec(nkv, 31), v = random_vec(nkv, 32);
     auto run = [&](const Vec &qq, const Vec &kk, const Vec &vv) {
         Vec out(nq);
-        be()->attention(out.data(), qq.data(), kk.data(), vv.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap,
-                        c.segments);
+        be()->attention(out.data(), nullptr, qq.data(), kk.data(), vv.data(), c.b, c.s, c.h, c.g, c.d, c.scale,
+                        c.softcap, c.segments);
         return out;
     };
     Map forward = [&](const Vec &x) {

@@ -76,8 +76,9 @@ TEST(CpuThreads, ForwardKernels)
         be()->rope(o.data(), q.data(), B, S, H, D, D - 8, 3, inv_freq.data(), 1.25, nullptr);
     });
     for (double softcap : {0.0, 5.0})
-        expect_thread_independent("attention softcap " + std::to_string(softcap), q.size(), [&](auto &o) {
-            be()->attention(o.data(), q.data(), k.data(), v.data(), B, S, H, G, D, 0.17, softcap, nullptr);
+        expect_thread_independent("attention softcap " + std::to_string(softcap), q.size() + B * H * S, [&](auto &o) {
+            be()->attention(o.data(), o.data() + q.size(), q.data(), k.data(), v.data(), B, S, H, G, D, 0.17, softcap,
+                            nullptr);
         });
     const int64_t n = 3 * 4096 + 5;
     const auto e = random_vec(n, 8, -6.0f, 6.0f), f = random_vec(n, 9);
@@ -150,11 +151,14 @@ TEST(CpuThreads, BackwardKernels)
     const auto q = random_vec(B * S * H * D, 16), k = random_vec(B * S * G * D, 17), v = random_vec(B * S * G * D, 18),
                dout = random_vec(B * S * H * D, 19);
     const size_t nq = q.size(), nkv = k.size();
-    for (double softcap : {0.0, 5.0})
+    std::vector<float> fwd(nq), lse((size_t)(B * H * S));
+    for (double softcap : {0.0, 5.0}) {
+        be()->attention(fwd.data(), lse.data(), q.data(), k.data(), v.data(), B, S, H, G, D, 0.17, softcap, nullptr);
         expect_thread_independent("attention_grad softcap " + std::to_string(softcap), nq + 2 * nkv, [&](auto &o) {
             be()->attention_grad(o.data(), o.data() + nq, o.data() + nq + nkv, q.data(), k.data(), v.data(),
-                                 dout.data(), B, S, H, G, D, 0.17, softcap, nullptr);
+                                 dout.data(), fwd.data(), lse.data(), B, S, H, G, D, 0.17, softcap, nullptr);
         });
+    }
     // repeated ids: rows that several tokens add into
     std::vector<int32_t> ids(M);
     for (int64_t t = 0; t < M; t++)

@@ -14,14 +14,13 @@
  *
  * Flash-style, as the forward: for each query head and block of
  * GRAD_QBLOCK queries, the keys the block sees (causal: none past its last
- * query) are walked twice in blocks of GRAD_KBLOCK. The first walk
- * recomputes each row's softmax statistics online (running max,
- * denominator and D, rescaled when the max grows); the second recomputes
- * the block of P and dP and turns it into dS, then three SGEMMs add
- * dS K to dq's rows, dS^T Q to dk's and P^T dy to dv's. Nothing is saved
- * from the forward and the scratch is two blocks whatever the sequence
- * length. Scores, P and dS are fp32 as the forward's (the exps vec.h's,
- * as the forward's); the denominators and D are summed in double.
+ * query) are walked once in blocks of GRAD_KBLOCK, recomputing the block
+ * of scores and dP; P = exp(score - lse) from each row's log-sum-exp that
+ * the forward wrote, and D = dy . o from its output, so no walk recomputes
+ * the softmax's statistics. Then three SGEMMs add dS K to dq's rows,
+ * dS^T Q to dk's and P^T dy to dv's. The scratch is two blocks whatever
+ * the sequence length. Scores, P and dS are fp32 as the forward's (the
+ * exps vec.h's, as the forward's); D is summed in double.
  *
  * An output that is NULL is not computed (dv alone needs no dP). dk and dv
  * accumulate over the query heads of their kv head, then the query blocks,
@@ -54,7 +53,8 @@
 /* One (batch element, query head): q, dy and dq rows at stride h * d; k,
  * v, dk and dv rows of its kv head at stride g * d. */
 typedef struct head_view {
-    const float *q, *dy, *k, *v;
+    const float *q, *dy, *o, *k, *v;
+    const float *lse;     /* the head's [s] */
     float *dq, *dk, *dv;
     int64_t qstride, kvstride, d;
     double scale, softcap;
@@ -62,11 +62,10 @@ typedef struct head_view {
 } head_view;
 
 /* The scratch of one query block: a block of scores (then P) and of dP
- * (then dS), and each row's statistics. */
+ * (then dS), and each row's D. */
 typedef struct block_rows {
     float *p, *ds;
-    float mx[GRAD_QBLOCK];
-    double denom[GRAD_QBLOCK], dsum[GRAD_QBLOCK];
+    float dsum[GRAD_QBLOCK];
 } block_rows;
 
 /* Scores of queries q0 .. q0 + nq - 1 against keys k0 .. k0 + nk - 1 into
@@ -94,41 +93,19 @@ static void scores(const head_view *hv, int64_t q0, int64_t nq, int64_t k0, int6
     }
 }
 
-/* The first walk: each row's max, denominator and (with_dsum) D over the
- * keys it sees, online. */
-static void row_stats(const head_view *hv, int64_t q0, int64_t nq, bool with_dsum, block_rows *br)
+/* Each row's D = dy . o, summed in double. */
+static void row_dsum(const head_view *hv, int64_t q0, int64_t nq, block_rows *br)
 {
-    const tp_cpu_vec *vec = tp_cpu_vec_host();
     for (int64_t i = 0; i < nq; i++) {
-        br->mx[i] = -INFINITY;
-        br->denom[i] = br->dsum[i] = 0.0;
+        const float *dy = hv->dy + (q0 + i) * hv->qstride, *o = hv->o + (q0 + i) * hv->qstride;
+        double dot = 0.0;
+        for (int64_t c = 0; c < hv->d; c++)
+            dot += (double)dy[c] * o[c];
+        br->dsum[i] = (float)dot;
     }
-    for (int64_t k0 = 0; k0 < q0 + nq; k0 += GRAD_KBLOCK) {
-        const int64_t nk = q0 + nq - k0 < GRAD_KBLOCK ? q0 + nq - k0 : GRAD_KBLOCK;
-        scores(hv, q0, nq, k0, nk, br->p, with_dsum ? br->ds : NULL);
-        for (int64_t i = 0; i < nq; i++) {
-            const float *row = br->p + i * nk, *dprow = br->ds + i * nk;
-            const float bmax = vec->max(row, nk);
-            if (bmax == -INFINITY)
-                continue;      /* every key of the block is in the row's future */
-            if (bmax > br->mx[i]) {
-                /* exp(-inf) = 0 on the first block: nothing to rescale */
-                const double rescale = tp_vexpf(br->mx[i] - bmax);
-                br->denom[i] *= rescale;
-                br->dsum[i] *= rescale;
-                br->mx[i] = bmax;
-            }
-            double dot = 0.0;
-            br->denom[i] += with_dsum ? vec->exp_dot(row, dprow, nk, br->mx[i], &dot)
-                                      : vec->exp_sum(NULL, row, nk, br->mx[i]);
-            br->dsum[i] += dot;
-        }
-    }
-    for (int64_t i = 0; i < nq; i++)
-        br->dsum[i] = br->denom[i] > 0 ? br->dsum[i] / br->denom[i] : 0.0;   /* 0: a row that sees nothing */
 }
 
-/* The second walk: P and dS block by block, and their products into the
+/* The walk: P and dS block by block, and their products into the
  * gradients asked for. */
 static void block_grads(const head_view *hv, int64_t q0, int64_t nq, block_rows *br)
 {
@@ -141,21 +118,20 @@ static void block_grads(const head_view *hv, int64_t q0, int64_t nq, block_rows 
         scores(hv, q0, nq, k0, nk, br->p, need_ds ? br->ds : NULL);
         for (int64_t i = 0; i < nq; i++) {
             float *prow = br->p + i * nk, *dsrow = br->ds + i * nk;
-            if (br->denom[i] == 0) {   /* a row that sees no key: no probability, no gradient */
+            const float lse = hv->lse[q0 + i], dsum = br->dsum[i];
+            if (lse == INFINITY) {   /* a row that sees no key: no probability, no gradient */
                 memset(prow, 0, (size_t)nk * sizeof *prow);
                 memset(dsrow, 0, (size_t)nk * sizeof *dsrow);
                 continue;
             }
-            const float inv = (float)(1.0 / br->denom[i]), dsum = (float)br->dsum[i];
             for (int64_t j = 0; j < nk; j++) {
                 /* from the capped score itself, tanh = score / softcap; 1
                  * for a key in the row's future (-inf), whose P is 0 */
                 const float t = hv->softcap > 0 && prow[j] > -INFINITY ? prow[j] / (float)hv->softcap : 0.0f;
                 cap_grad[j] = 1.0f - t * t;
             }
-            vec->exp_sum(prow, prow, nk, br->mx[i]); /* 0 for a key in the row's future */
+            vec->exp_sum(prow, prow, nk, lse); /* 0 for a key in the row's future */
             for (int64_t j = 0; j < nk; j++) {
-                prow[j] *= inv;
                 if (need_ds)
                     dsrow[j] = prow[j] * (dsrow[j] - dsum) * cap_grad[j] * (float)hv->scale;
             }
@@ -178,7 +154,7 @@ static void block_grads(const head_view *hv, int64_t q0, int64_t nq, block_rows 
 /* One call's operands, for the parts of the pool. */
 typedef struct grad_job {
     float *dq, *dk, *dv;
-    const float *q, *k, *v, *dy;
+    const float *q, *k, *v, *dy, *o, *lse;
     int64_t s, h, g, d;
     double scale, softcap;
     const int32_t *segments;
@@ -198,13 +174,14 @@ static void kv_heads_part(void *ctx, int64_t begin, int64_t end)
         const int64_t bi = item / g, kh = item % g, kvrow = bi * s * g + kh; /* row 0's, in heads */
         for (int64_t hi = kh * group; hi < (kh + 1) * group; hi++) {
             const int64_t qrow = bi * s * h + hi;
-            head_view hv = {j->q + qrow * d, j->dy + qrow * d, j->k + kvrow * d, j->v + kvrow * d,
-                            j->dq ? j->dq + qrow * d : NULL, j->dk ? j->dk + kvrow * d : NULL,
+            head_view hv = {j->q + qrow * d, j->dy + qrow * d, j->o + qrow * d, j->k + kvrow * d, j->v + kvrow * d,
+                            j->lse + (bi * h + hi) * s, j->dq ? j->dq + qrow * d : NULL, j->dk ? j->dk + kvrow * d : NULL,
                             j->dv ? j->dv + kvrow * d : NULL, h * d, g * d, d, j->scale, j->softcap,
                             j->segments ? j->segments + bi * s : NULL};
             for (int64_t q0 = 0; q0 < s; q0 += GRAD_QBLOCK) {
                 const int64_t nq = s - q0 < GRAD_QBLOCK ? s - q0 : GRAD_QBLOCK;
-                row_stats(&hv, q0, nq, j->dq || j->dk, &br);
+                if (j->dq || j->dk)   /* dv alone needs no dS */
+                    row_dsum(&hv, q0, nq, &br);
                 block_grads(&hv, q0, nq, &br);
             }
         }
@@ -213,7 +190,7 @@ static void kv_heads_part(void *ctx, int64_t begin, int64_t end)
 }
 
 void tp_cpu_attention_grad(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
-                           const float *dy, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, double scale,
+                           const float *dy, const float *o, const float *lse, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, double scale,
                            double softcap, const int32_t *segments)
 {
     /* the outputs accumulate: they must not overlap the inputs or each other */
@@ -228,6 +205,6 @@ void tp_cpu_attention_grad(float *dq, float *dk, float *dv, const float *q, cons
         memset(dv, 0, (size_t)(b * s * g * d) * sizeof *dv);
     if (!dq && !dk && !dv)
         return;
-    grad_job job = {dq, dk, dv, q, k, v, dy, s, h, g, d, scale, softcap, segments};
+    grad_job job = {dq, dk, dv, q, k, v, dy, o, lse, s, h, g, d, scale, softcap, segments};
     tp_cpu_parallel(b * g, 1, kv_heads_part, &job);
 }

@@ -354,7 +354,7 @@ static void cpu_rope(float *out, const float *x, int64_t b, int64_t s, int64_t h
 #define ATTN_KBLOCK 512
 
 typedef struct attention_args {
-    float *out;
+    float *out, *lse;          /* lse: [b, h, s], or NULL */
     const float *q, *k, *v;
     int64_t s, h, g, d, nqblocks;
     double scale, softcap;
@@ -435,6 +435,9 @@ static void attention_part(void *ctx, int64_t t0, int64_t t1)
             const float inv = denom[r] > 0 ? (float)(1.0 / denom[r]) : 0.0f;   /* 0: a row that sees nothing */
             for (int64_t c = 0; c < d; c++)
                 o[c] = ob[r * d + c] * inv;
+            if (a->lse)   /* P = exp(score - lse) = 0 everywhere for a row that sees nothing */
+                a->lse[(bi * h + kh * group + r / nq) * s + q0 + r % nq] =
+                    denom[r] > 0 ? (float)(mx[r] + log(denom[r])) : INFINITY;
         }
     }
     free(p);
@@ -444,14 +447,14 @@ static void attention_part(void *ctx, int64_t t0, int64_t t1)
     free(denom);
 }
 
-static void cpu_attention(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
-                          int64_t g, int64_t d, double scale, double softcap, const int32_t *segments)
+static void cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, int64_t b, int64_t s,
+                          int64_t h, int64_t g, int64_t d, double scale, double softcap, const int32_t *segments)
 {
     /* the contract of every backend's attention: out apart from the inputs */
     assert(out != q && out != k && out != v);
     assert(g > 0 && h % g == 0 && d > 0);
     const int64_t nqblocks = (s + ATTN_QBLOCK - 1) / ATTN_QBLOCK;
-    attention_args a = {out, q, k, v, s, h, g, d, nqblocks, scale, softcap, segments};
+    attention_args a = {out, lse, q, k, v, s, h, g, d, nqblocks, scale, softcap, segments};
     tp_cpu_parallel(b * g * nqblocks, 1, attention_part, &a);
 }
 

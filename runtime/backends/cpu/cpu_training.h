@@ -15,7 +15,7 @@ void tp_cpu_rmsnorm_dw(float *dw, const float *x, const float *dy, int64_t m, in
 void tp_cpu_layernorm_dx(float *dx, const float *x, const float *dy, const float *w, int64_t m, int64_t n, float eps);
 void tp_cpu_layernorm_dw(float *dw, const float *x, const float *dy, int64_t m, int64_t n, float eps);
 void tp_cpu_attention_grad(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
-                           const float *dy, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, double scale,
+                           const float *dy, const float *o, const float *lse, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, double scale,
                            double softcap, const int32_t *segments);
 void tp_cpu_unary_grad(tp_unary op, float *dx, const float *x, const float *dy, int64_t n);
 void tp_cpu_softcap_grad(float *dx, const float *x, const float *dy, int64_t n, float cap);

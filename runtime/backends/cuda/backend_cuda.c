@@ -390,10 +390,12 @@ static void cuda_rope(float *out, const float *x, int64_t b, int64_t s, int64_t 
     done();
 }
 
-static void cuda_attention(float *out, const float *q, const float *k, const float *v, int64_t b, int64_t s, int64_t h,
-                           int64_t gk, int64_t d, double scale, double softcap, const int32_t *segments)
+static void cuda_attention(float *out, float *lse, const float *q, const float *k, const float *v, int64_t b,
+                           int64_t s, int64_t h, int64_t gk, int64_t d, double scale, double softcap,
+                           const int32_t *segments)
 {
-    tp_k_attention(compute_stream(), gpu->kdt, out, q, k, v, b, s, h, gk, d, (float)scale, (float)softcap, segments);
+    tp_k_attention(compute_stream(), gpu->kdt, out, lse, q, k, v, b, s, h, gk, d, (float)scale, (float)softcap,
+                   segments);
     done();
 }
 
@@ -584,15 +586,15 @@ static void cuda_layernorm_dw(float *dw, const float *x, const float *dy, int64_
 }
 
 static void cuda_attention_grad(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
-                                const float *dy, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, double scale,
-                                double softcap, const int32_t *segments)
+                                const float *dy, const float *o, const float *lse, int64_t b, int64_t s, int64_t h,
+                                int64_t g, int64_t d, double scale, double softcap, const int32_t *segments)
 {
     TP_GPU_ASSERT(b >= 0 && s >= 0 && h >= 0);
     if (!dq && !dk && !dv)
         return;
     float *scratch = scratch_floats(tp_cuda_attention_grad_scratch(gpu->kdt == TP_KERNEL_BF16, b, s, h, g, d));
-    tp_k_attention_grad(compute_stream(), gpu->kdt, dq, dk, dv, q, k, v, dy, scratch, b, s, h, g, d, (float)scale,
-                        (float)softcap, segments);
+    tp_k_attention_grad(compute_stream(), gpu->kdt, dq, dk, dv, q, k, v, dy, o, lse, scratch, b, s, h, g, d,
+                        (float)scale, (float)softcap, segments);
     done();
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -136,6 +137,28 @@ inline AttnInputs attn_inputs(const AttnCase &c, unsigned seed)
             as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), seed + 2), TP_KERNEL_BF16)};
 }
 
+// The forward an attention's gradient reads (backend.h: its output o and
+// log-sum-exp lse, [b, h, s]): the kernel's, on the device and copied to
+// the host, so that the reference's backward reads what the kernel's does
+// (the forward's own accuracy is the forward tests').
+struct AttnSaved {
+    Vec o, lse;
+    std::unique_ptr<Dev> dev_o;
+    std::unique_ptr<DevOf<float>> dev_lse;
+};
+inline AttnSaved attn_saved(tp_kernel_dtype t, const AttnCase &c, const Dev &dq, const Dev &dk, const Dev &dv,
+                            const int32_t *dseg)
+{
+    const size_t rows = (size_t)(c.b * c.h * c.s);
+    AttnSaved f{Vec(), Vec(), std::make_unique<Dev>(t, (size_t)(c.b * c.s * c.h * c.d)),
+                std::make_unique<DevOf<float>>(rows)};
+    tp_k_attention(nullptr, t, f.dev_o->ptr(), f.dev_lse->ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g,
+                   c.d, (float)c.scale, (float)c.softcap, dseg);
+    f.o = f.dev_o->download();
+    f.lse = f.dev_lse->download();
+    return f;
+}
+
 // Documents for b rows of s positions (tpcc --segments, s >= 12): row 0
 // three padding tokens, a document to s / 2, one of a single token, one to
 // the end; row 1 (and the rest) one of a single token, one to s - 4, then
@@ -183,6 +206,15 @@ constexpr Tol kFlashTol = {1.0 / 256.0, kBf16Store};
 
 inline Tol stored(Tol f32, tp_kernel_dtype t) { return t == TP_KERNEL_BF16 ? Tol{f32.atol, f32.rtol + kBf16Store} : f32; }
 
+// An attention's log-sum-exp (fp32 whatever the dtype): within fp32's
+// rounding of the scores, sums and log, or on tensor cores, whose
+// denominator sums probabilities rounded to bf16 (2^-8 relative), within
+// log(1 + 2^-8) ~ 2^-8 absolute.
+inline Tol lse_tol(tp_kernel_dtype t, int64_t d)
+{
+    return t == TP_KERNEL_BF16 && tp_cuda_flash_head_dim(d) ? Tol{1.0 / 256.0, 1e-6} : Tol{1e-5, 1e-6};
+}
+
 // |got - want| <= atol + rtol |want|; NaN must meet NaN, inf the same inf.
 inline void expect_close(const Vec &got, const Vec &want, Tol tol, const std::string &what)
 {
@@ -210,7 +242,7 @@ inline double max_error(const Vec &got, const Vec &want)
 {
     double e = 0.0;
     for (size_t i = 0; i < got.size() && i < want.size(); i++) {
-        const double d = std::fabs((double)got[i] - (double)want[i]);
+        const double d = got[i] == want[i] ? 0.0 : std::fabs((double)got[i] - (double)want[i]); // inf meets inf
         e = std::isnan(d) ? INFINITY : std::max(e, d);
         if (std::isinf(e))
             break;

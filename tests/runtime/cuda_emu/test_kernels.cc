@@ -569,12 +569,15 @@ TEST_P(Kernels, Attention)
         Vec q = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 9, -amp, amp), t());
         Vec k = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 10, -amp, amp), t());
         Vec v = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 11), t());
-        Vec want(q.size());
-        cpu()->attention(want.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap, nullptr);
+        Vec want(q.size()), want_lse((size_t)(c.b * c.h * c.s));
+        cpu()->attention(want.data(), want_lse.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale,
+                         softcap, nullptr);
         Dev dq(t(), q), dk(t(), k), dv(t(), v), dout(t(), q.size());
-        tp_k_attention(nullptr, t(), dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d, (float)scale,
-                       (float)softcap, nullptr);
+        DevOf<float> dlse(want_lse.size());
+        tp_k_attention(nullptr, t(), dout.ptr(), dlse.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d,
+                       (float)scale, (float)softcap, nullptr);
         expect_close(dout.download(), want, tol, what);
+        expect_close(dlse.download(), want_lse, lse_tol(t(), c.d), what + " lse");
     }
 }
 
@@ -596,15 +599,18 @@ TEST_P(Kernels, AttentionWithinDocuments)
         Vec k = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 13, -amp, amp), t());
         Vec v = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 14), t());
         IVec seg = attn_documents(c.b, c.s);
-        Vec want(q.size());
-        cpu()->attention(want.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap,
-                         seg.data());
+        Vec want(q.size()), want_lse((size_t)(c.b * c.h * c.s));
+        cpu()->attention(want.data(), want_lse.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale,
+                         softcap, seg.data());
         Dev dq(t(), q), dk(t(), k), dv(t(), v), dout(t(), q.size());
         DevOf<int32_t> dseg(seg);
-        tp_k_attention(nullptr, t(), dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d, (float)scale,
-                       (float)softcap, dseg.ptr());
+        DevOf<float> dlse(want_lse.size());
+        tp_k_attention(nullptr, t(), dout.ptr(), dlse.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d,
+                       (float)scale, (float)softcap, dseg.ptr());
         const Tol tol = t() == TP_KERNEL_BF16 && tp_cuda_flash_head_dim(c.d) ? kFlashTol : stored({3e-6, 1e-5}, t());
         expect_close(dout.download(), want, tol, what);
+        // a padding query's is +inf on both
+        expect_close(dlse.download(), want_lse, lse_tol(t(), c.d), what + " lse");
     }
 }
 
@@ -1024,7 +1030,8 @@ TEST_P(Kernels, ResultsDoNotDependOnTheSchedule)
         tp_emu_set_seed(seed);
         Dev dx(t(), x), dw(t(), w), dout(t(), x.size()), dq(t(), q), dattn(t(), q.size());
         tp_k_rmsnorm(nullptr, t(), dout.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-6f, false);
-        tp_k_attention(nullptr, t(), dattn.ptr(), dq.ptr(), dq.ptr(), dq.ptr(), 1, s, h, h, d, 0.125f, 0.0f, nullptr);
+        tp_k_attention(nullptr, t(), dattn.ptr(), nullptr, dq.ptr(), dq.ptr(), dq.ptr(), 1, s, h, h, d, 0.125f, 0.0f,
+                       nullptr);
         const float loss = kernel_cross_entropy(t(), logits, labels, 1, m, n, n);
         if (seed == 1) {
             first_norm = dout.download();
@@ -1049,7 +1056,7 @@ TEST(KernelsDeath, PreconditionsAbortWithAMessage)
 {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     void *p = reinterpret_cast<void *>(16), *q = reinterpret_cast<void *>(32); // distinct, never dereferenced
-    EXPECT_DEATH(tp_k_attention(nullptr, TP_KERNEL_F32, p, q, q, q, 1, 4, 2, 2, 512, 0.125f, 0.0f, nullptr),
+    EXPECT_DEATH(tp_k_attention(nullptr, TP_KERNEL_F32, p, nullptr, q, q, q, 1, 4, 2, 2, 512, 0.125f, 0.0f, nullptr),
                  "head dimension at most 256");
     int64_t shape[] = {5, 4};
     EXPECT_DEATH(tp_k_slice(nullptr, TP_KERNEL_F32, nullptr, nullptr, shape, 2, 0, 0, 2),

@@ -167,7 +167,7 @@ TEST(CudaEmuMma, CpAsyncLandsAtItsWaitWithZeroFill)
 // ==================================================================================
 
 struct AttnData : AttnInputs {
-    Vec want;
+    Vec want, want_lse;
 };
 
 AttnData attn_data(const AttnCase &c)
@@ -175,7 +175,9 @@ AttnData attn_data(const AttnCase &c)
     AttnData x;
     static_cast<AttnInputs &>(x) = attn_inputs(c, 9);
     x.want.resize(x.q.size());
-    cpu()->attention(x.want.data(), x.q.data(), x.k.data(), x.v.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap, nullptr);
+    x.want_lse.resize((size_t)(c.b * c.h * c.s));
+    cpu()->attention(x.want.data(), x.want_lse.data(), x.q.data(), x.k.data(), x.v.data(), c.b, c.s, c.h, c.g, c.d,
+                     c.scale, c.softcap, nullptr);
     return x;
 }
 
@@ -191,11 +193,13 @@ TEST(FlashAttention, MatchesTheCpuBackend)
                        AttnCase{1, 70, 2, 1, 256, 1 / std::sqrt(256.0), 0}, AttnCase{2, 9, 2, 2, 256, 0.2, 2.0}}) {
         AttnData x = attn_data(c);
         Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), dout(TP_KERNEL_BF16, x.q.size());
+        DevOf<float> dlse(x.want_lse.size());
         const size_t runs = tp_emu_launches_of("flash_attention_kernel");
-        tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d,
-                       (float)c.scale, (float)c.softcap, nullptr);
+        tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), dlse.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h,
+                       c.g, c.d, (float)c.scale, (float)c.softcap, nullptr);
         EXPECT_EQ(tp_emu_launches_of("flash_attention_kernel"), runs + 1) << c.name();
         compare(dout.download(), x.want, kFlashTol, "tensor-core attention " + c.name());
+        compare(dlse.download(), x.want_lse, lse_tol(TP_KERNEL_BF16, c.d), "tensor-core attention lse " + c.name());
     }
 }
 
@@ -207,16 +211,20 @@ TEST(FlashAttention, DocumentsMatchTheCpuBackend)
                        AttnCase{2, 150, 2, 2, 256, 1 / std::sqrt(256.0), 0}}) {
         AttnInputs x = attn_inputs(c, 16);
         const IVec seg = attn_block_documents(c.b, c.s);
-        Vec want(x.q.size());
-        cpu()->attention(want.data(), x.q.data(), x.k.data(), x.v.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap,
-                         seg.data());
+        Vec want(x.q.size()), want_lse((size_t)(c.b * c.h * c.s));
+        cpu()->attention(want.data(), want_lse.data(), x.q.data(), x.k.data(), x.v.data(), c.b, c.s, c.h, c.g, c.d,
+                         c.scale, c.softcap, seg.data());
         Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), dout(TP_KERNEL_BF16, x.q.size());
         DevOf<int32_t> dseg(seg);
+        DevOf<float> dlse(want_lse.size());
         const size_t runs = tp_emu_launches_of("flash_attention_kernel");
-        tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d,
-                       (float)c.scale, (float)c.softcap, dseg.ptr());
+        tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), dlse.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h,
+                       c.g, c.d, (float)c.scale, (float)c.softcap, dseg.ptr());
         EXPECT_EQ(tp_emu_launches_of("flash_attention_kernel"), runs + 1) << c.name();
         compare(dout.download(), want, kFlashTol, "tensor-core attention within documents " + c.name());
+        // a padding query's is +inf on both
+        compare(dlse.download(), want_lse, lse_tol(TP_KERNEL_BF16, c.d),
+                "tensor-core attention lse within documents " + c.name());
     }
 }
 
@@ -231,8 +239,8 @@ TEST(FlashAttention, MisalignedOperandsTakeTheFp32Kernel)
     Dev dq(TP_KERNEL_BF16, q1), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), dout(TP_KERNEL_BF16, x.q.size());
     const void *q = static_cast<const __nv_bfloat16 *>(dq.ptr()) + 1;
     const size_t runs = tp_emu_launches_of("flash_attention_kernel");
-    tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), q, dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale,
-                   (float)c.softcap, nullptr);
+    tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), nullptr, q, dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d,
+                   (float)c.scale, (float)c.softcap, nullptr);
     EXPECT_EQ(tp_emu_launches_of("flash_attention_kernel"), runs) << "the tensor-core kernel ran";
     compare(dout.download(), x.want, stored({3e-6, 1e-5}, TP_KERNEL_BF16), "misaligned attention " + c.name());
 }
@@ -250,8 +258,8 @@ template <int D> void expect_missing_trailing_barrier_caught()
     int caught = 0;
     for (uint64_t seed = 1; seed <= 4; seed++) {
         tp_emu_set_seed(seed);
-        flash_attention_launch<D, false>(nullptr, static_cast<__nv_bfloat16 *>(dout.ptr()), bq, bk, bv, c.b, c.s, c.h,
-                                         c.g, (float)c.scale, (float)c.softcap, nullptr);
+        flash_attention_launch<D, false>(nullptr, static_cast<__nv_bfloat16 *>(dout.ptr()), nullptr, bq, bk, bv, c.b,
+                                         c.s, c.h, c.g, (float)c.scale, (float)c.softcap, nullptr);
         caught += max_error(dout.download(), x.want) > kFlashTol.atol + kFlashTol.rtol; // |want| <= 1
     }
     EXPECT_GE(caught, 2) << "d " << D << ": of 4 seeds, the hazard showed in " << caught;

@@ -131,12 +131,14 @@ std::vector<Vec> run_grad(const AttnCase &c, const GradData &x, const bool which
     Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), ddy(TP_KERNEL_BF16, x.dy);
     Dev gq(TP_KERNEL_BF16, x.q.size()), gk(TP_KERNEL_BF16, x.k.size()), gv(TP_KERNEL_BF16, x.k.size());
     DevOf<float> scratch((size_t)tp_cuda_attention_grad_scratch(true, c.b, c.s, c.h, c.g, c.d));
+    const AttnSaved f = attn_saved(TP_KERNEL_BF16, c, dq, dk, dv, seg ? dseg.ptr() : nullptr);
     const size_t dq_runs = tp_emu_launches_of("flash_attention_dq_kernel"),
                  dkv_runs = tp_emu_launches_of("flash_attention_dkv_kernel"),
                  reduce_runs = tp_emu_launches_of("flash_kv_reduce_kernel");
     tp_k_attention_grad(nullptr, TP_KERNEL_BF16, which[0] ? gq.ptr() : nullptr, which[1] ? gk.ptr() : nullptr,
-                        which[2] ? gv.ptr() : nullptr, dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(), scratch.ptr(), c.b,
-                        c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap, seg ? dseg.ptr() : nullptr);
+                        which[2] ? gv.ptr() : nullptr, dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(), f.dev_o->ptr(),
+                        f.dev_lse->ptr(), scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap,
+                        seg ? dseg.ptr() : nullptr);
     // the tensor-core kernels ran, those the gradients asked for; dk and dv
     // split by query head where a kv head has several
     const bool kv = which[1] || which[2];
@@ -195,8 +197,12 @@ TEST(FlashAttentionGrad, TheDoubleReferenceIsTheCpuBackends)
     for (const AttnCase &c : {kCases[1], kCases[2], kCases[5]}) {
         GradData x = grad_data(c);
         std::vector<Vec> cpu_grad = {Vec(x.q.size()), Vec(x.k.size()), Vec(x.k.size())};
+        Vec o(x.q.size()), lse((size_t)(c.b * c.h * c.s));
+        cpu()->attention(o.data(), lse.data(), x.q.data(), x.k.data(), x.v.data(), c.b, c.s, c.h, c.g, c.d, c.scale,
+                         c.softcap, nullptr);
         cpu()->attention_grad(cpu_grad[0].data(), cpu_grad[1].data(), cpu_grad[2].data(), x.q.data(), x.k.data(),
-                              x.v.data(), x.dy.data(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap, nullptr);
+                              x.v.data(), x.dy.data(), o.data(), lse.data(), c.b, c.s, c.h, c.g, c.d, (float)c.scale,
+                              (float)c.softcap, nullptr);
         for (int i = 0; i < 3; i++)
             compare(cpu_grad[(size_t)i], Vec(x.want[i].begin(), x.want[i].end()), {1e-5, 1e-5},
                     "cpu backend " + c.name() + " " + kNames[i]);
@@ -234,13 +240,20 @@ TEST(FlashAttentionGrad, MisalignedOperandsTakeTheFp32Kernels)
     Dev gq(TP_KERNEL_BF16, x.q.size()), gk(TP_KERNEL_BF16, x.k.size()), gv(TP_KERNEL_BF16, x.k.size());
     DevOf<float> scratch((size_t)tp_cuda_attention_grad_scratch(true, c.b, c.s, c.h, c.g, c.d));
     const void *dy = ddy.at(1);
+    const AttnSaved f = attn_saved(TP_KERNEL_BF16, c, dq, dk, dv, nullptr);
     const size_t flash_runs = tp_emu_launches_of("flash_attention");
     tp_k_attention_grad(nullptr, TP_KERNEL_BF16, gq.ptr(), gk.ptr(), gv.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), dy,
-                        scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap, nullptr);
+                        f.dev_o->ptr(), f.dev_lse->ptr(), scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale,
+                        (float)c.softcap, nullptr);
     EXPECT_EQ(tp_emu_launches_of("flash_attention"), flash_runs) << "a tensor-core kernel ran";
+    // against the CPU backend's backward of the same forward (the
+    // tensor-core one's output and log-sum-exp)
+    std::vector<Vec> want = {Vec(x.q.size()), Vec(x.k.size()), Vec(x.k.size())};
+    cpu()->attention_grad(want[0].data(), want[1].data(), want[2].data(), x.q.data(), x.k.data(), x.v.data(),
+                          x.dy.data(), f.o.data(), f.lse.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap, nullptr);
     Dev *got[3] = {&gq, &gk, &gv};
     for (int i = 0; i < 3; i++)
-        compare(got[i]->download(), Vec(x.want[i].begin(), x.want[i].end()), stored({1e-5, 1e-5}, TP_KERNEL_BF16),
+        compare(got[i]->download(), want[(size_t)i], stored({1e-5, 1e-5}, TP_KERNEL_BF16),
                 "misaligned attention " + c.name() + " " + kNames[i]);
 }
 

@@ -159,9 +159,12 @@ TEST_P(GradKernels, Attention)
             Vec dy = as_stored(random_vec(q.size(), 80), t());
             Dev dq(t(), q), dk(t(), k), dv(t(), v), ddy(t(), dy);
             DevOf<float> scratch((size_t)tp_cuda_attention_grad_scratch(bf16, c.b, c.s, c.h, c.g, c.d));
+            const AttnSaved f =
+                attn_saved(t(), AttnCase{c.b, c.s, c.h, c.g, c.d, scale, softcap}, dq, dk, dv, nullptr);
             std::vector<Vec> want = {Vec(q.size()), Vec(k.size()), Vec(k.size())};
             ref().attention_grad(want[0].data(), want[1].data(), want[2].data(), q.data(), k.data(), v.data(),
-                                 dy.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap, nullptr);
+                                 dy.data(), f.o.data(), f.lse.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap,
+                                 nullptr);
             // all three in one launch (dk and dv from one key-major kernel), then
             // each alone (the kernels that compute dk or dv only)
             for (int only = -1; only < 3; only++) {
@@ -170,7 +173,8 @@ TEST_P(GradKernels, Attention)
                 for (int which = 0; which < 3; which++)
                     out[which] = only < 0 || only == which ? out[which] : nullptr;
                 tp_k_attention_grad(nullptr, t(), out[0], out[1], out[2], dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(),
-                                    scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)scale, (float)softcap, nullptr);
+                                    f.dev_o->ptr(), f.dev_lse->ptr(), scratch.ptr(), c.b, c.s, c.h, c.g, c.d,
+                                    (float)scale, (float)softcap, nullptr);
                 Dev *got[3] = {&gq, &gk, &gv};
                 for (int which = 0; which < 3; which++)
                     if (out[which])
@@ -199,11 +203,14 @@ TEST_P(GradKernels, AttentionWithinDocuments)
         Dev dq(t(), q), dk(t(), k), dv(t(), v), ddy(t(), dy), gq(t(), q.size()), gk(t(), k.size()), gv(t(), k.size());
         DevOf<int32_t> dseg(seg);
         DevOf<float> scratch((size_t)tp_cuda_attention_grad_scratch(bf16, c.b, c.s, c.h, c.g, c.d));
+        const AttnSaved f = attn_saved(t(), c, dq, dk, dv, dseg.ptr());
         std::vector<Vec> want = {Vec(q.size()), Vec(k.size()), Vec(k.size())};
         ref().attention_grad(want[0].data(), want[1].data(), want[2].data(), q.data(), k.data(), v.data(),
-                             dy.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap, seg.data());
+                             dy.data(), f.o.data(), f.lse.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap,
+                             seg.data());
         tp_k_attention_grad(nullptr, t(), gq.ptr(), gk.ptr(), gv.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(),
-                            scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap, dseg.ptr());
+                            f.dev_o->ptr(), f.dev_lse->ptr(), scratch.ptr(), c.b, c.s, c.h, c.g, c.d,
+                            (float)c.scale, (float)c.softcap, dseg.ptr());
         Dev *got[3] = {&gq, &gk, &gv};
         for (int which = 0; which < 3; which++)
             compare(got[which]->download(), want[which], stored({1e-5, 1e-5}, t()),
@@ -656,8 +663,12 @@ TEST_P(GradKernels, ResultsDoNotDependOnTheSchedule)
         const int64_t attention_scratch = tp_cuda_attention_grad_scratch(t() == TP_KERNEL_BF16, 1, s, h, g, d);
         DevOf<float> scratch((size_t)std::max<int64_t>(attention_scratch, m));
         DevOf<int32_t> dids(ids);
+        Dev dattn_o(t(), q.size());
+        DevOf<float> dlse((size_t)(h * s));
+        tp_k_attention(nullptr, t(), dattn_o.ptr(), dlse.ptr(), dq.ptr(), dk.ptr(), dk.ptr(), 1, s, h, g, d, 0.15f, 0.0f,
+                       nullptr);
         tp_k_attention_grad(nullptr, t(), dattn_q.ptr(), dattn.ptr(), dattn_v.ptr(), dq.ptr(), dk.ptr(), dk.ptr(),
-                            dq.ptr(), scratch.ptr(), 1, s, h, g, d, 0.15f, 0.0f, nullptr);
+                            dq.ptr(), dattn_o.ptr(), dlse.ptr(), scratch.ptr(), 1, s, h, g, d, 0.15f, 0.0f, nullptr);
         tp_k_rmsnorm_dw(nullptr, t(), dw.ptr(), dx.ptr(), ddy.ptr(), scratch.ptr(), m, n, 1e-6f);
         tp_k_embedding_grad(nullptr, t(), demb.ptr(), dids.ptr(), ddy.ptr(), m, 5, n, 0, false);
         std::vector<Vec> now = {dattn_q.download(), dattn.download(), dattn_v.download(), dw.download(),

@@ -288,11 +288,16 @@ TEST_P(BackendTraining, AttentionGrad)
         Vec q = stored(random_vec((size_t)(b * s * h * d), 8)), k = stored(random_vec((size_t)(b * s * g * d), 9));
         Vec v = stored(random_vec(k.size(), 10)), dy = stored(random_vec(q.size(), 11));
         float *dq = device(q), *dk = device(k), *dv = device(v), *ddy = device(dy);
+        // the forward the gradient reads, each backend's own
+        Vec o(q.size()), lse((size_t)(b * h * s));
+        reference().attention(o.data(), lse.data(), q.data(), k.data(), v.data(), b, s, h, g, d, 0.3, 2.0, nullptr);
+        float *dev_o = device_zeros(q.size()), *dev_lse = device_raw(Vec(lse.size(), 0.0f));
+        be()->attention(dev_o, dev_lse, dq, dk, dv, b, s, h, g, d, 0.3, 2.0, nullptr);
         std::vector<Vec> want = {Vec(q.size()), Vec(k.size()), Vec(k.size())};
         reference().attention_grad(want[0].data(), want[1].data(), want[2].data(), q.data(), k.data(), v.data(),
-                                   dy.data(), b, s, h, g, d, 0.3, 2.0, nullptr);
+                                   dy.data(), o.data(), lse.data(), b, s, h, g, d, 0.3, 2.0, nullptr);
         float *out[3] = {device_zeros(q.size()), device_zeros(k.size()), device_zeros(k.size())};
-        be()->attention_grad(out[0], out[1], out[2], dq, dk, dv, ddy, b, s, h, g, d, 0.3, 2.0, nullptr);
+        be()->attention_grad(out[0], out[1], out[2], dq, dk, dv, ddy, dev_o, dev_lse, b, s, h, g, d, 0.3, 2.0, nullptr);
         for (int which = 0; which < 3; which++)
             expect_close(host(out[which], want[which].size()), want[which], 1e-5, 1e-5,
                          "attention_grad " + std::to_string(which) + " s " + std::to_string(s));
