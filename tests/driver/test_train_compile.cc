@@ -388,8 +388,8 @@ TEST(TrainReport, MemoryFlopsAndCommunicationPerPhase)
     // the largest collective: the logits' all-gather, [2, 16, 128] fp32 (tiny()), twice
     EXPECT_EQ(staging, 2 * (2 * 16 * 128 * 4));
     EXPECT_EQ(blas, 32 << 20);
-    // fp32: attention's statistics, 2 b h s floats for 2 query heads a rank
-    EXPECT_EQ(scratch, 2 * 2 * 2 * 16 * 4);
+    // fp32: attention's D = dy . O, b h s floats for 2 query heads a rank
+    EXPECT_EQ(scratch, 2 * 2 * 16 * 4);
     EXPECT_TRUE(json_is_true(json_object_get(t, "fits")) ==
                 (json_integer_value(json_object_get(t, "total_bytes")) <= (1 << 20)));
     json_t *flops = json_object_get(t, "flops");

@@ -288,11 +288,12 @@ TEST_P(BackendTraining, AttentionGrad)
         Vec q = stored(random_vec((size_t)(b * s * h * d), 8)), k = stored(random_vec((size_t)(b * s * g * d), 9));
         Vec v = stored(random_vec(k.size(), 10)), dy = stored(random_vec(q.size(), 11));
         float *dq = device(q), *dk = device(k), *dv = device(v), *ddy = device(dy);
-        // the forward the gradient reads, each backend's own
-        Vec o(q.size()), lse((size_t)(b * h * s));
-        reference().attention(o.data(), lse.data(), q.data(), k.data(), v.data(), b, s, h, g, d, 0.3, 2.0, nullptr);
-        float *dev_o = device_zeros(q.size()), *dev_lse = device_raw(Vec(lse.size(), 0.0f));
+        // the forward the gradient reads: the backend's, which the
+        // reference's backward reads too
+        float *dev_o = device_zeros(q.size()), *dev_lse = device_raw(Vec((size_t)(b * h * s), 0.0f));
         be()->attention(dev_o, dev_lse, dq, dk, dv, b, s, h, g, d, 0.3, 2.0, nullptr);
+        Vec o = host(dev_o, q.size()), lse((size_t)(b * h * s));
+        be()->to_host(lse.data(), dev_lse, lse.size() * sizeof(float));
         std::vector<Vec> want = {Vec(q.size()), Vec(k.size()), Vec(k.size())};
         reference().attention_grad(want[0].data(), want[1].data(), want[2].data(), q.data(), k.data(), v.data(),
                                    dy.data(), o.data(), lse.data(), b, s, h, g, d, 0.3, 2.0, nullptr);
