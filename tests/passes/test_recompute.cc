@@ -24,14 +24,15 @@ namespace {
 const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
 
 // The tiny Llama with sequence parallelism, 4 layers, compiled --train
-// --recompute mode at tp 2 (-O1 unless `optimize` is false).
+// --recompute mode at tp 2 (-O1 unless `optimize` is false), in fp32
+// unless `dtype` says otherwise.
 struct Step {
     tp_unit u;
-    explicit Step(tp_recompute mode, bool optimize = true)
+    explicit Step(tp_recompute mode, bool optimize = true, tp_dtype dtype = TP_F32)
     {
         const char *d[] = {"layers=4"};
         const std::string plan = "plans/llama-tiny.plan";
-        tp_compile_opts opts = {d, 1, nullptr, optimize, TP_F32, true, true, TP_LOSS_NONE, nullptr, 0, true, mode, false, nullptr, nullptr, 0};
+        tp_compile_opts opts = {d, 1, nullptr, optimize, dtype, true, true, TP_LOSS_NONE, nullptr, 0, true, mode, false, nullptr, nullptr, 0};
         tp_compile(&u, source_path(plan).c_str(), &opts);
         EXPECT_TRUE(u.built && !u.diags.errors) << rendered(&u);
     }
@@ -258,6 +259,53 @@ TEST(Recompute, TheScheduleAndItsDumpMarkTheRecomputedOps)
     ASSERT_EQ(dump.code(), 0) << dump.describe();
     EXPECT_TRUE(contains(dump.out, "[backward] (recompute; model.layers.0.self_attn <- model.layers.*.self_attn)"))
         << dump.out;
+}
+
+// Attention's saved statistics (compiler/passes/attention_stats.c): every
+// attention_grad reads, after q, k, v and dy, the output of the last
+// attention before it on the same q, k and v (in the backward, the
+// recomputed one, where recomputation repeats the attention) and that
+// attention's log-sum-exp, a float32 [batch, heads, seq] buffer whatever
+// the dtype, which nothing else reads; an attention no gradient follows
+// writes none.
+TEST(Recompute, EachAttentionGradientReadsItsOwnAttentionsOutputAndLogSumExp)
+{
+    for (tp_recompute mode : {TP_RECOMPUTE_NONE, TP_RECOMPUTE_SELECTIVE, TP_RECOMPUTE_FULL}) {
+        Step step(mode, true, TP_BF16);
+        const tp_ir &ir = step.ir();
+        int grads = 0;
+        std::map<int, int> readers;
+        for (int i = 0; i < ir.nops; i++) {
+            const tp_ir_op &op = ir.ops[i];
+            for (int k = 0; live(op) && k < op.nin; k++)
+                readers[op.in[k]]++;
+            if (!live(op) || op.kind != TP_OP_ATTENTION_GRAD)
+                continue;
+            grads++;
+            ASSERT_EQ(op.nin, 6) << "op " << i;
+            int f = i - 1;
+            while (f >= 0 && !(live(ir.ops[f]) && ir.ops[f].kind == TP_OP_ATTENTION && ir.ops[f].in[0] == op.in[0] &&
+                               ir.ops[f].in[1] == op.in[1] && ir.ops[f].in[2] == op.in[2]))
+                f--;
+            ASSERT_GE(f, 0) << "op " << i << ": no attention on its q, k and v before it";
+            const tp_ir_op &fwd = ir.ops[f];
+            EXPECT_EQ(op.in[4], fwd.outs[0]) << "op " << i;
+            EXPECT_EQ(op.in[5], fwd.outs[1]) << "op " << i;
+            EXPECT_EQ(fwd.recompute, mode != TP_RECOMPUTE_NONE) << "op " << f;
+            const tp_ir_buf &lse = ir.bufs[fwd.outs[1]];
+            EXPECT_EQ(lse.dtype, TP_F32);
+            ASSERT_EQ(lse.rank, 3);
+            EXPECT_EQ(tp_ir_buf_elems(&lse), tp_ir_buf_elems(&ir.bufs[fwd.outs[0]]) / fwd.k) << "a float a query, head";
+        }
+        EXPECT_EQ(grads, 4);
+        int saved = 0;
+        for (int i = 0; i < ir.nops; i++)
+            if (live(ir.ops[i]) && ir.ops[i].kind == TP_OP_ATTENTION && ir.ops[i].outs[1] >= 0) {
+                saved++;
+                EXPECT_EQ(readers[ir.ops[i].outs[1]], 1) << "op " << i;
+            }
+        EXPECT_EQ(saved, 4) << "an attention no gradient reads (recomputation's original) writes no lse";
+    }
 }
 
 }  // namespace
