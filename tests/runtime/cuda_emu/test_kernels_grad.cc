@@ -595,6 +595,51 @@ TEST_P(GradKernels, AdamWMasterManyParts)
     expect_equal(dw.download(), as_stored(dmaster.download(), t()), what + " w = the master, stored");
 }
 
+// fp32 training's step: the same 49 parts in one call, each fp32 weight
+// updated in place (no master) but every fourth, whose w takes its
+// master's value (one launch may mix the two); decay on every third, the
+// gradient halved by clipping in the kernel: each part's w (or master), m
+// and v as the reference's step of that part alone on the halved
+// gradient, with its own decay; what lies between the parts untouched. A
+// part skipped, run twice, given another's decay or another's chunks, a
+// decay flag or grad_scale ignored, fails.
+TEST(GradKernelsF32, AdamWManyParts)
+{
+    const int count = 49;
+    const PartsLayout l(count);
+    const size_t total = (size_t)l.total;
+    Vec w = random_vec(total, 125), master = random_vec(total, 126), m = random_vec(total, 127, -0.01f, 0.01f),
+        v = random_vec(total, 128, 0.0f, 1e-4f);
+    const Vec g = random_vec(total, 129, -0.1f, 0.1f);
+    DevOf<float> dw(w), dmaster(master), dm(m), dv(v), dg(g);
+    std::vector<tp_adamw_part> parts;
+    for (int i = 0; i < count; i++) {
+        const int64_t at = l.at[(size_t)i], n = l.n[(size_t)i];
+        const bool decay = i % 3 == 0, with_master = i % 4 == 1;
+        parts.push_back({with_master ? dmaster.ptr() + at : nullptr, dw.ptr() + at, dm.ptr() + at, dv.ptr() + at,
+                         dg.ptr() + at, n, decay});
+        const tp_adamw_step st = {1e-2, 0.9, 0.999, 1e-8, decay ? 0.1 : 0.0, 3};
+        float *target = with_master ? master.data() : w.data();
+        ref_adamw(target + at, scaled(Vec(g.begin() + at, g.begin() + at + n), 0.5f).data(), m.data() + at,
+                  v.data() + at, n, st);
+        if (with_master)
+            std::copy_n(master.begin() + at, n, w.begin() + at);
+    }
+    tp_k_adamw_parts(nullptr, TP_KERNEL_F32, parts.data(), count, 0.5f, 1e-2, 0.9, 0.999, 1e-8, 0.1, 3);
+    const std::string what = "f32 adamw over 49 parts";
+    compare(dw.download(), w, {1e-6, 1e-6}, what + " w");
+    compare(dmaster.download(), master, {1e-6, 1e-6}, what + " master");
+    compare(dm.download(), m, {1e-8, 1e-6}, what + " m");
+    compare(dv.download(), v, {1e-10, 1e-6}, what + " v");
+    const Vec got_w = dw.download(), got_master = dmaster.download();
+    for (int i = 1; i < count; i += 4) {
+        const int64_t at = l.at[(size_t)i], n = l.n[(size_t)i];
+        expect_equal(Vec(got_w.begin() + at, got_w.begin() + at + n),
+                     Vec(got_master.begin() + at, got_master.begin() + at + n),
+                     what + " part " + std::to_string(i) + ": w = its master");
+    }
+}
+
 // 70 runs, 65 of them not empty (a launch of 64, then one of 1 adding to
 // it), as the gradient
 // norm sums a rank's parts: the double sum of every run's squares.
