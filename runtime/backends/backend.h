@@ -241,16 +241,16 @@ typedef struct tp_backend {
                     int64_t b, int64_t s, int64_t v, int64_t vocab_start, int64_t vocab, tp_ce_rule rule);
     /* out[i] = 1 for i < n: d loss / d logits of a summed loss (tpcc --loss sum) */
     void (*ones)(float *out, int64_t n);
-    /* the optimizer on n elements: w, m, v updated in place from g */
-    void (*adamw)(float *w, const float *g, float *m, float *v, int64_t n, const tp_adamw_step *step);
-    /* (a backend storing bf16) mixed precision, as torch AMP and Megatron
-     * train bf16 weights, on every part of a rank's weights at once:
-     * master, m and v are float32 whatever `dtype` is, w and g in the
-     * storage dtype. The step updates each master from g * grad_scale
-     * (fp32; clipping's factor, so the gradient is rounded once only),
-     * with step->weight_decay where the part decays, and sets w to the
-     * master rounded to nearest even. */
-    void (*adamw_master)(const tp_adamw_part *parts, int nparts, float grad_scale, const tp_adamw_step *step);
+    /* the optimizer, on every part of a rank's weights at once (one call a
+     * step, as torch's multi-tensor AdamW): m and v are float32 whatever
+     * `dtype` is, w and g in the storage dtype. Each part's step reads g *
+     * grad_scale (in fp32: clipping's factor, so the gradient is rounded
+     * once only), takes step->weight_decay where the part decays, and
+     * updates its fp32 weights: the part's master, after which w is the
+     * master in the storage dtype, bf16 rounded to nearest even (mixed
+     * precision, as torch AMP and Megatron train bf16 weights), or
+     * without a master (NULL; fp32 storage only) w itself, in place. */
+    void (*adamw)(const tp_adamw_part *parts, int nparts, float grad_scale, const tp_adamw_step *step);
     /* the sum of x[i]^2 over every element of the runs, in double,
      * returned to the host */
     double (*sum_squares)(const tp_run *runs, int nruns);

@@ -129,16 +129,14 @@ void tp_k_ce_grad(tp_stream s, tp_kernel_dtype t, void *dlogits, const void *log
                   int64_t vocab, int shift, float divisor);
 /* elementwise_grad.cu: the seed gradient of a summed loss */
 void tp_k_ones(tp_stream s, tp_kernel_dtype t, void *out, int64_t n);
-/* optimizer.cu: w, g, m, v in the storage type */
-void tp_k_adamw(tp_stream s, tp_kernel_dtype t, void *w, const void *g, void *m, void *v, int64_t n, double lr,
-                double beta1, double beta2, double eps, double weight_decay, int64_t step);
-/* mixed precision over many parts in one pass (a launch per
- * TP_K_ADAMW_PARTS of them): each g is multiplied by grad_scale, the master
- * takes the step and w becomes the master rounded to the storage type */
+/* optimizer.cu: AdamW over many parts in one pass (a launch per
+ * TP_K_ADAMW_PARTS of them; m and v fp32, w and g in the storage type):
+ * each g is multiplied by grad_scale, and the part's master takes the
+ * step, w becoming the master rounded to the storage type, or without a
+ * master (fp32 only) w takes it in place */
 #define TP_K_ADAMW_PARTS 32
-void tp_k_adamw_master_parts(tp_stream s, tp_kernel_dtype t, const tp_adamw_part *parts, int nparts,
-                             float grad_scale, double lr, double beta1, double beta2, double eps, double weight_decay,
-                             int64_t step);
+void tp_k_adamw_parts(tp_stream s, tp_kernel_dtype t, const tp_adamw_part *parts, int nparts, float grad_scale,
+                      double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step);
 /* The sum of the squares of every element of the runs, in double, written
  * to *out (device memory), in an order that depends on the runs' sizes
  * only. */

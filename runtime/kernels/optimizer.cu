@@ -1,18 +1,19 @@
-// optimizer.cu: AdamW's update, on weights in the storage type or on fp32
+// optimizer.cu: AdamW's update, on fp32 weights in place or on fp32
 // master weights of bf16 ones, and the sum of squares of the
 // gradient-norm clipping.
 //
-// The mixed-precision step and the sum of squares take many parts (every
-// weight of a rank) in one pass, as torch's fused multi-tensor AdamW does:
-// a launch per TP_K_ADAMW_PARTS weights instead of one per weight, and one
+// The step and the sum of squares take many parts (every weight of a
+// rank) in one pass, as torch's fused multi-tensor AdamW does: a launch
+// per TP_K_ADAMW_PARTS weights instead of one per weight, and one
 // wait of the host for the whole norm instead of one per weight. The
 // parts travel in the kernel's parameters (launchers do not allocate),
 // each cut into chunks of OPT_CHUNK elements, a block a chunk. Both are
-// memory-bound (the step reads 5 and writes 4 values an element), so a
-// thread moves 8 elements at a time in 16-byte loads and stores
-// (pack.cuh) where a part's buffers are aligned, as the weight region's
-// 8-element alignment makes them.
-// defines: tp_k_adamw, tp_k_adamw_master_parts, tp_k_sum_squares, tp_k_accumulate_grad
+// memory-bound (the step reads 5 values an element and writes 4 with a
+// master, 4 and 3 on fp32 weights in place), so a thread moves 8
+// elements at a time in 16-byte loads and stores (pack.cuh) where a
+// part's buffers are aligned, as the weight region's 8-element alignment
+// makes them.
+// defines: tp_k_adamw_parts, tp_k_sum_squares, tp_k_accumulate_grad
 #include "common.cuh"
 #include "pack.cuh"
 
@@ -59,18 +60,6 @@ __device__ __forceinline__ float adamw_update(float w, float g, float &m, float 
     m = k.beta1_w < 0.5f ? fmaf(k.beta1_w, g - m, m) : fmaf(k.beta1_w - 1.0f, g - m, g);
     v = k.beta2 * v + k.beta2_w * g * g;
     return wi - k.step_size * m / (sqrtf(v) / k.bc2_sqrt + k.eps);
-}
-
-template <typename T> __global__ void adamw_kernel(T *w, const T *g, T *m, T *v, int64_t n, adamw_consts k)
-{
-    TP_GRID_STRIDE(i, n)
-    {
-        float mi = tp_to_float(m[i]), vi = tp_to_float(v[i]);
-        const float wn = adamw_update(tp_to_float(w[i]), tp_to_float(g[i]), mi, vi, k);
-        m[i] = tp_from_float<T>(mi);
-        v[i] = tp_from_float<T>(vi);
-        w[i] = tp_from_float<T>(wn);
-    }
 }
 
 // 8 consecutive elements as floats, from 16-byte aligned storage: one
@@ -140,19 +129,24 @@ __device__ __forceinline__ void walk_chunk(int64_t start, int64_t end, bool vec,
     }
 }
 
-// Mixed precision: the step on the fp32 master from g (storage type, read
-// as fp32 and scaled by grad_scale, clipping's factor, so the gradient is
-// not rounded to T once more), m and v fp32; w, what the kernels compute
-// with, becomes the master rounded to T (to nearest even). A block takes
-// one chunk of one part.
+// The step on a part's fp32 weights from g (storage type, read as fp32
+// and scaled by grad_scale, clipping's factor, so that in mixed precision
+// the gradient is not rounded to T once more), m and v fp32. The product
+// is rounded on its own (__fmul_rn, which nvcc never fuses into the
+// lerp's g - m), as the CPU backend's is: the gradient clip_grad_norm_
+// scales in place. The fp32 weights are the part's master, and w, what the kernels
+// compute with, becomes the master rounded to T (to nearest even); or,
+// without a master (T float: the launcher checks), w itself. A block
+// takes one chunk of one part, so all its threads take the same branches.
 template <typename T>
 __global__ void __launch_bounds__(OPT_THREADS)
-    adamw_master_kernel(chunk_batch<tp_adamw_part, TP_K_ADAMW_PARTS> b, float grad_scale, adamw_consts k)
+    adamw_parts_kernel(chunk_batch<tp_adamw_part, TP_K_ADAMW_PARTS> b, float grad_scale, adamw_consts k)
 {
     int64_t start, end;
     const int p = b.part((int)blockIdx.x, &start, &end);
     const tp_adamw_part q = b.item[p];
-    float *master = q.master, *m = q.m, *v = q.v;
+    const bool copy = q.master != nullptr;   // else w is the master: no second store
+    float *master = copy ? q.master : q.w, *m = q.m, *v = q.v;
     T *w = (T *)q.w;
     const T *g = (const T *)q.g;
     if (!q.decay)
@@ -167,16 +161,18 @@ __global__ void __launch_bounds__(OPT_THREADS)
             load8(vi, v + i0);
             TP_UNROLL
             for (int e = 0; e < OPT_PER_THREAD; e++)
-                mw[e] = adamw_update(mw[e], gi[e] * grad_scale, mi[e], vi[e], k);
+                mw[e] = adamw_update(mw[e], __fmul_rn(gi[e], grad_scale), mi[e], vi[e], k);
             store8(master + i0, mw);
             store8(m + i0, mi);
             store8(v + i0, vi);
-            store8(w + i0, mw);
+            if (copy)
+                store8(w + i0, mw);
         },
         [&](int64_t i) {
-            const float wn = adamw_update(master[i], tp_to_float(g[i]) * grad_scale, m[i], v[i], k);
+            const float wn = adamw_update(master[i], __fmul_rn(tp_to_float(g[i]), grad_scale), m[i], v[i], k);
             master[i] = wn;
-            w[i] = tp_from_float<T>(wn);
+            if (copy)
+                w[i] = tp_from_float<T>(wn);
         });
 }
 
@@ -237,39 +233,19 @@ __global__ void sum_squares_total_kernel(double *out, int nparts, bool add)
 
 // ---- kernel launchers
 
-template <typename T> static void launch_adamw(tp_stream s, T *w, const T *g, T *m, T *v, int64_t n, adamw_consts k)
+// The step's constants, in double as torch computes them in Python
+// floats.
+static adamw_consts adamw_prepare(double lr, double beta1, double beta2, double eps, double weight_decay,
+                                  int64_t step)
 {
-    TP_LAUNCH(adamw_kernel<T>, tp_elementwise_blocks(n, OPT_THREADS), OPT_THREADS, 0, s, w, g, m, v, n, k);
-}
-
-// The launchers' preconditions and the step's constants, in double as
-// torch computes them in Python floats; false when there is nothing to
-// update.
-static bool adamw_prepare(tp_kernel_dtype t, int64_t n, double lr, double beta1, double beta2, double eps,
-                          double weight_decay, int64_t step, adamw_consts *k)
-{
-    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
-    TP_KCHECK(n >= 0 && step >= 1, "a step from 1 on");
-    *k = {(float)(1.0 - lr * weight_decay),
-          (float)(1.0 - beta1),
-          (float)beta2,
-          (float)(1.0 - beta2),
-          (float)(lr / (1.0 - pow(beta1, (double)step))),
-          (float)sqrt(1.0 - pow(beta2, (double)step)),
-          (float)eps};
-    return n > 0;
-}
-
-extern "C" void tp_k_adamw(tp_stream s, tp_kernel_dtype t, void *w, const void *g, void *m, void *v, int64_t n,
-                           double lr, double beta1, double beta2, double eps, double weight_decay, int64_t step)
-{
-    adamw_consts k;
-    if (!adamw_prepare(t, n, lr, beta1, beta2, eps, weight_decay, step, &k))
-        return;
-    if (t == TP_KERNEL_F32)
-        launch_adamw(s, (float *)w, (const float *)g, (float *)m, (float *)v, n, k);
-    else
-        launch_adamw(s, (__nv_bfloat16 *)w, (const __nv_bfloat16 *)g, (__nv_bfloat16 *)m, (__nv_bfloat16 *)v, n, k);
+    TP_KCHECK(step >= 1, "a step from 1 on");
+    return {(float)(1.0 - lr * weight_decay),
+            (float)(1.0 - beta1),
+            (float)beta2,
+            (float)(1.0 - beta2),
+            (float)(lr / (1.0 - pow(beta1, (double)step))),
+            (float)sqrt(1.0 - pow(beta2, (double)step)),
+            (float)eps};
 }
 
 // Gathers items[0 .. count) in batches of N, each with its chunks, and
@@ -302,12 +278,14 @@ static void for_batches(const Item *items, int count, A aligned, L launch)
     }
 }
 
-extern "C" void tp_k_adamw_master_parts(tp_stream s, tp_kernel_dtype t, const tp_adamw_part *parts, int nparts,
-                                        float grad_scale, double lr, double beta1, double beta2, double eps,
-                                        double weight_decay, int64_t step)
+extern "C" void tp_k_adamw_parts(tp_stream s, tp_kernel_dtype t, const tp_adamw_part *parts, int nparts,
+                                 float grad_scale, double lr, double beta1, double beta2, double eps,
+                                 double weight_decay, int64_t step)
 {
-    adamw_consts k;
-    adamw_prepare(t, 0, lr, beta1, beta2, eps, weight_decay, step, &k);
+    TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
+    for (int i = 0; i < nparts; i++)     // without a master the kernel reads and writes w as fp32
+        TP_KCHECK(t == TP_KERNEL_F32 || parts[i].master || parts[i].n == 0, "bf16 weights step through a master");
+    const adamw_consts k = adamw_prepare(lr, beta1, beta2, eps, weight_decay, step);
     for_batches<TP_K_ADAMW_PARTS>(
         parts, nparts,
         [](const tp_adamw_part &q) {
@@ -317,9 +295,9 @@ extern "C" void tp_k_adamw_master_parts(tp_stream s, tp_kernel_dtype t, const tp
         [&](const chunk_batch<tp_adamw_part, TP_K_ADAMW_PARTS> &b) {
             const unsigned blocks = (unsigned)b.first_chunk[b.count];
             if (t == TP_KERNEL_F32)
-                TP_LAUNCH(adamw_master_kernel<float>, blocks, OPT_THREADS, 0, s, b, grad_scale, k);
+                TP_LAUNCH(adamw_parts_kernel<float>, blocks, OPT_THREADS, 0, s, b, grad_scale, k);
             else
-                TP_LAUNCH(adamw_master_kernel<__nv_bfloat16>, blocks, OPT_THREADS, 0, s, b, grad_scale, k);
+                TP_LAUNCH(adamw_parts_kernel<__nv_bfloat16>, blocks, OPT_THREADS, 0, s, b, grad_scale, k);
         });
 }
 

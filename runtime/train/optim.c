@@ -163,18 +163,10 @@ int tr_optim_first_nonfinite(tr_optim *o, tp_comm *dp, int *first, char *err, si
 void tr_optim_clip(tr_optim *o, double norm, double max_norm)
 {
     double coef = max_norm / (norm + 1e-6);
-    o->grad_scale = 1;
-    if (max_norm <= 0 || coef >= 1)
-        return;
-    if (o->master) {            /* in the update, in fp32 */
-        o->grad_scale = (float)coef;
-        return;
-    }
-    for (int i = 0; i < o->x->s->nweights; i++) {
-        optim_part p = part_of(o, i);
-        if (p.n)
-            o->x->be->scale(p.g, p.g, p.n, (float)coef);
-    }
+    /* the update multiplies each gradient by it in fp32: with fp32
+     * gradients the product scaling them in place would store, with bf16
+     * ones not rounded to bf16 once more */
+    o->grad_scale = max_norm <= 0 || coef >= 1 ? 1.0f : (float)coef;
 }
 
 bool tr_adamw_decays(const tr_adamw_hparams *h, const tr_weight *w)
@@ -196,24 +188,17 @@ void tr_optim_adamw(tr_optim *o, double lr, const tr_adamw_hparams *h)
     tr_exec *x = o->x;
     const tr_schedule *s = x->s;
     o->step++;
-    tp_adamw_step st = {.lr = lr, .beta1 = h->beta1, .beta2 = h->beta2, .eps = h->eps,
-                        .weight_decay = h->weight_decay, .step = o->step};
-    if (o->master) {        /* every weight in one pass (multi-tensor) */
-        tp_adamw_part *parts = tp_xcalloc((size_t)s->nweights + 1, sizeof *parts);
-        int nparts = 0;
-        for (int i = 0; i < s->nweights; i++) {
-            optim_part p = part_of(o, i);
-            if (p.n)
-                parts[nparts++] = (tp_adamw_part){p.master, p.w, p.m, p.v, p.g, p.n, tr_adamw_decays(h, &s->weights[i])};
-        }
-        x->be->adamw_master(parts, nparts, o->grad_scale, &st);
-        free(parts);
-        return;
-    }
+    const tp_adamw_step st = {.lr = lr, .beta1 = h->beta1, .beta2 = h->beta2, .eps = h->eps,
+                              .weight_decay = h->weight_decay, .step = o->step};
+    /* every weight in one pass (multi-tensor); without masters (fp32
+     * weights) each part's step updates its weight in place */
+    tp_adamw_part *parts = tp_xcalloc((size_t)s->nweights + 1, sizeof *parts);
+    int nparts = 0;
     for (int i = 0; i < s->nweights; i++) {
         optim_part p = part_of(o, i);
-        st.weight_decay = tr_adamw_decays(h, &s->weights[i]) ? h->weight_decay : 0;
         if (p.n)
-            x->be->adamw(p.w, p.g, p.m, p.v, p.n, &st);
+            parts[nparts++] = (tp_adamw_part){p.master, p.w, p.m, p.v, p.g, p.n, tr_adamw_decays(h, &s->weights[i])};
     }
+    x->be->adamw(parts, nparts, o->grad_scale, &st);
+    free(parts);
 }

@@ -3,7 +3,10 @@
  * the weight region in backend memory, as torch does it:
  *   norm = sqrt(sum over every parameter of sum(g^2))     (clip_grad_norm_)
  *   g *= max_norm / (norm + 1e-6)   when that factor is below 1
- *   AdamW(lr, betas (0.9, 0.999), eps 1e-8, weight_decay) per parameter.
+ *   AdamW(lr, betas (0.9, 0.999), eps 1e-8, weight_decay) per parameter,
+ * the last two in one backend call over every parameter of the rank
+ * (backend.h's adamw, multi-tensor), which multiplies each gradient by
+ * clipping's factor in fp32 as it reads it.
  *
  * Across ranks each parameter counts once: a rank adds its slice of a
  * sharded weight, and a weight held whole (replicated) or by several ranks
@@ -15,7 +18,7 @@
  * the optimizer keeps an fp32 master copy of every local weight beside
  * fp32 m and v: the norm is summed in double from the bf16 gradients,
  * clipping's factor multiplies each gradient in fp32 inside the update
- * (not rounded to bf16 in place), AdamW updates the master, and the bf16
+ * (not rounded to bf16 once more), AdamW updates the master, and the bf16
  * weight is the master rounded to nearest even. Updates below bf16's
  * resolution accumulate in the master, as they would not in bf16.
  *
@@ -38,7 +41,7 @@ typedef struct tr_optim {
                               like the weight region (or the shard region); NULL where the weights are fp32
                               themselves */
     float *m, *v;          /* backend memory: exp_avg, exp_avg_sq, laid out like the weights (fp32) */
-    float grad_scale;      /* with masters: clipping's factor, applied in the update */
+    float grad_scale;      /* clipping's factor, applied in the update */
     float *sum;            /* backend memory: the 2-float all-reduce of the squared norm */
     int64_t step;          /* AdamW steps taken */
 } tr_optim;
@@ -74,8 +77,10 @@ int tr_optim_grad_norm(tr_optim *o, tp_comm *dp, double *norm, char *err, size_t
  * message. */
 int tr_optim_first_nonfinite(tr_optim *o, tp_comm *dp, int *first, char *err, size_t errlen);
 
-/* Scales the gradients as clip_grad_norm_(max_norm) does, given their
- * norm; max_norm 0 leaves them. */
+/* Clipping as clip_grad_norm_(max_norm) does, given the gradients' norm:
+ * sets the factor the next tr_optim_adamw multiplies each gradient by, in
+ * fp32 (1 with max_norm 0 or a norm within it); the gradient buffers are
+ * left as they are. */
 void tr_optim_clip(tr_optim *o, double norm, double max_norm);
 
 /* AdamW's settings besides the rate: torch.optim.AdamW's betas and eps,

@@ -67,10 +67,6 @@ static int check_setup(trainer *tr, char *err, size_t errlen)
     if (!be->adamw || !be->sum_squares)
         return tp_error(err, errlen, "the %s backend has no optimizer kernels (adamw, sum_squares); train with "
                         "--backend cpu", be->name);
-    if (be->dtype != TP_F32 && !be->adamw_master)
-        return tp_error(err, errlen, "%s is a %s schedule and the %s backend cannot keep its fp32 master weights "
-                        "(no adamw_master); compile it with tpcc --train --dtype fp32", tr->o->schedule,
-                        tp_dtype_name(s->dtype), be->name);
     if (tr->t->max_shard_given && !tr->t->save)
         return tp_error(err, errlen, "--max-shard-size goes with --save DIR: it sizes the model files --save writes");
     if (tr->t->no_decay && tr->t->decay_all)

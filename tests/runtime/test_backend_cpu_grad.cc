@@ -840,13 +840,21 @@ DVec adamw_in_double(double wd)
     return w;
 }
 
+// The step on one weight held in fp32, updated in place, as one part
+// without a master that takes the step's weight decay, unscaled.
+void adamw_one(float *w, const float *g, float *m, float *v, int64_t n, const tp_adamw_step &st)
+{
+    const tp_adamw_part part = {nullptr, w, m, v, g, n, true};
+    be()->adamw(&part, 1, 1.0f, &st);
+}
+
 TEST(BackendCpuGrad, AdamwMatchesTorch)
 {
     for (const AdamwExpected &e : kAdamw) {
         Vec w = kW0, m(4, 0.0f), v(4, 0.0f);
         for (int step = 1; step <= 3; step++) {
             const tp_adamw_step st = {0.1, 0.9, 0.999, 1e-8, e.weight_decay, step};
-            be()->adamw(w.data(), kGrads[step - 1].data(), m.data(), v.data(), 4, &st);
+            adamw_one(w.data(), kGrads[step - 1].data(), m.data(), v.data(), 4, st);
             for (size_t i = 0; i < 4; i++) {
                 // bit for bit on x86-64; a few ulp where a compiler fuses
                 // other multiply-adds than torch's lerp
@@ -870,9 +878,57 @@ TEST(BackendCpuGrad, AdamwWeightDecayAloneScalesTheWeight)
 {
     Vec w = {3.0f, -2.0f}, g(2, 0.0f), m(2, 0.0f), v(2, 0.0f);
     const tp_adamw_step st = {0.5, 0.9, 0.999, 1e-8, 0.1, 1};
-    be()->adamw(w.data(), g.data(), m.data(), v.data(), 2, &st);
+    adamw_one(w.data(), g.data(), m.data(), v.data(), 2, st);
     EXPECT_EQ(w[0], 3.0f * 0.95f);
     EXPECT_EQ(w[1], -2.0f * 0.95f);
+}
+
+// One call over many parts is the steps a training step took one weight
+// at a time before, bit for bit: the gradient scaled in place by
+// clipping's factor (scale), then each weight's step alone, with weight
+// decay 0 where it takes none. Parts of 0, 1, 4099 (a thread pool's
+// split) and 9 elements, one with a master (the CPU stores fp32: w
+// becomes the master); the elements between parts stay.
+TEST(BackendCpuGrad, AdamwPartsAreTheStepsOneWeightAtATime)
+{
+    const int64_t sizes[] = {9, 0, 4099, 1, 9};
+    const bool decays[] = {true, true, false, true, false};
+    const int count = 5, master_part = 4;
+    const tp_adamw_step st = {1e-2, 0.9, 0.95, 1e-8, 0.1, 3};
+    const float coef = 0.37f;
+    int64_t total = 0, at[5];
+    for (int i = 0; i < count; i++) {
+        at[i] = total;
+        total += sizes[i] + 1;      // one element between parts
+    }
+    const Vec g = random_vec((size_t)total, 30, -0.1f, 0.1f), w0 = random_vec((size_t)total, 31);
+    const Vec m0 = random_vec((size_t)total, 32, -0.01f, 0.01f), v0 = random_vec((size_t)total, 33, 0.0f, 1e-4f);
+    const Vec master0 = random_vec((size_t)total, 34);
+    Vec w = w0, m = m0, v = v0, master = master0;
+    std::vector<tp_adamw_part> parts;
+    for (int i = 0; i < count; i++) {
+        const bool own = i == master_part;
+        parts.push_back({own ? master.data() + at[i] : nullptr, w.data() + at[i], m.data() + at[i], v.data() + at[i],
+                         g.data() + at[i], sizes[i], decays[i]});
+    }
+    be()->adamw(parts.data(), count, coef, &st);
+
+    Vec scaled(g.size()), want_w = w0, want_m = m0, want_v = v0, want_master = master0;
+    be()->scale(scaled.data(), g.data(), total, coef);
+    for (int i = 0; i < count; i++) {
+        tp_adamw_step one = st;
+        one.weight_decay = decays[i] ? st.weight_decay : 0.0;
+        float *target = i == master_part ? want_master.data() : want_w.data();
+        adamw_one(target + at[i], scaled.data() + at[i], want_m.data() + at[i], want_v.data() + at[i], sizes[i], one);
+        if (i == master_part)
+            std::copy_n(want_master.begin() + at[i], sizes[i], want_w.begin() + at[i]);
+    }
+    for (size_t k = 0; k < (size_t)total; k++) {
+        ASSERT_EQ(w[k], want_w[k]) << "w[" << k << "]";
+        ASSERT_EQ(m[k], want_m[k]) << "m[" << k << "]";
+        ASSERT_EQ(v[k], want_v[k]) << "v[" << k << "]";
+        ASSERT_EQ(master[k], want_master[k]) << "master[" << k << "]";
+    }
 }
 
 TEST(BackendCpuGrad, SumSquaresInDouble)

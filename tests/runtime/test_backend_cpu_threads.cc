@@ -177,7 +177,8 @@ TEST(CpuThreads, Optimizer)
         std::copy(w0.begin(), w0.end(), o.begin());
         std::copy(m0.begin(), m0.end(), o.begin() + n);
         std::copy(v0.begin(), v0.end(), o.begin() + 2 * n);
-        be()->adamw(o.data(), g.data(), o.data() + n, o.data() + 2 * n, n, &step);
+        const tp_adamw_part part = {nullptr, o.data(), o.data() + n, o.data() + 2 * n, g.data(), n, true};
+        be()->adamw(&part, 1, 0.5f, &step);
     });
 }
 

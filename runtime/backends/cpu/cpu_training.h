@@ -29,7 +29,7 @@ void tp_cpu_ce_grad(float *dlogits, const float *logits, const float *max, const
                     const int32_t *labels, int64_t b, int64_t s, int64_t v, int64_t vocab_start, int64_t vocab,
                     tp_ce_rule rule);
 void tp_cpu_ones(float *out, int64_t n);
-void tp_cpu_adamw(float *w, const float *g, float *m, float *v, int64_t n, const tp_adamw_step *step);
+void tp_cpu_adamw(const tp_adamw_part *parts, int nparts, float grad_scale, const tp_adamw_step *step);
 void tp_cpu_accumulate_grad(float *acc, float *g, int64_t n, tp_grad_accum phase);
 double tp_cpu_sum_squares(const tp_run *runs, int nruns);
 

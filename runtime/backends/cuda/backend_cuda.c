@@ -649,17 +649,10 @@ static void cuda_ce_grad(float *dlogits, const float *logits, const float *max, 
     done();
 }
 
-static void cuda_adamw(float *w, const float *g, float *m, float *v, int64_t n, const tp_adamw_step *step)
+static void cuda_adamw(const tp_adamw_part *parts, int nparts, float grad_scale, const tp_adamw_step *step)
 {
-    tp_k_adamw(compute_stream(), gpu->kdt, w, g, m, v, n, step->lr, step->beta1, step->beta2, step->eps,
-               step->weight_decay, step->step);
-    done();
-}
-
-static void cuda_adamw_master(const tp_adamw_part *parts, int nparts, float grad_scale, const tp_adamw_step *step)
-{
-    tp_k_adamw_master_parts(compute_stream(), gpu->kdt, parts, nparts, grad_scale, step->lr, step->beta1, step->beta2,
-                            step->eps, step->weight_decay, step->step);
+    tp_k_adamw_parts(compute_stream(), gpu->kdt, parts, nparts, grad_scale, step->lr, step->beta1, step->beta2,
+                     step->eps, step->weight_decay, step->step);
     done();
 }
 
@@ -720,7 +713,7 @@ static const tp_backend_limits cuda_limits = {
         .silu_mul_grad = cuda_silu_mul_grad,                                                            \
         .embedding_grad = cuda_embedding_grad, .narrow_grad = cuda_narrow_grad,                         \
         .cross_entropy_grad = cuda_cross_entropy_grad, .ce_grad = cuda_ce_grad, .adamw = cuda_adamw,    \
-        .adamw_master = cuda_adamw_master, .sum_squares = cuda_sum_squares,                             \
+        .sum_squares = cuda_sum_squares,                                                                \
         .accumulate_grad = cuda_accumulate_grad, .ones = cuda_ones,                                     \
     }
 

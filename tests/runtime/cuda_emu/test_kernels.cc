@@ -1061,6 +1061,11 @@ TEST(KernelsDeath, PreconditionsAbortWithAMessage)
     int64_t shape[] = {5, 4};
     EXPECT_DEATH(tp_k_slice(nullptr, TP_KERNEL_F32, nullptr, nullptr, shape, 2, 0, 0, 2),
                  "the compiler only emits even splits");
+    // bf16 weights have no fp32 copy to step in place: their part needs a master
+    const tp_adamw_part bf16_part = {nullptr, static_cast<float *>(p), static_cast<float *>(q),
+                                     static_cast<float *>(q), static_cast<const float *>(q), 8, true};
+    EXPECT_DEATH(tp_k_adamw_parts(nullptr, TP_KERNEL_BF16, &bf16_part, 1, 1.0f, 1e-3, 0.9, 0.999, 1e-8, 0.0, 1),
+                 "bf16 weights step through a master");
 }
 
 } // namespace

@@ -433,30 +433,48 @@ TEST_P(GradKernels, CeGradPieces)
         }
 }
 
-// ---- AdamW: three steps of torch's update order in fp32 against the
-// reference; |w| ~ 1 and steps ~ lr, so 1e-6 absolute is a few ulps
+// ---- AdamW on fp32 weights, in place (parts without a master): three
+// steps of torch's update order against the reference, the gradient
+// halved by clipping's factor on step 2 (applied in fp32 in the kernel,
+// on the host for the reference); |w| ~ 1 and steps ~ lr, so 1e-6
+// absolute is a few ulps
 
-TEST_P(GradKernels, AdamW)
+// The reference's step on one fp32 weight in place from g as given
+// (clipping's factor applied already), with st.weight_decay: the CPU
+// backend's one part, which neither its decay flag nor its grad_scale
+// changes.
+void ref_adamw(float *w, const float *g, float *m, float *v, int64_t n, const tp_adamw_step &st)
+{
+    const tp_adamw_part part = {nullptr, w, m, v, g, n, true};
+    ref().adamw(&part, 1, 1.0f, &st);
+}
+
+// g times the factor, rounded to float, as clipping's scale leaves it
+Vec scaled(Vec g, float factor)
+{
+    for (float &x : g)
+        x *= factor;
+    return g;
+}
+
+TEST(GradKernelsF32, AdamW)
 {
     const int64_t n = 1000;
-    Vec w = as_stored(random_vec((size_t)n, 92), t()), m((size_t)n, 0.0f), v((size_t)n, 0.0f);
-    Dev dw(t(), w), dm(t(), m), dv(t(), v);
+    Vec w = random_vec((size_t)n, 92), m((size_t)n, 0.0f), v((size_t)n, 0.0f);
+    DevOf<float> dw(w), dm(m), dv(v);
     for (int64_t step = 1; step <= 3; step++) {
-        Vec g = as_stored(random_vec((size_t)n, 93 + (unsigned)step, -0.1f, 0.1f), t());
+        const float scale = step == 2 ? 0.5f : 1.0f;
+        const Vec g = random_vec((size_t)n, 93 + (unsigned)step, -0.1f, 0.1f);
         const tp_adamw_step st = {1e-2, 0.9, 0.999, 1e-8, 0.1, step}; // torch's betas
-        ref().adamw(w.data(), g.data(), m.data(), v.data(), n, &st);
-        Dev dg(t(), g);
-        tp_k_adamw(nullptr, t(), dw.ptr(), dg.ptr(), dm.ptr(), dv.ptr(), n, st.lr, st.beta1, st.beta2, st.eps,
-                   st.weight_decay, st.step);
-        const std::string what = label(t(), "adamw step " + std::to_string(step));
-        compare(dw.download(), w, stored({1e-6, 1e-6}, t()), what + " w");
-        compare(dm.download(), m, stored({1e-8, 1e-6}, t()), what + " m");
-        compare(dv.download(), v, stored({1e-10, 1e-6}, t()), what + " v");
-        if (t() == TP_KERNEL_BF16) { // continue from the same stored state
-            w = dw.download();
-            m = dm.download();
-            v = dv.download();
-        }
+        ref_adamw(w.data(), scaled(g, scale).data(), m.data(), v.data(), n, st);
+        DevOf<float> dg(g);
+        const tp_adamw_part part = {nullptr, dw.ptr(), dm.ptr(), dv.ptr(), dg.ptr(), n, true};
+        tp_k_adamw_parts(nullptr, TP_KERNEL_F32, &part, 1, scale, st.lr, st.beta1, st.beta2, st.eps, st.weight_decay,
+                         st.step);
+        const std::string what = "f32 adamw in place, step " + std::to_string(step);
+        compare(dw.download(), w, {1e-6, 1e-6}, what + " w");
+        compare(dm.download(), m, {1e-8, 1e-6}, what + " m");
+        compare(dv.download(), v, {1e-10, 1e-6}, what + " v");
     }
 }
 
@@ -468,13 +486,12 @@ TEST_P(GradKernels, AdamW)
 // |w| ~ 1 by ~1e-6, far below bf16's half-ulp (2^-9 at 1): the master
 // moves, the bf16 weight must not (an update done in bf16 would lose it).
 
-// tp_k_adamw_master_parts on one part
+// tp_k_adamw_parts on one part with a master
 void adamw_master_one(tp_kernel_dtype t, float *master, void *w, const void *g, float *m, float *v, int64_t n,
                       float grad_scale, const tp_adamw_step &st)
 {
     const tp_adamw_part part = {master, (float *)w, m, v, (const float *)g, n, st.weight_decay != 0};
-    tp_k_adamw_master_parts(nullptr, t, &part, 1, grad_scale, st.lr, st.beta1, st.beta2, st.eps, st.weight_decay,
-                            st.step);
+    tp_k_adamw_parts(nullptr, t, &part, 1, grad_scale, st.lr, st.beta1, st.beta2, st.eps, st.weight_decay, st.step);
 }
 
 TEST_P(GradKernels, AdamWMaster)
@@ -485,11 +502,9 @@ TEST_P(GradKernels, AdamWMaster)
     Dev dw(t(), as_stored(master, t()));
     for (int64_t step = 1; step <= 3; step++) {
         const float scale = step == 2 ? 0.5f : 1.0f;
-        Vec g = as_stored(random_vec((size_t)n, 95 + (unsigned)step, -0.1f, 0.1f), t()), scaled = g;
-        for (float &x : scaled)
-            x *= scale;
+        const Vec g = as_stored(random_vec((size_t)n, 95 + (unsigned)step, -0.1f, 0.1f), t());
         const tp_adamw_step st = {1e-2, 0.9, 0.999, 1e-8, 0.1, step};
-        ref().adamw(master.data(), scaled.data(), m.data(), v.data(), n, &st);
+        ref_adamw(master.data(), scaled(g, scale).data(), m.data(), v.data(), n, st);
         Dev dg(t(), g);
         adamw_master_one(t(), dmaster.ptr(), dw.ptr(), dg.ptr(), dm.ptr(), dv.ptr(), n, scale, st);
         const std::string what = label(t(), "adamw_master step " + std::to_string(step));
@@ -575,18 +590,61 @@ TEST_P(GradKernels, AdamWMasterManyParts)
         const bool decay = i % 3 == 0;
         parts.push_back({dmaster.ptr() + at, (float *)dw.at(at), dm.ptr() + at, dv.ptr() + at,
                          (const float *)dg.at(at), n, decay});
-        Vec half(g.begin() + at, g.begin() + at + n);
-        for (float &x : half)
-            x *= 0.5f;
+        const Vec half = scaled(Vec(g.begin() + at, g.begin() + at + n), 0.5f);
         const tp_adamw_step st = {1e-2, 0.9, 0.999, 1e-8, decay ? 0.1 : 0.0, 3};
-        ref().adamw(master.data() + at, half.data(), m.data() + at, v.data() + at, n, &st);
+        ref_adamw(master.data() + at, half.data(), m.data() + at, v.data() + at, n, st);
     }
-    tp_k_adamw_master_parts(nullptr, t(), parts.data(), count, 0.5f, 1e-2, 0.9, 0.999, 1e-8, 0.1, 3);
+    tp_k_adamw_parts(nullptr, t(), parts.data(), count, 0.5f, 1e-2, 0.9, 0.999, 1e-8, 0.1, 3);
     const std::string what = label(t(), "adamw_master over 49 parts");
     compare(dmaster.download(), master, {1e-6, 1e-6}, what + " master");
     compare(dm.download(), m, {1e-8, 1e-6}, what + " m");
     compare(dv.download(), v, {1e-10, 1e-6}, what + " v");
     expect_equal(dw.download(), as_stored(dmaster.download(), t()), what + " w = the master, stored");
+}
+
+// fp32 training's step: the same 49 parts in one call, each fp32 weight
+// updated in place (no master) but every fourth, whose w takes its
+// master's value (one launch may mix the two); decay on every third, the
+// gradient halved by clipping in the kernel: each part's w (or master), m
+// and v as the reference's step of that part alone on the halved
+// gradient, with its own decay; what lies between the parts untouched. A
+// part skipped, run twice, given another's decay or another's chunks, a
+// decay flag or grad_scale ignored, fails.
+TEST(GradKernelsF32, AdamWManyParts)
+{
+    const int count = 49;
+    const PartsLayout l(count);
+    const size_t total = (size_t)l.total;
+    Vec w = random_vec(total, 125), master = random_vec(total, 126), m = random_vec(total, 127, -0.01f, 0.01f),
+        v = random_vec(total, 128, 0.0f, 1e-4f);
+    const Vec g = random_vec(total, 129, -0.1f, 0.1f);
+    DevOf<float> dw(w), dmaster(master), dm(m), dv(v), dg(g);
+    std::vector<tp_adamw_part> parts;
+    for (int i = 0; i < count; i++) {
+        const int64_t at = l.at[(size_t)i], n = l.n[(size_t)i];
+        const bool decay = i % 3 == 0, with_master = i % 4 == 1;
+        parts.push_back({with_master ? dmaster.ptr() + at : nullptr, dw.ptr() + at, dm.ptr() + at, dv.ptr() + at,
+                         dg.ptr() + at, n, decay});
+        const tp_adamw_step st = {1e-2, 0.9, 0.999, 1e-8, decay ? 0.1 : 0.0, 3};
+        float *target = with_master ? master.data() : w.data();
+        ref_adamw(target + at, scaled(Vec(g.begin() + at, g.begin() + at + n), 0.5f).data(), m.data() + at,
+                  v.data() + at, n, st);
+        if (with_master)
+            std::copy_n(master.begin() + at, n, w.begin() + at);
+    }
+    tp_k_adamw_parts(nullptr, TP_KERNEL_F32, parts.data(), count, 0.5f, 1e-2, 0.9, 0.999, 1e-8, 0.1, 3);
+    const std::string what = "f32 adamw over 49 parts";
+    compare(dw.download(), w, {1e-6, 1e-6}, what + " w");
+    compare(dmaster.download(), master, {1e-6, 1e-6}, what + " master");
+    compare(dm.download(), m, {1e-8, 1e-6}, what + " m");
+    compare(dv.download(), v, {1e-10, 1e-6}, what + " v");
+    const Vec got_w = dw.download(), got_master = dmaster.download();
+    for (int i = 1; i < count; i += 4) {
+        const int64_t at = l.at[(size_t)i], n = l.n[(size_t)i];
+        expect_equal(Vec(got_w.begin() + at, got_w.begin() + at + n),
+                     Vec(got_master.begin() + at, got_master.begin() + at + n),
+                     what + " part " + std::to_string(i) + ": w = its master");
+    }
 }
 
 // 70 runs, 65 of them not empty (a launch of 64, then one of 1 adding to

@@ -240,38 +240,47 @@ TEST_P(BackendTraining, EachEntryMatchesTheReference)
     be()->ce_grad(out, dx_, device_raw(mx), device_raw(sum), dlabels, 2, 6, n, 20, 37, kHfLoss);
     expect_close(host(out, want.size()), want, 1e-8, 1e-5, "ce_grad");
 
-    // AdamW's step 2 from a state after step 1
-    Vec wv = x, mv = stored(random_vec((size_t)(m * n), 6, -0.01f, 0.01f)), vv = stored(random_vec((size_t)(m * n), 7, 0.0f, 1e-4f));
-    float *dwv = device(wv), *dmv = device(mv), *dvv = device(vv);
+    // AdamW's step 2 from a state after step 1, float32 m and v whatever
+    // the dtype, the gradient halved by clipping's factor (by the
+    // backend; for the reference, on the host): fp32 weights in place (a
+    // part without a master: an fp32 backend's), then fp32 master
+    // weights, w becoming the master stored (bf16: rounded to nearest
+    // even)
     const tp_adamw_step st = {3e-3, 0.9, 0.999, 1e-8, 0.01, 2};
-    r.adamw(wv.data(), dy.data(), mv.data(), vv.data(), m * n, &st);
-    be()->adamw(dwv, ddy, dmv, dvv, m * n, &st);
-    expect_close(host(dwv, wv.size()), wv, 1e-6, 1e-6, "adamw w");
-    expect_close(host(dmv, mv.size()), mv, 1e-8, 1e-6, "adamw m");
-    expect_close(host(dvv, vv.size()), vv, 1e-10, 1e-6, "adamw v");
-
-    // the same step on fp32 master weights (float32 m and v whatever the
-    // dtype), the gradient halved by clipping's factor; w is the master
-    // stored (bf16: rounded to nearest even)
-    Vec master = random_vec((size_t)(m * n), 13), mm = random_vec(master.size(), 6, -0.01f, 0.01f);
-    Vec mvv = random_vec(master.size(), 7, 0.0f, 1e-4f), half = dy;
+    Vec half = dy;
     for (float &g : half)
         g *= 0.5f;
+    const auto reference_step = [&](float *fp32_w, float *mom1, float *mom2) {
+        const tp_adamw_part part = {nullptr, fp32_w, mom1, mom2, half.data(), m * n, true};
+        r.adamw(&part, 1, 1.0f, &st);
+    };
+    if (!bf16()) {
+        Vec wv = x, mv = random_vec((size_t)(m * n), 6, -0.01f, 0.01f), vv = random_vec((size_t)(m * n), 7, 0.0f, 1e-4f);
+        float *dwv = device(wv), *dmv = device_raw(mv), *dvv = device_raw(vv);
+        reference_step(wv.data(), mv.data(), vv.data());
+        const tp_adamw_part part = {nullptr, dwv, dmv, dvv, ddy, m * n, true};
+        be()->adamw(&part, 1, 0.5f, &st);
+        expect_close(host(dwv, wv.size()), wv, 1e-6, 1e-6, "adamw w");
+        expect_close(host(dmv, mv.size()), mv, 1e-8, 1e-6, "adamw m");
+        expect_close(host(dvv, vv.size()), vv, 1e-10, 1e-6, "adamw v");
+    }
+    Vec master = random_vec((size_t)(m * n), 13), mm = random_vec(master.size(), 6, -0.01f, 0.01f);
+    Vec mvv = random_vec(master.size(), 7, 0.0f, 1e-4f);
     float *dmaster = device_raw(master), *dmm = device_raw(mm), *dmvv = device_raw(mvv), *dw = device(master);
-    r.adamw(master.data(), half.data(), mm.data(), mvv.data(), m * n, &st);
+    reference_step(master.data(), mm.data(), mvv.data());
     const tp_adamw_part part = {dmaster, dw, dmm, dmvv, ddy, m * n, true};
-    be()->adamw_master(&part, 1, 0.5f, &st);
+    be()->adamw(&part, 1, 0.5f, &st);
     Vec got_master(master.size()), got_m(master.size()), got_v(master.size());
     be()->to_host(got_master.data(), dmaster, master.size() * 4);
     be()->to_host(got_m.data(), dmm, master.size() * 4);
     be()->to_host(got_v.data(), dmvv, master.size() * 4);
     for (size_t i = 0; i < master.size(); i++) {
-        ASSERT_NEAR(got_master[i], master[i], 1e-6 + 1e-6 * std::fabs(master[i])) << "adamw_master master " << i;
-        ASSERT_NEAR(got_m[i], mm[i], 1e-8 + 1e-6 * std::fabs(mm[i])) << "adamw_master m " << i;
-        ASSERT_NEAR(got_v[i], mvv[i], 1e-10 + 1e-6 * std::fabs(mvv[i])) << "adamw_master v " << i;
+        ASSERT_NEAR(got_master[i], master[i], 1e-6 + 1e-6 * std::fabs(master[i])) << "adamw master " << i;
+        ASSERT_NEAR(got_m[i], mm[i], 1e-8 + 1e-6 * std::fabs(mm[i])) << "adamw (master) m " << i;
+        ASSERT_NEAR(got_v[i], mvv[i], 1e-10 + 1e-6 * std::fabs(mvv[i])) << "adamw (master) v " << i;
     }
     const Vec w_got = host(dw, master.size()), w_want = stored(got_master);
-    EXPECT_TRUE(w_got == w_want) << "adamw_master: w is the master in the storage dtype";
+    EXPECT_TRUE(w_got == w_want) << "adamw: w is the master in the storage dtype";
 
     const tp_run run = {dx_, m * n}, host_run = {x.data(), m * n};
     const double ss = be()->sum_squares(&run, 1), want_ss = r.sum_squares(&host_run, 1);
