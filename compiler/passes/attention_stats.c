@@ -16,6 +16,7 @@
  * reads the clone's output, and the statistics kept are the clone's, only
  * until the gradient reads them. */
 #include <assert.h>
+#include <stdio.h>
 #include <string.h>
 #include "compiler/passes/passes.h"
 #include "util/xalloc.h"
@@ -48,14 +49,19 @@ static int lse_buffer(tp_ir *ir, const tp_ir_op *f)
     return tp_ir_add_buf(ir, &b);
 }
 
-void tp_pass_attention_stats(tp_ir *ir)
+int tp_pass_attention_stats(tp_ir *ir, char *err, size_t errlen)
 {
     for (int i = 0; i < ir->nops; i++) {
         if (ir->ops[i].kind != TP_OP_ATTENTION_GRAD || ir->ops[i].dead)
             continue;
-        /* autodiff gives every gradient its attention's output */
-        const int f = forward_of(ir, i);
-        assert(f >= 0 && ir->ops[i].nin == 5);
+        /* autodiff gives every gradient its attention's output: a gradient
+         * without one is tpcc's own mistake, refused rather than written */
+        const int f = ir->ops[i].nin == 5 ? forward_of(ir, i) : -1;
+        if (f < 0) {
+            snprintf(err, errlen, "internal error: attention's gradient (op %d) reads no attention's output; "
+                                  "please report it with the plan", i);
+            return -1;
+        }
         if (ir->ops[f].outs[1] < 0) {
             const int lse = lse_buffer(ir, &ir->ops[f]);
             ir->ops[f].outs[1] = lse;
@@ -63,4 +69,5 @@ void tp_pass_attention_stats(tp_ir *ir)
         tp_ir_op *grad = &ir->ops[i];
         grad->in[grad->nin++] = ir->ops[f].outs[1];
     }
+    return 0;
 }

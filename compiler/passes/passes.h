@@ -44,8 +44,8 @@ void tp_pass_fuse(tp_graph *g);
  * new f32 [batch, heads, seq] buffer), which the attention_grad reads
  * after q, k, v, dy and the attention's output (autodiff's), so the
  * backward takes the softmax from the forward instead of recomputing its
- * statistics. */
-void tp_pass_attention_stats(tp_ir *ir);
+ * statistics. Returns 0, or -1 with err filled (tpcc's own error). */
+int tp_pass_attention_stats(tp_ir *ir, char *err, size_t errlen);
 /* fuse_pairs.c: -O1, on the lowered program. An op whose next op reads
  * its result becomes, with it, one fused op, and is marked dead: an add
  * and the RMSNorm of the sum one add_rmsnorm writing both results; a bias

@@ -18,8 +18,11 @@ int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodi
     if (opts->train)
         tp_pass_recompute(g, opts->recompute);
     tp_pass_lower(g, out);
-    if (opts->train)
-        tp_pass_attention_stats(out);
+    if (opts->train && tp_pass_attention_stats(out, err->message, sizeof err->message)) {
+        err->node = -1;
+        tp_ir_free(out);
+        return -1;
+    }
     if (opts->optimize)
         tp_pass_fuse_pairs(out);
     if (opts->train)

@@ -153,8 +153,8 @@ struct attn_online {
     }
 };
 
-// Block (query tile, head, batch) of the forward and of the softmax
-// statistics: warp w owns query t = tile * 8 + w of head hi, which reads kv
+// Block (query tile, head, batch) of the forward (and of its log-sum-exp,
+// for the gradient): warp w owns query t = tile * 8 + w of head hi, which reads kv
 // head hi / (h / g), and folds the keys it sees (causal: 0 .. t, of its
 // document with segments) into `o`; a query that sees none keeps denom 0.
 // Warps whose query lies past the sequence still stage tiles and reach

@@ -299,6 +299,7 @@ static void flash_attention_grad_launch(tp_stream st, __nv_bfloat16 *dq, __nv_bf
                   st, out, q, k, v, dy, lse, dsum, s, h, g, scale, softcap, segments);
         return;
     }
+    TP_KCHECK((uintptr_t)heads % 16 == 0, "the per-head sums 16-byte aligned (their stores take 8 bytes)");
     out.head_dk = dk ? heads : nullptr;
     out.head_dv = dv ? heads + b * s * h * D : nullptr;
     TP_LAUNCH((flash_attention_dkv_kernel<D, true>), dim3(tiles, (unsigned)h, (unsigned)b), FLASH_WARPS * 32, 0, st,

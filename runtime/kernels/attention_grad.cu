@@ -186,9 +186,10 @@ static void launch_attention_dsum(tp_stream st, float *dsum, const T *dy, const 
 }
 
 // Whether out, when computed, overlaps none of the inputs.
-static bool apart(const void *out, const void *q, const void *k, const void *v, const void *dy, const void *o)
+static bool apart(const void *out, const void *q, const void *k, const void *v, const void *dy, const void *o,
+                  const float *lse)
 {
-    return !out || (out != q && out != k && out != v && out != dy && out != o);
+    return !out || (out != q && out != k && out != v && out != dy && out != o && out != (const void *)lse);
 }
 
 extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, void *dk, void *dv, const void *q,
@@ -198,7 +199,7 @@ extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, v
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(dq || dk || dv, "at least one gradient to compute");
-    TP_KCHECK(apart(dq, q, k, v, dy, o) && apart(dk, q, k, v, dy, o) && apart(dv, q, k, v, dy, o) &&
+    TP_KCHECK(apart(dq, q, k, v, dy, o, lse) && apart(dk, q, k, v, dy, o, lse) && apart(dv, q, k, v, dy, o, lse) &&
                   (!dk || dk != dv),
               "the gradients must not overlap the inputs or each other");
     attn_check(b, s, h, g, d, scale, softcap);
@@ -215,8 +216,8 @@ extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, v
                             *bv = (const __nv_bfloat16 *)v, *bdy = (const __nv_bfloat16 *)dy;
         flash_for_head_dim<128>(d, [&](auto dim) {
             flash_attention_grad_launch<decltype(dim)::value>(st, gq, gk, gv, bq, bk, bv, bdy, lse, dsum,
-                                                              scratch + b * h * s, b, s, h, g, scale, softcap,
-                                                              segments);
+                                                              scratch + tp_cuda_attention_dsum_floats(b, h, s), b, s,
+                                                              h, g, scale, softcap, segments);
         });
     } else if (t == TP_KERNEL_F32)
         launch_attention_grad(st, (float *)dq, (float *)dk, (float *)dv, (const float *)q, (const float *)k,

@@ -55,6 +55,9 @@ const std::map<std::string, std::vector<std::string>> kBases = {
     {"llama-tp2", {"-O0", "plans/llama-tiny.plan", "-D", "tp=2", "-D", "kv_heads=2", TINY}},
     // a training step (outputs.grads, the backward)
     {"llama-train", {"-O0", "--train", "plans/llama-tiny.plan", "-D", "tp=1", "-D", "kv_heads=1", TINY}},
+    // the same in bf16 (attention's log-sum-exp f32 beside bf16 activations)
+    {"llama-train-bf16",
+     {"-O0", "--train", "--dtype", "bf16", "plans/llama-tiny.plan", "-D", "tp=1", "-D", "kv_heads=1", TINY}},
     // add_rmsnorm and silu_mul (the size of llama-tiny.plan, one layer)
     {"llama-fused", {"plans/llama-tiny.plan", "-D", "tp=1", "-D", "layers=1"}},
     // tied embeddings, learned positions, a fused cross_entropy

@@ -128,6 +128,8 @@ struct Fixture {
         o.kind = k;
         for (int b : in)
             o.in[o.nin++] = b;
+        for (int p = 0; p < TP_MAX_OUTS; p++)   // an op's further outputs not computed, as the passes leave them
+            o.outs[p] = -1;
         o.out = out;
         o.weight = o.bias = -1;
         o.scale = 1.0;
@@ -504,6 +506,10 @@ TEST(ScheduleWrite, RanksDifferOnlyInTheirSlices)
         EXPECT_EQ(sval(mm, "entry"), "model.layers.*.self_attn.q_proj");
 
         json_t *att = ops_named(rk, "attention").at(0);
+        json_t *att_out = json_object_get(att, "out");   // [o, lse]: no gradient reads a log-sum-exp here
+        ASSERT_TRUE(json_is_array(att_out) && json_array_size(att_out) == 2);
+        EXPECT_TRUE(json_is_integer(json_array_get(att_out, 0)));
+        EXPECT_TRUE(json_is_null(json_array_get(att_out, 1)));
         EXPECT_EQ(ival(att, "batch"), 2);
         EXPECT_EQ(ival(att, "seq"), 8);
         EXPECT_EQ(ival(att, "heads"), 2);

@@ -118,7 +118,7 @@ static void block_grads(const head_view *hv, int64_t q0, int64_t nq, block_rows 
         scores(hv, q0, nq, k0, nk, br->p, need_ds ? br->ds : NULL);
         for (int64_t i = 0; i < nq; i++) {
             float *prow = br->p + i * nk, *dsrow = br->ds + i * nk;
-            const float lse = hv->lse[q0 + i], dsum = br->dsum[i];
+            const float lse = hv->lse[q0 + i], dsum = need_ds ? br->dsum[i] : 0.0f; /* dv alone: no D */
             if (lse == INFINITY) {   /* a row that sees no key: no probability, no gradient */
                 memset(prow, 0, (size_t)nk * sizeof *prow);
                 memset(dsrow, 0, (size_t)nk * sizeof *dsrow);
@@ -194,8 +194,9 @@ void tp_cpu_attention_grad(float *dq, float *dk, float *dv, const float *q, cons
                            double softcap, const int32_t *segments)
 {
     /* the outputs accumulate: they must not overlap the inputs or each other */
-    assert((!dq || (dq != q && dq != k && dq != v && dq != dy)) && (!dk || (dk != q && dk != k && dk != v && dk != dy)) &&
-           (!dv || (dv != q && dv != k && dv != v && dv != dy)));
+    const float *in[] = {q, k, v, dy, o, lse};
+    for (size_t i = 0; i < sizeof in / sizeof *in; i++)
+        assert((!dq || dq != in[i]) && (!dk || dk != in[i]) && (!dv || dv != in[i]));
     assert(g > 0 && h % g == 0 && d > 0);
     if (dq)
         memset(dq, 0, (size_t)(b * s * h * d) * sizeof *dq);

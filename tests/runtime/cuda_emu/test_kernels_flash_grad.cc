@@ -151,12 +151,14 @@ std::vector<Vec> run_grad(const AttnCase &c, const GradData &x, const bool which
 // One query; less than a tile; ragged tails of the 64-query blocks, the
 // 64- and 32-key tiles of dq and the 64-, 32- and 16-query tiles of dk and
 // dv; GQA (dk and dv summed over two, three and four query heads) and MQA;
-// capped scores; head dimensions 64, 96 and 128.
+// capped scores; head dimensions 64, 96 and 128; an odd b h s (D's floats
+// before the per-head sums in the scratch, which must still start on 8
+// bytes for their stores).
 const AttnCase kCases[] = {{1, 1, 1, 1, 64, 0.125, 0},  {2, 19, 4, 2, 64, 0.125, 0},
                            {1, 130, 2, 1, 64, 0.2, 2.0}, {1, 67, 3, 3, 128, 1 / std::sqrt(128.0), 0},
                            {1, 1, 2, 1, 128, 0.2, 2.0},  {1, 40, 4, 1, 128, 0.2, 2.0},
                            {2, 100, 2, 1, 128, 0.09, 0}, {1, 70, 3, 1, 96, 1 / std::sqrt(96.0), 0},
-                           {2, 45, 4, 2, 96, 0.2, 2.0}};
+                           {2, 45, 4, 2, 96, 0.2, 2.0},  {1, 45, 3, 1, 64, 0.125, 0}};
 
 TEST(FlashAttentionGrad, MatchesAttentionsBackwardInDouble)
 {
