@@ -32,7 +32,7 @@ using tpcc_test::TempDir;
 
 namespace {
 
-const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+using tpcc_test::kTpcc;
 
 // tpcc with `args`, stdout and stderr captured, stdin from /dev/null.
 Proc run(const std::vector<std::string> &args, const std::vector<std::string> &env_extra = {})

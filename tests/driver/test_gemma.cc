@@ -19,7 +19,7 @@ using tpcc_test::TempDir;
 
 namespace {
 
-const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+using tpcc_test::kTpcc;
 const std::string kPlan = source_path("plans/gemma-sp.plan");
 const std::string kGemma7b = source_path("tests/fixtures/published/gemma-7b/config.json");
 

@@ -23,7 +23,7 @@ using tpcc_test::TempDir;
 
 namespace {
 
-const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+using tpcc_test::kTpcc;
 
 Proc tpcc(const std::vector<std::string> &args) { return tpcc_test::run_program(kTpcc, args); }
 

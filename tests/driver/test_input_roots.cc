@@ -26,7 +26,7 @@ using tpcc_test::TempDir;
 
 namespace {
 
-const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+using tpcc_test::kTpcc;
 const std::string kModelLine = "\"../models/llama.model\"";
 // what a file outside the allowed directories holds: it must never be printed
 const std::string kSecret = "root:$6$never-printed-secret:19000:0:99999:7:::";

@@ -221,7 +221,7 @@ TEST(LintText, UnparsableConfigAtJanssonsPosition)
 // that writes there.
 TEST(LintOutput, WriteFailuresAreErrors)
 {
-    const std::string tpcc_bin = std::string(TPCC_BINARY_DIR) + "/tpcc";
+    const std::string &tpcc_bin = tpcc_test::kTpcc;
     const std::string good = source_path("plans/llama-megatron.plan");
     const std::vector<std::string> modes = {"--check --diagnostics-format=json", "--check --diagnostics-format=sarif",
                                             "--explain", "--report", "--help"};

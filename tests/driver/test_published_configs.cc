@@ -22,7 +22,7 @@ using tpcc_test::source_path;
 
 namespace {
 
-const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+using tpcc_test::kTpcc;
 
 struct Verdict {
     const char *config;     // a model directory under tests/fixtures/

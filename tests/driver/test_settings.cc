@@ -31,7 +31,7 @@ using tpcc_test::TempDir;
 
 namespace {
 
-const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+using tpcc_test::kTpcc;
 
 // A repository in a scratch directory, as projects lay it out: .git,
 // plans/ beside models/ (a copy of the shipped llama.model); warns.plan

@@ -29,7 +29,7 @@ using tpcc_test::TempDir;
 
 namespace {
 
-const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+using tpcc_test::kTpcc;
 
 // The tiny Llama of tests/fixtures/train/llama (2 layers), at `tp`.
 std::vector<std::string> tiny(int tp)

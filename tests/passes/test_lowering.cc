@@ -31,7 +31,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+using tpcc_test::kTpcc;
 
 // A schedule compiled by the tpcc binary, parsed with jansson.
 struct Schedule {

@@ -21,7 +21,7 @@ using namespace tpcc_test;
 
 namespace {
 
-const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+using tpcc_test::kTpcc;
 
 // The tiny Llama with sequence parallelism, 4 layers, compiled --train
 // --recompute mode at tp 2 (-O1 unless `optimize` is false), in fp32

@@ -16,7 +16,7 @@ using tpcc_test::TempDir;
 
 namespace {
 
-const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+using tpcc_test::kTpcc;
 
 // --explain of Llama (1 layer, tp 2) under `entries` in the root block,
 // with transformers' own layer plan unless `layers` replaces it.

@@ -89,7 +89,7 @@ TEST(BlasCore, ProfilePrintsTheLibraryAndWarnsAboutAForcedWeakCore)
                                             "tp=1", "-D", "vocab=128", "-D", "hidden=32", "-D", "layers=1", "-D",
                                             "heads=4", "-D", "kv_heads=2", "-D", "ffn=64", "-D", "seq=8"});
     ASSERT_EQ(c.code(), 0) << c.describe();
-    const std::string tprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+    const std::string &tprun = tpcc_test::kTprun;
     tpcc_test::Proc r =
         tpcc_test::run_program(tprun, {sched, "--labels", "tokens", "--profile", "-q"}, {"OPENBLAS_CORETYPE=Prescott"});
     ASSERT_EQ(r.code(), 0) << r.describe();

@@ -21,7 +21,7 @@ using tpcc_test::contains;
 using tpcc_test::Proc;
 using tpcc_test::TempDir;
 
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTprun;
 const std::string kCollectives = std::string(TPCC_BINARY_DIR) + "/comm_collectives";
 
 // comm_collectives on `world` ranks, its results into prefix.rank<r>.

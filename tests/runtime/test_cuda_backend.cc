@@ -61,8 +61,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTpcc;
+using tpcc_test::kTprun;
 const std::string kEmulated = TPRUN_EMULATED;   // "" when not built
 // ctest leaves Emulated* out of a build without tprun_emulated (tests/CMakeLists.txt)
 const char *const kEmulatedNotBuilt =

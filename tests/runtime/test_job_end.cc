@@ -19,7 +19,7 @@ using tpcc_test::contains;
 using tpcc_test::Proc;
 using tpcc_test::TempDir;
 
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTprun;
 const std::string kFixture = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama/";
 
 // A training step of plans/llama-sp.plan at tp 2 on the fixture's config.

@@ -20,7 +20,7 @@ using tpcc_test::contains;
 using tpcc_test::Proc;
 using tpcc_test::TempDir;
 
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTprun;
 const char kOddModule[] = "layers.0 \"q\\proj\"\n\t\x01 caf\xc3\xa9";
 
 // A tiny llama schedule whose first op's module is kOddModule, at a path

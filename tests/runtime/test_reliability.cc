@@ -39,7 +39,7 @@ using tpcc_test::slurp;
 using tpcc_test::TempDir;
 namespace fs = std::filesystem;
 
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTprun;
 const std::string kFixture = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama/";
 
 // A training step of plans/llama-sp.plan at tp 1 on the fixture's config.

@@ -25,8 +25,8 @@ using tpcc_test::TempDir;
 
 namespace {
 
-const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTpcc;
+using tpcc_test::kTprun;
 const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/torch";
 constexpr double kTolerance = 1e-4;
 constexpr int kTimeout = 120;

@@ -14,8 +14,8 @@ using namespace tpcc_test;
 
 namespace {
 
-const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTpcc;
+using tpcc_test::kTprun;
 const std::vector<std::string> kEnv = {"OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1"};
 const std::string kTokens = "5,17,250,3,99,100,0,255,42,42,7,8,9,10,11,12,200,201,13,1,2,3,4,5,6,7,8,9,10,11,12,13";
 

@@ -33,8 +33,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTpcc;
+using tpcc_test::kTprun;
 const char *const kTolerance = "1e-4";
 
 // One BLAS thread per rank: 4 ranks share 2 cores.

@@ -30,7 +30,7 @@ using tpcc_test::contains;
 using tpcc_test::Proc;
 using tpcc_test::TempDir;
 
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTprun;
 const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/";
 
 tp_rank_node node_at(int index, int local_rank, int local_size, const char *host)

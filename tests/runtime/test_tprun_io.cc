@@ -17,7 +17,7 @@ using tpcc_test::contains;
 using tpcc_test::Proc;
 using tpcc_test::TempDir;
 
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTprun;
 
 TEST(TprunOutputs, NeverReplaceAnInput)
 {

@@ -32,7 +32,7 @@ using namespace tpcc_test;
 using Tensors = std::vector<std::vector<float>>;
 
 const std::string kEmulated = TPRUN_EMULATED;   // "" when not built
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTprun;
 const std::string kFixture = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama/";
 
 // The parameter: the tprun that runs the bf16 schedule with --backend cuda.

@@ -42,7 +42,7 @@ std::vector<double> losses(const TempDir &d, const std::string &sched, const std
     std::vector<std::string> args = {"-n", "2", sched, "--weights", kDir, "--data", kDir + "tokens.npy", "--steps",
                                      "3", "--log-json", log, "-q"};
     args.insert(args.end(), extra.begin(), extra.end());
-    Proc r = tpcc_test::run_program(std::string(TPCC_BINARY_DIR) + "/tprun", args, {}, 300);
+    Proc r = tpcc_test::run_program(tpcc_test::kTprun, args, {}, 300);
     EXPECT_EQ(r.code(), 0) << r.describe();
     json_error_t e;
     json_t *got = json_load_file(log.c_str(), 0, &e);

@@ -27,7 +27,7 @@ using tpcc_test::read_weights_of;
 using tpcc_test::TempDir;
 using tpcc_test::worst_absolute;
 
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTprun;
 const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/";
 
 Proc tprun(int ranks, const std::string &sched, const std::vector<std::string> &extra)

@@ -798,7 +798,7 @@ TEST(SafetensorsWrite, DuplicateNamesAreRefusedAndNothingIsWritten)
     EXPECT_FALSE(std::ifstream(path).good());
 }
 
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTprun;
 
 TEST(TrainCli, TrainingOptionsNeedATrainingSchedule)
 {

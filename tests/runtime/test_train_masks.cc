@@ -28,7 +28,7 @@ using tpcc_test::contains;
 using tpcc_test::Proc;
 using tpcc_test::TempDir;
 
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTprun;
 const std::string kDir = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama-documents/";
 
 Proc tprun(int ranks, const std::string &sched, const std::vector<std::string> &extra)

@@ -23,7 +23,7 @@ using tpcc_test::contains;
 using tpcc_test::Proc;
 using tpcc_test::TempDir;
 
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTprun;
 const std::string kTokens = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama/tokens.npy";
 
 double num(json_t *o, const char *key) { return json_number_value(json_object_get(o, key)); }

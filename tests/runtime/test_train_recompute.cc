@@ -21,7 +21,7 @@ namespace {
 using tpcc_test::Proc;
 using tpcc_test::TempDir;
 
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTprun;
 const char *const kModes[] = {"none", "full", "selective"};
 
 struct RecomputeCase {

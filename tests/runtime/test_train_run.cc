@@ -38,7 +38,7 @@ using tpcc_test::TempDir;
 using tpcc_test::compile_dp;
 using tpcc_test::dp_plan;
 
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTprun;
 const std::string kFixtures = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/";
 
 // A training step of `plan` on the checkpoint directory `dir`'s config.json

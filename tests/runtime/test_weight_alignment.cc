@@ -23,7 +23,7 @@ namespace {
 using tpcc_test::Proc;
 using tpcc_test::TempDir;
 
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTprun;
 const std::string kTokens = std::string(TPCC_SOURCE_DIR) + "/tests/fixtures/train/llama/tokens.npy";
 
 std::string compile(const TempDir &d, int tp)

@@ -39,7 +39,7 @@ using tpcc_test::TempDir;
 
 namespace {
 
-const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+using tpcc_test::kTprun;
 
 // The sizes most bases are cut to: one layer, 16 wide, 4 tokens, so a
 // whole schedule is a few hundred lines.

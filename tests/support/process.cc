@@ -142,7 +142,7 @@ Proc run_program(const std::string &program, const std::vector<std::string> &arg
 
 Proc run_tpcc(const std::vector<std::string> &args)
 {
-    return run_program(std::string(TPCC_BINARY_DIR) + "/tpcc", args);
+    return run_program(kTpcc, args);
 }
 
 const char *const kInstallMpich =

@@ -48,8 +48,12 @@ struct Proc {
 Proc run_program(const std::string &program, const std::vector<std::string> &args,
                  const std::vector<std::string> &env_extra = {}, int timeout_s = 120);
 
-// The tpcc binary of this build (TPCC_BINARY_DIR) with `args`, as
-// run_program runs it.
+// This build's tpcc and tprun (TPCC_BINARY_DIR): inline, so each is
+// initialised before any test parameter of a file that includes this one.
+inline const std::string kTpcc = std::string(TPCC_BINARY_DIR) + "/tpcc";
+inline const std::string kTprun = std::string(TPCC_BINARY_DIR) + "/tprun";
+
+// The tpcc binary of this build with `args`, as run_program runs it.
 Proc run_tpcc(const std::vector<std::string> &args);
 
 bool contains(const std::string &s, const std::string &part);
