@@ -38,6 +38,14 @@ void tp_ir_set_dtype(tp_ir *ir, tp_dtype dtype)
             ir->ops[i].scale = round_to_dtype(ir->ops[i].scale, dtype);
 }
 
+int64_t tp_ir_attention_size(const tp_ir *ir, const tp_ir_op *op, int64_t v, int d)
+{
+    if (v > 0)
+        return v;
+    const tp_ir_buf *q = op->nin > 0 ? &ir->bufs[op->in[0]] : NULL;
+    return q && q->rank == 4 ? q->shape[d] : 0;
+}
+
 int tp_ir_add_buf(tp_ir *ir, const tp_ir_buf *b)
 {
     ir->bufs = tp_xgrow(ir->bufs, ir->nbufs, &ir->capbufs, sizeof *ir->bufs, 1024);

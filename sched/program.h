@@ -111,6 +111,10 @@ void tp_ir_free(tp_ir *ir);
 int tp_ir_add_buf(tp_ir *ir, const tp_ir_buf *b);
 int tp_ir_add_op(tp_ir *ir, const tp_ir_op *op);
 int64_t tp_ir_buf_elems(const tp_ir_buf *b);
+/* An attention's size (d: 0 batch, 1 seq, 2 heads, 3 head_dim): v, the
+ * op's own, or where the lowering left it at 0 the query's shape [batch,
+ * seq, heads, head_dim]; 0 when neither says. */
+int64_t tp_ir_attention_size(const tp_ir *ir, const tp_ir_op *op, int64_t v, int d);
 /* Give every floating-point buffer the schedule's element type (lowering
  * records float32; token ids stay int32), and round the factor of every
  * scale op that multiplies by a tensor of that type. Call before tp_memplan. */

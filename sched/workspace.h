@@ -47,6 +47,14 @@ static inline bool tp_cuda_flash_head_dim(int64_t d) { return tp_cuda_flash_grad
  * query heads). */
 static inline bool tp_cuda_flash_kv_by_query_head(int64_t h, int64_t g) { return h > g; }
 
+/* D's floats at the start of attention's gradient's scratch (below): b h
+ * s, rounded up to 16 bytes, so that the per-head sums after it start
+ * aligned for the kernels' 8-byte stores, whatever b h s is. */
+static inline int64_t tp_cuda_attention_dsum_floats(int64_t b, int64_t h, int64_t s)
+{
+    return (b * h * s + 3) / 4 * 4;
+}
+
 /* Floats of scratch attention's gradient takes on the CUDA backend, for
  * [b, s, h, d] queries and g kv heads: each query's D = dy . O (b h s;
  * its log-sum-exp is the forward's, a buffer of the schedule), and on
@@ -54,18 +62,12 @@ static inline bool tp_cuda_flash_kv_by_query_head(int64_t h, int64_t g) { return
  * fp32 dk and dv before they are added in head order (2 b s h d). A bf16
  * schedule whose operands turn out misaligned takes the fp32 kernel, which
  * uses less. */
-static inline int64_t tp_cuda_attention_dsum_floats(int64_t b, int64_t h, int64_t s);
 static inline int64_t tp_cuda_attention_grad_scratch(bool bf16, int64_t b, int64_t s, int64_t h, int64_t g,
                                                      int64_t d)
 {
     bool split = bf16 && tp_cuda_flash_grad_head_dim(d) && tp_cuda_flash_kv_by_query_head(h, g);
     return tp_cuda_attention_dsum_floats(b, h, s) + (split ? 2 * b * s * h * d : 0);
 }
-
-/* D's floats at the start of that scratch: b h s, rounded up to 16 bytes,
- * so that the per-head sums after it start aligned for the kernels'
- * 8-byte stores, whatever b h s is. */
-static inline int64_t tp_cuda_attention_dsum_floats(int64_t b, int64_t h, int64_t s) { return (b * h * s + 3) / 4 * 4; }
 
 /* Floats of scratch a norm's weight gradient takes for m rows: each row's
  * 1 / rms, and a layernorm's mean beside it. */

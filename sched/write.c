@@ -650,19 +650,14 @@ static void put_weight(writer *w, const tp_ir_param *ip, int64_t rank)
 /* ", "key": value" for an integer field of an op. */
 #define PUT_INT_FIELD(w, key, v) do { PUT((w), ", \"" key "\": "); put_int((w), (v)); } while (0)
 
-/* An attention size (d: 0 batch, 1 seq, 2 heads, 3 head_dim): v from the
- * op, or where the lowering left it at 0, the query's shape [batch, seq,
- * heads, head_dim]. */
+/* An attention size (tp_ir_attention_size), which the op or its query
+ * must give. */
 static int64_t query_size(writer *w, const tp_ir_op *op, int index, int64_t v, int d)
 {
-    if (v > 0)
-        return v;
-    const tp_ir_buf *q = op->nin > 0 ? &w->ir->bufs[op->in[0]] : NULL;
-    if (!q || q->rank != 4) {
+    int64_t size = tp_ir_attention_size(w->ir, op, v, d);
+    if (size <= 0)
         fail(w, "op %d (attention): no sizes, and the query is not a [batch, seq, heads, head_dim] buffer", index);
-        return 0;
-    }
-    return q->shape[d];
+    return size;
 }
 
 /* Attention's kv heads: from the op, else the keys' shape [b, s, kv, d],

@@ -15,9 +15,7 @@
  * reads: where it clones the attention into the backward, the gradient
  * reads the clone's output, and the statistics kept are the clone's, only
  * until the gradient reads them. */
-#include <assert.h>
 #include <stdio.h>
-#include <string.h>
 #include "compiler/passes/passes.h"
 #include "util/xalloc.h"
 
@@ -30,22 +28,17 @@ static int forward_of(const tp_ir *ir, int grad)
     return -1;
 }
 
-/* A size of the attention: the op's, or where the lowering left it at 0,
- * its query's [batch, seq, heads, head_dim]. */
-static int64_t size_of(const tp_ir *ir, const tp_ir_op *op, int64_t v, int d)
-{
-    return v > 0 ? v : ir->bufs[op->in[0]].shape[d];
-}
-
-/* A new f32 [batch, heads, seq] buffer for the log-sum-exp of attention f. */
+/* A new f32 [batch, heads, seq] buffer for the log-sum-exp of attention
+ * f; -1 where its sizes are unknown (which the writer refuses). */
 static int lse_buffer(tp_ir *ir, const tp_ir_op *f)
 {
-    assert(f->m > 0 || ir->bufs[f->in[0]].rank == 4);
-    tp_ir_buf b = {.rank = 3, .dtype = TP_F32, .f32_only = true, .offset = -1, .alias_of = -1,
-                   .name = tp_xasprintf("%s.lse", ir->bufs[f->out].name)};
-    b.shape[0] = size_of(ir, f, f->m, 0);
-    b.shape[1] = size_of(ir, f, f->heads, 2);
-    b.shape[2] = size_of(ir, f, f->n, 1);
+    tp_ir_buf b = {.rank = 3, .dtype = TP_F32, .f32_only = true, .offset = -1, .alias_of = -1};
+    b.shape[0] = tp_ir_attention_size(ir, f, f->m, 0);
+    b.shape[1] = tp_ir_attention_size(ir, f, f->heads, 2);
+    b.shape[2] = tp_ir_attention_size(ir, f, f->n, 1);
+    if (b.shape[0] <= 0 || b.shape[1] <= 0 || b.shape[2] <= 0)
+        return -1;
+    b.name = tp_xasprintf("%s.lse", ir->bufs[f->out].name);
     return tp_ir_add_buf(ir, &b);
 }
 
@@ -64,6 +57,11 @@ int tp_pass_attention_stats(tp_ir *ir, char *err, size_t errlen)
         }
         if (ir->ops[f].outs[1] < 0) {
             const int lse = lse_buffer(ir, &ir->ops[f]);
+            if (lse < 0) {
+                snprintf(err, errlen, "internal error: the attention of op %d has no sizes; please report it with "
+                                      "the plan", f);
+                return -1;
+            }
             ir->ops[f].outs[1] = lse;
         }
         tp_ir_op *grad = &ir->ops[i];
