@@ -4,10 +4,23 @@
 // saved stack pointer. The scheduler (the launching host thread's own
 // stack) repeatedly draws a runnable fiber at random and switches to it;
 // the fiber runs until it reaches a scheduling point (__syncthreads, a warp
-// collective, an atomic) or returns, then switches back. A barrier or a
-// collective releases its waiters only when every participant has arrived,
-// so "between barriers" any interleaving of whole thread segments can
-// happen, and which one is drawn from a seeded generator.
+// collective, an atomic, a turn's wait or raise) or returns, then switches
+// back. A barrier or a collective releases its waiters only when every
+// participant has arrived, so "between barriers" any interleaving of whole
+// thread segments can happen, and which one is drawn from a seeded
+// generator.
+//
+// Blocks start in a random order and run one at a time. A thread that
+// waits for a count (block_turns.cuh, wait_count_at_least) is suspended
+// AT_COUNT, and once nothing else in its block can run, so is the block:
+// its scheduler (fibers with their stacks, shared memory, warps) is kept
+// and the launch goes on with another block, drawn at random from the next
+// one to start and the suspended ones whose count has been reached. The
+// schedulers come from a pool, so a launch whose blocks never wait runs
+// every block on one, as if blocks simply ran one after another. A launch
+// fails when blocks are left that all wait and none can go on, or when a
+// wait was met by a raise of a block of higher linear index, which a GPU
+// dispatches later (a deadlock on a grid larger than it holds at once).
 //
 // Each phase (from the block's start or a barrier to the next barrier)
 // draws one of two policies. Uniform picks keep all threads at about the
@@ -35,6 +48,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #if !defined(__x86_64__) && !defined(TP_EMU_UCONTEXT)
@@ -95,7 +109,7 @@ tp_emu_swap:
 )");
 #endif
 
-enum State { RUNNABLE, AT_BARRIER, AT_WARP, EXITED };
+enum State { RUNNABLE, AT_BARRIER, AT_WARP, AT_COUNT, EXITED };
 
 struct Grid {
     dim3 grid, block, block_idx;
@@ -125,6 +139,9 @@ struct Fiber {
     uint64_t value = 0, result = 0;
     int param = 0, width = 32;
     void (*call)(void *const lanes[32]) = nullptr; // WARP_CALL's function
+    // AT_COUNT: waits for *count >= at_least (wait_count_at_least)
+    const int *count = nullptr;
+    int at_least = 0;
     // cp.async: the copies of the open group, then the committed groups,
     // oldest first, none of them done yet
     std::vector<AsyncCopy> open_copies;
@@ -145,11 +162,20 @@ struct Warp {
 constexpr size_t kStackSize = 256 * 1024;
 constexpr size_t kSharedLimit = 48 * 1024; // static + dynamic, without opt-in
 constexpr size_t kArenaSize = 64 * 1024;
+// threads of blocks suspended at once: each keeps its stack, two mappings
+// (the stack and its guard page), and Linux allows 65530 a process
+constexpr uint64_t kMaxWaitingThreads = 24576;
 
+// One block's threads, and the launch's configuration, which each copies.
+// A block waiting for a count keeps its scheduler while others run, so a
+// launch uses as many as it has blocks waiting at once, from a pool.
 struct Scheduler {
+    uint64_t launch = 0; // the launch (launch_serial) it is set up for
+    uint64_t block = 0;  // the running block's linear index
     std::vector<Fiber> fibers;
     std::vector<Warp> warps;
     std::vector<int> runnable;
+    std::vector<int> counting; // the threads AT_COUNT
     // the policy of the current phase (block start or barrier to barrier):
     // uniform random picks, or the runnable thread of highest priority
     bool by_priority = false;
@@ -184,6 +210,10 @@ static thread_local bool rng_seeded = false;
 static thread_local cudaError_t last_error = cudaSuccess;
 static thread_local std::string last_failure;
 static thread_local uint64_t switches = 0;
+static thread_local uint64_t launch_serial = 0;
+// of each count raised in the running launch, the highest linear index of a
+// block that raised it
+static thread_local std::unordered_map<const int *, uint64_t> raised_by;
 
 const dim3 &thread_idx()
 {
@@ -429,6 +459,76 @@ void yield_point()
     switch_out(false);
 }
 
+static dim3 block_of(const dim3 &grid, uint64_t id)
+{
+    return dim3((unsigned)(id % grid.x), (unsigned)(id / grid.x % grid.y),
+                (unsigned)(id / ((uint64_t)grid.x * grid.y)));
+}
+
+// A poll of the count, as an atomic; while it is short, the thread waits
+// AT_COUNT and the scheduler runs the rest of its block, then other blocks,
+// and makes it runnable once the count is reached (wake_counting).
+void wait_count_at_least(const int *count, int at_least)
+{
+    Scheduler &s = in_kernel("tp_block_wait_turn");
+    Fiber &f = *cur_fiber;
+    yield_point();
+    while (*count < at_least) {
+        f.state = AT_COUNT;
+        f.count = count;
+        f.at_least = at_least;
+        s.counting.push_back(f.linear);
+        switch_out(false);
+    }
+    auto raiser = raised_by.find(count);
+    if (raiser != raised_by.end() && raiser->second > s.block) {
+        const dim3 me = s.grid.block_idx, them = block_of(s.grid.grid, raiser->second);
+        fail_in_kernel("block (%u,%u,%u) waited for block (%u,%u,%u), which a GPU dispatches after it (a higher "
+                       "linear index): a grid larger than the GPU holds at once would deadlock (the count at %p, "
+                       "waited for %d)",
+                       me.x, me.y, me.z, them.x, them.y, them.z, (const void *)count, at_least);
+    }
+}
+
+void raise_count(int *count, int by)
+{
+    Scheduler &s = in_kernel("tp_block_pass_turn");
+    yield_point();
+    *count += by;
+    uint64_t &top = raised_by.emplace(count, s.block).first->second;
+    top = std::max(top, s.block);
+}
+
+// whether one of block s's threads waits for a count that has been reached
+static bool may_resume(const Scheduler &s)
+{
+    for (int id : s.counting) {
+        const Fiber &f = s.fibers[(size_t)id];
+        if (*f.count >= f.at_least)
+            return true;
+    }
+    return false;
+}
+
+// makes those threads runnable; false when there are none
+static bool wake_counting(Scheduler &s)
+{
+    bool woke = false;
+    for (size_t i = 0; i < s.counting.size();) {
+        Fiber &f = s.fibers[(size_t)s.counting[i]];
+        if (*f.count < f.at_least) {
+            i++;
+            continue;
+        }
+        f.state = RUNNABLE;
+        make_runnable(s, f.linear);
+        s.counting[i] = s.counting.back();
+        s.counting.pop_back();
+        woke = true;
+    }
+    return woke;
+}
+
 static void wait_at_barrier()
 {
     Scheduler &s = in_kernel("__syncthreads");
@@ -660,13 +760,17 @@ static void diagnose_deadlock(Scheduler &s)
 
 // ---- launching ------------------------------------------------------------------
 
-static void run_block(Scheduler &s)
+// block `id` of the launch s is set up for, from its start
+static void start_block(Scheduler &s, uint64_t id)
 {
+    s.block = id;
+    s.grid.block_idx = block_of(s.grid.grid, id);
     std::memset(s.arena, 0xff, sizeof s.arena); // poison: NaN as float and bf16
     s.used = s.dynamic_bytes;
     s.statics.clear();
     s.exited = s.at_barrier = 0;
     s.runnable.clear();
+    s.counting.clear();
     for (Warp &w : s.warps) {
         w.exited = 0;
         w.open.clear();
@@ -683,10 +787,38 @@ static void run_block(Scheduler &s)
         s.runnable.push_back(i);
     }
     new_phase(s);
-    while (!s.runnable.empty() && !s.failed)
-        switch_to(s, s.fibers[(size_t)pick(s)]);
-    if (!s.failed && s.exited != s.nthreads)
+}
+
+// Runs block s until it has exited, failed, or nothing in it can run while
+// threads wait for counts not reached yet (it is suspended). A thread at a
+// barrier then is no deadlock of its own: the waiting threads may still
+// arrive, unless a thread has exited.
+static void run_block(Scheduler &s)
+{
+    sched = &s;
+    cur_grid = &s.grid;
+    do {
+        while (!s.runnable.empty() && !s.failed)
+            switch_to(s, s.fibers[(size_t)pick(s)]);
+    } while (!s.failed && wake_counting(s)); // a count its own threads raised
+    if (!s.failed && s.exited != s.nthreads && (s.counting.empty() || (s.at_barrier > 0 && s.exited > 0)))
         diagnose_deadlock(s);
+}
+
+// Every block left waits for a count no block can raise any more: the
+// failure names the lowest block's first waiting thread, and is that block's.
+static const Scheduler *diagnose_deadlock_across_blocks(const std::vector<Scheduler *> &live)
+{
+    Scheduler &s = **std::min_element(live.begin(), live.end(),
+                                      [](const Scheduler *a, const Scheduler *b) { return a->block < b->block; });
+    const Fiber &f = s.fibers[(size_t)*std::min_element(s.counting.begin(), s.counting.end())];
+    char buf[512];
+    snprintf(buf, sizeof buf,
+             "deadlock across blocks: thread %s waits for the count at %p to reach %d, and it holds %d (%zu "
+             "blocks wait for counts, none of them reached, and no block is left to start)",
+             describe(f.tid).c_str(), (const void *)f.count, f.at_least, *f.count, live.size());
+    record_failure(s, buf);
+    return &s;
 }
 
 static cudaError_t fail_launch(cudaError_t err, const std::string &why)
@@ -759,46 +891,98 @@ cudaError_t tp_emu_launch(const char *name, dim3 grid, dim3 block, size_t shmem,
                                                                std::to_string(shmem) + " bytes shared: " + bad);
 
     count_launch(name);
-    static thread_local Scheduler *pool = nullptr; // fibers and stacks are reused across launches
+    const uint64_t serial = ++launch_serial;
+    raised_by.clear();
+    // schedulers (fibers and their stacks) of no live block, reused across
+    // blocks and launches: a launch whose blocks never wait uses one. Never
+    // freed, and a pointer, so that they stay reachable until the end.
+    static thread_local std::vector<Scheduler *> *pool = nullptr;
     if (!pool)
-        pool = new Scheduler();
-    Scheduler &s = *pool;
-    s.nthreads = (int)nthreads;
-    if (s.fibers.size() < nthreads) {
-        s.fibers.resize(nthreads);
-        s.priority.resize(nthreads);
-    }
-    s.warps.assign((nthreads + 31) / 32, Warp());
-    for (uint64_t i = 0; i < nthreads; i++)
-        s.warps[i / 32].exists |= 1u << (i % 32);
-    s.body = &body;
-    s.kernel = name;
-    s.failed = false;
-    s.failure.clear();
-    s.dynamic_bytes = (shmem + 127) & ~(size_t)127;
-    s.grid.grid = grid;
-    s.grid.block = block;
+        pool = new std::vector<Scheduler *>();
+    std::vector<Scheduler *> &idle = *pool;
+    auto take_scheduler = [&]() -> Scheduler & {
+        if (idle.empty())
+            idle.push_back(new Scheduler());
+        Scheduler &s = *idle.back();
+        idle.pop_back();
+        if (s.launch == serial)
+            return s;
+        s.launch = serial;
+        s.nthreads = (int)nthreads;
+        if (s.fibers.size() < nthreads) {
+            s.fibers.resize(nthreads);
+            s.priority.resize(nthreads);
+        }
+        s.warps.assign((nthreads + 31) / 32, Warp());
+        for (uint64_t i = 0; i < nthreads; i++)
+            s.warps[i / 32].exists |= 1u << (i % 32);
+        s.body = &body;
+        s.kernel = name;
+        s.failed = false;
+        s.failure.clear();
+        s.dynamic_bytes = (shmem + 127) & ~(size_t)127;
+        s.grid.grid = grid;
+        s.grid.block = block;
+        return s;
+    };
 
-    // blocks in a random order: no block may rely on another having run
+    // blocks start in a random order: no block may rely on another having run
     std::vector<uint64_t> order(nblocks);
     for (uint64_t i = 0; i < nblocks; i++)
         order[i] = i;
     for (uint64_t i = nblocks; i > 1; i--)
         std::swap(order[i - 1], order[random_below(i)]);
 
-    sched = &s;
-    cur_grid = &s.grid;
-    for (uint64_t id : order) {
-        s.grid.block_idx = dim3((unsigned)(id % grid.x), (unsigned)(id / grid.x % grid.y),
-                                (unsigned)(id / ((uint64_t)grid.x * grid.y)));
-        run_block(s);
-        if (s.failed)
+    // Blocks run one at a time, each until it exits or is suspended waiting
+    // for a count. Next, drawn at random: a suspended block whose count has
+    // been reached, or the next block to start.
+    std::vector<Scheduler *> live, ready; // started, not exited; of those, the ones that may resume
+    uint64_t started = 0;
+    std::string failure;
+    for (;;) {
+        ready.clear();
+        for (Scheduler *b : live)
+            if (may_resume(*b))
+                ready.push_back(b);
+        const bool room = live.empty() || (live.size() + 1) * nthreads <= kMaxWaitingThreads;
+        const size_t choices = ready.size() + (started < nblocks && room);
+        if (choices == 0) {
+            if (started < nblocks)
+                failure = std::string("tp_emu: kernel ") + name + ": " + std::to_string(live.size()) +
+                          " blocks of " + std::to_string(nthreads) + " threads wait at once, and the emulator " +
+                          "holds at most " + std::to_string(kMaxWaitingThreads) +
+                          " waiting threads (each keeps its stack): a smaller grid";
             break;
+        }
+        const size_t k = choices == 1 ? 0 : random_below(choices);
+        Scheduler *b;
+        if (k < ready.size()) {
+            b = ready[k];
+            wake_counting(*b);
+        } else {
+            b = &take_scheduler();
+            start_block(*b, order[started++]);
+            live.push_back(b);
+        }
+        run_block(*b);
+        if (b->failed) {
+            failure = b->failure;
+            break;
+        }
+        if (b->exited == b->nthreads) {
+            *std::find(live.begin(), live.end(), b) = live.back();
+            live.pop_back();
+            idle.push_back(b);
+        }
     }
+    if (failure.empty() && !live.empty())
+        failure = diagnose_deadlock_across_blocks(live)->failure;
     sched = nullptr;
     cur_grid = nullptr;
-    if (s.failed)
-        return fail_launch(cudaErrorLaunchFailure, s.failure);
+    for (Scheduler *b : live) // a failed launch's blocks, abandoned (start_block sets a scheduler up afresh)
+        idle.push_back(b);
+    if (!failure.empty())
+        return fail_launch(cudaErrorLaunchFailure, failure);
     return cudaSuccess;
 }
 

@@ -6,12 +6,12 @@
  * and -I tests/runtime/cuda_emu; runtime/kernels/launch.h then includes this
  * header instead of the CUDA headers. What it emulates:
  *
- *   - TP_LAUNCH runs every block of the grid, in a random order, one after
- *     another. Within a block every CUDA thread is a host fiber with its
- *     own stack; a fiber runs until it reaches a scheduling point
- *     (__syncthreads, a warp collective, an atomic) and the next fiber to
- *     run is drawn at random, by a policy drawn for each phase between
- *     barriers: uniform (threads keep pace, so a read of data another
+ *   - TP_LAUNCH runs the blocks of the grid one at a time, started in a
+ *     random order. Within a block every CUDA thread is a host fiber with
+ *     its own stack; a fiber runs until it reaches a scheduling point
+ *     (__syncthreads, a warp collective, an atomic, a turn's wait or
+ *     raise) and the next fiber to run is drawn at random, by a policy
+ *     drawn for each phase between barriers: uniform (threads keep pace, so a read of data another
  *     thread has not written yet sees poison) or by priority (one warp
  *     runs ahead to the next barrier, so a fast warp overwriting shared
  *     data a slow one has not read yet is seen). Lanes of one warp do NOT
@@ -19,6 +19,14 @@
  *   - __syncthreads() is a barrier over the block. Threads waiting there
  *     while others have exited is reported ("__syncthreads not reached by
  *     all threads") and fails the launch, as is any other deadlock.
+ *   - blocks taking turns (runtime/kernels/block_turns.cuh): a thread
+ *     waiting for a count is suspended, and its block once nothing else in
+ *     it can run; other blocks start, or a suspended one whose count has
+ *     been reached resumes, drawn at random. The launch fails when the
+ *     blocks left all wait and none can go on ("deadlock across blocks"),
+ *     or when a wait was met by a raise of a block of higher linear index,
+ *     which a GPU dispatches after the waiter (with more blocks than it
+ *     holds at once, that wait could deadlock).
  *   - the sm_80 instructions of kernels/mma_sm80.cuh (mma.sync, ldmatrix,
  *     cp.async) with the PTX ISA's fragment layouts: the warp-wide ones are
  *     collectives of the whole warp (cuda_emu_mma.h).
@@ -39,9 +47,14 @@
  * a fixed default, or tp_emu_set_seed(). The same seed and the same
  * sequence of launches replay the same interleavings.
  *
- * Not emulated: lockstep timing, memory consistency across blocks (blocks
- * run one after another), the accuracy of fast-math intrinsics (__expf is
- * expf here), texture/surface memory, cooperative groups. */
+ * Not emulated: lockstep timing; memory consistency across blocks, beyond
+ * the turns: every write is seen by whatever runs after it, and blocks run
+ * in stretches (a whole block, or up to a wait for a count), so only the
+ * order block_turns.cuh's counts impose is modelled, and a block reading
+ * another's writes without waiting for them finds them there or not by
+ * the random block order, never a stale copy; the accuracy of fast-math
+ * intrinsics (__expf is expf here), texture/surface memory, cooperative
+ * groups. */
 #ifndef TP_CUDA_EMU_H
 #define TP_CUDA_EMU_H
 
@@ -140,6 +153,14 @@ enum CollectiveOp { SHFL_IDX, SHFL_UP, SHFL_DOWN, SHFL_XOR, BALLOT, ALL, ANY, SY
 uint64_t collective(CollectiveOp op, const char *name, unsigned mask, uint64_t value, int param, int width,
                     void (*call)(void *const lanes[32]) = nullptr);
 void yield_point(void); /* lets another thread run (atomics) */
+/* block_turns.cuh's primitives, for the calling thread (thread 0 of the
+ * block, the block's barriers around it): wait_count_at_least returns once
+ * *count >= at_least, suspending the thread (and its block, once nothing
+ * else in it can run) until then; raise_count adds `by` to *count and is a
+ * scheduling point, as an atomic. A wait that another block's raise made
+ * true fails the launch when that block's linear index is higher. */
+void wait_count_at_least(const int *count, int at_least);
+void raise_count(int *count, int by);
 void *shared_static(const void *site, size_t bytes, size_t align);
 void *shared_dynamic(void);
 [[noreturn]] void fail_in_kernel(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -337,8 +358,9 @@ inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
 /* Runs `body` as every thread of every block of the grid. Returns (and
  * records for cudaGetLastError) cudaSuccess, cudaErrorInvalidConfiguration
  * for a configuration CUDA would reject, or cudaErrorLaunchFailure when the
- * emulator caught a fault (a deadlock, a bad collective, too much shared
- * memory); the reason is printed to stderr and kept for
+ * emulator caught a fault (a deadlock, within a block or across blocks, a
+ * wait for a later block, a bad collective, too much shared memory); the
+ * reason is printed to stderr and kept for
  * tp_emu_last_failure(). */
 cudaError_t tp_emu_launch(const char *name, dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body);
 

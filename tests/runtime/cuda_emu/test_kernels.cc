@@ -13,7 +13,8 @@
 // The first group of tests is about the emulator itself: CUDA's shuffle
 // and vote semantics, and that it catches the bugs it exists to catch
 // (a missing __syncthreads, reads of uninitialised memory, a barrier not
-// every thread reaches, invalid launches, writes out of bounds).
+// every thread reaches, invalid launches, writes out of bounds), and blocks
+// taking turns (block_turns.cuh).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,6 +31,7 @@
 
 #include "kernel_test.h"
 #include "attention_flash.cuh"
+#include "block_turns.cuh"
 
 // A failed CUDA call in a launcher goes to tp_gpu_fatal (cuda_check.h),
 // which tprun's backend defines; this binary has no backend: report the
@@ -384,6 +386,181 @@ TEST(CudaEmu, AtomicsAndRandomBlockOrder)
     EXPECT_TRUE(tp_emu_free(fsum));
     EXPECT_TRUE(tp_emu_free(imax));
     EXPECT_TRUE(tp_emu_free(order));
+}
+
+// ---- blocks taking turns (block_turns.cuh)
+
+__device__ int linear_block()
+{
+    return (int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+}
+
+// Each block appends its linear index to `list` (its length first) in
+// turn; `starts` gets the order the blocks started in. The block's last
+// thread appends, so the pass must order another thread's writes.
+__global__ void append_in_turn_kernel(int *count, int *list, int *starts)
+{
+    const int b = linear_block();
+    if (threadIdx.x == 0)
+        starts[1 + atomicAdd(starts, 1)] = b;
+    tp_block_wait_turn(count, b);
+    const int n = list[0];
+    __syncthreads(); // every thread has read the length before it changes
+    if (threadIdx.x == blockDim.x - 1) {
+        list[1 + n] = b;
+        list[0] = n + 1;
+    }
+    tp_block_pass_turn(count);
+}
+
+TEST(CudaEmu, BlocksTakeTurnsInOrder)
+{
+    for (dim3 grid : {dim3(8), dim3(3, 2, 2)}) {
+        const int n = (int)(grid.x * grid.y * grid.z);
+        int *count = static_cast<int *>(tp_emu_alloc(sizeof(int)));
+        int *list = static_cast<int *>(tp_emu_alloc((size_t)(n + 1) * sizeof(int)));
+        int *starts = static_cast<int *>(tp_emu_alloc((size_t)(n + 1) * sizeof(int)));
+        std::vector<int> in_order(n);
+        for (int i = 0; i < n; i++)
+            in_order[(size_t)i] = i;
+        bool waited = false;
+        for (uint64_t seed = 1; seed <= 8; seed++) {
+            *count = list[0] = starts[0] = 0;
+            tp_emu_set_seed(seed);
+            TP_LAUNCH(append_in_turn_kernel, grid, 64, 0, nullptr, count, list, starts);
+            EXPECT_EQ(*count, n);
+            EXPECT_EQ(list[0], n) << "seed " << seed;
+            EXPECT_EQ(std::vector<int>(list + 1, list + 1 + n), in_order) << "seed " << seed;
+            waited |= std::vector<int>(starts + 1, starts + 1 + n) != in_order;
+        }
+        EXPECT_TRUE(waited) << "blocks start in a random order, so some had to wait for their turn";
+        EXPECT_TRUE(tp_emu_free(count));
+        EXPECT_TRUE(tp_emu_free(list));
+        EXPECT_TRUE(tp_emu_free(starts));
+    }
+}
+
+// Each block adds its part into an fp32 tile in turn, every thread some
+// elements (which ones rotates with the block), as FlashAttention-3's
+// deterministic dq does: the sums are those of a sequential loop.
+constexpr int kTile = 256;
+__global__ void add_in_turn_kernel(int *count, float *tile, const float *parts)
+{
+    const int b = linear_block();
+    tp_block_wait_turn(count, b);
+    for (int i = (int)threadIdx.x; i < kTile; i += (int)blockDim.x) {
+        const int e = (i + 37 * b) % kTile;
+        tile[e] += parts[b * kTile + e];
+    }
+    tp_block_pass_turn(count);
+}
+
+TEST(CudaEmu, BlocksAddIntoATileInTurn)
+{
+    const dim3 grid(4, 3);
+    const int n = 12;
+    // magnitudes from 2^-10 to 2^10: a sum in another order has other bits
+    Vec parts = random_vec((size_t)(n * kTile), 90);
+    std::mt19937 gen(91);
+    for (float &x : parts)
+        x = std::ldexp(x, (int)(gen() % 21) - 10);
+    Vec want((size_t)kTile, 0.0f);
+    for (int b = 0; b < n; b++)
+        for (int e = 0; e < kTile; e++)
+            want[(size_t)e] += parts[(size_t)(b * kTile + e)];
+    DevOf<float> dparts(parts);
+    DevOf<int> count(1);
+    DevOf<float> tile((size_t)kTile);
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        *count.ptr() = 0;
+        std::fill_n(tile.ptr(), kTile, 0.0f);
+        tp_emu_set_seed(seed);
+        TP_LAUNCH(add_in_turn_kernel, grid, 64, 0, nullptr, count.ptr(), tile.ptr(), dparts.ptr());
+        const Vec got = tile.download();
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * kTile), 0) << "seed " << seed;
+    }
+}
+
+// Block b waits for count >= b + 1: block 0 for a raise that never comes.
+__global__ void wait_too_long_kernel(int *count)
+{
+    tp_block_wait_turn(count, linear_block() + 1);
+    tp_block_pass_turn(count);
+}
+
+TEST(CudaEmu, BlocksWaitingForEachOtherFail)
+{
+    int *count = static_cast<int *>(tp_emu_alloc(sizeof(int)));
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        *count = 0;
+        tp_emu_set_seed(seed);
+        EXPECT_EQ(tp_emu_launch("wait_too_long", dim3(4), dim3(64), 0, [count] { wait_too_long_kernel(count); }),
+                  cudaErrorLaunchFailure);
+        (void)cudaGetLastError();
+        const std::string why = tp_emu_last_failure();
+        EXPECT_NE(why.find("block (0,0,0): deadlock across blocks: thread (0,0,0) waits for the count at"),
+                  std::string::npos)
+            << why;
+        EXPECT_NE(why.find("to reach 1, and it holds 0 (4 blocks wait"), std::string::npos) << why;
+    }
+    // the schedulers of the blocks left waiting serve the next launch
+    int *list = static_cast<int *>(tp_emu_alloc(5 * sizeof(int)));
+    int *starts = static_cast<int *>(tp_emu_alloc(5 * sizeof(int)));
+    *count = list[0] = starts[0] = 0;
+    TP_LAUNCH(append_in_turn_kernel, 4, 64, 0, nullptr, count, list, starts);
+    EXPECT_EQ(std::vector<int>(list, list + 5), std::vector<int>({4, 0, 1, 2, 3}));
+    EXPECT_TRUE(tp_emu_free(count));
+    EXPECT_TRUE(tp_emu_free(list));
+    EXPECT_TRUE(tp_emu_free(starts));
+}
+
+// Turns in the reverse of the blocks' order: block 2 waits for block 3,
+// which a GPU may not have dispatched yet.
+__global__ void reverse_turns_kernel(int *count)
+{
+    tp_block_wait_turn(count, (int)(gridDim.x - 1 - blockIdx.x));
+    tp_block_pass_turn(count);
+}
+
+TEST(CudaEmu, WaitingForALaterBlockFails)
+{
+    int *count = static_cast<int *>(tp_emu_alloc(sizeof(int)));
+    for (uint64_t seed = 1; seed <= 4; seed++) { // block 3 runs before block 2 starts, or after
+        *count = 0;
+        tp_emu_set_seed(seed);
+        EXPECT_EQ(tp_emu_launch("reverse_turns", dim3(4), dim3(64), 0, [count] { reverse_turns_kernel(count); }),
+                  cudaErrorLaunchFailure);
+        (void)cudaGetLastError();
+        const std::string why = tp_emu_last_failure();
+        EXPECT_NE(why.find("block (2,0,0) waited for block (3,0,0), which a GPU dispatches after it"),
+                  std::string::npos)
+            << why;
+        EXPECT_NE(why.find("a grid larger than the GPU holds at once would deadlock"), std::string::npos) << why;
+    }
+    EXPECT_TRUE(tp_emu_free(count));
+}
+
+// Only thread 0 of block 1 calls tp_block_wait_turn: it reaches the
+// barrier inside alone, the others have exited.
+TEST(CudaEmu, WaitingWithoutTheWholeBlockFails)
+{
+    int *count = static_cast<int *>(tp_emu_alloc(sizeof(int)));
+    for (uint64_t seed = 1; seed <= 4; seed++) { // block 1 suspended until block 0 passes, or not
+        *count = 0;
+        tp_emu_set_seed(seed);
+        EXPECT_EQ(tp_emu_launch("lone_waiter", dim3(2), dim3(64), 0,
+                                [count] {
+                                    if (blockIdx.x == 1 && threadIdx.x == 0)
+                                        tp_block_wait_turn(count, 1);
+                                    if (blockIdx.x == 0)
+                                        tp_block_pass_turn(count);
+                                }),
+                  cudaErrorLaunchFailure);
+        (void)cudaGetLastError();
+        const std::string why = tp_emu_last_failure();
+        EXPECT_NE(why.find("block (1,0,0): __syncthreads not reached by all threads"), std::string::npos) << why;
+    }
+    EXPECT_TRUE(tp_emu_free(count));
 }
 
 TEST(CudaEmu, Bfloat16RoundsToNearestEven)
