@@ -55,18 +55,29 @@ static inline int64_t tp_cuda_attention_dsum_floats(int64_t b, int64_t h, int64_
     return (b * h * s + 3) / 4 * 4;
 }
 
+/* The ints of the tensor-core gradient's turns ([b, h, tiles]: the key
+ * blocks that have added into each tile of queries' dq) for tiles of at
+ * least 16 queries; its table of each tile's first key block ([b,
+ * tiles]) takes no more. */
+static inline int64_t tp_cuda_flash_grad_turns(int64_t b, int64_t h, int64_t s) { return b * h * ((s + 15) / 16); }
+
 /* Floats of scratch attention's gradient takes on the CUDA backend, for
  * [b, s, h, d] queries and g kv heads: each query's D = dy . O (b h s;
  * its log-sum-exp is the forward's, a buffer of the schedule), and on
- * tensor cores, where dk and dv are split by query head, each query head's
- * fp32 dk and dv before they are added in head order (2 b s h d). A bf16
- * schedule whose operands turn out misaligned takes the fp32 kernel, which
- * uses less. */
+ * tensor cores: where dk and dv are split by query head, each query head's
+ * fp32 dk and dv before they are added in head order (2 b s h d); dq's
+ * fp32 sum, which the key blocks add into in turn (b s h d); and the turns
+ * and the first key blocks (ints, the size of floats). A bf16 schedule
+ * whose operands turn out misaligned takes the fp32 kernel, which uses
+ * less. */
 static inline int64_t tp_cuda_attention_grad_scratch(bool bf16, int64_t b, int64_t s, int64_t h, int64_t g,
                                                      int64_t d)
 {
-    bool split = bf16 && tp_cuda_flash_grad_head_dim(d) && tp_cuda_flash_kv_by_query_head(h, g);
-    return tp_cuda_attention_dsum_floats(b, h, s) + (split ? 2 * b * s * h * d : 0);
+    if (!bf16 || !tp_cuda_flash_grad_head_dim(d))
+        return tp_cuda_attention_dsum_floats(b, h, s);
+    bool split = tp_cuda_flash_kv_by_query_head(h, g);
+    return tp_cuda_attention_dsum_floats(b, h, s) + (split ? 2 : 0) * b * s * h * d + b * s * h * d +
+           2 * tp_cuda_flash_grad_turns(b, h, s);
 }
 
 /* Floats of scratch a norm's weight gradient takes for m rows: each row's

@@ -11,12 +11,13 @@
 // dk and dv summed over the query heads of each kv head. One launcher for
 // the three: P comes from the log-sum-exp the forward wrote, and a first
 // kernel writes every query's D = dy . O (from the forward's output) to
-// scratch, once for all of them; then dq walks the keys of each query, and
-// one key-major kernel walks the queries of each key for dk and dv
-// together (one score, one P per pair for both). dq is not summed into from the key-major walk (atomics would
-// make it depend on the schedule): every sum runs in a fixed order, so the
-// results, a kv head's included, do not depend on the schedule or on which
-// other heads a rank holds.
+// scratch, once for all of them. On tensor cores one key-major pass then
+// computes all three (attention_flash_grad.cuh). Here, in fp32, dq walks
+// the keys of each query, and one key-major kernel walks the queries of
+// each key for dk and dv together (one score, one P per pair for both).
+// No sum is made with atomics (their order would depend on the schedule):
+// every sum runs in a fixed order, so the results, a kv head's included,
+// do not depend on the schedule or on which other heads a rank holds.
 #include "attention.cuh"
 #include "attention_flash_grad.cuh"
 

@@ -4,7 +4,8 @@
 // (attention_flash_grad.cuh). A 16 x K operand is held as K / 16 A
 // fragments, a 16 x N fp32 result as N / 8 C fragments; the B operand is
 // read from memory (shared, 16-byte aligned rows), stored either way round.
-// defines: warp_load_a, warp_zero, warp_mma_abt, warp_mma_ab, warp_c_to_a, warp_store_pair, warp_store_c
+// defines: warp_load_a, warp_zero, warp_mma_abt, warp_mma_ab, warp_c_to_a, warp_store_pair, warp_store_c,
+// warp_add_c
 #ifndef TPRUN_KERNELS_WARP_TILES_CUH
 #define TPRUN_KERNELS_WARP_TILES_CUH
 
@@ -116,6 +117,26 @@ __device__ __forceinline__ void warp_store_c(T *rows, int64_t stride, int64_t va
         TP_UNROLL
         for (int n = 0; n < N / 8; n++)
             warp_store_pair(row + n * 8 + 2 * t, c[n][2 * r] * row_scale[r], c[n][2 * r + 1] * row_scale[r]);
+    }
+}
+
+// Rows [0, min(16, valid)) of a 16 x N result added into a row-major fp32
+// matrix (`stride` elements a row), two elements a load and a store.
+template <int N>
+__device__ __forceinline__ void warp_add_c(float *rows, int64_t stride, int64_t valid, const float (&c)[N / 8][4])
+{
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    TP_UNROLL
+    for (int r = 0; r < 2; r++) {
+        if (g + 8 * r >= valid)
+            continue;
+        float *row = rows + (g + 8 * r) * stride;
+        TP_UNROLL
+        for (int n = 0; n < N / 8; n++) {
+            float2 *at = reinterpret_cast<float2 *>(row + n * 8 + 2 * t);
+            const float2 was = *at;
+            *at = make_float2(was.x + c[n][2 * r], was.y + c[n][2 * r + 1]);
+        }
     }
 }
 

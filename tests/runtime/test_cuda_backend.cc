@@ -415,12 +415,12 @@ void tensor_core_training(const TempDir &dir, const std::string &plan, const std
         EXPECT_TRUE(log.ran("flash_attention_kernel<D, kTrailingBarrier>")) << c.name;
         if (!c.tensor_core_grads) {
             EXPECT_TRUE(log.ran("attention_dq_kernel<T>")) << c.name;
-            EXPECT_FALSE(log.ran("flash_attention_dq_kernel")) << "no tensor-core gradients past d 128";
+            EXPECT_FALSE(log.ran("flash_attention_grad_kernel")) << "no tensor-core gradients past d 128";
             continue;
         }
         // every size here has several query heads a kv head: dk and dv split by query head
-        for (const char *kernel : {"attention_dsum_kernel<T>", "flash_attention_dq_kernel<D>",
-                                   "flash_attention_dkv_kernel<D, true>", "flash_kv_reduce_kernel"})
+        for (const char *kernel : {"attention_dsum_kernel<T>", "flash_attention_grad_kernel<D, true, kTakeTurns>",
+                                   "flash_dq_store_kernel", "flash_kv_reduce_kernel"})
             EXPECT_TRUE(log.ran(kernel)) << c.name << ": " << kernel;
         EXPECT_FALSE(log.ran("attention_dq_kernel<T>")) << c.name << ": the fp32 attention gradients ran";
     }
@@ -530,16 +530,20 @@ void expect_report_is_the_peak(const TempDir &dir, const std::string &plan, cons
 
 // A rank holds 2 query heads of 64 over 80 positions. Llama with a kv head
 // for the two: bf16 splits dk and dv by query head, whose sums are most of
-// the scratch, fp32 keeps only each query's D = dy . O. GPT-2 (LayerNorm, a
-// kv head a query head, tied weights): D alone, in bf16 too. Llama with a
-// hidden size of 68: norm weights of 68 leave gaps in the weight region,
-// where each weight starts at a multiple of 8 elements.
+// the scratch, then dq's fp32 sum and its turns (2 ints a tile of 16
+// queries), fp32 keeps only each query's D = dy . O. GPT-2 (LayerNorm, a
+// kv head a query head, tied weights): in bf16 D, dq's sum and the turns,
+// no split. Llama with a hidden size of 68: norm weights of 68 leave gaps
+// in the weight region, where each weight starts at a multiple of 8
+// elements.
+constexpr json_int_t kDsum = 80 * 2, kSplitSums = 2 * 80 * 2 * 64, kDqSum = 80 * 2 * 64, kTurns = 2 * 2 * 5;
+
 TEST_F(EmulatedRun, TrainingStepHoldsWhatTheReportSays)
 {
     std::vector<std::string> sizes = kHeadDim64;
     sizes.push_back("batch=1");
-    expect_report_is_the_peak(dir, plan, sizes, "bf16", 80 * 2 + 2 * 80 * 2 * 64);
-    expect_report_is_the_peak(dir, plan, sizes, "fp32", 80 * 2);
+    expect_report_is_the_peak(dir, plan, sizes, "bf16", kDsum + kSplitSums + kDqSum + kTurns);
+    expect_report_is_the_peak(dir, plan, sizes, "fp32", kDsum);
 }
 
 // The same for GPT-2 and the ragged Llama (a test of its own: each
@@ -547,7 +551,7 @@ TEST_F(EmulatedRun, TrainingStepHoldsWhatTheReportSays)
 TEST_F(EmulatedRun, TrainingStepOfGpt2AndRaggedHiddenHoldsWhatTheReportSays)
 {
     const std::vector<std::string> gpt2 = {"hidden=256", "heads=4", "ffn=256", "seq=80", "positions=128", "batch=1"};
-    expect_report_is_the_peak(dir, source_path("plans/gpt2-sp-tied.plan"), gpt2, "bf16", 80 * 2);
+    expect_report_is_the_peak(dir, source_path("plans/gpt2-sp-tied.plan"), gpt2, "bf16", kDsum + kDqSum + kTurns);
     const std::vector<std::string> ragged = {"hidden=68", "heads=2", "kv_heads=2", "ffn=256", "seq=80", "batch=1"};
     expect_report_is_the_peak(dir, plan, ragged, "fp32", 80 * 1);
 }
@@ -561,7 +565,7 @@ TEST_F(EmulatedRun, TrainingStepWithRecomputationHoldsWhatTheReportSays)
 {
     std::vector<std::string> two = kHeadDim64;
     two.push_back("batch=2");
-    expect_report_is_the_peak(dir, plan, two, "bf16", 2 * (80 * 2 + 2 * 80 * 2 * 64), true, "full");
+    expect_report_is_the_peak(dir, plan, two, "bf16", 2 * (kDsum + kSplitSums + kDqSum + kTurns), true, "full");
 }
 
 // Activation recomputation on the CUDA backend, in bf16 with the

@@ -3,8 +3,9 @@
 // emulator: against attention's backward in double, element by element
 // within the rounding the kernels make, on ragged sequences, GQA and MQA,
 // each head dimension, capped scores, and each gradient alone; the same
-// bits whatever the order the emulator runs warps in; and operands it
-// cannot take going to the fp32 kernels.
+// bits whatever the order the emulator runs warps and blocks in, which
+// only dq's turns give; and operands it cannot take going to the fp32
+// kernels.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,7 +24,8 @@ using namespace tp_ktest;
 // The inputs (bf16 values) and, for dq, dk and dv in turn, the gradient
 // and the size of its terms, element by element: |P dy| for dv; for dq
 // and dk, |dS k| and |dS q| with |dS| counted as the size of its own
-// terms, P (|dP| + sum_j P_j |dP_j|), since dS = P (dP - D) cancels.
+// terms, P (|dP| + sum_j P_j sum_e |dy_e v_je|), since dS = P (dP - D)
+// cancels, and D = dy . O is a sum over the keys and the columns.
 struct GradData : AttnInputs {
     Vec dy;
     std::vector<double> want[3], terms[3];
@@ -69,14 +71,18 @@ GradData grad_data(const AttnCase &c, const int32_t *seg = nullptr)
                     denom += sees(t, j) ? std::exp(score[(size_t)j] - mx) : 0.0;
                 for (int64_t j = 0; j <= t; j++)
                     p[(size_t)j] = sees(t, j) ? std::exp(score[(size_t)j] - mx) / denom : 0.0;
-                // D = dy . O = sum_j P_j dP_j, and the size of its terms
+                // D = dy . O = sum_j P_j dP_j, and the size of its terms,
+                // P_j dy_e v_je each: the kernels take it from O
                 double dsum = 0.0, dsize = 0.0;
                 for (int64_t j = 0; j <= t; j++) {
+                    double size = 0.0;
                     dp[(size_t)j] = 0.0;
-                    for (int64_t e = 0; e < d; e++)
+                    for (int64_t e = 0; e < d; e++) {
                         dp[(size_t)j] += (double)dyt[e] * krow(x.v, j)[e];
+                        size += std::fabs((double)dyt[e] * krow(x.v, j)[e]);
+                    }
                     dsum += p[(size_t)j] * dp[(size_t)j];
-                    dsize += p[(size_t)j] * std::fabs(dp[(size_t)j]);
+                    dsize += p[(size_t)j] * size;
                 }
                 for (int64_t j = 0; j <= t; j++) {
                     const double sc = score[(size_t)j] / (c.softcap > 0 ? c.softcap : INFINITY);
@@ -132,18 +138,18 @@ std::vector<Vec> run_grad(const AttnCase &c, const GradData &x, const bool which
     Dev gq(TP_KERNEL_BF16, x.q.size()), gk(TP_KERNEL_BF16, x.k.size()), gv(TP_KERNEL_BF16, x.k.size());
     DevOf<float> scratch((size_t)tp_cuda_attention_grad_scratch(true, c.b, c.s, c.h, c.g, c.d));
     const AttnSaved f = attn_saved(TP_KERNEL_BF16, c, dq, dk, dv, seg ? dseg.ptr() : nullptr);
-    const size_t dq_runs = tp_emu_launches_of("flash_attention_dq_kernel"),
-                 dkv_runs = tp_emu_launches_of("flash_attention_dkv_kernel"),
+    const size_t grad_runs = tp_emu_launches_of("flash_attention_grad_kernel"),
+                 dq_runs = tp_emu_launches_of("flash_dq_store_kernel"),
                  reduce_runs = tp_emu_launches_of("flash_kv_reduce_kernel");
     tp_k_attention_grad(nullptr, TP_KERNEL_BF16, which[0] ? gq.ptr() : nullptr, which[1] ? gk.ptr() : nullptr,
                         which[2] ? gv.ptr() : nullptr, dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(), f.dev_o->ptr(),
                         f.dev_lse->ptr(), scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap,
                         seg ? dseg.ptr() : nullptr);
-    // the tensor-core kernels ran, those the gradients asked for; dk and dv
-    // split by query head where a kv head has several
+    // the tensor-core kernel ran, then the stores the gradients asked for;
+    // dk and dv split by query head where a kv head has several
     const bool kv = which[1] || which[2];
-    EXPECT_EQ(tp_emu_launches_of("flash_attention_dq_kernel") - dq_runs, which[0] ? 1u : 0u);
-    EXPECT_EQ(tp_emu_launches_of("flash_attention_dkv_kernel") - dkv_runs, kv ? 1u : 0u);
+    EXPECT_EQ(tp_emu_launches_of("flash_attention_grad_kernel") - grad_runs, 1u);
+    EXPECT_EQ(tp_emu_launches_of("flash_dq_store_kernel") - dq_runs, which[0] ? 1u : 0u);
     EXPECT_EQ(tp_emu_launches_of("flash_kv_reduce_kernel") - reduce_runs, kv && c.h > c.g ? 1u : 0u);
     return {gq.download(), gk.download(), gv.download()};
 }
@@ -153,12 +159,13 @@ std::vector<Vec> run_grad(const AttnCase &c, const GradData &x, const bool which
 // dv; GQA (dk and dv summed over two, three and four query heads) and MQA;
 // capped scores; head dimensions 64, 96 and 128; an odd b h s (D's floats
 // before the per-head sums in the scratch, which must still start on 8
-// bytes for their stores).
+// bytes for their stores); four key blocks adding into dq's last tiles.
 const AttnCase kCases[] = {{1, 1, 1, 1, 64, 0.125, 0},  {2, 19, 4, 2, 64, 0.125, 0},
                            {1, 130, 2, 1, 64, 0.2, 2.0}, {1, 67, 3, 3, 128, 1 / std::sqrt(128.0), 0},
                            {1, 1, 2, 1, 128, 0.2, 2.0},  {1, 40, 4, 1, 128, 0.2, 2.0},
                            {2, 100, 2, 1, 128, 0.09, 0}, {1, 70, 3, 1, 96, 1 / std::sqrt(96.0), 0},
-                           {2, 45, 4, 2, 96, 0.2, 2.0},  {1, 45, 3, 1, 64, 0.125, 0}};
+                           {2, 45, 4, 2, 96, 0.2, 2.0},  {1, 45, 3, 1, 64, 0.125, 0},
+                           {2, 200, 2, 1, 128, 0.09, 0}};
 
 TEST(FlashAttentionGrad, MatchesAttentionsBackwardInDouble)
 {
@@ -211,23 +218,74 @@ TEST(FlashAttentionGrad, TheDoubleReferenceIsTheCpuBackends)
     }
 }
 
-// Every sum runs in a fixed order (no atomics): the bits do not depend on
-// the order the warps of a block run in, which the emulator draws from
-// its seed.
-TEST(FlashAttentionGrad, SameBitsWhateverTheWarpOrder)
+// Four key blocks add into dq's last tiles (of 16 queries, at d 128), more
+// than enough for the order of an fp32 sum to show in its bits.
+const AttnCase kOrderCase = {2, 200, 2, 1, 128, 1 / std::sqrt(128.0), 0};
+
+// dq's fp32 sum, before its rounding to bf16, from the tensor-core kernel
+// run with each seed in turn (kTakeTurns as the kernel's).
+template <bool kTakeTurns> std::vector<Vec> dq_sums(const AttnCase &c, const GradData &x, uint64_t seeds)
 {
-    const AttnCase c = kCases[6];
-    GradData x = grad_data(c);
+    Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), ddy(TP_KERNEL_BF16, x.dy);
+    Dev gq(TP_KERNEL_BF16, x.q.size());
+    const AttnSaved f = attn_saved(TP_KERNEL_BF16, c, dq, dk, dv, nullptr);
+    Vec dsum((size_t)(c.b * c.h * c.s));
+    for (int64_t row = 0; row < c.b * c.s * c.h; row++) { // D = dy . O, [b, h, s]
+        double dot = 0.0;
+        for (int64_t e = 0; e < c.d; e++)
+            dot += (double)x.dy[(size_t)(row * c.d + e)] * f.o[(size_t)(row * c.d + e)];
+        dsum[(size_t)((row / c.h / c.s * c.h + row % c.h) * c.s + row / c.h % c.s)] = (float)dot;
+    }
+    DevOf<float> ddsum(dsum);
+    DevOf<float> work((size_t)tp_cuda_attention_grad_scratch(true, c.b, c.s, c.h, c.g, c.d));
+    // the sum follows the split dk and dv where a kv head has several query heads
+    const size_t n = x.q.size(), at = c.h > c.g ? 2 * n : 0;
+    std::vector<Vec> sums;
+    for (uint64_t seed = 1; seed <= seeds; seed++) {
+        tp_emu_set_seed(seed);
+        flash_attention_grad_launch<128, kTakeTurns>(
+            nullptr, (__nv_bfloat16 *)gq.ptr(), nullptr, nullptr, (const __nv_bfloat16 *)dq.ptr(),
+            (const __nv_bfloat16 *)dk.ptr(), (const __nv_bfloat16 *)dv.ptr(), (const __nv_bfloat16 *)ddy.ptr(),
+            f.dev_lse->ptr(), ddsum.ptr(), work.ptr(), c.b, c.s, c.h, c.g, (float)c.scale, (float)c.softcap, nullptr);
+        const Vec all = work.download();
+        sums.emplace_back(all.begin() + (std::ptrdiff_t)at, all.begin() + (std::ptrdiff_t)(at + n));
+    }
+    return sums;
+}
+
+bool same_bits(const Vec &a, const Vec &b) { return a.size() == b.size() && !std::memcmp(a.data(), b.data(), a.size() * 4); }
+
+// Every sum runs in a fixed order, dq's by the blocks' turns: the bits do
+// not depend on the order the emulator runs warps and blocks in, which it
+// draws from its seed; dq's fp32 sum's included, before its rounding.
+TEST(FlashAttentionGrad, SameBitsWhateverTheWarpAndBlockOrder)
+{
+    GradData x = grad_data(kOrderCase);
     const bool all[3] = {true, true, true};
     tp_emu_set_seed(1);
-    std::vector<Vec> first = run_grad(c, x, all);
+    std::vector<Vec> first = run_grad(kOrderCase, x, all);
     for (uint64_t seed = 2; seed <= 3; seed++) {
         tp_emu_set_seed(seed);
-        std::vector<Vec> again = run_grad(c, x, all);
+        std::vector<Vec> again = run_grad(kOrderCase, x, all);
         for (int i = 0; i < 3; i++)
-            EXPECT_EQ(std::memcmp(again[(size_t)i].data(), first[(size_t)i].data(), first[(size_t)i].size() * 4), 0)
-                << kNames[i] << ", seed " << seed;
+            EXPECT_TRUE(same_bits(again[(size_t)i], first[(size_t)i])) << kNames[i] << ", seed " << seed;
     }
+    std::vector<Vec> sums = dq_sums<true>(kOrderCase, x, 3);
+    for (size_t r = 1; r < sums.size(); r++)
+        EXPECT_TRUE(same_bits(sums[r], sums[0])) << "dq's sum, seed " << r + 1;
+}
+
+// Without the turns, the key blocks add into dq's sum in the order they
+// run in, and its bits change with the emulator's seed: the test above
+// catches a kernel that does not wait for its turn.
+TEST(FlashAttentionGrad, AddingOutOfTurnChangesTheBits)
+{
+    GradData x = grad_data(kOrderCase);
+    std::vector<Vec> sums = dq_sums<false>(kOrderCase, x, 4);
+    bool differ = false;
+    for (size_t r = 1; r < sums.size(); r++)
+        differ |= !same_bits(sums[r], sums[0]);
+    EXPECT_TRUE(differ) << "dq's sum did not depend on the order the blocks ran in";
 }
 
 // An operand not 16-byte aligned (here dy, one element off) takes the fp32
