@@ -8,6 +8,9 @@
  *   TP_DYNAMIC_SHARED(type, name)     the launch's dynamic shared memory
  *   TP_CUDA_CHECK(expr)               any CUDA runtime call, checked
  *                                     (cuda_check.h, shared with the backend)
+ *   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)
+ *       the runtime's own, before launching with more than 48 KiB of dynamic
+ *       shared memory (at most 166912, sm_80's); the emulation holds launches to it
  *
  * With nvcc (__CUDACC__) these are plain CUDA; under TP_CUDA_EMULATION
  * (tests only) they come from tests/runtime/cuda_emu/cuda_emu.h, which runs each

@@ -160,8 +160,10 @@ struct Warp {
 };
 
 constexpr size_t kStackSize = 256 * 1024;
-constexpr size_t kSharedLimit = 48 * 1024; // static + dynamic, without opt-in
-constexpr size_t kArenaSize = 64 * 1024;
+constexpr size_t kSharedLimit = 48 * 1024; // static; static + dynamic without opt-in
+// static + dynamic with opt-in (cudaFuncSetAttribute): sm_80's
+// cudaDevAttrMaxSharedMemoryPerBlockOptin, the least of the GPUs we run on
+constexpr size_t kSharedOptinLimit = 166912;
 // threads of blocks suspended at once: each keeps its stack, two mappings
 // (the stack and its guard page), and Linux allows 65530 a process
 constexpr uint64_t kMaxWaitingThreads = 24576;
@@ -191,9 +193,17 @@ struct Scheduler {
     const char *kernel = "";
     bool failed = false;
     std::string failure;
-    // shared memory of the running block
-    alignas(128) unsigned char arena[kArenaSize];
-    size_t dynamic_bytes = 0, used = 0;
+    // shared memory of the running block: the dynamic bytes, then the
+    // static declarations, up to static_limit bytes of them. The arena is
+    // 128-aligned and sized to a launch's need (48 KiB, about 163 KiB at
+    // most with opt-in), kept for the next launch unless smaller: memory a
+    // pooled scheduler holds beside its threads' stacks (256 KiB each).
+    // Before each block its first dynamic_bytes + static_limit bytes, all
+    // the block may use, are poisoned.
+    unsigned char *arena = nullptr;
+    size_t arena_size = 0;
+    size_t dynamic_bytes = 0, static_limit = 0, used = 0;
+    long opted_in = -1; // the kernel's cudaFuncSetAttribute bytes, or -1
     std::vector<std::pair<const void *, size_t>> statics;
 #ifdef TP_EMU_ASAN
     const void *main_stack_bottom = nullptr;
@@ -712,9 +722,19 @@ void *shared_static(const void *site, size_t bytes, size_t align)
         if (e.first == site)
             return s.arena + e.second;
     size_t off = (s.used + align - 1) & ~(align - 1);
-    if (off + bytes > kSharedLimit)
-        fail_in_kernel("shared memory: %zu bytes (dynamic %zu) exceed the 48 KiB a block gets without opt-in",
+    const size_t statics = off + bytes - s.dynamic_bytes;
+    if (statics > kSharedLimit)
+        fail_in_kernel("static shared memory: %zu bytes exceed 48 KiB, which no opt-in raises: use dynamic shared "
+                       "memory",
+                       statics);
+    if (statics > s.static_limit && s.opted_in < 0)
+        fail_in_kernel("shared memory: %zu bytes (dynamic %zu) exceed the 48 KiB a block gets without opt-in: "
+                       "cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) first",
                        off + bytes, s.dynamic_bytes);
+    if (statics > s.static_limit)
+        fail_in_kernel("shared memory: %zu static bytes and the %ld dynamic the kernel opted in to exceed the %zu "
+                       "bytes a block may have with opt-in (sm_80): opt in to less",
+                       statics, s.opted_in, kSharedOptinLimit);
     s.statics.push_back({site, off});
     s.used = off + bytes;
     return s.arena + off;
@@ -765,7 +785,7 @@ static void start_block(Scheduler &s, uint64_t id)
 {
     s.block = id;
     s.grid.block_idx = block_of(s.grid.grid, id);
-    std::memset(s.arena, 0xff, sizeof s.arena); // poison: NaN as float and bf16
+    std::memset(s.arena, 0xff, s.dynamic_bytes + s.static_limit); // poison: NaN as float and bf16
     s.used = s.dynamic_bytes;
     s.statics.clear();
     s.exited = s.at_barrier = 0;
@@ -821,7 +841,8 @@ static const Scheduler *diagnose_deadlock_across_blocks(const std::vector<Schedu
     return &s;
 }
 
-static cudaError_t fail_launch(cudaError_t err, const std::string &why)
+// a refused launch or runtime call
+static cudaError_t fail_call(cudaError_t err, const std::string &why)
 {
     last_failure = why;
     fprintf(stderr, "%s\n", why.c_str());
@@ -856,6 +877,10 @@ void count_launch(const char *name)
         abort();
     }
 }
+
+// the dynamic shared memory each kernel (by address) opted in to
+std::mutex optin_lock;
+std::unordered_map<const void *, long> optin_bytes;
 } // namespace
 
 size_t tp_emu_launches_of(const char *part)
@@ -868,7 +893,26 @@ size_t tp_emu_launches_of(const char *part)
     return n;
 }
 
-cudaError_t tp_emu_launch(const char *name, dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body)
+cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value)
+{
+    if (!func)
+        return fail_call(cudaErrorInvalidDeviceFunction, "tp_emu: cudaFuncSetAttribute of no kernel");
+    std::string bad;
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize)
+        bad = "attribute " + std::to_string((int)attr) +
+              ": the emulator has only cudaFuncAttributeMaxDynamicSharedMemorySize";
+    else if (value < 0 || (size_t)value > kSharedOptinLimit)
+        bad = std::to_string(value) + " bytes of dynamic shared memory: a block may have 0 to " +
+              std::to_string(kSharedOptinLimit) + " (sm_80, with opt-in)";
+    if (!bad.empty())
+        return fail_call(cudaErrorInvalidValue, "tp_emu: cudaFuncSetAttribute: " + bad);
+    std::lock_guard<std::mutex> hold(optin_lock);
+    optin_bytes[func] = value;
+    return cudaSuccess;
+}
+
+cudaError_t tp_emu_launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t shmem,
+                          const std::function<void()> &body)
 {
     if (sched) {
         fprintf(stderr, "tp_emu: %s launched from inside a kernel\n", name);
@@ -876,6 +920,13 @@ cudaError_t tp_emu_launch(const char *name, dim3 grid, dim3 block, size_t shmem,
     }
     const uint64_t nthreads = (uint64_t)block.x * block.y * block.z;
     const uint64_t nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    long opted_in = -1;
+    if (kernel) {
+        std::lock_guard<std::mutex> hold(optin_lock);
+        auto it = optin_bytes.find(kernel);
+        if (it != optin_bytes.end())
+            opted_in = it->second;
+    }
     std::string bad;
     if (nblocks == 0 || nthreads == 0)
         bad = "an empty grid or block";
@@ -883,12 +934,17 @@ cudaError_t tp_emu_launch(const char *name, dim3 grid, dim3 block, size_t shmem,
         bad = "more than 1024 threads per block";
     else if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535)
         bad = "grid.x > 2^31-1 or grid.y/z > 65535";
-    else if (shmem > kSharedLimit)
-        bad = "more than 48 KiB of dynamic shared memory";
+    else if (opted_in < 0 && shmem > kSharedLimit)
+        bad = "dynamic shared memory exceeds the 48 KiB a block gets without opt-in: cudaFuncSetAttribute(kernel, "
+              "cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) first";
+    else if (opted_in >= 0 && shmem > (size_t)opted_in)
+        bad = "dynamic shared memory exceeds the " + std::to_string(opted_in) +
+              " bytes the kernel opted in to: cudaFuncSetAttribute(kernel, "
+              "cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) with more";
     if (!bad.empty())
-        return fail_launch(cudaErrorInvalidConfiguration, std::string("tp_emu: kernel ") + name + ": invalid launch: " +
-                                                               describe(grid) + " x " + describe(block) + ", " +
-                                                               std::to_string(shmem) + " bytes shared: " + bad);
+        return fail_call(cudaErrorInvalidConfiguration, std::string("tp_emu: kernel ") + name + ": invalid launch: " +
+                                                             describe(grid) + " x " + describe(block) + ", " +
+                                                             std::to_string(shmem) + " bytes shared: " + bad);
 
     count_launch(name);
     const uint64_t serial = ++launch_serial;
@@ -921,6 +977,20 @@ cudaError_t tp_emu_launch(const char *name, dim3 grid, dim3 block, size_t shmem,
         s.failed = false;
         s.failure.clear();
         s.dynamic_bytes = (shmem + 127) & ~(size_t)127;
+        s.opted_in = opted_in;
+        // statics: 48 KiB of their own, and as much as the opt-in leaves
+        s.static_limit = opted_in < 0 ? kSharedLimit - s.dynamic_bytes
+                                      : std::min(kSharedLimit, kSharedOptinLimit - (size_t)opted_in);
+        const size_t need = (s.dynamic_bytes + s.static_limit + 127) & ~(size_t)127;
+        if (s.arena_size < need) {
+            free(s.arena);
+            s.arena = static_cast<unsigned char *>(aligned_alloc(128, need));
+            if (!s.arena) {
+                fprintf(stderr, "tp_emu: out of memory allocating %zu bytes of shared memory\n", need);
+                abort();
+            }
+            s.arena_size = need;
+        }
         s.grid.grid = grid;
         s.grid.block = block;
         return s;
@@ -982,7 +1052,7 @@ cudaError_t tp_emu_launch(const char *name, dim3 grid, dim3 block, size_t shmem,
     for (Scheduler *b : live) // a failed launch's blocks, abandoned (start_block sets a scheduler up afresh)
         idle.push_back(b);
     if (!failure.empty())
-        return fail_launch(cudaErrorLaunchFailure, failure);
+        return fail_call(cudaErrorLaunchFailure, failure);
     return cudaSuccess;
 }
 
@@ -1020,6 +1090,7 @@ const char *cudaGetErrorString(cudaError_t err)
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     }
     return "unknown error";

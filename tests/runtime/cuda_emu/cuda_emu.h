@@ -35,9 +35,14 @@
  *     mask, the caller must be in mask, and reading a lane outside mask
  *     returns poison (NaN bits).
  *   - TP_SHARED / TP_DYNAMIC_SHARED live in a per-block arena that every
- *     thread of the block sees at the same address; it is filled with 0xFF
- *     bytes (NaN as float or bf16) before each block. Shared memory beyond
- *     48 KiB (the limit without opt-in) fails the launch.
+ *     thread of the block sees at the same address; all of it a block may
+ *     use is filled with 0xFF bytes (NaN as float or bf16) before each
+ *     block. Its limits are sm_80's: static declarations 48 KiB, and static
+ *     + dynamic 48 KiB unless the kernel opted in to `bytes` of dynamic with
+ *     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+ *     bytes): static + bytes at most 166912 (sm_80's opt-in limit). Dynamic
+ *     shared memory past the kernel's limit is an invalid configuration; a
+ *     static declaration past it fails the launch.
  *   - tp_emu_alloc gives "device" memory filled with 0xFF bytes, between
  *     guard bytes that tp_emu_free checks.
  *   - launch configuration is validated like CUDA does (no empty grids,
@@ -124,8 +129,10 @@ typedef enum cudaError {
     cudaSuccess = 0,
     cudaErrorInvalidValue = 1,
     cudaErrorInvalidConfiguration = 9,
+    cudaErrorInvalidDeviceFunction = 98,
     cudaErrorLaunchFailure = 719,
 } cudaError_t;
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0,
     cudaMemcpyHostToDevice = 1,
@@ -141,6 +148,14 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t stream = 0);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = 0);
+/* The dynamic shared memory a launch of `func` may ask for (value bytes,
+ * 0 to 166912, sm_80's limit with opt-in), as the runtime's: above 48 KiB
+ * only after this. cudaErrorInvalidValue for another attribute or value. */
+cudaError_t cudaFuncSetAttribute(const void *func, cudaFuncAttribute attr, int value);
+template <typename T> cudaError_t cudaFuncSetAttribute(T *func, cudaFuncAttribute attr, int value)
+{
+    return cudaFuncSetAttribute(reinterpret_cast<const void *>(func), attr, value);
+}
 
 /* TP_CUDA_CHECK: the runtime's own, so a failed launch is reported as with CUDA */
 #include "cuda_check.h"
@@ -357,14 +372,24 @@ inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
 
 /* Runs `body` as every thread of every block of the grid. Returns (and
  * records for cudaGetLastError) cudaSuccess, cudaErrorInvalidConfiguration
- * for a configuration CUDA would reject, or cudaErrorLaunchFailure when the
- * emulator caught a fault (a deadlock, within a block or across blocks, a
- * wait for a later block, a bad collective, too much shared memory); the
- * reason is printed to stderr and kept for
- * tp_emu_last_failure(). */
-cudaError_t tp_emu_launch(const char *name, dim3 grid, dim3 block, size_t shmem, const std::function<void()> &body);
+ * for a configuration CUDA would reject (more dynamic shared memory than
+ * `kernel` opted in to with cudaFuncSetAttribute, or 48 KiB without), or
+ * cudaErrorLaunchFailure when the emulator caught a fault (a deadlock,
+ * within a block or across blocks, a wait for a later block, a bad
+ * collective, too much shared memory); the reason is printed to stderr and
+ * kept for tp_emu_last_failure(). kernel: the kernel function's address,
+ * whose cudaFuncSetAttribute applies; null (or the overload without it)
+ * for a body of no kernel function, which cannot opt in. */
+cudaError_t tp_emu_launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t shmem,
+                          const std::function<void()> &body);
+inline cudaError_t tp_emu_launch(const char *name, dim3 grid, dim3 block, size_t shmem,
+                                 const std::function<void()> &body)
+{
+    return tp_emu_launch(name, nullptr, grid, block, shmem, body);
+}
 
-/* the reason of the last cudaErrorLaunchFailure / invalid configuration */
+/* the reason of the last cudaErrorLaunchFailure / invalid configuration, or
+ * of a refused cudaFuncSetAttribute */
 const char *tp_emu_last_failure(void);
 /* reseed the scheduler (block order and thread interleaving) */
 void tp_emu_set_seed(uint64_t seed);
@@ -383,13 +408,26 @@ size_t tp_emu_launches_of(const char *part);
 void *tp_emu_alloc(size_t bytes);
 bool tp_emu_free(void *p);
 
+namespace tp_emu {
+/* TP_LAUNCH's kernel: a function's address, as cudaFuncSetAttribute's
+ * template takes it; null for another callable (a test's lambda) */
+template <typename F> const void *kernel_address(F &&f)
+{
+    using P = std::decay_t<F>;
+    if constexpr (std::is_pointer<P>::value && std::is_function<std::remove_pointer_t<P>>::value)
+        return reinterpret_cast<const void *>(static_cast<P>(f));
+    (void)f;
+    return nullptr;
+}
+} // namespace tp_emu
+
 /* The arguments are evaluated once, by the launcher, as for <<<>>>. */
 #define TP_LAUNCH(kernel, grid, block, shmem, stream, ...)                                               \
     do {                                                                                                 \
         (void)(stream);                                                                                  \
         auto tp_emu_args_ = std::make_tuple(__VA_ARGS__);                                                \
-        tp_emu_launch(#kernel, dim3(grid), dim3(block), (size_t)(shmem),                                 \
-                      [&tp_emu_args_]() { std::apply(kernel, tp_emu_args_); });                          \
+        tp_emu_launch(#kernel, ::tp_emu::kernel_address(kernel), dim3(grid), dim3(block),               \
+                      (size_t)(shmem), [&tp_emu_args_]() { std::apply(kernel, tp_emu_args_); });         \
         TP_CUDA_CHECK(cudaGetLastError());                                                               \
     } while (0)
 

@@ -352,6 +352,98 @@ TEST(CudaEmu, InvalidLaunchesAreRejected)
     (void)cudaGetLastError();
 }
 
+// Dynamic shared memory past 48 KiB, as attention's backward at head
+// dimension 256 takes it: each thread checks that its own part starts
+// poisoned, writes it, and after the barrier reads back its mirror's; a
+// static array after the dynamic memory, past 48 KiB in all, likewise.
+constexpr int kBigThreads = 128, kBigPerThread = 200; // 100 KiB
+constexpr size_t kBigDynamic = kBigThreads * kBigPerThread * sizeof(float);
+
+__global__ void big_shared_kernel(int *out)
+{
+    TP_DYNAMIC_SHARED(float, dyn);
+    TP_SHARED(float, after, kBigThreads * 8);
+    const int t = threadIdx.x, mirror = kBigThreads - 1 - t;
+    int poisoned = 1, read_back = 1;
+    for (int k = 0; k < kBigPerThread; k++) {
+        poisoned &= std::isnan(dyn[t * kBigPerThread + k]);
+        dyn[t * kBigPerThread + k] = (float)(t * kBigPerThread + k + blockIdx.x);
+    }
+    for (int k = 0; k < 8; k++) {
+        poisoned &= std::isnan(after[t * 8 + k]);
+        after[t * 8 + k] = (float)(-t - k);
+    }
+    __syncthreads();
+    for (int k = 0; k < kBigPerThread; k++)
+        read_back &= dyn[mirror * kBigPerThread + k] == (float)(mirror * kBigPerThread + k + blockIdx.x);
+    for (int k = 0; k < 8; k++)
+        read_back &= after[mirror * 8 + k] == (float)(-mirror - k);
+    read_back &= reinterpret_cast<char *>(after) - reinterpret_cast<char *>(dyn) >= (long)kBigDynamic;
+    out[2 * (blockIdx.x * kBigThreads + t)] = poisoned;
+    out[2 * (blockIdx.x * kBigThreads + t) + 1] = read_back;
+}
+
+__global__ void big_static_kernel(float *out)
+{
+    TP_SHARED(float, huge, 13000); // 52000 bytes
+    huge[threadIdx.x] = 0.0f;
+    out[threadIdx.x] = huge[threadIdx.x];
+}
+
+TEST(CudaEmu, SharedMemoryPast48KiBNeedsOptIn)
+{
+    const cudaFuncAttribute max_dynamic = cudaFuncAttributeMaxDynamicSharedMemorySize;
+    int *out = static_cast<int *>(tp_emu_alloc(2 * 2 * kBigThreads * sizeof(int)));
+    auto launch = [out](size_t bytes) {
+        return tp_emu_launch("big_shared_kernel", tp_emu::kernel_address(big_shared_kernel), dim3(2),
+                             dim3(kBigThreads), bytes, [out] { big_shared_kernel(out); });
+    };
+    auto failure_has = [](const char *part) {
+        return std::string(tp_emu_last_failure()).find(part) != std::string::npos;
+    };
+    EXPECT_EQ(launch(kBigDynamic), cudaErrorInvalidConfiguration) << "without opt-in";
+    EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    EXPECT_TRUE(failure_has("cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)"))
+        << tp_emu_last_failure();
+
+    // sm_80's limit with opt-in is 166912 bytes; the runtime's errors
+    EXPECT_EQ(cudaFuncSetAttribute(big_shared_kernel, max_dynamic, 166913), cudaErrorInvalidValue);
+    EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
+    EXPECT_EQ(cudaFuncSetAttribute(big_shared_kernel, max_dynamic, -1), cudaErrorInvalidValue);
+    EXPECT_EQ(cudaFuncSetAttribute(big_shared_kernel, (cudaFuncAttribute)9, 0), cudaErrorInvalidValue);
+    EXPECT_EQ(cudaFuncSetAttribute((const void *)nullptr, max_dynamic, 0), cudaErrorInvalidDeviceFunction);
+    (void)cudaGetLastError();
+
+    ASSERT_EQ(cudaFuncSetAttribute(big_shared_kernel, max_dynamic, (int)kBigDynamic), cudaSuccess);
+    TP_LAUNCH(big_shared_kernel, 2, kBigThreads, kBigDynamic, nullptr, out); // TP_LAUNCH's kernel opted in
+    for (int i = 0; i < 2 * kBigThreads; i++) {
+        EXPECT_EQ(out[2 * i], 1) << "thread " << i << ": shared memory starts poisoned";
+        EXPECT_EQ(out[2 * i + 1], 1) << "thread " << i << ": read back";
+    }
+    EXPECT_EQ(launch(kBigDynamic + 4), cudaErrorInvalidConfiguration) << "more than opted in to";
+    EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    EXPECT_TRUE(failure_has("opted in to")) << tp_emu_last_failure();
+
+    // opted in to the most: the static array no longer fits beside it
+    ASSERT_EQ(cudaFuncSetAttribute(big_shared_kernel, max_dynamic, 166912), cudaSuccess);
+    EXPECT_EQ(launch(kBigDynamic), cudaErrorLaunchFailure);
+    (void)cudaGetLastError();
+    EXPECT_TRUE(failure_has("opt in to less")) << tp_emu_last_failure();
+    // as the runtime's default, for --gtest_repeat
+    ASSERT_EQ(cudaFuncSetAttribute(big_shared_kernel, max_dynamic, 48 * 1024), cudaSuccess);
+
+    // static shared memory past 48 KiB fails whatever the opt-in
+    ASSERT_EQ(cudaFuncSetAttribute(big_static_kernel, max_dynamic, 100 * 1024), cudaSuccess);
+    float *fout = static_cast<float *>(tp_emu_alloc(32 * sizeof(float)));
+    EXPECT_EQ(tp_emu_launch("big_static_kernel", tp_emu::kernel_address(big_static_kernel), dim3(1), dim3(32), 0,
+                            [fout] { big_static_kernel(fout); }),
+              cudaErrorLaunchFailure);
+    (void)cudaGetLastError();
+    EXPECT_TRUE(failure_has("static shared memory: 52000 bytes exceed 48 KiB")) << tp_emu_last_failure();
+    EXPECT_TRUE(tp_emu_free(out));
+    EXPECT_TRUE(tp_emu_free(fout));
+}
+
 TEST(CudaEmu, OutOfBoundsWritesAreReportedOnFree)
 {
     float *p = static_cast<float *>(tp_emu_alloc(10 * sizeof(float)));
