@@ -34,13 +34,11 @@ static inline int64_t tp_weight_region_offset(int64_t end)
  * runs: 32 MiB, its recommendation for Hopper. */
 #define TP_CUDA_BLAS_WORKSPACE_BYTES ((int64_t)32 << 20)
 
-/* The head dimensions whose bf16 attention runs on tensor cores: GPT-2's
- * and small models' 64, Phi-3's 96, Llama's, Qwen's and Mistral's 128,
- * and for the forward Gemma's 256 (attention_flash.cuh); its gradients
- * (attention_flash_grad.cuh) stop at 128, past which their tiles would
- * need more shared memory than a block gets without opting in. */
-static inline bool tp_cuda_flash_grad_head_dim(int64_t d) { return d == 64 || d == 96 || d == 128; }
-static inline bool tp_cuda_flash_head_dim(int64_t d) { return tp_cuda_flash_grad_head_dim(d) || d == 256; }
+/* The head dimensions whose bf16 attention and its gradients run on
+ * tensor cores: GPT-2's and small models' 64, Phi-3's 96, Llama's, Qwen's
+ * and Mistral's 128, and Gemma's 256 (attention_flash.cuh,
+ * attention_flash_grad.cuh). */
+static inline bool tp_cuda_flash_head_dim(int64_t d) { return d == 64 || d == 96 || d == 128 || d == 256; }
 
 /* Whether the tensor-core gradient splits dk and dv by query head: a kv
  * head serves several (GQA, or a rank holding one kv head for several
@@ -73,7 +71,7 @@ static inline int64_t tp_cuda_flash_grad_turns(int64_t b, int64_t h, int64_t s) 
 static inline int64_t tp_cuda_attention_grad_scratch(bool bf16, int64_t b, int64_t s, int64_t h, int64_t g,
                                                      int64_t d)
 {
-    if (!bf16 || !tp_cuda_flash_grad_head_dim(d))
+    if (!bf16 || !tp_cuda_flash_head_dim(d))
         return tp_cuda_attention_dsum_floats(b, h, s);
     bool split = tp_cuda_flash_kv_by_query_head(h, g);
     return tp_cuda_attention_dsum_floats(b, h, s) + (split ? 2 : 0) * b * s * h * d + b * s * h * d +

@@ -86,8 +86,7 @@ static inline bool flash_attention_supports(int64_t d, const void *q, const void
 template <int D> __host__ __device__ constexpr int flash_stride() { return D + 8; }
 
 // A key and a value tile of ROWS staged rows: the forward's shared
-// memory (flash_keys<D>() rows, 34 KiB for d 128) and each stage of dq's
-// (attention_flash_grad.cuh).
+// memory (flash_keys<D>() rows, 34 KiB for d 128).
 template <int D, int ROWS> struct __align__(16) flash_kv_tiles {
     __nv_bfloat16 k[ROWS * flash_stride<D>()];
     __nv_bfloat16 v[ROWS * flash_stride<D>()];

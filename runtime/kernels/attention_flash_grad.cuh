@@ -69,20 +69,42 @@ template <int D> __host__ __device__ constexpr int flash_grad_queries() { return
 // dS of a tile, queries by keys (dq's A operand), rows padded by 16 bytes.
 #define FLASH_DS_STRIDE (FLASH_KEYS + 8)
 
-template <int D> struct __align__(16) flash_grad_smem {
-    __nv_bfloat16 k[FLASH_KEYS * flash_stride<D>()];
-    __nv_bfloat16 v[FLASH_KEYS * flash_stride<D>()];
-    __nv_bfloat16 q[flash_grad_queries<D>() * flash_stride<D>()];
-    __nv_bfloat16 dy[flash_grad_queries<D>() * flash_stride<D>()];
-    __nv_bfloat16 ds[flash_grad_queries<D>() * FLASH_DS_STRIDE];
+// What a launch computes: dq, dk and dv together up to d 128; at d 256,
+// where two accumulators of 256 columns would not fit a thread's 255
+// registers, dv in one launch and dk with dq in another (six products a
+// pair instead of five: S twice).
+enum flash_grad_part { FLASH_GRAD_ALL, FLASH_GRAD_DV, FLASH_GRAD_DK_DQ };
+
+// A block's shared memory (dynamic), in bf16 elements from its start: the
+// 64 keys and values, a tile of queries and of output gradients, and dS.
+// dv alone needs neither the values nor dS. 45 KiB at d 64, 43.5 at d 96,
+// 44.75 at d 128, under the 48 KiB a block gets without opt-in; at d 256
+// 84.75 KiB for dk and dq and 49.5 for dv, opted into
+// (flash_allow_shared): sm_80 gives a block up to 163 KiB.
+template <int D, int kPart> struct flash_grad_smem {
+    static constexpr int64_t QUERIES = flash_grad_queries<D>(), STRIDE = flash_stride<D>();
+    static constexpr int64_t k = 0, v = FLASH_KEYS * STRIDE;
+    static constexpr int64_t q = v + (kPart == FLASH_GRAD_DV ? 0 : FLASH_KEYS * STRIDE);
+    static constexpr int64_t dy = q + QUERIES * STRIDE, ds = dy + QUERIES * STRIDE;
+    static constexpr int64_t end = ds + (kPart == FLASH_GRAD_DV ? 0 : QUERIES * FLASH_DS_STRIDE);
+    static constexpr size_t bytes = (size_t)end * sizeof(__nv_bfloat16);
+    static_assert((v | q | dy | ds) * sizeof(__nv_bfloat16) % 16 == 0, "every part 16-byte aligned");
 };
 
-// A head dimension up to 128 (tp_cuda_flash_grad_head_dim), and every
-// operand given 16-byte aligned.
+// A launch of kernel taking `bytes` of dynamic shared memory: past 48 KiB
+// the kernel must opt in first.
+template <typename K> static void flash_allow_shared(K kernel, size_t bytes)
+{
+    if (bytes > 48 * 1024)
+        TP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
+// A head dimension with a tensor-core kernel (tp_cuda_flash_head_dim), and
+// every operand given 16-byte aligned.
 static inline bool flash_attention_grad_supports(int64_t d, const void *dq, const void *dk, const void *dv,
                                                  const void *q, const void *k, const void *v, const void *dy)
 {
-    return tp_cuda_flash_grad_head_dim(d) && flash_attention_supports(d, q, k, v) &&
+    return flash_attention_supports(d, q, k, v) &&
            ((uintptr_t)dq | (uintptr_t)dk | (uintptr_t)dv | (uintptr_t)dy) % 16 == 0;
 }
 
@@ -112,8 +134,8 @@ struct flash_grad_out {
 };
 
 // first_block[bi tiles + i]: the key block of the first key any query of
-// tile i sees (flash_first_key; past the tile's own block for a tile of
-// padding, which no block walks).
+// tile i sees (flash_first_key), or for a tile of padding the block after
+// its own, so that no block walks it.
 static __global__ void flash_first_block_kernel(int *first_block, const int32_t *segments, int64_t b, int64_t s,
                                                 int queries)
 {
@@ -121,32 +143,40 @@ static __global__ void flash_first_block_kernel(int *first_block, const int32_t 
     TP_GRID_STRIDE(e, b * tiles)
     {
         const int64_t t0 = e % tiles * queries, end = t0 + queries < s ? t0 + queries : s;
-        first_block[e] = (int)(flash_first_key(segments + e / tiles * s, t0, end) / FLASH_KEYS);
+        const int64_t first = flash_first_key(segments + e / tiles * s, t0, end);
+        first_block[e] = (int)((first < end ? first : t0 + FLASH_KEYS) / FLASH_KEYS);
     }
 }
 
 // Block (key block, query head, batch): dk and dv of 64 keys over that
 // query head (kSplit: into its sums; else a kv head has this one query
-// head), and their part of dq. kTakeTurns is false only in the emulated
-// tests, which show that adding out of turn is caught.
-template <int D, bool kSplit, bool kTakeTurns = true>
+// head), and their part of dq; at d 256 those kPart says. kTakeTurns is
+// false only in the emulated tests, which show that adding out of turn is
+// caught.
+template <int D, bool kSplit, int kPart, bool kTakeTurns = true>
 __global__ void __launch_bounds__(FLASH_WARPS * 32)
     flash_attention_grad_kernel(flash_grad_out out, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                 const __nv_bfloat16 *v, const __nv_bfloat16 *dy, const float *lse, const float *dsum,
                                 int64_t s, int64_t h, int64_t g, float scale, float softcap,
                                 const int32_t *segments)
 {
+    typedef flash_grad_smem<D, kPart> layout;
     constexpr int QUERIES = flash_grad_queries<D>(), STRIDE = flash_stride<D>();
     // dq's tile, QUERIES x D, among the warps: 16 rows and DQ_COLS columns each
     constexpr int ROW_BLOCKS = QUERIES / 16, DQ_COLS = D * ROW_BLOCKS / FLASH_WARPS;
     static_assert(FLASH_KEYS % QUERIES == 0 && DQ_COLS % 16 == 0, "a tile in one key block, whole B fragments");
-    TP_SHARED(flash_grad_smem<D>, smem, 1);
-    flash_grad_smem<D> &sm = smem[0];
+    // the accumulators' columns: one fragment for one the launch does not compute
+    constexpr bool kDk = kPart != FLASH_GRAD_DV, kDv = kPart != FLASH_GRAD_DK_DQ;
+    constexpr int DK_COLS = kDk ? D : 8, DV_COLS = kDv ? D : 8;
+    TP_DYNAMIC_SHARED(uint4, flash_grad_raw);
+    __nv_bfloat16 *const base = reinterpret_cast<__nv_bfloat16 *>(flash_grad_raw);
+    __nv_bfloat16 *const sk = base + layout::k, *const sv = base + layout::v, *const sq = base + layout::q,
+                         *const sdy = base + layout::dy, *const sds = base + layout::ds;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, kd = lane / 4, t = lane % 4;
     const int64_t bi = blockIdx.z, hi = blockIdx.y, kh = hi / (h / g), kb = blockIdx.x;
     const int64_t k0 = kb * FLASH_KEYS, warp_k0 = k0 + warp * 16, key0 = warp_k0 + kd;
     const int64_t tiles = TP_CEIL_DIV(s, QUERIES), first_tile = k0 / QUERIES;
-    const bool dk = out.dk, dv = out.dv, dq = out.dq_sum;
+    const bool dk = kDk && out.dk, dv = kDv && out.dv, dq = kDk && out.dq_sum;
     const int32_t *seg = segments ? segments + bi * s : nullptr;
     const float *head_lse = lse + (bi * h + hi) * s, *head_dsum = dsum + (bi * h + hi) * s;
     const int dq_row = warp % ROW_BLOCKS * 16, dq_col = warp / ROW_BLOCKS * DQ_COLS;
@@ -159,17 +189,18 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         return i;
     };
 
-    flash_stage<D, FLASH_KEYS>(sm.k, k, bi, s, g, kh, k0);
-    flash_stage<D, FLASH_KEYS>(sm.v, v, bi, s, g, kh, k0);
+    flash_stage<D, FLASH_KEYS>(sk, k, bi, s, g, kh, k0);
+    if (kDk)
+        flash_stage<D, FLASH_KEYS>(sv, v, bi, s, g, kh, k0);
     int64_t tile = walked_from(tiles - 1);
     if (tile >= first_tile) {
-        flash_stage<D, QUERIES>(sm.q, q, bi, s, h, hi, tile * QUERIES);
-        flash_stage<D, QUERIES>(sm.dy, dy, bi, s, h, hi, tile * QUERIES);
+        flash_stage<D, QUERIES>(sq, q, bi, s, h, hi, tile * QUERIES);
+        flash_stage<D, QUERIES>(sdy, dy, bi, s, h, hi, tile * QUERIES);
     }
 
-    float dk_acc[D / 8][4], dv_acc[D / 8][4];
-    warp_zero<D>(dk_acc);
-    warp_zero<D>(dv_acc);
+    float dk_acc[DK_COLS / 8][4], dv_acc[DV_COLS / 8][4];
+    warp_zero<DK_COLS>(dk_acc);
+    warp_zero<DV_COLS>(dv_acc);
     while (tile >= first_tile) {
         const int64_t t0 = tile * QUERIES;
         tp_cp_async_wait<0>(); // this tile's queries and output gradients (the first time, the keys and values too)
@@ -179,11 +210,11 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         warp_zero<QUERIES>(dp);
         if (warp_k0 < s && t0 + QUERIES - 1 >= warp_k0) { // causal: skip tiles before the warp's keys
             uint32_t a[D / 16][4];
-            warp_load_a<D>(a, sm.k + warp * 16 * STRIDE, STRIDE, 16);
-            warp_mma_abt<QUERIES, D>(sc, a, sm.q, STRIDE);
+            warp_load_a<D>(a, sk + warp * 16 * STRIDE, STRIDE, 16);
+            warp_mma_abt<QUERIES, D>(sc, a, sq, STRIDE);
             if (dk || dq) {
-                warp_load_a<D>(a, sm.v + warp * 16 * STRIDE, STRIDE, 16);
-                warp_mma_abt<QUERIES, D>(dp, a, sm.dy, STRIDE);
+                warp_load_a<D>(a, sv + warp * 16 * STRIDE, STRIDE, 16);
+                warp_mma_abt<QUERIES, D>(dp, a, sdy, STRIDE);
             }
             TP_UNROLL
             for (int n = 0; n < QUERIES / 8; n++)
@@ -195,34 +226,36 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
                                     seen ? head_dsum[query] : 0.0f, seen, scale, softcap);
                 }
             uint32_t pa[QUERIES / 16][4];
-            if (dv) {
-                warp_c_to_a<QUERIES>(pa, sc);
-                warp_mma_ab<QUERIES, D>(dv_acc, pa, sm.dy, STRIDE);
-            }
-            if (dk) {
-                warp_c_to_a<QUERIES>(pa, dp);
-                warp_mma_ab<QUERIES, D>(dk_acc, pa, sm.q, STRIDE);
-            }
+            if constexpr (kDv)
+                if (dv) {
+                    warp_c_to_a<QUERIES>(pa, sc);
+                    warp_mma_ab<QUERIES, D>(dv_acc, pa, sdy, STRIDE);
+                }
+            if constexpr (kDk)
+                if (dk) {
+                    warp_c_to_a<QUERIES>(pa, dp);
+                    warp_mma_ab<QUERIES, D>(dk_acc, pa, sq, STRIDE);
+                }
         }
         if (dq) // dS^T of the warp's keys (zeros for a warp that skipped the tile), transposed
             TP_UNROLL
             for (int n = 0; n < QUERIES / 8; n++)
                 TP_UNROLL
                 for (int i = 0; i < 4; i++)
-                    sm.ds[(n * 8 + 2 * t + i % 2) * FLASH_DS_STRIDE + warp * 16 + kd + 8 * (i / 2)] =
+                    sds[(n * 8 + 2 * t + i % 2) * FLASH_DS_STRIDE + warp * 16 + kd + 8 * (i / 2)] =
                         __float2bfloat16(dp[n][i]);
         __syncthreads(); // dS is whole, and the queries and output gradients are read
         const int64_t next = walked_from(tile - 1);
         if (next >= first_tile) {
-            flash_stage<D, QUERIES>(sm.q, q, bi, s, h, hi, next * QUERIES);
-            flash_stage<D, QUERIES>(sm.dy, dy, bi, s, h, hi, next * QUERIES);
+            flash_stage<D, QUERIES>(sq, q, bi, s, h, hi, next * QUERIES);
+            flash_stage<D, QUERIES>(sdy, dy, bi, s, h, hi, next * QUERIES);
         }
         if (dq) {
             uint32_t a[FLASH_KEYS / 16][4];
             float part[DQ_COLS / 8][4];
-            warp_load_a<FLASH_KEYS>(a, sm.ds + dq_row * FLASH_DS_STRIDE, FLASH_DS_STRIDE, 16);
+            warp_load_a<FLASH_KEYS>(a, sds + dq_row * FLASH_DS_STRIDE, FLASH_DS_STRIDE, 16);
             warp_zero<DQ_COLS>(part);
-            warp_mma_ab<FLASH_KEYS, DQ_COLS>(part, a, sm.k + dq_col, STRIDE);
+            warp_mma_ab<FLASH_KEYS, DQ_COLS>(part, a, sk + dq_col, STRIDE);
             int *turn = out.turns + (bi * h + hi) * tiles + tile;
             if (kTakeTurns)
                 tp_block_wait_turn(turn, (int)(kb - first_adder(tile)));
@@ -233,21 +266,23 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         tile = next;
     }
     tp_cp_async_wait<0>(); // the keys and values of a block that walked no tile
-    if (kSplit) {
-        const int64_t first = ((bi * s + warp_k0) * h + hi) * D;
-        const float unscaled[2] = {1.0f, 1.0f};
-        if (dk)
-            warp_store_c<D>(out.head_dk + first, h * D, s - warp_k0, dk_acc, unscaled);
-        if (dv)
-            warp_store_c<D>(out.head_dv + first, h * D, s - warp_k0, dv_acc, unscaled);
-        return;
-    }
-    const int64_t first = ((bi * s + warp_k0) * g + kh) * D;
-    const float dk_scale[2] = {scale, scale}, dv_scale[2] = {1.0f, 1.0f};
-    if (dk)
-        warp_store_c<D>(out.dk + first, g * D, s - warp_k0, dk_acc, dk_scale);
-    if (dv)
-        warp_store_c<D>(out.dv + first, g * D, s - warp_k0, dv_acc, dv_scale);
+    const int64_t first = kSplit ? ((bi * s + warp_k0) * h + hi) * D : ((bi * s + warp_k0) * g + kh) * D;
+    const int64_t stride = (kSplit ? h : g) * D;
+    const float unscaled[2] = {1.0f, 1.0f}, dk_scale[2] = {scale, scale};
+    if constexpr (kDk)
+        if (dk) {
+            if (kSplit)
+                warp_store_c<D>(out.head_dk + first, stride, s - warp_k0, dk_acc, unscaled);
+            else
+                warp_store_c<D>(out.dk + first, stride, s - warp_k0, dk_acc, dk_scale);
+        }
+    if constexpr (kDv)
+        if (dv) {
+            if (kSplit)
+                warp_store_c<D>(out.head_dv + first, stride, s - warp_k0, dv_acc, unscaled);
+            else
+                warp_store_c<D>(out.dv + first, stride, s - warp_k0, dv_acc, unscaled);
+        }
 }
 
 // dk and dv (n elements each, [b, s, g, D]) from the sums of the query
@@ -279,6 +314,27 @@ static __global__ void flash_dq_store_kernel(__nv_bfloat16 *dq, const float *dq_
 {
     TP_GRID_STRIDE(e, n)
     dq[e] = __float2bfloat16(scale * dq_sum[e]);
+}
+
+// One launch of the gradient's kernel computing part kPart (its shared
+// memory opted into where it passes 48 KiB).
+template <int D, int kPart, bool kTakeTurns>
+static void flash_grad_part_launch(tp_stream st, bool split, const flash_grad_out &out, const __nv_bfloat16 *q,
+                                   const __nv_bfloat16 *k, const __nv_bfloat16 *v, const __nv_bfloat16 *dy,
+                                   const float *lse, const float *dsum, int64_t b, int64_t s, int64_t h, int64_t g,
+                                   float scale, float softcap, const int32_t *segments)
+{
+    const size_t bytes = flash_grad_smem<D, kPart>::bytes;
+    const dim3 grid((unsigned)TP_CEIL_DIV(s, FLASH_KEYS), (unsigned)h, (unsigned)b);
+    if (split) {
+        flash_allow_shared(flash_attention_grad_kernel<D, true, kPart, kTakeTurns>, bytes);
+        TP_LAUNCH((flash_attention_grad_kernel<D, true, kPart, kTakeTurns>), grid, FLASH_WARPS * 32, bytes, st, out,
+                  q, k, v, dy, lse, dsum, s, h, g, scale, softcap, segments);
+    } else {
+        flash_allow_shared(flash_attention_grad_kernel<D, false, kPart, kTakeTurns>, bytes);
+        TP_LAUNCH((flash_attention_grad_kernel<D, false, kPart, kTakeTurns>), grid, FLASH_WARPS * 32, bytes, st, out,
+                  q, k, v, dy, lse, dsum, s, h, g, scale, softcap, segments);
+    }
 }
 
 // [b, s, h, D] queries and dy, [b, s, g, D] keys and values; lse and dsum
@@ -317,13 +373,17 @@ static void flash_attention_grad_launch(tp_stream st, __nv_bfloat16 *dq, __nv_bf
                   b, s, QUERIES);
         out.first_block = first_block;
     }
-    const dim3 grid((unsigned)TP_CEIL_DIV(s, FLASH_KEYS), (unsigned)h, (unsigned)b);
-    if (split)
-        TP_LAUNCH((flash_attention_grad_kernel<D, true, kTakeTurns>), grid, FLASH_WARPS * 32, 0, st, out, q, k, v, dy,
-                  lse, dsum, s, h, g, scale, softcap, segments);
-    else
-        TP_LAUNCH((flash_attention_grad_kernel<D, false, kTakeTurns>), grid, FLASH_WARPS * 32, 0, st, out, q, k, v,
-                  dy, lse, dsum, s, h, g, scale, softcap, segments);
+    if constexpr (D <= 128)
+        flash_grad_part_launch<D, FLASH_GRAD_ALL, kTakeTurns>(st, split, out, q, k, v, dy, lse, dsum, b, s, h, g,
+                                                              scale, softcap, segments);
+    else {
+        if (dv)
+            flash_grad_part_launch<D, FLASH_GRAD_DV, kTakeTurns>(st, split, out, q, k, v, dy, lse, dsum, b, s, h, g,
+                                                                 scale, softcap, segments);
+        if (dk || dq)
+            flash_grad_part_launch<D, FLASH_GRAD_DK_DQ, kTakeTurns>(st, split, out, q, k, v, dy, lse, dsum, b, s, h,
+                                                                    g, scale, softcap, segments);
+    }
     if (dq)
         TP_LAUNCH(flash_dq_store_kernel, tp_elementwise_blocks(n, 256), 256, 0, st, dq, dq_sum, n, scale);
     if (split && (dk || dv)) {

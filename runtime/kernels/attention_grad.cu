@@ -1,5 +1,5 @@
 // attention_grad.cu: the gradients of attention (attention.cu) with
-// respect to q, k and v: bf16 with head dimension 64, 96 or 128 on tensor cores
+// respect to q, k and v: bf16 with head dimension 64, 96, 128 or 256 on tensor cores
 // (attention_flash_grad.cuh), the rest in fp32 here.
 // defines: tp_k_attention_grad
 //
@@ -215,7 +215,7 @@ extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, v
         __nv_bfloat16 *gq = (__nv_bfloat16 *)dq, *gk = (__nv_bfloat16 *)dk, *gv = (__nv_bfloat16 *)dv;
         const __nv_bfloat16 *bq = (const __nv_bfloat16 *)q, *bk = (const __nv_bfloat16 *)k,
                             *bv = (const __nv_bfloat16 *)v, *bdy = (const __nv_bfloat16 *)dy;
-        flash_for_head_dim<128>(d, [&](auto dim) {
+        flash_for_head_dim<256>(d, [&](auto dim) {
             flash_attention_grad_launch<decltype(dim)::value>(st, gq, gk, gv, bq, bk, bv, bdy, lse, dsum,
                                                               scratch + tp_cuda_attention_dsum_floats(b, h, s), b, s,
                                                               h, g, scale, softcap, segments);

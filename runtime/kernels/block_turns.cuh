@@ -13,6 +13,10 @@
 // before the launch (cudaMemsetAsync on the launch's stream), one per thing
 // taken in turn; the block whose turn is the k-th (from 0) calls
 // tp_block_wait_turn(count, k), does its part, then tp_block_pass_turn(count).
+// Each turn is taken once, in order: the emulator fails a wait that finds
+// the count past its turn (two blocks took one turn, or one was skipped),
+// and may run other blocks right after a raise, before the raising block's
+// other threads go on (which shows a raise before the block's writes).
 // A block reads what it takes in turn after its wait and writes it before
 // its pass, with plain loads and stores.
 //

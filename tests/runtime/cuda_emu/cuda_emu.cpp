@@ -164,8 +164,9 @@ constexpr size_t kSharedLimit = 48 * 1024; // static; static + dynamic without o
 // static + dynamic with opt-in (cudaFuncSetAttribute): sm_80's
 // cudaDevAttrMaxSharedMemoryPerBlockOptin, the least of the GPUs we run on
 constexpr size_t kSharedOptinLimit = 166912;
-// threads of blocks suspended at once: each keeps its stack, two mappings
-// (the stack and its guard page), and Linux allows 65530 a process
+// fiber stacks mapped at once (pooled schedulers' included): each is two
+// mappings (the stack and its guard page), and Linux allows 65530 a
+// process; the threads of blocks suspended at once are limited by it
 constexpr uint64_t kMaxWaitingThreads = 24576;
 
 // One block's threads, and the launch's configuration, which each copies.
@@ -178,6 +179,7 @@ struct Scheduler {
     std::vector<Warp> warps;
     std::vector<int> runnable;
     std::vector<int> counting; // the threads AT_COUNT
+    bool preempted = false;    // by a raise (raise_count): other blocks run first
     // the policy of the current phase (block start or barrier to barrier):
     // uniform random picks, or the runnable thread of highest priority
     bool by_priority = false;
@@ -309,6 +311,9 @@ static int pick(Scheduler &s)
     return id;
 }
 
+// fiber stacks mapped now, in every scheduler of this thread, pooled or live
+static thread_local uint64_t mapped_stacks = 0;
+
 static char *new_stack(size_t size)
 {
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -318,7 +323,23 @@ static char *new_stack(size_t size)
         abort();
     }
     mprotect(p, page, PROT_NONE); // overflowing a fiber's stack faults instead of corrupting another
+    mapped_stacks++;
     return (char *)p + page;
+}
+
+// unmaps the stacks of a scheduler no block uses, to make room for others
+static void release_stacks(std::vector<Fiber> &fibers)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (Fiber &f : fibers)
+        if (f.stack) {
+            if (munmap(f.stack - page, f.stack_size + page) != 0) {
+                perror("tp_emu: munmap of a fiber stack");
+                abort();
+            }
+            f.stack = nullptr;
+            mapped_stacks--;
+        }
 }
 
 // ---- switching ----------------------------------------------------------------
@@ -498,8 +519,15 @@ void wait_count_at_least(const int *count, int at_least)
                        "waited for %d)",
                        me.x, me.y, me.z, them.x, them.y, them.z, (const void *)count, at_least);
     }
+    // a turn is taken once: past it, two blocks took one turn or one was skipped
+    if (*count != at_least)
+        fail_in_kernel("the count at %p holds %d when its turn %d comes: a turn taken twice, or one skipped",
+                       (const void *)count, *count, at_least);
 }
 
+// The raise, then, one time in two, the block is preempted: other blocks
+// (those waiting for the count among them) run before its other threads
+// go on, which shows a raise before the block's own writes are done.
 void raise_count(int *count, int by)
 {
     Scheduler &s = in_kernel("tp_block_pass_turn");
@@ -507,11 +535,16 @@ void raise_count(int *count, int by)
     *count += by;
     uint64_t &top = raised_by.emplace(count, s.block).first->second;
     top = std::max(top, s.block);
+    s.preempted = random_below(2) == 0;
+    yield_point();
 }
 
-// whether one of block s's threads waits for a count that has been reached
+// whether block s was preempted, or one of its threads waits for a count
+// that has been reached
 static bool may_resume(const Scheduler &s)
 {
+    if (!s.runnable.empty())
+        return true;
     for (int id : s.counting) {
         const Fiber &f = s.fibers[(size_t)id];
         if (*f.count >= f.at_least)
@@ -817,11 +850,13 @@ static void run_block(Scheduler &s)
 {
     sched = &s;
     cur_grid = &s.grid;
+    s.preempted = false;
     do {
-        while (!s.runnable.empty() && !s.failed)
+        while (!s.runnable.empty() && !s.failed && !s.preempted)
             switch_to(s, s.fibers[(size_t)pick(s)]);
-    } while (!s.failed && wake_counting(s)); // a count its own threads raised
-    if (!s.failed && s.exited != s.nthreads && (s.counting.empty() || (s.at_barrier > 0 && s.exited > 0)))
+    } while (!s.failed && !s.preempted && wake_counting(s)); // a count its own threads raised
+    if (!s.failed && !s.preempted && s.exited != s.nthreads &&
+        (s.counting.empty() || (s.at_barrier > 0 && s.exited > 0)))
         diagnose_deadlock(s);
 }
 
@@ -1014,7 +1049,14 @@ cudaError_t tp_emu_launch(const char *name, const void *kernel, dim3 grid, dim3 
         for (Scheduler *b : live)
             if (may_resume(*b))
                 ready.push_back(b);
-        const bool room = live.empty() || (live.size() + 1) * nthreads <= kMaxWaitingThreads;
+        // a block to start takes its scheduler's stacks, and new ones for
+        // the threads it has none for: idle schedulers' go first
+        uint64_t have = 0;
+        for (size_t i = 0; !idle.empty() && i < idle.back()->fibers.size() && i < nthreads; i++)
+            have += idle.back()->fibers[i].stack != nullptr;
+        for (size_t i = 0; i + 1 < idle.size() && mapped_stacks + nthreads - have > kMaxWaitingThreads; i++)
+            release_stacks(idle[i]->fibers);
+        const bool room = live.empty() || mapped_stacks + nthreads - have <= kMaxWaitingThreads;
         const size_t choices = ready.size() + (started < nblocks && room);
         if (choices == 0) {
             if (started < nblocks)

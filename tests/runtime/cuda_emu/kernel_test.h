@@ -176,15 +176,18 @@ inline IVec attn_documents(int64_t b, int64_t s)
 
 // Documents for the tensor-core kernels' blocks of 64 queries (s >= 150):
 // row 0 starts with more than a block of padding, then a document of one
-// token and two crossing blocks and tiles; row 1 (and the rest) ends with
-// a block of padding.
+// token and two crossing blocks and tiles; row 1 ends with a block of
+// padding; row 2 (and the rest) pads the middle of its first document
+// (80 positions: whole tiles of queries and of keys, which its tokens
+// after the pad still see across).
 inline IVec attn_block_documents(int64_t b, int64_t s)
 {
     IVec seg((size_t)(b * s));
     for (int64_t r = 0; r < b; r++)
         for (int64_t t = 0; t < s; t++)
-            seg[(size_t)(r * s + t)] = r == 0 ? (t < 70 ? -1 : t < 71 ? 0 : t < 140 ? 1 : 2)
-                                              : (t < 1 ? 0 : t < 100 ? 1 : t < s - 64 ? 2 : -1);
+            seg[(size_t)(r * s + t)] = r == 0   ? (t < 70 ? -1 : t < 71 ? 0 : t < 140 ? 1 : 2)
+                                       : r == 1 ? (t < 1 ? 0 : t < 100 ? 1 : t < s - 64 ? 2 : -1)
+                                                : (t < 30 ? 0 : t < 110 ? -1 : t < 130 ? 0 : 1);
     return seg;
 }
 

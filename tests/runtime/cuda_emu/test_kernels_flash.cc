@@ -207,8 +207,8 @@ TEST(FlashAttention, MatchesTheCpuBackend)
 // block of padding queries is 0 and walks no tile.
 TEST(FlashAttention, DocumentsMatchTheCpuBackend)
 {
-    for (AttnCase c : {AttnCase{2, 200, 2, 1, 64, 0.125, 0}, AttnCase{2, 200, 4, 2, 128, 0.2, 2.0},
-                       AttnCase{2, 150, 2, 2, 256, 1 / std::sqrt(256.0), 0}}) {
+    for (AttnCase c : {AttnCase{3, 200, 2, 1, 64, 0.125, 0}, AttnCase{2, 200, 4, 2, 128, 0.2, 2.0},
+                       AttnCase{3, 150, 2, 2, 256, 1 / std::sqrt(256.0), 0}}) {
         AttnInputs x = attn_inputs(c, 16);
         const IVec seg = attn_block_documents(c.b, c.s);
         Vec want(x.q.size()), want_lse((size_t)(c.b * c.h * c.s));

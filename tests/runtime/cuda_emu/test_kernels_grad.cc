@@ -147,7 +147,7 @@ TEST_P(GradKernels, Attention)
     for (Case c : {Case{1, 1, 1, 1, 1}, Case{2, 19, 4, 2, 64}, Case{1, 67, 2, 1, 40}, Case{1, 20, 2, 2, 256},
                    Case{1, 70, 1, 1, 128}, Case{1, 9, 3, 3, 33}})
         for (auto [scale, softcap] : {std::pair<double, double>{1.0 / std::sqrt((double)c.d), 0.0}, {0.2, 2.0}}) {
-            if (bf16 && tp_cuda_flash_grad_head_dim(c.d))
+            if (bf16 && tp_cuda_flash_head_dim(c.d))
                 continue; // the tensor-core kernels: test_kernels_flash_grad.cc
             const std::string shape = "attention b" + std::to_string(c.b) + " s" + std::to_string(c.s) + " h" +
                                       std::to_string(c.h) + " g" + std::to_string(c.g) + " d" + std::to_string(c.d) +
@@ -192,7 +192,7 @@ TEST_P(GradKernels, AttentionWithinDocuments)
     const char *names[] = {"dq", "dk", "dv"};
     const bool bf16 = t() == TP_KERNEL_BF16;
     for (AttnCase c : {AttnCase{2, 29, 4, 2, 64, 0.125, 0.0}, AttnCase{2, 20, 2, 1, 33, 0.2, 2.0}}) {
-        if (bf16 && tp_cuda_flash_grad_head_dim(c.d))
+        if (bf16 && tp_cuda_flash_head_dim(c.d))
             continue; // the tensor-core kernels: test_kernels_flash_grad.cc
         const float amp = 3.0f / std::sqrt(std::sqrt((float)c.d));
         Vec q = as_stored(random_vec((size_t)(c.b * c.s * c.h * c.d), 82, -amp, amp), t());
