@@ -1,7 +1,7 @@
 // attention_flash_grad.cuh: the gradients of the tensor-core attention
-// (attention_flash.cuh) on tensor cores, bf16 with head dimension 64, 96
-// or 128 (attention_grad.cu picks it; other shapes and fp32 keep its fp32
-// kernels).
+// (attention_flash.cuh) on tensor cores, bf16 with head dimension 64, 96,
+// 128 or 256 (attention_grad.cu picks it; other shapes and fp32 keep its
+// fp32 kernels).
 //
 // FlashAttention-2's backward in one pass, with dq summed in a fixed order
 // as FlashAttention-3's deterministic mode does, so a step's gradients are
@@ -23,7 +23,8 @@
 //      turn is rarely waited for.
 //   3. dq = scale * the sum, rounded to bf16, in a last elementwise pass.
 // S, dP, dv, dk and dq: five products a pair of (query, key), where the
-// forward takes two. With one query head per kv head the block writes dk
+// forward takes two (six at d 256, whose dv takes a launch of its own:
+// flash_grad_part). With one query head per kv head the block writes dk
 // and dv. With several (GQA, and every tensor-parallel rank of a model
 // whose kv heads are fewer than its ranks holds one kv head for several
 // query heads), each block writes fp32 sums of its own query head, which
@@ -48,7 +49,8 @@
 // each knows its turn.
 //
 // Tiles come into shared memory by cp.async, rows padded as the forward's:
-// the block's 64 keys and values once, then a tile of queries and output
+// the block's 64 keys and values once (keys alone for dv at d 256), then a
+// tile of queries and output
 // gradients at a time, the next one loading while the block multiplies dS
 // K and waits for its turn (two tiles would pass the 48 KiB a block gets
 // without opt-in at d 96 and 128).

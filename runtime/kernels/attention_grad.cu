@@ -12,7 +12,7 @@
 // the three: P comes from the log-sum-exp the forward wrote, and a first
 // kernel writes every query's D = dy . O (from the forward's output) to
 // scratch, once for all of them. On tensor cores one key-major pass then
-// computes all three (attention_flash_grad.cuh). Here, in fp32, dq walks
+// computes all three (attention_flash_grad.cuh; two at d 256). Here, in fp32, dq walks
 // the keys of each query, and one key-major kernel walks the queries of
 // each key for dk and dv together (one score, one P per pair for both).
 // No sum is made with atomics (their order would depend on the schedule):

@@ -18,9 +18,14 @@
 // one to start and the suspended ones whose count has been reached. The
 // schedulers come from a pool, so a launch whose blocks never wait runs
 // every block on one, as if blocks simply ran one after another. A launch
-// fails when blocks are left that all wait and none can go on, or when a
+// fails when blocks are left that all wait and none can go on, when a
 // wait was met by a raise of a block of higher linear index, which a GPU
-// dispatches later (a deadlock on a grid larger than it holds at once).
+// dispatches later (a deadlock on a grid larger than it holds at once), or
+// when a wait finds the count past its turn. After a raise, one time in
+// two, the raising block is preempted and others run before its other
+// threads go on: a raise before the block's own writes are done shows.
+// A block that wrote shared memory past its launch's dynamic bytes and its
+// static declarations fails the launch too (those bytes stay poisoned).
 //
 // Each phase (from the block's start or a barrier to the next barrier)
 // draws one of two policies. Uniform picks keep all threads at about the
@@ -205,6 +210,7 @@ struct Scheduler {
     unsigned char *arena = nullptr;
     size_t arena_size = 0;
     size_t dynamic_bytes = 0, static_limit = 0, used = 0;
+    size_t dynamic_asked = 0; // the launch's dynamic bytes before rounding
     long opted_in = -1; // the kernel's cudaFuncSetAttribute bytes, or -1
     std::vector<std::pair<const void *, size_t>> statics;
 #ifdef TP_EMU_ASAN
@@ -327,12 +333,13 @@ static char *new_stack(size_t size)
     return (char *)p + page;
 }
 
-// unmaps the stacks of a scheduler no block uses, to make room for others
-static void release_stacks(std::vector<Fiber> &fibers)
+// unmaps the stacks of fibers[from ..] (of a scheduler no block uses, or
+// past the threads of the block it is set up for), to make room for others
+static void release_stacks(std::vector<Fiber> &fibers, size_t from = 0)
 {
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    for (Fiber &f : fibers)
-        if (f.stack) {
+    for (size_t i = from; i < fibers.size(); i++)
+        if (Fiber &f = fibers[i]; f.stack) {
             if (munmap(f.stack - page, f.stack_size + page) != 0) {
                 perror("tp_emu: munmap of a fiber stack");
                 abort();
@@ -860,6 +867,24 @@ static void run_block(Scheduler &s)
         diagnose_deadlock(s);
 }
 
+// Whether block s wrote shared memory past what it may use: the dynamic
+// bytes its launch asked for, then its static declarations. Those bytes
+// stay poisoned in the arena here; on a GPU the writes would reach another
+// block's memory or fault. *at: the first such byte.
+static bool wrote_past_shared(const Scheduler &s, size_t *at)
+{
+    static const std::vector<unsigned char> poison(kSharedOptinLimit, 0xff);
+    const size_t ranges[2][2] = {{s.dynamic_asked, s.dynamic_bytes}, {s.used, s.dynamic_bytes + s.static_limit}};
+    for (const auto &r : ranges)
+        if (r[1] > r[0] && std::memcmp(s.arena + r[0], poison.data(), r[1] - r[0]) != 0) {
+            *at = r[0];
+            while (s.arena[*at] == 0xff)
+                ++*at;
+            return true;
+        }
+    return false;
+}
+
 // Every block left waits for a count no block can raise any more: the
 // failure names the lowest block's first waiting thread, and is that block's.
 static const Scheduler *diagnose_deadlock_across_blocks(const std::vector<Scheduler *> &live)
@@ -1011,6 +1036,7 @@ cudaError_t tp_emu_launch(const char *name, const void *kernel, dim3 grid, dim3 
         s.kernel = name;
         s.failed = false;
         s.failure.clear();
+        s.dynamic_asked = shmem;
         s.dynamic_bytes = (shmem + 127) & ~(size_t)127;
         s.opted_in = opted_in;
         // statics: 48 KiB of their own, and as much as the opt-in leaves
@@ -1054,9 +1080,15 @@ cudaError_t tp_emu_launch(const char *name, const void *kernel, dim3 grid, dim3 
         uint64_t have = 0;
         for (size_t i = 0; !idle.empty() && i < idle.back()->fibers.size() && i < nthreads; i++)
             have += idle.back()->fibers[i].stack != nullptr;
-        for (size_t i = 0; i + 1 < idle.size() && mapped_stacks + nthreads - have > kMaxWaitingThreads; i++)
+        // (then those of threads past this launch's block, left by wider blocks)
+        auto over = [&] { return mapped_stacks + nthreads - have > kMaxWaitingThreads; };
+        for (size_t i = 0; i + 1 < idle.size() && over(); i++)
             release_stacks(idle[i]->fibers);
-        const bool room = live.empty() || mapped_stacks + nthreads - have <= kMaxWaitingThreads;
+        for (size_t i = 0; i < live.size() && over(); i++)
+            release_stacks(live[i]->fibers, nthreads);
+        if (!idle.empty() && over())
+            release_stacks(idle.back()->fibers, nthreads);
+        const bool room = live.empty() || !over();
         const size_t choices = ready.size() + (started < nblocks && room);
         if (choices == 0) {
             if (started < nblocks)
@@ -1079,6 +1111,13 @@ cudaError_t tp_emu_launch(const char *name, const void *kernel, dim3 grid, dim3 
         run_block(*b);
         if (b->failed) {
             failure = b->failure;
+            break;
+        }
+        if (size_t at; b->exited == b->nthreads && wrote_past_shared(*b, &at)) {
+            failure = std::string("tp_emu: kernel ") + name + ", block " + describe(b->grid.block_idx) +
+                      ": wrote shared memory byte " + std::to_string(at) + ", past the " +
+                      std::to_string(b->dynamic_asked) + " dynamic bytes its launch asked for and its " +
+                      std::to_string(b->used - b->dynamic_bytes) + " static ones";
             break;
         }
         if (b->exited == b->nthreads) {

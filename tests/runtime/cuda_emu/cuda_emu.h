@@ -172,8 +172,11 @@ void yield_point(void); /* lets another thread run (atomics) */
  * block, the block's barriers around it): wait_count_at_least returns once
  * *count >= at_least, suspending the thread (and its block, once nothing
  * else in it can run) until then; raise_count adds `by` to *count and is a
- * scheduling point, as an atomic. A wait that another block's raise made
- * true fails the launch when that block's linear index is higher. */
+ * scheduling point, as an atomic, after which the block may be preempted
+ * (other blocks run before its other threads go on). A wait that another
+ * block's raise made true fails the launch when that block's linear index
+ * is higher, and so does one that finds the count past at_least (a turn
+ * taken twice, or one skipped). */
 void wait_count_at_least(const int *count, int at_least);
 void raise_count(int *count, int by);
 void *shared_static(const void *site, size_t bytes, size_t align);

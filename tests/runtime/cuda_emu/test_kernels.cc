@@ -632,6 +632,59 @@ TEST(CudaEmu, WaitingForALaterBlockFails)
     EXPECT_TRUE(tp_emu_free(count));
 }
 
+// A block that takes turn 0 twice finds the count past it: in a chain of
+// turns that is a turn taken twice (or one skipped), whose sums would come
+// out in another order.
+TEST(CudaEmu, ATurnTakenTwiceFails)
+{
+    int *count = static_cast<int *>(tp_emu_alloc(sizeof(int)));
+    *count = 0;
+    EXPECT_EQ(tp_emu_launch("same_turn_twice", dim3(1), dim3(64), 0,
+                            [count] {
+                                for (int twice = 0; twice < 2; twice++) {
+                                    tp_block_wait_turn(count, 0);
+                                    tp_block_pass_turn(count);
+                                }
+                            }),
+              cudaErrorLaunchFailure);
+    (void)cudaGetLastError();
+    const std::string why = tp_emu_last_failure();
+    EXPECT_NE(why.find("holds 1 when its turn 0 comes: a turn taken twice, or one skipped"), std::string::npos)
+        << why;
+    EXPECT_TRUE(tp_emu_free(count));
+}
+
+// A block writing dynamic shared memory past what its launch asked for
+// (a layout larger than the launch's size) fails the launch, though the
+// emulator's arena holds the bytes: on a GPU they are another block's.
+TEST(CudaEmu, WritingPastTheDynamicSharedMemoryFails)
+{
+    for (size_t past : {(size_t)256, (size_t)300}) { // within the 128-byte rounding, and beyond it
+        EXPECT_EQ(tp_emu_launch("past_dynamic", dim3(2), dim3(32), 256,
+                                [past] {
+                                    TP_DYNAMIC_SHARED(unsigned char, bytes);
+                                    if (threadIdx.x == 0)
+                                        bytes[past] = 0;
+                                }),
+                  cudaErrorLaunchFailure)
+            << past;
+        (void)cudaGetLastError();
+        const std::string why = tp_emu_last_failure();
+        EXPECT_NE(why.find("wrote shared memory byte " + std::to_string(past) +
+                           ", past the 256 dynamic bytes its launch asked for"),
+                  std::string::npos)
+            << why;
+    }
+    // its last byte is fine
+    EXPECT_EQ(tp_emu_launch("last_dynamic", dim3(2), dim3(32), 256,
+                            [] {
+                                TP_DYNAMIC_SHARED(unsigned char, bytes);
+                                if (threadIdx.x == 0)
+                                    bytes[255] = 0;
+                            }),
+              cudaSuccess);
+}
+
 // Only thread 0 of block 1 calls tp_block_wait_turn: it reaches the
 // barrier inside alone, the others have exited.
 TEST(CudaEmu, WaitingWithoutTheWholeBlockFails)
