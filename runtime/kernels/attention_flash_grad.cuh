@@ -270,21 +270,20 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     tp_cp_async_wait<0>(); // the keys and values of a block that walked no tile
     const int64_t first = kSplit ? ((bi * s + warp_k0) * h + hi) * D : ((bi * s + warp_k0) * g + kh) * D;
     const int64_t stride = (kSplit ? h : g) * D;
-    const float unscaled[2] = {1.0f, 1.0f}, dk_scale[2] = {scale, scale};
+    // a gradient's rows: into its query head's sum (kSplit, unscaled), or times grad_scale into it
+    auto store = [&](const auto &acc, float *sum, __nv_bfloat16 *grad, float grad_scale) {
+        const float unscaled[2] = {1.0f, 1.0f}, scaled[2] = {grad_scale, grad_scale};
+        if (kSplit)
+            warp_store_c<D>(sum + first, stride, s - warp_k0, acc, unscaled);
+        else
+            warp_store_c<D>(grad + first, stride, s - warp_k0, acc, scaled);
+    };
     if constexpr (kDk)
-        if (dk) {
-            if (kSplit)
-                warp_store_c<D>(out.head_dk + first, stride, s - warp_k0, dk_acc, unscaled);
-            else
-                warp_store_c<D>(out.dk + first, stride, s - warp_k0, dk_acc, dk_scale);
-        }
+        if (dk)
+            store(dk_acc, out.head_dk, out.dk, scale);
     if constexpr (kDv)
-        if (dv) {
-            if (kSplit)
-                warp_store_c<D>(out.head_dv + first, stride, s - warp_k0, dv_acc, unscaled);
-            else
-                warp_store_c<D>(out.dv + first, stride, s - warp_k0, dv_acc, unscaled);
-        }
+        if (dv)
+            store(dv_acc, out.head_dv, out.dv, 1.0f);
 }
 
 // dk and dv (n elements each, [b, s, g, D]) from the sums of the query
