@@ -12,9 +12,10 @@
 // the keys are staged in tiles in shared memory as float, every warp
 // scores each key of the tile against its query (a warp-sum of the lanes'
 // partial dot products) and folds it into an online softmax in fp32; lse
-// (or NULL) at [(batch h + head) s + query].
+// (or NULL) at [(batch h + head) s + query]. (At least one block per SM:
+// left to itself ptxas gives the kernel 48 registers on sm_90 and spills.)
 template <typename T>
-__global__ void __launch_bounds__(ATTN_WARPS * 32)
+__global__ void __launch_bounds__(ATTN_WARPS * 32, 1)
     attention_kernel(T *out, float *lse, const T *q, const T *k, const T *v, int64_t s, int64_t h, int64_t g,
                      int64_t d, int keys_per_tile, float scale, float softcap, const int32_t *segments)
 {

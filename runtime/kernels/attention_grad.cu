@@ -68,9 +68,10 @@ template <typename T> __device__ __forceinline__ void grad_store(T *out, const f
 }
 
 // Block (query tile, head, batch), a warp per query t: dq_t = scale * sum
-// over keys j <= t of dS_tj k_j.
+// over keys j <= t of dS_tj k_j. (At least one block per SM, as the
+// forward's: else ptxas spills on sm_90.)
 template <typename T>
-__global__ void __launch_bounds__(ATTN_WARPS * 32)
+__global__ void __launch_bounds__(ATTN_WARPS * 32, 1)
     attention_dq_kernel(T *dq, const T *q, const T *k, const T *v, const T *dy, const float *lse, const float *dsum,
                         int64_t s, int64_t h, int64_t g, int64_t d, int keys_per_tile, float scale, float softcap,
                         const int32_t *segments)
