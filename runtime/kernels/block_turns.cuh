@@ -29,7 +29,9 @@
 // the grid is larger than what the GPU holds at once, every slot taken by
 // a waiting block. When blocks wait only for lower indices, the lowest
 // block not finished waits for no one and has been dispatched (or is next).
-// The emulator fails a launch that breaks the rule, whatever the grid size.
+// The emulator fails a launch that breaks the rule, whatever the grid size:
+// a wait on a count that any block of higher index has raised, which in a
+// chain of turns (each raise the next turn's) is a wait for that block.
 //
 // Under TP_CUDA_EMULATION thread 0 calls the emulator's count entries
 // (cuda_emu.h) instead of the PTX: a block whose turn has not come is
