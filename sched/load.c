@@ -436,6 +436,25 @@ static int check_rope(loader *L, const tr_schedule *s, const tr_op *op)
     return 0;
 }
 
+/* The rotation of a rope_attention or its gradient: an even rotary_dim
+ * within the head, usable scaling, and with documents (first_doc_in, the
+ * index of the segments) both segments and positions, one per token. */
+static int check_rotation(loader *L, const tr_schedule *s, const tr_op *op, int first_doc_in)
+{
+    if (op->rotary_dim % 2 || op->rotary_dim < 2 || op->rotary_dim > op->head_dim)
+        return fail(L, "rotary_dim %lld must be even, at least 2 and at most head_dim", (long long)op->rotary_dim);
+    if (op->nin != first_doc_in && op->nin != first_doc_in + 2)
+        return fail(L, "with documents it reads both segments and positions (in[%d] and in[%d]), else neither",
+                    first_doc_in, first_doc_in + 1);
+    if (op->nin > first_doc_in && elems_of(s, op->in[first_doc_in + 1]) != mul(op->batch, op->seq))
+        return fail(L, "in[%d] holds %lld positions; there are %lld tokens", first_doc_in + 1,
+                    (long long)elems_of(s, op->in[first_doc_in + 1]), (long long)mul(op->batch, op->seq));
+    const char *why = tp_rope_scaling_invalid(&op->rope);
+    if (why)
+        return fail(L, "scaling \"%s\": %s", tp_rope_type_name(op->rope.type), why);
+    return 0;
+}
+
 /* q (heads) or k and v (kv_heads) of an attention: [batch, seq, heads, head_dim] */
 static int64_t head_elems(const tr_op *op, int64_t heads)
 {
@@ -457,6 +476,12 @@ static int check_attention(loader *L, const tr_schedule *s, const tr_op *op)
         (op->nin > 3 && elems_of(s, op->in[3]) != mul(op->batch, op->seq)))
         return fail(L, "sizes do not match its buffers");
     return 0;
+}
+
+/* attention's sizes, and the rotation (segments and positions from in[3]) */
+static int check_rope_attention(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    return check_attention(L, s, op) || check_rotation(L, s, op, 3) ? -1 : 0;
 }
 
 /* in[1] repeats over in[0]'s leading dims. */
@@ -597,6 +622,12 @@ static int check_attention_grad(loader *L, const tr_schedule *s, const tr_op *op
         !outs_fit || op->heads % op->kv_heads || (op->nin > 6 && elems_of(s, op->in[6]) != mul(op->batch, op->seq)))
         return fail(L, "sizes do not match its buffers");
     return 0;
+}
+
+/* attention's sizes, and the rotation (segments and positions from in[6]) */
+static int check_rope_attention_grad(loader *L, const tr_schedule *s, const tr_op *op)
+{
+    return check_attention_grad(L, s, op) || check_rotation(L, s, op, 6) ? -1 : 0;
 }
 
 /* dy holds one row of the table's width per id; out is the rank's table. */

@@ -47,9 +47,10 @@ typedef enum tp_operand { TP_OPERAND_NONE, TP_OPERAND_REQUIRED, TP_OPERAND_OPTIO
 
 /* The most outputs an op kind declares (sched/ops.def's OUTS_FLOAT). */
 #define TP_MAX_OUTS 3
-/* The most buffers an op kind reads (sched/ops.def's in_max: attention_grad's
- * q, k, v, dy, the forward's output and log-sum-exp, and segments). */
-#define TP_MAX_INS 7
+/* The most buffers an op kind reads (sched/ops.def's in_max:
+ * rope_attention_grad's q, k, v, dy, the forward's output and log-sum-exp,
+ * segments and positions). */
+#define TP_MAX_INS 8
 
 /* The float operands of a kind that hold f32 whatever the schedule's dtype
  * (sched/ops.def's f32 column), as bits: */

@@ -14,6 +14,29 @@ int64_t tp_ir_buf_elems(const tp_ir_buf *b)
     return n;
 }
 
+int tp_ir_alias_root(const tp_ir *ir, int b)
+{
+    while (ir->bufs[b].alias_of >= 0)
+        b = ir->bufs[b].alias_of;
+    return b;
+}
+
+bool tp_ir_op_reads(const tp_ir *ir, const tp_ir_op *op, int root)
+{
+    for (int k = 0; k < op->nin; k++)
+        if (op->in[k] >= 0 && tp_ir_alias_root(ir, op->in[k]) == root)
+            return true;
+    return false;
+}
+
+bool tp_ir_op_writes(const tp_ir *ir, const tp_ir_op *op, int root)
+{
+    for (int o = 0; o < tp_ops[op->kind].nout; o++)
+        if (op->outs[o] >= 0 && tp_ir_alias_root(ir, op->outs[o]) == root)
+            return true;
+    return false;
+}
+
 /* v as the nearest value of dtype (fp32, or bf16 rounded to nearest even
  * from fp32, as torch casts). */
 static double round_to_dtype(double v, tp_dtype dtype)

@@ -111,6 +111,11 @@ void tp_ir_free(tp_ir *ir);
 int tp_ir_add_buf(tp_ir *ir, const tp_ir_buf *b);
 int tp_ir_add_op(tp_ir *ir, const tp_ir_op *op);
 int64_t tp_ir_buf_elems(const tp_ir_buf *b);
+/* The buffer whose storage buffer b is: the root of its chain of views. */
+int tp_ir_alias_root(const tp_ir *ir, int b);
+/* Whether op reads, or writes, the storage of root buffer root. */
+bool tp_ir_op_reads(const tp_ir *ir, const tp_ir_op *op, int root);
+bool tp_ir_op_writes(const tp_ir *ir, const tp_ir_op *op, int root);
 /* An attention's size (d: 0 batch, 1 seq, 2 heads, 3 head_dim): v, the
  * op's own, or where the lowering left it at 0 the query's shape [batch,
  * seq, heads, head_dim]; 0 when neither says. */

@@ -209,6 +209,17 @@ static int id_range(checker *c, int i, int b, int64_t *hi)
                 "earlier positions op writes", op_name(c, i, name, sizeof name), b, t->name);
 }
 
+/* The input a rotation reads its positions from (sched/ops.def), or -1. */
+static int rope_positions_in(tp_op_kind k)
+{
+    switch (k) {
+    case TP_OP_ROPE: return 1;
+    case TP_OP_ROPE_ATTENTION: return 4;
+    case TP_OP_ROPE_ATTENTION_GRAD: return 7;
+    default: return -1;
+    }
+}
+
 /* The ids an op indexes with stay within what it indexes: an unmasked
  * lookup (or its gradient) within the table's rows, a loss's labels within
  * its real columns. Masked lookups and the vocab-parallel pieces skip ids
@@ -224,11 +235,11 @@ static int check_ids(checker *c, int i)
         int64_t hi;
         if (id_range(c, i, op->in[k], &hi))
             return -1;
-        /* rope looks its positions up in a table of pos_offset + seq */
-        const int64_t *x = c->s->bufs[op->in[0]].shape;
-        if (op->kind == TP_OP_ROPE && hi > op->pos_offset + x[1])
+        /* a rotation looks its positions up in a table of pos_offset + seq */
+        const int64_t seq = c->s->bufs[op->in[0]].shape[1];
+        if (k == rope_positions_in(op->kind) && hi > op->pos_offset + seq)
             return fail(c, "%s: its positions reach %lld, past the %lld its table covers",
-                        op_name(c, i, name, sizeof name), (long long)hi - 1, (long long)(op->pos_offset + x[1]));
+                        op_name(c, i, name, sizeof name), (long long)hi - 1, (long long)(op->pos_offset + seq));
         bool lookup = op->kind == TP_OP_EMBEDDING || op->kind == TP_OP_EMBEDDING_GRAD;
         if (lookup && !op->masked && (op->vocab_start != 0 || op->vocab_local < hi))
             return fail(c, "%s: an unmasked lookup of rows [%lld, %lld) reads ids up to %lld", op_name(c, i, name,

@@ -78,6 +78,27 @@ static inline int64_t tp_cuda_attention_grad_scratch(bool bf16, int64_t b, int64
            2 * tp_cuda_flash_grad_turns(b, h, s);
 }
 
+/* Floats of scratch that hold elems elements of the schedule's dtype,
+ * rounded up to 256 bytes, so that what follows in the same scratch starts
+ * as aligned as an arena buffer (the tensor-core kernels read 16 bytes at
+ * a time). */
+static inline int64_t tp_cuda_scratch_part(bool bf16, int64_t elems)
+{
+    return ((bf16 ? (elems + 1) / 2 : elems) + 63) / 64 * 64;
+}
+
+/* Floats of scratch rope_attention (grad false) or its gradient takes on
+ * the CUDA backend beyond attention's: q and k rotated, and for the
+ * gradient their gradients before they are rotated back. The gradient's
+ * start with attention's gradient's scratch, rounded up by
+ * tp_cuda_scratch_part. */
+static inline int64_t tp_cuda_rope_attention_scratch(bool bf16, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d,
+                                                     bool grad)
+{
+    const int64_t rotated = tp_cuda_scratch_part(bf16, b * s * h * d) + tp_cuda_scratch_part(bf16, b * s * g * d);
+    return grad ? 2 * rotated : rotated;
+}
+
 /* Floats of scratch a norm's weight gradient takes for m rows: each row's
  * 1 / rms, and a layernorm's mean beside it. */
 static inline int64_t tp_cuda_norm_grad_scratch(bool layernorm, int64_t m) { return (layernorm ? 2 : 1) * m; }

@@ -36,14 +36,6 @@ static int next_live(const tp_ir *ir, int i)
 /* Buffer b's elements, when it is a buffer of its own (not a view). */
 static int64_t own_elems(const tp_ir *ir, int b) { return ir->bufs[b].alias_of < 0 ? tp_ir_buf_elems(&ir->bufs[b]) : -1; }
 
-/* The root of buffer b's alias chain. */
-static int alias_root(const tp_ir *ir, int b)
-{
-    while (ir->bufs[b].alias_of >= 0)
-        b = ir->bufs[b].alias_of;
-    return b;
-}
-
 /* By alias root: the last live op that reads its storage, or nops where
  * the program hands it out (an output, a parameter's gradient). Fusing
  * changes only what the second op of a pair reads (and what an
@@ -57,14 +49,14 @@ static int *last_reads(const tp_ir *ir)
     for (int i = 0; i < ir->nops; i++)
         for (int k = 0; !ir->ops[i].dead && k < ir->ops[i].nin; k++)
             if (ir->ops[i].in[k] >= 0)
-                last[alias_root(ir, ir->ops[i].in[k])] = i;
+                last[tp_ir_alias_root(ir, ir->ops[i].in[k])] = i;
     const int handed[2] = {ir->loss_buf, ir->logits_buf};
     for (int h = 0; h < 2; h++)
         if (handed[h] >= 0)
-            last[alias_root(ir, handed[h])] = ir->nops;
+            last[tp_ir_alias_root(ir, handed[h])] = ir->nops;
     for (int p = 0; ir->grad_buf && p < ir->nparams; p++)
         if (ir->grad_buf[p] >= 0)
-            last[alias_root(ir, ir->grad_buf[p])] = ir->nops;
+            last[tp_ir_alias_root(ir, ir->grad_buf[p])] = ir->nops;
     return last;
 }
 
@@ -112,24 +104,6 @@ static bool fuse_bias_gelu(tp_ir *ir, const int *last_read, int at, tp_ir_op *bi
     return true;
 }
 
-/* Whether op reads buffer root b (by alias root). */
-static bool reads(const tp_ir *ir, const tp_ir_op *op, int b)
-{
-    for (int k = 0; k < op->nin; k++)
-        if (op->in[k] >= 0 && alias_root(ir, op->in[k]) == b)
-            return true;
-    return false;
-}
-
-/* Whether op writes buffer root b. */
-static bool writes(const tp_ir *ir, const tp_ir_op *op, int b)
-{
-    for (int o = 0; o < tp_ops[op->kind].nout; o++)
-        if (op->outs[o] >= 0 && alias_root(ir, op->outs[o]) == b)
-            return true;
-    return false;
-}
-
 /* rmsnorm_dx (at i) whose one reader is add(dx, r) or add(r, dx) (at j):
  * rmsnorm_dx adds r and writes the add's result. Between the two no op
  * may read dx or the sum, or write r or the sum: the sum is written
@@ -148,12 +122,13 @@ static bool fuse_norm_dx_add(tp_ir *ir, const int *last_read, int i)
     const int64_t elems = own_elems(ir, d);
     if (own_elems(ir, sum) != elems || tp_ir_buf_elems(&ir->bufs[r]) != elems)
         return false;
-    const int r_root = alias_root(ir, r);
-    if (alias_root(ir, sum) == d || alias_root(ir, sum) == r_root)
+    const int r_root = tp_ir_alias_root(ir, r);
+    if (tp_ir_alias_root(ir, sum) == d || tp_ir_alias_root(ir, sum) == r_root)
         return false;
     for (int k = i + 1; k < j; k++) {
         const tp_ir_op *op = &ir->ops[k];
-        if (!op->dead && (reads(ir, op, d) || reads(ir, op, sum) || writes(ir, op, r_root) || writes(ir, op, sum)))
+        if (!op->dead && (tp_ir_op_reads(ir, op, d) || tp_ir_op_reads(ir, op, sum) ||
+                          tp_ir_op_writes(ir, op, r_root) || tp_ir_op_writes(ir, op, sum)))
             return false;
     }
     dx->in[2] = r;

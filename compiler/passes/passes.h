@@ -52,6 +52,11 @@ int tp_pass_attention_stats(tp_ir *ir, char *err, size_t errlen);
  * add and the gelu of its result one bias_gelu, which writes the biased
  * value too where a later op reads it. */
 void tp_pass_fuse_pairs(tp_ir *ir);
+/* fuse_rope.c: -O1, on the lowered program after --segments. The rope ops
+ * of an attention's q and k go into the attention (rope_attention), and
+ * their inverses into its gradient (rope_attention_grad), where nothing
+ * else reads the rotated q and k or their gradients. */
+void tp_pass_fuse_rope(tp_ir *ir);
 /* dce.c: marks nodes whose results nobody reads dead (op.dead). */
 void tp_pass_dce(tp_graph *g);
 /* autodiff.c: --train. Appends the backward to the graph (the loss's

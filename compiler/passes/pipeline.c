@@ -33,6 +33,8 @@ int tp_passes_run(tp_graph *g, const tp_passes_opts *opts, tp_ir *out, tp_autodi
         tp_ir_free(out);
         return -1;
     }
+    if (opts->optimize)
+        tp_pass_fuse_rope(out);
     tp_ir_set_dtype(out, opts->dtype);
     tp_memplan(out);
     return 0;

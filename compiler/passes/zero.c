@@ -24,13 +24,6 @@
 #include "sched/dp_shard.h"
 #include "util/xalloc.h"
 
-static int root_of(const tp_ir *ir, int b)
-{
-    while (ir->bufs[b].alias_of >= 0)
-        b = ir->bufs[b].alias_of;
-    return b;
-}
-
 static int64_t param_elems(const tp_ir_param *p) { return p->local[0] * (p->rank > 1 ? p->local[1] : 1); }
 
 static int64_t runs_of(const tp_ir *ir, int p, int64_t dp) { return dp * tp_dp_shard_elems(param_elems(&ir->params[p]), dp); }
@@ -76,7 +69,7 @@ static int *last_touch(const tp_ir *ir)
     for (int b = 0; b < ir->nbufs; b++)
         param_of[b] = -1;
     for (int p = 0; p < ir->nparams; p++) {
-        param_of[root_of(ir, ir->grad_buf[p])] = p;
+        param_of[tp_ir_alias_root(ir, ir->grad_buf[p])] = p;
         last[p] = -1;
     }
     for (int i = 0; i < ir->nops; i++) {
@@ -84,11 +77,11 @@ static int *last_touch(const tp_ir *ir)
         if (op->dead)
             continue;
         for (int k = 0; k < op->nin; k++)
-            if (param_of[root_of(ir, op->in[k])] >= 0)
-                last[param_of[root_of(ir, op->in[k])]] = i;
+            if (param_of[tp_ir_alias_root(ir, op->in[k])] >= 0)
+                last[param_of[tp_ir_alias_root(ir, op->in[k])]] = i;
         for (int o = 0; o < tp_ops[op->kind].nout; o++)
-            if (op->outs[o] >= 0 && param_of[root_of(ir, op->outs[o])] >= 0)
-                last[param_of[root_of(ir, op->outs[o])]] = i;
+            if (op->outs[o] >= 0 && param_of[tp_ir_alias_root(ir, op->outs[o])] >= 0)
+                last[param_of[tp_ir_alias_root(ir, op->outs[o])]] = i;
     }
     free(param_of);
     return last;

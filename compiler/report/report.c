@@ -177,6 +177,12 @@ static int64_t cuda_scratch_bytes(const tp_ir *ir, bool bf16)
             continue;
         if (op->kind == TP_OP_ATTENTION_GRAD)
             floats = tp_cuda_attention_grad_scratch(bf16, op->m, op->n, op->heads, op->groups, op->k);
+        else if (op->kind == TP_OP_ROPE_ATTENTION)
+            floats = tp_cuda_rope_attention_scratch(bf16, op->m, op->n, op->heads, op->groups, op->k, false);
+        else if (op->kind == TP_OP_ROPE_ATTENTION_GRAD)
+            floats = tp_cuda_scratch_part(false, tp_cuda_attention_grad_scratch(bf16, op->m, op->n, op->heads,
+                                                                                op->groups, op->k)) +
+                     tp_cuda_rope_attention_scratch(bf16, op->m, op->n, op->heads, op->groups, op->k, true);
         else if (op->kind == TP_OP_RMSNORM_DW || op->kind == TP_OP_LAYERNORM_DW)
             floats = tp_cuda_norm_grad_scratch(op->kind == TP_OP_LAYERNORM_DW, op->m);
         if (floats * (int64_t)sizeof(float) > most)
@@ -268,13 +274,6 @@ static step_memory memory_of(const tp_ir *ir, size_t dsize, train_layout d)
     return m;
 }
 
-static int root_of(const tp_ir *ir, int b)
-{
-    while (ir->bufs[b].alias_of >= 0)
-        b = ir->bufs[b].alias_of;
-    return b;
-}
-
 /* The analytic minimum: the largest set of buffers that must be live at the
  * same time for this sequence of ops (written before an op, read at or
  * after it; model inputs and outputs for the whole step). An arena can be
@@ -294,18 +293,18 @@ static int64_t live_peak(const tp_ir *ir)
         for (int o = 0; o < tp_ops[op->kind].nout; o++) {
             if (op->outs[o] < 0)
                 continue;
-            int r = root_of(ir, op->outs[o]);
+            int r = tp_ir_alias_root(ir, op->outs[o]);
             if (i < first[r]) first[r] = i;
             if (i > last[r]) last[r] = i;
         }
         for (int k = 0; k < op->nin; k++) {
-            int r = root_of(ir, op->in[k]);
+            int r = tp_ir_alias_root(ir, op->in[k]);
             if (i > last[r]) last[r] = i;
         }
         const int from[2] = {op->weight_from - 1, op->bias_from - 1};   /* FSDP's gathered weights */
         for (int k = 0; k < 2; k++)
-            if (from[k] >= 0 && i > last[root_of(ir, from[k])])
-                last[root_of(ir, from[k])] = i;
+            if (from[k] >= 0 && i > last[tp_ir_alias_root(ir, from[k])])
+                last[tp_ir_alias_root(ir, from[k])] = i;
     }
     int64_t *delta = tp_xcalloc((size_t)ir->nops + 2, sizeof *delta);
     for (int b = 0; b < n; b++) {
@@ -344,7 +343,7 @@ static double paper_activation_bytes(const tp_ir *ir, const tp_plan *p)
     double b = (double)ir->layer_input_shape[0], s = (double)ir->layer_input_shape[1];
     double h = (double)ir->layer_input_shape[2], t = (double)ir->world, a = 0;
     for (int i = 0; i < ir->nops && !a; i++)
-        if (ir->ops[i].kind == TP_OP_ATTENTION)
+        if (ir->ops[i].kind == TP_OP_ATTENTION || ir->ops[i].kind == TP_OP_ROPE_ATTENTION)
             a = (double)ir->ops[i].heads_global;
     double sbh = s * b * h;
     if (t == 1)

@@ -67,6 +67,16 @@ typedef struct tp_ce_rule {
  * optimizer to read where it always does. */
 typedef enum tp_grad_accum { TP_ACCUM_FIRST, TP_ACCUM_ADD, TP_ACCUM_LAST } tp_grad_accum;
 
+/* The rotation rope_attention applies to q and k (sched/ops.def): the
+ * rope member's arguments. */
+typedef struct tp_rope_args {
+    int64_t rotary;            /* the leading dims of each head that rotate: even, at most d */
+    int64_t pos_offset;        /* token j's position is pos_offset + j */
+    const double *inv_freq;    /* rotary / 2 frequencies, host memory */
+    double scale;              /* cos and sin are multiplied by it */
+    const int32_t *pos;        /* [b, s] positions by document (device memory), or NULL */
+} tp_rope_args;
+
 typedef struct tp_backend {
     const char *name;
     tp_dtype dtype;    /* storage of float tensors: TP_F32 (zero) or TP_BF16 */
@@ -134,6 +144,8 @@ typedef struct tp_backend {
     void (*rope)(float *out, const float *x, int64_t b, int64_t s, int64_t h, int64_t d, int64_t rotary,
                  int64_t pos_offset, const double *inv_freq, double scale, const int32_t *pos);
     /* causal softmax(q k^T * scale) v; q, out [b, s, h, d]; k, v [b, s, g, d];
+     * with rope (NULL: none), of rope(q) and rope(k) as the rope member
+     * computes them (tp_rope_args), rotated as they are read;
      * query head i reads kv head i / (h / g); softcap > 0 caps each score
      * as softcap * tanh(score / softcap); with segments ([b, s], NULL for
      * none), query t sees key u <= t only where segments[u] == segments[t]
@@ -144,7 +156,8 @@ typedef struct tp_backend {
      * scores, mx + log(sum exp(score - mx)) over the keys it sees, +inf
      * for one that sees none, for the gradient */
     void (*attention)(float *out, float *lse, const float *q, const float *k, const float *v, int64_t b, int64_t s,
-                      int64_t h, int64_t g, int64_t d, double scale, double softcap, const int32_t *segments);
+                      int64_t h, int64_t g, int64_t d, double scale, double softcap, const int32_t *segments,
+                      const tp_rope_args *rope);
     /* out = cap * tanh(x / cap) */
     void (*softcap)(float *out, const float *x, int64_t n, float cap);
     /* silu(x) = x * sigmoid(x); gelu: the tanh approximation (GPT-2's gelu_new) or the exact
@@ -214,10 +227,13 @@ typedef struct tp_backend {
      * one pass, with P = exp(score - lse) and D = dy . o from the
      * forward's output o and log-sum-exp lse (the attention's own, on this
      * backend, for these q, k, v); an output that is NULL is not computed;
-     * segments as attention's */
+     * segments as attention's; with rope, q and k are before the rotation
+     * and so are dq and dk: the rotated ones' gradients rotated back, as
+     * rope's inverse computes them */
     void (*attention_grad)(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
                            const float *dy, const float *o, const float *lse, int64_t b, int64_t s, int64_t h,
-                           int64_t g, int64_t d, double scale, double softcap, const int32_t *segments);
+                           int64_t g, int64_t d, double scale, double softcap, const int32_t *segments,
+                           const tp_rope_args *rope);
     /* dx = dy * f'(x) */
     void (*unary_grad)(tp_unary op, float *dx, const float *x, const float *dy, int64_t n);
     void (*softcap_grad)(float *dx, const float *x, const float *dy, int64_t n, float cap);

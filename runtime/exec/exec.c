@@ -69,9 +69,9 @@ static double **rope_tables(const tr_schedule *s)
     double **tables = tp_xcalloc((size_t)s->nops + 1, sizeof *tables);
     for (int i = 0; i < s->nops; i++) {
         const tr_op *op = &s->ops[i];
-        if (op->kind != TP_OP_ROPE)
+        if (op->kind != TP_OP_ROPE && op->kind != TP_OP_ROPE_ATTENTION && op->kind != TP_OP_ROPE_ATTENTION_GRAD)
             continue;
-        const int64_t *shape = s->bufs[op->in[0]].shape;
+        const int64_t *shape = s->bufs[op->in[0]].shape;   /* q, k or x: [batch, seq, ...] */
         tables[i] = tp_xmalloc((size_t)(op->rotary_dim / 2 + 1) * sizeof **tables);
         tp_rope_inv_freq(&op->rope, op->theta, op->rotary_dim, op->pos_offset + shape[1], tables[i]);
         /* the backward rotates by minus each angle: cos stays, sin flips */
@@ -288,11 +288,29 @@ EXEC(rope)
     return 0;
 }
 
-EXEC(attention)
+/* attention, or rope_attention with its rotation (segments at in[3]) */
+static int attention(tr_exec *x, const tr_op *op, const tp_rope_args *rope)
 {
     x->be->attention(fouts(x, op, 0), fouts(x, op, 1), fin(x, op, 0), fin(x, op, 1), fin(x, op, 2), op->batch,
-                     op->seq, op->heads, op->kv_heads, op->head_dim, op->scale, op->softcap, opt_iin(x, op, 3));
+                     op->seq, op->heads, op->kv_heads, op->head_dim, op->scale, op->softcap, opt_iin(x, op, 3), rope);
     return 0;
+}
+
+/* The rotation of a rope_attention or its gradient, whose positions (with
+ * documents) are input positions_in. */
+static tp_rope_args rotation(const tr_exec *x, const tr_op *op, int positions_in)
+{
+    return (tp_rope_args){.rotary = op->rotary_dim, .pos_offset = op->pos_offset,
+                          .inv_freq = x->rope_inv_freq[op - x->s->ops], .scale = tp_rope_cos_sin_scale(&op->rope),
+                          .pos = opt_iin(x, op, positions_in)};
+}
+
+EXEC(attention) { return attention(x, op, NULL); }
+
+EXEC(rope_attention)
+{
+    const tp_rope_args rope = rotation(x, op, 4);
+    return attention(x, op, &rope);
 }
 
 static int unary(tr_exec *x, const tr_op *op, tp_unary f)
@@ -442,12 +460,20 @@ EXEC(layernorm_dw)
     return 0;
 }
 
-EXEC(attention_grad)
+static int attention_grad(tr_exec *x, const tr_op *op, const tp_rope_args *rope)
 {
     x->be->attention_grad(fouts(x, op, 0), fouts(x, op, 1), fouts(x, op, 2), fin(x, op, 0), fin(x, op, 1),
                           fin(x, op, 2), fin(x, op, 3), fin(x, op, 4), fin(x, op, 5), op->batch, op->seq, op->heads,
-                          op->kv_heads, op->head_dim, op->scale, op->softcap, opt_iin(x, op, 6));
+                          op->kv_heads, op->head_dim, op->scale, op->softcap, opt_iin(x, op, 6), rope);
     return 0;
+}
+
+EXEC(attention_grad) { return attention_grad(x, op, NULL); }
+
+EXEC(rope_attention_grad)
+{
+    const tp_rope_args rope = rotation(x, op, 7);
+    return attention_grad(x, op, &rope);
 }
 
 static int unary_grad(tr_exec *x, const tr_op *op, tp_unary f)

@@ -442,7 +442,7 @@ TEST(BackendCpu, AttentionIsCausalGqaSoftmax)
         Vec v = random_vec(c.b * c.s * c.g * c.d, 72 + (unsigned)c.s);
         Vec out(q.size(), std::nanf("")), lse((size_t)(c.b * c.h * c.s), std::nanf(""));
         be()->attention(out.data(), lse.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap,
-                        nullptr);
+                        nullptr, nullptr);
         const std::string what = "attention s=" + std::to_string(c.s) + " h=" + std::to_string(c.h) + " g=" +
                                  std::to_string(c.g);
         DVec want_lse;
@@ -470,7 +470,7 @@ TEST(BackendCpu, AttentionStaysWithinDocuments)
     for (auto [scale, softcap] : {std::pair<double, double>{1.0 / std::sqrt((double)d), 0.0}, {0.5, 2.0}}) {
         Vec out(q.size(), std::nanf("")), lse((size_t)(b * h * s), std::nanf(""));
         be()->attention(out.data(), lse.data(), q.data(), k.data(), v.data(), b, s, h, g, d, scale, softcap,
-                        seg.data());
+                        seg.data(), nullptr);
         DVec want_lse;
         DVec want = ref_attention(q, k, v, b, s, h, g, d, scale, softcap, seg.data(), &want_lse);
         expect_close(out, want, 1e-6, 0, "attention within documents");

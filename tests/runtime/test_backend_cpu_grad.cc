@@ -345,10 +345,10 @@ std::vector<Vec> attention_grads(const AttnCase &c, const Vec &q, const Vec &k, 
     std::vector<Vec> out = {Vec(q.size(), NAN), Vec(k.size(), NAN), Vec(k.size(), NAN)};
     Vec o(q.size()), lse((size_t)(c.b * c.h * c.s));   // the forward's, which the gradient reads
     be()->attention(o.data(), lse.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap,
-                    c.segments);
+                    c.segments, nullptr);
     be()->attention_grad(want[kQ] ? out[kQ].data() : nullptr, want[kK] ? out[kK].data() : nullptr,
                          want[kV] ? out[kV].data() : nullptr, q.data(), k.data(), v.data(), dy.data(), o.data(),
-                         lse.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap, c.segments);
+                         lse.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap, c.segments, nullptr);
     return out;
 }
 
@@ -361,7 +361,7 @@ void expect_attention_gradient(const AttnCase &c, AttnInput which)
     auto run = [&](const Vec &qq, const Vec &kk, const Vec &vv) {
         Vec out(nq);
         be()->attention(out.data(), nullptr, qq.data(), kk.data(), vv.data(), c.b, c.s, c.h, c.g, c.d, c.scale,
-                        c.softcap, c.segments);
+                        c.softcap, c.segments, nullptr);
         return out;
     };
     Map forward = [&](const Vec &x) {

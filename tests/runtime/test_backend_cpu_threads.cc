@@ -78,7 +78,7 @@ TEST(CpuThreads, ForwardKernels)
     for (double softcap : {0.0, 5.0})
         expect_thread_independent("attention softcap " + std::to_string(softcap), q.size() + B * H * S, [&](auto &o) {
             be()->attention(o.data(), o.data() + q.size(), q.data(), k.data(), v.data(), B, S, H, G, D, 0.17, softcap,
-                            nullptr);
+                            nullptr, nullptr);
         });
     const int64_t n = 3 * 4096 + 5;
     const auto e = random_vec(n, 8, -6.0f, 6.0f), f = random_vec(n, 9);
@@ -153,10 +153,10 @@ TEST(CpuThreads, BackwardKernels)
     const size_t nq = q.size(), nkv = k.size();
     std::vector<float> fwd(nq), lse((size_t)(B * H * S));
     for (double softcap : {0.0, 5.0}) {
-        be()->attention(fwd.data(), lse.data(), q.data(), k.data(), v.data(), B, S, H, G, D, 0.17, softcap, nullptr);
+        be()->attention(fwd.data(), lse.data(), q.data(), k.data(), v.data(), B, S, H, G, D, 0.17, softcap, nullptr, nullptr);
         expect_thread_independent("attention_grad softcap " + std::to_string(softcap), nq + 2 * nkv, [&](auto &o) {
             be()->attention_grad(o.data(), o.data() + nq, o.data() + nq + nkv, q.data(), k.data(), v.data(),
-                                 dout.data(), fwd.data(), lse.data(), B, S, H, G, D, 0.17, softcap, nullptr);
+                                 dout.data(), fwd.data(), lse.data(), B, S, H, G, D, 0.17, softcap, nullptr, nullptr);
         });
     }
     // repeated ids: rows that several tokens add into

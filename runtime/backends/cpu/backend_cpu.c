@@ -447,15 +447,62 @@ static void attention_part(void *ctx, int64_t t0, int64_t t1)
     free(denom);
 }
 
+/* ---- attention with RoPE (rope_attention): the rope op's rotation of q
+ * and k into buffers of its own, then attention of them, and for the
+ * gradient the rotated ones' gradients rotated back by rope's inverse: the
+ * very computation of the three ops, so -O1's fusion changes no bit. */
+
+/* x [b, s, heads, d] rotated by rope into a new buffer the caller frees */
+static float *rotated(const float *x, int64_t b, int64_t s, int64_t heads, int64_t d, const tp_rope_args *rope)
+{
+    float *out = tp_xmalloc((size_t)(b * s * heads * d) * sizeof *out + 1);
+    cpu_rope(out, x, b, s, heads, d, rope->rotary, rope->pos_offset, rope->inv_freq, rope->scale, rope->pos);
+    return out;
+}
+
 static void cpu_attention(float *out, float *lse, const float *q, const float *k, const float *v, int64_t b, int64_t s,
-                          int64_t h, int64_t g, int64_t d, double scale, double softcap, const int32_t *segments)
+                          int64_t h, int64_t g, int64_t d, double scale, double softcap, const int32_t *segments,
+                          const tp_rope_args *rope)
 {
     /* the contract of every backend's attention: out apart from the inputs */
     assert(out != q && out != k && out != v);
     assert(g > 0 && h % g == 0 && d > 0);
+    float *qr = rope ? rotated(q, b, s, h, d, rope) : NULL, *kr = rope ? rotated(k, b, s, g, d, rope) : NULL;
     const int64_t nqblocks = (s + ATTN_QBLOCK - 1) / ATTN_QBLOCK;
-    attention_args a = {out, lse, q, k, v, s, h, g, d, nqblocks, scale, softcap, segments};
+    attention_args a = {out, lse, rope ? qr : q, rope ? kr : k, v, s, h, g, d, nqblocks, scale, softcap, segments};
     tp_cpu_parallel(b * g * nqblocks, 1, attention_part, &a);
+    free(qr);
+    free(kr);
+}
+
+static void cpu_attention_grad(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
+                               const float *dy, const float *o, const float *lse, int64_t b, int64_t s, int64_t h,
+                               int64_t g, int64_t d, double scale, double softcap, const int32_t *segments,
+                               const tp_rope_args *rope)
+{
+    if (!rope) {
+        tp_cpu_attention_grad(dq, dk, dv, q, k, v, dy, o, lse, b, s, h, g, d, scale, softcap, segments);
+        return;
+    }
+    float *qr = rotated(q, b, s, h, d, rope), *kr = rotated(k, b, s, g, d, rope);
+    float *dqr = dq ? tp_xmalloc((size_t)(b * s * h * d) * sizeof *dqr) : NULL;
+    float *dkr = dk ? tp_xmalloc((size_t)(b * s * g * d) * sizeof *dkr) : NULL;
+    tp_cpu_attention_grad(dqr, dkr, dv, qr, kr, v, dy, o, lse, b, s, h, g, d, scale, softcap, segments);
+    const int64_t half = rope->rotary / 2;
+    /* rope's inverse: minus each angle, as the executor negates an inverse
+     * rope op's frequencies */
+    double *back = tp_xmalloc((size_t)half * sizeof *back + 1);
+    for (int64_t i = 0; i < half; i++)
+        back[i] = -rope->inv_freq[i];
+    if (dq)
+        cpu_rope(dq, dqr, b, s, h, d, rope->rotary, rope->pos_offset, back, rope->scale, rope->pos);
+    if (dk)
+        cpu_rope(dk, dkr, b, s, g, d, rope->rotary, rope->pos_offset, back, rope->scale, rope->pos);
+    free(back);
+    free(qr);
+    free(kr);
+    free(dqr);
+    free(dkr);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -862,7 +909,7 @@ static const tp_backend cpu_backend = {
     .rmsnorm_dw = tp_cpu_rmsnorm_dw,
     .layernorm_dx = tp_cpu_layernorm_dx,
     .layernorm_dw = tp_cpu_layernorm_dw,
-    .attention_grad = tp_cpu_attention_grad,
+    .attention_grad = cpu_attention_grad,
     .unary_grad = tp_cpu_unary_grad,
     .silu_mul_grad = tp_cpu_silu_mul_grad,
     .softcap_grad = tp_cpu_softcap_grad,

@@ -390,15 +390,6 @@ static void cuda_rope(float *out, const float *x, int64_t b, int64_t s, int64_t 
     done();
 }
 
-static void cuda_attention(float *out, float *lse, const float *q, const float *k, const float *v, int64_t b,
-                           int64_t s, int64_t h, int64_t gk, int64_t d, double scale, double softcap,
-                           const int32_t *segments)
-{
-    tp_k_attention(compute_stream(), gpu->kdt, out, lse, q, k, v, b, s, h, gk, d, (float)scale, (float)softcap,
-                   segments);
-    done();
-}
-
 /* tp_k_unary's and tp_k_unary_grad's op numbers (kernels.h) */
 static int kernel_unary(tp_unary op)
 {
@@ -585,16 +576,70 @@ static void cuda_layernorm_dw(float *dw, const float *x, const float *dy, int64_
     done();
 }
 
+/* rope_attention's rotation on this backend: q and k rotated by the rope
+ * kernel into scratch (at `at`, tp_cuda_rope_attention_scratch's first
+ * half), which attention then reads: the very computation of the three
+ * ops, so -O1's fusion changes no bit. *q and *k are pointed at them. */
+static void rotate_q_k(float *at, const float **q, const float **k, int64_t b, int64_t s, int64_t h, int64_t g,
+                       int64_t d, const tp_rope_args *rope)
+{
+    float *qr = at, *kr = at + tp_cuda_scratch_part(gpu->kdt == TP_KERNEL_BF16, b * s * h * d);
+    tp_k_rope(compute_stream(), gpu->kdt, qr, *q, b, s, h, d, rope->rotary, rope->pos_offset, rope->inv_freq,
+              rope->scale, rope->pos);
+    tp_k_rope(compute_stream(), gpu->kdt, kr, *k, b, s, g, d, rope->rotary, rope->pos_offset, rope->inv_freq,
+              rope->scale, rope->pos);
+    *q = qr;
+    *k = kr;
+}
+
+static void cuda_attention(float *out, float *lse, const float *q, const float *k, const float *v, int64_t b,
+                           int64_t s, int64_t h, int64_t gk, int64_t d, double scale, double softcap,
+                           const int32_t *segments, const tp_rope_args *rope)
+{
+    if (rope)
+        rotate_q_k(scratch_floats(tp_cuda_rope_attention_scratch(gpu->kdt == TP_KERNEL_BF16, b, s, h, gk, d, false)),
+                   &q, &k, b, s, h, gk, d, rope);
+    tp_k_attention(compute_stream(), gpu->kdt, out, lse, q, k, v, b, s, h, gk, d, (float)scale, (float)softcap,
+                   segments);
+    done();
+}
+
+/* With rope, the scratch holds attention's gradient's, then q and k
+ * rotated (rotate_q_k), then the gradients of the rotated ones, which
+ * rope's inverse (minus each angle: cos stays, sin flips) turns into dq
+ * and dk. */
 static void cuda_attention_grad(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
                                 const float *dy, const float *o, const float *lse, int64_t b, int64_t s, int64_t h,
-                                int64_t g, int64_t d, double scale, double softcap, const int32_t *segments)
+                                int64_t g, int64_t d, double scale, double softcap, const int32_t *segments,
+                                const tp_rope_args *rope)
 {
     TP_GPU_ASSERT(b >= 0 && s >= 0 && h >= 0);
     if (!dq && !dk && !dv)
         return;
-    float *scratch = scratch_floats(tp_cuda_attention_grad_scratch(gpu->kdt == TP_KERNEL_BF16, b, s, h, g, d));
+    const bool bf16 = gpu->kdt == TP_KERNEL_BF16;
+    const int64_t grad_floats = tp_cuda_scratch_part(false, tp_cuda_attention_grad_scratch(bf16, b, s, h, g, d));
+    float *scratch = scratch_floats(grad_floats + (rope ? tp_cuda_rope_attention_scratch(bf16, b, s, h, g, d, true) : 0));
+    float *dq_out = dq, *dk_out = dk;
+    if (rope) {
+        rotate_q_k(scratch + grad_floats, &q, &k, b, s, h, g, d, rope);
+        float *rotated_grads = scratch + grad_floats + tp_cuda_rope_attention_scratch(bf16, b, s, h, g, d, false);
+        dq = dq ? rotated_grads : NULL;
+        dk = dk ? rotated_grads + tp_cuda_scratch_part(bf16, b * s * h * d) : NULL;
+    }
     tp_k_attention_grad(compute_stream(), gpu->kdt, dq, dk, dv, q, k, v, dy, o, lse, scratch, b, s, h, g, d,
                         (float)scale, (float)softcap, segments);
+    if (rope) {
+        double back[ROPE_MAX_PAIRS];
+        TP_GPU_ASSERT(rope->rotary / 2 <= ROPE_MAX_PAIRS);
+        for (int64_t i = 0; i < rope->rotary / 2; i++)
+            back[i] = -rope->inv_freq[i];
+        if (dq)
+            tp_k_rope(compute_stream(), gpu->kdt, dq_out, dq, b, s, h, d, rope->rotary, rope->pos_offset, back,
+                      rope->scale, rope->pos);
+        if (dk)
+            tp_k_rope(compute_stream(), gpu->kdt, dk_out, dk, b, s, g, d, rope->rotary, rope->pos_offset, back,
+                      rope->scale, rope->pos);
+    }
     done();
 }
 

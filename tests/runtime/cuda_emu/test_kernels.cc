@@ -893,7 +893,7 @@ TEST_P(Kernels, Attention)
         Vec v = as_stored(random_vec((size_t)(c.b * c.s * c.g * c.d), 11), t());
         Vec want(q.size()), want_lse((size_t)(c.b * c.h * c.s));
         cpu()->attention(want.data(), want_lse.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale,
-                         softcap, nullptr);
+                         softcap, nullptr, nullptr);
         Dev dq(t(), q), dk(t(), k), dv(t(), v), dout(t(), q.size());
         DevOf<float> dlse(want_lse.size());
         tp_k_attention(nullptr, t(), dout.ptr(), dlse.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d,
@@ -923,7 +923,7 @@ TEST_P(Kernels, AttentionWithinDocuments)
         IVec seg = attn_documents(c.b, c.s);
         Vec want(q.size()), want_lse((size_t)(c.b * c.h * c.s));
         cpu()->attention(want.data(), want_lse.data(), q.data(), k.data(), v.data(), c.b, c.s, c.h, c.g, c.d, scale,
-                         softcap, seg.data());
+                         softcap, seg.data(), nullptr);
         Dev dq(t(), q), dk(t(), k), dv(t(), v), dout(t(), q.size());
         DevOf<int32_t> dseg(seg);
         DevOf<float> dlse(want_lse.size());

@@ -177,7 +177,7 @@ AttnData attn_data(const AttnCase &c)
     x.want.resize(x.q.size());
     x.want_lse.resize((size_t)(c.b * c.h * c.s));
     cpu()->attention(x.want.data(), x.want_lse.data(), x.q.data(), x.k.data(), x.v.data(), c.b, c.s, c.h, c.g, c.d,
-                     c.scale, c.softcap, nullptr);
+                     c.scale, c.softcap, nullptr, nullptr);
     return x;
 }
 
@@ -213,7 +213,7 @@ TEST(FlashAttention, DocumentsMatchTheCpuBackend)
         const IVec seg = attn_block_documents(c.b, c.s);
         Vec want(x.q.size()), want_lse((size_t)(c.b * c.h * c.s));
         cpu()->attention(want.data(), want_lse.data(), x.q.data(), x.k.data(), x.v.data(), c.b, c.s, c.h, c.g, c.d,
-                         c.scale, c.softcap, seg.data());
+                         c.scale, c.softcap, seg.data(), nullptr);
         Dev dq(TP_KERNEL_BF16, x.q), dk(TP_KERNEL_BF16, x.k), dv(TP_KERNEL_BF16, x.v), dout(TP_KERNEL_BF16, x.q.size());
         DevOf<int32_t> dseg(seg);
         DevOf<float> dlse(want_lse.size());

@@ -213,10 +213,10 @@ TEST(FlashAttentionGrad, TheDoubleReferenceIsTheCpuBackends)
         std::vector<Vec> cpu_grad = {Vec(x.q.size()), Vec(x.k.size()), Vec(x.k.size())};
         Vec o(x.q.size()), lse((size_t)(c.b * c.h * c.s));
         cpu()->attention(o.data(), lse.data(), x.q.data(), x.k.data(), x.v.data(), c.b, c.s, c.h, c.g, c.d, c.scale,
-                         c.softcap, nullptr);
+                         c.softcap, nullptr, nullptr);
         cpu()->attention_grad(cpu_grad[0].data(), cpu_grad[1].data(), cpu_grad[2].data(), x.q.data(), x.k.data(),
                               x.v.data(), x.dy.data(), o.data(), lse.data(), c.b, c.s, c.h, c.g, c.d, (float)c.scale,
-                              (float)c.softcap, nullptr);
+                              (float)c.softcap, nullptr, nullptr);
         for (int i = 0; i < 3; i++)
             compare(cpu_grad[(size_t)i], Vec(x.want[i].begin(), x.want[i].end()), {1e-5, 1e-5},
                     "cpu backend " + c.name() + " " + kNames[i]);
@@ -325,7 +325,7 @@ TEST(FlashAttentionGrad, MisalignedOperandsTakeTheFp32Kernels)
     // tensor-core one's output and log-sum-exp)
     std::vector<Vec> want = {Vec(x.q.size()), Vec(x.k.size()), Vec(x.k.size())};
     cpu()->attention_grad(want[0].data(), want[1].data(), want[2].data(), x.q.data(), x.k.data(), x.v.data(),
-                          x.dy.data(), f.o.data(), f.lse.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap, nullptr);
+                          x.dy.data(), f.o.data(), f.lse.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap, nullptr, nullptr);
     Dev *got[3] = {&gq, &gk, &gv};
     for (int i = 0; i < 3; i++)
         compare(got[i]->download(), want[(size_t)i], stored({1e-5, 1e-5}, TP_KERNEL_BF16),

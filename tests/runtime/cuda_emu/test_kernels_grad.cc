@@ -164,7 +164,7 @@ TEST_P(GradKernels, Attention)
             std::vector<Vec> want = {Vec(q.size()), Vec(k.size()), Vec(k.size())};
             ref().attention_grad(want[0].data(), want[1].data(), want[2].data(), q.data(), k.data(), v.data(),
                                  dy.data(), f.o.data(), f.lse.data(), c.b, c.s, c.h, c.g, c.d, scale, softcap,
-                                 nullptr);
+                                 nullptr, nullptr);
             // all three in one launch (dk and dv from one key-major kernel), then
             // each alone (the kernels that compute dk or dv only)
             for (int only = -1; only < 3; only++) {
@@ -207,7 +207,7 @@ TEST_P(GradKernels, AttentionWithinDocuments)
         std::vector<Vec> want = {Vec(q.size()), Vec(k.size()), Vec(k.size())};
         ref().attention_grad(want[0].data(), want[1].data(), want[2].data(), q.data(), k.data(), v.data(),
                              dy.data(), f.o.data(), f.lse.data(), c.b, c.s, c.h, c.g, c.d, c.scale, c.softcap,
-                             seg.data());
+                             seg.data(), nullptr);
         tp_k_attention_grad(nullptr, t(), gq.ptr(), gk.ptr(), gv.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(),
                             f.dev_o->ptr(), f.dev_lse->ptr(), scratch.ptr(), c.b, c.s, c.h, c.g, c.d,
                             (float)c.scale, (float)c.softcap, dseg.ptr());

@@ -300,14 +300,14 @@ TEST_P(BackendTraining, AttentionGrad)
         // the forward the gradient reads: the backend's, which the
         // reference's backward reads too
         float *dev_o = device_zeros(q.size()), *dev_lse = device_raw(Vec((size_t)(b * h * s), 0.0f));
-        be()->attention(dev_o, dev_lse, dq, dk, dv, b, s, h, g, d, 0.3, 2.0, nullptr);
+        be()->attention(dev_o, dev_lse, dq, dk, dv, b, s, h, g, d, 0.3, 2.0, nullptr, nullptr);
         Vec o = host(dev_o, q.size()), lse((size_t)(b * h * s));
         be()->to_host(lse.data(), dev_lse, lse.size() * sizeof(float));
         std::vector<Vec> want = {Vec(q.size()), Vec(k.size()), Vec(k.size())};
         reference().attention_grad(want[0].data(), want[1].data(), want[2].data(), q.data(), k.data(), v.data(),
-                                   dy.data(), o.data(), lse.data(), b, s, h, g, d, 0.3, 2.0, nullptr);
+                                   dy.data(), o.data(), lse.data(), b, s, h, g, d, 0.3, 2.0, nullptr, nullptr);
         float *out[3] = {device_zeros(q.size()), device_zeros(k.size()), device_zeros(k.size())};
-        be()->attention_grad(out[0], out[1], out[2], dq, dk, dv, ddy, dev_o, dev_lse, b, s, h, g, d, 0.3, 2.0, nullptr);
+        be()->attention_grad(out[0], out[1], out[2], dq, dk, dv, ddy, dev_o, dev_lse, b, s, h, g, d, 0.3, 2.0, nullptr, nullptr);
         for (int which = 0; which < 3; which++)
             expect_close(host(out[which], want[which].size()), want[which], 1e-5, 1e-5,
                          "attention_grad " + std::to_string(which) + " s " + std::to_string(s));
