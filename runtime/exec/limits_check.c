@@ -11,7 +11,7 @@ typedef struct bound {
     const char *smaller;
 } bound;
 
-#define MAX_BOUNDS 5   /* rope_attention's */
+#define MAX_BOUNDS 6   /* rope_attention's */
 
 /* what makes each kind of size smaller */
 #define SMALLER_HEAD_DIM "a model with a smaller head dimension"
@@ -33,8 +33,11 @@ static int bounds_of(const tr_schedule *s, const tr_op *op, const tp_backend_lim
         b[n++] = (bound){"heads", op->heads, l->attn_heads, SMALLER_HEADS};
         b[n++] = (bound){"batch", op->batch, l->attn_batch, SMALLER_BATCH};
         b[n++] = (bound){"seq", op->seq, l->attn_seq, SMALLER_TOKENS};
-        if (op->kind == TP_OP_ROPE_ATTENTION || op->kind == TP_OP_ROPE_ATTENTION_GRAD)
+        if (op->kind == TP_OP_ROPE_ATTENTION || op->kind == TP_OP_ROPE_ATTENTION_GRAD) {
+            /* the rotation: rope's bounds */
             b[n++] = (bound){"rotary_dim", op->rotary_dim, l->rotary_dim, SMALLER_HEAD_DIM};
+            b[n++] = (bound){"tokens (batch x seq)", op->batch * op->seq, l->rows, SMALLER_TOKENS};
+        }
         break;
     case TP_OP_ROPE:
         b[n++] = (bound){"rotary_dim", op->rotary_dim, l->rotary_dim, SMALLER_HEAD_DIM};

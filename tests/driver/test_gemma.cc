@@ -139,8 +139,8 @@ TEST(Gemma2Hf, PublishedConfigComputesCappingAndAShortWindowIsUnsupported)
     Proc r = tpcc({plan, "--hf-config", cfg, "-D", "layers=1", "-D", "seq=4096", "-o", out});
     ASSERT_EQ(r.code(), 0) << r.describe();
     std::string sched = slurp(out);
-    EXPECT_TRUE(contains(first_op(sched, "attention"), "\"scale\": 0.0625, \"softcap\": 50.0"))
-        << "query_pre_attn_scalar 256: " << first_op(sched, "attention");
+    EXPECT_TRUE(contains(first_op(sched, "rope_attention"), "\"scale\": 0.0625, \"softcap\": 50.0"))
+        << "query_pre_attn_scalar 256: " << first_op(sched, "rope_attention");
     EXPECT_TRUE(contains(first_op(sched, "softcap"), "\"cap\": 30.0")) << first_op(sched, "softcap");
     Proc longer = tpcc({"--check", plan, "--hf-config", cfg, "-D", "seq=4098"});
     EXPECT_EQ(longer.code(), 0) << longer.describe();

@@ -101,7 +101,7 @@ TEST(RopeSpellings, DynamicIgnoresOriginalMaxPositionEmbeddings)
     for (int i = 0; i < 2; i++) {
         std::istringstream lines(slurp(scheds[i]));
         for (std::string line; std::getline(lines, line);)
-            if (contains(line, "\"op\": \"rope\""))
+            if (contains(line, "\"op\": \"rope"))   // rope, or rope_attention (-O1)
                 rope_ops[i] += line + "\n";
     }
     EXPECT_TRUE(contains(rope_ops[0], "\"original_max_positions\": 8,")) << rope_ops[0];

@@ -384,11 +384,11 @@ TEST(Schedule, OpAttributesFromTheHfConfig)
     TempDir dir;
     Schedule s(dir, "plans/llama-sp.plan",
                with(kLayers2, {"--hf-config", source_path("tests/fixtures/llama3-attrs.config.json")}));
-    std::vector<double> eps = attribute(s, "rmsnorm", "eps"), theta = attribute(s, "rope", "theta");
+    std::vector<double> eps = attribute(s, "rmsnorm", "eps"), theta = attribute(s, "rope_attention", "theta");
     for (double e : attribute(s, "add_rmsnorm", "eps"))   // -O1 fuses every norm but the first with its add
         eps.push_back(e);
     EXPECT_EQ(eps, std::vector<double>(2 * (2 * 2 + 1), 1e-5)) << "2 ranks x (2 layers x 2 norms + the final norm)";
-    EXPECT_EQ(theta, std::vector<double>(2 * 2 * 2, 500000.0)) << "2 ranks x 2 layers x q and k";
+    EXPECT_EQ(theta, std::vector<double>(2 * 2, 500000.0)) << "2 ranks x 2 layers: -O1 rotates q and k in attention";
     std::string text = slurp(s.path);
     EXPECT_TRUE(contains(text, "\"eps\": 1e-05")) << "written as the shortest exact real";
     EXPECT_TRUE(contains(text, "\"theta\": 500000.0"));
@@ -406,9 +406,9 @@ TEST(Schedule, OpAttributesDefaultToHuggingFaces)
     Schedule llama(dir, "plans/llama-sp.plan", kLayers2);
     for (double e : attribute(llama, "rmsnorm", "eps"))
         EXPECT_EQ(e, 1e-6);
-    for (double t : attribute(llama, "rope", "theta"))
+    for (double t : attribute(llama, "rope_attention", "theta"))
         EXPECT_EQ(t, 10000.0);
-    EXPECT_FALSE(attribute(llama, "rope", "theta").empty());
+    EXPECT_FALSE(attribute(llama, "rope_attention", "theta").empty());
     Schedule gpt2(dir, "plans/gpt2-sp-tied.plan", kLayers2);
     std::vector<double> eps = attribute(gpt2, "layernorm", "eps");
     EXPECT_EQ(eps, std::vector<double>(2 * (2 * 2 + 1), 1e-5));
@@ -420,7 +420,7 @@ TEST(Schedule, OpAttributesFromDefines)
     Schedule llama(dir, "plans/llama-sp.plan", with(kLayers2, {"-D", "rms_norm_eps=1e-5", "-D", "rope_theta=1e6"}));
     for (double e : attribute(llama, "rmsnorm", "eps"))
         EXPECT_EQ(e, 1e-5);
-    for (double t : attribute(llama, "rope", "theta"))
+    for (double t : attribute(llama, "rope_attention", "theta"))
         EXPECT_EQ(t, 1e6);
     Schedule gpt2(dir, "plans/gpt2-sp-tied.plan", with(kLayers2, {"-D", "layer_norm_epsilon=1e-3"}));
     for (double e : attribute(gpt2, "layernorm", "eps"))

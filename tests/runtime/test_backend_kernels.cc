@@ -85,7 +85,8 @@ protected:
 };
 
 // A backend without attention's gradient runs the forward schedule and
-// refuses the training one at its first attention_grad op.
+// refuses the training one at its first attention gradient (-O1 rotates q
+// and k in it: rope_attention_grad, which needs attention_grad).
 TEST_F(MissingKernel, ATrainingKernelRefusesTheTrainingScheduleOnly)
 {
     tp_backend be = *tp_backend_cpu();
@@ -93,23 +94,23 @@ TEST_F(MissingKernel, ATrainingKernelRefusesTheTrainingScheduleOnly)
     be.attention_grad = nullptr;
     EXPECT_EQ(start(false, be), "");
     const std::string msg = start(true, be);
-    EXPECT_TRUE(contains(msg, first_op(true, TP_OP_ATTENTION_GRAD))) << msg;
+    EXPECT_TRUE(contains(msg, first_op(true, TP_OP_ROPE_ATTENTION_GRAD))) << msg;
     EXPECT_TRUE(contains(msg, "the test backend has no attention_grad kernel")) << msg;
 }
 
-// A forward kernel is no more taken for granted: without rope both
-// schedules are refused at the first rope op. A kernel that several kinds
+// A forward kernel is no more taken for granted: without rmsnorm both
+// schedules are refused at the first rmsnorm op. A kernel that several kinds
 // share is named as the backend's table names it (silu_grad runs
 // unary_grad).
 TEST_F(MissingKernel, AForwardOrASharedKernelIsNamed)
 {
     tp_backend be = *tp_backend_cpu();
     be.name = "test";
-    be.rope = nullptr;
+    be.rmsnorm = nullptr;
     for (bool train : {false, true}) {
         const std::string msg = start(train, be);
-        EXPECT_TRUE(contains(msg, first_op(train, TP_OP_ROPE))) << msg;
-        EXPECT_TRUE(contains(msg, "the test backend has no rope kernel")) << msg;
+        EXPECT_TRUE(contains(msg, first_op(train, TP_OP_RMSNORM))) << msg;
+        EXPECT_TRUE(contains(msg, "the test backend has no rmsnorm kernel")) << msg;
     }
     be = *tp_backend_cpu();
     be.name = "test";

@@ -674,7 +674,7 @@ TEST(RepeatSteps, SameLogitsAndATimePerStep)
             EXPECT_GT(t[0], 0.0) << "rank " << r;
             EXPECT_EQ(json_number_value(json_object_get(rank, "forward_seconds")), t[1])
                 << "rank " << r << ": the median";
-            EXPECT_TRUE(json_object_get(json_object_get(rank, "ops"), "attention")) << "rank " << r;
+            EXPECT_TRUE(json_object_get(json_object_get(rank, "ops"), "rope_attention")) << "rank " << r;
         }
         json_decref(j);
     }

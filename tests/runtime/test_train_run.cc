@@ -191,6 +191,44 @@ TEST(TrainRun, MatchesPyTorchsRecipeFromThePlan)
     json_decref(got);
 }
 
+// -O1 moves the rope ops of each attention's q and k into it and their
+// inverses into its gradient (rope_attention, rope_attention_grad): a step
+// computes the same bits as the separate ops at -O0, plain and with
+// documents (--segments: positions restarting at each document, read by
+// the rotation in the attention), with GQA (2 kv heads for 4).
+TEST(TrainRun, RopeInAttentionIsTheRopeOpsBitForBit)
+{
+    TempDir d;
+    const std::string dir = kFixtures + "llama/";
+    for (bool documents : {false, true}) {
+        std::vector<std::vector<float>> grads[2];
+        double losses[2] = {0, 0};
+        for (int o1 = 0; o1 < 2; o1++) {
+            std::vector<std::string> extra = {"-D", "vocab_multiple=1", o1 ? "-O1" : "-O0"};
+            if (documents)
+                extra.push_back("--segments");
+            const std::string sched = compile_plan(d, dir, "plans/llama-sp.plan", 1, extra);
+            const std::string text = tpcc_test::slurp(sched);
+            EXPECT_EQ(contains(text, "\"op\": \"rope\""), !o1) << "documents " << documents;
+            EXPECT_EQ(contains(text, "\"op\": \"rope_attention_grad\""), o1 == 1) << "documents " << documents;
+            const std::string g = d.path + "/g" + std::to_string(o1) + ".safetensors", log = d.path + "/log.json";
+            std::vector<std::string> args = {"--weights", dir, "--data", dir + "tokens.npy", "--steps", "1",
+                                             "--grads-out", g, "--log-json", log, "-q"};
+            if (documents)
+                args.insert(args.end(), {"--pad-id", "0", "--eos-id", "2"});
+            Proc r = train(sched, 1, args);
+            ASSERT_EQ(r.code(), 0) << r.describe();
+            grads[o1] = read_weights_of(g, sched);
+            json_t *got = json_load_file(log.c_str(), 0, nullptr);
+            ASSERT_TRUE(got);
+            losses[o1] = num(json_array_get(json_object_get(got, "steps"), 0), "loss");
+            json_decref(got);
+        }
+        EXPECT_EQ(worst_absolute(grads[1], grads[0]), 0.0) << "documents " << documents;
+        EXPECT_EQ(losses[1], losses[0]) << "documents " << documents;
+    }
+}
+
 // no_decay and the data keys of train { } reach tprun through the schedule
 // too: the names as a list, eos_id as the segments' documents (the plan's
 // eos_id gives the schedule its segments input, as tpcc --segments would),

@@ -32,6 +32,9 @@ std::string name_of(int kind) { return tp_op_names[kind]; }
 
 const tp_op_def &def_of(int kind) { return tp_ops[kind]; }
 
+// Whether the kind rotates a head of two (RoPE's pair) as it attends.
+bool rotating_attention(int kind) { return kind == TP_OP_ROPE_ATTENTION || kind == TP_OP_ROPE_ATTENTION_GRAD; }
+
 // An attribute's value in a schedule whose sizes are all 1: the only
 // chunk of one (slice), sums, no mask.
 json_t *valid_value(const tp_op_attr &a, int kind = -1)
@@ -44,7 +47,9 @@ json_t *valid_value(const tp_op_attr &a, int kind = -1)
     case TP_ATTR_SIZE:
     case TP_ATTR_COUNT:
         /* a narrow keeps the one element from 0; RoPE rotates the pair */
-        return json_integer(!strcmp(a.key, "start") || !strcmp(a.key, "vocab_start") ? 0 : !strcmp(a.key, "rotary_dim") ? 2 : 1);
+        if (!strcmp(a.key, "rotary_dim") || (!strcmp(a.key, "head_dim") && rotating_attention(kind)))
+            return json_integer(2);
+        return json_integer(!strcmp(a.key, "start") || !strcmp(a.key, "vocab_start") ? 0 : 1);
     case TP_ATTR_DIM: return json_integer(0);
     case TP_ATTR_CHUNK: return json_integer(strcmp(a.key, "parts") ? 0 : 1);
     case TP_ATTR_REAL: return json_real(1.0);
@@ -77,9 +82,11 @@ json_t *weight(const char *name)
 // 3 one head of two floats [1, 1, 1, 2] (RoPE rotates pairs); 4 an output
 // like 1 and 5 one like 2, apart from the inputs; 6 and 7 more outputs like
 // 1 (the other outputs of a kind with several); 8 a data-parallel run of
-// the one-element weight [8], 9 both replicas' runs of it [16].
+// the one-element weight [8], 9 both replicas' runs of it [16]; 10 to 12
+// outputs like 3 (a rotating attention's output, its gradient's three).
 enum { IDS_BUF, FLOAT_BUF, LOGITS_BUF, PAIR_BUF, OUT_BUF, DLOGITS_BUF, MORE_OUT_BUFS, RUN_BUF = MORE_OUT_BUFS + 2,
-       RUNS_BUF };
+       RUNS_BUF, PAIR_OUT_BUFS };
+
 
 bool dp_collective(json_t *op)
 {
@@ -87,12 +94,20 @@ bool dp_collective(json_t *op)
     return k != TP_OP_COUNT && tp_op_is_dp_collective(k);
 }
 
-// The outputs of a kind with several: OUT_BUF, then MORE_OUT_BUFS.
-json_t *outs_list(int nout)
+// Output o of a kind with several: OUT_BUF, then MORE_OUT_BUFS; a rotating
+// attention's of a head of two (its log-sum-exp, one float a query).
+int out_buf(int kind, int o)
+{
+    if (rotating_attention(kind) && (kind == TP_OP_ROPE_ATTENTION_GRAD || o == 0))
+        return PAIR_OUT_BUFS + o;
+    return o ? MORE_OUT_BUFS + o - 1 : OUT_BUF;
+}
+
+json_t *outs_list(int kind, int nout)
 {
     json_t *out = json_array();
     for (int o = 0; o < nout; o++)
-        json_array_append_new(out, json_integer(o ? MORE_OUT_BUFS + o - 1 : OUT_BUF));
+        json_array_append_new(out, json_integer(out_buf(kind, o)));
     return out;
 }
 
@@ -106,7 +121,8 @@ json_t *complete_op(int kind)
     bool writes_logits = kind == TP_OP_CROSS_ENTROPY_GRAD || kind == TP_OP_CE_GRAD;   // their gradient
     json_t *in = json_array();
     for (int i = 0; i < d.in_min; i++) {
-        int b = d.ids >> i & 1 ? IDS_BUF : i == 0 && reads_logits ? LOGITS_BUF : kind == TP_OP_ROPE ? PAIR_BUF : FLOAT_BUF;
+        const bool pair = kind == TP_OP_ROPE || (rotating_attention(kind) && i != 5);   // 5: the gradient's lse
+        int b = d.ids >> i & 1 ? IDS_BUF : i == 0 && reads_logits ? LOGITS_BUF : pair ? PAIR_BUF : FLOAT_BUF;
         json_array_append_new(in, json_integer(b));
     }
     json_t *op = json_pack("{s:s, s:o, s:i}", "op", tp_op_names[kind], "in", in, "out",
@@ -116,7 +132,7 @@ json_t *complete_op(int kind)
                            : kind == TP_OP_DP_REDUCE_SCATTER ? RUN_BUF
                            : kind == TP_OP_DP_ALL_GATHER ? RUNS_BUF : OUT_BUF);
     if (d.nout > 1)   // several outputs: one float buffer each
-        json_object_set_new(op, "out", outs_list(d.nout));
+        json_object_set_new(op, "out", outs_list(kind, d.nout));
     if (d.weight != TP_OPERAND_NONE)
         json_object_set_new(op, "weight", json_integer(0));
     if (d.bias != TP_OPERAND_NONE)
@@ -133,12 +149,13 @@ json_t *complete_op(int kind)
 json_t *schedule_of(json_t *op)
 {
     bool dp = dp_collective(op), fsdp = !strcmp(json_string_value(json_object_get(op, "op")) ?: "", "dp_all_gather");
-    json_t *buffers = json_pack("[o, o, o, o, o, o, o, o, o, o]", buffer("ids", {1, 1}, "i32", 0),
+    json_t *buffers = json_pack("[o, o, o, o, o, o, o, o, o, o, o, o, o]", buffer("ids", {1, 1}, "i32", 0),
                                 buffer("x", {1, 1, 1, 1}, "f32", 256), buffer("logits", {1, 1, 1}, "f32", 512),
                                 buffer("pair", {1, 1, 1, 2}, "f32", 768), buffer("y", {1, 1, 1, 1}, "f32", 896),
                                 buffer("dlogits", {1, 1, 1}, "f32", 960), buffer("z", {1, 1, 1, 1}, "f32", 1024),
                                 buffer("z2", {1, 1, 1, 1}, "f32", 1280), buffer("run", {8}, "f32", 1536),
-                                buffer("runs", {16}, "f32", 1792));
+                                buffer("runs", {16}, "f32", 1792), buffer("o", {1, 1, 1, 2}, "f32", 1856),
+                                buffer("o2", {1, 1, 1, 2}, "f32", 1920), buffer("o3", {1, 1, 1, 2}, "f32", 1984));
     // then a masked lookup of the input ids, which bounds the ids and labels tprun accepts to the table's one row
     json_t *lookup = json_pack("{s:s, s:[i], s:i, s:i, s:b, s:i, s:i}", "op", "embedding", "in", IDS_BUF, "out",
                                OUT_BUF, "weight", 0, "masked", 1, "vocab_start", 0, "vocab_local", 1);
@@ -148,7 +165,7 @@ json_t *schedule_of(json_t *op)
         json_pack("{s:i, s:[o, o], s:[o, o]}", "rank", 0, "weights", weight("w"), weight("b"), "ops", op, lookup);
     json_t *doc = json_pack("{s:s, s:i, s:s, s:s, s:i, s:s, s:i, s:{s:i, s:n}, s:{s:n, s:n}, s:o, s:[o]}", "magic",
                             TP_SCHEDULE_MAGIC, "format_version", TP_SCHEDULE_VERSION, "producer", "test", "input_hash",
-                            "0", "world_size", 1, "dtype", "f32", "arena_bytes", 1856, "inputs", "input_ids", 0,
+                            "0", "world_size", 1, "dtype", "f32", "arena_bytes", 2048, "inputs", "input_ids", 0,
                             "labels", "outputs", "loss", "logits", "buffers", buffers, "ranks", rank);
     if (dp) {
         json_object_set_new(doc, "data_parallel", json_integer(2));
@@ -259,10 +276,10 @@ TEST(OpTable, FlopsCountMatmulsAndAttentionOnly)
         double f = tp_op_flops(&op);
         if (k == TP_OP_MATMUL || k == TP_OP_CONV1D || k == TP_OP_MATMUL_TN)
             EXPECT_EQ(f, 2.0 * 2 * 2 * 2);
-        else if (k == TP_OP_ATTENTION)
-            // q k^T and p v: 2 * 2 * b * h * s * s * d
+        else if (k == TP_OP_ATTENTION || k == TP_OP_ROPE_ATTENTION)
+            // q k^T and p v (the rotation is elementwise): 2 * 2 * b * h * s * s * d
             EXPECT_EQ(f, 4.0 * 2 * 2 * 2 * 2 * 2);
-        else if (k == TP_OP_ATTENTION_GRAD)
+        else if (k == TP_OP_ATTENTION_GRAD || k == TP_OP_ROPE_ATTENTION_GRAD)
             // dP, dS k, dS^T q and P^T dy: twice the forward's
             EXPECT_EQ(f, 8.0 * 2 * 2 * 2 * 2 * 2);
         else
@@ -384,13 +401,13 @@ TEST(OpTable, SeveralOutputsAreAListWithNullsForThoseNotComputed)
             continue;
         for (int o = 0; o < d.nout; o++) {
             Loaded r = load(k, [&](json_t *op) { json_array_set_new(json_object_get(op, "out"), o, json_null()); });
-            if (k == TP_OP_ATTENTION && o == 0) {
+            if ((k == TP_OP_ATTENTION || k == TP_OP_ROPE_ATTENTION) && o == 0) {
                 EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "out[0], the attention's output, is null"))) << r.err;
                 continue;
             }
             ASSERT_EQ(r.rc, 0) << name_of(k) << " without output " << o << ": " << r.err;
             for (int p = 0; p < d.nout; p++)
-                EXPECT_EQ(r.op.outs[p], p == o ? -1 : p ? MORE_OUT_BUFS + p - 1 : OUT_BUF) << name_of(k);
+                EXPECT_EQ(r.op.outs[p], p == o ? -1 : out_buf(k, p)) << name_of(k);
         }
         Loaded r = load(k, [&](json_t *op) {
             json_t *none = json_array();
@@ -399,8 +416,9 @@ TEST(OpTable, SeveralOutputsAreAListWithNullsForThoseNotComputed)
             json_object_set_new(op, "out", none);
         });
         EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "'out' lists no buffer"))) << r.err;
-        r = load(k, [&](json_t *op) { json_array_set_new(json_object_get(op, "out"), 1, json_integer(OUT_BUF)); });
-        EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "out[0] and out[1] are both buffer " + std::to_string(OUT_BUF))))
+        const int first = out_buf(k, 0);
+        r = load(k, [&](json_t *op) { json_array_set_new(json_object_get(op, "out"), 1, json_integer(first)); });
+        EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "out[0] and out[1] are both buffer " + std::to_string(first))))
             << r.err;
         r = load(k, [&](json_t *op) { json_object_set_new(op, "out", json_integer(FLOAT_BUF)); });
         EXPECT_TRUE(tpcc_test::contains(r.err, about(k, "'out' must be a list of " + std::to_string(d.nout))))
@@ -415,7 +433,7 @@ TEST(OpTable, SeveralOutputsAreAListWithNullsForThoseNotComputed)
         std::string listing = listing_of(op, 0);
         std::string want = "-";
         for (int o = 1; o < d.nout; o++)
-            want += ", b" + std::to_string(MORE_OUT_BUFS + o - 1);
+            want += ", b" + std::to_string(out_buf(k, o));
         EXPECT_TRUE(tpcc_test::contains(listing, want + " <- ")) << listing;
     }
 }
@@ -439,10 +457,10 @@ TEST(OpTable, AnUnknownKindIsRefusedByTheReaderAndTheListing)
     EXPECT_TRUE(tpcc_test::contains(err, "rank 0 op 0 is of an unknown kind")) << err;
 }
 
-// valid_value(a) as --dump prints it.
-std::string listed(const tp_op_attr &a)
+// valid_value(a, kind) as --dump prints it.
+std::string listed(const tp_op_attr &a, int kind)
 {
-    json_t *v = valid_value(a);
+    json_t *v = valid_value(a, kind);
     std::string s = json_is_boolean(v) ? "false" : json_is_string(v) ? json_string_value(v)
                                                                       : std::to_string((int)json_number_value(v));
     json_decref(v);
@@ -459,7 +477,7 @@ TEST(OpTable, TheListingShowsTheAttributesInTheTablesOrder)
             continue;
         std::string listing = listing_of(complete_op(k), JSON_SORT_KEYS), want = " [";
         for (int a = 0; a < d.nattrs; a++)
-            want += std::string(a ? " " : "") + d.attrs[a].key + "=" + listed(d.attrs[a]);
+            want += std::string(a ? " " : "") + d.attrs[a].key + "=" + listed(d.attrs[a], k);
         EXPECT_TRUE(tpcc_test::contains(listing, want + "]")) << want << "]\n" << listing;
     }
 }

@@ -617,7 +617,8 @@ static void cuda_attention_grad(float *dq, float *dk, float *dv, const float *q,
     if (!dq && !dk && !dv)
         return;
     const bool bf16 = gpu->kdt == TP_KERNEL_BF16;
-    const int64_t grad_floats = tp_cuda_scratch_part(false, tp_cuda_attention_grad_scratch(bf16, b, s, h, g, d));
+    const int64_t own = tp_cuda_attention_grad_scratch(bf16, b, s, h, g, d);
+    const int64_t grad_floats = rope ? tp_cuda_scratch_part(false, own) : own;
     float *scratch = scratch_floats(grad_floats + (rope ? tp_cuda_rope_attention_scratch(bf16, b, s, h, g, d, true) : 0));
     float *dq_out = dq, *dk_out = dk;
     if (rope) {
