@@ -36,7 +36,7 @@ static int bounds_of(const tr_schedule *s, const tr_op *op, const tp_backend_lim
         if (op->kind == TP_OP_ROPE_ATTENTION || op->kind == TP_OP_ROPE_ATTENTION_GRAD) {
             /* the rotation: rope's bounds */
             b[n++] = (bound){"rotary_dim", op->rotary_dim, l->rotary_dim, SMALLER_HEAD_DIM};
-            b[n++] = (bound){"tokens (batch x seq)", op->batch * op->seq, l->rows, SMALLER_TOKENS};
+            b[n++] = (bound){"tokens (batch x seq)", tr_op_tokens(s, op), l->rows, SMALLER_TOKENS};
         }
         break;
     case TP_OP_ROPE:
