@@ -441,6 +441,14 @@ static int check_rope(loader *L, const tr_schedule *s, const tr_op *op)
  * index of the segments) both segments and positions, one per token. */
 static int check_rotation(loader *L, const tr_schedule *s, const tr_op *op, int first_doc_in)
 {
+    /* the rotation reads q's and k's sequence and head dims from their
+     * shapes, as rope does, and the attention from its attributes: both
+     * must say the same */
+    for (int i = 0; i < 2; i++) {
+        const tr_buf *x = &s->bufs[op->in[i]];
+        if (x->rank != 4 || x->shape[0] != op->batch || x->shape[1] != op->seq || x->shape[3] != op->head_dim)
+            return fail(L, "in[%d] must be a [batch, seq, heads, head_dim] buffer of its batch, seq and head_dim", i);
+    }
     if (op->rotary_dim % 2 || op->rotary_dim < 2 || op->rotary_dim > op->head_dim)
         return fail(L, "rotary_dim %lld must be even, at least 2 and at most head_dim", (long long)op->rotary_dim);
     if (op->nin != first_doc_in && op->nin != first_doc_in + 2)

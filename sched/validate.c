@@ -232,6 +232,10 @@ static int check_ids(checker *c, int i)
     for (int k = 0; k < op->nin; k++) {
         if (!(d->ids >> k & 1) || (op->kind == TP_OP_POSITIONS && k == 0))   /* it reads their shape only */
             continue;
+        /* the segments hold -1 for padding, which no table has a row for */
+        if (k == rope_positions_in(op->kind) && op->in[k] == c->s->segments)
+            return fail(c, "%s reads the segments input as its positions; they come from a positions op",
+                        op_name(c, i, name, sizeof name));
         int64_t hi;
         if (id_range(c, i, op->in[k], &hi))
             return -1;

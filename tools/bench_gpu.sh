@@ -116,7 +116,8 @@ attention_seconds() {
 ranks = json.load(open(sys.argv[1]))["ranks"]
 slowest = max(ranks, key=lambda r: r["forward_seconds"])
 assert len(slowest["steps"]) == int(sys.argv[2]), "one time per step"
-print(slowest["ops"].get("attention", {}).get("seconds", 0.0), slowest["forward_seconds"])' "$1" "$2"
+ops = slowest["ops"]   # -O1: a rotary model'"'"'s attention is rope_attention, RoPE included
+print(sum(ops[k]["seconds"] for k in ("attention", "rope_attention") if k in ops), slowest["forward_seconds"])' "$1" "$2"
 }
 
 # PyTorch's forward of the same shapes (transformers' LlamaForCausalLM,

@@ -171,7 +171,9 @@ print("tprun throughput: " + ", ".join("%.2fx %s's" % (t / t_ours, n) for n, t i
 # where tprun's step goes: the profiled run's median step
 prof = json.load(open(out + "/profile.json"))["ranks"][0]
 ops = prof["ops"]
-attn_ours = sum(ops[k]["seconds"] for k in ("attention", "attention_grad") if k in ops)
+# -O1: a rotary model's attention rotates q and k in it (rope_attention), RoPE included
+attn_ours = sum(ops[k]["seconds"] for k in ("attention", "attention_grad", "rope_attention", "rope_attention_grad")
+                if k in ops)
 layers, heads = config.num_hidden_layers, config.num_attention_heads
 d = config.hidden_size // heads
 half = torch.bfloat16 if dtype == "bf16" else torch.float32

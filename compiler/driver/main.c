@@ -49,7 +49,7 @@ static const char usage[] =
     "                             the Hugging Face tp_plan dict (JSON); -o FILE, never an input\n"
     "  -O0, -O1                   -O1 (default) merges redistributions of the same tensor, drops\n"
     "                             ones immediately undone and fuses ops (silu_mul, add_rmsnorm,\n"
-    "                             bias_gelu); -O0 keeps every redistribution and op\n"
+    "                             bias_gelu, rope_attention); -O0 keeps every redistribution and op\n"
     "  --dtype fp32|bf16          element type of the schedule (default fp32)\n"
     "  --train                    a training step: the forward, the backward derived from it (each\n"
     "                             collective's conjugate, the weights' gradient all-reduces) and\n"

@@ -2,9 +2,11 @@
  * of an attention's q and k go into the attention, which rotates them as it
  * reads them (rope_attention, sched/ops.def), and into its gradient, which
  * reads q and k before the rotation too and rotates dq and dk back as
- * rope's inverse ops did (rope_attention_grad). The rotated q and k, and
- * their gradients, are then never written or read: a layer saves four
- * passes over q and k, and the rotated copies' memory.
+ * rope's inverse ops did (rope_attention_grad). The schedule then holds
+ * neither the rotated q and k nor their gradients: a backend that rotates
+ * in its attention kernels' loads and stores saves four passes over q and
+ * k and the rotated copies' memory (the CPU backend and, for now, the CUDA
+ * backend rotate into copies of their own, docs/gpu.md).
  *
  * On the program rather than the graph, as fuse_pairs.c: the backward is
  * autodiff's, and the checks see the model's own ops at -O0 and -O1 alike.
@@ -154,9 +156,14 @@ static void fuse_attention(tp_ir *ir, int ia)
         tp_ir_alias_root(ir, rk->in[0]) == tp_ir_alias_root(ir, rk->out))
         return;
     const int ig = gradient_of(ir, a), last = ig >= 0 ? ig : ia;
-    if (ig >= 0 && (ir->ops[ig].in[0] != a->in[0] || ir->ops[ig].in[1] != a->in[1]))
+    /* the gradient reads the same q and k, and documents as the attention */
+    if (ig >= 0 && (ir->ops[ig].in[0] != a->in[0] || ir->ops[ig].in[1] != a->in[1] ||
+                    (ir->ops[ig].nin > 6) != (a->nin > 3)))
         return;
-    if (!read_only_by(ir, a->in[0], ia, ig) || !read_only_by(ir, a->in[1], ia, ig) ||
+    /* nothing writes the rotated q and k after their rope ops (an op that
+     * writes without reading them), nothing else reads them */
+    if (!untouched_between(ir, a->in[0], iq, ia, false) || !untouched_between(ir, a->in[1], ik, ia, false) ||
+        !read_only_by(ir, a->in[0], ia, ig) || !read_only_by(ir, a->in[1], ia, ig) ||
         !untouched_between(ir, rq->in[0], iq, last, false) || !untouched_between(ir, rk->in[0], ik, last, false))
         return;
     int bq = -2, bk = -2;

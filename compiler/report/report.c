@@ -166,7 +166,8 @@ static int64_t staging_bytes(const tp_ir *ir)
 }
 
 /* The CUDA backend's scratch (sched/workspace.h): one buffer, grown to the
- * largest request of a step's kernels; the forward's make none. */
+ * largest request of a step's kernels; in the forward only rope_attention
+ * asks for some. */
 static int64_t cuda_scratch_bytes(const tp_ir *ir, bool bf16)
 {
     int64_t most = training(ir) ? TP_CUDA_SUM_SQUARES_SCRATCH_BYTES : 0;

@@ -58,8 +58,10 @@ const std::map<std::string, std::vector<std::string>> kBases = {
     // the same in bf16 (attention's log-sum-exp f32 beside bf16 activations)
     {"llama-train-bf16",
      {"-O0", "--train", "--dtype", "bf16", "plans/llama-tiny.plan", "-D", "tp=1", "-D", "kv_heads=1", TINY}},
-    // add_rmsnorm and silu_mul (the size of llama-tiny.plan, one layer)
+    // add_rmsnorm, silu_mul and rope_attention (the size of llama-tiny.plan, one layer)
     {"llama-fused", {"plans/llama-tiny.plan", "-D", "tp=1", "-D", "layers=1"}},
+    // the same with documents (rope_attention reading segments and positions)
+    {"llama-documents", {"plans/llama-tiny.plan", "-D", "tp=1", "-D", "layers=1", "--segments"}},
     // tied embeddings, learned positions, a fused cross_entropy
     {"gpt2", {"-O0", "plans/gpt2-sp-tied.plan", "-D", "tp=1", "-D", "positions=8", TINY}},
     // transformers' GPT-2 (Conv1D, narrow) with bias_gelu
