@@ -87,16 +87,41 @@ static inline int64_t tp_cuda_scratch_part(bool bf16, int64_t elems)
     return ((bf16 ? (elems + 1) / 2 : elems) + 63) / 64 * 64;
 }
 
+/* Whether rope_attention's rotation runs inside the bf16 tensor-core
+ * kernels, on q and k as they are loaded and on dq and dk as they are
+ * stored (attention_flash.cuh, attention_flash_grad.cuh): their rows are
+ * rotated two elements (a 32-bit word) at a time, so the rotated half is
+ * a whole number of words. Elsewhere the rope kernel rotates copies. */
+static inline bool tp_cuda_rope_in_attention(bool bf16, int64_t d, int64_t rotary)
+{
+    return bf16 && tp_cuda_flash_head_dim(d) && rotary > 0 && rotary % 4 == 0 && rotary <= d;
+}
+
 /* Floats of scratch rope_attention (grad false) or its gradient takes on
- * the CUDA backend beyond attention's: q and k rotated, and for the
- * gradient their gradients before they are rotated back. The gradient's
- * start with attention's gradient's scratch, rounded up by
- * tp_cuda_scratch_part. */
-static inline int64_t tp_cuda_rope_attention_scratch(bool bf16, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d,
-                                                     bool grad)
+ * the CUDA backend beyond attention's, for a rotation of the first
+ * `rotary` dims of each head. Where it runs inside attention, the table
+ * of (cos, sin) of each frequency at each of the b s positions (those of
+ * a batch row alike without documents: the table then takes a row's
+ * worth); else the rotated copies: q and k, and for the gradient their
+ * gradients before they are rotated back. The gradient's start with
+ * attention's gradient's scratch, rounded up by tp_cuda_scratch_part. */
+static inline int64_t tp_cuda_rope_table_floats(int64_t b, int64_t s, int64_t rotary)
+{
+    return tp_cuda_scratch_part(false, b * s * rotary);
+}
+
+static inline int64_t tp_cuda_rotated_copies_floats(bool bf16, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d,
+                                                    bool grad)
 {
     const int64_t rotated = tp_cuda_scratch_part(bf16, b * s * h * d) + tp_cuda_scratch_part(bf16, b * s * g * d);
     return grad ? 2 * rotated : rotated;
+}
+
+static inline int64_t tp_cuda_rope_attention_scratch(bool bf16, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d,
+                                                     int64_t rotary, bool grad)
+{
+    return tp_cuda_rope_in_attention(bf16, d, rotary) ? tp_cuda_rope_table_floats(b, s, rotary)
+                                                      : tp_cuda_rotated_copies_floats(bf16, b, s, h, g, d, grad);
 }
 
 /* Floats of scratch a norm's weight gradient takes for m rows: each row's

@@ -3,10 +3,10 @@
  * reads them (rope_attention, sched/ops.def), and into its gradient, which
  * reads q and k before the rotation too and rotates dq and dk back as
  * rope's inverse ops did (rope_attention_grad). The schedule then holds
- * neither the rotated q and k nor their gradients: a backend that rotates
- * in its attention kernels' loads and stores saves four passes over q and
- * k and the rotated copies' memory (the CPU backend and, for now, the CUDA
- * backend rotate into copies of their own, docs/gpu.md).
+ * neither the rotated q and k nor their gradients: the CUDA backend's
+ * tensor-core kernels rotate in their loads and stores, which saves four
+ * passes over q and k and the rotated copies' memory (the CPU backend, and
+ * the CUDA backend elsewhere, rotate into copies of their own).
  *
  * On the program rather than the graph, as fuse_pairs.c: the backward is
  * autodiff's, and the checks see the model's own ops at -O0 and -O1 alike.

@@ -179,11 +179,13 @@ static int64_t cuda_scratch_bytes(const tp_ir *ir, bool bf16)
         if (op->kind == TP_OP_ATTENTION_GRAD)
             floats = tp_cuda_attention_grad_scratch(bf16, op->m, op->n, op->heads, op->groups, op->k);
         else if (op->kind == TP_OP_ROPE_ATTENTION)
-            floats = tp_cuda_rope_attention_scratch(bf16, op->m, op->n, op->heads, op->groups, op->k, false);
+            floats = tp_cuda_rope_attention_scratch(bf16, op->m, op->n, op->heads, op->groups, op->k, op->rotary,
+                                                    false);
         else if (op->kind == TP_OP_ROPE_ATTENTION_GRAD)
             floats = tp_cuda_scratch_part(false, tp_cuda_attention_grad_scratch(bf16, op->m, op->n, op->heads,
                                                                                 op->groups, op->k)) +
-                     tp_cuda_rope_attention_scratch(bf16, op->m, op->n, op->heads, op->groups, op->k, true);
+                     tp_cuda_rope_attention_scratch(bf16, op->m, op->n, op->heads, op->groups, op->k,
+                                                    op->rotary, true);
         else if (op->kind == TP_OP_RMSNORM_DW || op->kind == TP_OP_LAYERNORM_DW)
             floats = tp_cuda_norm_grad_scratch(op->kind == TP_OP_LAYERNORM_DW, op->m);
         if (floats * (int64_t)sizeof(float) > most)

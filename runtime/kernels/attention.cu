@@ -2,6 +2,7 @@
 // bf16 with head dimension 64, 96, 128 or 256 on tensor cores (attention_flash.cuh),
 // the rest (fp32, other head dimensions) a warp per query in fp32. Where
 // a gradient follows (a training schedule), each query's log-sum-exp too.
+// With rope, the tensor-core kernel rotates q and k as it reads them.
 // defines: tp_k_attention
 #include "attention.cuh"
 #include "attention_flash.cuh"
@@ -52,13 +53,17 @@ static void launch_attention(tp_stream st, T *out, float *lse, const T *q, const
 
 extern "C" void tp_k_attention(tp_stream st, tp_kernel_dtype t, void *out, float *lse, const void *q, const void *k,
                                const void *v, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d, float scale,
-                               float softcap, const int32_t *segments)
+                               float softcap, const int32_t *segments, const tp_k_rope_in *rope)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(out != q && out != k && out != v, "out must not overlap the inputs");
     TP_KCHECK((void *)lse != out && (const void *)lse != q && (const void *)lse != k && (const void *)lse != v,
               "lse must not overlap the output or the inputs");
     attn_check(b, s, h, g, d, scale, softcap);
+    TP_KCHECK(!rope || (tp_cuda_rope_in_attention(t == TP_KERNEL_BF16, d, rope->rotary) &&
+                        flash_attention_supports(d, q, k, v)),
+              "rope inside attention: bf16 on tensor cores (16-byte aligned operands) and a rotary dimension of "
+              "whole words (tp_cuda_rope_in_attention)");
     if (b == 0 || s == 0 || h == 0)
         return;
     if (t == TP_KERNEL_BF16 && flash_attention_supports(d, q, k, v)) {
@@ -67,7 +72,7 @@ extern "C" void tp_k_attention(tp_stream st, tp_kernel_dtype t, void *out, float
                             *bv = (const __nv_bfloat16 *)v;
         flash_for_head_dim<256>(d, [&](auto dim) {
             flash_attention_launch<decltype(dim)::value>(st, o, lse, bq, bk, bv, b, s, h, g, scale, softcap,
-                                                         segments);
+                                                         segments, rope);
         });
     } else if (t == TP_KERNEL_F32)
         launch_attention(st, (float *)out, lse, (const float *)q, (const float *)k, (const float *)v, b, s, h, g, d,

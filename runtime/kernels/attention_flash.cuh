@@ -27,18 +27,28 @@
 // probabilities), which the gradients' kernels read
 // (attention_flash_grad.cuh).
 //
+// With rope (rope_attention), q and k are rotated as they are read, so
+// the rotated copies are never stored: each query row's rotated words
+// from the pair each rotates with, read from global memory beside it, as
+// the queries become A fragments (flash_load_q); each key tile in shared
+// memory once it has landed, between two barriers (flash_rope_tile). The
+// cos and sin come from a table (tp_k_rope_table), and the rotation is
+// rope.cuh's, so the result is the bits of rope, then attention.
+//
 // With documents (segments, backend.h), a score a query does not see is
 // -inf as a causally hidden one is, and a block starts its walk at the
 // tile of the first key any of its queries sees (flash_first_key): the
 // tiles before its queries' documents are skipped, all of them for a
 // block of padding, whose queries are 0.
 // defines: FLASH_*, flash_for_head_dim, flash_attention_supports, flash_stride, flash_kv_tiles,
-// flash_stage, flash_warp, flash_document_sees, flash_first_key, flash_queries_end, flash_block_value,
+// flash_stage, flash_rope, flash_rope_of, flash_rope_cs, flash_rope_tile, flash_load_q, flash_warp,
+// flash_document_sees, flash_first_key, flash_queries_end, flash_block_value,
 // flash_softmax, flash_attention_launch
 #ifndef TPRUN_KERNELS_ATTENTION_FLASH_CUH
 #define TPRUN_KERNELS_ATTENTION_FLASH_CUH
 
 #include "attention.cuh"
+#include "rope.cuh"
 #include "warp_tiles.cuh"
 #include "sched/workspace.h"
 
@@ -109,6 +119,75 @@ __device__ __forceinline__ void flash_stage(__nv_bfloat16 *tile, const __nv_bflo
         tp_cp_async_16(tile + row * flash_stride<D>() + col, src, r < s ? 16u : 0u);
     }
     tp_cp_async_commit();
+}
+
+// The rotation the kernels apply as they read q and k (tp_k_rope_in):
+// table null for none; token t of batch row bi has row bi batch_rows + t
+// of the table (batch_rows 0: one row of positions for all).
+struct flash_rope {
+    const float2 *table;
+    int64_t batch_rows;
+    int half; // rotary / 2, even (tp_cuda_rope_in_attention)
+};
+
+static inline flash_rope flash_rope_of(const tp_k_rope_in *rope, int64_t s)
+{
+    if (!rope)
+        return flash_rope{nullptr, 0, 0};
+    TP_KCHECK((uintptr_t)rope->table % 16 == 0, "the rope table 16-byte aligned (read 16 bytes at a time)");
+    return flash_rope{reinterpret_cast<const float2 *>(rope->table), rope->by_batch ? s : 0, (int)(rope->rotary / 2)};
+}
+
+// (cos, sin) of frequencies j and j + 1 (j even) at token t of batch row bi.
+__device__ __forceinline__ float4 flash_rope_cs(const flash_rope &rope, int64_t bi, int64_t t, int j)
+{
+    return *reinterpret_cast<const float4 *>(rope.table + (bi * rope.batch_rows + t) * rope.half + j);
+}
+
+// Rows [0, ROWS) of a staged tile (rows r0 on of batch row bi's sequence)
+// rotated in place, each thread its pairs of words; the rows past the
+// sequence are zeros and stay so. The caller waits for the tile and
+// takes a barrier before, and another after, before any warp reads it.
+template <int D, int ROWS>
+__device__ __forceinline__ void flash_rope_tile(__nv_bfloat16 *tile, const flash_rope &rope, int64_t bi, int64_t r0,
+                                                int64_t s)
+{
+    const int words = rope.half / 2; // of each half of a row
+    for (int e = threadIdx.x; e < ROWS * words; e += FLASH_WARPS * 32) {
+        const int row = e / words, j = e % words * 2;
+        if (r0 + row >= s)
+            break; // and every row after it
+        uint32_t *first = reinterpret_cast<uint32_t *>(tile + row * flash_stride<D>() + j), *second = first + words;
+        rope_rotate_words(*first, *second, flash_rope_cs(rope, bi, r0 + row, j));
+    }
+}
+
+// warp_load_a of 16 query rows (from token t0 of batch row bi), rotated
+// by rope: a rotated word from the pair of words it rotates with, both
+// read from global memory (the partner is in another lane's fragment).
+template <int D>
+__device__ __forceinline__ void flash_load_q(uint32_t (&a)[D / 16][4], const __nv_bfloat16 *rows, int64_t stride,
+                                             int64_t valid, const flash_rope &rope, int64_t bi, int64_t t0)
+{
+    warp_load_a<D>(a, rows, stride, valid);
+    if (!rope.table)
+        return;
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    TP_UNROLL
+    for (int c = 0; c < D / 16; c++)
+        TP_UNROLL
+        for (int i = 0; i < 4; i++) { // as warp_load_a's
+            const int row = g + 8 * (i % 2), col = c * 16 + 2 * t + 8 * (i / 2);
+            if (row >= valid || col >= 2 * rope.half)
+                continue;
+            const bool second = col >= rope.half;
+            const int j = second ? col - rope.half : col;
+            const __nv_bfloat16 *at = rows + row * stride + j;
+            uint32_t w1 = *reinterpret_cast<const uint32_t *>(at),
+                     w2 = *reinterpret_cast<const uint32_t *>(at + rope.half);
+            rope_rotate_words(w1, w2, flash_rope_cs(rope, bi, t0 + row, j));
+            a[c][i] = second ? w2 : w1;
+        }
 }
 
 // What a warp carries from tile to tile: its queries as A fragments, and
@@ -219,15 +298,18 @@ __device__ __forceinline__ void flash_softmax(uint32_t (&p)[KEYS / 16][4], flash
     warp_c_to_a<KEYS>(p, s);
 }
 
+// The barriers a forward kernel takes: all but in the emulated tests,
+// which show that the absence of either of the others is caught.
+enum flash_barriers { FLASH_BARRIERS_ALL, FLASH_NO_TRAILING_BARRIER, FLASH_NO_ROPE_BARRIER };
+
 // Block (query tile, head, batch); the query tiles run last first, so the
-// blocks with the most keys start first. kTrailingBarrier is false only in
-// the emulated tests, which show that its absence is caught. lse (or
-// NULL) at [(batch h + head) s + query].
-template <int D, bool kTrailingBarrier>
+// blocks with the most keys start first. lse (or NULL) at [(batch h +
+// head) s + query].
+template <int D, int kBarriers>
 __global__ void __launch_bounds__(FLASH_WARPS * 32)
     flash_attention_kernel(__nv_bfloat16 *out, float *lse, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                            const __nv_bfloat16 *v, int64_t s, int64_t h, int64_t g, float scale, float softcap,
-                           const int32_t *segments)
+                           const int32_t *segments, flash_rope rope)
 {
     constexpr int KEYS = flash_keys<D>();
     typedef flash_kv_tiles<D, KEYS> tiles; // (a macro argument holds no comma)
@@ -247,7 +329,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     flash_stage<D, KEYS>(sm.v, v, bi, s, g, kh, kstart);
 
     flash_warp<D> w;
-    warp_load_a<D>(w.q, q + ((bi * s + warp_q0) * h + hi) * D, h * D, s - warp_q0);
+    flash_load_q<D>(w.q, q + ((bi * s + warp_q0) * h + hi) * D, h * D, s - warp_q0, rope, bi, warp_q0);
     TP_UNROLL
     for (int r = 0; r < 2; r++)
         w.mx[r] = -INFINITY, w.denom[r] = 0.0f;
@@ -259,6 +341,11 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         uint32_t p[KEYS / 16][4];
         tp_cp_async_wait<1>(); // this tile's keys (its values may still be on their way)
         __syncthreads();
+        if (rope.table) {
+            flash_rope_tile<D, KEYS>(sm.k, rope, bi, k0, s);
+            if (kBarriers != FLASH_NO_ROPE_BARRIER)
+                __syncthreads(); // the tile is rotated
+        }
         if (mine) {
             warp_zero<KEYS>(sc);
             warp_mma_abt<KEYS, D>(sc, w.q, sm.k, flash_stride<D>());
@@ -274,7 +361,7 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         __syncthreads();
         if (mine)
             warp_mma_ab<KEYS, D>(w.o, p, sm.v, flash_stride<D>());
-        if (kTrailingBarrier)
+        if (kBarriers != FLASH_NO_TRAILING_BARRIER)
             __syncthreads(); // every warp is done with the values
         if (more)
             flash_stage<D, KEYS>(sm.v, v, bi, s, g, kh, k0 + KEYS);
@@ -298,15 +385,16 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
 }
 
 // [b, s, h, D] queries and output, [b, s, g, D] keys and values, [b, h, s]
-// lse (or NULL), tp_cuda_flash_head_dim(D).
-template <int D, bool kTrailingBarrier = true>
+// lse (or NULL), tp_cuda_flash_head_dim(D); rope or NULL.
+template <int D, int kBarriers = FLASH_BARRIERS_ALL>
 static void flash_attention_launch(tp_stream st, __nv_bfloat16 *out, float *lse, const __nv_bfloat16 *q,
                                    const __nv_bfloat16 *k, const __nv_bfloat16 *v, int64_t b, int64_t s, int64_t h,
-                                   int64_t g, float scale, float softcap, const int32_t *segments)
+                                   int64_t g, float scale, float softcap, const int32_t *segments,
+                                   const tp_k_rope_in *rope)
 {
     const dim3 grid((unsigned)TP_CEIL_DIV(s, FLASH_QUERIES), (unsigned)h, (unsigned)b);
-    TP_LAUNCH((flash_attention_kernel<D, kTrailingBarrier>), grid, FLASH_WARPS * 32, 0, st, out, lse, q, k, v, s, h, g,
-              scale, softcap, segments);
+    TP_LAUNCH((flash_attention_kernel<D, kBarriers>), grid, FLASH_WARPS * 32, 0, st, out, lse, q, k, v, s, h, g,
+              scale, softcap, segments, flash_rope_of(rope, s));
 }
 
 #endif // TPRUN_KERNELS_ATTENTION_FLASH_CUH

@@ -41,6 +41,13 @@
 // sum_e |dy_e O_e|), then the store's rounding. Soft-capping multiplies dS by
 // 1 - (S / cap)^2, as attn_ds does.
 //
+// With rope (rope_attention), q and k are rotated as they land in shared
+// memory, the block's keys once and each tile of queries, between two
+// barriers (flash_rope_tile), and dq and dk rotated back by rope's inverse
+// as they are stored (flash_rope_back): each first rounded to bf16 as the
+// rotated one's gradient, then rotated and rounded again, the bits of
+// rope, then attention's gradient, then rope's inverse.
+//
 // With documents (segments), a pair a query does not see by them is
 // hidden as a causally hidden one is, and a block walks only the tiles
 // whose queries' documents reach its keys: those whose first seen key
@@ -54,7 +61,7 @@
 // gradients at a time, the next one loading while the block multiplies dS
 // K and waits for its turn (two tiles would pass the 48 KiB a block gets
 // without opt-in at d 96 and 128).
-// defines: flash_attention_grad_supports, flash_attention_grad_launch
+// defines: flash_attention_grad_supports, flash_rope_back, flash_attention_grad_launch
 #ifndef TPRUN_KERNELS_ATTENTION_FLASH_GRAD_CUH
 #define TPRUN_KERNELS_ATTENTION_FLASH_GRAD_CUH
 
@@ -120,6 +127,47 @@ __device__ __forceinline__ void flash_grad_pair(float &p, float &ds, float dot, 
     ds = attn_ds(p, score, dsum, dp, softcap);
 }
 
+// Column col of a gradient's row (token t of batch row bi) as rope's
+// inverse computes it from value(c), the row's gradient of the rotated
+// input, rounded to bf16 as the rotated gradient was stored (no rope: that
+// value).
+template <typename F>
+__device__ __forceinline__ float flash_rope_back(const flash_rope &rope, int64_t bi, int64_t t, int64_t col, F value)
+{
+    const float own = value(col);
+    if (!rope.table || col >= 2 * rope.half)
+        return own;
+    const bool second = col >= rope.half;
+    const int64_t j = second ? col - rope.half : col;
+    return rope_back(own, value(second ? j : col + rope.half), rope.table[(bi * rope.batch_rows + t) * rope.half + j],
+                     second);
+}
+
+// x rounded to bf16, as a float.
+__device__ __forceinline__ float flash_bf16_round(float x) { return __bfloat162float(__float2bfloat16(x)); }
+
+// A warp's rows of dk (keys from k0 of batch row bi) with rope: acc times
+// scale rounded to bf16 into `rows` (the warp's 16 staged keys, which no
+// warp reads any more), then each element rotated back from its row there
+// (flash_rope_back) into grad.
+template <int D>
+__device__ __forceinline__ void flash_store_dk_rope(__nv_bfloat16 *grad, int64_t stride, int64_t valid,
+                                                    const float (&acc)[D / 8][4], float scale, __nv_bfloat16 *rows,
+                                                    const flash_rope &rope, int64_t bi, int64_t k0)
+{
+    const float scaled[2] = {scale, scale};
+    warp_store_c<D>(rows, flash_stride<D>(), 16, acc, scaled);
+    __syncwarp(); // a lane reads its partners' columns
+    for (int e = threadIdx.x % 32; e < 16 * D; e += 32) {
+        const int row = e / D, col = e % D;
+        if (row >= valid)
+            break;
+        const __nv_bfloat16 *r = rows + row * flash_stride<D>();
+        grad[row * stride + col] = __float2bfloat16(
+            flash_rope_back(rope, bi, k0 + row, col, [&](int64_t c) { return __bfloat162float(r[c]); }));
+    }
+}
+
 // Where the gradients go: dk and dv ([b, s, g, D], bf16, either null when
 // not computed), and for a launch split by query head the fp32 sums of
 // each ([b, s, h, D], unscaled; non-null where dk or dv is); dq's fp32 sum
@@ -152,15 +200,15 @@ static __global__ void flash_first_block_kernel(int *first_block, const int32_t 
 
 // Block (key block, query head, batch): dk and dv of 64 keys over that
 // query head (kSplit: into its sums; else a kv head has this one query
-// head), and their part of dq; at d 256 those kPart says. kTakeTurns is
-// false only in the emulated tests, which show that adding out of turn is
-// caught.
+// head), and their part of dq; at d 256 those kPart says; of rope(q) and
+// rope(k) with rope. kTakeTurns is false only in the emulated tests, which
+// show that adding out of turn is caught.
 template <int D, bool kSplit, int kPart, bool kTakeTurns = true>
 __global__ void __launch_bounds__(FLASH_WARPS * 32)
     flash_attention_grad_kernel(flash_grad_out out, const __nv_bfloat16 *q, const __nv_bfloat16 *k,
                                 const __nv_bfloat16 *v, const __nv_bfloat16 *dy, const float *lse, const float *dsum,
                                 int64_t s, int64_t h, int64_t g, float scale, float softcap,
-                                const int32_t *segments)
+                                const int32_t *segments, flash_rope rope)
 {
     typedef flash_grad_smem<D, kPart> layout;
     constexpr int QUERIES = flash_grad_queries<D>(), STRIDE = flash_stride<D>();
@@ -194,7 +242,8 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
     flash_stage<D, FLASH_KEYS>(sk, k, bi, s, g, kh, k0);
     if (kDk)
         flash_stage<D, FLASH_KEYS>(sv, v, bi, s, g, kh, k0);
-    int64_t tile = walked_from(tiles - 1);
+    const int64_t walk_start = walked_from(tiles - 1);
+    int64_t tile = walk_start;
     if (tile >= first_tile) {
         flash_stage<D, QUERIES>(sq, q, bi, s, h, hi, tile * QUERIES);
         flash_stage<D, QUERIES>(sdy, dy, bi, s, h, hi, tile * QUERIES);
@@ -207,6 +256,12 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         const int64_t t0 = tile * QUERIES;
         tp_cp_async_wait<0>(); // this tile's queries and output gradients (the first time, the keys and values too)
         __syncthreads();
+        if (rope.table) { // rotated in place: the keys the first time, every tile of queries
+            if (tile == walk_start)
+                flash_rope_tile<D, FLASH_KEYS>(sk, rope, bi, k0, s);
+            flash_rope_tile<D, QUERIES>(sq, rope, bi, t0, s);
+            __syncthreads();
+        }
         float sc[QUERIES / 8][4], dp[QUERIES / 8][4];
         warp_zero<QUERIES>(sc);
         warp_zero<QUERIES>(dp);
@@ -278,43 +333,56 @@ __global__ void __launch_bounds__(FLASH_WARPS * 32)
         else
             warp_store_c<D>(grad + first, stride, s - warp_k0, acc, scaled);
     };
-    if constexpr (kDk)
-        if (dk)
+    if constexpr (kDk) {
+        if (dk && rope.table && !kSplit) {
+            __syncthreads(); // every warp is done with the keys, whose rows hold dk on its way
+            flash_store_dk_rope<D>(out.dk + first, stride, s - warp_k0, dk_acc, scale, sk + warp * 16 * STRIDE, rope,
+                                   bi, warp_k0);
+        } else if (dk)
             store(dk_acc, out.head_dk, out.dk, scale);
+    }
     if constexpr (kDv)
         if (dv)
             store(dv_acc, out.head_dv, out.dv, 1.0f);
 }
 
 // dk and dv (n elements each, [b, s, g, D]) from the sums of the query
-// heads of each kv head, added in head order; dk times scale.
-static __global__ void flash_kv_reduce_kernel(flash_grad_out out, int64_t n, int64_t h, int64_t g, int64_t d,
-                                              float scale)
+// heads of each kv head, added in head order; dk times scale, and with
+// rope rotated back (flash_rope_back).
+static __global__ void flash_kv_reduce_kernel(flash_grad_out out, int64_t n, int64_t s, int64_t h, int64_t g,
+                                              int64_t d, float scale, flash_rope rope)
 {
     const int64_t group = h / g;
     TP_GRID_STRIDE(e, n)
     {
-        const int64_t row = e / d, c = e % d, kh = row % g;
-        const int64_t first = ((row / g) * h + kh * group) * d + c; // query head kh * group of this position
-        float sk = 0.0f, sv = 0.0f;
-        for (int64_t j = 0; j < group; j++) {
-            if (out.dk)
-                sk += out.head_dk[first + j * d];
-            if (out.dv)
-                sv += out.head_dv[first + j * d];
-        }
+        const int64_t row = e / d, c = e % d, kh = row % g, tok = row / g;
+        const int64_t first = (tok * h + kh * group) * d; // query head kh * group of this position
+        auto sum = [&](const float *heads, int64_t col) {
+            float acc = 0.0f;
+            for (int64_t j = 0; j < group; j++)
+                acc += heads[first + j * d + col];
+            return acc;
+        };
+        auto dk_rotated = [&](int64_t col) { return flash_bf16_round(scale * sum(out.head_dk, col)); };
         if (out.dk)
-            out.dk[e] = __float2bfloat16(scale * sk);
+            out.dk[e] = __float2bfloat16(flash_rope_back(rope, tok / s, tok % s, c, dk_rotated));
         if (out.dv)
-            out.dv[e] = __float2bfloat16(sv);
+            out.dv[e] = __float2bfloat16(sum(out.head_dv, c));
     }
 }
 
-// dq (n elements) = scale * its fp32 sum, rounded to bf16.
-static __global__ void flash_dq_store_kernel(__nv_bfloat16 *dq, const float *dq_sum, int64_t n, float scale)
+// dq (n elements, [b, s, h, d]) = scale * its fp32 sum, rounded to bf16,
+// and with rope rotated back (flash_rope_back).
+static __global__ void flash_dq_store_kernel(__nv_bfloat16 *dq, const float *dq_sum, int64_t n, int64_t s, int64_t h,
+                                             int64_t d, float scale, flash_rope rope)
 {
     TP_GRID_STRIDE(e, n)
-    dq[e] = __float2bfloat16(scale * dq_sum[e]);
+    {
+        const int64_t col = e % d, tok = e / (h * d);
+        const float *row = dq_sum + (e - col);
+        dq[e] = __float2bfloat16(flash_rope_back(rope, tok / s, tok % s, col,
+                                                 [&](int64_t c) { return flash_bf16_round(scale * row[c]); }));
+    }
 }
 
 // One launch of the gradient's kernel computing part kPart (its shared
@@ -323,18 +391,18 @@ template <int D, int kPart, bool kTakeTurns>
 static void flash_grad_part_launch(tp_stream st, bool split, const flash_grad_out &out, const __nv_bfloat16 *q,
                                    const __nv_bfloat16 *k, const __nv_bfloat16 *v, const __nv_bfloat16 *dy,
                                    const float *lse, const float *dsum, int64_t b, int64_t s, int64_t h, int64_t g,
-                                   float scale, float softcap, const int32_t *segments)
+                                   float scale, float softcap, const int32_t *segments, const flash_rope &rope)
 {
     const size_t bytes = flash_grad_smem<D, kPart>::bytes;
     const dim3 grid((unsigned)TP_CEIL_DIV(s, FLASH_KEYS), (unsigned)h, (unsigned)b);
     if (split) {
         flash_allow_shared(flash_attention_grad_kernel<D, true, kPart, kTakeTurns>, bytes);
         TP_LAUNCH((flash_attention_grad_kernel<D, true, kPart, kTakeTurns>), grid, FLASH_WARPS * 32, bytes, st, out,
-                  q, k, v, dy, lse, dsum, s, h, g, scale, softcap, segments);
+                  q, k, v, dy, lse, dsum, s, h, g, scale, softcap, segments, rope);
     } else {
         flash_allow_shared(flash_attention_grad_kernel<D, false, kPart, kTakeTurns>, bytes);
         TP_LAUNCH((flash_attention_grad_kernel<D, false, kPart, kTakeTurns>), grid, FLASH_WARPS * 32, bytes, st, out,
-                  q, k, v, dy, lse, dsum, s, h, g, scale, softcap, segments);
+                  q, k, v, dy, lse, dsum, s, h, g, scale, softcap, segments, rope);
     }
 }
 
@@ -344,15 +412,16 @@ static void flash_grad_part_launch(tp_stream st, bool split, const flash_grad_ou
 // where dk and dv are split by query head, each query head's fp32 dk and
 // dv (2 b s h D floats), then dq's fp32 sum (b s h D), the turns and the
 // first key blocks (tp_cuda_flash_grad_turns ints each). Any of dq, dk and
-// dv may be null. kTakeTurns as the kernel's.
+// dv may be null; rope or NULL. kTakeTurns as the kernel's.
 template <int D, bool kTakeTurns = true>
 static void flash_attention_grad_launch(tp_stream st, __nv_bfloat16 *dq, __nv_bfloat16 *dk, __nv_bfloat16 *dv,
                                         const __nv_bfloat16 *q, const __nv_bfloat16 *k, const __nv_bfloat16 *v,
                                         const __nv_bfloat16 *dy, const float *lse, const float *dsum, float *work,
                                         int64_t b, int64_t s, int64_t h, int64_t g, float scale, float softcap,
-                                        const int32_t *segments)
+                                        const int32_t *segments, const tp_k_rope_in *rope)
 {
     constexpr int QUERIES = flash_grad_queries<D>();
+    const flash_rope rot = flash_rope_of(rope, s);
     const bool split = tp_cuda_flash_kv_by_query_head(h, g);
     const int64_t n = b * s * h * D, tiles = TP_CEIL_DIV(s, QUERIES);
     TP_KCHECK((uintptr_t)work % 16 == 0, "the fp32 sums 16-byte aligned (their stores take 8 bytes)");
@@ -376,21 +445,22 @@ static void flash_attention_grad_launch(tp_stream st, __nv_bfloat16 *dq, __nv_bf
     }
     if constexpr (D <= 128)
         flash_grad_part_launch<D, FLASH_GRAD_ALL, kTakeTurns>(st, split, out, q, k, v, dy, lse, dsum, b, s, h, g,
-                                                              scale, softcap, segments);
+                                                              scale, softcap, segments, rot);
     else {
         if (dv)
             flash_grad_part_launch<D, FLASH_GRAD_DV, kTakeTurns>(st, split, out, q, k, v, dy, lse, dsum, b, s, h, g,
-                                                                 scale, softcap, segments);
+                                                                 scale, softcap, segments, rot);
         if (dk || dq)
             flash_grad_part_launch<D, FLASH_GRAD_DK_DQ, kTakeTurns>(st, split, out, q, k, v, dy, lse, dsum, b, s, h,
-                                                                    g, scale, softcap, segments);
+                                                                    g, scale, softcap, segments, rot);
     }
     if (dq)
-        TP_LAUNCH(flash_dq_store_kernel, tp_elementwise_blocks(n, 256), 256, 0, st, dq, dq_sum, n, scale);
+        TP_LAUNCH(flash_dq_store_kernel, tp_elementwise_blocks(n, 256), 256, 0, st, dq, dq_sum, n, s, h, (int64_t)D,
+                  scale, rot);
     if (split && (dk || dv)) {
         const int64_t kv = b * s * g * D;
-        TP_LAUNCH(flash_kv_reduce_kernel, tp_elementwise_blocks(kv, 256), 256, 0, st, out, kv, h, g, (int64_t)D,
-                  scale);
+        TP_LAUNCH(flash_kv_reduce_kernel, tp_elementwise_blocks(kv, 256), 256, 0, st, out, kv, s, h, g, (int64_t)D,
+                  scale, rot);
     }
 }
 

@@ -12,7 +12,8 @@
 // the three: P comes from the log-sum-exp the forward wrote, and a first
 // kernel writes every query's D = dy . O (from the forward's output) to
 // scratch, once for all of them. On tensor cores one key-major pass then
-// computes all three (attention_flash_grad.cuh; two at d 256). Here, in fp32, dq walks
+// computes all three (attention_flash_grad.cuh; two at d 256), rope's
+// rotation of q and k and its inverse on dq and dk in it. Here, in fp32, dq walks
 // the keys of each query, and one key-major kernel walks the queries of
 // each key for dk and dv together (one score, one P per pair for both).
 // No sum is made with atomics (their order would depend on the schedule):
@@ -197,7 +198,7 @@ static bool apart(const void *out, const void *q, const void *k, const void *v, 
 extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, void *dk, void *dv, const void *q,
                                     const void *k, const void *v, const void *dy, const void *o, const float *lse,
                                     float *scratch, int64_t b, int64_t s, int64_t h, int64_t g, int64_t d,
-                                    float scale, float softcap, const int32_t *segments)
+                                    float scale, float softcap, const int32_t *segments, const tp_k_rope_in *rope)
 {
     TP_KCHECK(tp_dtype_ok(t), "unknown dtype");
     TP_KCHECK(dq || dk || dv, "at least one gradient to compute");
@@ -205,6 +206,10 @@ extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, v
                   (!dk || dk != dv),
               "the gradients must not overlap the inputs or each other");
     attn_check(b, s, h, g, d, scale, softcap);
+    TP_KCHECK(!rope || (tp_cuda_rope_in_attention(t == TP_KERNEL_BF16, d, rope->rotary) &&
+                        flash_attention_grad_supports(d, dq, dk, dv, q, k, v, dy)),
+              "rope inside attention's gradient: bf16 on tensor cores (16-byte aligned operands) and a rotary "
+              "dimension of whole words (tp_cuda_rope_in_attention)");
     if (b == 0 || s == 0 || h == 0)
         return;
     float *dsum = scratch;
@@ -219,7 +224,7 @@ extern "C" void tp_k_attention_grad(tp_stream st, tp_kernel_dtype t, void *dq, v
         flash_for_head_dim<256>(d, [&](auto dim) {
             flash_attention_grad_launch<decltype(dim)::value>(st, gq, gk, gv, bq, bk, bv, bdy, lse, dsum,
                                                               scratch + tp_cuda_attention_dsum_floats(b, h, s), b, s,
-                                                              h, g, scale, softcap, segments);
+                                                              h, g, scale, softcap, segments, rope);
         });
     } else if (t == TP_KERNEL_F32)
         launch_attention_grad(st, (float *)dq, (float *)dk, (float *)dv, (const float *)q, (const float *)k,

@@ -44,12 +44,27 @@ void tp_k_layernorm(tp_stream s, tp_kernel_dtype t, void *out, const void *x, co
  * with the launch; cos and sin are multiplied by scale (yarn) */
 void tp_k_rope(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t b, int64_t seq, int64_t h, int64_t d,
                int64_t rotary, int64_t pos_offset, const double *inv_freq, double scale, const int32_t *pos);
+/* rope's cos and sin, as tp_k_rope computes them, for attention to rotate
+ * q and k as it reads them: (cos, sin) float pairs [b, seq, rotary / 2]
+ * at the positions pos, or [seq, rotary / 2] from pos_offset without;
+ * table (device) 16-byte aligned */
+void tp_k_rope_table(tp_stream s, float *table, int64_t b, int64_t seq, int64_t rotary, int64_t pos_offset,
+                     const double *inv_freq, double scale, const int32_t *pos);
+/* The rotation attention and its gradient apply to q and k as they read
+ * them (tp_k_rope's of the same arguments), and the gradient's inverse to
+ * dq and dk as it stores them: bf16, where tp_cuda_rope_in_attention
+ * (sched/workspace.h) holds */
+typedef struct tp_k_rope_in {
+    const float *table; /* tp_k_rope_table's */
+    int64_t rotary;
+    bool by_batch; /* the table's positions are pos's, a row per batch row */
+} tp_k_rope_in;
 /* attention.cu: causal, GQA, scores times scale, capped when softcap > 0;
  * lse (fp32 [b, h, seq]) and segments (device, [b, seq]), either NULL, as
- * backend.h's attention */
+ * backend.h's attention; of rope(q) and rope(k) with rope (NULL: none) */
 void tp_k_attention(tp_stream s, tp_kernel_dtype t, void *out, float *lse, const void *q, const void *k, const void *v,
                     int64_t b, int64_t seq, int64_t h, int64_t g, int64_t d, float scale, float softcap,
-                    const int32_t *segments);
+                    const int32_t *segments, const tp_k_rope_in *rope);
 /* elementwise.cu: op 0 silu, 1 gelu (tanh), 2 relu, 3 gelu (erf); binary 0 add, 1 mul (b broadcasts) */
 void tp_k_unary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *x, int64_t n);
 void tp_k_binary(tp_stream s, tp_kernel_dtype t, int op, void *out, const void *a, int64_t n, const void *b, int64_t nb);
@@ -104,11 +119,12 @@ void tp_k_layernorm_dw(tp_stream s, tp_kernel_dtype t, void *dw, const void *x, 
 void tp_k_sum_rows(tp_stream s, tp_kernel_dtype t, void *out, const void *x, int64_t m, int64_t n, float scale);
 /* attention_grad.cu: dq, dk and dv in one launch, each NULL where it is not wanted (at least
  * one is), from the forward's output o and log-sum-exp lse; scratch
- * tp_cuda_attention_grad_scratch floats (sched/workspace.h) */
+ * tp_cuda_attention_grad_scratch floats (sched/workspace.h); with rope, q
+ * and k before the rotation, dq and dk of them */
 void tp_k_attention_grad(tp_stream s, tp_kernel_dtype t, void *dq, void *dk, void *dv, const void *q, const void *k,
                          const void *v, const void *dy, const void *o, const float *lse, float *scratch, int64_t b,
                          int64_t seq, int64_t h, int64_t g, int64_t d, float scale, float softcap,
-                         const int32_t *segments);
+                         const int32_t *segments, const tp_k_rope_in *rope);
 /* elementwise_grad.cu: op as tp_k_unary */
 void tp_k_unary_grad(tp_stream s, tp_kernel_dtype t, int op, void *dx, const void *x, const void *dy, int64_t n);
 /* swiglu.cu: da = dy * b * silu'(a), db = dy * silu(a); NULL: not computed */

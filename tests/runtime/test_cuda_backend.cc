@@ -384,7 +384,9 @@ TEST_F(EmulatedRun, TensorCoreAttentionMatchesCpu)
     for (const auto &sizes : {kHeadDim64, kHeadDim128, kHeadDim96, kHeadDim256}) {
         LaunchLog log(dir);
         check_against_cpu(kEmulated, plan, {1}, false, sizes);
-        EXPECT_TRUE(log.ran("flash_attention_kernel<D, kTrailingBarrier>")) << sizes[0];
+        EXPECT_TRUE(log.ran("flash_attention_kernel<D, kBarriers>")) << sizes[0];
+        // -O1's rope_attention: in bf16 q and k rotated in the kernels' loads, from a table
+        EXPECT_TRUE(log.ran("rope_table_kernel")) << sizes[0];
     }
 }
 
@@ -410,7 +412,8 @@ void tensor_core_training(const TempDir &dir, const std::string &plan, const std
         one.push_back("batch=1");
         std::printf("%s: first-step gradients within %.3g of each tensor's largest entry\n", c.name,
                     check_training_against_cpu(kEmulated, plan, false, one, kTensorCoreTrainingBound, c.masked));
-        EXPECT_TRUE(log.ran("flash_attention_kernel<D, kTrailingBarrier>")) << c.name;
+        EXPECT_TRUE(log.ran("flash_attention_kernel<D, kBarriers>")) << c.name;
+        EXPECT_FALSE(log.ran("rope_kernel<T>")) << c.name << ": q and k rotated in attention's loads";
         // every size here has several query heads a kv head: dk and dv split by query head
         for (const char *kernel : {"attention_dsum_kernel<T>", "flash_attention_grad_kernel<D, true, kPart, kTakeTurns>",
                                    "flash_dq_store_kernel", "flash_kv_reduce_kernel"})
@@ -531,21 +534,22 @@ void expect_report_is_the_peak(const TempDir &dir, const std::string &plan, cons
 // elements.
 constexpr json_int_t kDsum = 80 * 2, kSplitSums = 2 * 80 * 2 * 64, kDqSum = 80 * 2 * 64, kTurns = 2 * 2 * 5;
 
-// Llama's attention rotates q and k (-O1's rope_attention): on this
-// backend into scratch, q's 80 x 2 x 64 and k's 80 x 64 elements (bf16:
-// two a float), each part rounded up to 64 floats; its gradient's scratch
-// starts with attention's gradient's, rounded up to 64 floats, then holds
-// rotated q and k and their gradients. The ragged Llama's rank holds one
-// query and one kv head of 34.
-constexpr json_int_t kRotatedBf16 = (80 * 2 * 64 + 80 * 64) / 2, kRotatedFp32 = 80 * 2 * 64 + 80 * 64,
-                     kRotatedRagged = 2 * 2752;
+// Llama's attention rotates q and k (-O1's rope_attention). In bf16 the
+// tensor-core kernels rotate them as they load them, reading a table of
+// cos and sin, a float each for each of the 32 frequencies at each of the
+// 80 positions; in fp32 the rope kernel rotates copies into scratch, q's
+// 80 x 2 x 64 and k's 80 x 64 floats. The gradient's scratch starts with
+// attention's gradient's, rounded up to 64 floats, then holds the table,
+// or the rotated q and k and their gradients. The ragged Llama's rank
+// holds one query and one kv head of 34, each part rounded up to 64 floats.
+constexpr json_int_t kRopeTable = 80 * 64, kRotatedFp32 = 80 * 2 * 64 + 80 * 64, kRotatedRagged = 2 * 2752;
 constexpr json_int_t round64(json_int_t floats) { return (floats + 63) / 64 * 64; }
 
 TEST_F(EmulatedRun, TrainingStepHoldsWhatTheReportSays)
 {
     std::vector<std::string> sizes = kHeadDim64;
     sizes.push_back("batch=1");
-    expect_report_is_the_peak(dir, plan, sizes, "bf16", round64(kDsum + kSplitSums + kDqSum + kTurns) + 2 * kRotatedBf16);
+    expect_report_is_the_peak(dir, plan, sizes, "bf16", round64(kDsum + kSplitSums + kDqSum + kTurns) + kRopeTable);
     expect_report_is_the_peak(dir, plan, sizes, "fp32", round64(kDsum) + 2 * kRotatedFp32);
 }
 
@@ -568,7 +572,7 @@ TEST_F(EmulatedRun, TrainingStepWithRecomputationHoldsWhatTheReportSays)
 {
     std::vector<std::string> two = kHeadDim64;
     two.push_back("batch=2");
-    expect_report_is_the_peak(dir, plan, two, "bf16", round64(2 * (kDsum + kSplitSums + kDqSum + kTurns)) + 4 * kRotatedBf16,
+    expect_report_is_the_peak(dir, plan, two, "bf16", round64(2 * (kDsum + kSplitSums + kDqSum + kTurns)) + 2 * kRopeTable,
                               true, "full");
 }
 
@@ -612,12 +616,13 @@ TEST_F(EmulatedRun, RecomputationChangesNoBitOfABf16Step)
 }
 
 // A forward step: the weights, the arena, the staging and cuBLAS's
-// workspace; its kernels ask for no scratch but Llama's rotated q and k.
+// workspace; its kernels ask for no scratch but Llama's rope table (bf16)
+// or rotated q and k (fp32).
 TEST_F(EmulatedRun, ForwardStepHoldsWhatTheReportSays)
 {
     std::vector<std::string> sizes = kHeadDim64;
     sizes.push_back("batch=1");
-    expect_report_is_the_peak(dir, plan, sizes, "bf16", kRotatedBf16, false);
+    expect_report_is_the_peak(dir, plan, sizes, "bf16", kRopeTable, false);
     const std::vector<std::string> ragged = {"hidden=68", "heads=2", "kv_heads=2", "ffn=256", "seq=80", "batch=1"};
     expect_report_is_the_peak(dir, plan, ragged, "fp32", kRotatedRagged, false);
     const std::vector<std::string> gpt2 = {"hidden=256", "heads=4", "ffn=256", "seq=80", "positions=128", "batch=1"};

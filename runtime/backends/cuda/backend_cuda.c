@@ -576,8 +576,9 @@ static void cuda_layernorm_dw(float *dw, const float *x, const float *dy, int64_
     done();
 }
 
-/* rope_attention's rotation on this backend: q and k rotated by the rope
- * kernel into scratch (at `at`, tp_cuda_rope_attention_scratch's first
+/* rope_attention's rotation on this backend where it cannot run inside
+ * attention (tp_cuda_rope_in_attention): q and k rotated by the rope
+ * kernel into scratch (at `at`, tp_cuda_rotated_copies_floats' first
  * half), which attention then reads: the very computation of the three
  * ops, so -O1's fusion changes no bit. *q and *k are pointed at them. */
 static void rotate_q_k(float *at, const float **q, const float **k, int64_t b, int64_t s, int64_t h, int64_t g,
@@ -592,22 +593,47 @@ static void rotate_q_k(float *at, const float **q, const float **k, int64_t b, i
     *k = kr;
 }
 
+/* Where the rotation runs inside attention: its cos and sin into scratch
+ * (at `at`), for the kernels to read; the same bits as rotate_q_k's. */
+static tp_k_rope_in rope_table(float *at, int64_t b, int64_t s, const tp_rope_args *rope)
+{
+    tp_k_rope_table(compute_stream(), at, b, s, rope->rotary, rope->pos_offset, rope->inv_freq, rope->scale,
+                    rope->pos);
+    return (tp_k_rope_in){.table = at, .rotary = rope->rotary, .by_batch = rope->pos != NULL};
+}
+
+/* Whether the attention kernels rotate (tp_cuda_rope_in_attention) the
+ * n operands `p`, which their tensor-core loads read 16 bytes at a time:
+ * arena buffers always are; anything else takes the composition. */
+static bool rope_in_attention(int64_t d, const tp_rope_args *rope, const void *const *p, int n)
+{
+    uintptr_t bits = 0;
+    for (int i = 0; i < n; i++)
+        bits |= (uintptr_t)p[i];
+    return rope && tp_cuda_rope_in_attention(gpu->kdt == TP_KERNEL_BF16, d, rope->rotary) && bits % 16 == 0;
+}
+
 static void cuda_attention(float *out, float *lse, const float *q, const float *k, const float *v, int64_t b,
                            int64_t s, int64_t h, int64_t gk, int64_t d, double scale, double softcap,
                            const int32_t *segments, const tp_rope_args *rope)
 {
-    if (rope)
-        rotate_q_k(scratch_floats(tp_cuda_rope_attention_scratch(gpu->kdt == TP_KERNEL_BF16, b, s, h, gk, d, false)),
+    const void *operands[] = {out, q, k, v};
+    const bool inside = rope_in_attention(d, rope, operands, 4);
+    tp_k_rope_in in;
+    if (inside)
+        in = rope_table(scratch_floats(tp_cuda_rope_table_floats(b, s, rope->rotary)), b, s, rope);
+    else if (rope)
+        rotate_q_k(scratch_floats(tp_cuda_rotated_copies_floats(gpu->kdt == TP_KERNEL_BF16, b, s, h, gk, d, false)),
                    &q, &k, b, s, h, gk, d, rope);
     tp_k_attention(compute_stream(), gpu->kdt, out, lse, q, k, v, b, s, h, gk, d, (float)scale, (float)softcap,
-                   segments);
+                   segments, inside ? &in : NULL);
     done();
 }
 
-/* With rope, the scratch holds attention's gradient's, then q and k
- * rotated (rotate_q_k), then the gradients of the rotated ones, which
- * rope's inverse (minus each angle: cos stays, sin flips) turns into dq
- * and dk. */
+/* With rope, the scratch holds attention's gradient's, then the rope
+ * table where the rotation runs inside attention; else q and k rotated
+ * (rotate_q_k), then the gradients of the rotated ones, which rope's
+ * inverse (minus each angle: cos stays, sin flips) turns into dq and dk. */
 static void cuda_attention_grad(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
                                 const float *dy, const float *o, const float *lse, int64_t b, int64_t s, int64_t h,
                                 int64_t g, int64_t d, double scale, double softcap, const int32_t *segments,
@@ -617,18 +643,30 @@ static void cuda_attention_grad(float *dq, float *dk, float *dv, const float *q,
     if (!dq && !dk && !dv)
         return;
     const bool bf16 = gpu->kdt == TP_KERNEL_BF16;
+    const void *operands[] = {dq, dk, dv, q, k, v, dy, o};
+    const bool inside = rope_in_attention(d, rope, operands, 8);
     const int64_t own = tp_cuda_attention_grad_scratch(bf16, b, s, h, g, d);
     const int64_t grad_floats = rope ? tp_cuda_scratch_part(false, own) : own;
-    float *scratch = scratch_floats(grad_floats + (rope ? tp_cuda_rope_attention_scratch(bf16, b, s, h, g, d, true) : 0));
+    const int64_t rope_floats = !rope ? 0
+                                : inside ? tp_cuda_rope_table_floats(b, s, rope->rotary)
+                                         : tp_cuda_rotated_copies_floats(bf16, b, s, h, g, d, true);
+    float *scratch = scratch_floats(grad_floats + rope_floats);
+    if (inside) {
+        const tp_k_rope_in in = rope_table(scratch + grad_floats, b, s, rope);
+        tp_k_attention_grad(compute_stream(), gpu->kdt, dq, dk, dv, q, k, v, dy, o, lse, scratch, b, s, h, g, d,
+                            (float)scale, (float)softcap, segments, &in);
+        done();
+        return;
+    }
     float *dq_out = dq, *dk_out = dk;
     if (rope) {
         rotate_q_k(scratch + grad_floats, &q, &k, b, s, h, g, d, rope);
-        float *rotated_grads = scratch + grad_floats + tp_cuda_rope_attention_scratch(bf16, b, s, h, g, d, false);
+        float *rotated_grads = scratch + grad_floats + tp_cuda_rotated_copies_floats(bf16, b, s, h, g, d, false);
         dq = dq ? rotated_grads : NULL;
         dk = dk ? rotated_grads + tp_cuda_scratch_part(bf16, b * s * h * d) : NULL;
     }
     tp_k_attention_grad(compute_stream(), gpu->kdt, dq, dk, dv, q, k, v, dy, o, lse, scratch, b, s, h, g, d,
-                        (float)scale, (float)softcap, segments);
+                        (float)scale, (float)softcap, segments, NULL);
     if (rope) {
         double back[ROPE_MAX_PAIRS];
         TP_GPU_ASSERT(rope->rotary / 2 <= ROPE_MAX_PAIRS);

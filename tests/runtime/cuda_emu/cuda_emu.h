@@ -104,6 +104,9 @@ struct __align__(8) float2 {
     float x, y;
 };
 inline float2 make_float2(float x, float y) { return {x, y}; }
+struct __align__(16) float4 {
+    float x, y, z, w;
+};
 
 constexpr int warpSize = 32;
 
@@ -340,6 +343,8 @@ inline void sincospi(double x, double *s, double *c)
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }

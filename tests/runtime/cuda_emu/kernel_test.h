@@ -153,7 +153,7 @@ inline AttnSaved attn_saved(tp_kernel_dtype t, const AttnCase &c, const Dev &dq,
     AttnSaved f{Vec(), Vec(), std::make_unique<Dev>(t, (size_t)(c.b * c.s * c.h * c.d)),
                 std::make_unique<DevOf<float>>(rows)};
     tp_k_attention(nullptr, t, f.dev_o->ptr(), f.dev_lse->ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g,
-                   c.d, (float)c.scale, (float)c.softcap, dseg);
+                   c.d, (float)c.scale, (float)c.softcap, dseg, nullptr);
     f.o = f.dev_o->download();
     f.lse = f.dev_lse->download();
     return f;

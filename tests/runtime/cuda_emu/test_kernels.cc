@@ -897,7 +897,7 @@ TEST_P(Kernels, Attention)
         Dev dq(t(), q), dk(t(), k), dv(t(), v), dout(t(), q.size());
         DevOf<float> dlse(want_lse.size());
         tp_k_attention(nullptr, t(), dout.ptr(), dlse.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d,
-                       (float)scale, (float)softcap, nullptr);
+                       (float)scale, (float)softcap, nullptr, nullptr);
         expect_close(dout.download(), want, tol, what);
         expect_close(dlse.download(), want_lse, lse_tol(t(), c.d), what + " lse");
     }
@@ -928,7 +928,7 @@ TEST_P(Kernels, AttentionWithinDocuments)
         DevOf<int32_t> dseg(seg);
         DevOf<float> dlse(want_lse.size());
         tp_k_attention(nullptr, t(), dout.ptr(), dlse.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d,
-                       (float)scale, (float)softcap, dseg.ptr());
+                       (float)scale, (float)softcap, dseg.ptr(), nullptr);
         const Tol tol = t() == TP_KERNEL_BF16 && tp_cuda_flash_head_dim(c.d) ? kFlashTol : stored({3e-6, 1e-5}, t());
         expect_close(dout.download(), want, tol, what);
         // a padding query's is +inf on both
@@ -1353,7 +1353,7 @@ TEST_P(Kernels, ResultsDoNotDependOnTheSchedule)
         Dev dx(t(), x), dw(t(), w), dout(t(), x.size()), dq(t(), q), dattn(t(), q.size());
         tp_k_rmsnorm(nullptr, t(), dout.ptr(), dx.ptr(), dw.ptr(), m, n, 1e-6f, false);
         tp_k_attention(nullptr, t(), dattn.ptr(), nullptr, dq.ptr(), dq.ptr(), dq.ptr(), 1, s, h, h, d, 0.125f, 0.0f,
-                       nullptr);
+                       nullptr, nullptr);
         const float loss = kernel_cross_entropy(t(), logits, labels, 1, m, n, n);
         if (seed == 1) {
             first_norm = dout.download();
@@ -1378,7 +1378,8 @@ TEST(KernelsDeath, PreconditionsAbortWithAMessage)
 {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     void *p = reinterpret_cast<void *>(16), *q = reinterpret_cast<void *>(32); // distinct, never dereferenced
-    EXPECT_DEATH(tp_k_attention(nullptr, TP_KERNEL_F32, p, nullptr, q, q, q, 1, 4, 2, 2, 512, 0.125f, 0.0f, nullptr),
+    EXPECT_DEATH(tp_k_attention(nullptr, TP_KERNEL_F32, p, nullptr, q, q, q, 1, 4, 2, 2, 512, 0.125f, 0.0f, nullptr,
+                                nullptr),
                  "head dimension at most 256");
     int64_t shape[] = {5, 4};
     EXPECT_DEATH(tp_k_slice(nullptr, TP_KERNEL_F32, nullptr, nullptr, shape, 2, 0, 0, 2),

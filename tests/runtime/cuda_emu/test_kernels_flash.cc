@@ -196,7 +196,7 @@ TEST(FlashAttention, MatchesTheCpuBackend)
         DevOf<float> dlse(x.want_lse.size());
         const size_t runs = tp_emu_launches_of("flash_attention_kernel");
         tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), dlse.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h,
-                       c.g, c.d, (float)c.scale, (float)c.softcap, nullptr);
+                       c.g, c.d, (float)c.scale, (float)c.softcap, nullptr, nullptr);
         EXPECT_EQ(tp_emu_launches_of("flash_attention_kernel"), runs + 1) << c.name();
         compare(dout.download(), x.want, kFlashTol, "tensor-core attention " + c.name());
         compare(dlse.download(), x.want_lse, lse_tol(TP_KERNEL_BF16, c.d), "tensor-core attention lse " + c.name());
@@ -219,7 +219,7 @@ TEST(FlashAttention, DocumentsMatchTheCpuBackend)
         DevOf<float> dlse(want_lse.size());
         const size_t runs = tp_emu_launches_of("flash_attention_kernel");
         tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), dlse.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), c.b, c.s, c.h,
-                       c.g, c.d, (float)c.scale, (float)c.softcap, dseg.ptr());
+                       c.g, c.d, (float)c.scale, (float)c.softcap, dseg.ptr(), nullptr);
         EXPECT_EQ(tp_emu_launches_of("flash_attention_kernel"), runs + 1) << c.name();
         compare(dout.download(), want, kFlashTol, "tensor-core attention within documents " + c.name());
         // a padding query's is +inf on both
@@ -240,7 +240,7 @@ TEST(FlashAttention, MisalignedOperandsTakeTheFp32Kernel)
     const void *q = static_cast<const __nv_bfloat16 *>(dq.ptr()) + 1;
     const size_t runs = tp_emu_launches_of("flash_attention_kernel");
     tp_k_attention(nullptr, TP_KERNEL_BF16, dout.ptr(), nullptr, q, dk.ptr(), dv.ptr(), c.b, c.s, c.h, c.g, c.d,
-                   (float)c.scale, (float)c.softcap, nullptr);
+                   (float)c.scale, (float)c.softcap, nullptr, nullptr);
     EXPECT_EQ(tp_emu_launches_of("flash_attention_kernel"), runs) << "the tensor-core kernel ran";
     compare(dout.download(), x.want, stored({3e-6, 1e-5}, TP_KERNEL_BF16), "misaligned attention " + c.name());
 }
@@ -258,8 +258,9 @@ template <int D> void expect_missing_trailing_barrier_caught()
     int caught = 0;
     for (uint64_t seed = 1; seed <= 4; seed++) {
         tp_emu_set_seed(seed);
-        flash_attention_launch<D, false>(nullptr, static_cast<__nv_bfloat16 *>(dout.ptr()), nullptr, bq, bk, bv, c.b,
-                                         c.s, c.h, c.g, (float)c.scale, (float)c.softcap, nullptr);
+        flash_attention_launch<D, FLASH_NO_TRAILING_BARRIER>(nullptr, static_cast<__nv_bfloat16 *>(dout.ptr()),
+                                                             nullptr, bq, bk, bv, c.b, c.s, c.h, c.g, (float)c.scale,
+                                                             (float)c.softcap, nullptr, nullptr);
         caught += max_error(dout.download(), x.want) > kFlashTol.atol + kFlashTol.rtol; // |want| <= 1
     }
     EXPECT_GE(caught, 2) << "d " << D << ": of 4 seeds, the hazard showed in " << caught;

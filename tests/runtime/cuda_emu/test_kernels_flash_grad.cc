@@ -144,7 +144,7 @@ std::vector<Vec> run_grad(const AttnCase &c, const GradData &x, const bool which
     tp_k_attention_grad(nullptr, TP_KERNEL_BF16, which[0] ? gq.ptr() : nullptr, which[1] ? gk.ptr() : nullptr,
                         which[2] ? gv.ptr() : nullptr, dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(), f.dev_o->ptr(),
                         f.dev_lse->ptr(), scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale, (float)c.softcap,
-                        seg ? dseg.ptr() : nullptr);
+                        seg ? dseg.ptr() : nullptr, nullptr);
     // the tensor-core kernel ran, then the stores the gradients asked for;
     // dk and dv split by query head where a kv head has several
     const bool kv = which[1] || which[2];
@@ -254,7 +254,8 @@ std::vector<Vec> dq_sums(const AttnCase &c, const GradData &x, uint64_t seeds, c
         flash_attention_grad_launch<128, kTakeTurns>(
             nullptr, (__nv_bfloat16 *)gq.ptr(), nullptr, nullptr, (const __nv_bfloat16 *)dq.ptr(),
             (const __nv_bfloat16 *)dk.ptr(), (const __nv_bfloat16 *)dv.ptr(), (const __nv_bfloat16 *)ddy.ptr(),
-            f.dev_lse->ptr(), ddsum.ptr(), work.ptr(), c.b, c.s, c.h, c.g, (float)c.scale, (float)c.softcap, segments);
+            f.dev_lse->ptr(), ddsum.ptr(), work.ptr(), c.b, c.s, c.h, c.g, (float)c.scale, (float)c.softcap, segments,
+            nullptr);
         const Vec all = work.download();
         sums.emplace_back(all.begin() + (std::ptrdiff_t)at, all.begin() + (std::ptrdiff_t)(at + n));
     }
@@ -319,7 +320,7 @@ TEST(FlashAttentionGrad, MisalignedOperandsTakeTheFp32Kernels)
     const size_t flash_runs = tp_emu_launches_of("flash_attention");
     tp_k_attention_grad(nullptr, TP_KERNEL_BF16, gq.ptr(), gk.ptr(), gv.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), dy,
                         f.dev_o->ptr(), f.dev_lse->ptr(), scratch.ptr(), c.b, c.s, c.h, c.g, c.d, (float)c.scale,
-                        (float)c.softcap, nullptr);
+                        (float)c.softcap, nullptr, nullptr);
     EXPECT_EQ(tp_emu_launches_of("flash_attention"), flash_runs) << "a tensor-core kernel ran";
     // against the CPU backend's backward of the same forward (the
     // tensor-core one's output and log-sum-exp)

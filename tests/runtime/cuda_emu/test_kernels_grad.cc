@@ -174,7 +174,7 @@ TEST_P(GradKernels, Attention)
                     out[which] = only < 0 || only == which ? out[which] : nullptr;
                 tp_k_attention_grad(nullptr, t(), out[0], out[1], out[2], dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(),
                                     f.dev_o->ptr(), f.dev_lse->ptr(), scratch.ptr(), c.b, c.s, c.h, c.g, c.d,
-                                    (float)scale, (float)softcap, nullptr);
+                                    (float)scale, (float)softcap, nullptr, nullptr);
                 Dev *got[3] = {&gq, &gk, &gv};
                 for (int which = 0; which < 3; which++)
                     if (out[which])
@@ -210,7 +210,7 @@ TEST_P(GradKernels, AttentionWithinDocuments)
                              seg.data(), nullptr);
         tp_k_attention_grad(nullptr, t(), gq.ptr(), gk.ptr(), gv.ptr(), dq.ptr(), dk.ptr(), dv.ptr(), ddy.ptr(),
                             f.dev_o->ptr(), f.dev_lse->ptr(), scratch.ptr(), c.b, c.s, c.h, c.g, c.d,
-                            (float)c.scale, (float)c.softcap, dseg.ptr());
+                            (float)c.scale, (float)c.softcap, dseg.ptr(), nullptr);
         Dev *got[3] = {&gq, &gk, &gv};
         for (int which = 0; which < 3; which++)
             compare(got[which]->download(), want[which], stored({1e-5, 1e-5}, t()),
@@ -724,9 +724,9 @@ TEST_P(GradKernels, ResultsDoNotDependOnTheSchedule)
         Dev dattn_o(t(), q.size());
         DevOf<float> dlse((size_t)(h * s));
         tp_k_attention(nullptr, t(), dattn_o.ptr(), dlse.ptr(), dq.ptr(), dk.ptr(), dk.ptr(), 1, s, h, g, d, 0.15f, 0.0f,
-                       nullptr);
+                       nullptr, nullptr);
         tp_k_attention_grad(nullptr, t(), dattn_q.ptr(), dattn.ptr(), dattn_v.ptr(), dq.ptr(), dk.ptr(), dk.ptr(),
-                            dq.ptr(), dattn_o.ptr(), dlse.ptr(), scratch.ptr(), 1, s, h, g, d, 0.15f, 0.0f, nullptr);
+                            dq.ptr(), dattn_o.ptr(), dlse.ptr(), scratch.ptr(), 1, s, h, g, d, 0.15f, 0.0f, nullptr, nullptr);
         tp_k_rmsnorm_dw(nullptr, t(), dw.ptr(), dx.ptr(), ddy.ptr(), scratch.ptr(), m, n, 1e-6f);
         tp_k_embedding_grad(nullptr, t(), demb.ptr(), dids.ptr(), ddy.ptr(), m, 5, n, 0, false);
         std::vector<Vec> now = {dattn_q.download(), dattn.download(), dattn_v.download(), dw.download(),
