@@ -73,6 +73,7 @@ typedef struct tp_rope_args {
     int64_t rotary;            /* the leading dims of each head that rotate: even, at most d */
     int64_t pos_offset;        /* token j's position is pos_offset + j */
     const double *inv_freq;    /* rotary / 2 frequencies, host memory */
+    const double *inv_freq_back; /* their negations: rope's inverse, which rotates dq and dk back */
     double scale;              /* cos and sin are multiplied by it */
     const int32_t *pos;        /* [b, s] positions by document (device memory), or NULL */
 } tp_rope_args;

@@ -61,9 +61,13 @@ static size_t largest_collective_bytes(const tr_schedule *s)
     return most;
 }
 
-/* Every rope op's inv_freq table: its attributes and shapes are fixed by
- * the schedule, so it is computed here once, not at every run. Dynamic
- * scaling depends on the positions seen: pos_offset + seq. */
+/* Every rotating op's inv_freq table: its attributes and shapes are fixed
+ * by the schedule, so it is computed here once, not at every run. Dynamic
+ * scaling depends on the positions seen: pos_offset + seq. The op's
+ * rotary / 2 frequencies are followed by their negations, which rotate by
+ * minus each angle (cos stays, sin flips): rope's inverse, which a rope op
+ * with `inverse` takes as its own, and by which rope_attention_grad
+ * rotates dq and dk back. */
 static double **rope_tables(const tr_schedule *s)
 {
     double **tables = tp_xcalloc((size_t)s->nops + 1, sizeof *tables);
@@ -72,11 +76,14 @@ static double **rope_tables(const tr_schedule *s)
         if (op->kind != TP_OP_ROPE && op->kind != TP_OP_ROPE_ATTENTION && op->kind != TP_OP_ROPE_ATTENTION_GRAD)
             continue;
         const int64_t *shape = s->bufs[op->in[0]].shape;   /* q, k or x: [batch, seq, ...] */
-        tables[i] = tp_xmalloc((size_t)(op->rotary_dim / 2 + 1) * sizeof **tables);
+        const int64_t half = op->rotary_dim / 2;
+        tables[i] = tp_xmalloc((size_t)(2 * half + 1) * sizeof **tables);
         tp_rope_inv_freq(&op->rope, op->theta, op->rotary_dim, op->pos_offset + shape[1], tables[i]);
-        /* the backward rotates by minus each angle: cos stays, sin flips */
-        for (int64_t f = 0; op->inverse && f < op->rotary_dim / 2; f++)
-            tables[i][f] = -tables[i][f];
+        for (int64_t f = 0; f < half; f++) {
+            if (op->inverse)
+                tables[i][f] = -tables[i][f];
+            tables[i][half + f] = -tables[i][f];
+        }
     }
     return tables;
 }
@@ -301,7 +308,9 @@ static int attention(tr_exec *x, const tr_op *op, const tp_rope_args *rope)
 static tp_rope_args rotation(const tr_exec *x, const tr_op *op, int positions_in)
 {
     return (tp_rope_args){.rotary = op->rotary_dim, .pos_offset = op->pos_offset,
-                          .inv_freq = x->rope_inv_freq[op - x->s->ops], .scale = tp_rope_cos_sin_scale(&op->rope),
+                          .inv_freq = x->rope_inv_freq[op - x->s->ops],
+                          .inv_freq_back = x->rope_inv_freq[op - x->s->ops] + op->rotary_dim / 2,
+                          .scale = tp_rope_cos_sin_scale(&op->rope),
                           .pos = opt_iin(x, op, positions_in)};
 }
 

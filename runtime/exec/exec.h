@@ -44,8 +44,9 @@ typedef struct tr_exec {
     size_t staging_bytes;        /* of each */
     tr_profile profile;
     tr_trace_event *trace;       /* one per op of the last run */
-    double **rope_inv_freq;      /* per op: RoPE's inverse frequencies (rope, rope_attention and
-                                    its gradient; else NULL), computed once from the op's attributes */
+    double **rope_inv_freq;      /* per op: RoPE's inverse frequencies, then their negations (rope,
+                                    rope_attention and its gradient; else NULL), computed once from
+                                    the op's attributes */
     bool tracing;                /* op times wanted (profile, trace): an asynchronous
                                     backend is synchronised after every op */
     double loss_divisor;         /* > 0: a training step's cross-entropy is its sum over

@@ -488,17 +488,10 @@ static void cpu_attention_grad(float *dq, float *dk, float *dv, const float *q, 
     float *dqr = dq ? tp_xmalloc((size_t)(b * s * h * d) * sizeof *dqr) : NULL;
     float *dkr = dk ? tp_xmalloc((size_t)(b * s * g * d) * sizeof *dkr) : NULL;
     tp_cpu_attention_grad(dqr, dkr, dv, qr, kr, v, dy, o, lse, b, s, h, g, d, scale, softcap, segments);
-    const int64_t half = rope->rotary / 2;
-    /* rope's inverse: minus each angle, as the executor negates an inverse
-     * rope op's frequencies */
-    double *back = tp_xmalloc((size_t)half * sizeof *back + 1);
-    for (int64_t i = 0; i < half; i++)
-        back[i] = -rope->inv_freq[i];
     if (dq)
-        cpu_rope(dq, dqr, b, s, h, d, rope->rotary, rope->pos_offset, back, rope->scale, rope->pos);
+        cpu_rope(dq, dqr, b, s, h, d, rope->rotary, rope->pos_offset, rope->inv_freq_back, rope->scale, rope->pos);
     if (dk)
-        cpu_rope(dk, dkr, b, s, g, d, rope->rotary, rope->pos_offset, back, rope->scale, rope->pos);
-    free(back);
+        cpu_rope(dk, dkr, b, s, g, d, rope->rotary, rope->pos_offset, rope->inv_freq_back, rope->scale, rope->pos);
     free(qr);
     free(kr);
     free(dqr);

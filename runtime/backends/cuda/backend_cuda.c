@@ -633,7 +633,7 @@ static void cuda_attention(float *out, float *lse, const float *q, const float *
 /* With rope, the scratch holds attention's gradient's, then the rope
  * table where the rotation runs inside attention; else q and k rotated
  * (rotate_q_k), then the gradients of the rotated ones, which rope's
- * inverse (minus each angle: cos stays, sin flips) turns into dq and dk. */
+ * inverse (inv_freq_back) turns into dq and dk. */
 static void cuda_attention_grad(float *dq, float *dk, float *dv, const float *q, const float *k, const float *v,
                                 const float *dy, const float *o, const float *lse, int64_t b, int64_t s, int64_t h,
                                 int64_t g, int64_t d, double scale, double softcap, const int32_t *segments,
@@ -667,18 +667,12 @@ static void cuda_attention_grad(float *dq, float *dk, float *dv, const float *q,
     }
     tp_k_attention_grad(compute_stream(), gpu->kdt, dq, dk, dv, q, k, v, dy, o, lse, scratch, b, s, h, g, d,
                         (float)scale, (float)softcap, segments, NULL);
-    if (rope) {
-        double back[ROPE_MAX_PAIRS];
-        TP_GPU_ASSERT(rope->rotary / 2 <= ROPE_MAX_PAIRS);
-        for (int64_t i = 0; i < rope->rotary / 2; i++)
-            back[i] = -rope->inv_freq[i];
-        if (dq)
-            tp_k_rope(compute_stream(), gpu->kdt, dq_out, dq, b, s, h, d, rope->rotary, rope->pos_offset, back,
-                      rope->scale, rope->pos);
-        if (dk)
-            tp_k_rope(compute_stream(), gpu->kdt, dk_out, dk, b, s, g, d, rope->rotary, rope->pos_offset, back,
-                      rope->scale, rope->pos);
-    }
+    if (rope && dq)
+        tp_k_rope(compute_stream(), gpu->kdt, dq_out, dq, b, s, h, d, rope->rotary, rope->pos_offset,
+                  rope->inv_freq_back, rope->scale, rope->pos);
+    if (rope && dk)
+        tp_k_rope(compute_stream(), gpu->kdt, dk_out, dk, b, s, g, d, rope->rotary, rope->pos_offset,
+                  rope->inv_freq_back, rope->scale, rope->pos);
     done();
 }
 
